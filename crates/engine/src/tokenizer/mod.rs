@@ -1,0 +1,863 @@
+//! Text ↔ token ids for every model family: Hugging Face `tokenizers` for the
+//! actual encoding, plus what the engine needs around it — special token ids
+//! (BOS, the set of EOS ids), the chat template, and streaming detokenization.
+//!
+//! Two sources: an mlx-community / Hugging Face folder ([`Tokenizer::from_folder`])
+//! and the vocabulary inside a GGUF file ([`Tokenizer::from_gguf`]). A GGUF
+//! tokenizer can be written back out as a folder ([`Tokenizer::write_hf_files`])
+//! that Python `transformers` / `mlx-lm` load unchanged.
+mod chat_template;
+mod detokenize;
+mod gguf;
+
+use std::path::Path;
+
+use serde_json::{json, Value as Json};
+
+pub use chat_template::{
+    prompt_opens_thinking, ChatMessage, ChatTemplate, ContentPart, MessageContent,
+    SpecialTokenStrings, TemplateOptions,
+};
+pub use detokenize::StreamDetokenizer;
+
+use crate::error::{Error, Result};
+
+/// The tokenizer part of GGUF metadata (`tokenizer.ggml.*`,
+/// `tokenizer.chat_template`).
+#[derive(Clone, Default)]
+pub struct GgufTokenizerMeta {
+    /// `tokenizer.ggml.model`: "gpt2" (byte-level BPE) or "llama" (SentencePiece BPE).
+    pub model: String,
+    /// `tokenizer.ggml.pre`: names the pre-tokenizer, e.g. "smollm", "llama-bpe", "qwen2".
+    pub pre: Option<String>,
+    /// `tokenizer.ggml.tokens`, indexed by id.
+    pub tokens: Vec<String>,
+    /// `tokenizer.ggml.merges`, "left right" strings in rank order. Empty for
+    /// SentencePiece vocabularies, whose merges are derived from the pieces.
+    pub merges: Vec<String>,
+    /// `tokenizer.ggml.token_type`: 1 normal, 2 unknown, 3 control,
+    /// 4 user-defined, 5 unused, 6 byte. Empty means all normal.
+    pub token_types: Vec<i32>,
+    /// `tokenizer.ggml.bos_token_id`.
+    pub bos_id: Option<u32>,
+    /// `tokenizer.ggml.eos_token_id`.
+    pub eos_id: Option<u32>,
+    /// `tokenizer.ggml.add_bos_token`; absent means llama.cpp's default for
+    /// the vocabulary type.
+    pub add_bos: Option<bool>,
+    /// `tokenizer.chat_template`.
+    pub chat_template: Option<String>,
+}
+
+/// GGUF keys that only SentencePiece ("llama") vocabularies use; kept apart
+/// from [`GgufTokenizerMeta`] so that struct stays as callers build it.
+#[derive(Debug, Clone, Default)]
+pub struct GgufSentencePieceMeta {
+    /// `tokenizer.ggml.add_space_prefix` (default true). Gemma sets it to false.
+    pub add_space_prefix: Option<bool>,
+    /// `tokenizer.ggml.scores`: ranks the derived merges. Empty means
+    /// vocabulary order, which is SentencePiece's best-first order.
+    pub scores: Vec<f32>,
+}
+
+impl std::fmt::Debug for GgufTokenizerMeta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufTokenizerMeta")
+            .field("model", &self.model)
+            .field("pre", &self.pre)
+            .field("tokens", &self.tokens.len())
+            .field("merges", &self.merges.len())
+            .field("token_types", &self.token_types.len())
+            .field("bos_id", &self.bos_id)
+            .field("eos_id", &self.eos_id)
+            .field("add_bos", &self.add_bos)
+            .field(
+                "chat_template",
+                &self.chat_template.as_ref().map(|t| t.len()),
+            )
+            .finish()
+    }
+}
+
+/// A model's tokenizer. Cheap enough to clone; usually shared behind an `Arc`.
+#[derive(Clone)]
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    bos_id: Option<u32>,
+    eos_ids: Vec<u32>,
+    /// `encode(.., add_special_tokens = true)` starts with BOS.
+    add_bos: bool,
+    /// The `tokenizers` post-processor itself inserts BOS (tokenizer.json's
+    /// TemplateProcessing); needed to honour `add_bos = false` over it.
+    post_processor_adds_bos: bool,
+    special: SpecialTokenStrings,
+    chat_template: Option<ChatTemplate>,
+    /// Why the model's template could not be compiled: loading still works
+    /// for plain completion, chat requests get this error.
+    chat_template_error: Option<String>,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("vocab_size", &self.vocab_size())
+            .field("bos_id", &self.bos_id)
+            .field("eos_ids", &self.eos_ids)
+            .field("add_bos", &self.add_bos)
+            .field("chat_template", &self.chat_template)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tokenizer {
+    /// Loads `tokenizer.json` plus, when present, `tokenizer_config.json`
+    /// (special tokens, `add_bos_token`, chat template), `chat_template.jinja`
+    /// or `chat_template.json` (these win over tokenizer_config, as in
+    /// `transformers`), and the EOS ids of `generation_config.json` and
+    /// `config.json`.
+    pub fn from_folder(dir: &Path) -> Result<Self> {
+        let tokenizer_json = dir.join("tokenizer.json");
+        if !tokenizer_json.is_file() {
+            return Err(Error::Tokenizer(format!(
+                "{} not found (a model folder needs tokenizer.json)",
+                tokenizer_json.display()
+            )));
+        }
+        let inner = tokenizers::Tokenizer::from_file(&tokenizer_json)
+            .map_err(|e| Error::Tokenizer(format!("{}: {e}", tokenizer_json.display())))?;
+        let config =
+            read_json_if_present(&dir.join("tokenizer_config.json"))?.unwrap_or(Json::Null);
+
+        let token_string = |key: &str| -> Option<String> {
+            match config.get(key)? {
+                Json::String(s) => Some(s.clone()),
+                Json::Object(o) => o.get("content")?.as_str().map(str::to_owned),
+                _ => None,
+            }
+        };
+        let special = SpecialTokenStrings {
+            bos_token: token_string("bos_token"),
+            eos_token: token_string("eos_token"),
+            pad_token: token_string("pad_token"),
+            unk_token: token_string("unk_token"),
+        };
+        let lookup = |what: &str, tok: &Option<String>| -> Option<u32> {
+            let tok = tok.as_ref()?;
+            let id = inner.token_to_id(tok);
+            if id.is_none() {
+                tracing::warn!(
+                    token = tok.as_str(),
+                    "{what} token from tokenizer_config.json is not in the vocabulary"
+                );
+            }
+            id
+        };
+        let bos_id = lookup("bos", &special.bos_token);
+        let mut eos_ids: Vec<u32> = lookup("eos", &special.eos_token).into_iter().collect();
+        if let Some(generation) = read_json_if_present(&dir.join("generation_config.json"))? {
+            eos_ids.extend(json_ids(generation.get("eos_token_id")));
+        }
+        if let Some(model_config) = read_json_if_present(&dir.join("config.json"))? {
+            eos_ids.extend(json_ids(model_config.get("eos_token_id")));
+            eos_ids.extend(json_ids(
+                model_config
+                    .get("text_config")
+                    .and_then(|c| c.get("eos_token_id")),
+            ));
+        }
+
+        let post_processor_adds_bos = match bos_id {
+            Some(bos) => inner
+                .encode_fast("", true)
+                .map(|e| e.get_ids().first() == Some(&bos))
+                .unwrap_or(false),
+            None => false,
+        };
+        let add_bos = bos_id.is_some()
+            && config
+                .get("add_bos_token")
+                .and_then(Json::as_bool)
+                .unwrap_or(post_processor_adds_bos);
+
+        let (template_source, template_origin) = folder_chat_template(dir, &config)?;
+        let mut tokenizer = Tokenizer {
+            inner,
+            bos_id,
+            eos_ids: Vec::new(),
+            add_bos,
+            post_processor_adds_bos,
+            special,
+            chat_template: None,
+            chat_template_error: None,
+        };
+        tokenizer.add_eos_ids(&eos_ids);
+        if let Some(source) = template_source {
+            tokenizer.set_chat_template_lenient(&source, &template_origin);
+        }
+        Ok(tokenizer)
+    }
+
+    /// Rebuilds the tokenizer from GGUF metadata. Supports the "gpt2"
+    /// (byte-level BPE: Llama 3, Qwen, SmolLM, ...) and "llama" (SentencePiece
+    /// BPE with byte fallback: Llama 2, Mistral, Gemma) vocabularies.
+    pub fn from_gguf(meta: GgufTokenizerMeta) -> Result<Self> {
+        Self::from_gguf_with(meta, GgufSentencePieceMeta::default())
+    }
+
+    /// [`Self::from_gguf`] with the SentencePiece-only keys, which matter for
+    /// Gemma (no space prefix) and for vocabularies not stored best-first.
+    pub fn from_gguf_with(meta: GgufTokenizerMeta, spm: GgufSentencePieceMeta) -> Result<Self> {
+        let built = gguf::build(&meta, &spm)?;
+        let name = |id: Option<u32>| id.map(|id| meta.tokens[id as usize].clone());
+        let special = SpecialTokenStrings {
+            bos_token: name(meta.bos_id),
+            eos_token: name(meta.eos_id),
+            pad_token: None,
+            unk_token: built.unk_token,
+        };
+        let mut tokenizer = Tokenizer {
+            inner: built.inner,
+            bos_id: meta.bos_id,
+            eos_ids: Vec::new(),
+            add_bos: built.add_bos,
+            post_processor_adds_bos: built.add_bos,
+            special,
+            chat_template: None,
+            chat_template_error: None,
+        };
+        tokenizer.add_eos_ids(&meta.eos_id.into_iter().collect::<Vec<_>>());
+        if let Some(source) = &meta.chat_template {
+            tokenizer.set_chat_template_lenient(source, "GGUF tokenizer.chat_template");
+        }
+        Ok(tokenizer)
+    }
+
+    fn set_chat_template_lenient(&mut self, source: &str, origin: &str) {
+        match ChatTemplate::new(source) {
+            Ok(t) => {
+                self.chat_template = Some(t);
+                self.chat_template_error = None;
+            }
+            Err(e) => {
+                tracing::warn!(origin, error = %e, "chat template does not compile; chat is unavailable");
+                self.chat_template = None;
+                self.chat_template_error = Some(format!("{origin}: {e}"));
+            }
+        }
+    }
+
+    /// Replaces the chat template (a user override); a template that does not
+    /// compile is an error and leaves the old one in place.
+    pub fn set_chat_template(&mut self, source: &str) -> Result<()> {
+        self.chat_template = Some(ChatTemplate::new(source)?);
+        self.chat_template_error = None;
+        Ok(())
+    }
+
+    /// Adds ids that also end generation (from the model config, or `<|eot_id|>`
+    /// next to `<|end_of_text|>`). Order is kept and duplicates dropped.
+    pub fn add_eos_ids(&mut self, ids: &[u32]) {
+        for &id in ids {
+            if !self.eos_ids.contains(&id) {
+                self.eos_ids.push(id);
+            }
+        }
+    }
+
+    /// `add_special_tokens` adds BOS where the model wants it (never twice:
+    /// a text that already starts with the BOS token keeps just that one).
+    /// Text produced by a chat template already holds its special tokens, so
+    /// encode it with `false` — or use [`Self::encode_chat`].
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        let encoding = self
+            .inner
+            .encode_fast(text, add_special_tokens)
+            .map_err(|e| Error::Tokenizer(format!("encode: {e}")))?;
+        let mut ids = encoding.get_ids().to_vec();
+        if let (true, Some(bos)) = (add_special_tokens, self.bos_id) {
+            if self.add_bos {
+                if ids.first() != Some(&bos) {
+                    ids.insert(0, bos);
+                }
+                if ids.len() >= 2 && ids[1] == bos {
+                    ids.remove(0);
+                }
+            } else if self.post_processor_adds_bos && ids.first() == Some(&bos) {
+                ids.remove(0);
+            }
+        }
+        Ok(ids)
+    }
+
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        self.inner
+            .decode(ids, skip_special)
+            .map_err(|e| Error::Tokenizer(format!("decode: {e}")))
+    }
+
+    pub fn bos_id(&self) -> Option<u32> {
+        self.bos_id
+    }
+
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.eos_ids
+    }
+
+    pub fn is_eos(&self, id: u32) -> bool {
+        self.eos_ids.contains(&id)
+    }
+
+    /// Whether `encode(.., true)` starts with BOS.
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// The number of ids the tokenizer knows, added tokens included. The
+    /// model's embedding table may be larger (padded).
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// The special-token strings templates print (`bos_token`, `eos_token`).
+    pub fn special_tokens(&self) -> &SpecialTokenStrings {
+        &self.special
+    }
+
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.chat_template.as_ref()
+    }
+
+    /// The wrapped `tokenizers` pipeline, for anything not covered here.
+    pub fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+
+    /// Renders a conversation into the prompt text the model expects.
+    pub fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        opts: &TemplateOptions,
+    ) -> Result<String> {
+        match (&self.chat_template, &self.chat_template_error) {
+            (Some(t), _) => t.render(messages, opts, &self.special),
+            (None, Some(e)) => Err(Error::ChatTemplate(e.clone())),
+            (None, None) => Err(Error::ChatTemplate(
+                "this model has no chat template".into(),
+            )),
+        }
+    }
+
+    /// Renders a conversation and encodes it, without adding special tokens
+    /// the template already wrote (as `transformers` does).
+    pub fn encode_chat(
+        &self,
+        messages: &[ChatMessage],
+        opts: &TemplateOptions,
+    ) -> Result<Vec<u32>> {
+        let prompt = self.apply_chat_template(messages, opts)?;
+        self.encode(&prompt, false)
+    }
+
+    /// Writes `tokenizer.json` and `tokenizer_config.json` into `dir` so the
+    /// folder loads in `transformers` / `mlx-lm` (e.g. after converting a GGUF
+    /// model into an mlx-community style folder).
+    pub fn write_hf_files(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let tokenizer_json = dir.join("tokenizer.json");
+        let serialized = self
+            .inner
+            .to_string(false)
+            .map_err(|e| Error::Tokenizer(format!("serializing tokenizer.json: {e}")))?;
+        std::fs::write(&tokenizer_json, serialized).map_err(|e| Error::io(&tokenizer_json, e))?;
+
+        let mut added: Vec<(u32, tokenizers::AddedToken)> =
+            self.inner.get_added_tokens_decoder().into_iter().collect();
+        added.sort_by_key(|(id, _)| *id);
+        let mut added_json = serde_json::Map::new();
+        for (id, tok) in added {
+            added_json.insert(
+                id.to_string(),
+                json!({
+                    "content": tok.content,
+                    "lstrip": tok.lstrip,
+                    "normalized": tok.normalized,
+                    "rstrip": tok.rstrip,
+                    "single_word": tok.single_word,
+                    "special": tok.special,
+                }),
+            );
+        }
+        let mut config = serde_json::Map::new();
+        config.insert("add_bos_token".into(), self.add_bos.into());
+        config.insert("add_eos_token".into(), false.into());
+        config.insert("added_tokens_decoder".into(), Json::Object(added_json));
+        let eos_token = self
+            .special
+            .eos_token
+            .clone()
+            .or_else(|| self.eos_ids.first().and_then(|&id| self.id_to_token(id)));
+        for (key, value) in [
+            ("bos_token", &self.special.bos_token),
+            ("eos_token", &eos_token),
+            ("pad_token", &self.special.pad_token),
+            ("unk_token", &self.special.unk_token),
+        ] {
+            config.insert(
+                key.into(),
+                value.clone().map(Json::String).unwrap_or(Json::Null),
+            );
+        }
+        if let Some(t) = &self.chat_template {
+            config.insert("chat_template".into(), t.source().into());
+        }
+        config.insert("clean_up_tokenization_spaces".into(), false.into());
+        config.insert("tokenizer_class".into(), "PreTrainedTokenizerFast".into());
+        let path = dir.join("tokenizer_config.json");
+        let text = serde_json::to_string_pretty(&Json::Object(config))
+            .map_err(|e| Error::Tokenizer(format!("serializing tokenizer_config.json: {e}")))?;
+        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
+        Ok(())
+    }
+}
+
+fn read_json_if_present(path: &Path) -> Result<Option<Json>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| Error::Tokenizer(format!("{}: invalid JSON: {e}", path.display())))
+}
+
+/// An id or a list of ids (`eos_token_id` is either).
+fn json_ids(v: Option<&Json>) -> Vec<u32> {
+    match v {
+        Some(Json::Number(n)) => n.as_u64().map(|n| vec![n as u32]).unwrap_or_default(),
+        Some(Json::Array(a)) => a
+            .iter()
+            .filter_map(|x| x.as_u64())
+            .map(|n| n as u32)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The template and where it came from, in `transformers`' order of
+/// precedence: chat_template.jinja, chat_template.json (processor templates
+/// of vision models), tokenizer_config.json.
+fn folder_chat_template(dir: &Path, config: &Json) -> Result<(Option<String>, String)> {
+    let jinja = dir.join("chat_template.jinja");
+    match std::fs::read_to_string(&jinja) {
+        Ok(t) => return Ok((Some(t), jinja.display().to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io(&jinja, e)),
+    }
+    let json_path = dir.join("chat_template.json");
+    if let Some(v) = read_json_if_present(&json_path)? {
+        if let Some(t) = template_from_json(v.get("chat_template")) {
+            return Ok((Some(t), json_path.display().to_string()));
+        }
+    }
+    let origin = dir.join("tokenizer_config.json").display().to_string();
+    Ok((template_from_json(config.get("chat_template")), origin))
+}
+
+/// A template string, or a list of `{name, template}` of which "default" is
+/// taken (the first one when none is named so).
+fn template_from_json(v: Option<&Json>) -> Option<String> {
+    match v? {
+        Json::String(s) => Some(s.clone()),
+        Json::Array(list) => {
+            let named = |name: &str| {
+                list.iter()
+                    .find(|t| t.get("name").and_then(Json::as_str) == Some(name))
+                    .and_then(|t| t.get("template")?.as_str())
+            };
+            named("default")
+                .or_else(|| list.first().and_then(|t| t.get("template")?.as_str()))
+                .map(str::to_owned)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// GPT-2's reversible byte → printable character table.
+    pub(crate) fn byte_chars() -> Vec<char> {
+        let mut printable: Vec<u32> = ('!' as u32..='~' as u32).collect();
+        printable.extend('¡' as u32..='¬' as u32);
+        printable.extend('®' as u32..='ÿ' as u32);
+        let mut table = vec!['\0'; 256];
+        let mut extra = 0;
+        for b in 0..256u32 {
+            let c = if printable.contains(&b) {
+                b
+            } else {
+                extra += 1;
+                255 + extra
+            };
+            table[b as usize] = char::from_u32(c).unwrap();
+        }
+        table
+    }
+
+    fn byte_level(s: &str) -> String {
+        let table = byte_chars();
+        s.bytes().map(|b| table[b as usize]).collect()
+    }
+
+    /// A GGUF-like byte-level BPE vocabulary: specials, all 256 bytes, and a
+    /// few merges, including ones that build part of a multi-byte character.
+    pub(crate) fn byte_level_meta() -> GgufTokenizerMeta {
+        let mut tokens = vec![
+            "<|endoftext|>".to_owned(),
+            "<|im_start|>".to_owned(),
+            "<|im_end|>".to_owned(),
+        ];
+        let mut token_types = vec![3, 3, 3];
+        tokens.extend(byte_chars().into_iter().map(String::from));
+        token_types.extend(std::iter::repeat_n(1, 256));
+        let table = byte_chars();
+        let chars = |bytes: &[u8]| -> String { bytes.iter().map(|&b| table[b as usize]).collect() };
+        // "é" and the first bytes of "👋" and "世" merge, so those characters
+        // span tokens of uneven length.
+        let byte_merges: [(&[u8], &[u8]); 7] = [
+            (&[0xC3], &[0xA9]),
+            (b"h", &[0xC3, 0xA9]),
+            (b"l", b"l"),
+            (b"ll", b"o"),
+            (b" ", b"w"),
+            (&[0xF0], &[0x9F]),
+            (&[0xE4], &[0xB8]),
+        ];
+        let merges: Vec<(String, String)> = byte_merges
+            .iter()
+            .map(|(a, b)| (chars(a), chars(b)))
+            .collect();
+        for (a, b) in &merges {
+            let merged = format!("{a}{b}");
+            if !tokens.contains(&merged) {
+                tokens.push(merged);
+                token_types.push(1);
+            }
+        }
+        GgufTokenizerMeta {
+            model: "gpt2".into(),
+            pre: Some("smollm".into()),
+            merges: merges.iter().map(|(a, b)| format!("{a} {b}")).collect(),
+            tokens,
+            token_types,
+            bos_id: Some(1),
+            eos_id: Some(2),
+            add_bos: Some(false),
+            chat_template: Some(
+                "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+                 {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+                    .into(),
+            ),
+        }
+    }
+
+    pub(crate) fn byte_level_test_tokenizer() -> Tokenizer {
+        Tokenizer::from_gguf(byte_level_meta()).unwrap()
+    }
+
+    /// A GGUF-like SentencePiece vocabulary with byte fallback.
+    pub(crate) fn spm_meta() -> GgufTokenizerMeta {
+        let mut tokens = vec!["<unk>".to_owned(), "<s>".to_owned(), "</s>".to_owned()];
+        let mut token_types = vec![2, 3, 3];
+        for b in 0..=255u8 {
+            tokens.push(format!("<0x{b:02X}>"));
+            token_types.push(6);
+        }
+        for piece in [
+            "▁", "h", "e", "l", "o", "w", "r", "d", ",", "i", "k", "he", "ll", "llo", "hello",
+            "▁hello", "wo", "wor", "worl", "world", "▁world", "ok", "▁ok", "▁hi", "hi",
+        ] {
+            tokens.push(piece.to_owned());
+            token_types.push(1);
+        }
+        GgufTokenizerMeta {
+            model: "llama".into(),
+            tokens,
+            token_types,
+            bos_id: Some(1),
+            eos_id: Some(2),
+            ..Default::default()
+        }
+    }
+
+    pub(crate) fn spm_test_tokenizer() -> Tokenizer {
+        Tokenizer::from_gguf(spm_meta()).unwrap()
+    }
+
+    #[test]
+    fn byte_level_gguf_round_trips_and_matches_specials_whole() {
+        let tok = byte_level_test_tokenizer();
+        for text in [
+            "héllo 👋 世界",
+            "a  b\n\n c123",
+            "<|im_start|>user\nhi<|im_end|>",
+        ] {
+            let ids = tok.encode(text, false).unwrap();
+            assert_eq!(tok.decode(&ids, false).unwrap(), text);
+        }
+        let ids = tok.encode("<|im_start|>user<|im_end|>", false).unwrap();
+        assert_eq!(ids.first(), Some(&1));
+        assert_eq!(ids.last(), Some(&2));
+        assert_eq!(tok.decode(&ids, true).unwrap(), "user");
+        // Merges apply: "llo" is one token.
+        let llo = tok.token_to_id(&byte_level("llo")).unwrap();
+        assert!(tok.encode("hello", false).unwrap().contains(&llo));
+        // Digits are split one by one (the "smollm" pre-tokenizer).
+        let digits = tok.encode("123", false).unwrap();
+        assert_eq!(digits.len(), 3);
+        assert_eq!(tok.bos_id(), Some(1));
+        assert_eq!(tok.eos_ids(), &[2]);
+        assert!(tok.is_eos(2) && !tok.is_eos(1));
+        assert!(!tok.add_bos());
+        assert_eq!(
+            tok.encode("hi", true).unwrap(),
+            tok.encode("hi", false).unwrap()
+        );
+        assert_eq!(tok.id_to_token(1).as_deref(), Some("<|im_start|>"));
+        assert_eq!(tok.vocab_size(), byte_level_meta().tokens.len());
+    }
+
+    fn pre_tokenize(tok: &Tokenizer, text: &str) -> Vec<String> {
+        use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+        let mut pts = PreTokenizedString::from(text);
+        tok.inner()
+            .get_pre_tokenizer()
+            .unwrap()
+            .pre_tokenize(&mut pts)
+            .unwrap();
+        pts.get_splits(OffsetReferential::Original, OffsetType::Byte)
+            .into_iter()
+            .map(|(s, _, _)| s.to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn gguf_pre_tokenizer_names_pick_the_splitting_rules() {
+        let text = "Hello world 12345 'll";
+        for (pre, splits, add_bos) in [
+            ("smollm", &["Ġ", "1", "2", "3", "4", "5"][..], false),
+            ("llama-bpe", &["Ġ", "123", "45"][..], true),
+            ("qwen2", &["Ġ", "1", "2", "3", "4", "5"][..], false),
+            ("gpt-4o", &["Ġ", "123", "45"][..], false),
+            ("tekken", &["Ġ", "1", "2", "3", "4", "5"][..], true),
+            ("gpt-2", &["Ġ12345"][..], false),
+            ("some-future-name", &["Ġ12345"][..], false),
+        ] {
+            let meta = GgufTokenizerMeta {
+                pre: Some(pre.into()),
+                add_bos: None,
+                ..byte_level_meta()
+            };
+            let tok = Tokenizer::from_gguf(meta).unwrap();
+            let ids = tok.encode(text, false).unwrap();
+            assert_eq!(tok.decode(&ids, false).unwrap(), text, "{pre}");
+            assert_eq!(pre_tokenize(&tok, " 12345"), splits, "{pre}");
+            assert_eq!(tok.add_bos(), add_bos, "{pre}");
+        }
+    }
+
+    #[test]
+    fn gguf_add_bos_prepends_once() {
+        let meta = GgufTokenizerMeta {
+            add_bos: Some(true),
+            ..byte_level_meta()
+        };
+        let tok = Tokenizer::from_gguf(meta).unwrap();
+        assert!(tok.add_bos());
+        let plain = tok.encode("hi", false).unwrap();
+        assert_eq!(tok.encode("hi", true).unwrap(), [&[1][..], &plain].concat());
+        // Already starting with BOS: not doubled.
+        assert_eq!(
+            tok.encode("<|im_start|>hi", true).unwrap(),
+            [&[1][..], &plain].concat()
+        );
+    }
+
+    #[test]
+    fn sentencepiece_gguf_encodes_pieces_and_bytes() {
+        let tok = spm_test_tokenizer();
+        let ids = tok.encode("hello world", false).unwrap();
+        let pieces: Vec<String> = ids.iter().map(|&i| tok.id_to_token(i).unwrap()).collect();
+        assert_eq!(pieces, ["▁hello", "▁world"]);
+        let ids = tok.encode("hi 世界", false).unwrap();
+        let pieces: Vec<String> = ids.iter().map(|&i| tok.id_to_token(i).unwrap()).collect();
+        assert_eq!(
+            pieces,
+            ["▁hi", "▁", "<0xE4>", "<0xB8>", "<0x96>", "<0xE7>", "<0x95>", "<0x8C>"]
+        );
+        assert_eq!(tok.decode(&ids, false).unwrap(), "hi 世界");
+        // llama.cpp's default for SentencePiece vocabularies: add BOS.
+        assert!(tok.add_bos());
+        assert_eq!(tok.encode("ok", true).unwrap()[0], 1);
+        assert_eq!(tok.special_tokens().unk_token.as_deref(), Some("<unk>"));
+    }
+
+    #[test]
+    fn sentencepiece_without_space_prefix() {
+        let spm = GgufSentencePieceMeta {
+            add_space_prefix: Some(false),
+            ..Default::default()
+        };
+        let tok = Tokenizer::from_gguf_with(spm_meta(), spm).unwrap();
+        let ids = tok.encode("hello world", false).unwrap();
+        let pieces: Vec<String> = ids.iter().map(|&i| tok.id_to_token(i).unwrap()).collect();
+        assert_eq!(pieces, ["hello", "▁world"]);
+        assert_eq!(tok.decode(&ids, false).unwrap(), "hello world");
+    }
+
+    #[test]
+    fn unsupported_gguf_model_is_a_clear_error() {
+        let meta = GgufTokenizerMeta {
+            model: "bert".into(),
+            ..byte_level_meta()
+        };
+        let err = Tokenizer::from_gguf(meta).unwrap_err();
+        assert!(
+            matches!(&err, Error::Tokenizer(m) if m.contains("\"bert\"")),
+            "{err}"
+        );
+        let meta = GgufTokenizerMeta {
+            eos_id: Some(100_000),
+            ..byte_level_meta()
+        };
+        assert!(matches!(
+            Tokenizer::from_gguf(meta),
+            Err(Error::Tokenizer(_))
+        ));
+    }
+
+    #[test]
+    fn gguf_chat_template_renders_and_encodes() {
+        let tok = byte_level_test_tokenizer();
+        let messages = [ChatMessage::user("hi")];
+        let prompt = tok
+            .apply_chat_template(&messages, &TemplateOptions::default())
+            .unwrap();
+        assert_eq!(
+            prompt,
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        );
+        let ids = tok
+            .encode_chat(&messages, &TemplateOptions::default())
+            .unwrap();
+        assert_eq!(ids, tok.encode(&prompt, false).unwrap());
+        assert_eq!(ids.iter().filter(|&&i| i == 1).count(), 2);
+    }
+
+    #[test]
+    fn broken_template_keeps_tokenizer_usable() {
+        let meta = GgufTokenizerMeta {
+            chat_template: Some("{% if %}".into()),
+            ..byte_level_meta()
+        };
+        let tok = Tokenizer::from_gguf(meta).unwrap();
+        assert!(tok.chat_template().is_none());
+        assert!(tok.encode("hi", false).is_ok());
+        let err = tok
+            .apply_chat_template(&[ChatMessage::user("hi")], &TemplateOptions::default())
+            .unwrap_err();
+        assert!(matches!(err, Error::ChatTemplate(_)));
+    }
+
+    fn temp_dir(name: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("engine-tokenizer-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn hf_files_round_trip_through_from_folder() {
+        let gguf = byte_level_test_tokenizer();
+        let dir = temp_dir("roundtrip");
+        gguf.write_hf_files(&dir).unwrap();
+        let folder = Tokenizer::from_folder(&dir).unwrap();
+        for text in ["héllo 👋 世界", "<|im_start|>user\n12 hi<|im_end|>"] {
+            assert_eq!(
+                folder.encode(text, true).unwrap(),
+                gguf.encode(text, true).unwrap()
+            );
+        }
+        assert_eq!(folder.bos_id(), Some(1));
+        assert_eq!(folder.eos_ids(), &[2]);
+        assert!(!folder.add_bos());
+        assert_eq!(
+            folder.chat_template().unwrap().source(),
+            gguf.chat_template().unwrap().source()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn from_folder_reads_configs() {
+        let dir = temp_dir("folder");
+        byte_level_test_tokenizer().write_hf_files(&dir).unwrap();
+        // Token objects, a named template list, and EOS ids from two configs.
+        std::fs::write(
+            dir.join("tokenizer_config.json"),
+            r#"{"bos_token": {"content": "<|im_start|>"}, "eos_token": "<|im_end|>", "add_bos_token": true,
+                "chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D{{ bos_token }}"}]}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("generation_config.json"),
+            r#"{"eos_token_id": [2, 0]}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("config.json"),
+            r#"{"eos_token_id": 0, "text_config": {"eos_token_id": 3}}"#,
+        )
+        .unwrap();
+        let tok = Tokenizer::from_folder(&dir).unwrap();
+        assert_eq!(tok.eos_ids(), &[2, 0, 3]);
+        assert!(tok.add_bos());
+        assert_eq!(tok.encode("hi", true).unwrap()[0], 1);
+        assert_eq!(
+            tok.apply_chat_template(&[], &TemplateOptions::default())
+                .unwrap(),
+            "D<|im_start|>"
+        );
+        // chat_template.jinja wins over tokenizer_config.json.
+        std::fs::write(dir.join("chat_template.jinja"), "J").unwrap();
+        let tok = Tokenizer::from_folder(&dir).unwrap();
+        assert_eq!(
+            tok.apply_chat_template(&[], &TemplateOptions::default())
+                .unwrap(),
+            "J"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn from_folder_names_the_missing_file() {
+        let dir = temp_dir("missing");
+        let err = Tokenizer::from_folder(&dir).unwrap_err();
+        assert!(err.to_string().contains("tokenizer.json"), "{err}");
+        std::fs::write(dir.join("tokenizer.json"), "{").unwrap();
+        let err = Tokenizer::from_folder(&dir).unwrap_err();
+        assert!(err.to_string().contains("tokenizer.json"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
