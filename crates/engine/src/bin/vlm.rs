@@ -1,0 +1,205 @@
+//! `vlm`: the engine from the command line.
+//!
+//!   vlm generate --model default --prompt "What is the capital of France?"
+//!   vlm convert model.gguf out-folder [--dtype float32]
+//!   vlm bench --model <folder|file.gguf|default>
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use engine::generate::{generate, GenerateParams};
+use engine::model::{self, LoadOptions, LoadedModel, WeightFormat};
+use engine::sample::SamplingParams;
+use engine::tokenizer::{ChatMessage, TemplateOptions};
+
+#[derive(Parser)]
+#[command(name = "vlm", version, about = "Local language and vision-language models on MLX")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Answer one prompt, streaming tokens to stdout; stats go to stderr.
+    Generate(GenerateArgs),
+    /// Write a GGUF model as an mlx-community folder (config.json, safetensors, tokenizer).
+    Convert(ConvertArgs),
+    /// Measure prompt and decode speed.
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct ModelArgs {
+    /// A model folder, a .gguf file, or `default` (SmolLM2-135M-Instruct).
+    #[arg(long, default_value = "default")]
+    model: String,
+    /// How to hold quantized weights: as stored, or dequantized to float32
+    /// (the default on the CPU backend, where float matmuls are much faster).
+    #[arg(long, value_enum)]
+    weights: Option<WeightsArg>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum WeightsArg {
+    AsStored,
+    Float32,
+}
+
+impl ModelArgs {
+    fn load(&self) -> Result<LoadedModel> {
+        let path = resolve_model(&self.model)?;
+        let format = match self.weights {
+            Some(WeightsArg::AsStored) => WeightFormat::AsStored,
+            Some(WeightsArg::Float32) => WeightFormat::Float32,
+            None => WeightFormat::default(),
+        };
+        model::load(&path, &LoadOptions { format }).with_context(|| format!("loading {}", path.display()))
+    }
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[arg(long)]
+    prompt: String,
+    /// A system message placed before the prompt.
+    #[arg(long)]
+    system: Option<String>,
+    /// Send the prompt as is, without the chat template.
+    #[arg(long)]
+    raw: bool,
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    /// 0 is greedy decoding.
+    #[arg(long, default_value_t = 0.0)]
+    temp: f32,
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    top_k: i32,
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    #[arg(long, default_value_t = 1.0)]
+    repetition_penalty: f32,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Ask a thinking model to think (chat templates that support it).
+    #[arg(long)]
+    think: Option<bool>,
+}
+
+#[derive(Args)]
+struct ConvertArgs {
+    gguf: PathBuf,
+    out: PathBuf,
+    /// Keep the GGUF's quantization (MLX 4/8-bit, group 32) or dequantize.
+    #[arg(long, value_enum, default_value = "as-stored")]
+    dtype: WeightsArg,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[arg(long, default_value_t = 128)]
+    prompt_tokens: usize,
+    #[arg(long, default_value_t = 128)]
+    gen_tokens: usize,
+    /// Runs to average (after one warm-up).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Print one JSON object instead of a table (for scripts).
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> Result<()> {
+    engine::logging::init_cli();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Generate(a) => run_generate(a),
+        Command::Convert(a) => run_convert(a),
+        Command::Bench(a) => run_bench(a),
+    }
+}
+
+fn resolve_model(spec: &str) -> Result<PathBuf> {
+    if spec == "default" {
+        return engine::default_model::locate().map_err(anyhow::Error::msg);
+    }
+    Ok(PathBuf::from(spec))
+}
+
+fn run_generate(a: GenerateArgs) -> Result<()> {
+    let loaded = a.model.load()?;
+    let tokenizer = &loaded.tokenizer;
+    let prompt = if a.raw {
+        tokenizer.encode(&a.prompt, tokenizer.add_bos())?
+    } else {
+        let mut messages = Vec::new();
+        if let Some(system) = &a.system {
+            messages.push(ChatMessage::system(system.as_str()));
+        }
+        messages.push(ChatMessage::user(a.prompt.as_str()));
+        let opts = TemplateOptions { enable_thinking: a.think, ..Default::default() };
+        tokenizer.encode_chat(&messages, &opts)?
+    };
+    let params = GenerateParams {
+        max_tokens: a.max_tokens,
+        sampling: SamplingParams {
+            temperature: a.temp,
+            top_p: a.top_p,
+            top_k: a.top_k,
+            min_p: a.min_p,
+            repetition_penalty: a.repetition_penalty,
+            seed: a.seed,
+            ..Default::default()
+        },
+    };
+    let mut stdout = std::io::stdout().lock();
+    let stats = generate(loaded.model.as_ref(), tokenizer, &prompt, &params, |t| {
+        let _ = stdout.write_all(t.text.as_bytes());
+        let _ = stdout.flush();
+        true
+    })?;
+    let _ = writeln!(stdout);
+    eprintln!(
+        "[{}] prompt: {} tokens, {:.1} tok/s | generation: {} tokens, {:.1} tok/s | peak memory: {:.1} MB",
+        loaded.info.name,
+        stats.prompt_tokens,
+        stats.prompt_tps(),
+        stats.generated_tokens,
+        stats.generation_tps(),
+        stats.peak_memory_bytes as f64 / 1e6,
+    );
+    Ok(())
+}
+
+fn run_convert(a: ConvertArgs) -> Result<()> {
+    let format = match a.dtype {
+        WeightsArg::AsStored => WeightFormat::AsStored,
+        WeightsArg::Float32 => WeightFormat::Float32,
+    };
+    engine::convert::gguf_to_folder(&a.gguf, &a.out, format)
+        .with_context(|| format!("converting {}", a.gguf.display()))?;
+    eprintln!("wrote {}", a.out.display());
+    Ok(())
+}
+
+fn run_bench(a: BenchArgs) -> Result<()> {
+    let loaded = a.model.load()?;
+    let report = engine::bench::single_stream(&loaded, a.prompt_tokens, a.gen_tokens, a.runs)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("model            {}", loaded.info.name);
+        println!("weights          {:?} (stored: {})", loaded.info.format, loaded.info.stored_quantization.as_deref().unwrap_or("float"));
+        println!("prompt tok/s     {:.1}  ({} tokens)", report.prompt_tps, a.prompt_tokens);
+        println!("decode tok/s     {:.1}  ({} tokens)", report.decode_tps, a.gen_tokens);
+        println!("peak memory MB   {:.1}", report.peak_memory_bytes as f64 / 1e6);
+    }
+    Ok(())
+}

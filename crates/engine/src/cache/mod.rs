@@ -1,0 +1,48 @@
+//! KV caches. A model's forward pass sees only the [`KvCache`] trait, so the
+//! same model code runs on a single sequence's cache and on a batch cache whose
+//! rows have their own offsets and padding.
+pub mod simple;
+
+use mlx_rs::Array;
+
+use crate::error::Result;
+
+pub use simple::SimpleKvCache;
+
+/// The RoPE position of the first query token of this step.
+pub enum RopeOffset {
+    /// Every row starts at the same position.
+    Shared(i32),
+    /// One position per row, shape `[B]` (rows of a batch differ).
+    PerRow(Array),
+}
+
+/// The attention mask for this step.
+pub enum AttentionMask {
+    /// Single query token and nothing to hide.
+    None,
+    /// Causal, aligned so the last query sees every key.
+    Causal,
+    /// Additive or boolean mask broadcastable to `[B, heads, L, T]`.
+    Array(Array),
+}
+
+/// What attention needs from a cache during one forward step of `L` tokens.
+/// The model calls [`KvCache::step`] once, then [`KvCache::update`] for each
+/// layer, then [`KvCache::finish_step`].
+pub trait KvCache {
+    /// Positions and mask for a step of `query_len` new tokens.
+    fn step(&mut self, query_len: i32) -> Result<(RopeOffset, AttentionMask)>;
+    /// Appends this step's keys/values `[B, kv_heads, L, head_dim]` for `layer`
+    /// and returns all keys/values that the queries attend to.
+    fn update(&mut self, layer: usize, keys: Array, values: Array) -> Result<(Array, Array)>;
+    /// Commits the step: offsets advance by `query_len`.
+    fn finish_step(&mut self, query_len: i32);
+    /// Tokens held per row (the longest row for a batch).
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Bytes held by the cache's buffers.
+    fn nbytes(&self) -> usize;
+}

@@ -1,0 +1,20 @@
+//! The inference engine. Everything that touches MLX lives here; the app, the
+//! server and the CLI talk to it through plain Rust types.
+//!
+//! Layout: `model/` (one file per model family behind [`model::LanguageModel`]),
+//! `weights/` (safetensors and GGUF loading with name and shape checks),
+//! `tokenizer/` (tokenizers, chat templates, incremental detokenization),
+//! `cache/` (KV caches), `sample.rs`, `generate.rs` (single-stream generation).
+pub mod cache;
+pub mod error;
+pub mod generate;
+pub mod model;
+pub mod sample;
+pub mod tokenizer;
+pub mod weights;
+
+pub use error::{Error, Result};
+pub mod bench;
+pub mod convert;
+pub mod default_model;
+pub mod logging;

@@ -1,0 +1,200 @@
+//! Building blocks shared by the model families: linear layers and embeddings
+//! that are either float or MLX-quantized, and RMS norm.
+use mlx_rs::{
+    fast,
+    ops::{self, indexing::IndexOp},
+    Array, Dtype,
+};
+
+use crate::error::Result;
+use crate::weights::{QuantSpec, Quantization, Weights};
+
+/// How weights are kept in memory once loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightFormat {
+    /// Keep quantized weights quantized (the fast path on Metal).
+    AsStored,
+    /// Dequantize quantized weights to float32 at load. On MLX's CPU backend the
+    /// quantized matmul kernels are naive and do not batch, while float32
+    /// matmuls go through BLAS (see mlx-linux.md), so this is the CPU default.
+    Float32,
+}
+
+impl Default for WeightFormat {
+    fn default() -> Self {
+        if cfg!(target_os = "macos") {
+            WeightFormat::AsStored
+        } else {
+            WeightFormat::Float32
+        }
+    }
+}
+
+/// What a family's loader needs to build layers from a checkpoint.
+pub struct LayerLoader<'a> {
+    pub weights: &'a mut Weights,
+    pub quantization: &'a Quantization,
+    pub format: WeightFormat,
+    /// The float dtype activations run in; float parameters are cast to it.
+    pub dtype: Dtype,
+}
+
+impl LayerLoader<'_> {
+    /// A `[out, in]` linear layer at `path` (`path.weight`, optional `path.bias`,
+    /// and `path.scales` / `path.biases` when quantized).
+    pub fn linear(&mut self, path: &str, in_features: i32, out_features: i32, bias: bool) -> Result<Linear> {
+        let weight = self.matrix(path, out_features, in_features)?;
+        let bias = if bias {
+            Some(self.float(&format!("{path}.bias"), &[out_features])?)
+        } else {
+            None
+        };
+        Ok(Linear { weight, bias })
+    }
+
+    pub fn embedding(&mut self, path: &str, vocab: i32, dim: i32) -> Result<Embedding> {
+        Ok(Embedding { table: self.matrix(path, vocab, dim)? })
+    }
+
+    pub fn rms_norm(&mut self, path: &str, dim: i32, eps: f32) -> Result<RmsNorm> {
+        Ok(RmsNorm { weight: self.float(&format!("{path}.weight"), &[dim])?, eps })
+    }
+
+    /// A float tensor of the given shape, cast to the activation dtype.
+    pub fn float(&mut self, name: &str, shape: &[i32]) -> Result<Array> {
+        let t = self.weights.take(name, shape)?;
+        Ok(if t.dtype() == self.dtype { t } else { t.as_dtype(self.dtype)? })
+    }
+
+    /// A `[rows, cols]` matrix, quantized if the checkpoint stores it so.
+    fn matrix(&mut self, path: &str, rows: i32, cols: i32) -> Result<Matrix> {
+        let w_name = format!("{path}.weight");
+        let scales_name = format!("{path}.scales");
+        if !self.weights.contains(&scales_name) {
+            return Ok(Matrix::Float(self.float(&w_name, &[rows, cols])?));
+        }
+        // Quantized: a missing per-module spec means the checkpoint and its
+        // config disagree; the scales' shape then tells the group size.
+        let spec = match self.quantization.for_module(path) {
+            Some(spec) => spec,
+            None => {
+                return Err(crate::Error::InvalidConfig(format!(
+                    "{path} is stored quantized but config.json has no quantization for it"
+                )))
+            }
+        };
+        let weight = self.weights.take(&w_name, &[rows, spec.packed_cols(cols)])?;
+        let scales = self.weights.take(&scales_name, &[rows, spec.groups(cols)])?;
+        let biases = self.weights.take(&format!("{path}.biases"), &[rows, spec.groups(cols)])?;
+        let q = QuantizedMatrix { weight, scales, biases, spec };
+        Ok(match self.format {
+            WeightFormat::AsStored => Matrix::Quantized(q),
+            WeightFormat::Float32 => Matrix::Float(q.dequantize()?.as_dtype(Dtype::Float32)?),
+        })
+    }
+}
+
+/// MLX affine-quantized matrix: packed uint32 `weight`, per-group `scales` and `biases`.
+#[derive(Debug, Clone)]
+pub struct QuantizedMatrix {
+    pub weight: Array,
+    pub scales: Array,
+    pub biases: Array,
+    pub spec: QuantSpec,
+}
+
+impl QuantizedMatrix {
+    pub fn dequantize(&self) -> Result<Array> {
+        Ok(ops::dequantize(&self.weight, &self.scales, &self.biases, self.spec.group_size, self.spec.bits)?)
+    }
+}
+
+/// A matrix of parameters, float or quantized.
+#[derive(Debug, Clone)]
+pub enum Matrix {
+    Float(Array),
+    Quantized(QuantizedMatrix),
+}
+
+impl Matrix {
+    /// `x @ self.T` — the product every linear layer computes.
+    pub fn matmul_t(&self, x: &Array) -> Result<Array> {
+        Ok(match self {
+            Matrix::Float(w) => ops::matmul(x, w.t())?,
+            Matrix::Quantized(q) => {
+                ops::quantized_matmul(x, &q.weight, &q.scales, &q.biases, true, q.spec.group_size, q.spec.bits)?
+            }
+        })
+    }
+
+    /// Rows `ids` as float (embedding lookup).
+    pub fn rows(&self, ids: &Array) -> Result<Array> {
+        Ok(match self {
+            Matrix::Float(w) => w.take_axis(ids, 0)?,
+            Matrix::Quantized(q) => {
+                let w = q.weight.take_axis(ids, 0)?;
+                let s = q.scales.take_axis(ids, 0)?;
+                let b = q.biases.take_axis(ids, 0)?;
+                ops::dequantize(&w, &s, &b, q.spec.group_size, q.spec.bits)?
+            }
+        })
+    }
+
+    /// Bytes of the parameters as held in memory.
+    pub fn nbytes(&self) -> usize {
+        match self {
+            Matrix::Float(w) => w.nbytes(),
+            Matrix::Quantized(q) => q.weight.nbytes() + q.scales.nbytes() + q.biases.nbytes(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Linear {
+    pub weight: Matrix,
+    pub bias: Option<Array>,
+}
+
+impl Linear {
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        let y = self.weight.matmul_t(x)?;
+        Ok(match &self.bias {
+            Some(b) => y.add(b)?,
+            None => y,
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Embedding {
+    pub table: Matrix,
+}
+
+impl Embedding {
+    pub fn forward(&self, ids: &Array) -> Result<Array> {
+        self.table.rows(ids)
+    }
+
+    /// Tied output head: logits = h @ table.T.
+    pub fn as_linear(&self, h: &Array) -> Result<Array> {
+        self.table.matmul_t(h)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RmsNorm {
+    pub weight: Array,
+    pub eps: f32,
+}
+
+impl RmsNorm {
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        Ok(fast::rms_norm(x, Some(&self.weight), self.eps)?)
+    }
+}
+
+/// The last position of a `[B, L, D]` activation, as `[B, 1, D]`.
+pub fn last_position(h: &Array) -> Result<Array> {
+    let l = h.dim(1);
+    Ok(h.index((.., (l - 1)..l, ..)))
+}

@@ -1,0 +1,219 @@
+//! The `llama` architecture (Llama 2/3.x, SmolLM2, Mistral-style dense
+//! models): pre-norm decoder blocks with grouped-query attention, RoPE
+//! (optionally Llama 3 frequency scaling) and a SwiGLU MLP.
+use mlx_rs::{nn, Array};
+use serde::Deserialize;
+
+use super::layers::{Embedding, LayerLoader, Linear, RmsNorm};
+use super::rope::{Rope, RopeScaling};
+use super::{attention, LanguageModel, ModelShape};
+use crate::cache::KvCache;
+use crate::error::{Error, Result};
+
+/// The config.json fields this family reads (HF names and defaults).
+#[derive(Debug, Clone, Deserialize)]
+pub struct LlamaArgs {
+    pub hidden_size: i32,
+    pub num_hidden_layers: i32,
+    pub intermediate_size: i32,
+    pub num_attention_heads: i32,
+    pub num_key_value_heads: Option<i32>,
+    pub head_dim: Option<i32>,
+    pub rms_norm_eps: f32,
+    pub vocab_size: i32,
+    #[serde(default = "default_rope_theta")]
+    pub rope_theta: f32,
+    #[serde(default)]
+    pub rope_scaling: Option<RopeScaling>,
+    #[serde(default)]
+    pub rope_traditional: bool,
+    #[serde(default = "default_tie")]
+    pub tie_word_embeddings: bool,
+    #[serde(default)]
+    pub attention_bias: bool,
+    #[serde(default)]
+    pub mlp_bias: bool,
+    #[serde(default = "default_context")]
+    pub max_position_embeddings: i32,
+}
+
+fn default_rope_theta() -> f32 {
+    10000.0
+}
+fn default_tie() -> bool {
+    true
+}
+fn default_context() -> i32 {
+    4096
+}
+
+impl LlamaArgs {
+    fn kv_heads(&self) -> i32 {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+    fn head_dim(&self) -> i32 {
+        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads)
+    }
+    fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidConfig(m));
+        if self.num_attention_heads <= 0 || self.kv_heads() <= 0 || self.num_attention_heads % self.kv_heads() != 0 {
+            return bad(format!(
+                "num_attention_heads {} must be a positive multiple of num_key_value_heads {}",
+                self.num_attention_heads,
+                self.kv_heads()
+            ));
+        }
+        if self.head_dim.is_none() && self.hidden_size % self.num_attention_heads != 0 {
+            return bad(format!("hidden_size {} is not divisible by num_attention_heads", self.hidden_size));
+        }
+        if self.num_hidden_layers <= 0 || self.vocab_size <= 0 {
+            return bad("num_hidden_layers and vocab_size must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    heads: i32,
+    kv_heads: i32,
+    head_dim: i32,
+    scale: f32,
+}
+
+impl Attention {
+    fn forward(&self, x: &Array, layer: usize, rope: &Rope, step: &attention::Step, cache: &mut dyn KvCache) -> Result<Array> {
+        let (b, l) = (x.dim(0), x.dim(1));
+        let split_heads = |t: Array, heads: i32| -> Result<Array> {
+            Ok(t.reshape(&[b, l, heads, self.head_dim])?.transpose_axes(&[0, 2, 1, 3])?)
+        };
+        let q = split_heads(self.q_proj.forward(x)?, self.heads)?;
+        let k = split_heads(self.k_proj.forward(x)?, self.kv_heads)?;
+        let v = split_heads(self.v_proj.forward(x)?, self.kv_heads)?;
+        let q = rope.apply(&q, &step.offset)?;
+        let k = rope.apply(&k, &step.offset)?;
+        let (k, v) = cache.update(layer, k, v)?;
+        let o = attention::sdpa(&q, &k, &v, self.scale, &step.mask)?;
+        let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, self.heads * self.head_dim])?;
+        self.o_proj.forward(&o)
+    }
+}
+
+struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+impl Mlp {
+    fn forward(&self, x: &Array) -> Result<Array> {
+        let gate = nn::silu(self.gate_proj.forward(x)?)?;
+        self.down_proj.forward(&gate.multiply(self.up_proj.forward(x)?)?)
+    }
+}
+
+struct Block {
+    input_layernorm: RmsNorm,
+    self_attn: Attention,
+    post_attention_layernorm: RmsNorm,
+    mlp: Mlp,
+}
+
+pub struct Llama {
+    args: LlamaArgs,
+    embed_tokens: Embedding,
+    layers: Vec<Block>,
+    norm: RmsNorm,
+    /// `None` when the output head is tied to the embedding.
+    lm_head: Option<Linear>,
+    rope: Rope,
+}
+
+impl Llama {
+    pub fn load(config: &serde_json::Value, loader: &mut LayerLoader) -> Result<Self> {
+        let args: LlamaArgs = serde_json::from_value(config.clone())
+            .map_err(|e| Error::InvalidConfig(format!("llama config.json: {e}")))?;
+        args.validate()?;
+        let (d, hd) = (args.hidden_size, args.head_dim());
+        let (heads, kv_heads) = (args.num_attention_heads, args.kv_heads());
+        let embed_tokens = loader.embedding("model.embed_tokens", args.vocab_size, d)?;
+        let mut layers = Vec::with_capacity(args.num_hidden_layers as usize);
+        for i in 0..args.num_hidden_layers {
+            let p = format!("model.layers.{i}");
+            let ab = args.attention_bias;
+            let mb = args.mlp_bias;
+            layers.push(Block {
+                input_layernorm: loader.rms_norm(&format!("{p}.input_layernorm"), d, args.rms_norm_eps)?,
+                self_attn: Attention {
+                    q_proj: loader.linear(&format!("{p}.self_attn.q_proj"), d, heads * hd, ab)?,
+                    k_proj: loader.linear(&format!("{p}.self_attn.k_proj"), d, kv_heads * hd, ab)?,
+                    v_proj: loader.linear(&format!("{p}.self_attn.v_proj"), d, kv_heads * hd, ab)?,
+                    o_proj: loader.linear(&format!("{p}.self_attn.o_proj"), heads * hd, d, ab)?,
+                    heads,
+                    kv_heads,
+                    head_dim: hd,
+                    scale: (hd as f32).powf(-0.5),
+                },
+                post_attention_layernorm: loader.rms_norm(
+                    &format!("{p}.post_attention_layernorm"),
+                    d,
+                    args.rms_norm_eps,
+                )?,
+                mlp: Mlp {
+                    gate_proj: loader.linear(&format!("{p}.mlp.gate_proj"), d, args.intermediate_size, mb)?,
+                    up_proj: loader.linear(&format!("{p}.mlp.up_proj"), d, args.intermediate_size, mb)?,
+                    down_proj: loader.linear(&format!("{p}.mlp.down_proj"), args.intermediate_size, d, mb)?,
+                },
+            });
+        }
+        let norm = loader.rms_norm("model.norm", d, args.rms_norm_eps)?;
+        // Some tied checkpoints still ship a copy of the head: use it if present.
+        let lm_head = if !args.tie_word_embeddings || loader.weights.contains("lm_head.weight") {
+            Some(loader.linear("lm_head", d, args.vocab_size, false)?)
+        } else {
+            None
+        };
+        let rope = Rope::new(hd, args.rope_theta, args.rope_traditional, args.rope_scaling.as_ref())?;
+        Ok(Self { args, embed_tokens, layers, norm, lm_head, rope })
+    }
+}
+
+impl LanguageModel for Llama {
+    fn shape(&self) -> ModelShape {
+        ModelShape {
+            num_layers: self.args.num_hidden_layers as usize,
+            kv_heads: self.args.kv_heads(),
+            head_dim: self.args.head_dim(),
+            vocab_size: self.args.vocab_size,
+            max_context: self.args.max_position_embeddings as usize,
+        }
+    }
+
+    fn embed(&self, tokens: &Array) -> Result<Array> {
+        self.embed_tokens.forward(tokens)
+    }
+
+    fn forward_embeddings(&self, mut h: Array, cache: &mut dyn KvCache) -> Result<Array> {
+        let l = h.dim(1);
+        let step = attention::Step::begin(cache, l)?;
+        for (i, block) in self.layers.iter().enumerate() {
+            let a = block.self_attn.forward(&block.input_layernorm.forward(&h)?, i, &self.rope, &step, cache)?;
+            h = h.add(a)?;
+            let m = block.mlp.forward(&block.post_attention_layernorm.forward(&h)?)?;
+            h = h.add(m)?;
+        }
+        cache.finish_step(l);
+        self.norm.forward(&h)
+    }
+
+    fn logits(&self, hidden: &Array) -> Result<Array> {
+        match &self.lm_head {
+            Some(head) => head.forward(hidden),
+            None => self.embed_tokens.as_linear(hidden),
+        }
+    }
+}
+

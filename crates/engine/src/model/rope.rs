@@ -1,0 +1,89 @@
+//! Rotary position embeddings, including the frequency scalings that
+//! config.json's `rope_scaling` may ask for.
+use mlx_rs::{fast, Array};
+use serde::Deserialize;
+
+use crate::cache::RopeOffset;
+use crate::error::{Error, Result};
+
+/// `rope_scaling` from config.json (`type` in older files, `rope_type` in newer).
+#[derive(Debug, Clone, Deserialize)]
+pub struct RopeScaling {
+    #[serde(alias = "type")]
+    pub rope_type: String,
+    #[serde(default)]
+    pub factor: Option<f32>,
+    #[serde(default)]
+    pub low_freq_factor: Option<f32>,
+    #[serde(default)]
+    pub high_freq_factor: Option<f32>,
+    #[serde(default)]
+    pub original_max_position_embeddings: Option<f32>,
+}
+
+pub struct Rope {
+    dims: i32,
+    traditional: bool,
+    base: f32,
+    scale: f32,
+    /// Explicit per-pair frequencies (Llama 3 scaling); when set, `base` is unused.
+    freqs: Option<Array>,
+}
+
+impl Rope {
+    pub fn new(dims: i32, base: f32, traditional: bool, scaling: Option<&RopeScaling>) -> Result<Self> {
+        let mut rope = Rope { dims, traditional, base, scale: 1.0, freqs: None };
+        let Some(s) = scaling else { return Ok(rope) };
+        match s.rope_type.as_str() {
+            "default" => {}
+            "linear" => rope.scale = 1.0 / s.factor.unwrap_or(1.0),
+            "llama3" => rope.freqs = Some(llama3_freqs(dims, base, s)?),
+            other => {
+                return Err(Error::InvalidConfig(format!("unsupported rope_scaling type {other:?}")));
+            }
+        }
+        Ok(rope)
+    }
+
+    /// Rotates `x` `[B, heads, L, head_dim]` for positions starting at `offset`.
+    pub fn apply(&self, x: &Array, offset: &RopeOffset) -> Result<Array> {
+        let base = if self.freqs.is_some() { None } else { Some(self.base) };
+        Ok(match offset {
+            RopeOffset::Shared(o) => {
+                fast::rope(x, self.dims, self.traditional, base, self.scale, *o, self.freqs.as_ref())?
+            }
+            RopeOffset::PerRow(o) => {
+                fast::rope_dynamic(x, self.dims, self.traditional, base, self.scale, o, self.freqs.as_ref())?
+            }
+        })
+    }
+}
+
+/// Llama 3.1's scaling: long wavelengths are slowed by `factor`, short ones
+/// kept, and the band in between interpolated smoothly.
+fn llama3_freqs(dims: i32, base: f32, s: &RopeScaling) -> Result<Array> {
+    let need = |v: Option<f32>, name: &str| {
+        v.ok_or_else(|| Error::InvalidConfig(format!("rope_scaling llama3 needs `{name}`")))
+    };
+    let factor = need(s.factor, "factor")?;
+    let low = need(s.low_freq_factor, "low_freq_factor")?;
+    let high = need(s.high_freq_factor, "high_freq_factor")?;
+    let old_ctx = need(s.original_max_position_embeddings, "original_max_position_embeddings")?;
+    let low_wavelen = old_ctx / low;
+    let high_wavelen = old_ctx / high;
+    let freqs: Vec<f32> = (0..dims / 2)
+        .map(|i| {
+            let freq = base.powf(2.0 * i as f32 / dims as f32);
+            let wavelen = 2.0 * std::f32::consts::PI * freq;
+            if wavelen > low_wavelen {
+                freq * factor
+            } else if wavelen > high_wavelen {
+                let smooth = (old_ctx / wavelen - low) / (high - low);
+                freq / ((1.0 - smooth) / factor + smooth)
+            } else {
+                freq
+            }
+        })
+        .collect();
+    Ok(Array::from_slice(&freqs, &[dims / 2]))
+}

@@ -1,0 +1,112 @@
+//! The `quantization` block of an mlx-community config.json:
+//! `{"group_size": 64, "bits": 4, "model.embed_tokens": {"group_size": 32, "bits": 8}, "lm_head": false}`
+//! — a default plus per-module overrides (or `false` for a module kept in float).
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// How one module's weight is quantized (MLX affine quantization).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QuantSpec {
+    pub group_size: i32,
+    pub bits: i32,
+}
+
+impl QuantSpec {
+    /// Packed uint32 columns for `in_features` values.
+    pub fn packed_cols(&self, in_features: i32) -> i32 {
+        in_features * self.bits / 32
+    }
+
+    pub fn groups(&self, in_features: i32) -> i32 {
+        in_features / self.group_size
+    }
+}
+
+/// Default spec plus per-module overrides; `None` in an override means "float".
+#[derive(Debug, Clone, Default)]
+pub struct Quantization {
+    pub default: Option<QuantSpec>,
+    pub overrides: HashMap<String, Option<QuantSpec>>,
+}
+
+impl Quantization {
+    /// Reads `quantization` (mlx-lm) or `quantization_config` (older exports).
+    pub fn from_config(config: &Value) -> Result<Self> {
+        let Some(block) = config.get("quantization").or_else(|| config.get("quantization_config")) else {
+            return Ok(Self::default());
+        };
+        let Some(map) = block.as_object() else {
+            return Err(Error::InvalidConfig("`quantization` must be an object".into()));
+        };
+        let spec_of = |v: &Value, what: &str| -> Result<QuantSpec> {
+            let int = |k: &str| {
+                v.get(k).and_then(Value::as_i64).map(|x| x as i32).ok_or_else(|| {
+                    Error::InvalidConfig(format!("quantization {what}: missing integer `{k}`"))
+                })
+            };
+            let spec = QuantSpec { group_size: int("group_size")?, bits: int("bits")? };
+            if ![2, 3, 4, 5, 6, 8].contains(&spec.bits) || ![32, 64, 128].contains(&spec.group_size) {
+                return Err(Error::InvalidConfig(format!(
+                    "quantization {what}: unsupported bits {} / group_size {}",
+                    spec.bits, spec.group_size
+                )));
+            }
+            Ok(spec)
+        };
+        let mut q = Quantization { default: Some(spec_of(block, "default")?), overrides: HashMap::new() };
+        for (key, v) in map {
+            match v {
+                Value::Object(_) => {
+                    q.overrides.insert(key.clone(), Some(spec_of(v, key)?));
+                }
+                Value::Bool(false) => {
+                    q.overrides.insert(key.clone(), None);
+                }
+                _ => {} // group_size, bits, mode and other scalar settings
+            }
+        }
+        Ok(q)
+    }
+
+    /// The spec for the module at `path` (e.g. `model.layers.0.self_attn.q_proj`).
+    pub fn for_module(&self, path: &str) -> Option<QuantSpec> {
+        match self.overrides.get(path) {
+            Some(spec) => *spec,
+            None => self.default,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_and_float_modules() {
+        let cfg = serde_json::json!({"quantization": {
+            "group_size": 32, "bits": 4,
+            "model.embed_tokens": {"group_size": 32, "bits": 8},
+            "lm_head": false
+        }});
+        let q = Quantization::from_config(&cfg).unwrap();
+        assert_eq!(q.for_module("model.layers.0.mlp.up_proj"), Some(QuantSpec { group_size: 32, bits: 4 }));
+        assert_eq!(q.for_module("model.embed_tokens"), Some(QuantSpec { group_size: 32, bits: 8 }));
+        assert_eq!(q.for_module("lm_head"), None);
+    }
+
+    #[test]
+    fn absent_block_means_float() {
+        let q = Quantization::from_config(&serde_json::json!({})).unwrap();
+        assert_eq!(q.for_module("anything"), None);
+    }
+
+    #[test]
+    fn bad_bits_is_a_clear_error() {
+        let err = Quantization::from_config(&serde_json::json!({"quantization": {"group_size": 32, "bits": 7}}))
+            .unwrap_err();
+        assert!(err.to_string().contains("unsupported bits 7"), "{err}");
+    }
+}

