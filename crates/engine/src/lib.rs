@@ -18,3 +18,4 @@ pub mod bench;
 pub mod convert;
 pub mod default_model;
 pub mod logging;
+pub mod testing;

@@ -22,6 +22,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Chat in the terminal: type a message, read the streamed reply.
+    Chat(ChatArgs),
     /// Answer one prompt, streaming tokens to stdout; stats go to stderr.
     Generate(GenerateArgs),
     /// Write a GGUF model as an mlx-community folder (config.json, safetensors, tokenizer).
@@ -92,6 +94,20 @@ struct GenerateArgs {
 }
 
 #[derive(Args)]
+struct ChatArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[arg(long)]
+    system: Option<String>,
+    #[arg(long, default_value_t = 512)]
+    max_tokens: usize,
+    #[arg(long, default_value_t = 0.0)]
+    temp: f32,
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+#[derive(Args)]
 struct ConvertArgs {
     gguf: PathBuf,
     out: PathBuf,
@@ -120,6 +136,7 @@ fn main() -> Result<()> {
     engine::logging::init_cli();
     let cli = Cli::parse();
     match cli.command {
+        Command::Chat(a) => run_chat(a),
         Command::Generate(a) => run_generate(a),
         Command::Convert(a) => run_convert(a),
         Command::Bench(a) => run_bench(a),
@@ -175,6 +192,66 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
         stats.generation_tps(),
         stats.peak_memory_bytes as f64 / 1e6,
     );
+    Ok(())
+}
+
+fn run_chat(a: ChatArgs) -> Result<()> {
+    use std::io::BufRead;
+    eprintln!("loading {} ...", a.model.model);
+    let loaded = a.model.load()?;
+    let tokenizer = &loaded.tokenizer;
+    eprintln!("{} is ready. Type a message; /reset starts over, /exit or Ctrl-D quits.", loaded.info.name);
+    let mut history: Vec<ChatMessage> = a.system.iter().map(|s| ChatMessage::system(s.as_str())).collect();
+    let params = GenerateParams {
+        max_tokens: a.max_tokens,
+        sampling: SamplingParams { temperature: a.temp, seed: a.seed, ..Default::default() },
+    };
+    let stdin = std::io::stdin();
+    let mut stdout = std::io::stdout();
+    loop {
+        eprint!("\n> ");
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            break;
+        }
+        let line = line.trim();
+        match line {
+            "" => continue,
+            "/exit" | "/quit" => break,
+            "/reset" => {
+                history.retain(|m| m.role == "system");
+                eprintln!("(new conversation)");
+                continue;
+            }
+            _ => {}
+        }
+        history.push(ChatMessage::user(line));
+        let prompt = tokenizer.encode_chat(&history, &TemplateOptions::default())?;
+        let mut reply = String::new();
+        let result = generate(loaded.model.as_ref(), tokenizer, &prompt, &params, |t| {
+            reply.push_str(t.text);
+            let _ = stdout.write_all(t.text.as_bytes());
+            let _ = stdout.flush();
+            true
+        });
+        match result {
+            Ok(stats) => {
+                println!();
+                eprintln!(
+                    "[{} tokens, {:.1} tok/s, first token after {:.2}s]",
+                    stats.generated_tokens,
+                    stats.generation_tps(),
+                    stats.prompt_time.as_secs_f64()
+                );
+                history.push(ChatMessage::assistant(reply.as_str()));
+            }
+            Err(e) => {
+                // The conversation stays usable: drop the message that failed.
+                history.pop();
+                eprintln!("error: {e}");
+            }
+        }
+    }
     Ok(())
 }
 

@@ -184,10 +184,11 @@ fn load_gguf(file: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let mut g = weights::gguf::load(file)?;
     let model_type = model_type(&g.config)?;
     let tokenizer = Tokenizer::from_gguf(g.tokenizer)?;
-    let name = g
-        .name
-        .clone()
-        .unwrap_or_else(|| file.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+    // The file name is what users chose and recognize; `general.name` is often a training-run label.
+    let name = match file.file_stem() {
+        Some(stem) => stem.to_string_lossy().into_owned(),
+        None => g.name.clone().unwrap_or_default(),
+    };
     finish(name, file, &model_type, &g.config, &g.quantization, &mut g.weights, tokenizer, opts)
 }
 

@@ -495,80 +495,11 @@ fn template_from_json(v: Option<&Json>) -> Option<String> {
 pub(crate) mod tests {
     use super::*;
 
-    /// GPT-2's reversible byte → printable character table.
-    pub(crate) fn byte_chars() -> Vec<char> {
-        let mut printable: Vec<u32> = ('!' as u32..='~' as u32).collect();
-        printable.extend('¡' as u32..='¬' as u32);
-        printable.extend('®' as u32..='ÿ' as u32);
-        let mut table = vec!['\0'; 256];
-        let mut extra = 0;
-        for b in 0..256u32 {
-            let c = if printable.contains(&b) {
-                b
-            } else {
-                extra += 1;
-                255 + extra
-            };
-            table[b as usize] = char::from_u32(c).unwrap();
-        }
-        table
-    }
+    pub(crate) use crate::testing::{byte_chars, byte_level_meta};
 
     fn byte_level(s: &str) -> String {
         let table = byte_chars();
         s.bytes().map(|b| table[b as usize]).collect()
-    }
-
-    /// A GGUF-like byte-level BPE vocabulary: specials, all 256 bytes, and a
-    /// few merges, including ones that build part of a multi-byte character.
-    pub(crate) fn byte_level_meta() -> GgufTokenizerMeta {
-        let mut tokens = vec![
-            "<|endoftext|>".to_owned(),
-            "<|im_start|>".to_owned(),
-            "<|im_end|>".to_owned(),
-        ];
-        let mut token_types = vec![3, 3, 3];
-        tokens.extend(byte_chars().into_iter().map(String::from));
-        token_types.extend(std::iter::repeat_n(1, 256));
-        let table = byte_chars();
-        let chars = |bytes: &[u8]| -> String { bytes.iter().map(|&b| table[b as usize]).collect() };
-        // "é" and the first bytes of "👋" and "世" merge, so those characters
-        // span tokens of uneven length.
-        let byte_merges: [(&[u8], &[u8]); 7] = [
-            (&[0xC3], &[0xA9]),
-            (b"h", &[0xC3, 0xA9]),
-            (b"l", b"l"),
-            (b"ll", b"o"),
-            (b" ", b"w"),
-            (&[0xF0], &[0x9F]),
-            (&[0xE4], &[0xB8]),
-        ];
-        let merges: Vec<(String, String)> = byte_merges
-            .iter()
-            .map(|(a, b)| (chars(a), chars(b)))
-            .collect();
-        for (a, b) in &merges {
-            let merged = format!("{a}{b}");
-            if !tokens.contains(&merged) {
-                tokens.push(merged);
-                token_types.push(1);
-            }
-        }
-        GgufTokenizerMeta {
-            model: "gpt2".into(),
-            pre: Some("smollm".into()),
-            merges: merges.iter().map(|(a, b)| format!("{a} {b}")).collect(),
-            tokens,
-            token_types,
-            bos_id: Some(1),
-            eos_id: Some(2),
-            add_bos: Some(false),
-            chat_template: Some(
-                "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
-                 {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-                    .into(),
-            ),
-        }
     }
 
     pub(crate) fn byte_level_test_tokenizer() -> Tokenizer {

@@ -1,0 +1,212 @@
+//! Tiny models for tests, benchmarks of the machinery, and parity goldens:
+//! seeded random weights written in the real on-disk format (config.json,
+//! model.safetensors, tokenizer.json, tokenizer_config.json), so the real
+//! loading code runs. `scripts/make-goldens.sh` writes the same folders
+//! (through the `write_tiny_model` example) and records Python mlx-lm's
+//! outputs on them.
+use std::collections::HashMap;
+use std::path::Path;
+
+use mlx_rs::{ops, Array};
+use serde_json::json;
+
+use crate::error::{Error, Result};
+use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
+use crate::weights::QuantSpec;
+
+/// Shape and storage of a tiny llama.
+#[derive(Debug, Clone)]
+pub struct TinyLlama {
+    pub hidden: i32,
+    pub layers: i32,
+    pub heads: i32,
+    pub kv_heads: i32,
+    pub intermediate: i32,
+    /// Stored MLX-quantized (every linear layer and the embedding) when set.
+    pub quantize: Option<QuantSpec>,
+    pub tie_embeddings: bool,
+    pub max_context: i32,
+    pub seed: u64,
+}
+
+impl Default for TinyLlama {
+    fn default() -> Self {
+        Self {
+            hidden: 64,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            intermediate: 128,
+            quantize: None,
+            tie_embeddings: false,
+            max_context: 2048,
+            seed: 7,
+        }
+    }
+}
+
+/// splitmix64: a tiny, well-mixed generator, so weights are the same on every
+/// machine and in every language that reimplements it.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-scale, scale).
+    fn uniform(&mut self, scale: f32) -> f32 {
+        let unit = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        (unit * 2.0 - 1.0) * scale
+    }
+
+    fn tensor(&mut self, shape: &[i32], scale: f32, center: f32) -> Array {
+        let n: i32 = shape.iter().product();
+        let data: Vec<f32> = (0..n).map(|_| center + self.uniform(scale)).collect();
+        Array::from_slice(&data, shape)
+    }
+}
+
+/// GPT-2's reversible byte → printable character table (byte-level BPE).
+pub fn byte_chars() -> Vec<char> {
+    let mut printable: Vec<u32> = ('!' as u32..='~' as u32).collect();
+    printable.extend('¡' as u32..='¬' as u32);
+    printable.extend('®' as u32..='ÿ' as u32);
+    let mut table = vec!['\0'; 256];
+    let mut extra = 0;
+    for b in 0..256u32 {
+        let c = if printable.contains(&b) {
+            b
+        } else {
+            extra += 1;
+            255 + extra
+        };
+        table[b as usize] = char::from_u32(c).expect("valid code point");
+    }
+    table
+}
+
+/// A byte-level BPE vocabulary in GGUF form: the ChatML specials, all 256
+/// bytes, and a few merges, including ones that build part of a multi-byte
+/// character (so characters span tokens of uneven length).
+pub fn byte_level_meta() -> GgufTokenizerMeta {
+    let mut tokens = vec!["<|endoftext|>".to_owned(), "<|im_start|>".to_owned(), "<|im_end|>".to_owned()];
+    let mut token_types = vec![3, 3, 3];
+    let table = byte_chars();
+    tokens.extend(table.iter().map(|c| c.to_string()));
+    token_types.extend(std::iter::repeat_n(1, 256));
+    let chars = |bytes: &[u8]| -> String { bytes.iter().map(|&b| table[b as usize]).collect() };
+    let byte_merges: [(&[u8], &[u8]); 9] = [
+        (&[0xC3], &[0xA9]),
+        (b"h", &[0xC3, 0xA9]),
+        (b"l", b"l"),
+        (b"ll", b"o"),
+        (b" ", b"w"),
+        (b" ", b"t"),
+        (b"h", b"e"),
+        (&[0xF0], &[0x9F]),
+        (&[0xE4], &[0xB8]),
+    ];
+    let merges: Vec<(String, String)> = byte_merges.iter().map(|(a, b)| (chars(a), chars(b))).collect();
+    for (a, b) in &merges {
+        let merged = format!("{a}{b}");
+        if !tokens.contains(&merged) {
+            tokens.push(merged);
+            token_types.push(1);
+        }
+    }
+    GgufTokenizerMeta {
+        model: "gpt2".into(),
+        pre: Some("smollm".into()),
+        merges: merges.iter().map(|(a, b)| format!("{a} {b}")).collect(),
+        tokens,
+        token_types,
+        bos_id: Some(1),
+        eos_id: Some(2),
+        add_bos: Some(false),
+        chat_template: Some(
+            "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+             {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+                .into(),
+        ),
+    }
+}
+
+pub fn tiny_tokenizer() -> Result<Tokenizer> {
+    Tokenizer::from_gguf(byte_level_meta())
+}
+
+/// Writes a tiny llama folder into `dir` and returns its vocabulary size.
+pub fn write_tiny_llama(dir: &Path, spec: &TinyLlama) -> Result<i32> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let tokenizer = tiny_tokenizer()?;
+    tokenizer.write_hf_files(dir)?;
+    let vocab = tokenizer.vocab_size() as i32;
+    let head_dim = spec.hidden / spec.heads;
+
+    let mut rng = Rng(spec.seed);
+    let mut tensors: HashMap<String, Array> = HashMap::new();
+    let mut matrices: Vec<String> = Vec::new();
+    let mut put = |name: String, t: Array, is_matrix: bool, tensors: &mut HashMap<String, Array>| {
+        if is_matrix {
+            matrices.push(name.trim_end_matches(".weight").to_string());
+        }
+        tensors.insert(name, t);
+    };
+    put("model.embed_tokens.weight".into(), rng.tensor(&[vocab, spec.hidden], 0.5, 0.0), true, &mut tensors);
+    let (d, h, kv, ff) = (spec.hidden, spec.heads * head_dim, spec.kv_heads * head_dim, spec.intermediate);
+    for i in 0..spec.layers {
+        let p = format!("model.layers.{i}");
+        let w = 1.0 / (d as f32).sqrt();
+        put(format!("{p}.input_layernorm.weight"), rng.tensor(&[d], 0.1, 1.0), false, &mut tensors);
+        put(format!("{p}.post_attention_layernorm.weight"), rng.tensor(&[d], 0.1, 1.0), false, &mut tensors);
+        put(format!("{p}.self_attn.q_proj.weight"), rng.tensor(&[h, d], w, 0.0), true, &mut tensors);
+        put(format!("{p}.self_attn.k_proj.weight"), rng.tensor(&[kv, d], w, 0.0), true, &mut tensors);
+        put(format!("{p}.self_attn.v_proj.weight"), rng.tensor(&[kv, d], w, 0.0), true, &mut tensors);
+        put(format!("{p}.self_attn.o_proj.weight"), rng.tensor(&[d, h], w, 0.0), true, &mut tensors);
+        put(format!("{p}.mlp.gate_proj.weight"), rng.tensor(&[ff, d], w, 0.0), true, &mut tensors);
+        put(format!("{p}.mlp.up_proj.weight"), rng.tensor(&[ff, d], w, 0.0), true, &mut tensors);
+        put(format!("{p}.mlp.down_proj.weight"), rng.tensor(&[d, ff], 1.0 / (ff as f32).sqrt(), 0.0), true, &mut tensors);
+    }
+    put("model.norm.weight".into(), rng.tensor(&[d], 0.1, 1.0), false, &mut tensors);
+    if !spec.tie_embeddings {
+        put("lm_head.weight".into(), rng.tensor(&[vocab, d], 1.0 / (d as f32).sqrt(), 0.0), true, &mut tensors);
+    }
+
+    let mut config = json!({
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": spec.hidden,
+        "num_hidden_layers": spec.layers,
+        "intermediate_size": spec.intermediate,
+        "num_attention_heads": spec.heads,
+        "num_key_value_heads": spec.kv_heads,
+        "rms_norm_eps": 1e-5,
+        "vocab_size": vocab,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": spec.tie_embeddings,
+        "max_position_embeddings": spec.max_context,
+        "torch_dtype": "float32",
+    });
+    if let Some(q) = spec.quantize {
+        for m in &matrices {
+            let w = tensors.remove(&format!("{m}.weight")).expect("inserted above");
+            let (qw, scales, biases) = ops::quantize(&w, q.group_size, q.bits)?;
+            tensors.insert(format!("{m}.weight"), qw);
+            tensors.insert(format!("{m}.scales"), scales);
+            tensors.insert(format!("{m}.biases"), biases);
+        }
+        config["quantization"] = json!({"group_size": q.group_size, "bits": q.bits});
+    }
+    let config_path = dir.join("config.json");
+    std::fs::write(&config_path, serde_json::to_string_pretty(&config).expect("serializable"))
+        .map_err(|e| Error::io(&config_path, e))?;
+    let metadata = HashMap::from([("format".to_string(), "mlx".to_string())]);
+    Array::save_safetensors(tensors.iter(), &metadata, dir.join("model.safetensors"))
+        .map_err(|e| Error::Mlx(e.to_string()))?;
+    Ok(vocab)
+}

@@ -1,0 +1,85 @@
+//! The real default model (SmolLM2-135M-Instruct, GGUF Q4_1), installed by
+//! scripts/setup.sh. These tests fail, not skip, when it is missing: the test
+//! command installs it first.
+use engine::cache::SimpleKvCache;
+use engine::generate::{generate, GenerateParams};
+use engine::model::{self, LoadOptions, LoadedModel, WeightFormat};
+use engine::tokenizer::{ChatMessage, TemplateOptions};
+use mlx_rs::Array;
+
+fn load(format: WeightFormat) -> LoadedModel {
+    let path = engine::default_model::locate().expect("run scripts/setup.sh to install the default model");
+    model::load(&path, &LoadOptions { format }).unwrap()
+}
+
+fn answer(m: &LoadedModel, prompt: &[u32], max_tokens: usize) -> (String, Vec<u32>) {
+    let mut text = String::new();
+    let mut ids = Vec::new();
+    let params = GenerateParams { max_tokens, ..Default::default() };
+    generate(m.model.as_ref(), &m.tokenizer, prompt, &params, |t| {
+        text.push_str(t.text);
+        ids.extend(t.id);
+        true
+    })
+    .unwrap();
+    (text, ids)
+}
+
+#[test]
+fn the_gguf_tokenizer_matches_the_reference() {
+    let m = load(WeightFormat::Float32);
+    let ids = m.tokenizer.encode("The capital of France is", false).unwrap();
+    assert_eq!(ids, [504, 3575, 282, 4649, 314]);
+    assert_eq!(m.tokenizer.decode(&ids, false).unwrap(), "The capital of France is");
+    assert_eq!(m.model.shape().num_layers, 30);
+    assert_eq!(m.info.stored_quantization.as_deref(), Some("4-bit (group 32) + 8-bit (group 32)"));
+}
+
+#[test]
+fn greedy_continuation_names_paris() {
+    let m = load(WeightFormat::Float32);
+    let prompt = m.tokenizer.encode("The capital of France is", false).unwrap();
+    let (text, _) = answer(&m, &prompt, 6);
+    assert!(text.starts_with(" Paris"), "continuation was {text:?}");
+}
+
+#[test]
+fn the_chat_question_is_answered_with_paris() {
+    let m = load(WeightFormat::Float32);
+    let messages = [ChatMessage::user("What is the capital of France?")];
+    let prompt = m.tokenizer.encode_chat(&messages, &TemplateOptions::default()).unwrap();
+    let rendered = m.tokenizer.apply_chat_template(&messages, &TemplateOptions::default()).unwrap();
+    assert!(rendered.ends_with("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"), "{rendered:?}");
+    let (text, _) = answer(&m, &prompt, 30);
+    assert!(text.contains("Paris"), "answer was {text:?}");
+}
+
+#[test]
+fn quantized_and_dequantized_weights_agree() {
+    let stored = load(WeightFormat::AsStored);
+    let float = load(WeightFormat::Float32);
+    let prompt = stored.tokenizer.encode("The capital of France is", false).unwrap();
+    let (_, a) = answer(&stored, &prompt, 8);
+    let (_, b) = answer(&float, &prompt, 8);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn a_converted_folder_gives_the_same_logits_as_the_gguf() {
+    let path = engine::default_model::locate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    engine::convert::gguf_to_folder(&path, dir.path(), WeightFormat::AsStored).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+        assert!(dir.path().join(f).is_file(), "{f} missing");
+    }
+    let opts = LoadOptions { format: WeightFormat::Float32 };
+    let gguf = model::load(&path, &opts).unwrap();
+    let folder = model::load(dir.path(), &opts).unwrap();
+    let ids = gguf.tokenizer.encode("The capital of France is", false).unwrap();
+    assert_eq!(folder.tokenizer.encode("The capital of France is", false).unwrap(), ids);
+    let tokens = Array::from_slice(&ids.iter().map(|&t| t as i32).collect::<Vec<_>>(), &[1, ids.len() as i32]);
+    let a = gguf.model.forward(&tokens, &mut SimpleKvCache::new(30)).unwrap();
+    let b = folder.model.forward(&tokens, &mut SimpleKvCache::new(30)).unwrap();
+    let close = a.all_close(&b, 1e-5, 1e-5, None).unwrap();
+    assert!(close, "converted folder's logits differ from the GGUF's");
+}

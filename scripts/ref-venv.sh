@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Creates (or reuses) .venv-ref/: the Python reference implementation, mlx-lm
+# on the same MLX CPU build that our engine links, for parity goldens
+# (scripts/make-goldens.sh) and side-by-side benchmarks (scripts/bench.sh).
+# Idempotent: installs only when the pinned versions are not already there.
+# Prints nothing on stdout; source it or run it.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REF_VENV="$ROOT/.venv-ref"
+MLX_VERSION=0.32.2
+MLX_LM_VERSION=0.32.2
+# mlx-lm pulls transformers (tokenizer loading only; no torch). Pinned so the
+# goldens are reproducible.
+TRANSFORMERS_VERSION=5.23.0
+
+log() { printf '\033[1mref-venv:\033[0m %s\n' "$*" >&2; }
+
+if [ ! -x "$REF_VENV/bin/python" ]; then
+  log "creating $REF_VENV"
+  python3 -m venv "$REF_VENV"
+fi
+have() {
+  "$REF_VENV/bin/python" - "$@" <<'PY' 2>/dev/null
+import importlib.metadata as m, sys
+for spec in sys.argv[1:]:
+    name, want = spec.split("==")
+    if m.version(name) != want:
+        sys.exit(1)
+PY
+}
+pkgs=("mlx==$MLX_VERSION" "mlx-cpu==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION")
+pkgs+=("transformers==$TRANSFORMERS_VERSION")
+if ! have "${pkgs[@]}"; then
+  log "installing mlx[cpu]==$MLX_VERSION mlx-lm==$MLX_LM_VERSION transformers==$TRANSFORMERS_VERSION into $REF_VENV"
+  "$REF_VENV/bin/pip" install -q --disable-pip-version-check "mlx[cpu]==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
+    "transformers==$TRANSFORMERS_VERSION" >&2
+fi
