@@ -10,7 +10,9 @@ pub mod error;
 pub mod generate;
 pub mod model;
 pub mod sample;
+pub mod stop;
 pub mod tokenizer;
+pub mod tools;
 pub mod weights;
 
 pub use error::{Error, Result};
