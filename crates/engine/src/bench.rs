@@ -61,3 +61,128 @@ pub fn single_stream(loaded: &LoadedModel, prompt_tokens: usize, gen_tokens: usi
     }
     Ok(BenchReport { prompt_tokens, gen_tokens, prompt_tps, decode_tps, peak_memory_bytes: peak })
 }
+
+/// Figures for N concurrent requests through the continuous-batching engine.
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchReport {
+    pub concurrency: usize,
+    pub prompt_tokens: usize,
+    pub gen_tokens: usize,
+    /// All generated tokens (after each request's first) over the time from
+    /// the last first token to the last finish.
+    pub aggregate_decode_tps: f64,
+    /// Mean of the requests' own decode speeds.
+    pub per_request_decode_tps: f64,
+    pub wall_secs: f64,
+}
+
+fn bench_request(handle: &crate::handle::EngineHandle, prompt_tokens: usize, gen_tokens: usize, salt: u64) -> crate::batch::Request {
+    let info = handle.model_info();
+    let vocab = info.shape.vocab_size as usize;
+    // Ordinary tokens only: the low ids of a vocabulary hold the specials.
+    let mut prompt = synthetic_prompt(prompt_tokens + salt as usize, vocab - vocab / 8, &[]);
+    prompt.drain(..salt as usize);
+    let prompt = prompt.into_iter().map(|t| t + (vocab / 8) as u32).collect();
+    crate::batch::Request::new(crate::batch::Prompt::Tokens(prompt))
+        .with_max_tokens(gen_tokens)
+        .with_sampling(SamplingParams {
+            logit_bias: info.eos_token_ids.iter().map(|&id| (id, f32::NEG_INFINITY)).collect(),
+            ..Default::default()
+        })
+}
+
+/// Submits `concurrency` requests at once and waits for all of them.
+pub fn engine_batch(
+    handle: &crate::handle::EngineHandle,
+    concurrency: usize,
+    prompt_tokens: usize,
+    gen_tokens: usize,
+) -> Result<BatchReport> {
+    use std::time::Instant;
+    let started = Instant::now();
+    let streams: Vec<_> =
+        (0..concurrency).map(|i| handle.submit(bench_request(handle, prompt_tokens, gen_tokens, i as u64))).collect();
+    let mut last_first = started;
+    let mut generated = 0usize;
+    let mut per_request = 0.0;
+    let threads: Vec<_> = streams
+        .into_iter()
+        .map(|mut s| {
+            std::thread::spawn(move || {
+                let mut first = None;
+                let mut done = crate::handle::Completion::default();
+                while let Some(e) = s.recv_blocking() {
+                    first.get_or_insert_with(Instant::now);
+                    if done.absorb(e) {
+                        break;
+                    }
+                }
+                (first.unwrap_or_else(Instant::now), done)
+            })
+        })
+        .collect();
+    for t in threads {
+        let (first, c) = t.join().expect("bench reader thread");
+        if let Some(e) = c.error {
+            return Err(crate::Error::InvalidRequest(e.message));
+        }
+        last_first = last_first.max(first);
+        generated += c.stats.generated_tokens.saturating_sub(1);
+        per_request += c.stats.generation_tps / concurrency as f64;
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let decode_secs = last_first.elapsed().as_secs_f64().max(1e-9);
+    Ok(BatchReport {
+        concurrency,
+        prompt_tokens,
+        gen_tokens,
+        aggregate_decode_tps: generated as f64 / decode_secs,
+        per_request_decode_tps: per_request,
+        wall_secs: wall,
+    })
+}
+
+/// Time from submit to first token for a request that arrives while
+/// `running` others decode, in decode steps of the running batch.
+#[derive(Debug, Clone, Serialize)]
+pub struct JoinReport {
+    pub running: usize,
+    pub prompt_tokens: usize,
+    pub join_secs: f64,
+    pub decode_step_secs: f64,
+    /// The joining request's own prefill time (from its prompt tok/s).
+    pub own_prefill_secs: f64,
+    /// (join time - own prefill) / decode step time.
+    pub join_steps_beyond_prefill: f64,
+}
+
+pub fn join_latency(handle: &crate::handle::EngineHandle, running: usize, prompt_tokens: usize) -> Result<JoinReport> {
+    use std::time::{Duration, Instant};
+    let background: Vec<_> = (0..running).map(|i| handle.submit(bench_request(handle, 32, 100_000, i as u64))).collect();
+    // Let the batch settle into decoding, then time its steps.
+    std::thread::sleep(Duration::from_millis(500));
+    let s0 = handle.stats()?;
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_millis(1000));
+    let s1 = handle.stats()?;
+    let step = t0.elapsed().as_secs_f64() / (s1.decode_steps - s0.decode_steps).max(1) as f64;
+
+    let submitted = Instant::now();
+    let mut joining = handle.submit(bench_request(handle, prompt_tokens, 2, 99));
+    let _first = joining.recv_blocking();
+    let join = submitted.elapsed().as_secs_f64();
+    let c = joining.collect_blocking();
+    for b in &background {
+        handle.cancel(b.id);
+    }
+    drop(background);
+    let own_prefill = prompt_tokens as f64 / c.stats.prompt_tps.max(1e-9);
+    Ok(JoinReport {
+        running,
+        prompt_tokens,
+        join_secs: join,
+        decode_step_secs: step,
+        own_prefill_secs: own_prefill,
+        join_steps_beyond_prefill: (join - own_prefill) / step,
+    })
+}

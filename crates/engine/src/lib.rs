@@ -5,9 +5,11 @@
 //! `weights/` (safetensors and GGUF loading with name and shape checks),
 //! `tokenizer/` (tokenizers, chat templates, incremental detokenization),
 //! `cache/` (KV caches), `sample.rs`, `generate.rs` (single-stream generation).
+pub mod batch;
 pub mod cache;
 pub mod error;
 pub mod generate;
+pub mod handle;
 pub mod model;
 pub mod sample;
 pub mod stop;

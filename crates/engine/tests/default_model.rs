@@ -83,3 +83,37 @@ fn a_converted_folder_gives_the_same_logits_as_the_gguf() {
     let close = a.all_close(&b, 1e-5, 1e-5, None).unwrap();
     assert!(close, "converted folder's logits differ from the GGUF's");
 }
+
+#[test]
+fn batched_chat_answers_equal_single_answers_on_the_real_model() {
+    use engine::batch::{Prompt, Request};
+    use engine::handle::{EngineConfig, EngineHandle};
+    let questions = [
+        "What is the capital of France?",
+        "Name three colors.",
+        "Write one sentence about the sea.",
+        "What is 2 + 2?",
+    ];
+    let m = load(WeightFormat::Float32);
+    let prompts: Vec<Vec<u32>> = questions
+        .iter()
+        .map(|q| m.tokenizer.encode_chat(&[ChatMessage::user(*q)], &TemplateOptions::default()).unwrap())
+        .collect();
+    let singles: Vec<String> = prompts.iter().map(|p| answer(&m, p, 24).0).collect();
+    drop(m);
+    let path = engine::default_model::locate().unwrap();
+    let engine = EngineHandle::start(&path, EngineConfig::default()).unwrap();
+    let streams: Vec<_> = questions
+        .iter()
+        .map(|q| {
+            let prompt = Prompt::Chat { messages: vec![ChatMessage::user(*q)], options: TemplateOptions::default() };
+            engine.submit(Request::new(prompt).with_max_tokens(24))
+        })
+        .collect();
+    for (s, want) in streams.into_iter().zip(&singles) {
+        let c = s.collect_blocking();
+        assert!(c.error.is_none(), "{:?}", c.error);
+        assert_eq!(&c.content, want);
+    }
+    assert!(singles[0].contains("Paris"), "{}", singles[0]);
+}

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use engine::generate::{generate, GenerateParams};
+use engine::handle::{EngineConfig, EngineHandle};
 use engine::model::{self, LoadOptions, LoadedModel, WeightFormat};
 use engine::sample::SamplingParams;
 use engine::tokenizer::{ChatMessage, TemplateOptions};
@@ -130,6 +131,13 @@ struct BenchArgs {
     /// Print one JSON object instead of a table (for scripts).
     #[arg(long)]
     json: bool,
+    /// Also drive the continuous-batching engine with these numbers of
+    /// concurrent requests (comma-separated; empty for none).
+    #[arg(long, default_value = "1,4,8", value_delimiter = ',')]
+    concurrency: Vec<usize>,
+    /// Also measure join latency: a request arriving while 4 others decode.
+    #[arg(long)]
+    join: bool,
 }
 
 fn main() -> Result<()> {
@@ -268,15 +276,41 @@ fn run_convert(a: ConvertArgs) -> Result<()> {
 
 fn run_bench(a: BenchArgs) -> Result<()> {
     let loaded = a.model.load()?;
-    let report = engine::bench::single_stream(&loaded, a.prompt_tokens, a.gen_tokens, a.runs)?;
+    let single = engine::bench::single_stream(&loaded, a.prompt_tokens, a.gen_tokens, a.runs)?;
+    let info = loaded.info.clone();
+    drop(loaded);
+    let mut batches = Vec::new();
+    let mut join = None;
+    if !a.concurrency.is_empty() || a.join {
+        let path = resolve_model(&a.model.model)?;
+        let config = EngineConfig { load: LoadOptions { format: info.format }, ..Default::default() };
+        let handle = EngineHandle::start(&path, config)?;
+        // Warm-up, as the single-stream figures had.
+        engine::bench::engine_batch(&handle, 1, a.prompt_tokens, 8)?;
+        for &n in &a.concurrency {
+            batches.push(engine::bench::engine_batch(&handle, n, a.prompt_tokens, a.gen_tokens)?);
+        }
+        if a.join {
+            join = Some(engine::bench::join_latency(&handle, 4, a.prompt_tokens)?);
+        }
+        handle.shutdown();
+    }
     if a.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        println!("model            {}", loaded.info.name);
-        println!("weights          {:?} (stored: {})", loaded.info.format, loaded.info.stored_quantization.as_deref().unwrap_or("float"));
-        println!("prompt tok/s     {:.1}  ({} tokens)", report.prompt_tps, a.prompt_tokens);
-        println!("decode tok/s     {:.1}  ({} tokens)", report.decode_tps, a.gen_tokens);
-        println!("peak memory MB   {:.1}", report.peak_memory_bytes as f64 / 1e6);
+        let report = serde_json::json!({"single": single, "engine": batches, "join": join});
+        println!("{report}");
+        return Ok(());
+    }
+    println!("model              {}", info.name);
+    println!("weights            {:?} (stored: {})", info.format, info.stored_quantization.as_deref().unwrap_or("float"));
+    println!("single-stream      prompt {:.1} tok/s ({} tokens), decode {:.1} tok/s ({} tokens), peak {:.0} MB",
+        single.prompt_tps, a.prompt_tokens, single.decode_tps, a.gen_tokens, single.peak_memory_bytes as f64 / 1e6);
+    for b in &batches {
+        println!("engine x{:<2}         aggregate decode {:.1} tok/s, per request {:.1} tok/s, wall {:.1} s",
+            b.concurrency, b.aggregate_decode_tps, b.per_request_decode_tps, b.wall_secs);
+    }
+    if let Some(j) = join {
+        println!("join latency       {:.3} s with {} running: own prefill {:.3} s + {:.2} decode steps ({:.3} s/step)",
+            j.join_secs, j.running, j.own_prefill_secs, j.join_steps_beyond_prefill, j.decode_step_secs);
     }
     Ok(())
 }

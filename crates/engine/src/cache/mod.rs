@@ -1,12 +1,14 @@
 //! KV caches. A model's forward pass sees only the [`KvCache`] trait, so the
 //! same model code runs on a single sequence's cache and on a batch cache whose
 //! rows have their own offsets and padding.
+pub mod batch;
 pub mod simple;
 
 use mlx_rs::Array;
 
 use crate::error::Result;
 
+pub use batch::BatchKvCache;
 pub use simple::SimpleKvCache;
 
 /// The RoPE position of the first query token of this step.

@@ -33,6 +33,18 @@ impl SimpleKvCache {
         self.offset
     }
 
+    /// The used part of every layer's keys and values, `[B, kv_heads, offset, head_dim]`.
+    pub fn into_layers(self) -> Vec<(Array, Array)> {
+        let end = self.offset;
+        self.layers
+            .into_iter()
+            .map(|l| {
+                let l = l.expect("every layer ran");
+                (l.keys.index((.., .., ..end, ..)), l.values.index((.., .., ..end, ..)))
+            })
+            .collect()
+    }
+
     /// Drops everything past `len` tokens (e.g. to re-run a prompt's tail).
     pub fn truncate(&mut self, len: i32) {
         self.offset = self.offset.min(len);

@@ -84,6 +84,8 @@ pub struct ModelInfo {
     pub stored_quantization: Option<String>,
     pub format: WeightFormat,
     pub shape: ModelShape,
+    /// Token ids that end generation.
+    pub eos_token_ids: Vec<u32>,
 }
 
 pub struct LoadedModel {
@@ -227,6 +229,7 @@ fn finish(
         stored_quantization,
         format: opts.format,
         shape: model.shape(),
+        eos_token_ids: tokenizer.eos_ids().to_vec(),
     };
     Ok(LoadedModel { model, tokenizer, info })
 }

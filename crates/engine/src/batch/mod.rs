@@ -1,0 +1,8 @@
+//! Continuous batching: requests, per-sequence state, and the scheduler that
+//! lets new requests join a batch that is already decoding.
+pub mod request;
+pub mod scheduler;
+pub mod sequence;
+
+pub use request::{Event, FinishReason, Prompt, Request, RequestError, RequestId, RequestStats};
+pub use scheduler::{EngineStats, Scheduler, SchedulerConfig};

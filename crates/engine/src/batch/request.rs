@@ -1,0 +1,104 @@
+//! What callers send to the engine and what they get back.
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::sample::SamplingParams;
+use crate::tokenizer::{ChatMessage, TemplateOptions};
+use crate::tools::ToolCall;
+
+/// Engine-wide unique request id.
+pub type RequestId = u64;
+
+/// The prompt of a request.
+#[derive(Debug, Clone)]
+pub enum Prompt {
+    /// Token ids, used as they are.
+    Tokens(Vec<u32>),
+    /// Plain text, encoded without the chat template.
+    Text(String),
+    /// A conversation rendered through the model's chat template.
+    Chat { messages: Vec<ChatMessage>, options: TemplateOptions },
+}
+
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub prompt: Prompt,
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Generation stops when the answer text contains one of these (not emitted).
+    pub stop: Vec<String>,
+    /// Most reasoning tokens before thinking is closed by force; `None` = no limit.
+    pub thinking_budget: Option<usize>,
+}
+
+impl Request {
+    pub fn new(prompt: Prompt) -> Self {
+        Self { prompt, max_tokens: 256, sampling: SamplingParams::default(), stop: Vec::new(), thinking_budget: None }
+    }
+
+    pub fn with_max_tokens(mut self, n: usize) -> Self {
+        self.max_tokens = n;
+        self
+    }
+
+    pub fn with_sampling(mut self, sampling: SamplingParams) -> Self {
+        self.sampling = sampling;
+        self
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// End-of-sequence token or a stop string.
+    Stop,
+    /// `max_tokens` (or the context) ran out.
+    Length,
+    /// The model finished with tool calls.
+    ToolCalls,
+    Cancelled,
+    Error,
+}
+
+/// Figures for one finished request.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RequestStats {
+    pub prompt_tokens: usize,
+    /// Prompt tokens served from the prompt cache instead of prefilled.
+    pub cached_prompt_tokens: usize,
+    pub generated_tokens: usize,
+    /// From submission to the first token.
+    pub time_to_first_token: Duration,
+    /// Prefill speed: prompt tokens over the time spent prefilling them.
+    pub prompt_tps: f64,
+    /// Decode speed: tokens after the first over the time they took.
+    pub generation_tps: f64,
+}
+
+/// A clean error for one request; the engine keeps serving the others.
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestError {
+    /// Stable code, e.g. `CONTEXT_LENGTH_EXCEEDED` (see [`crate::Error::code`]).
+    pub code: String,
+    pub message: String,
+}
+
+impl From<&crate::Error> for RequestError {
+    fn from(e: &crate::Error) -> Self {
+        Self { code: e.code().to_string(), message: e.to_string() }
+    }
+}
+
+/// What a request's stream carries, in order: text pieces, then exactly one
+/// `Finished` (after an `Error` if it failed).
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// Answer text.
+    Content(String),
+    /// Thinking text, kept apart from the answer.
+    Reasoning(String),
+    ToolCall(ToolCall),
+    Error(RequestError),
+    Finished { reason: FinishReason, stats: RequestStats },
+}

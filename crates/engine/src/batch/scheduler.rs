@@ -1,0 +1,328 @@
+//! The scheduler loop body. Each [`Scheduler::step`]:
+//! 1. drops sequences whose caller went away or cancelled;
+//! 2. prefills waiting prompts in chunks of at most [`PREFILL_CHUNK`] tokens,
+//!    within a per-step token budget — a long prompt takes several steps, so
+//!    the running batch keeps streaming meanwhile; a prompt that completes
+//!    samples its first token and joins the batch;
+//! 3. runs one decode step for every running sequence in one forward pass
+//!    (left-padded batch cache), reading back only the sampled tokens;
+//! 4. drops finished sequences at once.
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use mlx_rs::{ops, ops::indexing::IndexOp, Array};
+use serde::Serialize;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::request::{Event, FinishReason, Prompt, Request, RequestId};
+use super::sequence::{Sequence, SequenceParts};
+use crate::cache::{BatchKvCache, KvCache, SimpleKvCache};
+use crate::error::{Error, Result};
+use crate::generate::PREFILL_CHUNK;
+use crate::model::{layers::last_position, LoadedModel};
+use crate::sample::Sampler;
+use crate::stop::{thinking_tags_for_template, tool_call_tags_for_template, MatcherConfig, StreamMatcher};
+use crate::tokenizer::prompt_opens_thinking;
+
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// Most sequences decoding at once.
+    pub max_running: usize,
+    /// Most prompt tokens prefilled per step (between two decode steps).
+    pub prefill_budget: usize,
+    /// A context limit below the model's own (0 = the model's).
+    pub max_context: usize,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self { max_running: 8, prefill_budget: PREFILL_CHUNK, max_context: 0 }
+    }
+}
+
+/// Engine-wide figures for the status panel.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EngineStats {
+    pub running: usize,
+    pub waiting: usize,
+    pub kv_cache_bytes: usize,
+    pub active_memory_bytes: usize,
+    pub peak_memory_bytes: usize,
+    /// Decode steps run since start.
+    pub decode_steps: u64,
+}
+
+pub struct Scheduler {
+    loaded: LoadedModel,
+    config: SchedulerConfig,
+    /// Prompts not fully prefilled yet, oldest first.
+    waiting: VecDeque<Sequence>,
+    /// Decoding sequences; `running[i]` is row `i` of `cache`.
+    running: Vec<Sequence>,
+    cache: BatchKvCache,
+    cancelled: Vec<RequestId>,
+    decode_steps: u64,
+}
+
+impl Scheduler {
+    pub fn new(loaded: LoadedModel, config: SchedulerConfig) -> Self {
+        let layers = loaded.model.shape().num_layers;
+        Self {
+            loaded,
+            config,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            cache: BatchKvCache::new(layers),
+            cancelled: Vec::new(),
+            decode_steps: 0,
+        }
+    }
+
+    pub fn loaded(&self) -> &LoadedModel {
+        &self.loaded
+    }
+
+    pub fn has_work(&self) -> bool {
+        !self.waiting.is_empty() || !self.running.is_empty()
+    }
+
+    fn max_context(&self) -> usize {
+        let model = self.loaded.model.shape().max_context;
+        if self.config.max_context == 0 { model } else { self.config.max_context.min(model) }
+    }
+
+    /// Validates and tokenizes a request and queues it. Errors go to the
+    /// request's own stream; the engine carries on.
+    pub fn submit(&mut self, id: RequestId, request: Request, events: UnboundedSender<Event>) {
+        let submitted = Instant::now();
+        match self.prepare(id, request, events.clone(), submitted) {
+            Ok(seq) => self.waiting.push_back(seq),
+            Err(e) => {
+                let _ = events.send(Event::Error((&e).into()));
+                let _ = events.send(Event::Finished { reason: FinishReason::Error, stats: Default::default() });
+            }
+        }
+    }
+
+    fn prepare(&self, id: RequestId, req: Request, events: UnboundedSender<Event>, submitted: Instant) -> Result<Sequence> {
+        let tokenizer = &self.loaded.tokenizer;
+        if req.max_tokens == 0 {
+            return Err(Error::InvalidRequest("max_tokens must be at least 1".into()));
+        }
+        req.sampling.validate(self.loaded.model.shape().vocab_size)?;
+        if req.stop.iter().any(String::is_empty) {
+            return Err(Error::InvalidRequest("stop strings must not be empty".into()));
+        }
+        let template = tokenizer.chat_template().map(|t| t.source().to_string()).unwrap_or_default();
+        let (prompt, opens_thinking, thinking_enabled, offers_tools) = match &req.prompt {
+            Prompt::Tokens(ids) => (ids.clone(), false, false, false),
+            Prompt::Text(text) => (tokenizer.encode(text, tokenizer.add_bos())?, false, false, false),
+            Prompt::Chat { messages, options } => {
+                let rendered = tokenizer.apply_chat_template(messages, options)?;
+                let ids = tokenizer.encode(&rendered, false)?;
+                let tools = options.tools.as_ref().is_some_and(|t| !t.is_empty());
+                (ids, prompt_opens_thinking(&rendered), options.enable_thinking != Some(false), tools)
+            }
+        };
+        if prompt.is_empty() {
+            return Err(Error::InvalidRequest("the prompt is empty".into()));
+        }
+        let vocab = self.loaded.model.shape().vocab_size as u32;
+        if let Some(bad) = prompt.iter().find(|&&t| t >= vocab) {
+            return Err(Error::InvalidRequest(format!("prompt token {bad} is outside the vocabulary of {vocab}")));
+        }
+        let max_context = self.max_context();
+        if prompt.len() >= max_context {
+            return Err(Error::ContextLengthExceeded { prompt_tokens: prompt.len(), max_context });
+        }
+        let thinking = if thinking_enabled { thinking_tags_for_template(&template) } else { None };
+        let close_thinking = match &thinking {
+            Some(tags) => tokenizer.encode(&format!("\n{}\n\n", tags.close), false)?,
+            None => Vec::new(),
+        };
+        let matcher = StreamMatcher::new(MatcherConfig {
+            stop_strings: req.stop.clone(),
+            starts_in_reasoning: thinking.is_some() && opens_thinking,
+            thinking,
+            // Only a request that offers tools can get tool calls back; otherwise
+            // a JSON answer is just an answer.
+            tool_call: if offers_tools { tool_call_tags_for_template(&template) } else { None },
+        });
+        let parts = SequenceParts {
+            sampler: Sampler::new(req.sampling.clone())?,
+            max_tokens: req.max_tokens.min(max_context - prompt.len()),
+            matcher,
+            thinking_budget: req.thinking_budget,
+            close_thinking,
+            events,
+            submitted,
+        };
+        Ok(Sequence::new(id, prompt, parts))
+    }
+
+    pub fn cancel(&mut self, id: RequestId) {
+        self.cancelled.push(id);
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        EngineStats {
+            running: self.running.len(),
+            waiting: self.waiting.len(),
+            kv_cache_bytes: self.cache.nbytes()
+                + self.waiting.iter().filter_map(|s| s.prefill_cache.as_ref()).map(|c| c.nbytes()).sum::<usize>(),
+            active_memory_bytes: mlx_rs::memory::active_memory().unwrap_or(0),
+            peak_memory_bytes: mlx_rs::memory::peak_memory().unwrap_or(0),
+            decode_steps: self.decode_steps,
+        }
+    }
+
+    /// One scheduler iteration (see the module docs).
+    pub fn step(&mut self) -> Result<()> {
+        self.drop_cancelled()?;
+        self.prefill_within_budget()?;
+        if !self.running.is_empty() {
+            self.decode_step()?;
+        }
+        Ok(())
+    }
+
+    fn drop_cancelled(&mut self) -> Result<()> {
+        let cancelled = std::mem::take(&mut self.cancelled);
+        let gone = |s: &Sequence| cancelled.contains(&s.id) || s.is_abandoned();
+        let tokenizer = &self.loaded.tokenizer;
+        let mut still_waiting = VecDeque::new();
+        for seq in self.waiting.drain(..) {
+            if gone(&seq) {
+                seq.finish(FinishReason::Cancelled, tokenizer);
+            } else {
+                still_waiting.push_back(seq);
+            }
+        }
+        self.waiting = still_waiting;
+        let leaving: Vec<usize> = (0..self.running.len()).filter(|&i| gone(&self.running[i])).collect();
+        self.remove_rows(&leaving, FinishReason::Cancelled)
+    }
+
+    /// Removes rows from the batch (and its cache) and finishes them.
+    fn remove_rows(&mut self, rows: &[usize], reason: FinishReason) -> Result<()> {
+        self.remove_rows_with(rows.iter().map(|&r| (r, reason)).collect())
+    }
+
+    fn remove_rows_with(&mut self, finished: Vec<(usize, FinishReason)>) -> Result<()> {
+        if finished.is_empty() {
+            return Ok(());
+        }
+        let keep: Vec<usize> = (0..self.running.len()).filter(|i| !finished.iter().any(|(r, _)| r == i)).collect();
+        self.cache.filter(&keep)?;
+        let mut rows: Vec<Option<Sequence>> = self.running.drain(..).map(Some).collect();
+        for (row, reason) in finished {
+            if let Some(seq) = rows[row].take() {
+                seq.finish(reason, &self.loaded.tokenizer);
+            }
+        }
+        self.running = rows.into_iter().flatten().collect();
+        Ok(())
+    }
+
+    fn prefill_within_budget(&mut self) -> Result<()> {
+        let mut budget = self.config.prefill_budget.max(1);
+        while budget > 0 && self.running.len() < self.config.max_running {
+            let Some(mut seq) = self.waiting.pop_front() else { break };
+            seq.mark_prefill_started();
+            let n = seq.prompt_remaining().min(PREFILL_CHUNK).min(budget);
+            budget -= n;
+            match self.prefill_chunk(&mut seq, n) {
+                Ok(None) => self.waiting.push_front(seq),
+                Ok(Some(first)) => self.join_batch(seq, first)?,
+                Err(e) => {
+                    seq.send_error(&e);
+                    seq.finish(FinishReason::Error, &self.loaded.tokenizer);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `n` more prompt tokens of `seq` through its own cache. When the
+    /// prompt is complete, returns the first token, sampled from the prefill
+    /// logits (it is never lost).
+    fn prefill_chunk(&self, seq: &mut Sequence, n: usize) -> Result<Option<u32>> {
+        let model = self.loaded.model.as_ref();
+        let cache = seq.prefill_cache.get_or_insert_with(|| SimpleKvCache::new(model.shape().num_layers));
+        let ids: Vec<i32> = seq.tokens[seq.prefilled..seq.prefilled + n].iter().map(|&t| t as i32).collect();
+        let tokens = Array::from_slice(&ids, &[1, n as i32]);
+        let hidden = model.forward_embeddings(model.embed(&tokens)?, cache)?;
+        seq.prefilled += n;
+        let last = last_position(&hidden)?;
+        if seq.prompt_remaining() > 0 {
+            last.eval()?;
+            return Ok(None);
+        }
+        let logits = model.logits(&last)?.reshape(&[1, -1])?;
+        let token = seq.sampler.sample(&logits, &seq.tokens, None)?;
+        token.eval()?;
+        Ok(Some(token.as_slice::<i32>()[0] as u32))
+    }
+
+    /// Streams the first token and moves the sequence's cache into the batch.
+    fn join_batch(&mut self, mut seq: Sequence, first: u32) -> Result<()> {
+        let cache = seq.prefill_cache.take().expect("a prefilled sequence has its cache");
+        if let Some(reason) = seq.accept(first, &self.loaded.tokenizer) {
+            seq.finish(reason, &self.loaded.tokenizer);
+            return Ok(());
+        }
+        let len = cache.offset();
+        self.cache.extend(BatchKvCache::from_prefilled(cache.into_layers(), len))?;
+        self.running.push(seq);
+        Ok(())
+    }
+
+    fn decode_step(&mut self) -> Result<()> {
+        let model = self.loaded.model.as_ref();
+        let inputs: Vec<i32> = self.running.iter().map(|s| s.last_token() as i32).collect();
+        let b = inputs.len() as i32;
+        let tokens = Array::from_slice(&inputs, &[b, 1]);
+        let logits = model.forward(&tokens, &mut self.cache)?.reshape(&[b, -1])?;
+        let sampled = self.sample_rows(&logits)?;
+        // The one read-back of the step: the sampled tokens.
+        sampled.eval()?;
+        let sampled: Vec<u32> = sampled.as_slice::<i32>().iter().map(|&t| t as u32).collect();
+        self.decode_steps += 1;
+        let mut finished = Vec::new();
+        for (row, (seq, &token)) in self.running.iter_mut().zip(&sampled).enumerate() {
+            if let Some(reason) = seq.accept(token, &self.loaded.tokenizer) {
+                finished.push((row, reason));
+            }
+        }
+        self.remove_rows_with(finished)
+    }
+
+    /// One token per row, `[B]` int32. Plain greedy rows share one argmax;
+    /// rows with their own sampling state sample from their own logits row.
+    fn sample_rows(&mut self, logits: &Array) -> Result<Array> {
+        let all_plain_greedy = self.running.iter().all(|s| {
+            let p = s.sampler.params();
+            p.is_greedy() && p.repetition_penalty == 1.0 && p.logit_bias.is_empty()
+        });
+        if all_plain_greedy {
+            return Ok(ops::indexing::argmax_axis(logits, -1, false)?.as_dtype(mlx_rs::Dtype::Int32)?);
+        }
+        let mut rows = Vec::with_capacity(self.running.len());
+        for (i, seq) in self.running.iter_mut().enumerate() {
+            let row = logits.index((i as i32..i as i32 + 1, ..));
+            rows.push(seq.sampler.sample(&row, &seq.tokens, None)?.reshape(&[1])?);
+        }
+        Ok(ops::concatenate(&rows, 0)?)
+    }
+
+    /// Ends every request with `error` (after a failure the batch's state is
+    /// unknown) and starts over with an empty batch.
+    pub fn fail_all(&mut self, error: &Error) {
+        let tokenizer = &self.loaded.tokenizer;
+        for seq in self.waiting.drain(..).chain(self.running.drain(..)) {
+            seq.send_error(error);
+            seq.finish(FinishReason::Error, tokenizer);
+        }
+        self.cache = BatchKvCache::new(self.loaded.model.shape().num_layers);
+    }
+}

@@ -1,0 +1,195 @@
+//! One request inside the scheduler: everything that is per-sequence lives
+//! here (sampler and its random key, detokenizer, stop/thinking matcher,
+//! counters, timings), never on the model or the batch.
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::request::{Event, FinishReason, RequestError, RequestId, RequestStats};
+use crate::cache::SimpleKvCache;
+use crate::sample::Sampler;
+use crate::stop::{Segment, StreamMatcher};
+use crate::tokenizer::{StreamDetokenizer, Tokenizer};
+use crate::tools::parse_tool_calls;
+
+pub struct Sequence {
+    pub id: RequestId,
+    /// Prompt tokens followed by generated tokens (the repetition penalty's history).
+    pub tokens: Vec<u32>,
+    pub prompt_len: usize,
+    /// Prompt tokens already run through the model.
+    pub prefilled: usize,
+    /// This sequence's own cache while its prompt is prefilled; it joins the
+    /// batch cache once the prompt is done.
+    pub prefill_cache: Option<SimpleKvCache>,
+    pub sampler: Sampler,
+    /// Generation ends after this many tokens (already clamped to the context).
+    pub max_tokens: usize,
+    pub generated: usize,
+    /// Tokens to feed instead of sampled ones (closing a thinking block that
+    /// ran over its budget).
+    pub forced: VecDeque<u32>,
+    thinking_budget: Option<usize>,
+    reasoning_tokens: usize,
+    close_thinking: Vec<u32>,
+    detok: StreamDetokenizer,
+    matcher: StreamMatcher,
+    tool_calls: usize,
+    events: UnboundedSender<Event>,
+    submitted: Instant,
+    prefill_started: Option<Instant>,
+    first_token_at: Option<Instant>,
+}
+
+/// What a sequence needs besides its prompt.
+pub struct SequenceParts {
+    pub sampler: Sampler,
+    pub max_tokens: usize,
+    pub matcher: StreamMatcher,
+    pub thinking_budget: Option<usize>,
+    /// Token ids that close a thinking block ("</think>" plus newlines).
+    pub close_thinking: Vec<u32>,
+    pub events: UnboundedSender<Event>,
+    pub submitted: Instant,
+}
+
+impl Sequence {
+    pub fn new(id: RequestId, prompt: Vec<u32>, parts: SequenceParts) -> Self {
+        Self {
+            id,
+            prompt_len: prompt.len(),
+            tokens: prompt,
+            prefilled: 0,
+            prefill_cache: None,
+            sampler: parts.sampler,
+            max_tokens: parts.max_tokens,
+            generated: 0,
+            forced: VecDeque::new(),
+            thinking_budget: parts.thinking_budget,
+            reasoning_tokens: 0,
+            close_thinking: parts.close_thinking,
+            detok: StreamDetokenizer::new(true),
+            matcher: parts.matcher,
+            tool_calls: 0,
+            events: parts.events,
+            submitted: parts.submitted,
+            prefill_started: None,
+            first_token_at: None,
+        }
+    }
+
+    /// The caller dropped its stream: treat as cancelled.
+    pub fn is_abandoned(&self) -> bool {
+        self.events.is_closed()
+    }
+
+    pub fn prompt_remaining(&self) -> usize {
+        self.prompt_len - self.prefilled
+    }
+
+    pub fn mark_prefill_started(&mut self) {
+        self.prefill_started.get_or_insert_with(Instant::now);
+    }
+
+    /// The token the next decode step feeds for this row.
+    pub fn last_token(&self) -> u32 {
+        *self.tokens.last().expect("a sequence has at least its prompt")
+    }
+
+    /// Takes one token produced for this sequence (the sampled one, unless a
+    /// forced token replaces it), streams its text, and says whether the
+    /// sequence is done.
+    pub fn accept(&mut self, sampled: u32, tokenizer: &Tokenizer) -> Option<FinishReason> {
+        let id = self.forced.pop_front().unwrap_or(sampled);
+        self.first_token_at.get_or_insert_with(Instant::now);
+        self.tokens.push(id);
+        self.generated += 1;
+        if tokenizer.is_eos(id) && self.forced.is_empty() {
+            return Some(FinishReason::Stop);
+        }
+        let text = match self.detok.push(tokenizer, id) {
+            Ok(t) => t,
+            Err(e) => {
+                self.send_error(&e);
+                return Some(FinishReason::Error);
+            }
+        };
+        let segments = self.matcher.push(&text);
+        if self.deliver(segments) {
+            return Some(FinishReason::Stop);
+        }
+        if self.matcher.in_reasoning() {
+            self.reasoning_tokens += 1;
+            if self.thinking_budget.is_some_and(|b| self.reasoning_tokens >= b) && self.forced.is_empty() {
+                self.forced.extend(self.close_thinking.iter().copied());
+                self.thinking_budget = None;
+            }
+        }
+        if self.generated >= self.max_tokens {
+            return Some(FinishReason::Length);
+        }
+        None
+    }
+
+    /// Sends matcher output as events; true when a stop string matched.
+    fn deliver(&mut self, segments: Vec<Segment>) -> bool {
+        let mut stopped = false;
+        for seg in segments {
+            let event = match seg {
+                Segment::Content(t) => Event::Content(t),
+                Segment::Reasoning(t) => Event::Reasoning(t),
+                Segment::ToolCall(raw) => match parse_tool_calls(&raw) {
+                    Ok(calls) => {
+                        self.tool_calls += calls.len();
+                        for call in calls {
+                            let _ = self.events.send(Event::ToolCall(call));
+                        }
+                        continue;
+                    }
+                    // A malformed call is still the model's text: show it, do not lose it.
+                    Err(_) => Event::Content(raw),
+                },
+                Segment::Stop => {
+                    stopped = true;
+                    continue;
+                }
+            };
+            let _ = self.events.send(event);
+        }
+        stopped
+    }
+
+    pub fn send_error(&self, e: &crate::Error) {
+        let _ = self.events.send(Event::Error(RequestError::from(e)));
+    }
+
+    /// Flushes held-back text and sends `Finished`.
+    pub fn finish(mut self, reason: FinishReason, tokenizer: &Tokenizer) {
+        if reason != FinishReason::Error && reason != FinishReason::Cancelled {
+            let tail = self.detok.finish(tokenizer).unwrap_or_default();
+            let mut segments = self.matcher.push(&tail);
+            segments.extend(self.matcher.finish());
+            self.deliver(segments);
+        }
+        let reason = if reason == FinishReason::Stop && self.tool_calls > 0 { FinishReason::ToolCalls } else { reason };
+        let stats = self.stats();
+        let _ = self.events.send(Event::Finished { reason, stats });
+    }
+
+    pub fn stats(&self) -> RequestStats {
+        let now = Instant::now();
+        let first = self.first_token_at.unwrap_or(now);
+        let prefill_start = self.prefill_started.unwrap_or(self.submitted);
+        let prefill_secs = (first - prefill_start).as_secs_f64().max(1e-9);
+        let decode_secs = (now - first).as_secs_f64().max(1e-9);
+        RequestStats {
+            prompt_tokens: self.prompt_len,
+            cached_prompt_tokens: 0,
+            generated_tokens: self.generated,
+            time_to_first_token: first - self.submitted,
+            prompt_tps: self.prompt_len as f64 / prefill_secs,
+            generation_tps: self.generated.saturating_sub(1) as f64 / decode_secs,
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The engine as an actor: one thread owns every MLX object (model, caches,
+//! streams) and runs the scheduler; a cloneable, `Send` [`EngineHandle`]
+//! talks to it through a channel. Callers get a [`RequestStream`] of events;
+//! dropping it cancels the request.
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use crate::batch::{
+    EngineStats, Event, FinishReason, Request, RequestError, RequestId, RequestStats, Scheduler, SchedulerConfig,
+};
+use crate::error::{Error, Result};
+use crate::model::{self, LoadOptions, ModelInfo};
+use crate::tools::ToolCall;
+
+#[derive(Debug, Clone, Default)]
+pub struct EngineConfig {
+    pub load: LoadOptions,
+    pub scheduler: SchedulerConfig,
+}
+
+enum Command {
+    Submit { id: RequestId, request: Request, events: tokio::sync::mpsc::UnboundedSender<Event> },
+    Cancel(RequestId),
+    Stats(mpsc::Sender<EngineStats>),
+    Shutdown,
+}
+
+/// A cheap, cloneable handle to the engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    commands: mpsc::Sender<Command>,
+    next_id: Arc<AtomicU64>,
+    info: Arc<ModelInfo>,
+}
+
+impl EngineHandle {
+    /// Starts the engine thread, loads the model there, and returns once it is
+    /// ready (or with the load error).
+    pub fn start(model_path: &Path, config: EngineConfig) -> Result<Self> {
+        let (commands, inbox) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let path: PathBuf = model_path.to_path_buf();
+        thread::Builder::new()
+            .name("engine".into())
+            .spawn(move || {
+                let loaded = match model::load(&path, &config.load) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(loaded.info.clone()));
+                run(Scheduler::new(loaded, config.scheduler), inbox);
+            })
+            .map_err(|e| Error::io("engine thread", e))?;
+        let info = ready_rx.recv().map_err(|_| Error::Mlx("the engine thread died while loading".into()))??;
+        Ok(Self { commands, next_id: Arc::new(AtomicU64::new(1)), info: Arc::new(info) })
+    }
+
+    pub fn model_info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    /// Queues a request; its events arrive on the returned stream.
+    pub fn submit(&self, request: Request) -> RequestStream {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (events, rx) = unbounded_channel();
+        if self.commands.send(Command::Submit { id, request, events: events.clone() }).is_err() {
+            let stopped = RequestError { code: "ENGINE_STOPPED".into(), message: "the engine has stopped".into() };
+            let _ = events.send(Event::Error(stopped));
+            let _ = events.send(Event::Finished { reason: FinishReason::Error, stats: RequestStats::default() });
+        }
+        RequestStream { id, rx }
+    }
+
+    /// Stops a request; its slot is freed before the next decode step.
+    pub fn cancel(&self, id: RequestId) {
+        let _ = self.commands.send(Command::Cancel(id));
+    }
+
+    /// Engine-wide figures (blocks until the engine thread answers, at most one step).
+    pub fn stats(&self) -> Result<EngineStats> {
+        let (tx, rx) = mpsc::channel();
+        self.commands.send(Command::Stats(tx)).map_err(|_| Error::Mlx("the engine has stopped".into()))?;
+        rx.recv().map_err(|_| Error::Mlx("the engine has stopped".into()))
+    }
+
+    /// Asks the engine thread to finish (pending requests end as cancelled).
+    pub fn shutdown(&self) {
+        let _ = self.commands.send(Command::Shutdown);
+    }
+}
+
+/// The engine thread's loop: take commands between steps; block when idle.
+fn run(mut scheduler: Scheduler, inbox: mpsc::Receiver<Command>) {
+    loop {
+        let next = if scheduler.has_work() {
+            match inbox.try_recv() {
+                Ok(c) => Some(c),
+                Err(mpsc::TryRecvError::Empty) => None,
+                Err(mpsc::TryRecvError::Disconnected) => return,
+            }
+        } else {
+            match inbox.recv() {
+                Ok(c) => Some(c),
+                Err(_) => return,
+            }
+        };
+        if let Some(command) = next {
+            match command {
+                Command::Submit { id, request, events } => scheduler.submit(id, request, events),
+                Command::Cancel(id) => scheduler.cancel(id),
+                Command::Stats(reply) => {
+                    let _ = reply.send(scheduler.stats());
+                }
+                Command::Shutdown => {
+                    scheduler.fail_all(&Error::InvalidRequest("the engine is shutting down".into()));
+                    return;
+                }
+            }
+            continue; // drain every queued command before the next step
+        }
+        // A panic or MLX error inside a step must not take the engine down:
+        // the requests in flight end with the error, later ones are served.
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| scheduler.step()));
+        let error = match outcome {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e,
+            Err(panic) => Error::Mlx(panic_message(&panic)),
+        };
+        tracing::error!(%error, "engine step failed; failing the requests in flight");
+        scheduler.fail_all(&error);
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "engine panic".into()
+    }
+}
+
+/// The events of one request. Dropping it cancels the request.
+pub struct RequestStream {
+    pub id: RequestId,
+    rx: UnboundedReceiver<Event>,
+}
+
+impl RequestStream {
+    /// The next event (async); `None` after `Finished`.
+    pub async fn recv(&mut self) -> Option<Event> {
+        self.rx.recv().await
+    }
+
+    /// The next event, blocking the current thread (not for async code).
+    pub fn recv_blocking(&mut self) -> Option<Event> {
+        self.rx.blocking_recv()
+    }
+
+    /// Reads the stream to its end (blocking).
+    pub fn collect_blocking(mut self) -> Completion {
+        let mut c = Completion::default();
+        while let Some(event) = self.recv_blocking() {
+            if c.absorb(event) {
+                break;
+            }
+        }
+        c
+    }
+}
+
+/// A whole reply, gathered from a stream.
+#[derive(Debug, Clone, Default)]
+pub struct Completion {
+    pub content: String,
+    pub reasoning: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub error: Option<RequestError>,
+    pub finish_reason: Option<FinishReason>,
+    pub stats: RequestStats,
+}
+
+impl Completion {
+    /// Adds one event; returns true on `Finished`.
+    pub fn absorb(&mut self, event: Event) -> bool {
+        match event {
+            Event::Content(t) => self.content.push_str(&t),
+            Event::Reasoning(t) => self.reasoning.push_str(&t),
+            Event::ToolCall(call) => self.tool_calls.push(call),
+            Event::Error(e) => self.error = Some(e),
+            Event::Finished { reason, stats } => {
+                self.finish_reason = Some(reason);
+                self.stats = stats;
+                return true;
+            }
+        }
+        false
+    }
+}
