@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use engine::generate::{generate, GenerateParams};
-use engine::handle::{EngineConfig, EngineHandle};
+use engine::batch::{Event, Prompt, Request};
+use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{self, LoadOptions, LoadedModel, WeightFormat};
 use engine::sample::SamplingParams;
 use engine::tokenizer::{ChatMessage, TemplateOptions};
@@ -51,14 +51,17 @@ enum WeightsArg {
 }
 
 impl ModelArgs {
-    fn load(&self) -> Result<LoadedModel> {
-        let path = resolve_model(&self.model)?;
-        let format = match self.weights {
+    fn format(&self) -> WeightFormat {
+        match self.weights {
             Some(WeightsArg::AsStored) => WeightFormat::AsStored,
             Some(WeightsArg::Float32) => WeightFormat::Float32,
             None => WeightFormat::default(),
-        };
-        model::load(&path, &LoadOptions { format }).with_context(|| format!("loading {}", path.display()))
+        }
+    }
+
+    fn load(&self) -> Result<LoadedModel> {
+        let path = resolve_model(&self.model)?;
+        model::load(&path, &LoadOptions { format: self.format() }).with_context(|| format!("loading {}", path.display()))
     }
 }
 
@@ -158,64 +161,87 @@ fn resolve_model(spec: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(spec))
 }
 
+impl ModelArgs {
+    /// Starts the continuous-batching engine on this model.
+    fn start_engine(&self) -> Result<EngineHandle> {
+        let path = resolve_model(&self.model)?;
+        let config = EngineConfig { load: LoadOptions { format: self.format() }, ..Default::default() };
+        EngineHandle::start(&path, config).with_context(|| format!("loading {}", path.display()))
+    }
+}
+
+/// Streams one request's events: the answer to stdout, thinking dimmed to
+/// stderr. Returns the gathered reply.
+fn stream_reply(engine: &EngineHandle, request: Request) -> Completion {
+    let mut stdout = std::io::stdout();
+    let mut stream = engine.submit(request);
+    let mut reply = Completion::default();
+    while let Some(event) = stream.recv_blocking() {
+        match &event {
+            Event::Content(t) => {
+                let _ = stdout.write_all(t.as_bytes());
+                let _ = stdout.flush();
+            }
+            Event::Reasoning(t) => eprint!("\x1b[2m{t}\x1b[0m"),
+            Event::ToolCall(call) => println!("[tool call] {}({})", call.name, call.arguments),
+            Event::Error(e) => eprintln!("error: {} ({})", e.message, e.code),
+            Event::Finished { .. } => {}
+        }
+        if reply.absorb(event) {
+            break;
+        }
+    }
+    reply
+}
+
 fn run_generate(a: GenerateArgs) -> Result<()> {
-    let loaded = a.model.load()?;
-    let tokenizer = &loaded.tokenizer;
+    let engine = a.model.start_engine()?;
     let prompt = if a.raw {
-        tokenizer.encode(&a.prompt, tokenizer.add_bos())?
+        Prompt::Text(a.prompt.clone())
     } else {
         let mut messages = Vec::new();
         if let Some(system) = &a.system {
             messages.push(ChatMessage::system(system.as_str()));
         }
         messages.push(ChatMessage::user(a.prompt.as_str()));
-        let opts = TemplateOptions { enable_thinking: a.think, ..Default::default() };
-        tokenizer.encode_chat(&messages, &opts)?
+        Prompt::Chat { messages, options: TemplateOptions { enable_thinking: a.think, ..Default::default() } }
     };
-    let params = GenerateParams {
-        max_tokens: a.max_tokens,
-        sampling: SamplingParams {
-            temperature: a.temp,
-            top_p: a.top_p,
-            top_k: a.top_k,
-            min_p: a.min_p,
-            repetition_penalty: a.repetition_penalty,
-            seed: a.seed,
-            ..Default::default()
-        },
+    let sampling = SamplingParams {
+        temperature: a.temp,
+        top_p: a.top_p,
+        top_k: a.top_k,
+        min_p: a.min_p,
+        repetition_penalty: a.repetition_penalty,
+        seed: a.seed,
+        ..Default::default()
     };
-    let mut stdout = std::io::stdout().lock();
-    let stats = generate(loaded.model.as_ref(), tokenizer, &prompt, &params, |t| {
-        let _ = stdout.write_all(t.text.as_bytes());
-        let _ = stdout.flush();
-        true
-    })?;
-    let _ = writeln!(stdout);
+    let reply = stream_reply(&engine, Request::new(prompt).with_max_tokens(a.max_tokens).with_sampling(sampling));
+    println!();
+    let peak = engine.stats().map(|s| s.peak_memory_bytes).unwrap_or(0);
+    let st = &reply.stats;
     eprintln!(
         "[{}] prompt: {} tokens, {:.1} tok/s | generation: {} tokens, {:.1} tok/s | peak memory: {:.1} MB",
-        loaded.info.name,
-        stats.prompt_tokens,
-        stats.prompt_tps(),
-        stats.generated_tokens,
-        stats.generation_tps(),
-        stats.peak_memory_bytes as f64 / 1e6,
+        engine.model_info().name,
+        st.prompt_tokens,
+        st.prompt_tps,
+        st.generated_tokens,
+        st.generation_tps,
+        peak as f64 / 1e6,
     );
-    Ok(())
+    match reply.error {
+        Some(e) => anyhow::bail!("{} ({})", e.message, e.code),
+        None => Ok(()),
+    }
 }
 
 fn run_chat(a: ChatArgs) -> Result<()> {
     use std::io::BufRead;
     eprintln!("loading {} ...", a.model.model);
-    let loaded = a.model.load()?;
-    let tokenizer = &loaded.tokenizer;
-    eprintln!("{} is ready. Type a message; /reset starts over, /exit or Ctrl-D quits.", loaded.info.name);
+    let engine = a.model.start_engine()?;
+    eprintln!("{} is ready. Type a message; /reset starts over, /exit or Ctrl-D quits.", engine.model_info().name);
     let mut history: Vec<ChatMessage> = a.system.iter().map(|s| ChatMessage::system(s.as_str())).collect();
-    let params = GenerateParams {
-        max_tokens: a.max_tokens,
-        sampling: SamplingParams { temperature: a.temp, seed: a.seed, ..Default::default() },
-    };
+    let sampling = SamplingParams { temperature: a.temp, seed: a.seed, ..Default::default() };
     let stdin = std::io::stdin();
-    let mut stdout = std::io::stdout();
     loop {
         eprint!("\n> ");
         let mut line = String::new();
@@ -234,32 +260,29 @@ fn run_chat(a: ChatArgs) -> Result<()> {
             _ => {}
         }
         history.push(ChatMessage::user(line));
-        let prompt = tokenizer.encode_chat(&history, &TemplateOptions::default())?;
-        let mut reply = String::new();
-        let result = generate(loaded.model.as_ref(), tokenizer, &prompt, &params, |t| {
-            reply.push_str(t.text);
-            let _ = stdout.write_all(t.text.as_bytes());
-            let _ = stdout.flush();
-            true
-        });
-        match result {
-            Ok(stats) => {
-                println!();
-                eprintln!(
-                    "[{} tokens, {:.1} tok/s, first token after {:.2}s]",
-                    stats.generated_tokens,
-                    stats.generation_tps(),
-                    stats.prompt_time.as_secs_f64()
-                );
-                history.push(ChatMessage::assistant(reply.as_str()));
-            }
-            Err(e) => {
-                // The conversation stays usable: drop the message that failed.
-                history.pop();
-                eprintln!("error: {e}");
-            }
+        let prompt = Prompt::Chat { messages: history.clone(), options: TemplateOptions::default() };
+        let request = Request::new(prompt).with_max_tokens(a.max_tokens).with_sampling(sampling.clone());
+        let reply = stream_reply(&engine, request);
+        println!();
+        if reply.error.is_some() {
+            // The conversation stays usable: drop the message that failed.
+            history.pop();
+            continue;
         }
+        let st = &reply.stats;
+        eprintln!(
+            "[{} tokens, {:.1} tok/s, first token after {:.2}s]",
+            st.generated_tokens,
+            st.generation_tps,
+            st.time_to_first_token.as_secs_f64()
+        );
+        let mut message = ChatMessage::assistant(reply.content.as_str());
+        if !reply.reasoning.is_empty() {
+            message.reasoning_content = Some(reply.reasoning.clone());
+        }
+        history.push(message);
     }
+    engine.shutdown();
     Ok(())
 }
 
