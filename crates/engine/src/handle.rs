@@ -26,7 +26,7 @@ pub struct EngineConfig {
 enum Command {
     Submit { id: RequestId, request: Request, events: tokio::sync::mpsc::UnboundedSender<Event> },
     Cancel(RequestId),
-    Stats(mpsc::Sender<EngineStats>),
+    Stats(tokio::sync::oneshot::Sender<EngineStats>),
     Shutdown,
 }
 
@@ -84,11 +84,20 @@ impl EngineHandle {
         let _ = self.commands.send(Command::Cancel(id));
     }
 
-    /// Engine-wide figures (blocks until the engine thread answers, at most one step).
+    fn ask_stats(&self) -> Result<tokio::sync::oneshot::Receiver<EngineStats>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.commands.send(Command::Stats(tx)).map_err(|_| stopped())?;
+        Ok(rx)
+    }
+
+    /// Engine-wide figures; the engine answers between two steps.
+    pub async fn stats_async(&self) -> Result<EngineStats> {
+        self.ask_stats()?.await.map_err(|_| stopped())
+    }
+
+    /// Engine-wide figures, blocking the current thread (not for async code).
     pub fn stats(&self) -> Result<EngineStats> {
-        let (tx, rx) = mpsc::channel();
-        self.commands.send(Command::Stats(tx)).map_err(|_| Error::Mlx("the engine has stopped".into()))?;
-        rx.recv().map_err(|_| Error::Mlx("the engine has stopped".into()))
+        self.ask_stats()?.blocking_recv().map_err(|_| stopped())
     }
 
     /// Asks the engine thread to finish (pending requests end as cancelled).
@@ -137,6 +146,10 @@ fn run(mut scheduler: Scheduler, inbox: mpsc::Receiver<Command>) {
         tracing::error!(%error, "engine step failed; failing the requests in flight");
         scheduler.fail_all(&error);
     }
+}
+
+fn stopped() -> Error {
+    Error::Mlx("the engine has stopped".into())
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

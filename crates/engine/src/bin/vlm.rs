@@ -135,7 +135,7 @@ struct BenchArgs {
     #[arg(long)]
     json: bool,
     /// Also drive the continuous-batching engine with these numbers of
-    /// concurrent requests (comma-separated; empty for none).
+    /// concurrent requests (comma-separated; 0 for none).
     #[arg(long, default_value = "1,4,8", value_delimiter = ',')]
     concurrency: Vec<usize>,
     /// Also measure join latency: a request arriving while 4 others decode.
@@ -304,13 +304,13 @@ fn run_bench(a: BenchArgs) -> Result<()> {
     drop(loaded);
     let mut batches = Vec::new();
     let mut join = None;
-    if !a.concurrency.is_empty() || a.join {
+    if a.concurrency.iter().any(|&n| n > 0) || a.join {
         let path = resolve_model(&a.model.model)?;
         let config = EngineConfig { load: LoadOptions { format: info.format }, ..Default::default() };
         let handle = EngineHandle::start(&path, config)?;
         // Warm-up, as the single-stream figures had.
         engine::bench::engine_batch(&handle, 1, a.prompt_tokens, 8)?;
-        for &n in &a.concurrency {
+        for &n in a.concurrency.iter().filter(|&&n| n > 0) {
             batches.push(engine::bench::engine_batch(&handle, n, a.prompt_tokens, a.gen_tokens)?);
         }
         if a.join {
