@@ -16,7 +16,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::request::{Event, FinishReason, Prompt, Request, RequestId};
 use super::sequence::{Sequence, SequenceParts};
-use crate::cache::{BatchKvCache, KvCache, SimpleKvCache};
+use crate::cache::{BatchKvCache, KvCache, PrefixCache, PrefixCacheStats, SimpleKvCache};
 use crate::error::{Error, Result};
 use crate::generate::PREFILL_CHUNK;
 use crate::model::{layers::last_position, LoadedModel};
@@ -32,11 +32,13 @@ pub struct SchedulerConfig {
     pub prefill_budget: usize,
     /// A context limit below the model's own (0 = the model's).
     pub max_context: usize,
+    /// Bytes of finished sequences' KV state kept for prefix reuse (0 = off).
+    pub prefix_cache_bytes: usize,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
-        Self { max_running: 8, prefill_budget: PREFILL_CHUNK, max_context: 0 }
+        Self { max_running: 8, prefill_budget: PREFILL_CHUNK, max_context: 0, prefix_cache_bytes: 512 << 20 }
     }
 }
 
@@ -50,6 +52,7 @@ pub struct EngineStats {
     pub peak_memory_bytes: usize,
     /// Decode steps run since start.
     pub decode_steps: u64,
+    pub prefix_cache: PrefixCacheStats,
 }
 
 pub struct Scheduler {
@@ -60,6 +63,7 @@ pub struct Scheduler {
     /// Decoding sequences; `running[i]` is row `i` of `cache`.
     running: Vec<Sequence>,
     cache: BatchKvCache,
+    prefix_cache: PrefixCache,
     cancelled: Vec<RequestId>,
     decode_steps: u64,
 }
@@ -69,6 +73,7 @@ impl Scheduler {
         let layers = loaded.model.shape().num_layers;
         Self {
             loaded,
+            prefix_cache: PrefixCache::new(config.prefix_cache_bytes),
             config,
             waiting: VecDeque::new(),
             running: Vec::new(),
@@ -173,6 +178,7 @@ impl Scheduler {
             active_memory_bytes: mlx_rs::memory::active_memory().unwrap_or(0),
             peak_memory_bytes: mlx_rs::memory::peak_memory().unwrap_or(0),
             decode_steps: self.decode_steps,
+            prefix_cache: self.prefix_cache.stats(),
         }
     }
 
@@ -212,6 +218,14 @@ impl Scheduler {
         if finished.is_empty() {
             return Ok(());
         }
+        for &(row, reason) in &finished {
+            if matches!(reason, FinishReason::Stop | FinishReason::Length) {
+                let seq = &self.running[row];
+                // The cache holds every token fed so far: all but the last sampled one.
+                let fed = seq.tokens.len() - 1;
+                self.prefix_cache.insert(seq.tokens[..fed].to_vec(), self.cache.row_layers(row))?;
+            }
+        }
         let keep: Vec<usize> = (0..self.running.len()).filter(|i| !finished.iter().any(|(r, _)| r == i)).collect();
         self.cache.filter(&keep)?;
         let mut rows: Vec<Option<Sequence>> = self.running.drain(..).map(Some).collect();
@@ -228,6 +242,9 @@ impl Scheduler {
         let mut budget = self.config.prefill_budget.max(1);
         while budget > 0 && self.running.len() < self.config.max_running {
             let Some(mut seq) = self.waiting.pop_front() else { break };
+            if seq.prefill_cache.is_none() {
+                self.reuse_prefix(&mut seq);
+            }
             seq.mark_prefill_started();
             let n = seq.prompt_remaining().min(PREFILL_CHUNK).min(budget);
             budget -= n;
@@ -241,6 +258,15 @@ impl Scheduler {
             }
         }
         Ok(())
+    }
+
+    /// Starts `seq` from the longest kept prefix of its prompt, if any.
+    fn reuse_prefix(&mut self, seq: &mut Sequence) {
+        if let Some(hit) = self.prefix_cache.lookup(&seq.tokens[..seq.prompt_len]) {
+            seq.prefill_cache = Some(SimpleKvCache::from_layers(hit.layers, hit.len as i32));
+            seq.prefilled = hit.len;
+            seq.cached_prompt_tokens = hit.len;
+        }
     }
 
     /// Runs `n` more prompt tokens of `seq` through its own cache. When the
@@ -268,6 +294,8 @@ impl Scheduler {
     fn join_batch(&mut self, mut seq: Sequence, first: u32) -> Result<()> {
         let cache = seq.prefill_cache.take().expect("a prefilled sequence has its cache");
         if let Some(reason) = seq.accept(first, &self.loaded.tokenizer) {
+            let len = cache.offset() as usize;
+            self.prefix_cache.insert(seq.tokens[..len].to_vec(), cache.into_layers())?;
             seq.finish(reason, &self.loaded.tokenizer);
             return Ok(());
         }

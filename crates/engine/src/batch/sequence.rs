@@ -18,8 +18,10 @@ pub struct Sequence {
     /// Prompt tokens followed by generated tokens (the repetition penalty's history).
     pub tokens: Vec<u32>,
     pub prompt_len: usize,
-    /// Prompt tokens already run through the model.
+    /// Prompt tokens already run through the model (or reused from the prefix cache).
     pub prefilled: usize,
+    /// Prompt tokens reused from the prefix cache instead of prefilled.
+    pub cached_prompt_tokens: usize,
     /// This sequence's own cache while its prompt is prefilled; it joins the
     /// batch cache once the prompt is done.
     pub prefill_cache: Option<SimpleKvCache>,
@@ -61,6 +63,7 @@ impl Sequence {
             prompt_len: prompt.len(),
             tokens: prompt,
             prefilled: 0,
+            cached_prompt_tokens: 0,
             prefill_cache: None,
             sampler: parts.sampler,
             max_tokens: parts.max_tokens,
@@ -185,10 +188,10 @@ impl Sequence {
         let decode_secs = (now - first).as_secs_f64().max(1e-9);
         RequestStats {
             prompt_tokens: self.prompt_len,
-            cached_prompt_tokens: 0,
+            cached_prompt_tokens: self.cached_prompt_tokens,
             generated_tokens: self.generated,
             time_to_first_token: first - self.submitted,
-            prompt_tps: self.prompt_len as f64 / prefill_secs,
+            prompt_tps: (self.prompt_len - self.cached_prompt_tokens) as f64 / prefill_secs,
             generation_tps: self.generated.saturating_sub(1) as f64 / decode_secs,
         }
     }

@@ -51,6 +51,21 @@ impl BatchKvCache {
         self.left_padding.iter().map(|p| self.idx - p).collect()
     }
 
+    /// Row `row`'s keys and values without padding, `[1, kv_heads, len, head_dim]` per layer.
+    pub fn row_layers(&self, row: usize) -> Vec<(Array, Array)> {
+        let (r, pad, idx) = (row as i32, self.left_padding[row], self.idx);
+        self.layers
+            .iter()
+            .flatten()
+            .map(|l| {
+                (
+                    l.keys.index((r..r + 1, .., pad..idx, ..)),
+                    l.values.index((r..r + 1, .., pad..idx, ..)),
+                )
+            })
+            .collect()
+    }
+
     /// Keeps only the rows at `keep` (in that order), then drops padding
     /// columns that no remaining row needs.
     pub fn filter(&mut self, keep: &[usize]) -> Result<()> {

@@ -2,6 +2,7 @@
 //! same model code runs on a single sequence's cache and on a batch cache whose
 //! rows have their own offsets and padding.
 pub mod batch;
+pub mod prefix;
 pub mod simple;
 
 use mlx_rs::Array;
@@ -9,6 +10,7 @@ use mlx_rs::Array;
 use crate::error::Result;
 
 pub use batch::BatchKvCache;
+pub use prefix::{PrefixCache, PrefixCacheStats};
 pub use simple::SimpleKvCache;
 
 /// The RoPE position of the first query token of this step.

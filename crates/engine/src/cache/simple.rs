@@ -29,6 +29,13 @@ impl SimpleKvCache {
         Self { layers: (0..num_layers).map(|_| None).collect(), offset: 0 }
     }
 
+    /// A cache that starts with `len` tokens of existing keys/values (a
+    /// reused prefix), one `[B, kv_heads, len, head_dim]` pair per layer.
+    pub fn from_layers(layers: Vec<(Array, Array)>, len: i32) -> Self {
+        let layers = layers.into_iter().map(|(keys, values)| Some(LayerBuffers { keys, values })).collect();
+        Self { layers, offset: len }
+    }
+
     pub fn offset(&self) -> i32 {
         self.offset
     }
