@@ -1,0 +1,158 @@
+//! Errors of one HTTP request, in OpenAI's shape
+//! `{"error": {"message", "type", "code"}}` with the matching status, so SDKs
+//! raise their usual exception types (BadRequestError, NotFoundError, ...).
+use axum::extract::rejection::JsonRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use engine::batch::RequestError;
+use serde::Serialize;
+
+/// One failed request: what the client is told, and with which status.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{status}: {message} ({code})")]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    /// OpenAI's error class: `invalid_request_error`, `authentication_error`,
+    /// `server_error`.
+    pub kind: &'static str,
+    /// A stable, machine-readable code such as `model_not_found` or
+    /// `context_length_exceeded`.
+    pub code: String,
+}
+
+/// The body of an error response (also sent as one SSE event when a stream
+/// fails after it started).
+#[derive(Debug, Serialize)]
+pub struct ErrorBody<'a> {
+    pub error: ErrorDetail<'a>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ErrorDetail<'a> {
+    pub message: &'a str,
+    #[serde(rename = "type")]
+    pub kind: &'a str,
+    pub code: &'a str,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { status, message: message.into(), kind, code: code.into() }
+    }
+
+    /// A bad parameter or message (400).
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_request", message)
+    }
+
+    /// A bad parameter, naming it in the code the way OpenAI does (`invalid_value`).
+    pub fn invalid_param(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_value", message)
+    }
+
+    /// Image input while the engine has no vision models.
+    pub fn images_not_supported() -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "images_not_supported",
+            "this model does not accept images",
+        )
+    }
+
+    pub fn model_not_found(requested: &str, loaded: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "model_not_found",
+            format!("the model {requested:?} is not loaded; this server serves {loaded:?}"),
+        )
+    }
+
+    pub fn no_model_loaded() -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "model_not_loaded", "no model is loaded")
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "invalid_api_key",
+            "a valid API key is required (Authorization: Bearer <key>)",
+        )
+    }
+
+    pub fn route_not_found(path: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", format!("no route for {path}"))
+    }
+
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            "method_not_allowed",
+            "method not allowed on this route",
+        )
+    }
+
+    /// The request was cancelled inside the engine (by the app, not by this client).
+    pub fn cancelled() -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "cancelled", "the request was cancelled")
+    }
+
+    /// The engine ended the stream without finishing the request.
+    pub fn engine_stopped() -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "engine_stopped", "the engine has stopped")
+    }
+
+    /// Maps the engine's stable codes (see `engine::Error::code`) to statuses:
+    /// what the client can fix is a 400, everything else the server's fault.
+    pub fn from_engine(error: &RequestError) -> Self {
+        let code = error.code.to_ascii_lowercase();
+        match error.code.as_str() {
+            "CONTEXT_LENGTH_EXCEEDED" | "INVALID_REQUEST" | "CHAT_TEMPLATE_ERROR" => {
+                Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", code, error.message.clone())
+            }
+            "ENGINE_STOPPED" => Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", code, error.message.clone()),
+            _ => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", code, error.message.clone()),
+        }
+    }
+
+    pub fn body(&self) -> ErrorBody<'_> {
+        ErrorBody { error: ErrorDetail { message: &self.message, kind: self.kind, code: &self.code } }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::warn!(status = %self.status, code = %self.code, message = %self.message, "request failed");
+        } else {
+            tracing::debug!(status = %self.status, code = %self.code, message = %self.message, "request refused");
+        }
+        (self.status, Json(self.body())).into_response()
+    }
+}
+
+/// axum's own JSON errors (bad syntax, wrong types, missing fields, body too
+/// large, wrong content type) in OpenAI's shape. axum answers a body that
+/// parses but does not fit the schema with 422; OpenAI says 400 for both.
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        let message = rejection.body_text();
+        match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => {
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", "request_too_large", message)
+            }
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => Self::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "invalid_request_error",
+                "unsupported_media_type",
+                message,
+            ),
+            _ => Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_json", message),
+        }
+    }
+}

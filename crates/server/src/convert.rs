@@ -1,0 +1,480 @@
+//! An OpenAI chat-completions request → an engine [`Request`]. Everything a
+//! client can get wrong is checked here, before the engine sees it, so the
+//! client gets a 400 naming the field instead of a failed stream.
+use std::path::Path;
+
+use engine::batch::{Prompt, Request};
+use engine::model::ModelInfo;
+use engine::sample::SamplingParams;
+use engine::tokenizer::{ChatMessage, MessageContent, TemplateOptions};
+use serde_json::{json, Map, Value};
+
+use crate::api_error::ApiError;
+use crate::openai::{ChatCompletionRequest, RequestMessage};
+
+/// A checked request, ready for the engine.
+#[derive(Debug)]
+pub struct Prepared {
+    pub request: Request,
+    /// Reply as server-sent events.
+    pub stream: bool,
+    /// Streamed replies end with a usage chunk.
+    pub include_usage: bool,
+}
+
+/// OpenAI's bounds for `logit_bias` values.
+const LOGIT_BIAS_RANGE: std::ops::RangeInclusive<f64> = -100.0..=100.0;
+
+/// What a request is checked against: the loaded model's figures.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelLimits {
+    pub vocab_size: i32,
+    pub max_context: usize,
+}
+
+impl From<&ModelInfo> for ModelLimits {
+    fn from(info: &ModelInfo) -> Self {
+        Self { vocab_size: info.shape.vocab_size, max_context: info.shape.max_context }
+    }
+}
+
+/// The names a request may use for the loaded model: its display name, its
+/// path, the file or folder name with and without extension, and `default`.
+/// Anything else is a different model, which this server does not have.
+pub fn accepts_model_name(name: &str, path: &Path, requested: &str) -> bool {
+    requested == "default"
+        || requested == name
+        || requested == path.to_string_lossy()
+        || path.file_name().is_some_and(|n| n.to_string_lossy() == requested)
+        || path.file_stem().is_some_and(|n| n.to_string_lossy() == requested)
+}
+
+pub fn prepare(body: ChatCompletionRequest, limits: ModelLimits, defaults: &SamplingParams) -> Result<Prepared, ApiError> {
+    if body.messages.is_empty() {
+        return Err(ApiError::invalid_param("messages must not be empty"));
+    }
+    if body.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::invalid_param("only n = 1 is supported"));
+    }
+    if body.logprobs == Some(true) {
+        return Err(ApiError::invalid_param("logprobs are not supported"));
+    }
+    let max_tokens = match body.max_completion_tokens.or(body.max_tokens) {
+        Some(n) if n < 1 => return Err(ApiError::invalid_param(format!("max_tokens must be at least 1, got {n}"))),
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        // Up to the context, as OpenAI does; the engine stops at the context's end.
+        None => limits.max_context,
+    };
+    let sampling = sampling(&body, limits, defaults)?;
+    let stop = stop_strings(body.stop.as_ref())?;
+    let messages = body.messages.into_iter().enumerate().map(|(i, m)| message(i, m)).collect::<Result<Vec<_>, _>>()?;
+    let tools = offered_tools(body.tools, body.tool_choice.as_ref())?;
+    let (enable_thinking, extra) = thinking(body.chat_template_kwargs, body.reasoning_effort.as_deref())?;
+    let options = TemplateOptions { add_generation_prompt: true, enable_thinking, tools, documents: None, extra };
+    let request = Request {
+        prompt: Prompt::Chat { messages, options },
+        max_tokens,
+        sampling,
+        stop,
+        thinking_budget: body.thinking_budget.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+    };
+    Ok(Prepared {
+        request,
+        stream: body.stream.unwrap_or(false),
+        include_usage: body.stream_options.is_some_and(|o| o.include_usage),
+    })
+}
+
+fn sampling(body: &ChatCompletionRequest, limits: ModelLimits, defaults: &SamplingParams) -> Result<SamplingParams, ApiError> {
+    let mut s = defaults.clone();
+    if let Some(t) = body.temperature {
+        s.temperature = t;
+    }
+    if let Some(p) = body.top_p {
+        s.top_p = p;
+    }
+    if let Some(k) = body.top_k {
+        s.top_k = i32::try_from(k)
+            .ok()
+            .filter(|k| *k >= 0)
+            .ok_or_else(|| ApiError::invalid_param(format!("top_k must be >= 0, got {k}")))?;
+    }
+    if let Some(p) = body.min_p {
+        s.min_p = p;
+    }
+    if let Some(r) = body.repetition_penalty {
+        s.repetition_penalty = r;
+    }
+    if let Some(seed) = body.seed {
+        // OpenAI takes any integer; only its bits matter for a random stream.
+        s.seed = Some(seed as u64);
+    }
+    if let Some(bias) = &body.logit_bias {
+        for (key, value) in bias {
+            let id: u32 = key
+                .parse()
+                .map_err(|_| ApiError::invalid_param(format!("logit_bias keys must be token ids, got {key:?}")))?;
+            let b = value
+                .as_f64()
+                .filter(|b| LOGIT_BIAS_RANGE.contains(b))
+                .ok_or_else(|| ApiError::invalid_param(format!("logit_bias[{key:?}] must be a number in [-100, 100]")))?;
+            s.logit_bias.insert(id, b as f32);
+        }
+    }
+    // The engine checks the same, but only once the request is queued; here
+    // the client gets the 400 before a stream starts.
+    s.validate(limits.vocab_size).map_err(|e| ApiError::invalid_param(e.to_string()))?;
+    Ok(s)
+}
+
+fn stop_strings(stop: Option<&Value>) -> Result<Vec<String>, ApiError> {
+    let stops = match stop {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ApiError::invalid_param("stop must be a string or a list of strings"))?,
+        Some(_) => return Err(ApiError::invalid_param("stop must be a string or a list of strings")),
+    };
+    if stops.iter().any(String::is_empty) {
+        return Err(ApiError::invalid_param("stop strings must not be empty"));
+    }
+    Ok(stops)
+}
+
+fn message(index: usize, m: RequestMessage) -> Result<ChatMessage, ApiError> {
+    let at = |what: &str| format!("messages[{index}]{what}");
+    let role = match m.role.as_str() {
+        // OpenAI's newer name for the system prompt; chat templates know only "system".
+        "developer" => "system".to_owned(),
+        "system" | "user" | "assistant" | "tool" => m.role.clone(),
+        other => {
+            return Err(ApiError::invalid_param(format!(
+                "{}: unknown role {other:?} (expected system, developer, user, assistant or tool)",
+                at(".role")
+            )))
+        }
+    };
+    let content = match m.content {
+        None | Some(Value::Null) if role == "assistant" => MessageContent::Text(String::new()),
+        None | Some(Value::Null) => return Err(ApiError::invalid_param(format!("{}: content is required", at("")))),
+        Some(value) => MessageContent::Text(content_text(&at(".content"), value)?),
+    };
+    let tool_calls = match m.tool_calls {
+        Some(calls) if role != "assistant" => {
+            return Err(ApiError::invalid_param(format!(
+                "{}: only assistant messages carry tool calls ({} given)",
+                at(".tool_calls"),
+                calls.len()
+            )))
+        }
+        Some(calls) => Some(
+            calls
+                .into_iter()
+                .enumerate()
+                .map(|(j, c)| template_tool_call(&at(&format!(".tool_calls[{j}]")), c))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        None => None,
+    };
+    Ok(ChatMessage {
+        role,
+        content,
+        reasoning_content: m.reasoning_content,
+        tool_calls,
+        tool_call_id: m.tool_call_id,
+        name: m.name,
+    })
+}
+
+/// The text of a message's content: a string, or text parts joined. Image
+/// parts are refused until the engine has vision models.
+fn content_text(at: &str, content: Value) -> Result<String, ApiError> {
+    match content {
+        Value::String(s) => Ok(s),
+        Value::Array(parts) => {
+            let mut text = String::new();
+            for (j, part) in parts.iter().enumerate() {
+                match part.get("type").and_then(Value::as_str) {
+                    Some("text") | Some("input_text") => match part.get("text").and_then(Value::as_str) {
+                        Some(t) => text.push_str(t),
+                        None => return Err(ApiError::invalid_param(format!("{at}[{j}]: a text part needs \"text\""))),
+                    },
+                    Some("image_url") | Some("input_image") | Some("image") => {
+                        return Err(ApiError::images_not_supported())
+                    }
+                    Some(other) => {
+                        return Err(ApiError::invalid_param(format!(
+                            "{at}[{j}]: content parts of type {other:?} are not supported"
+                        )))
+                    }
+                    None => return Err(ApiError::invalid_param(format!("{at}[{j}]: a content part needs a \"type\""))),
+                }
+            }
+            Ok(text)
+        }
+        _ => Err(ApiError::invalid_param(format!("{at}: content must be a string or a list of parts"))),
+    }
+}
+
+/// An earlier assistant tool call, shaped for chat templates: OpenAI sends
+/// `arguments` as a JSON string, but templates print it with `tojson` or
+/// iterate over it, as transformers documents, so it goes in as an object.
+fn template_tool_call(at: &str, call: Value) -> Result<Value, ApiError> {
+    let function = call
+        .get("function")
+        .filter(|f| f.is_object())
+        .ok_or_else(|| ApiError::invalid_param(format!("{at}: a tool call needs a \"function\" object")))?;
+    let name = function
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid_param(format!("{at}.function: a tool call needs a \"name\"")))?;
+    let arguments = match function.get("arguments") {
+        None | Some(Value::Null) => json!({}),
+        Some(Value::String(s)) if s.trim().is_empty() => json!({}),
+        // A string that is not JSON is passed on as it is: the template shows
+        // what the client sent rather than the request failing.
+        Some(Value::String(s)) => serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone())),
+        Some(other) => other.clone(),
+    };
+    let mut out = Map::new();
+    if let Some(id) = call.get("id").filter(|v| v.is_string()) {
+        out.insert("id".into(), id.clone());
+    }
+    out.insert("type".into(), json!("function"));
+    out.insert("function".into(), json!({ "name": name, "arguments": arguments }));
+    Ok(Value::Object(out))
+}
+
+/// The tools the template shows the model, after `tool_choice`. `"none"`
+/// hides them; `"required"` cannot be enforced (no constrained decoding), so
+/// it offers them like `"auto"`; naming one function offers only that one.
+fn offered_tools(tools: Option<Vec<Value>>, choice: Option<&Value>) -> Result<Option<Vec<Value>>, ApiError> {
+    let tools = tools.unwrap_or_default();
+    for (i, tool) in tools.iter().enumerate() {
+        let kind = tool.get("type").and_then(Value::as_str);
+        let name = tool.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
+        if kind != Some("function") || name.is_none() {
+            return Err(ApiError::invalid_param(format!(
+                "tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"
+            )));
+        }
+    }
+    let chosen = match choice {
+        None | Some(Value::Null) => tools,
+        Some(Value::String(s)) if s == "auto" || s == "required" => tools,
+        Some(Value::String(s)) if s == "none" => Vec::new(),
+        Some(Value::Object(o)) => {
+            let wanted = o
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| ApiError::invalid_param("tool_choice must name a function: {\"type\": \"function\", \"function\": {\"name\": ...}}"))?;
+            let named: Vec<Value> = tools
+                .into_iter()
+                .filter(|t| t.get("function").and_then(|f| f.get("name")).and_then(Value::as_str) == Some(wanted))
+                .collect();
+            if named.is_empty() {
+                return Err(ApiError::invalid_param(format!("tool_choice names {wanted:?}, which is not in tools")));
+            }
+            named
+        }
+        Some(other) => {
+            return Err(ApiError::invalid_param(format!(
+                "tool_choice must be \"auto\", \"none\", \"required\" or a function, got {other}"
+            )))
+        }
+    };
+    Ok(if chosen.is_empty() { None } else { Some(chosen) })
+}
+
+/// `enable_thinking` and the other template variables. An explicit
+/// `chat_template_kwargs.enable_thinking` wins over `reasoning_effort`.
+fn thinking(
+    kwargs: Option<Map<String, Value>>,
+    effort: Option<&str>,
+) -> Result<(Option<bool>, Map<String, Value>), ApiError> {
+    let mut extra = kwargs.unwrap_or_default();
+    let explicit = match extra.remove("enable_thinking") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(b),
+        Some(_) => return Err(ApiError::invalid_param("chat_template_kwargs.enable_thinking must be true or false")),
+    };
+    let from_effort = match effort {
+        None => None,
+        Some("none") => Some(false),
+        Some(level @ ("minimal" | "low" | "medium" | "high" | "xhigh")) => {
+            // Templates with effort levels (gpt-oss) read this variable.
+            extra.entry("reasoning_effort").or_insert_with(|| json!(level));
+            Some(true)
+        }
+        Some(other) => {
+            return Err(ApiError::invalid_param(format!(
+                "reasoning_effort must be none, minimal, low, medium, high or xhigh, got {other:?}"
+            )))
+        }
+    };
+    Ok((explicit.or(from_effort), extra))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: ModelLimits = ModelLimits { vocab_size: 300, max_context: 2048 };
+
+    fn request(body: Value) -> Result<Prepared, ApiError> {
+        let body: ChatCompletionRequest = serde_json::from_value(body).unwrap();
+        prepare(body, LIMITS, &SamplingParams::default())
+    }
+
+    fn chat(p: &Prepared) -> (&[ChatMessage], &TemplateOptions) {
+        match &p.request.prompt {
+            Prompt::Chat { messages, options } => (messages, options),
+            other => panic!("not a chat prompt: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_loaded_model_answers_to_its_names() {
+        let path = Path::new("/models/tiny-model.gguf");
+        for name in ["default", "Tiny Model", "/models/tiny-model.gguf", "tiny-model.gguf", "tiny-model"] {
+            assert!(accepts_model_name("Tiny Model", path, name), "{name}");
+        }
+        assert!(!accepts_model_name("Tiny Model", path, "gpt-4o"));
+    }
+
+    #[test]
+    fn sampling_parameters_and_stops_reach_the_engine() {
+        let p = request(json!({
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 5, "max_completion_tokens": 7,
+            "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1,
+            "seed": -1, "stop": "END", "logit_bias": {"2": -100, "17": 3.5},
+            "stream": true, "stream_options": {"include_usage": true}
+        }))
+        .unwrap();
+        let s = &p.request.sampling;
+        assert_eq!(p.request.max_tokens, 7, "max_completion_tokens wins");
+        assert_eq!((s.temperature, s.top_p, s.top_k, s.min_p, s.repetition_penalty), (0.5, 0.9, 40, 0.05, 1.1));
+        assert_eq!(s.seed, Some(u64::MAX));
+        assert_eq!(s.logit_bias.get(&2), Some(&-100.0));
+        assert_eq!(s.logit_bias.get(&17), Some(&3.5));
+        assert_eq!(p.request.stop, vec!["END".to_string()]);
+        assert!(p.stream && p.include_usage);
+    }
+
+    #[test]
+    fn max_tokens_defaults_to_the_context() {
+        let p = request(json!({"messages": [{"role": "user", "content": "hi"}]})).unwrap();
+        assert_eq!(p.request.max_tokens, 2048);
+        assert!(!p.stream);
+    }
+
+    #[test]
+    fn bad_parameters_are_refused_with_their_name() {
+        let bad = [
+            (json!({"messages": []}), "messages"),
+            (json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}), "max_tokens"),
+            (json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}), "max_tokens"),
+            (json!({"messages": [{"role": "user", "content": "x"}], "temperature": -1}), "temperature"),
+            (json!({"messages": [{"role": "user", "content": "x"}], "top_k": -1}), "top_k"),
+            (json!({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"a": 1}}), "logit_bias"),
+            (json!({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"1": 500}}), "logit_bias"),
+            (json!({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"9999": 1}}), "logit_bias"),
+            (json!({"messages": [{"role": "user", "content": "x"}], "stop": ["a", ""]}), "stop"),
+            (json!({"messages": [{"role": "user", "content": "x"}], "stop": 3}), "stop"),
+            (json!({"messages": [{"role": "wizard", "content": "x"}]}), "role"),
+            (json!({"messages": [{"role": "user"}]}), "content"),
+            (json!({"messages": [{"role": "user", "content": "x"}], "n": 2}), "n = 1"),
+            (json!({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "max"}), "reasoning_effort"),
+            (json!({"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes"}), "tool_choice"),
+            (json!({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}), "tools[0]"),
+        ];
+        for (body, needle) in bad {
+            let e = request(body.clone()).expect_err(&body.to_string());
+            assert_eq!(e.status, 400, "{body}");
+            assert!(e.message.contains(needle), "{body}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn an_image_part_is_refused_clearly() {
+        let e = request(json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+        ]}]}))
+        .unwrap_err();
+        assert_eq!(e.status, 400);
+        assert_eq!(e.message, "this model does not accept images");
+    }
+
+    #[test]
+    fn text_parts_are_joined_and_roles_mapped() {
+        let p = request(json!({"messages": [
+            {"role": "developer", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "there"}]}
+        ]}))
+        .unwrap();
+        let (messages, _) = chat(&p);
+        assert_eq!(messages[0].role, "system");
+        assert_eq!(messages[1].content, MessageContent::Text("hello there".into()));
+    }
+
+    #[test]
+    fn tool_calls_reach_the_template_with_object_arguments() {
+        let tool = json!({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}});
+        let p = request(json!({
+            "messages": [
+                {"role": "user", "content": "weather in Paris?"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
+            ],
+            "tools": [tool.clone()], "tool_choice": "auto"
+        }))
+        .unwrap();
+        let (messages, options) = chat(&p);
+        assert_eq!(options.tools, Some(vec![tool]));
+        let call = &messages[1].tool_calls.as_ref().unwrap()[0];
+        assert_eq!(call, &json!({"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}));
+        assert_eq!(messages[1].content, MessageContent::Text(String::new()));
+        assert_eq!(messages[2].tool_call_id.as_deref(), Some("call_1"));
+    }
+
+    #[test]
+    fn tool_choice_none_hides_the_tools_and_a_named_choice_keeps_one() {
+        let tools = json!([
+            {"type": "function", "function": {"name": "a"}},
+            {"type": "function", "function": {"name": "b"}}
+        ]);
+        let msgs = json!([{"role": "user", "content": "x"}]);
+        let none = request(json!({"messages": msgs, "tools": tools, "tool_choice": "none"})).unwrap();
+        assert_eq!(chat(&none).1.tools, None);
+        let named = request(json!({"messages": msgs, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "b"}}})).unwrap();
+        assert_eq!(chat(&named).1.tools, Some(vec![json!({"type": "function", "function": {"name": "b"}})]));
+        let missing = request(json!({"messages": msgs, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "c"}}}));
+        assert_eq!(missing.unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn thinking_follows_kwargs_then_effort() {
+        let msgs = json!([{"role": "user", "content": "x"}]);
+        let off = request(json!({"messages": msgs, "reasoning_effort": "none"})).unwrap();
+        assert_eq!(chat(&off).1.enable_thinking, Some(false));
+        let on = request(json!({"messages": msgs, "reasoning_effort": "high"})).unwrap();
+        assert_eq!(chat(&on).1.enable_thinking, Some(true));
+        assert_eq!(chat(&on).1.extra.get("reasoning_effort"), Some(&json!("high")));
+        let kw = request(json!({"messages": msgs, "reasoning_effort": "high",
+            "chat_template_kwargs": {"enable_thinking": false, "date_string": "today"}}))
+        .unwrap();
+        assert_eq!(chat(&kw).1.enable_thinking, Some(false));
+        assert_eq!(chat(&kw).1.extra.get("date_string"), Some(&json!("today")));
+        assert!(!chat(&kw).1.extra.contains_key("enable_thinking"));
+        let unset = request(json!({"messages": msgs})).unwrap();
+        assert_eq!(chat(&unset).1.enable_thinking, None);
+    }
+}

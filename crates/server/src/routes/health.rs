@@ -1,0 +1,25 @@
+//! `GET /health`: the server is up; which model it serves and how busy it is.
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::AppContext;
+
+/// The engine answers stats between two steps; a long prefill step must not
+/// make a health probe hang.
+const STATS_WAIT: Duration = Duration::from_secs(1);
+
+pub(crate) async fn health(State(context): State<AppContext>) -> Json<Value> {
+    let Some(engine) = context.state.engine() else {
+        return Json(json!({"status": "ok", "model": null}));
+    };
+    let stats = tokio::time::timeout(STATS_WAIT, engine.stats_async()).await.ok().and_then(Result::ok);
+    Json(json!({
+        "status": "ok",
+        "model": engine.model_info().name,
+        "running": stats.as_ref().map(|s| s.running),
+        "waiting": stats.as_ref().map(|s| s.waiting),
+    }))
+}

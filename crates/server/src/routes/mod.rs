@@ -1,0 +1,90 @@
+//! The HTTP surface: one file per endpoint, assembled here with the layers
+//! (API key, body limit, CORS) that the config asks for.
+mod chat;
+mod chunks;
+mod health;
+mod models;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, FromRequest, Request};
+use axum::http::{Method, Uri};
+use axum::routing::{get, post};
+use axum::{middleware, Json, Router};
+use engine::sample::SamplingParams;
+use serde::de::DeserializeOwned;
+use tower_http::cors::{AllowHeaders, Any, CorsLayer};
+
+use crate::api_error::ApiError;
+use crate::config::ServerConfig;
+use crate::state::ServerState;
+
+/// What every handler sees.
+#[derive(Clone)]
+pub(crate) struct AppContext {
+    pub state: ServerState,
+    pub settings: Arc<Settings>,
+}
+
+/// The parts of [`ServerConfig`] that handlers need.
+pub(crate) struct Settings {
+    pub default_sampling: SamplingParams,
+    pub models_dir: Option<PathBuf>,
+}
+
+/// The whole API as an axum router, for [`crate::serve`] or for an app that
+/// runs its own listener.
+pub fn router(config: &ServerConfig, state: ServerState) -> Router {
+    let context = AppContext {
+        state,
+        settings: Arc::new(Settings {
+            default_sampling: config.default_sampling.clone(),
+            models_dir: config.models_dir.clone(),
+        }),
+    };
+    let mut api = Router::new()
+        .route("/v1/chat/completions", post(chat::completions))
+        .route("/v1/models", get(models::list));
+    if let Some(key) = &config.api_key {
+        let key: Arc<str> = Arc::from(key.as_str());
+        api = api.route_layer(middleware::from_fn_with_state(key, crate::auth::require_key));
+    }
+    // /health stays open (added after the key layer) so probes need no secret;
+    // it tells nothing beyond the model's name and load.
+    let mut app = api
+        .route("/health", get(health::health))
+        .fallback(|uri: Uri| async move { ApiError::route_not_found(uri.path()) })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .with_state(context)
+        .layer(DefaultBodyLimit::max(config.body_limit));
+    if config.cors {
+        // Outermost, so preflights are answered before the key is asked for.
+        // Authorization is not covered by a `*` header wildcard in browsers,
+        // hence mirroring the requested headers.
+        app = app.layer(
+            CorsLayer::new()
+                .allow_origin(Any)
+                .allow_methods([Method::GET, Method::POST])
+                .allow_headers(AllowHeaders::mirror_request()),
+        );
+    }
+    app
+}
+
+/// `Json<T>` whose rejections (syntax, schema, size, content type) come back
+/// in OpenAI's error shape instead of axum's plain text.
+pub(crate) struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let Json(value) = Json::<T>::from_request(request, state).await?;
+        Ok(Self(value))
+    }
+}

@@ -1,0 +1,204 @@
+//! Chat completions over real HTTP against a tiny seeded llama: whole and
+//! streamed replies agree with the engine run directly, usage counts are the
+//! engine's, stop strings, thinking, tools, and concurrent clients.
+mod common;
+
+use common::{engine_request, no_eos, read_stream, start, Setup, THINKING_TEMPLATE, TOOL_TEMPLATE};
+use engine::tokenizer::{ChatMessage, TemplateOptions};
+use serde_json::{json, Value};
+
+fn ask(text: &str, max_tokens: usize) -> Value {
+    json!({
+        "model": "default",
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "logit_bias": {"2": -100},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_reply_is_the_engines_answer_with_its_usage() {
+    let server = start(Setup::default()).await;
+    let reply = server.chat(&ask("hello there", 12)).await;
+    let direct = server
+        .engine_run(engine_request(vec![ChatMessage::user("hello there")], TemplateOptions::default(), 12, no_eos()))
+        .await;
+    assert!(direct.error.is_none(), "{:?}", direct.error);
+
+    assert!(reply["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert_eq!(reply["object"], "chat.completion");
+    assert!(reply["created"].as_u64().unwrap() > 1_600_000_000);
+    assert_eq!(reply["model"], server.engine.model_info().name.as_str());
+    let choice = &reply["choices"][0];
+    assert_eq!(choice["index"], 0);
+    assert_eq!(choice["message"]["role"], "assistant");
+    assert_eq!(choice["message"]["content"], direct.content.as_str());
+    assert_eq!(choice["finish_reason"], "length");
+    assert!(choice["message"].get("reasoning_content").is_none());
+    let usage = &reply["usage"];
+    assert_eq!(usage["prompt_tokens"], direct.stats.prompt_tokens);
+    assert_eq!(usage["completion_tokens"], 12);
+    assert_eq!(usage["total_tokens"], direct.stats.prompt_tokens + 12);
+    assert!(usage["prompt_tokens_details"]["cached_tokens"].is_u64());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_reply_opens_with_the_role_and_ends_with_usage_and_done() {
+    let server = start(Setup::default()).await;
+    let whole = server.chat(&ask("stream me", 10)).await;
+
+    let mut body = ask("stream me", 10);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let streamed = read_stream(server.post("/v1/chat/completions", &body).await).await;
+    assert!(streamed.done, "no [DONE]");
+    assert_eq!(streamed.content, whole["choices"][0]["message"]["content"].as_str().unwrap());
+    assert_eq!(streamed.finish_reason.as_deref(), Some("length"));
+    let usage = streamed.usage.expect("a usage chunk");
+    for field in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+        assert_eq!(usage[field], whole["usage"][field], "{field}");
+    }
+    // The same prompt again may come from the engine's prompt cache.
+    assert!(usage["prompt_tokens_details"]["cached_tokens"].as_u64() <= usage["prompt_tokens"].as_u64());
+    assert_eq!(streamed.chunks.last().unwrap()["choices"], json!([]), "usage comes last, without choices");
+    // Content arrives in several deltas, not all at the end.
+    let deltas = streamed.chunks.iter().filter(|c| c["choices"][0]["delta"]["content"].as_str().is_some_and(|t| !t.is_empty()));
+    assert!(deltas.count() > 1);
+
+    // Without include_usage there is no usage chunk.
+    body["stream_options"] = json!({"include_usage": false});
+    let plain = read_stream(server.post("/v1/chat/completions", &body).await).await;
+    assert!(plain.usage.is_none() && plain.done);
+    assert_eq!(plain.content, streamed.content);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_string_ends_the_answer_before_it() {
+    let server = start(Setup::default()).await;
+    let full = server.chat(&ask("tell me a story", 40)).await["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    let chars: Vec<char> = full.chars().collect();
+    assert!(chars.len() > 16, "answer too short: {full:?}");
+    let stop: String = chars[10..13].iter().collect();
+    let expected = &full[..full.find(&stop).unwrap()];
+
+    for stop_field in [json!(stop), json!(["never-appears", stop])] {
+        let mut body = ask("tell me a story", 40);
+        body["stop"] = stop_field;
+        let reply = server.chat(&body).await;
+        assert_eq!(reply["choices"][0]["message"]["content"], expected);
+        assert_eq!(reply["choices"][0]["finish_reason"], "stop");
+
+        body["stream"] = json!(true);
+        let streamed = read_stream(server.post("/v1/chat/completions", &body).await).await;
+        assert_eq!(streamed.content, expected);
+        assert_eq!(streamed.finish_reason.as_deref(), Some("stop"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_is_kept_apart_and_can_be_switched_off() {
+    let server = start(Setup { template: Some(THINKING_TEMPLATE), ..Default::default() }).await;
+
+    // The template opens <think>; random weights never close it, so all is reasoning.
+    let thinking = server.chat(&ask("think first", 16)).await;
+    let message = &thinking["choices"][0]["message"];
+    assert!(!message["reasoning_content"].as_str().unwrap().is_empty(), "{thinking}");
+    assert_eq!(message["content"], "");
+
+    let mut body = ask("think first", 16);
+    body["stream"] = json!(true);
+    let streamed = read_stream(server.post("/v1/chat/completions", &body).await).await;
+    assert_eq!(streamed.reasoning, message["reasoning_content"].as_str().unwrap());
+    assert_eq!(streamed.content, "");
+
+    for off in [json!({"chat_template_kwargs": {"enable_thinking": false}}), json!({"reasoning_effort": "none"})] {
+        let mut body = ask("think first", 16);
+        body.as_object_mut().unwrap().extend(off.as_object().unwrap().clone());
+        let reply = server.chat(&body).await;
+        let message = &reply["choices"][0]["message"];
+        assert!(message.get("reasoning_content").is_none(), "{off}: {reply}");
+        assert!(!message["content"].as_str().unwrap().is_empty(), "{off}: {reply}");
+    }
+
+    // A thinking budget closes thinking, and an answer follows.
+    let mut body = ask("think first", 40);
+    body["thinking_budget"] = json!(5);
+    let reply = server.chat(&body).await;
+    let message = &reply["choices"][0]["message"];
+    assert!(!message["reasoning_content"].as_str().unwrap().is_empty());
+    assert!(!message["content"].as_str().unwrap().is_empty(), "{reply}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_and_a_tool_result_render_and_run() {
+    let server = start(Setup { template: Some(TOOL_TEMPLATE), ..Default::default() }).await;
+    let tool = json!({"type": "function", "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    }});
+    let messages = json!([
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}
+        ]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 21, \"sky\": \"clear\"}"}
+    ]);
+    let body = json!({"messages": messages, "tools": [tool], "tool_choice": "auto", "max_tokens": 8, "logit_bias": {"2": -100}});
+    let reply = server.chat(&body).await;
+    assert_eq!(reply["choices"][0]["finish_reason"], "length");
+
+    // The same conversation on the engine, with the call's arguments as the
+    // object templates expect: the prompts match token for token.
+    let mut call = ChatMessage::assistant("");
+    call.tool_calls = Some(vec![json!({"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Paris"}}})]);
+    let mut result = ChatMessage::tool("{\"temperature\": 21, \"sky\": \"clear\"}");
+    result.tool_call_id = Some("call_1".into());
+    let conversation = vec![ChatMessage::user("What is the weather in Paris?"), call, result];
+    let options = TemplateOptions { tools: Some(vec![tool.clone()]), ..Default::default() };
+    let direct = server.engine_run(engine_request(conversation, options, 8, no_eos())).await;
+    assert!(direct.error.is_none(), "{:?}", direct.error);
+    assert_eq!(reply["usage"]["prompt_tokens"], direct.stats.prompt_tokens);
+    assert_eq!(reply["choices"][0]["message"]["content"], direct.content.as_str());
+
+    // tool_choice "none" leaves the tools out of the prompt.
+    let mut none = body.clone();
+    none["tool_choice"] = json!("none");
+    let without = server.chat(&none).await;
+    assert!(without["usage"]["prompt_tokens"].as_u64() < reply["usage"]["prompt_tokens"].as_u64());
+
+    // Streamed, the same request ends well-formed.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let s = read_stream(server.post("/v1/chat/completions", &streamed).await).await;
+    assert!(s.done);
+    assert_eq!(s.content, direct.content);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clients_are_batched_and_each_gets_its_own_answer() {
+    let server = start(Setup::default()).await;
+    let prompts = ["first question", "a second, longer question here", "3", "the fourth one"];
+    let mut alone = Vec::new();
+    for p in prompts {
+        alone.push(server.chat(&ask(p, 48)).await["choices"][0]["message"]["content"].as_str().unwrap().to_owned());
+    }
+    let steps_before = server.engine.stats_async().await.unwrap().decode_steps;
+    let together = futures_util::future::join_all(prompts.iter().map(|p| {
+        let mut body = ask(p, 48);
+        body["stream"] = json!(true);
+        let server = &server;
+        async move { read_stream(server.post("/v1/chat/completions", &body).await).await }
+    }))
+    .await;
+    for (streamed, expected) in together.iter().zip(&alone) {
+        assert_eq!(&streamed.content, expected);
+        assert_eq!(streamed.finish_reason.as_deref(), Some("length"));
+    }
+    // Four replies of 48 tokens one after another take 4 × 47 decode steps
+    // (the first token comes from prefill); batched, they share steps. The
+    // bound leaves room for clients that arrive a little apart.
+    let steps = server.engine.stats_async().await.unwrap().decode_steps - steps_before;
+    assert!(steps < 3 * 47, "{steps} decode steps: the requests were not batched");
+}
