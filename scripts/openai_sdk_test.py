@@ -1,0 +1,208 @@
+"""Checks vlm-serve with the official OpenAI Python SDK.
+
+Usage: python scripts/openai_sdk_test.py http://127.0.0.1:PORT
+(scripts/openai-sdk-test.sh makes the venv, starts the server and runs this.)
+
+Each check prints PASS or FAIL with what it saw; the exit status is the
+number of failed checks.
+"""
+import json
+import sys
+import threading
+import time
+import urllib.request
+
+from openai import OpenAI
+
+BASE = sys.argv[1].rstrip("/")
+client = OpenAI(base_url=f"{BASE}/v1", api_key="not-needed", timeout=300, max_retries=0)
+failures = []
+
+
+def check(name, ok, detail=""):
+    print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f"  ({detail})" if detail else ""), flush=True)
+    if not ok:
+        failures.append(name)
+
+
+def health():
+    with urllib.request.urlopen(f"{BASE}/health", timeout=10) as r:
+        return json.load(r)
+
+
+models = client.models.list().data
+MODEL = models[0].id
+check("models list names the loaded model", len(models) >= 1 and MODEL, f"{[m.id for m in models]}")
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+# A whole reply.
+reply = client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0, max_tokens=64)
+answer = reply.choices[0].message.content or ""
+check("non-streamed answer mentions Paris", "Paris" in answer, repr(answer))
+check(
+    "non-streamed reply is well-formed",
+    reply.object == "chat.completion"
+    and reply.id.startswith("chatcmpl-")
+    and reply.choices[0].finish_reason in ("stop", "length")
+    and reply.usage.prompt_tokens > 0
+    and reply.usage.completion_tokens > 0
+    and reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+    and reply.usage.prompt_tokens_details.cached_tokens is not None,
+    f"finish={reply.choices[0].finish_reason} usage={reply.usage}",
+)
+
+# The same, streamed, with a usage chunk.
+stream = client.chat.completions.create(
+    model=MODEL, messages=QUESTION, temperature=0, max_tokens=64, stream=True, stream_options={"include_usage": True}
+)
+chunks = list(stream)
+streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+check("streamed answer equals the whole one", streamed == answer, repr(streamed))
+check("stream opens with the assistant role", chunks[0].choices[0].delta.role == "assistant")
+check("stream has one finish reason", finishes == [reply.choices[0].finish_reason], f"{finishes}")
+check(
+    "stream ends with a usage chunk",
+    not chunks[-1].choices and chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == reply.usage.prompt_tokens,
+    f"{chunks[-1].usage}",
+)
+
+# A tool-call round trip, as far as SmolLM2-135M goes: its template shows
+# no tools, so the model is not expected to call one; the request with tools,
+# an earlier call and the tool's answer must render, run and come back well-formed.
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+first = client.chat.completions.create(
+    model=MODEL,
+    messages=[{"role": "user", "content": "What is the weather in Paris? Use the tool."}],
+    tools=TOOLS,
+    tool_choice="auto",
+    temperature=0,
+    max_tokens=64,
+)
+calls = first.choices[0].message.tool_calls or []
+check(
+    "request with tools is answered",
+    first.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    and (calls or first.choices[0].message.content is not None),
+    f"finish={first.choices[0].finish_reason} tool_calls={len(calls)}",
+)
+for call in calls:
+    json.loads(call.function.arguments)  # raises (and fails the script) if not JSON
+round_trip = client.chat.completions.create(
+    model=MODEL,
+    messages=[
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature_c": 21, "sky": "clear"}'},
+    ],
+    tools=TOOLS,
+    temperature=0,
+    max_tokens=64,
+)
+message = round_trip.choices[0].message
+check(
+    "tool result round trip is well-formed",
+    message.role == "assistant"
+    and round_trip.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    and (message.content or message.tool_calls),
+    repr((message.content or "")[:120]),
+)
+
+# Sixteen concurrent streaming clients; four hang up after a few chunks.
+PROMPTS = [
+    "What is the capital of France?",
+    "Name a color.",
+    "Say hello.",
+    "What is 2 + 2?",
+    "Name an animal.",
+    "What is the opposite of hot?",
+    "Write one word about the sea.",
+    "What day comes after Monday?",
+]
+results = {}
+
+
+def client_run(i):
+    prompt = PROMPTS[i % len(PROMPTS)]
+    leaves = i % 4 == 3
+    try:
+        s = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": prompt}],
+            temperature=0,
+            max_tokens=48 if not leaves else 2000,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        text, finish, usage, n = "", None, None, 0
+        for chunk in s:
+            n += 1
+            if chunk.choices:
+                text += chunk.choices[0].delta.content or ""
+                finish = chunk.choices[0].finish_reason or finish
+            if chunk.usage:
+                usage = chunk.usage
+            if leaves and n >= 3:
+                s.close()
+                break
+        results[i] = {"prompt": prompt, "text": text, "finish": finish, "usage": usage, "left": leaves}
+    except Exception as e:  # noqa: BLE001 - reported as a failed client
+        results[i] = {"error": repr(e), "left": leaves}
+
+
+started = time.time()
+threads = [threading.Thread(target=client_run, args=(i,)) for i in range(16)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+elapsed = time.time() - started
+stayed = [r for r in results.values() if not r["left"]]
+errors = [r for r in results.values() if "error" in r]
+complete = [
+    r
+    for r in stayed
+    if "error" not in r and r["text"] and r["finish"] in ("stop", "length") and r["usage"] and r["usage"].completion_tokens > 0
+]
+check("16 concurrent clients: no errors", not errors, f"{errors[:2]}")
+check(
+    "12 staying clients got complete answers",
+    len(complete) == 12,
+    f"{len(complete)}/12 complete in {elapsed:.1f}s",
+)
+
+# Greedy answers in a batch should be the answers alone.
+same = 0
+for r in complete:
+    alone = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": r["prompt"]}], temperature=0, max_tokens=48
+    )
+    same += (alone.choices[0].message.content or "") == r["text"]
+check("batched answers equal the answers alone", same == len(complete), f"{same}/{len(complete)} identical")
+
+# The four that left were cancelled, not left running.
+deadline = time.time() + 10
+h = health()
+while (h.get("running") or h.get("waiting")) and time.time() < deadline:
+    time.sleep(0.2)
+    h = health()
+check("engine idle after the clients left", h.get("running") == 0 and h.get("waiting") == 0, f"{h}")
+
+print(f"\n{'all checks passed' if not failures else f'{len(failures)} failed: {failures}'}")
+sys.exit(len(failures))
