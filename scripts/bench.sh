@@ -69,7 +69,8 @@ log "prompt $PROMPT_TOKENS tokens, $GEN_TOKENS generated, 1 warm-up + $RUNS runs
 for spec in "q4:models/smollm2-135m-q4:as-stored" "f32:models/smollm2-135m-f32:float32"; do
   IFS=: read -r name folder weights <<<"$spec"
   log "$name: ours ($VLM bench --weights $weights)"
-  ours="$("$VLM" bench --model "$folder" --weights "$weights" \
+  # --concurrency 0: the single-stream path only (not the batching engine).
+  ours="$("$VLM" bench --model "$folder" --weights "$weights" --concurrency 0 \
     --prompt-tokens "$PROMPT_TOKENS" --gen-tokens "$GEN_TOKENS" --runs "$RUNS" --json)"
   log "$name: mlx-lm"
   theirs="$("${PY_ENV[@]}" "$PY" scripts/bench/mlx_lm_bench.py "$folder" --sanity \
@@ -86,6 +87,7 @@ head = ["weights", "ours prompt", "mlx-lm prompt", "ratio", "ours decode", "mlx-
 table = []
 for name, weights, ours, theirs in rows:
     o, t = json.loads(ours), json.loads(theirs)
+    o = o.get("single", o)  # `vlm bench --json`: {"single": {...}, "engine": [...], ...}
     label = {"q4": "4-bit (as stored)", "f32": "float32"}.get(name, name)
     table.append([
         label,

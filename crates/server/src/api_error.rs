@@ -84,6 +84,15 @@ impl ApiError {
         )
     }
 
+    pub fn host_not_allowed(host: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "host_not_allowed",
+            format!("this server answers only to loopback host names, not {host:?}"),
+        )
+    }
+
     pub fn route_not_found(path: &str) -> Self {
         Self::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", format!("no route for {path}"))
     }

@@ -49,7 +49,11 @@ pub fn accepts_model_name(name: &str, path: &Path, requested: &str) -> bool {
         || path.file_stem().is_some_and(|n| n.to_string_lossy() == requested)
 }
 
-pub fn prepare(body: ChatCompletionRequest, limits: ModelLimits, defaults: &SamplingParams) -> Result<Prepared, ApiError> {
+pub fn prepare(
+    body: ChatCompletionRequest,
+    limits: ModelLimits,
+    defaults: &SamplingParams,
+) -> Result<Prepared, ApiError> {
     if body.messages.is_empty() {
         return Err(ApiError::invalid_param("messages must not be empty"));
     }
@@ -85,7 +89,11 @@ pub fn prepare(body: ChatCompletionRequest, limits: ModelLimits, defaults: &Samp
     })
 }
 
-fn sampling(body: &ChatCompletionRequest, limits: ModelLimits, defaults: &SamplingParams) -> Result<SamplingParams, ApiError> {
+fn sampling(
+    body: &ChatCompletionRequest,
+    limits: ModelLimits,
+    defaults: &SamplingParams,
+) -> Result<SamplingParams, ApiError> {
     let mut s = defaults.clone();
     if let Some(t) = body.temperature {
         s.temperature = t;
@@ -114,10 +122,9 @@ fn sampling(body: &ChatCompletionRequest, limits: ModelLimits, defaults: &Sampli
             let id: u32 = key
                 .parse()
                 .map_err(|_| ApiError::invalid_param(format!("logit_bias keys must be token ids, got {key:?}")))?;
-            let b = value
-                .as_f64()
-                .filter(|b| LOGIT_BIAS_RANGE.contains(b))
-                .ok_or_else(|| ApiError::invalid_param(format!("logit_bias[{key:?}] must be a number in [-100, 100]")))?;
+            let b = value.as_f64().filter(|b| LOGIT_BIAS_RANGE.contains(b)).ok_or_else(|| {
+                ApiError::invalid_param(format!("logit_bias[{key:?}] must be a number in [-100, 100]"))
+            })?;
             s.logit_bias.insert(id, b as f32);
         }
     }
@@ -267,11 +274,11 @@ fn offered_tools(tools: Option<Vec<Value>>, choice: Option<&Value>) -> Result<Op
         Some(Value::String(s)) if s == "auto" || s == "required" => tools,
         Some(Value::String(s)) if s == "none" => Vec::new(),
         Some(Value::Object(o)) => {
-            let wanted = o
-                .get("function")
-                .and_then(|f| f.get("name"))
-                .and_then(Value::as_str)
-                .ok_or_else(|| ApiError::invalid_param("tool_choice must name a function: {\"type\": \"function\", \"function\": {\"name\": ...}}"))?;
+            let wanted = o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str).ok_or_else(|| {
+                ApiError::invalid_param(
+                    "tool_choice must name a function: {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                )
+            })?;
             let named: Vec<Value> = tools
                 .into_iter()
                 .filter(|t| t.get("function").and_then(|f| f.get("name")).and_then(Value::as_str) == Some(wanted))
@@ -440,7 +447,10 @@ mod tests {
         let (messages, options) = chat(&p);
         assert_eq!(options.tools, Some(vec![tool]));
         let call = &messages[1].tool_calls.as_ref().unwrap()[0];
-        assert_eq!(call, &json!({"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}));
+        assert_eq!(
+            call,
+            &json!({"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}})
+        );
         assert_eq!(messages[1].content, MessageContent::Text(String::new()));
         assert_eq!(messages[2].tool_call_id.as_deref(), Some("call_1"));
     }
@@ -454,9 +464,14 @@ mod tests {
         let msgs = json!([{"role": "user", "content": "x"}]);
         let none = request(json!({"messages": msgs, "tools": tools, "tool_choice": "none"})).unwrap();
         assert_eq!(chat(&none).1.tools, None);
-        let named = request(json!({"messages": msgs, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "b"}}})).unwrap();
+        let named = request(
+            json!({"messages": msgs, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "b"}}}),
+        )
+        .unwrap();
         assert_eq!(chat(&named).1.tools, Some(vec![json!({"type": "function", "function": {"name": "b"}})]));
-        let missing = request(json!({"messages": msgs, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "c"}}}));
+        let missing = request(
+            json!({"messages": msgs, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "c"}}}),
+        );
         assert_eq!(missing.unwrap_err().status, 400);
     }
 

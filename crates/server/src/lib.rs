@@ -9,9 +9,10 @@
 //! a 503.
 //!
 //! Layout: `config.rs` (what the server listens on and allows), `state.rs`
-//! (the shared, swappable engine), `api_error.rs` (OpenAI-shaped errors),
+//! (the shared, swappable engine), `auth.rs` (the API key), `loopback.rs`
+//! (the DNS-rebinding guard), `api_error.rs` (OpenAI-shaped errors),
 //! `openai.rs` (wire types), `convert.rs` (an OpenAI request → an engine
-//! request), `routes/` (one file per endpoint), `auth.rs` (the API key).
+//! request), `routes/` (one file per endpoint).
 //!
 //! ```no_run
 //! # async fn demo(engine: engine::handle::EngineHandle) -> Result<(), server::Error> {
@@ -26,6 +27,7 @@ mod auth;
 mod config;
 mod convert;
 mod error;
+mod loopback;
 pub mod openai;
 mod routes;
 mod state;
@@ -38,7 +40,8 @@ pub use error::Error;
 pub use routes::router;
 pub use state::ServerState;
 
-/// A server accepting connections on a background task.
+/// A server accepting connections on a background task. Dropping it shuts
+/// the server down (gracefully, in the background); keep it while serving.
 pub struct RunningServer {
     /// Where it listens (the real port when the config asked for port 0).
     addr: SocketAddr,
@@ -78,7 +81,8 @@ impl RunningServer {
 /// address (with the real port when 0 was asked) is known to the caller.
 pub async fn serve(config: ServerConfig, state: ServerState) -> Result<RunningServer, Error> {
     let wanted = SocketAddr::new(config.host, config.port);
-    let listener = tokio::net::TcpListener::bind(wanted).await.map_err(|source| Error::Bind { addr: wanted, source })?;
+    let listener =
+        tokio::net::TcpListener::bind(wanted).await.map_err(|source| Error::Bind { addr: wanted, source })?;
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: wanted, source })?;
     let app = router(&config, state);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

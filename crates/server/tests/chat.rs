@@ -62,7 +62,8 @@ async fn a_streamed_reply_opens_with_the_role_and_ends_with_usage_and_done() {
     assert!(usage["prompt_tokens_details"]["cached_tokens"].as_u64() <= usage["prompt_tokens"].as_u64());
     assert_eq!(streamed.chunks.last().unwrap()["choices"], json!([]), "usage comes last, without choices");
     // Content arrives in several deltas, not all at the end.
-    let deltas = streamed.chunks.iter().filter(|c| c["choices"][0]["delta"]["content"].as_str().is_some_and(|t| !t.is_empty()));
+    let deltas =
+        streamed.chunks.iter().filter(|c| c["choices"][0]["delta"]["content"].as_str().is_some_and(|t| !t.is_empty()));
     assert!(deltas.count() > 1);
 
     // Without include_usage there is no usage chunk.
@@ -75,7 +76,8 @@ async fn a_streamed_reply_opens_with_the_role_and_ends_with_usage_and_done() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_string_ends_the_answer_before_it() {
     let server = start(Setup::default()).await;
-    let full = server.chat(&ask("tell me a story", 40)).await["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    let full =
+        server.chat(&ask("tell me a story", 40)).await["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
     let chars: Vec<char> = full.chars().collect();
     assert!(chars.len() > 16, "answer too short: {full:?}");
     let stop: String = chars[10..13].iter().collect();

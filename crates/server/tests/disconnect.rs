@@ -75,7 +75,8 @@ async fn some_clients_leaving_do_not_disturb_the_others() {
             reader.next().await.unwrap();
         }
     });
-    let stayers = (0..2).map(|_| async { common::read_stream(server.post("/v1/chat/completions", &finite).await).await });
+    let stayers =
+        (0..2).map(|_| async { common::read_stream(server.post("/v1/chat/completions", &finite).await).await });
     let (_, stayed) = tokio::join!(futures_util::future::join_all(leavers), futures_util::future::join_all(stayers));
     for s in &stayed {
         assert!(s.done);

@@ -29,7 +29,8 @@ async fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     let setup = Setup { scheduler: SchedulerConfig { max_context: 128, ..Default::default() }, ..Default::default() };
     let server = start(setup).await;
     let url = format!("{}/v1/chat/completions", server.url);
-    let raw = |body: &'static str| server.client.post(&url).header("content-type", "application/json").body(body).send();
+    let raw =
+        |body: &'static str| server.client.post(&url).header("content-type", "application/json").body(body).send();
 
     let e = expect_error(raw("{\"messages\": [").await.unwrap(), 400).await;
     assert_eq!((e["type"].as_str(), e["code"].as_str()), (Some("invalid_request_error"), Some("invalid_json")));
@@ -125,6 +126,17 @@ async fn an_api_key_is_required_when_set() {
     assert_eq!(models.status(), 200);
     // Health probes need no key.
     assert_eq!(server.get("/health").await.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_server_refuses_foreign_host_names() {
+    let server = start(Setup::default()).await;
+    // What a page on a rebinding domain would send: its own name as Host.
+    let rebound = server.client.get(format!("{}/v1/models", server.url)).header("host", "evil.example:8080");
+    let e = expect_error(rebound.send().await.unwrap(), 403).await;
+    assert_eq!(e["code"], "host_not_allowed");
+    let local = server.client.get(format!("{}/health", server.url)).header("host", "localhost").send().await.unwrap();
+    assert_eq!(local.status(), 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::request::{Event, FinishReason, Prompt, Request, RequestId};
 use super::sequence::{Sequence, SequenceParts};
-use crate::cache::{BatchKvCache, KvCache, PrefixCache, PrefixCacheStats, SimpleKvCache};
+use crate::cache::{BatchKvCache, KvCache, KvQuantization, PrefixCache, PrefixCacheStats, SimpleKvCache};
 use crate::error::{Error, Result};
 use crate::generate::PREFILL_CHUNK;
 use crate::model::{layers::last_position, LoadedModel};
@@ -34,11 +34,13 @@ pub struct SchedulerConfig {
     pub max_context: usize,
     /// Bytes of finished sequences' KV state kept for prefix reuse (0 = off).
     pub prefix_cache_bytes: usize,
+    /// Quantize the decoding batch's KV cache (all layers but the last).
+    pub kv_quantization: Option<KvQuantization>,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
-        Self { max_running: 8, prefill_budget: PREFILL_CHUNK, max_context: 0, prefix_cache_bytes: 512 << 20 }
+        Self { max_running: 8, prefill_budget: PREFILL_CHUNK, max_context: 0, prefix_cache_bytes: 512 << 20, kv_quantization: None }
     }
 }
 
@@ -53,6 +55,10 @@ pub struct EngineStats {
     /// Decode steps run since start.
     pub decode_steps: u64,
     pub prefix_cache: PrefixCacheStats,
+    /// What KV quantization is doing, in words (also why it does not apply).
+    pub kv_quantization: String,
+    /// Layers of the batch cache stored quantized right now.
+    pub kv_quantized_layers: usize,
 }
 
 pub struct Scheduler {
@@ -66,20 +72,46 @@ pub struct Scheduler {
     prefix_cache: PrefixCache,
     cancelled: Vec<RequestId>,
     decode_steps: u64,
+    /// The KV quantization in force (None when off or not applicable), and its description.
+    kv_quantization: Option<KvQuantization>,
+    kv_quantization_status: String,
 }
 
 impl Scheduler {
     pub fn new(loaded: LoadedModel, config: SchedulerConfig) -> Self {
-        let layers = loaded.model.shape().num_layers;
+        let shape = loaded.model.shape();
+        let (kv_quantization, kv_quantization_status) = match config.kv_quantization {
+            None => (None, "off".to_string()),
+            Some(q) => match q.unsupported_reason(shape.head_dim) {
+                // Said plainly: quantization that silently does nothing misled users upstream.
+                Some(reason) => {
+                    tracing::warn!(%reason, "KV quantization not applied");
+                    (None, format!("not applied: {reason}"))
+                }
+                None => (
+                    Some(q),
+                    format!(
+                        "{}-bit, group {}, on {} of {} layers (the last stays float), from {} tokens",
+                        q.bits,
+                        q.group_size,
+                        shape.num_layers.saturating_sub(1),
+                        shape.num_layers,
+                        q.start
+                    ),
+                ),
+            },
+        };
         Self {
             loaded,
             prefix_cache: PrefixCache::new(config.prefix_cache_bytes),
             config,
             waiting: VecDeque::new(),
             running: Vec::new(),
-            cache: BatchKvCache::new(layers),
+            cache: BatchKvCache::with_quantization(shape.num_layers, kv_quantization),
             cancelled: Vec::new(),
             decode_steps: 0,
+            kv_quantization,
+            kv_quantization_status,
         }
     }
 
@@ -179,6 +211,8 @@ impl Scheduler {
             peak_memory_bytes: mlx_rs::memory::peak_memory().unwrap_or(0),
             decode_steps: self.decode_steps,
             prefix_cache: self.prefix_cache.stats(),
+            kv_quantization: self.kv_quantization_status.clone(),
+            kv_quantized_layers: self.cache.quantized_layers(),
         }
     }
 
@@ -223,7 +257,7 @@ impl Scheduler {
                 let seq = &self.running[row];
                 // The cache holds every token fed so far: all but the last sampled one.
                 let fed = seq.tokens.len() - 1;
-                self.prefix_cache.insert(seq.tokens[..fed].to_vec(), self.cache.row_layers(row))?;
+                self.prefix_cache.insert(seq.tokens[..fed].to_vec(), self.cache.row_layers(row)?)?;
             }
         }
         let keep: Vec<usize> = (0..self.running.len()).filter(|i| !finished.iter().any(|(r, _)| r == i)).collect();
@@ -351,6 +385,6 @@ impl Scheduler {
             seq.send_error(error);
             seq.finish(FinishReason::Error, tokenizer);
         }
-        self.cache = BatchKvCache::new(self.loaded.model.shape().num_layers);
+        self.cache = BatchKvCache::with_quantization(self.loaded.model.shape().num_layers, self.kv_quantization);
     }
 }

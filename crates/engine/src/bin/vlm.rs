@@ -8,7 +8,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use engine::batch::{Event, Prompt, Request};
+use engine::batch::{Event, Prompt, Request, SchedulerConfig};
+use engine::cache::KvQuantization;
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{self, LoadOptions, LoadedModel, WeightFormat};
 use engine::sample::SamplingParams;
@@ -42,6 +43,17 @@ struct ModelArgs {
     /// (the default on the CPU backend, where float matmuls are much faster).
     #[arg(long, value_enum)]
     weights: Option<WeightsArg>,
+    /// Quantize the KV cache to 4 or 8 bits (all layers but the last).
+    #[arg(long)]
+    kv_bits: Option<i32>,
+    #[arg(long, default_value_t = 64)]
+    kv_group_size: i32,
+    /// Start quantizing the KV cache once it holds this many tokens.
+    #[arg(long, default_value_t = 256)]
+    kv_start: usize,
+    /// Most requests decoding at once.
+    #[arg(long, default_value_t = 8)]
+    max_running: usize,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -165,8 +177,15 @@ impl ModelArgs {
     /// Starts the continuous-batching engine on this model.
     fn start_engine(&self) -> Result<EngineHandle> {
         let path = resolve_model(&self.model)?;
-        let config = EngineConfig { load: LoadOptions { format: self.format() }, ..Default::default() };
-        EngineHandle::start(&path, config).with_context(|| format!("loading {}", path.display()))
+        let kv_quantization =
+            self.kv_bits.map(|bits| KvQuantization { bits, group_size: self.kv_group_size, start: self.kv_start });
+        let scheduler = SchedulerConfig { kv_quantization, max_running: self.max_running, ..Default::default() };
+        let config = EngineConfig { load: LoadOptions { format: self.format() }, scheduler };
+        let engine = EngineHandle::start(&path, config).with_context(|| format!("loading {}", path.display()))?;
+        if kv_quantization.is_some() {
+            eprintln!("KV cache quantization: {}", engine.stats()?.kv_quantization);
+        }
+        Ok(engine)
     }
 }
 
@@ -305,9 +324,7 @@ fn run_bench(a: BenchArgs) -> Result<()> {
     let mut batches = Vec::new();
     let mut join = None;
     if a.concurrency.iter().any(|&n| n > 0) || a.join {
-        let path = resolve_model(&a.model.model)?;
-        let config = EngineConfig { load: LoadOptions { format: info.format }, ..Default::default() };
-        let handle = EngineHandle::start(&path, config)?;
+        let handle = a.model.start_engine()?;
         // Warm-up, as the single-stream figures had.
         engine::bench::engine_batch(&handle, 1, a.prompt_tokens, 8)?;
         for &n in a.concurrency.iter().filter(|&&n| n > 0) {

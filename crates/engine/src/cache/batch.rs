@@ -3,22 +3,58 @@
 //! all rows. Each row has its own offset (its RoPE position) and padding;
 //! rows join with [`BatchKvCache::extend`] and leave with
 //! [`BatchKvCache::filter`].
-use mlx_rs::{
-    ops::{self, indexing::{IndexOp, TryIndexMutOp}},
-    Array,
-};
+//!
+//! With [`KvQuantization`], layers other than the last store keys and values
+//! MLX-quantized once the batch holds `start` columns, and attention reads
+//! them dequantized.
+use mlx_rs::{ops, Array};
+use serde::Serialize;
 
+use super::store::KvStore;
 use super::{AttentionMask, KvCache, RopeOffset};
 use crate::error::Result;
+use crate::weights::QuantSpec;
 
 /// Buffers grow by this many columns at a time.
 const STEP: i32 = 256;
 
+/// KV-cache quantization settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct KvQuantization {
+    /// 4 or 8.
+    pub bits: i32,
+    /// 32, 64 or 128; must divide the model's head dimension.
+    pub group_size: i32,
+    /// Quantize only once the batch holds this many columns: short contexts
+    /// lost quality upstream and gain little memory.
+    pub start: usize,
+}
+
+impl KvQuantization {
+    fn spec(&self) -> QuantSpec {
+        QuantSpec { group_size: self.group_size, bits: self.bits }
+    }
+
+    /// Why this setting cannot apply to a model with `head_dim`, if it cannot.
+    pub fn unsupported_reason(&self, head_dim: i32) -> Option<String> {
+        if ![4, 8].contains(&self.bits) {
+            return Some(format!("KV quantization supports 4 or 8 bits, not {}", self.bits));
+        }
+        if ![32, 64, 128].contains(&self.group_size) || head_dim % self.group_size != 0 {
+            return Some(format!(
+                "KV quantization needs a group size that divides the head dimension {head_dim}; {} does not",
+                self.group_size
+            ));
+        }
+        None
+    }
+}
+
 #[derive(Clone)]
 struct Layer {
     /// `[B, kv_heads, capacity, head_dim]`; columns `..idx` are in use.
-    keys: Array,
-    values: Array,
+    keys: KvStore,
+    values: KvStore,
 }
 
 #[derive(Default)]
@@ -28,18 +64,28 @@ pub struct BatchKvCache {
     left_padding: Vec<i32>,
     /// Columns in use (the same for every row and layer).
     idx: i32,
+    quantization: Option<KvQuantization>,
 }
 
 impl BatchKvCache {
     pub fn new(num_layers: usize) -> Self {
-        Self { layers: vec![None; num_layers], left_padding: Vec::new(), idx: 0 }
+        Self { layers: vec![None; num_layers], left_padding: Vec::new(), idx: 0, quantization: None }
+    }
+
+    /// A cache that quantizes every layer but the last (the last layer is the
+    /// most sensitive to quantization, as upstream found).
+    pub fn with_quantization(num_layers: usize, quantization: Option<KvQuantization>) -> Self {
+        Self { quantization, ..Self::new(num_layers) }
     }
 
     /// A one-row batch cache from a prefilled single-sequence cache's layers
     /// (each `[1, kv_heads, len, head_dim]`).
     pub fn from_prefilled(layers: Vec<(Array, Array)>, len: i32) -> Self {
-        let layers = layers.into_iter().map(|(keys, values)| Some(Layer { keys, values })).collect();
-        Self { layers, left_padding: vec![0], idx: len }
+        let layers = layers
+            .into_iter()
+            .map(|(k, v)| Some(Layer { keys: KvStore::float(k), values: KvStore::float(v) }))
+            .collect();
+        Self { layers, left_padding: vec![0], idx: len, quantization: None }
     }
 
     pub fn rows(&self) -> usize {
@@ -51,17 +97,28 @@ impl BatchKvCache {
         self.left_padding.iter().map(|p| self.idx - p).collect()
     }
 
-    /// Row `row`'s keys and values without padding, `[1, kv_heads, len, head_dim]` per layer.
-    pub fn row_layers(&self, row: usize) -> Vec<(Array, Array)> {
+    /// Layers currently stored quantized.
+    pub fn quantized_layers(&self) -> usize {
+        self.layers.iter().flatten().filter(|l| l.keys.quant().is_some()).count()
+    }
+
+    /// The storage `layer` should use at the current length.
+    fn target_quant(&self, layer: usize) -> Option<QuantSpec> {
+        let q = self.quantization?;
+        let last = layer + 1 == self.layers.len();
+        (!last && self.idx as usize >= q.start).then(|| q.spec())
+    }
+
+    /// Row `row`'s keys and values (float) without padding, `[1, kv_heads, len, head_dim]` per layer.
+    pub fn row_layers(&self, row: usize) -> Result<Vec<(Array, Array)>> {
         let (r, pad, idx) = (row as i32, self.left_padding[row], self.idx);
         self.layers
             .iter()
             .flatten()
             .map(|l| {
-                (
-                    l.keys.index((r..r + 1, .., pad..idx, ..)),
-                    l.values.index((r..r + 1, .., pad..idx, ..)),
-                )
+                let k = l.keys.row(r).columns_range(pad, idx).read(idx - pad)?;
+                let v = l.values.row(r).columns_range(pad, idx).read(idx - pad)?;
+                Ok((k, v))
             })
             .collect()
     }
@@ -70,7 +127,7 @@ impl BatchKvCache {
     /// columns that no remaining row needs.
     pub fn filter(&mut self, keep: &[usize]) -> Result<()> {
         if keep.is_empty() {
-            *self = Self::new(self.layers.len());
+            *self = Self::with_quantization(self.layers.len(), self.quantization);
             return Ok(());
         }
         if keep.len() == self.rows() && keep.iter().enumerate().all(|(i, &k)| i == k) {
@@ -82,8 +139,8 @@ impl BatchKvCache {
         let trim = *self.left_padding.iter().min().expect("keep is not empty");
         let idx = self.idx;
         for layer in self.layers.iter_mut().flatten() {
-            layer.keys = layer.keys.take_axis(&rows, 0)?.index((.., .., trim..idx, ..));
-            layer.values = layer.values.take_axis(&rows, 0)?.index((.., .., trim..idx, ..));
+            layer.keys = layer.keys.take_rows(&rows)?.columns_range(trim, idx);
+            layer.values = layer.values.take_rows(&rows)?.columns_range(trim, idx);
         }
         self.idx -= trim;
         for p in &mut self.left_padding {
@@ -96,23 +153,23 @@ impl BatchKvCache {
     /// side is shorter so the newest columns line up.
     pub fn extend(&mut self, mut other: BatchKvCache) -> Result<()> {
         if self.rows() == 0 {
+            other.quantization = self.quantization;
             *self = other;
-            return Ok(());
+            return self.apply_quantization();
         }
         let width = self.idx.max(other.idx);
         self.pad_left_to(width)?;
         other.pad_left_to(width)?;
         for (mine, theirs) in self.layers.iter_mut().zip(other.layers) {
-            match (mine.as_mut(), theirs) {
-                (Some(a), Some(b)) => {
-                    a.keys = ops::concatenate(&[a.keys.index((.., .., ..width, ..)), b.keys], 0)?;
-                    a.values = ops::concatenate(&[a.values.index((.., .., ..width, ..)), b.values], 0)?;
-                }
-                _ => unreachable!("both caches have run every layer"),
-            }
+            let (Some(a), Some(b)) = (mine.as_mut(), theirs) else {
+                unreachable!("both caches have run every layer")
+            };
+            let quant = a.keys.quant();
+            a.keys = a.keys.columns_range(0, width).concat_rows(&b.keys.quantized(quant)?)?;
+            a.values = a.values.columns_range(0, width).concat_rows(&b.values.quantized(quant)?)?;
         }
         self.left_padding.extend(other.left_padding);
-        Ok(())
+        self.apply_quantization()
     }
 
     /// Prepends zero columns so that `idx == width`; buffers end exactly at `idx`.
@@ -120,17 +177,8 @@ impl BatchKvCache {
         let extra = width - self.idx;
         let idx = self.idx;
         for layer in self.layers.iter_mut().flatten() {
-            let used_k = layer.keys.index((.., .., ..idx, ..));
-            let used_v = layer.values.index((.., .., ..idx, ..));
-            if extra == 0 {
-                layer.keys = used_k;
-                layer.values = used_v;
-                continue;
-            }
-            let s = used_k.shape().to_vec();
-            let pad = ops::zeros_dtype(&[s[0], s[1], extra, s[3]], used_k.dtype())?;
-            layer.keys = ops::concatenate(&[&pad, &used_k], 2)?;
-            layer.values = ops::concatenate(&[&pad, &used_v], 2)?;
+            layer.keys = layer.keys.columns_range(0, idx).pad_columns(extra, true)?;
+            layer.values = layer.values.columns_range(0, idx).pad_columns(extra, true)?;
         }
         self.idx = width;
         for p in &mut self.left_padding {
@@ -139,16 +187,18 @@ impl BatchKvCache {
         Ok(())
     }
 
-    fn grow(layer: &mut Layer, needed: i32) -> Result<()> {
-        let cap = layer.keys.dim(2);
-        if needed <= cap {
-            return Ok(());
+    /// Converts layers whose storage no longer matches the setting (the batch
+    /// just crossed `start`, or float rows joined).
+    fn apply_quantization(&mut self) -> Result<()> {
+        for i in 0..self.layers.len() {
+            let target = self.target_quant(i);
+            if let Some(layer) = self.layers[i].as_mut() {
+                if layer.keys.quant() != target {
+                    layer.keys = layer.keys.clone().quantized(target)?;
+                    layer.values = layer.values.clone().quantized(target)?;
+                }
+            }
         }
-        let extra = (needed - cap + STEP - 1) / STEP * STEP;
-        let s = layer.keys.shape().to_vec();
-        let zeros = ops::zeros_dtype(&[s[0], s[1], extra, s[3]], layer.keys.dtype())?;
-        layer.keys = ops::concatenate(&[&layer.keys, &zeros], 2)?;
-        layer.values = ops::concatenate(&[&layer.values, &zeros], 2)?;
         Ok(())
     }
 
@@ -176,31 +226,37 @@ impl KvCache for BatchKvCache {
     }
 
     fn update(&mut self, layer: usize, keys: Array, values: Array) -> Result<(Array, Array)> {
-        let len = keys.dim(2);
-        let end = self.idx + len;
+        let end = self.idx + keys.dim(2);
+        let target = self.target_quant(layer);
         let slot = &mut self.layers[layer];
         let buffers = match slot {
             Some(b) => {
-                Self::grow(b, end)?;
+                if end > b.keys.columns() {
+                    let extra = (end - b.keys.columns() + STEP - 1) / STEP * STEP;
+                    b.keys = b.keys.pad_columns(extra, false)?;
+                    b.values = b.values.pad_columns(extra, false)?;
+                }
                 b
             }
             None => {
-                let s = keys.shape().to_vec();
                 let cap = (end + STEP - 1) / STEP * STEP;
                 slot.insert(Layer {
-                    keys: ops::zeros_dtype(&[s[0], s[1], cap, s[3]], keys.dtype())?,
-                    values: ops::zeros_dtype(&[s[0], s[1], cap, s[3]], values.dtype())?,
+                    keys: KvStore::zeros_like(&keys, cap, target)?,
+                    values: KvStore::zeros_like(&values, cap, target)?,
                 })
             }
         };
-        let cols = self.idx..end;
-        buffers.keys.try_index_mut((.., .., cols.clone(), ..), &keys)?;
-        buffers.values.try_index_mut((.., .., cols, ..), &values)?;
-        Ok((buffers.keys.index((.., .., ..end, ..)), buffers.values.index((.., .., ..end, ..))))
+        buffers.keys.write(self.idx, &keys)?;
+        buffers.values.write(self.idx, &values)?;
+        Ok((buffers.keys.read(end)?, buffers.values.read(end)?))
     }
 
     fn finish_step(&mut self, query_len: i32) {
         self.idx += query_len;
+        if let Err(e) = self.apply_quantization() {
+            // Storage stays as it was; attention is unaffected.
+            tracing::warn!(error = %e, "KV cache quantization failed");
+        }
     }
 
     fn len(&self) -> usize {

@@ -4,12 +4,13 @@
 pub mod batch;
 pub mod prefix;
 pub mod simple;
+pub mod store;
 
 use mlx_rs::Array;
 
 use crate::error::Result;
 
-pub use batch::BatchKvCache;
+pub use batch::{BatchKvCache, KvQuantization};
 pub use prefix::{PrefixCache, PrefixCacheStats};
 pub use simple::SimpleKvCache;
 

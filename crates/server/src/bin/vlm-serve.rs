@@ -70,7 +70,11 @@ async fn main() -> Result<()> {
     };
     let engine_config = EngineConfig {
         load: LoadOptions { format },
-        scheduler: SchedulerConfig { max_running: args.max_running, max_context: args.max_context, ..Default::default() },
+        scheduler: SchedulerConfig {
+            max_running: args.max_running,
+            max_context: args.max_context,
+            ..Default::default()
+        },
     };
     let state = ServerState::empty();
     tracing::info!(model = %path.display(), "loading");
@@ -79,14 +83,8 @@ async fn main() -> Result<()> {
 
     let models_dir = args.models_dir.or_else(|| path.parent().map(PathBuf::from));
     let api_key = args.api_key.or_else(|| std::env::var("VLM_API_KEY").ok()).filter(|k| !k.is_empty());
-    let config = ServerConfig {
-        host: args.host,
-        port: args.port,
-        api_key,
-        cors: args.cors,
-        models_dir,
-        ..Default::default()
-    };
+    let config =
+        ServerConfig { host: args.host, port: args.port, api_key, cors: args.cors, models_dir, ..Default::default() };
     if !config.host.is_loopback() && config.api_key.is_none() {
         tracing::warn!(host = %config.host, "listening beyond this machine without an API key");
     }

@@ -1,5 +1,5 @@
 //! The HTTP surface: one file per endpoint, assembled here with the layers
-//! (API key, body limit, CORS) that the config asks for.
+//! (API key, body limit, loopback host names, CORS) that the config asks for.
 mod chat;
 mod chunks;
 mod health;
@@ -43,9 +43,8 @@ pub fn router(config: &ServerConfig, state: ServerState) -> Router {
             models_dir: config.models_dir.clone(),
         }),
     };
-    let mut api = Router::new()
-        .route("/v1/chat/completions", post(chat::completions))
-        .route("/v1/models", get(models::list));
+    let mut api =
+        Router::new().route("/v1/chat/completions", post(chat::completions)).route("/v1/models", get(models::list));
     if let Some(key) = &config.api_key {
         let key: Arc<str> = Arc::from(key.as_str());
         api = api.route_layer(middleware::from_fn_with_state(key, crate::auth::require_key));
@@ -58,6 +57,9 @@ pub fn router(config: &ServerConfig, state: ServerState) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(context)
         .layer(DefaultBodyLimit::max(config.body_limit));
+    if config.host.is_loopback() {
+        app = app.layer(middleware::from_fn(crate::loopback::require_loopback_host));
+    }
     if config.cors {
         // Outermost, so preflights are answered before the key is asked for.
         // Authorization is not covered by a `*` header wildcard in browsers,

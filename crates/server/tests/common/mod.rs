@@ -15,7 +15,8 @@ use server::{RunningServer, ServerConfig, ServerState};
 
 /// A ChatML template that opens `<think>` in the prompt unless thinking is
 /// switched off, as Qwen3-style templates do.
-pub const THINKING_TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+pub const THINKING_TEMPLATE: &str =
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
 {% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}\
 <think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}";
 
@@ -129,7 +130,12 @@ impl TestServer {
 }
 
 /// The engine request that the server should make of a plain user message.
-pub fn engine_request(messages: Vec<ChatMessage>, options: TemplateOptions, max_tokens: usize, sampling: SamplingParams) -> Request {
+pub fn engine_request(
+    messages: Vec<ChatMessage>,
+    options: TemplateOptions,
+    max_tokens: usize,
+    sampling: SamplingParams,
+) -> Request {
     let mut r = Request::new(Prompt::Chat { messages, options }).with_max_tokens(max_tokens);
     r.sampling = sampling;
     r
@@ -158,7 +164,8 @@ impl SseReader {
             if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
                 let event: Vec<u8> = self.buffer.drain(..end + 2).collect();
                 let text = String::from_utf8(event).expect("SSE is UTF-8");
-                let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:"))).collect();
+                let data: Vec<&str> =
+                    text.lines().filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:"))).collect();
                 if !data.is_empty() {
                     return Some(data.join("\n"));
                 }
@@ -211,7 +218,10 @@ pub async fn read_stream(response: reqwest::Response) -> Streamed {
         let chunk: Value = serde_json::from_str(data).unwrap();
         assert_eq!(chunk["object"], "chat.completion.chunk", "{chunk}");
         assert!(chunk["id"].as_str().unwrap().starts_with("chatcmpl-"));
-        assert!(s.finish_reason.is_none() || chunk["choices"] == serde_json::json!([]), "a chunk after the finish: {chunk}");
+        assert!(
+            s.finish_reason.is_none() || chunk["choices"] == serde_json::json!([]),
+            "a chunk after the finish: {chunk}"
+        );
         if let Some(choice) = chunk["choices"].get(0) {
             let delta = &choice["delta"];
             if i == 0 {

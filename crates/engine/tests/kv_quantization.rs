@@ -1,0 +1,177 @@
+//! KV-cache quantization: storage size, join/leave with quantized rows, the
+//! float last layer, honest reporting when it cannot apply, and output quality
+//! on the real default model.
+use engine::batch::{Prompt, Request, SchedulerConfig};
+use engine::cache::{BatchKvCache, KvCache, KvQuantization};
+use engine::handle::{EngineConfig, EngineHandle};
+use engine::model::LoadOptions;
+use engine::testing::{write_tiny_llama, TinyLlama};
+use engine::tokenizer::{ChatMessage, TemplateOptions};
+use mlx_rs::{random, Array};
+
+fn q(bits: i32, group_size: i32) -> KvQuantization {
+    KvQuantization { bits, group_size, start: 0 }
+}
+
+/// A cache of `layers` layers holding one prefilled row of `len` random tokens.
+fn row(layers: usize, len: i32, seed: u64) -> (BatchKvCache, Vec<(Array, Array)>) {
+    random::seed(seed).unwrap();
+    let kv: Vec<(Array, Array)> = (0..layers)
+        .map(|_| {
+            let k = random::normal::<f32>(&[1, 2, len, 64], None, None, None).unwrap();
+            let v = random::normal::<f32>(&[1, 2, len, 64], None, None, None).unwrap();
+            (k, v)
+        })
+        .collect();
+    (BatchKvCache::from_prefilled(kv.clone(), len), kv)
+}
+
+fn max_abs_diff(a: &Array, b: &Array) -> f32 {
+    let d = a.subtract(b).unwrap().abs().unwrap().max(None).unwrap();
+    d.eval().unwrap();
+    d.item_cast::<f32>()
+}
+
+#[test]
+fn quantized_storage_has_its_theoretical_size_and_the_last_layer_stays_float() {
+    for (bits, group) in [(8, 32), (8, 64), (4, 32), (4, 64)] {
+        let layers = 3;
+        let mut cache = BatchKvCache::with_quantization(layers, Some(q(bits, group)));
+        let (prefilled, _) = row(layers, 100, 1);
+        cache.extend(prefilled).unwrap();
+        // One decode step makes the buffers grow to their step size.
+        let (k, v) = (random::normal::<f32>(&[1, 2, 1, 64], None, None, None).unwrap(), random::normal::<f32>(&[1, 2, 1, 64], None, None, None).unwrap());
+        cache.step(1).unwrap();
+        for l in 0..layers {
+            cache.update(l, k.clone(), v.clone()).unwrap();
+        }
+        cache.finish_step(1);
+        assert_eq!(cache.quantized_layers(), layers - 1, "the last layer must stay float");
+        let cols = 356.0; // 100 + a growth step of 256
+        let per_vector_q = 64.0 * bits as f64 / 8.0 + (64.0 / group as f64) * 2.0 * 4.0; // values + f32 scales and biases
+        let per_vector_f = 64.0 * 4.0;
+        let theory = 2.0 * 2.0 * cols * ((layers - 1) as f64 * per_vector_q + per_vector_f); // K and V, 2 heads
+        let actual = cache.nbytes() as f64;
+        let off = (actual - theory).abs() / theory;
+        println!("{bits}-bit group {group}: {actual} bytes, theory {theory}");
+        assert!(off < 0.01, "{bits}-bit g{group}: {actual} bytes vs theoretical {theory}");
+    }
+}
+
+#[test]
+fn rows_keep_their_contents_when_joining_and_leaving_a_quantized_batch() {
+    let layers = 2;
+    let mut cache = BatchKvCache::with_quantization(layers, Some(q(8, 32)));
+    let (a, a_kv) = row(layers, 40, 2);
+    let (b, b_kv) = row(layers, 7, 3);
+    let (c, c_kv) = row(layers, 23, 4);
+    cache.extend(a).unwrap();
+    cache.extend(b).unwrap();
+    cache.extend(c).unwrap();
+    assert_eq!(cache.row_lengths(), vec![40, 7, 23]);
+    // 8-bit affine error is at most one group scale: |x| < ~5 over a range of
+    // ~10 gives a scale of ~0.04.
+    let tolerance = 0.05;
+    let check = |cache: &BatchKvCache, row: usize, kv: &[(Array, Array)]| {
+        let got = cache.row_layers(row).unwrap();
+        for (l, ((gk, gv), (wk, wv))) in got.iter().zip(kv).enumerate() {
+            assert_eq!(gk.shape(), wk.shape());
+            let quantized = l + 1 < kv.len();
+            let tol = if quantized { tolerance } else { 0.0 };
+            assert!(max_abs_diff(gk, wk) <= tol, "row {row} layer {l} keys");
+            assert!(max_abs_diff(gv, wv) <= tol, "row {row} layer {l} values");
+        }
+    };
+    check(&cache, 0, &a_kv);
+    check(&cache, 1, &b_kv);
+    check(&cache, 2, &c_kv);
+    cache.filter(&[2, 1]).unwrap();
+    assert_eq!(cache.row_lengths(), vec![23, 7]);
+    check(&cache, 0, &c_kv);
+    check(&cache, 1, &b_kv);
+}
+
+#[test]
+fn quantization_that_cannot_apply_is_reported_not_silent() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap(); // head_dim 16
+    let scheduler = SchedulerConfig { kv_quantization: Some(q(8, 32)), ..Default::default() };
+    let engine = EngineHandle::start(dir.path(), EngineConfig { load: LoadOptions::default(), scheduler }).unwrap();
+    let status = engine.stats().unwrap().kv_quantization;
+    assert!(status.starts_with("not applied") && status.contains("16"), "{status}");
+    // It still serves.
+    let c = engine.submit(Request::new(Prompt::Tokens(vec![5, 6, 7])).with_max_tokens(3)).collect_blocking();
+    assert!(c.error.is_none());
+
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), &TinyLlama { heads: 2, kv_heads: 1, ..TinyLlama::default() }).unwrap(); // head_dim 32
+    let scheduler = SchedulerConfig { kv_quantization: Some(q(4, 32)), ..Default::default() };
+    let engine = EngineHandle::start(dir.path(), EngineConfig { load: LoadOptions::default(), scheduler }).unwrap();
+    let mut s = engine.submit(Request::new(Prompt::Tokens(vec![5, 6, 7, 8, 9])).with_max_tokens(50));
+    let _ = s.recv_blocking();
+    let stats = engine.stats().unwrap();
+    assert!(stats.kv_quantization.starts_with("4-bit"), "{}", stats.kv_quantization);
+    assert!(s.collect_blocking().error.is_none());
+}
+
+/// Greedy answers with an 8-bit and a 4-bit KV cache against the float cache
+/// on the real default model.
+#[test]
+fn quantized_kv_on_the_default_model_agrees_with_float() {
+    let path = engine::default_model::locate().expect("run scripts/setup.sh");
+    let questions = [
+        "What is the capital of France?",
+        "Name three colors.",
+        "Write one sentence about the sea.",
+        "Why is the sky blue?",
+    ];
+    let tok = engine::model::load(&path, &LoadOptions::default()).unwrap().tokenizer;
+    let answers = |kv: Option<KvQuantization>| -> Vec<String> {
+        let scheduler = SchedulerConfig { kv_quantization: kv, prefix_cache_bytes: 0, ..Default::default() };
+        let engine = EngineHandle::start(&path, EngineConfig { load: LoadOptions::default(), scheduler }).unwrap();
+        let streams: Vec<_> = questions
+            .iter()
+            .map(|q| {
+                let prompt = Prompt::Chat { messages: vec![ChatMessage::user(*q)], options: TemplateOptions::default() };
+                engine.submit(Request::new(prompt).with_max_tokens(32))
+            })
+            .collect();
+        streams
+            .into_iter()
+            .map(|s| {
+                let c = s.collect_blocking();
+                assert!(c.error.is_none(), "{:?}", c.error);
+                c.content
+            })
+            .collect()
+    };
+    let agreement = |a: &[String], b: &[String], label: &str| -> f64 {
+        let (mut same, mut total) = (0usize, 0usize);
+        for (x, y) in a.iter().zip(b) {
+            let (x, y) = (tok.encode(x, false).unwrap(), tok.encode(y, false).unwrap());
+            // Greedy tokens agree up to the first divergence; count that prefix.
+            let n = x.iter().zip(&y).take_while(|(p, q)| p == q).count();
+            println!("  {label}: agrees for {n} of {} tokens", x.len());
+            same += n;
+            total += x.len();
+        }
+        let rate = same as f64 / total as f64;
+        println!("{label}: {same} of {total} greedy tokens agree with the float cache ({:.0}%)", rate * 100.0);
+        rate
+    };
+    let float = answers(None);
+    // Control: a setting that never reaches its start length changes nothing.
+    let never = answers(Some(KvQuantization { start: 1 << 20, ..q(8, 32) }));
+    assert_eq!(agreement(&float, &never, "8-bit from 1M tokens (never)"), 1.0);
+    // Stated figures (SmolLM2-135M, 4 prompts, 32 tokens, measured 2026-11-23):
+    // 8-bit g32 ~47% of tokens before the first divergence, 4-bit lower. This
+    // small model's keys have outlier channels that affine groups spread over.
+    for (bits, group, min_rate) in [(8, 32, 0.3), (8, 64, 0.2), (4, 32, 0.0), (4, 64, 0.0)] {
+        let quant = answers(Some(q(bits, group)));
+        let rate = agreement(&float, &quant, &format!("{bits}-bit KV, group {group}"));
+        assert!(rate >= min_rate, "{bits}-bit agreement {rate:.2} below {min_rate}");
+        println!("  first answer: {:?}", quant[0]);
+        // Coherent: still answers the first question right.
+        assert!(quant[0].contains("Paris"), "{bits}-bit g{group}: {:?}", quant[0]);
+    }
+}

@@ -1,0 +1,122 @@
+//! Chats: create, list, rename, delete, search.
+use sqlx::sqlite::SqliteRow;
+use sqlx::Row;
+
+use crate::error::{Error, Result};
+use crate::store::{now_ms, Store};
+use crate::types::{Chat, ChatId, CleanupReport};
+
+const CHAT_COLUMNS: &str = "id, title, model, created_at, updated_at";
+
+pub(crate) fn chat_from_row(row: &SqliteRow) -> Result<Chat> {
+    Ok(Chat {
+        id: ChatId(row.try_get("id")?),
+        title: row.try_get("title")?,
+        model: row.try_get("model")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+impl Store {
+    /// A new, untitled chat. It takes its title from its first user message.
+    pub async fn create_chat(&self) -> Result<Chat> {
+        let now = now_ms();
+        let row = sqlx::query(&format!(
+            "INSERT INTO chats (title, created_at, updated_at) VALUES ('', ?1, ?1) RETURNING {CHAT_COLUMNS}"
+        ))
+        .bind(now)
+        .fetch_one(&self.pool)
+        .await?;
+        chat_from_row(&row)
+    }
+
+    pub async fn get_chat(&self, id: ChatId) -> Result<Chat> {
+        let row = sqlx::query(&format!("SELECT {CHAT_COLUMNS} FROM chats WHERE id = ?1"))
+            .bind(id.0)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(Error::ChatNotFound(id))?;
+        chat_from_row(&row)
+    }
+
+    /// All chats, most recently active first.
+    pub async fn list_chats(&self) -> Result<Vec<Chat>> {
+        let rows = sqlx::query(&format!("SELECT {CHAT_COLUMNS} FROM chats ORDER BY updated_at DESC, id DESC"))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(chat_from_row).collect()
+    }
+
+    /// Sets a chat's title (trimmed; must not be empty). A renamed chat keeps
+    /// its title: only untitled chats take one from their first message.
+    pub async fn rename_chat(&self, id: ChatId, title: &str) -> Result<Chat> {
+        let title = title.trim();
+        if title.is_empty() {
+            return Err(Error::InvalidInput("a chat title cannot be empty".into()));
+        }
+        let row = sqlx::query(&format!(
+            "UPDATE chats SET title = ?1, updated_at = ?2 WHERE id = ?3 RETURNING {CHAT_COLUMNS}"
+        ))
+        .bind(title)
+        .bind(now_ms())
+        .bind(id.0)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or(Error::ChatNotFound(id))?;
+        chat_from_row(&row)
+    }
+
+    /// Deletes a chat with its messages, then the attachment files that no
+    /// other message uses.
+    pub async fn delete_chat(&self, id: ChatId) -> Result<CleanupReport> {
+        let mut tx = self.write_tx().await?;
+        let candidates: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT ma.sha256 FROM message_attachments ma
+             JOIN messages m ON m.id = ma.message_id WHERE m.chat_id = ?1",
+        )
+        .bind(id.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        // messages and message_attachments go with it (ON DELETE CASCADE)
+        let deleted = sqlx::query("DELETE FROM chats WHERE id = ?1").bind(id.0).execute(&mut *tx).await?;
+        if deleted.rows_affected() == 0 {
+            return Err(Error::ChatNotFound(id));
+        }
+        tx.commit().await?;
+        self.remove_unreferenced_attachments(Some(&candidates)).await
+    }
+
+    /// Chats whose title or any message text contains `query` (ASCII
+    /// case-insensitive), most recently active first. An empty query lists all.
+    pub async fn search_chats(&self, query: &str) -> Result<Vec<Chat>> {
+        let query = query.trim();
+        if query.is_empty() {
+            return self.list_chats().await;
+        }
+        let pattern = format!("%{}%", escape_like(query));
+        let rows = sqlx::query(&format!(
+            "SELECT {CHAT_COLUMNS} FROM chats c
+             WHERE c.title LIKE ?1 ESCAPE '\\'
+                OR EXISTS (SELECT 1 FROM messages m
+                           WHERE m.chat_id = c.id AND m.content LIKE ?1 ESCAPE '\\')
+             ORDER BY c.updated_at DESC, c.id DESC"
+        ))
+        .bind(pattern)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(chat_from_row).collect()
+    }
+}
+
+/// Makes `%` and `_` in user text match themselves in a LIKE pattern.
+fn escape_like(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}

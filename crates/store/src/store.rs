@@ -1,0 +1,206 @@
+//! Opening the database: connection options, migrations, crash recovery.
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+
+use crate::error::{Error, Result};
+
+/// The migrations in `migrations/`, embedded at compile time.
+pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// Where the store keeps its files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// The SQLite database file (created if missing, with its folder).
+    pub database: PathBuf,
+    /// The folder that holds attachment files (created if missing).
+    pub attachments_dir: PathBuf,
+}
+
+impl StoreConfig {
+    /// `database`, with attachments in an `attachments` folder beside it.
+    pub fn beside(database: impl Into<PathBuf>) -> Self {
+        let database = database.into();
+        let attachments_dir = database.parent().unwrap_or(Path::new(".")).join("attachments");
+        StoreConfig { database, attachments_dir }
+    }
+}
+
+/// A handle on the database. Cheap to clone; every clone shares one pool.
+#[derive(Debug, Clone)]
+pub struct Store {
+    /// Connection pool; SQLite in WAL mode lets readers run beside the one writer.
+    pub(crate) pool: SqlitePool,
+    /// Folder with the attachment files.
+    pub(crate) attachments_dir: PathBuf,
+    /// Serializes attachment file writes against orphan removal, so a file
+    /// being added again is never deleted between its check and its row insert.
+    pub(crate) attachment_lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Store {
+    /// Opens (or creates) the database at `path`, with attachments in an
+    /// `attachments` folder beside it. Applies pending migrations and marks any
+    /// reply left `streaming` by a crash as `interrupted`.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Store> {
+        Store::open_with(StoreConfig::beside(path.as_ref())).await
+    }
+
+    /// Like [`Store::open`] with explicit locations.
+    pub async fn open_with(config: StoreConfig) -> Result<Store> {
+        Store::open_migrated(config, &MIGRATOR).await
+    }
+
+    pub(crate) async fn open_migrated(config: StoreConfig, migrator: &Migrator) -> Result<Store> {
+        if let Some(dir) = config.database.parent().filter(|d| !d.as_os_str().is_empty()) {
+            tokio::fs::create_dir_all(dir).await.map_err(|e| Error::io(dir, e))?;
+        }
+        tokio::fs::create_dir_all(&config.attachments_dir)
+            .await
+            .map_err(|e| Error::io(&config.attachments_dir, e))?;
+
+        let pool = connect(&config.database).await?;
+        // sqlx runs each SQLite migration in its own transaction: a failing one
+        // rolls back and is not recorded, so the previous schema and data stay.
+        migrator.run(&pool).await?;
+
+        let store = Store {
+            pool,
+            attachments_dir: config.attachments_dir,
+            attachment_lock: Arc::new(tokio::sync::Mutex::new(())),
+        };
+        let recovered = store.recover_interrupted_replies().await?;
+        if recovered > 0 {
+            tracing::info!(recovered, "replies left streaming by the last run marked interrupted");
+        }
+        Ok(store)
+    }
+
+    /// Closes every connection (checkpointing the WAL). Call on app exit;
+    /// dropping the store without it is safe, just less tidy.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// A write transaction. IMMEDIATE takes the write lock up front: a deferred
+    /// transaction that reads first and writes later fails at once with
+    /// SQLITE_BUSY (no busy wait) if another writer committed in between.
+    pub(crate) async fn write_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    /// The folder that holds attachment files.
+    pub fn attachments_dir(&self) -> &Path {
+        &self.attachments_dir
+    }
+}
+
+async fn connect(path: &Path) -> Result<SqlitePool> {
+    // from_str("sqlite://") then .filename(): a path with spaces or '?' is not parsed as a URL
+    let options = SqliteConnectOptions::from_str("sqlite://")?
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .foreign_keys(true)
+        // NORMAL is durable across app crashes in WAL mode (only an OS crash or
+        // power loss can drop the last commits), and much cheaper than FULL for
+        // the once-a-second reply updates.
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(5));
+    Ok(SqlitePoolOptions::new().max_connections(4).connect_with(options).await?)
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::Row;
+
+    #[tokio::test]
+    async fn connections_use_wal_and_foreign_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("chats.db")).await.unwrap();
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&store.pool).await.unwrap();
+        assert_eq!(mode, "wal");
+        let fk: i64 = sqlx::query_scalar("PRAGMA foreign_keys").fetch_one(&store.pool).await.unwrap();
+        assert_eq!(fk, 1);
+    }
+
+    /// A migration that fails half-way must leave the previous schema and
+    /// data as they were, and not be recorded as applied.
+    #[tokio::test]
+    async fn failed_migration_leaves_the_database_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("chats.db");
+        let store = Store::open(&db).await.unwrap();
+        let chat = store.create_chat().await.unwrap();
+        store.rename_chat(chat.id, "keep me").await.unwrap();
+        store.close().await;
+
+        let migrations = dir.path().join("migrations");
+        std::fs::create_dir(&migrations).unwrap();
+        let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        for entry in std::fs::read_dir(ours).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), migrations.join(entry.file_name())).unwrap();
+        }
+        // the first two statements succeed, the third fails
+        std::fs::write(
+            migrations.join("9999_broken.sql"),
+            "ALTER TABLE chats ADD COLUMN pinned INTEGER;\n\
+             CREATE TABLE extra (id INTEGER);\n\
+             INSERT INTO no_such_table VALUES (1);\n",
+        )
+        .unwrap();
+        let broken = Migrator::new(migrations.as_path()).await.unwrap();
+        let err = Store::open_migrated(StoreConfig::beside(&db), &broken).await.unwrap_err();
+        assert_eq!(err.code(), "MIGRATION_FAILED", "{err}");
+
+        let store = Store::open(&db).await.unwrap();
+        let chats = store.list_chats().await.unwrap();
+        assert_eq!(chats.len(), 1);
+        assert_eq!(chats[0].title, "keep me");
+        let extra: Option<String> =
+            sqlx::query_scalar("SELECT name FROM sqlite_master WHERE name = 'extra'").fetch_optional(&store.pool).await.unwrap();
+        assert_eq!(extra, None);
+        let columns: Vec<String> = sqlx::query("PRAGMA table_info(chats)")
+            .fetch_all(&store.pool)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<String, _>("name"))
+            .collect();
+        assert!(!columns.contains(&"pinned".to_string()), "{columns:?}");
+        let latest: i64 =
+            sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations").fetch_one(&store.pool).await.unwrap();
+        assert!(latest < 9999);
+    }
+
+    /// A database from a newer app version is refused, not half-understood.
+    #[tokio::test]
+    async fn database_from_a_newer_version_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("chats.db");
+        let store = Store::open(&db).await.unwrap();
+        sqlx::query(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+             VALUES (99999, 'from the future', 1, x'00', 0)",
+        )
+        .execute(&store.pool)
+        .await
+        .unwrap();
+        store.close().await;
+        let err = Store::open(&db).await.unwrap_err();
+        assert_eq!(err.code(), "DATABASE_TOO_NEW", "{err}");
+    }
+}

@@ -1,0 +1,235 @@
+//! The records the store hands out and takes in.
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A chat's row id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ChatId(pub i64);
+
+/// A message's row id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MessageId(pub i64);
+
+/// An assistant message that is being streamed. Only `begin_reply` makes one,
+/// so `update_reply`/`finish_reply` cannot be pointed at a user message by mistake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ReplyId(pub MessageId);
+
+impl fmt::Display for ChatId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Milliseconds since the Unix epoch (UTC): what the UI formats, and sortable as an integer.
+pub type Timestamp = i64;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Chat {
+    /// Row id.
+    pub id: ChatId,
+    /// Empty until the first user message names the chat (or the user renames it).
+    pub title: String,
+    /// The model of the latest reply, if any.
+    pub model: Option<String>,
+    /// When the chat was created.
+    pub created_at: Timestamp,
+    /// Last activity (a message added, a rename); chats are listed by this, newest first.
+    pub updated_at: Timestamp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Role> {
+        Some(match s {
+            "system" => Role::System,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool" => Role::Tool,
+            _ => return None,
+        })
+    }
+}
+
+/// Where a message is in its life. Only assistant replies are ever `Streaming`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MessageStatus {
+    Complete,
+    /// Being generated now.
+    Streaming,
+    /// Stopped before the end (the user stopped it, or the app quit or crashed
+    /// mid-reply); the partial text is kept.
+    Interrupted,
+    /// Generation failed; `Message::error` says why.
+    Error,
+}
+
+impl MessageStatus {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            MessageStatus::Complete => "complete",
+            MessageStatus::Streaming => "streaming",
+            MessageStatus::Interrupted => "interrupted",
+            MessageStatus::Error => "error",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<MessageStatus> {
+        Some(match s {
+            "complete" => MessageStatus::Complete,
+            "streaming" => MessageStatus::Streaming,
+            "interrupted" => MessageStatus::Interrupted,
+            "error" => MessageStatus::Error,
+            _ => return None,
+        })
+    }
+}
+
+/// How a streamed reply ended. A separate type from [`MessageStatus`] so that
+/// "finish as still streaming" cannot be expressed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", content = "message", rename_all = "lowercase")]
+pub enum ReplyOutcome {
+    Complete,
+    Interrupted,
+    Error(String),
+}
+
+/// Generation statistics shown under a reply. Stored as JSON, so fields can be
+/// added later without a migration; all are optional because an interrupted
+/// or failed reply may not have them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MessageStats {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens: Option<u64>,
+    /// Decode speed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_second: Option<f64>,
+    /// Time to first token, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    /// Why generation stopped ("stop", "length", "cancelled", …), as the engine says it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+}
+
+/// An image stored in the attachments folder, named by the SHA-256 of its bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    /// Lowercase hex SHA-256 of the file's bytes: its identity.
+    pub sha256: String,
+    /// MIME type detected from the magic bytes.
+    pub mime: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Where the file is on disk.
+    pub path: std::path::PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Row id; increases in the order messages were added.
+    pub id: MessageId,
+    /// The chat it belongs to.
+    pub chat_id: ChatId,
+    pub role: Role,
+    /// The visible text (for a reply: the answer without its reasoning).
+    pub content: String,
+    /// A thinking model's reasoning, kept apart from the answer.
+    pub reasoning: Option<String>,
+    /// Images attached to the message, in the order they were given.
+    pub attachments: Vec<Attachment>,
+    pub stats: Option<MessageStats>,
+    /// The model that wrote a reply.
+    pub model: Option<String>,
+    pub status: MessageStatus,
+    /// Why generation failed, for status `Error`.
+    pub error: Option<String>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// A message to add as a whole (user input, a system prompt, an imported
+/// reply). Replies that stream use `begin_reply` instead.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewMessage {
+    pub role: Role,
+    pub content: String,
+    #[serde(default)]
+    pub reasoning: Option<String>,
+    /// SHA-256 hashes returned by `Store::add_attachment`.
+    #[serde(default)]
+    pub attachments: Vec<String>,
+    #[serde(default)]
+    pub stats: Option<MessageStats>,
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+impl NewMessage {
+    /// A user message with text only.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::with_role(Role::User, content)
+    }
+
+    /// A system prompt.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::with_role(Role::System, content)
+    }
+
+    pub fn with_role(role: Role, content: impl Into<String>) -> Self {
+        NewMessage {
+            role,
+            content: content.into(),
+            reasoning: None,
+            attachments: Vec::new(),
+            stats: None,
+            model: None,
+        }
+    }
+
+    /// Adds attachments by hash (from `Store::add_attachment`).
+    pub fn with_attachments(mut self, hashes: impl IntoIterator<Item = String>) -> Self {
+        self.attachments.extend(hashes);
+        self
+    }
+}
+
+/// What an orphan cleanup removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CleanupReport {
+    /// Attachment files deleted from disk.
+    pub files_removed: u64,
+    /// Their total size.
+    pub bytes_freed: u64,
+}
