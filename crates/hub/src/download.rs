@@ -198,19 +198,19 @@ pub struct HubClient {
     config: HubConfig,
 }
 
-/// Repositories this process is downloading now: two downloads of one repo
-/// would write the same `.part` files.
-static ACTIVE: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+/// Repository folders this process is downloading into now: two downloads
+/// of one repo into one cache would write the same `.part` files.
+static ACTIVE: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
 
-struct ActiveGuard(String);
+struct ActiveGuard(PathBuf);
 
 impl ActiveGuard {
-    fn take(repo: &str) -> Result<ActiveGuard> {
+    fn take(repo: &str, repo_dir: &Path) -> Result<ActiveGuard> {
         let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
-        if !active.get_or_insert_with(HashSet::new).insert(repo.to_string()) {
+        if !active.get_or_insert_with(HashSet::new).insert(repo_dir.to_path_buf()) {
             return Err(Error::AlreadyDownloading(repo.to_string()));
         }
-        Ok(ActiveGuard(repo.to_string()))
+        Ok(ActiveGuard(repo_dir.to_path_buf()))
     }
 }
 
@@ -279,9 +279,8 @@ impl HubClient {
             validate_file_name(&file.name)?;
             validate_hash(&file.hash)?;
         }
-        let _active = ActiveGuard::take(&listing.repo)?;
-
         let repo_dir = self.config.cache.repo_dir(&listing.repo)?;
+        let _active = ActiveGuard::take(&listing.repo, &repo_dir)?;
         let blobs = repo_dir.join("blobs");
         let snapshot = repo_dir.join("snapshots").join(&listing.commit);
         for dir in [&blobs, &snapshot] {
