@@ -35,7 +35,7 @@ scripts/ref-venv.sh
 PY="$ROOT/.venv-ref/bin/python"
 
 log "building vlm"
-cargo build -q -p engine
+cargo build -q -p cli
 VLM="$ROOT/target/debug/vlm"
 
 GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf

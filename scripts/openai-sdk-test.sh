@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks vlm-serve with the official OpenAI Python SDK on the default model
+# Checks vlm serve with the official OpenAI Python SDK on the default model
 # (SmolLM2-135M-Instruct, installed by scripts/setup.sh): whole and streamed
 # replies, a tool-call round trip, and 16 concurrent streaming clients of
 # which 4 hang up early. Not part of scripts/test.sh (it needs PyPI once, for
@@ -17,9 +17,9 @@ if ! "$VENV/bin/python" -c "import openai" 2>/dev/null; then
     "$VENV/bin/pip" install --quiet openai
 fi
 
-cargo build -p server --bin vlm-serve
+cargo build -p cli --bin vlm
 LOG=$(mktemp)
-target/debug/vlm-serve --model default --port 0 >"$LOG" 2>&1 &
+target/debug/vlm serve --model default --port 0 >"$LOG" 2>&1 &
 SERVER=$!
 trap 'kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; rm -f "$LOG"' EXIT
 
@@ -29,17 +29,17 @@ for _ in $(seq 1 600); do
     [ -n "$URL" ] && break
     if ! kill -0 "$SERVER" 2>/dev/null; then
         cat "$LOG" >&2
-        echo "vlm-serve exited before listening" >&2
+        echo "vlm serve exited before listening" >&2
         exit 1
     fi
     sleep 0.2
 done
 if [ -z "$URL" ]; then
     cat "$LOG" >&2
-    echo "vlm-serve did not start listening" >&2
+    echo "vlm serve did not start listening" >&2
     exit 1
 fi
-echo "vlm-serve at $URL"
+echo "vlm serve at $URL"
 
 status=0
 "$VENV/bin/python" scripts/openai_sdk_test.py "$URL" || status=$?

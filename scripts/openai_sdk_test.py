@@ -1,4 +1,4 @@
-"""Checks vlm-serve with the official OpenAI Python SDK.
+"""Checks vlm serve with the official OpenAI Python SDK.
 
 Usage: python scripts/openai_sdk_test.py http://127.0.0.1:PORT
 (scripts/openai-sdk-test.sh makes the venv, starts the server and runs this.)

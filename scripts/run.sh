@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-cargo build -q -p engine --bin vlm
+cargo build -q -p cli --bin vlm
 exec target/debug/vlm chat "$@"

@@ -1,4 +1,4 @@
-// Bakes an rpath to libmlx into `vlm-serve` and the tests so they run outside
+// Bakes an rpath to libmlx into the tests so they run outside
 // `cargo run` / `cargo test` too, as crates/engine/build.rs does for `vlm`.
 // DEP_MLX_LIB_DIR comes from mlx-sys (`links = "mlx"`), handed only to
 // crates that depend on it directly, hence the mlx-sys dependency.

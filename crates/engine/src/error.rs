@@ -47,6 +47,10 @@ pub enum Error {
     #[error("context length exceeded: the prompt has {prompt_tokens} tokens, the model's context is {max_context} tokens")]
     ContextLengthExceeded { prompt_tokens: usize, max_context: usize },
 
+    /// The engine is shutting down or has stopped (model unloaded, app quitting).
+    #[error("the engine has stopped")]
+    EngineStopped,
+
     /// An error raised by MLX itself.
     #[error("MLX error: {0}")]
     Mlx(String),
@@ -69,6 +73,7 @@ impl Error {
             Error::ChatTemplate(_) => "CHAT_TEMPLATE_ERROR",
             Error::InvalidRequest(_) => "INVALID_REQUEST",
             Error::ContextLengthExceeded { .. } => "CONTEXT_LENGTH_EXCEEDED",
+            Error::EngineStopped => "ENGINE_STOPPED",
             Error::Mlx(_) => "MLX_ERROR",
             Error::Io { .. } => "IO_ERROR",
         }

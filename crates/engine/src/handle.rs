@@ -24,7 +24,8 @@ pub struct EngineConfig {
 }
 
 enum Command {
-    Submit { id: RequestId, request: Request, events: tokio::sync::mpsc::UnboundedSender<Event> },
+    // Boxed: a request is far larger than the other commands.
+    Submit { id: RequestId, request: Box<Request>, events: tokio::sync::mpsc::UnboundedSender<Event> },
     Cancel(RequestId),
     Stats(tokio::sync::oneshot::Sender<EngineStats>),
     Shutdown,
@@ -71,9 +72,8 @@ impl EngineHandle {
     pub fn submit(&self, request: Request) -> RequestStream {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (events, rx) = unbounded_channel();
-        if self.commands.send(Command::Submit { id, request, events: events.clone() }).is_err() {
-            let stopped = RequestError { code: "ENGINE_STOPPED".into(), message: "the engine has stopped".into() };
-            let _ = events.send(Event::Error(stopped));
+        if self.commands.send(Command::Submit { id, request: Box::new(request), events: events.clone() }).is_err() {
+            let _ = events.send(Event::Error(RequestError::from(&Error::EngineStopped)));
             let _ = events.send(Event::Finished { reason: FinishReason::Error, stats: RequestStats::default() });
         }
         RequestStream { id, rx }
@@ -123,13 +123,13 @@ fn run(mut scheduler: Scheduler, inbox: mpsc::Receiver<Command>) {
         };
         if let Some(command) = next {
             match command {
-                Command::Submit { id, request, events } => scheduler.submit(id, request, events),
+                Command::Submit { id, request, events } => scheduler.submit(id, *request, events),
                 Command::Cancel(id) => scheduler.cancel(id),
                 Command::Stats(reply) => {
                     let _ = reply.send(scheduler.stats());
                 }
                 Command::Shutdown => {
-                    scheduler.fail_all(&Error::InvalidRequest("the engine is shutting down".into()));
+                    scheduler.fail_all(&Error::EngineStopped);
                     return;
                 }
             }
@@ -149,7 +149,7 @@ fn run(mut scheduler: Scheduler, inbox: mpsc::Receiver<Command>) {
 }
 
 fn stopped() -> Error {
-    Error::Mlx("the engine has stopped".into())
+    Error::EngineStopped
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

@@ -2,13 +2,24 @@
 //! `VLM_LOG=engine=debug`; the default shows warnings and errors only.
 use tracing_subscriber::EnvFilter;
 
-fn filter() -> EnvFilter {
+fn filter(default: &str) -> EnvFilter {
     EnvFilter::try_from_env("VLM_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new("warn"))
+        .unwrap_or_else(|_| EnvFilter::new(default))
 }
 
 /// Logs to stderr (the CLI's stdout carries the answer).
 pub fn init_cli() {
-    let _ = tracing_subscriber::fmt().with_env_filter(filter()).with_writer(std::io::stderr).try_init();
+    init_with_default("warn");
+}
+
+/// Logs to stderr with `default` as the filter unless `VLM_LOG` says otherwise;
+/// colours only on a terminal, so a log file stays plain text.
+pub fn init_with_default(default: &str) {
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter(default))
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .try_init();
 }

@@ -141,6 +141,13 @@ pub struct Usage {
     pub completion_tokens: usize,
     pub total_tokens: usize,
     pub prompt_tokens_details: PromptTokensDetails,
+    pub completion_tokens_details: CompletionTokensDetails,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CompletionTokensDetails {
+    /// Completion tokens spent thinking (the text in `reasoning_content`).
+    pub reasoning_tokens: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]

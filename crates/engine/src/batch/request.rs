@@ -68,6 +68,8 @@ pub struct RequestStats {
     /// Prompt tokens served from the prompt cache instead of prefilled.
     pub cached_prompt_tokens: usize,
     pub generated_tokens: usize,
+    /// Generated tokens that were thinking (part of `generated_tokens`).
+    pub reasoning_tokens: usize,
     /// From submission to the first token.
     pub time_to_first_token: Duration,
     /// Prefill speed: prompt tokens over the time spent prefilling them.

@@ -190,6 +190,7 @@ impl Sequence {
             prompt_tokens: self.prompt_len,
             cached_prompt_tokens: self.cached_prompt_tokens,
             generated_tokens: self.generated,
+            reasoning_tokens: self.reasoning_tokens,
             time_to_first_token: first - self.submitted,
             prompt_tps: (self.prompt_len - self.cached_prompt_tokens) as f64 / prefill_secs,
             generation_tps: self.generated.saturating_sub(1) as f64 / decode_secs,

@@ -11,7 +11,7 @@ use engine::tools::ToolCall;
 use crate::api_error::ApiError;
 use crate::openai::{
     AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Delta, FunctionCallOut,
-    PromptTokensDetails, ToolCallOut, Usage,
+    PromptTokensDetails, CompletionTokensDetails, ToolCallOut, Usage,
 };
 
 /// What every object of one reply repeats.
@@ -46,6 +46,7 @@ pub fn usage(stats: &RequestStats) -> Usage {
         completion_tokens: stats.generated_tokens,
         total_tokens: stats.prompt_tokens + stats.generated_tokens,
         prompt_tokens_details: PromptTokensDetails { cached_tokens: stats.cached_prompt_tokens },
+        completion_tokens_details: CompletionTokensDetails { reasoning_tokens: stats.reasoning_tokens },
     }
 }
 

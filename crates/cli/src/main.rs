@@ -1,6 +1,8 @@
 //! `vlm`: the engine from the command line.
 //!
+//!   vlm chat
 //!   vlm generate --model default --prompt "What is the capital of France?"
+//!   vlm serve --model default --port 8080       (OpenAI-compatible API)
 //!   vlm convert model.gguf out-folder [--dtype float32]
 //!   vlm bench --model <folder|file.gguf|default>
 use std::io::Write;
@@ -28,6 +30,8 @@ enum Command {
     Chat(ChatArgs),
     /// Answer one prompt, streaming tokens to stdout; stats go to stderr.
     Generate(GenerateArgs),
+    /// Serve the OpenAI-compatible API (/v1/chat/completions, /v1/models, /health).
+    Serve(ServeArgs),
     /// Write a GGUF model as an mlx-community folder (config.json, safetensors, tokenizer).
     Convert(ConvertArgs),
     /// Measure prompt and decode speed.
@@ -124,6 +128,28 @@ struct ChatArgs {
 }
 
 #[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Address to listen on. Anything but loopback exposes the model to the network.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: std::net::IpAddr,
+    /// Port to listen on (0 picks a free one; stdout says which).
+    #[arg(long, default_value_t = server::DEFAULT_PORT)]
+    port: u16,
+    /// Require `Authorization: Bearer <key>`. Also read from VLM_API_KEY, which
+    /// keeps the key out of the process list.
+    #[arg(long)]
+    api_key: Option<String>,
+    /// Allow browser pages of any origin to call the API.
+    #[arg(long)]
+    cors: bool,
+    /// A folder whose models `/v1/models` lists (default: the model's folder).
+    #[arg(long)]
+    models_dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
 struct ConvertArgs {
     gguf: PathBuf,
     out: PathBuf,
@@ -156,9 +182,15 @@ struct BenchArgs {
 }
 
 fn main() -> Result<()> {
-    engine::logging::init_cli();
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Serve(_)) {
+        // A server's log is its record: one line per request by default.
+        engine::logging::init_with_default("warn,server=info");
+    } else {
+        engine::logging::init_cli();
+    }
     match cli.command {
+        Command::Serve(a) => run_serve(a),
         Command::Chat(a) => run_chat(a),
         Command::Generate(a) => run_generate(a),
         Command::Convert(a) => run_convert(a),
@@ -303,6 +335,41 @@ fn run_chat(a: ChatArgs) -> Result<()> {
     }
     engine.shutdown();
     Ok(())
+}
+
+fn run_serve(a: ServeArgs) -> Result<()> {
+    let path = resolve_model(&a.model.model)?;
+    let engine = a.model.start_engine()?;
+    let info = engine.model_info().clone();
+    let state = server::ServerState::with_engine(engine);
+    let api_key = a.api_key.or_else(|| std::env::var("VLM_API_KEY").ok()).filter(|k| !k.is_empty());
+    let config = server::ServerConfig {
+        host: a.host,
+        port: a.port,
+        api_key,
+        cors: a.cors,
+        models_dir: a.models_dir.or_else(|| path.parent().map(PathBuf::from)),
+        ..Default::default()
+    };
+    if !config.host.is_loopback() && config.api_key.is_none() {
+        tracing::warn!(host = %config.host, "listening beyond this machine without an API key");
+    }
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let running = server::serve(config, state.clone()).await?;
+        // One line on stdout, for scripts that start us on port 0.
+        println!("listening on http://{} ({})", running.addr(), info.name);
+        tokio::select! {
+            result = running.wait() => result.context("the server stopped")?,
+            _ = tokio::signal::ctrl_c() => {
+                // Requests under way end now rather than holding the exit.
+                if let Some(engine) = state.unload() {
+                    engine.shutdown();
+                }
+            }
+        }
+        Ok(())
+    })
 }
 
 fn run_convert(a: ConvertArgs) -> Result<()> {
