@@ -447,8 +447,7 @@ impl HubClient {
     }
 
     fn url(&self, segments: &[&str]) -> Result<Url> {
-        let mut url =
-            Url::parse(&self.config.endpoint).map_err(|e| Error::Network(format!("bad endpoint: {e}")))?;
+        let mut url = Url::parse(&self.config.endpoint).map_err(|e| Error::Network(format!("bad endpoint: {e}")))?;
         if url.cannot_be_a_base() {
             return Err(Error::Network(format!("bad endpoint {:?}", self.config.endpoint)));
         }
@@ -856,7 +855,10 @@ fn parse_listing(repo: &str, revision: &str, body: &[u8]) -> Result<RepoListing>
             (Some(sha256), _) => FileHash::Sha256(sha256.to_ascii_lowercase()),
             (None, Some(blob)) => FileHash::GitBlob(blob.to_ascii_lowercase()),
             (None, None) => {
-                return Err(Error::InvalidListing(format!("{}: no hash (the endpoint ignored blobs=true)", s.rfilename)))
+                return Err(Error::InvalidListing(format!(
+                    "{}: no hash (the endpoint ignored blobs=true)",
+                    s.rfilename
+                )))
             }
         };
         validate_hash(&hash)?;
@@ -908,7 +910,8 @@ mod tests {
         let sha = "0123456789abcdef0123456789abcdef01234567";
         let no_hash = format!(r#"{{"sha": "{sha}", "siblings": [{{"rfilename": "config.json"}}]}}"#);
         assert_eq!(parse_listing("o/m", "main", no_hash.as_bytes()).unwrap_err().code(), "INVALID_LISTING");
-        let evil = format!(r#"{{"sha": "{sha}", "siblings": [{{"rfilename": "../evil", "size": 1, "blobId": "{sha}"}}]}}"#);
+        let evil =
+            format!(r#"{{"sha": "{sha}", "siblings": [{{"rfilename": "../evil", "size": 1, "blobId": "{sha}"}}]}}"#);
         assert_eq!(parse_listing("o/m", "main", evil.as_bytes()).unwrap_err().code(), "UNSAFE_FILE_NAME");
         assert_eq!(parse_listing("o/m", "main", b"[]").unwrap_err().code(), "INVALID_LISTING");
     }

@@ -27,10 +27,8 @@ const TYPE_ARRAY: u32 = 9;
 
 /// `general.architecture` of a GGUF file ("llama", "qwen2", …).
 pub fn read_architecture(path: &Path) -> Result<String> {
-    read_string_value(path, "general.architecture")?.ok_or_else(|| Error::InvalidGguf {
-        path: path.to_path_buf(),
-        reason: "no general.architecture key".into(),
-    })
+    read_string_value(path, "general.architecture")?
+        .ok_or_else(|| Error::InvalidGguf { path: path.to_path_buf(), reason: "no general.architecture key".into() })
 }
 
 /// The string value of `key`, or `None` if the metadata has no such key.
@@ -117,8 +115,7 @@ impl<R: Read> Reader<R> {
     }
 
     fn skip(&mut self, n: u64) -> Parse<()> {
-        let skipped = std::io::copy(&mut (&mut self.inner).take(n), &mut std::io::sink())
-            .map_err(|e| e.to_string())?;
+        let skipped = std::io::copy(&mut (&mut self.inner).take(n), &mut std::io::sink()).map_err(|e| e.to_string())?;
         if skipped < n {
             return Err("file is truncated".into());
         }
@@ -152,10 +149,10 @@ impl<R: Read> Reader<R> {
 /// Byte size of a scalar value type; `None` for strings, arrays and unknown types.
 fn fixed_size(value_type: u32) -> Option<u64> {
     Some(match value_type {
-        0 | 1 | 7 => 1,   // u8, i8, bool
-        2 | 3 => 2,       // u16, i16
-        4..=6 => 4,       // u32, i32, f32
-        10..=12 => 8,     // u64, i64, f64
+        0 | 1 | 7 => 1, // u8, i8, bool
+        2 | 3 => 2,     // u16, i16
+        4..=6 => 4,     // u32, i32, f32
+        10..=12 => 8,   // u64, i64, f64
         _ => return None,
     })
 }

@@ -16,8 +16,8 @@ pub mod scan;
 pub use cache::{disk_usage, HfCache};
 pub use catalog::{Catalog, CatalogEntry, CatalogModel, ModelSource};
 pub use download::{
-    CancellationToken, DownloadOptions, DownloadProgress, DownloadedModel, FileHash, HubClient, HubConfig,
-    ProgressFn, RepoFile, RepoListing, RetryPolicy, DEFAULT_ENDPOINT,
+    CancellationToken, DownloadOptions, DownloadProgress, DownloadedModel, FileHash, HubClient, HubConfig, ProgressFn,
+    RepoFile, RepoListing, RetryPolicy, DEFAULT_ENDPOINT,
 };
 pub use error::{Error, Result};
 pub use scan::{LocalModel, Location, ModelFormat, ScanConfig};

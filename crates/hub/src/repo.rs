@@ -93,8 +93,20 @@ mod tests {
             validate_file_name(ok).unwrap();
         }
         for bad in [
-            "", "../evil", "a/../../evil", "..", ".", "/etc/passwd", "a//b", "a/./b", "a\\..\\b", "C:/x", "c:evil",
-            "a/b/", "nul\0byte", "line\nbreak",
+            "",
+            "../evil",
+            "a/../../evil",
+            "..",
+            ".",
+            "/etc/passwd",
+            "a//b",
+            "a/./b",
+            "a\\..\\b",
+            "C:/x",
+            "c:evil",
+            "a/b/",
+            "nul\0byte",
+            "line\nbreak",
         ] {
             assert_eq!(validate_file_name(bad).unwrap_err().code(), "UNSAFE_FILE_NAME", "{bad:?}");
         }

@@ -40,7 +40,11 @@ fn recording_options() -> (DownloadOptions, Arc<Mutex<Vec<DownloadProgress>>>) {
     let options = DownloadOptions {
         on_progress: Some(Arc::new(move |p: &DownloadProgress| sink.lock().unwrap().push(p.clone()))),
         progress_interval: Duration::ZERO,
-        retry: RetryPolicy { attempts: 3, initial_delay: Duration::from_millis(10), max_delay: Duration::from_millis(50) },
+        retry: RetryPolicy {
+            attempts: 3,
+            initial_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(50),
+        },
         ..DownloadOptions::default()
     };
     (options, events)
@@ -103,7 +107,9 @@ async fn downloads_a_repo_into_the_hf_cache_with_progress() {
     let last = events.last().unwrap();
     assert_eq!((last.bytes_done, last.files_done), (total, 3));
     assert_eq!(events[0].bytes_done, 0);
-    assert!(events.iter().any(|e| e.file == "model.safetensors" && e.file_bytes_done > 0 && e.file_bytes_done < 300_000));
+    assert!(events
+        .iter()
+        .any(|e| e.file == "model.safetensors" && e.file_bytes_done > 0 && e.file_bytes_done < 300_000));
 
     // a second download finds everything in the cache
     let requests_before = hub.requests().len();
@@ -180,7 +186,7 @@ async fn a_cancelled_download_resumes_on_the_next_call() {
         .join("models--test-org--tiny-model/blobs")
         .join(format!("{}.part", common::sha256_hex(&repo.files[2].content)));
     let kept = std::fs::metadata(&part).unwrap().len();
-    assert!(kept >= 50_000 && kept < 300_000, "{kept}");
+    assert!((50_000..300_000).contains(&kept), "{kept}");
     let blob = part.with_extension("");
     assert!(!blob.exists(), "a partial file must not look complete");
 

@@ -35,7 +35,11 @@ fn reads_the_architecture_after_values_it_skips() {
 fn reads_version_1_with_32_bit_lengths() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v1.gguf");
-    write_gguf(&path, 1, &[("tokenizer.ggml.tokens", tokens(10)), ("general.architecture", GgufValue::Str("llama".into()))]);
+    write_gguf(
+        &path,
+        1,
+        &[("tokenizer.ggml.tokens", tokens(10)), ("general.architecture", GgufValue::Str("llama".into()))],
+    );
     assert_eq!(read_architecture(&path).unwrap(), "llama");
 }
 
@@ -43,7 +47,11 @@ fn reads_version_1_with_32_bit_lengths() {
 fn malformed_files_are_errors_not_panics() {
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("good.gguf");
-    write_gguf(&good, 3, &[("tokenizer.ggml.tokens", tokens(50)), ("general.architecture", GgufValue::Str("llama".into()))]);
+    write_gguf(
+        &good,
+        3,
+        &[("tokenizer.ggml.tokens", tokens(50)), ("general.architecture", GgufValue::Str("llama".into()))],
+    );
     let bytes = std::fs::read(&good).unwrap();
 
     let check = |name: &str, content: &[u8], needle: &str| {

@@ -47,7 +47,11 @@ fn scans_the_cache_the_models_folder_and_added_files() {
     let cache = root.path().join("hf/hub");
     let weights: &[u8] = b"not really safetensors";
     cached_repo(&cache, "org/good", &[("config.json", br#"{"model_type": "llama"}"#), ("model.safetensors", weights)]);
-    cached_repo(&cache, "org/vision", &[("config.json", br#"{"model_type": "qwen2_5_vl"}"#), ("model.safetensors", weights)]);
+    cached_repo(
+        &cache,
+        "org/vision",
+        &[("config.json", br#"{"model_type": "qwen2_5_vl"}"#), ("model.safetensors", weights)],
+    );
     cached_repo(&cache, "org/broken", &[("config.json", b"{not json"), ("model.safetensors", weights)]);
     cached_repo(&cache, "org/no-type", &[("config.json", br#"{"hidden_size": 8}"#), ("model.safetensors", weights)]);
     cached_repo(&cache, "org/no-weights", &[("config.json", br#"{"model_type": "llama"}"#)]);
@@ -59,7 +63,11 @@ fn scans_the_cache_the_models_folder_and_added_files() {
     std::fs::create_dir_all(&partial).unwrap();
     std::fs::write(partial.join("0123.part"), b"half").unwrap();
     // a snapshot link whose blob is gone
-    let dangling = cached_repo(&cache, "org/dangling", &[("config.json", br#"{"model_type": "llama"}"#), ("model.safetensors", weights)]);
+    let dangling = cached_repo(
+        &cache,
+        "org/dangling",
+        &[("config.json", br#"{"model_type": "llama"}"#), ("model.safetensors", weights)],
+    );
     std::fs::remove_file(dangling.join("blobs").join(common::sha256_hex(weights))).unwrap();
     // other repo kinds are not models
     std::fs::create_dir_all(cache.join("datasets--org--data/snapshots")).unwrap();

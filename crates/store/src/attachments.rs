@@ -71,12 +71,7 @@ pub(crate) fn attachment_from_row(row: &SqliteRow, dir: &Path) -> Result<Attachm
     let sha256: String = row.try_get("sha256")?;
     let ext: String = row.try_get("ext")?;
     let size: i64 = row.try_get("size")?;
-    Ok(Attachment {
-        path: dir.join(format!("{sha256}.{ext}")),
-        sha256,
-        mime: row.try_get("mime")?,
-        size: size as u64,
-    })
+    Ok(Attachment { path: dir.join(format!("{sha256}.{ext}")), sha256, mime: row.try_get("mime")?, size: size as u64 })
 }
 
 impl Store {

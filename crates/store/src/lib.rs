@@ -33,6 +33,6 @@ pub use settings::SELECTED_MODEL_KEY;
 pub use store::{Store, StoreConfig};
 pub use title::{derive_title, TITLE_MAX_CHARS};
 pub use types::{
-    Attachment, Chat, ChatId, CleanupReport, Message, MessageId, MessageStats, MessageStatus, NewMessage,
-    ReplyId, ReplyOutcome, Role, Timestamp,
+    Attachment, Chat, ChatId, CleanupReport, Message, MessageId, MessageStats, MessageStatus, NewMessage, ReplyId,
+    ReplyOutcome, Role, Timestamp,
 };

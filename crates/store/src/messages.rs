@@ -253,10 +253,11 @@ impl Store {
     /// Marks replies left `streaming` (by a crash or a kill) as `interrupted`.
     /// Runs on open, before anything else can start a reply.
     pub(crate) async fn recover_interrupted_replies(&self) -> Result<u64> {
-        let done = sqlx::query("UPDATE messages SET status = 'interrupted', updated_at = ?1 WHERE status = 'streaming'")
-            .bind(now_ms())
-            .execute(&self.pool)
-            .await?;
+        let done =
+            sqlx::query("UPDATE messages SET status = 'interrupted', updated_at = ?1 WHERE status = 'streaming'")
+                .bind(now_ms())
+                .execute(&self.pool)
+                .await?;
         Ok(done.rows_affected())
     }
 }

@@ -26,8 +26,8 @@ impl Store {
         if key.trim().is_empty() {
             return Err(Error::InvalidInput("a setting key cannot be empty".into()));
         }
-        let json = serde_json::to_string(value)
-            .map_err(|source| Error::SettingDecode { key: key.to_string(), source })?;
+        let json =
+            serde_json::to_string(value).map_err(|source| Error::SettingDecode { key: key.to_string(), source })?;
         sqlx::query(
             "INSERT INTO settings (key, value, updated_at) VALUES (?1, ?2, ?3)
              ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",

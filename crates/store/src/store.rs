@@ -59,9 +59,7 @@ impl Store {
         if let Some(dir) = config.database.parent().filter(|d| !d.as_os_str().is_empty()) {
             tokio::fs::create_dir_all(dir).await.map_err(|e| Error::io(dir, e))?;
         }
-        tokio::fs::create_dir_all(&config.attachments_dir)
-            .await
-            .map_err(|e| Error::io(&config.attachments_dir, e))?;
+        tokio::fs::create_dir_all(&config.attachments_dir).await.map_err(|e| Error::io(&config.attachments_dir, e))?;
 
         let pool = connect(&config.database).await?;
         // sqlx runs each SQLite migration in its own transaction: a failing one
@@ -115,10 +113,7 @@ async fn connect(path: &Path) -> Result<SqlitePool> {
 }
 
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -170,8 +165,10 @@ mod tests {
         let chats = store.list_chats().await.unwrap();
         assert_eq!(chats.len(), 1);
         assert_eq!(chats[0].title, "keep me");
-        let extra: Option<String> =
-            sqlx::query_scalar("SELECT name FROM sqlite_master WHERE name = 'extra'").fetch_optional(&store.pool).await.unwrap();
+        let extra: Option<String> = sqlx::query_scalar("SELECT name FROM sqlite_master WHERE name = 'extra'")
+            .fetch_optional(&store.pool)
+            .await
+            .unwrap();
         assert_eq!(extra, None);
         let columns: Vec<String> = sqlx::query("PRAGMA table_info(chats)")
             .fetch_all(&store.pool)

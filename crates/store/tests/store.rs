@@ -126,7 +126,8 @@ async fn a_reply_streams_and_finishes_with_stats() {
         ttft_ms: Some(88.0),
         finish_reason: Some("stop".into()),
     };
-    let done = store.finish_reply(reply, "4.", "Adding two and two", Some(&stats), ReplyOutcome::Complete).await.unwrap();
+    let done =
+        store.finish_reply(reply, "4.", "Adding two and two", Some(&stats), ReplyOutcome::Complete).await.unwrap();
     assert_eq!(done.status, MessageStatus::Complete);
     assert_eq!(done.stats.as_ref(), Some(&stats));
 

@@ -65,7 +65,12 @@ pub struct FakeRepo {
 
 impl FakeRepo {
     pub fn new(files: Vec<FakeFile>) -> FakeRepo {
-        FakeRepo { commit: "c0ffee0000000000000000000000000000000001".into(), files, token: None, extra_listed_names: vec![] }
+        FakeRepo {
+            commit: "c0ffee0000000000000000000000000000000001".into(),
+            files,
+            token: None,
+            extra_listed_names: vec![],
+        }
     }
 }
 
@@ -188,10 +193,7 @@ async fn listing(
         "_id": "0", "id": format!("{owner}/{name}"), "modelId": format!("{owner}/{name}"),
         "sha": repo.commit, "private": repo.token.is_some(), "siblings": siblings,
     });
-    Response::builder()
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap()
+    Response::builder().header("content-type", "application/json").body(Body::from(body.to_string())).unwrap()
 }
 
 async fn resolve(
@@ -216,7 +218,8 @@ async fn resolve(
     let start = match headers.get("range").and_then(|v| v.to_str().ok()) {
         None => None,
         Some(range) => {
-            let Some(start) = range.strip_prefix("bytes=").and_then(|r| r.strip_suffix('-')).and_then(|s| s.parse().ok())
+            let Some(start) =
+                range.strip_prefix("bytes=").and_then(|r| r.strip_suffix('-')).and_then(|s| s.parse().ok())
             else {
                 return status(StatusCode::BAD_REQUEST);
             };
