@@ -208,7 +208,13 @@ mod tests {
     }
 
     fn stats() -> RequestStats {
-        RequestStats { prompt_tokens: 11, cached_prompt_tokens: 4, generated_tokens: 5, ..Default::default() }
+        RequestStats {
+            prompt_tokens: 11,
+            cached_prompt_tokens: 4,
+            generated_tokens: 5,
+            reasoning_tokens: 3,
+            ..Default::default()
+        }
     }
 
     fn call() -> ToolCall {
@@ -236,7 +242,8 @@ mod tests {
                 "choices": [{"index": 0, "finish_reason": "stop", "logprobs": null,
                     "message": {"role": "assistant", "content": "Paris.", "reasoning_content": "The capital..."}}],
                 "usage": {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16,
-                    "prompt_tokens_details": {"cached_tokens": 4}}
+                    "prompt_tokens_details": {"cached_tokens": 4},
+                    "completion_tokens_details": {"reasoning_tokens": 3}}
             })
         );
     }
