@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-log() { printf '\033[1mbench:\033[0m %s\n' "$*" >&2; }
+log() { printf '\033[1mbench %s:\033[0m %s\n' "$(date +%T)" "$*" >&2; }
 
 scripts/ref-venv.sh
 PY="$ROOT/.venv-ref/bin/python"

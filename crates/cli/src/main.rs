@@ -279,6 +279,7 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
         st.generation_tps,
         peak as f64 / 1e6,
     );
+    engine.shutdown();
     match reply.error {
         Some(e) => anyhow::bail!("{} ({})", e.message, e.code),
         None => Ok(()),

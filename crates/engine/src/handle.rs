@@ -5,7 +5,7 @@
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
@@ -37,6 +37,9 @@ pub struct EngineHandle {
     commands: mpsc::Sender<Command>,
     next_id: Arc<AtomicU64>,
     info: Arc<ModelInfo>,
+    /// Joined by [`EngineHandle::shutdown`]: a process must not exit while the
+    /// engine thread is inside MLX (its static destructors would run under it).
+    thread: Arc<Mutex<Option<thread::JoinHandle<()>>>>,
 }
 
 impl EngineHandle {
@@ -46,7 +49,7 @@ impl EngineHandle {
         let (commands, inbox) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
         let path: PathBuf = model_path.to_path_buf();
-        thread::Builder::new()
+        let thread = thread::Builder::new()
             .name("engine".into())
             .spawn(move || {
                 let loaded = match model::load(&path, &config.load) {
@@ -61,7 +64,12 @@ impl EngineHandle {
             })
             .map_err(|e| Error::io("engine thread", e))?;
         let info = ready_rx.recv().map_err(|_| Error::Mlx("the engine thread died while loading".into()))??;
-        Ok(Self { commands, next_id: Arc::new(AtomicU64::new(1)), info: Arc::new(info) })
+        Ok(Self {
+            commands,
+            next_id: Arc::new(AtomicU64::new(1)),
+            info: Arc::new(info),
+            thread: Arc::new(Mutex::new(Some(thread))),
+        })
     }
 
     pub fn model_info(&self) -> &ModelInfo {
@@ -100,9 +108,15 @@ impl EngineHandle {
         self.ask_stats()?.blocking_recv().map_err(|_| stopped())
     }
 
-    /// Asks the engine thread to finish (pending requests end as cancelled).
+    /// Stops the engine thread and waits until it has finished its current
+    /// step; requests in flight end with `ENGINE_STOPPED`. Blocks for at most
+    /// one step: call it from a blocking context.
     pub fn shutdown(&self) {
         let _ = self.commands.send(Command::Shutdown);
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
     }
 }
 
