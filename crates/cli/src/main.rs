@@ -179,6 +179,10 @@ struct BenchArgs {
     /// Also measure join latency: a request arriving while 4 others decode.
     #[arg(long)]
     join: bool,
+    /// Also measure a chat's second-turn time to first token with and without
+    /// the prefix cache, after a first message of this many words.
+    #[arg(long)]
+    turn2_words: Option<usize>,
 }
 
 fn main() -> Result<()> {
@@ -403,8 +407,20 @@ fn run_bench(a: BenchArgs) -> Result<()> {
         }
         handle.shutdown();
     }
+    let mut turn2 = None;
+    if let Some(words) = a.turn2_words {
+        let with_cache = a.model.start_engine()?;
+        let warm = engine::bench::chat_turn2(&with_cache, words)?;
+        with_cache.shutdown();
+        let path = resolve_model(&a.model.model)?;
+        let scheduler = SchedulerConfig { prefix_cache_bytes: 0, ..Default::default() };
+        let without = EngineHandle::start(&path, EngineConfig { load: LoadOptions { format: a.model.format() }, scheduler })?;
+        let cold = engine::bench::chat_turn2(&without, words)?;
+        without.shutdown();
+        turn2 = Some((warm, cold));
+    }
     if a.json {
-        let report = serde_json::json!({"single": single, "engine": batches, "join": join});
+        let report = serde_json::json!({"single": single, "engine": batches, "join": join, "turn2": turn2});
         println!("{report}");
         return Ok(());
     }
@@ -419,6 +435,10 @@ fn run_bench(a: BenchArgs) -> Result<()> {
     if let Some(j) = join {
         println!("join latency       {:.3} s with {} running: own prefill {:.3} s + {:.2} decode steps ({:.3} s/step)",
             j.join_secs, j.running, j.own_prefill_secs, j.join_steps_beyond_prefill, j.decode_step_secs);
+    }
+    if let Some((warm, cold)) = turn2 {
+        println!("chat turn 2        {} prompt tokens: TTFT {:.3} s with the prefix cache ({} cached), {:.3} s without",
+            warm.prompt_tokens, warm.ttft_secs, warm.cached_tokens, cold.ttft_secs);
     }
     Ok(())
 }

@@ -186,3 +186,42 @@ pub fn join_latency(handle: &crate::handle::EngineHandle, running: usize, prompt
         join_steps_beyond_prefill: (join - own_prefill) / step,
     })
 }
+
+/// Time to first token of a chat's second turn, with the first turn's KV
+/// reused from the prefix cache, against the same prompt prefilled cold.
+#[derive(Debug, Clone, Serialize)]
+pub struct Turn2Report {
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    pub ttft_secs: f64,
+}
+
+/// A first turn whose user message is `history_words` words long, then a
+/// short second question; runs both turns on `handle` and reports turn 2.
+pub fn chat_turn2(handle: &crate::handle::EngineHandle, history_words: usize) -> Result<Turn2Report> {
+    use crate::batch::{Prompt, Request};
+    use crate::tokenizer::{ChatMessage, TemplateOptions};
+    let words = ["river", "mountain", "lantern", "orchard", "signal", "harbor", "meadow", "copper"];
+    let long: Vec<&str> = (0..history_words).map(|i| words[i % words.len()]).collect();
+    let first = vec![
+        ChatMessage::system("You are a helpful assistant."),
+        ChatMessage::user(format!("Remember these words: {}", long.join(" ")).as_str()),
+    ];
+    let ask = |messages: Vec<ChatMessage>| {
+        let prompt = Prompt::Chat { messages, options: TemplateOptions::default() };
+        handle.submit(Request::new(prompt).with_max_tokens(16)).collect_blocking()
+    };
+    let reply = ask(first.clone());
+    let mut second = first;
+    second.push(ChatMessage::assistant(reply.content.as_str()));
+    second.push(ChatMessage::user("Which word came first?"));
+    let c = ask(second);
+    if let Some(e) = c.error {
+        return Err(crate::Error::InvalidRequest(e.message));
+    }
+    Ok(Turn2Report {
+        prompt_tokens: c.stats.prompt_tokens,
+        cached_tokens: c.stats.cached_prompt_tokens,
+        ttft_secs: c.stats.time_to_first_token.as_secs_f64(),
+    })
+}
