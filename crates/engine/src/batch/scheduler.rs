@@ -72,6 +72,11 @@ pub struct Scheduler {
     prefix_cache: PrefixCache,
     cancelled: Vec<RequestId>,
     decode_steps: u64,
+    /// Tokens sampled by the last decode step and not read back yet, for the
+    /// first `.1` rows of `running` (rows that joined since come after them).
+    /// The next step is queued on these before they are read, so reading,
+    /// detokenizing and streaming overlap the model's compute.
+    in_flight: Option<(Array, usize)>,
     /// The KV quantization in force (None when off or not applicable), and its description.
     kv_quantization: Option<KvQuantization>,
     kv_quantization_status: String,
@@ -110,6 +115,7 @@ impl Scheduler {
             cache: BatchKvCache::with_quantization(shape.num_layers, kv_quantization),
             cancelled: Vec::new(),
             decode_steps: 0,
+            in_flight: None,
             kv_quantization,
             kv_quantization_status,
         }
@@ -252,16 +258,25 @@ impl Scheduler {
         if finished.is_empty() {
             return Ok(());
         }
+        let lengths = self.cache.row_lengths();
         for &(row, reason) in &finished {
             if matches!(reason, FinishReason::Stop | FinishReason::Length) {
-                let seq = &self.running[row];
-                // The cache holds every token fed so far: all but the last sampled one.
-                let fed = seq.tokens.len() - 1;
-                self.prefix_cache.insert(seq.tokens[..fed].to_vec(), self.cache.row_layers(row)?)?;
+                // The row's cache covers the tokens fed so far.
+                let fed = lengths[row] as usize;
+                let tokens = self.running[row].tokens[..fed].to_vec();
+                self.prefix_cache.insert(tokens, self.cache.row_layers(row)?)?;
             }
         }
         let keep: Vec<usize> = (0..self.running.len()).filter(|i| !finished.iter().any(|(r, _)| r == i)).collect();
         self.cache.filter(&keep)?;
+        if let Some((tokens, rows)) = self.in_flight.take() {
+            // Kept rows stay in order, so the in-flight ones remain a prefix.
+            let kept: Vec<i32> = keep.iter().filter(|&&k| k < rows).map(|&k| k as i32).collect();
+            if !kept.is_empty() {
+                let n = kept.len();
+                self.in_flight = Some((tokens.take_axis(Array::from_slice(&kept, &[n as i32]), 0)?, n));
+            }
+        }
         let mut rows: Vec<Option<Sequence>> = self.running.drain(..).map(Some).collect();
         for (row, reason) in finished {
             if let Some(seq) = rows[row].take() {
@@ -340,18 +355,51 @@ impl Scheduler {
     }
 
     fn decode_step(&mut self) -> Result<()> {
+        let mut previous = self.in_flight.take();
+        // A forced token (closing a thinking block) must be fed as the next
+        // input, so such a row needs its previous token read first.
+        if self.running.iter().any(|s| !s.forced.is_empty()) {
+            if let Some((tokens, rows)) = previous.take() {
+                self.accept_tokens(&tokens, rows)?;
+            }
+            if self.running.is_empty() {
+                return Ok(());
+            }
+        }
+        let b = self.running.len();
+        let input = match &previous {
+            Some((tokens, rows)) if *rows == b => tokens.clone(),
+            Some((tokens, rows)) => {
+                let joined: Vec<i32> = self.running[*rows..].iter().map(|s| s.last_token() as i32).collect();
+                let joined = Array::from_slice(&joined, &[(b - rows) as i32]);
+                ops::concatenate(&[tokens, &joined], 0)?
+            }
+            None => {
+                let last: Vec<i32> = self.running.iter().map(|s| s.last_token() as i32).collect();
+                Array::from_slice(&last, &[b as i32])
+            }
+        };
         let model = self.loaded.model.as_ref();
-        let inputs: Vec<i32> = self.running.iter().map(|s| s.last_token() as i32).collect();
-        let b = inputs.len() as i32;
-        let tokens = Array::from_slice(&inputs, &[b, 1]);
-        let logits = model.forward(&tokens, &mut self.cache)?.reshape(&[b, -1])?;
-        let sampled = self.sample_rows(&logits)?;
-        // The one read-back of the step: the sampled tokens.
-        sampled.eval()?;
-        let sampled: Vec<u32> = sampled.as_slice::<i32>().iter().map(|&t| t as u32).collect();
+        let logits = model.forward(&input.reshape(&[b as i32, 1])?, &mut self.cache)?.reshape(&[b as i32, -1])?;
+        let pending = previous.as_ref().map(|_| &input);
+        let sampled = self.sample_rows(&logits, pending)?;
+        mlx_rs::transforms::async_eval([&sampled])?;
         self.decode_steps += 1;
+        self.in_flight = Some((sampled, b));
+        // While this step computes, read back and stream the previous one.
+        if let Some((tokens, rows)) = previous {
+            self.accept_tokens(&tokens, rows)?;
+        }
+        Ok(())
+    }
+
+    /// Reads back sampled tokens for the first `rows` running rows (the one
+    /// read-back of a step), streams them, and removes finished rows.
+    fn accept_tokens(&mut self, tokens: &Array, rows: usize) -> Result<()> {
+        tokens.eval()?;
+        let tokens: Vec<u32> = tokens.as_slice::<i32>().iter().map(|&t| t as u32).collect();
         let mut finished = Vec::new();
-        for (row, (seq, &token)) in self.running.iter_mut().zip(&sampled).enumerate() {
+        for (row, (seq, &token)) in self.running.iter_mut().zip(&tokens).take(rows).enumerate() {
             if let Some(reason) = seq.accept(token, &self.loaded.tokenizer) {
                 finished.push((row, reason));
             }
@@ -361,7 +409,9 @@ impl Scheduler {
 
     /// One token per row, `[B]` int32. Plain greedy rows share one argmax;
     /// rows with their own sampling state sample from their own logits row.
-    fn sample_rows(&mut self, logits: &Array) -> Result<Array> {
+    /// `pending`: this step's input tokens `[B]` when they have not been read
+    /// back yet (they count as history for repetition penalties).
+    fn sample_rows(&mut self, logits: &Array, pending: Option<&Array>) -> Result<Array> {
         let all_plain_greedy = self.running.iter().all(|s| {
             let p = s.sampler.params();
             p.is_greedy() && p.repetition_penalty == 1.0 && p.logit_bias.is_empty()
@@ -372,7 +422,8 @@ impl Scheduler {
         let mut rows = Vec::with_capacity(self.running.len());
         for (i, seq) in self.running.iter_mut().enumerate() {
             let row = logits.index((i as i32..i as i32 + 1, ..));
-            rows.push(seq.sampler.sample(&row, &seq.tokens, None)?.reshape(&[1])?);
+            let pending_token = pending.map(|p| p.index(i as i32..i as i32 + 1));
+            rows.push(seq.sampler.sample(&row, &seq.tokens, pending_token.as_ref())?.reshape(&[1])?);
         }
         Ok(ops::concatenate(&rows, 0)?)
     }
@@ -386,5 +437,6 @@ impl Scheduler {
             seq.finish(FinishReason::Error, tokenizer);
         }
         self.cache = BatchKvCache::with_quantization(self.loaded.model.shape().num_layers, self.kv_quantization);
+        self.in_flight = None;
     }
 }
