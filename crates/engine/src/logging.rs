@@ -23,3 +23,18 @@ pub fn init_with_default(default: &str) {
         .with_ansi(ansi)
         .try_init();
 }
+
+/// Logs to a file (the desktop app has no terminal): appends to `path`,
+/// creating its folder. The filter is `VLM_LOG`, else `info`.
+pub fn init_to_file(path: &std::path::Path) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter("info"))
+        .with_writer(std::sync::Mutex::new(file))
+        .with_ansi(false)
+        .try_init();
+    Ok(())
+}
