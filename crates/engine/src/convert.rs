@@ -44,7 +44,7 @@ pub fn gguf_to_folder(gguf_path: &Path, out: &Path, format: WeightFormat) -> Res
                     biases: take(&mut tensors, "biases")?,
                     spec: *spec,
                 };
-                tensors.insert(format!("{module}.weight"), q.dequantize()?.as_dtype(Dtype::Float32)?);
+                tensors.insert(format!("{module}.weight"), q.dequantize_f32()?);
             }
             for t in tensors.values_mut() {
                 if t.dtype() != Dtype::Float32 {
