@@ -25,6 +25,8 @@ if [ "$(uname -s)" = Linux ]; then
            webkit2gtk-driver xvfb xauth x11-utils xdotool imagemagick
            fonts-dejavu-core dbus-x11 python3-gi gir1.2-gtk-3.0)
   fi
+  # Debian's own python3 has venv/ensurepip in a separate package.
+  python3 -c "import venv, ensurepip" 2>/dev/null || pkgs+=(python3-venv)
   missing=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
