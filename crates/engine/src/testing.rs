@@ -197,8 +197,10 @@ pub fn write_tiny_llama(dir: &Path, spec: &TinyLlama) -> Result<i32> {
             let w = tensors.remove(&format!("{m}.weight")).expect("inserted above");
             let (qw, scales, biases) = ops::quantize(&w, q.group_size, q.bits)?;
             tensors.insert(format!("{m}.weight"), qw);
-            tensors.insert(format!("{m}.scales"), scales);
-            tensors.insert(format!("{m}.biases"), biases);
+            // Real checkpoints (mlx-community, GGUF) keep scales in float16:
+            // so do we, so tests see the same dtypes as users' files.
+            tensors.insert(format!("{m}.scales"), scales.as_dtype(mlx_rs::Dtype::Float16)?);
+            tensors.insert(format!("{m}.biases"), biases.as_dtype(mlx_rs::Dtype::Float16)?);
         }
         config["quantization"] = json!({"group_size": q.group_size, "bits": q.bits});
     }

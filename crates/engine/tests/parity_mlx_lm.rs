@@ -27,14 +27,16 @@ use serde_json::Value;
 const SAME_COMPUTATION_TOL: f32 = 1e-4;
 
 /// 4-bit weights dequantized to float32 at load (`Float32`) against mlx-lm's
-/// quantized matmul: the weights are identical after dequantization
-/// (w = scale * q + bias in float32 either way), but the dot products are
-/// accumulated by BLAS sgemm instead of MLX's quantized kernel, in another
-/// order. Measured: 1.1e-6; the same 1e-4 bound keeps a ~100x margin.
+/// quantized matmul. The tiny checkpoint keeps scales and biases in float16,
+/// as real ones do: we dequantize exactly in float32, while MLX's quantized
+/// kernel carries some float16 rounding of scale * q + bias, and BLAS sgemm
+/// accumulates in another order. Measured: 9.2e-4 (1.1e-6 when the scales
+/// were float32). 5e-3 keeps a 5x margin and stays below what a wrong
+/// quantization layout moves (1e-2 and more).
 /// (The greedy ids are robust to such differences: the smallest top-1/top-2
 /// margin along mlx-lm's 16 greedy steps is 1.6e-3 for float and 7.5e-3 for q4,
 /// over 1000x the measured differences.)
-const DEQUANTIZED_TOL: f32 = 1e-4;
+const DEQUANTIZED_TOL: f32 = 5e-3;
 
 const GREEDY_TOKENS: usize = 16;
 

@@ -80,9 +80,12 @@ fn quantized_weights_dequantized_at_load_give_the_same_logits() {
     let ids = tokens(&prompt(9));
     let a = to_vec(&stored.model.forward(&ids, &mut SimpleKvCache::new(2)).unwrap());
     let b = to_vec(&float.model.forward(&ids, &mut SimpleKvCache::new(2)).unwrap());
-    // Same quantized values either way; only the summation order differs.
+    // Same quantized values either way; MLX's quantized kernel keeps some
+    // float16 rounding of the (float16) scales and biases, the float32 path
+    // none, and the summation order differs. Measured 1.1e-3 (see also
+    // parity_mlx_lm.rs); a wrong layout would move logits by 1e-2 and more.
     let d = max_abs_diff(&a, &b);
-    assert!(d < 1e-4, "quantized matmul vs dequantized weights differ by {d}");
+    assert!(d < 5e-3, "quantized matmul vs dequantized weights differ by {d}");
 }
 
 #[test]
