@@ -75,10 +75,7 @@ pub fn prefill(model: &dyn LanguageModel, cache: &mut dyn KvCache, prompt: &[u32
     }
     let mut last_hidden = None;
     for chunk in prompt.chunks(PREFILL_CHUNK) {
-        let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
-        let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
-        let h = model.forward_embeddings(model.embed(&tokens)?, cache)?;
-        let last = last_position(&h)?;
+        let last = prefill_chunk(model, cache, chunk)?;
         // Evaluate chunk by chunk: a lazy graph over the whole prompt would
         // hold every chunk's activations at once.
         last.eval()?;
@@ -88,7 +85,16 @@ pub fn prefill(model: &dyn LanguageModel, cache: &mut dyn KvCache, prompt: &[u32
     Ok(logits.reshape(&[1, -1])?)
 }
 
-/// Checks that `prompt_len + max_tokens` fits the model's context.
+/// Runs one chunk of a single sequence's prompt through the model, appending
+/// to `cache`; returns the (lazy) hidden state of its last position, `[1, 1, D]`.
+pub fn prefill_chunk(model: &dyn LanguageModel, cache: &mut dyn KvCache, chunk: &[u32]) -> Result<Array> {
+    let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
+    let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
+    let hidden = model.forward_embeddings(model.embed(&tokens)?, cache)?;
+    last_position(&hidden)
+}
+
+/// Checks that the prompt leaves room in the model's context for at least one token.
 pub fn check_context(model: &dyn LanguageModel, prompt_len: usize) -> Result<()> {
     let max_context = model.shape().max_context;
     if prompt_len >= max_context {

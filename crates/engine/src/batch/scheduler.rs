@@ -18,8 +18,8 @@ use super::request::{Event, FinishReason, Prompt, Request, RequestId};
 use super::sequence::{Sequence, SequenceParts};
 use crate::cache::{BatchKvCache, KvCache, KvQuantization, PrefixCache, PrefixCacheStats, SimpleKvCache};
 use crate::error::{Error, Result};
-use crate::generate::PREFILL_CHUNK;
-use crate::model::{layers::last_position, LoadedModel};
+use crate::generate::{prefill_chunk, PREFILL_CHUNK};
+use crate::model::LoadedModel;
 use crate::sample::Sampler;
 use crate::stop::{thinking_tags_for_template, tool_call_tags_for_template, MatcherConfig, StreamMatcher};
 use crate::tokenizer::prompt_opens_thinking;
@@ -324,11 +324,8 @@ impl Scheduler {
     fn prefill_chunk(&self, seq: &mut Sequence, n: usize) -> Result<Option<u32>> {
         let model = self.loaded.model.as_ref();
         let cache = seq.prefill_cache.get_or_insert_with(|| SimpleKvCache::new(model.shape().num_layers));
-        let ids: Vec<i32> = seq.tokens[seq.prefilled..seq.prefilled + n].iter().map(|&t| t as i32).collect();
-        let tokens = Array::from_slice(&ids, &[1, n as i32]);
-        let hidden = model.forward_embeddings(model.embed(&tokens)?, cache)?;
+        let last = prefill_chunk(model, cache, &seq.tokens[seq.prefilled..seq.prefilled + n])?;
         seq.prefilled += n;
-        let last = last_position(&hidden)?;
         if seq.prompt_remaining() > 0 {
             last.eval()?;
             return Ok(None);

@@ -54,7 +54,7 @@ pub trait LanguageModel {
 }
 
 /// Model families we implement, by config.json `model_type`.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "mistral"];
 
 fn build(model_type: &str, config: &Value, loader: &mut layers::LayerLoader) -> Result<Box<dyn LanguageModel>> {
     Ok(match model_type {
@@ -168,7 +168,7 @@ fn model_type(config: &Value) -> Result<String> {
 fn load_folder(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let config = read_config(dir)?;
     let model_type = model_type(&config)?;
-    if !SUPPORTED_ARCHITECTURES.contains(&model_type.as_str()) && model_type != "mistral" {
+    if !SUPPORTED_ARCHITECTURES.contains(&model_type.as_str()) {
         // Fail before reading gigabytes of weights.
         return Err(Error::UnsupportedArchitecture {
             architecture: model_type,
