@@ -43,6 +43,12 @@ pub enum Error {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
 
+    /// An image could not be used: empty, corrupt, not an image, an
+    /// unsupported format, or too large to decode. `image` names it for the
+    /// user (index in the request, or a file name).
+    #[error("invalid image {image}: {reason}")]
+    InvalidImage { image: String, reason: String },
+
     /// The prompt plus the requested generation does not fit the context.
     #[error("context length exceeded: the prompt has {prompt_tokens} tokens, the model's context is {max_context} tokens")]
     ContextLengthExceeded { prompt_tokens: usize, max_context: usize },
@@ -72,6 +78,7 @@ impl Error {
             Error::Tokenizer(_) => "TOKENIZER_ERROR",
             Error::ChatTemplate(_) => "CHAT_TEMPLATE_ERROR",
             Error::InvalidRequest(_) => "INVALID_REQUEST",
+            Error::InvalidImage { .. } => "INVALID_IMAGE",
             Error::ContextLengthExceeded { .. } => "CONTEXT_LENGTH_EXCEEDED",
             Error::EngineStopped => "ENGINE_STOPPED",
             Error::Mlx(_) => "MLX_ERROR",

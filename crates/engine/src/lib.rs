@@ -15,6 +15,7 @@ pub mod sample;
 pub mod stop;
 pub mod tokenizer;
 pub mod tools;
+pub mod vision;
 pub mod weights;
 
 pub use error::{Error, Result};

@@ -77,6 +77,7 @@ pub fn prepare(
     let options = TemplateOptions { add_generation_prompt: true, enable_thinking, tools, documents: None, extra };
     let request = Request {
         prompt: Prompt::Chat { messages, options },
+        images: Vec::new(),
         max_tokens,
         sampling,
         stop,

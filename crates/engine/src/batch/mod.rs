@@ -4,5 +4,5 @@ pub mod request;
 pub mod scheduler;
 pub mod sequence;
 
-pub use request::{Event, FinishReason, Prompt, Request, RequestError, RequestId, RequestStats};
+pub use request::{Event, FinishReason, ImageInput, Prompt, Request, RequestError, RequestId, RequestStats};
 pub use scheduler::{EngineStats, Scheduler, SchedulerConfig};

@@ -1,4 +1,5 @@
 //! What callers send to the engine and what they get back.
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -21,9 +22,39 @@ pub enum Prompt {
     Chat { messages: Vec<ChatMessage>, options: TemplateOptions },
 }
 
+/// One image of a request: the file's bytes and their SHA-256 (hex), the
+/// key of the vision-feature cache and the name of the app's stored attachment.
+#[derive(Clone)]
+pub struct ImageInput {
+    pub bytes: Arc<[u8]>,
+    pub sha256: String,
+}
+
+impl ImageInput {
+    pub fn from_bytes(bytes: impl Into<Arc<[u8]>>) -> Self {
+        let bytes = bytes.into();
+        let sha256 = hex_sha256(&bytes);
+        Self { bytes, sha256 }
+    }
+}
+
+impl std::fmt::Debug for ImageInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ImageInput({} bytes, sha256 {})", self.bytes.len(), &self.sha256)
+    }
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[derive(Debug, Clone)]
 pub struct Request {
     pub prompt: Prompt,
+    /// The images of a chat prompt, in the order their `ContentPart::Image`
+    /// parts appear in the messages.
+    pub images: Vec<ImageInput>,
     pub max_tokens: usize,
     pub sampling: SamplingParams,
     /// Generation stops when the answer text contains one of these (not emitted).
@@ -34,7 +65,7 @@ pub struct Request {
 
 impl Request {
     pub fn new(prompt: Prompt) -> Self {
-        Self { prompt, max_tokens: 256, sampling: SamplingParams::default(), stop: Vec::new(), thinking_budget: None }
+        Self { prompt, images: Vec::new(), max_tokens: 256, sampling: SamplingParams::default(), stop: Vec::new(), thinking_budget: None }
     }
 
     pub fn with_max_tokens(mut self, n: usize) -> Self {

@@ -20,6 +20,10 @@ pub enum RopeOffset {
     Shared(i32),
     /// One position per row, shape `[B]` (rows of a batch differ).
     PerRow(Array),
+    /// Explicit M-RoPE positions `[3, B, L]` (temporal, height, width) for a
+    /// step whose tokens include image features; only vision-language models
+    /// accept it.
+    Explicit(Array),
 }
 
 /// The attention mask for this step.

@@ -6,6 +6,7 @@ pub mod attention;
 pub mod layers;
 pub mod llama;
 pub mod rope;
+pub mod vision_tower;
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::tokenizer::Tokenizer;
 use crate::weights::{self, Quantization, Weights};
 pub use layers::WeightFormat;
+pub use vision_tower::VisionTower;
 
 /// Sizes the engine needs to plan caches and validate requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +47,11 @@ pub trait LanguageModel {
 
     /// Hidden states → logits over the vocabulary.
     fn logits(&self, hidden: &Array) -> Result<Array>;
+
+    /// The vision tower, for models that see images.
+    fn vision(&self) -> Option<&dyn VisionTower> {
+        None
+    }
 
     /// Token ids `[B, L]` → logits `[B, L, vocab]`.
     fn forward(&self, tokens: &Array, cache: &mut dyn KvCache) -> Result<Array> {
@@ -91,6 +98,8 @@ pub struct ModelInfo {
 pub struct LoadedModel {
     pub model: Box<dyn LanguageModel>,
     pub tokenizer: Tokenizer,
+    /// The image processor of a vision-language model (`preprocessor_config.json`).
+    pub preprocessor: Option<crate::vision::ImagePreprocessor>,
     pub info: ModelInfo,
 }
 
@@ -231,7 +240,7 @@ fn finish(
         shape: model.shape(),
         eos_token_ids: tokenizer.eos_ids().to_vec(),
     };
-    Ok(LoadedModel { model, tokenizer, info })
+    Ok(LoadedModel { model, tokenizer, preprocessor: None, info })
 }
 
 /// Activations run in float32 on the CPU backend (no fast half-precision

@@ -55,6 +55,9 @@ impl Rope {
             RopeOffset::PerRow(o) => {
                 fast::rope_dynamic(x, self.dims, self.traditional, base, self.scale, o, self.freqs.as_ref())?
             }
+            RopeOffset::Explicit(_) => {
+                return Err(Error::InvalidRequest("this model has no multimodal (M-RoPE) positions".into()));
+            }
         })
     }
 }
