@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates (or reuses) .venv-ref/: the Python reference implementation, mlx-lm
 # on the same MLX CPU build that our engine links, for parity goldens
-# (scripts/make-goldens.sh) and side-by-side benchmarks (scripts/bench.sh).
+# (scripts/make-goldens.sh), mlx-vlm for the vision goldens, and side-by-side benchmarks (scripts/bench.sh).
 # Idempotent: installs only when the pinned versions are not already there.
 # Prints nothing on stdout; source it or run it.
 set -euo pipefail
@@ -9,6 +9,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REF_VENV="$ROOT/.venv-ref"
 MLX_VERSION=0.32.2
 MLX_LM_VERSION=0.32.2
+# mlx-vlm: the reference for the vision-language models (Qwen2-VL / Qwen2.5-VL).
+MLX_VLM_VERSION=0.7.6
 # mlx-lm pulls transformers (tokenizer loading only; no torch). Pinned so the
 # goldens are reproducible.
 TRANSFORMERS_VERSION=5.23.0
@@ -28,10 +30,11 @@ for spec in sys.argv[1:]:
         sys.exit(1)
 PY
 }
-pkgs=("mlx==$MLX_VERSION" "mlx-cpu==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION")
+pkgs=("mlx==$MLX_VERSION" "mlx-cpu==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" "mlx-vlm==$MLX_VLM_VERSION")
 pkgs+=("transformers==$TRANSFORMERS_VERSION")
 if ! have "${pkgs[@]}"; then
-  log "installing mlx[cpu]==$MLX_VERSION mlx-lm==$MLX_LM_VERSION transformers==$TRANSFORMERS_VERSION into $REF_VENV"
+  log "installing mlx[cpu]==$MLX_VERSION mlx-lm==$MLX_LM_VERSION mlx-vlm==$MLX_VLM_VERSION transformers==$TRANSFORMERS_VERSION into $REF_VENV"
   "$REF_VENV/bin/pip" install -q --disable-pip-version-check "mlx[cpu]==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
+    "mlx-vlm==$MLX_VLM_VERSION" \
     "transformers==$TRANSFORMERS_VERSION" >&2
 fi
