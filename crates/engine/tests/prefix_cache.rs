@@ -2,7 +2,7 @@
 //! the first turn's KV state, gives the same output as a cold prefill, batches
 //! with new requests, and the cache stays within its byte bound.
 use engine::batch::{Prompt, Request, SchedulerConfig};
-use engine::cache::{PrefixCache, SimpleKvCache};
+use engine::cache::{text_key, PrefixCache, SimpleKvCache};
 use engine::generate::prefill;
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{self, LoadOptions, WeightFormat};
@@ -80,8 +80,8 @@ fn a_cached_prefix_gives_the_same_logits_as_a_cold_prefill() {
     let mut cache = PrefixCache::new(64 << 20);
     let mut first = SimpleKvCache::new(2);
     prefill(m.model.as_ref(), &mut first, &prompt[..30]).unwrap();
-    cache.insert(prompt[..30].to_vec(), first.into_layers()).unwrap();
-    let hit = cache.lookup(&prompt).expect("the first 30 tokens are kept");
+    cache.insert(text_key(&prompt[..30]), first.into_layers()).unwrap();
+    let hit = cache.lookup(&text_key(&prompt)).expect("the first 30 tokens are kept");
     assert_eq!(hit.len, 30);
     let mut resumed = SimpleKvCache::from_layers(hit.layers, 30);
     let warm = prefill(m.model.as_ref(), &mut resumed, &prompt[30..]).unwrap();

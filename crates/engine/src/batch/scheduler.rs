@@ -14,15 +14,18 @@ use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::images::{self, ImageContext};
 use super::request::{Event, FinishReason, Prompt, Request, RequestId};
 use super::sequence::{Sequence, SequenceParts};
+use crate::cache::rope_shift::RopeShifted;
 use crate::cache::{BatchKvCache, KvCache, KvQuantization, PrefixCache, PrefixCacheStats, SimpleKvCache};
 use crate::error::{Error, Result};
 use crate::generate::{prefill_chunk, PREFILL_CHUNK};
-use crate::model::LoadedModel;
+use crate::model::{layers::last_position, LoadedModel};
 use crate::sample::Sampler;
 use crate::stop::{thinking_tags_for_template, tool_call_tags_for_template, MatcherConfig, StreamMatcher};
 use crate::tokenizer::prompt_opens_thinking;
+use crate::vision::{VisionCacheStats, VisionFeatureCache};
 
 #[derive(Debug, Clone)]
 pub struct SchedulerConfig {
@@ -36,11 +39,20 @@ pub struct SchedulerConfig {
     pub prefix_cache_bytes: usize,
     /// Quantize the decoding batch's KV cache (all layers but the last).
     pub kv_quantization: Option<KvQuantization>,
+    /// Bytes of vision-tower output kept per image for reuse (0 = off).
+    pub vision_cache_bytes: usize,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
-        Self { max_running: 8, prefill_budget: PREFILL_CHUNK, max_context: 0, prefix_cache_bytes: 512 << 20, kv_quantization: None }
+        Self {
+            max_running: 8,
+            prefill_budget: PREFILL_CHUNK,
+            max_context: 0,
+            prefix_cache_bytes: 512 << 20,
+            kv_quantization: None,
+            vision_cache_bytes: 256 << 20,
+        }
     }
 }
 
@@ -55,6 +67,7 @@ pub struct EngineStats {
     /// Decode steps run since start.
     pub decode_steps: u64,
     pub prefix_cache: PrefixCacheStats,
+    pub vision_cache: VisionCacheStats,
     /// What KV quantization is doing, in words (also why it does not apply).
     pub kv_quantization: String,
     /// Layers of the batch cache stored quantized right now.
@@ -70,6 +83,7 @@ pub struct Scheduler {
     running: Vec<Sequence>,
     cache: BatchKvCache,
     prefix_cache: PrefixCache,
+    vision_cache: VisionFeatureCache,
     cancelled: Vec<RequestId>,
     decode_steps: u64,
     /// Tokens sampled by the last decode step and not read back yet, for the
@@ -109,6 +123,7 @@ impl Scheduler {
         Self {
             loaded,
             prefix_cache: PrefixCache::new(config.prefix_cache_bytes),
+            vision_cache: VisionFeatureCache::new(config.vision_cache_bytes),
             config,
             waiting: VecDeque::new(),
             running: Vec::new(),
@@ -147,7 +162,7 @@ impl Scheduler {
         }
     }
 
-    fn prepare(&self, id: RequestId, req: Request, events: UnboundedSender<Event>, submitted: Instant) -> Result<Sequence> {
+    fn prepare(&mut self, id: RequestId, req: Request, events: UnboundedSender<Event>, submitted: Instant) -> Result<Sequence> {
         let tokenizer = &self.loaded.tokenizer;
         if req.max_tokens == 0 {
             return Err(Error::InvalidRequest("max_tokens must be at least 1".into()));
@@ -167,6 +182,18 @@ impl Scheduler {
                 (ids, prompt_opens_thinking(&rendered), options.enable_thinking != Some(false), tools)
             }
         };
+        if !req.images.is_empty() && !matches!(req.prompt, Prompt::Chat { .. }) {
+            return Err(Error::InvalidRequest("images need a chat prompt (their places come from the messages)".into()));
+        }
+        let model_id = self.loaded.info.path.display().to_string();
+        let ctx = ImageContext {
+            model: self.loaded.model.as_ref(),
+            preprocessor: self.loaded.preprocessor.as_ref(),
+            cache: &mut self.vision_cache,
+            model_id: &model_id,
+        };
+        let (prompt, images) = images::prepare(ctx, prompt, &req.images)?;
+        let tokenizer = &self.loaded.tokenizer;
         if prompt.is_empty() {
             return Err(Error::InvalidRequest("the prompt is empty".into()));
         }
@@ -192,6 +219,7 @@ impl Scheduler {
             tool_call: if offers_tools { tool_call_tags_for_template(&template) } else { None },
         });
         let parts = SequenceParts {
+            images,
             sampler: Sampler::new(req.sampling.clone())?,
             max_tokens: req.max_tokens.min(max_context - prompt.len()),
             matcher,
@@ -217,6 +245,7 @@ impl Scheduler {
             peak_memory_bytes: mlx_rs::memory::peak_memory().unwrap_or(0),
             decode_steps: self.decode_steps,
             prefix_cache: self.prefix_cache.stats(),
+            vision_cache: self.vision_cache.stats(),
             kv_quantization: self.kv_quantization_status.clone(),
             kv_quantized_layers: self.cache.quantized_layers(),
         }
@@ -263,8 +292,8 @@ impl Scheduler {
             if matches!(reason, FinishReason::Stop | FinishReason::Length) {
                 // The row's cache covers the tokens fed so far.
                 let fed = lengths[row] as usize;
-                let tokens = self.running[row].tokens[..fed].to_vec();
-                self.prefix_cache.insert(tokens, self.cache.row_layers(row)?)?;
+                let key = self.running[row].prefix_key(fed);
+                self.prefix_cache.insert(key, self.cache.row_layers(row)?)?;
             }
         }
         let keep: Vec<usize> = (0..self.running.len()).filter(|i| !finished.iter().any(|(r, _)| r == i)).collect();
@@ -311,7 +340,7 @@ impl Scheduler {
 
     /// Starts `seq` from the longest kept prefix of its prompt, if any.
     fn reuse_prefix(&mut self, seq: &mut Sequence) {
-        if let Some(hit) = self.prefix_cache.lookup(&seq.tokens[..seq.prompt_len]) {
+        if let Some(hit) = self.prefix_cache.lookup(&seq.prefix_key(seq.prompt_len)) {
             seq.prefill_cache = Some(SimpleKvCache::from_layers(hit.layers, hit.len as i32));
             seq.prefilled = hit.len;
             seq.cached_prompt_tokens = hit.len;
@@ -324,7 +353,15 @@ impl Scheduler {
     fn prefill_chunk(&self, seq: &mut Sequence, n: usize) -> Result<Option<u32>> {
         let model = self.loaded.model.as_ref();
         let cache = seq.prefill_cache.get_or_insert_with(|| SimpleKvCache::new(model.shape().num_layers));
-        let last = prefill_chunk(model, cache, &seq.tokens[seq.prefilled..seq.prefilled + n])?;
+        let last = match &seq.images {
+            None => prefill_chunk(model, cache, &seq.tokens[seq.prefilled..seq.prefilled + n])?,
+            Some(images) => {
+                let prompt = &seq.tokens[..seq.prompt_len];
+                let embeddings = images.embeddings(model, prompt, seq.prefilled, n)?;
+                let mut positioned = RopeShifted::explicit(cache, images.positions(seq.prefilled, n)?);
+                last_position(&model.forward_embeddings(embeddings, &mut positioned)?)?
+            }
+        };
         seq.prefilled += n;
         if seq.prompt_remaining() > 0 {
             last.eval()?;
@@ -341,7 +378,7 @@ impl Scheduler {
         let cache = seq.prefill_cache.take().expect("a prefilled sequence has its cache");
         if let Some(reason) = seq.accept(first, &self.loaded.tokenizer) {
             let len = cache.offset() as usize;
-            self.prefix_cache.insert(seq.tokens[..len].to_vec(), cache.into_layers())?;
+            self.prefix_cache.insert(seq.prefix_key(len), cache.into_layers())?;
             seq.finish(reason, &self.loaded.tokenizer);
             return Ok(());
         }
@@ -377,7 +414,15 @@ impl Scheduler {
             }
         };
         let model = self.loaded.model.as_ref();
-        let logits = model.forward(&input.reshape(&[b as i32, 1])?, &mut self.cache)?.reshape(&[b as i32, -1])?;
+        let input = input.reshape(&[b as i32, 1])?;
+        let deltas: Vec<i32> = self.running.iter().map(Sequence::rope_delta).collect();
+        let logits = if deltas.iter().all(|&d| d == 0) {
+            model.forward(&input, &mut self.cache)?
+        } else {
+            model.forward(&input, &mut RopeShifted::by_deltas(&mut self.cache, &deltas))?
+        };
+        let logits = logits.reshape(&[b as i32, -1])?;
+        let input = input.reshape(&[b as i32])?;
         let pending = previous.as_ref().map(|_| &input);
         let sampled = self.sample_rows(&logits, pending)?;
         mlx_rs::transforms::async_eval([&sampled])?;

@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::images::SequenceImages;
 use super::request::{Event, FinishReason, RequestError, RequestId, RequestStats};
-use crate::cache::SimpleKvCache;
+use crate::cache::{text_key, KeyToken, SimpleKvCache};
 use crate::sample::Sampler;
 use crate::stop::{Segment, StreamMatcher};
 use crate::tokenizer::{StreamDetokenizer, Tokenizer};
@@ -25,6 +26,8 @@ pub struct Sequence {
     /// This sequence's own cache while its prompt is prefilled; it joins the
     /// batch cache once the prompt is done.
     pub prefill_cache: Option<SimpleKvCache>,
+    /// The prompt's images (features, M-RoPE positions, rope delta), if any.
+    pub images: Option<SequenceImages>,
     pub sampler: Sampler,
     /// Generation ends after this many tokens (already clamped to the context).
     pub max_tokens: usize,
@@ -46,6 +49,7 @@ pub struct Sequence {
 
 /// What a sequence needs besides its prompt.
 pub struct SequenceParts {
+    pub images: Option<SequenceImages>,
     pub sampler: Sampler,
     pub max_tokens: usize,
     pub matcher: StreamMatcher,
@@ -65,6 +69,7 @@ impl Sequence {
             prefilled: 0,
             cached_prompt_tokens: 0,
             prefill_cache: None,
+            images: parts.images,
             sampler: parts.sampler,
             max_tokens: parts.max_tokens,
             generated: 0,
@@ -93,6 +98,24 @@ impl Sequence {
 
     pub fn mark_prefill_started(&mut self) {
         self.prefill_started.get_or_insert_with(Instant::now);
+    }
+
+    /// Decode position minus cache length (non-zero only after images).
+    pub fn rope_delta(&self) -> i32 {
+        self.images.as_ref().map_or(0, |i| i.rope_delta)
+    }
+
+    /// The prefix-cache key of the first `len` tokens (prompt, then generated).
+    pub fn prefix_key(&self, len: usize) -> Vec<KeyToken> {
+        match &self.images {
+            None => text_key(&self.tokens[..len]),
+            Some(images) => {
+                let from_prompt = len.min(self.prompt_len);
+                let mut key = images.key[..from_prompt].to_vec();
+                key.extend(text_key(&self.tokens[from_prompt..len]));
+                key
+            }
+        }
     }
 
     /// The token the next decode step feeds for this row.

@@ -3,6 +3,7 @@
 //! rows have their own offsets and padding.
 pub mod batch;
 pub mod prefix;
+pub mod rope_shift;
 pub mod simple;
 pub mod store;
 
@@ -11,7 +12,7 @@ use mlx_rs::Array;
 use crate::error::Result;
 
 pub use batch::{BatchKvCache, KvQuantization};
-pub use prefix::{PrefixCache, PrefixCacheStats};
+pub use prefix::{image_slot_key, text_key, KeyToken, PrefixCache, PrefixCacheStats};
 pub use simple::SimpleKvCache;
 
 /// The RoPE position of the first query token of this step.

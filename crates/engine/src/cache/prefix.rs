@@ -5,15 +5,36 @@
 //! shared by several chats is reused by all of them.
 //!
 //! Entries are bounded by bytes and evicted least-recently-used first.
+//!
+//! Keys are [`KeyToken`]s, not token ids: every image-feature slot of a
+//! vision prompt has the same placeholder token id, so its key is derived from
+//! the image's content hash instead, and a different image at the same
+//! place never reuses a prefix.
 use mlx_rs::{ops::indexing::IndexOp, Array};
 use serde::Serialize;
 
 use crate::error::Result;
 
-/// One kept sequence: the tokens its KV state covers, and per layer the keys
-/// and values `[1, kv_heads, tokens.len(), head_dim]`.
+/// One position of a prefix key: a token id, or (top bit set) an image slot.
+pub type KeyToken = u64;
+
+const IMAGE_SLOT: u64 = 1 << 63;
+
+/// The key of plain text tokens.
+pub fn text_key(tokens: &[u32]) -> Vec<KeyToken> {
+    tokens.iter().map(|&t| t as KeyToken).collect()
+}
+
+/// The key of feature slot `index` of the image whose SHA-256 (hex) is `sha256`.
+pub fn image_slot_key(sha256: &str, index: usize) -> KeyToken {
+    let digest = u64::from_str_radix(sha256.get(..15).unwrap_or("0"), 16).unwrap_or(0);
+    IMAGE_SLOT | (digest << 3).wrapping_add(index as u64) & !IMAGE_SLOT
+}
+
+/// One kept sequence: the key of the tokens its KV state covers, and per
+/// layer the keys and values `[1, kv_heads, tokens.len(), head_dim]`.
 struct Entry {
-    tokens: Vec<u32>,
+    tokens: Vec<KeyToken>,
     layers: Vec<(Array, Array)>,
     bytes: usize,
     last_used: u64,
@@ -66,7 +87,7 @@ impl PrefixCache {
 
     /// The longest kept prefix of `prompt`, leaving at least one prompt token
     /// to prefill (its logits give the first generated token).
-    pub fn lookup(&mut self, prompt: &[u32]) -> Option<PrefixHit> {
+    pub fn lookup(&mut self, prompt: &[KeyToken]) -> Option<PrefixHit> {
         let usable = prompt.len().saturating_sub(1);
         let best = self
             .entries
@@ -95,7 +116,7 @@ impl PrefixCache {
 
     /// Keeps a finished sequence's KV state. `layers` may be views into a
     /// batch's buffers: they are copied out (evaluated) so the batch can move on.
-    pub fn insert(&mut self, tokens: Vec<u32>, layers: Vec<(Array, Array)>) -> Result<()> {
+    pub fn insert(&mut self, tokens: Vec<KeyToken>, layers: Vec<(Array, Array)>) -> Result<()> {
         if self.capacity_bytes == 0 || tokens.len() < MIN_REUSE {
             return Ok(());
         }

@@ -3,6 +3,7 @@
 use mlx_rs::{fast, Array};
 use serde::Deserialize;
 
+use super::mrope::{self, MRope};
 use crate::cache::RopeOffset;
 use crate::error::{Error, Result};
 
@@ -22,6 +23,8 @@ pub struct RopeScaling {
 }
 
 pub struct Rope {
+    /// Multimodal sections (Qwen2-VL); used only for explicit positions.
+    mrope: Option<MRope>,
     dims: i32,
     traditional: bool,
     base: f32,
@@ -32,7 +35,7 @@ pub struct Rope {
 
 impl Rope {
     pub fn new(dims: i32, base: f32, traditional: bool, scaling: Option<&RopeScaling>) -> Result<Self> {
-        let mut rope = Rope { dims, traditional, base, scale: 1.0, freqs: None };
+        let mut rope = Rope { mrope: None, dims, traditional, base, scale: 1.0, freqs: None };
         let Some(s) = scaling else { return Ok(rope) };
         match s.rope_type.as_str() {
             "default" => {}
@@ -45,21 +48,57 @@ impl Rope {
         Ok(rope)
     }
 
+    /// Multimodal RoPE (Qwen2-VL's M-RoPE): the `head_dim / 2` frequencies are
+    /// split into `sections` (temporal, height, width), each rotated by its own
+    /// position axis. Text positions are equal on all axes, where this is
+    /// plain RoPE with `base`.
+    pub fn multimodal(dims: i32, base: f32, sections: [i32; 3]) -> Result<Self> {
+        Ok(Rope { mrope: Some(MRope::new(dims, base, sections)?), ..Self::new(dims, base, false, None)? })
+    }
+
     /// Rotates `x` `[B, heads, L, head_dim]` for positions starting at `offset`.
     pub fn apply(&self, x: &Array, offset: &RopeOffset) -> Result<Array> {
+        self.rotate(x, &self.prepare(offset)?)
+    }
+
+    /// What a step's offset means for every layer's rotation, computed once
+    /// per step (explicit M-RoPE positions become cos/sin tables).
+    pub fn prepare<'a>(&self, offset: &'a RopeOffset) -> Result<Rotation<'a>> {
+        match (offset, &self.mrope) {
+            (RopeOffset::Explicit(positions), Some(mrope)) => {
+                let (cos, sin) = mrope.cos_sin(positions)?;
+                Ok(Rotation::Tables { cos, sin })
+            }
+            (RopeOffset::Explicit(_), None) => {
+                Err(Error::InvalidRequest("this model has no multimodal (M-RoPE) positions".into()))
+            }
+            (offset, _) => Ok(Rotation::Offset(offset)),
+        }
+    }
+
+    /// Rotates `x` `[B, heads, L, head_dim]` as [`Self::prepare`] decided.
+    pub fn rotate(&self, x: &Array, rotation: &Rotation) -> Result<Array> {
         let base = if self.freqs.is_some() { None } else { Some(self.base) };
-        Ok(match offset {
-            RopeOffset::Shared(o) => {
+        Ok(match rotation {
+            Rotation::Offset(RopeOffset::Shared(o)) => {
                 fast::rope(x, self.dims, self.traditional, base, self.scale, *o, self.freqs.as_ref())?
             }
-            RopeOffset::PerRow(o) => {
+            Rotation::Offset(RopeOffset::PerRow(o)) => {
                 fast::rope_dynamic(x, self.dims, self.traditional, base, self.scale, o, self.freqs.as_ref())?
             }
-            RopeOffset::Explicit(_) => {
-                return Err(Error::InvalidRequest("this model has no multimodal (M-RoPE) positions".into()));
+            Rotation::Offset(RopeOffset::Explicit(_)) => {
+                unreachable!("prepare turns explicit positions into tables")
             }
+            Rotation::Tables { cos, sin } => mrope::rotate_half_split(x, cos, sin)?,
         })
     }
+}
+
+/// A step's rotation: by offset (fast RoPE kernel) or by precomputed tables.
+pub enum Rotation<'a> {
+    Offset(&'a RopeOffset),
+    /// `[B, 1, L, head_dim]` each.
+    Tables { cos: Array, sin: Array },
 }
 
 /// Llama 3.1's scaling: long wavelengths are slowed by `factor`, short ones
