@@ -52,14 +52,9 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_value", message)
     }
 
-    /// Image input while the engine has no vision models.
-    pub fn images_not_supported() -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            "images_not_supported",
-            "this model does not accept images",
-        )
+    /// An image part that cannot be read (bad data URL, missing file, remote URL).
+    pub fn invalid_image(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_image", message)
     }
 
     pub fn model_not_found(requested: &str, loaded: &str) -> Self {
@@ -121,7 +116,7 @@ impl ApiError {
     pub fn from_engine(error: &RequestError) -> Self {
         let code = error.code.to_ascii_lowercase();
         match error.code.as_str() {
-            "CONTEXT_LENGTH_EXCEEDED" | "INVALID_REQUEST" | "CHAT_TEMPLATE_ERROR" => {
+            "CONTEXT_LENGTH_EXCEEDED" | "INVALID_REQUEST" | "INVALID_IMAGE" | "CHAT_TEMPLATE_ERROR" => {
                 Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", code, error.message.clone())
             }
             "ENGINE_STOPPED" => Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", code, error.message.clone()),

@@ -3,10 +3,10 @@
 //! client gets a 400 naming the field instead of a failed stream.
 use std::path::Path;
 
-use engine::batch::{Prompt, Request};
+use engine::batch::{ImageInput, Prompt, Request};
 use engine::model::ModelInfo;
 use engine::sample::SamplingParams;
-use engine::tokenizer::{ChatMessage, MessageContent, TemplateOptions};
+use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use serde_json::{json, Map, Value};
 
 use crate::api_error::ApiError;
@@ -71,13 +71,19 @@ pub fn prepare(
     };
     let sampling = sampling(&body, limits, defaults)?;
     let stop = stop_strings(body.stop.as_ref())?;
-    let messages = body.messages.into_iter().enumerate().map(|(i, m)| message(i, m)).collect::<Result<Vec<_>, _>>()?;
+    let mut images = Vec::new();
+    let messages = body
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| message(i, m, &mut images))
+        .collect::<Result<Vec<_>, _>>()?;
     let tools = offered_tools(body.tools, body.tool_choice.as_ref())?;
     let (enable_thinking, extra) = thinking(body.chat_template_kwargs, body.reasoning_effort.as_deref())?;
     let options = TemplateOptions { add_generation_prompt: true, enable_thinking, tools, documents: None, extra };
     let request = Request {
         prompt: Prompt::Chat { messages, options },
-        images: Vec::new(),
+        images,
         max_tokens,
         sampling,
         stop,
@@ -152,7 +158,7 @@ fn stop_strings(stop: Option<&Value>) -> Result<Vec<String>, ApiError> {
     Ok(stops)
 }
 
-fn message(index: usize, m: RequestMessage) -> Result<ChatMessage, ApiError> {
+fn message(index: usize, m: RequestMessage, images: &mut Vec<ImageInput>) -> Result<ChatMessage, ApiError> {
     let at = |what: &str| format!("messages[{index}]{what}");
     let role = match m.role.as_str() {
         // OpenAI's newer name for the system prompt; chat templates know only "system".
@@ -168,7 +174,7 @@ fn message(index: usize, m: RequestMessage) -> Result<ChatMessage, ApiError> {
     let content = match m.content {
         None | Some(Value::Null) if role == "assistant" => MessageContent::Text(String::new()),
         None | Some(Value::Null) => return Err(ApiError::invalid_param(format!("{}: content is required", at("")))),
-        Some(value) => MessageContent::Text(content_text(&at(".content"), value)?),
+        Some(value) => content(&at(".content"), value, images)?,
     };
     let tool_calls = match m.tool_calls {
         Some(calls) if role != "assistant" => {
@@ -197,34 +203,81 @@ fn message(index: usize, m: RequestMessage) -> Result<ChatMessage, ApiError> {
     })
 }
 
-/// The text of a message's content: a string, or text parts joined. Image
-/// parts are refused until the engine has vision models.
-fn content_text(at: &str, content: Value) -> Result<String, ApiError> {
-    match content {
-        Value::String(s) => Ok(s),
-        Value::Array(parts) => {
-            let mut text = String::new();
-            for (j, part) in parts.iter().enumerate() {
-                match part.get("type").and_then(Value::as_str) {
-                    Some("text") | Some("input_text") => match part.get("text").and_then(Value::as_str) {
-                        Some(t) => text.push_str(t),
-                        None => return Err(ApiError::invalid_param(format!("{at}[{j}]: a text part needs \"text\""))),
-                    },
-                    Some("image_url") | Some("input_image") | Some("image") => {
-                        return Err(ApiError::images_not_supported())
-                    }
-                    Some(other) => {
-                        return Err(ApiError::invalid_param(format!(
-                            "{at}[{j}]: content parts of type {other:?} are not supported"
-                        )))
-                    }
-                    None => return Err(ApiError::invalid_param(format!("{at}[{j}]: a content part needs a \"type\""))),
-                }
+/// A message's content: a string, or parts. Text parts are joined; image
+/// parts keep their place (the chat template puts each image's placeholder
+/// there) and their bytes go to `images`, in order.
+fn content(at: &str, content: Value, images: &mut Vec<ImageInput>) -> Result<MessageContent, ApiError> {
+    let parts = match content {
+        Value::String(s) => return Ok(MessageContent::Text(s)),
+        Value::Array(parts) => parts,
+        _ => return Err(ApiError::invalid_param(format!("{at}: content must be a string or a list of parts"))),
+    };
+    let mut out: Vec<ContentPart> = Vec::new();
+    for (j, part) in parts.iter().enumerate() {
+        let at = format!("{at}[{j}]");
+        match part.get("type").and_then(Value::as_str) {
+            Some("text") | Some("input_text") => match part.get("text").and_then(Value::as_str) {
+                Some(t) => match out.last_mut() {
+                    Some(ContentPart::Text { text }) => text.push_str(t),
+                    _ => out.push(ContentPart::text(t)),
+                },
+                None => return Err(ApiError::invalid_param(format!("{at}: a text part needs \"text\""))),
+            },
+            Some(kind @ ("image_url" | "input_image" | "image")) => {
+                let url = image_url(part, kind)
+                    .ok_or_else(|| ApiError::invalid_param(format!("{at}: an image part needs an image URL")))?;
+                let image = ImageInput::from_bytes(image_bytes(&at, url)?);
+                out.push(ContentPart::Image { image: Some(image.sha256.clone()) });
+                images.push(image);
             }
-            Ok(text)
+            Some(other) => {
+                return Err(ApiError::invalid_param(format!("{at}: content parts of type {other:?} are not supported")))
+            }
+            None => return Err(ApiError::invalid_param(format!("{at}: a content part needs a \"type\""))),
         }
-        _ => Err(ApiError::invalid_param(format!("{at}: content must be a string or a list of parts"))),
     }
+    Ok(match out.as_slice() {
+        [] => MessageContent::Text(String::new()),
+        [ContentPart::Text { text }] => MessageContent::Text(text.clone()),
+        _ => MessageContent::Parts(out),
+    })
+}
+
+/// The URL of an image part in any of the shapes clients send:
+/// `{"image_url": {"url": …}}` (Chat Completions), `{"image_url": "…"}`
+/// (Responses API), `{"image": "…"}` (mlx-vlm and others).
+fn image_url<'a>(part: &'a Value, kind: &str) -> Option<&'a str> {
+    let field = part.get(if kind == "image" { "image" } else { "image_url" })?;
+    field.as_str().or_else(|| field.get("url").and_then(Value::as_str))
+}
+
+/// An image URL's bytes: a `data:` URL (base64) or a local `file:` URL.
+/// Remote URLs are refused: a local server should not fetch from the network
+/// on a client's behalf.
+fn image_bytes(at: &str, url: &str) -> Result<Vec<u8>, ApiError> {
+    use base64::Engine as _;
+    if let Some(rest) = url.strip_prefix("data:") {
+        let (meta, data) = rest
+            .split_once(',')
+            .ok_or_else(|| ApiError::invalid_image(format!("{at}: a data URL needs a comma before its data")))?;
+        if !meta.ends_with(";base64") {
+            return Err(ApiError::invalid_image(format!("{at}: only base64 data URLs are supported")));
+        }
+        return base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|e| ApiError::invalid_image(format!("{at}: the data URL is not valid base64: {e}")));
+    }
+    if url.starts_with("file:") {
+        let path = url::Url::parse(url)
+            .ok()
+            .and_then(|u| u.to_file_path().ok())
+            .ok_or_else(|| ApiError::invalid_image(format!("{at}: {url:?} is not a valid file URL")))?;
+        return std::fs::read(&path)
+            .map_err(|e| ApiError::invalid_image(format!("{at}: cannot read {}: {e}", path.display())));
+    }
+    Err(ApiError::invalid_image(format!(
+        "{at}: only data: and file: image URLs are accepted (this local server does not fetch remote images)"
+    )))
 }
 
 /// An earlier assistant tool call, shaped for chat templates: OpenAI sends
@@ -409,14 +462,54 @@ mod tests {
     }
 
     #[test]
-    fn an_image_part_is_refused_clearly() {
-        let e = request(json!({"messages": [{"role": "user", "content": [
-            {"type": "text", "text": "what is this?"},
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    fn image_parts_keep_their_place_and_carry_their_bytes() {
+        let p = request(json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is "},
+            {"type": "text", "text": "this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAEC"}},
+            {"type": "input_image", "image_url": "data:image/png;base64,AwQ="}
         ]}]}))
-        .unwrap_err();
-        assert_eq!(e.status, 400);
-        assert_eq!(e.message, "this model does not accept images");
+        .unwrap();
+        let (messages, _) = chat(&p);
+        let MessageContent::Parts(parts) = &messages[0].content else { panic!("parts expected") };
+        assert_eq!(parts.len(), 3);
+        assert_eq!(parts[0], ContentPart::text("what is this?"));
+        let images = &p.request.images;
+        assert_eq!(images.len(), 2);
+        assert_eq!(&*images[0].bytes, &[0u8, 1, 2]);
+        assert_eq!(&*images[1].bytes, &[3u8, 4]);
+        assert_eq!(parts[1], ContentPart::Image { image: Some(images[0].sha256.clone()) });
+    }
+
+    #[test]
+    fn a_file_url_image_is_read_from_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a b.png");
+        std::fs::write(&path, [9u8, 8, 7]).unwrap();
+        let url = url::Url::from_file_path(&path).unwrap().to_string();
+        let p = request(json!({"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": url}}
+        ]}]}))
+        .unwrap();
+        assert_eq!(&*p.request.images[0].bytes, &[9u8, 8, 7]);
+    }
+
+    #[test]
+    fn bad_image_urls_are_refused_clearly() {
+        for (url, needle) in [
+            ("https://example.com/cat.png", "does not fetch remote images"),
+            ("data:image/png;base64,!!!", "not valid base64"),
+            ("data:image/png,raw", "only base64"),
+            ("file:///no/such/file.png", "cannot read"),
+        ] {
+            let e = request(json!({"messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": url}}
+            ]}]}))
+            .expect_err(url);
+            assert_eq!(e.status, 400, "{url}");
+            assert_eq!(e.code, "invalid_image", "{url}");
+            assert!(e.message.contains(needle), "{url}: {}", e.message);
+        }
     }
 
     #[test]
