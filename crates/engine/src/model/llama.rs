@@ -1,11 +1,15 @@
 //! The `llama` architecture (Llama 2/3.x, SmolLM2, Mistral-style dense
 //! models): pre-norm decoder blocks with grouped-query attention, RoPE
 //! (optionally Llama 3 frequency scaling) and a SwiGLU MLP.
+//!
+//! Qwen2 and the language half of Qwen2-VL / Qwen2.5-VL are this same decoder
+//! with biases on the Q/K/V projections, other weight-name prefixes and (for
+//! the VL models) M-RoPE; they build it through [`Llama::build`].
 use mlx_rs::{nn, Array};
 use serde::Deserialize;
 
 use super::layers::{Embedding, LayerLoader, Linear, RmsNorm};
-use super::rope::{Rope, RopeScaling};
+use super::rope::{Rope, RopeScaling, Rotation};
 use super::{attention, LanguageModel, ModelShape};
 use crate::cache::KvCache;
 use crate::error::{Error, Result};
@@ -48,10 +52,10 @@ fn default_context() -> i32 {
 }
 
 impl LlamaArgs {
-    fn kv_heads(&self) -> i32 {
+    pub fn kv_heads(&self) -> i32 {
         self.num_key_value_heads.unwrap_or(self.num_attention_heads)
     }
-    fn head_dim(&self) -> i32 {
+    pub fn head_dim(&self) -> i32 {
         self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads)
     }
     fn validate(&self) -> Result<()> {
@@ -85,7 +89,15 @@ struct Attention {
 }
 
 impl Attention {
-    fn forward(&self, x: &Array, layer: usize, rope: &Rope, step: &attention::Step, cache: &mut dyn KvCache) -> Result<Array> {
+    fn forward(
+        &self,
+        x: &Array,
+        layer: usize,
+        rope: &Rope,
+        rotation: &Rotation,
+        step: &attention::Step,
+        cache: &mut dyn KvCache,
+    ) -> Result<Array> {
         let (b, l) = (x.dim(0), x.dim(1));
         let split_heads = |t: Array, heads: i32| -> Result<Array> {
             Ok(t.reshape(&[b, l, heads, self.head_dim])?.transpose_axes(&[0, 2, 1, 3])?)
@@ -93,8 +105,8 @@ impl Attention {
         let q = split_heads(self.q_proj.forward(x)?, self.heads)?;
         let k = split_heads(self.k_proj.forward(x)?, self.kv_heads)?;
         let v = split_heads(self.v_proj.forward(x)?, self.kv_heads)?;
-        let q = rope.apply(&q, &step.offset)?;
-        let k = rope.apply(&k, &step.offset)?;
+        let q = rope.rotate(&q, rotation)?;
+        let k = rope.rotate(&k, rotation)?;
         let (k, v) = cache.update(layer, k, v)?;
         let o = attention::sdpa(&q, &k, &v, self.scale, &step.mask)?;
         let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, self.heads * self.head_dim])?;
@@ -122,6 +134,24 @@ struct Block {
     mlp: Mlp,
 }
 
+/// What differs between the families that share this decoder.
+pub struct DecoderLayout {
+    /// Prefix of the decoder's tensors: `model` (`model.embed_tokens`,
+    /// `model.layers.N`, `model.norm`).
+    pub prefix: String,
+    /// The untied output head (`lm_head`).
+    pub lm_head: String,
+    /// Biases on the Q, K and V projections (Qwen2), independent of
+    /// `attention_bias`, which puts one on all four projections (Llama).
+    pub qkv_bias: bool,
+}
+
+impl DecoderLayout {
+    pub fn llama() -> Self {
+        Self { prefix: "model".into(), lm_head: "lm_head".into(), qkv_bias: false }
+    }
+}
+
 pub struct Llama {
     args: LlamaArgs,
     embed_tokens: Embedding,
@@ -136,21 +166,30 @@ impl Llama {
     pub fn load(config: &serde_json::Value, loader: &mut LayerLoader) -> Result<Self> {
         let args: LlamaArgs = serde_json::from_value(config.clone())
             .map_err(|e| Error::InvalidConfig(format!("llama config.json: {e}")))?;
+        let rope = Rope::new(args.head_dim(), args.rope_theta, args.rope_traditional, args.rope_scaling.as_ref())?;
+        Self::build(args, &DecoderLayout::llama(), rope, loader)
+    }
+
+    /// The decoder from parsed arguments, a weight layout and the rotary
+    /// embedding (ordinary RoPE or M-RoPE).
+    pub fn build(args: LlamaArgs, layout: &DecoderLayout, rope: Rope, loader: &mut LayerLoader) -> Result<Self> {
         args.validate()?;
         let (d, hd) = (args.hidden_size, args.head_dim());
         let (heads, kv_heads) = (args.num_attention_heads, args.kv_heads());
-        let embed_tokens = loader.embedding("model.embed_tokens", args.vocab_size, d)?;
+        let m = &layout.prefix;
+        let embed_tokens = loader.embedding(&format!("{m}.embed_tokens"), args.vocab_size, d)?;
         let mut layers = Vec::with_capacity(args.num_hidden_layers as usize);
         for i in 0..args.num_hidden_layers {
-            let p = format!("model.layers.{i}");
+            let p = format!("{m}.layers.{i}");
             let ab = args.attention_bias;
+            let qkv_b = ab || layout.qkv_bias;
             let mb = args.mlp_bias;
             layers.push(Block {
                 input_layernorm: loader.rms_norm(&format!("{p}.input_layernorm"), d, args.rms_norm_eps)?,
                 self_attn: Attention {
-                    q_proj: loader.linear(&format!("{p}.self_attn.q_proj"), d, heads * hd, ab)?,
-                    k_proj: loader.linear(&format!("{p}.self_attn.k_proj"), d, kv_heads * hd, ab)?,
-                    v_proj: loader.linear(&format!("{p}.self_attn.v_proj"), d, kv_heads * hd, ab)?,
+                    q_proj: loader.linear(&format!("{p}.self_attn.q_proj"), d, heads * hd, qkv_b)?,
+                    k_proj: loader.linear(&format!("{p}.self_attn.k_proj"), d, kv_heads * hd, qkv_b)?,
+                    v_proj: loader.linear(&format!("{p}.self_attn.v_proj"), d, kv_heads * hd, qkv_b)?,
                     o_proj: loader.linear(&format!("{p}.self_attn.o_proj"), heads * hd, d, ab)?,
                     heads,
                     kv_heads,
@@ -169,14 +208,14 @@ impl Llama {
                 },
             });
         }
-        let norm = loader.rms_norm("model.norm", d, args.rms_norm_eps)?;
+        let norm = loader.rms_norm(&format!("{m}.norm"), d, args.rms_norm_eps)?;
         // Some tied checkpoints still ship a copy of the head: use it if present.
-        let lm_head = if !args.tie_word_embeddings || loader.weights.contains("lm_head.weight") {
-            Some(loader.linear("lm_head", d, args.vocab_size, false)?)
+        let head = &layout.lm_head;
+        let lm_head = if !args.tie_word_embeddings || loader.weights.contains(&format!("{head}.weight")) {
+            Some(loader.linear(head, d, args.vocab_size, false)?)
         } else {
             None
         };
-        let rope = Rope::new(hd, args.rope_theta, args.rope_traditional, args.rope_scaling.as_ref())?;
         Ok(Self { args, embed_tokens, layers, norm, lm_head, rope })
     }
 }
@@ -199,8 +238,11 @@ impl LanguageModel for Llama {
     fn forward_embeddings(&self, mut h: Array, cache: &mut dyn KvCache) -> Result<Array> {
         let l = h.dim(1);
         let step = attention::Step::begin(cache, l)?;
+        // M-RoPE angles are computed once per step, not once per layer.
+        let rotation = self.rope.prepare(&step.offset)?;
         for (i, block) in self.layers.iter().enumerate() {
-            let a = block.self_attn.forward(&block.input_layernorm.forward(&h)?, i, &self.rope, &step, cache)?;
+            let x = block.input_layernorm.forward(&h)?;
+            let a = block.self_attn.forward(&x, i, &self.rope, &rotation, &step, cache)?;
             h = h.add(a)?;
             let m = block.mlp.forward(&block.post_attention_layernorm.forward(&h)?)?;
             h = h.add(m)?;

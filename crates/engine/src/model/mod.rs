@@ -5,6 +5,9 @@
 pub mod attention;
 pub mod layers;
 pub mod llama;
+pub mod mrope;
+pub mod qwen2;
+pub mod qwen2_vl;
 pub mod rope;
 pub mod vision_tower;
 
@@ -61,11 +64,13 @@ pub trait LanguageModel {
 }
 
 /// Model families we implement, by config.json `model_type`.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "mistral"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "mistral", "qwen2", "qwen2_vl", "qwen2_5_vl"];
 
 fn build(model_type: &str, config: &Value, loader: &mut layers::LayerLoader) -> Result<Box<dyn LanguageModel>> {
     Ok(match model_type {
         "llama" | "mistral" => Box::new(llama::Llama::load(config, loader)?),
+        "qwen2" => Box::new(qwen2::load(config, loader)?),
+        "qwen2_vl" | "qwen2_5_vl" => Box::new(qwen2_vl::Qwen2Vl::load(model_type, config, loader)?),
         other => {
             return Err(Error::UnsupportedArchitecture {
                 architecture: other.to_string(),

@@ -1,0 +1,167 @@
+//! Qwen2-VL and Qwen2.5-VL (`model_type` `qwen2_vl`, `qwen2_5_vl`): the
+//! Qwen2 decoder with M-RoPE (`language` is [`Llama`] with Q/K/V biases and
+//! [`Rope::multimodal`]), the vision tower (`vision.rs`) and the prompt's
+//! M-RoPE positions (`positions.rs`).
+//!
+//! Checkpoints come with three weight-name schemes, all mapped here onto the
+//! original Hugging Face one (`visual.*`, `model.*`, `lm_head`):
+//! - Hugging Face before transformers 4.52: `visual.*`, `model.*`, `lm_head`;
+//! - transformers ≥ 4.52: `model.visual.*`, `model.language_model.*`, `lm_head`;
+//! - mlx-vlm / mlx-community: `vision_tower.*`, `language_model.model.*`,
+//!   `language_model.lm_head`.
+//!
+//! config.json has the text parameters at the root (older files, and what
+//! mlx-vlm reads) and/or in `text_config` (newer files); the root wins.
+pub mod positions;
+pub mod vision;
+
+use mlx_rs::Array;
+use serde_json::{Map, Value};
+
+use super::layers::LayerLoader;
+use super::llama::{DecoderLayout, Llama};
+use super::rope::Rope;
+use super::{LanguageModel, ModelShape, VisionTower};
+use crate::cache::KvCache;
+use crate::error::{Error, Result};
+use vision::{Variant, VisionConfig, VisionModel};
+
+/// Token ids of the Qwen2-VL vocabulary, used when config.json omits them.
+const DEFAULT_IMAGE_TOKEN_ID: u32 = 151655;
+
+pub struct Qwen2Vl {
+    language: Llama,
+    vision: QwenVision,
+}
+
+/// The [`VisionTower`] of a Qwen2-VL / Qwen2.5-VL model.
+pub struct QwenVision {
+    model: VisionModel,
+    image_token_id: u32,
+}
+
+impl Qwen2Vl {
+    pub fn load(model_type: &str, config: &Value, loader: &mut LayerLoader) -> Result<Self> {
+        let variant = match model_type {
+            "qwen2_vl" => Variant::Qwen2Vl,
+            "qwen2_5_vl" => Variant::Qwen25Vl,
+            other => return Err(Error::InvalidConfig(format!("{other} is not a Qwen2-VL model type"))),
+        };
+        rename_weights(loader);
+        let text = text_config(config);
+        let sections = mrope_sections(&text)?;
+        let mut text_args = text.clone();
+        // M-RoPE is set up here; the llama parser knows only frequency scalings.
+        text_args.remove("rope_scaling");
+        text_args.remove("rope_parameters");
+        // The reference derives the head size from the hidden size whatever `head_dim` says.
+        text_args.remove("head_dim");
+        let args = super::qwen2::parse_args(&Value::Object(text_args))?;
+        let rope = Rope::multimodal(args.head_dim(), args.rope_theta, sections)?;
+        let hidden = args.hidden_size;
+        let layout = DecoderLayout { qkv_bias: true, ..DecoderLayout::llama() };
+        let language = Llama::build(args, &layout, rope, loader)?;
+
+        let vision_json = config.get("vision_config").cloned().unwrap_or(Value::Object(Map::new()));
+        let vision_cfg = VisionConfig::parse(variant, &vision_json)?;
+        if vision_cfg.out_hidden != hidden {
+            return Err(Error::InvalidConfig(format!(
+                "the vision tower outputs {} values per feature but the language model's hidden size is {hidden}",
+                vision_cfg.out_hidden
+            )));
+        }
+        let model = VisionModel::load(vision_cfg, "visual", loader)?;
+        let image_token_id = token_id(config, &text, &["image_token_id", "image_token_index"]).unwrap_or(DEFAULT_IMAGE_TOKEN_ID);
+        Ok(Self { language, vision: QwenVision { model, image_token_id } })
+    }
+}
+
+impl LanguageModel for Qwen2Vl {
+    fn shape(&self) -> ModelShape {
+        self.language.shape()
+    }
+
+    fn embed(&self, tokens: &Array) -> Result<Array> {
+        self.language.embed(tokens)
+    }
+
+    fn forward_embeddings(&self, embeddings: Array, cache: &mut dyn KvCache) -> Result<Array> {
+        self.language.forward_embeddings(embeddings, cache)
+    }
+
+    fn logits(&self, hidden: &Array) -> Result<Array> {
+        self.language.logits(hidden)
+    }
+
+    fn vision(&self) -> Option<&dyn VisionTower> {
+        Some(&self.vision)
+    }
+}
+
+impl VisionTower for QwenVision {
+    fn image_token_id(&self) -> u32 {
+        self.image_token_id
+    }
+
+    fn encode(&self, pixels: &Array, grid: [i32; 3]) -> Result<Array> {
+        self.model.forward(pixels, grid)
+    }
+
+    fn rope_positions(&self, tokens: &[u32], grids: &[[i32; 3]]) -> Result<(Array, i32)> {
+        let (axes, delta) = positions::rope_positions(tokens, self.image_token_id, grids)?;
+        let flat: Vec<i32> = axes.concat();
+        Ok((Array::from_slice(&flat, &[3, tokens.len() as i32]), delta))
+    }
+}
+
+/// Text parameters: `text_config` overlaid with the root's keys.
+fn text_config(config: &Value) -> Map<String, Value> {
+    let mut text = config.get("text_config").and_then(Value::as_object).cloned().unwrap_or_default();
+    if let Some(root) = config.as_object() {
+        for (k, v) in root {
+            if k != "text_config" && k != "vision_config" {
+                text.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    text
+}
+
+fn mrope_sections(text: &Map<String, Value>) -> Result<[i32; 3]> {
+    let section = ["rope_scaling", "rope_parameters"]
+        .iter()
+        .find_map(|k| text.get(*k).and_then(|r| r.get("mrope_section")))
+        .ok_or_else(|| Error::InvalidConfig("rope_scaling.mrope_section is missing".into()))?;
+    let parts: Vec<i32> = section
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_i64).map(|x| x as i32).collect())
+        .unwrap_or_default();
+    parts
+        .try_into()
+        .map_err(|_| Error::InvalidConfig(format!("mrope_section must be three integers, got {section}")))
+}
+
+fn token_id(config: &Value, text: &Map<String, Value>, keys: &[&str]) -> Option<u32> {
+    keys.iter()
+        .find_map(|k| config.get(*k).or_else(|| text.get(*k)).and_then(Value::as_u64))
+        .map(|x| x as u32)
+}
+
+/// Maps every scheme's names onto `visual.*`, `model.*`, `lm_head.*`.
+fn rename_weights(loader: &mut LayerLoader) {
+    const MAP: &[(&str, &str)] = &[
+        ("vision_tower.", "visual."),
+        ("language_model.model.", "model."),
+        ("language_model.lm_head.", "lm_head."),
+        ("model.visual.", "visual."),
+        ("model.language_model.", "model."),
+    ];
+    let names: Vec<String> = loader.weights.names().map(str::to_owned).collect();
+    for name in names {
+        if let Some((from, to)) = MAP.iter().find(|(from, _)| name.starts_with(from)) {
+            let renamed = format!("{to}{}", &name[from.len()..]);
+            let t = loader.weights.remove(&name).expect("listed above");
+            loader.weights.insert(renamed, t);
+        }
+    }
+}
