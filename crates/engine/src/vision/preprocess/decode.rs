@@ -12,6 +12,14 @@
 //! `image` crate's JPEG decoder (zune-jpeg) has no DCT-scaling mode, so the limit is a
 //! refusal, not a downscale.
 //!
+//! JPEG is the one format whose pixels differ from the reference: Pillow decodes with
+//! libjpeg-turbo (ISLOW IDCT, "fancy" chroma upsampling), the `image` crate with
+//! zune-jpeg, whose IDCT / colour conversion round differently (±1-2) and whose 4:2:0
+//! upsampling rounds twice; measured up to ±4 per decoded sample, 0.4/255 on average
+//! after preprocessing (tests/vision_preprocess.rs). Exact parity would need
+//! libjpeg-turbo itself (e.g. the `mozjpeg` crate, a C build). PNG, BMP, GIF and WebP
+//! (lossless and the lossy sample tested) decode identically.
+//!
 //! Conversion to RGB follows PIL's `convert("RGB")`: alpha is dropped, not composited
 //! (a transparent pixel keeps whatever colour it stores); gray is replicated; 16-bit
 //! samples keep their high byte (PIL's `RGB;16B`/`LA;16B` raw modes). One deliberate
