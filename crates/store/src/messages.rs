@@ -159,6 +159,44 @@ impl Store {
         Ok(message)
     }
 
+    /// Deletes `from` and every later message of `chat` (regenerate, edit
+    /// and resend), then the attachment files no other message uses. Returns
+    /// how many messages went. A streaming reply among them is deleted too:
+    /// stop it first.
+    pub async fn delete_messages_from(&self, chat: ChatId, from: MessageId) -> Result<u64> {
+        let mut tx = self.write_tx().await?;
+        let exists = sqlx::query_scalar::<_, i64>("SELECT 1 FROM messages WHERE id = ?1 AND chat_id = ?2")
+            .bind(from.0)
+            .bind(chat.0)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if exists.is_none() {
+            return Err(Error::MessageNotFound(from));
+        }
+        let candidates: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT ma.sha256 FROM message_attachments ma
+             JOIN messages m ON m.id = ma.message_id WHERE m.chat_id = ?1 AND m.id >= ?2",
+        )
+        .bind(chat.0)
+        .bind(from.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        let deleted = sqlx::query("DELETE FROM messages WHERE chat_id = ?1 AND id >= ?2")
+            .bind(chat.0)
+            .bind(from.0)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        sqlx::query("UPDATE chats SET updated_at = ?1 WHERE id = ?2")
+            .bind(now_ms())
+            .bind(chat.0)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        self.remove_unreferenced_attachments(Some(&candidates)).await?;
+        Ok(deleted)
+    }
+
     /// Starts an assistant reply in `chat`: an empty message with status
     /// `streaming`. Remembers `model` as the chat's model.
     pub async fn begin_reply(&self, chat: ChatId, model: &str) -> Result<ReplyId> {
