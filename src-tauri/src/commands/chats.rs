@@ -1,0 +1,43 @@
+//! Chats and their messages.
+use std::sync::Arc;
+
+use store::{Chat, ChatId, Message};
+use tauri::State;
+
+use crate::error::AppResult;
+use crate::state::AppState;
+
+#[tauri::command]
+pub async fn list_chats(state: State<'_, Arc<AppState>>, query: Option<String>) -> AppResult<Vec<Chat>> {
+    Ok(match query.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
+        Some(q) => state.store.search_chats(q).await?,
+        None => state.store.list_chats().await?,
+    })
+}
+
+#[tauri::command]
+pub async fn create_chat(state: State<'_, Arc<AppState>>) -> AppResult<Chat> {
+    Ok(state.store.create_chat().await?)
+}
+
+#[tauri::command]
+pub async fn rename_chat(state: State<'_, Arc<AppState>>, chat_id: ChatId, title: String) -> AppResult<Chat> {
+    Ok(state.store.rename_chat(chat_id, &title).await?)
+}
+
+/// Stops the chat's reply if one is running, then deletes the chat (its
+/// images go too when no other message uses them).
+#[tauri::command]
+pub async fn delete_chat(state: State<'_, Arc<AppState>>, chat_id: ChatId) -> AppResult<()> {
+    let running = state.generations.lock().unwrap().remove(&chat_id);
+    if let Some(g) = running {
+        g.engine.cancel(g.request_id);
+    }
+    state.store.delete_chat(chat_id).await?;
+    Ok(())
+}
+
+#[tauri::command]
+pub async fn list_messages(state: State<'_, Arc<AppState>>, chat_id: ChatId) -> AppResult<Vec<Message>> {
+    Ok(state.store.list_messages(chat_id).await?)
+}

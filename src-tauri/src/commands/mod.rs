@@ -1,0 +1,9 @@
+//! The Tauri commands, one file per area. Each returns `AppResult`, so the
+//! UI always gets `{code, message}` on failure.
+pub mod attachments;
+pub mod chats;
+pub mod engine;
+pub mod models;
+pub mod replies;
+pub mod server;
+pub mod settings;

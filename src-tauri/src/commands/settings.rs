@@ -1,0 +1,55 @@
+//! Reading and saving the settings; engine settings apply on restart.
+use std::sync::Arc;
+
+use serde::Serialize;
+use tauri::{AppHandle, Runtime, State};
+
+use crate::error::{AppError, AppResult};
+use crate::settings::{Settings, SETTINGS_KEY};
+use crate::state::AppState;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SettingsView {
+    pub settings: Settings,
+    /// The engine runs with other engine settings than these: restart it to apply.
+    pub restart_needed: bool,
+    /// What the loaded model cannot use, in words.
+    pub notes: Vec<String>,
+}
+
+fn view(state: &AppState) -> SettingsView {
+    let settings = state.settings();
+    let status = state.status();
+    let restart_needed = status.knobs.as_ref().is_some_and(|k| *k != settings.engine_knobs());
+    let info = state.engine.engine().map(|e| e.model_info().clone());
+    SettingsView { notes: settings.notes_for(info.as_ref()), restart_needed, settings }
+}
+
+#[tauri::command]
+pub async fn get_settings(state: State<'_, Arc<AppState>>) -> AppResult<SettingsView> {
+    Ok(view(&state))
+}
+
+#[tauri::command]
+pub async fn save_settings<R: Runtime>(
+    app: AppHandle<R>,
+    state: State<'_, Arc<AppState>>,
+    settings: Settings,
+) -> AppResult<SettingsView> {
+    settings.validate().map_err(|m| AppError::new("INVALID_SETTINGS", m))?;
+    state.store.set_setting(SETTINGS_KEY, &settings).await?;
+    let before = std::mem::replace(&mut *state.settings.lock().unwrap(), settings.clone());
+    if before.server_enabled != settings.server_enabled || before.server_port != settings.server_port {
+        crate::openai_server::apply(&app, &state).await;
+    }
+    Ok(view(&state))
+}
+
+/// Restarts the engine with the current settings (replies under way end).
+#[tauri::command]
+pub async fn restart_engine<R: Runtime>(app: AppHandle<R>, state: State<'_, Arc<AppState>>) -> AppResult<SettingsView> {
+    let id =
+        state.status().model.map(|m| m.id).ok_or_else(|| AppError::new("NO_MODEL_LOADED", "No model is loaded."))?;
+    crate::models::load(&app, &state, &id).await?;
+    Ok(view(&state))
+}

@@ -1,0 +1,146 @@
+//! One reply being generated: the engine's events go to the UI (through a
+//! swappable sink, so a reloaded page can re-attach) and into the store
+//! (at least once a second, and at the end), until `Finished`.
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use engine::batch::{Event, FinishReason, RequestId, RequestStats};
+use engine::handle::{EngineHandle, RequestStream};
+use serde::Serialize;
+use store::{ChatId, Message, MessageStats, ReplyId, ReplyOutcome, Store};
+
+use crate::error::AppError;
+
+/// What the UI receives for one reply, in order: `started`, then text
+/// pieces, maybe `error`, then `finished` with the stored message.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StreamEvent {
+    Started {
+        chat_id: ChatId,
+        reply_id: ReplyId,
+        model: String,
+    },
+    /// The text so far, sent to a sink that attaches mid-reply.
+    Snapshot {
+        content: String,
+        reasoning: String,
+    },
+    Content {
+        text: String,
+    },
+    Reasoning {
+        text: String,
+    },
+    Error {
+        error: AppError,
+    },
+    Finished {
+        message: Message,
+    },
+}
+
+pub type Sink = Arc<dyn Fn(StreamEvent) + Send + Sync>;
+
+/// A reply under way, as the commands see it.
+pub struct Generation {
+    pub chat_id: ChatId,
+    pub request_id: RequestId,
+    pub reply_id: ReplyId,
+    pub model: String,
+    pub engine: EngineHandle,
+    pub sink: Arc<Mutex<Sink>>,
+    /// Answer and reasoning so far.
+    pub text: Arc<Mutex<(String, String)>>,
+}
+
+impl Generation {
+    /// Points the events at a new sink, after sending it the text so far.
+    pub fn attach(&self, sink: Sink) {
+        let (content, reasoning) = self.text.lock().unwrap().clone();
+        sink(StreamEvent::Started { chat_id: self.chat_id, reply_id: self.reply_id, model: self.model.clone() });
+        sink(StreamEvent::Snapshot { content, reasoning });
+        *self.sink.lock().unwrap() = sink;
+    }
+}
+
+const SAVE_EVERY: Duration = Duration::from_secs(1);
+
+/// Reads `stream` to its end, forwarding to the sink and saving to the store;
+/// returns the finished message.
+pub async fn pump(
+    store: Store,
+    reply: ReplyId,
+    mut stream: RequestStream,
+    sink: Arc<Mutex<Sink>>,
+    text: Arc<Mutex<(String, String)>>,
+) -> Result<Message, AppError> {
+    let send = |e: StreamEvent| (sink.lock().unwrap().clone())(e);
+    let mut tick = tokio::time::interval(SAVE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut dirty = false;
+    let mut error: Option<AppError> = None;
+    let (reason, stats) = loop {
+        tokio::select! {
+            event = stream.recv() => match event {
+                Some(Event::Content(t)) => {
+                    text.lock().unwrap().0.push_str(&t);
+                    dirty = true;
+                    send(StreamEvent::Content { text: t });
+                }
+                Some(Event::Reasoning(t)) => {
+                    text.lock().unwrap().1.push_str(&t);
+                    dirty = true;
+                    send(StreamEvent::Reasoning { text: t });
+                }
+                // the app offers no tools, so a tool call is shown as text
+                Some(Event::ToolCall(call)) => {
+                    let t = format!("\n```json\n{}\n```\n", serde_json::to_string_pretty(&call).unwrap_or_default());
+                    text.lock().unwrap().0.push_str(&t);
+                    dirty = true;
+                    send(StreamEvent::Content { text: t });
+                }
+                Some(Event::Error(e)) => {
+                    let e = AppError::new(&e.code, e.message);
+                    send(StreamEvent::Error { error: e.clone() });
+                    error = Some(e);
+                }
+                Some(Event::Finished { reason, stats }) => break (reason, stats),
+                // the engine went away without finishing the request
+                None => break (FinishReason::Error, RequestStats::default()),
+            },
+            _ = tick.tick() => {
+                if dirty {
+                    let (content, reasoning) = text.lock().unwrap().clone();
+                    if let Err(e) = store.update_reply(reply, &content, &reasoning).await {
+                        tracing::warn!(%e, "saving a streaming reply failed");
+                    }
+                    dirty = false;
+                }
+            }
+        }
+    };
+    let outcome = match (reason, &error) {
+        (FinishReason::Cancelled, _) => ReplyOutcome::Interrupted,
+        (_, Some(e)) => ReplyOutcome::Error(e.message.clone()),
+        (FinishReason::Error, None) => ReplyOutcome::Error("the engine stopped before the reply was finished".into()),
+        _ => ReplyOutcome::Complete,
+    };
+    let (content, reasoning) = text.lock().unwrap().clone();
+    let stats = message_stats(reason, &stats);
+    let message = store.finish_reply(reply, &content, &reasoning, Some(&stats), outcome).await?;
+    send(StreamEvent::Finished { message: message.clone() });
+    Ok(message)
+}
+
+fn message_stats(reason: FinishReason, s: &RequestStats) -> MessageStats {
+    let reason = serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_string));
+    let ran = s.generated_tokens > 0;
+    MessageStats {
+        prompt_tokens: ran.then_some(s.prompt_tokens as u64),
+        completion_tokens: ran.then_some(s.generated_tokens as u64),
+        tokens_per_second: (s.generation_tps > 0.0).then_some(s.generation_tps),
+        ttft_ms: ran.then_some(s.time_to_first_token.as_secs_f64() * 1000.0),
+        finish_reason: reason,
+    }
+}

@@ -1,0 +1,112 @@
+//! The desktop app: a thin Tauri shell over the engine (crates/engine),
+//! the store (crates/store), the model hub (crates/hub) and the OpenAI
+//! server (crates/server). `commands/` holds what the web UI calls;
+//! replies stream over `tauri::ipc::Channel`, app-wide notices (engine
+//! status, download progress, server status, chat updates) are events.
+pub mod attachment_protocol;
+pub mod commands;
+pub mod error;
+pub mod generation;
+pub mod models;
+pub mod openai_server;
+pub mod paths;
+pub mod prompt;
+pub mod replies;
+pub mod settings;
+pub mod state;
+
+use std::sync::Arc;
+
+use tauri::{Manager, Runtime};
+
+use crate::paths::Paths;
+use crate::state::AppState;
+
+/// The commands and the `att://` protocol on a builder of any runtime (the
+/// real one, or the mock runtime in tests), with `state` managed.
+pub fn configure<R: Runtime>(builder: tauri::Builder<R>, state: Arc<AppState>) -> tauri::Builder<R> {
+    let attachments = state.store.attachments_dir().to_path_buf();
+    builder
+        .manage(state)
+        .register_uri_scheme_protocol(attachment_protocol::SCHEME, move |_ctx, request| {
+            attachment_protocol::respond(&attachments, request.uri().path())
+        })
+        .invoke_handler(tauri::generate_handler![
+            commands::chats::list_chats,
+            commands::chats::create_chat,
+            commands::chats::rename_chat,
+            commands::chats::delete_chat,
+            commands::chats::list_messages,
+            commands::replies::send_message,
+            commands::replies::stop_reply,
+            commands::replies::regenerate,
+            commands::replies::edit_and_resend,
+            commands::replies::active_replies,
+            commands::replies::attach_reply,
+            commands::attachments::add_attachment_path,
+            commands::attachments::add_attachment_bytes,
+            commands::models::list_models,
+            commands::models::load_model,
+            commands::models::unload_model,
+            commands::models::download_model,
+            commands::models::cancel_download,
+            commands::models::delete_model,
+            commands::engine::engine_status,
+            commands::engine::engine_stats,
+            commands::settings::get_settings,
+            commands::settings::save_settings,
+            commands::settings::restart_engine,
+            commands::server::server_status,
+        ])
+}
+
+/// Runs the app: opens the store in the data folder, loads the remembered
+/// (or default) model in the background, starts the server if enabled, and
+/// shuts the engine down before the process exits.
+pub fn run() {
+    let paths = Paths::resolve(dirs_data_dir());
+    // the app has no terminal when double-clicked: log to a file in the data folder
+    if engine::logging::init_to_file(&paths.data_dir.join("vlm-chat.log")).is_err() {
+        engine::logging::init_with_default("info");
+    }
+    let state = match tauri::async_runtime::block_on(AppState::open(paths.clone())) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("vlm-chat: cannot open the data folder {}: {e}", paths.data_dir.display());
+            std::process::exit(1);
+        }
+    };
+    let app = configure(tauri::Builder::default().plugin(tauri_plugin_dialog::init()), state.clone())
+        .setup(|app| {
+            let handle = app.handle().clone();
+            let state = app.state::<Arc<AppState>>().inner().clone();
+            tauri::async_runtime::spawn(async move {
+                crate::openai_server::apply(&handle, &state).await;
+                models::load_initial(&handle, &state).await;
+            });
+            Ok(())
+        })
+        .build(tauri::generate_context!())
+        .expect("error while building the app");
+    app.run(move |_app, event| {
+        if let tauri::RunEvent::Exit = event {
+            // the engine thread must not be inside MLX when the process exits
+            state.shutdown_blocking();
+            tauri::async_runtime::block_on(state.store.close());
+        }
+    });
+}
+
+/// The platform's per-user data folder for the app (Tauri's path resolver
+/// needs a running app; this is needed before one exists).
+fn dirs_data_dir() -> Option<std::path::PathBuf> {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from)?;
+    Some(if cfg!(target_os = "macos") {
+        home.join("Library/Application Support/dev.vlm.chat")
+    } else {
+        std::env::var_os("XDG_DATA_HOME")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| home.join(".local/share"))
+            .join("dev.vlm.chat")
+    })
+}

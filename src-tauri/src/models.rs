@@ -1,0 +1,279 @@
+//! The model gallery (catalog + what is on disk), loading and unloading the
+//! engine, and downloads. Status changes go out as `engine-status` events,
+//! download progress as `download-progress`, the end as `download-done`.
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use engine::handle::EngineHandle;
+use hub::{CatalogModel, LocalModel, ModelSource, ScanConfig};
+use serde::Serialize;
+use tauri::{AppHandle, Emitter, Runtime};
+
+use crate::error::{AppError, AppResult};
+use crate::state::{AppState, EngineStatus, LoadedModel};
+
+pub fn scan_config(state: &AppState) -> ScanConfig {
+    ScanConfig {
+        hf_cache: hub::HfCache::from_env(),
+        models_dir: Some(state.paths.models_dir.clone()),
+        gguf_files: Vec::new(),
+        supported: engine::model::SUPPORTED_ARCHITECTURES.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+pub async fn scan(state: &AppState) -> Vec<LocalModel> {
+    let config = scan_config(state);
+    tokio::task::spawn_blocking(move || config.scan()).await.unwrap_or_default()
+}
+
+/// A catalog entry as the gallery shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct GalleryEntry {
+    #[serde(flatten)]
+    pub model: CatalogModel,
+    /// The disk-scan id when the model is on disk and complete.
+    pub local_id: Option<String>,
+    /// A partial download is on disk (a download resumes it).
+    pub partial: bool,
+    pub downloading: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Gallery {
+    pub catalog: Vec<GalleryEntry>,
+    /// Everything found on disk, catalog models included.
+    pub local: Vec<LocalModel>,
+    pub models_dir: PathBuf,
+    pub hf_cache_dir: Option<PathBuf>,
+    /// Bytes all models on disk take.
+    pub disk_bytes: u64,
+}
+
+/// The disk-scan id a catalog entry has once on disk.
+fn local_id_of(source: &ModelSource) -> String {
+    match source {
+        ModelSource::Hub { repo, .. } => format!("hf:{repo}"),
+        ModelSource::Local { file, .. } => format!("dir:{file}"),
+    }
+}
+
+pub async fn gallery(state: &AppState) -> Gallery {
+    let local = scan(state).await;
+    let downloading = state.downloads.lock().unwrap().keys().cloned().collect::<Vec<_>>();
+    let catalog = state
+        .catalog
+        .with_support(engine::model::SUPPORTED_ARCHITECTURES)
+        .into_iter()
+        .map(|model| {
+            let id = local_id_of(&model.entry.source);
+            let found = local.iter().find(|l| l.id == id);
+            GalleryEntry {
+                local_id: found.filter(|l| !l.partial && l.error.is_none()).map(|l| l.id.clone()),
+                partial: found.is_some_and(|l| l.partial),
+                downloading: downloading.contains(&model.entry.id),
+                model,
+            }
+        })
+        .collect();
+    Gallery {
+        disk_bytes: local.iter().map(|m| m.size_bytes).sum(),
+        catalog,
+        local,
+        models_dir: state.paths.models_dir.clone(),
+        hf_cache_dir: hub::HfCache::from_env().map(|c| c.root().to_path_buf()),
+    }
+}
+
+/// The id of the model to load when nothing was chosen yet: the catalog's
+/// default, installed in the models folder by the setup script.
+pub fn default_model_id(state: &AppState) -> String {
+    local_id_of(&state.catalog.default_entry().source)
+}
+
+fn set_status<R: Runtime>(app: &AppHandle<R>, state: &AppState, change: impl FnOnce(&mut EngineStatus)) {
+    let status = {
+        let mut s = state.status.lock().unwrap();
+        change(&mut s);
+        s.clone()
+    };
+    let _ = app.emit("engine-status", status);
+}
+
+/// Loads a model by its disk-scan id, replacing the running engine (whose
+/// replies under way end with ENGINE_STOPPED), and remembers the choice.
+pub async fn load<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &str) -> AppResult<EngineStatus> {
+    let _one_at_a_time = state.load_lock.lock().await;
+    let found = scan(state).await.into_iter().find(|m| m.id == id);
+    let model = found.ok_or_else(|| AppError::new("MODEL_NOT_FOUND", format!("no model {id:?} on disk")))?;
+    if !model.supported {
+        let why = model.error.clone().unwrap_or_else(|| {
+            format!(
+                "architecture {} is not supported (supported: {})",
+                model.architecture.as_deref().unwrap_or("unknown"),
+                engine::model::SUPPORTED_ARCHITECTURES.join(", ")
+            )
+        });
+        return Err(AppError::new("UNSUPPORTED_MODEL", why));
+    }
+    let settings = state.settings();
+    set_status(app, state, |s| {
+        s.state = "loading";
+        s.loading = Some(model.name.clone());
+    });
+    let path = model.path.clone();
+    let config = settings.engine_config();
+    let started = tokio::task::spawn_blocking(move || EngineHandle::start(&path, config)).await;
+    let started = match started {
+        Ok(r) => r.map_err(AppError::from),
+        Err(e) => Err(AppError::new("LOAD_ABORTED", e.to_string())),
+    };
+    let handle = match started {
+        Ok(h) => h,
+        Err(e) => {
+            set_status(app, state, |s| {
+                s.state = if s.model.is_some() { "ready" } else { "unloaded" };
+                s.loading = None;
+                s.error = Some(e.clone());
+            });
+            return Err(e);
+        }
+    };
+    let info = handle.model_info().clone();
+    if let Some(previous) = state.engine.set_engine(Some(handle)) {
+        let _ = tokio::task::spawn_blocking(move || previous.shutdown()).await;
+    }
+    state.store.set_selected_model(id).await?;
+    *state.last_stats.lock().unwrap() = None;
+    set_status(app, state, |s| {
+        s.state = "ready";
+        s.loading = None;
+        s.error = None;
+        s.knobs = Some(settings.engine_knobs());
+        s.model = Some(LoadedModel {
+            id: id.to_string(),
+            name: info.name.clone(),
+            path: info.path.display().to_string(),
+            architecture: info.architecture.clone(),
+            quantization: info.stored_quantization.clone(),
+            max_context: info.shape.max_context,
+        });
+    });
+    Ok(state.status())
+}
+
+pub async fn unload<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>) -> AppResult<EngineStatus> {
+    let _one_at_a_time = state.load_lock.lock().await;
+    if let Some(previous) = state.engine.set_engine(None) {
+        let _ = tokio::task::spawn_blocking(move || previous.shutdown()).await;
+    }
+    set_status(app, state, |s| {
+        s.state = "unloaded";
+        s.model = None;
+        s.knobs = None;
+    });
+    Ok(state.status())
+}
+
+/// Loads the remembered model (or the default one) at startup.
+pub async fn load_initial<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>) {
+    let selected = state.store.selected_model().await.ok().flatten();
+    let id = selected.unwrap_or_else(|| default_model_id(state));
+    if let Err(e) = load(app, state, &id).await {
+        tracing::warn!(%e, id, "loading the selected model at startup failed");
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DownloadDone {
+    pub id: String,
+    pub ok: bool,
+    pub cancelled: bool,
+    pub error: Option<AppError>,
+    /// The disk-scan id of the finished model.
+    pub local_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DownloadEvent {
+    pub id: String,
+    #[serde(flatten)]
+    pub progress: hub::DownloadProgress,
+}
+
+/// Starts downloading a catalog model into the Hugging Face cache (resuming
+/// any partial files); progress and the end arrive as events.
+pub fn start_download<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &str) -> AppResult<()> {
+    let entry =
+        state.catalog.get(id).ok_or_else(|| AppError::new("MODEL_NOT_FOUND", format!("{id} is not in the catalog")))?;
+    let ModelSource::Hub { repo, revision } = entry.source.clone() else {
+        return Err(AppError::new("NOT_DOWNLOADABLE", format!("{id} is installed with the app, not downloaded")));
+    };
+    let config = hub::HubConfig::from_env()
+        .ok_or_else(|| AppError::new("NO_HF_CACHE", "cannot find a home folder for the Hugging Face cache"))?;
+    let client = hub::HubClient::new(config)?;
+    let cancel = hub::CancellationToken::new();
+    {
+        let mut downloads = state.downloads.lock().unwrap();
+        if downloads.contains_key(id) {
+            return Err(AppError::new("ALREADY_DOWNLOADING", format!("{id} is already downloading")));
+        }
+        downloads.insert(id.to_string(), cancel.clone());
+    }
+    let progress_app = app.clone();
+    let progress_id = id.to_string();
+    let options = hub::DownloadOptions {
+        cancel: cancel.clone(),
+        on_progress: Some(Arc::new(move |p: &hub::DownloadProgress| {
+            let _ =
+                progress_app.emit("download-progress", DownloadEvent { id: progress_id.clone(), progress: p.clone() });
+        })),
+        progress_interval: std::time::Duration::from_millis(250),
+        ..Default::default()
+    };
+    let app = app.clone();
+    let state = state.clone();
+    let id = id.to_string();
+    tauri::async_runtime::spawn(async move {
+        let result = client.download(&repo, &revision, &options).await;
+        state.downloads.lock().unwrap().remove(&id);
+        let done = match result {
+            Ok(_) => DownloadDone { id, ok: true, cancelled: false, error: None, local_id: Some(format!("hf:{repo}")) },
+            Err(e) => DownloadDone {
+                id,
+                ok: false,
+                cancelled: cancel.is_cancelled(),
+                error: Some(AppError::from(e)),
+                local_id: None,
+            },
+        };
+        let _ = app.emit("download-done", done);
+    });
+    Ok(())
+}
+
+pub fn cancel_download(state: &AppState, id: &str) -> bool {
+    match state.downloads.lock().unwrap().get(id) {
+        Some(token) => {
+            token.cancel();
+            true
+        }
+        None => false,
+    }
+}
+
+/// Deletes a model from disk (not the loaded one); returns the bytes freed.
+pub async fn delete(state: &Arc<AppState>, id: &str) -> AppResult<u64> {
+    if state.status().model.is_some_and(|m| m.id == id) {
+        return Err(AppError::new("MODEL_IN_USE", "Unload the model before deleting it."));
+    }
+    let model = scan(state)
+        .await
+        .into_iter()
+        .find(|m| m.id == id)
+        .ok_or_else(|| AppError::new("MODEL_NOT_FOUND", format!("no model {id:?} on disk")))?;
+    let config = scan_config(state);
+    let freed = tokio::task::spawn_blocking(move || config.delete(&model))
+        .await
+        .map_err(|e| AppError::new("DELETE_FAILED", e.to_string()))??;
+    Ok(freed)
+}

@@ -1,0 +1,57 @@
+//! The local OpenAI-compatible server (crates/server) on 127.0.0.1, serving
+//! whatever model the app has loaded (it shares the app's engine slot).
+//! Started and stopped to match the settings; its state goes out as the
+//! `server-status` event.
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use serde::Serialize;
+use tauri::{AppHandle, Emitter, Runtime};
+
+use crate::state::AppState;
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ServerStatus {
+    pub running: bool,
+    /// Base URL for OpenAI clients, e.g. `http://127.0.0.1:8080/v1`.
+    pub url: Option<String>,
+    /// Why it is not running though enabled (port taken…).
+    pub error: Option<String>,
+}
+
+pub async fn status(state: &AppState) -> ServerStatus {
+    let running = state.server.lock().await;
+    match running.as_ref() {
+        Some(s) => ServerStatus { running: true, url: Some(format!("http://{}/v1", s.addr())), error: None },
+        None => ServerStatus::default(),
+    }
+}
+
+/// Starts, stops or moves the server to match the settings.
+pub async fn apply<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>) {
+    let settings = state.settings();
+    let mut slot = state.server.lock().await;
+    if let Some(old) = slot.take() {
+        // a streaming client may keep it open a while: do not wait for it
+        tauri::async_runtime::spawn(async move {
+            let _ = old.shutdown().await;
+        });
+    }
+    let mut error = None;
+    if settings.server_enabled {
+        let config = server::ServerConfig {
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: settings.server_port,
+            default_sampling: settings.sampling(),
+            ..Default::default()
+        };
+        match server::serve(config, state.engine.clone()).await {
+            Ok(running) => *slot = Some(running),
+            Err(e) => error = Some(e.to_string()),
+        }
+    }
+    drop(slot);
+    let mut now = status(state).await;
+    now.error = error;
+    let _ = app.emit("server-status", now);
+}

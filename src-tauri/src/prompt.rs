@@ -1,0 +1,55 @@
+//! A chat's stored messages → one engine request: the system prompt from the
+//! settings, every user message (images first, then text, as vision chat
+//! templates expect) and every finished or interrupted reply; failed replies
+//! are left out, they are not part of the conversation.
+use engine::batch::{ImageInput, Prompt, Request};
+use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
+use store::{Message, MessageStatus, Role};
+
+use crate::error::{AppError, AppResult};
+use crate::settings::Settings;
+
+pub async fn build_request(messages: &[Message], settings: &Settings) -> AppResult<Request> {
+    let mut chat = Vec::new();
+    let mut images = Vec::new();
+    if !settings.system_prompt.trim().is_empty() {
+        chat.push(ChatMessage::system(settings.system_prompt.trim()));
+    }
+    for m in messages {
+        match m.role {
+            Role::User => {
+                if m.attachments.is_empty() {
+                    chat.push(ChatMessage::user(m.content.as_str()));
+                    continue;
+                }
+                let mut parts = Vec::new();
+                for a in &m.attachments {
+                    let bytes = tokio::fs::read(&a.path).await.map_err(|e| {
+                        AppError::new("ATTACHMENT_NOT_FOUND", format!("image {} is gone: {e}", a.path.display()))
+                    })?;
+                    let image = ImageInput::from_bytes(bytes);
+                    parts.push(ContentPart::Image { image: Some(image.sha256.clone()) });
+                    images.push(image);
+                }
+                if !m.content.is_empty() {
+                    parts.push(ContentPart::text(m.content.as_str()));
+                }
+                chat.push(ChatMessage::user(MessageContent::Parts(parts)));
+            }
+            Role::Assistant => {
+                let usable = matches!(m.status, MessageStatus::Complete | MessageStatus::Interrupted);
+                if usable && !m.content.is_empty() {
+                    chat.push(ChatMessage::assistant(m.content.as_str()));
+                }
+            }
+            Role::System => chat.push(ChatMessage::system(m.content.as_str())),
+            Role::Tool => {}
+        }
+    }
+    let options = TemplateOptions { enable_thinking: Some(settings.thinking), ..Default::default() };
+    let mut request = Request::new(Prompt::Chat { messages: chat, options })
+        .with_max_tokens(settings.max_tokens)
+        .with_sampling(settings.sampling());
+    request.images = images;
+    Ok(request)
+}

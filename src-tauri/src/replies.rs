@@ -1,0 +1,72 @@
+//! Starting a reply in a chat: the prompt from the stored messages, a
+//! `streaming` reply row, the engine request, and a task that pumps its
+//! events. Several chats generate at once; the engine batches them.
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use store::{ChatId, ReplyId};
+use tauri::{AppHandle, Emitter, Runtime};
+
+use crate::error::{AppError, AppResult};
+use crate::generation::{pump, Generation, Sink, StreamEvent};
+use crate::prompt::build_request;
+use crate::state::AppState;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StartedReply {
+    pub reply_id: ReplyId,
+    pub model: String,
+}
+
+/// Sent as `chat-updated` when a reply ends, so lists and other views refresh.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatUpdated {
+    pub chat_id: ChatId,
+}
+
+pub fn ensure_idle(state: &AppState, chat: ChatId) -> AppResult<()> {
+    if state.generations.lock().unwrap().contains_key(&chat) {
+        return Err(AppError::new("CHAT_BUSY", "This chat is still answering; stop it first."));
+    }
+    Ok(())
+}
+
+pub async fn start_reply<R: Runtime>(
+    app: &AppHandle<R>,
+    state: Arc<AppState>,
+    chat: ChatId,
+    sink: Sink,
+) -> AppResult<StartedReply> {
+    ensure_idle(&state, chat)?;
+    let engine = state.engine()?;
+    let model = state.status().model.map(|m| m.name).unwrap_or_else(|| engine.model_info().name.clone());
+    let messages = state.store.list_messages(chat).await?;
+    let request = build_request(&messages, &state.settings()).await?;
+    let reply_id = state.store.begin_reply(chat, &model).await?;
+    let stream = engine.submit(request);
+    let sink = Arc::new(Mutex::new(sink));
+    let text = Arc::new(Mutex::new((String::new(), String::new())));
+    let generation = Generation {
+        chat_id: chat,
+        request_id: stream.id,
+        reply_id,
+        model: model.clone(),
+        engine: engine.clone(),
+        sink: sink.clone(),
+        text: text.clone(),
+    };
+    state.generations.lock().unwrap().insert(chat, generation);
+    (sink.lock().unwrap().clone())(StreamEvent::Started { chat_id: chat, reply_id, model: model.clone() });
+
+    let app = app.clone();
+    let store = state.store.clone();
+    tauri::async_runtime::spawn(async move {
+        let result = pump(store, reply_id, stream, sink, text).await;
+        state.generations.lock().unwrap().remove(&chat);
+        if let Err(e) = result {
+            tracing::error!(%e, chat = chat.0, "finishing a reply failed");
+        }
+        let _ = app.emit("chat-updated", ChatUpdated { chat_id: chat });
+    });
+    Ok(StartedReply { reply_id, model })
+}

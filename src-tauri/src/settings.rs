@@ -1,0 +1,200 @@
+//! The user's settings: one JSON record in the store. Engine settings
+//! (KV quantization, context, running sequences) only take effect when the
+//! engine starts, so the app compares them with the ones the loaded engine
+//! was started with and says when a restart is needed.
+use engine::batch::SchedulerConfig;
+use engine::cache::KvQuantization;
+use engine::handle::EngineConfig;
+use engine::model::ModelInfo;
+use engine::sample::SamplingParams;
+use serde::{Deserialize, Serialize};
+
+/// The store key the settings live under.
+pub const SETTINGS_KEY: &str = "app_settings";
+
+/// Quantize the KV cache only past this many columns: short contexts lose
+/// quality and gain little (the CLI's `--kv-start` default).
+const KV_START: usize = 256;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    /// Ask thinking models to reason before answering.
+    pub thinking: bool,
+    /// KV-cache quantization: 0 (off), 8 or 4 bits.
+    pub kv_bits: u8,
+    pub kv_group_size: i32,
+    /// Context limit in tokens; 0 means the model's own.
+    pub max_context: usize,
+    /// Vision-feature cache size in MiB.
+    pub vision_cache_mb: usize,
+    pub temperature: f32,
+    pub top_p: f32,
+    pub top_k: i32,
+    pub min_p: f32,
+    pub repetition_penalty: f32,
+    pub max_tokens: usize,
+    /// Sent as the first (system) message of every chat; empty for none.
+    pub system_prompt: String,
+    /// Most sequences decoding at once (chats, server clients).
+    pub max_running: usize,
+    /// Run the OpenAI-compatible server on 127.0.0.1.
+    pub server_enabled: bool,
+    pub server_port: u16,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            thinking: true,
+            kv_bits: 0,
+            kv_group_size: 64,
+            max_context: 0,
+            vision_cache_mb: 512,
+            temperature: 0.7,
+            top_p: 0.95,
+            top_k: 0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            max_tokens: 1024,
+            system_prompt: String::new(),
+            max_running: 8,
+            server_enabled: false,
+            server_port: server::DEFAULT_PORT,
+        }
+    }
+}
+
+/// The part of the settings an engine is started with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EngineKnobs {
+    pub kv_bits: u8,
+    pub kv_group_size: i32,
+    pub max_context: usize,
+    pub max_running: usize,
+}
+
+impl Settings {
+    /// Rejects values no engine could use, with a message for the form.
+    pub fn validate(&self) -> Result<(), String> {
+        if ![0, 4, 8].contains(&self.kv_bits) {
+            return Err(format!("KV bits must be off, 8 or 4, not {}", self.kv_bits));
+        }
+        if ![32, 64, 128].contains(&self.kv_group_size) {
+            return Err(format!("KV group size must be 32, 64 or 128, not {}", self.kv_group_size));
+        }
+        if !(0.0..=5.0).contains(&self.temperature) {
+            return Err("temperature must be between 0 and 5".into());
+        }
+        if !(0.0..=1.0).contains(&self.top_p) || self.top_p == 0.0 {
+            return Err("top-p must be in (0, 1]".into());
+        }
+        if self.top_k < 0 {
+            return Err("top-k must be 0 (off) or more".into());
+        }
+        if !(0.0..1.0).contains(&self.min_p) {
+            return Err("min-p must be in [0, 1)".into());
+        }
+        if !(0.5..=2.0).contains(&self.repetition_penalty) {
+            return Err("repetition penalty must be between 0.5 and 2".into());
+        }
+        if self.max_tokens == 0 {
+            return Err("max tokens must be at least 1".into());
+        }
+        if self.max_running == 0 || self.max_running > 64 {
+            return Err("running sequences must be between 1 and 64".into());
+        }
+        if self.server_port == 0 {
+            return Err("the server port must not be 0".into());
+        }
+        Ok(())
+    }
+
+    pub fn engine_knobs(&self) -> EngineKnobs {
+        EngineKnobs {
+            kv_bits: self.kv_bits,
+            kv_group_size: self.kv_group_size,
+            max_context: self.max_context,
+            max_running: self.max_running,
+        }
+    }
+
+    pub fn engine_config(&self) -> EngineConfig {
+        let kv_quantization = (self.kv_bits != 0).then(|| KvQuantization {
+            bits: self.kv_bits as i32,
+            group_size: self.kv_group_size,
+            start: KV_START,
+        });
+        EngineConfig {
+            load: Default::default(),
+            scheduler: SchedulerConfig {
+                max_running: self.max_running,
+                max_context: self.max_context,
+                kv_quantization,
+                ..Default::default()
+            },
+        }
+    }
+
+    pub fn sampling(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            repetition_penalty: self.repetition_penalty,
+            ..Default::default()
+        }
+    }
+
+    /// What of these settings the loaded model cannot use, in words, for the
+    /// settings panel.
+    pub fn notes_for(&self, model: Option<&ModelInfo>) -> Vec<String> {
+        let mut notes = vec![format!(
+            "Vision cache size ({} MiB) is kept, but this engine build has no vision-cache setting yet.",
+            self.vision_cache_mb
+        )];
+        let Some(model) = model else { return notes };
+        if let Some(q) = self.engine_config().scheduler.kv_quantization {
+            if let Some(why) = q.unsupported_reason(model.shape.head_dim) {
+                notes.push(format!("KV quantization does not apply to {}: {why}.", model.name));
+            }
+        }
+        if self.max_context > model.shape.max_context {
+            notes.push(format!(
+                "Max context {} is above {}'s own limit of {} tokens; the model's limit applies.",
+                self.max_context, model.name, model.shape.max_context
+            ));
+        }
+        notes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_old_records_fill_in_new_fields() {
+        Settings::default().validate().unwrap();
+        let partial: Settings = serde_json::from_str(r#"{"temperature": 0.2}"#).unwrap();
+        assert_eq!(partial.temperature, 0.2);
+        assert_eq!(partial.max_running, Settings::default().max_running);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let bad = Settings { kv_bits: 3, ..Default::default() };
+        assert!(bad.validate().unwrap_err().contains("KV bits"));
+        let bad = Settings { top_p: 0.0, ..Default::default() };
+        assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn kv_bits_become_the_engine_quantization() {
+        let s = Settings { kv_bits: 4, kv_group_size: 32, ..Default::default() };
+        let q = s.engine_config().scheduler.kv_quantization.unwrap();
+        assert_eq!((q.bits, q.group_size), (4, 32));
+        assert!(Settings::default().engine_config().scheduler.kv_quantization.is_none());
+    }
+}

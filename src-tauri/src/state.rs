@@ -1,0 +1,113 @@
+//! Everything the commands share. Not generic over the Tauri runtime, so the
+//! same state serves the real app and the mock runtime of the tests.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use engine::handle::EngineHandle;
+use serde::Serialize;
+use store::{ChatId, Store};
+
+use crate::error::{AppError, AppResult};
+use crate::generation::Generation;
+use crate::paths::Paths;
+use crate::settings::{EngineKnobs, Settings};
+
+/// The model the engine runs now.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadedModel {
+    /// The gallery id it was loaded by (a disk-scan id such as `dir:…` or `hf:…`).
+    pub id: String,
+    pub name: String,
+    pub path: String,
+    pub architecture: String,
+    pub quantization: Option<String>,
+    /// The model's own context limit in tokens.
+    pub max_context: usize,
+}
+
+/// What the engine is doing; sent as the `engine-status` event on every change.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EngineStatus {
+    /// "unloaded", "loading" or "ready".
+    pub state: &'static str,
+    /// The model being loaded, while `state` is "loading".
+    pub loading: Option<String>,
+    /// The model that answers now (also while another one loads).
+    pub model: Option<LoadedModel>,
+    /// The engine settings the running engine was started with.
+    pub knobs: Option<EngineKnobs>,
+    /// The last load failure, cleared by the next successful load.
+    pub error: Option<AppError>,
+}
+
+pub struct AppState {
+    pub store: Store,
+    pub paths: Paths,
+    /// The engine slot, shared with the OpenAI server so it always serves
+    /// the model the app has loaded.
+    pub engine: server::ServerState,
+    pub status: Mutex<EngineStatus>,
+    /// One load or unload at a time.
+    pub load_lock: tokio::sync::Mutex<()>,
+    pub settings: Mutex<Settings>,
+    /// Replies being generated, one per chat at most.
+    pub generations: Mutex<HashMap<ChatId, Generation>>,
+    /// Downloads under way, by catalog id.
+    pub downloads: Mutex<HashMap<String, hub::CancellationToken>>,
+    pub server: tokio::sync::Mutex<Option<server::RunningServer>>,
+    pub catalog: hub::Catalog,
+    /// For the decode-speed estimate: the last stats sample (time, decode steps).
+    pub last_stats: Mutex<Option<(std::time::Instant, u64)>>,
+}
+
+impl AppState {
+    /// Opens the store (marking replies cut by the last run as interrupted)
+    /// and removes attachments no message uses any more.
+    pub async fn open(paths: Paths) -> AppResult<Arc<AppState>> {
+        let store = Store::open(paths.database()).await?;
+        let cleaned = store.cleanup_orphans().await?;
+        if cleaned.files_removed > 0 {
+            tracing::info!(files = cleaned.files_removed, bytes = cleaned.bytes_freed, "removed orphan attachments");
+        }
+        let settings: Settings = store.get_setting(crate::settings::SETTINGS_KEY).await?.unwrap_or_default();
+        Ok(Arc::new(AppState {
+            store,
+            paths,
+            engine: server::ServerState::empty(),
+            status: Mutex::new(EngineStatus { state: "unloaded", ..Default::default() }),
+            load_lock: tokio::sync::Mutex::new(()),
+            settings: Mutex::new(settings),
+            generations: Mutex::new(HashMap::new()),
+            downloads: Mutex::new(HashMap::new()),
+            server: tokio::sync::Mutex::new(None),
+            catalog: hub::Catalog::builtin()?,
+            last_stats: Mutex::new(None),
+        }))
+    }
+
+    pub fn settings(&self) -> Settings {
+        self.settings.lock().unwrap().clone()
+    }
+
+    pub fn status(&self) -> EngineStatus {
+        self.status.lock().unwrap().clone()
+    }
+
+    pub fn engine(&self) -> AppResult<EngineHandle> {
+        self.engine.engine().ok_or_else(|| AppError::new("NO_MODEL_LOADED", "No model is loaded. Pick one in Models."))
+    }
+
+    /// Stops everything that runs on the engine, then the engine itself.
+    /// Blocking: call from a blocking context (the exit handler).
+    pub fn shutdown_blocking(&self) {
+        for (_, g) in self.generations.lock().unwrap().drain() {
+            g.engine.cancel(g.request_id);
+        }
+        for (_, token) in self.downloads.lock().unwrap().drain() {
+            token.cancel();
+        }
+        if let Some(engine) = self.engine.set_engine(None) {
+            engine.shutdown();
+        }
+    }
+}

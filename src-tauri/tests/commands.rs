@@ -1,0 +1,327 @@
+//! The app's commands through Tauri's real IPC (mock runtime, no window):
+//! a real store in a temp folder and a real tiny engine model written by
+//! `engine::testing::write_tiny_llama`.
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine::testing::{write_tiny_llama, TinyLlama};
+use serde_json::{json, Value};
+use tauri::ipc::{CallbackFn, InvokeBody};
+use tauri::test::{get_ipc_response, mock_builder, mock_context, noop_assets, INVOKE_KEY};
+use tauri::webview::InvokeRequest;
+use tauri::{App, WebviewWindow, WebviewWindowBuilder};
+use vlm_chat::paths::Paths;
+use vlm_chat::state::AppState;
+
+/// A 1×1 PNG.
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 0x0D, 0x49, 0x48, 0x44, 0x52, 0, 0, 0, 1, 0, 0, 0, 1, 8,
+    6, 0, 0, 0, 0x1F, 0x15, 0xC4, 0x89, 0, 0, 0, 0x0D, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9C, 0x63, 0xF8, 0xCF, 0xC0,
+    0xF0, 0x1F, 0, 0x05, 0x00, 0x01, 0xFF, 0x89, 0x99, 0x3D, 0x1D, 0, 0, 0, 0, 0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42,
+    0x60, 0x82,
+];
+
+struct Harness {
+    _app: App<tauri::test::MockRuntime>,
+    webview: WebviewWindow<tauri::test::MockRuntime>,
+    state: Arc<AppState>,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        // the engine thread must not be inside MLX when the test process exits
+        self.state.shutdown_blocking();
+    }
+}
+
+fn paths(root: &Path) -> Paths {
+    Paths { data_dir: root.join("data"), models_dir: root.join("models") }
+}
+
+fn tiny_models(root: &Path) {
+    write_tiny_llama(&root.join("models").join("tiny"), &TinyLlama::default()).unwrap();
+}
+
+fn harness(root: &Path) -> Harness {
+    let state = tauri::async_runtime::block_on(AppState::open(paths(root))).unwrap();
+    let app = vlm_chat::configure(mock_builder(), state.clone()).build(mock_context(noop_assets())).unwrap();
+    let webview = WebviewWindowBuilder::new(&app, "main", Default::default()).build().unwrap();
+    Harness { _app: app, webview, state }
+}
+
+impl Harness {
+    fn call(&self, cmd: &str, args: Value) -> Result<Value, Value> {
+        self.call_body(cmd, InvokeBody::Json(args))
+    }
+
+    fn call_body(&self, cmd: &str, body: InvokeBody) -> Result<Value, Value> {
+        let request = InvokeRequest {
+            cmd: cmd.into(),
+            callback: CallbackFn(0),
+            error: CallbackFn(1),
+            url: "tauri://localhost".parse().unwrap(),
+            body,
+            headers: Default::default(),
+            invoke_key: INVOKE_KEY.to_string(),
+        };
+        get_ipc_response(&self.webview, request).map(|b| b.deserialize::<Value>().unwrap())
+    }
+
+    fn ok(&self, cmd: &str, args: Value) -> Value {
+        self.call(cmd, args).unwrap_or_else(|e| panic!("{cmd} failed: {e}"))
+    }
+
+    fn load_tiny(&self) {
+        let status = self.ok("load_model", json!({"id": "dir:tiny"}));
+        assert_eq!(status["state"], "ready", "{status}");
+        assert_eq!(status["model"]["id"], "dir:tiny");
+    }
+
+    /// Short greedy answers, so the tests do not wait on long ones.
+    fn settings(&self, change: impl FnOnce(&mut Value)) -> Value {
+        let mut s = self.ok("get_settings", json!({}))["settings"].clone();
+        s["temperature"] = json!(0.0);
+        s["max_tokens"] = json!(8);
+        change(&mut s);
+        self.ok("save_settings", json!({"settings": s}))
+    }
+
+    fn new_chat(&self) -> i64 {
+        self.ok("create_chat", json!({}))["id"].as_i64().unwrap()
+    }
+
+    fn send(&self, chat: i64, text: &str, attachments: &[&str]) -> Value {
+        self.ok(
+            "send_message",
+            json!({"chatId": chat, "message": {"text": text, "attachments": attachments}, "onEvent": "__CHANNEL__:7"}),
+        )
+    }
+
+    /// Waits until the chat's last reply is no longer streaming and returns it.
+    /// Bounded by a count, not a clock: it fails only if the reply never ends.
+    fn finished_reply(&self, chat: i64) -> Value {
+        for _ in 0..6000 {
+            let messages = self.ok("list_messages", json!({"chatId": chat}));
+            let last = messages.as_array().unwrap().last().cloned().unwrap();
+            let active = self.ok("active_replies", json!({}));
+            if last["role"] == "assistant"
+                && last["status"] != "streaming"
+                && !active.as_array().unwrap().contains(&json!(chat))
+            {
+                return last;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("the reply in chat {chat} never finished");
+    }
+}
+
+#[test]
+fn chats_are_created_listed_renamed_searched_and_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = harness(dir.path());
+    let a = h.new_chat();
+    let b = h.new_chat();
+    // activity is ordered by millisecond timestamps: make the rename later
+    std::thread::sleep(Duration::from_millis(3));
+    h.ok("rename_chat", json!({"chatId": a, "title": "Holiday photos"}));
+    let listed = h.ok("list_chats", json!({}));
+    let ids: Vec<i64> = listed.as_array().unwrap().iter().map(|c| c["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids, vec![a, b], "the renamed chat is the most recently active");
+    let found = h.ok("list_chats", json!({"query": "holiday"}));
+    assert_eq!(found.as_array().unwrap().len(), 1);
+    assert_eq!(found[0]["title"], "Holiday photos");
+    h.ok("delete_chat", json!({"chatId": a}));
+    let left = h.ok("list_chats", json!({}));
+    assert_eq!(left.as_array().unwrap().len(), 1);
+    let err = h.call("rename_chat", json!({"chatId": a, "title": "x"})).unwrap_err();
+    assert_eq!(err["code"], "CHAT_NOT_FOUND", "{err}");
+}
+
+#[test]
+fn sending_without_a_model_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = harness(dir.path());
+    let chat = h.new_chat();
+    let err = h
+        .call("send_message", json!({"chatId": chat, "message": {"text": "hi"}, "onEvent": "__CHANNEL__:1"}))
+        .unwrap_err();
+    assert_eq!(err["code"], "NO_MODEL_LOADED", "{err}");
+}
+
+#[test]
+fn a_reply_streams_into_the_store_with_stats_and_titles_the_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_models(dir.path());
+    let h = harness(dir.path());
+    h.load_tiny();
+    h.settings(|_| {});
+    let chat = h.new_chat();
+    let sent = h.send(chat, "Hello there, tiny model", &[]);
+    assert_eq!(sent["user"]["content"], "Hello there, tiny model");
+    assert_eq!(sent["reply"]["model"], "tiny");
+    let reply = h.finished_reply(chat);
+    assert_eq!(reply["status"], "complete", "{reply}");
+    assert!(reply["stats"]["completion_tokens"].as_u64().unwrap() >= 1, "{reply}");
+    assert!(["stop", "length"].contains(&reply["stats"]["finish_reason"].as_str().unwrap()), "{reply}");
+    let chats = h.ok("list_chats", json!({}));
+    assert_eq!(chats[0]["title"], "Hello there, tiny model");
+
+    // regenerate replaces the reply instead of adding one
+    h.ok("regenerate", json!({"chatId": chat, "onEvent": "__CHANNEL__:8"}));
+    let again = h.finished_reply(chat);
+    assert_eq!(again["status"], "complete", "{again}");
+    let messages = h.ok("list_messages", json!({"chatId": chat}));
+    assert_eq!(messages.as_array().unwrap().len(), 2, "{messages}");
+
+    // edit and resend replaces the last user message and its reply
+    let user_id = messages[0]["id"].clone();
+    h.ok(
+        "edit_and_resend",
+        json!({"chatId": chat, "messageId": user_id, "message": {"text": "Edited question"}, "onEvent": "__CHANNEL__:9"}),
+    );
+    h.finished_reply(chat);
+    let messages = h.ok("list_messages", json!({"chatId": chat}));
+    let roles: Vec<&str> = messages.as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant"]);
+    assert_eq!(messages[0]["content"], "Edited question");
+}
+
+#[test]
+fn stop_ends_a_reply_as_interrupted_and_frees_the_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_models(dir.path());
+    let h = harness(dir.path());
+    h.load_tiny();
+    h.settings(|s| s["max_tokens"] = json!(1500));
+    let chat = h.new_chat();
+    h.send(chat, "Tell me a long story", &[]);
+    assert_eq!(h.ok("stop_reply", json!({"chatId": chat})), json!(true));
+    let reply = h.finished_reply(chat);
+    // the tiny random model may pick end-of-sequence before the stop arrives;
+    // without a working stop it would run on to its 1500-token limit
+    let stopped = reply["status"] == "interrupted" || reply["stats"]["finish_reason"] == "stop";
+    assert!(stopped, "{reply}");
+    assert_eq!(h.ok("stop_reply", json!({"chatId": chat})), json!(false), "nothing left to stop");
+    let stats = h.ok("engine_stats", json!({}));
+    assert_eq!(stats["engine"]["running"], 0, "{stats}");
+}
+
+#[test]
+fn two_chats_answer_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_models(dir.path());
+    let h = harness(dir.path());
+    h.load_tiny();
+    h.settings(|s| s["max_tokens"] = json!(24));
+    let a = h.new_chat();
+    let b = h.new_chat();
+    h.send(a, "First chat", &[]);
+    h.send(b, "Second chat", &[]);
+    // a chat answering refuses a second message until it is done
+    let busy = h.call("send_message", json!({"chatId": a, "message": {"text": "again"}, "onEvent": "__CHANNEL__:3"}));
+    let ra = h.finished_reply(a);
+    let rb = h.finished_reply(b);
+    assert_eq!(ra["status"], "complete", "{ra}");
+    assert_eq!(rb["status"], "complete", "{rb}");
+    if let Err(e) = busy {
+        assert_eq!(e["code"], "CHAT_BUSY", "{e}");
+    }
+}
+
+#[test]
+fn an_image_is_stored_and_a_text_only_model_answers_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_models(dir.path());
+    let h = harness(dir.path());
+    h.load_tiny();
+    h.settings(|_| {});
+    let file = dir.path().join("dot.png");
+    std::fs::write(&file, PNG).unwrap();
+    let from_path = h.ok("add_attachment_path", json!({"path": file}));
+    let from_bytes = h.call_body("add_attachment_bytes", InvokeBody::Raw(PNG.to_vec())).unwrap();
+    assert_eq!(from_path["sha256"], from_bytes["sha256"], "same bytes, same attachment");
+    assert_eq!(from_path["mime"], "image/png");
+    let not_image = h.call_body("add_attachment_bytes", InvokeBody::Raw(b"hello".to_vec())).unwrap_err();
+    assert_eq!(not_image["code"], "NOT_AN_IMAGE");
+
+    let chat = h.new_chat();
+    let sha = from_path["sha256"].as_str().unwrap();
+    let sent = h.send(chat, "What is in this picture?", &[sha]);
+    assert_eq!(sent["user"]["attachments"][0]["sha256"], sha);
+    let reply = h.finished_reply(chat);
+    assert_eq!(reply["status"], "error", "{reply}");
+    assert!(!reply["error"].as_str().unwrap().is_empty());
+}
+
+#[test]
+fn settings_and_the_selected_model_survive_a_restart_and_engine_settings_need_one() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_models(dir.path());
+    {
+        let h = harness(dir.path());
+        h.load_tiny();
+        let view = h.settings(|s| {
+            s["system_prompt"] = json!("Answer in French.");
+            s["max_running"] = json!(3);
+        });
+        assert_eq!(view["restart_needed"], true, "{view}");
+        let bad = h.call("save_settings", json!({"settings": {"kv_bits": 3}})).unwrap_err();
+        assert_eq!(bad["code"], "INVALID_SETTINGS");
+        let view = h.ok("restart_engine", json!({}));
+        assert_eq!(view["restart_needed"], false, "{view}");
+        assert_eq!(h.ok("engine_status", json!({}))["knobs"]["max_running"], 3);
+    }
+    let h = harness(dir.path());
+    let view = h.ok("get_settings", json!({}));
+    assert_eq!(view["settings"]["system_prompt"], "Answer in French.");
+    assert_eq!(view["settings"]["max_running"], 3);
+    let selected = tauri::async_runtime::block_on(h.state.store.selected_model()).unwrap();
+    assert_eq!(selected.as_deref(), Some("dir:tiny"));
+}
+
+#[test]
+fn the_gallery_lists_the_catalog_and_models_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_models(dir.path());
+    std::fs::create_dir_all(dir.path().join("models/odd")).unwrap();
+    std::fs::write(dir.path().join("models/odd/config.json"), r#"{"model_type": "mamba"}"#).unwrap();
+    let h = harness(dir.path());
+    let g = h.ok("list_models", json!({}));
+    let local = g["local"].as_array().unwrap();
+    let tiny = local.iter().find(|m| m["id"] == "dir:tiny").expect("tiny model found");
+    assert_eq!(tiny["supported"], true);
+    let odd = local.iter().find(|m| m["id"] == "dir:odd").expect("unsupported model listed");
+    assert_eq!(odd["supported"], false);
+    let catalog = g["catalog"].as_array().unwrap();
+    assert!(catalog.iter().any(|m| m["is_default"] == true));
+    assert!(catalog.iter().any(|m| m["supported"] == false), "unsupported catalog models are marked");
+    let err = h.call("load_model", json!({"id": "dir:odd"})).unwrap_err();
+    assert_eq!(err["code"], "UNSUPPORTED_MODEL", "{err}");
+    let err = h.call("delete_model", json!({"id": "dir:nothing"})).unwrap_err();
+    assert_eq!(err["code"], "MODEL_NOT_FOUND");
+    let freed = h.ok("delete_model", json!({"id": "dir:odd"}));
+    assert!(freed.as_u64().unwrap() > 0);
+    assert!(!dir.path().join("models/odd").exists());
+}
+
+#[test]
+fn a_reply_cut_by_a_crash_comes_back_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let h = harness(dir.path());
+        let chat = h.new_chat();
+        let store = h.state.store.clone();
+        tauri::async_runtime::block_on(async {
+            store.add_message(store::ChatId(chat), &store::NewMessage::user("hi")).await.unwrap();
+            let reply = store.begin_reply(store::ChatId(chat), "m").await.unwrap();
+            store.update_reply(reply, "partial answ", "").await.unwrap();
+        });
+    }
+    let h = harness(dir.path());
+    let chat = h.ok("list_chats", json!({}))[0]["id"].clone();
+    let messages = h.ok("list_messages", json!({"chatId": chat}));
+    assert_eq!(messages[1]["status"], "interrupted");
+    assert_eq!(messages[1]["content"], "partial answ");
+}

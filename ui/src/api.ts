@@ -1,0 +1,163 @@
+// Typed wrappers over the app's Tauri commands and events (src-tauri/src/commands).
+import { Channel, invoke } from '@tauri-apps/api/core';
+import { listen, type UnlistenFn } from '@tauri-apps/api/event';
+
+export interface AppError { code: string; message: string }
+
+export interface Chat { id: number; title: string; model: string | null; created_at: number; updated_at: number }
+
+export interface Attachment { sha256: string; mime: string; size: number; path: string }
+
+export interface MessageStats {
+  prompt_tokens?: number;
+  completion_tokens?: number;
+  tokens_per_second?: number;
+  ttft_ms?: number;
+  finish_reason?: string;
+}
+
+export type Role = 'system' | 'user' | 'assistant' | 'tool';
+export type MessageStatus = 'complete' | 'streaming' | 'interrupted' | 'error';
+
+export interface Message {
+  id: number;
+  chat_id: number;
+  role: Role;
+  content: string;
+  reasoning: string | null;
+  attachments: Attachment[];
+  stats: MessageStats | null;
+  model: string | null;
+  status: MessageStatus;
+  error: string | null;
+  created_at: number;
+  updated_at: number;
+}
+
+export type StreamEvent =
+  | { kind: 'started'; chat_id: number; reply_id: number; model: string }
+  | { kind: 'snapshot'; content: string; reasoning: string }
+  | { kind: 'content'; text: string }
+  | { kind: 'reasoning'; text: string }
+  | { kind: 'error'; error: AppError }
+  | { kind: 'finished'; message: Message };
+
+export interface StartedReply { reply_id: number; model: string }
+export interface Sent { user: Message; reply: StartedReply }
+
+export interface LoadedModel {
+  id: string; name: string; path: string; architecture: string; quantization: string | null; max_context: number;
+}
+export interface EngineKnobs { kv_bits: number; kv_group_size: number; max_context: number; max_running: number }
+export interface EngineStatus {
+  state: 'unloaded' | 'loading' | 'ready';
+  loading: string | null;
+  model: LoadedModel | null;
+  knobs: EngineKnobs | null;
+  error: AppError | null;
+}
+
+export interface EngineStatsView {
+  engine: Record<string, unknown> & {
+    running: number; waiting: number; kv_cache_bytes: number; active_memory_bytes: number;
+    decode_steps: number; kv_quantization: string;
+    prefix_cache?: { hits: number; misses: number; bytes: number };
+    vision_cache?: { hits: number; misses: number; bytes: number; entries: number };
+  };
+  decode_tps: number;
+  app_replies: number;
+}
+
+export interface CatalogEntry {
+  id: string; display_name: string;
+  source: { kind: 'hub'; repo: string; revision: string } | { kind: 'local'; file: string; sha256: string };
+  size_bytes: number; bits: number; context_length: number; vision: boolean; thinking: boolean; architecture: string;
+  supported: boolean; is_default: boolean;
+  local_id: string | null; partial: boolean; downloading: boolean;
+}
+export interface LocalModel {
+  id: string; name: string; path: string; format: 'folder' | 'gguf'; size_bytes: number;
+  architecture: string | null; supported: boolean; partial: boolean; error: string | null;
+  location: { kind: string };
+}
+export interface Gallery {
+  catalog: CatalogEntry[]; local: LocalModel[]; models_dir: string; hf_cache_dir: string | null; disk_bytes: number;
+}
+export interface DownloadProgress {
+  id: string; repo: string; file: string; file_bytes_done: number; file_bytes_total: number;
+  bytes_done: number; bytes_total: number; files_done: number; files_total: number; bytes_per_second: number;
+}
+export interface DownloadDone { id: string; ok: boolean; cancelled: boolean; error: AppError | null; local_id: string | null }
+
+export interface Settings {
+  thinking: boolean; kv_bits: number; kv_group_size: number; max_context: number; vision_cache_mb: number;
+  temperature: number; top_p: number; top_k: number; min_p: number; repetition_penalty: number; max_tokens: number;
+  system_prompt: string; max_running: number; server_enabled: boolean; server_port: number;
+}
+export interface SettingsView { settings: Settings; restart_needed: boolean; notes: string[] }
+export interface ServerStatus { running: boolean; url: string | null; error: string | null }
+
+export interface Outgoing { text: string; attachments: string[] }
+
+function channel(onEvent: (e: StreamEvent) => void): Channel<StreamEvent> {
+  const ch = new Channel<StreamEvent>();
+  ch.onmessage = onEvent;
+  return ch;
+}
+
+export const api = {
+  listChats: (query?: string) => invoke<Chat[]>('list_chats', { query: query ?? null }),
+  createChat: () => invoke<Chat>('create_chat'),
+  renameChat: (chatId: number, title: string) => invoke<Chat>('rename_chat', { chatId, title }),
+  deleteChat: (chatId: number) => invoke<void>('delete_chat', { chatId }),
+  listMessages: (chatId: number) => invoke<Message[]>('list_messages', { chatId }),
+
+  send: (chatId: number, message: Outgoing, onEvent: (e: StreamEvent) => void) =>
+    invoke<Sent>('send_message', { chatId, message, onEvent: channel(onEvent) }),
+  stop: (chatId: number) => invoke<boolean>('stop_reply', { chatId }),
+  regenerate: (chatId: number, onEvent: (e: StreamEvent) => void) =>
+    invoke<StartedReply>('regenerate', { chatId, onEvent: channel(onEvent) }),
+  editAndResend: (chatId: number, messageId: number, message: Outgoing, onEvent: (e: StreamEvent) => void) =>
+    invoke<Sent>('edit_and_resend', { chatId, messageId, message, onEvent: channel(onEvent) }),
+  activeReplies: () => invoke<number[]>('active_replies'),
+  attachReply: (chatId: number, onEvent: (e: StreamEvent) => void) =>
+    invoke<boolean>('attach_reply', { chatId, onEvent: channel(onEvent) }),
+
+  addAttachmentPath: (path: string) => invoke<Attachment>('add_attachment_path', { path }),
+  addAttachmentBytes: (bytes: Uint8Array) => invoke<Attachment>('add_attachment_bytes', bytes),
+
+  listModels: () => invoke<Gallery>('list_models'),
+  loadModel: (id: string) => invoke<EngineStatus>('load_model', { id }),
+  unloadModel: () => invoke<EngineStatus>('unload_model'),
+  downloadModel: (id: string) => invoke<void>('download_model', { id }),
+  cancelDownload: (id: string) => invoke<boolean>('cancel_download', { id }),
+  deleteModel: (id: string) => invoke<number>('delete_model', { id }),
+
+  engineStatus: () => invoke<EngineStatus>('engine_status'),
+  engineStats: () => invoke<EngineStatsView | null>('engine_stats'),
+
+  getSettings: () => invoke<SettingsView>('get_settings'),
+  saveSettings: (settings: Settings) => invoke<SettingsView>('save_settings', { settings }),
+  restartEngine: () => invoke<SettingsView>('restart_engine'),
+  serverStatus: () => invoke<ServerStatus>('server_status'),
+};
+
+export const events = {
+  engineStatus: (f: (s: EngineStatus) => void): Promise<UnlistenFn> => listen<EngineStatus>('engine-status', (e) => f(e.payload)),
+  downloadProgress: (f: (p: DownloadProgress) => void) => listen<DownloadProgress>('download-progress', (e) => f(e.payload)),
+  downloadDone: (f: (d: DownloadDone) => void) => listen<DownloadDone>('download-done', (e) => f(e.payload)),
+  serverStatus: (f: (s: ServerStatus) => void) => listen<ServerStatus>('server-status', (e) => f(e.payload)),
+  chatUpdated: (f: (chatId: number) => void) => listen<{ chat_id: number }>('chat-updated', (e) => f(e.payload.chat_id)),
+};
+
+/** The message of anything a command rejected with. */
+export function errorText(e: unknown): string {
+  if (e && typeof e === 'object' && 'message' in e) return String((e as AppError).message);
+  return String(e);
+}
+
+/** The URL the web view shows a stored image by (served by the app's att:// protocol). */
+export function attachmentUrl(sha256: string): string {
+  // WebKit (Linux, macOS) uses the custom scheme directly; WebView2 maps it to http://<scheme>.localhost.
+  return navigator.userAgent.includes('Windows') ? `http://att.localhost/${sha256}` : `att://localhost/${sha256}`;
+}

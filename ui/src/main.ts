@@ -1,0 +1,26 @@
+// Entry point: the real platform (Tauri's file dialog and window drops).
+import { getCurrentWebview } from '@tauri-apps/api/webview';
+import { open } from '@tauri-apps/plugin-dialog';
+import { App } from './app';
+
+const app = new App({
+  async pickFiles() {
+    const picked = await open({ multiple: true, filters: [{ name: 'Images', extensions: ['png', 'jpg', 'jpeg', 'webp', 'gif'] }] });
+    if (!picked) return [];
+    return Array.isArray(picked) ? picked : [picked];
+  },
+  onDrop({ over, drop }) {
+    void getCurrentWebview().onDragDropEvent((event) => {
+      const p = event.payload;
+      if (p.type === 'enter' || p.type === 'over') over(true);
+      else if (p.type === 'leave') over(false);
+      else if (p.type === 'drop') drop(p.paths);
+    });
+  },
+});
+document.getElementById('app')!.append(app.el);
+// links in answers must not navigate the app's window away
+document.addEventListener('click', (e) => {
+  if ((e.target as Element | null)?.closest?.('a[href]')) e.preventDefault();
+});
+void app.start();

@@ -1,0 +1,78 @@
+// Replies under way, per chat, so several chats can generate at once and a
+// chat shows its own progress when you switch back to it.
+import type { AppError, Message, StreamEvent } from './api';
+
+export interface LiveReply {
+  chatId: number;
+  replyId: number | null;
+  model: string;
+  content: string;
+  reasoning: string;
+  error: AppError | null;
+  /** Set when the reply has ended: the stored message. */
+  finished: Message | null;
+}
+
+type Listener = (chatId: number, reply: LiveReply) => void;
+
+export class Streams {
+  private live = new Map<number, LiveReply>();
+  private listeners = new Set<Listener>();
+
+  get(chatId: number): LiveReply | undefined {
+    return this.live.get(chatId);
+  }
+
+  isRunning(chatId: number): boolean {
+    const r = this.live.get(chatId);
+    return !!r && !r.finished;
+  }
+
+  runningChats(): number[] {
+    return [...this.live.values()].filter((r) => !r.finished).map((r) => r.chatId);
+  }
+
+  subscribe(f: Listener): () => void {
+    this.listeners.add(f);
+    return () => this.listeners.delete(f);
+  }
+
+  /** Begins tracking a reply in `chatId`; returns the handler for its channel. */
+  begin(chatId: number): (e: StreamEvent) => void {
+    const reply: LiveReply = { chatId, replyId: null, model: '', content: '', reasoning: '', error: null, finished: null };
+    this.live.set(chatId, reply);
+    this.emit(chatId, reply);
+    return (e) => this.apply(chatId, reply, e);
+  }
+
+  /** Forgets a reply that never started (the command failed). */
+  abandon(chatId: number): void {
+    const r = this.live.get(chatId);
+    if (r && !r.finished) {
+      this.live.delete(chatId);
+      this.emit(chatId, { ...r, finished: null });
+    }
+  }
+
+  /** Drops finished replies of a chat once its stored messages are shown. */
+  settle(chatId: number): void {
+    if (this.live.get(chatId)?.finished) this.live.delete(chatId);
+  }
+
+  private apply(chatId: number, reply: LiveReply, e: StreamEvent): void {
+    if (this.live.get(chatId) !== reply) return; // a newer reply replaced this one
+    switch (e.kind) {
+      case 'started': reply.replyId = e.reply_id; reply.model = e.model; break;
+      case 'snapshot': reply.content = e.content; reply.reasoning = e.reasoning; break;
+      case 'content': reply.content += e.text; break;
+      case 'reasoning': reply.reasoning += e.text; break;
+      case 'error': reply.error = e.error; break;
+      case 'finished': reply.finished = e.message; break;
+    }
+    this.emit(chatId, reply);
+  }
+
+  private emit(chatId: number, reply: LiveReply): void {
+    for (const f of this.listeners) f(chatId, reply);
+  }
+}

@@ -1,0 +1,117 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { clearMocks, mockIPC } from '@tauri-apps/api/mocks';
+import { friendlyError, statsLine, ChatView } from './chatView';
+import { statusItems } from './statusBar';
+import { Composer } from './composer';
+import { Sidebar } from './sidebar';
+import type { Chat, Message } from './api';
+
+afterEach(() => clearMocks());
+
+const msg = (over: Partial<Message>): Message => ({
+  id: 1, chat_id: 1, role: 'user', content: '', reasoning: null, attachments: [], stats: null, model: null,
+  status: 'complete', error: null, created_at: 0, updated_at: 0, ...over,
+});
+
+describe('message details', () => {
+  it('formats per-message stats', () => {
+    expect(statsLine({ completion_tokens: 42, tokens_per_second: 31.46, ttft_ms: 120.4, finish_reason: 'stop' }))
+      .toBe('42 tokens · 31.5 tok/s · TTFT 120 ms · ended: stop');
+    expect(statsLine(null)).toBe('');
+  });
+
+  it('explains an image sent to a text-only model', () => {
+    expect(friendlyError('INVALID_IMAGE: this model does not support images')).toMatch(/cannot see images/);
+    expect(friendlyError('something else')).toBe('something else');
+  });
+
+  it('shows thinking apart from the answer, and the error of a failed reply', () => {
+    const view = new ChatView({ regenerate: () => {}, edit: () => {} });
+    view.show([
+      msg({ id: 1, role: 'user', content: 'Q' }),
+      msg({ id: 2, role: 'assistant', content: 'The **answer**', reasoning: 'Let me think', stats: { completion_tokens: 3 } }),
+      msg({ id: 3, role: 'user', content: 'Q2' }),
+      msg({ id: 4, role: 'assistant', status: 'error', error: 'CONTEXT_LENGTH_EXCEEDED: prompt exceeds the context' }),
+    ], null);
+    const thinking = view.el.querySelector('[data-testid=thinking]')!;
+    expect(thinking.textContent).toContain('Let me think');
+    expect(view.el.querySelector('[data-testid=answer] strong')!.textContent).toBe('answer');
+    expect(view.el.querySelector('[data-testid=reply-error]')!.textContent).toMatch(/longer than this model's context/);
+    // only the last turn offers regenerate and edit
+    expect(view.el.querySelectorAll('[data-testid=regenerate]').length).toBe(1);
+    expect(view.el.querySelectorAll('[data-testid=edit-message]').length).toBe(1);
+  });
+});
+
+describe('status bar', () => {
+  it('lists the engine figures it has, vision hits only when reported', () => {
+    const status = { state: 'ready' as const, loading: null, model: { id: 'x', name: 'Tiny', path: '', architecture: 'llama', quantization: null, max_context: 1 }, knobs: null, error: null };
+    const engine = { running: 2, waiting: 1, kv_cache_bytes: 2_500_000, active_memory_bytes: 0, decode_steps: 9, kv_quantization: 'off' };
+    const items = statusItems(status, { engine, decode_tps: 12.34, app_replies: 2 }, { running: true, url: 'http://127.0.0.1:8080/v1', error: null });
+    expect(items).toEqual(['Tiny', '2 running', '1 waiting', '12.3 tok/s', 'KV 2.5 MB', 'API http://127.0.0.1:8080/v1']);
+    const withVision = statusItems(status, { engine: { ...engine, vision_cache: { hits: 3, misses: 1, bytes: 0, entries: 1 } }, decode_tps: 0, app_replies: 0 }, null);
+    expect(withVision).toContain('vision hits 3/4');
+  });
+});
+
+describe('composer', () => {
+  it('sends on Enter, keeps Shift+Enter as a newline, and clears after sending', async () => {
+    const sent: unknown[] = [];
+    const c = new Composer({ send: async (m) => { sent.push(m); return true; }, stop: () => {}, pickFiles: async () => [], toast: () => {} });
+    document.body.append(c.el);
+    c.input.value = 'line one';
+    c.input.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter', shiftKey: true, bubbles: true }));
+    expect(sent).toEqual([]);
+    c.input.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter', bubbles: true }));
+    await vi.waitFor(() => expect(sent).toEqual([{ text: 'line one', attachments: [] }]));
+    await vi.waitFor(() => expect(c.input.value).toBe(''));
+    c.el.remove();
+  });
+
+  it('shows dropped images as removable thumbnails and sends their hashes', async () => {
+    mockIPC((cmd, args) => {
+      if (cmd === 'add_attachment_path') {
+        const path = (args as { path: string }).path;
+        return { sha256: path === '/a.png' ? 'a'.repeat(64) : 'b'.repeat(64), mime: 'image/png', size: 1, path };
+      }
+    });
+    const sent: { attachments: string[] }[] = [];
+    const c = new Composer({ send: async (m) => { sent.push(m); return true; }, stop: () => {}, pickFiles: async () => [], toast: () => {} });
+    await c.addPaths(['/a.png', '/b.png']);
+    expect(c.el.querySelectorAll('[data-testid=composer-thumb]').length).toBe(2);
+    c.el.querySelector<HTMLButtonElement>('[data-sha="' + 'a'.repeat(64) + '"] [data-testid=remove-thumb]')!.click();
+    expect(c.el.querySelectorAll('[data-testid=composer-thumb]').length).toBe(1);
+    c.el.querySelector<HTMLButtonElement>('[data-testid=send]')!.click();
+    await vi.waitFor(() => expect(sent).toEqual([{ text: '', attachments: ['b'.repeat(64)] }]));
+  });
+});
+
+describe('sidebar', () => {
+  it('lists chats and deletes one only after confirmation', async () => {
+    let chats: Chat[] = [
+      { id: 2, title: 'Newest', model: null, created_at: 0, updated_at: Date.now() },
+      { id: 1, title: 'Older', model: null, created_at: 0, updated_at: Date.now() - 7_200_000 },
+    ];
+    const deleted: number[] = [];
+    mockIPC((cmd, args) => {
+      if (cmd === 'list_chats') return chats;
+      if (cmd === 'delete_chat') { const id = (args as { chatId: number }).chatId; deleted.push(id); chats = chats.filter((c) => c.id !== id); }
+    });
+    const sb = new Sidebar({ select: () => {}, selectedId: () => null, isRunning: (id) => id === 2, toast: () => {} });
+    document.body.append(sb.el);
+    await sb.refresh();
+    const titles = [...sb.el.querySelectorAll('.chat-title')].map((e) => e.textContent);
+    expect(titles).toEqual(['Newest', 'Older']);
+    expect(sb.el.querySelector('[data-chat-id="2"] .busy-dot')).not.toBeNull();
+
+    sb.el.querySelector<HTMLButtonElement>('[data-chat-id="1"] [data-testid=delete-chat]')!.click();
+    document.querySelector<HTMLButtonElement>('[data-testid=confirm-cancel]')!.click();
+    await Promise.resolve();
+    expect(deleted).toEqual([]);
+    sb.el.querySelector<HTMLButtonElement>('[data-chat-id="1"] [data-testid=delete-chat]')!.click();
+    document.querySelector<HTMLButtonElement>('[data-testid=confirm-ok]')!.click();
+    await vi.waitFor(() => expect(deleted).toEqual([1]));
+    await vi.waitFor(() => expect(sb.el.querySelectorAll('[data-testid=chat-item]').length).toBe(1));
+    sb.el.remove();
+  });
+});
