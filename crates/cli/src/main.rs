@@ -2,6 +2,7 @@
 //!
 //!   vlm chat
 //!   vlm generate --model default --prompt "What is the capital of France?"
+//!   vlm generate --model <vision model> --image photo.jpg --prompt "What is in this picture?"
 //!   vlm serve --model default --port 8080       (OpenAI-compatible API)
 //!   vlm convert model.gguf out-folder [--dtype float32]
 //!   vlm bench --model <folder|file.gguf|default>
@@ -10,12 +11,12 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use engine::batch::{Event, Prompt, Request, SchedulerConfig};
+use engine::batch::{Event, ImageInput, Prompt, Request, SchedulerConfig};
 use engine::cache::KvQuantization;
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{self, LoadOptions, LoadedModel, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::tokenizer::{ChatMessage, TemplateOptions};
+use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 
 #[derive(Parser)]
 #[command(name = "vlm", version, about = "Local language and vision-language models on MLX")]
@@ -87,6 +88,9 @@ struct GenerateArgs {
     model: ModelArgs,
     #[arg(long)]
     prompt: String,
+    /// An image file to ask about (repeat for several); needs a vision model.
+    #[arg(long = "image", value_name = "PATH")]
+    images: Vec<PathBuf>,
     /// A system message placed before the prompt.
     #[arg(long)]
     system: Option<String>,
@@ -250,6 +254,10 @@ fn stream_reply(engine: &EngineHandle, request: Request) -> Completion {
 }
 
 fn run_generate(a: GenerateArgs) -> Result<()> {
+    let images = read_images(&a.images)?;
+    if a.raw && !images.is_empty() {
+        anyhow::bail!("--image needs the chat template (drop --raw)");
+    }
     let engine = a.model.start_engine()?;
     let prompt = if a.raw {
         Prompt::Text(a.prompt.clone())
@@ -258,7 +266,7 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
         if let Some(system) = &a.system {
             messages.push(ChatMessage::system(system.as_str()));
         }
-        messages.push(ChatMessage::user(a.prompt.as_str()));
+        messages.push(user_message(&a.prompt, &images));
         Prompt::Chat { messages, options: TemplateOptions { enable_thinking: a.think, ..Default::default() } }
     };
     let sampling = SamplingParams {
@@ -270,7 +278,9 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
         seed: a.seed,
         ..Default::default()
     };
-    let reply = stream_reply(&engine, Request::new(prompt).with_max_tokens(a.max_tokens).with_sampling(sampling));
+    let mut request = Request::new(prompt).with_max_tokens(a.max_tokens).with_sampling(sampling);
+    request.images = images;
+    let reply = stream_reply(&engine, request);
     println!();
     let peak = engine.stats().map(|s| s.peak_memory_bytes).unwrap_or(0);
     let st = &reply.stats;
@@ -294,8 +304,14 @@ fn run_chat(a: ChatArgs) -> Result<()> {
     use std::io::BufRead;
     eprintln!("loading {} ...", a.model.model);
     let engine = a.model.start_engine()?;
-    eprintln!("{} is ready. Type a message; /reset starts over, /exit or Ctrl-D quits.", engine.model_info().name);
+    eprintln!(
+        "{} is ready. Type a message; /image PATH attaches an image to the next one, /reset starts over, /exit or Ctrl-D quits.",
+        engine.model_info().name
+    );
     let mut history: Vec<ChatMessage> = a.system.iter().map(|s| ChatMessage::system(s.as_str())).collect();
+    // Every image of the conversation so far, in the order the messages show them.
+    let mut history_images: Vec<ImageInput> = Vec::new();
+    let mut attached: Vec<ImageInput> = Vec::new();
     let sampling = SamplingParams { temperature: a.temp, seed: a.seed, ..Default::default() };
     let stdin = std::io::stdin();
     loop {
@@ -310,21 +326,38 @@ fn run_chat(a: ChatArgs) -> Result<()> {
             "/exit" | "/quit" => break,
             "/reset" => {
                 history.retain(|m| m.role == "system");
+                history_images.clear();
+                attached.clear();
                 eprintln!("(new conversation)");
                 continue;
             }
             _ => {}
         }
-        history.push(ChatMessage::user(line));
-        let prompt = Prompt::Chat { messages: history.clone(), options: TemplateOptions::default() };
-        let request = Request::new(prompt).with_max_tokens(a.max_tokens).with_sampling(sampling.clone());
+        if let Some(path) = line.strip_prefix("/image ") {
+            match read_images(&[PathBuf::from(path.trim())]) {
+                Ok(mut one) => {
+                    attached.append(&mut one);
+                    eprintln!("({} image(s) attached to the next message)", attached.len());
+                }
+                Err(e) => eprintln!("{e:#}"),
+            }
+            continue;
+        }
+        history.push(user_message(line, &attached));
+        let mut request = Request::new(Prompt::Chat { messages: history.clone(), options: TemplateOptions::default() })
+            .with_max_tokens(a.max_tokens)
+            .with_sampling(sampling.clone());
+        request.images = history_images.iter().chain(&attached).cloned().collect();
         let reply = stream_reply(&engine, request);
         println!();
         if reply.error.is_some() {
-            // The conversation stays usable: drop the message that failed.
+            // The conversation stays usable: drop the message that failed
+            // (and its images, which may be what failed).
             history.pop();
+            attached.clear();
             continue;
         }
+        history_images.append(&mut attached);
         let st = &reply.stats;
         eprintln!(
             "[{} tokens, {:.1} tok/s, first token after {:.2}s]",
@@ -340,6 +373,25 @@ fn run_chat(a: ChatArgs) -> Result<()> {
     }
     engine.shutdown();
     Ok(())
+}
+
+/// Reads image files for a request (the engine checks that they are images).
+fn read_images(paths: &[PathBuf]) -> Result<Vec<ImageInput>> {
+    paths
+        .iter()
+        .map(|p| Ok(ImageInput::from_bytes(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?)))
+        .collect()
+}
+
+/// A user message: the images first (as most vision chats show them), then the text.
+fn user_message(text: &str, images: &[ImageInput]) -> ChatMessage {
+    if images.is_empty() {
+        return ChatMessage::user(text);
+    }
+    let mut parts: Vec<ContentPart> =
+        images.iter().map(|i| ContentPart::Image { image: Some(i.sha256.clone()) }).collect();
+    parts.push(ContentPart::text(text));
+    ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") }
 }
 
 fn run_serve(a: ServeArgs) -> Result<()> {

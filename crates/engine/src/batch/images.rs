@@ -36,6 +36,11 @@ pub struct ImageContext<'a> {
     pub model_id: &'a str,
 }
 
+/// The error for images sent to a text-only model.
+pub fn not_a_vision_model(model: &str) -> Error {
+    Error::InvalidRequest(format!("the model {model} does not accept images (it has no vision tower); choose a vision model"))
+}
+
 /// Expands the image placeholders of `tokens` and gathers the features.
 /// Returns the tokens unchanged and `None` for a request without images.
 pub fn prepare(ctx: ImageContext<'_>, tokens: Vec<u32>, images: &[ImageInput]) -> Result<(Vec<u32>, Option<SequenceImages>)> {
@@ -47,10 +52,7 @@ pub fn prepare(ctx: ImageContext<'_>, tokens: Vec<u32>, images: &[ImageInput]) -
         if images.is_empty() {
             return Ok((tokens, None));
         }
-        return Err(Error::InvalidRequest(format!(
-            "the model {} does not accept images (it has no vision tower); choose a vision model",
-            ctx.model_id
-        )));
+        return Err(not_a_vision_model(ctx.model_id));
     };
     let image_token = vision.image_token_id();
     let placeholders = tokens.iter().filter(|&&t| t == image_token).count();

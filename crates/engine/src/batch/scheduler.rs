@@ -171,6 +171,10 @@ impl Scheduler {
         if req.stop.iter().any(String::is_empty) {
             return Err(Error::InvalidRequest("stop strings must not be empty".into()));
         }
+        // Before the template renders: a text-only template may choke on image parts.
+        if !req.images.is_empty() && self.loaded.model.vision().is_none() {
+            return Err(images::not_a_vision_model(&self.loaded.info.name));
+        }
         let template = tokenizer.chat_template().map(|t| t.source().to_string()).unwrap_or_default();
         let (prompt, opens_thinking, thinking_enabled, offers_tools) = match &req.prompt {
             Prompt::Tokens(ids) => (ids.clone(), false, false, false),
