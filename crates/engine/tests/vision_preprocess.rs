@@ -155,7 +155,8 @@ fn from_folder_reads_the_old_qwen2_vl_keys() {
     assert_eq!((p.patch_size, p.temporal_patch_size, p.merge_size), (14, 2, 2));
     assert_eq!((p.min_pixels, p.max_pixels), (3136, 12_845_056));
     assert_eq!(p.image_mean, [0.48145466, 0.4578275, 0.40821073]);
-    assert_eq!(p.image_std, [0.26862954, 0.26130258, 0.27577711]);
+    // each f64 rounded to the nearest f32, as np.array(..., dtype=float32)
+    assert_eq!(p.image_std, [0.26862954f64 as f32, 0.26130258f64 as f32, 0.27577711f64 as f32]);
     assert!(p.do_rescale && p.do_normalize);
 }
 

@@ -207,3 +207,38 @@ fn compact(mut buf: Vec<u8>, n: usize, f: impl Fn(&[u8], &mut [u8])) -> Vec<u8> 
     buf.truncate(pixels * 3);
     buf
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use image::{ImageBuffer, Luma, LumaA, Rgb, Rgba};
+
+    #[test]
+    fn alpha_is_dropped_in_place() {
+        let img = ImageBuffer::<Rgba<u8>, _>::from_raw(2, 1, vec![1, 2, 3, 0, 4, 5, 6, 255]).unwrap();
+        let out = to_rgb8(DynamicImage::ImageRgba8(img));
+        assert_eq!((out.width, out.height, out.rgb), (2, 1, vec![1, 2, 3, 4, 5, 6]));
+        let img = ImageBuffer::<LumaA<u8>, _>::from_raw(2, 1, vec![9, 0, 200, 128]).unwrap();
+        assert_eq!(to_rgb8(DynamicImage::ImageLumaA8(img)).rgb, [9, 9, 9, 200, 200, 200]);
+    }
+
+    #[test]
+    fn sixteen_bit_keeps_the_high_byte() {
+        // PIL's RGB;16B raw mode: 0x80FF → 0x80, not rounded to 0x81
+        let img = ImageBuffer::<Rgb<u16>, _>::from_raw(1, 1, vec![0x80FF, 0x00FF, 0xFFFF]).unwrap();
+        assert_eq!(to_rgb8(DynamicImage::ImageRgb16(img)).rgb, [0x80, 0x00, 0xFF]);
+        // gray: also the high byte (PIL would clip 0x1234 to 255: our one deliberate difference)
+        let img = ImageBuffer::<Luma<u16>, _>::from_raw(2, 1, vec![0x1234, 0x00FF]).unwrap();
+        assert_eq!(to_rgb8(DynamicImage::ImageLuma16(img)).rgb, [0x12, 0x12, 0x12, 0, 0, 0]);
+    }
+
+    #[test]
+    fn size_limits_name_the_numbers() {
+        assert!(check_size(MAX_SIDE, 1).is_ok());
+        let e = check_size(MAX_SIDE + 1, 1).unwrap_err();
+        assert!(e.contains(&format!("{}", MAX_SIDE + 1)), "{e}");
+        // 9459² = 89.47 MP is allowed, 9460² is over Pillow's bomb threshold
+        assert!(check_size(9459, 9459).is_ok());
+        assert!(check_size(9460, 9460).unwrap_err().contains("decompression bomb"));
+    }
+}

@@ -197,7 +197,7 @@ mod tests {
     fn constant_image_stays_constant() {
         // Taps sum to 1 (to within the fixed-point rounding), so a flat colour must
         // survive both up- and downscaling unchanged.
-        let src: Vec<u8> = std::iter::repeat([200u8, 13, 77]).take(17 * 9).flatten().collect();
+        let src: Vec<u8> = std::iter::repeat_n([200u8, 13, 77], 17 * 9).flatten().collect();
         for (ow, oh) in [(34, 5), (3, 30), (40, 40), (1, 1)] {
             let out = resize_bicubic_rgb8(&src, 17, 9, ow, oh);
             assert_eq!(out.len(), ow * oh * 3);
