@@ -3,7 +3,10 @@
 //! model.safetensors, tokenizer.json, tokenizer_config.json), so the real
 //! loading code runs. `scripts/make-goldens.sh` writes the same folders
 //! (through the `write_tiny_model` example) and records Python mlx-lm's
-//! outputs on them.
+//! outputs on them; `scripts/make-vision-goldens.sh` does the same for the
+//! tiny Qwen2-VL / Qwen2.5-VL folders (`qwen_vl.rs`) with Python mlx-vlm.
+mod qwen_vl;
+
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -13,6 +16,10 @@ use serde_json::json;
 use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
 use crate::weights::QuantSpec;
+pub use qwen_vl::{
+    qwen_byte_level_meta, write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, QWEN_SPECIAL_TOKENS,
+    QWEN_VL_CHAT_TEMPLATE,
+};
 
 /// Shape and storage of a tiny llama.
 #[derive(Debug, Clone)]

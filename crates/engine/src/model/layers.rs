@@ -53,7 +53,7 @@ impl LayerLoader<'_> {
     }
 
     pub fn embedding(&mut self, path: &str, vocab: i32, dim: i32) -> Result<Embedding> {
-        Ok(Embedding { table: self.matrix(path, vocab, dim)? })
+        Ok(Embedding { table: self.matrix(path, vocab, dim)?, dtype: self.dtype })
     }
 
     pub fn rms_norm(&mut self, path: &str, dim: i32, eps: f32) -> Result<RmsNorm> {
@@ -174,11 +174,17 @@ impl Linear {
 #[derive(Debug, Clone)]
 pub struct Embedding {
     pub table: Matrix,
+    /// The activation dtype. Quantized rows dequantize in their scales'
+    /// dtype (float16 in real checkpoints); the embeddings leave in this one,
+    /// so what is spliced into them (image features) is not rounded to
+    /// float16 on a float32 path.
+    pub dtype: Dtype,
 }
 
 impl Embedding {
     pub fn forward(&self, ids: &Array) -> Result<Array> {
-        self.table.rows(ids)
+        let rows = self.table.rows(ids)?;
+        Ok(if rows.dtype() == self.dtype { rows } else { rows.as_dtype(self.dtype)? })
     }
 
     /// Tied output head: logits = h @ table.T.

@@ -193,7 +193,11 @@ fn load_folder(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let mut weights = weights::safetensors::load_folder(dir)?;
     let tokenizer = Tokenizer::from_folder(dir)?;
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    finish(name, dir, &model_type, &config, &quantization, &mut weights, tokenizer, opts)
+    let mut loaded = finish(name, dir, &model_type, &config, &quantization, &mut weights, tokenizer, opts)?;
+    if loaded.model.vision().is_some() {
+        loaded.preprocessor = Some(crate::vision::ImagePreprocessor::from_folder(dir)?);
+    }
+    Ok(loaded)
 }
 
 fn load_gguf(file: &Path, opts: &LoadOptions) -> Result<LoadedModel> {

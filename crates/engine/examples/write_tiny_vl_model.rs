@@ -1,0 +1,25 @@
+//! Writes the tiny seeded Qwen2-VL / Qwen2.5-VL folders that
+//! tests/parity_mlx_vlm.rs uses, so scripts/make-vision-goldens.sh can record
+//! Python mlx-vlm's outputs on the very same files:
+//! `write_tiny_vl_model <out-dir>` → `<out-dir>/{qwen2_vl,qwen2_5_vl}/{float,q4}`
+//! (float: Hugging Face names; q4: mlx-community names and layout, the
+//! language model 4-bit with group 64).
+use engine::testing::{write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl};
+use engine::weights::QuantSpec;
+
+fn main() -> anyhow::Result<()> {
+    let out = std::path::PathBuf::from(
+        std::env::args().nth(1).ok_or_else(|| anyhow::anyhow!("usage: write_tiny_vl_model <out-dir>"))?,
+    );
+    for (variant, name) in [(QwenVlVariant::Qwen2Vl, "qwen2_vl"), (QwenVlVariant::Qwen25Vl, "qwen2_5_vl")] {
+        write_tiny_qwen2_vl(&out.join(name).join("float"), &TinyQwenVl::new(variant))?;
+        let q4 = TinyQwenVl {
+            names: QwenVlNames::MlxCommunity,
+            quantize: Some(QuantSpec { group_size: 64, bits: 4 }),
+            ..TinyQwenVl::new(variant)
+        };
+        write_tiny_qwen2_vl(&out.join(name).join("q4"), &q4)?;
+    }
+    println!("{}", out.display());
+    Ok(())
+}

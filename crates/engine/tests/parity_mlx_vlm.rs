@@ -1,0 +1,343 @@
+//! Numerical parity of our Qwen2-VL / Qwen2.5-VL with the reference
+//! implementation, Python mlx-vlm 0.7.6, on the same MLX CPU backend.
+//!
+//! `scripts/make-vision-goldens.sh` wrote the tiny seeded folders (the
+//! `write_tiny_vl_model` example: float32 with Hugging Face names, and 4-bit
+//! with mlx-community names and layout) and recorded mlx-vlm's outputs on them
+//! for chat prompts with 0, 1 and 2 of the `qwen_parity_*` test images into
+//! `tests/goldens/qwen_vl_mlx_vlm.{json,safetensors}`. This test writes the
+//! same folders with the same code, loads them with our loader and compares:
+//! - the prompt: our chat template + tokenizer + one placeholder per feature
+//!   give mlx-vlm's ids exactly;
+//! - the vision tower on mlx-vlm's own pixel values (so this test does not
+//!   depend on our image preprocessing, which has its own goldens);
+//! - M-RoPE positions and rope delta exactly;
+//! - the logits of the whole prompt, run as the scheduler runs it: token
+//!   embeddings with the image rows replaced by the tower's features, and the
+//!   step's positions overridden with the explicit M-RoPE positions;
+//! - greedy ids and every step's log-probabilities from a cached decode whose
+//!   positions are cache length + rope delta.
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use engine::cache::rope_shift::RopeShifted;
+use engine::cache::{KvCache, SimpleKvCache};
+use engine::model::{load, LoadOptions, LoadedModel, WeightFormat};
+use engine::testing::{write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl};
+use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
+use engine::weights::QuantSpec;
+use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype};
+use serde_json::Value;
+
+/// Float32 weights, and 4-bit weights through MLX's quantized matmul
+/// (`AsStored`), are the same computations mlx-vlm does on the same libmlx,
+/// up to the order of a few operations (our patch embedding is a matmul where
+/// mlx-vlm runs a Conv3d; the text and decode path uses the fast RoPE kernel
+/// where mlx-vlm builds cos/sin tables). float64 re-runs of the reference put
+/// its own float32 rounding at ≤ 2e-6 on vision outputs and ≤ 1.3e-5 on logits.
+/// Measured (max |diff| over all cases): Qwen2-VL vision 4.8e-7, logits
+/// 1.9e-6, decode log-probs 1.4e-6; Qwen2.5-VL 6.0e-7, 6.4e-6, 7.6e-6. 1e-4
+/// holds a wide margin while a real mistake (a wrong M-RoPE section, window
+/// order, GELU variant or norm) moves outputs by 1e-2 or more.
+const SAME_COMPUTATION_TOL: f32 = 1e-4;
+
+/// 4-bit weights through MLX's quantized matmul (`AsStored`), as above, but
+/// mlx-vlm's quantized embedding returns float16 rows (the checkpoint's
+/// float16 scales) and mlx-vlm casts its M-RoPE cos/sin tables to the
+/// embedding's dtype, so the reference rotates every layer's queries and keys
+/// with float16 tables; we keep float32 activations (and the fast RoPE kernel
+/// on text steps). Checked on the reference itself: casting its embedding to
+/// float32 moves its Qwen2.5-VL q4 text logits by 3.15e-4 — exactly our
+/// difference. Measured: 8.3e-5 (Qwen2-VL), 3.2e-4 (Qwen2.5-VL); 1e-3 keeps a
+/// 3x margin, still 10x below what a wrong quantized layout moves.
+const FLOAT16_TABLES_TOL: f32 = 1e-3;
+
+/// 4-bit weights dequantized to float32 at load against mlx-vlm's quantized
+/// matmul, which carries float16 rounding of `scale · q + bias` (the same
+/// effect measured at 9.2e-4 on the tiny llama). Measured: 1.4e-3 (Qwen2-VL),
+/// 4.6e-3 (Qwen2.5-VL, whose tied head also multiplies by the dequantized
+/// embedding). 1e-2 keeps a 2x margin; a wrong quantized layout gives
+/// unrelated logits (differences of order 1).
+const DEQUANTIZED_TOL: f32 = 1e-2;
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!("parity-mlx-vlm-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Goldens {
+    json: Value,
+    arrays: HashMap<String, Array>,
+}
+
+fn goldens() -> Goldens {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens");
+    let json_path = dir.join("qwen_vl_mlx_vlm.json");
+    let text = std::fs::read_to_string(&json_path).unwrap_or_else(|e| panic!("{}: {e}", json_path.display()));
+    let arrays = Array::load_safetensors(dir.join("qwen_vl_mlx_vlm.safetensors")).expect("golden arrays");
+    Goldens { json: serde_json::from_str(&text).expect("golden JSON"), arrays }
+}
+
+fn ints(v: &Value) -> Vec<i64> {
+    v.as_array().expect("a list").iter().map(|x| x.as_i64().expect("an integer")).collect()
+}
+
+/// What one golden model is and how we load it.
+struct ModelUnderTest {
+    /// Key in the goldens: `qwen2_vl/float`, `qwen2_5_vl/q4`, ...
+    golden: &'static str,
+    spec: TinyQwenVl,
+    format: WeightFormat,
+    tol: f32,
+}
+
+const Q4: QuantSpec = QuantSpec { group_size: 64, bits: 4 };
+
+fn float(variant: QwenVlVariant, golden: &'static str) -> ModelUnderTest {
+    ModelUnderTest { golden, spec: TinyQwenVl::new(variant), format: WeightFormat::AsStored, tol: SAME_COMPUTATION_TOL }
+}
+
+fn q4(variant: QwenVlVariant, golden: &'static str, format: WeightFormat, tol: f32) -> ModelUnderTest {
+    let spec = TinyQwenVl { names: QwenVlNames::MlxCommunity, quantize: Some(Q4), ..TinyQwenVl::new(variant) };
+    ModelUnderTest { golden, spec, format, tol }
+}
+
+fn max_abs_diff(ours: &Array, theirs: &Array, what: &str) -> f32 {
+    assert_eq!(ours.shape(), theirs.shape(), "{what}: shape");
+    let d = ours.as_dtype(Dtype::Float32).unwrap().subtract(theirs).unwrap().abs().unwrap().max(None).unwrap();
+    let d = d.item_exact::<f32>();
+    assert!(d.is_finite(), "{what}: non-finite difference");
+    d
+}
+
+/// The user message mlx-vlm builds: the text, and the images after it for
+/// Qwen2-VL, before it for Qwen2.5-VL.
+fn user_message(variant: QwenVlVariant, text: &str, images: usize) -> ChatMessage {
+    if images == 0 {
+        return ChatMessage::user(text);
+    }
+    let pictures = std::iter::repeat_n(ContentPart::image(), images);
+    let parts: Vec<ContentPart> = match variant {
+        QwenVlVariant::Qwen2Vl => std::iter::once(ContentPart::text(text)).chain(pictures).collect(),
+        QwenVlVariant::Qwen25Vl => pictures.chain(std::iter::once(ContentPart::text(text))).collect(),
+    };
+    ChatMessage::user(MessageContent::Parts(parts))
+}
+
+/// Each image's single placeholder → one per feature.
+fn expand_placeholders(tokens: &[u32], image_token: u32, features_per_image: &[usize]) -> Vec<u32> {
+    let mut counts = features_per_image.iter();
+    let mut out = Vec::new();
+    for &t in tokens {
+        if t == image_token {
+            out.extend(std::iter::repeat_n(image_token, *counts.next().expect("an image per placeholder")));
+        } else {
+            out.push(t);
+        }
+    }
+    assert!(counts.next().is_none(), "more images than placeholders");
+    out
+}
+
+/// `[1, L, D]` token embeddings with the image rows replaced, in order, by `features` `[F, D]`.
+fn splice(loaded: &LoadedModel, ids: &[u32], image_token: u32, features: Option<&Array>) -> Array {
+    let l = ids.len() as i32;
+    let tokens: Vec<i32> = ids.iter().map(|&t| t as i32).collect();
+    let text = loaded.model.embed(&Array::from_slice(&tokens, &[1, l])).expect("embed");
+    let Some(features) = features else { return text };
+    let rows = ops::concatenate(&[text.reshape(&[l, -1]).unwrap(), features.as_dtype(text.dtype()).unwrap()], 0).unwrap();
+    let mut k = 0;
+    let pick: Vec<i32> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| {
+            if t == image_token {
+                k += 1;
+                l + k - 1
+            } else {
+                i as i32
+            }
+        })
+        .collect();
+    assert_eq!(k, features.dim(0), "one feature per image slot");
+    rows.take_axis(Array::from_slice(&pick, &[l]), 0).unwrap().reshape(&[1, l, -1]).unwrap()
+}
+
+/// Runs `embeddings` through the model, with explicit M-RoPE positions when given.
+fn run(loaded: &LoadedModel, embeddings: Array, positions: Option<&Array>, delta: i32, cache: &mut dyn KvCache) -> Array {
+    let model = loaded.model.as_ref();
+    let hidden = match positions {
+        Some(p) => model.forward_embeddings(embeddings, &mut RopeShifted::explicit(cache, p.clone())),
+        None if delta != 0 => model.forward_embeddings(embeddings, &mut RopeShifted::by_deltas(cache, &[delta])),
+        None => model.forward_embeddings(embeddings, cache),
+    }
+    .expect("forward");
+    model.logits(&hidden).expect("logits").as_dtype(Dtype::Float32).unwrap()
+}
+
+fn argmax_last(logits: &Array) -> u32 {
+    let l = logits.dim(1);
+    ops::indexing::argmax_axis(logits.index((0, l - 1, ..)), -1, None).unwrap().item_exact::<u32>()
+}
+
+fn log_softmax(x: &Array) -> Array {
+    x.subtract(ops::logsumexp_axis(x, -1, true).unwrap()).unwrap()
+}
+
+#[derive(Default, Debug)]
+struct Measured {
+    vision: f32,
+    logits: f32,
+    decode_logprobs: f32,
+}
+
+fn check(m: ModelUnderTest) {
+    let goldens = goldens();
+    let golden = &goldens.json["models"][m.golden];
+    assert!(golden.is_object(), "no goldens for {}", m.golden);
+    let tmp = TempDir::new(&m.golden.replace('/', "-"));
+    write_tiny_qwen2_vl(&tmp.0, &m.spec).expect("write tiny model");
+    let loaded = load(&tmp.0, &LoadOptions { format: m.format }).expect("load tiny model");
+    let vision = loaded.model.vision().expect("a vision tower");
+    let preprocessor = loaded.preprocessor.as_ref().expect("the folder's image preprocessor");
+    let image_token = vision.image_token_id();
+    assert_eq!(Some(image_token), loaded.tokenizer.token_to_id("<|image_pad|>"));
+    let text = goldens.json["text"].as_str().expect("prompt text");
+    let tag = format!("{} ({:?}, {:?})", m.golden, m.spec.names, m.format);
+    let mut measured = Measured::default();
+
+    for (case, rec) in golden.as_object().expect("cases") {
+        let grids: Vec<[i32; 3]> = rec["grids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| ints(g).iter().map(|&x| x as i32).collect::<Vec<_>>().try_into().expect("t, h, w"))
+            .collect();
+        let what = |s: &str| format!("{tag} {case}: {s}");
+
+        // The prompt, through our template, tokenizer and placeholder expansion.
+        let messages = [user_message(m.spec.variant, text, grids.len())];
+        let rendered = loaded.tokenizer.apply_chat_template(&messages, &TemplateOptions::default()).expect("template");
+        assert_eq!(rendered, rec["prompt_text"].as_str().unwrap(), "{}", what("rendered prompt"));
+        let counts: Vec<usize> = grids.iter().map(|&g| preprocessor.num_image_tokens(g)).collect();
+        let ids = expand_placeholders(&loaded.tokenizer.encode(&rendered, false).unwrap(), image_token, &counts);
+        let golden_ids: Vec<u32> = ints(&rec["prompt_ids"]).iter().map(|&x| x as u32).collect();
+        assert_eq!(ids, golden_ids, "{}", what("prompt ids"));
+
+        // The vision tower, one image at a time, on mlx-vlm's pixels.
+        let features = if grids.is_empty() {
+            None
+        } else {
+            let pixels = &goldens.arrays[&format!("pixels.{case}")];
+            let mut start = 0;
+            let mut parts = Vec::new();
+            for &g in &grids {
+                let n = g.iter().product::<i32>();
+                parts.push(vision.encode(&pixels.index(start..start + n), g).expect("encode"));
+                start += n;
+            }
+            assert_eq!(start, pixels.dim(0), "{}", what("patch count"));
+            let ours = ops::concatenate(&parts, 0).unwrap();
+            let key = format!("{}.{case}.vision", m.golden.replace('/', "."));
+            let d = max_abs_diff(&ours, &goldens.arrays[&key], &what("vision output"));
+            assert!(d <= m.tol, "{}: max |diff| {d:.3e} > {:.0e}", what("vision output"), m.tol);
+            measured.vision = measured.vision.max(d);
+            Some(ours)
+        };
+
+        // M-RoPE positions and delta, exactly.
+        let (positions, delta) = vision.rope_positions(&ids, &grids).expect("positions");
+        assert_eq!(delta as i64, rec["delta"].as_i64().unwrap(), "{}", what("rope delta"));
+        let flat: Vec<i64> = rec["positions"].as_array().unwrap().iter().flat_map(ints).collect();
+        positions.eval().unwrap();
+        let ours: Vec<i64> = positions.as_slice::<i32>().iter().map(|&x| x as i64).collect();
+        assert_eq!(ours, flat, "{}", what("M-RoPE positions"));
+        let l = ids.len() as i32;
+        let positions = features.as_ref().map(|_| positions.reshape(&[3, 1, l]).unwrap());
+
+        // Logits of the whole prompt in one uncached pass.
+        let key = format!("{}.{case}", m.golden.replace('/', "."));
+        let num_layers = loaded.model.shape().num_layers;
+        let embeddings = splice(&loaded, &ids, image_token, features.as_ref());
+        let logits = run(&loaded, embeddings.clone(), positions.as_ref(), 0, &mut SimpleKvCache::new(num_layers));
+        let d = max_abs_diff(&logits.index(0), &goldens.arrays[&format!("{key}.logits")], &what("logits"));
+        assert!(d <= m.tol, "{}: max |diff| {d:.3e} > {:.0e}", what("logits"), m.tol);
+        measured.logits = measured.logits.max(d);
+
+        // Greedy decoding with our KV cache: prefill, then position = length + delta.
+        let golden_greedy: Vec<u32> = ints(&rec["greedy_ids"]).iter().map(|&x| x as u32).collect();
+        let golden_logprobs = &goldens.arrays[&format!("{key}.greedy_logprobs")];
+        let mut cache = SimpleKvCache::new(num_layers);
+        let mut step_logits = run(&loaded, embeddings, positions.as_ref(), 0, &mut cache);
+        let mut greedy = Vec::new();
+        for step in 0..golden_greedy.len() {
+            let last = step_logits.index((0, step_logits.dim(1) - 1, ..));
+            let d = max_abs_diff(&log_softmax(&last), &golden_logprobs.index(step as i32), &what("decode log-probs"));
+            assert!(d <= m.tol, "{} step {step}: max |diff| {d:.3e} > {:.0e}", what("decode log-probs"), m.tol);
+            measured.decode_logprobs = measured.decode_logprobs.max(d);
+            let next = argmax_last(&step_logits);
+            greedy.push(next);
+            let emb = loaded.model.embed(&Array::from_slice(&[next as i32], &[1, 1])).unwrap();
+            step_logits = run(&loaded, emb, None, delta, &mut cache);
+        }
+        assert_eq!(greedy, golden_greedy, "{}", what("greedy ids"));
+    }
+    println!("{tag} vs mlx-vlm: max |diff| {measured:?}, tolerance {:.0e}", m.tol);
+}
+
+#[test]
+fn qwen2_vl_float_matches_mlx_vlm() {
+    check(float(QwenVlVariant::Qwen2Vl, "qwen2_vl/float"));
+}
+
+#[test]
+fn qwen2_vl_q4_as_stored_matches_mlx_vlm() {
+    check(q4(QwenVlVariant::Qwen2Vl, "qwen2_vl/q4", WeightFormat::AsStored, FLOAT16_TABLES_TOL));
+}
+
+#[test]
+fn qwen2_vl_q4_dequantized_matches_mlx_vlm() {
+    check(q4(QwenVlVariant::Qwen2Vl, "qwen2_vl/q4", WeightFormat::Float32, DEQUANTIZED_TOL));
+}
+
+#[test]
+fn qwen2_5_vl_float_matches_mlx_vlm() {
+    check(float(QwenVlVariant::Qwen25Vl, "qwen2_5_vl/float"));
+}
+
+#[test]
+fn qwen2_5_vl_q4_as_stored_matches_mlx_vlm() {
+    check(q4(QwenVlVariant::Qwen25Vl, "qwen2_5_vl/q4", WeightFormat::AsStored, FLOAT16_TABLES_TOL));
+}
+
+#[test]
+fn qwen2_5_vl_q4_dequantized_matches_mlx_vlm() {
+    check(q4(QwenVlVariant::Qwen25Vl, "qwen2_5_vl/q4", WeightFormat::Float32, DEQUANTIZED_TOL));
+}
+
+/// transformers ≥ 4.52 names (`model.visual.*`, `model.language_model.*`)
+/// hold the same weights: the same goldens apply. mlx-vlm itself maps these
+/// names wrongly, so only our loader is checked on them.
+#[test]
+fn transformers_452_names_load_the_same_model() {
+    for (variant, golden) in [(QwenVlVariant::Qwen2Vl, "qwen2_vl/float"), (QwenVlVariant::Qwen25Vl, "qwen2_5_vl/float")] {
+        let mut m = float(variant, golden);
+        m.spec.names = QwenVlNames::Transformers452;
+        check(m);
+    }
+}
