@@ -341,3 +341,34 @@ fn transformers_452_names_load_the_same_model() {
         check(m);
     }
 }
+
+/// A `qwen2` text checkpoint (Qwen2 / Qwen2.5 text models) is this same
+/// decoder without the tower and with ordinary RoPE, which equals M-RoPE on
+/// text: the Qwen2-VL folder relabelled `qwen2` must give mlx-vlm's logits
+/// for the text-only prompt.
+#[test]
+fn qwen2_text_model_matches_the_vl_language_model() {
+    let goldens = goldens();
+    let tmp = TempDir::new("qwen2-text");
+    write_tiny_qwen2_vl(&tmp.0, &TinyQwenVl::new(QwenVlVariant::Qwen2Vl)).expect("write tiny model");
+    let config_path = tmp.0.join("config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    let root = config.as_object_mut().unwrap();
+    root.insert("model_type".into(), "qwen2".into());
+    root.insert("architectures".into(), serde_json::json!(["Qwen2ForCausalLM"]));
+    for key in ["rope_scaling", "text_config", "vision_config"] {
+        root.remove(key);
+    }
+    std::fs::write(&config_path, serde_json::to_string(&config).unwrap()).unwrap();
+    let loaded = load(&tmp.0, &LoadOptions { format: WeightFormat::AsStored }).expect("load as qwen2");
+    assert!(loaded.model.vision().is_none() && loaded.preprocessor.is_none(), "a text model has no tower");
+
+    let rec = &goldens.json["models"]["qwen2_vl/float"]["text"];
+    let ids: Vec<i32> = ints(&rec["prompt_ids"]).iter().map(|&x| x as i32).collect();
+    let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
+    let mut cache = SimpleKvCache::new(loaded.model.shape().num_layers);
+    let logits = loaded.model.forward(&tokens, &mut cache).expect("forward").as_dtype(Dtype::Float32).unwrap();
+    let d = max_abs_diff(&logits.index(0), &goldens.arrays["qwen2_vl.float.text.logits"], "qwen2 logits");
+    println!("qwen2 (text) vs mlx-vlm's Qwen2-VL language model: max |logit diff| {d:.3e}");
+    assert!(d <= SAME_COMPUTATION_TOL, "qwen2 logits: max |diff| {d:.3e}");
+}
