@@ -9,13 +9,21 @@ use engine::weights::QuantSpec;
 
 fn main() -> anyhow::Result<()> {
     let out = std::path::PathBuf::from(
-        std::env::args().nth(1).ok_or_else(|| anyhow::anyhow!("usage: write_tiny_vl_model <out-dir>"))?,
+        std::env::args()
+            .nth(1)
+            .ok_or_else(|| anyhow::anyhow!("usage: write_tiny_vl_model <out-dir>"))?,
     );
-    for (variant, name) in [(QwenVlVariant::Qwen2Vl, "qwen2_vl"), (QwenVlVariant::Qwen25Vl, "qwen2_5_vl")] {
+    for (variant, name) in [
+        (QwenVlVariant::Qwen2Vl, "qwen2_vl"),
+        (QwenVlVariant::Qwen25Vl, "qwen2_5_vl"),
+    ] {
         write_tiny_qwen2_vl(&out.join(name).join("float"), &TinyQwenVl::new(variant))?;
         let q4 = TinyQwenVl {
             names: QwenVlNames::MlxCommunity,
-            quantize: Some(QuantSpec { group_size: 64, bits: 4 }),
+            quantize: Some(QuantSpec {
+                group_size: 64,
+                bits: 4,
+            }),
             ..TinyQwenVl::new(variant)
         };
         write_tiny_qwen2_vl(&out.join(name).join("q4"), &q4)?;

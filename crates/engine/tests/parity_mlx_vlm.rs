@@ -90,11 +90,18 @@ fn goldens() -> Goldens {
     let json_path = dir.join("qwen_vl_mlx_vlm.json");
     let text = std::fs::read_to_string(&json_path).unwrap_or_else(|e| panic!("{}: {e}", json_path.display()));
     let arrays = Array::load_safetensors(dir.join("qwen_vl_mlx_vlm.safetensors")).expect("golden arrays");
-    Goldens { json: serde_json::from_str(&text).expect("golden JSON"), arrays }
+    Goldens {
+        json: serde_json::from_str(&text).expect("golden JSON"),
+        arrays,
+    }
 }
 
 fn ints(v: &Value) -> Vec<i64> {
-    v.as_array().expect("a list").iter().map(|x| x.as_i64().expect("an integer")).collect()
+    v.as_array()
+        .expect("a list")
+        .iter()
+        .map(|x| x.as_i64().expect("an integer"))
+        .collect()
 }
 
 /// What one golden model is and how we load it.
@@ -106,20 +113,45 @@ struct ModelUnderTest {
     tol: f32,
 }
 
-const Q4: QuantSpec = QuantSpec { group_size: 64, bits: 4 };
+const Q4: QuantSpec = QuantSpec {
+    group_size: 64,
+    bits: 4,
+};
 
 fn float(variant: QwenVlVariant, golden: &'static str) -> ModelUnderTest {
-    ModelUnderTest { golden, spec: TinyQwenVl::new(variant), format: WeightFormat::AsStored, tol: SAME_COMPUTATION_TOL }
+    ModelUnderTest {
+        golden,
+        spec: TinyQwenVl::new(variant),
+        format: WeightFormat::AsStored,
+        tol: SAME_COMPUTATION_TOL,
+    }
 }
 
 fn q4(variant: QwenVlVariant, golden: &'static str, format: WeightFormat, tol: f32) -> ModelUnderTest {
-    let spec = TinyQwenVl { names: QwenVlNames::MlxCommunity, quantize: Some(Q4), ..TinyQwenVl::new(variant) };
-    ModelUnderTest { golden, spec, format, tol }
+    let spec = TinyQwenVl {
+        names: QwenVlNames::MlxCommunity,
+        quantize: Some(Q4),
+        ..TinyQwenVl::new(variant)
+    };
+    ModelUnderTest {
+        golden,
+        spec,
+        format,
+        tol,
+    }
 }
 
 fn max_abs_diff(ours: &Array, theirs: &Array, what: &str) -> f32 {
     assert_eq!(ours.shape(), theirs.shape(), "{what}: shape");
-    let d = ours.as_dtype(Dtype::Float32).unwrap().subtract(theirs).unwrap().abs().unwrap().max(None).unwrap();
+    let d = ours
+        .as_dtype(Dtype::Float32)
+        .unwrap()
+        .subtract(theirs)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max(None)
+        .unwrap();
     let d = d.item_exact::<f32>();
     assert!(d.is_finite(), "{what}: non-finite difference");
     d
@@ -145,7 +177,10 @@ fn expand_placeholders(tokens: &[u32], image_token: u32, features_per_image: &[u
     let mut out = Vec::new();
     for &t in tokens {
         if t == image_token {
-            out.extend(std::iter::repeat_n(image_token, *counts.next().expect("an image per placeholder")));
+            out.extend(std::iter::repeat_n(
+                image_token,
+                *counts.next().expect("an image per placeholder"),
+            ));
         } else {
             out.push(t);
         }
@@ -160,7 +195,14 @@ fn splice(loaded: &LoadedModel, ids: &[u32], image_token: u32, features: Option<
     let tokens: Vec<i32> = ids.iter().map(|&t| t as i32).collect();
     let text = loaded.model.embed(&Array::from_slice(&tokens, &[1, l])).expect("embed");
     let Some(features) = features else { return text };
-    let rows = ops::concatenate(&[text.reshape(&[l, -1]).unwrap(), features.as_dtype(text.dtype()).unwrap()], 0).unwrap();
+    let rows = ops::concatenate(
+        &[
+            text.reshape(&[l, -1]).unwrap(),
+            features.as_dtype(text.dtype()).unwrap(),
+        ],
+        0,
+    )
+    .unwrap();
     let mut k = 0;
     let pick: Vec<i32> = ids
         .iter()
@@ -175,11 +217,20 @@ fn splice(loaded: &LoadedModel, ids: &[u32], image_token: u32, features: Option<
         })
         .collect();
     assert_eq!(k, features.dim(0), "one feature per image slot");
-    rows.take_axis(Array::from_slice(&pick, &[l]), 0).unwrap().reshape(&[1, l, -1]).unwrap()
+    rows.take_axis(Array::from_slice(&pick, &[l]), 0)
+        .unwrap()
+        .reshape(&[1, l, -1])
+        .unwrap()
 }
 
 /// Runs `embeddings` through the model, with explicit M-RoPE positions when given.
-fn run(loaded: &LoadedModel, embeddings: Array, positions: Option<&Array>, delta: i32, cache: &mut dyn KvCache) -> Array {
+fn run(
+    loaded: &LoadedModel,
+    embeddings: Array,
+    positions: Option<&Array>,
+    delta: i32,
+    cache: &mut dyn KvCache,
+) -> Array {
     let model = loaded.model.as_ref();
     let hidden = match positions {
         Some(p) => model.forward_embeddings(embeddings, &mut RopeShifted::explicit(cache, p.clone())),
@@ -192,7 +243,9 @@ fn run(loaded: &LoadedModel, embeddings: Array, positions: Option<&Array>, delta
 
 fn argmax_last(logits: &Array) -> u32 {
     let l = logits.dim(1);
-    ops::indexing::argmax_axis(logits.index((0, l - 1, ..)), -1, None).unwrap().item_exact::<u32>()
+    ops::indexing::argmax_axis(logits.index((0, l - 1, ..)), -1, None)
+        .unwrap()
+        .item_exact::<u32>()
 }
 
 fn log_softmax(x: &Array) -> Array {
@@ -226,16 +279,35 @@ fn check(m: ModelUnderTest) {
             .as_array()
             .unwrap()
             .iter()
-            .map(|g| ints(g).iter().map(|&x| x as i32).collect::<Vec<_>>().try_into().expect("t, h, w"))
+            .map(|g| {
+                ints(g)
+                    .iter()
+                    .map(|&x| x as i32)
+                    .collect::<Vec<_>>()
+                    .try_into()
+                    .expect("t, h, w")
+            })
             .collect();
         let what = |s: &str| format!("{tag} {case}: {s}");
 
         // The prompt, through our template, tokenizer and placeholder expansion.
         let messages = [user_message(m.spec.variant, text, grids.len())];
-        let rendered = loaded.tokenizer.apply_chat_template(&messages, &TemplateOptions::default()).expect("template");
-        assert_eq!(rendered, rec["prompt_text"].as_str().unwrap(), "{}", what("rendered prompt"));
+        let rendered = loaded
+            .tokenizer
+            .apply_chat_template(&messages, &TemplateOptions::default())
+            .expect("template");
+        assert_eq!(
+            rendered,
+            rec["prompt_text"].as_str().unwrap(),
+            "{}",
+            what("rendered prompt")
+        );
         let counts: Vec<usize> = grids.iter().map(|&g| preprocessor.num_image_tokens(g)).collect();
-        let ids = expand_placeholders(&loaded.tokenizer.encode(&rendered, false).unwrap(), image_token, &counts);
+        let ids = expand_placeholders(
+            &loaded.tokenizer.encode(&rendered, false).unwrap(),
+            image_token,
+            &counts,
+        );
         let golden_ids: Vec<u32> = ints(&rec["prompt_ids"]).iter().map(|&x| x as u32).collect();
         assert_eq!(ids, golden_ids, "{}", what("prompt ids"));
 
@@ -255,7 +327,12 @@ fn check(m: ModelUnderTest) {
             let ours = ops::concatenate(&parts, 0).unwrap();
             let key = format!("{}.{case}.vision", m.golden.replace('/', "."));
             let d = max_abs_diff(&ours, &goldens.arrays[&key], &what("vision output"));
-            assert!(d <= m.tol, "{}: max |diff| {d:.3e} > {:.0e}", what("vision output"), m.tol);
+            assert!(
+                d <= m.tol,
+                "{}: max |diff| {d:.3e} > {:.0e}",
+                what("vision output"),
+                m.tol
+            );
             measured.vision = measured.vision.max(d);
             Some(ours)
         };
@@ -274,8 +351,18 @@ fn check(m: ModelUnderTest) {
         let key = format!("{}.{case}", m.golden.replace('/', "."));
         let num_layers = loaded.model.shape().num_layers;
         let embeddings = splice(&loaded, &ids, image_token, features.as_ref());
-        let logits = run(&loaded, embeddings.clone(), positions.as_ref(), 0, &mut SimpleKvCache::new(num_layers));
-        let d = max_abs_diff(&logits.index(0), &goldens.arrays[&format!("{key}.logits")], &what("logits"));
+        let logits = run(
+            &loaded,
+            embeddings.clone(),
+            positions.as_ref(),
+            0,
+            &mut SimpleKvCache::new(num_layers),
+        );
+        let d = max_abs_diff(
+            &logits.index(0),
+            &goldens.arrays[&format!("{key}.logits")],
+            &what("logits"),
+        );
         assert!(d <= m.tol, "{}: max |diff| {d:.3e} > {:.0e}", what("logits"), m.tol);
         measured.logits = measured.logits.max(d);
 
@@ -287,8 +374,17 @@ fn check(m: ModelUnderTest) {
         let mut greedy = Vec::new();
         for step in 0..golden_greedy.len() {
             let last = step_logits.index((0, step_logits.dim(1) - 1, ..));
-            let d = max_abs_diff(&log_softmax(&last), &golden_logprobs.index(step as i32), &what("decode log-probs"));
-            assert!(d <= m.tol, "{} step {step}: max |diff| {d:.3e} > {:.0e}", what("decode log-probs"), m.tol);
+            let d = max_abs_diff(
+                &log_softmax(&last),
+                &golden_logprobs.index(step as i32),
+                &what("decode log-probs"),
+            );
+            assert!(
+                d <= m.tol,
+                "{} step {step}: max |diff| {d:.3e} > {:.0e}",
+                what("decode log-probs"),
+                m.tol
+            );
             measured.decode_logprobs = measured.decode_logprobs.max(d);
             let next = argmax_last(&step_logits);
             greedy.push(next);
@@ -307,12 +403,22 @@ fn qwen2_vl_float_matches_mlx_vlm() {
 
 #[test]
 fn qwen2_vl_q4_as_stored_matches_mlx_vlm() {
-    check(q4(QwenVlVariant::Qwen2Vl, "qwen2_vl/q4", WeightFormat::AsStored, FLOAT16_TABLES_TOL));
+    check(q4(
+        QwenVlVariant::Qwen2Vl,
+        "qwen2_vl/q4",
+        WeightFormat::AsStored,
+        FLOAT16_TABLES_TOL,
+    ));
 }
 
 #[test]
 fn qwen2_vl_q4_dequantized_matches_mlx_vlm() {
-    check(q4(QwenVlVariant::Qwen2Vl, "qwen2_vl/q4", WeightFormat::Float32, DEQUANTIZED_TOL));
+    check(q4(
+        QwenVlVariant::Qwen2Vl,
+        "qwen2_vl/q4",
+        WeightFormat::Float32,
+        DEQUANTIZED_TOL,
+    ));
 }
 
 #[test]
@@ -322,12 +428,22 @@ fn qwen2_5_vl_float_matches_mlx_vlm() {
 
 #[test]
 fn qwen2_5_vl_q4_as_stored_matches_mlx_vlm() {
-    check(q4(QwenVlVariant::Qwen25Vl, "qwen2_5_vl/q4", WeightFormat::AsStored, FLOAT16_TABLES_TOL));
+    check(q4(
+        QwenVlVariant::Qwen25Vl,
+        "qwen2_5_vl/q4",
+        WeightFormat::AsStored,
+        FLOAT16_TABLES_TOL,
+    ));
 }
 
 #[test]
 fn qwen2_5_vl_q4_dequantized_matches_mlx_vlm() {
-    check(q4(QwenVlVariant::Qwen25Vl, "qwen2_5_vl/q4", WeightFormat::Float32, DEQUANTIZED_TOL));
+    check(q4(
+        QwenVlVariant::Qwen25Vl,
+        "qwen2_5_vl/q4",
+        WeightFormat::Float32,
+        DEQUANTIZED_TOL,
+    ));
 }
 
 /// transformers ≥ 4.52 names (`model.visual.*`, `model.language_model.*`)
@@ -335,7 +451,10 @@ fn qwen2_5_vl_q4_dequantized_matches_mlx_vlm() {
 /// names wrongly, so only our loader is checked on them.
 #[test]
 fn transformers_452_names_load_the_same_model() {
-    for (variant, golden) in [(QwenVlVariant::Qwen2Vl, "qwen2_vl/float"), (QwenVlVariant::Qwen25Vl, "qwen2_5_vl/float")] {
+    for (variant, golden) in [
+        (QwenVlVariant::Qwen2Vl, "qwen2_vl/float"),
+        (QwenVlVariant::Qwen25Vl, "qwen2_5_vl/float"),
+    ] {
         let mut m = float(variant, golden);
         m.spec.names = QwenVlNames::Transformers452;
         check(m);
@@ -360,15 +479,33 @@ fn qwen2_text_model_matches_the_vl_language_model() {
         root.remove(key);
     }
     std::fs::write(&config_path, serde_json::to_string(&config).unwrap()).unwrap();
-    let loaded = load(&tmp.0, &LoadOptions { format: WeightFormat::AsStored }).expect("load as qwen2");
-    assert!(loaded.model.vision().is_none() && loaded.preprocessor.is_none(), "a text model has no tower");
+    let loaded = load(
+        &tmp.0,
+        &LoadOptions {
+            format: WeightFormat::AsStored,
+        },
+    )
+    .expect("load as qwen2");
+    assert!(
+        loaded.model.vision().is_none() && loaded.preprocessor.is_none(),
+        "a text model has no tower"
+    );
 
     let rec = &goldens.json["models"]["qwen2_vl/float"]["text"];
     let ids: Vec<i32> = ints(&rec["prompt_ids"]).iter().map(|&x| x as i32).collect();
     let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
     let mut cache = SimpleKvCache::new(loaded.model.shape().num_layers);
-    let logits = loaded.model.forward(&tokens, &mut cache).expect("forward").as_dtype(Dtype::Float32).unwrap();
-    let d = max_abs_diff(&logits.index(0), &goldens.arrays["qwen2_vl.float.text.logits"], "qwen2 logits");
+    let logits = loaded
+        .model
+        .forward(&tokens, &mut cache)
+        .expect("forward")
+        .as_dtype(Dtype::Float32)
+        .unwrap();
+    let d = max_abs_diff(
+        &logits.index(0),
+        &goldens.arrays["qwen2_vl.float.text.logits"],
+        "qwen2 logits",
+    );
     println!("qwen2 (text) vs mlx-vlm's Qwen2-VL language model: max |logit diff| {d:.3e}");
     assert!(d <= SAME_COMPUTATION_TOL, "qwen2 logits: max |diff| {d:.3e}");
 }

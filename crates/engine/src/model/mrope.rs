@@ -28,15 +28,24 @@ impl MRope {
         // The same float32 computation as the reference, so angles match bit for bit.
         let exponents = ops::arange::<_, f32>(0, head_dim, 2)?.divide(Array::from_f32(head_dim as f32))?;
         let inv_freq = Array::from_f32(1.0).divide(ops::power(Array::from_f32(base), exponents)?)?;
-        let axes: Vec<i32> = sections.iter().enumerate().flat_map(|(axis, &n)| std::iter::repeat_n(axis as i32, n as usize)).collect();
-        Ok(Self { inv_freq, axis_of_freq: Array::from_slice(&axes, &[half]) })
+        let axes: Vec<i32> = sections
+            .iter()
+            .enumerate()
+            .flat_map(|(axis, &n)| std::iter::repeat_n(axis as i32, n as usize))
+            .collect();
+        Ok(Self {
+            inv_freq,
+            axis_of_freq: Array::from_slice(&axes, &[half]),
+        })
     }
 
     /// Positions `[3, B, L]` → cos and sin tables `[B, 1, L, head_dim]`.
     pub fn cos_sin(&self, positions: &Array) -> Result<(Array, Array)> {
         let shape = positions.shape();
         if shape.len() != 3 || shape[0] != 3 {
-            return Err(Error::InvalidRequest(format!("M-RoPE positions must be [3, B, L], got {shape:?}")));
+            return Err(Error::InvalidRequest(format!(
+                "M-RoPE positions must be [3, B, L], got {shape:?}"
+            )));
         }
         // [half, B, L]: each frequency's own axis → [B, L, half].
         let per_freq = positions.take_axis(&self.axis_of_freq, 0)?.transpose_axes(&[1, 2, 0])?;
@@ -64,7 +73,13 @@ mod tests {
     use crate::model::rope::Rope;
 
     fn max_abs_diff(a: &Array, b: &Array) -> f32 {
-        a.subtract(b).unwrap().abs().unwrap().max(None).unwrap().item::<f32>()
+        a.subtract(b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max(None)
+            .unwrap()
+            .item_exact::<f32>()
     }
 
     /// With equal positions on the three axes M-RoPE must be plain RoPE: the
@@ -73,13 +88,17 @@ mod tests {
     fn equal_axes_are_plain_rope() {
         let (head_dim, len) = (16, 5);
         let rope = Rope::multimodal(head_dim, 10000.0, [2, 3, 3]).unwrap();
-        let x = mlx_rs::random::normal::<f32>(&[1, 2, len, head_dim], None, None, &mlx_rs::random::key(3).unwrap()).unwrap();
+        let x = mlx_rs::random::normal::<f32>(&[1, 2, len, head_dim], None, None, &mlx_rs::random::key(3).unwrap())
+            .unwrap();
         let start = 7;
         let pos: Vec<i32> = (0..3).flat_map(|_| start..start + len).collect();
         let explicit = RopeOffset::Explicit(Array::from_slice(&pos, &[3, 1, len]));
         let a = rope.apply(&x, &explicit).unwrap();
         let b = rope.apply(&x, &RopeOffset::Shared(start)).unwrap();
-        assert!(max_abs_diff(&a, &b) < 1e-5, "explicit equal-axis positions differ from fast RoPE");
+        assert!(
+            max_abs_diff(&a, &b) < 1e-5,
+            "explicit equal-axis positions differ from fast RoPE"
+        );
     }
 
     /// Each section must follow its own axis: moving only the width
@@ -95,8 +114,14 @@ mod tests {
         diff.eval().unwrap();
         let d = diff.as_slice::<f32>();
         for half in [0, 8] {
-            assert!(d[half..half + 5].iter().all(|&v| v == 0.0), "temporal/height sections moved: {d:?}");
-            assert!(d[half + 5..half + 8].iter().all(|&v| v > 0.0), "width section did not move: {d:?}");
+            assert!(
+                d[half..half + 5].iter().all(|&v| v == 0.0),
+                "temporal/height sections moved: {d:?}"
+            );
+            assert!(
+                d[half + 5..half + 8].iter().all(|&v| v > 0.0),
+                "width section did not move: {d:?}"
+            );
         }
     }
 

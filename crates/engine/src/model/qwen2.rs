@@ -13,8 +13,21 @@ const DEFAULT_ROPE_THETA: f64 = 1_000_000.0;
 
 pub fn load(config: &Value, loader: &mut LayerLoader) -> Result<Llama> {
     let args = parse_args(config)?;
-    let rope = Rope::new(args.head_dim(), args.rope_theta, args.rope_traditional, args.rope_scaling.as_ref())?;
-    Llama::build(args, &DecoderLayout { qkv_bias: true, ..DecoderLayout::llama() }, rope, loader)
+    let rope = Rope::new(
+        args.head_dim(),
+        args.rope_theta,
+        args.rope_traditional,
+        args.rope_scaling.as_ref(),
+    )?;
+    Llama::build(
+        args,
+        &DecoderLayout {
+            qkv_bias: true,
+            ..DecoderLayout::llama()
+        },
+        rope,
+        loader,
+    )
 }
 
 pub fn parse_args(config: &Value) -> Result<LlamaArgs> {

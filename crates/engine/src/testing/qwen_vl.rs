@@ -54,7 +54,12 @@ impl TinyQwenVl {
             QwenVlVariant::Qwen2Vl => 21,
             QwenVlVariant::Qwen25Vl => 25,
         };
-        Self { variant, names: QwenVlNames::HuggingFace, quantize: None, seed }
+        Self {
+            variant,
+            names: QwenVlNames::HuggingFace,
+            quantize: None,
+            seed,
+        }
     }
 }
 
@@ -150,14 +155,21 @@ pub fn write_tiny_qwen2_vl(dir: &Path, spec: &TinyQwenVl) -> Result<i32> {
     let id = |t: &str| tokenizer.token_to_id(t).expect("special token in the tiny vocabulary");
 
     let mut rng = Rng(spec.seed);
-    let mut w = Writer { tensors: HashMap::new(), lm_matrices: Vec::new() };
+    let mut w = Writer {
+        tensors: HashMap::new(),
+        lm_matrices: Vec::new(),
+    };
     let tie = spec.variant == QwenVlVariant::Qwen25Vl;
     write_language(&mut w, &mut rng, vocab, tie);
     let vision_config = write_vision(&mut w, &mut rng, spec.variant);
 
     let (model_type, architecture, processor) = match spec.variant {
         QwenVlVariant::Qwen2Vl => ("qwen2_vl", "Qwen2VLForConditionalGeneration", "Qwen2VLProcessor"),
-        QwenVlVariant::Qwen25Vl => ("qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLProcessor"),
+        QwenVlVariant::Qwen25Vl => (
+            "qwen2_5_vl",
+            "Qwen2_5_VLForConditionalGeneration",
+            "Qwen2_5_VLProcessor",
+        ),
     };
     let text = json!({
         "model_type": model_type,
@@ -251,7 +263,10 @@ impl Writer {
 
     /// A linear layer's `[out, in]` weight, uniform in ±1/√in, and optional bias.
     fn linear(&mut self, rng: &mut Rng, path: &str, input: i32, output: i32, bias: bool) {
-        self.put(format!("{path}.weight"), rng.tensor(&[output, input], 1.0 / (input as f32).sqrt(), 0.0));
+        self.put(
+            format!("{path}.weight"),
+            rng.tensor(&[output, input], 1.0 / (input as f32).sqrt(), 0.0),
+        );
         if bias {
             self.put(format!("{path}.bias"), rng.tensor(&[output], 0.1, 0.0));
         }
@@ -300,7 +315,11 @@ fn write_vision(w: &mut Writer, rng: &mut Rng, variant: QwenVlVariant) -> serde_
     // PyTorch Conv3d layout [out, C, T, P, P]; other layouts are derived from it.
     w.put(
         "visual.patch_embed.proj.weight".into(),
-        rng.tensor(&[width, CHANNELS, TEMPORAL, PATCH, PATCH], 1.0 / (patch_values as f32).sqrt(), 0.0),
+        rng.tensor(
+            &[width, CHANNELS, TEMPORAL, PATCH, PATCH],
+            1.0 / (patch_values as f32).sqrt(),
+            0.0,
+        ),
     );
     let (depth, mlp_hidden) = match variant {
         QwenVlVariant::Qwen2Vl => (2, width * 4),
@@ -370,7 +389,9 @@ fn rename(name: &str, names: QwenVlNames) -> String {
     let swap = |from: &str, to: &str| name.strip_prefix(from).map(|rest| format!("{to}{rest}"));
     let renamed = match names {
         QwenVlNames::HuggingFace => None,
-        QwenVlNames::Transformers452 => swap("visual.", "model.visual.").or_else(|| swap("model.", "model.language_model.")),
+        QwenVlNames::Transformers452 => {
+            swap("visual.", "model.visual.").or_else(|| swap("model.", "model.language_model."))
+        }
         QwenVlNames::MlxCommunity => swap("visual.", "vision_tower.")
             .or_else(|| swap("model.", "language_model.model."))
             .or_else(|| swap("lm_head.", "language_model.lm_head.")),

@@ -59,10 +59,16 @@ impl Qwen2Vl {
         let args = super::qwen2::parse_args(&Value::Object(text_args))?;
         let rope = Rope::multimodal(args.head_dim(), args.rope_theta, sections)?;
         let hidden = args.hidden_size;
-        let layout = DecoderLayout { qkv_bias: true, ..DecoderLayout::llama() };
+        let layout = DecoderLayout {
+            qkv_bias: true,
+            ..DecoderLayout::llama()
+        };
         let language = Llama::build(args, &layout, rope, loader)?;
 
-        let vision_json = config.get("vision_config").cloned().unwrap_or(Value::Object(Map::new()));
+        let vision_json = config
+            .get("vision_config")
+            .cloned()
+            .unwrap_or(Value::Object(Map::new()));
         let vision_cfg = VisionConfig::parse(variant, &vision_json)?;
         if vision_cfg.out_hidden != hidden {
             return Err(Error::InvalidConfig(format!(
@@ -71,8 +77,12 @@ impl Qwen2Vl {
             )));
         }
         let model = VisionModel::load(vision_cfg, "visual", loader)?;
-        let image_token_id = token_id(config, &text, &["image_token_id", "image_token_index"]).unwrap_or(DEFAULT_IMAGE_TOKEN_ID);
-        Ok(Self { language, vision: QwenVision { model, image_token_id } })
+        let image_token_id =
+            token_id(config, &text, &["image_token_id", "image_token_index"]).unwrap_or(DEFAULT_IMAGE_TOKEN_ID);
+        Ok(Self {
+            language,
+            vision: QwenVision { model, image_token_id },
+        })
     }
 }
 
@@ -116,7 +126,11 @@ impl VisionTower for QwenVision {
 
 /// Text parameters: `text_config` overlaid with the root's keys.
 fn text_config(config: &Value) -> Map<String, Value> {
-    let mut text = config.get("text_config").and_then(Value::as_object).cloned().unwrap_or_default();
+    let mut text = config
+        .get("text_config")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
     if let Some(root) = config.as_object() {
         for (k, v) in root {
             if k != "text_config" && k != "vision_config" {

@@ -67,7 +67,9 @@ impl VisionConfig {
         };
         let merge = int("spatial_merge_size", Some(2))?;
         if merge != MERGE {
-            return Err(Error::InvalidConfig(format!("vision_config.spatial_merge_size {merge} is not supported (only 2)")));
+            return Err(Error::InvalidConfig(format!(
+                "vision_config.spatial_merge_size {merge} is not supported (only 2)"
+            )));
         }
         let cfg = match variant {
             Variant::Qwen2Vl => {
@@ -101,11 +103,15 @@ impl VisionConfig {
                 fullatt_blocks: match v.get("fullatt_block_indexes") {
                     Some(list) => list
                         .as_array()
-                        .ok_or_else(|| Error::InvalidConfig("vision_config.fullatt_block_indexes must be a list".into()))?
+                        .ok_or_else(|| {
+                            Error::InvalidConfig("vision_config.fullatt_block_indexes must be a list".into())
+                        })?
                         .iter()
                         .map(|x| x.as_u64().map(|x| x as usize))
                         .collect::<Option<Vec<_>>>()
-                        .ok_or_else(|| Error::InvalidConfig("vision_config.fullatt_block_indexes must hold integers".into()))?,
+                        .ok_or_else(|| {
+                            Error::InvalidConfig("vision_config.fullatt_block_indexes must hold integers".into())
+                        })?,
                     None => vec![7, 15, 23, 31],
                 },
             },
@@ -117,7 +123,10 @@ impl VisionConfig {
             )));
         }
         if cfg.variant == Variant::Qwen25Vl && cfg.window_units() <= 0 {
-            return Err(Error::InvalidConfig(format!("vision_config.window_size {} is too small", cfg.window_size)));
+            return Err(Error::InvalidConfig(format!(
+                "vision_config.window_size {} is too small",
+                cfg.window_size
+            )));
         }
         Ok(cfg)
     }
@@ -188,7 +197,8 @@ fn gelu_fast(x: &Array) -> Result<Array> {
 /// `x · (1 + erf(x / √2)) / 2`.
 fn gelu_exact(x: &Array) -> Result<Array> {
     let erf = ops::erf(x.divide(Array::from_f32(std::f32::consts::SQRT_2))?)?;
-    Ok(x.multiply(erf.add(Array::from_f32(1.0))?)?.divide(Array::from_f32(2.0))?)
+    Ok(x.multiply(erf.add(Array::from_f32(1.0))?)?
+        .divide(Array::from_f32(2.0))?)
 }
 
 struct Block {
@@ -246,7 +256,15 @@ impl VisionModel {
         let rotary_dim = cfg.head_dim() / 2;
         let exponents = ops::arange::<_, f32>(0, rotary_dim, 2)?.divide(Array::from_f32(rotary_dim as f32))?;
         let rotary_inv_freq = Array::from_f32(1.0).divide(ops::power(Array::from_f32(ROTARY_BASE), exponents)?)?;
-        Ok(Self { cfg, patch_embed, blocks, merger_norm, merger_fc1, merger_fc2, rotary_inv_freq })
+        Ok(Self {
+            cfg,
+            patch_embed,
+            blocks,
+            merger_norm,
+            merger_fc1,
+            merger_fc2,
+            rotary_inv_freq,
+        })
     }
 
     pub fn config(&self) -> &VisionConfig {
@@ -259,7 +277,9 @@ impl VisionModel {
         let [t, h, w] = grid;
         let n = t * h * w;
         if t <= 0 || h <= 0 || w <= 0 || h % MERGE != 0 || w % MERGE != 0 {
-            return Err(Error::InvalidRequest(format!("image grid {grid:?} is not a positive grid of whole 2×2 groups")));
+            return Err(Error::InvalidRequest(format!(
+                "image grid {grid:?} is not a positive grid of whole 2×2 groups"
+            )));
         }
         if pixels.shape() != [n, self.cfg.patch_values()] {
             return Err(Error::InvalidRequest(format!(
@@ -300,8 +320,13 @@ impl VisionModel {
             x = x.add(m)?;
         }
 
-        let merged = self.merger_norm.forward(&x)?.reshape(&[n / MERGE_UNIT, self.cfg.width * MERGE_UNIT])?;
-        let merged = self.merger_fc2.forward(&gelu_exact(&self.merger_fc1.forward(&merged)?)?)?;
+        let merged = self
+            .merger_norm
+            .forward(&x)?
+            .reshape(&[n / MERGE_UNIT, self.cfg.width * MERGE_UNIT])?;
+        let merged = self
+            .merger_fc2
+            .forward(&gelu_exact(&self.merger_fc1.forward(&merged)?)?)?;
         match windows {
             None => Ok(merged),
             Some(win) => {
@@ -329,10 +354,19 @@ impl VisionModel {
         for pair in bounds.windows(2) {
             let (s, e) = (pair[0], pair[1]);
             let seg = |a: &Array| a.index((.., .., s..e, ..));
-            outputs.push(attention::sdpa(&seg(&q), &seg(&k), &seg(&v), scale, &AttentionMask::None)?);
+            outputs.push(attention::sdpa(
+                &seg(&q),
+                &seg(&k),
+                &seg(&v),
+                scale,
+                &AttentionMask::None,
+            )?);
         }
         let o = ops::concatenate(&outputs, 2)?; // [1, heads, N, hd]
-        let o = o.squeeze_axes(&[0])?.transpose_axes(&[1, 0, 2])?.reshape(&[n, heads * hd])?;
+        let o = o
+            .squeeze_axes(&[0])?
+            .transpose_axes(&[1, 0, 2])?
+            .reshape(&[n, heads * hd])?;
         block.proj.forward(&o)
     }
 
@@ -374,9 +408,13 @@ fn load_patch_embed(cfg: &VisionConfig, name: &str, loader: &mut LayerLoader) ->
         Some(s) if s == torch => loader.float(name, &torch)?,
         Some(s) if s == mlx => loader.float(name, &mlx)?.transpose_axes(&[0, 4, 1, 2, 3])?,
         Some(s) => {
-            return Err(Error::TensorShape { name: name.into(), expected: torch.to_vec(), actual: s.to_vec() });
+            return Err(Error::TensorShape {
+                name: name.into(),
+                expected: torch.to_vec(),
+                actual: s.to_vec(),
+            });
         }
-        None => return Err(loader.weights.take_any(name).err().expect("absent tensor")),
+        None => return Err(loader.weights.take_any(name).expect_err("absent tensor")),
     };
     Ok(kernel.reshape(&[cfg.width, cfg.patch_values()])?)
 }
@@ -384,7 +422,9 @@ fn load_patch_embed(cfg: &VisionConfig, name: &str, loader: &mut LayerLoader) ->
 /// Rows `[N, D]` in groups of 4 (one merged patch each), taken in `order`.
 fn regroup(x: &Array, order: &Array) -> Result<Array> {
     let (n, d) = (x.dim(0), x.dim(1));
-    Ok(x.reshape(&[n / MERGE_UNIT, MERGE_UNIT, d])?.take_axis(order, 0)?.reshape(&[n, d])?)
+    Ok(x.reshape(&[n / MERGE_UNIT, MERGE_UNIT, d])?
+        .take_axis(order, 0)?
+        .reshape(&[n, d])?)
 }
 
 /// Qwen2.5-VL's windows over one image.
