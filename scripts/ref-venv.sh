@@ -14,6 +14,9 @@ MLX_VLM_VERSION=0.7.6
 # mlx-lm pulls transformers (tokenizer loading only; no torch). Pinned so the
 # goldens are reproducible.
 TRANSFORMERS_VERSION=5.23.0
+# Pillow: the reference image processor resizes with it, and its bicubic pass
+# order changed in 13.0 (the preprocessing goldens record the version).
+PILLOW_VERSION=13.0.0
 
 log() { printf '\033[1mref-venv:\033[0m %s\n' "$*" >&2; }
 
@@ -31,10 +34,10 @@ for spec in sys.argv[1:]:
 PY
 }
 pkgs=("mlx==$MLX_VERSION" "mlx-cpu==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" "mlx-vlm==$MLX_VLM_VERSION")
-pkgs+=("transformers==$TRANSFORMERS_VERSION")
+pkgs+=("transformers==$TRANSFORMERS_VERSION" "pillow==$PILLOW_VERSION")
 if ! have "${pkgs[@]}"; then
   log "installing mlx[cpu]==$MLX_VERSION mlx-lm==$MLX_LM_VERSION mlx-vlm==$MLX_VLM_VERSION transformers==$TRANSFORMERS_VERSION into $REF_VENV"
   "$REF_VENV/bin/pip" install -q --disable-pip-version-check "mlx[cpu]==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
-    "mlx-vlm==$MLX_VLM_VERSION" \
+    "mlx-vlm==$MLX_VLM_VERSION" "pillow==$PILLOW_VERSION" \
     "transformers==$TRANSFORMERS_VERSION" >&2
 fi
