@@ -187,6 +187,11 @@ struct BenchArgs {
     /// the prefix cache, after a first message of this many words.
     #[arg(long)]
     turn2_words: Option<usize>,
+    /// Benchmark images instead (a vision model): the encode step on a
+    /// vision-cache miss vs a hit, and time to first token for the image
+    /// asked about twice (with the vision cache only, then with the prefix cache too).
+    #[arg(long, value_name = "PATH")]
+    image: Option<PathBuf>,
 }
 
 fn main() -> Result<()> {
@@ -394,6 +399,42 @@ fn user_message(text: &str, images: &[ImageInput]) -> ChatMessage {
     ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") }
 }
 
+fn run_vision_bench(a: &BenchArgs, image: &std::path::Path) -> Result<()> {
+    let bytes = std::fs::read(image).with_context(|| format!("reading {}", image.display()))?;
+    let loaded = a.model.load()?;
+    let encode = engine::bench::vision_encode(&loaded, &bytes, a.runs)?;
+    let name = loaded.info.name.clone();
+    drop(loaded);
+    let path = resolve_model(&a.model.model)?;
+    let start = |prefix_cache_bytes: usize| {
+        let scheduler = SchedulerConfig { prefix_cache_bytes, ..Default::default() };
+        EngineHandle::start(&path, EngineConfig { load: LoadOptions { format: a.model.format() }, scheduler })
+    };
+    // The vision cache alone: the repeat still prefills its whole prompt.
+    let engine = start(0)?;
+    let vision_only = engine::bench::vision_ttft(&engine, &bytes)?;
+    engine.shutdown();
+    // With the prefix cache as well: the repeat reuses the prompt's KV.
+    let engine = start(SchedulerConfig::default().prefix_cache_bytes)?;
+    let both = engine::bench::vision_ttft(&engine, &bytes)?;
+    engine.shutdown();
+    if a.json {
+        println!("{}", serde_json::json!({"encode": encode, "ttft_vision_cache": vision_only, "ttft_prefix_cache": both}));
+        return Ok(());
+    }
+    println!("model              {name}");
+    println!("image              {} → grid {:?}, {} image tokens", image.display(), encode.grid, encode.image_tokens);
+    println!("encode on a miss   {:.4} s (preprocess {:.4} s + vision tower {:.4} s)",
+        encode.miss_secs, encode.preprocess_secs, encode.tower_secs);
+    println!("encode on a hit    {:.6} s ({:.0}x faster)", encode.hit_secs, encode.hit_speedup);
+    println!("TTFT, first ask    {:.3} s ({} prompt tokens; prefill alone {:.1} tok/s)",
+        vision_only.first_ttft_secs, vision_only.prompt_tokens, vision_only.first_prompt_tps);
+    println!("TTFT, same image   {:.3} s with the vision cache (whole prompt prefilled again)", vision_only.repeat_ttft_secs);
+    println!("TTFT, same image   {:.3} s with the prefix cache too ({} of {} prompt tokens reused)",
+        both.repeat_ttft_secs, both.repeat_cached_tokens, both.prompt_tokens);
+    Ok(())
+}
+
 fn run_serve(a: ServeArgs) -> Result<()> {
     let path = resolve_model(&a.model.model)?;
     let engine = a.model.start_engine()?;
@@ -441,6 +482,9 @@ fn run_convert(a: ConvertArgs) -> Result<()> {
 }
 
 fn run_bench(a: BenchArgs) -> Result<()> {
+    if let Some(image) = &a.image {
+        return run_vision_bench(&a, image);
+    }
     let loaded = a.model.load()?;
     let single = engine::bench::single_stream(&loaded, a.prompt_tokens, a.gen_tokens, a.runs)?;
     let info = loaded.info.clone();

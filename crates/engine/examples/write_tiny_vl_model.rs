@@ -4,14 +4,25 @@
 //! `write_tiny_vl_model <out-dir>` → `<out-dir>/{qwen2_vl,qwen2_5_vl}/{float,q4}`
 //! (float: Hugging Face names; q4: mlx-community names and layout, the
 //! language model 4-bit with group 64).
-use engine::testing::{write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl};
+//!
+//! `write_tiny_vl_model --bench <out-dir>` writes one bench-size Qwen2-VL
+//! folder instead (`VlDims::bench`: Qwen2-0.5B's language model, a half-width
+//! vision tower) for scripts/bench-vision.sh.
+use engine::testing::{write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims};
 use engine::weights::QuantSpec;
 
 fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, out] = args.as_slice() {
+        if flag == "--bench" {
+            let spec = TinyQwenVl { dims: VlDims::bench(), ..TinyQwenVl::new(QwenVlVariant::Qwen2Vl) };
+            write_tiny_qwen2_vl(std::path::Path::new(out), &spec)?;
+            println!("{out}");
+            return Ok(());
+        }
+    }
     let out = std::path::PathBuf::from(
-        std::env::args()
-            .nth(1)
-            .ok_or_else(|| anyhow::anyhow!("usage: write_tiny_vl_model <out-dir>"))?,
+        args.first().ok_or_else(|| anyhow::anyhow!("usage: write_tiny_vl_model [--bench] <out-dir>"))?,
     );
     for (variant, name) in [
         (QwenVlVariant::Qwen2Vl, "qwen2_vl"),

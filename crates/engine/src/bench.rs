@@ -225,3 +225,107 @@ pub fn chat_turn2(handle: &crate::handle::EngineHandle, history_words: usize) ->
         ttft_secs: c.stats.time_to_first_token.as_secs_f64(),
     })
 }
+
+/// The vision-feature cache's effect: the encode step (decode + preprocess +
+/// vision tower) on a miss against a cache lookup on a hit.
+#[derive(Debug, Clone, Serialize)]
+pub struct VisionEncodeReport {
+    pub grid: [i32; 3],
+    pub image_tokens: usize,
+    /// Median seconds over the runs.
+    pub preprocess_secs: f64,
+    pub tower_secs: f64,
+    pub miss_secs: f64,
+    pub hit_secs: f64,
+    pub hit_speedup: f64,
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(|a, b| a.total_cmp(b));
+    xs[xs.len() / 2]
+}
+
+pub fn vision_encode(loaded: &LoadedModel, image: &[u8], runs: usize) -> Result<VisionEncodeReport> {
+    use std::time::Instant;
+
+    use crate::vision::{CachedFeatures, VisionFeatureCache};
+    let (Some(vision), Some(preprocessor)) = (loaded.model.vision(), loaded.preprocessor.as_ref()) else {
+        return Err(crate::Error::InvalidRequest(format!("{} is not a vision model", loaded.info.name)));
+    };
+    let runs = runs.max(1);
+    let (mut pre, mut tower, mut hit) = (Vec::new(), Vec::new(), Vec::new());
+    let mut cache = VisionFeatureCache::new(1 << 30);
+    let key = VisionFeatureCache::key("bench", &preprocessor.cache_key(), &loaded.info.name);
+    let mut last = None;
+    // One warm-up run first, as for the text figures.
+    for run in 0..=runs {
+        let t0 = Instant::now();
+        let p = preprocessor.preprocess(image)?;
+        p.pixels.eval()?;
+        let t1 = Instant::now();
+        let features = vision.encode(&p.pixels, p.grid)?;
+        features.eval()?;
+        let t2 = Instant::now();
+        cache.insert(key.clone(), CachedFeatures { features, grid: p.grid });
+        let t3 = Instant::now();
+        let found = cache.get(&key).expect("just inserted");
+        found.features.eval()?;
+        let t4 = Instant::now();
+        if run > 0 {
+            pre.push((t1 - t0).as_secs_f64());
+            tower.push((t2 - t1).as_secs_f64());
+            hit.push((t4 - t3).as_secs_f64());
+        }
+        last = Some(found);
+    }
+    let found = last.expect("at least one run");
+    let (pre, tower, hit) = (median(pre), median(tower), median(hit));
+    Ok(VisionEncodeReport {
+        grid: found.grid,
+        image_tokens: found.features.dim(0) as usize,
+        preprocess_secs: pre,
+        tower_secs: tower,
+        miss_secs: pre + tower,
+        hit_secs: hit,
+        hit_speedup: (pre + tower) / hit.max(1e-9),
+    })
+}
+
+/// Time to first token for the same image asked about twice on `handle`.
+#[derive(Debug, Clone, Serialize)]
+pub struct VisionTtftReport {
+    pub prompt_tokens: usize,
+    pub first_ttft_secs: f64,
+    pub repeat_ttft_secs: f64,
+    /// Prompt tokens the repeat reused from the prefix cache.
+    pub repeat_cached_tokens: usize,
+    /// Prompt processing of the first request (image encode + prefill), tokens/s.
+    pub first_prompt_tps: f64,
+}
+
+pub fn vision_ttft(handle: &crate::handle::EngineHandle, image: &[u8]) -> Result<VisionTtftReport> {
+    use crate::batch::{ImageInput, Prompt, Request};
+    use crate::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
+    let image = ImageInput::from_bytes(image.to_vec());
+    let ask = || {
+        let parts = vec![ContentPart::Image { image: Some(image.sha256.clone()) }, ContentPart::text("Describe this image.")];
+        let message = ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") };
+        let mut request = Request::new(Prompt::Chat { messages: vec![message], options: TemplateOptions::default() })
+            .with_max_tokens(2);
+        request.images = vec![image.clone()];
+        let c = handle.submit(request).collect_blocking();
+        match c.error {
+            Some(e) => Err(crate::Error::InvalidRequest(e.message)),
+            None => Ok(c.stats),
+        }
+    };
+    let first = ask()?;
+    let repeat = ask()?;
+    Ok(VisionTtftReport {
+        prompt_tokens: first.prompt_tokens,
+        first_ttft_secs: first.time_to_first_token.as_secs_f64(),
+        repeat_ttft_secs: repeat.time_to_first_token.as_secs_f64(),
+        repeat_cached_tokens: repeat.cached_prompt_tokens,
+        first_prompt_tps: first.prompt_tps,
+    })
+}

@@ -46,6 +46,66 @@ pub struct TinyQwenVl {
     /// (the vision tower stays float, as mlx-community checkpoints keep it).
     pub quantize: Option<QuantSpec>,
     pub seed: u64,
+    pub dims: VlDims,
+}
+
+/// The sizes of a written folder: tiny for tests (the default), or
+/// [`VlDims::bench`] for benchmarks with realistic layer shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VlDims {
+    pub hidden: i32,
+    pub layers: i32,
+    pub heads: i32,
+    pub kv_heads: i32,
+    pub intermediate: i32,
+    /// Rotary frequencies per M-RoPE axis; they add up to head_dim / 2.
+    pub mrope_section: [i32; 3],
+    pub vision_width: i32,
+    pub vision_heads: i32,
+    /// Vision blocks; `None` = the variant's tiny default (2 or 4).
+    pub vision_depth: Option<i32>,
+    pub min_pixels: i32,
+    pub max_pixels: i32,
+}
+
+impl Default for VlDims {
+    fn default() -> Self {
+        Self {
+            hidden: HIDDEN,
+            layers: LAYERS,
+            heads: HEADS,
+            kv_heads: KV_HEADS,
+            intermediate: INTERMEDIATE,
+            mrope_section: MROPE_SECTION,
+            vision_width: VISION_WIDTH,
+            vision_heads: VISION_HEADS,
+            vision_depth: None,
+            min_pixels: MIN_PIXELS,
+            max_pixels: MAX_PIXELS,
+        }
+    }
+}
+
+impl VlDims {
+    /// Qwen2-0.5B's language model (hidden 896, 24 layers, 14/2 heads,
+    /// head_dim 64, so M-RoPE [8, 12, 12]) with a half-width Qwen2-VL vision
+    /// tower (640 wide, 16 blocks, head_dim 64), images up to 448×448
+    /// (256 image tokens): real layer shapes at a size 2 CPU cores can run.
+    pub fn bench() -> Self {
+        Self {
+            hidden: 896,
+            layers: 24,
+            heads: 14,
+            kv_heads: 2,
+            intermediate: 4864,
+            mrope_section: [8, 12, 12],
+            vision_width: 640,
+            vision_heads: 10,
+            vision_depth: Some(16),
+            min_pixels: 56 * 56,
+            max_pixels: 448 * 448,
+        }
+    }
 }
 
 impl TinyQwenVl {
@@ -59,6 +119,7 @@ impl TinyQwenVl {
             names: QwenVlNames::HuggingFace,
             quantize: None,
             seed,
+            dims: VlDims::default(),
         }
     }
 }
@@ -160,8 +221,9 @@ pub fn write_tiny_qwen2_vl(dir: &Path, spec: &TinyQwenVl) -> Result<i32> {
         lm_matrices: Vec::new(),
     };
     let tie = spec.variant == QwenVlVariant::Qwen25Vl;
-    write_language(&mut w, &mut rng, vocab, tie);
-    let vision_config = write_vision(&mut w, &mut rng, spec.variant);
+    let dims = &spec.dims;
+    write_language(&mut w, &mut rng, vocab, tie, dims);
+    let vision_config = write_vision(&mut w, &mut rng, spec.variant, dims);
 
     let (model_type, architecture, processor) = match spec.variant {
         QwenVlVariant::Qwen2Vl => ("qwen2_vl", "Qwen2VLForConditionalGeneration", "Qwen2VLProcessor"),
@@ -173,15 +235,15 @@ pub fn write_tiny_qwen2_vl(dir: &Path, spec: &TinyQwenVl) -> Result<i32> {
     };
     let text = json!({
         "model_type": model_type,
-        "hidden_size": HIDDEN,
-        "num_hidden_layers": LAYERS,
-        "intermediate_size": INTERMEDIATE,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS,
+        "hidden_size": dims.hidden,
+        "num_hidden_layers": dims.layers,
+        "intermediate_size": dims.intermediate,
+        "num_attention_heads": dims.heads,
+        "num_key_value_heads": dims.kv_heads,
         "rms_norm_eps": 1e-6,
         "vocab_size": vocab,
         "rope_theta": 1000000.0,
-        "rope_scaling": {"type": "mrope", "mrope_section": MROPE_SECTION},
+        "rope_scaling": {"type": "mrope", "mrope_section": dims.mrope_section},
         "max_position_embeddings": 4096,
         "tie_word_embeddings": tie,
         "hidden_act": "silu",
@@ -232,8 +294,8 @@ pub fn write_tiny_qwen2_vl(dir: &Path, spec: &TinyQwenVl) -> Result<i32> {
     write_json(
         &dir.join("preprocessor_config.json"),
         &json!({
-            "min_pixels": MIN_PIXELS,
-            "max_pixels": MAX_PIXELS,
+            "min_pixels": dims.min_pixels,
+            "max_pixels": dims.max_pixels,
             "patch_size": PATCH,
             "temporal_patch_size": TEMPORAL,
             "merge_size": 2,
@@ -285,12 +347,12 @@ impl Writer {
     }
 }
 
-fn write_language(w: &mut Writer, rng: &mut Rng, vocab: i32, tie: bool) {
-    let head_dim = HIDDEN / HEADS;
-    let (d, q, kv, ff) = (HIDDEN, HEADS * head_dim, KV_HEADS * head_dim, INTERMEDIATE);
+fn write_language(w: &mut Writer, rng: &mut Rng, vocab: i32, tie: bool, dims: &VlDims) {
+    let head_dim = dims.hidden / dims.heads;
+    let (d, q, kv, ff) = (dims.hidden, dims.heads * head_dim, dims.kv_heads * head_dim, dims.intermediate);
     w.put("model.embed_tokens.weight".into(), rng.tensor(&[vocab, d], 0.5, 0.0));
     w.lm_matrices.push("model.embed_tokens".into());
-    for i in 0..LAYERS {
+    for i in 0..dims.layers {
         let p = format!("model.layers.{i}");
         w.norm(rng, &format!("{p}.input_layernorm"), d, false);
         w.norm(rng, &format!("{p}.post_attention_layernorm"), d, false);
@@ -309,8 +371,8 @@ fn write_language(w: &mut Writer, rng: &mut Rng, vocab: i32, tie: bool) {
 }
 
 /// Writes the tower's tensors; returns its `vision_config`.
-fn write_vision(w: &mut Writer, rng: &mut Rng, variant: QwenVlVariant) -> serde_json::Value {
-    let width = VISION_WIDTH;
+fn write_vision(w: &mut Writer, rng: &mut Rng, variant: QwenVlVariant, dims: &VlDims) -> serde_json::Value {
+    let width = dims.vision_width;
     let patch_values = CHANNELS * TEMPORAL * PATCH * PATCH;
     // PyTorch Conv3d layout [out, C, T, P, P]; other layouts are derived from it.
     w.put(
@@ -322,8 +384,8 @@ fn write_vision(w: &mut Writer, rng: &mut Rng, variant: QwenVlVariant) -> serde_
         ),
     );
     let (depth, mlp_hidden) = match variant {
-        QwenVlVariant::Qwen2Vl => (2, width * 4),
-        QwenVlVariant::Qwen25Vl => (4, 64),
+        QwenVlVariant::Qwen2Vl => (dims.vision_depth.unwrap_or(2), width * 4),
+        QwenVlVariant::Qwen25Vl => (dims.vision_depth.unwrap_or(4), width * 2),
     };
     let layer_norm = variant == QwenVlVariant::Qwen2Vl;
     for i in 0..depth {
@@ -347,15 +409,15 @@ fn write_vision(w: &mut Writer, rng: &mut Rng, variant: QwenVlVariant) -> serde_
     let merged = width * 4;
     w.norm(rng, "visual.merger.ln_q", width, layer_norm);
     w.linear(rng, "visual.merger.mlp.0", merged, merged, true);
-    w.linear(rng, "visual.merger.mlp.2", merged, HIDDEN, true);
+    w.linear(rng, "visual.merger.mlp.2", merged, dims.hidden, true);
     match variant {
         // Integer mlp_ratio: transformers 5 rejects a float there.
         QwenVlVariant::Qwen2Vl => json!({
             "model_type": "qwen2_vl",
             "depth": depth,
             "embed_dim": width,
-            "hidden_size": HIDDEN,
-            "num_heads": VISION_HEADS,
+            "hidden_size": dims.hidden,
+            "num_heads": dims.vision_heads,
             "mlp_ratio": 4,
             "in_chans": CHANNELS,
             "in_channels": CHANNELS,
@@ -370,8 +432,8 @@ fn write_vision(w: &mut Writer, rng: &mut Rng, variant: QwenVlVariant) -> serde_
             "depth": depth,
             "hidden_size": width,
             "intermediate_size": mlp_hidden,
-            "out_hidden_size": HIDDEN,
-            "num_heads": VISION_HEADS,
+            "out_hidden_size": dims.hidden,
+            "num_heads": dims.vision_heads,
             "in_chans": CHANNELS,
             "in_channels": CHANNELS,
             "patch_size": PATCH,
@@ -379,10 +441,19 @@ fn write_vision(w: &mut Writer, rng: &mut Rng, variant: QwenVlVariant) -> serde_
             "spatial_merge_size": 2,
             "temporal_patch_size": TEMPORAL,
             "window_size": 56,
-            "fullatt_block_indexes": [1, 3],
+            "fullatt_block_indexes": full_attention_blocks(depth),
             "tokens_per_second": 2,
         }),
     }
+}
+
+/// Qwen2.5-VL's full-attention blocks: [1, 3] in the tiny tower; every
+/// eighth block, as in the real 32-block towers ([7, 15, 23, 31]), otherwise.
+fn full_attention_blocks(depth: i32) -> Vec<i32> {
+    if depth == 4 {
+        return vec![1, 3];
+    }
+    (0..depth).filter(|i| i % 8 == 7).collect()
 }
 
 fn rename(name: &str, names: QwenVlNames) -> String {

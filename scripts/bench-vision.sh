@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Vision benchmark: the vision-feature cache (encode on a miss vs a hit), time
+# to first token for an image asked about twice, and our image prompt time
+# against Python mlx-vlm (scripts/bench/mlx_vlm_image_bench.py) on the same
+# checkpoint, image and prompt, the same MLX CPU build and the same BLAS.
+#
+# No vision-language weights can be downloaded here, so the checkpoint is a
+# random bench-size Qwen2-VL written by our own writer (`write_tiny_vl_model
+# --bench`: Qwen2-0.5B's language model with a 640-wide, 16-block vision
+# tower) into models/bench-qwen2-vl; both implementations load that folder.
+# The image is a seeded 640×480 noise PNG (936 patches, 234 image tokens).
+#
+# Usage: scripts/bench-vision.sh [--runs R]   (default 3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+RUNS="${RUNS:-3}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) RUNS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "bench-vision: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+log() { printf '\033[1mbench-vision %s:\033[0m %s\n' "$(date +%T)" "$*" >&2; }
+
+scripts/ref-venv.sh
+PY="$ROOT/.venv-ref/bin/python"
+log "building vlm and the checkpoint writer"
+cargo build -q -p cli -p engine --example write_tiny_vl_model
+MODEL=models/bench-qwen2-vl
+if [ ! -f "$MODEL/model.safetensors" ]; then
+  log "writing $MODEL (1.7 GB of random float32 weights)"
+  rm -rf "$MODEL.tmp"
+  target/debug/examples/write_tiny_vl_model --bench "$MODEL.tmp" >/dev/null
+  rm -rf "$MODEL" && mv "$MODEL.tmp" "$MODEL"
+fi
+IMAGE=models/bench-640x480.png
+if [ ! -f "$IMAGE" ]; then
+  "$PY" - "$IMAGE" <<'PY'
+import sys
+import numpy as np
+from PIL import Image
+pixels = (np.random.default_rng(0).random((480, 640, 3)) * 255).astype("uint8")
+Image.fromarray(pixels).save(sys.argv[1])
+PY
+fi
+
+log "ours: vlm bench --image"
+target/debug/vlm bench --model "$MODEL" --image "$IMAGE" --runs "$RUNS"
+
+openblas="$(ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 .*x86-64|libopenblas\.so\.0 .*AArch64/ {print $NF; exit}')"
+log "mlx-vlm on the same folder and image"
+LD_PRELOAD="${openblas}${LD_PRELOAD:+:$LD_PRELOAD}" "$PY" scripts/bench/mlx_vlm_image_bench.py "$MODEL" "$IMAGE" "$RUNS" |
+  "$PY" -c '
+import json, sys
+r = json.loads(sys.stdin.read())
+print(f"mlx-vlm            grid {r[\"grid\"]}, {r[\"prompt_tokens\"]} prompt tokens")
+print(f"mlx-vlm encode     {r[\"preprocess_secs\"] + r[\"tower_secs\"]:.4f} s (preprocess {r[\"preprocess_secs\"]:.4f} s + vision tower {r[\"tower_secs\"]:.4f} s)")
+print(f"mlx-vlm prompt     {r[\"image_prompt_secs\"]:.3f} s to the first logits (preprocess + tower + prefill; compare with our first-ask TTFT)")
+'
