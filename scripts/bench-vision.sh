@@ -51,11 +51,4 @@ target/debug/vlm bench --model "$MODEL" --image "$IMAGE" --runs "$RUNS"
 
 openblas="$(ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 .*x86-64|libopenblas\.so\.0 .*AArch64/ {print $NF; exit}')"
 log "mlx-vlm on the same folder and image"
-LD_PRELOAD="${openblas}${LD_PRELOAD:+:$LD_PRELOAD}" "$PY" scripts/bench/mlx_vlm_image_bench.py "$MODEL" "$IMAGE" "$RUNS" |
-  "$PY" -c '
-import json, sys
-r = json.loads(sys.stdin.read())
-print(f"mlx-vlm            grid {r[\"grid\"]}, {r[\"prompt_tokens\"]} prompt tokens")
-print(f"mlx-vlm encode     {r[\"preprocess_secs\"] + r[\"tower_secs\"]:.4f} s (preprocess {r[\"preprocess_secs\"]:.4f} s + vision tower {r[\"tower_secs\"]:.4f} s)")
-print(f"mlx-vlm prompt     {r[\"image_prompt_secs\"]:.3f} s to the first logits (preprocess + tower + prefill; compare with our first-ask TTFT)")
-'
+LD_PRELOAD="${openblas}${LD_PRELOAD:+:$LD_PRELOAD}" "$PY" scripts/bench/mlx_vlm_image_bench.py "$MODEL" "$IMAGE" "$RUNS"

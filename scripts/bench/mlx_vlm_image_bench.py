@@ -3,9 +3,9 @@ scripts/bench-vision.sh (the same folder, image and prompt as `vlm bench
 --image`, the same MLX CPU build and BLAS).
 
 Usage: mlx_vlm_image_bench.py <model folder> <image> [runs]
-Prints one JSON line: preprocess, vision tower and whole-prompt prefill
-(preprocess + tower + language model over the prompt, to the first token's
-logits) in seconds, medians over the runs after one warm-up.
+Prints preprocess, vision tower and whole-prompt time (preprocess + tower +
+language model over the prompt, to the first token's logits) in seconds,
+medians over the runs after one warm-up; `--json` as one JSON line.
 """
 import json
 import sys
@@ -24,8 +24,10 @@ def median(xs):
 
 
 def main() -> None:
-    folder, image = sys.argv[1], sys.argv[2]
-    runs = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    as_json = "--json" in sys.argv
+    args = [a for a in sys.argv[1:] if a != "--json"]
+    folder, image = args[0], args[1]
+    runs = int(args[2]) if len(args) > 2 else 3
     model, processor = load(folder)
     prompt = apply_chat_template(processor, model.config, PROMPT, num_images=1)
     pre, tower, prefill = [], [], []
@@ -52,13 +54,20 @@ def main() -> None:
             pre.append(t1 - t0)
             tower.append(t2 - t1)
             prefill.append(t4 - t3)
-    print(json.dumps({
+    r = {
         "prompt_tokens": int(ids.shape[1]),
         "grid": [int(x) for x in grid[0].tolist()],
         "preprocess_secs": median(pre),
         "tower_secs": median(tower),
         "image_prompt_secs": median(prefill),
-    }))
+    }
+    if as_json:
+        print(json.dumps(r))
+        return
+    encode = r["preprocess_secs"] + r["tower_secs"]
+    print(f"mlx-vlm            grid {r['grid']}, {r['prompt_tokens']} prompt tokens")
+    print(f"mlx-vlm encode     {encode:.4f} s (preprocess {r['preprocess_secs']:.4f} s + vision tower {r['tower_secs']:.4f} s)")
+    print(f"mlx-vlm prompt     {r['image_prompt_secs']:.3f} s to the first logits (compare with our first-ask TTFT)")
 
 
 if __name__ == "__main__":
