@@ -8,7 +8,7 @@ use engine::batch::{Prompt, Request, SchedulerConfig};
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_llama, TinyLlama};
+use engine::testing::{write_tiny_llama, write_tiny_qwen2_vl, QwenVlVariant, TinyLlama, TinyQwenVl};
 use engine::tokenizer::{ChatMessage, TemplateOptions};
 use serde_json::Value;
 use server::{RunningServer, ServerConfig, ServerState};
@@ -36,6 +36,8 @@ pub struct Setup {
     pub config: ServerConfig,
     /// Start with no model loaded.
     pub no_model: bool,
+    /// Serve a tiny Qwen2-VL (a vision model) instead of the tiny llama.
+    pub vision: bool,
 }
 
 impl Default for Setup {
@@ -46,6 +48,7 @@ impl Default for Setup {
             scheduler: SchedulerConfig::default(),
             config: ServerConfig { port: 0, ..Default::default() },
             no_model: false,
+            vision: false,
         }
     }
 }
@@ -64,7 +67,11 @@ pub struct TestServer {
 pub async fn start(setup: Setup) -> TestServer {
     let dir = tempfile::tempdir().unwrap();
     let model_dir = dir.path().join("tiny-llama");
-    write_tiny_llama(&model_dir, &setup.model).unwrap();
+    if setup.vision {
+        write_tiny_qwen2_vl(&model_dir, &TinyQwenVl::new(QwenVlVariant::Qwen2Vl)).unwrap();
+    } else {
+        write_tiny_llama(&model_dir, &setup.model).unwrap();
+    }
     if let Some(template) = setup.template {
         let path = model_dir.join("tokenizer_config.json");
         let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
