@@ -168,6 +168,14 @@ struct BenchArgs {
     model: ModelArgs,
     #[arg(long, default_value_t = 128)]
     prompt_tokens: usize,
+    /// For the engine figures: spread the concurrent requests' prompt lengths
+    /// evenly from this many tokens up to --prompt-tokens (default: all the same).
+    #[arg(long)]
+    min_prompt_tokens: Option<usize>,
+    /// For the engine figures: prompt tokens (counting padding) prefilled per
+    /// scheduler step (default: the engine's own).
+    #[arg(long)]
+    prefill_budget: Option<usize>,
     #[arg(long, default_value_t = 128)]
     gen_tokens: usize,
     /// Runs to average (after one warm-up).
@@ -221,10 +229,16 @@ fn resolve_model(spec: &str) -> Result<PathBuf> {
 impl ModelArgs {
     /// Starts the continuous-batching engine on this model.
     fn start_engine(&self) -> Result<EngineHandle> {
+        self.start_engine_with(|_| {})
+    }
+
+    /// [`Self::start_engine`] with scheduler settings changed by `tune`.
+    fn start_engine_with(&self, tune: impl FnOnce(&mut SchedulerConfig)) -> Result<EngineHandle> {
         let path = resolve_model(&self.model)?;
         let kv_quantization =
             self.kv_bits.map(|bits| KvQuantization { bits, group_size: self.kv_group_size, start: self.kv_start });
-        let scheduler = SchedulerConfig { kv_quantization, max_running: self.max_running, ..Default::default() };
+        let mut scheduler = SchedulerConfig { kv_quantization, max_running: self.max_running, ..Default::default() };
+        tune(&mut scheduler);
         let config = EngineConfig { load: LoadOptions { format: self.format() }, scheduler };
         let engine = EngineHandle::start(&path, config).with_context(|| format!("loading {}", path.display()))?;
         if kv_quantization.is_some() {
@@ -492,11 +506,16 @@ fn run_bench(a: BenchArgs) -> Result<()> {
     let mut batches = Vec::new();
     let mut join = None;
     if a.concurrency.iter().any(|&n| n > 0) || a.join {
-        let handle = a.model.start_engine()?;
+        let handle = a.model.start_engine_with(|s| {
+            if let Some(budget) = a.prefill_budget {
+                s.prefill_budget = budget;
+            }
+        })?;
         // Warm-up, as the single-stream figures had.
         engine::bench::engine_batch(&handle, 1, a.prompt_tokens, 8)?;
+        let min_prompt = a.min_prompt_tokens.unwrap_or(a.prompt_tokens);
         for &n in a.concurrency.iter().filter(|&&n| n > 0) {
-            batches.push(engine::bench::engine_batch(&handle, n, a.prompt_tokens, a.gen_tokens)?);
+            batches.push(engine::bench::engine_batch_spread(&handle, n, min_prompt, a.prompt_tokens, a.gen_tokens)?);
         }
         if a.join {
             join = Some(engine::bench::join_latency(&handle, 4, a.prompt_tokens)?);
@@ -527,6 +546,8 @@ fn run_bench(a: BenchArgs) -> Result<()> {
     for b in &batches {
         println!("engine x{:<2}         aggregate decode {:.1} tok/s, per request {:.1} tok/s, wall {:.1} s",
             b.concurrency, b.aggregate_decode_tps, b.per_request_decode_tps, b.wall_secs);
+        println!("                   prompts {}-{} tokens: TTFT mean {:.3} s, last {:.3} s; all tokens {:.1} tok/s",
+            b.min_prompt_tokens, b.prompt_tokens, b.ttft_mean_secs, b.ttft_max_secs, b.total_tps);
     }
     if let Some(j) = join {
         println!("join latency       {:.3} s with {} running: own prefill {:.3} s + {:.2} decode steps ({:.3} s/step)",

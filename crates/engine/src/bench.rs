@@ -74,6 +74,15 @@ pub struct BatchReport {
     /// Mean of the requests' own decode speeds.
     pub per_request_decode_tps: f64,
     pub wall_secs: f64,
+    /// Shortest prompt of the batch (`prompt_tokens` is the longest; prompts
+    /// are spread evenly between the two).
+    pub min_prompt_tokens: usize,
+    /// Time to first token, mean over the requests and the slowest one (the
+    /// last request to start streaming): what prefill scheduling changes.
+    pub ttft_mean_secs: f64,
+    pub ttft_max_secs: f64,
+    /// Prompt plus generated tokens of all requests over the wall time.
+    pub total_tps: f64,
 }
 
 fn bench_request(handle: &crate::handle::EngineHandle, prompt_tokens: usize, gen_tokens: usize, salt: u64) -> crate::batch::Request {
@@ -98,10 +107,37 @@ pub fn engine_batch(
     prompt_tokens: usize,
     gen_tokens: usize,
 ) -> Result<BatchReport> {
+    engine_batch_spread(handle, concurrency, prompt_tokens, prompt_tokens, gen_tokens)
+}
+
+/// The prompt length of request `i` of `n`, spread evenly over `min..=max`
+/// (fixed, so runs before and after a change see the same prompts).
+pub fn spread_prompt_len(i: usize, n: usize, min: usize, max: usize) -> usize {
+    let (min, max) = (min.min(max), max.max(min));
+    if n <= 1 {
+        return max;
+    }
+    min + (max - min) * i / (n - 1)
+}
+
+/// [`engine_batch`] with prompts of different lengths, from
+/// `min_prompt_tokens` to `prompt_tokens`, all submitted at once.
+pub fn engine_batch_spread(
+    handle: &crate::handle::EngineHandle,
+    concurrency: usize,
+    min_prompt_tokens: usize,
+    prompt_tokens: usize,
+    gen_tokens: usize,
+) -> Result<BatchReport> {
     use std::time::Instant;
+    let lens: Vec<usize> =
+        (0..concurrency).map(|i| spread_prompt_len(i, concurrency, min_prompt_tokens, prompt_tokens)).collect();
     let started = Instant::now();
-    let streams: Vec<_> =
-        (0..concurrency).map(|i| handle.submit(bench_request(handle, prompt_tokens, gen_tokens, i as u64))).collect();
+    let streams: Vec<_> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| handle.submit(bench_request(handle, len, gen_tokens, i as u64)))
+        .collect();
     let mut last_first = started;
     let mut generated = 0usize;
     let mut per_request = 0.0;
@@ -121,6 +157,7 @@ pub fn engine_batch(
             })
         })
         .collect();
+    let (mut ttft_sum, mut ttft_max, mut all_tokens) = (0.0, 0.0f64, 0usize);
     for t in threads {
         let (first, c) = t.join().expect("bench reader thread");
         if let Some(e) = c.error {
@@ -129,6 +166,12 @@ pub fn engine_batch(
         last_first = last_first.max(first);
         generated += c.stats.generated_tokens.saturating_sub(1);
         per_request += c.stats.generation_tps / concurrency as f64;
+        // Measured here, from the common submit time, not from the stats:
+        // all requests count from the same instant.
+        let ttft = (first - started).as_secs_f64();
+        ttft_sum += ttft;
+        ttft_max = ttft_max.max(ttft);
+        all_tokens += c.stats.prompt_tokens + c.stats.generated_tokens;
     }
     let wall = started.elapsed().as_secs_f64();
     let decode_secs = last_first.elapsed().as_secs_f64().max(1e-9);
@@ -139,6 +182,10 @@ pub fn engine_batch(
         aggregate_decode_tps: generated as f64 / decode_secs,
         per_request_decode_tps: per_request,
         wall_secs: wall,
+        min_prompt_tokens: lens.iter().copied().min().unwrap_or(prompt_tokens),
+        ttft_mean_secs: ttft_sum / concurrency.max(1) as f64,
+        ttft_max_secs: ttft_max,
+        total_tps: all_tokens as f64 / wall.max(1e-9),
     })
 }
 
