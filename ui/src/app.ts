@@ -4,6 +4,7 @@ import { api, errorText, events, type Chat, type EngineStatsView, type EngineSta
 import { ChatView } from './chatView';
 import { Composer } from './composer';
 import { clear, h } from './dom';
+import { icon } from './icons';
 import { ModelsView } from './modelsView';
 import { SettingsPage } from './settingsView';
 import { Sidebar } from './sidebar';
@@ -72,6 +73,7 @@ export class App {
   async start(): Promise<void> {
     this.renderNav();
     this.showPage();
+    await this.reloadMessages();
     await events.engineStatus((s) => { this.status = s; this.models.setStatus(s); this.renderStatus(); this.renderHeader(); });
     await events.downloadProgress((p) => this.models.onProgress(p));
     await events.downloadDone((d) => {
@@ -101,10 +103,10 @@ export class App {
 
   private renderNav(): void {
     clear(this.nav);
-    const item = (page: Page, label: string) => h('button', {
+    const item = (page: Page, glyph: 'chat' | 'models' | 'settings', label: string) => h('button', {
       class: `nav-item${this.page === page ? ' selected' : ''}`, 'data-testid': `nav-${page}`, onclick: () => this.go(page),
-    }, label);
-    this.nav.append(item('chat', '💬 Chats'), item('models', '🧩 Models'), item('settings', '⚙ Settings'));
+    }, icon(glyph), label);
+    this.nav.append(item('chat', 'chat', 'Chats'), item('models', 'models', 'Models'), item('settings', 'settings', 'Settings'));
   }
 
   private go(page: Page): void {

@@ -107,8 +107,9 @@ export class ChatView {
       m.attachments.length ? h('div', { class: 'msg-images' },
         ...m.attachments.map((a) => h('img', { src: attachmentUrl(a.sha256), alt: 'Image', 'data-testid': 'msg-image' }))) : null,
       m.content ? h('div', { class: 'bubble' }, m.content) : null,
-      editable ? h('div', { class: 'msg-actions' },
-        h('button', { class: 'link', 'data-testid': 'edit-message', onclick: () => this.hooks.edit(m) }, 'Edit')) : null);
+      // the actions row is always there, so the layout does not jump when a reply ends
+      h('div', { class: 'msg-actions' },
+        editable ? h('button', { class: 'link', 'data-testid': 'edit-message', onclick: () => this.hooks.edit(m) }, 'Edit') : null));
   }
 
   private assistant(m: Message, streaming: boolean, last = false): HTMLElement {

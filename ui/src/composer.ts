@@ -3,6 +3,7 @@
 // window drops arrive through addPaths from main.ts.
 import { api, attachmentUrl, errorText, type Attachment, type Outgoing } from './api';
 import { clear, h } from './dom';
+import { icon } from './icons';
 
 export interface ComposerHooks {
   send(message: Outgoing): Promise<boolean>;
@@ -34,9 +35,9 @@ export class Composer {
     this.input.addEventListener('paste', (e) => this.onPaste(e));
     this.thumbs = h('div', { class: 'thumbs', 'data-testid': 'composer-thumbs' });
     this.sendButton = h('button', { class: 'send primary', title: 'Send', 'data-testid': 'send', onclick: () => void this.submit() }, 'Send');
-    this.stopButton = h('button', { class: 'stop', title: 'Stop', 'data-testid': 'stop', onclick: () => this.hooks.stop() }, '■ Stop');
+    this.stopButton = h('button', { class: 'stop', title: 'Stop', 'data-testid': 'stop', onclick: () => this.hooks.stop() }, icon('stop', 14), 'Stop');
     this.editBanner = h('div', { class: 'edit-banner', hidden: true });
-    const attach = h('button', { class: 'icon attach', title: 'Add images', 'aria-label': 'Add images', 'data-testid': 'attach', onclick: () => void this.pick() }, '🖼');
+    const attach = h('button', { class: 'icon attach', title: 'Add images', 'aria-label': 'Add images', 'data-testid': 'attach', onclick: () => void this.pick() }, icon('image', 18));
     this.el = h('div', { class: 'composer' },
       this.editBanner,
       this.thumbs,
@@ -130,12 +131,18 @@ export class Composer {
     const text = this.input.value.trim();
     if (!text && this.attachments.length === 0) return;
     const message = { text, attachments: this.attachments.map((a) => a.sha256) };
-    const sent = await this.hooks.send(message);
-    if (sent) {
-      this.input.value = '';
-      this.attachments = [];
-      this.renderThumbs();
+    // cleared at once, as chat apps do; put back if sending fails
+    const kept = { value: this.input.value, attachments: this.attachments };
+    this.input.value = '';
+    this.attachments = [];
+    this.renderThumbs();
+    this.autosize();
+    if (await this.hooks.send(message)) {
       this.endEdit();
+    } else {
+      this.input.value = kept.value;
+      this.attachments = kept.attachments;
+      this.renderThumbs();
       this.autosize();
     }
   }

@@ -1,5 +1,5 @@
 // A tiny element builder: text goes in as text nodes, never as HTML.
-type Child = Node | string | null | undefined | false;
+type Child = Node | SVGElement | string | null | undefined | false;
 type Attrs = Record<string, string | number | boolean | EventListener | undefined | null>;
 
 export function h<K extends keyof HTMLElementTagNameMap>(tag: K, attrs: Attrs = {}, ...children: Child[]): HTMLElementTagNameMap[K] {

@@ -4,6 +4,7 @@ import { api, errorText, type Chat } from './api';
 import { clear, h } from './dom';
 import { confirmDialog } from './modal';
 import { relativeTime } from './format';
+import { icon } from './icons';
 
 export interface SidebarHooks {
   select(chat: Chat | null): void;
@@ -25,7 +26,7 @@ export class Sidebar {
     this.search.addEventListener('input', () => { clearTimeout(timer); timer = window.setTimeout(() => void this.refresh(), 150); });
     this.list = h('nav', { class: 'chat-list', 'data-testid': 'chat-list' });
     this.el = h('div', { class: 'sidebar-chats' },
-      h('button', { class: 'new-chat primary', 'data-testid': 'new-chat', onclick: () => this.hooks.select(null) }, '＋ New chat'),
+      h('button', { class: 'new-chat primary', 'data-testid': 'new-chat', onclick: () => this.hooks.select(null) }, icon('plus'), 'New chat'),
       this.search,
       this.list);
   }
@@ -82,9 +83,9 @@ export class Sidebar {
       running ? h('span', { class: 'busy-dot', title: 'Answering' }) : null,
       h('div', { class: 'chat-actions' },
         h('button', { class: 'icon', title: 'Rename', 'aria-label': 'Rename', 'data-testid': 'rename-chat',
-          onclick: (e: Event) => { e.stopPropagation(); this.renaming = chat.id; this.render(); } }, '✎'),
+          onclick: (e: Event) => { e.stopPropagation(); this.renaming = chat.id; this.render(); } }, icon('pencil', 14)),
         h('button', { class: 'icon', title: 'Delete', 'aria-label': 'Delete', 'data-testid': 'delete-chat',
-          onclick: (e: Event) => { e.stopPropagation(); void this.remove(chat); } }, '🗑')));
+          onclick: (e: Event) => { e.stopPropagation(); void this.remove(chat); } }, icon('trash', 14))));
   }
 
   private async remove(chat: Chat): Promise<void> {

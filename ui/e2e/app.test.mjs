@@ -1,0 +1,195 @@
+// The real app in a real window (Xvfb), driven through tauri-driver and
+// WebKitWebDriver, on a fresh data folder with the default model:
+// chat with a streamed reply, a real OS drag and drop of an image, reload,
+// settings kept, two chats answering at once, and a restart that keeps it all.
+// Screenshots of every screen go to screenshots/ (ignored by git).
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { allByTestId, appWindowGeometry, byTestId, here, openApp, shot, startDriver, stopDriver, waitFor } from './harness.mjs';
+
+const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-'));
+let browser;
+
+async function modelReady(b) {
+  await waitFor(b, 'the default model to load', async () => (await (await byTestId(b, 'status-bar')).getText()).includes('running'));
+}
+
+async function send(b, text) {
+  const input = await byTestId(b, 'composer-input');
+  await input.click();
+  await input.setValue(text);
+  await b.keys(['Enter']);
+}
+
+/** The element's text as the DOM has it (WebDriver's getText leaves out clipped text). */
+const textOf = (b, el) => b.execute((e) => e.textContent, el);
+
+/** Opens a page from the sidebar and waits for an element of it. A click
+ * that lands while the page is still settling after a reload is retried once
+ * (with a screenshot of what was on screen, to see why). */
+async function openPage(b, nav, marker) {
+  for (let attempt = 0; attempt < 2; attempt++) {
+    await (await byTestId(b, nav)).waitForClickable({ timeout: 20_000 });
+    await (await byTestId(b, nav)).click();
+    try {
+      await (await byTestId(b, marker)).waitForExist({ timeout: 10_000 });
+      return;
+    } catch (e) {
+      if (attempt === 1) throw e;
+      await shot(b, `retry-${nav}`);
+    }
+  }
+}
+
+async function lastAnswerText(b) {
+  const answers = await allByTestId(b, 'msg-assistant');
+  return answers.length ? answers[answers.length - 1].getText() : '';
+}
+
+/** Drags `file` from a GTK window onto the app window with the mouse (XDND). */
+async function dropFile(file) {
+  const app = appWindowGeometry();
+  const source = spawn('/usr/bin/python3', [join(here, 'drag_source.py'), file, String(app.x + app.width + 40), '80'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const said = [];
+  source.stdout.on('data', (d) => said.push(...d.toString().trim().split('\n')));
+  await new Promise((resolve, reject) => {
+    const t = setInterval(() => { if (said.includes('ready')) { clearInterval(t); resolve(); } }, 100);
+    source.on('exit', (code) => { clearInterval(t); reject(new Error(`drag source exited ${code}`)); });
+  });
+  const ids = execFileSync('xdotool', ['search', '--onlyvisible', '--name', '^e2e-drag-source$']).toString().trim().split('\n');
+  const geo = Object.fromEntries(execFileSync('xdotool', ['getwindowgeometry', '--shell', ids[0]]).toString().trim().split('\n').map((l) => l.split('=')));
+  const sx = Number(geo.X) + 100; const sy = Number(geo.Y) + 60;
+  const tx = app.x + Math.round(app.width / 2); const ty = app.y + Math.round(app.height / 2);
+  const xdo = (...args) => execFileSync('xdotool', args.map(String));
+  xdo('mousemove', sx, sy);
+  xdo('mousedown', 1);
+  for (let i = 1; i <= 20; i++) {
+    xdo('mousemove', Math.round(sx + ((tx - sx) * i) / 20), Math.round(sy + ((ty - sy) * i) / 20));
+    await new Promise((r) => setTimeout(r, 40));
+  }
+  await new Promise((r) => setTimeout(r, 300));
+  xdo('mouseup', 1);
+  await new Promise((resolve) => {
+    const t = setInterval(() => { if (said.includes('done')) { clearInterval(t); resolve(); } }, 100);
+    setTimeout(() => { clearInterval(t); resolve(); }, 10_000);
+  });
+  source.kill();
+}
+
+describe('the desktop app', () => {
+  before(async () => {
+    await startDriver({ VLM_DATA_DIR: dataDir, HF_HOME: join(dataDir, 'hf') });
+    browser = await openApp();
+  });
+
+  after(async () => {
+    await browser?.deleteSession().catch(() => {});
+    stopDriver();
+    // webdriver's keep-alive sockets can hold the process open after the suite
+    setTimeout(() => process.exit(process.exitCode ?? 0), 3000).unref();
+  });
+
+  it('starts with the default model and streams a reply', async () => {
+    await modelReady(browser);
+    await shot(browser, '01-empty-chat');
+    await send(browser, 'What is the capital of France?');
+    // the reply shows up while it streams, then becomes a finished message
+    await waitFor(browser, 'the live reply', async () => (await allByTestId(browser, 'msg-live')).length > 0 || (await allByTestId(browser, 'msg-assistant')).length > 0);
+    await waitFor(browser, 'the finished reply', async () => (await lastAnswerText(browser)).trim().length > 0);
+    const user = await allByTestId(browser, 'msg-user');
+    assert.equal(user.length, 1);
+    assert.match(await textOf(browser, user[0]), /capital of France/);
+    const items = await allByTestId(browser, 'chat-item');
+    assert.equal(items.length, 1);
+    assert.match(await textOf(browser, items[0]), /What is the capital of France/);
+    await shot(browser, '02-chat-reply');
+  });
+
+  it('takes an image dropped from another window and shows its thumbnail', async () => {
+    const png = join(dataDir, 'red.png');
+    execFileSync('convert', ['-size', '64x48', 'xc:#d33', png]);
+    await dropFile(png);
+    await waitFor(browser, 'the thumbnail', async () => (await allByTestId(browser, 'composer-thumb')).length === 1, 30_000);
+    const img = await browser.$('[data-testid="composer-thumb"] img');
+    await waitFor(browser, 'the thumbnail image to load', async () => browser.execute((el) => el.complete && el.naturalWidth === 64, img), 30_000);
+    await shot(browser, '03-dropped-thumbnail');
+    // the default model reads text only: the reply says so plainly
+    await send(browser, 'What colour is this?');
+    await waitFor(browser, 'the image error', async () => (await allByTestId(browser, 'reply-error')).length > 0);
+    assert.equal((await allByTestId(browser, 'msg-image')).length, 1);
+    await shot(browser, '04-image-on-text-model');
+  });
+
+  it('finds the chat again after a reload', async () => {
+    await browser.refresh();
+    await waitFor(browser, 'the chat list', async () => (await allByTestId(browser, 'chat-item')).length === 1);
+    await (await allByTestId(browser, 'chat-item'))[0].click();
+    await waitFor(browser, 'the messages', async () => (await allByTestId(browser, 'msg-user')).length === 2);
+    assert.equal((await allByTestId(browser, 'msg-image')).length, 1);
+  });
+
+  it('keeps a changed setting', async () => {
+    await openPage(browser, 'nav-settings', 'setting-system_prompt');
+    const prompt = await byTestId(browser, 'setting-system_prompt');
+    await prompt.setValue('You are a helpful assistant.');
+    const maxTokens = await byTestId(browser, 'setting-max_tokens');
+    await maxTokens.setValue('96');
+    await (await byTestId(browser, 'save-settings')).click();
+    await waitFor(browser, 'saved', async () => (await (await byTestId(browser, 'settings-saved')).getText()) === 'Saved.', 10_000);
+    await shot(browser, '05-settings');
+    await browser.refresh();
+    await openPage(browser, 'nav-settings', 'setting-system_prompt');
+    assert.equal(await (await byTestId(browser, 'setting-system_prompt')).getValue(), 'You are a helpful assistant.');
+    assert.equal(await (await byTestId(browser, 'setting-max_tokens')).getValue(), '96');
+  });
+
+  it('shows the model gallery', async () => {
+    await (await byTestId(browser, 'nav-models')).click();
+    await waitFor(browser, 'the gallery', async () => (await allByTestId(browser, 'catalog-model')).length > 3, 20_000);
+    assert.match(await (await byTestId(browser, 'loaded-model')).getText(), /SmolLM2|smollm/i);
+    await shot(browser, '06-models');
+  });
+
+  it('answers in two chats at once', async () => {
+    // long answers, so the first is still running when the second starts
+    await openPage(browser, 'nav-settings', 'setting-max_tokens');
+    await (await byTestId(browser, 'setting-max_tokens')).setValue('160');
+    await (await byTestId(browser, 'save-settings')).click();
+    await waitFor(browser, 'saved', async () => (await (await byTestId(browser, 'settings-saved')).getText()) === 'Saved.', 10_000);
+    await (await byTestId(browser, 'nav-chat')).click();
+    await (await byTestId(browser, 'new-chat')).click();
+    await send(browser, 'Count from 1 to 300, one number per line.');
+    await waitFor(browser, 'the first chat to start', async () => (await allByTestId(browser, 'stop')).length > 0 && (await (await byTestId(browser, 'stop')).isDisplayed()));
+    await (await byTestId(browser, 'new-chat')).click();
+    await send(browser, 'Count from 300 down to 1, one number per line.');
+    // both chats are answering at the same moment, each with its own progress
+    await waitFor(browser, 'two chats answering', async () => (await browser.$$('.busy-dot')).length === 2, 60_000);
+    await waitFor(browser, 'tokens in the open chat', async () => {
+      const live = await browser.$$('[data-testid="msg-live"] [data-testid="answer"]');
+      return live.length > 0 && (await textOf(browser, live[0])).length > 0;
+    });
+    await shot(browser, '07-two-chats');
+    await waitFor(browser, 'both to finish', async () => (await browser.$$('.busy-dot')).length === 0);
+    assert.equal((await allByTestId(browser, 'chat-item')).length, 3);
+  });
+
+  it('keeps chats, images and settings across a restart', async () => {
+    await browser.deleteSession();
+    browser = await openApp();
+    await modelReady(browser);
+    await waitFor(browser, 'the chats', async () => (await allByTestId(browser, 'chat-item')).length === 3, 30_000);
+    const items = await allByTestId(browser, 'chat-item');
+    await items[items.length - 1].click(); // the oldest: the first chat, with the image
+    await waitFor(browser, 'its messages', async () => (await allByTestId(browser, 'msg-image')).length === 1);
+    await shot(browser, '08-after-restart');
+    await openPage(browser, 'nav-settings', 'setting-system_prompt');
+    assert.equal(await (await byTestId(browser, 'setting-system_prompt')).getValue(), 'You are a helpful assistant.');
+    await shot(browser, '09-settings-after-restart');
+  });
+});
+
+writeFileSync(join(dataDir, 'README'), 'data folder of one end-to-end run\n');
