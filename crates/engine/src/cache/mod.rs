@@ -2,6 +2,7 @@
 //! same model code runs on a single sequence's cache and on a batch cache whose
 //! rows have their own offsets and padding.
 pub mod batch;
+pub mod prefill;
 pub mod prefix;
 pub mod rope_shift;
 pub mod simple;
@@ -12,6 +13,7 @@ use mlx_rs::Array;
 use crate::error::Result;
 
 pub use batch::{BatchKvCache, KvQuantization};
+pub use prefill::PrefillBatchCache;
 pub use prefix::{image_slot_key, text_key, KeyToken, PrefixCache, PrefixCacheStats};
 pub use simple::SimpleKvCache;
 
