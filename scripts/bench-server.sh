@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Streaming clients against `vlm serve` and against Python `mlx_lm.server` on
+# the same weights, the same MLX CPU build and the same BLAS: N concurrent
+# clients (default 16), each streaming a different question greedily
+# (scripts/bench/stream_clients.py): aggregate tok/s, median and p95 time to
+# first token, median inter-token latency.
+#
+# Weights: the default model converted by `vlm convert` to
+# models/smollm2-135m-f32 (float32: on the CPU backend MLX's 4-bit kernels do
+# not batch, see ../shared/mlx-linux.md) and models/smollm2-135m-q4 (4-bit as stored).
+# One server runs at a time.
+#
+# Usage: scripts/bench-server.sh [--clients N] [--max-tokens M] [--weights f32|q4|both]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+CLIENTS=16
+MAX_TOKENS=64
+WEIGHTS=f32
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --clients) CLIENTS="$2"; shift 2 ;;
+    --max-tokens) MAX_TOKENS="$2"; shift 2 ;;
+    --weights) WEIGHTS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "bench-server: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+log() { printf '\033[1mbench-server %s:\033[0m %s\n' "$(date +%T)" "$*" >&2; }
+
+scripts/ref-venv.sh
+PY="$ROOT/.venv-ref/bin/python"
+cargo build -q -p cli
+VLM="$ROOT/target/debug/vlm"
+GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
+[ -f "$GGUF" ] || scripts/fetch-default-model.sh
+convert() { # <out folder> <dtype>
+  if [ ! -f "$1/config.json" ] || [ ! -f "$1/model.safetensors" ]; then
+    log "converting $GGUF → $1 ($2)"
+    rm -rf "$1.tmp"
+    "$VLM" convert "$GGUF" "$1.tmp" --dtype "$2" >/dev/null 2>&1
+    rm -rf "$1" && mv "$1.tmp" "$1"
+  fi
+}
+openblas="$(ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 .*(x86-64|AArch64)/ {print $NF; exit}')"
+
+PID=""
+LOG="$(mktemp)"
+trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -f "$LOG"' EXIT
+wait_up() { # <url>: until /v1/models answers
+  for _ in $(seq 1 600); do
+    curl -sf "$1/v1/models" >/dev/null 2>&1 && return 0
+    kill -0 "$PID" 2>/dev/null || { cat "$LOG" >&2; return 1; }
+    sleep 0.2
+  done
+  return 1
+}
+stop() { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; PID=""; }
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+run() { # <name> <folder> <our --weights>
+  local name="$1" folder="$2" weights="$3" port
+  port=$(free_port)
+  log "$name: vlm serve (--max-running $CLIENTS)"
+  "$VLM" serve --model "$folder" --weights "$weights" --port "$port" --max-running "$CLIENTS" >"$LOG" 2>&1 &
+  PID=$!
+  wait_up "http://127.0.0.1:$port"
+  # One warm-up request, then the clients.
+  "$PY" scripts/bench/stream_clients.py "http://127.0.0.1:$port" --clients 1 --max-tokens 8 --label warm-up >/dev/null
+  "$PY" scripts/bench/stream_clients.py "http://127.0.0.1:$port" --clients "$CLIENTS" --max-tokens "$MAX_TOKENS" \
+    --label "ours $name"
+  stop
+  port=$(free_port)
+  log "$name: mlx_lm.server (--decode-concurrency $CLIENTS)"
+  LD_PRELOAD="${openblas}${LD_PRELOAD:+:$LD_PRELOAD}" "$PY" -m mlx_lm server --model "$folder" --port "$port" \
+    --decode-concurrency "$CLIENTS" --prompt-concurrency "$CLIENTS" --log-level WARNING >"$LOG" 2>&1 &
+  PID=$!
+  wait_up "http://127.0.0.1:$port"
+  "$PY" scripts/bench/stream_clients.py "http://127.0.0.1:$port" --clients 1 --max-tokens 8 --model "$folder" \
+    --label warm-up >/dev/null
+  "$PY" scripts/bench/stream_clients.py "http://127.0.0.1:$port" --clients "$CLIENTS" --max-tokens "$MAX_TOKENS" \
+    --model "$folder" --label "mlx-lm $name"
+  stop
+}
+
+case "$WEIGHTS" in
+  f32) convert models/smollm2-135m-f32 float32; run f32 models/smollm2-135m-f32 float32 ;;
+  q4) convert models/smollm2-135m-q4 as-stored; run q4 models/smollm2-135m-q4 as-stored ;;
+  both)
+    convert models/smollm2-135m-f32 float32; run f32 models/smollm2-135m-f32 float32
+    convert models/smollm2-135m-q4 as-stored; run q4 models/smollm2-135m-q4 as-stored ;;
+  *) echo "bench-server: --weights f32|q4|both" >&2; exit 2 ;;
+esac
