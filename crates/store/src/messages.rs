@@ -16,7 +16,7 @@ use crate::types::{
 };
 
 const MESSAGE_COLUMNS: &str =
-    "id, chat_id, role, content, reasoning, stats, model, status, error, created_at, updated_at";
+    "id, chat_id, role, content, reasoning, stats, model, status, error, error_code, created_at, updated_at";
 
 fn message_from_row(row: &SqliteRow) -> Result<Message> {
     let role: String = row.try_get("role")?;
@@ -36,6 +36,7 @@ fn message_from_row(row: &SqliteRow) -> Result<Message> {
         model: row.try_get("model")?,
         status: MessageStatus::parse(&status).ok_or_else(|| corrupt(id, "status", &status))?,
         error: row.try_get("error")?,
+        error_code: row.try_get("error_code")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })
@@ -250,21 +251,23 @@ impl Store {
         stats: Option<&MessageStats>,
         outcome: ReplyOutcome,
     ) -> Result<Message> {
-        let (status, error) = match outcome {
-            ReplyOutcome::Complete => (MessageStatus::Complete, None),
-            ReplyOutcome::Interrupted => (MessageStatus::Interrupted, None),
-            ReplyOutcome::Error(message) => (MessageStatus::Error, Some(message)),
+        let (status, error, code) = match outcome {
+            ReplyOutcome::Complete => (MessageStatus::Complete, None, None),
+            ReplyOutcome::Interrupted => (MessageStatus::Interrupted, None, None),
+            ReplyOutcome::Error(message) => (MessageStatus::Error, Some(message), None),
+            ReplyOutcome::Failed { code, message } => (MessageStatus::Error, Some(message), Some(code)),
         };
         let stats = stats.map(serde_json::to_string).transpose().expect("stats serialize");
         let row = sqlx::query(&format!(
-            "UPDATE messages SET content = ?1, reasoning = ?2, stats = ?3, status = ?4, error = ?5, updated_at = ?6
-             WHERE id = ?7 AND status = 'streaming' RETURNING {MESSAGE_COLUMNS}"
+            "UPDATE messages SET content = ?1, reasoning = ?2, stats = ?3, status = ?4, error = ?5, error_code = ?6,
+             updated_at = ?7 WHERE id = ?8 AND status = 'streaming' RETURNING {MESSAGE_COLUMNS}"
         ))
         .bind(content)
         .bind(non_empty(reasoning))
         .bind(stats)
         .bind(status.as_str())
         .bind(error)
+        .bind(code)
         .bind(now_ms())
         .bind(reply.0 .0)
         .fetch_optional(&self.pool)

@@ -183,6 +183,37 @@ mod tests {
         assert!(latest < 9999);
     }
 
+    /// A database made before error codes were kept (only the first
+    /// migration applied) opens with the new column; its failed replies keep
+    /// their message and have no code.
+    #[tokio::test]
+    async fn an_older_database_gains_error_codes_and_keeps_its_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("chats.db");
+        let first = dir.path().join("first");
+        std::fs::create_dir(&first).unwrap();
+        let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        std::fs::copy(ours.join("0001_init.sql"), first.join("0001_init.sql")).unwrap();
+        let old = Migrator::new(first.as_path()).await.unwrap();
+        let store = Store::open_migrated(StoreConfig::beside(&db), &old).await.unwrap();
+        let chat = store.create_chat().await.unwrap();
+        sqlx::query(
+            "INSERT INTO messages (chat_id, role, content, status, error, created_at, updated_at)
+             VALUES (?1, 'assistant', '', 'error', 'the old way', 0, 0)",
+        )
+        .bind(chat.id.0)
+        .execute(&store.pool)
+        .await
+        .unwrap();
+        store.close().await;
+
+        let store = Store::open(&db).await.unwrap();
+        let messages = store.list_messages(chat.id).await.unwrap();
+        assert_eq!(messages.len(), 1);
+        assert_eq!(messages[0].error.as_deref(), Some("the old way"));
+        assert_eq!(messages[0].error_code, None);
+    }
+
     /// A database from a newer app version is refused, not half-understood.
     #[tokio::test]
     async fn database_from_a_newer_version_is_refused() {

@@ -120,7 +120,14 @@ impl MessageStatus {
 pub enum ReplyOutcome {
     Complete,
     Interrupted,
+    /// Failed, with only a message (no code is stored).
     Error(String),
+    /// Failed, with a stable code (e.g. the engine's `INVALID_IMAGE`) kept
+    /// beside the message, so a UI can explain it without reading the text.
+    Failed {
+        code: String,
+        message: String,
+    },
 }
 
 /// Generation statistics shown under a reply. Stored as JSON, so fields can be
@@ -175,6 +182,10 @@ pub struct Message {
     pub status: MessageStatus,
     /// Why generation failed, for status `Error`.
     pub error: Option<String>,
+    /// The failure's stable code (`INVALID_IMAGE`, `CONTEXT_LENGTH_EXCEEDED`, …)
+    /// when one was given ([`ReplyOutcome::Failed`]).
+    #[serde(default)]
+    pub error_code: Option<String>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }

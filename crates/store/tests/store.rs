@@ -149,7 +149,20 @@ async fn a_reply_streams_and_finishes_with_stats() {
         .unwrap();
     assert_eq!(failed.status, MessageStatus::Error);
     assert_eq!(failed.error.as_deref(), Some("context length exceeded"));
+    assert_eq!(failed.error_code, None, "no code was given");
     assert_eq!(failed.reasoning, None);
+
+    // a failure with a code keeps both, and reads back the same
+    let coded = store.begin_reply(chat.id, "qwen3").await.unwrap();
+    let outcome = ReplyOutcome::Failed { code: "INVALID_IMAGE".into(), message: "invalid image #1: not a PNG".into() };
+    let coded = store.finish_reply(coded, "", "", None, outcome).await.unwrap();
+    assert_eq!(coded.status, MessageStatus::Error);
+    assert_eq!(coded.error_code.as_deref(), Some("INVALID_IMAGE"));
+    assert_eq!(coded.error.as_deref(), Some("invalid image #1: not a PNG"));
+    let reread = store.get_message(coded.id).await.unwrap();
+    assert_eq!(reread.error_code.as_deref(), Some("INVALID_IMAGE"));
+    assert_eq!(reread.error, coded.error);
+    assert_eq!(done.error_code, None, "a complete reply has no code");
 
     assert_eq!(store.begin_reply(ChatId(404), "m").await.unwrap_err().code(), "CHAT_NOT_FOUND");
 }
