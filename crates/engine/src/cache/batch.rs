@@ -11,7 +11,7 @@ use mlx_rs::{ops, Array};
 use serde::Serialize;
 
 use super::store::KvStore;
-use super::{AttentionMask, KvCache, RopeOffset};
+use super::{AttentionMask, KvCache, KvView, RopeOffset};
 use crate::error::Result;
 use crate::weights::QuantSpec;
 
@@ -226,6 +226,16 @@ impl KvCache for BatchKvCache {
     }
 
     fn update(&mut self, layer: usize, keys: Array, values: Array) -> Result<(Array, Array)> {
+        match self.update_view(layer, keys, values)? {
+            KvView::Float(k, v) => Ok((k, v)),
+            KvView::Quantized { keys, values, spec } => {
+                let deq = |[w, s, b]: [Array; 3]| ops::dequantize(&w, &s, &b, spec.group_size, spec.bits);
+                Ok((deq(keys)?, deq(values)?))
+            }
+        }
+    }
+
+    fn update_view(&mut self, layer: usize, keys: Array, values: Array) -> Result<KvView> {
         let end = self.idx + keys.dim(2);
         let target = self.target_quant(layer);
         let slot = &mut self.layers[layer];
@@ -248,7 +258,12 @@ impl KvCache for BatchKvCache {
         };
         buffers.keys.write(self.idx, &keys)?;
         buffers.values.write(self.idx, &values)?;
-        Ok((buffers.keys.read(end)?, buffers.values.read(end)?))
+        // Keys and values switch storage together; were they ever to differ,
+        // attention would still get the right floats.
+        Ok(match (buffers.keys.read_quantized(end), buffers.values.read_quantized(end)) {
+            (Some((keys, spec)), Some((values, _))) => KvView::Quantized { keys, values, spec },
+            _ => KvView::Float(buffers.keys.read(end)?, buffers.values.read(end)?),
+        })
     }
 
     fn finish_step(&mut self, query_len: i32) {

@@ -39,6 +39,14 @@ pub enum AttentionMask {
     Array(Array),
 }
 
+/// The keys and values a step attends to: float, or still MLX-quantized
+/// (packed, scales, biases) so attention can use quantized matmuls instead
+/// of dequantizing the whole history every step.
+pub enum KvView {
+    Float(Array, Array),
+    Quantized { keys: [Array; 3], values: [Array; 3], spec: crate::weights::QuantSpec },
+}
+
 /// What attention needs from a cache during one forward step of `L` tokens.
 /// The model calls [`KvCache::step`] once, then [`KvCache::update`] for each
 /// layer, then [`KvCache::finish_step`].
@@ -48,6 +56,12 @@ pub trait KvCache {
     /// Appends this step's keys/values `[B, kv_heads, L, head_dim]` for `layer`
     /// and returns all keys/values that the queries attend to.
     fn update(&mut self, layer: usize, keys: Array, values: Array) -> Result<(Array, Array)>;
+    /// [`KvCache::update`] for attention: a cache that stores `layer`
+    /// quantized may hand it back quantized.
+    fn update_view(&mut self, layer: usize, keys: Array, values: Array) -> Result<KvView> {
+        let (k, v) = self.update(layer, keys, values)?;
+        Ok(KvView::Float(k, v))
+    }
     /// Commits the step: offsets advance by `query_len`.
     fn finish_step(&mut self, query_len: i32);
     /// Tokens held per row (the longest row for a batch).

@@ -11,7 +11,7 @@
 //! (image patches sit on a 2-D grid), given for each chunk.
 use mlx_rs::Array;
 
-use super::{AttentionMask, KvCache, RopeOffset};
+use super::{AttentionMask, KvCache, KvView, RopeOffset};
 use crate::error::Result;
 
 pub struct RopeShifted<'a> {
@@ -52,6 +52,10 @@ impl KvCache for RopeShifted<'_> {
 
     fn update(&mut self, layer: usize, keys: Array, values: Array) -> Result<(Array, Array)> {
         self.inner.update(layer, keys, values)
+    }
+
+    fn update_view(&mut self, layer: usize, keys: Array, values: Array) -> Result<KvView> {
+        self.inner.update_view(layer, keys, values)
     }
 
     fn finish_step(&mut self, query_len: i32) {

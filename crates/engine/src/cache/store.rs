@@ -116,6 +116,14 @@ impl KvStore {
         Ok(())
     }
 
+    /// Columns `..end` still quantized (packed, scales, biases); `None` when stored as float.
+    pub fn read_quantized(&self, end: i32) -> Option<([Array; 3], QuantSpec)> {
+        let spec = self.quant?;
+        let used = self.columns_range(0, end);
+        let parts: [Array; 3] = used.parts.try_into().ok()?;
+        Some((parts, spec))
+    }
+
     /// Columns `..end` as float.
     pub fn read(&self, end: i32) -> Result<Array> {
         let used = self.columns_range(0, end);

@@ -1,7 +1,7 @@
 //! Scaled dot-product attention over a KV cache, shared by all families.
-use mlx_rs::{fast, fast::ScaledDotProductAttentionMask, Array};
+use mlx_rs::{fast, fast::ScaledDotProductAttentionMask, ops, Array};
 
-use crate::cache::{AttentionMask, KvCache, RopeOffset};
+use crate::cache::{AttentionMask, KvCache, KvView, RopeOffset};
 use crate::error::Result;
 
 /// Positions and mask of one forward step, computed once for all layers.
@@ -24,4 +24,104 @@ pub fn sdpa(q: &Array, k: &Array, v: &Array, scale: f32, mask: &AttentionMask) -
         AttentionMask::Array(m) => Some(ScaledDotProductAttentionMask::Array(m)),
     };
     Ok(fast::scaled_dot_product_attention(q, k, v, scale, mask, None)?)
+}
+
+/// Attention over what the cache handed back. Quantized keys/values are
+/// attended with quantized matmuls (scores = q·Kᵀ and out = p·V straight from
+/// the packed storage): on MLX's CPU backend that is 1.3–2.8× faster than
+/// dequantizing the history first (scripts/bench/quantized_attention.py).
+pub fn attend(q: &Array, kv: KvView, scale: f32, mask: &AttentionMask) -> Result<Array> {
+    let (keys, values, spec) = match kv {
+        KvView::Float(k, v) => return sdpa(q, &k, &v, scale, mask),
+        KvView::Quantized { keys, values, spec } => (keys, values, spec),
+    };
+    // Grouped-query attention: each KV head serves `repeats` query heads.
+    let (b, heads, l, d) = (q.dim(0), q.dim(1), q.dim(2), q.dim(3));
+    let kv_heads = keys[0].dim(1);
+    let repeats = heads / kv_heads;
+    let q = q.multiply(Array::from_f32(scale))?.reshape(&[b, kv_heads, repeats, l, d])?;
+    let grouped = |parts: [Array; 3]| -> Result<[Array; 3]> {
+        let [w, s, z] = parts;
+        Ok([w.expand_dims(2)?, s.expand_dims(2)?, z.expand_dims(2)?])
+    };
+    let [kw, ks, kb] = grouped(keys)?;
+    let [vw, vs, vb] = grouped(values)?;
+    let scores = ops::quantized_matmul(&q, &kw, &ks, &kb, true, spec.group_size, spec.bits)?;
+    let t = scores.dim(-1);
+    let scores = match mask {
+        AttentionMask::None => scores,
+        AttentionMask::Causal => {
+            // Query i (of the last l positions) sees keys up to t - l + i.
+            let rows = ops::arange::<_, i32>(t - l, t, None)?.reshape(&[l, 1])?;
+            let cols = ops::arange::<_, i32>(None, t, None)?.reshape(&[1, t])?;
+            masked(&scores, &rows.ge(&cols)?)?
+        }
+        AttentionMask::Array(m) => {
+            // [B, 1, L, T] (or broadcastable) → one more axis for the repeats.
+            let m = if m.ndim() == 4 { m.expand_dims(2)? } else { m.clone() };
+            if m.dtype() == mlx_rs::Dtype::Bool {
+                masked(&scores, &m)?
+            } else {
+                scores.add(&m)?
+            }
+        }
+    };
+    let p = ops::softmax_axis(&scores, -1, true)?;
+    let out = ops::quantized_matmul(&p, &vw, &vs, &vb, false, spec.group_size, spec.bits)?;
+    Ok(out.reshape(&[b, heads, l, d])?)
+}
+
+/// Hidden positions get the lowest float, so softmax gives them no weight.
+fn masked(scores: &Array, visible: &Array) -> Result<Array> {
+    let lowest = Array::from_f32(f32::MIN).as_dtype(scores.dtype())?;
+    Ok(ops::select(visible, scores, &lowest)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::weights::QuantSpec;
+
+    fn max_abs_diff(a: &Array, b: &Array) -> f32 {
+        a.subtract(b).unwrap().abs().unwrap().max(None).unwrap().item::<f32>()
+    }
+
+    /// Quantized-matmul attention equals dequantize-then-sdpa over the same
+    /// stored keys/values, for every kind of mask.
+    #[test]
+    fn quantized_attention_equals_attention_over_the_dequantized_cache() {
+        let (b, heads, kv_heads, t, d) = (2, 6, 2, 40, 64);
+        let normal = |shape: &[i32], seed: u64| {
+            mlx_rs::random::normal::<f32>(shape, None, None, &mlx_rs::random::key(seed).unwrap()).unwrap()
+        };
+        let k = normal(&[b, kv_heads, t, d], 1);
+        let v = normal(&[b, kv_heads, t, d], 2);
+        for bits in [8, 4] {
+            let spec = QuantSpec { group_size: 64, bits };
+            let (kw, ks, kb) = ops::quantize(&k, spec.group_size, bits).unwrap();
+            let (vw, vs, vb) = ops::quantize(&v, spec.group_size, bits).unwrap();
+            let kd = ops::dequantize(&kw, &ks, &kb, spec.group_size, bits).unwrap();
+            let vd = ops::dequantize(&vw, &vs, &vb, spec.group_size, bits).unwrap();
+            // Row 1 is left-padded by 5 columns.
+            let cols = ops::arange::<_, i32>(None, t, None).unwrap().reshape(&[1, 1, 1, t]).unwrap();
+            let pads = Array::from_slice(&[0, 5], &[2, 1, 1, 1]);
+            for (l, mask) in [
+                (1, AttentionMask::None),
+                (3, AttentionMask::Causal),
+                (1, AttentionMask::Array(cols.ge(&pads).unwrap())),
+            ] {
+                let q = normal(&[b, heads, l, d], 3);
+                let want = sdpa(&q, &kd, &vd, 0.125, &mask).unwrap();
+                let view = KvView::Quantized {
+                    keys: [kw.clone(), ks.clone(), kb.clone()],
+                    values: [vw.clone(), vs.clone(), vb.clone()],
+                    spec,
+                };
+                let got = attend(&q, view, 0.125, &mask).unwrap();
+                assert_eq!(got.shape(), want.shape());
+                let diff = max_abs_diff(&got, &want);
+                assert!(diff < 1e-4, "{bits}-bit, L={l}: max |diff| {diff}");
+            }
+        }
+    }
 }

@@ -107,8 +107,8 @@ impl Attention {
         let v = split_heads(self.v_proj.forward(x)?, self.kv_heads)?;
         let q = rope.rotate(&q, rotation)?;
         let k = rope.rotate(&k, rotation)?;
-        let (k, v) = cache.update(layer, k, v)?;
-        let o = attention::sdpa(&q, &k, &v, self.scale, &step.mask)?;
+        let kv = cache.update_view(layer, k, v)?;
+        let o = attention::attend(&q, kv, self.scale, &step.mask)?;
         let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, self.heads * self.head_dim])?;
         self.o_proj.forward(&o)
     }
