@@ -120,10 +120,15 @@ pub async fn pump(
             }
         }
     };
-    let outcome = match (reason, &error) {
+    // the code is stored with the message: the UI explains a failure by its
+    // code (INVALID_IMAGE, CONTEXT_LENGTH_EXCEEDED…), never by its wording
+    let outcome = match (reason, error) {
         (FinishReason::Cancelled, _) => ReplyOutcome::Interrupted,
-        (_, Some(e)) => ReplyOutcome::Error(e.message.clone()),
-        (FinishReason::Error, None) => ReplyOutcome::Error("the engine stopped before the reply was finished".into()),
+        (_, Some(e)) => ReplyOutcome::Failed { code: e.code, message: e.message },
+        (FinishReason::Error, None) => ReplyOutcome::Failed {
+            code: "ENGINE_STOPPED".into(),
+            message: "the engine stopped before the reply was finished".into(),
+        },
         _ => ReplyOutcome::Complete,
     };
     let (content, reasoning) = text.lock().unwrap().clone();

@@ -1,11 +1,11 @@
 //! The model gallery (catalog + what is on disk), loading and unloading the
 //! engine, and downloads. Status changes go out as `engine-status` events,
 //! download progress as `download-progress`, the end as `download-done`.
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use engine::handle::EngineHandle;
-use hub::{CatalogModel, LocalModel, ModelSource, ScanConfig};
+use hub::{CatalogModel, LocalModel, ModelFormat, ModelSource, ScanConfig};
 use serde::Serialize;
 use tauri::{AppHandle, Emitter, Runtime};
 
@@ -26,6 +26,32 @@ pub async fn scan(state: &AppState) -> Vec<LocalModel> {
     tokio::task::spawn_blocking(move || config.scan()).await.unwrap_or_default()
 }
 
+/// Whether the model folder at `path` can see images: its config.json
+/// describes a vision tower (`vision_config`, as Hugging Face and
+/// mlx-community VL checkpoints have) or names a vision-language
+/// architecture. A missing or unreadable config is a no: the scan already
+/// reports why such a model cannot be used.
+pub fn sees_images(path: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(path.join("config.json")) else { return false };
+    let Ok(config) = serde_json::from_str::<serde_json::Value>(&text) else { return false };
+    let vl_type = config.get("model_type").and_then(|t| t.as_str()).is_some_and(|t| t.ends_with("_vl"));
+    vl_type || config.get("vision_config").is_some_and(|v| v.is_object())
+}
+
+/// A model on disk as the gallery shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LocalEntry {
+    #[serde(flatten)]
+    pub model: LocalModel,
+    /// It can see images (config.json has a vision tower); GGUF files never do here.
+    pub vision: bool,
+}
+
+fn local_entry(model: LocalModel) -> LocalEntry {
+    let vision = model.format == ModelFormat::Folder && sees_images(&model.path);
+    LocalEntry { model, vision }
+}
+
 /// A catalog entry as the gallery shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct GalleryEntry {
@@ -42,7 +68,7 @@ pub struct GalleryEntry {
 pub struct Gallery {
     pub catalog: Vec<GalleryEntry>,
     /// Everything found on disk, catalog models included.
-    pub local: Vec<LocalModel>,
+    pub local: Vec<LocalEntry>,
     pub models_dir: PathBuf,
     pub hf_cache_dir: Option<PathBuf>,
     /// Bytes all models on disk take.
@@ -75,8 +101,11 @@ pub async fn gallery(state: &AppState) -> Gallery {
             }
         })
         .collect();
+    let local = tokio::task::spawn_blocking(move || local.into_iter().map(local_entry).collect::<Vec<_>>())
+        .await
+        .unwrap_or_default();
     Gallery {
-        disk_bytes: local.iter().map(|m| m.size_bytes).sum(),
+        disk_bytes: local.iter().map(|m| m.model.size_bytes).sum(),
         catalog,
         local,
         models_dir: state.paths.models_dir.clone(),
@@ -122,12 +151,15 @@ pub async fn load<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &st
     });
     let path = model.path.clone();
     let config = settings.engine_config();
-    let started = tokio::task::spawn_blocking(move || EngineHandle::start(&path, config)).await;
+    let started = tokio::task::spawn_blocking(move || {
+        EngineHandle::start(&path, config).map(|handle| (handle, sees_images(&path)))
+    })
+    .await;
     let started = match started {
         Ok(r) => r.map_err(AppError::from),
         Err(e) => Err(AppError::new("LOAD_ABORTED", e.to_string())),
     };
-    let handle = match started {
+    let (handle, vision) = match started {
         Ok(h) => h,
         Err(e) => {
             set_status(app, state, |s| {
@@ -139,6 +171,10 @@ pub async fn load<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &st
         }
     };
     let info = handle.model_info().clone();
+    // the scan's name (`owner/name` in the Hugging Face cache, the entry in
+    // the models folder), not the engine's: that is the folder's name, which
+    // in the cache is a snapshot's commit hash
+    let name = model.name.clone();
     if let Some(previous) = state.engine.set_engine(Some(handle)) {
         let _ = tokio::task::spawn_blocking(move || previous.shutdown()).await;
     }
@@ -151,11 +187,12 @@ pub async fn load<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &st
         s.knobs = Some(settings.engine_knobs());
         s.model = Some(LoadedModel {
             id: id.to_string(),
-            name: info.name.clone(),
+            name,
             path: info.path.display().to_string(),
             architecture: info.architecture.clone(),
             quantization: info.stored_quantization.clone(),
             max_context: info.shape.max_context,
+            vision,
         });
     });
     Ok(state.status())

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use engine::testing::{write_tiny_llama, TinyLlama};
+use engine::testing::{write_tiny_llama, write_tiny_qwen2_vl, QwenVlVariant, TinyLlama, TinyQwenVl};
 use serde_json::{json, Value};
 use tauri::ipc::{CallbackFn, InvokeBody};
 use tauri::test::{get_ipc_response, mock_builder, mock_context, noop_assets, INVOKE_KEY};
@@ -253,6 +253,70 @@ fn an_image_is_stored_and_a_text_only_model_answers_with_a_clear_error() {
     let reply = h.finished_reply(chat);
     assert_eq!(reply["status"], "error", "{reply}");
     assert!(!reply["error"].as_str().unwrap().is_empty());
+    // the engine's code is kept with the reply (the UI explains by it), and
+    // the status says the model cannot see images
+    assert_eq!(reply["error_code"], "INVALID_REQUEST", "{reply}");
+    assert_eq!(h.ok("engine_status", json!({}))["model"]["vision"], false);
+    let listed = h.ok("list_messages", json!({"chatId": chat}));
+    assert_eq!(listed[1]["error_code"], "INVALID_REQUEST", "{listed}");
+}
+
+/// A PNG header followed by junk: the store takes it (it checks the magic
+/// bytes only), the engine cannot decode it.
+fn broken_png() -> Vec<u8> {
+    let mut bytes = PNG[..16].to_vec();
+    bytes.extend_from_slice(&[0x5A; 64]);
+    bytes
+}
+
+#[test]
+fn a_vision_model_sees_an_image_reuses_its_features_and_names_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_models(dir.path());
+    write_tiny_qwen2_vl(&dir.path().join("models").join("tiny-vl"), &TinyQwenVl::new(QwenVlVariant::Qwen2Vl)).unwrap();
+    let h = harness(dir.path());
+
+    // the gallery says which local models can see images (config.json's vision tower)
+    let g = h.ok("list_models", json!({}));
+    let local = g["local"].as_array().unwrap();
+    let vl = local.iter().find(|m| m["id"] == "dir:tiny-vl").expect("the VL model is found");
+    assert_eq!(vl["vision"], true, "{vl}");
+    assert_eq!(vl["supported"], true, "{vl}");
+    assert_eq!(local.iter().find(|m| m["id"] == "dir:tiny").unwrap()["vision"], false);
+
+    let status = h.ok("load_model", json!({"id": "dir:tiny-vl"}));
+    assert_eq!(status["state"], "ready", "{status}");
+    assert_eq!(status["model"]["vision"], true, "{status}");
+    h.settings(|_| {});
+    let image = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/engine/tests/fixtures/images/qwen_parity_320x240.png"),
+    )
+    .unwrap();
+    let sha =
+        h.call_body("add_attachment_bytes", InvokeBody::Raw(image)).unwrap()["sha256"].as_str().unwrap().to_string();
+    let chat = h.new_chat();
+    h.send(chat, "What is in this picture?", &[&sha]);
+    let first = h.finished_reply(chat);
+    assert_eq!(first["status"], "complete", "{first}");
+    assert_eq!(first["error_code"], Value::Null);
+    let vision = h.ok("engine_stats", json!({}))["engine"]["vision_cache"].clone();
+    assert_eq!((vision["hits"].as_u64(), vision["misses"].as_u64()), (Some(0), Some(1)), "{vision}");
+
+    // the image stays in the history: the next turn sends it again, and the
+    // engine takes its features from the cache instead of encoding it anew
+    h.send(chat, "And what colour is it?", &[]);
+    let second = h.finished_reply(chat);
+    assert_eq!(second["status"], "complete", "{second}");
+    let vision = h.ok("engine_stats", json!({}))["engine"]["vision_cache"].clone();
+    assert_eq!((vision["hits"].as_u64(), vision["misses"].as_u64()), (Some(1), Some(1)), "{vision}");
+
+    // an image the engine cannot decode fails the reply with INVALID_IMAGE
+    let bad = h.call_body("add_attachment_bytes", InvokeBody::Raw(broken_png())).unwrap();
+    let other = h.new_chat();
+    h.send(other, "And this one?", &[bad["sha256"].as_str().unwrap()]);
+    let failed = h.finished_reply(other);
+    assert_eq!(failed["status"], "error", "{failed}");
+    assert_eq!(failed["error_code"], "INVALID_IMAGE", "{failed}");
 }
 
 #[test]
