@@ -1,6 +1,7 @@
 //! Continuous batching: requests, per-sequence state, and the scheduler that
 //! lets new requests join a batch that is already decoding.
 pub mod images;
+pub mod prefill;
 pub mod request;
 pub mod scheduler;
 pub mod sequence;

@@ -2,8 +2,9 @@
 //! 1. drops sequences whose caller went away or cancelled;
 //! 2. prefills waiting prompts in chunks of at most [`PREFILL_CHUNK`] tokens,
 //!    within a per-step token budget — a long prompt takes several steps, so
-//!    the running batch keeps streaming meanwhile; a prompt that completes
-//!    samples its first token and joins the batch;
+//!    the running batch keeps streaming meanwhile; the chunks of several
+//!    waiting prompts share one forward pass (right-padded, `batch/prefill.rs`);
+//!    a prompt that completes samples its first token and joins the batch;
 //! 3. runs one decode step for every running sequence in one forward pass
 //!    (left-padded batch cache), reading back only the sampled tokens;
 //! 4. drops finished sequences at once.
@@ -15,13 +16,14 @@ use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::images::{self, ImageContext};
+use super::prefill::{self, PassRow};
 use super::request::{Event, FinishReason, Prompt, Request, RequestId};
 use super::sequence::{Sequence, SequenceParts};
 use crate::cache::rope_shift::RopeShifted;
 use crate::cache::{BatchKvCache, KvCache, KvQuantization, PrefixCache, PrefixCacheStats, SimpleKvCache};
 use crate::error::{Error, Result};
-use crate::generate::{prefill_chunk, PREFILL_CHUNK};
-use crate::model::{layers::last_position, LoadedModel};
+use crate::generate::PREFILL_CHUNK;
+use crate::model::LoadedModel;
 use crate::sample::Sampler;
 use crate::stop::{thinking_tags_for_template, tool_call_tags_for_template, MatcherConfig, StreamMatcher};
 use crate::tokenizer::prompt_opens_thinking;
@@ -66,6 +68,12 @@ pub struct EngineStats {
     pub peak_memory_bytes: usize,
     /// Decode steps run since start.
     pub decode_steps: u64,
+    /// Prefill forward passes run since start, the prompt chunks they ran
+    /// (more chunks than passes: prompts shared passes), and the padding
+    /// tokens those passes computed for nothing.
+    pub prefill_passes: u64,
+    pub prefill_chunks: u64,
+    pub prefill_padding_tokens: u64,
     pub prefix_cache: PrefixCacheStats,
     pub vision_cache: VisionCacheStats,
     /// What KV quantization is doing, in words (also why it does not apply).
@@ -86,6 +94,9 @@ pub struct Scheduler {
     vision_cache: VisionFeatureCache,
     cancelled: Vec<RequestId>,
     decode_steps: u64,
+    prefill_passes: u64,
+    prefill_rows: u64,
+    prefill_padding: u64,
     /// Tokens sampled by the last decode step and not read back yet, for the
     /// first `.1` rows of `running` (rows that joined since come after them).
     /// The next step is queued on these before they are read, so reading,
@@ -130,6 +141,9 @@ impl Scheduler {
             cache: BatchKvCache::with_quantization(shape.num_layers, kv_quantization),
             cancelled: Vec::new(),
             decode_steps: 0,
+            prefill_passes: 0,
+            prefill_rows: 0,
+            prefill_padding: 0,
             in_flight: None,
             kv_quantization,
             kv_quantization_status,
@@ -248,6 +262,9 @@ impl Scheduler {
             active_memory_bytes: mlx_rs::memory::active_memory().unwrap_or(0),
             peak_memory_bytes: mlx_rs::memory::peak_memory().unwrap_or(0),
             decode_steps: self.decode_steps,
+            prefill_passes: self.prefill_passes,
+            prefill_chunks: self.prefill_rows,
+            prefill_padding_tokens: self.prefill_padding,
             prefix_cache: self.prefix_cache.stats(),
             vision_cache: self.vision_cache.stats(),
             kv_quantization: self.kv_quantization_status.clone(),
@@ -320,61 +337,97 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Prefills waiting prompts, a pass at a time, until the step's budget
+    /// (padded tokens) is spent or the batch is full. Each pass takes, oldest
+    /// first, as many waiting sequences as fit (see [`prefill::chunk_for`]),
+    /// so prompts that arrive together share forward passes.
     fn prefill_within_budget(&mut self) -> Result<()> {
         let mut budget = self.config.prefill_budget.max(1);
+        let mut passes = 0;
         while budget > 0 && self.running.len() < self.config.max_running {
+            let Some(next) = self.waiting.front() else { break };
+            // A pass has a fixed cost; a few leftover tokens of budget are not
+            // worth one unless they finish a prompt. The next step has a full budget.
+            if passes > 0 && budget < prefill::MIN_LATER_PASS.min(next.prompt_remaining()) {
+                break;
+            }
+            passes += 1;
+            let rows = self.take_pass_rows(budget, self.config.max_running - self.running.len());
+            let width = rows.iter().map(|r| r.n).max().unwrap_or(0);
+            let padded = rows.len() * width;
+            budget = budget.saturating_sub(padded);
+            self.prefill_passes += 1;
+            self.prefill_rows += rows.len() as u64;
+            self.prefill_padding += (padded - rows.iter().map(|r| r.n).sum::<usize>()) as u64;
+            self.run_prefill_pass(rows)?;
+        }
+        Ok(())
+    }
+
+    /// Pops the waiting sequences of the next pass, with their chunk sizes.
+    fn take_pass_rows(&mut self, budget: usize, slots: usize) -> Vec<PassRow> {
+        let mut rows: Vec<PassRow> = Vec::new();
+        let mut width = 0;
+        while rows.len() < slots {
             let Some(mut seq) = self.waiting.pop_front() else { break };
             if seq.prefill_cache.is_none() {
                 self.reuse_prefix(&mut seq);
             }
-            seq.mark_prefill_started();
-            let n = seq.prompt_remaining().min(PREFILL_CHUNK).min(budget);
-            budget -= n;
-            match self.prefill_chunk(&mut seq, n) {
-                Ok(None) => self.waiting.push_front(seq),
-                Ok(Some(first)) => self.join_batch(seq, first)?,
-                Err(e) => {
-                    seq.send_error(&e);
-                    seq.finish(FinishReason::Error, &self.loaded.tokenizer);
+            match prefill::chunk_for(seq.prompt_remaining(), rows.len(), width, budget) {
+                Some(n) => {
+                    seq.mark_prefill_started();
+                    width = width.max(n);
+                    rows.push(PassRow { seq, n });
+                }
+                None => {
+                    self.waiting.push_front(seq);
+                    break;
+                }
+            }
+        }
+        rows
+    }
+
+    /// Runs one pass; complete rows join the decoding batch, the others go
+    /// back to the front of the queue in their order. An MLX error fails
+    /// every row of the pass (their caches went into it), and only them.
+    fn run_prefill_pass(&mut self, mut rows: Vec<PassRow>) -> Result<()> {
+        match prefill::run_pass(self.loaded.model.as_ref(), &mut rows) {
+            Ok(firsts) => {
+                let mut unfinished = Vec::new();
+                for (row, first) in rows.into_iter().zip(firsts) {
+                    match first {
+                        Some(token) => self.join_batch(row.seq, token)?,
+                        None => unfinished.push(row.seq),
+                    }
+                }
+                for seq in unfinished.into_iter().rev() {
+                    self.waiting.push_front(seq);
+                }
+            }
+            Err(e) => {
+                for row in rows {
+                    row.seq.send_error(&e);
+                    row.seq.finish(FinishReason::Error, &self.loaded.tokenizer);
                 }
             }
         }
         Ok(())
     }
 
-    /// Starts `seq` from the longest kept prefix of its prompt, if any.
+    /// Starts `seq` from the longest kept prefix of its prompt, if any. On a
+    /// miss it gets an empty cache, so it is looked up once, not at every
+    /// pass it waits for.
     fn reuse_prefix(&mut self, seq: &mut Sequence) {
-        if let Some(hit) = self.prefix_cache.lookup(&seq.prefix_key(seq.prompt_len)) {
-            seq.prefill_cache = Some(SimpleKvCache::from_layers(hit.layers, hit.len as i32));
-            seq.prefilled = hit.len;
-            seq.cached_prompt_tokens = hit.len;
-        }
-    }
-
-    /// Runs `n` more prompt tokens of `seq` through its own cache. When the
-    /// prompt is complete, returns the first token, sampled from the prefill
-    /// logits (it is never lost).
-    fn prefill_chunk(&self, seq: &mut Sequence, n: usize) -> Result<Option<u32>> {
-        let model = self.loaded.model.as_ref();
-        let cache = seq.prefill_cache.get_or_insert_with(|| SimpleKvCache::new(model.shape().num_layers));
-        let last = match &seq.images {
-            None => prefill_chunk(model, cache, &seq.tokens[seq.prefilled..seq.prefilled + n])?,
-            Some(images) => {
-                let prompt = &seq.tokens[..seq.prompt_len];
-                let embeddings = images.embeddings(model, prompt, seq.prefilled, n)?;
-                let mut positioned = RopeShifted::explicit(cache, images.positions(seq.prefilled, n)?);
-                last_position(&model.forward_embeddings(embeddings, &mut positioned)?)?
+        let layers = self.loaded.model.shape().num_layers;
+        match self.prefix_cache.lookup(&seq.prefix_key(seq.prompt_len)) {
+            Some(hit) => {
+                seq.prefill_cache = Some(SimpleKvCache::from_layers(hit.layers, hit.len as i32));
+                seq.prefilled = hit.len;
+                seq.cached_prompt_tokens = hit.len;
             }
-        };
-        seq.prefilled += n;
-        if seq.prompt_remaining() > 0 {
-            last.eval()?;
-            return Ok(None);
+            None => seq.prefill_cache = Some(SimpleKvCache::new(layers)),
         }
-        let logits = model.logits(&last)?.reshape(&[1, -1])?;
-        let token = seq.sampler.sample(&logits, &seq.tokens, None)?;
-        token.eval()?;
-        Ok(Some(token.as_slice::<i32>()[0] as u32))
     }
 
     /// Streams the first token and moves the sequence's cache into the batch.

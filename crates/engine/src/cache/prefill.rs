@@ -91,7 +91,9 @@ impl PrefillBatchCache {
             let (row, start, end) = (b as i32, self.prefix - offset, self.prefix + n);
             let layers = written
                 .iter()
-                .map(|(k, v)| (k.index((row..row + 1, .., start..end, ..)), v.index((row..row + 1, .., start..end, ..))))
+                .map(|(k, v)| {
+                    (k.index((row..row + 1, .., start..end, ..)), v.index((row..row + 1, .., start..end, ..)))
+                })
                 .collect();
             out.push(SimpleKvCache::from_layers(layers, offset + n));
         }
@@ -194,7 +196,8 @@ mod tests {
             _ => panic!("rows at different offsets need per-row RoPE"),
         }
         // Chunk values: row r, column i holds 10 * (r + 1) + i.
-        let chunk: Vec<f32> = (0..3).flat_map(|r| (0..4).flat_map(move |i| [10.0 * (r + 1) as f32 + i as f32; 2])).collect();
+        let chunk: Vec<f32> =
+            (0..3).flat_map(|r| (0..4).flat_map(move |i| [10.0 * (r + 1) as f32 + i as f32; 2])).collect();
         let chunk = Array::from_slice(&chunk, &[3, 1, 4, 2]);
         let (k, _) = batch.update(0, chunk.clone(), chunk).unwrap();
         assert_eq!(k.shape(), &[3, 1, 7, 2]);

@@ -1,0 +1,184 @@
+//! Batched prefill: the next prompt chunks of several waiting sequences in
+//! one forward pass, right-padded to the longest chunk (see
+//! [`PrefillBatchCache`] for the cache layout and the mask).
+//!
+//! A sequence's prefill state (its own cache, how far its prompt got) stays
+//! on the [`Sequence`]; a pass borrows the caches, runs, and gives each row
+//! back exactly its real tokens. One row is the same code with no padding.
+//!
+//! Text rows feed token ids `[B, L]`. When any row has images, every row
+//! feeds embeddings (image rows with their features spliced in) and explicit
+//! M-RoPE positions `[3, B, L]`; a text row's are `offset + i` on all three
+//! axes, which is ordinary RoPE.
+use mlx_rs::{ops, ops::indexing::IndexOp, Array};
+
+use super::sequence::Sequence;
+use crate::cache::rope_shift::RopeShifted;
+use crate::cache::{PrefillBatchCache, SimpleKvCache};
+use crate::error::Result;
+use crate::generate::PREFILL_CHUNK;
+use crate::model::LanguageModel;
+
+/// The least budget left worth a second pass in the same scheduler step
+/// (unless it completes a prompt).
+pub const MIN_LATER_PASS: usize = 32;
+
+/// The chunk a sequence with `remaining` prompt tokens gets in a pass that
+/// already has `rows` rows of width `width` (0 for the first row), or `None`
+/// when it does not fit `budget`. The budget counts padded tokens
+/// (`rows × width`): that is what the pass computes, and the budget is there
+/// to bound how long running streams wait between two decode steps. A row
+/// may take a shorter chunk than it could to fit, never one that would cut
+/// the rows already in (the width cannot shrink).
+pub fn chunk_for(remaining: usize, rows: usize, width: usize, budget: usize) -> Option<usize> {
+    let want = remaining.min(PREFILL_CHUNK);
+    if want == 0 {
+        return None;
+    }
+    if rows == 0 {
+        // The first row always gets something (a budget of 0 is taken as 1).
+        return Some(want.min(budget.max(1)));
+    }
+    let k = rows + 1;
+    if k * want.max(width) <= budget {
+        return Some(want);
+    }
+    // Trimmed so the pass stays within budget, if that keeps the width.
+    let most = budget / k;
+    (most >= width && most >= 1).then(|| want.min(most))
+}
+
+/// One row of a pass: a sequence and how many of its prompt tokens to run.
+pub struct PassRow {
+    pub seq: Sequence,
+    pub n: usize,
+}
+
+/// Runs one pass over `rows` (each `n` ≥ 1, not past its prompt). Each row's
+/// cache then holds `n` more tokens and its `prefilled` advances; a row whose
+/// prompt is complete gets its first token, sampled from its last real
+/// position by its own sampler. On an error the rows' caches are gone (the
+/// caller fails every row of the pass).
+pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<Option<u32>>> {
+    let num_layers = model.shape().num_layers;
+    let b = rows.len() as i32;
+    let width = rows.iter().map(|r| r.n).max().expect("a pass has rows") as i32;
+    let caches: Vec<SimpleKvCache> =
+        rows.iter_mut().map(|r| r.seq.prefill_cache.take().unwrap_or_else(|| SimpleKvCache::new(num_layers))).collect();
+    let mut cache = PrefillBatchCache::gather(caches, num_layers)?;
+
+    let hidden = if rows.iter().any(|r| r.seq.images.is_some()) {
+        let mut embeddings = Vec::with_capacity(rows.len());
+        let mut positions = Vec::with_capacity(rows.len());
+        for r in rows.iter() {
+            let (start, n) = (r.seq.prefilled, r.n);
+            let (e, p) = match &r.seq.images {
+                Some(images) => {
+                    let prompt = &r.seq.tokens[..r.seq.prompt_len];
+                    (images.embeddings(model, prompt, start, n)?, images.positions(start, n)?)
+                }
+                None => {
+                    let e = model.embed(&ids_row(&r.seq.tokens[start..start + n], n as i32))?;
+                    let p: Vec<i32> = (0..3).flat_map(|_| start as i32..(start + n) as i32).collect();
+                    (e, Array::from_slice(&p, &[3, 1, n as i32]))
+                }
+            };
+            embeddings.push(pad_axis(e, 1, width)?);
+            // Padding positions are never seen by a real query; zeros will do.
+            positions.push(pad_axis(p, 2, width)?);
+        }
+        let embeddings = concat_or_one(embeddings, 0)?;
+        let positions = concat_or_one(positions, 1)?;
+        model.forward_embeddings(embeddings, &mut RopeShifted::explicit(&mut cache, positions))?
+    } else {
+        let mut ids = Vec::with_capacity((b * width) as usize);
+        for r in rows.iter() {
+            let chunk = &r.seq.tokens[r.seq.prefilled..r.seq.prefilled + r.n];
+            ids.extend(chunk.iter().map(|&t| t as i32));
+            // Right padding: any valid id, its keys are masked off.
+            ids.extend(std::iter::repeat_n(0, width as usize - r.n));
+        }
+        let ids = Array::from_slice(&ids, &[b, width]);
+        model.forward_embeddings(model.embed(&ids)?, &mut cache)?
+    };
+
+    // Each row's last real position, `[B, 1, D]`.
+    let d = hidden.dim(2);
+    let last_index: Vec<i32> = rows.iter().enumerate().map(|(i, r)| i as i32 * width + r.n as i32 - 1).collect();
+    let last =
+        hidden.reshape(&[b * width, d])?.take_axis(Array::from_slice(&last_index, &[b]), 0)?.reshape(&[b, 1, d])?;
+
+    let chunks: Vec<i32> = rows.iter().map(|r| r.n as i32).collect();
+    for (r, c) in rows.iter_mut().zip(cache.split(&chunks)?) {
+        r.seq.prefill_cache = Some(c);
+        r.seq.prefilled += r.n;
+    }
+
+    // Logits row by row, as a lone sequence computes them: only complete rows need them.
+    let mut sampled: Vec<Option<Array>> = Vec::with_capacity(rows.len());
+    for (i, r) in rows.iter_mut().enumerate() {
+        if r.seq.prompt_remaining() > 0 {
+            sampled.push(None);
+            continue;
+        }
+        let row = last.index(i as i32..i as i32 + 1);
+        let logits = model.logits(&row)?.reshape(&[1, -1])?;
+        sampled.push(Some(r.seq.sampler.sample(&logits, &r.seq.tokens, None)?));
+    }
+    // One evaluation for the whole pass (the rows' KV is part of its graph).
+    let mut outputs: Vec<&Array> = sampled.iter().flatten().collect();
+    outputs.push(&last);
+    mlx_rs::transforms::eval(outputs)?;
+    Ok(sampled.iter().map(|s| s.as_ref().map(|t| t.as_slice::<i32>()[0] as u32)).collect())
+}
+
+/// `[1, n]` int32 token ids.
+fn ids_row(tokens: &[u32], n: i32) -> Array {
+    let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+    Array::from_slice(&ids, &[1, n])
+}
+
+/// Zero-pads axis `axis` of `x` at the end to `to` entries.
+fn pad_axis(x: Array, axis: usize, to: i32) -> Result<Array> {
+    let have = x.dim(axis as i32);
+    if have == to {
+        return Ok(x);
+    }
+    let mut shape = x.shape().to_vec();
+    shape[axis] = to - have;
+    let zeros = ops::zeros_dtype(&shape, x.dtype())?;
+    Ok(ops::concatenate(&[&x, &zeros], axis as i32)?)
+}
+
+fn concat_or_one(parts: Vec<Array>, axis: i32) -> Result<Array> {
+    if parts.len() == 1 {
+        return Ok(parts.into_iter().next().expect("one part"));
+    }
+    Ok(ops::concatenate(&parts, axis)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_row_always_gets_a_chunk() {
+        assert_eq!(chunk_for(2000, 0, 0, 512), Some(PREFILL_CHUNK));
+        assert_eq!(chunk_for(2000, 0, 0, 100), Some(100));
+        assert_eq!(chunk_for(30, 0, 0, 0), Some(1));
+        assert_eq!(chunk_for(0, 0, 0, 512), None);
+    }
+
+    #[test]
+    fn later_rows_count_padding() {
+        // Three rows of 100 and a fourth of 120: 4 × 120 fits 512.
+        assert_eq!(chunk_for(120, 3, 100, 512), Some(120));
+        // A fifth of 120 does not (5 × 120); trimmed to 102 it would.
+        assert_eq!(chunk_for(120, 4, 100, 512), Some(102));
+        // Trimming below the current width would cut the other rows: no.
+        assert_eq!(chunk_for(120, 4, 110, 512), None);
+        // A short row beside a 512-token chunk needs room for 2 × 512.
+        assert_eq!(chunk_for(40, 1, 512, 512), None);
+        assert_eq!(chunk_for(40, 1, 512, 1024), Some(40));
+    }
+}
