@@ -36,7 +36,8 @@ pub enum StreamEvent {
         error: AppError,
     },
     Finished {
-        message: Message,
+        /// Boxed: a message is far larger than the other events (serialized the same).
+        message: Box<Message>,
     },
 }
 
@@ -134,7 +135,7 @@ pub async fn pump(
     let (content, reasoning) = text.lock().unwrap().clone();
     let stats = message_stats(reason, &stats);
     let message = store.finish_reply(reply, &content, &reasoning, Some(&stats), outcome).await?;
-    send(StreamEvent::Finished { message: message.clone() });
+    send(StreamEvent::Finished { message: Box::new(message.clone()) });
     Ok(message)
 }
 

@@ -122,7 +122,7 @@ impl Settings {
     }
 
     pub fn engine_config(&self) -> EngineConfig {
-        let kv_quantization = (self.kv_bits != 0).then(|| KvQuantization {
+        let kv_quantization = (self.kv_bits != 0).then_some(KvQuantization {
             bits: self.kv_bits as i32,
             group_size: self.kv_group_size,
             start: KV_START,
