@@ -30,6 +30,8 @@ export interface Message {
   model: string | null;
   status: MessageStatus;
   error: string | null;
+  /** The failure's stable code (INVALID_IMAGE, CONTEXT_LENGTH_EXCEEDED, …); null for replies stored before codes were kept. */
+  error_code?: string | null;
   created_at: number;
   updated_at: number;
 }
@@ -47,6 +49,8 @@ export interface Sent { user: Message; reply: StartedReply }
 
 export interface LoadedModel {
   id: string; name: string; path: string; architecture: string; quantization: string | null; max_context: number;
+  /** It can see images (a vision-language model). */
+  vision: boolean;
 }
 export interface EngineKnobs { kv_bits: number; kv_group_size: number; max_context: number; max_running: number }
 export interface EngineStatus {
@@ -79,6 +83,8 @@ export interface LocalModel {
   id: string; name: string; path: string; format: 'folder' | 'gguf'; size_bytes: number;
   architecture: string | null; supported: boolean; partial: boolean; error: string | null;
   location: { kind: string };
+  /** config.json describes a vision tower: the model can see images. */
+  vision: boolean;
 }
 export interface Gallery {
   catalog: CatalogEntry[]; local: LocalModel[]; models_dir: string; hf_cache_dir: string | null; disk_bytes: number;

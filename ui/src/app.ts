@@ -74,7 +74,7 @@ export class App {
     this.renderNav();
     this.showPage();
     await this.reloadMessages();
-    await events.engineStatus((s) => { this.status = s; this.models.setStatus(s); this.renderStatus(); this.renderHeader(); });
+    await events.engineStatus((s) => { this.setStatus(s); this.renderStatus(); this.renderHeader(); });
     await events.downloadProgress((p) => this.models.onProgress(p));
     await events.downloadDone((d) => {
       this.models.onDone(d.id);
@@ -87,8 +87,7 @@ export class App {
       over: (on) => { this.dropOverlay.hidden = !on; },
       drop: (paths) => { this.dropOverlay.hidden = true; if (this.page !== 'chat') this.go('chat'); void this.composer.addPaths(paths); },
     });
-    this.status = await api.engineStatus();
-    this.models.setStatus(this.status);
+    this.setStatus(await api.engineStatus());
     this.server = await api.serverStatus();
     // replies that kept running while the page reloaded
     for (const chatId of await api.activeReplies()) {
@@ -99,6 +98,12 @@ export class App {
     this.renderStatus();
     window.setInterval(() => void this.pollStats(), 1000);
     this.composer.focus();
+  }
+
+  private setStatus(s: EngineStatus): void {
+    this.status = s;
+    this.models.setStatus(s);
+    this.chatView.setModelVision(s.model ? s.model.vision : null);
   }
 
   private renderNav(): void {

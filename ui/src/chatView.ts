@@ -23,16 +23,34 @@ export function statsLine(stats: MessageStats | null | undefined): string {
   return parts.join(' · ');
 }
 
-/** Engine error codes in words people use. */
-export function friendlyError(text: string): string {
-  if (/image|vision|INVALID_IMAGE/i.test(text) && /not|support|text-only|cannot/i.test(text)) {
-    return `This model cannot see images. Pick a vision model in Models, or send text only. (${text})`;
+/** What the view knows about the conversation when it explains a failure. */
+export interface ErrorContext {
+  /** The loaded model can see images: true, false, or null when no model is loaded. */
+  modelSeesImages: boolean | null;
+  /** A user message before the failed reply carries an image. */
+  imagesInChat: boolean;
+}
+
+/** A failed reply in words people use, chosen by the error's code (the
+ * engine's stable code, kept with the reply), never by its wording. */
+export function friendlyError(code: string | null | undefined, message: string, ctx: ErrorContext): string {
+  switch (code) {
+    case 'INVALID_REQUEST':
+      // the engine refuses images for a model without a vision tower with a
+      // plain INVALID_REQUEST: only the model tells this case from others
+      if (ctx.imagesInChat && ctx.modelSeesImages === false) {
+        return `This model cannot see images. Pick a vision model in Models, or send text only. (${message})`;
+      }
+      return message;
+    case 'INVALID_IMAGE':
+      return `This image could not be read. Try another file (PNG, JPEG, WebP or GIF). (${message})`;
+    case 'CONTEXT_LENGTH_EXCEEDED':
+      return `The conversation is longer than this model's context. Start a new chat or raise Max context in Settings. (${message})`;
+    case 'ENGINE_STOPPED':
+      return 'The model was unloaded or restarted before the answer was finished.';
+    default:
+      return message;
   }
-  if (/context_length_exceeded|context/i.test(text) && /exceed|long/i.test(text)) {
-    return `The conversation is longer than this model's context. Start a new chat or raise Max context in Settings. (${text})`;
-  }
-  if (/ENGINE_STOPPED|engine stopped/i.test(text)) return 'The model was unloaded or restarted before the answer was finished.';
-  return text;
 }
 
 export class ChatView {
@@ -43,6 +61,7 @@ export class ChatView {
   private liveEl: HTMLElement | null = null;
   private frame = 0;
   private busy = false;
+  private modelSeesImages: boolean | null = null;
 
   constructor(private hooks: ChatViewHooks) {
     this.list = h('div', { class: 'messages', 'data-testid': 'messages' });
@@ -55,6 +74,14 @@ export class ChatView {
     this.busy = !!live && !live.finished;
     this.render();
     this.scrollToEnd();
+  }
+
+  /** The loaded model changed (or its vision is known now): failed replies
+   * are explained with it. */
+  setModelVision(sees: boolean | null): void {
+    if (sees === this.modelSeesImages) return;
+    this.modelSeesImages = sees;
+    if (this.messages.length) this.render();
   }
 
   /** A live reply changed: redraw just its bubble, once per frame. */
@@ -77,7 +104,7 @@ export class ChatView {
     return {
       id: live.replyId ?? -1, chat_id: live.chatId, role: 'assistant', content: live.content,
       reasoning: live.reasoning || null, attachments: [], stats: null, model: live.model,
-      status: live.error ? 'error' : 'streaming', error: live.error?.message ?? null, created_at: Date.now(), updated_at: Date.now(),
+      status: live.error ? 'error' : 'streaming', error: live.error?.message ?? null, error_code: live.error?.code ?? null, created_at: Date.now(), updated_at: Date.now(),
     };
   }
 
@@ -123,7 +150,8 @@ export class ChatView {
         h('summary', {}, thinkingNow ? 'Thinking…' : 'Thought'), text);
     }
     const status = m.status === 'interrupted' ? h('div', { class: 'note' }, 'Stopped before the end.')
-      : m.status === 'error' ? h('div', { class: 'error-note', 'data-testid': 'reply-error' }, friendlyError(m.error ?? 'The reply failed.'))
+      : m.status === 'error' ? h('div', { class: 'error-note', 'data-testid': 'reply-error', 'data-code': m.error_code ?? '' },
+        friendlyError(m.error_code, m.error ?? 'The reply failed.', this.errorContext(m)))
         : null;
     const stats = statsLine(m.stats);
     const copy = h('button', { class: 'link', onclick: () => void navigator.clipboard?.writeText(m.content) }, 'Copy');
@@ -137,6 +165,16 @@ export class ChatView {
         copy,
         last ? h('button', { class: 'link', 'data-testid': 'regenerate', onclick: () => this.hooks.regenerate() }, 'Regenerate') : null,
         stats ? h('span', { class: 'stats', 'data-testid': 'stats' }, stats) : null) : null);
+  }
+
+  private errorContext(reply: Message): ErrorContext {
+    // a live reply is not in the list yet: every message before it counts
+    const end = this.messages.findIndex((m) => m.id === reply.id);
+    const before = end < 0 ? this.messages : this.messages.slice(0, end);
+    return {
+      modelSeesImages: this.modelSeesImages,
+      imagesInChat: before.some((m) => m.role === 'user' && m.attachments.length > 0),
+    };
   }
 
   private scrollToEnd(): void {

@@ -1,6 +1,7 @@
 // The model gallery: the catalog (downloads with per-file and total
 // progress, speed, cancel, resume) and every model found on disk (load,
-// delete, disk use), unsupported architectures marked as such.
+// delete, disk use), unsupported architectures marked as such, and a
+// "Vision" badge on every model that can see images.
 import { api, errorText, type CatalogEntry, type DownloadProgress, type EngineStatus, type Gallery, type LocalModel } from './api';
 import { bytes, percent, rate } from './format';
 import { clear, h } from './dom';
@@ -50,8 +51,10 @@ export class ModelsView {
     this.el.append(h('section', { class: 'card loaded-card', 'data-testid': 'loaded-model' },
       h('div', {},
         h('div', { class: 'label' }, 'Loaded'),
-        h('div', { class: 'title' }, s?.state === 'loading' ? `Loading ${s.loading}…` : s?.model?.name ?? 'No model loaded'),
-        s?.model ? h('div', { class: 'muted' }, `${s.model.architecture} · ${s.model.quantization ?? 'float'} · context ${s.model.max_context}`) : null,
+        h('div', { class: 'title-row' },
+          h('span', { class: 'title' }, s?.state === 'loading' ? `Loading ${s.loading}…` : s?.model?.name ?? 'No model loaded'),
+          s?.model?.vision ? h('span', { class: 'badge', 'data-testid': 'vision-badge' }, 'Vision') : null),
+        s?.model ? h('div', { class: 'muted' }, `${s.model.architecture} · ${s.model.quantization ?? 'float'} · context ${s.model.max_context}${s.model.vision ? '' : ' · text only'}`) : null,
         s?.error ? h('div', { class: 'error-note' }, s.error.message) : null),
       s?.state === 'loading' ? h('div', { class: 'spinner', 'aria-label': 'Loading' }) :
         s?.model ? h('button', { onclick: () => void this.act(() => api.unloadModel()) }, 'Unload') : null));
@@ -105,7 +108,9 @@ export class ModelsView {
     const why = m.error ?? (m.partial ? 'download not finished' : !m.supported ? `${m.architecture ?? 'unknown'} architecture not supported` : null);
     return h('div', { class: 'local-row', 'data-testid': 'local-model', 'data-model-id': m.id },
       h('div', { class: 'local-main' },
-        h('div', { class: 'title' }, m.name),
+        h('div', { class: 'title-row' },
+          h('span', { class: 'title' }, m.name),
+          m.vision ? h('span', { class: 'badge', 'data-testid': 'vision-badge' }, 'Vision') : null),
         h('div', { class: 'muted small' }, `${m.format.toUpperCase()} · ${m.architecture ?? '?'} · ${bytes(m.size_bytes)} · ${m.path}`),
         why ? h('div', { class: 'warn-text small' }, why) : null),
       h('div', { class: 'row-actions' },

@@ -3,6 +3,7 @@ import { clearMocks, mockIPC } from '@tauri-apps/api/mocks';
 import { friendlyError, statsLine, ChatView } from './chatView';
 import { statusItems } from './statusBar';
 import { Composer } from './composer';
+import { ModelsView } from './modelsView';
 import { Sidebar } from './sidebar';
 import type { Chat, Message } from './api';
 
@@ -20,9 +21,37 @@ describe('message details', () => {
     expect(statsLine(null)).toBe('');
   });
 
-  it('explains an image sent to a text-only model', () => {
-    expect(friendlyError('INVALID_IMAGE: this model does not support images')).toMatch(/cannot see images/);
-    expect(friendlyError('something else')).toBe('something else');
+  it('explains a failure by its code, not by its wording', () => {
+    const textModel = { modelSeesImages: false, imagesInChat: true };
+    const refused = 'invalid request: the model tiny does not accept images (it has no vision tower)';
+    expect(friendlyError('INVALID_REQUEST', refused, textModel)).toMatch(/^This model cannot see images\..*no vision tower/);
+    // the same code for other reasons: a vision model, no image in the chat, or no model loaded
+    expect(friendlyError('INVALID_REQUEST', 'bad top_p', { modelSeesImages: true, imagesInChat: true })).toBe('bad top_p');
+    expect(friendlyError('INVALID_REQUEST', 'bad top_p', { modelSeesImages: false, imagesInChat: false })).toBe('bad top_p');
+    expect(friendlyError('INVALID_REQUEST', refused, { modelSeesImages: null, imagesInChat: true })).toBe(refused);
+    // a bad image on a vision model is the image's fault, not the model's
+    const bad = friendlyError('INVALID_IMAGE', 'invalid image #1: not a PNG', { modelSeesImages: true, imagesInChat: true });
+    expect(bad).toMatch(/^This image could not be read\..*not a PNG/);
+    expect(bad).not.toMatch(/cannot see images/);
+    // no code (a reply stored before codes were kept): the message as it is, whatever it says
+    expect(friendlyError(null, 'this model does not support images', textModel)).toBe('this model does not support images');
+    expect(friendlyError('ENGINE_STOPPED', 'x', textModel)).toMatch(/unloaded or restarted/);
+  });
+
+  it('says a text-only model cannot see the chat\'s image, and stops saying it once a vision model is loaded', () => {
+    const view = new ChatView({ regenerate: () => {}, edit: () => {} });
+    const image = { sha256: 'a'.repeat(64), mime: 'image/png', size: 1, path: '/a.png' };
+    const refused = 'invalid request: the model tiny does not accept images';
+    view.setModelVision(false);
+    view.show([
+      msg({ id: 1, role: 'user', content: 'What is this?', attachments: [image] }),
+      msg({ id: 2, role: 'assistant', status: 'error', error: refused, error_code: 'INVALID_REQUEST' }),
+    ], null);
+    const error = () => view.el.querySelector('[data-testid=reply-error]')!;
+    expect(error().textContent).toMatch(/cannot see images/);
+    expect(error().getAttribute('data-code')).toBe('INVALID_REQUEST');
+    view.setModelVision(true);
+    expect(error().textContent).toBe(refused);
   });
 
   it('shows thinking apart from the answer, and the error of a failed reply', () => {
@@ -31,7 +60,7 @@ describe('message details', () => {
       msg({ id: 1, role: 'user', content: 'Q' }),
       msg({ id: 2, role: 'assistant', content: 'The **answer**', reasoning: 'Let me think', stats: { completion_tokens: 3 } }),
       msg({ id: 3, role: 'user', content: 'Q2' }),
-      msg({ id: 4, role: 'assistant', status: 'error', error: 'CONTEXT_LENGTH_EXCEEDED: prompt exceeds the context' }),
+      msg({ id: 4, role: 'assistant', status: 'error', error: 'context length exceeded: the prompt has 9 tokens', error_code: 'CONTEXT_LENGTH_EXCEEDED' }),
     ], null);
     const thinking = view.el.querySelector('[data-testid=thinking]')!;
     expect(thinking.textContent).toContain('Let me think');
@@ -44,13 +73,37 @@ describe('message details', () => {
 });
 
 describe('status bar', () => {
-  it('lists the engine figures it has, vision hits only when reported', () => {
-    const status = { state: 'ready' as const, loading: null, model: { id: 'x', name: 'Tiny', path: '', architecture: 'llama', quantization: null, max_context: 1 }, knobs: null, error: null };
+  it('lists the engine figures it has, vision-cache figures for a model that sees images', () => {
+    const status = { state: 'ready' as const, loading: null, model: { id: 'x', name: 'Tiny', path: '', architecture: 'llama', quantization: null, max_context: 1, vision: false }, knobs: null, error: null };
     const engine = { running: 2, waiting: 1, kv_cache_bytes: 2_500_000, active_memory_bytes: 0, decode_steps: 9, kv_quantization: 'off' };
     const items = statusItems(status, { engine, decode_tps: 12.34, app_replies: 2 }, { running: true, url: 'http://127.0.0.1:8080/v1', error: null });
     expect(items).toEqual(['Tiny', '2 running', '1 waiting', '12.3 tok/s', 'KV 2.5 MB', 'API http://127.0.0.1:8080/v1']);
     const withVision = statusItems(status, { engine: { ...engine, vision_cache: { hits: 3, misses: 1, bytes: 0, entries: 1 } }, decode_tps: 0, app_replies: 0 }, null);
-    expect(withVision).toContain('vision hits 3/4');
+    expect(withVision).toContain('vision cache 3 hits · 1 miss');
+    // a text model's unused vision cache is noise; a vision model's is news even at zero
+    const unused = { engine: { ...engine, vision_cache: { hits: 0, misses: 0, bytes: 0, entries: 0 } }, decode_tps: 0, app_replies: 0 };
+    expect(statusItems(status, unused, null).some((i) => i.startsWith('vision'))).toBe(false);
+    const vl = { ...status, model: { ...status.model, name: 'Tiny VL', vision: true } };
+    expect(statusItems(vl, unused, null)).toContain('vision cache 0 hits · 0 misses');
+  });
+});
+
+describe('models page', () => {
+  it('marks the models on disk that can see images', async () => {
+    const local = (id: string, vision: boolean) => ({
+      id, name: id, path: `/m/${id}`, format: 'folder', size_bytes: 1, architecture: vision ? 'qwen2_vl' : 'llama',
+      supported: true, partial: false, error: null, location: { kind: 'models_dir' }, vision,
+    });
+    mockIPC((cmd) => {
+      if (cmd === 'list_models') return { catalog: [], local: [local('dir:text', false), local('dir:sees', true)], models_dir: '/m', hf_cache_dir: null, disk_bytes: 2 };
+    });
+    const view = new ModelsView(() => {});
+    document.body.append(view.el);
+    await view.refresh();
+    const badge = (id: string) => view.el.querySelector(`[data-model-id="${id}"] [data-testid=vision-badge]`);
+    expect(badge('dir:sees')?.textContent).toBe('Vision');
+    expect(badge('dir:text')).toBeNull();
+    view.el.remove();
   });
 });
 
