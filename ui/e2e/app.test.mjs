@@ -1,18 +1,45 @@
 // The real app in a real window (Xvfb), driven through tauri-driver and
 // WebKitWebDriver, on a fresh data folder with the default model:
 // chat with a streamed reply, a real OS drag and drop of an image, reload,
-// settings kept, two chats answering at once, and a restart that keeps it all.
+// settings kept, two chats answering at once, a restart that keeps it all,
+// and a vision model (a tiny random Qwen2-VL put in the run's Hugging Face
+// cache) loaded from the Models screen that answers about a dropped image.
 // Screenshots of every screen go to screenshots/ (ignored by git).
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { allByTestId, appWindowGeometry, byTestId, here, openApp, shot, startDriver, stopDriver, waitFor } from './harness.mjs';
+import { allByTestId, appWindowGeometry, byTestId, here, openApp, root, shot, startDriver, stopDriver, waitFor } from './harness.mjs';
 
 const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-'));
+const hfHome = join(dataDir, 'hf');
 let browser;
+
+/** The tiny vision model's repository in the run's Hugging Face cache. */
+const visionRepo = 'e2e/Tiny-Qwen2-VL';
+
+/** Puts a tiny random Qwen2-VL (a complete Hugging Face folder: config with a
+ * vision tower, safetensors, tokenizer, chat template, image preprocessor)
+ * into the run's Hugging Face cache, where the app looks for downloaded
+ * models. Its answers are random text, but the whole image path runs. The
+ * writer is an engine example that `cargo test --all-targets` builds. */
+function writeTinyVisionModel() {
+  const writer = process.env.VLM_TINY_VL_WRITER ?? join(root, 'target/debug/examples/write_tiny_vl_model');
+  const out = mkdtempSync(join(tmpdir(), 'vlm-e2e-vl-'));
+  execFileSync(writer, [out]);
+  const repo = join(hfHome, 'hub', `models--${visionRepo.replace('/', '--')}`);
+  const commit = 'e2e'.padEnd(40, '0');
+  cpSync(join(out, 'qwen2_vl', 'float'), join(repo, 'snapshots', commit), { recursive: true });
+  mkdirSync(join(repo, 'refs'), { recursive: true });
+  writeFileSync(join(repo, 'refs', 'main'), commit);
+}
+
+const statusText = async (b) => textOf(b, await byTestId(b, 'status-bar'));
+
+/** An <img>'s picture has loaded with this width (it shows, not a broken icon). */
+const imageLoaded = (b, el, width) => b.execute((e, w) => e.complete && e.naturalWidth === w, el, width);
 
 async function modelReady(b) {
   await waitFor(b, 'the default model to load', async () => (await (await byTestId(b, 'status-bar')).getText()).includes('running'));
@@ -82,7 +109,8 @@ async function dropFile(file) {
 
 describe('the desktop app', () => {
   before(async () => {
-    await startDriver({ VLM_DATA_DIR: dataDir, HF_HOME: join(dataDir, 'hf') });
+    writeTinyVisionModel();
+    await startDriver({ VLM_DATA_DIR: dataDir, HF_HOME: hfHome });
     browser = await openApp();
   });
 
@@ -121,6 +149,10 @@ describe('the desktop app', () => {
     await send(browser, 'What colour is this?');
     await waitFor(browser, 'the image error', async () => (await allByTestId(browser, 'reply-error')).length > 0);
     assert.equal((await allByTestId(browser, 'msg-image')).length, 1);
+    // explained by the engine's code (kept with the reply) and the model's lack of vision
+    const error = await byTestId(browser, 'reply-error');
+    assert.equal(await error.getAttribute('data-code'), 'INVALID_REQUEST');
+    assert.match(await textOf(browser, error), /^This model cannot see images\./);
     await shot(browser, '04-image-on-text-model');
   });
 
@@ -189,6 +221,59 @@ describe('the desktop app', () => {
     await openPage(browser, 'nav-settings', 'setting-system_prompt');
     assert.equal(await (await byTestId(browser, 'setting-system_prompt')).getValue(), 'You are a helpful assistant.');
     await shot(browser, '09-settings-after-restart');
+  });
+
+  it('loads a vision model from the Models screen and answers about a dropped image', async () => {
+    await openPage(browser, 'nav-models', 'local-models');
+    const row = () => browser.$(`[data-testid="local-model"][data-model-id="hf:${visionRepo}"]`);
+    await waitFor(browser, 'the vision model on disk', async () => (await row()).isExisting(), 20_000);
+    // the Models screen says which models on disk can see images
+    assert.equal(await textOf(browser, await (await row()).$('[data-testid="vision-badge"]')), 'Vision');
+    const builtIn = await browser.$('[data-testid="local-model"][data-model-id="dir:SmolLM2-135M-Instruct.Q4_1.gguf"]');
+    assert.equal(await builtIn.isExisting(), true, 'the built-in text model is listed');
+    assert.equal(await (await builtIn.$('[data-testid="vision-badge"]')).isExisting(), false);
+    await (await (await row()).$('[data-testid="load-model"]')).click();
+    const loaded = async () => textOf(browser, await byTestId(browser, 'loaded-model'));
+    // named by its repository, not by the snapshot folder (a commit hash) the engine loads from
+    await waitFor(browser, 'the vision model to load', async () => (await loaded()).includes(visionRepo) && (await loaded()).includes('Vision'));
+    assert.doesNotMatch(await loaded(), /e2e0{10}/);
+    await waitFor(browser, 'its empty vision cache in the status bar', async () => {
+      const text = await statusText(browser);
+      return text.includes(visionRepo) && text.includes('vision cache 0 hits · 0 misses');
+    }, 20_000);
+    // clicking Load scrolled the list: show the Loaded card (name, Vision badge) in the picture
+    await browser.execute((e) => e.scrollIntoView({ block: 'start' }), await byTestId(browser, 'loaded-model'));
+    await shot(browser, '10-vision-model-loaded');
+
+    await (await byTestId(browser, 'nav-chat')).click();
+    await (await byTestId(browser, 'new-chat')).click();
+    await dropFile(join(root, 'crates/engine/tests/fixtures/images/qwen_parity_320x240.png'));
+    await waitFor(browser, 'the thumbnail', async () => (await allByTestId(browser, 'composer-thumb')).length === 1, 30_000);
+    await send(browser, 'What is in this picture?');
+    // the sent message shows the picture itself, through the app's att:// protocol
+    await waitFor(browser, 'the image in the sent message', async () => {
+      const images = await allByTestId(browser, 'msg-image');
+      return images.length === 1 && imageLoaded(browser, images[0], 320);
+    }, 30_000);
+    await waitFor(browser, 'the finished reply', async () => (await allByTestId(browser, 'msg-assistant')).length === 1 && (await allByTestId(browser, 'msg-live')).length === 0);
+    assert.equal((await allByTestId(browser, 'reply-error')).length, 0, 'the vision model answers without an error');
+    const reply = (await allByTestId(browser, 'msg-assistant'))[0];
+    assert.equal(await textOf(browser, await reply.$('.msg-model')), visionRepo);
+    assert.match(await textOf(browser, await byTestId(browser, 'stats')), /\d+ tokens .*ended: (stop|length)/);
+    // the image was encoded once: a miss in the engine's vision cache
+    await waitFor(browser, 'a vision-cache miss', async () => (await statusText(browser)).includes('vision cache 0 hits · 1 miss'), 20_000);
+    await shot(browser, '11-vision-reply');
+
+    // the image stays in the chat's history: the next turn sends it again, and
+    // the engine takes its features from the cache (a hit, no second miss) and
+    // the turn's start from the prefix cache
+    await send(browser, 'Describe it in one word.');
+    await waitFor(browser, 'the second reply', async () => (await allByTestId(browser, 'msg-assistant')).length === 2 && (await allByTestId(browser, 'msg-live')).length === 0);
+    assert.equal((await allByTestId(browser, 'reply-error')).length, 0);
+    assert.equal((await allByTestId(browser, 'msg-image')).length, 1, 'the image shows once, with the first message');
+    await waitFor(browser, 'a vision-cache hit', async () => (await statusText(browser)).includes('vision cache 1 hit · 1 miss'), 20_000);
+    assert.match(await statusText(browser), /prefix hits [1-9]/);
+    await shot(browser, '12-vision-second-turn');
   });
 });
 
