@@ -544,8 +544,8 @@ fn run_bench(a: BenchArgs) -> Result<()> {
     println!("single-stream      prompt {:.1} tok/s ({} tokens), decode {:.1} tok/s ({} tokens), peak {:.0} MB",
         single.prompt_tps, a.prompt_tokens, single.decode_tps, a.gen_tokens, single.peak_memory_bytes as f64 / 1e6);
     for b in &batches {
-        println!("engine x{:<2}         aggregate decode {:.1} tok/s, per request {:.1} tok/s, wall {:.1} s",
-            b.concurrency, b.aggregate_decode_tps, b.per_request_decode_tps, b.wall_secs);
+        println!("engine x{:<2}         aggregate decode {:.1} tok/s, per request {:.1} tok/s, wall {:.1} s, KV cache {:.1} MB",
+            b.concurrency, b.aggregate_decode_tps, b.per_request_decode_tps, b.wall_secs, b.peak_kv_cache_bytes as f64 / 1e6);
         println!("                   prompts {}-{} tokens: TTFT mean {:.3} s, last {:.3} s; all tokens {:.1} tok/s",
             b.min_prompt_tokens, b.prompt_tokens, b.ttft_mean_secs, b.ttft_max_secs, b.total_tps);
     }

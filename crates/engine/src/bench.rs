@@ -83,6 +83,8 @@ pub struct BatchReport {
     pub ttft_max_secs: f64,
     /// Prompt plus generated tokens of all requests over the wall time.
     pub total_tps: f64,
+    /// The batch's KV cache at its largest (sampled while the requests ran).
+    pub peak_kv_cache_bytes: usize,
 }
 
 fn bench_request(handle: &crate::handle::EngineHandle, prompt_tokens: usize, gen_tokens: usize, salt: u64) -> crate::batch::Request {
@@ -158,6 +160,11 @@ pub fn engine_batch_spread(
         })
         .collect();
     let (mut ttft_sum, mut ttft_max, mut all_tokens) = (0.0, 0.0f64, 0usize);
+    let mut peak_kv = 0;
+    while !threads.iter().all(|t| t.is_finished()) {
+        peak_kv = peak_kv.max(handle.stats()?.kv_cache_bytes);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     for t in threads {
         let (first, c) = t.join().expect("bench reader thread");
         if let Some(e) = c.error {
@@ -186,6 +193,7 @@ pub fn engine_batch_spread(
         ttft_mean_secs: ttft_sum / concurrency.max(1) as f64,
         ttft_max_secs: ttft_max,
         total_tps: all_tokens as f64 / wall.max(1e-9),
+        peak_kv_cache_bytes: peak_kv,
     })
 }
 
