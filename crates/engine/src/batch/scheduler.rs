@@ -364,26 +364,30 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Pops the waiting sequences of the next pass, with their chunk sizes.
+    /// Takes the waiting sequences of the next pass, with their chunk sizes:
+    /// the oldest, then in order every other that fits (see
+    /// [`prefill::chunk_for`]); those that do not fit keep their places.
     fn take_pass_rows(&mut self, budget: usize, slots: usize) -> Vec<PassRow> {
         let mut rows: Vec<PassRow> = Vec::new();
-        let mut width = 0;
+        let (mut width, mut real) = (0, 0);
+        let mut skipped = Vec::new();
         while rows.len() < slots {
             let Some(mut seq) = self.waiting.pop_front() else { break };
             if seq.prefill_cache.is_none() {
                 self.reuse_prefix(&mut seq);
             }
-            match prefill::chunk_for(seq.prompt_remaining(), rows.len(), width, budget) {
+            match prefill::chunk_for(seq.prompt_remaining(), rows.len(), width, real, budget) {
                 Some(n) => {
                     seq.mark_prefill_started();
                     width = width.max(n);
+                    real += n;
                     rows.push(PassRow { seq, n });
                 }
-                None => {
-                    self.waiting.push_front(seq);
-                    break;
-                }
+                None => skipped.push(seq),
             }
+        }
+        for seq in skipped.into_iter().rev() {
+            self.waiting.push_front(seq);
         }
         rows
     }
