@@ -71,7 +71,12 @@ if [ $want_app = 1 ]; then
   # npm ci only when the lock file changed since the last install
   if [ ! -f ui/node_modules/.package-lock.json ] || [ ui/package-lock.json -nt ui/node_modules/.package-lock.json ]; then
     log "installing the UI's npm packages"
-    (cd ui && npm ci --no-audit --no-fund --loglevel=error)
+    # npm ci refuses this lock file on a clean clone ("Missing: <other
+    # platforms' optional packages> from lock file": npm records only the
+    # installing platform's optional binaries); npm install takes the same
+    # lock, fills them in and leaves it unchanged.
+    (cd ui && { npm ci --no-audit --no-fund --loglevel=silent 2>/dev/null ||
+                npm install --no-audit --no-fund --loglevel=error; })
   fi
   if [ ! -x .tools/bin/tauri-driver ]; then
     log "installing tauri-driver 2.1.0 into .tools/"
