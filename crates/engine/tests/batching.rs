@@ -73,8 +73,12 @@ fn four_identical_prompts_batched_equal_single() {
         assert_eq!(c.stats.generated_tokens, 24);
         assert_eq!(c.stats.prompt_tokens, 12);
     }
-    // One shared decode step per token (the first comes from prefill).
-    assert!(engine.stats().unwrap().decode_steps <= 24, "the four requests did not decode together");
+    // Decoding together takes about one step per token (the first comes from
+    // prefill); one after another would take 4 × 23. The engine may start the
+    // first request before the others arrive, so allow some steps alone.
+    let steps = engine.stats().unwrap().decode_steps;
+    assert!(steps < 2 * 24, "the four requests did not decode together ({steps} decode steps)");
+    engine.shutdown();
 }
 
 #[test]
