@@ -2,6 +2,7 @@
 //! same model code runs on a single sequence's cache and on a batch cache whose
 //! rows have their own offsets and padding.
 pub mod batch;
+pub mod lru;
 pub mod prefill;
 pub mod prefix;
 pub mod rope_shift;

@@ -13,6 +13,7 @@
 use mlx_rs::{ops::indexing::IndexOp, Array};
 use serde::Serialize;
 
+use super::lru::{evict_to, LruEntry};
 use crate::error::Result;
 
 /// One position of a prefix key: a token id, or (top bit set) an image slot.
@@ -38,6 +39,15 @@ struct Entry {
     layers: Vec<(Array, Array)>,
     bytes: usize,
     last_used: u64,
+}
+
+impl LruEntry for Entry {
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+    fn last_used(&self) -> u64 {
+        self.last_used
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -143,21 +153,8 @@ impl PrefixCache {
         }
         self.clock += 1;
         self.entries.push(Entry { tokens, layers: copied, bytes, last_used: self.clock });
-        self.evict_to(self.capacity_bytes);
+        evict_to(&mut self.entries, self.capacity_bytes);
         Ok(())
-    }
-
-    fn evict_to(&mut self, limit: usize) {
-        while self.entries.iter().map(|e| e.bytes).sum::<usize>() > limit {
-            let oldest = self
-                .entries
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, e)| e.last_used)
-                .map(|(i, _)| i)
-                .expect("over the limit means not empty");
-            self.entries.swap_remove(oldest);
-        }
     }
 
     /// Drops everything (model unload, memory pressure).

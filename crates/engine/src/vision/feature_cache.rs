@@ -9,6 +9,8 @@
 use mlx_rs::Array;
 use serde::Serialize;
 
+use crate::cache::lru::{evict_to, LruEntry};
+
 /// What the cache keeps for one image: its features `[tokens, hidden]` and
 /// the patch grid they came from (M-RoPE positions need it).
 #[derive(Clone)]
@@ -31,6 +33,15 @@ struct Entry {
     value: CachedFeatures,
     bytes: usize,
     last_used: u64,
+}
+
+impl LruEntry for Entry {
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+    fn last_used(&self) -> u64 {
+        self.last_used
+    }
 }
 
 pub struct VisionFeatureCache {
@@ -76,16 +87,7 @@ impl VisionFeatureCache {
         self.clock += 1;
         self.entries.retain(|e| e.key != key);
         self.entries.push(Entry { key, value, bytes, last_used: self.clock });
-        while self.bytes() > self.capacity_bytes {
-            let oldest = self
-                .entries
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, e)| e.last_used)
-                .map(|(i, _)| i)
-                .expect("over the limit means not empty");
-            self.entries.swap_remove(oldest);
-        }
+        evict_to(&mut self.entries, self.capacity_bytes);
     }
 
     fn bytes(&self) -> usize {
