@@ -72,6 +72,14 @@ async function openPage(b, nav, marker) {
   }
 }
 
+/** Opens Settings, sets each `setting-<key>` field, saves and waits for "Saved.". */
+async function saveSettings(b, values) {
+  await openPage(b, 'nav-settings', 'setting-system_prompt');
+  for (const [key, value] of Object.entries(values)) await (await byTestId(b, `setting-${key}`)).setValue(value);
+  await (await byTestId(b, 'save-settings')).click();
+  await waitFor(b, 'saved', async () => (await (await byTestId(b, 'settings-saved')).getText()) === 'Saved.', 10_000);
+}
+
 async function lastAnswerText(b) {
   const answers = await allByTestId(b, 'msg-assistant');
   return answers.length ? answers[answers.length - 1].getText() : '';
@@ -124,6 +132,10 @@ describe('the desktop app', () => {
   it('starts with the default model and streams a reply', async () => {
     await modelReady(browser);
     await shot(browser, '01-empty-chat');
+    // Greedy and short: a 135M model sampled at the default temperature can
+    // ramble through its whole token budget.
+    await saveSettings(browser, { temperature: '0', max_tokens: '64' });
+    await (await byTestId(browser, 'nav-chat')).click();
     await send(browser, 'What is the capital of France?');
     // the reply shows up while it streams, then becomes a finished message
     await waitFor(browser, 'the live reply', async () => (await allByTestId(browser, 'msg-live')).length > 0 || (await allByTestId(browser, 'msg-assistant')).length > 0);
@@ -165,13 +177,7 @@ describe('the desktop app', () => {
   });
 
   it('keeps a changed setting', async () => {
-    await openPage(browser, 'nav-settings', 'setting-system_prompt');
-    const prompt = await byTestId(browser, 'setting-system_prompt');
-    await prompt.setValue('You are a helpful assistant.');
-    const maxTokens = await byTestId(browser, 'setting-max_tokens');
-    await maxTokens.setValue('96');
-    await (await byTestId(browser, 'save-settings')).click();
-    await waitFor(browser, 'saved', async () => (await (await byTestId(browser, 'settings-saved')).getText()) === 'Saved.', 10_000);
+    await saveSettings(browser, { system_prompt: 'You are a helpful assistant.', max_tokens: '96' });
     await shot(browser, '05-settings');
     await browser.refresh();
     await openPage(browser, 'nav-settings', 'setting-system_prompt');
@@ -188,10 +194,7 @@ describe('the desktop app', () => {
 
   it('answers in two chats at once', async () => {
     // long answers, so the first is still running when the second starts
-    await openPage(browser, 'nav-settings', 'setting-max_tokens');
-    await (await byTestId(browser, 'setting-max_tokens')).setValue('160');
-    await (await byTestId(browser, 'save-settings')).click();
-    await waitFor(browser, 'saved', async () => (await (await byTestId(browser, 'settings-saved')).getText()) === 'Saved.', 10_000);
+    await saveSettings(browser, { max_tokens: '160' });
     await (await byTestId(browser, 'nav-chat')).click();
     await (await byTestId(browser, 'new-chat')).click();
     await send(browser, 'Count from 1 to 300, one number per line.');
