@@ -10,10 +10,12 @@ export interface Attachment { sha256: string; mime: string; size: number; path: 
 
 export interface MessageStats {
   prompt_tokens?: number;
+  cached_prompt_tokens?: number;
   completion_tokens?: number;
   tokens_per_second?: number;
   ttft_ms?: number;
   finish_reason?: string;
+  kv_cache_bytes?: number;
 }
 
 export type Role = 'system' | 'user' | 'assistant' | 'tool';

@@ -3,6 +3,7 @@
 // streams, and the actions on the last turn (regenerate, edit and resend).
 import { attachmentUrl, type Message, type MessageStats } from './api';
 import { clear, h } from './dom';
+import { bytes } from './format';
 import { setMarkdown } from './markdown';
 import type { LiveReply } from './streams';
 
@@ -18,7 +19,11 @@ export function statsLine(stats: MessageStats | null | undefined): string {
   if (stats.completion_tokens != null) parts.push(`${stats.completion_tokens} tokens`);
   if (stats.tokens_per_second != null) parts.push(`${stats.tokens_per_second.toFixed(1)} tok/s`);
   if (stats.ttft_ms != null) parts.push(`TTFT ${Math.round(stats.ttft_ms)} ms`);
-  if (stats.prompt_tokens != null) parts.push(`prompt ${stats.prompt_tokens} tokens`);
+  if (stats.prompt_tokens != null) {
+    const cached = stats.cached_prompt_tokens ? ` (${stats.cached_prompt_tokens} cached)` : '';
+    parts.push(`prompt ${stats.prompt_tokens} tokens${cached}`);
+  }
+  if (stats.kv_cache_bytes) parts.push(`KV ${bytes(stats.kv_cache_bytes)}`);
   if (stats.finish_reason) parts.push(`ended: ${stats.finish_reason}`);
   return parts.join(' · ');
 }

@@ -18,6 +18,8 @@ describe('message details', () => {
   it('formats per-message stats', () => {
     expect(statsLine({ completion_tokens: 42, tokens_per_second: 31.46, ttft_ms: 120.4, finish_reason: 'stop' }))
       .toBe('42 tokens · 31.5 tok/s · TTFT 120 ms · ended: stop');
+    expect(statsLine({ completion_tokens: 3, prompt_tokens: 120, cached_prompt_tokens: 100, kv_cache_bytes: 2_450_000 }))
+      .toBe('3 tokens · prompt 120 tokens (100 cached) · KV 2.5 MB');
     expect(statsLine(null)).toBe('');
   });
 

@@ -304,12 +304,13 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     let peak = engine.stats().map(|s| s.peak_memory_bytes).unwrap_or(0);
     let st = &reply.stats;
     eprintln!(
-        "[{}] prompt: {} tokens, {:.1} tok/s | generation: {} tokens, {:.1} tok/s | peak memory: {:.1} MB",
+        "[{}] prompt: {} tokens, {:.1} tok/s | generation: {} tokens, {:.1} tok/s | KV cache: {:.1} MB | peak memory: {:.1} MB",
         engine.model_info().name,
         st.prompt_tokens,
         st.prompt_tps,
         st.generated_tokens,
         st.generation_tps,
+        st.kv_cache_bytes as f64 / 1e6,
         peak as f64 / 1e6,
     );
     engine.shutdown();
@@ -379,10 +380,13 @@ fn run_chat(a: ChatArgs) -> Result<()> {
         history_images.append(&mut attached);
         let st = &reply.stats;
         eprintln!(
-            "[{} tokens, {:.1} tok/s, first token after {:.2}s]",
+            "[{} tokens, {:.1} tok/s, first token after {:.2}s, {} of {} prompt tokens cached, KV cache {:.1} MB]",
             st.generated_tokens,
             st.generation_tps,
-            st.time_to_first_token.as_secs_f64()
+            st.time_to_first_token.as_secs_f64(),
+            st.cached_prompt_tokens,
+            st.prompt_tokens,
+            st.kv_cache_bytes as f64 / 1e6
         );
         let mut message = ChatMessage::assistant(reply.content.as_str());
         if !reply.reasoning.is_empty() {

@@ -114,6 +114,43 @@ fn quantization_that_cannot_apply_is_reported_not_silent() {
     assert!(s.collect_blocking().error.is_none());
 }
 
+/// Each finished request reports the KV bytes its own tokens took, float or
+/// quantized, without the padding a batch adds for its neighbours.
+#[test]
+fn each_request_reports_the_kv_bytes_of_its_own_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = TinyLlama { heads: 2, kv_heads: 1, ..TinyLlama::default() }; // head_dim 32, 2 layers
+    write_tiny_llama(dir.path(), &tiny).unwrap();
+    let head_dim = 32.0;
+    for quantization in [None, Some(q(8, 32)), Some(q(4, 32))] {
+        let scheduler = SchedulerConfig { kv_quantization: quantization, ..Default::default() };
+        let engine = EngineHandle::start(dir.path(), EngineConfig { load: LoadOptions::default(), scheduler }).unwrap();
+        // Two prompts of different lengths decode together, so the shorter is left-padded.
+        let short = engine.submit(Request::new(Prompt::Tokens(vec![5, 6, 7])).with_max_tokens(12));
+        let long = engine.submit(Request::new(Prompt::Tokens((5..45).collect())).with_max_tokens(12));
+        for c in [short.collect_blocking(), long.collect_blocking()] {
+            assert!(c.error.is_none());
+            let st = &c.stats;
+            // Decoding runs one step ahead of the read-back, so when a row
+            // finishes its last token has already been fed: the cache holds
+            // every prompt and generated token.
+            let columns = (st.prompt_tokens + st.generated_tokens) as f64;
+            let float_vector = head_dim * 4.0;
+            let per_column = match quantization {
+                None => 2.0 * 2.0 * float_vector, // K and V, 2 float layers
+                Some(kq) => {
+                    let packed = head_dim * kq.bits as f64 / 8.0 + head_dim / kq.group_size as f64 * 2.0 * 4.0;
+                    2.0 * (packed + float_vector) // a quantized layer and the float last one
+                }
+            };
+            let want = per_column * columns;
+            let got = st.kv_cache_bytes as f64;
+            assert!((got - want).abs() / want < 0.01, "{quantization:?}: {got} bytes, expected {want}");
+        }
+        engine.shutdown();
+    }
+}
+
 /// Greedy answers with an 8-bit and a 4-bit KV cache against the float cache
 /// on the real default model.
 #[test]

@@ -137,6 +137,9 @@ pub enum ReplyOutcome {
 pub struct MessageStats {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens: Option<u64>,
+    /// Prompt tokens reused from the prompt cache instead of prefilled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_prompt_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_tokens: Option<u64>,
     /// Decode speed.
@@ -148,6 +151,9 @@ pub struct MessageStats {
     /// Why generation stopped ("stop", "length", "cancelled", …), as the engine says it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,
+    /// KV-cache bytes the reply's tokens held when it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache_bytes: Option<u64>,
 }
 
 /// An image stored in the attachments folder, named by the SHA-256 of its bytes.

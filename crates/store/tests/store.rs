@@ -121,10 +121,12 @@ async fn a_reply_streams_and_finishes_with_stats() {
 
     let stats = MessageStats {
         prompt_tokens: Some(12),
+        cached_prompt_tokens: Some(8),
         completion_tokens: Some(3),
         tokens_per_second: Some(41.5),
         ttft_ms: Some(88.0),
         finish_reason: Some("stop".into()),
+        kv_cache_bytes: Some(4096),
     };
     let done =
         store.finish_reply(reply, "4.", "Adding two and two", Some(&stats), ReplyOutcome::Complete).await.unwrap();

@@ -107,6 +107,9 @@ pub struct RequestStats {
     pub prompt_tps: f64,
     /// Decode speed: tokens after the first over the time they took.
     pub generation_tps: f64,
+    /// KV-cache bytes this request's tokens took when it finished (its own
+    /// columns of the batch cache, quantized or not; padding not counted).
+    pub kv_cache_bytes: usize,
 }
 
 /// A clean error for one request; the engine keeps serving the others.

@@ -317,6 +317,7 @@ impl Scheduler {
                 self.prefix_cache.insert(key, self.cache.row_layers(row)?)?;
             }
         }
+        let kv_bytes: Vec<usize> = finished.iter().map(|&(row, _)| self.cache.row_nbytes(row)).collect();
         let keep: Vec<usize> = (0..self.running.len()).filter(|i| !finished.iter().any(|(r, _)| r == i)).collect();
         self.cache.filter(&keep)?;
         if let Some((tokens, rows)) = self.in_flight.take() {
@@ -328,8 +329,9 @@ impl Scheduler {
             }
         }
         let mut rows: Vec<Option<Sequence>> = self.running.drain(..).map(Some).collect();
-        for (row, reason) in finished {
-            if let Some(seq) = rows[row].take() {
+        for ((row, reason), kv_bytes) in finished.into_iter().zip(kv_bytes) {
+            if let Some(mut seq) = rows[row].take() {
+                seq.kv_cache_bytes = kv_bytes;
                 seq.finish(reason, &self.loaded.tokenizer);
             }
         }

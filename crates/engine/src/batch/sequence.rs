@@ -8,7 +8,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::images::SequenceImages;
 use super::request::{Event, FinishReason, RequestError, RequestId, RequestStats};
-use crate::cache::{text_key, KeyToken, SimpleKvCache};
+use crate::cache::{text_key, KeyToken, KvCache, SimpleKvCache};
 use crate::sample::Sampler;
 use crate::stop::{Segment, StreamMatcher};
 use crate::tokenizer::{StreamDetokenizer, Tokenizer};
@@ -26,6 +26,8 @@ pub struct Sequence {
     /// This sequence's own cache while its prompt is prefilled; it joins the
     /// batch cache once the prompt is done.
     pub prefill_cache: Option<SimpleKvCache>,
+    /// KV-cache bytes of this sequence's rows, set when it leaves the batch.
+    pub kv_cache_bytes: usize,
     /// The prompt's images (features, M-RoPE positions, rope delta), if any.
     pub images: Option<SequenceImages>,
     pub sampler: Sampler,
@@ -69,6 +71,7 @@ impl Sequence {
             prefilled: 0,
             cached_prompt_tokens: 0,
             prefill_cache: None,
+            kv_cache_bytes: 0,
             images: parts.images,
             sampler: parts.sampler,
             max_tokens: parts.max_tokens,
@@ -217,6 +220,11 @@ impl Sequence {
             time_to_first_token: first - self.submitted,
             prompt_tps: (self.prompt_len - self.cached_prompt_tokens) as f64 / prefill_secs,
             generation_tps: self.generated.saturating_sub(1) as f64 / decode_secs,
+            // A request that never joined the batch held only its prefill cache.
+            kv_cache_bytes: match &self.prefill_cache {
+                Some(c) if self.kv_cache_bytes == 0 => c.nbytes(),
+                _ => self.kv_cache_bytes,
+            },
         }
     }
 }

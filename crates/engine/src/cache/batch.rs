@@ -97,6 +97,15 @@ impl BatchKvCache {
         self.left_padding.iter().map(|p| self.idx - p).collect()
     }
 
+    /// Bytes row `row`'s own tokens take: its columns in every layer, without
+    /// the left padding other rows impose or spare capacity.
+    pub fn row_nbytes(&self, row: usize) -> usize {
+        let len = (self.idx - self.left_padding[row]) as usize;
+        let per_column: usize =
+            self.layers.iter().flatten().map(|l| l.keys.bytes_per_row_column() + l.values.bytes_per_row_column()).sum();
+        per_column * len
+    }
+
     /// Layers currently stored quantized.
     pub fn quantized_layers(&self) -> usize {
         self.layers.iter().flatten().filter(|l| l.keys.quant().is_some()).count()

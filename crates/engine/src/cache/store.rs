@@ -58,6 +58,11 @@ impl KvStore {
         self.parts.iter().map(Array::nbytes).sum()
     }
 
+    /// Bytes one row's one column takes (values plus, when quantized, scales and biases).
+    pub fn bytes_per_row_column(&self) -> usize {
+        self.parts.iter().map(|p| p.nbytes() / (p.dim(0) as usize * p.dim(2) as usize).max(1)).sum()
+    }
+
     fn map(&self, f: impl Fn(&Array) -> Result<Array>) -> Result<Self> {
         let parts = self.parts.iter().map(f).collect::<Result<Vec<_>>>()?;
         Ok(Self { parts, quant: self.quant })

@@ -73,6 +73,7 @@ fn log_finished(id: u64, stats: &RequestStats) {
         ttft_ms = stats.time_to_first_token.as_millis() as u64,
         prompt_tps = format_args!("{:.1}", stats.prompt_tps),
         generation_tps = format_args!("{:.1}", stats.generation_tps),
+        kv_cache_bytes = stats.kv_cache_bytes,
         "chat completion finished"
     );
 }
