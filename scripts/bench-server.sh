@@ -13,7 +13,6 @@
 # Usage: scripts/bench-server.sh [--clients N] [--max-tokens M] [--weights f32|q4|both]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
 CLIENTS=16
 MAX_TOKENS=64
 WEIGHTS=f32
@@ -26,23 +25,10 @@ while [ $# -gt 0 ]; do
     *) echo "bench-server: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-log() { printf '\033[1mbench-server %s:\033[0m %s\n' "$(date +%T)" "$*" >&2; }
-
-scripts/ref-venv.sh
-PY="$ROOT/.venv-ref/bin/python"
-cargo build -q -p cli
-VLM="$ROOT/target/debug/vlm"
-GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
-[ -f "$GGUF" ] || scripts/fetch-default-model.sh
-convert() { # <out folder> <dtype>
-  if [ ! -f "$1/config.json" ] || [ ! -f "$1/model.safetensors" ]; then
-    log "converting $GGUF → $1 ($2)"
-    rm -rf "$1.tmp"
-    "$VLM" convert "$GGUF" "$1.tmp" --dtype "$2" >/dev/null 2>&1
-    rm -rf "$1" && mv "$1.tmp" "$1"
-  fi
-}
-openblas="$(ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 .*(x86-64|AArch64)/ {print $NF; exit}')"
+BENCH_NAME=bench-server
+. scripts/lib/bench-common.sh
+bench_build_vlm
+bench_python_env
 
 PID=""
 LOG="$(mktemp)"
@@ -61,7 +47,7 @@ free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0
 run() { # <name> <folder> <our --weights>
   local name="$1" folder="$2" weights="$3" port
   port=$(free_port)
-  log "$name: vlm serve (--max-running $CLIENTS)"
+  bench_log "$name: vlm serve (--max-running $CLIENTS)"
   "$VLM" serve --model "$folder" --weights "$weights" --port "$port" --max-running "$CLIENTS" >"$LOG" 2>&1 &
   PID=$!
   wait_up "http://127.0.0.1:$port"
@@ -71,8 +57,8 @@ run() { # <name> <folder> <our --weights>
     --label "ours $name"
   stop
   port=$(free_port)
-  log "$name: mlx_lm.server (--decode-concurrency $CLIENTS)"
-  LD_PRELOAD="${openblas}${LD_PRELOAD:+:$LD_PRELOAD}" "$PY" -m mlx_lm server --model "$folder" --port "$port" \
+  bench_log "$name: mlx_lm.server (--decode-concurrency $CLIENTS)"
+  "${PY_ENV[@]}" "$PY" -m mlx_lm server --model "$folder" --port "$port" \
     --decode-concurrency "$CLIENTS" --prompt-concurrency "$CLIENTS" --log-level WARNING >"$LOG" 2>&1 &
   PID=$!
   wait_up "http://127.0.0.1:$port"
@@ -84,10 +70,10 @@ run() { # <name> <folder> <our --weights>
 }
 
 case "$WEIGHTS" in
-  f32) convert models/smollm2-135m-f32 float32; run f32 models/smollm2-135m-f32 float32 ;;
-  q4) convert models/smollm2-135m-q4 as-stored; run q4 models/smollm2-135m-q4 as-stored ;;
+  f32) bench_default_model models/smollm2-135m-f32 float32; run f32 models/smollm2-135m-f32 float32 ;;
+  q4) bench_default_model models/smollm2-135m-q4 as-stored; run q4 models/smollm2-135m-q4 as-stored ;;
   both)
-    convert models/smollm2-135m-f32 float32; run f32 models/smollm2-135m-f32 float32
-    convert models/smollm2-135m-q4 as-stored; run q4 models/smollm2-135m-q4 as-stored ;;
+    bench_default_model models/smollm2-135m-f32 float32; run f32 models/smollm2-135m-f32 float32
+    bench_default_model models/smollm2-135m-q4 as-stored; run q4 models/smollm2-135m-q4 as-stored ;;
   *) echo "bench-server: --weights f32|q4|both" >&2; exit 2 ;;
 esac

@@ -13,7 +13,6 @@
 # Usage: scripts/bench-vision.sh [--runs R]   (default 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
 RUNS="${RUNS:-3}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -22,15 +21,14 @@ while [ $# -gt 0 ]; do
     *) echo "bench-vision: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-log() { printf '\033[1mbench-vision %s:\033[0m %s\n' "$(date +%T)" "$*" >&2; }
-
-scripts/ref-venv.sh
-PY="$ROOT/.venv-ref/bin/python"
-log "building vlm and the checkpoint writer"
+BENCH_NAME=bench-vision
+. scripts/lib/bench-common.sh
+bench_python_env
+bench_log "building vlm and the checkpoint writer"
 cargo build -q -p cli -p engine --example write_tiny_vl_model
 MODEL=models/bench-qwen2-vl
 if [ ! -f "$MODEL/model.safetensors" ]; then
-  log "writing $MODEL (1.7 GB of random float32 weights)"
+  bench_log "writing $MODEL (1.7 GB of random float32 weights)"
   rm -rf "$MODEL.tmp"
   target/debug/examples/write_tiny_vl_model --bench "$MODEL.tmp" >/dev/null
   rm -rf "$MODEL" && mv "$MODEL.tmp" "$MODEL"
@@ -46,9 +44,8 @@ Image.fromarray(pixels).save(sys.argv[1])
 PY
 fi
 
-log "ours: vlm bench --image"
+bench_log "ours: vlm bench --image"
 target/debug/vlm bench --model "$MODEL" --image "$IMAGE" --runs "$RUNS"
 
-openblas="$(ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 .*x86-64|libopenblas\.so\.0 .*AArch64/ {print $NF; exit}')"
-log "mlx-vlm on the same folder and image"
-LD_PRELOAD="${openblas}${LD_PRELOAD:+:$LD_PRELOAD}" "$PY" scripts/bench/mlx_vlm_image_bench.py "$MODEL" "$IMAGE" "$RUNS"
+bench_log "mlx-vlm on the same folder and image"
+"${PY_ENV[@]}" "$PY" scripts/bench/mlx_vlm_image_bench.py "$MODEL" "$IMAGE" "$RUNS"

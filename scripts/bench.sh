@@ -14,7 +14,6 @@
 #   or the env vars PROMPT_TOKENS, GEN_TOKENS, RUNS (defaults 128, 128, 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
 
 PROMPT_TOKENS="${PROMPT_TOKENS:-128}"
 GEN_TOKENS="${GEN_TOKENS:-128}"
@@ -29,50 +28,24 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-log() { printf '\033[1mbench %s:\033[0m %s\n' "$(date +%T)" "$*" >&2; }
-
-scripts/ref-venv.sh
-PY="$ROOT/.venv-ref/bin/python"
-
-log "building vlm"
-cargo build -q -p cli
-VLM="$ROOT/target/debug/vlm"
-
-GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
-[ -f "$GGUF" ] || scripts/fetch-default-model.sh
-convert() { # <out folder> <dtype>
-  if [ ! -f "$1/config.json" ] || [ ! -f "$1/model.safetensors" ]; then
-    log "converting $GGUF → $1 ($2)"
-    rm -rf "$1.tmp"
-    "$VLM" convert "$GGUF" "$1.tmp" --dtype "$2" >/dev/null
-    rm -rf "$1" && mv "$1.tmp" "$1"
-  fi
-}
-convert models/smollm2-135m-q4 as-stored
-convert models/smollm2-135m-f32 float32
-
-openblas="$(ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 .*(x86-64|AArch64)/ {print $NF; exit}')"
-if [ -n "$openblas" ]; then
-  PY_ENV=(env "LD_PRELOAD=$openblas${LD_PRELOAD:+:$LD_PRELOAD}")
-  BLAS="OpenBLAS ($openblas)"
-else
-  PY_ENV=(env)
-  BLAS="the wheel's bundled reference BLAS (libopenblas0-pthread is not installed)"
-fi
-if ! ldd "$VLM" | grep -q libopenblas; then
-  log "warning: $VLM does not link OpenBLAS; Python will use $BLAS: the comparison is not like for like"
-fi
+BENCH_NAME=bench
+. scripts/lib/bench-common.sh
+bench_log "building vlm"
+bench_build_vlm
+bench_python_env
+bench_default_model models/smollm2-135m-q4 as-stored
+bench_default_model models/smollm2-135m-f32 float32
 
 results="$(mktemp)"
 trap 'rm -f "$results"' EXIT
-log "prompt $PROMPT_TOKENS tokens, $GEN_TOKENS generated, 1 warm-up + $RUNS runs; BLAS: $BLAS"
+bench_log "prompt $PROMPT_TOKENS tokens, $GEN_TOKENS generated, 1 warm-up + $RUNS runs; BLAS: $BLAS"
 for spec in "q4:models/smollm2-135m-q4:as-stored" "f32:models/smollm2-135m-f32:float32"; do
   IFS=: read -r name folder weights <<<"$spec"
-  log "$name: ours ($VLM bench --weights $weights)"
+  bench_log "$name: ours ($VLM bench --weights $weights)"
   # --concurrency 0: the single-stream path only (not the batching engine).
   ours="$("$VLM" bench --model "$folder" --weights "$weights" --concurrency 0 \
     --prompt-tokens "$PROMPT_TOKENS" --gen-tokens "$GEN_TOKENS" --runs "$RUNS" --json)"
-  log "$name: mlx-lm"
+  bench_log "$name: mlx-lm"
   theirs="$("${PY_ENV[@]}" "$PY" scripts/bench/mlx_lm_bench.py "$folder" --sanity \
     --prompt-tokens "$PROMPT_TOKENS" --gen-tokens "$GEN_TOKENS" --runs "$RUNS")"
   printf '%s\t%s\t%s\t%s\n' "$name" "$weights" "$ours" "$theirs" >>"$results"

@@ -8,7 +8,10 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh --app
 npm --prefix ui run -s build
 status=0
-cargo test --workspace --all-targets --no-fail-fast "$@" || status=$?
+# One BLAS thread per test process: OpenBLAS 0.3.21 (Debian's) can deadlock
+# at process exit joining its worker threads (seen twice: a test binary that
+# passed never exited); the test harness runs tests in parallel anyway.
+OPENBLAS_NUM_THREADS=1 cargo test --workspace --all-targets --no-fail-fast "$@" || status=$?
 npm --prefix ui run -s test || status=$?
 # `cargo test` builds examples only under hashed names: the e2e suite's tiny
 # vision model comes from the example's plain binary (a link step, nothing recompiles)

@@ -5,12 +5,13 @@
   the same generator, skipping EOS ids and tokens that start with "<|";
 - greedy decoding with every EOS id banned (logit set to -inf by a logits
   processor), so each run generates exactly `gen_tokens`;
-- one warm-up run, then `runs` measured runs, averaged;
+- one warm-up run (unless --warmup 0), then `runs` measured runs, averaged;
 - prompt tok/s = prompt tokens / time to the first token;
   decode tok/s = (generated - 1) / time from the first token to the last.
 
 Usage: mlx_lm_bench.py <model folder> [--prompt-tokens N] [--gen-tokens M]
-                       [--runs R] [--sanity]
+                       [--runs R] [--warmup 0|1] [--sanity] [--kv-bits B [--kv-group-size G]
+                       [--quantized-kv-start S]]
 Prints one JSON object like `vlm bench --json`. With --sanity, it also
 holds (key "sanity", and printed on stderr) the first line of the greedy
 answer to "The capital of France is".
@@ -56,7 +57,11 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--gen-tokens", type=int, default=128)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1, choices=(0, 1), help="0: no warm-up run (long prompts)")
     ap.add_argument("--sanity", action="store_true")
+    ap.add_argument("--kv-bits", type=int, default=None, help="mlx-lm's quantized KV cache (off by default)")
+    ap.add_argument("--kv-group-size", type=int, default=64)
+    ap.add_argument("--quantized-kv-start", type=int, default=0)
     a = ap.parse_args()
 
     model, tokenizer = load(a.model)
@@ -80,13 +85,20 @@ def main() -> None:
 
     prompt_tps = decode_tps = 0.0
     peak = 0
-    for run in range(a.runs + 1):
+    for run in range(1 - a.warmup, a.runs + 1):
         mx.reset_peak_memory()
         started = time.perf_counter()
         first = last = None
         count = 0
         for _ in stream_generate(
-            model, tokenizer, prompt, max_tokens=a.gen_tokens, logits_processors=[ban_eos]
+            model,
+            tokenizer,
+            prompt,
+            max_tokens=a.gen_tokens,
+            logits_processors=[ban_eos],
+            kv_bits=a.kv_bits,
+            kv_group_size=a.kv_group_size,
+            quantized_kv_start=a.quantized_kv_start,
         ):
             last = time.perf_counter()
             if first is None:

@@ -178,9 +178,16 @@ struct BenchArgs {
     prefill_budget: Option<usize>,
     #[arg(long, default_value_t = 128)]
     gen_tokens: usize,
-    /// Runs to average (after one warm-up).
+    /// Single-stream runs to average (after one warm-up); 0 skips the
+    /// single-stream figures.
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// For the engine figures: the concurrent requests share one
+    /// --prompt-tokens prompt (prefilled once, then reused from the prefix
+    /// cache) plus a token of their own, so they decode together over a long
+    /// context without N long prefills first.
+    #[arg(long)]
+    shared_prompt: bool,
     /// Print one JSON object instead of a table (for scripts).
     #[arg(long)]
     json: bool,
@@ -504,7 +511,10 @@ fn run_bench(a: BenchArgs) -> Result<()> {
         return run_vision_bench(&a, image);
     }
     let loaded = a.model.load()?;
-    let single = engine::bench::single_stream(&loaded, a.prompt_tokens, a.gen_tokens, a.runs)?;
+    let single = match a.runs {
+        0 => None,
+        runs => Some(engine::bench::single_stream(&loaded, a.prompt_tokens, a.gen_tokens, runs)?),
+    };
     let info = loaded.info.clone();
     drop(loaded);
     let mut batches = Vec::new();
@@ -515,11 +525,15 @@ fn run_bench(a: BenchArgs) -> Result<()> {
                 s.prefill_budget = budget;
             }
         })?;
-        // Warm-up, as the single-stream figures had.
-        engine::bench::engine_batch(&handle, 1, a.prompt_tokens, 8)?;
         let min_prompt = a.min_prompt_tokens.unwrap_or(a.prompt_tokens);
+        let batch = |n: usize, gen_tokens: usize| match a.shared_prompt {
+            true => engine::bench::engine_batch_shared_prompt(&handle, n, a.prompt_tokens, gen_tokens),
+            false => engine::bench::engine_batch_spread(&handle, n, min_prompt, a.prompt_tokens, gen_tokens),
+        };
+        // Warm-up, as the single-stream figures had.
+        batch(1, 8)?;
         for &n in a.concurrency.iter().filter(|&&n| n > 0) {
-            batches.push(engine::bench::engine_batch_spread(&handle, n, min_prompt, a.prompt_tokens, a.gen_tokens)?);
+            batches.push(batch(n, a.gen_tokens)?);
         }
         if a.join {
             join = Some(engine::bench::join_latency(&handle, 4, a.prompt_tokens)?);
@@ -545,8 +559,10 @@ fn run_bench(a: BenchArgs) -> Result<()> {
     }
     println!("model              {}", info.name);
     println!("weights            {:?} (stored: {})", info.format, info.stored_quantization.as_deref().unwrap_or("float"));
-    println!("single-stream      prompt {:.1} tok/s ({} tokens), decode {:.1} tok/s ({} tokens), peak {:.0} MB",
-        single.prompt_tps, a.prompt_tokens, single.decode_tps, a.gen_tokens, single.peak_memory_bytes as f64 / 1e6);
+    if let Some(single) = single {
+        println!("single-stream      prompt {:.1} tok/s ({} tokens), decode {:.1} tok/s ({} tokens), peak {:.0} MB",
+            single.prompt_tps, a.prompt_tokens, single.decode_tps, a.gen_tokens, single.peak_memory_bytes as f64 / 1e6);
+    }
     for b in &batches {
         println!("engine x{:<2}         aggregate decode {:.1} tok/s, per request {:.1} tok/s, wall {:.1} s, KV cache {:.1} MB",
             b.concurrency, b.aggregate_decode_tps, b.per_request_decode_tps, b.wall_secs, b.peak_kv_cache_bytes as f64 / 1e6);

@@ -85,19 +85,25 @@ pub struct BatchReport {
     pub total_tps: f64,
     /// The batch's KV cache at its largest (sampled while the requests ran).
     pub peak_kv_cache_bytes: usize,
+    /// Fewest prompt tokens any request reused from the prefix cache.
+    pub min_cached_prompt_tokens: usize,
 }
 
-fn bench_request(handle: &crate::handle::EngineHandle, prompt_tokens: usize, gen_tokens: usize, salt: u64) -> crate::batch::Request {
-    let info = handle.model_info();
-    let vocab = info.shape.vocab_size as usize;
-    // Ordinary tokens only: the low ids of a vocabulary hold the specials.
+/// A prompt of `prompt_tokens` ordinary tokens (the low ids of a vocabulary
+/// hold the specials); `salt` shifts the sequence so prompts differ.
+fn bench_prompt(handle: &crate::handle::EngineHandle, prompt_tokens: usize, salt: u64) -> Vec<u32> {
+    let vocab = handle.model_info().shape.vocab_size as usize;
     let mut prompt = synthetic_prompt(prompt_tokens + salt as usize, vocab - vocab / 8, &[]);
     prompt.drain(..salt as usize);
-    let prompt = prompt.into_iter().map(|t| t + (vocab / 8) as u32).collect();
+    prompt.into_iter().map(|t| t + (vocab / 8) as u32).collect()
+}
+
+/// Greedy, with end-of-sequence banned so every request decodes `gen_tokens`.
+fn bench_request(handle: &crate::handle::EngineHandle, prompt: Vec<u32>, gen_tokens: usize) -> crate::batch::Request {
     crate::batch::Request::new(crate::batch::Prompt::Tokens(prompt))
         .with_max_tokens(gen_tokens)
         .with_sampling(SamplingParams {
-            logit_bias: info.eos_token_ids.iter().map(|&id| (id, f32::NEG_INFINITY)).collect(),
+            logit_bias: handle.model_info().eos_token_ids.iter().map(|&id| (id, f32::NEG_INFINITY)).collect(),
             ..Default::default()
         })
 }
@@ -131,15 +137,54 @@ pub fn engine_batch_spread(
     prompt_tokens: usize,
     gen_tokens: usize,
 ) -> Result<BatchReport> {
-    use std::time::Instant;
-    let lens: Vec<usize> =
-        (0..concurrency).map(|i| spread_prompt_len(i, concurrency, min_prompt_tokens, prompt_tokens)).collect();
-    let started = Instant::now();
-    let streams: Vec<_> = lens
-        .iter()
-        .enumerate()
-        .map(|(i, &len)| handle.submit(bench_request(handle, len, gen_tokens, i as u64)))
+    let prompts: Vec<Vec<u32>> = (0..concurrency)
+        .map(|i| bench_prompt(handle, spread_prompt_len(i, concurrency, min_prompt_tokens, prompt_tokens), i as u64))
         .collect();
+    run_batch(handle, prompts, gen_tokens)
+}
+
+/// [`engine_batch`] at long context without `concurrency` long prefills:
+/// one request prefills a `prompt_tokens` prompt first (it stays in the
+/// prefix cache), then `concurrency` requests of that prompt plus one token
+/// of their own reuse it, join at once and decode together. What it measures
+/// is decoding over a long cache, which staggered multi-minute prefills on
+/// this CPU would otherwise keep from overlapping.
+pub fn engine_batch_shared_prompt(
+    handle: &crate::handle::EngineHandle,
+    concurrency: usize,
+    prompt_tokens: usize,
+    gen_tokens: usize,
+) -> Result<BatchReport> {
+    let shared = bench_prompt(handle, prompt_tokens, 0);
+    let warm = handle.submit(bench_request(handle, shared.clone(), 1)).collect_blocking();
+    if let Some(e) = warm.error {
+        return Err(crate::Error::InvalidRequest(e.message));
+    }
+    let prompts: Vec<Vec<u32>> = (0..concurrency)
+        .map(|i| {
+            let mut p = shared.clone();
+            p.push(bench_prompt(handle, 1, i as u64 + 1)[0]);
+            p
+        })
+        .collect();
+    let report = run_batch(handle, prompts, gen_tokens)?;
+    if report.min_cached_prompt_tokens < prompt_tokens {
+        return Err(crate::Error::InvalidRequest(format!(
+            "the shared {prompt_tokens}-token prompt was not reused from the prefix cache \
+             (a request had only {} cached tokens): is the prefix cache big enough?",
+            report.min_cached_prompt_tokens
+        )));
+    }
+    Ok(report)
+}
+
+/// Submits `prompts` at once and waits for all of them.
+fn run_batch(handle: &crate::handle::EngineHandle, prompts: Vec<Vec<u32>>, gen_tokens: usize) -> Result<BatchReport> {
+    use std::time::Instant;
+    let concurrency = prompts.len();
+    let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
+    let started = Instant::now();
+    let streams: Vec<_> = prompts.into_iter().map(|p| handle.submit(bench_request(handle, p, gen_tokens))).collect();
     let mut last_first = started;
     let mut generated = 0usize;
     let mut per_request = 0.0;
@@ -160,6 +205,7 @@ pub fn engine_batch_spread(
         })
         .collect();
     let (mut ttft_sum, mut ttft_max, mut all_tokens) = (0.0, 0.0f64, 0usize);
+    let mut min_cached = usize::MAX;
     let mut peak_kv = 0;
     while !threads.iter().all(|t| t.is_finished()) {
         peak_kv = peak_kv.max(handle.stats()?.kv_cache_bytes);
@@ -179,21 +225,23 @@ pub fn engine_batch_spread(
         ttft_sum += ttft;
         ttft_max = ttft_max.max(ttft);
         all_tokens += c.stats.prompt_tokens + c.stats.generated_tokens;
+        min_cached = min_cached.min(c.stats.cached_prompt_tokens);
     }
     let wall = started.elapsed().as_secs_f64();
     let decode_secs = last_first.elapsed().as_secs_f64().max(1e-9);
     Ok(BatchReport {
         concurrency,
-        prompt_tokens,
+        prompt_tokens: lens.iter().copied().max().unwrap_or(0),
         gen_tokens,
         aggregate_decode_tps: generated as f64 / decode_secs,
         per_request_decode_tps: per_request,
         wall_secs: wall,
-        min_prompt_tokens: lens.iter().copied().min().unwrap_or(prompt_tokens),
+        min_prompt_tokens: lens.iter().copied().min().unwrap_or(0),
         ttft_mean_secs: ttft_sum / concurrency.max(1) as f64,
         ttft_max_secs: ttft_max,
         total_tps: all_tokens as f64 / wall.max(1e-9),
         peak_kv_cache_bytes: peak_kv,
+        min_cached_prompt_tokens: if concurrency == 0 { 0 } else { min_cached },
     })
 }
 
@@ -213,7 +261,7 @@ pub struct JoinReport {
 
 pub fn join_latency(handle: &crate::handle::EngineHandle, running: usize, prompt_tokens: usize) -> Result<JoinReport> {
     use std::time::{Duration, Instant};
-    let background: Vec<_> = (0..running).map(|i| handle.submit(bench_request(handle, 32, 100_000, i as u64))).collect();
+    let background: Vec<_> = (0..running).map(|i| handle.submit(bench_request(handle, bench_prompt(handle, 32, i as u64), 100_000))).collect();
     // Let the batch settle into decoding, then time its steps.
     std::thread::sleep(Duration::from_millis(500));
     let s0 = handle.stats()?;
@@ -223,7 +271,7 @@ pub fn join_latency(handle: &crate::handle::EngineHandle, running: usize, prompt
     let step = t0.elapsed().as_secs_f64() / (s1.decode_steps - s0.decode_steps).max(1) as f64;
 
     let submitted = Instant::now();
-    let mut joining = handle.submit(bench_request(handle, prompt_tokens, 2, 99));
+    let mut joining = handle.submit(bench_request(handle, bench_prompt(handle, prompt_tokens, 99), 2));
     let _first = joining.recv_blocking();
     let join = submitted.elapsed().as_secs_f64();
     let c = joining.collect_blocking();

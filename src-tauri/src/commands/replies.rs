@@ -50,9 +50,20 @@ pub async fn send_message<R: Runtime>(
     check(&message)?;
     ensure_idle(&state, chat_id)?;
     state.engine()?;
+    post_and_answer(&app, &state, chat_id, message, on_event).await
+}
+
+/// Stores the user's message and starts the reply to it.
+async fn post_and_answer<R: Runtime>(
+    app: &AppHandle<R>,
+    state: &State<'_, Arc<AppState>>,
+    chat_id: ChatId,
+    message: Outgoing,
+    on_event: Channel<StreamEvent>,
+) -> AppResult<Sent> {
     let new = NewMessage::user(message.text).with_attachments(message.attachments);
     let user = state.store.add_message(chat_id, &new).await?;
-    let reply = start_reply(&app, state.inner().clone(), chat_id, sink(on_event)).await?;
+    let reply = start_reply(app, state.inner().clone(), chat_id, sink(on_event)).await?;
     Ok(Sent { user, reply })
 }
 
@@ -111,10 +122,7 @@ pub async fn edit_and_resend<R: Runtime>(
         return Err(AppError::new("NOT_LAST_MESSAGE", "Only the last message you sent can be edited."));
     }
     state.store.delete_messages_from(chat_id, message_id).await?;
-    let new = NewMessage::user(message.text).with_attachments(message.attachments);
-    let user = state.store.add_message(chat_id, &new).await?;
-    let reply = start_reply(&app, state.inner().clone(), chat_id, sink(on_event)).await?;
-    Ok(Sent { user, reply })
+    post_and_answer(&app, &state, chat_id, message, on_event).await
 }
 
 /// Chats with a reply under way (after a page reload, to re-attach).
