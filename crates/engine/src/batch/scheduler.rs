@@ -440,6 +440,8 @@ impl Scheduler {
     fn join_batch(&mut self, mut seq: Sequence, first: u32) -> Result<()> {
         let cache = seq.prefill_cache.take().expect("a prefilled sequence has its cache");
         if let Some(reason) = seq.accept(first, &self.loaded.tokenizer) {
+            // Done at its first token: it never joined the batch.
+            seq.kv_cache_bytes = cache.nbytes();
             let len = cache.offset() as usize;
             self.prefix_cache.insert(seq.prefix_key(len), cache.into_layers())?;
             seq.finish(reason, &self.loaded.tokenizer);
