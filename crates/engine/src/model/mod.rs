@@ -98,6 +98,31 @@ pub struct ModelInfo {
     pub shape: ModelShape,
     /// Token ids that end generation.
     pub eos_token_ids: Vec<u32>,
+    /// What the model can do, for the UI (badges, which settings apply).
+    pub capabilities: Capabilities,
+}
+
+/// What a loaded model can do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Capabilities {
+    /// It has a vision tower: it sees images.
+    pub vision: bool,
+    /// Its chat template reasons in a thinking block (`<think>`, `enable_thinking`).
+    pub thinking: bool,
+    /// Its chat template renders tool definitions and tool calls.
+    pub tools: bool,
+}
+
+impl Capabilities {
+    /// The template-derived flags of a model, plus `vision` from its tower.
+    pub fn of(template_source: Option<&str>, vision: bool) -> Self {
+        let t = template_source.unwrap_or_default();
+        Self {
+            vision,
+            thinking: crate::stop::thinking_tags_for_template(t).is_some() || t.contains("enable_thinking"),
+            tools: crate::stop::tool_call_tags_for_template(t).is_some(),
+        }
+    }
 }
 
 pub struct LoadedModel {
@@ -248,6 +273,7 @@ fn finish(
         format: opts.format,
         shape: model.shape(),
         eos_token_ids: tokenizer.eos_ids().to_vec(),
+        capabilities: Capabilities::of(tokenizer.chat_template().map(|t| t.source()), model.vision().is_some()),
     };
     Ok(LoadedModel { model, tokenizer, preprocessor: None, info })
 }
