@@ -17,7 +17,7 @@ pub fn scan_config(state: &AppState) -> ScanConfig {
         hf_cache: hub::HfCache::from_env(),
         models_dir: Some(state.paths.models_dir.clone()),
         gguf_files: Vec::new(),
-        supported: engine::model::SUPPORTED_ARCHITECTURES.iter().map(|s| s.to_string()).collect(),
+        supported: engine::model::registry::supported_model_types().iter().map(|s| s.to_string()).collect(),
     }
 }
 
@@ -26,16 +26,12 @@ pub async fn scan(state: &AppState) -> Vec<LocalModel> {
     tokio::task::spawn_blocking(move || config.scan()).await.unwrap_or_default()
 }
 
-/// Whether the model folder at `path` can see images: its config.json
-/// describes a vision tower (`vision_config`, as Hugging Face and
-/// mlx-community VL checkpoints have) or names a vision-language
-/// architecture. A missing or unreadable config is a no: the scan already
-/// reports why such a model cannot be used.
+/// Whether the model folder at `path` can see images, as the engine's
+/// family registry says (a family with a vision tower). A missing or
+/// unreadable config is a no: the scan already reports why such a model
+/// cannot be used.
 pub fn sees_images(path: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(path.join("config.json")) else { return false };
-    let Ok(config) = serde_json::from_str::<serde_json::Value>(&text) else { return false };
-    let vl_type = config.get("model_type").and_then(|t| t.as_str()).is_some_and(|t| t.ends_with("_vl"));
-    vl_type || config.get("vision_config").is_some_and(|v| v.is_object())
+    engine::model::describe_folder(path).is_ok_and(|info| info.capabilities.vision)
 }
 
 /// A model on disk as the gallery shows it.
@@ -88,7 +84,7 @@ pub async fn gallery(state: &AppState) -> Gallery {
     let downloading = state.downloads.lock().unwrap().keys().cloned().collect::<Vec<_>>();
     let catalog = state
         .catalog
-        .with_support(engine::model::SUPPORTED_ARCHITECTURES)
+        .with_support(&engine::model::registry::supported_model_types())
         .into_iter()
         .map(|model| {
             let id = local_id_of(&model.entry.source);
@@ -139,7 +135,7 @@ pub async fn load<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &st
             format!(
                 "architecture {} is not supported (supported: {})",
                 model.architecture.as_deref().unwrap_or("unknown"),
-                engine::model::SUPPORTED_ARCHITECTURES.join(", ")
+                engine::model::registry::supported_model_types().join(", ")
             )
         });
         return Err(AppError::new("UNSUPPORTED_MODEL", why));

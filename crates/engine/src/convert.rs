@@ -15,15 +15,18 @@ use crate::tokenizer::Tokenizer;
 use crate::weights::{gguf, QuantSpec};
 
 pub fn gguf_to_folder(gguf_path: &Path, out: &Path, format: WeightFormat) -> Result<()> {
-    let g = gguf::load(gguf_path)?;
+    let g = gguf::load(gguf_path, format)?;
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
     let quantization = g.quantization.clone();
     let mut tensors: HashMap<String, Array> = g.weights.into_map();
 
     let mut config = g.config.clone();
-    let model_type = config.get("model_type").and_then(Value::as_str).unwrap_or("llama").to_string();
-    let class = match model_type.as_str() {
+    let class = match g.model_type.as_str() {
         "llama" => "LlamaForCausalLM",
+        "qwen2" => "Qwen2ForCausalLM",
+        "qwen3" => "Qwen3ForCausalLM",
+        "qwen3_moe" => "Qwen3MoeForCausalLM",
+        "gemma3_text" => "Gemma3ForCausalLM",
         other => return Err(Error::InvalidConfig(format!("convert: no class name for {other}"))),
     };
     config["architectures"] = json!([class]);
@@ -66,7 +69,7 @@ pub fn gguf_to_folder(gguf_path: &Path, out: &Path, format: WeightFormat) -> Res
     let metadata = HashMap::from([("format".to_string(), "mlx".to_string())]);
     Array::save_safetensors(tensors.iter(), &metadata, out.join("model.safetensors"))
         .map_err(|e| Error::Mlx(e.to_string()))?;
-    Tokenizer::from_gguf(g.tokenizer)?.write_hf_files(out)?;
+    Tokenizer::from_gguf_with(g.tokenizer, g.sentencepiece)?.write_hf_files(out)?;
     Ok(())
 }
 

@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use mlx_rs::{transforms::async_eval, Array};
 
-use crate::cache::{KvCache, SimpleKvCache};
+use crate::cache::BatchCache;
 use crate::error::{Error, Result};
-use crate::model::{layers::last_position, LanguageModel};
+use crate::model::{layers::last_position, LanguageModel, Positions};
 use crate::sample::{Sampler, SamplingParams};
 use crate::tokenizer::{StreamDetokenizer, Tokenizer};
 
@@ -69,7 +69,7 @@ pub struct TokenOut<'a> {
 
 /// Runs the prompt through the model in chunks of [`PREFILL_CHUNK`] tokens and
 /// returns the logits of its last position, `[1, vocab]`.
-pub fn prefill(model: &dyn LanguageModel, cache: &mut dyn KvCache, prompt: &[u32]) -> Result<Array> {
+pub fn prefill(model: &dyn LanguageModel, cache: &mut BatchCache, prompt: &[u32]) -> Result<Array> {
     if prompt.is_empty() {
         return Err(Error::InvalidRequest("the prompt is empty".into()));
     }
@@ -86,12 +86,20 @@ pub fn prefill(model: &dyn LanguageModel, cache: &mut dyn KvCache, prompt: &[u32
 }
 
 /// Runs one chunk of a single sequence's prompt through the model, appending
-/// to `cache`; returns the (lazy) hidden state of its last position, `[1, 1, D]`.
-pub fn prefill_chunk(model: &dyn LanguageModel, cache: &mut dyn KvCache, chunk: &[u32]) -> Result<Array> {
+/// to `cache` (one row); returns the (lazy) hidden state of its last
+/// position, `[1, 1, D]`.
+pub fn prefill_chunk(model: &dyn LanguageModel, cache: &mut BatchCache, chunk: &[u32]) -> Result<Array> {
     let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
     let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
-    let hidden = model.forward_embeddings(model.embed(&tokens)?, cache)?;
+    let positions = Positions::Start(cache.offsets()[0]);
+    let hidden = model.forward_embeddings(model.embed(&tokens)?, &positions, cache)?;
     last_position(&hidden)
+}
+
+/// One decode step of a single sequence: `token` `[1, 1]` → logits `[1, vocab]`.
+pub fn decode_step(model: &dyn LanguageModel, cache: &mut BatchCache, token: &Array) -> Result<Array> {
+    let positions = Positions::Start(cache.offsets()[0]);
+    Ok(model.forward(token, &positions, cache)?.reshape(&[1, -1])?)
 }
 
 /// Checks that the prompt leaves room in the model's context for at least one token.
@@ -120,7 +128,7 @@ pub fn generate(
 
     let _ = mlx_rs::memory::reset_peak_memory();
     let started = Instant::now();
-    let mut cache = SimpleKvCache::new(model.shape().num_layers);
+    let mut cache = model.new_cache(1);
     let mut sampler = Sampler::new(params.sampling.clone())?;
     let mut history: Vec<u32> = prompt.to_vec();
     let mut detok = StreamDetokenizer::new(true);
@@ -133,8 +141,8 @@ pub fn generate(
     let finish_reason = loop {
         // Queue the step after `next` before reading `next` back.
         let queued = if generated + 1 < max_tokens {
-            let logits = model.forward(&next.reshape(&[1, 1])?, &mut cache)?;
-            let after = sampler.sample(&logits.reshape(&[1, -1])?, &history, Some(&next))?;
+            let logits = decode_step(model, &mut cache, &next.reshape(&[1, 1])?)?;
+            let after = sampler.sample(&logits, &history, Some(&next))?;
             async_eval([&after])?;
             Some(after)
         } else {

@@ -1,11 +1,11 @@
 //! The real default model (SmolLM2-135M-Instruct, GGUF Q4_1), installed by
 //! scripts/setup.sh. These tests fail, not skip, when it is missing: the test
 //! command installs it first.
-use engine::cache::SimpleKvCache;
+mod common;
+
 use engine::generate::{generate, GenerateParams};
 use engine::model::{self, LoadOptions, LoadedModel, WeightFormat};
 use engine::tokenizer::{ChatMessage, TemplateOptions};
-use mlx_rs::Array;
 
 fn load(format: WeightFormat) -> LoadedModel {
     let path = engine::default_model::locate().expect("run scripts/setup.sh to install the default model");
@@ -32,7 +32,7 @@ fn the_gguf_tokenizer_matches_the_reference() {
     assert_eq!(ids, [504, 3575, 282, 4649, 314]);
     assert_eq!(m.tokenizer.decode(&ids, false).unwrap(), "The capital of France is");
     assert_eq!(m.model.shape().num_layers, 30);
-    assert_eq!(m.info.stored_quantization.as_deref(), Some("4-bit (group 32) + 8-bit (group 32)"));
+    assert_eq!(m.info.stored_quantization.as_deref(), Some("GGUF Q4_1 ×210, F32 ×61, Q8_0 ×1"));
 }
 
 #[test]
@@ -77,9 +77,9 @@ fn a_converted_folder_gives_the_same_logits_as_the_gguf() {
     let folder = model::load(dir.path(), &opts).unwrap();
     let ids = gguf.tokenizer.encode("The capital of France is", false).unwrap();
     assert_eq!(folder.tokenizer.encode("The capital of France is", false).unwrap(), ids);
-    let tokens = Array::from_slice(&ids.iter().map(|&t| t as i32).collect::<Vec<_>>(), &[1, ids.len() as i32]);
-    let a = gguf.model.forward(&tokens, &mut SimpleKvCache::new(30)).unwrap();
-    let b = folder.model.forward(&tokens, &mut SimpleKvCache::new(30)).unwrap();
+    let tokens = common::tokens(&ids);
+    let a = common::forward_fresh(gguf.model.as_ref(), &tokens);
+    let b = common::forward_fresh(folder.model.as_ref(), &tokens);
     let close = a.all_close(&b, 1e-5, 1e-5, None).unwrap();
     assert!(close, "converted folder's logits differ from the GGUF's");
 }

@@ -2,7 +2,7 @@
 //! float last layer, honest reporting when it cannot apply, and output quality
 //! on the real default model.
 use engine::batch::{Prompt, Request, SchedulerConfig};
-use engine::cache::{BatchKvCache, KvCache, KvQuantization};
+use engine::cache::{BatchCache, CacheLayout, KvQuantization};
 use engine::handle::{EngineConfig, EngineHandle};
 use engine::model::LoadOptions;
 use engine::testing::{write_tiny_llama, TinyLlama};
@@ -13,8 +13,21 @@ fn q(bits: i32, group_size: i32) -> KvQuantization {
     KvQuantization { bits, group_size, start: 0 }
 }
 
-/// A cache of `layers` layers holding one prefilled row of `len` random tokens.
-fn row(layers: usize, len: i32, seed: u64) -> (BatchKvCache, Vec<(Array, Array)>) {
+mod common;
+
+use common::max_abs_diff;
+
+/// Writes one step of `keys`/`values` per layer into `cache`.
+fn write_step(cache: &mut BatchCache, kv: &[(Array, Array)]) {
+    cache.begin_step(kv[0].0.dim(2)).unwrap();
+    for (l, (k, v)) in kv.iter().enumerate() {
+        cache.update(l, k, v).unwrap();
+    }
+    cache.finish_step().unwrap();
+}
+
+/// A one-row cache of `layers` full-attention layers holding `len` random tokens.
+fn row(layers: usize, len: i32, seed: u64) -> (BatchCache, Vec<(Array, Array)>) {
     random::seed(seed).unwrap();
     let kv: Vec<(Array, Array)> = (0..layers)
         .map(|_| {
@@ -23,31 +36,24 @@ fn row(layers: usize, len: i32, seed: u64) -> (BatchKvCache, Vec<(Array, Array)>
             (k, v)
         })
         .collect();
-    (BatchKvCache::from_prefilled(kv.clone(), len), kv)
-}
-
-fn max_abs_diff(a: &Array, b: &Array) -> f32 {
-    let d = a.subtract(b).unwrap().abs().unwrap().max(None).unwrap();
-    d.eval().unwrap();
-    d.item_cast::<f32>()
+    let mut cache = BatchCache::new(&CacheLayout::full(layers), 1, None);
+    write_step(&mut cache, &kv);
+    (cache, kv)
 }
 
 #[test]
 fn quantized_storage_has_its_theoretical_size_and_the_last_layer_stays_float() {
     for (bits, group) in [(8, 32), (8, 64), (4, 32), (4, 64)] {
         let layers = 3;
-        let mut cache = BatchKvCache::with_quantization(layers, Some(q(bits, group)));
+        let mut cache = BatchCache::new(&CacheLayout::full(layers), 0, Some(q(bits, group)));
         let (prefilled, _) = row(layers, 100, 1);
         cache.extend(prefilled).unwrap();
         // One decode step makes the buffers grow to their step size.
-        let (k, v) = (random::normal::<f32>(&[1, 2, 1, 64], None, None, None).unwrap(), random::normal::<f32>(&[1, 2, 1, 64], None, None, None).unwrap());
-        cache.step(1).unwrap();
-        for l in 0..layers {
-            cache.update(l, k.clone(), v.clone()).unwrap();
-        }
-        cache.finish_step(1);
+        let k = random::normal::<f32>(&[1, 2, 1, 64], None, None, None).unwrap();
+        let v = random::normal::<f32>(&[1, 2, 1, 64], None, None, None).unwrap();
+        write_step(&mut cache, &vec![(k, v); layers]);
         assert_eq!(cache.quantized_layers(), layers - 1, "the last layer must stay float");
-        let cols = 356.0; // 100 + a growth step of 256
+        let cols = 256.0; // 101 tokens in buffers that grow 256 columns at a time
         let per_vector_q = 64.0 * bits as f64 / 8.0 + (64.0 / group as f64) * 2.0 * 4.0; // values + f32 scales and biases
         let per_vector_f = 64.0 * 4.0;
         let theory = 2.0 * 2.0 * cols * ((layers - 1) as f64 * per_vector_q + per_vector_f); // K and V, 2 heads
@@ -61,20 +67,21 @@ fn quantized_storage_has_its_theoretical_size_and_the_last_layer_stays_float() {
 #[test]
 fn rows_keep_their_contents_when_joining_and_leaving_a_quantized_batch() {
     let layers = 2;
-    let mut cache = BatchKvCache::with_quantization(layers, Some(q(8, 32)));
+    let mut cache = BatchCache::new(&CacheLayout::full(layers), 0, Some(q(8, 32)));
     let (a, a_kv) = row(layers, 40, 2);
     let (b, b_kv) = row(layers, 7, 3);
     let (c, c_kv) = row(layers, 23, 4);
     cache.extend(a).unwrap();
     cache.extend(b).unwrap();
     cache.extend(c).unwrap();
-    assert_eq!(cache.row_lengths(), vec![40, 7, 23]);
+    assert_eq!(cache.offsets(), [40, 7, 23]);
     // 8-bit affine error is at most one group scale: |x| < ~5 over a range of
     // ~10 gives a scale of ~0.04.
     let tolerance = 0.05;
-    let check = |cache: &BatchKvCache, row: usize, kv: &[(Array, Array)]| {
-        let got = cache.row_layers(row).unwrap();
-        for (l, ((gk, gv), (wk, wv))) in got.iter().zip(kv).enumerate() {
+    let check = |cache: &BatchCache, row: usize, kv: &[(Array, Array)]| {
+        for (l, (wk, wv)) in kv.iter().enumerate() {
+            let (gk, gv) = cache.row_keys_values(row, l).unwrap().expect("the layer ran");
+            let (gk, gv) = (&gk, &gv);
             assert_eq!(gk.shape(), wk.shape());
             let quantized = l + 1 < kv.len();
             let tol = if quantized { tolerance } else { 0.0 };
@@ -86,7 +93,7 @@ fn rows_keep_their_contents_when_joining_and_leaving_a_quantized_batch() {
     check(&cache, 1, &b_kv);
     check(&cache, 2, &c_kv);
     cache.filter(&[2, 1]).unwrap();
-    assert_eq!(cache.row_lengths(), vec![23, 7]);
+    assert_eq!(cache.offsets(), [23, 7]);
     check(&cache, 0, &c_kv);
     check(&cache, 1, &b_kv);
 }

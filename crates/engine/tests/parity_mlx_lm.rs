@@ -9,11 +9,12 @@
 //! folders with the same code, loads them with our loader, and compares.
 use std::path::{Path, PathBuf};
 
-use engine::cache::SimpleKvCache;
+mod common;
+
+use common::{forward_fresh, greedy_ids, rows, tokens};
 use engine::model::{load, LoadOptions, LoadedModel, WeightFormat};
 use engine::testing::{write_tiny_llama, TinyLlama};
 use engine::weights::QuantSpec;
-use mlx_rs::{Array, Dtype};
 use serde_json::Value;
 
 /// Float32 weights, and 4-bit weights run through MLX's quantized matmul
@@ -93,45 +94,6 @@ fn write_and_load(dir: &Path, quantize: Option<QuantSpec>, format: WeightFormat)
     load(dir, &LoadOptions { format }).expect("load tiny llama")
 }
 
-/// `[1, L, vocab]` logits → rows of f32.
-fn rows(logits: &Array) -> Vec<Vec<f32>> {
-    let shape = logits.shape().to_vec();
-    assert_eq!(shape.len(), 3, "logits shape {shape:?}");
-    let (l, vocab) = (shape[1] as usize, shape[2] as usize);
-    let flat = logits.as_dtype(Dtype::Float32).expect("cast").reshape(&[-1]).expect("reshape");
-    flat.eval().expect("eval");
-    let data = flat.as_slice::<f32>();
-    (0..l).map(|i| data[i * vocab..(i + 1) * vocab].to_vec()).collect()
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    // First maximum, as mx.argmax does.
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
-/// Greedy decoding with our KV cache: the prompt in one forward pass, then one
-/// token at a time. Raw ids, not stopping at EOS (the golden does not either).
-fn greedy_ids(loaded: &LoadedModel, prompt: &[u32], n: usize) -> Vec<u32> {
-    let model = loaded.model.as_ref();
-    let mut cache = SimpleKvCache::new(model.shape().num_layers);
-    let ids: Vec<i32> = prompt.iter().map(|&t| t as i32).collect();
-    let mut input = Array::from_slice(&ids, &[1, ids.len() as i32]);
-    let mut out = Vec::with_capacity(n);
-    while out.len() < n {
-        let logits = model.forward(&input, &mut cache).expect("forward");
-        let next = argmax(rows(&logits).last().expect("a position"));
-        out.push(next);
-        input = Array::from_slice(&[next as i32], &[1, 1]);
-    }
-    out
-}
-
 fn check(variant: &str, quantize: Option<QuantSpec>, format: WeightFormat, tol: f32) {
     let golden = golden(variant);
     let tmp = TempDir::new(&format!("{variant}-{format:?}"));
@@ -139,9 +101,7 @@ fn check(variant: &str, quantize: Option<QuantSpec>, format: WeightFormat, tol: 
     let vocab = loaded.model.shape().vocab_size as usize;
     assert!(golden.prompt.iter().all(|&t| (t as usize) < vocab), "golden prompt outside the vocabulary");
 
-    let ids: Vec<i32> = golden.prompt.iter().map(|&t| t as i32).collect();
-    let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
-    let ours = rows(&loaded.model.forward(&tokens, &mut SimpleKvCache::new(loaded.model.shape().num_layers)).expect("forward"));
+    let ours = rows(&forward_fresh(loaded.model.as_ref(), &tokens(&golden.prompt)));
     assert_eq!(ours.len(), golden.logits.len(), "positions");
     let mut max_diff = 0f32;
     let mut worst = (0, 0);

@@ -20,9 +20,10 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use engine::cache::rope_shift::RopeShifted;
-use engine::cache::{KvCache, SimpleKvCache};
-use engine::model::{load, LoadOptions, LoadedModel, WeightFormat};
+mod common;
+
+use engine::cache::BatchCache;
+use engine::model::{load, LoadOptions, LoadedModel, Positions, WeightFormat};
 use engine::testing::{write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use engine::weights::QuantSpec;
@@ -223,21 +224,21 @@ fn splice(loaded: &LoadedModel, ids: &[u32], image_token: u32, features: Option<
         .unwrap()
 }
 
-/// Runs `embeddings` through the model, with explicit M-RoPE positions when given.
+/// Runs `embeddings` through the model, at explicit M-RoPE positions when
+/// given, else at the cache's length plus `delta`.
 fn run(
     loaded: &LoadedModel,
     embeddings: Array,
     positions: Option<&Array>,
     delta: i32,
-    cache: &mut dyn KvCache,
+    cache: &mut BatchCache,
 ) -> Array {
     let model = loaded.model.as_ref();
-    let hidden = match positions {
-        Some(p) => model.forward_embeddings(embeddings, &mut RopeShifted::explicit(cache, p.clone())),
-        None if delta != 0 => model.forward_embeddings(embeddings, &mut RopeShifted::by_deltas(cache, &[delta])),
-        None => model.forward_embeddings(embeddings, cache),
-    }
-    .expect("forward");
+    let positions = match positions {
+        Some(p) => Positions::Multimodal(p.clone()),
+        None => Positions::Start(cache.offsets()[0] + delta),
+    };
+    let hidden = model.forward_embeddings(embeddings, &positions, cache).expect("forward");
     model.logits(&hidden).expect("logits").as_dtype(Dtype::Float32).unwrap()
 }
 
@@ -349,14 +350,13 @@ fn check(m: ModelUnderTest) {
 
         // Logits of the whole prompt in one uncached pass.
         let key = format!("{}.{case}", m.golden.replace('/', "."));
-        let num_layers = loaded.model.shape().num_layers;
         let embeddings = splice(&loaded, &ids, image_token, features.as_ref());
         let logits = run(
             &loaded,
             embeddings.clone(),
             positions.as_ref(),
             0,
-            &mut SimpleKvCache::new(num_layers),
+            &mut loaded.model.new_cache(1),
         );
         let d = max_abs_diff(
             &logits.index(0),
@@ -369,7 +369,7 @@ fn check(m: ModelUnderTest) {
         // Greedy decoding with our KV cache: prefill, then position = length + delta.
         let golden_greedy: Vec<u32> = ints(&rec["greedy_ids"]).iter().map(|&x| x as u32).collect();
         let golden_logprobs = &goldens.arrays[&format!("{key}.greedy_logprobs")];
-        let mut cache = SimpleKvCache::new(num_layers);
+        let mut cache = loaded.model.new_cache(1);
         let mut step_logits = run(&loaded, embeddings, positions.as_ref(), 0, &mut cache);
         let mut greedy = Vec::new();
         for step in 0..golden_greedy.len() {
@@ -492,15 +492,8 @@ fn qwen2_text_model_matches_the_vl_language_model() {
     );
 
     let rec = &goldens.json["models"]["qwen2_vl/float"]["text"];
-    let ids: Vec<i32> = ints(&rec["prompt_ids"]).iter().map(|&x| x as i32).collect();
-    let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
-    let mut cache = SimpleKvCache::new(loaded.model.shape().num_layers);
-    let logits = loaded
-        .model
-        .forward(&tokens, &mut cache)
-        .expect("forward")
-        .as_dtype(Dtype::Float32)
-        .unwrap();
+    let ids: Vec<u32> = ints(&rec["prompt_ids"]).iter().map(|&x| x as u32).collect();
+    let logits = common::forward_fresh(loaded.model.as_ref(), &common::tokens(&ids)).as_dtype(Dtype::Float32).unwrap();
     let d = max_abs_diff(
         &logits.index(0),
         &goldens.arrays["qwen2_vl.float.text.logits"],

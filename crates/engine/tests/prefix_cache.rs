@@ -2,7 +2,7 @@
 //! the first turn's KV state, gives the same output as a cold prefill, batches
 //! with new requests, and the cache stays within its byte bound.
 use engine::batch::{Prompt, Request, SchedulerConfig};
-use engine::cache::{text_key, PrefixCache, SimpleKvCache};
+use engine::cache::{text_key, PrefixCache};
 use engine::generate::prefill;
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{self, LoadOptions, WeightFormat};
@@ -75,15 +75,15 @@ fn a_cached_prefix_gives_the_same_logits_as_a_cold_prefill() {
     write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap();
     let m = model::load(dir.path(), &LoadOptions { format: WeightFormat::AsStored }).unwrap();
     let prompt: Vec<u32> = (0..40).map(|i| 3 + (i * 13) % 250).collect();
-    let cold = prefill(m.model.as_ref(), &mut SimpleKvCache::new(2), &prompt).unwrap();
+    let cold = prefill(m.model.as_ref(), &mut m.model.new_cache(1), &prompt).unwrap();
 
     let mut cache = PrefixCache::new(64 << 20);
-    let mut first = SimpleKvCache::new(2);
+    let mut first = m.model.new_cache(1);
     prefill(m.model.as_ref(), &mut first, &prompt[..30]).unwrap();
-    cache.insert(text_key(&prompt[..30]), first.into_layers()).unwrap();
+    cache.insert(text_key(&prompt[..30]), &first, 0).unwrap();
     let hit = cache.lookup(&text_key(&prompt)).expect("the first 30 tokens are kept");
     assert_eq!(hit.len, 30);
-    let mut resumed = SimpleKvCache::from_layers(hit.layers, 30);
+    let mut resumed = hit.cache;
     let warm = prefill(m.model.as_ref(), &mut resumed, &prompt[30..]).unwrap();
     let close = cold.all_close(&warm, 1e-5, 1e-5, None).unwrap();
     assert!(close, "logits after a reused prefix differ from a cold prefill");

@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use engine::cache::SimpleKvCache;
+mod common;
+
+use common::{forward_cached, forward_fresh, max_abs_diff, tokens};
 use engine::generate::{generate, prefill, GenerateParams};
 use engine::model::{self, LoadOptions, LoadedModel, WeightFormat};
 use engine::testing::{write_tiny_llama, TinyLlama};
@@ -18,22 +20,6 @@ fn q4() -> TinyLlama {
 
 fn load(dir: &Path, format: WeightFormat) -> engine::Result<LoadedModel> {
     model::load(dir, &LoadOptions { format })
-}
-
-fn tokens(ids: &[u32]) -> Array {
-    let v: Vec<i32> = ids.iter().map(|&t| t as i32).collect();
-    Array::from_slice(&v, &[1, v.len() as i32])
-}
-
-fn to_vec(a: &Array) -> Vec<f32> {
-    let a = a.as_dtype(mlx_rs::Dtype::Float32).unwrap();
-    a.eval().unwrap();
-    a.as_slice::<f32>().to_vec()
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
 fn greedy_ids(m: &LoadedModel, prompt: &[u32], n: usize) -> Vec<u32> {
@@ -78,8 +64,8 @@ fn quantized_weights_dequantized_at_load_give_the_same_logits() {
     let stored = load(dir.path(), WeightFormat::AsStored).unwrap();
     let float = load(dir.path(), WeightFormat::Float32).unwrap();
     let ids = tokens(&prompt(9));
-    let a = to_vec(&stored.model.forward(&ids, &mut SimpleKvCache::new(2)).unwrap());
-    let b = to_vec(&float.model.forward(&ids, &mut SimpleKvCache::new(2)).unwrap());
+    let a = forward_fresh(stored.model.as_ref(), &ids);
+    let b = forward_fresh(float.model.as_ref(), &ids);
     // Same quantized values either way; MLX's quantized kernel keeps some
     // float16 rounding of the (float16) scales and biases, the float32 path
     // none, and the summation order differs. Measured 1.1e-3 (see also
@@ -94,17 +80,18 @@ fn incremental_decoding_matches_a_full_forward_pass() {
     write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap();
     let m = load(dir.path(), WeightFormat::AsStored).unwrap();
     let seq = prompt(20);
-    let full = m.model.forward(&tokens(&seq), &mut SimpleKvCache::new(2)).unwrap();
+    let model = m.model.as_ref();
+    let full = forward_fresh(model, &tokens(&seq));
     // Prompt of 12, then one token at a time through the cache.
-    let mut cache = SimpleKvCache::new(2);
-    let mut rows = vec![m.model.forward(&tokens(&seq[..12]), &mut cache).unwrap()];
+    let mut cache = model.new_cache(1);
+    let mut rows = vec![forward_cached(model, &mut cache, &tokens(&seq[..12]))];
     for &t in &seq[12..] {
-        rows.push(m.model.forward(&tokens(&[t]), &mut cache).unwrap());
+        rows.push(forward_cached(model, &mut cache, &tokens(&[t])));
     }
     let stepped = mlx_rs::ops::concatenate(&rows, 1).unwrap();
-    let d = max_abs_diff(&to_vec(&full), &to_vec(&stepped));
+    let d = max_abs_diff(&full, &stepped);
     assert!(d < 1e-4, "cached decoding drifts from the full pass by {d}");
-    assert_eq!(cache.offset(), 20);
+    assert_eq!(cache.offsets(), [20]);
 }
 
 #[test]
@@ -113,13 +100,13 @@ fn chunked_prefill_of_a_long_prompt_matches_one_shot_prefill() {
     write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap();
     let m = load(dir.path(), WeightFormat::AsStored).unwrap();
     let seq = prompt(1100); // three chunks of at most 512
-    let one_shot = m.model.forward(&tokens(&seq), &mut SimpleKvCache::new(2)).unwrap();
+    let one_shot = forward_fresh(m.model.as_ref(), &tokens(&seq));
     let last = one_shot.index((.., -1, ..));
-    let mut cache = SimpleKvCache::new(2);
+    let mut cache = m.model.new_cache(1);
     let chunked = prefill(m.model.as_ref(), &mut cache, &seq).unwrap();
-    let d = max_abs_diff(&to_vec(&last), &to_vec(&chunked));
+    let d = max_abs_diff(&last, &chunked);
     assert!(d < 1e-4, "chunked prefill differs from one-shot by {d}");
-    assert_eq!(cache.offset(), 1100);
+    assert_eq!(cache.offsets(), [1100]);
 }
 
 #[test]

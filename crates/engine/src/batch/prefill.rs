@@ -1,6 +1,11 @@
 //! Batched prefill: the next prompt chunks of several waiting sequences in
-//! one forward pass, right-padded to the longest chunk (see
-//! [`PrefillBatchCache`] for the cache layout and the mask).
+//! one forward pass, right-padded to the longest chunk.
+//!
+//! The rows' own caches are gathered into one [`BatchCache`] (left-padded so
+//! every row's earlier tokens end at the same column, where the chunk
+//! starts); the pass declares each row's real tokens, so no padding reaches a
+//! recurrent state and a real query never sees a padded key (it comes later);
+//! [`BatchCache::split`] then gives each row back exactly its real tokens.
 //!
 //! A sequence's prefill state (its own cache, how far its prompt got) stays
 //! on the [`Sequence`]; a pass borrows the caches, runs, and gives each row
@@ -13,11 +18,10 @@
 use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 
 use super::sequence::Sequence;
-use crate::cache::rope_shift::RopeShifted;
-use crate::cache::{PrefillBatchCache, SimpleKvCache};
+use crate::cache::BatchCache;
 use crate::error::Result;
 use crate::generate::PREFILL_CHUNK;
-use crate::model::LanguageModel;
+use crate::model::{LanguageModel, Positions};
 
 /// The least budget left worth a second pass in the same scheduler step
 /// (unless it completes a prompt).
@@ -74,12 +78,12 @@ pub struct PassRow {
 /// position by its own sampler. On an error the rows' caches are gone (the
 /// caller fails every row of the pass).
 pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<Option<u32>>> {
-    let num_layers = model.shape().num_layers;
     let b = rows.len() as i32;
     let width = rows.iter().map(|r| r.n).max().expect("a pass has rows") as i32;
-    let caches: Vec<SimpleKvCache> =
-        rows.iter_mut().map(|r| r.seq.prefill_cache.take().unwrap_or_else(|| SimpleKvCache::new(num_layers))).collect();
-    let mut cache = PrefillBatchCache::gather(caches, num_layers)?;
+    let caches: Vec<BatchCache> =
+        rows.iter_mut().map(|r| r.seq.prefill_cache.take().unwrap_or_else(|| model.new_cache(1))).collect();
+    let mut cache = BatchCache::gather(caches)?;
+    cache.set_real_tokens(rows.iter().map(|r| r.n as i32).collect());
 
     let hidden = if rows.iter().any(|r| r.seq.images.is_some()) {
         let mut embeddings = Vec::with_capacity(rows.len());
@@ -103,7 +107,7 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
         }
         let embeddings = concat_or_one(embeddings, 0)?;
         let positions = concat_or_one(positions, 1)?;
-        model.forward_embeddings(embeddings, &mut RopeShifted::explicit(&mut cache, positions))?
+        model.forward_embeddings(embeddings, &Positions::Multimodal(positions), &mut cache)?
     } else {
         let mut ids = Vec::with_capacity((b * width) as usize);
         for r in rows.iter() {
@@ -113,7 +117,8 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
             ids.extend(std::iter::repeat_n(0, width as usize - r.n));
         }
         let ids = Array::from_slice(&ids, &[b, width]);
-        model.forward_embeddings(model.embed(&ids)?, &mut cache)?
+        let starts: Vec<i32> = rows.iter().map(|r| r.seq.prefilled as i32).collect();
+        model.forward_embeddings(model.embed(&ids)?, &Positions::rows(&starts), &mut cache)?
     };
 
     // Each row's last real position, `[B, 1, D]`.
@@ -122,8 +127,7 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
     let last =
         hidden.reshape(&[b * width, d])?.take_axis(Array::from_slice(&last_index, &[b]), 0)?.reshape(&[b, 1, d])?;
 
-    let chunks: Vec<i32> = rows.iter().map(|r| r.n as i32).collect();
-    for (r, c) in rows.iter_mut().zip(cache.split(&chunks)?) {
+    for (r, c) in rows.iter_mut().zip(cache.split()?) {
         r.seq.prefill_cache = Some(c);
         r.seq.prefilled += r.n;
     }

@@ -19,11 +19,10 @@ use super::images::{self, ImageContext};
 use super::prefill::{self, PassRow};
 use super::request::{Event, FinishReason, Prompt, Request, RequestId};
 use super::sequence::{Sequence, SequenceParts};
-use crate::cache::rope_shift::RopeShifted;
-use crate::cache::{BatchKvCache, KvCache, KvQuantization, PrefixCache, PrefixCacheStats, SimpleKvCache};
+use crate::cache::{BatchCache, KvQuantization, PrefixCache, PrefixCacheStats};
 use crate::error::{Error, Result};
 use crate::generate::PREFILL_CHUNK;
-use crate::model::LoadedModel;
+use crate::model::{LoadedModel, Positions};
 use crate::sample::Sampler;
 use crate::stop::{thinking_tags_for_template, tool_call_tags_for_template, MatcherConfig, StreamMatcher};
 use crate::tokenizer::prompt_opens_thinking;
@@ -89,7 +88,7 @@ pub struct Scheduler {
     waiting: VecDeque<Sequence>,
     /// Decoding sequences; `running[i]` is row `i` of `cache`.
     running: Vec<Sequence>,
-    cache: BatchKvCache,
+    cache: BatchCache,
     prefix_cache: PrefixCache,
     vision_cache: VisionFeatureCache,
     cancelled: Vec<RequestId>,
@@ -110,6 +109,7 @@ pub struct Scheduler {
 impl Scheduler {
     pub fn new(loaded: LoadedModel, config: SchedulerConfig) -> Self {
         let shape = loaded.model.shape();
+        let layout = loaded.model.cache_layout();
         let (kv_quantization, kv_quantization_status) = match config.kv_quantization {
             None => (None, "off".to_string()),
             Some(q) => match q.unsupported_reason(shape.head_dim) {
@@ -118,17 +118,7 @@ impl Scheduler {
                     tracing::warn!(%reason, "KV quantization not applied");
                     (None, format!("not applied: {reason}"))
                 }
-                None => (
-                    Some(q),
-                    format!(
-                        "{}-bit, group {}, on {} of {} layers (the last stays float), from {} tokens",
-                        q.bits,
-                        q.group_size,
-                        shape.num_layers.saturating_sub(1),
-                        shape.num_layers,
-                        q.start
-                    ),
-                ),
+                None => (Some(q), q.describe(&layout)),
             },
         };
         Self {
@@ -138,7 +128,7 @@ impl Scheduler {
             config,
             waiting: VecDeque::new(),
             running: Vec::new(),
-            cache: BatchKvCache::with_quantization(shape.num_layers, kv_quantization),
+            cache: BatchCache::new(&layout, 0, kv_quantization),
             cancelled: Vec::new(),
             decode_steps: 0,
             prefill_passes: 0,
@@ -258,7 +248,7 @@ impl Scheduler {
             running: self.running.len(),
             waiting: self.waiting.len(),
             kv_cache_bytes: self.cache.nbytes()
-                + self.waiting.iter().filter_map(|s| s.prefill_cache.as_ref()).map(|c| c.nbytes()).sum::<usize>(),
+                + self.waiting.iter().filter_map(|s| s.prefill_cache.as_ref()).map(BatchCache::nbytes).sum::<usize>(),
             active_memory_bytes: mlx_rs::memory::active_memory().unwrap_or(0),
             peak_memory_bytes: mlx_rs::memory::peak_memory().unwrap_or(0),
             decode_steps: self.decode_steps,
@@ -308,13 +298,12 @@ impl Scheduler {
         if finished.is_empty() {
             return Ok(());
         }
-        let lengths = self.cache.row_lengths();
         for &(row, reason) in &finished {
             if matches!(reason, FinishReason::Stop | FinishReason::Length) {
                 // The row's cache covers the tokens fed so far.
-                let fed = lengths[row] as usize;
+                let fed = self.cache.offsets()[row] as usize;
                 let key = self.running[row].prefix_key(fed);
-                self.prefix_cache.insert(key, self.cache.row_layers(row)?)?;
+                self.prefix_cache.insert(key, &self.cache, row)?;
             }
         }
         let kv_bytes: Vec<usize> = finished.iter().map(|&(row, _)| self.cache.row_nbytes(row)).collect();
@@ -425,14 +414,13 @@ impl Scheduler {
     /// miss it gets an empty cache, so it is looked up once, not at every
     /// pass it waits for.
     fn reuse_prefix(&mut self, seq: &mut Sequence) {
-        let layers = self.loaded.model.shape().num_layers;
         match self.prefix_cache.lookup(&seq.prefix_key(seq.prompt_len)) {
             Some(hit) => {
-                seq.prefill_cache = Some(SimpleKvCache::from_layers(hit.layers, hit.len as i32));
+                seq.prefill_cache = Some(hit.cache);
                 seq.prefilled = hit.len;
                 seq.cached_prompt_tokens = hit.len;
             }
-            None => seq.prefill_cache = Some(SimpleKvCache::new(layers)),
+            None => seq.prefill_cache = Some(self.loaded.model.new_cache(1)),
         }
     }
 
@@ -441,14 +429,13 @@ impl Scheduler {
         let cache = seq.prefill_cache.take().expect("a prefilled sequence has its cache");
         if let Some(reason) = seq.accept(first, &self.loaded.tokenizer) {
             // Done at its first token: it never joined the batch.
-            seq.kv_cache_bytes = cache.nbytes();
-            let len = cache.offset() as usize;
-            self.prefix_cache.insert(seq.prefix_key(len), cache.into_layers())?;
+            seq.kv_cache_bytes = cache.row_nbytes(0);
+            let len = cache.offsets()[0] as usize;
+            self.prefix_cache.insert(seq.prefix_key(len), &cache, 0)?;
             seq.finish(reason, &self.loaded.tokenizer);
             return Ok(());
         }
-        let len = cache.offset();
-        self.cache.extend(BatchKvCache::from_prefilled(cache.into_layers(), len))?;
+        self.cache.extend(cache)?;
         self.running.push(seq);
         Ok(())
     }
@@ -480,12 +467,10 @@ impl Scheduler {
         };
         let model = self.loaded.model.as_ref();
         let input = input.reshape(&[b as i32, 1])?;
-        let deltas: Vec<i32> = self.running.iter().map(Sequence::rope_delta).collect();
-        let logits = if deltas.iter().all(|&d| d == 0) {
-            model.forward(&input, &mut self.cache)?
-        } else {
-            model.forward(&input, &mut RopeShifted::by_deltas(&mut self.cache, &deltas))?
-        };
+        // Each row's position: its tokens so far, shifted by its own rope delta.
+        let starts: Vec<i32> =
+            self.cache.offsets().iter().zip(&self.running).map(|(o, s)| o + s.rope_delta()).collect();
+        let logits = model.forward(&input, &Positions::rows(&starts), &mut self.cache)?;
         let logits = logits.reshape(&[b as i32, -1])?;
         let input = input.reshape(&[b as i32])?;
         let pending = previous.as_ref().map(|_| &input);
@@ -543,7 +528,7 @@ impl Scheduler {
             seq.send_error(error);
             seq.finish(FinishReason::Error, tokenizer);
         }
-        self.cache = BatchKvCache::with_quantization(self.loaded.model.shape().num_layers, self.kv_quantization);
+        self.cache = BatchCache::new(&self.loaded.model.cache_layout(), 0, self.kv_quantization);
         self.in_flight = None;
     }
 }

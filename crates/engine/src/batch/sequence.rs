@@ -8,7 +8,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::images::SequenceImages;
 use super::request::{Event, FinishReason, RequestError, RequestId, RequestStats};
-use crate::cache::{text_key, KeyToken, KvCache, SimpleKvCache};
+use crate::cache::{text_key, BatchCache, KeyToken};
 use crate::sample::Sampler;
 use crate::stop::{Segment, StreamMatcher};
 use crate::tokenizer::{StreamDetokenizer, Tokenizer};
@@ -25,7 +25,7 @@ pub struct Sequence {
     pub cached_prompt_tokens: usize,
     /// This sequence's own cache while its prompt is prefilled; it joins the
     /// batch cache once the prompt is done.
-    pub prefill_cache: Option<SimpleKvCache>,
+    pub prefill_cache: Option<BatchCache>,
     /// KV-cache bytes of this sequence's rows, set when it leaves the batch.
     pub kv_cache_bytes: usize,
     /// The prompt's images (features, M-RoPE positions, rope delta), if any.
@@ -222,7 +222,7 @@ impl Sequence {
             generation_tps: self.generated.saturating_sub(1) as f64 / decode_secs,
             // A request that never joined the batch held only its prefill cache.
             kv_cache_bytes: match &self.prefill_cache {
-                Some(c) if self.kv_cache_bytes == 0 => c.nbytes(),
+                Some(c) if self.kv_cache_bytes == 0 => c.row_nbytes(0),
                 _ => self.kv_cache_bytes,
             },
         }

@@ -1,293 +1,361 @@
-//! The KV cache of a decoding batch. Rows are left-padded: every row's newest
-//! token sits in the same column, so one decode step appends one column for
-//! all rows. Each row has its own offset (its RoPE position) and padding;
-//! rows join with [`BatchKvCache::extend`] and leave with
-//! [`BatchKvCache::filter`].
+//! The cache of a batch of sequences: every layer's own cache kind (see
+//! [`CacheLayout`]), for any number of rows. One type serves every place a
+//! cache lives:
+//! - a single sequence (one row; `generate.rs`, a waiting prompt's own cache);
+//! - the decoding batch (left-padded rows; rows join with
+//!   [`BatchCache::extend`] and leave with [`BatchCache::filter`]);
+//! - a batched prefill pass: the waiting rows' caches gathered with `extend`
+//!   (left-padded so each row's earlier tokens end at the same column), one
+//!   right-padded chunk written for all, then [`BatchCache::split`] back into
+//!   rows holding exactly their real tokens;
+//! - the prefix cache's kept rows ([`BatchCache::row_snapshot`],
+//!   [`BatchCache::truncate`]).
 //!
-//! With [`KvQuantization`], layers other than the last store keys and values
-//! MLX-quantized once the batch holds `start` columns, and attention reads
-//! them dequantized.
+//! Layers of the same attention pattern (all full layers; the sliding layers
+//! of one window) form an [`AttentionGroup`] with one column layout and one
+//! mask per step. Recurrent layers keep per-row states; shared layers keep
+//! nothing and attend to what their source layer wrote this step.
+//!
+//! A model runs a step as: [`BatchCache::begin_step`], then per layer
+//! [`BatchCache::update`] (or [`BatchCache::shared`], or the recurrent state
+//! accessors), then [`BatchCache::finish_step`]. Positions are not the
+//! cache's business: the caller passes them to the model.
+use std::collections::BTreeMap;
+
 use mlx_rs::{ops, Array};
-use serde::Serialize;
 
-use super::store::KvStore;
-use super::{AttentionMask, KvCache, KvView, RopeOffset};
-use crate::error::Result;
-use crate::weights::QuantSpec;
+use super::attention_group::AttentionGroup;
+use super::recurrent::RecurrentStates;
+use super::{AttentionMask, CacheLayout, KvQuantization, KvView, LayerCache};
+use crate::error::{Error, Result};
 
-/// Buffers grow by this many columns at a time.
-const STEP: i32 = 256;
-
-/// KV-cache quantization settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct KvQuantization {
-    /// 4 or 8.
-    pub bits: i32,
-    /// 32, 64 or 128; must divide the model's head dimension.
-    pub group_size: i32,
-    /// Quantize only once the batch holds this many columns: short contexts
-    /// lost quality upstream and gain little memory.
-    pub start: usize,
+#[derive(Clone, Copy)]
+enum Slot {
+    Attention { group: usize, member: usize },
+    Recurrent { index: usize },
+    Shared { source: usize },
 }
 
-impl KvQuantization {
-    fn spec(&self) -> QuantSpec {
-        QuantSpec { group_size: self.group_size, bits: self.bits }
-    }
-
-    /// Why this setting cannot apply to a model with `head_dim`, if it cannot.
-    pub fn unsupported_reason(&self, head_dim: i32) -> Option<String> {
-        if ![4, 8].contains(&self.bits) {
-            return Some(format!("KV quantization supports 4 or 8 bits, not {}", self.bits));
-        }
-        if ![32, 64, 128].contains(&self.group_size) || head_dim % self.group_size != 0 {
-            return Some(format!(
-                "KV quantization needs a group size that divides the head dimension {head_dim}; {} does not",
-                self.group_size
-            ));
-        }
-        None
-    }
+/// What a step needs until it finishes.
+#[derive(Clone, Default)]
+struct StepState {
+    query_len: i32,
+    /// Real tokens per row of a right-padded pass (`None`: all are real).
+    real: Option<Vec<i32>>,
+    /// This step's keys and values of layers that shared layers read.
+    shared_views: BTreeMap<usize, KvView>,
 }
 
 #[derive(Clone)]
-struct Layer {
-    /// `[B, kv_heads, capacity, head_dim]`; columns `..idx` are in use.
-    keys: KvStore,
-    values: KvStore,
+pub struct BatchCache {
+    layout: CacheLayout,
+    slots: Vec<Slot>,
+    groups: Vec<AttentionGroup>,
+    recurrent: RecurrentStates,
+    /// Tokens each row holds: its next position (before any rope delta).
+    offsets: Vec<i32>,
+    /// Layers that some shared layer reads.
+    shared_sources: Vec<bool>,
+    step: Option<StepState>,
+    /// After a right-padded pass: its length and real tokens per row, for [`Self::split`].
+    last_pass: Option<(i32, Vec<i32>)>,
 }
 
-#[derive(Default)]
-pub struct BatchKvCache {
-    layers: Vec<Option<Layer>>,
-    /// Padding columns at the left of each row.
-    left_padding: Vec<i32>,
-    /// Columns in use (the same for every row and layer).
-    idx: i32,
-    quantization: Option<KvQuantization>,
-}
-
-impl BatchKvCache {
-    pub fn new(num_layers: usize) -> Self {
-        Self { layers: vec![None; num_layers], left_padding: Vec::new(), idx: 0, quantization: None }
-    }
-
-    /// A cache that quantizes every layer but the last (the last layer is the
-    /// most sensitive to quantization, as upstream found).
-    pub fn with_quantization(num_layers: usize, quantization: Option<KvQuantization>) -> Self {
-        Self { quantization, ..Self::new(num_layers) }
-    }
-
-    /// A one-row batch cache from a prefilled single-sequence cache's layers
-    /// (each `[1, kv_heads, len, head_dim]`).
-    pub fn from_prefilled(layers: Vec<(Array, Array)>, len: i32) -> Self {
-        let layers = layers
+impl BatchCache {
+    /// An empty cache for `rows` rows (0 for a decode batch that rows join).
+    pub fn new(layout: &CacheLayout, rows: usize, quantization: Option<KvQuantization>) -> Self {
+        let mut group_of: Vec<(Option<usize>, Vec<bool>)> = Vec::new();
+        let mut slots = Vec::with_capacity(layout.len());
+        let mut recurrent = 0;
+        let mut shared_sources = vec![false; layout.len()];
+        for (layer, kind) in layout.kinds().iter().enumerate() {
+            let slot = match *kind {
+                LayerCache::Full | LayerCache::Sliding { .. } => {
+                    let window = match *kind {
+                        LayerCache::Sliding { window } => Some(window),
+                        _ => None,
+                    };
+                    let group = match group_of.iter().position(|(w, _)| *w == window) {
+                        Some(g) => g,
+                        None => {
+                            group_of.push((window, Vec::new()));
+                            group_of.len() - 1
+                        }
+                    };
+                    let members = &mut group_of[group].1;
+                    members.push(quantization.is_some() && KvQuantization::applies_to(layout, layer));
+                    Slot::Attention { group, member: members.len() - 1 }
+                }
+                LayerCache::Recurrent => {
+                    recurrent += 1;
+                    Slot::Recurrent { index: recurrent - 1 }
+                }
+                LayerCache::Shared { source } => {
+                    shared_sources[source] = true;
+                    Slot::Shared { source }
+                }
+            };
+            slots.push(slot);
+        }
+        let groups = group_of
             .into_iter()
-            .map(|(k, v)| Some(Layer { keys: KvStore::float(k), values: KvStore::float(v) }))
+            .map(|(window, quantizable)| AttentionGroup::new(window, quantizable, quantization, rows))
             .collect();
-        Self { layers, left_padding: vec![0], idx: len, quantization: None }
+        Self {
+            layout: layout.clone(),
+            slots,
+            groups,
+            recurrent: RecurrentStates::new(recurrent, rows),
+            offsets: vec![0; rows],
+            shared_sources,
+            step: None,
+            last_pass: None,
+        }
+    }
+
+    pub fn layout(&self) -> &CacheLayout {
+        &self.layout
     }
 
     pub fn rows(&self) -> usize {
-        self.left_padding.len()
+        self.offsets.len()
     }
 
-    /// Tokens held by each row (its next RoPE position).
-    pub fn row_lengths(&self) -> Vec<i32> {
-        self.left_padding.iter().map(|p| self.idx - p).collect()
+    /// Tokens each row holds.
+    pub fn offsets(&self) -> &[i32] {
+        &self.offsets
     }
 
-    /// Bytes row `row`'s own tokens take: its columns in every layer, without
-    /// the left padding other rows impose or spare capacity.
-    pub fn row_nbytes(&self, row: usize) -> usize {
-        let len = (self.idx - self.left_padding[row]) as usize;
-        let per_column: usize =
-            self.layers.iter().flatten().map(|l| l.keys.bytes_per_row_column() + l.values.bytes_per_row_column()).sum();
-        per_column * len
+    /// Tokens of the longest row.
+    pub fn len(&self) -> usize {
+        self.offsets.iter().copied().max().unwrap_or(0) as usize
     }
 
-    /// Layers currently stored quantized.
-    pub fn quantized_layers(&self) -> usize {
-        self.layers.iter().flatten().filter(|l| l.keys.quant().is_some()).count()
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
-    /// The storage `layer` should use at the current length.
-    fn target_quant(&self, layer: usize) -> Option<QuantSpec> {
-        let q = self.quantization?;
-        let last = layer + 1 == self.layers.len();
-        (!last && self.idx as usize >= q.start).then(|| q.spec())
-    }
-
-    /// Row `row`'s keys and values (float) without padding, `[1, kv_heads, len, head_dim]` per layer.
-    pub fn row_layers(&self, row: usize) -> Result<Vec<(Array, Array)>> {
-        let (r, pad, idx) = (row as i32, self.left_padding[row], self.idx);
-        self.layers
-            .iter()
-            .flatten()
-            .map(|l| {
-                let k = l.keys.row(r).columns_range(pad, idx).read(idx - pad)?;
-                let v = l.values.row(r).columns_range(pad, idx).read(idx - pad)?;
-                Ok((k, v))
-            })
-            .collect()
-    }
-
-    /// Keeps only the rows at `keep` (in that order), then drops padding
-    /// columns that no remaining row needs.
-    pub fn filter(&mut self, keep: &[usize]) -> Result<()> {
-        if keep.is_empty() {
-            *self = Self::with_quantization(self.layers.len(), self.quantization);
-            return Ok(());
+    /// Starts a step of `query_len` tokens per row.
+    pub fn begin_step(&mut self, query_len: i32) -> Result<()> {
+        let real = self.step.take().and_then(|s| s.real);
+        for g in &mut self.groups {
+            g.begin_step(query_len)?;
         }
+        self.step = Some(StepState { query_len, real, shared_views: BTreeMap::new() });
+        Ok(())
+    }
+
+    /// Declares, before a right-padded prefill pass, how many of its tokens
+    /// are real in each row (the rest is padding).
+    pub fn set_real_tokens(&mut self, real: Vec<i32>) {
+        assert_eq!(real.len(), self.rows(), "one length per row");
+        self.step = Some(StepState { real: Some(real), ..Default::default() });
+    }
+
+    /// This step's real tokens per row as a `[B, L]` boolean mask, when the
+    /// pass is right-padded (what a recurrent layer must not absorb).
+    pub fn real_tokens(&self) -> Result<Option<Array>> {
+        let step = self.step.as_ref().expect("begin_step ran");
+        let Some(real) = &step.real else { return Ok(None) };
+        let l = step.query_len;
+        let cols = ops::arange::<_, i32>(None, l, None)?.reshape(&[1, l])?;
+        let real = Array::from_slice(real, &[real.len() as i32, 1]);
+        Ok(Some(cols.lt(&real)?))
+    }
+
+    fn step(&self) -> &StepState {
+        self.step.as_ref().expect("begin_step ran before the layers")
+    }
+
+    /// Appends layer `layer`'s keys and values of this step
+    /// (`[B, kv_heads, L, head_dim]`) and returns what the step's queries
+    /// attend to, with the mask of the layer's kind.
+    pub fn update(&mut self, layer: usize, keys: &Array, values: &Array) -> Result<(KvView, AttentionMask)> {
+        let Slot::Attention { group, member } = self.slots[layer] else {
+            return Err(Error::Mlx(format!("layer {layer} keeps no keys and values of its own")));
+        };
+        let view = self.groups[group].write(member, keys, values)?;
+        if self.shared_sources[layer] {
+            self.step.as_mut().expect("begin_step ran").shared_views.insert(layer, view.clone());
+        }
+        Ok((view, self.groups[group].step_mask()))
+    }
+
+    /// For a shared layer: the keys and values its source layer wrote this
+    /// step, with the source's mask.
+    pub fn shared(&self, layer: usize) -> Result<(KvView, AttentionMask)> {
+        let Slot::Shared { source } = self.slots[layer] else {
+            return Err(Error::Mlx(format!("layer {layer} is not a shared layer")));
+        };
+        let Slot::Attention { group, .. } = self.slots[source] else { unreachable!("checked by CacheLayout") };
+        let view = self.step().shared_views.get(&source).cloned().ok_or_else(|| {
+            Error::Mlx(format!("layer {layer} reads layer {source}, which has not run in this step"))
+        })?;
+        Ok((view, self.groups[group].step_mask()))
+    }
+
+    fn recurrent_index(&self, layer: usize) -> Result<usize> {
+        match self.slots[layer] {
+            Slot::Recurrent { index } => Ok(index),
+            _ => Err(Error::Mlx(format!("layer {layer} is not a recurrent layer"))),
+        }
+    }
+
+    /// A recurrent layer's state (`None` before its first step: start from zeros).
+    pub fn recurrent_state(&self, layer: usize) -> Result<Option<&[Array]>> {
+        Ok(self.recurrent.get(self.recurrent_index(layer)?))
+    }
+
+    pub fn set_recurrent_state(&mut self, layer: usize, state: Vec<Array>) -> Result<()> {
+        let index = self.recurrent_index(layer)?;
+        self.recurrent.set(index, state);
+        Ok(())
+    }
+
+    /// Commits the step: rows advance by their real tokens.
+    pub fn finish_step(&mut self) -> Result<()> {
+        let step = self.step.take().expect("begin_step ran");
+        let l = step.query_len;
+        match &step.real {
+            Some(real) => {
+                for (o, r) in self.offsets.iter_mut().zip(real) {
+                    *o += r;
+                }
+            }
+            None => self.offsets.iter_mut().for_each(|o| *o += l),
+        }
+        for g in &mut self.groups {
+            g.finish_step(l, step.real.is_none())?;
+        }
+        self.last_pass = step.real.map(|real| (l, real));
+        Ok(())
+    }
+
+    /// Keeps only the rows at `keep`, in that order.
+    pub fn filter(&mut self, keep: &[usize]) -> Result<()> {
         if keep.len() == self.rows() && keep.iter().enumerate().all(|(i, &k)| i == k) {
             return Ok(());
         }
-        let rows: Vec<i32> = keep.iter().map(|&k| k as i32).collect();
-        let rows = Array::from_slice(&rows, &[rows.len() as i32]);
-        self.left_padding = keep.iter().map(|&k| self.left_padding[k]).collect();
-        let trim = *self.left_padding.iter().min().expect("keep is not empty");
-        let idx = self.idx;
-        for layer in self.layers.iter_mut().flatten() {
-            layer.keys = layer.keys.take_rows(&rows)?.columns_range(trim, idx);
-            layer.values = layer.values.take_rows(&rows)?.columns_range(trim, idx);
+        for g in &mut self.groups {
+            g.filter(keep)?;
         }
-        self.idx -= trim;
-        for p in &mut self.left_padding {
-            *p -= trim;
-        }
+        self.recurrent.filter(keep)?;
+        self.offsets = keep.iter().map(|&k| self.offsets[k]).collect();
         Ok(())
     }
 
-    /// Appends `other`'s rows after this batch's rows, left-padding whichever
-    /// side is shorter so the newest columns line up.
-    pub fn extend(&mut self, mut other: BatchKvCache) -> Result<()> {
-        if self.rows() == 0 {
-            other.quantization = self.quantization;
-            *self = other;
-            return self.apply_quantization();
+    /// Appends `other`'s rows (same layout) after this batch's rows.
+    pub fn extend(&mut self, other: BatchCache) -> Result<()> {
+        if self.layout != other.layout {
+            return Err(Error::Mlx("joining caches of different models".into()));
         }
-        let width = self.idx.max(other.idx);
-        self.pad_left_to(width)?;
-        other.pad_left_to(width)?;
-        for (mine, theirs) in self.layers.iter_mut().zip(other.layers) {
-            let (Some(a), Some(b)) = (mine.as_mut(), theirs) else {
-                unreachable!("both caches have run every layer")
-            };
-            let quant = a.keys.quant();
-            a.keys = a.keys.columns_range(0, width).concat_rows(&b.keys.quantized(quant)?)?;
-            a.values = a.values.columns_range(0, width).concat_rows(&b.values.quantized(quant)?)?;
+        for (mine, theirs) in self.groups.iter_mut().zip(other.groups) {
+            mine.extend(theirs)?;
         }
-        self.left_padding.extend(other.left_padding);
-        self.apply_quantization()
-    }
-
-    /// Prepends zero columns so that `idx == width`; buffers end exactly at `idx`.
-    fn pad_left_to(&mut self, width: i32) -> Result<()> {
-        let extra = width - self.idx;
-        let idx = self.idx;
-        for layer in self.layers.iter_mut().flatten() {
-            layer.keys = layer.keys.columns_range(0, idx).pad_columns(extra, true)?;
-            layer.values = layer.values.columns_range(0, idx).pad_columns(extra, true)?;
-        }
-        self.idx = width;
-        for p in &mut self.left_padding {
-            *p += extra;
-        }
+        self.recurrent.extend(other.recurrent)?;
+        self.offsets.extend(other.offsets);
         Ok(())
     }
 
-    /// Converts layers whose storage no longer matches the setting (the batch
-    /// just crossed `start`, or float rows joined).
-    fn apply_quantization(&mut self) -> Result<()> {
-        for i in 0..self.layers.len() {
-            let target = self.target_quant(i);
-            if let Some(layer) = self.layers[i].as_mut() {
-                if layer.keys.quant() != target {
-                    layer.keys = layer.keys.clone().quantized(target)?;
-                    layer.values = layer.values.clone().quantized(target)?;
-                }
-            }
+    /// Rows' caches gathered into one batch (for a prefill pass).
+    pub fn gather(rows: Vec<BatchCache>) -> Result<BatchCache> {
+        let mut rows = rows.into_iter();
+        let mut batch = rows.next().ok_or_else(|| Error::Mlx("a batch needs a row".into()))?;
+        for row in rows {
+            batch.extend(row)?;
         }
-        Ok(())
+        Ok(batch)
     }
 
-    fn mask(&self, query_len: i32) -> Result<AttentionMask> {
-        let padded = self.left_padding.iter().any(|&p| p > 0);
-        if !padded {
-            return Ok(if query_len > 1 { AttentionMask::Causal } else { AttentionMask::None });
-        }
-        // Key column j is visible to query i of row b when it is not padding
-        // (j >= left_padding[b]) and not in the future (j <= idx + i).
-        let total = self.idx + query_len;
-        let cols = ops::arange::<_, i32>(None, total, None)?.reshape(&[1, 1, 1, total])?;
-        let pads = Array::from_slice(&self.left_padding, &[self.rows() as i32, 1, 1, 1]);
-        let rows = ops::arange::<_, i32>(self.idx, total, None)?.reshape(&[1, 1, query_len, 1])?;
-        let visible = ops::logical_and(cols.ge(&pads)?, cols.le(&rows)?)?;
-        Ok(AttentionMask::Array(visible))
-    }
-}
-
-impl KvCache for BatchKvCache {
-    fn step(&mut self, query_len: i32) -> Result<(RopeOffset, AttentionMask)> {
-        let offsets: Vec<i32> = self.row_lengths();
-        let offset = RopeOffset::PerRow(Array::from_slice(&offsets, &[offsets.len() as i32]));
-        Ok((offset, self.mask(query_len)?))
-    }
-
-    fn update(&mut self, layer: usize, keys: Array, values: Array) -> Result<(Array, Array)> {
-        match self.update_view(layer, keys, values)? {
-            KvView::Float(k, v) => Ok((k, v)),
-            KvView::Quantized { keys, values, spec } => {
-                let deq = |[w, s, b]: [Array; 3]| ops::dequantize(&w, &s, &b, spec.group_size, spec.bits);
-                Ok((deq(keys)?, deq(values)?))
-            }
-        }
-    }
-
-    fn update_view(&mut self, layer: usize, keys: Array, values: Array) -> Result<KvView> {
-        let end = self.idx + keys.dim(2);
-        let target = self.target_quant(layer);
-        let slot = &mut self.layers[layer];
-        let buffers = match slot {
-            Some(b) => {
-                if end > b.keys.columns() {
-                    let extra = (end - b.keys.columns() + STEP - 1) / STEP * STEP;
-                    b.keys = b.keys.pad_columns(extra, false)?;
-                    b.values = b.values.pad_columns(extra, false)?;
-                }
-                b
-            }
-            None => {
-                let cap = (end + STEP - 1) / STEP * STEP;
-                slot.insert(Layer {
-                    keys: KvStore::zeros_like(&keys, cap, target)?,
-                    values: KvStore::zeros_like(&values, cap, target)?,
-                })
-            }
+    /// One cache per row holding exactly its real tokens (after a
+    /// right-padded pass, its padding is left out). The buffers are views:
+    /// the next pass, or joining the decode batch, copies them.
+    pub fn split(self) -> Result<Vec<BatchCache>> {
+        let (l, real) = match &self.last_pass {
+            Some((l, real)) => (*l, real.clone()),
+            None => (0, vec![0; self.rows()]),
         };
-        buffers.keys.write(self.idx, &keys)?;
-        buffers.values.write(self.idx, &values)?;
-        // Keys and values switch storage together; were they ever to differ,
-        // attention would still get the right floats.
-        Ok(match (buffers.keys.read_quantized(end), buffers.values.read_quantized(end)) {
-            (Some((keys, spec)), Some((values, _))) => KvView::Quantized { keys, values, spec },
-            _ => KvView::Float(buffers.keys.read(end)?, buffers.values.read(end)?),
+        (0..self.rows()).map(|b| self.row(b, l - real[b], false)).collect()
+    }
+
+    /// Row `row` alone, as a detached float copy (what the prefix cache keeps).
+    pub fn row_snapshot(&self, row: usize) -> Result<BatchCache> {
+        let copy = self.row(row, 0, true)?;
+        let arrays: Vec<Array> =
+            copy.groups.iter().flat_map(AttentionGroup::arrays).chain(copy.recurrent.arrays()).collect();
+        mlx_rs::transforms::eval(&arrays)?;
+        Ok(copy)
+    }
+
+    /// Row `row` without its last `right_padding` columns.
+    fn row(&self, row: usize, right_padding: i32, copy: bool) -> Result<BatchCache> {
+        let groups = self
+            .groups
+            .iter()
+            .map(|g| g.split_row(row, g.columns() - right_padding, copy))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(BatchCache {
+            layout: self.layout.clone(),
+            slots: self.slots.clone(),
+            groups,
+            recurrent: self.recurrent.row(row, copy)?,
+            offsets: vec![self.offsets[row]],
+            shared_sources: self.shared_sources.clone(),
+            step: None,
+            last_pass: None,
         })
     }
 
-    fn finish_step(&mut self, query_len: i32) {
-        self.idx += query_len;
-        if let Err(e) = self.apply_quantization() {
-            // Storage stays as it was; attention is unaffected.
-            tracing::warn!(error = %e, "KV cache quantization failed");
+    /// Whether [`Self::truncate`] to `len` would succeed.
+    pub fn can_truncate(&self, len: usize) -> bool {
+        self.clone().truncate(len)
+    }
+
+    /// For a one-row cache: keeps only its first `len` tokens, if every layer
+    /// can (a full layer can always; a sliding layer if it still holds the
+    /// window before `len`; a recurrent state only at its own length).
+    /// Returns whether it did.
+    pub fn truncate(&mut self, len: usize) -> bool {
+        assert_eq!(self.rows(), 1, "truncate is for one row");
+        let total = self.offsets[0];
+        let drop = total - len as i32;
+        if drop < 0 {
+            return false;
+        }
+        if drop == 0 {
+            return true;
+        }
+        if !self.recurrent.is_empty() || !self.groups.iter().all(|g| g.can_drop_newest(drop, total)) {
+            return false;
+        }
+        for g in &mut self.groups {
+            g.drop_newest(drop);
+        }
+        self.offsets[0] = len as i32;
+        true
+    }
+
+    /// Row `row`'s keys and values in layer `layer` (float, without
+    /// padding); `None` for a layer without keys or before it ran.
+    pub fn row_keys_values(&self, row: usize, layer: usize) -> Result<Option<(Array, Array)>> {
+        match self.slots[layer] {
+            Slot::Attention { group, member } => self.groups[group].row_keys_values(row, member),
+            _ => Ok(None),
         }
     }
 
-    fn len(&self) -> usize {
-        self.idx as usize
+    /// Bytes held by every layer's buffers.
+    pub fn nbytes(&self) -> usize {
+        self.groups.iter().map(AttentionGroup::nbytes).sum::<usize>() + self.recurrent.nbytes()
     }
 
-    fn nbytes(&self) -> usize {
-        self.layers.iter().flatten().map(|l| l.keys.nbytes() + l.values.nbytes()).sum()
+    /// Bytes row `row`'s own tokens and states take (no padding, no spare capacity).
+    pub fn row_nbytes(&self, row: usize) -> usize {
+        self.groups.iter().map(|g| g.row_nbytes(row)).sum::<usize>() + self.recurrent.row_nbytes()
+    }
+
+    /// Layers stored quantized right now.
+    pub fn quantized_layers(&self) -> usize {
+        self.groups.iter().map(AttentionGroup::quantized_layers).sum()
     }
 }

@@ -10,10 +10,10 @@
 //! vision prompt has the same placeholder token id, so its key is derived from
 //! the image's content hash instead, and a different image at the same
 //! place never reuses a prefix.
-use mlx_rs::{ops::indexing::IndexOp, Array};
 use serde::Serialize;
 
 use super::lru::{evict_to, LruEntry};
+use super::BatchCache;
 use crate::error::Result;
 
 /// One position of a prefix key: a token id, or (top bit set) an image slot.
@@ -32,11 +32,11 @@ pub fn image_slot_key(sha256: &str, index: usize) -> KeyToken {
     IMAGE_SLOT | (digest << 3).wrapping_add(index as u64) & !IMAGE_SLOT
 }
 
-/// One kept sequence: the key of the tokens its KV state covers, and per
-/// layer the keys and values `[1, kv_heads, tokens.len(), head_dim]`.
+/// One kept sequence: the key of the tokens its cache covers, and that
+/// cache (one row, detached from any batch).
 struct Entry {
     tokens: Vec<KeyToken>,
-    layers: Vec<(Array, Array)>,
+    cache: BatchCache,
     bytes: usize,
     last_used: u64,
 }
@@ -61,10 +61,10 @@ pub struct PrefixCacheStats {
     pub reused_tokens: u64,
 }
 
-/// A reusable prefix: its length and the per-layer KV slices covering it.
+/// A reusable prefix: its length and a one-row cache holding exactly it.
 pub struct PrefixHit {
     pub len: usize,
-    pub layers: Vec<(Array, Array)>,
+    pub cache: BatchCache,
 }
 
 pub struct PrefixCache {
@@ -95,64 +95,57 @@ impl PrefixCache {
         }
     }
 
-    /// The longest kept prefix of `prompt`, leaving at least one prompt token
-    /// to prefill (its logits give the first generated token).
+    /// The longest kept prefix of `prompt` that every layer of its cache can
+    /// resume from (see [`BatchCache::truncate`]: a sliding window must still
+    /// hold the tokens before the prefix's end, a recurrent state must be
+    /// exactly at it), leaving at least one prompt token to prefill (its
+    /// logits give the first generated token).
     pub fn lookup(&mut self, prompt: &[KeyToken]) -> Option<PrefixHit> {
         let usable = prompt.len().saturating_sub(1);
-        let best = self
-            .entries
-            .iter_mut()
-            .map(|e| {
-                let common = e.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
-                (common.min(usable), e)
-            })
-            .max_by_key(|(n, _)| *n);
-        let Some((len, entry)) = best.filter(|(n, _)| *n >= MIN_REUSE) else {
+        let mut best: Option<(usize, usize, BatchCache)> = None;
+        for (i, e) in self.entries.iter().enumerate() {
+            let common = e.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(usable);
+            if common < MIN_REUSE || best.as_ref().is_some_and(|(n, _, _)| *n >= common) {
+                continue;
+            }
+            let mut cache = e.cache.clone();
+            if cache.truncate(common) {
+                best = Some((common, i, cache));
+            }
+        }
+        let Some((len, index, cache)) = best else {
             self.stats.misses += 1;
             return None;
         };
         self.clock += 1;
-        entry.last_used = self.clock;
+        self.entries[index].last_used = self.clock;
         self.stats.hits += 1;
         self.stats.reused_tokens += len as u64;
-        let end = len as i32;
-        let layers = entry
-            .layers
-            .iter()
-            .map(|(k, v)| (k.index((.., .., ..end, ..)), v.index((.., .., ..end, ..))))
-            .collect();
-        Some(PrefixHit { len, layers })
+        Some(PrefixHit { len, cache })
     }
 
-    /// Keeps a finished sequence's KV state. `layers` may be views into a
-    /// batch's buffers: they are copied out (evaluated) so the batch can move on.
-    pub fn insert(&mut self, tokens: Vec<KeyToken>, layers: Vec<(Array, Array)>) -> Result<()> {
+    /// Keeps row `row` of `batch` (its first `tokens.len()` tokens) as a
+    /// detached copy, so the batch can move on.
+    pub fn insert(&mut self, tokens: Vec<KeyToken>, batch: &BatchCache, row: usize) -> Result<()> {
         if self.capacity_bytes == 0 || tokens.len() < MIN_REUSE {
             return Ok(());
         }
-        // An entry that is a prefix of the new one adds nothing: replace it.
-        self.entries.retain(|e| !(e.tokens.len() <= tokens.len() && tokens.starts_with(&e.tokens)));
-        // And if a kept entry already covers these tokens, just refresh it.
-        if let Some(e) = self.entries.iter_mut().find(|e| e.tokens.starts_with(&tokens)) {
+        // A kept entry that already serves these tokens: refresh it.
+        if let Some(e) = self.entries.iter_mut().find(|e| e.tokens.starts_with(&tokens) && e.cache.can_truncate(tokens.len())) {
             self.clock += 1;
             e.last_used = self.clock;
             return Ok(());
         }
-        let mut copied = Vec::with_capacity(layers.len());
-        for (k, v) in layers {
-            // `+ 0` would still alias; a contiguous copy detaches from the batch buffer.
-            let k = k.contiguous()?;
-            let v = v.contiguous()?;
-            copied.push((k, v));
-        }
-        let refs: Vec<&Array> = copied.iter().flat_map(|(k, v)| [k, v]).collect();
-        mlx_rs::transforms::eval(refs)?;
-        let bytes = copied.iter().map(|(k, v)| k.nbytes() + v.nbytes()).sum();
+        let cache = batch.row_snapshot(row)?;
+        debug_assert_eq!(cache.offsets()[0] as usize, tokens.len(), "the key covers the row's tokens");
+        // An entry this one can serve in full adds nothing: replace it.
+        self.entries.retain(|e| !(tokens.starts_with(&e.tokens) && cache.can_truncate(e.tokens.len())));
+        let bytes = cache.nbytes();
         if bytes > self.capacity_bytes {
             return Ok(());
         }
         self.clock += 1;
-        self.entries.push(Entry { tokens, layers: copied, bytes, last_used: self.clock });
+        self.entries.push(Entry { tokens, cache, bytes, last_used: self.clock });
         evict_to(&mut self.entries, self.capacity_bytes);
         Ok(())
     }

@@ -31,6 +31,11 @@ impl KvStore {
         Self::float(zeros).quantized(quant)
     }
 
+    /// The arrays that hold the data (one when float, three when quantized).
+    pub fn parts(&self) -> &[Array] {
+        &self.parts
+    }
+
     pub fn quant(&self) -> Option<QuantSpec> {
         self.quant
     }
@@ -103,6 +108,25 @@ impl KvStore {
             let zeros = ops::zeros_dtype(&[s[0], s[1], extra, s[3]], p.dtype())?;
             Ok(if left { ops::concatenate(&[&zeros, p], 2)? } else { ops::concatenate(&[p, &zeros], 2)? })
         })
+    }
+
+    /// `rows` rows of zeros with `columns` columns, stored like `self`.
+    pub fn zero_rows(&self, rows: i32, columns: i32) -> Result<Self> {
+        self.map(|p| {
+            let s = p.shape();
+            Ok(ops::zeros_dtype(&[rows, s[1], columns, s[3]], p.dtype())?)
+        })
+    }
+
+    /// A contiguous copy (detached from the buffer it views, so that buffer's
+    /// memory can go).
+    pub fn copied(&self) -> Result<Self> {
+        self.map(|p| Ok(p.contiguous()?))
+    }
+
+    /// A contiguous float copy.
+    pub fn as_float(&self) -> Result<Self> {
+        Ok(Self::float(self.read_all()?.contiguous()?))
     }
 
     /// Writes float `x` `[B, H, L, D]` into columns `start..start + L`.

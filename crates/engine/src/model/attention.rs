@@ -1,21 +1,8 @@
 //! Scaled dot-product attention over a KV cache, shared by all families.
 use mlx_rs::{fast, fast::ScaledDotProductAttentionMask, ops, Array};
 
-use crate::cache::{AttentionMask, KvCache, KvView, RopeOffset};
+use crate::cache::{AttentionMask, KvView};
 use crate::error::Result;
-
-/// Positions and mask of one forward step, computed once for all layers.
-pub struct Step {
-    pub offset: RopeOffset,
-    pub mask: AttentionMask,
-}
-
-impl Step {
-    pub fn begin(cache: &mut dyn KvCache, query_len: i32) -> Result<Self> {
-        let (offset, mask) = cache.step(query_len)?;
-        Ok(Step { offset, mask })
-    }
-}
 
 pub fn sdpa(q: &Array, k: &Array, v: &Array, scale: f32, mask: &AttentionMask) -> Result<Array> {
     let mask = match mask {
@@ -83,7 +70,7 @@ mod tests {
     use crate::weights::QuantSpec;
 
     fn max_abs_diff(a: &Array, b: &Array) -> f32 {
-        a.subtract(b).unwrap().abs().unwrap().max(None).unwrap().item::<f32>()
+        a.subtract(b).unwrap().abs().unwrap().max(None).unwrap().item_cast::<f32>()
     }
 
     /// Quantized-matmul attention equals dequantize-then-sdpa over the same

@@ -60,6 +60,28 @@ impl LayerLoader<'_> {
         Ok(RmsNorm { weight: self.float(&format!("{path}.weight"), &[dim])?, eps })
     }
 
+    /// `[experts, rows, cols]` expert matrices at `path` (stacked, as
+    /// mlx-community stores a mixture of experts' `switch_mlp`), quantized if
+    /// the checkpoint stores them so.
+    pub fn experts(&mut self, path: &str, experts: i32, rows: i32, cols: i32) -> Result<ExpertMatrices> {
+        let w_name = format!("{path}.weight");
+        let scales_name = format!("{path}.scales");
+        if !self.weights.contains(&scales_name) {
+            return Ok(ExpertMatrices::Float(self.float(&w_name, &[experts, rows, cols])?));
+        }
+        let spec = self.quantization.for_module(path).ok_or_else(|| {
+            crate::Error::InvalidConfig(format!("{path} is stored quantized but config.json has no quantization for it"))
+        })?;
+        let weight = self.weights.take(&w_name, &[experts, rows, spec.packed_cols(cols)])?;
+        let scales = self.weights.take(&scales_name, &[experts, rows, spec.groups(cols)])?;
+        let biases = self.weights.take(&format!("{path}.biases"), &[experts, rows, spec.groups(cols)])?;
+        let q = QuantizedMatrix { weight, scales, biases, spec };
+        Ok(match self.format {
+            WeightFormat::AsStored => ExpertMatrices::Quantized(q),
+            WeightFormat::Float32 => ExpertMatrices::Float(q.dequantize_f32()?),
+        })
+    }
+
     /// A float tensor of the given shape, cast to the activation dtype.
     pub fn float(&mut self, name: &str, shape: &[i32]) -> Result<Array> {
         let t = self.weights.take(name, shape)?;
@@ -152,6 +174,36 @@ impl Matrix {
             Matrix::Float(w) => w.nbytes(),
             Matrix::Quantized(q) => q.weight.nbytes() + q.scales.nbytes() + q.biases.nbytes(),
         }
+    }
+}
+
+/// The stacked `[experts, out, in]` matrices of a mixture of experts.
+#[derive(Debug, Clone)]
+pub enum ExpertMatrices {
+    Float(Array),
+    Quantized(QuantizedMatrix),
+}
+
+impl ExpertMatrices {
+    /// `x @ W[e].T` for each row's expert `e = indices[...]`: `x` is
+    /// `[..., 1, in]` broadcast against `indices` `[..., k]`, the result
+    /// `[..., k, 1, out]` (MLX's gather matmuls).
+    pub fn gather_matmul_t(&self, x: &Array, indices: &Array, sorted: bool) -> Result<Array> {
+        Ok(match self {
+            ExpertMatrices::Float(w) => ops::gather_mm(x, w.swap_axes(-1, -2)?, None, indices, sorted)?,
+            ExpertMatrices::Quantized(q) => ops::gather_qmm(
+                x,
+                &q.weight,
+                &q.scales,
+                &q.biases,
+                None,
+                indices,
+                true,
+                q.spec.group_size,
+                q.spec.bits,
+                sorted,
+            )?,
+        })
     }
 }
 

@@ -9,10 +9,28 @@ use mlx_rs::{nn, Array};
 use serde::Deserialize;
 
 use super::layers::{Embedding, LayerLoader, Linear, RmsNorm};
-use super::rope::{Rope, RopeScaling, Rotation};
+use super::rope::{Positions, Rope, RopeScaling, Rotation};
+use super::moe::SparseMoe;
+use super::registry::Family;
 use super::{attention, LanguageModel, ModelShape};
-use crate::cache::KvCache;
+use crate::weights::gguf::GgufImport;
+use crate::cache::{BatchCache, CacheLayout};
 use crate::error::{Error, Result};
+
+/// The registry entry: Llama 2/3.x, SmolLM2, Mistral-style dense models.
+pub const FAMILY: Family = Family {
+    name: "Llama",
+    model_types: &["llama", "mistral"],
+    build: |_, config, loader| Ok(Box::new(Llama::load(config, loader)?)),
+    gguf: Some(GgufImport {
+        architecture: "llama",
+        block_names: &[],
+        config_keys: &[],
+        permuted_qk: true,
+        norm_plus_one: false,
+    }),
+    image_processor: None,
+};
 
 /// The config.json fields this family reads (HF names and defaults).
 #[derive(Debug, Clone, Deserialize)]
@@ -39,6 +57,24 @@ pub struct LlamaArgs {
     pub mlp_bias: bool,
     #[serde(default = "default_context")]
     pub max_position_embeddings: i32,
+}
+
+/// Parses the decoder's fields, after lifting `rope_theta` and the scaling
+/// out of `rope_parameters` (where transformers ≥ 5 nests them).
+pub fn parse_args(config: &serde_json::Value, family: &str) -> Result<LlamaArgs> {
+    let mut config = config.clone();
+    if let Some(map) = config.as_object_mut() {
+        if let Some(params) = map.get("rope_parameters").cloned() {
+            if let Some(theta) = params.get("rope_theta") {
+                map.entry("rope_theta").or_insert(theta.clone());
+            }
+            let kind = params.get("rope_type").or_else(|| params.get("type")).and_then(|t| t.as_str());
+            if kind.is_some_and(|k| k != "default") && map.get("rope_scaling").is_none_or(|s| s.is_null()) {
+                map.insert("rope_scaling".into(), params);
+            }
+        }
+    }
+    serde_json::from_value(config).map_err(|e| Error::InvalidConfig(format!("{family} config.json: {e}")))
 }
 
 fn default_rope_theta() -> f32 {
@@ -82,6 +118,8 @@ struct Attention {
     k_proj: Linear,
     v_proj: Linear,
     o_proj: Linear,
+    /// RMSNorm over each head's queries and keys before RoPE (Qwen3).
+    qk_norm: Option<(RmsNorm, RmsNorm)>,
     heads: i32,
     kv_heads: i32,
     head_dim: i32,
@@ -95,35 +133,62 @@ impl Attention {
         layer: usize,
         rope: &Rope,
         rotation: &Rotation,
-        step: &attention::Step,
-        cache: &mut dyn KvCache,
+        cache: &mut BatchCache,
     ) -> Result<Array> {
         let (b, l) = (x.dim(0), x.dim(1));
         let split_heads = |t: Array, heads: i32| -> Result<Array> {
             Ok(t.reshape(&[b, l, heads, self.head_dim])?.transpose_axes(&[0, 2, 1, 3])?)
         };
-        let q = split_heads(self.q_proj.forward(x)?, self.heads)?;
-        let k = split_heads(self.k_proj.forward(x)?, self.kv_heads)?;
+        let mut q = split_heads(self.q_proj.forward(x)?, self.heads)?;
+        let mut k = split_heads(self.k_proj.forward(x)?, self.kv_heads)?;
         let v = split_heads(self.v_proj.forward(x)?, self.kv_heads)?;
+        if let Some((q_norm, k_norm)) = &self.qk_norm {
+            q = q_norm.forward(&q)?;
+            k = k_norm.forward(&k)?;
+        }
         let q = rope.rotate(&q, rotation)?;
         let k = rope.rotate(&k, rotation)?;
-        let kv = cache.update_view(layer, k, v)?;
-        let o = attention::attend(&q, kv, self.scale, &step.mask)?;
+        let (kv, mask) = cache.update(layer, &k, &v)?;
+        let o = attention::attend(&q, kv, self.scale, &mask)?;
         let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, self.heads * self.head_dim])?;
         self.o_proj.forward(&o)
     }
 }
 
-struct Mlp {
+/// The SwiGLU MLP: `down(silu(gate(x)) · up(x))`.
+pub struct Mlp {
     gate_proj: Linear,
     up_proj: Linear,
     down_proj: Linear,
 }
 
 impl Mlp {
-    fn forward(&self, x: &Array) -> Result<Array> {
+    pub fn load(loader: &mut LayerLoader, path: &str, hidden: i32, intermediate: i32, bias: bool) -> Result<Self> {
+        Ok(Self {
+            gate_proj: loader.linear(&format!("{path}.gate_proj"), hidden, intermediate, bias)?,
+            up_proj: loader.linear(&format!("{path}.up_proj"), hidden, intermediate, bias)?,
+            down_proj: loader.linear(&format!("{path}.down_proj"), intermediate, hidden, bias)?,
+        })
+    }
+
+    pub fn forward(&self, x: &Array) -> Result<Array> {
         let gate = nn::silu(self.gate_proj.forward(x)?)?;
         self.down_proj.forward(&gate.multiply(self.up_proj.forward(x)?)?)
+    }
+}
+
+/// A block's feed-forward part: a dense MLP, or a mixture of experts.
+pub enum FeedForward {
+    Dense(Mlp),
+    Experts(SparseMoe),
+}
+
+impl FeedForward {
+    fn forward(&self, x: &Array) -> Result<Array> {
+        match self {
+            FeedForward::Dense(m) => m.forward(x),
+            FeedForward::Experts(m) => m.forward(x),
+        }
     }
 }
 
@@ -131,7 +196,7 @@ struct Block {
     input_layernorm: RmsNorm,
     self_attn: Attention,
     post_attention_layernorm: RmsNorm,
-    mlp: Mlp,
+    mlp: FeedForward,
 }
 
 /// What differs between the families that share this decoder.
@@ -144,11 +209,13 @@ pub struct DecoderLayout {
     /// Biases on the Q, K and V projections (Qwen2), independent of
     /// `attention_bias`, which puts one on all four projections (Llama).
     pub qkv_bias: bool,
+    /// RMSNorm of each head's queries and keys (`q_norm`, `k_norm`; Qwen3).
+    pub qk_norm: bool,
 }
 
 impl DecoderLayout {
     pub fn llama() -> Self {
-        Self { prefix: "model".into(), lm_head: "lm_head".into(), qkv_bias: false }
+        Self { prefix: "model".into(), lm_head: "lm_head".into(), qkv_bias: false, qk_norm: false }
     }
 }
 
@@ -164,8 +231,7 @@ pub struct Llama {
 
 impl Llama {
     pub fn load(config: &serde_json::Value, loader: &mut LayerLoader) -> Result<Self> {
-        let args: LlamaArgs = serde_json::from_value(config.clone())
-            .map_err(|e| Error::InvalidConfig(format!("llama config.json: {e}")))?;
+        let args = parse_args(config, "llama")?;
         let rope = Rope::new(args.head_dim(), args.rope_theta, args.rope_traditional, args.rope_scaling.as_ref())?;
         Self::build(args, &DecoderLayout::llama(), rope, loader)
     }
@@ -173,6 +239,23 @@ impl Llama {
     /// The decoder from parsed arguments, a weight layout and the rotary
     /// embedding (ordinary RoPE or M-RoPE).
     pub fn build(args: LlamaArgs, layout: &DecoderLayout, rope: Rope, loader: &mut LayerLoader) -> Result<Self> {
+        let intermediate = args.intermediate_size;
+        let bias = args.mlp_bias;
+        let dense = |loader: &mut LayerLoader, path: &str, _layer: i32, hidden: i32| {
+            Ok(FeedForward::Dense(Mlp::load(loader, path, hidden, intermediate, bias)?))
+        };
+        Self::build_with(args, layout, rope, loader, dense)
+    }
+
+    /// [`Self::build`] with each block's feed-forward part built by
+    /// `feed_forward(loader, "<prefix>.layers.N.mlp", N, hidden_size)`.
+    pub fn build_with(
+        args: LlamaArgs,
+        layout: &DecoderLayout,
+        rope: Rope,
+        loader: &mut LayerLoader,
+        feed_forward: impl Fn(&mut LayerLoader, &str, i32, i32) -> Result<FeedForward>,
+    ) -> Result<Self> {
         args.validate()?;
         let (d, hd) = (args.hidden_size, args.head_dim());
         let (heads, kv_heads) = (args.num_attention_heads, args.kv_heads());
@@ -183,7 +266,14 @@ impl Llama {
             let p = format!("{m}.layers.{i}");
             let ab = args.attention_bias;
             let qkv_b = ab || layout.qkv_bias;
-            let mb = args.mlp_bias;
+            let qk_norm = if layout.qk_norm {
+                Some((
+                    loader.rms_norm(&format!("{p}.self_attn.q_norm"), hd, args.rms_norm_eps)?,
+                    loader.rms_norm(&format!("{p}.self_attn.k_norm"), hd, args.rms_norm_eps)?,
+                ))
+            } else {
+                None
+            };
             layers.push(Block {
                 input_layernorm: loader.rms_norm(&format!("{p}.input_layernorm"), d, args.rms_norm_eps)?,
                 self_attn: Attention {
@@ -191,6 +281,7 @@ impl Llama {
                     k_proj: loader.linear(&format!("{p}.self_attn.k_proj"), d, kv_heads * hd, qkv_b)?,
                     v_proj: loader.linear(&format!("{p}.self_attn.v_proj"), d, kv_heads * hd, qkv_b)?,
                     o_proj: loader.linear(&format!("{p}.self_attn.o_proj"), heads * hd, d, ab)?,
+                    qk_norm,
                     heads,
                     kv_heads,
                     head_dim: hd,
@@ -201,11 +292,7 @@ impl Llama {
                     d,
                     args.rms_norm_eps,
                 )?,
-                mlp: Mlp {
-                    gate_proj: loader.linear(&format!("{p}.mlp.gate_proj"), d, args.intermediate_size, mb)?,
-                    up_proj: loader.linear(&format!("{p}.mlp.up_proj"), d, args.intermediate_size, mb)?,
-                    down_proj: loader.linear(&format!("{p}.mlp.down_proj"), args.intermediate_size, d, mb)?,
-                },
+                mlp: feed_forward(loader, &format!("{p}.mlp"), i, d)?,
             });
         }
         let norm = loader.rms_norm(&format!("{m}.norm"), d, args.rms_norm_eps)?;
@@ -231,23 +318,26 @@ impl LanguageModel for Llama {
         }
     }
 
+    fn cache_layout(&self) -> CacheLayout {
+        CacheLayout::full(self.layers.len())
+    }
+
     fn embed(&self, tokens: &Array) -> Result<Array> {
         self.embed_tokens.forward(tokens)
     }
 
-    fn forward_embeddings(&self, mut h: Array, cache: &mut dyn KvCache) -> Result<Array> {
-        let l = h.dim(1);
-        let step = attention::Step::begin(cache, l)?;
+    fn forward_embeddings(&self, mut h: Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+        cache.begin_step(h.dim(1))?;
         // M-RoPE angles are computed once per step, not once per layer.
-        let rotation = self.rope.prepare(&step.offset)?;
+        let rotation = self.rope.prepare(positions)?;
         for (i, block) in self.layers.iter().enumerate() {
             let x = block.input_layernorm.forward(&h)?;
-            let a = block.self_attn.forward(&x, i, &self.rope, &rotation, &step, cache)?;
+            let a = block.self_attn.forward(&x, i, &self.rope, &rotation, cache)?;
             h = h.add(a)?;
             let m = block.mlp.forward(&block.post_attention_layernorm.forward(&h)?)?;
             h = h.add(m)?;
         }
-        cache.finish_step(l);
+        cache.finish_step()?;
         self.norm.forward(&h)
     }
 

@@ -69,7 +69,7 @@ pub fn rotate_half_split(x: &Array, cos: &Array, sin: &Array) -> Result<Array> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::RopeOffset;
+    use crate::model::rope::Positions;
     use crate::model::rope::Rope;
 
     fn max_abs_diff(a: &Array, b: &Array) -> f32 {
@@ -92,9 +92,9 @@ mod tests {
             .unwrap();
         let start = 7;
         let pos: Vec<i32> = (0..3).flat_map(|_| start..start + len).collect();
-        let explicit = RopeOffset::Explicit(Array::from_slice(&pos, &[3, 1, len]));
+        let explicit = Positions::Multimodal(Array::from_slice(&pos, &[3, 1, len]));
         let a = rope.apply(&x, &explicit).unwrap();
-        let b = rope.apply(&x, &RopeOffset::Shared(start)).unwrap();
+        let b = rope.apply(&x, &Positions::Start(start)).unwrap();
         assert!(
             max_abs_diff(&a, &b) < 1e-5,
             "explicit equal-axis positions differ from fast RoPE"

@@ -5,8 +5,25 @@ use serde_json::Value;
 
 use super::layers::LayerLoader;
 use super::llama::{DecoderLayout, Llama, LlamaArgs};
+use super::registry::Family;
 use super::rope::Rope;
-use crate::error::{Error, Result};
+use crate::weights::gguf::GgufImport;
+use crate::error::Result;
+
+/// The registry entry: Qwen2 / Qwen2.5 text models.
+pub const FAMILY: Family = Family {
+    name: "Qwen2",
+    model_types: &["qwen2"],
+    build: |_, config, loader| Ok(Box::new(load(config, loader)?)),
+    gguf: Some(GgufImport {
+        architecture: "qwen2",
+        block_names: &[],
+        config_keys: &[],
+        permuted_qk: false,
+        norm_plus_one: false,
+    }),
+    image_processor: None,
+};
 
 /// Qwen2's defaults where config.json is silent (transformers' `Qwen2Config`).
 const DEFAULT_ROPE_THETA: f64 = 1_000_000.0;
@@ -38,5 +55,5 @@ pub fn parse_args(config: &Value) -> Result<LlamaArgs> {
         // configs; qwen2 has Q/K/V biases whatever it says.
         map.remove("attention_bias");
     }
-    serde_json::from_value(config).map_err(|e| Error::InvalidConfig(format!("qwen2 config.json: {e}")))
+    super::llama::parse_args(&config, "qwen2")
 }

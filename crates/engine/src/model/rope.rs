@@ -4,7 +4,6 @@ use mlx_rs::{fast, Array};
 use serde::Deserialize;
 
 use super::mrope::{self, MRope};
-use crate::cache::RopeOffset;
 use crate::error::{Error, Result};
 
 /// `rope_scaling` from config.json (`type` in older files, `rope_type` in newer).
@@ -20,6 +19,32 @@ pub struct RopeScaling {
     pub high_freq_factor: Option<f32>,
     #[serde(default)]
     pub original_max_position_embeddings: Option<f32>,
+}
+
+/// Where a step's tokens sit: what RoPE rotates by. The caller knows each
+/// row's position (its tokens so far plus, for a vision-language sequence,
+/// its rope delta) and passes it to the model explicitly.
+#[derive(Clone)]
+pub enum Positions {
+    /// Every row's tokens start at this position.
+    Start(i32),
+    /// Row `b`'s tokens start at `starts[b]`, `[B]` int32 (rows of a batch differ).
+    PerRow(Array),
+    /// Explicit M-RoPE positions `[3, B, L]` (temporal, height, width) for a
+    /// step whose tokens include image features; only vision-language models
+    /// accept them.
+    Multimodal(Array),
+}
+
+impl Positions {
+    /// Rows starting at `starts`: one scalar when they all agree (the fast
+    /// RoPE kernel a lone sequence gets), else per row.
+    pub fn rows(starts: &[i32]) -> Self {
+        match starts {
+            [first, rest @ ..] if rest.iter().all(|s| s == first) => Positions::Start(*first),
+            _ => Positions::PerRow(Array::from_slice(starts, &[starts.len() as i32])),
+        }
+    }
 }
 
 pub struct Rope {
@@ -56,23 +81,23 @@ impl Rope {
         Ok(Rope { mrope: Some(MRope::new(dims, base, sections)?), ..Self::new(dims, base, false, None)? })
     }
 
-    /// Rotates `x` `[B, heads, L, head_dim]` for positions starting at `offset`.
-    pub fn apply(&self, x: &Array, offset: &RopeOffset) -> Result<Array> {
-        self.rotate(x, &self.prepare(offset)?)
+    /// Rotates `x` `[B, heads, L, head_dim]` for `positions`.
+    pub fn apply(&self, x: &Array, positions: &Positions) -> Result<Array> {
+        self.rotate(x, &self.prepare(positions)?)
     }
 
-    /// What a step's offset means for every layer's rotation, computed once
+    /// What a step's positions mean for every layer's rotation, computed once
     /// per step (explicit M-RoPE positions become cos/sin tables).
-    pub fn prepare<'a>(&self, offset: &'a RopeOffset) -> Result<Rotation<'a>> {
-        match (offset, &self.mrope) {
-            (RopeOffset::Explicit(positions), Some(mrope)) => {
-                let (cos, sin) = mrope.cos_sin(positions)?;
+    pub fn prepare<'a>(&self, positions: &'a Positions) -> Result<Rotation<'a>> {
+        match (positions, &self.mrope) {
+            (Positions::Multimodal(p), Some(mrope)) => {
+                let (cos, sin) = mrope.cos_sin(p)?;
                 Ok(Rotation::Tables { cos, sin })
             }
-            (RopeOffset::Explicit(_), None) => {
+            (Positions::Multimodal(_), None) => {
                 Err(Error::InvalidRequest("this model has no multimodal (M-RoPE) positions".into()))
             }
-            (offset, _) => Ok(Rotation::Offset(offset)),
+            (positions, _) => Ok(Rotation::Offset(positions)),
         }
     }
 
@@ -80,13 +105,13 @@ impl Rope {
     pub fn rotate(&self, x: &Array, rotation: &Rotation) -> Result<Array> {
         let base = if self.freqs.is_some() { None } else { Some(self.base) };
         Ok(match rotation {
-            Rotation::Offset(RopeOffset::Shared(o)) => {
+            Rotation::Offset(Positions::Start(o)) => {
                 fast::rope(x, self.dims, self.traditional, base, self.scale, *o, self.freqs.as_ref())?
             }
-            Rotation::Offset(RopeOffset::PerRow(o)) => {
+            Rotation::Offset(Positions::PerRow(o)) => {
                 fast::rope_dynamic(x, self.dims, self.traditional, base, self.scale, o, self.freqs.as_ref())?
             }
-            Rotation::Offset(RopeOffset::Explicit(_)) => {
+            Rotation::Offset(Positions::Multimodal(_)) => {
                 unreachable!("prepare turns explicit positions into tables")
             }
             Rotation::Tables { cos, sin } => mrope::rotate_half_split(x, cos, sin)?,
@@ -96,7 +121,7 @@ impl Rope {
 
 /// A step's rotation: by offset (fast RoPE kernel) or by precomputed tables.
 pub enum Rotation<'a> {
-    Offset(&'a RopeOffset),
+    Offset(&'a Positions),
     /// `[B, 1, L, head_dim]` each.
     Tables { cos: Array, sin: Array },
 }

@@ -452,6 +452,13 @@ fn json_ids(v: Option<&Json>) -> Vec<u32> {
     }
 }
 
+/// A model folder's chat template source, if it has one (without loading
+/// the tokenizer): for describing a folder in a scan.
+pub fn folder_chat_template_source(dir: &Path) -> Result<Option<String>> {
+    let config = read_json_if_present(&dir.join("tokenizer_config.json"))?.unwrap_or(Json::Null);
+    Ok(folder_chat_template(dir, &config)?.0)
+}
+
 /// The template and where it came from, in `transformers`' order of
 /// precedence: chat_template.jinja, chat_template.json (processor templates
 /// of vision models), tokenizer_config.json.

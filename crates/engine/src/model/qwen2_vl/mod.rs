@@ -19,12 +19,22 @@ use mlx_rs::Array;
 use serde_json::{Map, Value};
 
 use super::layers::LayerLoader;
+use super::registry::Family;
 use super::llama::{DecoderLayout, Llama};
-use super::rope::Rope;
+use super::rope::{Positions, Rope};
 use super::{LanguageModel, ModelShape, VisionTower};
-use crate::cache::KvCache;
+use crate::cache::{BatchCache, CacheLayout};
 use crate::error::{Error, Result};
 use vision::{Variant, VisionConfig, VisionModel};
+
+/// The registry entry: Qwen2-VL and Qwen2.5-VL, with the Qwen image processor.
+pub const FAMILY: Family = Family {
+    name: "Qwen2-VL",
+    model_types: &["qwen2_vl", "qwen2_5_vl"],
+    build: |model_type, config, loader| Ok(Box::new(Qwen2Vl::load(model_type, config, loader)?)),
+    gguf: None,
+    image_processor: Some(crate::vision::ImagePreprocessor::from_folder),
+};
 
 /// Token ids of the Qwen2-VL vocabulary, used when config.json omits them.
 const DEFAULT_IMAGE_TOKEN_ID: u32 = 151655;
@@ -95,8 +105,12 @@ impl LanguageModel for Qwen2Vl {
         self.language.embed(tokens)
     }
 
-    fn forward_embeddings(&self, embeddings: Array, cache: &mut dyn KvCache) -> Result<Array> {
-        self.language.forward_embeddings(embeddings, cache)
+    fn cache_layout(&self) -> CacheLayout {
+        self.language.cache_layout()
+    }
+
+    fn forward_embeddings(&self, embeddings: Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+        self.language.forward_embeddings(embeddings, positions, cache)
     }
 
     fn logits(&self, hidden: &Array) -> Result<Array> {

@@ -1,0 +1,120 @@
+//! The per-row states of a batch's recurrent layers (a linear-attention
+//! layer's conv state and recurrent state, as mlx-lm's `ArraysCache` holds
+//! them). Each state array has the rows on axis 0; rows join and leave like
+//! KV rows. A state summarizes every token a row has seen, so it cannot be cut
+//! back to a shorter prefix, and padding must never reach it: the model masks
+//! a right-padded pass's padding with [`super::BatchCache::real_tokens`].
+use mlx_rs::{ops, ops::indexing::IndexOp, Array};
+
+use crate::error::Result;
+
+#[derive(Clone, Default)]
+pub struct RecurrentStates {
+    /// Per recurrent layer, its state arrays; `None` until the layer first
+    /// runs (the model starts from zeros).
+    layers: Vec<Option<Vec<Array>>>,
+    rows: usize,
+}
+
+impl RecurrentStates {
+    pub fn new(layers: usize, rows: usize) -> Self {
+        Self { layers: vec![None; layers], rows }
+    }
+
+    pub fn get(&self, index: usize) -> Option<&[Array]> {
+        self.layers[index].as_deref()
+    }
+
+    pub fn set(&mut self, index: usize, state: Vec<Array>) {
+        self.layers[index] = Some(state);
+    }
+
+    pub fn nbytes(&self) -> usize {
+        self.layers.iter().flatten().flatten().map(Array::nbytes).sum()
+    }
+
+    /// Bytes of one row's states.
+    pub fn row_nbytes(&self) -> usize {
+        self.nbytes() / self.rows.max(1)
+    }
+
+    pub fn filter(&mut self, keep: &[usize]) -> Result<()> {
+        let rows: Vec<i32> = keep.iter().map(|&k| k as i32).collect();
+        let rows = Array::from_slice(&rows, &[rows.len() as i32]);
+        for state in self.layers.iter_mut().flatten() {
+            for a in state.iter_mut() {
+                *a = if keep.is_empty() { a.index(0..0) } else { a.take_axis(&rows, 0)? };
+            }
+        }
+        if keep.is_empty() {
+            self.layers.iter_mut().for_each(|l| *l = None);
+        }
+        self.rows = keep.len();
+        Ok(())
+    }
+
+    /// Appends `other`'s rows; a side whose layer never ran holds zeros.
+    pub fn extend(&mut self, other: RecurrentStates) -> Result<()> {
+        if self.rows == 0 {
+            *self = other;
+            return Ok(());
+        }
+        let (mine_rows, their_rows) = (self.rows as i32, other.rows as i32);
+        for (mine, theirs) in self.layers.iter_mut().zip(other.layers) {
+            *mine = match (mine.take(), theirs) {
+                (None, None) => None,
+                (Some(a), None) => Some(concat(&a, &zeros_like_rows(&a, their_rows)?)?),
+                (None, Some(b)) => Some(concat(&zeros_like_rows(&b, mine_rows)?, &b)?),
+                (Some(a), Some(b)) => Some(concat(&a, &b)?),
+            };
+        }
+        self.rows += other.rows;
+        Ok(())
+    }
+
+    /// Row `row` alone; a contiguous copy when `copy`.
+    pub fn row(&self, row: usize, copy: bool) -> Result<RecurrentStates> {
+        let r = row as i32;
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| {
+                l.as_ref()
+                    .map(|state| {
+                        state
+                            .iter()
+                            .map(|a| {
+                                let a = a.index(r..r + 1);
+                                Ok(if copy { a.contiguous()? } else { a })
+                            })
+                            .collect::<Result<Vec<_>>>()
+                    })
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(RecurrentStates { layers, rows: 1 })
+    }
+
+    /// Every state array (cheap handle clones).
+    pub fn arrays(&self) -> Vec<Array> {
+        self.layers.iter().flatten().flatten().cloned().collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty()
+    }
+}
+
+fn concat(a: &[Array], b: &[Array]) -> Result<Vec<Array>> {
+    a.iter().zip(b).map(|(x, y)| Ok(ops::concatenate(&[x, y], 0)?)).collect()
+}
+
+fn zeros_like_rows(like: &[Array], rows: i32) -> Result<Vec<Array>> {
+    like.iter()
+        .map(|a| {
+            let mut shape = a.shape().to_vec();
+            shape[0] = rows;
+            Ok(ops::zeros_dtype(&shape, a.dtype())?)
+        })
+        .collect()
+}

@@ -1,0 +1,193 @@
+//! Loading a model from what users download: a Hugging Face /
+//! mlx-community folder or a `.gguf` file. The family comes from the
+//! registry; every tensor is checked by name and shape; the first forward
+//! pass runs here, so a broken checkpoint fails at load, not mid-request.
+use std::path::{Path, PathBuf};
+
+use mlx_rs::{Array, Dtype};
+use serde_json::Value;
+
+use super::layers::{self, WeightFormat};
+use super::registry::{self, Family};
+use super::{Capabilities, LoadedModel, ModelInfo, Positions};
+use crate::error::{Error, Result};
+use crate::tokenizer::Tokenizer;
+use crate::weights::{self, Quantization, Weights};
+
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    pub format: WeightFormat,
+}
+
+/// Where a model lives on disk.
+enum Source {
+    Folder(PathBuf),
+    Gguf(PathBuf),
+}
+
+fn resolve(path: &Path) -> Result<Source> {
+    let not_found = |reason: &str| Error::ModelNotFound { path: path.to_path_buf(), reason: reason.to_string() };
+    if path.is_file() {
+        return if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+            Ok(Source::Gguf(path.to_path_buf()))
+        } else {
+            Err(not_found("a model is a folder with config.json or a .gguf file"))
+        };
+    }
+    if !path.is_dir() {
+        return Err(not_found("no such file or folder"));
+    }
+    if path.join("config.json").is_file() {
+        return Ok(Source::Folder(path.to_path_buf()));
+    }
+    let ggufs: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| Error::io(path, e))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")))
+        .collect();
+    match ggufs.as_slice() {
+        [one] => Ok(Source::Gguf(one.clone())),
+        [] => Err(not_found("the folder has no config.json and no .gguf file")),
+        _ => Err(not_found("the folder has several .gguf files; name one")),
+    }
+}
+
+/// Loads a model folder or `.gguf` file.
+pub fn load(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
+    let started = std::time::Instant::now();
+    let loaded = match resolve(path)? {
+        Source::Folder(dir) => load_folder(&dir, opts)?,
+        Source::Gguf(file) => load_gguf(&file, opts)?,
+    };
+    tracing::info!(
+        model = %loaded.info.name,
+        arch = %loaded.info.architecture,
+        quantization = ?loaded.info.stored_quantization,
+        loaded_as = %loaded.info.loaded_as,
+        layers = %loaded.info.cache_layout,
+        secs = started.elapsed().as_secs_f32(),
+        "model loaded"
+    );
+    Ok(loaded)
+}
+
+fn read_config(dir: &Path) -> Result<Value> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(format!("{}: {e}", path.display())))
+}
+
+fn load_folder(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
+    let config = read_config(dir)?;
+    let model_type = registry::model_type(&config)?;
+    // Before reading gigabytes of weights.
+    let family = registry::family(&model_type).ok_or_else(|| registry::unsupported(&model_type))?;
+    let quantization = Quantization::from_config(&config)?;
+    let mut weights = weights::safetensors::load_folder(dir)?;
+    let tokenizer = Tokenizer::from_folder(dir)?;
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let stored = describe_quantization(&quantization);
+    let parts = Parts { name, path: dir, model_type: &model_type, family, config: &config, stored };
+    let mut loaded = finish(parts, &quantization, &mut weights, tokenizer, opts)?;
+    if let Some(read_processor) = family.image_processor {
+        loaded.preprocessor = Some(read_processor(dir)?);
+    }
+    Ok(loaded)
+}
+
+fn load_gguf(file: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
+    let mut g = weights::gguf::load(file, opts.format)?;
+    let tokenizer = Tokenizer::from_gguf_with(g.tokenizer, g.sentencepiece)?;
+    // The file name is what users chose and recognize; `general.name` is often a training-run label.
+    let name = match file.file_stem() {
+        Some(stem) => stem.to_string_lossy().into_owned(),
+        None => g.name.clone().unwrap_or_default(),
+    };
+    let parts =
+        Parts { name, path: file, model_type: &g.model_type, family: g.family, config: &g.config, stored: Some(g.stored) };
+    let mut loaded = finish(parts, &g.quantization, &mut g.weights, tokenizer, opts)?;
+    if let Some(note) = g.converted {
+        loaded.info.loaded_as = format!("{note}; {}", loaded.info.loaded_as);
+    }
+    Ok(loaded)
+}
+
+/// What `finish` needs besides the tensors.
+struct Parts<'a> {
+    name: String,
+    path: &'a Path,
+    model_type: &'a str,
+    family: &'static Family,
+    config: &'a Value,
+    stored: Option<String>,
+}
+
+fn finish(
+    parts: Parts,
+    quantization: &Quantization,
+    weights: &mut Weights,
+    tokenizer: Tokenizer,
+    opts: &LoadOptions,
+) -> Result<LoadedModel> {
+    let mut loader = layers::LayerLoader {
+        weights,
+        quantization,
+        format: opts.format,
+        dtype: activation_dtype(opts.format),
+    };
+    let model = (parts.family.build)(parts.model_type, parts.config, &mut loader)?;
+    let leftover = loader.weights.leftover();
+    if !leftover.is_empty() {
+        tracing::warn!(count = leftover.len(), first = %leftover[0], "checkpoint tensors the model does not use");
+    }
+    // Materialize the weights now (dequantization, casts, Q/K unpermutation)
+    // rather than inside the first request's timing.
+    let probe = Array::from_slice(&[0i32], &[1, 1]);
+    model.forward(&probe, &Positions::Start(0), &mut model.new_cache(1))?.eval()?;
+    let loaded_as = match (opts.format, &parts.stored) {
+        (_, None) => "float".to_string(),
+        (WeightFormat::AsStored, Some(_)) => "kept quantized".to_string(),
+        (WeightFormat::Float32, Some(_)) => "dequantized to float32".to_string(),
+    };
+    let info = ModelInfo {
+        name: parts.name,
+        path: parts.path.to_path_buf(),
+        architecture: parts.model_type.to_string(),
+        family: parts.family.name.to_string(),
+        stored_quantization: parts.stored,
+        loaded_as,
+        format: opts.format,
+        shape: model.shape(),
+        cache_layout: model.cache_layout().describe(),
+        eos_token_ids: tokenizer.eos_ids().to_vec(),
+        capabilities: Capabilities::of(tokenizer.chat_template().map(|t| t.source()), model.vision().is_some()),
+    };
+    Ok(LoadedModel { model, tokenizer, preprocessor: None, info })
+}
+
+/// Activations run in float32 on the CPU backend (no fast half-precision
+/// kernels there) and in float16 on Metal.
+pub fn activation_dtype(format: WeightFormat) -> Dtype {
+    if cfg!(target_os = "macos") && format == WeightFormat::AsStored {
+        Dtype::Float16
+    } else {
+        Dtype::Float32
+    }
+}
+
+/// How a checkpoint is quantized, in words ("4-bit (group 64) + 8-bit (group 64)").
+pub fn describe_quantization(q: &Quantization) -> Option<String> {
+    let mut specs: Vec<(i32, i32)> = q
+        .default
+        .iter()
+        .chain(q.overrides.values().flatten())
+        .map(|s| (s.bits, s.group_size))
+        .collect();
+    specs.sort();
+    specs.dedup();
+    if specs.is_empty() {
+        return None;
+    }
+    Some(specs.iter().map(|(bits, group)| format!("{bits}-bit (group {group})")).collect::<Vec<_>>().join(" + "))
+}

@@ -1,0 +1,115 @@
+//! The `qwen3_moe` architecture (Qwen3-30B-A3B, Qwen3-235B-A22B): Qwen3's
+//! attention with a sparse mixture of experts in place of the MLP in every
+//! `decoder_sparse_step`-th layer not listed in `mlp_only_layers`.
+//!
+//! Checkpoints store the experts either one by one
+//! (`mlp.experts.E.{gate,up,down}_proj`, Hugging Face) or stacked
+//! (`mlp.switch_mlp.*`, mlx-community); the first are stacked at load.
+use mlx_rs::{ops, Array};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::layers::LayerLoader;
+use super::llama::{FeedForward, Llama, Mlp};
+use super::moe::SparseMoe;
+use super::qwen3::{layout, parse_qwen3_args};
+use super::registry::Family;
+use super::rope::Rope;
+use crate::error::{Error, Result};
+use crate::weights::gguf::GgufImport;
+
+pub const FAMILY: Family = Family {
+    name: "Qwen3-MoE",
+    model_types: &["qwen3_moe"],
+    build: |_, config, loader| Ok(Box::new(load(config, loader)?)),
+    gguf: Some(GgufImport {
+        architecture: "qwen3moe",
+        block_names: &[
+            ("attn_q_norm", "self_attn.q_norm"),
+            ("attn_k_norm", "self_attn.k_norm"),
+            ("ffn_gate_inp", "mlp.gate"),
+            ("ffn_gate_exps", "mlp.switch_mlp.gate_proj"),
+            ("ffn_up_exps", "mlp.switch_mlp.up_proj"),
+            ("ffn_down_exps", "mlp.switch_mlp.down_proj"),
+        ],
+        config_keys: &[
+            ("num_experts", "expert_count"),
+            ("num_experts_per_tok", "expert_used_count"),
+            ("moe_intermediate_size", "expert_feed_forward_length"),
+        ],
+        permuted_qk: false,
+        norm_plus_one: false,
+    }),
+    image_processor: None,
+};
+
+/// The mixture-of-experts fields of config.json.
+#[derive(Debug, Clone, Deserialize)]
+struct MoeArgs {
+    num_experts: i32,
+    num_experts_per_tok: i32,
+    moe_intermediate_size: i32,
+    #[serde(default = "one")]
+    decoder_sparse_step: i32,
+    #[serde(default)]
+    mlp_only_layers: Vec<i32>,
+    #[serde(default = "yes")]
+    norm_topk_prob: bool,
+}
+
+fn one() -> i32 {
+    1
+}
+fn yes() -> bool {
+    true
+}
+
+pub fn load(config: &Value, loader: &mut LayerLoader) -> Result<Llama> {
+    let args = parse_qwen3_args(config, "qwen3_moe")?;
+    let moe: MoeArgs = serde_json::from_value(config.clone())
+        .map_err(|e| Error::InvalidConfig(format!("qwen3_moe config.json: {e}")))?;
+    if moe.decoder_sparse_step < 1 {
+        return Err(Error::InvalidConfig("decoder_sparse_step must be at least 1".into()));
+    }
+    stack_experts(loader, args.num_hidden_layers, moe.num_experts)?;
+    let rope = Rope::new(args.head_dim(), args.rope_theta, false, args.rope_scaling.as_ref())?;
+    let dense_size = args.intermediate_size;
+    let feed_forward = |loader: &mut LayerLoader, path: &str, layer: i32, hidden: i32| {
+        let sparse = !moe.mlp_only_layers.contains(&layer)
+            && moe.num_experts > 0
+            && (layer + 1) % moe.decoder_sparse_step == 0;
+        Ok(if sparse {
+            FeedForward::Experts(SparseMoe::load(
+                loader,
+                path,
+                hidden,
+                moe.moe_intermediate_size,
+                moe.num_experts,
+                moe.num_experts_per_tok,
+                moe.norm_topk_prob,
+            )?)
+        } else {
+            FeedForward::Dense(Mlp::load(loader, path, hidden, dense_size, false)?)
+        })
+    };
+    Llama::build_with(args, &layout(), rope, loader, feed_forward)
+}
+
+/// Stacks per-expert matrices (`mlp.experts.E.P.weight`) into
+/// `mlp.switch_mlp.P.weight` `[experts, out, in]`.
+fn stack_experts(loader: &mut LayerLoader, layers: i32, experts: i32) -> Result<()> {
+    for layer in 0..layers {
+        let prefix = format!("model.layers.{layer}.mlp");
+        if !loader.weights.contains(&format!("{prefix}.experts.0.up_proj.weight")) {
+            continue;
+        }
+        for part in ["gate_proj", "up_proj", "down_proj"] {
+            let mut stack: Vec<Array> = Vec::with_capacity(experts as usize);
+            for e in 0..experts {
+                stack.push(loader.weights.take_any(&format!("{prefix}.experts.{e}.{part}.weight"))?);
+            }
+            loader.weights.insert(format!("{prefix}.switch_mlp.{part}.weight"), ops::stack(&stack, 0)?);
+        }
+    }
+    Ok(())
+}

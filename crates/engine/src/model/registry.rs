@@ -1,0 +1,138 @@
+//! The family registry: one table maps a checkpoint's `model_type` (or a
+//! GGUF's `general.architecture`) to everything its family brings — the
+//! builder (config parsing included), the GGUF import (tensor names,
+//! metadata keys, Q/K un-permutation), the image processor of a vision
+//! family, and so the capability flags. The loader, the hub's scan and the
+//! app all ask this table; there is no second list of architectures.
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::layers::LayerLoader;
+use super::{gemma3, llama, qwen2, qwen2_vl, qwen3, qwen3_moe, Capabilities, LanguageModel};
+use crate::error::{Error, Result};
+use crate::vision::ImagePreprocessor;
+use crate::weights::gguf::GgufImport;
+
+/// Builds a family's model from config.json and the checkpoint's tensors.
+pub type Builder = fn(model_type: &str, config: &Value, loader: &mut LayerLoader) -> Result<Box<dyn LanguageModel>>;
+
+/// Everything the engine knows about one model family.
+pub struct Family {
+    /// A display name ("Gemma 3").
+    pub name: &'static str,
+    /// config.json `model_type` values this family loads.
+    pub model_types: &'static [&'static str],
+    pub build: Builder,
+    /// How llama.cpp exports the family, when it does.
+    pub gguf: Option<GgufImport>,
+    /// Reads the checkpoint's image processor; `Some` for families that see images.
+    pub image_processor: Option<fn(&Path) -> Result<ImagePreprocessor>>,
+}
+
+impl Family {
+    pub fn vision(&self) -> bool {
+        self.image_processor.is_some()
+    }
+}
+
+/// Every family the engine runs.
+pub static FAMILIES: &[Family] = &[llama::FAMILY, qwen2::FAMILY, qwen2_vl::FAMILY, qwen3::FAMILY, qwen3_moe::FAMILY, gemma3::FAMILY];
+
+/// The family of a config.json `model_type`.
+pub fn family(model_type: &str) -> Option<&'static Family> {
+    FAMILIES.iter().find(|f| f.model_types.contains(&model_type))
+}
+
+/// The family of a GGUF `general.architecture`.
+pub fn family_for_gguf(architecture: &str) -> Option<&'static Family> {
+    FAMILIES.iter().find(|f| f.gguf.as_ref().is_some_and(|g| g.architecture == architecture))
+}
+
+/// Every supported `model_type`, for messages and the app.
+pub fn supported_model_types() -> Vec<&'static str> {
+    FAMILIES.iter().flat_map(|f| f.model_types.iter().copied()).collect()
+}
+
+/// The error for a `model_type` no family loads.
+pub fn unsupported(model_type: &str) -> Error {
+    Error::UnsupportedArchitecture { architecture: model_type.to_string(), supported: supported_model_types().join(", ") }
+}
+
+/// config.json's `model_type`, or one derived from its `architectures`
+/// (older exports only list the Hugging Face class name).
+pub fn model_type(config: &Value) -> Result<String> {
+    if let Some(t) = config.get("model_type").and_then(Value::as_str) {
+        return Ok(t.to_string());
+    }
+    let arch = config
+        .get("architectures")
+        .and_then(|a| a.get(0))
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::InvalidConfig("config.json has neither model_type nor architectures".into()))?;
+    Ok(arch.trim_end_matches("ForCausalLM").to_ascii_lowercase())
+}
+
+/// What the registry says about a model folder without loading its
+/// weights: for the gallery's badges and the hub's scan.
+#[derive(Debug, Clone, Serialize)]
+pub struct FolderInfo {
+    /// config.json `model_type`.
+    pub architecture: String,
+    /// The family's display name, when the engine runs it.
+    pub family: Option<String>,
+    /// Why the engine cannot run it, when it cannot.
+    pub unsupported_reason: Option<String>,
+    pub capabilities: Capabilities,
+    /// `max_position_embeddings` (of the text model), when config.json says.
+    pub context_length: Option<usize>,
+}
+
+/// Reads config.json and the chat template of a model folder.
+pub fn describe_folder(dir: &Path) -> Result<FolderInfo> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let config: Value =
+        serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(format!("{}: {e}", path.display())))?;
+    let architecture = model_type(&config)?;
+    let family = family(&architecture);
+    let template = crate::tokenizer::folder_chat_template_source(dir).unwrap_or(None);
+    let context_length = config
+        .get("max_position_embeddings")
+        .or_else(|| config.get("text_config").and_then(|t| t.get("max_position_embeddings")))
+        .and_then(Value::as_u64)
+        .map(|n| n as usize);
+    Ok(FolderInfo {
+        family: family.map(|f| f.name.to_string()),
+        unsupported_reason: family.is_none().then(|| unsupported(&architecture).to_string()),
+        capabilities: Capabilities::of(template.as_deref(), family.is_some_and(Family::vision)),
+        architecture,
+        context_length,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_model_type_and_gguf_architecture_belongs_to_one_family() {
+        let types = supported_model_types();
+        let mut unique = types.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), types.len(), "a model_type listed twice: {types:?}");
+        let archs: Vec<&str> = FAMILIES.iter().filter_map(|f| f.gguf.as_ref().map(|g| g.architecture)).collect();
+        for a in &archs {
+            assert_eq!(archs.iter().filter(|b| *b == a).count(), 1, "GGUF architecture {a} listed twice");
+            assert!(family_for_gguf(a).is_some());
+        }
+        for t in ["llama", "qwen2", "qwen2_5_vl", "qwen3", "qwen3_moe", "gemma3_text"] {
+            assert!(family(t).is_some(), "{t}");
+        }
+        assert!(family("qwen2_vl").unwrap().vision());
+        assert!(!family("qwen3").unwrap().vision());
+        assert!(matches!(unsupported("mamba"), Error::UnsupportedArchitecture { .. }));
+    }
+}

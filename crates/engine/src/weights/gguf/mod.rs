@@ -1,0 +1,334 @@
+//! GGUF import (the files LM Studio and Ollama users have).
+//!
+//! We read the file ourselves (`reader.rs`). Q4_0 / Q4_1 / Q8_0 tensors map
+//! exactly onto MLX affine quantization (group 32) and stay quantized; every
+//! other block type (the K-quants of `Q4_K_M` / `Q6_K` files, Q5_0, ...) is
+//! dequantized to float32 at load — on the CPU backend float weights are the
+//! fast path anyway — or, when quantized weights are kept (Metal), requantized
+//! to MLX affine 4-bit (8-bit for types of more than 4.5 bits), group 32.
+//!
+//! The family's [`GgufImport`] (from the model registry) renames llama.cpp's
+//! tensors to Hugging Face names, turns its metadata into a config.json-like
+//! value, undoes llama.cpp's Q/K row permutation where it applies one, and
+//! removes the `+1` it stores in Gemma's RMSNorm weights.
+mod blocks;
+mod reader;
+
+use std::{collections::HashMap, path::Path};
+
+use mlx_rs::{ops, Array, Dtype};
+use serde_json::{json, Map, Value};
+
+pub use blocks::GgmlType;
+use blocks::{dequantize, to_mlx_affine};
+pub use reader::{GgufFile, MetaValue};
+
+use super::{QuantSpec, Quantization, Weights};
+use crate::error::{Error, Result};
+use crate::model::registry::{self, Family};
+use crate::model::WeightFormat;
+use crate::tokenizer::{GgufSentencePieceMeta, GgufTokenizerMeta};
+
+/// How llama.cpp exports one model family.
+pub struct GgufImport {
+    /// `general.architecture` (llama.cpp's name: "llama", "qwen3moe", "gemma3").
+    pub architecture: &'static str,
+    /// Block tensor names (`blk.N.<part>`) → Hugging Face names
+    /// (`model.layers.N.<part>`), on top of [`COMMON_BLOCK_NAMES`] (these win).
+    pub block_names: &'static [(&'static str, &'static str)],
+    /// Metadata keys (after `<architecture>.`) → config.json fields, on top of
+    /// [`COMMON_CONFIG_KEYS`].
+    pub config_keys: &'static [(&'static str, &'static str)],
+    /// llama.cpp permuted Q and K rows for its interleaved RoPE.
+    pub permuted_qk: bool,
+    /// llama.cpp stored RMSNorm weights with 1 added (Gemma's `(1 + w)` norm).
+    pub norm_plus_one: bool,
+}
+
+/// Block tensors most families share (the llama layout).
+pub const COMMON_BLOCK_NAMES: &[(&str, &str)] = &[
+    ("attn_norm", "input_layernorm"),
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("ffn_norm", "post_attention_layernorm"),
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+];
+
+/// Metadata every family has.
+pub const COMMON_CONFIG_KEYS: &[(&str, &str)] = &[
+    ("hidden_size", "embedding_length"),
+    ("num_hidden_layers", "block_count"),
+    ("intermediate_size", "feed_forward_length"),
+    ("num_attention_heads", "attention.head_count"),
+    ("num_key_value_heads", "attention.head_count_kv"),
+    ("rms_norm_eps", "attention.layer_norm_rms_epsilon"),
+    ("rope_theta", "rope.freq_base"),
+    ("max_position_embeddings", "context_length"),
+    ("head_dim", "attention.key_length"),
+];
+
+/// Config fields that are floats (the rest are integers).
+const FLOAT_FIELDS: &[&str] = &["rms_norm_eps", "rope_theta", "rope_local_base_freq"];
+
+/// Everything a GGUF file provides, in the shapes the rest of the engine uses.
+pub struct GgufModel {
+    pub family: &'static Family,
+    /// The family's config.json `model_type`.
+    pub model_type: String,
+    pub weights: Weights,
+    /// The metadata as config.json fields (`hidden_size`, ...).
+    pub config: Value,
+    /// What stays MLX-quantized (Q4_0 / Q4_1 / Q8_0, or requantized tensors).
+    pub quantization: Quantization,
+    pub tokenizer: GgufTokenizerMeta,
+    pub sentencepiece: GgufSentencePieceMeta,
+    /// `general.name`, when the file has one.
+    pub name: Option<String>,
+    /// The file's tensor types, in words ("Q4_K ×27, Q6_K ×9, ...").
+    pub stored: String,
+    /// What the import did to types MLX cannot keep, in words.
+    pub converted: Option<String>,
+}
+
+/// llama.cpp quantizes in blocks of 32 values.
+const GGUF_GROUP: i32 = 32;
+
+pub fn load(path: &Path, format: WeightFormat) -> Result<GgufModel> {
+    let corrupt = |reason: String| Error::CorruptWeights { path: path.to_path_buf(), reason };
+    let file = GgufFile::open(path)?;
+    let arch = file
+        .get("general.architecture")
+        .and_then(MetaValue::as_str)
+        .ok_or_else(|| corrupt("no general.architecture".into()))?
+        .to_string();
+    let family = registry::family_for_gguf(&arch).ok_or_else(|| Error::UnsupportedArchitecture {
+        architecture: format!("{arch} (GGUF)"),
+        supported: registry::FAMILIES
+            .iter()
+            .filter_map(|f| f.gguf.as_ref().map(|g| g.architecture))
+            .collect::<Vec<_>>()
+            .join(", "),
+    })?;
+    let import = family.gguf.as_ref().expect("found by its GGUF import");
+    // Every tensor type is checked before gigabytes are read.
+    if let Some(t) = file.tensors.iter().find(|t| !t.kind.dequantizable()) {
+        return Err(Error::InvalidConfig(format!(
+            "tensor {} is stored as {}, which GGUF import does not read (supported: F32, F16, BF16, Q4_0, Q4_1, \
+             Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
+            t.name,
+            t.kind.name()
+        )));
+    }
+    let (tokenizer, sentencepiece) = tokenizer_meta(&file)?;
+    let mut config = config_from_metadata(&file, &arch, import, &tokenizer)?;
+    let model_type = family.model_types[0].to_string();
+    config["model_type"] = json!(model_type);
+
+    let mut weights = Weights::new(HashMap::new(), path.display().to_string());
+    let mut quantization = Quantization::default();
+    let mut converted: Vec<&'static str> = Vec::new();
+    for t in &file.tensors {
+        let Some(hf) = hf_name(&t.name, import) else {
+            tracing::warn!(tensor = %t.name, "GGUF tensor with no known Hugging Face name; ignored");
+            continue;
+        };
+        let data = file.read(t)?;
+        let shape: Vec<i32> = t.shape.iter().map(|&d| d as i32).collect();
+        let module = hf.strip_suffix(".weight").map(str::to_owned);
+        if let (Some(affine), Some(module)) = (to_mlx_affine(t.kind, &data), &module) {
+            insert_affine(&mut weights, module, &shape, affine)?;
+            quantization.overrides.insert(module.clone(), Some(QuantSpec { group_size: GGUF_GROUP, bits: t.kind.mlx_affine_bits().unwrap_or(4) }));
+            continue;
+        }
+        let values = dequantize(t.kind, &data).expect("checked dequantizable above");
+        drop(data);
+        let mut array = Array::from_slice(&values, &shape);
+        if import.norm_plus_one && is_norm(&hf) {
+            array = array.subtract(Array::from_f32(1.0))?;
+        }
+        let quantized_type = !matches!(t.kind, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        if quantized_type && !converted.contains(&t.kind.name()) {
+            converted.push(t.kind.name());
+        }
+        match (&module, format, quantized_type && shape.len() >= 2) {
+            (Some(module), WeightFormat::AsStored, true) => {
+                // Kept quantized, as MLX holds weights on Metal.
+                let bits = if matches!(t.kind, GgmlType::Q4K | GgmlType::Q4_0 | GgmlType::Q4_1) { 4 } else { 8 };
+                let (w, s, b) = ops::quantize(&array, GGUF_GROUP, bits)?;
+                weights.insert(format!("{module}.weight"), w);
+                weights.insert(format!("{module}.scales"), s.as_dtype(Dtype::Float16)?);
+                weights.insert(format!("{module}.biases"), b.as_dtype(Dtype::Float16)?);
+                quantization.overrides.insert(module.clone(), Some(QuantSpec { group_size: GGUF_GROUP, bits }));
+            }
+            _ => weights.insert(hf, array),
+        }
+    }
+    if import.permuted_qk {
+        let heads = int(&config, "num_attention_heads")?;
+        let kv_heads = int(&config, "num_key_value_heads")?;
+        unpermute_qk(&mut weights, "q_proj", heads)?;
+        unpermute_qk(&mut weights, "k_proj", kv_heads)?;
+    }
+    let converted = (!converted.is_empty()).then(|| {
+        let how = match format {
+            WeightFormat::AsStored => "requantized to MLX affine 4/8-bit (group 32)",
+            WeightFormat::Float32 => "dequantized to float32",
+        };
+        format!("{} {how}", converted.join(", "))
+    });
+    Ok(GgufModel {
+        family,
+        model_type,
+        weights,
+        config,
+        quantization,
+        tokenizer,
+        sentencepiece,
+        name: file.get("general.name").and_then(MetaValue::as_str).map(str::to_owned),
+        stored: describe_types(&file),
+        converted,
+    })
+}
+
+/// Tensor types and counts ("Q5_0 ×81, Q4_K ×27, ..."), most common first.
+fn describe_types(file: &GgufFile) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for t in &file.tensors {
+        match counts.iter_mut().find(|(n, _)| *n == t.kind.name()) {
+            Some((_, c)) => *c += 1,
+            None => counts.push((t.kind.name(), 1)),
+        }
+    }
+    counts.sort_by(|a, b| b.1.cmp(&a.1));
+    let list: Vec<String> = counts.iter().map(|(n, c)| format!("{n} ×{c}")).collect();
+    format!("GGUF {}", list.join(", "))
+}
+
+fn is_norm(hf: &str) -> bool {
+    hf.ends_with("norm.weight")
+}
+
+/// Inserts `module.weight` / `.scales` / `.biases` of an exactly re-packed block tensor.
+fn insert_affine(weights: &mut Weights, module: &str, shape: &[i32], a: blocks::MlxAffine) -> Result<()> {
+    let (lead, cols) = shape.split_at(shape.len() - 1);
+    let cols = cols[0];
+    let per_word = 32 / a.bits;
+    let mut packed_shape = lead.to_vec();
+    packed_shape.push(cols / per_word);
+    let mut group_shape = lead.to_vec();
+    group_shape.push(cols / GGUF_GROUP);
+    weights.insert(format!("{module}.weight"), Array::from_slice(&a.packed, &packed_shape));
+    weights.insert(format!("{module}.scales"), Array::from_slice(&a.scales, &group_shape));
+    weights.insert(format!("{module}.biases"), Array::from_slice(&a.biases, &group_shape));
+    Ok(())
+}
+
+fn tokenizer_meta(file: &GgufFile) -> Result<(GgufTokenizerMeta, GgufSentencePieceMeta)> {
+    let get = |key: &str| file.get(key);
+    let id = |key: &str| get(key).and_then(MetaValue::as_f64).map(|v| v as u32);
+    let strings = |key: &str| -> Vec<String> {
+        get(key)
+            .and_then(MetaValue::as_array)
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default()
+    };
+    let numbers = |key: &str| -> Vec<f64> {
+        get(key).and_then(MetaValue::as_array).map(|a| a.iter().filter_map(MetaValue::as_f64).collect()).unwrap_or_default()
+    };
+    let flag = |key: &str| get(key).and_then(MetaValue::as_f64).map(|v| v != 0.0);
+    let meta = GgufTokenizerMeta {
+        model: get("tokenizer.ggml.model").and_then(MetaValue::as_str).unwrap_or_default().to_string(),
+        pre: get("tokenizer.ggml.pre").and_then(MetaValue::as_str).map(str::to_owned),
+        tokens: strings("tokenizer.ggml.tokens"),
+        merges: strings("tokenizer.ggml.merges"),
+        token_types: numbers("tokenizer.ggml.token_type").into_iter().map(|v| v as i32).collect(),
+        bos_id: id("tokenizer.ggml.bos_token_id"),
+        eos_id: id("tokenizer.ggml.eos_token_id"),
+        add_bos: flag("tokenizer.ggml.add_bos_token"),
+        chat_template: get("tokenizer.chat_template").and_then(MetaValue::as_str).map(str::to_owned),
+    };
+    let spm = GgufSentencePieceMeta {
+        add_space_prefix: flag("tokenizer.ggml.add_space_prefix"),
+        scores: numbers("tokenizer.ggml.scores").into_iter().map(|v| v as f32).collect(),
+    };
+    Ok((meta, spm))
+}
+
+fn config_from_metadata(
+    file: &GgufFile,
+    arch: &str,
+    import: &GgufImport,
+    tokenizer: &GgufTokenizerMeta,
+) -> Result<Value> {
+    let mut c = Map::new();
+    for (hf, gguf) in COMMON_CONFIG_KEYS.iter().chain(import.config_keys) {
+        if let Some(v) = file.get(&format!("{arch}.{gguf}")).and_then(MetaValue::as_f64) {
+            let v = if FLOAT_FIELDS.contains(hf) { json!(v) } else { json!(v as i64) };
+            c.insert(hf.to_string(), v);
+        }
+    }
+    let embedding = file.tensors.iter().find(|t| t.name == "token_embd.weight");
+    let vocab = embedding.map_or(tokenizer.tokens.len(), |t| t.shape[0]);
+    c.insert("vocab_size".into(), json!(vocab));
+    let untied = file.tensors.iter().any(|t| t.name == "output.weight");
+    c.insert("tie_word_embeddings".into(), json!(!untied));
+    if file.tensors.iter().any(|t| t.name == "rope_freqs.weight") {
+        return Err(Error::InvalidConfig(
+            "this GGUF carries rope_freqs (Llama 3.1 long-context scaling), which GGUF import does not support yet; \
+             use the mlx-community safetensors folder of this model"
+                .into(),
+        ));
+    }
+    Ok(Value::Object(c))
+}
+
+fn int(config: &Value, key: &str) -> Result<i32> {
+    config
+        .get(key)
+        .and_then(Value::as_i64)
+        .map(|v| v as i32)
+        .ok_or_else(|| Error::InvalidConfig(format!("GGUF metadata has no {key}")))
+}
+
+/// llama.cpp tensor names → Hugging Face names.
+fn hf_name(gguf: &str, import: &GgufImport) -> Option<String> {
+    let (module, param) = gguf.rsplit_once('.')?;
+    if let Some(rest) = module.strip_prefix("blk.") {
+        let (layer, part) = rest.split_once('.')?;
+        let (_, hf_part) = import.block_names.iter().chain(COMMON_BLOCK_NAMES).find(|(g, _)| *g == part)?;
+        return Some(format!("model.layers.{layer}.{hf_part}.{param}"));
+    }
+    let top = match module {
+        "token_embd" => "model.embed_tokens",
+        "output_norm" => "model.norm",
+        "output" => "lm_head",
+        _ => return None,
+    };
+    Some(format!("{top}.{param}"))
+}
+
+/// llama.cpp stores Q and K rows permuted for its interleaved RoPE: per head,
+/// rows `(2, head_dim/2)` became `(head_dim/2, 2)`. Undo it so the model uses
+/// the same (non-interleaved) RoPE as Hugging Face checkpoints. Quantized rows
+/// move together with their scales and biases.
+fn unpermute_qk(weights: &mut Weights, proj: &str, heads: i32) -> Result<()> {
+    let layer_names: Vec<String> =
+        weights.names().filter(|n| n.contains(&format!(".self_attn.{proj}."))).map(str::to_string).collect();
+    for name in layer_names {
+        let t = weights.remove(&name).expect("listed above");
+        let shape = t.shape().to_vec();
+        let rows = shape[0];
+        let head_dim = rows / heads;
+        let mut split = vec![heads, head_dim / 2, 2];
+        split.extend_from_slice(&shape[1..]);
+        let mut axes: Vec<i32> = (0..split.len() as i32).collect();
+        axes.swap(1, 2);
+        let fixed = t.reshape(&split)?.transpose_axes(&axes)?.reshape(&shape)?;
+        weights.insert(name, fixed);
+    }
+    Ok(())
+}

@@ -1,0 +1,71 @@
+//! Helpers the engine's integration tests share: running a model by hand
+//! (a fresh forward pass, a cached step, greedy decoding) and comparing
+//! logits. Each test binary uses a different subset.
+#![allow(dead_code)]
+
+use engine::cache::BatchCache;
+use engine::model::{LanguageModel, LoadedModel, Positions};
+use mlx_rs::{Array, Dtype};
+
+/// `[1, L]` int32 token ids.
+pub fn tokens(ids: &[u32]) -> Array {
+    let ids: Vec<i32> = ids.iter().map(|&t| t as i32).collect();
+    Array::from_slice(&ids, &[1, ids.len() as i32])
+}
+
+/// Logits `[1, L, vocab]` of `tokens` run through the model with `cache`
+/// (one row), at the positions the cache is at.
+pub fn forward_cached(model: &dyn LanguageModel, cache: &mut BatchCache, tokens: &Array) -> Array {
+    let positions = Positions::Start(cache.offsets()[0]);
+    model.forward(tokens, &positions, cache).expect("forward")
+}
+
+/// Logits `[1, L, vocab]` of one forward pass from an empty cache.
+pub fn forward_fresh(model: &dyn LanguageModel, tokens: &Array) -> Array {
+    forward_cached(model, &mut model.new_cache(1), tokens)
+}
+
+/// `[1, L, vocab]` logits → rows of f32.
+pub fn rows(logits: &Array) -> Vec<Vec<f32>> {
+    let shape = logits.shape().to_vec();
+    assert_eq!(shape.len(), 3, "logits shape {shape:?}");
+    let (l, vocab) = (shape[1] as usize, shape[2] as usize);
+    let flat = logits.as_dtype(Dtype::Float32).expect("cast").reshape(&[-1]).expect("reshape");
+    flat.eval().expect("eval");
+    let data = flat.as_slice::<f32>();
+    (0..l).map(|i| data[i * vocab..(i + 1) * vocab].to_vec()).collect()
+}
+
+/// The first maximum, as `mx.argmax` picks it.
+pub fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Greedy decoding with our cache: the prompt in one forward pass, then one
+/// token at a time. Raw ids, not stopping at EOS (goldens do not either).
+pub fn greedy_ids(loaded: &LoadedModel, prompt: &[u32], n: usize) -> Vec<u32> {
+    let model = loaded.model.as_ref();
+    let mut cache = model.new_cache(1);
+    let mut input = tokens(prompt);
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let logits = forward_cached(model, &mut cache, &input);
+        let next = argmax(rows(&logits).last().expect("a position"));
+        out.push(next);
+        input = tokens(&[next]);
+    }
+    out
+}
+
+/// Largest elementwise difference.
+pub fn max_abs_diff(a: &Array, b: &Array) -> f32 {
+    let a = a.as_dtype(Dtype::Float32).expect("cast");
+    let b = b.as_dtype(Dtype::Float32).expect("cast");
+    a.subtract(&b).expect("same shapes").abs().expect("abs").max(None).expect("max").item_cast::<f32>()
+}
