@@ -1,14 +1,24 @@
-//! Writes the tiny seeded llama folders that the tests use, so
+//! Writes the tiny seeded folders that the parity tests use, so
 //! scripts/make-goldens.sh can record Python mlx-lm's outputs on the very same
-//! files: `write_tiny_model <out-dir>` → `<out-dir>/float` and `<out-dir>/q4`.
-use engine::testing::{write_tiny_llama, TinyLlama};
+//! files: `write_tiny_model <out-dir>` → `<out-dir>/llama/{float,q4}` and the
+//! same for `qwen3`, `qwen3_moe` and `gemma3_text` (float: Hugging Face names;
+//! q4: mlx-community names, 4-bit group 32).
+use engine::testing::{write_tiny_family, write_tiny_llama, TinyFamily, TinyLlama};
 use engine::weights::QuantSpec;
+
+/// The seed of every tiny family checkpoint the parity tests write.
+const SEED: u64 = 11;
 
 fn main() -> anyhow::Result<()> {
     let out = std::path::PathBuf::from(std::env::args().nth(1).ok_or_else(|| anyhow::anyhow!("usage: write_tiny_model <out-dir>"))?);
-    write_tiny_llama(&out.join("float"), &TinyLlama::default())?;
-    let q4 = TinyLlama { quantize: Some(QuantSpec { group_size: 32, bits: 4 }), ..TinyLlama::default() };
-    write_tiny_llama(&out.join("q4"), &q4)?;
+    let q4 = QuantSpec { group_size: 32, bits: 4 };
+    write_tiny_llama(&out.join("llama/float"), &TinyLlama::default())?;
+    write_tiny_llama(&out.join("llama/q4"), &TinyLlama { quantize: Some(q4), ..TinyLlama::default() })?;
+    for family in TinyFamily::ALL {
+        let dir = out.join(family.model_type());
+        write_tiny_family(&dir.join("float"), family, None, SEED)?;
+        write_tiny_family(&dir.join("q4"), family, Some(q4), SEED)?;
+    }
     println!("{}", out.display());
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! (through the `write_tiny_model` example) and records Python mlx-lm's
 //! outputs on them; `scripts/make-vision-goldens.sh` does the same for the
 //! tiny Qwen2-VL / Qwen2.5-VL folders (`qwen_vl.rs`) with Python mlx-vlm.
+mod families;
 mod qwen_vl;
 
 use std::collections::HashMap;
@@ -16,6 +17,7 @@ use serde_json::json;
 use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
 use crate::weights::QuantSpec;
+pub use families::{write_tiny_family, TinyFamily};
 pub use qwen_vl::{
     qwen_byte_level_meta, write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims, QWEN_SPECIAL_TOKENS,
     QWEN_VL_CHAT_TEMPLATE,
@@ -54,7 +56,7 @@ impl Default for TinyLlama {
 
 /// splitmix64: a tiny, well-mixed generator, so weights are the same on every
 /// machine and in every language that reimplements it.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next_u64(&mut self) -> u64 {
@@ -71,7 +73,7 @@ impl Rng {
         (unit * 2.0 - 1.0) * scale
     }
 
-    fn tensor(&mut self, shape: &[i32], scale: f32, center: f32) -> Array {
+    pub(crate) fn tensor(&mut self, shape: &[i32], scale: f32, center: f32) -> Array {
         let n: i32 = shape.iter().product();
         let data: Vec<f32> = (0..n).map(|_| center + self.uniform(scale)).collect();
         Array::from_slice(&data, shape)
@@ -184,7 +186,7 @@ pub fn write_tiny_llama(dir: &Path, spec: &TinyLlama) -> Result<i32> {
         put("lm_head.weight".into(), rng.tensor(&[vocab, d], 1.0 / (d as f32).sqrt(), 0.0), true, &mut tensors);
     }
 
-    let mut config = json!({
+    let config = json!({
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "hidden_size": spec.hidden,
@@ -199,9 +201,24 @@ pub fn write_tiny_llama(dir: &Path, spec: &TinyLlama) -> Result<i32> {
         "max_position_embeddings": spec.max_context,
         "torch_dtype": "float32",
     });
-    if let Some(q) = spec.quantize {
-        for m in &matrices {
-            let w = tensors.remove(&format!("{m}.weight")).expect("inserted above");
+    save_checkpoint(dir, tensors, &matrices, config, spec.quantize)?;
+    Ok(vocab)
+}
+
+/// Writes `config.json` and `model.safetensors`: with `quantize`, every
+/// matrix in `matrices` (module paths) stored MLX-quantized with float16
+/// scales and biases, and the config's `quantization` block, as
+/// mlx-community checkpoints are.
+pub(crate) fn save_checkpoint(
+    dir: &Path,
+    mut tensors: HashMap<String, Array>,
+    matrices: &[String],
+    mut config: serde_json::Value,
+    quantize: Option<QuantSpec>,
+) -> Result<()> {
+    if let Some(q) = quantize {
+        for m in matrices {
+            let w = tensors.remove(&format!("{m}.weight")).expect("listed matrices exist");
             let (qw, scales, biases) = ops::quantize(&w, q.group_size, q.bits)?;
             tensors.insert(format!("{m}.weight"), qw);
             // Real checkpoints (mlx-community, GGUF) keep scales in float16:
@@ -217,5 +234,5 @@ pub fn write_tiny_llama(dir: &Path, spec: &TinyLlama) -> Result<i32> {
     let metadata = HashMap::from([("format".to_string(), "mlx".to_string())]);
     Array::save_safetensors(tensors.iter(), &metadata, dir.join("model.safetensors"))
         .map_err(|e| Error::Mlx(e.to_string()))?;
-    Ok(vocab)
+    Ok(())
 }

@@ -1,0 +1,194 @@
+//! Tiny seeded checkpoints of the families beyond llama (Qwen3, Qwen3-MoE,
+//! Gemma 3 text) in the layouts users download: float with Hugging Face
+//! names (a mixture of experts' experts one by one), or 4-bit with
+//! mlx-community names (experts stacked under `switch_mlp`). Sizes are small
+//! but not uniform: an explicit `head_dim` unlike hidden / heads, GQA, tied
+//! and untied heads, a Gemma sliding window shorter than the test prompts.
+use std::collections::HashMap;
+use std::path::Path;
+
+use mlx_rs::{ops, Array};
+use serde_json::json;
+
+use super::{save_checkpoint, tiny_tokenizer, Rng};
+use crate::error::{Error, Result};
+use crate::weights::QuantSpec;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TinyFamily {
+    Qwen3,
+    Qwen3Moe,
+    Gemma3,
+}
+
+impl TinyFamily {
+    pub const ALL: [TinyFamily; 3] = [TinyFamily::Qwen3, TinyFamily::Qwen3Moe, TinyFamily::Gemma3];
+
+    /// The config.json `model_type`.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            TinyFamily::Qwen3 => "qwen3",
+            TinyFamily::Qwen3Moe => "qwen3_moe",
+            TinyFamily::Gemma3 => "gemma3_text",
+        }
+    }
+
+    /// The Gemma checkpoint's sliding window (shorter than the test prompts).
+    pub const GEMMA_WINDOW: i32 = 8;
+}
+
+struct Dims {
+    hidden: i32,
+    layers: i32,
+    heads: i32,
+    kv_heads: i32,
+    head_dim: i32,
+    intermediate: i32,
+}
+
+fn dims(family: TinyFamily) -> Dims {
+    match family {
+        TinyFamily::Qwen3 => Dims { hidden: 64, layers: 2, heads: 4, kv_heads: 2, head_dim: 32, intermediate: 96 },
+        TinyFamily::Qwen3Moe => Dims { hidden: 64, layers: 2, heads: 4, kv_heads: 2, head_dim: 16, intermediate: 96 },
+        TinyFamily::Gemma3 => Dims { hidden: 64, layers: 4, heads: 2, kv_heads: 1, head_dim: 32, intermediate: 128 },
+    }
+}
+
+/// Tensors being written, and which of them are matrices (quantized in a
+/// quantized checkpoint).
+struct Checkpoint {
+    rng: Rng,
+    tensors: HashMap<String, Array>,
+    matrices: Vec<String>,
+    norm_center: f32,
+}
+
+impl Checkpoint {
+    fn matrix(&mut self, name: String, shape: &[i32]) {
+        let scale = 1.0 / (shape[shape.len() - 1] as f32).sqrt();
+        self.tensors.insert(format!("{name}.weight"), self.rng.tensor(shape, scale, 0.0));
+        self.matrices.push(name);
+    }
+
+    fn norm(&mut self, name: String, dim: i32) {
+        let t = self.rng.tensor(&[dim], 0.1, self.norm_center);
+        self.tensors.insert(format!("{name}.weight"), t);
+    }
+}
+
+const EXPERTS: i32 = 4;
+const TOP_K: i32 = 2;
+const MOE_INTERMEDIATE: i32 = 32;
+/// Layer 1 of the tiny Qwen3-MoE keeps a dense MLP (`mlp_only_layers`).
+const DENSE_LAYER: i32 = 1;
+
+/// Writes a tiny `family` folder into `dir` (float with Hugging Face names,
+/// or quantized with mlx-community names) and returns its vocabulary size.
+pub fn write_tiny_family(dir: &Path, family: TinyFamily, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let tokenizer = tiny_tokenizer()?;
+    tokenizer.write_hf_files(dir)?;
+    let vocab = tokenizer.vocab_size() as i32;
+    let d = dims(family);
+    let gemma = family == TinyFamily::Gemma3;
+    // Gemma's norms scale by (1 + w): centred on 0; the others' on 1.
+    let norm_center = if gemma { 0.0 } else { 1.0 };
+    let tied = matches!(family, TinyFamily::Qwen3Moe | TinyFamily::Gemma3);
+
+    let mut c = Checkpoint { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new(), norm_center };
+    // With a tied head, large random embeddings make every next token the
+    // last input token (the residual stream is mostly the input embedding):
+    // small ones let the layers decide, so greedy decoding says something.
+    let embed_scale = if tied { 0.05 } else { 0.5 };
+    c.tensors.insert("model.embed_tokens.weight".into(), c.rng.tensor(&[vocab, d.hidden], embed_scale, 0.0));
+    c.matrices.push("model.embed_tokens".into());
+    let (q_out, kv_out) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
+    for i in 0..d.layers {
+        let p = format!("model.layers.{i}");
+        c.norm(format!("{p}.input_layernorm"), d.hidden);
+        c.norm(format!("{p}.post_attention_layernorm"), d.hidden);
+        if gemma {
+            c.norm(format!("{p}.pre_feedforward_layernorm"), d.hidden);
+            c.norm(format!("{p}.post_feedforward_layernorm"), d.hidden);
+        }
+        let a = format!("{p}.self_attn");
+        c.matrix(format!("{a}.q_proj"), &[q_out, d.hidden]);
+        c.matrix(format!("{a}.k_proj"), &[kv_out, d.hidden]);
+        c.matrix(format!("{a}.v_proj"), &[kv_out, d.hidden]);
+        c.matrix(format!("{a}.o_proj"), &[d.hidden, q_out]);
+        c.norm(format!("{a}.q_norm"), d.head_dim);
+        c.norm(format!("{a}.k_norm"), d.head_dim);
+        let m = format!("{p}.mlp");
+        if family == TinyFamily::Qwen3Moe && i != DENSE_LAYER {
+            c.matrix(format!("{m}.gate"), &[EXPERTS, d.hidden]);
+            for part in ["gate_proj", "up_proj", "down_proj"] {
+                let shape = if part == "down_proj" { [d.hidden, MOE_INTERMEDIATE] } else { [MOE_INTERMEDIATE, d.hidden] };
+                let experts: Vec<Array> = (0..EXPERTS)
+                    .map(|_| c.rng.tensor(&shape, 1.0 / (shape[1] as f32).sqrt(), 0.0))
+                    .collect();
+                if quantize.is_some() {
+                    // mlx-community: stacked under switch_mlp.
+                    let name = format!("{m}.switch_mlp.{part}");
+                    c.tensors.insert(format!("{name}.weight"), ops::stack(&experts, 0)?);
+                    c.matrices.push(name);
+                } else {
+                    for (e, w) in experts.into_iter().enumerate() {
+                        c.tensors.insert(format!("{m}.experts.{e}.{part}.weight"), w);
+                    }
+                }
+            }
+        } else {
+            c.matrix(format!("{m}.gate_proj"), &[d.intermediate, d.hidden]);
+            c.matrix(format!("{m}.up_proj"), &[d.intermediate, d.hidden]);
+            c.matrix(format!("{m}.down_proj"), &[d.hidden, d.intermediate]);
+        }
+    }
+    c.norm("model.norm".into(), d.hidden);
+    if !tied {
+        c.matrix("lm_head".into(), &[vocab, d.hidden]);
+    }
+
+    let mut config = json!({
+        "model_type": family.model_type(),
+        "hidden_size": d.hidden,
+        "num_hidden_layers": d.layers,
+        "intermediate_size": d.intermediate,
+        "num_attention_heads": d.heads,
+        "num_key_value_heads": d.kv_heads,
+        "head_dim": d.head_dim,
+        "rms_norm_eps": 1e-6,
+        "vocab_size": vocab,
+        "max_position_embeddings": 2048,
+        "rope_theta": 1_000_000.0,
+        "tie_word_embeddings": tied,
+        "torch_dtype": "float32",
+    });
+    match family {
+        TinyFamily::Qwen3 => config["architectures"] = json!(["Qwen3ForCausalLM"]),
+        TinyFamily::Qwen3Moe => {
+            config["architectures"] = json!(["Qwen3MoeForCausalLM"]);
+            config["num_experts"] = json!(EXPERTS);
+            config["num_experts_per_tok"] = json!(TOP_K);
+            config["moe_intermediate_size"] = json!(MOE_INTERMEDIATE);
+            config["decoder_sparse_step"] = json!(1);
+            config["mlp_only_layers"] = json!([DENSE_LAYER]);
+            config["norm_topk_prob"] = json!(true);
+        }
+        TinyFamily::Gemma3 => {
+            let pattern = 2;
+            let layer_types: Vec<&str> = (0..d.layers)
+                .map(|i| if i % pattern == pattern - 1 { "full_attention" } else { "sliding_attention" })
+                .collect();
+            config["architectures"] = json!(["Gemma3ForCausalLM"]);
+            config["sliding_window"] = json!(TinyFamily::GEMMA_WINDOW);
+            config["sliding_window_pattern"] = json!(pattern);
+            config["layer_types"] = json!(layer_types);
+            config["rope_local_base_freq"] = json!(10_000.0);
+            // Unlike head_dim, so a wrong attention scale would show.
+            config["query_pre_attn_scalar"] = json!(24);
+            config["hidden_activation"] = json!("gelu_pytorch_tanh");
+        }
+    }
+    save_checkpoint(dir, c.tensors, &c.matrices, config, quantize)?;
+    Ok(vocab)
+}

@@ -1,0 +1,88 @@
+"""Records Python mlx-lm's outputs on the tiny seeded folders written by
+`target/debug/examples/write_tiny_model <dir>` (llama, qwen3, qwen3_moe,
+gemma3_text; float and 4-bit each), as goldens for
+crates/engine/tests/parity_mlx_lm.rs.
+
+Usage: tiny_models.py <dir with <family>/{float,q4}> <goldens dir>
+
+Per family, one JSON file `tiny_<family>_mlx_lm.json` with, for each
+variant, the logits [L, vocab] of one forward pass over the family's prompt
+with no cache, and the first GREEDY_TOKENS greedy ids from mlx-lm's own
+decoding loop (`generate_step`: its own cache kinds per layer — Gemma's
+rotating sliding-window cache included — and no stop at EOS, so raw ids are
+recorded). Gemma's prompt is longer than its sliding window (8), so the
+window edge is crossed in the prompt and again while decoding.
+"""
+import importlib.metadata
+import json
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+from mlx_lm import load
+from mlx_lm.generate import generate_step
+
+# Version skew in the pinned pair: mlx-lm 0.32.2's QuantizedSwitchLinear
+# passes `global_scale=` (for nvfp4) to mx.gather_qmm, which mlx 0.32.2 does
+# not take. For affine quantization it is always None: drop it, nothing else
+# changes.
+_gather_qmm = mx.gather_qmm
+
+
+def _gather_qmm_without_global_scale(*args, global_scale=None, **kwargs):
+    assert global_scale is None, "only affine quantization is recorded"
+    return _gather_qmm(*args, **kwargs)
+
+
+mx.gather_qmm = _gather_qmm_without_global_scale
+
+# Ordinary byte tokens of the tiny vocabulary (ids 0-2 are the ChatML specials,
+# 3..258 the 256 bytes, then a few merges); no special ids.
+PROMPT = [40, 75, 108, 111, 3, 200, 258, 259, 120, 33, 87, 150]
+LONG_PROMPT = PROMPT + [61, 98, 7, 144, 230, 19, 66, 101, 250, 12, 177]
+PROMPTS = {"llama": PROMPT, "qwen3": PROMPT, "qwen3_moe": PROMPT, "gemma3_text": LONG_PROMPT}
+GREEDY_TOKENS = 16
+SPECIAL_IDS = {0, 1, 2}
+# The llama golden keeps its historical name.
+FILE_NAMES = {"llama": "tiny_llama_mlx_lm.json"}
+
+
+def sig7(x: float) -> float:
+    return float(f"{x:.7g}")
+
+
+def record(folder: Path, prompt: list) -> dict:
+    model, _tokenizer = load(str(folder))
+    tokens = mx.array(prompt, dtype=mx.int32)[None]
+    logits = model(tokens).astype(mx.float32)[0]  # no cache: one full forward pass
+    mx.eval(logits)
+    greedy = [
+        int(tok) for tok, _ in generate_step(mx.array(prompt, dtype=mx.int32), model, max_tokens=GREEDY_TOKENS)
+    ]
+    assert len(greedy) == GREEDY_TOKENS, greedy
+    return {"logits": [[sig7(v) for v in row] for row in logits.tolist()], "greedy_ids": greedy}
+
+
+def main() -> None:
+    src, out_dir = Path(sys.argv[1]), Path(sys.argv[2])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for family, prompt in PROMPTS.items():
+        vocab = json.loads((src / family / "float" / "config.json").read_text())["vocab_size"]
+        assert all(0 <= t < vocab and t not in SPECIAL_IDS for t in prompt), "prompt ids must be ordinary tokens"
+        golden = {
+            "about": f"Python mlx-lm outputs on the tiny seeded {family} folders of "
+            "engine's write_tiny_model example (float, and 4-bit group 32); written by scripts/make-goldens.sh",
+            "versions": {"mlx": importlib.metadata.version("mlx"), "mlx-lm": importlib.metadata.version("mlx-lm")},
+            "prompt_ids": prompt,
+            "variants": {name: record(src / family / name, prompt) for name in ("float", "q4")},
+        }
+        out = out_dir / FILE_NAMES.get(family, f"tiny_{family}_mlx_lm.json")
+        text = json.dumps(golden, separators=(",", ":"))
+        out.write_text(text + "\n")
+        for name, v in golden["variants"].items():
+            print(f"{family}/{name}: logits {len(v['logits'])}x{len(v['logits'][0])}, greedy {v['greedy_ids']}")
+        print(f"wrote {out} ({len(text)} bytes)")
+
+
+if __name__ == "__main__":
+    main()
