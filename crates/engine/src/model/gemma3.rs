@@ -36,9 +36,20 @@ pub const FAMILY: Family = Family {
         config_keys: &[("sliding_window", "attention.sliding_window")],
         permuted_qk: false,
         norm_plus_one: true,
+        complete_config: Some(complete_gguf_config),
     }),
     image_processor: None,
 };
+
+/// What llama.cpp assumes for Gemma 3 instead of storing it: a global layer
+/// every 6, local RoPE base 10000, attention scaled by the head size.
+fn complete_gguf_config(config: &mut serde_json::Map<String, Value>) {
+    config.entry("sliding_window_pattern").or_insert(6.into());
+    config.entry("rope_local_base_freq").or_insert(10_000.0.into());
+    if let Some(head_dim) = config.get("head_dim").cloned() {
+        config.entry("query_pre_attn_scalar").or_insert(head_dim);
+    }
+}
 
 /// The config.json fields this family reads.
 #[derive(Debug, Clone, Deserialize)]

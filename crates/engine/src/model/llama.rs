@@ -28,6 +28,7 @@ pub const FAMILY: Family = Family {
         config_keys: &[],
         permuted_qk: true,
         norm_plus_one: false,
+        complete_config: None,
     }),
     image_processor: None,
 };

@@ -162,6 +162,7 @@ fn finish(
         cache_layout: model.cache_layout().describe(),
         eos_token_ids: tokenizer.eos_ids().to_vec(),
         capabilities: Capabilities::of(tokenizer.chat_template().map(|t| t.source()), model.vision().is_some()),
+        has_chat_template: tokenizer.chat_template().is_some(),
     };
     Ok(LoadedModel { model, tokenizer, preprocessor: None, info })
 }

@@ -102,6 +102,8 @@ pub struct ModelInfo {
     pub eos_token_ids: Vec<u32>,
     /// What the model can do, for the UI (badges, which settings apply).
     pub capabilities: Capabilities,
+    /// It has a chat template; a base model without one takes raw text.
+    pub has_chat_template: bool,
 }
 
 impl ModelInfo {

@@ -25,6 +25,7 @@ pub const FAMILY: Family = Family {
         config_keys: &[],
         permuted_qk: false,
         norm_plus_one: false,
+        complete_config: None,
     }),
     image_processor: None,
 };

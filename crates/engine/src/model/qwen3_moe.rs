@@ -39,6 +39,7 @@ pub const FAMILY: Family = Family {
         ],
         permuted_qk: false,
         norm_plus_one: false,
+        complete_config: None,
     }),
     image_processor: None,
 };

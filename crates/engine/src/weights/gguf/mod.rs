@@ -43,6 +43,9 @@ pub struct GgufImport {
     pub permuted_qk: bool,
     /// llama.cpp stored RMSNorm weights with 1 added (Gemma's `(1 + w)` norm).
     pub norm_plus_one: bool,
+    /// Fills in config fields llama.cpp does not store but hard-codes for
+    /// the architecture, so a converted folder says them explicitly.
+    pub complete_config: Option<fn(&mut Map<String, Value>)>,
 }
 
 /// Block tensors most families share (the llama layout).
@@ -97,6 +100,12 @@ pub struct GgufModel {
 /// llama.cpp quantizes in blocks of 32 values.
 const GGUF_GROUP: i32 = 32;
 
+/// The tokenizer of a GGUF file alone (its metadata; no tensor is read).
+pub fn load_tokenizer(path: &Path) -> Result<crate::tokenizer::Tokenizer> {
+    let (meta, spm) = tokenizer_meta(&GgufFile::open(path)?)?;
+    crate::tokenizer::Tokenizer::from_gguf_with(meta, spm)
+}
+
 pub fn load(path: &Path, format: WeightFormat) -> Result<GgufModel> {
     let corrupt = |reason: String| Error::CorruptWeights { path: path.to_path_buf(), reason };
     let file = GgufFile::open(path)?;
@@ -125,6 +134,9 @@ pub fn load(path: &Path, format: WeightFormat) -> Result<GgufModel> {
     }
     let (tokenizer, sentencepiece) = tokenizer_meta(&file)?;
     let mut config = config_from_metadata(&file, &arch, import, &tokenizer)?;
+    if let (Some(complete), Some(map)) = (import.complete_config, config.as_object_mut()) {
+        complete(map);
+    }
     let model_type = family.model_types[0].to_string();
     config["model_type"] = json!(model_type);
 
@@ -276,6 +288,12 @@ fn config_from_metadata(
     c.insert("vocab_size".into(), json!(vocab));
     let untied = file.tensors.iter().any(|t| t.name == "output.weight");
     c.insert("tie_word_embeddings".into(), json!(!untied));
+    let scaling = |key: &str| file.get(&format!("{arch}.rope.scaling.{key}"));
+    if let (Some(kind), Some(factor)) = (scaling("type").and_then(MetaValue::as_str), scaling("factor").and_then(MetaValue::as_f64)) {
+        if kind != "none" {
+            c.insert("rope_scaling".into(), json!({"rope_type": kind, "factor": factor}));
+        }
+    }
     if file.tensors.iter().any(|t| t.name == "rope_freqs.weight") {
         return Err(Error::InvalidConfig(
             "this GGUF carries rope_freqs (Llama 3.1 long-context scaling), which GGUF import does not support yet; \
