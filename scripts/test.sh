@@ -14,8 +14,9 @@ status=0
 OPENBLAS_NUM_THREADS=1 cargo test --workspace --all-targets --no-fail-fast "$@" || status=$?
 npm --prefix ui run -s test || status=$?
 # `cargo test` builds examples only under hashed names: the e2e suite's tiny
-# vision model comes from the example's plain binary (a link step, nothing recompiles)
-cargo build -q -p engine --example write_tiny_vl_model || status=$?
+# vision model comes from the example's plain binary, and the README names
+# target/debug/vlm. Same flags as the test build, so this only links.
+cargo build -q --workspace --all-targets || status=$?
 # the e2e suite drives target/debug/vlm-chat: `cargo test` built it (with
 # the same feature set as the tests) for the app's integration tests
 dbus-run-session -- xvfb-run -a -s '-screen 0 1920x1080x24' npm --prefix ui run -s e2e || status=$?

@@ -18,7 +18,7 @@ impl Paths {
             .map(PathBuf::from)
             .or(platform_data_dir)
             .unwrap_or_else(|| PathBuf::from("vlm-chat-data"));
-        let models_dir = match engine::default_model::locate() {
+        let models_dir = match hub::default_model::locate() {
             Ok(file) => file.parent().map(Path::to_path_buf).unwrap_or_else(|| data_dir.join("models")),
             Err(_) => data_dir.join("models"),
         };

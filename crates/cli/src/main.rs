@@ -6,6 +6,8 @@
 //!   vlm serve --model default --port 8080       (OpenAI-compatible API)
 //!   vlm convert model.gguf out-folder [--dtype float32]
 //!   vlm bench --model <folder|file.gguf|default>
+mod bench;
+
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -228,7 +230,7 @@ fn main() -> Result<()> {
 
 fn resolve_model(spec: &str) -> Result<PathBuf> {
     if spec == "default" {
-        return engine::default_model::locate().map_err(anyhow::Error::msg);
+        return hub::default_model::locate().map_err(anyhow::Error::msg);
     }
     Ok(PathBuf::from(spec))
 }
@@ -431,7 +433,7 @@ fn user_message(text: &str, images: &[ImageInput]) -> ChatMessage {
 fn run_vision_bench(a: &BenchArgs, image: &std::path::Path) -> Result<()> {
     let bytes = std::fs::read(image).with_context(|| format!("reading {}", image.display()))?;
     let loaded = a.model.load()?;
-    let encode = engine::bench::vision_encode(&loaded, &bytes, a.runs)?;
+    let encode = bench::vision_encode(&loaded, &bytes, a.runs)?;
     let name = loaded.info.name.clone();
     drop(loaded);
     let path = resolve_model(&a.model.model)?;
@@ -441,11 +443,11 @@ fn run_vision_bench(a: &BenchArgs, image: &std::path::Path) -> Result<()> {
     };
     // The vision cache alone: the repeat still prefills its whole prompt.
     let engine = start(0)?;
-    let vision_only = engine::bench::vision_ttft(&engine, &bytes)?;
+    let vision_only = bench::vision_ttft(&engine, &bytes)?;
     engine.shutdown();
     // With the prefix cache as well: the repeat reuses the prompt's KV.
     let engine = start(SchedulerConfig::default().prefix_cache_bytes)?;
-    let both = engine::bench::vision_ttft(&engine, &bytes)?;
+    let both = bench::vision_ttft(&engine, &bytes)?;
     engine.shutdown();
     if a.json {
         println!("{}", serde_json::json!({"encode": encode, "ttft_vision_cache": vision_only, "ttft_prefix_cache": both}));
@@ -517,7 +519,7 @@ fn run_bench(a: BenchArgs) -> Result<()> {
     let loaded = a.model.load()?;
     let single = match a.runs {
         0 => None,
-        runs => Some(engine::bench::single_stream(&loaded, a.prompt_tokens, a.gen_tokens, runs)?),
+        runs => Some(bench::single_stream(&loaded, a.prompt_tokens, a.gen_tokens, runs)?),
     };
     let info = loaded.info.clone();
     drop(loaded);
@@ -531,8 +533,8 @@ fn run_bench(a: BenchArgs) -> Result<()> {
         })?;
         let min_prompt = a.min_prompt_tokens.unwrap_or(a.prompt_tokens);
         let batch = |n: usize, gen_tokens: usize| match a.shared_prompt {
-            true => engine::bench::engine_batch_shared_prompt(&handle, n, a.prompt_tokens, gen_tokens),
-            false => engine::bench::engine_batch_spread(&handle, n, min_prompt, a.prompt_tokens, gen_tokens),
+            true => bench::engine_batch_shared_prompt(&handle, n, a.prompt_tokens, gen_tokens),
+            false => bench::engine_batch_spread(&handle, n, min_prompt, a.prompt_tokens, gen_tokens),
         };
         // Warm-up, as the single-stream figures had.
         batch(1, 8)?;
@@ -540,19 +542,19 @@ fn run_bench(a: BenchArgs) -> Result<()> {
             batches.push(batch(n, a.gen_tokens)?);
         }
         if a.join {
-            join = Some(engine::bench::join_latency(&handle, 4, a.prompt_tokens)?);
+            join = Some(bench::join_latency(&handle, 4, a.prompt_tokens)?);
         }
         handle.shutdown();
     }
     let mut turn2 = None;
     if let Some(words) = a.turn2_words {
         let with_cache = a.model.start_engine()?;
-        let warm = engine::bench::chat_turn2(&with_cache, words)?;
+        let warm = bench::chat_turn2(&with_cache, words)?;
         with_cache.shutdown();
         let path = resolve_model(&a.model.model)?;
         let scheduler = SchedulerConfig { prefix_cache_bytes: 0, ..Default::default() };
         let without = EngineHandle::start(&path, EngineConfig { load: LoadOptions { format: a.model.format() }, scheduler })?;
-        let cold = engine::bench::chat_turn2(&without, words)?;
+        let cold = bench::chat_turn2(&without, words)?;
         without.shutdown();
         turn2 = Some((warm, cold));
     }

@@ -3,14 +3,24 @@
 //! files: `write_tiny_model <out-dir>` → `<out-dir>/llama/{float,q4}` and the
 //! same for `qwen3`, `qwen3_moe` and `gemma3_text` (float: Hugging Face names;
 //! q4: mlx-community names, 4-bit group 32).
+use std::path::PathBuf;
+
+use clap::Parser;
 use engine::testing::{write_tiny_family, write_tiny_llama, TinyFamily, TinyLlama};
 use engine::weights::QuantSpec;
+
+#[derive(Parser)]
+#[command(about = "Writes the tiny seeded checkpoints of every family (float and 4-bit)")]
+struct Args {
+    /// Where to write.
+    out: PathBuf,
+}
 
 /// The seed of every tiny family checkpoint the parity tests write.
 const SEED: u64 = 11;
 
 fn main() -> anyhow::Result<()> {
-    let out = std::path::PathBuf::from(std::env::args().nth(1).ok_or_else(|| anyhow::anyhow!("usage: write_tiny_model <out-dir>"))?);
+    let out = Args::parse().out;
     let q4 = QuantSpec { group_size: 32, bits: 4 };
     write_tiny_llama(&out.join("llama/float"), &TinyLlama::default())?;
     write_tiny_llama(&out.join("llama/q4"), &TinyLlama { quantize: Some(q4), ..TinyLlama::default() })?;

@@ -8,33 +8,36 @@
 //! `write_tiny_vl_model --bench <out-dir>` writes one bench-size Qwen2-VL
 //! folder instead (`VlDims::bench`: Qwen2-0.5B's language model, a half-width
 //! vision tower) for scripts/bench-vision.sh.
+use std::path::PathBuf;
+
+use clap::Parser;
 use engine::testing::{write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims};
 use engine::weights::QuantSpec;
 
+#[derive(Parser)]
+#[command(about = "Writes tiny seeded Qwen2-VL / Qwen2.5-VL checkpoints")]
+struct Args {
+    /// One bench-size Qwen2-VL folder instead of the tiny test folders.
+    #[arg(long)]
+    bench: bool,
+    /// Where to write.
+    out: PathBuf,
+}
+
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let [flag, out] = args.as_slice() {
-        if flag == "--bench" {
-            let spec = TinyQwenVl { dims: VlDims::bench(), ..TinyQwenVl::new(QwenVlVariant::Qwen2Vl) };
-            write_tiny_qwen2_vl(std::path::Path::new(out), &spec)?;
-            println!("{out}");
-            return Ok(());
-        }
+    let args = Args::parse();
+    let out = args.out;
+    if args.bench {
+        let spec = TinyQwenVl { dims: VlDims::bench(), ..TinyQwenVl::new(QwenVlVariant::Qwen2Vl) };
+        write_tiny_qwen2_vl(&out, &spec)?;
+        println!("{}", out.display());
+        return Ok(());
     }
-    let out = std::path::PathBuf::from(
-        args.first().ok_or_else(|| anyhow::anyhow!("usage: write_tiny_vl_model [--bench] <out-dir>"))?,
-    );
-    for (variant, name) in [
-        (QwenVlVariant::Qwen2Vl, "qwen2_vl"),
-        (QwenVlVariant::Qwen25Vl, "qwen2_5_vl"),
-    ] {
+    for (variant, name) in [(QwenVlVariant::Qwen2Vl, "qwen2_vl"), (QwenVlVariant::Qwen25Vl, "qwen2_5_vl")] {
         write_tiny_qwen2_vl(&out.join(name).join("float"), &TinyQwenVl::new(variant))?;
         let q4 = TinyQwenVl {
             names: QwenVlNames::MlxCommunity,
-            quantize: Some(QuantSpec {
-                group_size: 64,
-                bits: 4,
-            }),
+            quantize: Some(QuantSpec { group_size: 64, bits: 4 }),
             ..TinyQwenVl::new(variant)
         };
         write_tiny_qwen2_vl(&out.join(name).join("q4"), &q4)?;

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use mlx_rs::{transforms::async_eval, Array};
 
+pub use crate::batch::FinishReason;
 use crate::cache::BatchCache;
 use crate::error::{Error, Result};
 use crate::model::{layers::last_position, LanguageModel, Positions};
@@ -24,16 +25,6 @@ impl Default for GenerateParams {
     fn default() -> Self {
         Self { max_tokens: 256, sampling: SamplingParams::default() }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// The model emitted an end-of-sequence token.
-    Stop,
-    /// `max_tokens` was reached.
-    Length,
-    /// The caller asked to stop.
-    Cancelled,
 }
 
 #[derive(Debug, Clone)]

@@ -19,8 +19,8 @@ pub mod vision;
 pub mod weights;
 
 pub use error::{Error, Result};
-pub mod bench;
 pub mod convert;
-pub mod default_model;
+#[cfg(feature = "logging")]
 pub mod logging;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -8,7 +8,7 @@ use engine::model::{self, LoadOptions, LoadedModel, WeightFormat};
 use engine::tokenizer::{ChatMessage, TemplateOptions};
 
 fn load(format: WeightFormat) -> LoadedModel {
-    let path = engine::default_model::locate().expect("run scripts/setup.sh to install the default model");
+    let path = hub::default_model::locate().expect("run scripts/setup.sh to install the default model");
     model::load(&path, &LoadOptions { format }).unwrap()
 }
 
@@ -66,7 +66,7 @@ fn quantized_and_dequantized_weights_agree() {
 
 #[test]
 fn a_converted_folder_gives_the_same_logits_as_the_gguf() {
-    let path = engine::default_model::locate().unwrap();
+    let path = hub::default_model::locate().unwrap();
     let dir = tempfile::tempdir().unwrap();
     engine::convert::gguf_to_folder(&path, dir.path(), WeightFormat::AsStored).unwrap();
     for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
@@ -101,7 +101,7 @@ fn batched_chat_answers_equal_single_answers_on_the_real_model() {
         .collect();
     let singles: Vec<String> = prompts.iter().map(|p| answer(&m, p, 24).0).collect();
     drop(m);
-    let path = engine::default_model::locate().unwrap();
+    let path = hub::default_model::locate().unwrap();
     let engine = EngineHandle::start(&path, EngineConfig::default()).unwrap();
     let streams: Vec<_> = questions
         .iter()

@@ -162,7 +162,7 @@ fn each_request_reports_the_kv_bytes_of_its_own_tokens() {
 /// on the real default model.
 #[test]
 fn quantized_kv_on_the_default_model_agrees_with_float() {
-    let path = engine::default_model::locate().expect("run scripts/setup.sh");
+    let path = hub::default_model::locate().expect("run scripts/setup.sh");
     let questions = [
         "What is the capital of France?",
         "Name three colors.",

@@ -314,7 +314,7 @@ fn image_and_text_rows_in_one_pass_equal_each_alone() {
 /// different lengths prefilled in one pass answer exactly as each alone.
 #[test]
 fn default_model_questions_prefilled_together_answer_as_each_alone() {
-    let path = engine::default_model::locate().expect("run scripts/setup.sh");
+    let path = hub::default_model::locate().expect("run scripts/setup.sh");
     let questions = [
         "What is the capital of France?",
         "Name three colors.",

@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod catalog;
+pub mod default_model;
 pub mod download;
 mod error;
 pub mod gguf;

@@ -1,10 +1,10 @@
 //! Speed measurements printed by `vlm bench` (never asserted in tests).
 use serde::Serialize;
 
-use crate::error::Result;
-use crate::generate::{generate, GenerateParams};
-use crate::model::LoadedModel;
-use crate::sample::SamplingParams;
+use engine::Result;
+use engine::generate::{generate, GenerateParams};
+use engine::model::LoadedModel;
+use engine::sample::SamplingParams;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
@@ -91,7 +91,7 @@ pub struct BatchReport {
 
 /// A prompt of `prompt_tokens` ordinary tokens (the low ids of a vocabulary
 /// hold the specials); `salt` shifts the sequence so prompts differ.
-fn bench_prompt(handle: &crate::handle::EngineHandle, prompt_tokens: usize, salt: u64) -> Vec<u32> {
+fn bench_prompt(handle: &engine::handle::EngineHandle, prompt_tokens: usize, salt: u64) -> Vec<u32> {
     let vocab = handle.model_info().shape.vocab_size as usize;
     let mut prompt = synthetic_prompt(prompt_tokens + salt as usize, vocab - vocab / 8, &[]);
     prompt.drain(..salt as usize);
@@ -99,23 +99,13 @@ fn bench_prompt(handle: &crate::handle::EngineHandle, prompt_tokens: usize, salt
 }
 
 /// Greedy, with end-of-sequence banned so every request decodes `gen_tokens`.
-fn bench_request(handle: &crate::handle::EngineHandle, prompt: Vec<u32>, gen_tokens: usize) -> crate::batch::Request {
-    crate::batch::Request::new(crate::batch::Prompt::Tokens(prompt))
+fn bench_request(handle: &engine::handle::EngineHandle, prompt: Vec<u32>, gen_tokens: usize) -> engine::batch::Request {
+    engine::batch::Request::new(engine::batch::Prompt::Tokens(prompt))
         .with_max_tokens(gen_tokens)
         .with_sampling(SamplingParams {
             logit_bias: handle.model_info().eos_token_ids.iter().map(|&id| (id, f32::NEG_INFINITY)).collect(),
             ..Default::default()
         })
-}
-
-/// Submits `concurrency` requests at once and waits for all of them.
-pub fn engine_batch(
-    handle: &crate::handle::EngineHandle,
-    concurrency: usize,
-    prompt_tokens: usize,
-    gen_tokens: usize,
-) -> Result<BatchReport> {
-    engine_batch_spread(handle, concurrency, prompt_tokens, prompt_tokens, gen_tokens)
 }
 
 /// The prompt length of request `i` of `n`, spread evenly over `min..=max`
@@ -128,10 +118,10 @@ pub fn spread_prompt_len(i: usize, n: usize, min: usize, max: usize) -> usize {
     min + (max - min) * i / (n - 1)
 }
 
-/// [`engine_batch`] with prompts of different lengths, from
-/// `min_prompt_tokens` to `prompt_tokens`, all submitted at once.
+/// Submits `concurrency` requests at once, with prompts of different
+/// lengths from `min_prompt_tokens` to `prompt_tokens`, and waits for all of them.
 pub fn engine_batch_spread(
-    handle: &crate::handle::EngineHandle,
+    handle: &engine::handle::EngineHandle,
     concurrency: usize,
     min_prompt_tokens: usize,
     prompt_tokens: usize,
@@ -150,7 +140,7 @@ pub fn engine_batch_spread(
 /// is decoding over a long cache, which staggered multi-minute prefills on
 /// this CPU would otherwise keep from overlapping.
 pub fn engine_batch_shared_prompt(
-    handle: &crate::handle::EngineHandle,
+    handle: &engine::handle::EngineHandle,
     concurrency: usize,
     prompt_tokens: usize,
     gen_tokens: usize,
@@ -158,7 +148,7 @@ pub fn engine_batch_shared_prompt(
     let shared = bench_prompt(handle, prompt_tokens, 0);
     let warm = handle.submit(bench_request(handle, shared.clone(), 1)).collect_blocking();
     if let Some(e) = warm.error {
-        return Err(crate::Error::InvalidRequest(e.message));
+        return Err(engine::Error::InvalidRequest(e.message));
     }
     let prompts: Vec<Vec<u32>> = (0..concurrency)
         .map(|i| {
@@ -169,7 +159,7 @@ pub fn engine_batch_shared_prompt(
         .collect();
     let report = run_batch(handle, prompts, gen_tokens)?;
     if report.min_cached_prompt_tokens < prompt_tokens {
-        return Err(crate::Error::InvalidRequest(format!(
+        return Err(engine::Error::InvalidRequest(format!(
             "the shared {prompt_tokens}-token prompt was not reused from the prefix cache \
              (a request had only {} cached tokens): is the prefix cache big enough?",
             report.min_cached_prompt_tokens
@@ -179,7 +169,7 @@ pub fn engine_batch_shared_prompt(
 }
 
 /// Submits `prompts` at once and waits for all of them.
-fn run_batch(handle: &crate::handle::EngineHandle, prompts: Vec<Vec<u32>>, gen_tokens: usize) -> Result<BatchReport> {
+fn run_batch(handle: &engine::handle::EngineHandle, prompts: Vec<Vec<u32>>, gen_tokens: usize) -> Result<BatchReport> {
     use std::time::Instant;
     let concurrency = prompts.len();
     let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
@@ -193,7 +183,7 @@ fn run_batch(handle: &crate::handle::EngineHandle, prompts: Vec<Vec<u32>>, gen_t
         .map(|mut s| {
             std::thread::spawn(move || {
                 let mut first = None;
-                let mut done = crate::handle::Completion::default();
+                let mut done = engine::handle::Completion::default();
                 while let Some(e) = s.recv_blocking() {
                     first.get_or_insert_with(Instant::now);
                     if done.absorb(e) {
@@ -214,7 +204,7 @@ fn run_batch(handle: &crate::handle::EngineHandle, prompts: Vec<Vec<u32>>, gen_t
     for t in threads {
         let (first, c) = t.join().expect("bench reader thread");
         if let Some(e) = c.error {
-            return Err(crate::Error::InvalidRequest(e.message));
+            return Err(engine::Error::InvalidRequest(e.message));
         }
         last_first = last_first.max(first);
         generated += c.stats.generated_tokens.saturating_sub(1);
@@ -259,7 +249,7 @@ pub struct JoinReport {
     pub join_steps_beyond_prefill: f64,
 }
 
-pub fn join_latency(handle: &crate::handle::EngineHandle, running: usize, prompt_tokens: usize) -> Result<JoinReport> {
+pub fn join_latency(handle: &engine::handle::EngineHandle, running: usize, prompt_tokens: usize) -> Result<JoinReport> {
     use std::time::{Duration, Instant};
     let background: Vec<_> = (0..running).map(|i| handle.submit(bench_request(handle, bench_prompt(handle, 32, i as u64), 100_000))).collect();
     // Let the batch settle into decoding, then time its steps.
@@ -301,9 +291,9 @@ pub struct Turn2Report {
 
 /// A first turn whose user message is `history_words` words long, then a
 /// short second question; runs both turns on `handle` and reports turn 2.
-pub fn chat_turn2(handle: &crate::handle::EngineHandle, history_words: usize) -> Result<Turn2Report> {
-    use crate::batch::{Prompt, Request};
-    use crate::tokenizer::{ChatMessage, TemplateOptions};
+pub fn chat_turn2(handle: &engine::handle::EngineHandle, history_words: usize) -> Result<Turn2Report> {
+    use engine::batch::{Prompt, Request};
+    use engine::tokenizer::{ChatMessage, TemplateOptions};
     let words = ["river", "mountain", "lantern", "orchard", "signal", "harbor", "meadow", "copper"];
     let long: Vec<&str> = (0..history_words).map(|i| words[i % words.len()]).collect();
     let first = vec![
@@ -320,7 +310,7 @@ pub fn chat_turn2(handle: &crate::handle::EngineHandle, history_words: usize) ->
     second.push(ChatMessage::user("Which word came first?"));
     let c = ask(second);
     if let Some(e) = c.error {
-        return Err(crate::Error::InvalidRequest(e.message));
+        return Err(engine::Error::InvalidRequest(e.message));
     }
     Ok(Turn2Report {
         prompt_tokens: c.stats.prompt_tokens,
@@ -351,9 +341,9 @@ fn median(mut xs: Vec<f64>) -> f64 {
 pub fn vision_encode(loaded: &LoadedModel, image: &[u8], runs: usize) -> Result<VisionEncodeReport> {
     use std::time::Instant;
 
-    use crate::vision::{CachedFeatures, VisionFeatureCache};
+    use engine::vision::{CachedFeatures, VisionFeatureCache};
     let (Some(vision), Some(preprocessor)) = (loaded.model.vision(), loaded.preprocessor.as_ref()) else {
-        return Err(crate::Error::InvalidRequest(format!("{} is not a vision model", loaded.info.name)));
+        return Err(engine::Error::InvalidRequest(format!("{} is not a vision model", loaded.info.name)));
     };
     let runs = runs.max(1);
     let (mut pre, mut tower, mut hit) = (Vec::new(), Vec::new(), Vec::new());
@@ -406,9 +396,9 @@ pub struct VisionTtftReport {
     pub first_prompt_tps: f64,
 }
 
-pub fn vision_ttft(handle: &crate::handle::EngineHandle, image: &[u8]) -> Result<VisionTtftReport> {
-    use crate::batch::{ImageInput, Prompt, Request};
-    use crate::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
+pub fn vision_ttft(handle: &engine::handle::EngineHandle, image: &[u8]) -> Result<VisionTtftReport> {
+    use engine::batch::{ImageInput, Prompt, Request};
+    use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
     let image = ImageInput::from_bytes(image.to_vec());
     let ask = || {
         let parts = vec![ContentPart::Image { image: Some(image.sha256.clone()) }, ContentPart::text("Describe this image.")];
@@ -418,7 +408,7 @@ pub fn vision_ttft(handle: &crate::handle::EngineHandle, image: &[u8]) -> Result
         request.images = vec![image.clone()];
         let c = handle.submit(request).collect_blocking();
         match c.error {
-            Some(e) => Err(crate::Error::InvalidRequest(e.message)),
+            Some(e) => Err(engine::Error::InvalidRequest(e.message)),
             None => Ok(c.stats),
         }
     };
