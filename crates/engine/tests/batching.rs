@@ -12,6 +12,10 @@ use engine::model::{self, LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
 use engine::testing::{write_tiny_llama, TinyLlama};
 
+mod common;
+
+use common::Driver;
+
 fn tiny_model() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap();
@@ -59,26 +63,29 @@ fn assert_finished(c: &Completion) {
     assert!(matches!(c.finish_reason, Some(FinishReason::Stop | FinishReason::Length)), "{:?}", c.finish_reason);
 }
 
+/// Stepped by hand: the four share one prefill pass (which gives each its
+/// first token) and then every decode step: 23 steps for the other 23
+/// tokens, plus the one the scheduler queues before it reads the last token
+/// back (decoding runs a step ahead of the read-back). One after another
+/// would take 4 × 24.
 #[test]
 fn four_identical_prompts_batched_equal_single() {
     let dir = tiny_model();
     let ids = prompt(12, 1);
     let expected = single(dir.path(), &ids, 24, &no_eos());
-    let engine = start(dir.path(), 8);
-    let streams: Vec<_> = (0..4).map(|_| engine.submit(request(&ids, 24, &no_eos()))).collect();
-    for s in streams {
-        let c = s.collect_blocking();
-        assert_finished(&c);
+    let mut driver = Driver::new(dir.path(), SchedulerConfig { max_running: 8, ..Default::default() });
+    let rows: Vec<usize> = (0..4).map(|_| driver.submit(request(&ids, 24, &no_eos()))).collect();
+    driver.run_to_end();
+    for row in rows {
+        let c = driver.completion(row);
+        assert_finished(c);
         assert_eq!(c.content, expected);
         assert_eq!(c.stats.generated_tokens, 24);
         assert_eq!(c.stats.prompt_tokens, 12);
     }
-    // Decoding together takes about one step per token (the first comes from
-    // prefill); one after another would take 4 × 23. The engine may start the
-    // first request before the others arrive, so allow some steps alone.
-    let steps = engine.stats().unwrap().decode_steps;
-    assert!(steps < 2 * 24, "the four requests did not decode together ({steps} decode steps)");
-    engine.shutdown();
+    let stats = driver.scheduler.stats();
+    assert_eq!(stats.prefill_passes, 1, "one shared prefill pass");
+    assert_eq!(stats.decode_steps, 24, "the four decode together");
 }
 
 #[test]

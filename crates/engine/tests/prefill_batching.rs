@@ -7,70 +7,17 @@
 //! also checks from the engine's counters that prompts really shared passes.
 use std::path::{Path, PathBuf};
 
-use engine::batch::{Event, FinishReason, ImageInput, Prompt, Request, Scheduler, SchedulerConfig};
+use engine::batch::{FinishReason, ImageInput, Prompt, Request, SchedulerConfig};
 use engine::generate::{generate, GenerateParams};
 use engine::handle::{Completion, EngineConfig, EngineHandle};
-use engine::model::{self, LoadOptions, WeightFormat};
+use engine::model::{self, LoadOptions};
 use engine::sample::SamplingParams;
 use engine::testing::{write_tiny_llama, write_tiny_qwen2_vl, QwenVlVariant, TinyLlama, TinyQwenVl};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
-const LOAD: LoadOptions = LoadOptions { format: WeightFormat::AsStored };
+mod common;
 
-/// A scheduler driven step by step on this thread, and its requests' events.
-struct Driver {
-    scheduler: Scheduler,
-    requests: Vec<(u64, UnboundedReceiver<Event>, Completion, bool)>,
-}
-
-impl Driver {
-    fn new(dir: &Path, config: SchedulerConfig) -> Self {
-        let loaded = model::load(dir, &LOAD).unwrap();
-        Self { scheduler: Scheduler::new(loaded, config), requests: Vec::new() }
-    }
-
-    /// Queues a request; returns its index for [`Self::completion`].
-    fn submit(&mut self, request: Request) -> usize {
-        let id = self.requests.len() as u64 + 1;
-        let (tx, rx) = unbounded_channel();
-        self.scheduler.submit(id, request, tx);
-        self.requests.push((id, rx, Completion::default(), false));
-        self.requests.len() - 1
-    }
-
-    fn step(&mut self) {
-        self.scheduler.step().unwrap();
-        self.drain();
-    }
-
-    fn drain(&mut self) {
-        for (_, rx, c, done) in &mut self.requests {
-            while let Ok(e) = rx.try_recv() {
-                *done |= c.absorb(e);
-            }
-        }
-    }
-
-    fn run_to_end(&mut self) {
-        let mut steps = 0;
-        while self.scheduler.has_work() {
-            self.step();
-            steps += 1;
-            assert!(steps < 10_000, "the scheduler never finished");
-        }
-        self.drain();
-        assert!(self.requests.iter().all(|r| r.3), "every request got Finished");
-    }
-
-    fn completion(&self, i: usize) -> &Completion {
-        &self.requests[i].2
-    }
-
-    fn cancel(&mut self, i: usize) {
-        self.scheduler.cancel(self.requests[i].0);
-    }
-}
+use common::{Driver, LOAD};
 
 fn tiny_llama() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -326,7 +273,7 @@ fn default_model_questions_prefilled_together_answer_as_each_alone() {
         Request::new(prompt).with_max_tokens(32)
     };
     let loaded = model::load(&path, &LoadOptions::default()).unwrap();
-    let mut d = Driver { scheduler: Scheduler::new(loaded, SchedulerConfig::default()), requests: Vec::new() };
+    let mut d = Driver::of(loaded, SchedulerConfig::default());
     let ids: Vec<usize> = questions.iter().map(|q| d.submit(chat(q))).collect();
     d.step();
     assert_eq!((d.scheduler.stats().prefill_passes, d.scheduler.stats().prefill_chunks), (1, 4));
@@ -335,7 +282,7 @@ fn default_model_questions_prefilled_together_answer_as_each_alone() {
     // Alone: one at a time, and no prefix cache (the questions share the template's system prompt).
     let loaded = model::load(&path, &LoadOptions::default()).unwrap();
     let config = SchedulerConfig { prefix_cache_bytes: 0, ..Default::default() };
-    let mut alone = Driver { scheduler: Scheduler::new(loaded, config), requests: Vec::new() };
+    let mut alone = Driver::of(loaded, config);
     for (i, q) in ids.into_iter().zip(questions) {
         let j = alone.submit(chat(q));
         alone.run_to_end();

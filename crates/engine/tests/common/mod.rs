@@ -3,9 +3,17 @@
 //! logits. Each test binary uses a different subset.
 #![allow(dead_code)]
 
+use std::path::Path;
+
+use engine::batch::{Event, Request, Scheduler, SchedulerConfig};
 use engine::cache::BatchCache;
-use engine::model::{LanguageModel, LoadedModel, Positions};
+use engine::handle::Completion;
+use engine::model::{self, LanguageModel, LoadOptions, LoadedModel, Positions, WeightFormat};
 use mlx_rs::{Array, Dtype};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+/// Weights as stored: the tiny checkpoints' exact computation.
+pub const LOAD: LoadOptions = LoadOptions { format: WeightFormat::AsStored };
 
 /// `[1, L]` int32 token ids.
 pub fn tokens(ids: &[u32]) -> Array {
@@ -69,3 +77,62 @@ pub fn max_abs_diff(a: &Array, b: &Array) -> f32 {
     let b = b.as_dtype(Dtype::Float32).expect("cast");
     a.subtract(&b).expect("same shapes").abs().expect("abs").max(None).expect("max").item_cast::<f32>()
 }
+
+/// A scheduler driven step by step on this thread, and its requests' events.
+pub struct Driver {
+    pub scheduler: Scheduler,
+    requests: Vec<(u64, UnboundedReceiver<Event>, Completion, bool)>,
+}
+
+impl Driver {
+    pub fn new(dir: &Path, config: SchedulerConfig) -> Self {
+        Self::of(model::load(dir, &LOAD).unwrap(), config)
+    }
+
+    /// A driver for a model already loaded.
+    pub fn of(loaded: LoadedModel, config: SchedulerConfig) -> Self {
+        Self { scheduler: Scheduler::new(loaded, config), requests: Vec::new() }
+    }
+
+    /// Queues a request; returns its index for [`Self::completion`].
+    pub fn submit(&mut self, request: Request) -> usize {
+        let id = self.requests.len() as u64 + 1;
+        let (tx, rx) = unbounded_channel();
+        self.scheduler.submit(id, request, tx);
+        self.requests.push((id, rx, Completion::default(), false));
+        self.requests.len() - 1
+    }
+
+    pub fn step(&mut self) {
+        self.scheduler.step().unwrap();
+        self.drain();
+    }
+
+    pub fn drain(&mut self) {
+        for (_, rx, c, done) in &mut self.requests {
+            while let Ok(e) = rx.try_recv() {
+                *done |= c.absorb(e);
+            }
+        }
+    }
+
+    pub fn run_to_end(&mut self) {
+        let mut steps = 0;
+        while self.scheduler.has_work() {
+            self.step();
+            steps += 1;
+            assert!(steps < 10_000, "the scheduler never finished");
+        }
+        self.drain();
+        assert!(self.requests.iter().all(|r| r.3), "every request got Finished");
+    }
+
+    pub fn completion(&self, i: usize) -> &Completion {
+        &self.requests[i].2
+    }
+
+    pub fn cancel(&mut self, i: usize) {
+        self.scheduler.cancel(self.requests[i].0);
+    }
+}
+

@@ -1,0 +1,174 @@
+//! Qwen3, Qwen3-MoE and Gemma 3 in the continuous batch, on their tiny
+//! seeded checkpoints, stepping the scheduler by hand. Batched greedy output
+//! must equal each request decoded alone (the single-stream path): rows of
+//! different lengths, prompts prefilled in small chunks across Gemma's
+//! sliding window, a row joining mid-decode, rows routed to different experts
+//! (Qwen3-MoE), a prefix-cache hit — and, for Gemma's sliding layers, a
+//! kept prefix refused once the window no longer holds what the new request
+//! needs. Qwen3 with thinking on and off in the same batch keeps each row's
+//! reasoning apart.
+use std::path::Path;
+
+use engine::batch::{Prompt, Request, SchedulerConfig};
+use engine::generate::{generate, GenerateParams};
+use engine::model;
+use engine::sample::SamplingParams;
+use engine::testing::{write_tiny_family, TinyFamily};
+use engine::tokenizer::{ChatMessage, TemplateOptions};
+
+mod common;
+
+use common::{Driver, LOAD};
+
+const SEED: u64 = 11;
+
+fn checkpoint(family: TinyFamily) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_family(dir.path(), family, None, SEED).unwrap();
+    dir
+}
+
+/// Ordinary byte tokens, distinct per `salt` from the first token on.
+fn prompt(len: usize, salt: u32) -> Vec<u32> {
+    (0..len as u32).map(|i| 3 + (salt * 31 + i * 7 + i * i) % 250).collect()
+}
+
+/// Greedy, never stopping at EOS: every row runs its full length.
+fn no_eos() -> SamplingParams {
+    SamplingParams { logit_bias: [(2, f32::NEG_INFINITY)].into_iter().collect(), ..SamplingParams::greedy() }
+}
+
+/// The single-stream path (`generate`), independent of the scheduler.
+fn alone(dir: &Path, ids: &[u32], max_tokens: usize) -> String {
+    let m = model::load(dir, &LOAD).unwrap();
+    let mut text = String::new();
+    let params = GenerateParams { max_tokens, sampling: no_eos() };
+    generate(m.model.as_ref(), &m.tokenizer, ids, &params, |t| {
+        text.push_str(t.text);
+        true
+    })
+    .unwrap();
+    text
+}
+
+fn request(ids: &[u32], max_tokens: usize) -> Request {
+    Request::new(Prompt::Tokens(ids.to_vec())).with_max_tokens(max_tokens).with_sampling(no_eos())
+}
+
+fn batched_equals_alone(family: TinyFamily) {
+    let dir = checkpoint(family);
+    let early = [(prompt(5, 1), 20), (prompt(17, 2), 12), (prompt(30, 3), 25)];
+    let late = (prompt(9, 4), 15);
+    // A budget of 6 tokens a step: prompts are prefilled in chunks, across
+    // Gemma's window of 8 and while other rows decode.
+    let config = SchedulerConfig { max_running: 8, prefill_budget: 6, ..Default::default() };
+    let mut driver = Driver::new(dir.path(), config);
+    let mut rows: Vec<usize> = early.iter().map(|(p, n)| driver.submit(request(p, *n))).collect();
+    for _ in 0..8 {
+        driver.step();
+    }
+    assert!(driver.scheduler.stats().decode_steps > 0, "the first rows are decoding when the last one joins");
+    rows.push(driver.submit(request(&late.0, late.1)));
+    driver.run_to_end();
+    for (row, (ids, n)) in rows.into_iter().zip(early.iter().chain([&late])) {
+        let c = driver.completion(row);
+        assert!(c.error.is_none(), "{:?}", c.error);
+        assert_eq!(c.stats.generated_tokens, *n);
+        assert_eq!(c.content, alone(dir.path(), ids, *n), "{family:?}: prompt of {} tokens", ids.len());
+    }
+    assert!(driver.scheduler.stats().prefill_chunks > 4, "prompts were prefilled in chunks");
+
+    // The next request starts with a finished one's prompt: reused from the prefix cache.
+    let follow = [early[2].0.clone(), prompt(6, 9)].concat();
+    let row = driver.submit(request(&follow, 10));
+    driver.run_to_end();
+    let c = driver.completion(row);
+    assert_eq!(c.stats.cached_prompt_tokens, 30, "{family:?}: the kept prompt is reused");
+    assert_eq!(c.content, alone(dir.path(), &follow, 10));
+}
+
+#[test]
+fn qwen3_batched_equals_alone() {
+    batched_equals_alone(TinyFamily::Qwen3);
+}
+
+/// Rows with different tokens route to different experts; each row's
+/// answer is still its own.
+#[test]
+fn qwen3_moe_batched_equals_alone() {
+    batched_equals_alone(TinyFamily::Qwen3Moe);
+}
+
+#[test]
+fn gemma3_batched_equals_alone() {
+    batched_equals_alone(TinyFamily::Gemma3);
+}
+
+/// After a 330-token sequence its sliding layers keep only their window
+/// (8) and slack (64): a request sharing its first 300 tokens resumes from
+/// them, one sharing only 200 must not (those layers no longer hold tokens
+/// 193-199), while full-attention-only Qwen3 reuses 200.
+#[test]
+fn a_kept_prefix_is_reused_only_where_every_layer_still_holds_it() {
+    for (family, shared_300, shared_200) in [(TinyFamily::Gemma3, 300, 0), (TinyFamily::Qwen3, 300, 200)] {
+        let dir = checkpoint(family);
+        let mut driver = Driver::new(dir.path(), SchedulerConfig::default());
+        let long = prompt(330, 5);
+        driver.submit(request(&long, 4));
+        driver.run_to_end();
+        for (keep, expected) in [(300, shared_300), (200, shared_200)] {
+            let next = [long[..keep].to_vec(), prompt(12, 6)].concat();
+            let row = driver.submit(request(&next, 6));
+            driver.run_to_end();
+            let c = driver.completion(row);
+            assert_eq!(c.stats.cached_prompt_tokens, expected, "{family:?}, {keep} shared tokens");
+            assert_eq!(c.content, alone(dir.path(), &next, 6), "{family:?}, {keep} shared tokens");
+        }
+    }
+}
+
+/// A ChatML template that opens `<think>` in the prompt when thinking is on
+/// (as Qwen3.5 and Qwen3 thinking-only models do) and writes an empty
+/// thinking block when it is off (as Qwen3's does).
+const THINKING_TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}\
+<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}";
+
+#[test]
+fn qwen3_thinking_on_and_off_in_one_batch() {
+    let dir = checkpoint(TinyFamily::Qwen3);
+    let path = dir.path().join("tokenizer_config.json");
+    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    cfg["chat_template"] = THINKING_TEMPLATE.into();
+    std::fs::write(&path, cfg.to_string()).unwrap();
+    let loaded = model::load(dir.path(), &LOAD).unwrap();
+    assert!(loaded.info.capabilities.thinking, "the template thinks");
+    let chat = |thinking: bool| {
+        let options = TemplateOptions { enable_thinking: Some(thinking), ..Default::default() };
+        let mut r = Request::new(Prompt::Chat { messages: vec![ChatMessage::user("hello there")], options })
+            .with_max_tokens(30)
+            .with_sampling(no_eos());
+        // Random weights never close the block themselves: the budget does.
+        r.thinking_budget = Some(8);
+        r
+    };
+    let run = |requests: Vec<Request>| {
+        let mut d = Driver::of(model::load(dir.path(), &LOAD).unwrap(), SchedulerConfig::default());
+        let rows: Vec<usize> = requests.into_iter().map(|r| d.submit(r)).collect();
+        d.run_to_end();
+        rows.into_iter().map(|r| d.completion(r).clone()).collect::<Vec<_>>()
+    };
+    let together = run(vec![chat(true), chat(false)]);
+    let (on, off) = (&together[0], &together[1]);
+    assert!(!on.reasoning.is_empty() && !on.content.is_empty(), "thinking on: {on:?}");
+    assert!(off.reasoning.is_empty() && !off.content.is_empty(), "thinking off: {off:?}");
+    assert!(!format!("{}{}", on.content, on.reasoning).contains("think>"), "a tag leaked");
+    // The budget's 8 tokens, then the forced closing tokens (`\n</think>\n\n`,
+    // several byte tokens in this vocabulary) still inside the block.
+    let reasoning = on.stats.reasoning_tokens;
+    assert!((8..30).contains(&reasoning), "{reasoning} reasoning tokens");
+    for (i, thinking) in [true, false].into_iter().enumerate() {
+        let solo = run(vec![chat(thinking)]).remove(0);
+        assert_eq!((&solo.reasoning, &solo.content), (&together[i].reasoning, &together[i].content));
+    }
+}
