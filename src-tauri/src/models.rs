@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use engine::handle::EngineHandle;
-use hub::{CatalogModel, LocalModel, ModelFormat, ModelSource, ScanConfig};
+use engine::model::Capabilities;
+use hub::{CatalogModel, LocalModel, ModelSource, ScanConfig};
 use serde::Serialize;
 use tauri::{AppHandle, Emitter, Runtime};
 
@@ -26,12 +27,11 @@ pub async fn scan(state: &AppState) -> Vec<LocalModel> {
     tokio::task::spawn_blocking(move || config.scan()).await.unwrap_or_default()
 }
 
-/// Whether the model folder at `path` can see images, as the engine's
-/// family registry says (a family with a vision tower). A missing or
-/// unreadable config is a no: the scan already reports why such a model
-/// cannot be used.
-pub fn sees_images(path: &Path) -> bool {
-    engine::model::describe_folder(path).is_ok_and(|info| info.capabilities.vision)
+/// What the model at `path` (a folder or a `.gguf` file) can do, as the
+/// engine's family registry and the model's chat template say. An unreadable
+/// model can do nothing: the scan already reports why it cannot be used.
+pub fn capabilities(path: &Path) -> Capabilities {
+    engine::model::describe(path).map(|info| info.capabilities).unwrap_or_default()
 }
 
 /// A model on disk as the gallery shows it.
@@ -39,13 +39,14 @@ pub fn sees_images(path: &Path) -> bool {
 pub struct LocalEntry {
     #[serde(flatten)]
     pub model: LocalModel,
-    /// It can see images (config.json has a vision tower); GGUF files never do here.
-    pub vision: bool,
+    /// Vision, thinking and tools, from the engine's registry.
+    #[serde(flatten)]
+    pub capabilities: Capabilities,
 }
 
 fn local_entry(model: LocalModel) -> LocalEntry {
-    let vision = model.format == ModelFormat::Folder && sees_images(&model.path);
-    LocalEntry { model, vision }
+    let capabilities = capabilities(&model.path);
+    LocalEntry { model, capabilities }
 }
 
 /// A catalog entry as the gallery shows it.
@@ -148,14 +149,14 @@ pub async fn load<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &st
     let path = model.path.clone();
     let config = settings.engine_config();
     let started = tokio::task::spawn_blocking(move || {
-        EngineHandle::start(&path, config).map(|handle| (handle, sees_images(&path)))
+        EngineHandle::start(&path, config)
     })
     .await;
     let started = match started {
         Ok(r) => r.map_err(AppError::from),
         Err(e) => Err(AppError::new("LOAD_ABORTED", e.to_string())),
     };
-    let (handle, vision) = match started {
+    let handle = match started {
         Ok(h) => h,
         Err(e) => {
             set_status(app, state, |s| {
@@ -188,7 +189,7 @@ pub async fn load<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &st
             architecture: info.architecture.clone(),
             quantization: info.stored_quantization.clone(),
             max_context: info.shape.max_context,
-            vision,
+            capabilities: info.capabilities,
         });
     });
     Ok(state.status())

@@ -23,9 +23,10 @@ pub struct LoadedModel {
     pub quantization: Option<String>,
     /// The model's own context limit in tokens.
     pub max_context: usize,
-    /// It can see images (a vision-language model): the UI explains an
-    /// image refused by a model without this, and shows vision-cache figures.
-    pub vision: bool,
+    /// Vision (the UI explains an image refused by a model without it, and
+    /// shows vision-cache figures), thinking and tools, as the engine says.
+    #[serde(flatten)]
+    pub capabilities: engine::model::Capabilities,
 }
 
 /// What the engine is doing; sent as the `engine-status` event on every change.

@@ -389,3 +389,37 @@ fn a_reply_cut_by_a_crash_comes_back_interrupted() {
     assert_eq!(messages[1]["status"], "interrupted");
     assert_eq!(messages[1]["content"], "partial answ");
 }
+
+/// The gallery's badges and the loaded model's status come from the
+/// engine's family registry and the model's chat template: a Qwen3 whose
+/// template thinks shows Thinking, the plain ChatML llama does not, neither
+/// sees images.
+#[test]
+fn gallery_and_status_show_the_registry_capabilities() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_models(dir.path());
+    let qwen3 = dir.path().join("models/tiny-qwen3");
+    engine::testing::write_tiny_family(&qwen3, engine::testing::TinyFamily::Qwen3, None, 11).unwrap();
+    let config = qwen3.join("tokenizer_config.json");
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    cfg["chat_template"] = "{% for m in messages %}{{ m.content }}{% endfor %}\
+        {% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}"
+        .into();
+    std::fs::write(&config, cfg.to_string()).unwrap();
+    let h = harness(dir.path());
+    let g = h.ok("list_models", json!({}));
+    let local = g["local"].as_array().unwrap();
+    let entry = |id: &str| local.iter().find(|m| m["id"] == id).unwrap_or_else(|| panic!("{id} listed")).clone();
+    let (q, l) = (entry("dir:tiny-qwen3"), entry("dir:tiny"));
+    assert_eq!((q["supported"].clone(), q["thinking"].clone(), q["vision"].clone()), (json!(true), json!(true), json!(false)));
+    assert_eq!((l["thinking"].clone(), l["vision"].clone()), (json!(false), json!(false)));
+    let status = h.ok("load_model", json!({"id": "dir:tiny-qwen3"}));
+    assert_eq!(status["model"]["architecture"], "qwen3", "{status}");
+    assert_eq!(status["model"]["thinking"], true, "{status}");
+    assert_eq!(status["model"]["vision"], false, "{status}");
+    let catalog = g["catalog"].as_array().unwrap();
+    let moe = catalog.iter().find(|m| m["architecture"] == "qwen3_moe").expect("Qwen3-MoE in the catalog");
+    assert_eq!(moe["supported"], true);
+    let gemma4 = catalog.iter().find(|m| m["architecture"] == "gemma4").expect("Gemma 4 in the catalog");
+    assert_eq!(gemma4["supported"], false, "not supported until its family lands");
+}

@@ -37,9 +37,32 @@ pub struct EngineHandle {
     commands: mpsc::Sender<Command>,
     next_id: Arc<AtomicU64>,
     info: Arc<ModelInfo>,
-    /// Joined by [`EngineHandle::shutdown`]: a process must not exit while the
-    /// engine thread is inside MLX (its static destructors would run under it).
-    thread: Arc<Mutex<Option<thread::JoinHandle<()>>>>,
+    /// Joined by [`EngineHandle::shutdown`], or when the last handle is
+    /// dropped: a process must not exit while the engine thread is inside MLX
+    /// (its static destructors would run under it: heap corruption at exit).
+    thread: Arc<EngineThread>,
+}
+
+/// The engine thread, stopped and joined when the last handle goes.
+struct EngineThread {
+    commands: mpsc::Sender<Command>,
+    join: Mutex<Option<thread::JoinHandle<()>>>,
+}
+
+impl EngineThread {
+    fn stop(&self) {
+        let _ = self.commands.send(Command::Shutdown);
+        let thread = self.join.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for EngineThread {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 impl EngineHandle {
@@ -65,10 +88,10 @@ impl EngineHandle {
             .map_err(|e| Error::io("engine thread", e))?;
         let info = ready_rx.recv().map_err(|_| Error::Mlx("the engine thread died while loading".into()))??;
         Ok(Self {
-            commands,
+            commands: commands.clone(),
             next_id: Arc::new(AtomicU64::new(1)),
             info: Arc::new(info),
-            thread: Arc::new(Mutex::new(Some(thread))),
+            thread: Arc::new(EngineThread { commands, join: Mutex::new(Some(thread)) }),
         })
     }
 
@@ -110,13 +133,10 @@ impl EngineHandle {
 
     /// Stops the engine thread and waits until it has finished its current
     /// step; requests in flight end with `ENGINE_STOPPED`. Blocks for at most
-    /// one step: call it from a blocking context.
+    /// one step: call it from a blocking context. Dropping the last handle
+    /// does the same.
     pub fn shutdown(&self) {
-        let _ = self.commands.send(Command::Shutdown);
-        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(t) = thread {
-            let _ = t.join();
-        }
+        self.thread.stop();
     }
 }
 

@@ -57,6 +57,15 @@ impl Default for SchedulerConfig {
     }
 }
 
+impl Drop for Scheduler {
+    /// A decode step may still be computing on MLX's thread: wait for it.
+    fn drop(&mut self) {
+        if let Some((tokens, _)) = self.in_flight.take() {
+            let _ = tokens.eval();
+        }
+    }
+}
+
 /// Engine-wide figures for the status panel.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct EngineStats {
@@ -312,7 +321,12 @@ impl Scheduler {
         if let Some((tokens, rows)) = self.in_flight.take() {
             // Kept rows stay in order, so the in-flight ones remain a prefix.
             let kept: Vec<i32> = keep.iter().filter(|&&k| k < rows).map(|&k| k as i32).collect();
-            if !kept.is_empty() {
+            if kept.is_empty() {
+                // Nobody reads these tokens, but MLX is still computing them
+                // on its own thread: wait, so no computation outlives the
+                // scheduler (one still running at process exit crashed in BLAS).
+                tokens.eval()?;
+            } else {
                 let n = kept.len();
                 self.in_flight = Some((tokens.take_axis(Array::from_slice(&kept, &[n as i32]), 0)?, n));
             }
@@ -529,6 +543,9 @@ impl Scheduler {
             seq.finish(FinishReason::Error, tokenizer);
         }
         self.cache = BatchCache::new(&self.loaded.model.cache_layout(), 0, self.kv_quantization);
-        self.in_flight = None;
+        if let Some((tokens, _)) = self.in_flight.take() {
+            // Its step may have failed; all that matters is that it is over.
+            let _ = tokens.eval();
+        }
     }
 }

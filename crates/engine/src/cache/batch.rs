@@ -359,3 +359,204 @@ impl BatchCache {
         self.groups.iter().map(AttentionGroup::quantized_layers).sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! A test double of a model over every cache kind — full, recurrent,
+    //! shared and sliding layers — with one scalar per token, so that what
+    //! each query sees can be computed by hand: an attention layer's output
+    //! at a query is the sum of the values it may see; the recurrent layer's
+    //! state is the sum of the real tokens so far. Batched (left-padded
+    //! decode, right-padded prefill, rows joining and leaving) must equal
+    //! each row alone.
+    use mlx_rs::{ops, Array};
+
+    use super::*;
+
+    const WINDOW: usize = 4;
+
+    fn layout() -> CacheLayout {
+        CacheLayout::new(vec![
+            LayerCache::Full,
+            LayerCache::Recurrent,
+            LayerCache::Shared { source: 0 },
+            LayerCache::Sliding { window: WINDOW },
+        ])
+        .unwrap()
+    }
+
+    /// The mask as booleans `[B, 1, L, T]`.
+    fn visible(mask: &AttentionMask, b: i32, l: i32, t: i32) -> Array {
+        match mask {
+            AttentionMask::None => ops::ones::<bool>(&[b, 1, l, t]).unwrap(),
+            AttentionMask::Causal => {
+                let q = ops::arange::<_, i32>(t - l, t, None).unwrap().reshape(&[1, 1, l, 1]).unwrap();
+                let k = ops::arange::<_, i32>(None, t, None).unwrap().reshape(&[1, 1, 1, t]).unwrap();
+                ops::broadcast_to(k.le(&q).unwrap(), &[b, 1, l, t]).unwrap()
+            }
+            AttentionMask::Array(m) => ops::broadcast_to(m, &[b, 1, l, t]).unwrap(),
+        }
+    }
+
+    /// Sum of the visible values for each query: `[B, L]`.
+    fn attend_sum(view: KvView, mask: &AttentionMask, l: i32) -> Array {
+        let KvView::Float(_, values) = view else { panic!("float cache") };
+        let (b, t) = (values.dim(0), values.dim(2));
+        let seen = visible(mask, b, l, t).as_dtype(mlx_rs::Dtype::Float32).unwrap();
+        // values [B, 1, T, 1] → [B, 1, 1, T]
+        let v = values.reshape(&[b, 1, 1, t]).unwrap();
+        seen.multiply(&v).unwrap().sum_axis(-1, false).unwrap().reshape(&[b, l]).unwrap()
+    }
+
+    /// One step of the double over `x` `[B, L]`; returns each layer's output `[B, L]`.
+    fn step(cache: &mut BatchCache, x: &Array) -> Vec<Array> {
+        let (b, l) = (x.dim(0), x.dim(1));
+        cache.begin_step(l).unwrap();
+        let kv = x.reshape(&[b, 1, l, 1]).unwrap();
+        let (view, mask) = cache.update(0, &kv, &kv).unwrap();
+        let full = attend_sum(view, &mask, l);
+        let real = match cache.real_tokens().unwrap() {
+            Some(m) => m.as_dtype(mlx_rs::Dtype::Float32).unwrap(),
+            None => ops::ones::<f32>(&[b, l]).unwrap(),
+        };
+        let before = match cache.recurrent_state(1).unwrap() {
+            Some(s) => s[0].clone(),
+            None => ops::zeros::<f32>(&[b, 1]).unwrap(),
+        };
+        // Running sum over real tokens only: padding must never reach the state.
+        let running = x.multiply(&real).unwrap().cumsum(1, None, None).unwrap().add(&before).unwrap();
+        let after = before.add(x.multiply(&real).unwrap().sum_axis(1, true).unwrap()).unwrap();
+        cache.set_recurrent_state(1, vec![after]).unwrap();
+        let (view, mask) = cache.shared(2).unwrap();
+        let shared = attend_sum(view, &mask, l);
+        let (view, mask) = cache.update(3, &kv, &kv).unwrap();
+        let sliding = attend_sum(view, &mask, l);
+        cache.finish_step().unwrap();
+        vec![full, running, shared, sliding]
+    }
+
+    fn values(a: &Array) -> Vec<f32> {
+        let a = a.as_dtype(mlx_rs::Dtype::Float32).unwrap();
+        a.eval().unwrap();
+        a.as_slice::<f32>().to_vec()
+    }
+
+    /// Row outputs of a step, row `r`'s first `n` positions.
+    fn row(out: &[Array], r: i32, n: i32) -> Vec<Vec<f32>> {
+        out.iter().map(|a| values(&a.index((r..r + 1, 0..n)))).collect()
+    }
+
+    use mlx_rs::ops::indexing::IndexOp;
+
+    fn tokens(seed: f32, n: usize) -> Vec<f32> {
+        (0..n).map(|i| seed + i as f32).collect()
+    }
+
+    /// A lone row fed `prompt` at once, then `decode` one token at a time:
+    /// each step's outputs at its last position.
+    fn alone(prompt: &[f32], decode: &[f32]) -> Vec<Vec<Vec<f32>>> {
+        let mut c = BatchCache::new(&layout(), 1, None);
+        let n = prompt.len() as i32;
+        let mut out = vec![row(&step(&mut c, &Array::from_slice(prompt, &[1, n])), 0, n)];
+        for &t in decode {
+            out.push(row(&step(&mut c, &Array::from_slice(&[t], &[1, 1])), 0, 1));
+        }
+        out
+    }
+
+    #[test]
+    fn every_cache_kind_batched_equals_each_row_alone() {
+        let (a, b) = (tokens(1.0, 7), tokens(100.0, 2));
+        let decode_a = tokens(20.0, 5);
+        let decode_b = tokens(200.0, 5);
+        let want_a = alone(&a, &decode_a);
+        let want_b = alone(&b, &decode_b);
+
+        // A right-padded prefill pass of both rows (7 and 2 real tokens).
+        let rows = vec![BatchCache::new(&layout(), 1, None), BatchCache::new(&layout(), 1, None)];
+        let mut pass = BatchCache::gather(rows).unwrap();
+        pass.set_real_tokens(vec![7, 2]);
+        let mut x = a.clone();
+        x.extend(b.iter().copied().chain(std::iter::repeat_n(-1000.0, 5)));
+        let out = step(&mut pass, &Array::from_slice(&x, &[2, 7]));
+        assert_eq!(row(&out, 0, 7), want_a[0]);
+        assert_eq!(row(&out, 1, 2), want_b[0], "padding leaked into a short row");
+        let mut split = pass.split().unwrap();
+        assert_eq!(split[1].offsets(), [2]);
+
+        // Row b decodes alone for two tokens, then a joins (left padding).
+        let mut batch = BatchCache::new(&layout(), 0, None);
+        batch.extend(split.remove(1)).unwrap();
+        for &t in &decode_b[..2] {
+            step(&mut batch, &Array::from_slice(&[t], &[1, 1]));
+        }
+        batch.extend(split.remove(0)).unwrap();
+        assert_eq!(batch.offsets(), [4, 7]);
+        for i in 0..3 {
+            let out = step(&mut batch, &Array::from_slice(&[decode_b[i + 2], decode_a[i]], &[2, 1]));
+            assert_eq!(row(&out, 0, 1), want_b[i + 3], "row b, step {i}");
+            assert_eq!(row(&out, 1, 1), want_a[i + 1], "row a, step {i}");
+        }
+        // b leaves; a goes on alone, its left padding dropped.
+        batch.filter(&[1]).unwrap();
+        for i in 3..5 {
+            let out = step(&mut batch, &Array::from_slice(&[decode_a[i]], &[1, 1]));
+            assert_eq!(row(&out, 0, 1), want_a[i + 1], "row a after b left, step {i}");
+        }
+    }
+
+    #[test]
+    fn a_shared_layer_needs_its_source_to_have_run() {
+        let mut c = BatchCache::new(&layout(), 1, None);
+        c.begin_step(1).unwrap();
+        assert!(c.shared(2).is_err());
+        assert!(c.update(1, &ops::zeros::<f32>(&[1, 1, 1, 1]).unwrap(), &ops::zeros::<f32>(&[1, 1, 1, 1]).unwrap()).is_err());
+    }
+
+    #[test]
+    fn sliding_layers_keep_a_bounded_window_and_truncation_respects_it() {
+        let sliding = CacheLayout::new(vec![LayerCache::Sliding { window: WINDOW }, LayerCache::Full]).unwrap();
+        let mut c = BatchCache::new(&sliding, 1, None);
+        for t in 0..600 {
+            let x = Array::from_slice(&[t as f32], &[1, 1, 1, 1]);
+            c.begin_step(1).unwrap();
+            let (_, mask) = c.update(0, &x, &x).unwrap();
+            let (view, _) = c.update(1, &x, &x).unwrap();
+            let KvView::Float(keys, _) = view else { panic!() };
+            assert_eq!(keys.dim(2), t + 1, "the full layer keeps everything");
+            c.finish_step().unwrap();
+            if let AttentionMask::Array(m) = mask {
+                let seen = values(&m.as_dtype(mlx_rs::Dtype::Float32).unwrap()).iter().sum::<f32>();
+                assert_eq!(seen, WINDOW as f32, "a query sees exactly the window");
+            }
+        }
+        let kept = c.groups[0].columns();
+        assert!(kept < (WINDOW as i32 - 1) + attention_group_slack() + STEP_COLUMNS, "the window is bounded: {kept}");
+        // 600 tokens; the sliding layer can step back only within its slack.
+        assert!(c.can_truncate(600 - 10));
+        assert!(!c.can_truncate(300));
+        let full_only = CacheLayout::full(1);
+        let mut f = BatchCache::new(&full_only, 1, None);
+        let x = ops::ones::<f32>(&[1, 1, 50, 1]).unwrap();
+        f.begin_step(50).unwrap();
+        f.update(0, &x, &x).unwrap();
+        f.finish_step().unwrap();
+        assert!(f.can_truncate(5));
+        assert!(f.truncate(20));
+        assert_eq!(f.offsets(), [20]);
+    }
+
+    #[test]
+    fn a_recurrent_state_is_reusable_only_at_its_own_length() {
+        let mut c = BatchCache::new(&layout(), 1, None);
+        step(&mut c, &Array::from_slice(&tokens(1.0, 6), &[1, 6]));
+        assert!(c.can_truncate(6));
+        assert!(!c.can_truncate(5));
+    }
+
+    fn attention_group_slack() -> i32 {
+        super::super::attention_group::SLIDING_SLACK
+    }
+
+    const STEP_COLUMNS: i32 = super::super::attention_group::STEP;
+}

@@ -27,7 +27,7 @@ use crate::error::Result;
 use crate::tokenizer::Tokenizer;
 pub use layers::WeightFormat;
 pub use loading::{load, LoadOptions};
-pub use registry::{describe_folder, Family, FolderInfo};
+pub use registry::{describe, describe_folder, Family, FolderInfo};
 pub use rope::Positions;
 pub use vision_tower::VisionTower;
 

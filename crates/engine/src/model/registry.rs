@@ -89,6 +89,31 @@ pub struct FolderInfo {
     pub context_length: Option<usize>,
 }
 
+/// What the registry says about a model folder or a `.gguf` file.
+pub fn describe(path: &Path) -> Result<FolderInfo> {
+    if path.is_file() {
+        describe_gguf(path)
+    } else {
+        describe_folder(path)
+    }
+}
+
+/// Reads a GGUF file's metadata (no tensor data).
+fn describe_gguf(path: &Path) -> Result<FolderInfo> {
+    use crate::weights::gguf::{GgufFile, MetaValue};
+    let file = GgufFile::open(path)?;
+    let arch = file.get("general.architecture").and_then(MetaValue::as_str).unwrap_or_default().to_string();
+    let family = family_for_gguf(&arch);
+    let template = file.get("tokenizer.chat_template").and_then(MetaValue::as_str);
+    Ok(FolderInfo {
+        family: family.map(|f| f.name.to_string()),
+        unsupported_reason: family.is_none().then(|| format!("GGUF architecture {arch} is not supported")),
+        capabilities: Capabilities::of(template, false),
+        architecture: family.map_or(arch.clone(), |f| f.model_types[0].to_string()),
+        context_length: file.get(&format!("{arch}.context_length")).and_then(MetaValue::as_f64).map(|n| n as usize),
+    })
+}
+
 /// Reads config.json and the chat template of a model folder.
 pub fn describe_folder(dir: &Path) -> Result<FolderInfo> {
     let path = dir.join("config.json");
