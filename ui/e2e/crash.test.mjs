@@ -49,10 +49,9 @@ describe('the app killed mid-reply', () => {
     await input.click();
     await input.setValue('Count from 1 to 1000, one number per line.');
     await browser.keys(['Enter']);
-    const liveText = async () => {
-      const live = await browser.$$('[data-testid="msg-live"] [data-testid="answer"]');
-      return live.length ? textOf(browser, live[0]) : '';
-    };
+    // read in the page in one step: the live reply is re-rendered with every token
+    const liveText = () => browser.execute(
+      () => document.querySelector('[data-testid="msg-live"] [data-testid="answer"]')?.textContent ?? '');
     await waitFor(browser, 'the reply to stream', async () => bare(await liveText()).length >= 20);
     // past the app's next save of the reply under way
     await new Promise((r) => setTimeout(r, 2500));
