@@ -43,6 +43,7 @@ pub async fn apply<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>) {
             host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: settings.server_port,
             default_sampling: settings.sampling(),
+            file_url_folders: settings.server_file_url_folders.clone(),
             ..Default::default()
         };
         match server::serve(config, state.engine.clone()).await {

@@ -8,6 +8,7 @@ use engine::handle::EngineConfig;
 use engine::model::ModelInfo;
 use engine::sample::SamplingParams;
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
 /// The store key the settings live under.
 pub const SETTINGS_KEY: &str = "app_settings";
@@ -41,6 +42,9 @@ pub struct Settings {
     /// Run the OpenAI-compatible server on 127.0.0.1.
     pub server_enabled: bool,
     pub server_port: u16,
+    /// Folders whose image files the server's clients may name with `file:`
+    /// URLs; empty (the default) refuses `file:` URLs.
+    pub server_file_url_folders: Vec<PathBuf>,
 }
 
 impl Default for Settings {
@@ -61,6 +65,7 @@ impl Default for Settings {
             max_running: 8,
             server_enabled: false,
             server_port: server::DEFAULT_PORT,
+            server_file_url_folders: Vec::new(),
         }
     }
 }
@@ -107,6 +112,9 @@ impl Settings {
         }
         if self.server_port == 0 {
             return Err("the server port must not be 0".into());
+        }
+        if let Some(folder) = self.server_file_url_folders.iter().find(|f| !f.is_absolute() || !f.is_dir()) {
+            return Err(format!("{} is not a folder (file: image URLs need full paths of folders)", folder.display()));
         }
         Ok(())
     }
@@ -188,6 +196,17 @@ mod tests {
         assert!(bad.validate().unwrap_err().contains("KV bits"));
         let bad = Settings { top_p: 0.0, ..Default::default() };
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn file_url_folders_must_be_folders() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Settings { server_file_url_folders: vec![dir.path().to_path_buf()], ..Default::default() };
+        ok.validate().unwrap();
+        for bad in [dir.path().join("missing"), PathBuf::from("relative")] {
+            let s = Settings { server_file_url_folders: vec![bad.clone()], ..Default::default() };
+            assert!(s.validate().unwrap_err().contains("not a folder"), "{}", bad.display());
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 // Starts the real app through tauri-driver (WebKitWebDriver) with its own
 // data folder, and helpers to find things, wait and take screenshots.
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { remote } from 'webdriverio';
@@ -67,4 +67,29 @@ export function appWindowGeometry() {
   const out = execFileSync('xdotool', ['getwindowgeometry', '--shell', ids[ids.length - 1]]).toString();
   const v = Object.fromEntries(out.trim().split('\n').map((l) => l.split('=')));
   return { x: Number(v.X), y: Number(v.Y), width: Number(v.WIDTH), height: Number(v.HEIGHT) };
+}
+
+/** The parent process id, from /proc/PID/stat ("pid (name) state ppid ..."). */
+function parentOf(pid) {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+}
+
+/** Ids of the app processes this suite's driver started (the driver starts
+ * WebKitWebDriver, which starts the app), for tests that kill the app. */
+export function appPids() {
+  if (!driver) return [];
+  const pids = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let exe;
+    try { exe = readlinkSync(`/proc/${entry}/exe`); } catch { continue; }
+    if (exe !== resolve(appBinary)) continue;
+    let pid = Number(entry);
+    try {
+      while (pid > 1 && pid !== driver.pid) pid = parentOf(pid);
+    } catch { continue; } // an ancestor exited meanwhile
+    if (pid === driver.pid) pids.push(Number(entry));
+  }
+  return pids;
 }

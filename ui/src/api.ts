@@ -101,6 +101,8 @@ export interface Settings {
   thinking: boolean; kv_bits: number; kv_group_size: number; max_context: number; vision_cache_mb: number;
   temperature: number; top_p: number; top_k: number; min_p: number; repetition_penalty: number; max_tokens: number;
   system_prompt: string; max_running: number; server_enabled: boolean; server_port: number;
+  /** Folders whose images the local server's clients may name with file: URLs; empty refuses them. */
+  server_file_url_folders: string[];
 }
 export interface SettingsView { settings: Settings; restart_needed: boolean; notes: string[] }
 export interface ServerStatus { running: boolean; url: string | null; error: string | null }

@@ -10,6 +10,7 @@ mod bench;
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -153,6 +154,18 @@ struct ServeArgs {
     /// A folder whose models `/v1/models` lists (default: the model's folder).
     #[arg(long)]
     models_dir: Option<PathBuf>,
+    /// Let `file:` image URLs name image files inside this folder (repeat for
+    /// several). Off by default: clients send images as base64 `data:` URLs.
+    #[arg(long = "allow-file-urls", value_name = "DIR")]
+    file_url_folders: Vec<PathBuf>,
+    /// Close a connection that sends no complete request header for this
+    /// many seconds (a new one, or a kept-alive one between requests).
+    #[arg(long, value_name = "SECONDS", default_value_t = server::DEFAULT_IDLE_TIMEOUT.as_secs())]
+    idle_timeout: u64,
+    /// Most connections open at once; at the limit, the oldest connection
+    /// that has not sent a request yet is closed to make room.
+    #[arg(long, default_value_t = server::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
 }
 
 #[derive(Args)]
@@ -466,11 +479,18 @@ fn run_vision_bench(a: &BenchArgs, image: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// How long open requests get to end after SIGTERM or Ctrl-C, once the
+/// engine has stopped them, before the process exits anyway.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 fn run_serve(a: ServeArgs) -> Result<()> {
     let path = resolve_model(&a.model.model)?;
-    let engine = a.model.start_engine()?;
-    let info = engine.model_info().clone();
-    let state = server::ServerState::with_engine(engine);
+    for folder in &a.file_url_folders {
+        anyhow::ensure!(folder.is_dir(), "--allow-file-urls {}: not a folder", folder.display());
+    }
+    if a.idle_timeout == 0 || a.max_connections == 0 {
+        anyhow::bail!("--idle-timeout and --max-connections must be at least 1");
+    }
     let api_key = a.api_key.or_else(|| std::env::var("VLM_API_KEY").ok()).filter(|k| !k.is_empty());
     let config = server::ServerConfig {
         host: a.host,
@@ -478,27 +498,76 @@ fn run_serve(a: ServeArgs) -> Result<()> {
         api_key,
         cors: a.cors,
         models_dir: a.models_dir.or_else(|| path.parent().map(PathBuf::from)),
+        file_url_folders: a.file_url_folders,
+        idle_timeout: Duration::from_secs(a.idle_timeout),
+        max_connections: a.max_connections,
         ..Default::default()
     };
     if !config.host.is_loopback() && config.api_key.is_none() {
         tracing::warn!(host = %config.host, "listening beyond this machine without an API key");
     }
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async move {
-        let running = server::serve(config, state.clone()).await?;
+    // The port first: a port in use is reported now, not after the model loads.
+    let bound = runtime.block_on(server::bind(config))?;
+    let engine = a.model.start_engine()?;
+    let info = engine.model_info().clone();
+    let state = server::ServerState::with_engine(engine);
+    let stopped: Result<()> = runtime.block_on(async move {
+        let stop_signal = StopSignal::listen()?;
+        let mut running = bound.serve(state.clone());
         // One line on stdout, for scripts that start us on port 0.
         println!("listening on http://{} ({})", running.addr(), info.name);
-        tokio::select! {
-            result = running.wait() => result.context("the server stopped")?,
-            _ = tokio::signal::ctrl_c() => {
-                // Requests under way end now rather than holding the exit.
-                if let Some(engine) = state.unload() {
-                    engine.shutdown();
-                }
-            }
+        let signal = stop_signal.received().await;
+        tracing::warn!(signal, "stopping: no new requests; requests under way end with engine_stopped");
+        running.stop_accepting();
+        if let Some(engine) = state.unload() {
+            // Ends every request in flight: each stream gets its error event and [DONE].
+            tokio::task::spawn_blocking(move || engine.shutdown()).await?;
+        }
+        if tokio::time::timeout(SHUTDOWN_GRACE, running.wait()).await.is_err() {
+            tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; exiting anyway");
         }
         Ok(())
-    })
+    });
+    stopped
+}
+
+/// SIGTERM (what launchd, systemd and `kill` send) and SIGINT (Ctrl-C), both
+/// meaning "stop serving, end what is under way properly, exit".
+struct StopSignal {
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignal {
+    /// Starts catching the signals (from here on they no longer kill the process).
+    fn listen() -> Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Self { terminate: signal(SignalKind::terminate())?, interrupt: signal(SignalKind::interrupt())? })
+        }
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    /// The name of the first signal that arrives.
+    async fn received(mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.terminate.recv() => "SIGTERM",
+                _ = self.interrupt.recv() => "SIGINT",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C"
+        }
+    }
 }
 
 fn run_convert(a: ConvertArgs) -> Result<()> {

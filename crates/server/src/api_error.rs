@@ -1,7 +1,7 @@
 //! Errors of one HTTP request, in OpenAI's shape
 //! `{"error": {"message", "type", "code"}}` with the matching status, so SDKs
 //! raise their usual exception types (BadRequestError, NotFoundError, ...).
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -99,6 +99,40 @@ impl ApiError {
             "method_not_allowed",
             "method not allowed on this route",
         )
+    }
+
+    /// A prompt whose text is longer, in bytes, than the model's context could
+    /// hold however it tokenizes: refused before it is templated and tokenized.
+    pub fn prompt_too_long(bytes: usize, max_bytes: usize, max_context: usize) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "context_length_exceeded",
+            format!(
+                "the prompt's text is {bytes} bytes, more than this model's context of {max_context} tokens \
+                 can hold (at most {max_bytes} bytes)"
+            ),
+        )
+    }
+
+    pub fn unsupported_media_type() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            "unsupported_media_type",
+            "expected a request with `Content-Type: application/json`",
+        )
+    }
+
+    /// The body could not be read: too large (413), or the client went away.
+    pub fn from_body_rejection(rejection: BytesRejection) -> Self {
+        let message = rejection.body_text();
+        match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => {
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", "request_too_large", message)
+            }
+            status => Self::new(status, "invalid_request_error", "invalid_request", message),
+        }
     }
 
     /// The request was cancelled inside the engine (by the app, not by this client).

@@ -2,13 +2,16 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::header::AUTHORIZATION;
+use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::api_error::ApiError;
 
-/// Middleware: passes the request on when it carries the key, 401 otherwise.
+/// Middleware: passes the request on when it carries the key, 401 otherwise
+/// (with `WWW-Authenticate: Bearer`, as HTTP asks of a 401, so clients know
+/// which scheme to use).
 pub async fn require_key(State(key): State<Arc<str>>, request: Request, next: Next) -> Response {
     let given = request
         .headers()
@@ -18,7 +21,11 @@ pub async fn require_key(State(key): State<Arc<str>>, request: Request, next: Ne
         .map(str::trim);
     match given {
         Some(given) if same_secret(given.as_bytes(), key.as_bytes()) => next.run(request).await,
-        _ => ApiError::unauthorized().into_response(),
+        _ => {
+            let mut response = ApiError::unauthorized().into_response();
+            response.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response
+        }
     }
 }
 

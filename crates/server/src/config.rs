@@ -1,6 +1,7 @@
 //! What the server listens on and what it lets clients do.
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use engine::sample::SamplingParams;
 
@@ -12,6 +13,16 @@ pub const DEFAULT_PORT: u16 = 8080;
 /// history with tool results can be long, yet bounded so one client cannot
 /// make the server buffer gigabytes.
 pub const DEFAULT_BODY_LIMIT: usize = 32 * 1024 * 1024;
+
+/// How long a connection may stay open without sending a complete request
+/// header: a new connection before its first request, a kept-alive one
+/// between requests. Longer than the 5 s that HTTP clients (Python's httpx,
+/// Node) keep an idle connection, so they close it first.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most connections open at once. Well under the usual 1,024 open files,
+/// which a server also needs for its model and logs.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -28,6 +39,17 @@ pub struct ServerConfig {
     pub models_dir: Option<PathBuf>,
     /// The largest request body accepted, in bytes.
     pub body_limit: usize,
+    /// Folders whose files `file:` image URLs may name. Empty (the default):
+    /// `file:` URLs are refused, so a client cannot make the server read local
+    /// files. Only regular files inside these folders (after resolving
+    /// symlinks), no larger than `body_limit`, are read.
+    pub file_url_folders: Vec<PathBuf>,
+    /// See [`DEFAULT_IDLE_TIMEOUT`].
+    pub idle_timeout: Duration,
+    /// See [`DEFAULT_MAX_CONNECTIONS`]. At the limit, the oldest connection
+    /// that has not sent a request yet is closed to make room, so a flood of
+    /// idle connections cannot lock real clients (or `/health`) out.
+    pub max_connections: usize,
     /// Sampling for parameters a request leaves out. Greedy by default, as
     /// mlx-lm's server does: a local model answers the same way every time
     /// unless the client asks for randomness.
@@ -43,6 +65,9 @@ impl Default for ServerConfig {
             cors: false,
             models_dir: None,
             body_limit: DEFAULT_BODY_LIMIT,
+            file_url_folders: Vec::new(),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             default_sampling: SamplingParams::default(),
         }
     }

@@ -1,6 +1,7 @@
 //! An OpenAI chat-completions request → an engine [`Request`]. Everything a
 //! client can get wrong is checked here, before the engine sees it, so the
 //! client gets a 400 naming the field instead of a failed stream.
+use std::collections::HashMap;
 use std::path::Path;
 
 use engine::batch::{ImageInput, Prompt, Request};
@@ -21,6 +22,21 @@ pub struct Prepared {
     /// Streamed replies end with a usage chunk.
     pub include_usage: bool,
 }
+
+/// The bytes of `file:` image URLs, read before [`prepare`] (reading is
+/// asynchronous and policed, see `file_urls.rs`), by URL.
+pub type FileImages = HashMap<String, Vec<u8>>;
+
+/// OpenAI's range for `temperature`.
+const TEMPERATURE_RANGE: std::ops::RangeInclusive<f32> = 0.0..=2.0;
+
+/// A token of any tokenizer in use covers far fewer bytes than this (long
+/// ones are runs of spaces or dashes, a few dozen bytes at most), so a prompt
+/// text of more than `context × this` bytes cannot fit the context, whatever
+/// it says. Checking that before the template runs keeps a huge prompt from
+/// being templated and tokenized on the engine thread, where every other
+/// request waits for it.
+const MAX_BYTES_PER_TOKEN: usize = 32;
 
 /// OpenAI's bounds for `logit_bias` values.
 const LOGIT_BIAS_RANGE: std::ops::RangeInclusive<f64> = -100.0..=100.0;
@@ -49,10 +65,56 @@ pub fn accepts_model_name(name: &str, path: &Path, requested: &str) -> bool {
         || path.file_stem().is_some_and(|n| n.to_string_lossy() == requested)
 }
 
+/// Refuses a prompt whose text cannot fit the context (see
+/// [`MAX_BYTES_PER_TOKEN`]): the message texts, earlier thinking and tool
+/// calls, and the tool definitions, which all go through the template. Each
+/// message also counts as one token at least (its role marker), so a flood
+/// of empty messages is refused too.
+pub fn check_prompt_size(body: &ChatCompletionRequest, limits: ModelLimits) -> Result<(), ApiError> {
+    let max_bytes = limits.max_context.saturating_mul(MAX_BYTES_PER_TOKEN);
+    let json_len = |v: &Value| serde_json::to_string(v).map_or(0, |s| s.len());
+    let text_len = |v: &Value| match v {
+        Value::String(s) => s.len(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).map(str::len).sum(),
+        _ => 0,
+    };
+    let mut bytes: usize = body.tools.iter().flatten().map(json_len).sum();
+    for m in &body.messages {
+        bytes += MAX_BYTES_PER_TOKEN;
+        bytes += m.content.as_ref().map_or(0, text_len);
+        bytes += m.reasoning_content.as_ref().map_or(0, String::len);
+        bytes += m.tool_calls.iter().flatten().map(json_len).sum::<usize>();
+    }
+    if bytes > max_bytes {
+        return Err(ApiError::prompt_too_long(bytes, max_bytes, limits.max_context));
+    }
+    Ok(())
+}
+
+/// Every `file:` image URL of the request, with where it is
+/// (`messages[1].content[0]`), in order.
+pub fn file_image_urls(body: &ChatCompletionRequest) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for (i, m) in body.messages.iter().enumerate() {
+        let Some(Value::Array(parts)) = &m.content else { continue };
+        for (j, part) in parts.iter().enumerate() {
+            let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
+            if !matches!(kind, "image_url" | "input_image" | "image") {
+                continue;
+            }
+            if let Some(url) = image_url(part, kind).filter(|url| url.starts_with("file:")) {
+                found.push((format!("messages[{i}].content[{j}]"), url.to_owned()));
+            }
+        }
+    }
+    found
+}
+
 pub fn prepare(
     body: ChatCompletionRequest,
     limits: ModelLimits,
     defaults: &SamplingParams,
+    files: &FileImages,
 ) -> Result<Prepared, ApiError> {
     if body.messages.is_empty() {
         return Err(ApiError::invalid_param("messages must not be empty"));
@@ -76,7 +138,7 @@ pub fn prepare(
         .messages
         .into_iter()
         .enumerate()
-        .map(|(i, m)| message(i, m, &mut images))
+        .map(|(i, m)| message(i, m, files, &mut images))
         .collect::<Result<Vec<_>, _>>()?;
     let tools = offered_tools(body.tools, body.tool_choice.as_ref())?;
     let (enable_thinking, extra) = thinking(body.chat_template_kwargs, body.reasoning_effort.as_deref())?;
@@ -103,6 +165,9 @@ fn sampling(
 ) -> Result<SamplingParams, ApiError> {
     let mut s = defaults.clone();
     if let Some(t) = body.temperature {
+        if !TEMPERATURE_RANGE.contains(&t) {
+            return Err(ApiError::invalid_param(format!("temperature must be between 0 and 2, got {t}")));
+        }
         s.temperature = t;
     }
     if let Some(p) = body.top_p {
@@ -158,7 +223,12 @@ fn stop_strings(stop: Option<&Value>) -> Result<Vec<String>, ApiError> {
     Ok(stops)
 }
 
-fn message(index: usize, m: RequestMessage, images: &mut Vec<ImageInput>) -> Result<ChatMessage, ApiError> {
+fn message(
+    index: usize,
+    m: RequestMessage,
+    files: &FileImages,
+    images: &mut Vec<ImageInput>,
+) -> Result<ChatMessage, ApiError> {
     let at = |what: &str| format!("messages[{index}]{what}");
     let role = match m.role.as_str() {
         // OpenAI's newer name for the system prompt; chat templates know only "system".
@@ -174,7 +244,7 @@ fn message(index: usize, m: RequestMessage, images: &mut Vec<ImageInput>) -> Res
     let content = match m.content {
         None | Some(Value::Null) if role == "assistant" => MessageContent::Text(String::new()),
         None | Some(Value::Null) => return Err(ApiError::invalid_param(format!("{}: content is required", at("")))),
-        Some(value) => content(&at(".content"), value, images)?,
+        Some(value) => content(&at(".content"), value, files, images)?,
     };
     let tool_calls = match m.tool_calls {
         Some(calls) if role != "assistant" => {
@@ -206,7 +276,12 @@ fn message(index: usize, m: RequestMessage, images: &mut Vec<ImageInput>) -> Res
 /// A message's content: a string, or parts. Text parts are joined; image
 /// parts keep their place (the chat template puts each image's placeholder
 /// there) and their bytes go to `images`, in order.
-fn content(at: &str, content: Value, images: &mut Vec<ImageInput>) -> Result<MessageContent, ApiError> {
+fn content(
+    at: &str,
+    content: Value,
+    files: &FileImages,
+    images: &mut Vec<ImageInput>,
+) -> Result<MessageContent, ApiError> {
     let parts = match content {
         Value::String(s) => return Ok(MessageContent::Text(s)),
         Value::Array(parts) => parts,
@@ -226,7 +301,7 @@ fn content(at: &str, content: Value, images: &mut Vec<ImageInput>) -> Result<Mes
             Some(kind @ ("image_url" | "input_image" | "image")) => {
                 let url = image_url(part, kind)
                     .ok_or_else(|| ApiError::invalid_param(format!("{at}: an image part needs an image URL")))?;
-                let image = ImageInput::from_bytes(image_bytes(&at, url)?);
+                let image = ImageInput::from_bytes(image_bytes(&at, url, files)?);
                 out.push(ContentPart::Image { image: Some(image.sha256.clone()) });
                 images.push(image);
             }
@@ -251,10 +326,10 @@ fn image_url<'a>(part: &'a Value, kind: &str) -> Option<&'a str> {
     field.as_str().or_else(|| field.get("url").and_then(Value::as_str))
 }
 
-/// An image URL's bytes: a `data:` URL (base64) or a local `file:` URL.
-/// Remote URLs are refused: a local server should not fetch from the network
-/// on a client's behalf.
-fn image_bytes(at: &str, url: &str) -> Result<Vec<u8>, ApiError> {
+/// An image URL's bytes: a `data:` URL (base64) or a `file:` URL read
+/// beforehand (`files`). Remote URLs are refused: a local server should not
+/// fetch from the network on a client's behalf.
+fn image_bytes(at: &str, url: &str, files: &FileImages) -> Result<Vec<u8>, ApiError> {
     use base64::Engine as _;
     if let Some(rest) = url.strip_prefix("data:") {
         let (meta, data) = rest
@@ -268,12 +343,11 @@ fn image_bytes(at: &str, url: &str) -> Result<Vec<u8>, ApiError> {
             .map_err(|e| ApiError::invalid_image(format!("{at}: the data URL is not valid base64: {e}")));
     }
     if url.starts_with("file:") {
-        let path = url::Url::parse(url)
-            .ok()
-            .and_then(|u| u.to_file_path().ok())
-            .ok_or_else(|| ApiError::invalid_image(format!("{at}: {url:?} is not a valid file URL")))?;
-        return std::fs::read(&path)
-            .map_err(|e| ApiError::invalid_image(format!("{at}: cannot read {}: {e}", path.display())));
+        // `file_image_urls` found every one; a miss would be a bug here, not the client's.
+        return files
+            .get(url)
+            .cloned()
+            .ok_or_else(|| ApiError::invalid_image(format!("{at}: this file: URL was not read")));
     }
     Err(ApiError::invalid_image(format!(
         "{at}: only data: and file: image URLs are accepted (this local server does not fetch remote images)"
@@ -388,7 +462,7 @@ mod tests {
 
     fn request(body: Value) -> Result<Prepared, ApiError> {
         let body: ChatCompletionRequest = serde_json::from_value(body).unwrap();
-        prepare(body, LIMITS, &SamplingParams::default())
+        prepare(body, LIMITS, &SamplingParams::default(), &FileImages::new())
     }
 
     fn chat(p: &Prepared) -> (&[ChatMessage], &TemplateOptions) {
@@ -441,6 +515,7 @@ mod tests {
             (json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}), "max_tokens"),
             (json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}), "max_tokens"),
             (json!({"messages": [{"role": "user", "content": "x"}], "temperature": -1}), "temperature"),
+            (json!({"messages": [{"role": "user", "content": "x"}], "temperature": 2.5}), "temperature"),
             (json!({"messages": [{"role": "user", "content": "x"}], "top_k": -1}), "top_k"),
             (json!({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"a": 1}}), "logit_bias"),
             (json!({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"1": 500}}), "logit_bias"),
@@ -482,16 +557,58 @@ mod tests {
     }
 
     #[test]
-    fn a_file_url_image_is_read_from_disk() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a b.png");
-        std::fs::write(&path, [9u8, 8, 7]).unwrap();
-        let url = url::Url::from_file_path(&path).unwrap().to_string();
-        let p = request(json!({"messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": url}}
-        ]}]}))
+    fn a_file_url_image_takes_the_bytes_read_for_it() {
+        let body: ChatCompletionRequest = serde_json::from_value(json!({"messages": [
+            {"role": "user", "content": "no images here"},
+            {"role": "user", "content": [
+                {"type": "text", "text": "file:///not/an/image/part"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAEC"}},
+                {"type": "image_url", "image_url": {"url": "file:///pictures/a%20b.png"}},
+                {"type": "image", "image": "file:///pictures/c.png"}
+            ]}
+        ]}))
         .unwrap();
-        assert_eq!(&*p.request.images[0].bytes, &[9u8, 8, 7]);
+        let urls = file_image_urls(&body);
+        assert_eq!(
+            urls,
+            vec![
+                ("messages[1].content[2]".to_owned(), "file:///pictures/a%20b.png".to_owned()),
+                ("messages[1].content[3]".to_owned(), "file:///pictures/c.png".to_owned()),
+            ]
+        );
+        let files: FileImages = [(urls[0].1.clone(), vec![9u8, 8]), (urls[1].1.clone(), vec![7u8])].into();
+        let p = prepare(body, LIMITS, &SamplingParams::default(), &files).unwrap();
+        let bytes: Vec<&[u8]> = p.request.images.iter().map(|i| &*i.bytes).collect();
+        assert_eq!(bytes, vec![&[0u8, 1, 2][..], &[9, 8], &[7]]);
+    }
+
+    #[test]
+    fn a_prompt_too_long_for_any_tokenization_is_refused_before_templating() {
+        let limits = ModelLimits { vocab_size: 300, max_context: 100 };
+        let max = 100 * MAX_BYTES_PER_TOKEN;
+        let body = |text: String| -> ChatCompletionRequest {
+            serde_json::from_value(json!({"messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": text}]}
+            ]}))
+            .unwrap()
+        };
+        // two messages: one token each at least, and the system text
+        let room = max - 2 * MAX_BYTES_PER_TOKEN - "be brief".len();
+        check_prompt_size(&body("a".repeat(room)), limits).unwrap();
+        let e = check_prompt_size(&body("a".repeat(room + 1)), limits).unwrap_err();
+        assert_eq!((e.status.as_u16(), e.code.as_str()), (400, "context_length_exceeded"));
+        assert!(e.message.contains(&format!("{} bytes", max + 1)), "{}", e.message);
+        // tool definitions and earlier tool calls count too
+        let tools: ChatCompletionRequest = serde_json::from_value(json!({
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"type": "function", "function": {"name": "f", "description": "d".repeat(max)}}]
+        }))
+        .unwrap();
+        assert!(check_prompt_size(&tools, limits).is_err());
+        let empty: Vec<Value> = (0..101).map(|_| json!({"role": "user", "content": ""})).collect();
+        let many: ChatCompletionRequest = serde_json::from_value(json!({"messages": empty})).unwrap();
+        assert!(check_prompt_size(&many, limits).is_err(), "101 messages cannot fit 100 tokens");
     }
 
     #[test]
@@ -500,7 +617,7 @@ mod tests {
             ("https://example.com/cat.png", "does not fetch remote images"),
             ("data:image/png;base64,!!!", "not valid base64"),
             ("data:image/png,raw", "only base64"),
-            ("file:///no/such/file.png", "cannot read"),
+            ("file:///never/read.png", "was not read"),
         ] {
             let e = request(json!({"messages": [{"role": "user", "content": [
                 {"type": "image_url", "image_url": {"url": url}}

@@ -8,11 +8,13 @@
 //! state may hold no model (the app loads and unloads them); requests then get
 //! a 503.
 //!
-//! Layout: `config.rs` (what the server listens on and allows), `state.rs`
-//! (the shared, swappable engine), `auth.rs` (the API key), `loopback.rs`
-//! (the DNS-rebinding guard), `api_error.rs` (OpenAI-shaped errors),
-//! `openai.rs` (wire types), `convert.rs` (an OpenAI request → an engine
-//! request), `routes/` (one file per endpoint).
+//! Layout: `config.rs` (what the server listens on and allows), `listen.rs`
+//! (the accept loop: timeouts, connection limit, graceful shutdown),
+//! `state.rs` (the shared, swappable engine), `auth.rs` (the API key),
+//! `loopback.rs` (the DNS-rebinding guard), `api_error.rs` (OpenAI-shaped
+//! errors), `json_body.rs` (request bodies), `openai.rs` (wire types),
+//! `convert.rs` (an OpenAI request → an engine request), `file_urls.rs`
+//! (which `file:` image URLs may be read), `routes/` (one file per endpoint).
 //!
 //! ```no_run
 //! # async fn demo(engine: engine::handle::EngineHandle) -> Result<(), server::Error> {
@@ -27,6 +29,9 @@ mod auth;
 mod config;
 mod convert;
 mod error;
+mod file_urls;
+mod json_body;
+mod listen;
 mod loopback;
 pub mod openai;
 mod routes;
@@ -35,18 +40,85 @@ mod state;
 use std::net::SocketAddr;
 
 pub use api_error::ApiError;
-pub use config::{ServerConfig, DEFAULT_BODY_LIMIT, DEFAULT_PORT};
+pub use config::{ServerConfig, DEFAULT_BODY_LIMIT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_PORT};
 pub use error::Error;
 pub use routes::router;
 pub use state::ServerState;
+
+/// Open files a server needs besides its connections: the model's files,
+/// the log, the engine's and the runtime's own descriptors.
+const RESERVED_FILES: usize = 128;
+
+/// A socket bound to the configured address, not yet serving. Binding first
+/// lets a caller report a taken port at once, before a model loads for
+/// seconds; connections that arrive meanwhile wait in the socket's backlog.
+pub struct BoundServer {
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+    config: ServerConfig,
+}
+
+/// Binds `config.host:config.port` (port 0 picks a free one).
+pub async fn bind(config: ServerConfig) -> Result<BoundServer, Error> {
+    let wanted = SocketAddr::new(config.host, config.port);
+    let listener =
+        tokio::net::TcpListener::bind(wanted).await.map_err(|source| Error::Bind { addr: wanted, source })?;
+    let addr = listener.local_addr().map_err(|source| Error::Bind { addr: wanted, source })?;
+    Ok(BoundServer { listener, addr, config })
+}
+
+impl BoundServer {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves [`router`] on a background task of the current Tokio runtime.
+    pub fn serve(self, state: ServerState) -> RunningServer {
+        let Self { listener, addr, config } = self;
+        if config.cors && config.api_key.is_none() {
+            tracing::warn!("CORS is on without an API key: any web page open in a browser here can use the model");
+        }
+        let limits = listen::Limits {
+            idle_timeout: config.idle_timeout,
+            max_connections: fit_open_files(config.max_connections),
+        };
+        let app = router(&config, state);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(listen::serve(listener, app, limits, stopped));
+        tracing::info!(%addr, "OpenAI-compatible server listening");
+        RunningServer { addr, stop: Some(stop), task }
+    }
+}
+
+/// Raises the process's open-file limit (soft, up to the hard one) so that
+/// `max_connections` connections fit beside [`RESERVED_FILES`]; where it
+/// cannot, fewer connections are allowed, so accepting never fails for lack
+/// of file descriptors.
+fn fit_open_files(max_connections: usize) -> usize {
+    let wanted = max_connections.saturating_add(RESERVED_FILES);
+    let available = match rlimit::increase_nofile_limit(wanted as u64) {
+        Ok(limit) => usize::try_from(limit).unwrap_or(usize::MAX),
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read or raise the open-file limit");
+            return max_connections;
+        }
+    };
+    if available >= wanted {
+        return max_connections;
+    }
+    let fitting = available.saturating_sub(RESERVED_FILES).max(1);
+    tracing::warn!(max_connections, open_file_limit = available, allowed = fitting, "too few open files allowed: fewer connections at once");
+    fitting
+}
 
 /// A server accepting connections on a background task. Dropping it shuts
 /// the server down (gracefully, in the background); keep it while serving.
 pub struct RunningServer {
     /// Where it listens (the real port when the config asked for port 0).
     addr: SocketAddr,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// `None` once [`Self::stop_accepting`] was called.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl RunningServer {
@@ -54,25 +126,27 @@ impl RunningServer {
         self.addr
     }
 
-    /// Stops accepting connections and waits until the open ones are done
-    /// (a streaming reply runs to its end first).
-    pub async fn shutdown(self) -> Result<(), Error> {
-        let _ = self.stop.send(());
-        Self::join(self.task).await
-    }
-
-    /// Waits until the server stops by itself (it only does on an I/O error).
-    pub async fn wait(self) -> Result<(), Error> {
-        // Keeping the sender alive: dropping it would read as a shutdown.
-        let _stop = self.stop;
-        Self::join(self.task).await
-    }
-
-    async fn join(task: tokio::task::JoinHandle<std::io::Result<()>>) -> Result<(), Error> {
-        match task.await {
-            Ok(result) => result.map_err(Error::Serve),
-            Err(e) => Err(Error::Serve(std::io::Error::other(e))),
+    /// Closes the listening socket and lets each open connection finish the
+    /// request it is answering, then close ([`Self::wait`] tells when all
+    /// have). A streaming reply runs to its end: stop the engine to end it.
+    pub fn stop_accepting(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
         }
+    }
+
+    /// Stops accepting and waits until the open connections are done.
+    pub async fn shutdown(mut self) -> Result<(), Error> {
+        self.stop_accepting();
+        self.wait().await
+    }
+
+    /// Waits until the server has stopped: after [`Self::stop_accepting`],
+    /// once every connection has closed.
+    pub async fn wait(self) -> Result<(), Error> {
+        // Keeping the sender alive: dropping it would read as a stop.
+        let Self { stop: _stop, task, .. } = self;
+        task.await.map_err(|e| Error::Serve(std::io::Error::other(e)))
     }
 }
 
@@ -80,19 +154,5 @@ impl RunningServer {
 /// of the current Tokio runtime. Returns once the socket is bound, so the
 /// address (with the real port when 0 was asked) is known to the caller.
 pub async fn serve(config: ServerConfig, state: ServerState) -> Result<RunningServer, Error> {
-    let wanted = SocketAddr::new(config.host, config.port);
-    let listener =
-        tokio::net::TcpListener::bind(wanted).await.map_err(|source| Error::Bind { addr: wanted, source })?;
-    let addr = listener.local_addr().map_err(|source| Error::Bind { addr: wanted, source })?;
-    let app = router(&config, state);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.await;
-            })
-            .await
-    });
-    tracing::info!(%addr, "OpenAI-compatible server listening");
-    Ok(RunningServer { addr, stop, task })
+    Ok(bind(config).await?.serve(state))
 }

@@ -1,7 +1,8 @@
 //! Images over the API: a tiny Qwen2-VL behind a real server on a loopback
-//! port. Image parts (base64 data URLs and file URLs) reach the engine in
-//! their place; the answer is the engine's own; a repeated image reuses the
-//! prompt cache; a bad image is a 400 naming it, and the server keeps serving.
+//! port. Image parts (base64 data URLs, and file URLs in an allowed folder)
+//! reach the engine in their place; the answer is the engine's own; a
+//! repeated image reuses the prompt cache; a bad image is a 400 naming it,
+//! and the server keeps serving.
 mod common;
 
 use base64::Engine as _;
@@ -9,6 +10,7 @@ use common::{start, Setup, SseReader};
 use engine::batch::{ImageInput, Prompt, Request};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use serde_json::{json, Value};
+use server::ServerConfig;
 
 fn fixture(name: &str) -> std::path::PathBuf {
     [env!("CARGO_MANIFEST_DIR"), "..", "engine", "tests", "fixtures", "images", name].iter().collect()
@@ -32,7 +34,9 @@ fn image_question(url: &str, stream: bool) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_message_gets_the_engines_answer_and_a_repeat_reuses_the_prompt() {
-    let server = start(Setup { vision: true, ..Default::default() }).await;
+    // file: URLs are off unless a folder is allowed: the fixtures' one is.
+    let config = ServerConfig { port: 0, file_url_folders: vec![fixture("")], ..Default::default() };
+    let server = start(Setup { vision: true, config, ..Default::default() }).await;
     let bytes = std::fs::read(fixture("qwen_parity_320x240.png")).unwrap();
 
     // The engine's own answer to the same message.

@@ -39,7 +39,10 @@ pub async fn save_settings<R: Runtime>(
     settings.validate().map_err(|m| AppError::new("INVALID_SETTINGS", m))?;
     state.store.set_setting(SETTINGS_KEY, &settings).await?;
     let before = std::mem::replace(&mut *state.settings.lock().unwrap(), settings.clone());
-    if before.server_enabled != settings.server_enabled || before.server_port != settings.server_port {
+    if before.server_enabled != settings.server_enabled
+        || before.server_port != settings.server_port
+        || before.server_file_url_folders != settings.server_file_url_folders
+    {
         crate::openai_server::apply(&app, &state).await;
     }
     Ok(view(&state))

@@ -17,7 +17,7 @@ use engine::handle::{Completion, RequestStream};
 use super::chunks::{whole_reply, ChunkWriter, ReplyMeta};
 use super::{ApiJson, AppContext};
 use crate::api_error::ApiError;
-use crate::convert::{self, accepts_model_name, ModelLimits};
+use crate::convert::{self, accepts_model_name, FileImages, ModelLimits};
 use crate::openai::ChatCompletionRequest;
 
 pub(crate) async fn completions(
@@ -32,7 +32,16 @@ pub(crate) async fn completions(
         }
     }
     let meta = ReplyMeta::new(info.name.clone());
-    let prepared = convert::prepare(body, ModelLimits::from(info), &context.settings.default_sampling)?;
+    let limits = ModelLimits::from(info);
+    convert::check_prompt_size(&body, limits)?;
+    let mut files = FileImages::new();
+    for (at, url) in convert::file_image_urls(&body) {
+        if !files.contains_key(&url) {
+            let bytes = context.settings.file_urls.read(&at, &url).await?;
+            files.insert(url, bytes);
+        }
+    }
+    let prepared = convert::prepare(body, limits, &context.settings.default_sampling, &files)?;
     let mut events = engine.submit(prepared.request);
     tracing::debug!(request = events.id, reply = %meta.id, stream = prepared.stream, "chat completion queued");
     // Wait for the first event before answering: errors found when the engine

@@ -8,16 +8,17 @@ mod models;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, FromRequest, Request};
+use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
 use axum::routing::{get, post};
-use axum::{middleware, Json, Router};
+use axum::{middleware, Router};
 use engine::sample::SamplingParams;
-use serde::de::DeserializeOwned;
 use tower_http::cors::{AllowHeaders, Any, CorsLayer};
 
 use crate::api_error::ApiError;
 use crate::config::ServerConfig;
+use crate::file_urls::FileUrlPolicy;
+pub(crate) use crate::json_body::ApiJson;
 use crate::state::ServerState;
 
 /// What every handler sees.
@@ -31,6 +32,7 @@ pub(crate) struct AppContext {
 pub(crate) struct Settings {
     pub default_sampling: SamplingParams,
     pub models_dir: Option<PathBuf>,
+    pub file_urls: FileUrlPolicy,
 }
 
 /// The whole API as an axum router, for [`crate::serve`] or for an app that
@@ -41,6 +43,7 @@ pub fn router(config: &ServerConfig, state: ServerState) -> Router {
         settings: Arc::new(Settings {
             default_sampling: config.default_sampling.clone(),
             models_dir: config.models_dir.clone(),
+            file_urls: FileUrlPolicy::new(&config.file_url_folders, config.body_limit),
         }),
     };
     let mut api =
@@ -72,21 +75,4 @@ pub fn router(config: &ServerConfig, state: ServerState) -> Router {
         );
     }
     app
-}
-
-/// `Json<T>` whose rejections (syntax, schema, size, content type) come back
-/// in OpenAI's error shape instead of axum's plain text.
-pub(crate) struct ApiJson<T>(pub T);
-
-impl<S, T> FromRequest<S> for ApiJson<T>
-where
-    T: DeserializeOwned,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let Json(value) = Json::<T>::from_request(request, state).await?;
-        Ok(Self(value))
-    }
 }

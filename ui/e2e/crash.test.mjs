@@ -1,0 +1,83 @@
+// The app killed (kill -9) in the middle of a reply, then started again on
+// the same data folder: the chat is there with the part of the reply that
+// was saved while it streamed (the app saves every second), marked as
+// stopped before its end.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { allByTestId, appPids, byTestId, openApp, shot, startDriver, stopDriver, waitFor } from './harness.mjs';
+
+const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-crash-'));
+let browser;
+
+/** The element's text as the DOM has it. */
+const textOf = (b, el) => b.execute((e) => e.textContent, el);
+
+/** Letters and digits only: the rendered Markdown's line breaks and spacing aside. */
+const bare = (text) => text.replace(/\s+/g, '');
+
+async function modelReady(b) {
+  await waitFor(b, 'the default model to load', async () => (await (await byTestId(b, 'status-bar')).getText()).includes('running'));
+}
+
+describe('the app killed mid-reply', () => {
+  before(async () => {
+    await startDriver({ VLM_DATA_DIR: dataDir });
+    browser = await openApp();
+  });
+
+  after(async () => {
+    await browser?.deleteSession().catch(() => {});
+    stopDriver();
+    setTimeout(() => process.exit(process.exitCode ?? 0), 3000).unref();
+  });
+
+  it('keeps the partial reply, marked interrupted, after kill -9 and a restart', async () => {
+    await modelReady(browser);
+    // greedy, with room to count for a long while
+    await (await byTestId(browser, 'nav-settings')).click();
+    await (await byTestId(browser, 'setting-temperature')).waitForExist({ timeout: 20_000 });
+    await (await byTestId(browser, 'setting-temperature')).setValue('0');
+    await (await byTestId(browser, 'setting-max_tokens')).setValue('2000');
+    await (await byTestId(browser, 'save-settings')).click();
+    await waitFor(browser, 'saved', async () => (await (await byTestId(browser, 'settings-saved')).getText()) === 'Saved.', 10_000);
+    await (await byTestId(browser, 'nav-chat')).click();
+
+    const input = await byTestId(browser, 'composer-input');
+    await input.click();
+    await input.setValue('Count from 1 to 1000, one number per line.');
+    await browser.keys(['Enter']);
+    // read in the page in one step: the live reply is re-rendered with every token
+    const liveText = () => browser.execute(
+      () => document.querySelector('[data-testid="msg-live"] [data-testid="answer"]')?.textContent ?? '');
+    await waitFor(browser, 'the reply to stream', async () => bare(await liveText()).length >= 20);
+    // past the app's next save of the reply under way
+    await new Promise((r) => setTimeout(r, 2500));
+    const seen = await liveText();
+    assert.equal((await allByTestId(browser, 'msg-live')).length, 1, 'still answering when killed');
+    await shot(browser, 'crash-01-before-kill');
+
+    const pids = appPids();
+    assert.ok(pids.length >= 1, 'the app process is found');
+    for (const pid of pids) process.kill(pid, 'SIGKILL');
+    await browser.deleteSession().catch(() => {}); // its app is gone
+
+    browser = await openApp();
+    await modelReady(browser);
+    await waitFor(browser, 'the chat', async () => (await allByTestId(browser, 'chat-item')).length === 1, 30_000);
+    await (await allByTestId(browser, 'chat-item'))[0].click();
+    await waitFor(browser, 'the saved reply', async () => (await allByTestId(browser, 'msg-assistant')).length === 1);
+    const reply = (await allByTestId(browser, 'msg-assistant'))[0];
+    const saved = await textOf(browser, await reply.$('[data-testid="answer"]'));
+    assert.ok(bare(saved).length > 0, 'some of the reply was saved');
+    // what was saved streamed before the kill: the start of what the window showed then
+    assert.ok(bare(seen).startsWith(bare(saved)), `saved ${JSON.stringify(saved)} is not the start of ${JSON.stringify(seen)}`);
+    assert.equal(await textOf(browser, await reply.$('.note')), 'Stopped before the end.');
+    assert.equal((await allByTestId(browser, 'msg-live')).length, 0, 'nothing is answering after the restart');
+    assert.match(await textOf(browser, (await allByTestId(browser, 'msg-user'))[0]), /Count from 1 to 1000/);
+    console.log(`kill -9 with ${bare(seen).length} characters on screen; ${bare(saved).length} came back after the restart`);
+    await shot(browser, 'crash-02-after-restart');
+  });
+});
