@@ -67,15 +67,21 @@ impl Generation {
 
 const SAVE_EVERY: Duration = Duration::from_secs(1);
 
+/// The reply's row is gone: its chat was deleted while it was answering.
+/// Nothing went wrong; there is just nothing left to save into.
+fn reply_gone(e: &store::Error) -> bool {
+    matches!(e, store::Error::MessageNotFound(_) | store::Error::ChatNotFound(_))
+}
+
 /// Reads `stream` to its end, forwarding to the sink and saving to the store;
-/// returns the finished message.
+/// returns the finished message, or `None` when the chat was deleted meanwhile.
 pub async fn pump(
     store: Store,
     reply: ReplyId,
     mut stream: RequestStream,
     sink: Arc<Mutex<Sink>>,
     text: Arc<Mutex<(String, String)>>,
-) -> Result<Message, AppError> {
+) -> Result<Option<Message>, AppError> {
     let send = |e: StreamEvent| (sink.lock().unwrap().clone())(e);
     let mut tick = tokio::time::interval(SAVE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -113,8 +119,10 @@ pub async fn pump(
             _ = tick.tick() => {
                 if dirty {
                     let (content, reasoning) = text.lock().unwrap().clone();
-                    if let Err(e) = store.update_reply(reply, &content, &reasoning).await {
-                        tracing::warn!(%e, "saving a streaming reply failed");
+                    match store.update_reply(reply, &content, &reasoning).await {
+                        Err(e) if reply_gone(&e) => tracing::debug!("the reply's chat was deleted while it streamed"),
+                        Err(e) => tracing::warn!(%e, "saving a streaming reply failed"),
+                        Ok(()) => {}
                     }
                     dirty = false;
                 }
@@ -134,9 +142,13 @@ pub async fn pump(
     };
     let (content, reasoning) = text.lock().unwrap().clone();
     let stats = message_stats(reason, &stats);
-    let message = store.finish_reply(reply, &content, &reasoning, Some(&stats), outcome).await?;
+    let message = match store.finish_reply(reply, &content, &reasoning, Some(&stats), outcome).await {
+        Ok(m) => m,
+        Err(e) if reply_gone(&e) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
     send(StreamEvent::Finished { message: Box::new(message.clone()) });
-    Ok(message)
+    Ok(Some(message))
 }
 
 fn message_stats(reason: FinishReason, s: &RequestStats) -> MessageStats {

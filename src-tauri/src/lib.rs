@@ -45,6 +45,7 @@ pub fn configure<R: Runtime>(builder: tauri::Builder<R>, state: Arc<AppState>) -
             commands::replies::attach_reply,
             commands::attachments::add_attachment_path,
             commands::attachments::add_attachment_bytes,
+            commands::attachments::paste_clipboard_image,
             commands::models::list_models,
             commands::models::load_model,
             commands::models::unload_model,
@@ -76,7 +77,9 @@ pub fn run() {
             std::process::exit(1);
         }
     };
-    let app = configure(tauri::Builder::default().plugin(tauri_plugin_dialog::init()), state.clone())
+    let builder =
+        tauri::Builder::default().plugin(tauri_plugin_dialog::init()).plugin(tauri_plugin_clipboard_manager::init());
+    let app = configure(builder, state.clone())
         .setup(|app| {
             let handle = app.handle().clone();
             let state = app.state::<Arc<AppState>>().inner().clone();

@@ -148,10 +148,7 @@ pub async fn load<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &st
     });
     let path = model.path.clone();
     let config = settings.engine_config();
-    let started = tokio::task::spawn_blocking(move || {
-        EngineHandle::start(&path, config)
-    })
-    .await;
+    let started = tokio::task::spawn_blocking(move || EngineHandle::start(&path, config)).await;
     let started = match started {
         Ok(r) => r.map_err(AppError::from),
         Err(e) => Err(AppError::new("LOAD_ABORTED", e.to_string())),
@@ -295,10 +292,14 @@ pub fn cancel_download(state: &AppState, id: &str) -> bool {
     }
 }
 
-/// Deletes a model from disk (not the loaded one); returns the bytes freed.
+/// Deletes a model from disk (not the loaded one, nor the built-in default,
+/// which the app cannot download again); returns the bytes freed.
 pub async fn delete(state: &Arc<AppState>, id: &str) -> AppResult<u64> {
     if state.status().model.is_some_and(|m| m.id == id) {
         return Err(AppError::new("MODEL_IN_USE", "Unload the model before deleting it."));
+    }
+    if id == default_model_id(state) {
+        return Err(AppError::new("BUILT_IN_MODEL", "The built-in model comes with the app and cannot be deleted."));
     }
     let model = scan(state)
         .await

@@ -23,7 +23,25 @@ pub async fn status(state: &AppState) -> ServerStatus {
     let running = state.server.lock().await;
     match running.as_ref() {
         Some(s) => ServerStatus { running: true, url: Some(format!("http://{}/v1", s.addr())), error: None },
-        None => ServerStatus::default(),
+        // enabled but not running: why, until the next attempt
+        None => ServerStatus { error: state.server_error.lock().unwrap().clone(), ..Default::default() },
+    }
+}
+
+/// Why the server could not start, in words a user can act on.
+fn explain(error: &server::Error, port: u16) -> String {
+    match error {
+        server::Error::Bind { source, .. } => match source.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                format!("Port {port} is already in use by another program. Choose another port, or stop that program.")
+            }
+            std::io::ErrorKind::PermissionDenied => format!(
+                "This app may not listen on port {port} (ports below 1024 need administrator rights). Choose a port \
+                 of 1024 or above."
+            ),
+            _ => format!("The server could not listen on 127.0.0.1:{port}: {source}"),
+        },
+        other => format!("The server could not start: {other}"),
     }
 }
 
@@ -48,11 +66,13 @@ pub async fn apply<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>) {
         };
         match server::serve(config, state.engine.clone()).await {
             Ok(running) => *slot = Some(running),
-            Err(e) => error = Some(e.to_string()),
+            Err(e) => {
+                tracing::error!(%e, port = settings.server_port, "the local OpenAI server could not start");
+                error = Some(explain(&e, settings.server_port));
+            }
         }
     }
+    *state.server_error.lock().unwrap() = error;
     drop(slot);
-    let mut now = status(state).await;
-    now.error = error;
-    let _ = app.emit("server-status", now);
+    let _ = app.emit("server-status", status(state).await);
 }

@@ -1,15 +1,22 @@
 //! A chat's stored messages → one engine request: the system prompt from the
 //! settings, every user message (images first, then text, as vision chat
 //! templates expect) and every finished or interrupted reply; failed replies
-//! are left out, they are not part of the conversation.
+//! are left out, they are not part of the conversation. For a model that
+//! cannot see, each image becomes a short text placeholder: one picture sent
+//! earlier must not make every later turn of the chat fail (the app refuses a
+//! *new* message with images for such a model before it is stored).
 use engine::batch::{ImageInput, Prompt, Request};
+use engine::model::Capabilities;
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use store::{Message, MessageStatus, Role};
 
 use crate::error::{AppError, AppResult};
 use crate::settings::Settings;
 
-pub async fn build_request(messages: &[Message], settings: &Settings) -> AppResult<Request> {
+/// What a model without vision reads in place of an image.
+pub const IMAGE_PLACEHOLDER: &str = "[image]";
+
+pub async fn build_request(messages: &[Message], settings: &Settings, model: Capabilities) -> AppResult<Request> {
     let mut chat = Vec::new();
     let mut images = Vec::new();
     if !settings.system_prompt.trim().is_empty() {
@@ -20,6 +27,10 @@ pub async fn build_request(messages: &[Message], settings: &Settings) -> AppResu
             Role::User => {
                 if m.attachments.is_empty() {
                     chat.push(ChatMessage::user(m.content.as_str()));
+                    continue;
+                }
+                if !model.vision {
+                    chat.push(ChatMessage::user(with_placeholders(m.attachments.len(), &m.content)));
                     continue;
                 }
                 let mut parts = Vec::new();
@@ -52,4 +63,15 @@ pub async fn build_request(messages: &[Message], settings: &Settings) -> AppResu
         .with_sampling(settings.sampling());
     request.images = images;
     Ok(request)
+}
+
+/// The message's text after one placeholder per image, as a model that
+/// cannot see is given it.
+fn with_placeholders(images: usize, text: &str) -> String {
+    let mut out = vec![IMAGE_PLACEHOLDER; images].join(" ");
+    if !text.is_empty() {
+        out.push('\n');
+        out.push_str(text);
+    }
+    out
 }

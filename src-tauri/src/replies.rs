@@ -41,7 +41,7 @@ pub async fn start_reply<R: Runtime>(
     let engine = state.engine()?;
     let model = state.status().model.map(|m| m.name).unwrap_or_else(|| engine.model_info().name.clone());
     let messages = state.store.list_messages(chat).await?;
-    let request = build_request(&messages, &state.settings()).await?;
+    let request = build_request(&messages, &state.settings(), engine.model_info().capabilities).await?;
     let reply_id = state.store.begin_reply(chat, &model).await?;
     let stream = engine.submit(request);
     let sink = Arc::new(Mutex::new(sink));
@@ -62,11 +62,22 @@ pub async fn start_reply<R: Runtime>(
     let store = state.store.clone();
     tauri::async_runtime::spawn(async move {
         let result = pump(store, reply_id, stream, sink, text).await;
-        state.generations.lock().unwrap().remove(&chat);
-        if let Err(e) = result {
-            tracing::error!(%e, chat = chat.0, "finishing a reply failed");
+        remove_generation(&state, chat, reply_id);
+        match result {
+            Ok(Some(_)) => {}
+            Ok(None) => tracing::debug!(chat = chat.0, "the chat was deleted while it answered"),
+            Err(e) => tracing::error!(%e, chat = chat.0, "finishing a reply failed"),
         }
         let _ = app.emit("chat-updated", ChatUpdated { chat_id: chat });
     });
     Ok(StartedReply { reply_id, model })
+}
+
+/// Forgets the chat's generation if it is still this reply's (a chat deleted
+/// and a new reply started meanwhile must keep the new one).
+fn remove_generation(state: &AppState, chat: ChatId, reply: ReplyId) {
+    let mut generations = state.generations.lock().unwrap();
+    if generations.get(&chat).is_some_and(|g| g.reply_id == reply) {
+        generations.remove(&chat);
+    }
 }

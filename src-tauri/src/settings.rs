@@ -159,22 +159,51 @@ impl Settings {
     }
 
     /// What of these settings the loaded model cannot use, in words, for the
-    /// settings panel.
-    pub fn notes_for(&self, model: Option<&ModelInfo>) -> Vec<String> {
+    /// settings panel: the model named as the user knows it, and what to do.
+    pub fn notes_for(&self, model: Option<&ModelFacts>) -> Vec<String> {
         let mut notes = Vec::new();
         let Some(model) = model else { return notes };
         if let Some(q) = self.engine_config().scheduler.kv_quantization {
-            if let Some(why) = q.unsupported_reason(model.shape.head_dim) {
-                notes.push(format!("KV quantization does not apply to {}: {why}.", model.name));
+            if q.unsupported_reason(model.head_dim).is_some() {
+                let fitting: Vec<String> =
+                    [32, 64, 128].iter().filter(|g| model.head_dim % **g == 0).map(|g| g.to_string()).collect();
+                let what_to_do = if fitting.is_empty() {
+                    "turn KV-cache quantization off: it cannot apply to this model".to_string()
+                } else {
+                    format!("set KV group size to {} (or turn KV-cache quantization off)", fitting.join(" or "))
+                };
+                notes.push(format!(
+                    "KV-cache quantization does not apply to {}: its attention heads have {} values, which a group size                      of {} does not divide. To use it, {what_to_do}, then restart the engine.",
+                    model.name, model.head_dim, q.group_size
+                ));
             }
         }
-        if self.max_context > model.shape.max_context {
+        if self.max_context > model.max_context {
             notes.push(format!(
                 "Max context {} is above {}'s own limit of {} tokens; the model's limit applies.",
-                self.max_context, model.name, model.shape.max_context
+                self.max_context, model.name, model.max_context
             ));
         }
         notes
+    }
+}
+
+/// What the notes need to know of the loaded model.
+#[derive(Debug, Clone)]
+pub struct ModelFacts {
+    /// The name the user knows (the gallery's: `owner/name`, not a cache folder).
+    pub name: String,
+    pub head_dim: i32,
+    pub max_context: usize,
+}
+
+impl ModelFacts {
+    pub fn of(info: &ModelInfo, display_name: Option<String>) -> Self {
+        ModelFacts {
+            name: display_name.unwrap_or_else(|| info.name.clone()),
+            head_dim: info.shape.head_dim,
+            max_context: info.shape.max_context,
+        }
     }
 }
 
@@ -207,6 +236,23 @@ mod tests {
             let s = Settings { server_file_url_folders: vec![bad.clone()], ..Default::default() };
             assert!(s.validate().unwrap_err().contains("not a folder"), "{}", bad.display());
         }
+    }
+
+    #[test]
+    fn notes_name_the_model_as_the_user_knows_it_and_say_what_to_do() {
+        let model = ModelFacts { name: "mlx-community/Qwen2-VL-2B".into(), head_dim: 80, max_context: 4096 };
+        let s = Settings { kv_bits: 8, kv_group_size: 64, max_context: 8192, ..Default::default() };
+        let notes = s.notes_for(Some(&model));
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].starts_with("KV-cache quantization does not apply to mlx-community/Qwen2-VL-2B"), "{notes:?}");
+        // 80 is divided by none of 32, 64, 128: the way out is to turn it off
+        assert!(notes[0].contains("turn KV-cache quantization off"), "{notes:?}");
+        assert!(notes[1].contains("own limit of 4096"), "{notes:?}");
+        let model = ModelFacts { head_dim: 64, ..model };
+        let s = Settings { kv_bits: 4, kv_group_size: 128, ..Default::default() };
+        let notes = s.notes_for(Some(&model));
+        assert!(notes[0].contains("set KV group size to 32 or 64"), "{notes:?}");
+        assert!(Settings { kv_bits: 4, kv_group_size: 64, ..Default::default() }.notes_for(Some(&model)).is_empty());
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub struct AppState {
     /// Downloads under way, by catalog id.
     pub downloads: Mutex<HashMap<String, hub::CancellationToken>>,
     pub server: tokio::sync::Mutex<Option<server::RunningServer>>,
+    /// Why the enabled server is not running (port taken…), for the settings panel.
+    pub server_error: Mutex<Option<String>>,
     pub catalog: hub::Catalog,
     /// For the decode-speed estimate: the last stats sample (time, decode steps).
     pub last_stats: Mutex<Option<(std::time::Instant, u64)>>,
@@ -84,6 +86,7 @@ impl AppState {
             generations: Mutex::new(HashMap::new()),
             downloads: Mutex::new(HashMap::new()),
             server: tokio::sync::Mutex::new(None),
+            server_error: Mutex::new(None),
             catalog: hub::Catalog::builtin()?,
             last_stats: Mutex::new(None),
         }))

@@ -1,17 +1,19 @@
 // The real app in a real window (Xvfb), driven through tauri-driver and
 // WebKitWebDriver, on a fresh data folder with the default model:
-// chat with a streamed reply, a real OS drag and drop of an image, reload,
-// settings kept, two chats answering at once, a restart that keeps it all,
-// and a vision model (a tiny random Qwen2-VL put in the run's Hugging Face
-// cache) loaded from the Models screen that answers about a dropped image.
+// chat with a streamed reply, a real OS drag and drop of an image (refused
+// in the composer for the text-only default model), reload, settings kept,
+// two chats answering at once, a restart that keeps it all, a vision model
+// (a tiny random Qwen2-VL put in the run's Hugging Face cache) loaded from
+// the Models screen that answers about a dropped image, and back on the
+// text-only model the same chat going on with its image left out.
 // Screenshots of every screen go to screenshots/ (ignored by git).
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { cpSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { allByTestId, appWindowGeometry, byTestId, here, openApp, root, shot, startDriver, stopDriver, waitFor } from './harness.mjs';
+import { allByTestId, byTestId, dropFile, modelReady, openApp, openPage, root, saveSettings, send, shot, startDriver, statusText, stopDriver, textOf, waitFor } from './harness.mjs';
 
 const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-'));
 const hfHome = join(dataDir, 'hf');
@@ -36,83 +38,12 @@ function writeTinyVisionModel() {
   writeFileSync(join(repo, 'refs', 'main'), commit);
 }
 
-const statusText = async (b) => textOf(b, await byTestId(b, 'status-bar'));
-
 /** An <img>'s picture has loaded with this width (it shows, not a broken icon). */
 const imageLoaded = (b, el, width) => b.execute((e, w) => e.complete && e.naturalWidth === w, el, width);
-
-async function modelReady(b) {
-  await waitFor(b, 'the default model to load', async () => (await (await byTestId(b, 'status-bar')).getText()).includes('running'));
-}
-
-async function send(b, text) {
-  const input = await byTestId(b, 'composer-input');
-  await input.click();
-  await input.setValue(text);
-  await b.keys(['Enter']);
-}
-
-/** The element's text as the DOM has it (WebDriver's getText leaves out clipped text). */
-const textOf = (b, el) => b.execute((e) => e.textContent, el);
-
-/** Opens a page from the sidebar and waits for an element of it. A click
- * that lands while the page is still settling after a reload is retried once
- * (with a screenshot of what was on screen, to see why). */
-async function openPage(b, nav, marker) {
-  for (let attempt = 0; attempt < 2; attempt++) {
-    await (await byTestId(b, nav)).waitForClickable({ timeout: 20_000 });
-    await (await byTestId(b, nav)).click();
-    try {
-      await (await byTestId(b, marker)).waitForExist({ timeout: 10_000 });
-      return;
-    } catch (e) {
-      if (attempt === 1) throw e;
-      await shot(b, `retry-${nav}`);
-    }
-  }
-}
-
-/** Opens Settings, sets each `setting-<key>` field, saves and waits for "Saved.". */
-async function saveSettings(b, values) {
-  await openPage(b, 'nav-settings', 'setting-system_prompt');
-  for (const [key, value] of Object.entries(values)) await (await byTestId(b, `setting-${key}`)).setValue(value);
-  await (await byTestId(b, 'save-settings')).click();
-  await waitFor(b, 'saved', async () => (await (await byTestId(b, 'settings-saved')).getText()) === 'Saved.', 10_000);
-}
 
 async function lastAnswerText(b) {
   const answers = await allByTestId(b, 'msg-assistant');
   return answers.length ? answers[answers.length - 1].getText() : '';
-}
-
-/** Drags `file` from a GTK window onto the app window with the mouse (XDND). */
-async function dropFile(file) {
-  const app = appWindowGeometry();
-  const source = spawn('/usr/bin/python3', [join(here, 'drag_source.py'), file, String(app.x + app.width + 40), '80'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const said = [];
-  source.stdout.on('data', (d) => said.push(...d.toString().trim().split('\n')));
-  await new Promise((resolve, reject) => {
-    const t = setInterval(() => { if (said.includes('ready')) { clearInterval(t); resolve(); } }, 100);
-    source.on('exit', (code) => { clearInterval(t); reject(new Error(`drag source exited ${code}`)); });
-  });
-  const ids = execFileSync('xdotool', ['search', '--onlyvisible', '--name', '^e2e-drag-source$']).toString().trim().split('\n');
-  const geo = Object.fromEntries(execFileSync('xdotool', ['getwindowgeometry', '--shell', ids[0]]).toString().trim().split('\n').map((l) => l.split('=')));
-  const sx = Number(geo.X) + 100; const sy = Number(geo.Y) + 60;
-  const tx = app.x + Math.round(app.width / 2); const ty = app.y + Math.round(app.height / 2);
-  const xdo = (...args) => execFileSync('xdotool', args.map(String));
-  xdo('mousemove', sx, sy);
-  xdo('mousedown', 1);
-  for (let i = 1; i <= 20; i++) {
-    xdo('mousemove', Math.round(sx + ((tx - sx) * i) / 20), Math.round(sy + ((ty - sy) * i) / 20));
-    await new Promise((r) => setTimeout(r, 40));
-  }
-  await new Promise((r) => setTimeout(r, 300));
-  xdo('mouseup', 1);
-  await new Promise((resolve) => {
-    const t = setInterval(() => { if (said.includes('done')) { clearInterval(t); resolve(); } }, 100);
-    setTimeout(() => { clearInterval(t); resolve(); }, 10_000);
-  });
-  source.kill();
 }
 
 describe('the desktop app', () => {
@@ -149,31 +80,38 @@ describe('the desktop app', () => {
     await shot(browser, '02-chat-reply');
   });
 
-  it('takes an image dropped from another window and shows its thumbnail', async () => {
+  it('takes an image dropped from another window, and keeps it from a model that cannot see it', async () => {
     const png = join(dataDir, 'red.png');
     execFileSync('convert', ['-size', '64x48', 'xc:#d33', png]);
     await dropFile(png);
     await waitFor(browser, 'the thumbnail', async () => (await allByTestId(browser, 'composer-thumb')).length === 1, 30_000);
     const img = await browser.$('[data-testid="composer-thumb"] img');
     await waitFor(browser, 'the thumbnail image to load', async () => browser.execute((el) => el.complete && el.naturalWidth === 64, img), 30_000);
-    await shot(browser, '03-dropped-thumbnail');
-    // the default model reads text only: the reply says so plainly
+    // the default model reads text only: the composer says so at once and
+    // offers to find one that sees images; sending is refused before anything is stored
+    await waitFor(browser, 'the offer of a vision model', async () => (await byTestId(browser, 'vision-offer')).isDisplayed(), 10_000);
+    assert.match(await textOf(browser, await byTestId(browser, 'vision-offer')), /cannot see images/);
+    assert.match(await textOf(browser, await byTestId(browser, 'composer-model')), /reads text only/);
     await send(browser, 'What colour is this?');
-    await waitFor(browser, 'the image error', async () => (await allByTestId(browser, 'reply-error')).length > 0);
-    assert.equal((await allByTestId(browser, 'msg-image')).length, 1);
-    // explained by the engine's code (kept with the reply) and the model's lack of vision
-    const error = await byTestId(browser, 'reply-error');
-    assert.equal(await error.getAttribute('data-code'), 'INVALID_REQUEST');
-    assert.match(await textOf(browser, error), /^This model cannot see images\./);
-    await shot(browser, '04-image-on-text-model');
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal((await allByTestId(browser, 'msg-user')).length, 1, 'the message with the image was not sent');
+    assert.match(await (await byTestId(browser, 'composer-input')).getValue(), /What colour is this/, 'the text stays in the box');
+    await shot(browser, '03-image-on-text-model');
+    // removing the image lets the text go
+    await (await byTestId(browser, 'remove-thumb')).click();
+    await waitFor(browser, 'the offer to go', async () => !(await (await byTestId(browser, 'vision-offer')).isDisplayed()), 5_000);
+    await (await byTestId(browser, 'composer-input')).click();
+    await browser.keys(['Enter']);
+    await waitFor(browser, 'the text-only message', async () => (await allByTestId(browser, 'msg-user')).length === 2);
+    await waitFor(browser, 'its reply', async () => (await allByTestId(browser, 'msg-assistant')).length === 2);
+    assert.equal((await allByTestId(browser, 'reply-error')).length, 0);
   });
 
   it('finds the chat again after a reload', async () => {
     await browser.refresh();
     await waitFor(browser, 'the chat list', async () => (await allByTestId(browser, 'chat-item')).length === 1);
-    await (await allByTestId(browser, 'chat-item'))[0].click();
+    await (await allByTestId(browser, 'chat-open'))[0].click();
     await waitFor(browser, 'the messages', async () => (await allByTestId(browser, 'msg-user')).length === 2);
-    assert.equal((await allByTestId(browser, 'msg-image')).length, 1);
   });
 
   it('keeps a changed setting', async () => {
@@ -212,14 +150,14 @@ describe('the desktop app', () => {
     assert.equal((await allByTestId(browser, 'chat-item')).length, 3);
   });
 
-  it('keeps chats, images and settings across a restart', async () => {
+  it('keeps chats and settings across a restart', async () => {
     await browser.deleteSession();
     browser = await openApp();
     await modelReady(browser);
     await waitFor(browser, 'the chats', async () => (await allByTestId(browser, 'chat-item')).length === 3, 30_000);
-    const items = await allByTestId(browser, 'chat-item');
-    await items[items.length - 1].click(); // the oldest: the first chat, with the image
-    await waitFor(browser, 'its messages', async () => (await allByTestId(browser, 'msg-image')).length === 1);
+    const items = await allByTestId(browser, 'chat-open');
+    await items[items.length - 1].click(); // the oldest: the first chat
+    await waitFor(browser, 'its messages', async () => (await allByTestId(browser, 'msg-user')).length === 2);
     await shot(browser, '08-after-restart');
     await openPage(browser, 'nav-settings', 'setting-system_prompt');
     assert.equal(await (await byTestId(browser, 'setting-system_prompt')).getValue(), 'You are a helpful assistant.');
@@ -242,7 +180,7 @@ describe('the desktop app', () => {
     assert.doesNotMatch(await loaded(), /e2e0{10}/);
     await waitFor(browser, 'its empty vision cache in the status bar', async () => {
       const text = await statusText(browser);
-      return text.includes(visionRepo) && text.includes('vision cache 0 hits · 0 misses');
+      return text.includes(visionRepo) && text.includes('images read 0 · reused 0');
     }, 20_000);
     // clicking Load scrolled the list: show the Loaded card (name, Vision badge) in the picture
     await browser.execute((e) => e.scrollIntoView({ block: 'start' }), await byTestId(browser, 'loaded-model'));
@@ -264,7 +202,7 @@ describe('the desktop app', () => {
     assert.equal(await textOf(browser, await reply.$('.msg-model')), visionRepo);
     assert.match(await textOf(browser, await byTestId(browser, 'stats')), /\d+ tokens .*ended: (stop|length)/);
     // the image was encoded once: a miss in the engine's vision cache
-    await waitFor(browser, 'a vision-cache miss', async () => (await statusText(browser)).includes('vision cache 0 hits · 1 miss'), 20_000);
+    await waitFor(browser, 'a vision-cache miss', async () => (await statusText(browser)).includes('images read 1 · reused 0'), 20_000);
     await shot(browser, '11-vision-reply');
 
     // the image stays in the chat's history: the next turn sends it again, and
@@ -274,9 +212,27 @@ describe('the desktop app', () => {
     await waitFor(browser, 'the second reply', async () => (await allByTestId(browser, 'msg-assistant')).length === 2 && (await allByTestId(browser, 'msg-live')).length === 0);
     assert.equal((await allByTestId(browser, 'reply-error')).length, 0);
     assert.equal((await allByTestId(browser, 'msg-image')).length, 1, 'the image shows once, with the first message');
-    await waitFor(browser, 'a vision-cache hit', async () => (await statusText(browser)).includes('vision cache 1 hit · 1 miss'), 20_000);
-    assert.match(await statusText(browser), /prefix hits [1-9]/);
+    await waitFor(browser, 'a vision-cache hit', async () => (await statusText(browser)).includes('images read 1 · reused 1'), 20_000);
+    assert.match(await statusText(browser), /cache reused [1-9]\d* tokens?/);
     await shot(browser, '12-vision-second-turn');
+  });
+
+  it('goes on with a chat that holds an image on a model that cannot see it', async () => {
+    await openPage(browser, 'nav-models', 'local-models');
+    const builtIn = await browser.$('[data-testid="local-model"][data-model-id="dir:SmolLM2-135M-Instruct.Q4_1.gguf"]');
+    await (await builtIn.$('[data-testid="load-model"]')).click();
+    await waitFor(browser, 'the text model to load', async () => /SmolLM2/i.test(await textOf(browser, await byTestId(browser, 'loaded-model'))));
+    await (await byTestId(browser, 'nav-chat')).click();
+    const chats = await allByTestId(browser, 'chat-open');
+    await chats[0].click(); // the vision chat: the most recent
+    await waitFor(browser, 'its image', async () => (await allByTestId(browser, 'msg-image')).length === 1);
+    // said once in the chat: the image is sent as a placeholder now
+    await waitFor(browser, 'the note on the image', async () => (await allByTestId(browser, 'images-left-out')).length === 1, 10_000);
+    await send(browser, 'Thanks. What is the capital of Italy?');
+    await waitFor(browser, 'the third reply', async () => (await allByTestId(browser, 'msg-assistant')).length === 3 && (await allByTestId(browser, 'msg-live')).length === 0);
+    // the earlier image no longer fails every later turn
+    assert.equal((await allByTestId(browser, 'reply-error')).length, 0);
+    await shot(browser, '13-image-chat-on-text-model');
   });
 });
 

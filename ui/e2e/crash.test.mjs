@@ -7,20 +7,15 @@ import assert from 'node:assert/strict';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { allByTestId, appPids, byTestId, openApp, shot, startDriver, stopDriver, waitFor } from './harness.mjs';
+import {
+  allByTestId, appPids, byTestId, modelReady, openApp, saveSettings, shot, startDriver, stopDriver, textOf, waitFor,
+} from './harness.mjs';
 
 const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-crash-'));
 let browser;
 
-/** The element's text as the DOM has it. */
-const textOf = (b, el) => b.execute((e) => e.textContent, el);
-
 /** Letters and digits only: the rendered Markdown's line breaks and spacing aside. */
 const bare = (text) => text.replace(/\s+/g, '');
-
-async function modelReady(b) {
-  await waitFor(b, 'the default model to load', async () => (await (await byTestId(b, 'status-bar')).getText()).includes('running'));
-}
 
 describe('the app killed mid-reply', () => {
   before(async () => {
@@ -37,12 +32,7 @@ describe('the app killed mid-reply', () => {
   it('keeps the partial reply, marked interrupted, after kill -9 and a restart', async () => {
     await modelReady(browser);
     // greedy, with room to count for a long while
-    await (await byTestId(browser, 'nav-settings')).click();
-    await (await byTestId(browser, 'setting-temperature')).waitForExist({ timeout: 20_000 });
-    await (await byTestId(browser, 'setting-temperature')).setValue('0');
-    await (await byTestId(browser, 'setting-max_tokens')).setValue('2000');
-    await (await byTestId(browser, 'save-settings')).click();
-    await waitFor(browser, 'saved', async () => (await (await byTestId(browser, 'settings-saved')).getText()) === 'Saved.', 10_000);
+    await saveSettings(browser, { temperature: '0', max_tokens: '2000' });
     await (await byTestId(browser, 'nav-chat')).click();
 
     const input = await byTestId(browser, 'composer-input');

@@ -1,7 +1,7 @@
 // Starts the real app through tauri-driver (WebKitWebDriver) with its own
 // data folder, and helpers to find things, wait and take screenshots.
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
+import { mkdirSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { remote } from 'webdriverio';
@@ -92,4 +92,104 @@ export function appPids() {
     if (pid === driver.pid) pids.push(Number(entry));
   }
   return pids;
+}
+
+// ---- helpers shared by the suites (moved here from app.test.mjs) ----
+
+/** The element's text as the DOM has it (WebDriver's getText leaves out clipped text). */
+export const textOf = (b, el) => b.execute((e) => e.textContent, el);
+
+export async function statusText(b) {
+  return textOf(b, await byTestId(b, 'status-bar'));
+}
+
+/** The engine is ready and the status bar shows its figures. */
+export async function modelReady(b) {
+  await waitFor(b, 'the model to load', async () => {
+    const bar = await byTestId(b, 'status-bar');
+    return (await bar.getAttribute('data-engine')) === 'ready' && (await bar.getAttribute('data-stats')) === 'yes';
+  });
+}
+
+export async function send(b, text) {
+  const input = await byTestId(b, 'composer-input');
+  await input.click();
+  await input.setValue(text);
+  await b.keys(['Enter']);
+}
+
+/** Opens a page from the sidebar and waits for an element of it. A click
+ * that lands while the page is still settling after a reload is retried once
+ * (with a screenshot of what was on screen, to see why). */
+export async function openPage(b, nav, marker) {
+  for (let attempt = 0; attempt < 2; attempt++) {
+    await (await byTestId(b, nav)).waitForClickable({ timeout: 20_000 });
+    await (await byTestId(b, nav)).click();
+    try {
+      await (await byTestId(b, marker)).waitForExist({ timeout: 10_000 });
+      return;
+    } catch (e) {
+      if (attempt === 1) throw e;
+      await shot(b, `retry-${nav}`);
+    }
+  }
+}
+
+/** Opens Settings, sets each `setting-<key>` field (they apply as they
+ * change) and waits for "Saved.". */
+export async function saveSettings(b, values) {
+  await openPage(b, 'nav-settings', 'setting-system_prompt');
+  for (const [key, value] of Object.entries(values)) {
+    const field = await byTestId(b, `setting-${key}`);
+    if ((await field.getTagName()) === 'select') await field.selectByAttribute('value', value);
+    else await field.setValue(value);
+  }
+  await b.keys(['Tab']); // leaves the last field: its change applies now
+  await waitFor(b, 'saved', async () => (await (await byTestId(b, 'settings-saved')).getText()) === 'Saved.', 10_000);
+}
+
+/** Drags `file` from a GTK window onto the app window with the mouse (XDND). */
+export async function dropFile(file) {
+  const app = appWindowGeometry();
+  const source = spawn('/usr/bin/python3', [join(here, 'drag_source.py'), file, String(app.x + app.width + 40), '80'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const said = [];
+  source.stdout.on('data', (d) => said.push(...d.toString().trim().split('\n')));
+  await new Promise((resolve, reject) => {
+    const t = setInterval(() => { if (said.includes('ready')) { clearInterval(t); resolve(); } }, 100);
+    source.on('exit', (code) => { clearInterval(t); reject(new Error(`drag source exited ${code}`)); });
+  });
+  const ids = execFileSync('xdotool', ['search', '--onlyvisible', '--name', '^e2e-drag-source$']).toString().trim().split('\n');
+  const geo = Object.fromEntries(execFileSync('xdotool', ['getwindowgeometry', '--shell', ids[0]]).toString().trim().split('\n').map((l) => l.split('=')));
+  const sx = Number(geo.X) + 100; const sy = Number(geo.Y) + 60;
+  const tx = app.x + Math.round(app.width / 2); const ty = app.y + Math.round(app.height / 2);
+  const xdo = (...args) => execFileSync('xdotool', args.map(String));
+  xdo('mousemove', sx, sy);
+  xdo('mousedown', 1);
+  for (let i = 1; i <= 20; i++) {
+    xdo('mousemove', Math.round(sx + ((tx - sx) * i) / 20), Math.round(sy + ((ty - sy) * i) / 20));
+    await new Promise((r) => setTimeout(r, 40));
+  }
+  await new Promise((r) => setTimeout(r, 300));
+  xdo('mouseup', 1);
+  await new Promise((resolve) => {
+    const t = setInterval(() => { if (said.includes('done')) { clearInterval(t); resolve(); } }, 100);
+    setTimeout(() => { clearInterval(t); resolve(); }, 10_000);
+  });
+  source.kill();
+}
+
+const axeSource = readFileSync(join(root, 'ui/node_modules/axe-core/axe.min.js'), 'utf8');
+
+/** Runs axe-core on the page as it is now; returns its serious and critical
+ * violations (rule, impact, the first offending elements), after writing all
+ * of them to screenshots/axe-<name>.json. */
+export async function axeAudit(b, name) {
+  const loaded = await b.execute(() => typeof window.axe === 'object');
+  if (!loaded) await b.execute(axeSource);
+  const violations = await b.execute(async () => {
+    const r = await window.axe.run(document, { resultTypes: ['violations'] });
+    return r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 5).map((n) => n.target.join(' ') + ' — ' + n.failureSummary) }));
+  });
+  writeFileSync(join(shots, `axe-${name}.json`), JSON.stringify(violations, null, 2));
+  return violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
 }

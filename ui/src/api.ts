@@ -53,6 +53,8 @@ export interface LoadedModel {
   id: string; name: string; path: string; architecture: string; quantization: string | null; max_context: number;
   /** It can see images (a vision-language model). */
   vision: boolean;
+  /** Its chat template reasons in a thinking block before answering. */
+  thinking: boolean;
 }
 export interface EngineKnobs { kv_bits: number; kv_group_size: number; max_context: number; max_running: number }
 export interface EngineStatus {
@@ -67,7 +69,7 @@ export interface EngineStatsView {
   engine: Record<string, unknown> & {
     running: number; waiting: number; kv_cache_bytes: number; active_memory_bytes: number;
     decode_steps: number; kv_quantization: string;
-    prefix_cache?: { hits: number; misses: number; bytes: number };
+    prefix_cache?: { hits: number; misses: number; bytes: number; reused_tokens: number };
     vision_cache?: { hits: number; misses: number; bytes: number; entries: number };
   };
   decode_tps: number;
@@ -135,6 +137,8 @@ export const api = {
 
   addAttachmentPath: (path: string) => invoke<Attachment>('add_attachment_path', { path }),
   addAttachmentBytes: (bytes: Uint8Array) => invoke<Attachment>('add_attachment_bytes', bytes),
+  /** The image on the system clipboard, stored as an attachment; null when the clipboard holds none. */
+  pasteClipboardImage: () => invoke<Attachment | null>('paste_clipboard_image'),
 
   listModels: () => invoke<Gallery>('list_models'),
   loadModel: (id: string) => invoke<EngineStatus>('load_model', { id }),

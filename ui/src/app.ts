@@ -1,12 +1,14 @@
-// The window: sidebar (chats + navigation), the page (chat, models or
-// settings) and the status bar; wires replies, events and image drops.
+// The window: sidebar (chats + navigation, can be hidden), the page (chat,
+// models or settings) and the status bar; wires replies, events, image
+// drops, keyboard shortcuts and the screen-reader announcements.
 import { api, errorText, events, type Chat, type EngineStatsView, type EngineStatus, type Message, type Outgoing, type ServerStatus } from './api';
-import { ChatView } from './chatView';
+import { ChatView, type ModelState } from './chatView';
 import { Composer } from './composer';
 import { clear, h } from './dom';
 import { icon } from './icons';
 import { ModelsView } from './modelsView';
 import { SettingsPage } from './settingsView';
+import { onMac, shortcutFor, shortcutLabel, type ShortcutAction } from './shortcuts';
 import { Sidebar } from './sidebar';
 import { StatusBar } from './statusBar';
 import { Streams } from './streams';
@@ -17,6 +19,8 @@ export interface Platform {
 }
 
 type Page = 'chat' | 'models' | 'settings';
+
+const SIDEBAR_KEY = 'vlm-sidebar-hidden';
 
 export class App {
   readonly el: HTMLElement;
@@ -37,8 +41,13 @@ export class App {
   private main: HTMLElement;
   private header: HTMLElement;
   private nav: HTMLElement;
+  private mac = onMac();
   private toasts = h('div', { class: 'toasts', 'aria-live': 'polite' });
+  /** Finished replies are read out from here (a polite live region, visually hidden). */
+  private announcer = h('div', { class: 'sr-only', role: 'status', 'aria-live': 'polite', 'data-testid': 'announcer' });
   private dropOverlay = h('div', { class: 'drop-overlay', hidden: true }, h('div', {}, 'Drop images to attach'));
+  /** Chats answering at the last stream event, to redraw the sidebar only when that changes. */
+  private answering = '';
 
   constructor(private platform: Platform) {
     const toast = (m: string) => this.toast(m);
@@ -46,28 +55,55 @@ export class App {
       select: (c) => void this.openChat(c),
       selectedId: () => (this.page === 'chat' ? this.chat?.id ?? null : null),
       isRunning: (id) => this.streams.isRunning(id),
+      deleted: (id) => this.chatDeleted(id),
       toast,
     });
-    this.chatView = new ChatView({ regenerate: () => void this.regenerate(), edit: (m) => this.edit(m) });
-    this.composer = new Composer({ send: (m) => this.send(m), stop: () => void this.stop(), pickFiles: () => platform.pickFiles(), toast });
+    this.chatView = new ChatView({
+      regenerate: () => void this.regenerate(),
+      edit: (m) => this.edit(m),
+      continueReply: () => void this.composer.sendText('Continue.'),
+      sendStarter: (text) => void this.composer.sendText(text),
+      openModels: () => this.go('models'),
+    });
+    this.composer = new Composer({
+      send: (m) => this.send(m),
+      stop: () => void this.stop(),
+      pickFiles: () => platform.pickFiles(),
+      toast,
+      visionModels: () => this.models.visionModelsOnDisk(),
+      switchModel: async (id) => { try { await api.loadModel(id); } catch (e) { this.toast(errorText(e)); } },
+      openModels: () => this.go('models'),
+    });
     this.models = new ModelsView(toast);
     this.settings = new SettingsPage(toast);
     this.header = h('header', { class: 'chat-header' });
     this.main = h('main', { class: 'main' });
-    this.nav = h('div', { class: 'sidebar-nav' });
+    this.nav = h('nav', { class: 'sidebar-nav', 'aria-label': 'Pages' });
     this.el = h('div', { class: 'app' },
-      h('aside', { class: 'sidebar' }, this.sidebar.el, this.nav),
+      h('aside', { class: 'sidebar', 'aria-label': 'Chats' }, this.sidebar.el, this.nav),
       this.main,
       this.statusBar.el,
       this.toasts,
+      this.announcer,
       this.dropOverlay);
+    this.setSidebarHidden(localStorage.getItem(SIDEBAR_KEY) === '1');
     this.streams.subscribe((chatId, live) => {
+      const answering = this.streams.runningChats().sort().join(',');
+      if (answering !== this.answering) {
+        this.answering = answering;
+        this.sidebar.redraw();
+      }
+      if (live.finished) {
+        this.announce(live.finished);
+        void this.pollStats();
+      }
       if (this.page === 'chat' && this.chat?.id === chatId) {
         if (live.finished) void this.reloadMessages();
         else this.chatView.updateLive(live);
         this.composer.setBusy(this.streams.isRunning(chatId));
       }
     });
+    document.addEventListener('keydown', (e) => this.onKey(e));
   }
 
   async start(): Promise<void> {
@@ -77,9 +113,8 @@ export class App {
     await events.engineStatus((s) => { this.setStatus(s); this.renderStatus(); this.renderHeader(); });
     await events.downloadProgress((p) => this.models.onProgress(p));
     await events.downloadDone((d) => {
-      this.models.onDone(d.id);
+      this.models.onDone(d);
       if (d.ok) this.toast(`Downloaded ${d.id}`);
-      else if (!d.cancelled && d.error) this.toast(`Download failed: ${d.error.message}`);
     });
     await events.serverStatus((s) => { this.server = s; this.settings.setServer(s); this.renderStatus(); });
     await events.chatUpdated(() => void this.sidebar.refresh());
@@ -102,19 +137,27 @@ export class App {
 
   private setStatus(s: EngineStatus): void {
     this.status = s;
+    // the figures were the engine's that just went away
+    if (!s.model) this.stats = null;
     this.models.setStatus(s);
-    this.chatView.setModelVision(s.model ? s.model.vision : null);
+    this.settings.setStatus(s);
+    const state: ModelState = s.state === 'loading' ? { state: 'loading', name: s.loading ?? '' }
+      : s.model ? { state: 'ready', model: s.model } : { state: 'unloaded' };
+    this.chatView.setModel(state);
+    this.composer.setModel(s.model ? { name: s.model.name, vision: s.model.vision } : null);
   }
 
   private renderNav(): void {
     clear(this.nav);
-    const item = (page: Page, glyph: 'chat' | 'models' | 'settings', label: string) => h('button', {
+    const item = (page: Page, glyph: 'chat' | 'models' | 'settings', label: string, keys?: string) => h('button', {
       class: `nav-item${this.page === page ? ' selected' : ''}`, 'data-testid': `nav-${page}`, onclick: () => this.go(page),
+      'aria-current': this.page === page ? 'page' : undefined, title: keys ? `${label} (${keys})` : label,
     }, icon(glyph), label);
-    this.nav.append(item('chat', 'chat', 'Chats'), item('models', 'models', 'Models'), item('settings', 'settings', 'Settings'));
+    this.nav.append(item('chat', 'chat', 'Chats'), item('models', 'models', 'Models'), item('settings', 'settings', 'Settings', shortcutLabel('settings', this.mac)));
   }
 
   private go(page: Page): void {
+    if (this.page === 'settings' && page !== 'settings') this.settings.flush();
     this.page = page;
     this.renderNav();
     this.showPage();
@@ -138,12 +181,25 @@ export class App {
   private renderHeader(): void {
     clear(this.header);
     const model = this.status?.state === 'loading' ? `Loading ${this.status.loading}…` : this.status?.model?.name ?? 'No model loaded';
+    const hidden = this.el.classList.contains('sidebar-hidden');
     this.header.append(
-      h('div', { class: 'chat-title-main', 'data-testid': 'chat-title' }, this.chat?.title || 'New chat'),
+      h('button', {
+        class: 'icon sidebar-toggle', 'data-testid': 'toggle-sidebar', 'aria-expanded': hidden ? 'false' : 'true',
+        'aria-label': hidden ? 'Show the sidebar' : 'Hide the sidebar', title: `${hidden ? 'Show' : 'Hide'} the sidebar (${shortcutLabel('toggle-sidebar', this.mac)})`,
+        onclick: () => this.setSidebarHidden(!this.el.classList.contains('sidebar-hidden')),
+      }, icon('sidebar', 18)),
+      h('h1', { class: 'chat-title-main', 'data-testid': 'chat-title' }, this.chat?.title || 'New chat'),
       h('button', { class: 'model-pill', title: 'Change model', onclick: () => this.go('models') }, model));
   }
 
+  private setSidebarHidden(hidden: boolean): void {
+    this.el.classList.toggle('sidebar-hidden', hidden);
+    localStorage.setItem(SIDEBAR_KEY, hidden ? '1' : '0');
+    if (this.page === 'chat') this.renderHeader();
+  }
+
   private async openChat(chat: Chat | null): Promise<void> {
+    if (this.page === 'settings') this.settings.flush();
     this.page = 'chat';
     this.renderNav();
     if (this.chat && this.chat.id !== chat?.id) this.streams.settle(this.chat.id);
@@ -154,6 +210,12 @@ export class App {
     await this.reloadMessages();
     void this.sidebar.refresh();
     this.composer.focus();
+  }
+
+  /** The sidebar deleted a chat: its reply (if any) is gone with it. */
+  private chatDeleted(chatId: number): void {
+    this.streams.abandon(chatId);
+    if (this.chat?.id === chatId) void this.openChat(null);
   }
 
   private async reloadMessages(): Promise<void> {
@@ -212,6 +274,7 @@ export class App {
 
   private async stop(): Promise<void> {
     if (this.chat) await api.stop(this.chat.id).catch((e) => this.toast(errorText(e)));
+    this.composer.focus();
   }
 
   private async regenerate(): Promise<void> {
@@ -230,6 +293,45 @@ export class App {
   private edit(m: Message): void {
     this.editing = m;
     this.composer.startEdit(m.content, m.attachments, () => { this.editing = null; });
+  }
+
+  private onKey(e: KeyboardEvent): void {
+    const action = shortcutFor(e, this.mac);
+    if (!action) return;
+    // Esc belongs to dialogs and the rename field first
+    if (action === 'stop' && e.key === 'Escape' && (document.querySelector('.modal-overlay') || (e.target as Element | null)?.closest?.('input.rename'))) return;
+    if (action === 'stop' && e.key === 'Escape' && !(this.chat && this.streams.isRunning(this.chat.id))) return;
+    e.preventDefault();
+    this.run(action);
+  }
+
+  /** What a shortcut (or, later, a native menu item) does. */
+  run(action: ShortcutAction): void {
+    switch (action) {
+      case 'new-chat': void this.openChat(null); break;
+      case 'settings': this.go('settings'); break;
+      case 'search':
+        this.setSidebarHidden(false);
+        this.sidebar.focusSearch();
+        break;
+      case 'stop': void this.stop(); break;
+      case 'regenerate':
+        if (this.page === 'chat' && this.chat && !this.streams.isRunning(this.chat.id) && this.messages.some((m) => m.role === 'user')) void this.regenerate();
+        break;
+      case 'copy-last': {
+        const last = [...this.messages].reverse().find((m) => m.role === 'assistant' && m.content);
+        if (last) void navigator.clipboard?.writeText(last.content).then(() => this.toast('Copied the last answer.'), () => this.toast('Copying failed.'));
+        break;
+      }
+      case 'toggle-sidebar': this.setSidebarHidden(!this.el.classList.contains('sidebar-hidden')); break;
+    }
+  }
+
+  /** Reads a finished reply out to screen readers (once, not token by token). */
+  private announce(m: Message): void {
+    const text = m.status === 'error' ? `The reply failed: ${m.error ?? ''}` : m.content;
+    const short = text.length > 300 ? `${text.slice(0, 300)}…` : text;
+    this.announcer.textContent = `${m.model ?? 'The model'} answered: ${short}`;
   }
 
   private async pollStats(): Promise<void> {

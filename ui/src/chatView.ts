@@ -1,16 +1,31 @@
 // One chat: its messages (Markdown answers, a collapsible "Thinking" block,
-// images, stats on hover, errors shown plainly), the live reply as it
-// streams, and the actions on the last turn (regenerate, edit and resend).
-import { attachmentUrl, type Message, type MessageStats } from './api';
+// images, stats, errors shown plainly), the live reply as it streams
+// (rendered block by block, at most ~15 times a second), the actions on the
+// last turn (regenerate, edit and resend, continue a reply cut at the token
+// limit), a "jump to latest" button when scrolled up, and an empty chat that
+// says what to do.
+import { attachmentUrl, type LoadedModel, type Message, type MessageStats } from './api';
 import { clear, h } from './dom';
 import { bytes } from './format';
-import { setMarkdown } from './markdown';
+import { MarkdownBlocks, setMarkdown } from './markdown';
+import { startersFor } from './starters';
 import type { LiveReply } from './streams';
 
 export interface ChatViewHooks {
   regenerate(): void;
   edit(message: Message): void;
+  /** Asks the model to go on with a reply cut at the token limit. */
+  continueReply(): void;
+  /** Sends a starter prompt of the empty chat. */
+  sendStarter(text: string): void;
+  openModels(): void;
 }
+
+/** What the chat knows about the engine: nothing loaded, loading, or the model. */
+export type ModelState = { state: 'unloaded' } | { state: 'loading'; name: string } | { state: 'ready'; model: LoadedModel };
+
+/** A streaming reply is redrawn at most this often (ms): ~15 times a second. */
+export const LIVE_REDRAW_MS = 66;
 
 /** "42 tokens · 31.5 tok/s · TTFT 120 ms" for the hover card. */
 export function statsLine(stats: MessageStats | null | undefined): string {
@@ -60,17 +75,23 @@ export function friendlyError(code: string | null | undefined, message: string, 
 
 export class ChatView {
   readonly el: HTMLElement;
+  private scroller: HTMLElement;
   private list: HTMLElement;
+  private jump: HTMLButtonElement;
   private messages: Message[] = [];
   private live: LiveReply | null = null;
-  private liveEl: HTMLElement | null = null;
-  private frame = 0;
+  private liveBubble: LiveBubble | null = null;
+  private timer = 0;
+  private lastDraw = 0;
   private busy = false;
-  private modelSeesImages: boolean | null = null;
+  private model: ModelState = { state: 'unloaded' };
 
   constructor(private hooks: ChatViewHooks) {
     this.list = h('div', { class: 'messages', 'data-testid': 'messages' });
-    this.el = h('div', { class: 'chat-scroll' }, this.list);
+    this.scroller = h('div', { class: 'chat-scroll', 'data-testid': 'chat-scroll' }, this.list);
+    this.jump = h('button', { class: 'jump-latest', hidden: true, 'data-testid': 'jump-latest', onclick: () => this.scrollToEnd(true) }, 'Jump to latest ↓');
+    this.scroller.addEventListener('scroll', () => this.updateJump());
+    this.el = h('div', { class: 'chat-pane' }, this.scroller, this.jump);
   }
 
   show(messages: Message[], live: LiveReply | null): void {
@@ -81,99 +102,128 @@ export class ChatView {
     this.scrollToEnd();
   }
 
-  /** The loaded model changed (or its vision is known now): failed replies
-   * are explained with it. */
-  setModelVision(sees: boolean | null): void {
-    if (sees === this.modelSeesImages) return;
-    this.modelSeesImages = sees;
-    if (this.messages.length) this.render();
+  /** The engine's model changed: the empty chat, the note on images and
+   * failed replies are explained with it. */
+  setModel(model: ModelState): void {
+    const before = JSON.stringify(this.model);
+    this.model = model;
+    if (JSON.stringify(model) !== before) this.render();
   }
 
-  /** A live reply changed: redraw just its bubble, once per frame. */
+  private get modelSeesImages(): boolean | null {
+    return this.model.state === 'ready' ? this.model.model.vision : null;
+  }
+
+  /** A live reply changed: redraw its bubble, at most every LIVE_REDRAW_MS. */
   updateLive(live: LiveReply): void {
     this.live = live;
-    if (this.frame) return;
-    this.frame = requestAnimationFrame(() => {
-      this.frame = 0;
-      if (!this.live) return;
-      const nearEnd = this.el.scrollHeight - this.el.scrollTop - this.el.clientHeight < 80;
-      const fresh = this.assistant(this.liveMessage(this.live), true);
-      if (this.liveEl?.isConnected) this.liveEl.replaceWith(fresh);
-      else this.list.append(fresh);
-      this.liveEl = fresh;
+    if (this.timer) return;
+    const wait = Math.max(0, this.lastDraw + LIVE_REDRAW_MS - performance.now());
+    this.timer = window.setTimeout(() => {
+      this.timer = 0;
+      this.lastDraw = performance.now();
+      if (!this.live || this.live.finished) return;
+      const nearEnd = this.isNearEnd();
+      if (!this.liveBubble?.el.isConnected) {
+        this.liveBubble = new LiveBubble();
+        this.list.append(this.liveBubble.el);
+      }
+      this.liveBubble.update(this.live);
       if (nearEnd) this.scrollToEnd();
-    });
-  }
-
-  private liveMessage(live: LiveReply): Message {
-    return {
-      id: live.replyId ?? -1, chat_id: live.chatId, role: 'assistant', content: live.content,
-      reasoning: live.reasoning || null, attachments: [], stats: null, model: live.model,
-      status: live.error ? 'error' : 'streaming', error: live.error?.message ?? null, error_code: live.error?.code ?? null, created_at: Date.now(), updated_at: Date.now(),
-    };
+      else this.updateJump();
+    }, wait);
   }
 
   private render(): void {
     clear(this.list);
-    this.liveEl = null;
+    this.liveBubble = null;
     const liveId = this.live && !this.live.finished ? this.live.replyId : null;
     const lastUser = [...this.messages].reverse().find((m) => m.role === 'user');
     const lastAssistant = this.messages[this.messages.length - 1]?.role === 'assistant' ? this.messages[this.messages.length - 1] : undefined;
+    // said once, after the first message with images, while the model cannot see them
+    const firstWithImages = this.modelSeesImages === false ? this.messages.find((m) => m.role === 'user' && m.attachments.length > 0) : undefined;
     for (const m of this.messages) {
-      if (m.role === 'user') this.list.append(this.user(m, m === lastUser && !this.busy));
-      else if (m.role === 'assistant' && m.id !== liveId) this.list.append(this.assistant(m, false, m === lastAssistant && !this.busy));
+      if (m.role === 'user') {
+        this.list.append(this.user(m, m === lastUser && !this.busy));
+        if (m === firstWithImages) this.list.append(this.imagesLeftOut());
+      } else if (m.role === 'assistant' && m.id !== liveId) {
+        this.list.append(this.assistant(m, m === lastAssistant && !this.busy));
+      }
     }
     if (this.live && !this.live.finished) {
-      this.liveEl = this.assistant(this.liveMessage(this.live), true);
-      this.list.append(this.liveEl);
+      this.liveBubble = new LiveBubble();
+      this.liveBubble.update(this.live);
+      this.list.append(this.liveBubble.el);
     }
-    if (this.messages.length === 0 && !this.live) {
-      this.list.append(h('div', { class: 'empty-chat' },
-        h('h1', {}, 'What can I help with?'),
-        h('p', {}, 'Drop images anywhere on the window, paste them, or use the picture button.')));
+    if (this.messages.length === 0 && !this.live) this.list.append(this.emptyChat());
+    this.updateJump();
+  }
+
+  private emptyChat(): HTMLElement {
+    const m = this.model;
+    if (m.state === 'unloaded') {
+      return h('div', { class: 'empty-chat', 'data-testid': 'empty-chat' },
+        h('h1', {}, 'No model is loaded'),
+        h('p', {}, 'Load a model to start chatting.'),
+        h('button', { class: 'primary', 'data-testid': 'empty-open-models', onclick: () => this.hooks.openModels() }, 'Choose a model in Models'));
     }
+    if (m.state === 'loading') {
+      return h('div', { class: 'empty-chat', 'data-testid': 'empty-chat' },
+        h('h1', {}, 'What can I help with?'), h('p', {}, `Loading ${m.name}…`));
+    }
+    const starters = startersFor(m.model);
+    return h('div', { class: 'empty-chat', 'data-testid': 'empty-chat' },
+      h('h1', {}, 'What can I help with?'),
+      h('p', { 'data-testid': 'empty-hint' }, starters.hint),
+      h('div', { class: 'starters' }, ...starters.prompts.map((p) =>
+        h('button', { class: 'starter', 'data-testid': 'starter', onclick: () => this.hooks.sendStarter(p) }, p))));
+  }
+
+  private imagesLeftOut(): HTMLElement {
+    const name = this.model.state === 'ready' ? this.model.model.name : 'This model';
+    return h('div', { class: 'chat-note', role: 'note', 'data-testid': 'images-left-out' },
+      `${name} cannot see images: the images in this chat are sent to it as “[image]”. `,
+      h('button', { class: 'link inline', onclick: () => this.hooks.openModels() }, 'Load a model that sees images'),
+      ' to ask about them.');
   }
 
   private user(m: Message, editable: boolean): HTMLElement {
-    return h('div', { class: 'msg user', 'data-testid': 'msg-user', 'data-id': m.id },
+    return h('div', { class: `msg user${editable ? ' last' : ''}`, 'data-testid': 'msg-user', 'data-id': m.id },
       m.attachments.length ? h('div', { class: 'msg-images' },
-        ...m.attachments.map((a) => h('img', { src: attachmentUrl(a.sha256), alt: 'Image', 'data-testid': 'msg-image' }))) : null,
+        ...m.attachments.map((a) => h('img', { src: attachmentUrl(a.sha256), alt: 'Image you sent', 'data-testid': 'msg-image' }))) : null,
       m.content ? h('div', { class: 'bubble' }, m.content) : null,
       // the actions row is always there, so the layout does not jump when a reply ends
       h('div', { class: 'msg-actions' },
         editable ? h('button', { class: 'link', 'data-testid': 'edit-message', onclick: () => this.hooks.edit(m) }, 'Edit') : null));
   }
 
-  private assistant(m: Message, streaming: boolean, last = false): HTMLElement {
+  private assistant(m: Message, last: boolean): HTMLElement {
     const body = h('div', { class: 'answer markdown', 'data-testid': 'answer' });
     setMarkdown(body, m.content);
-    let thinking: HTMLElement | null = null;
-    if (m.reasoning) {
-      const thinkingNow = streaming && !m.content;
-      const text = h('div', { class: 'thinking-text' }, m.reasoning);
-      thinking = h('details', { class: 'thinking', 'data-testid': 'thinking', open: thinkingNow },
-        h('summary', {}, thinkingNow ? 'Thinking…' : 'Thought'), text);
-    }
+    const thinking = m.reasoning ? h('details', { class: 'thinking', 'data-testid': 'thinking' },
+      h('summary', {}, 'Thought'), h('div', { class: 'thinking-text' }, m.reasoning)) : null;
+    const cut = m.status === 'complete' && m.stats?.finish_reason === 'length';
     const status = m.status === 'interrupted' ? h('div', { class: 'note' }, 'Stopped before the end.')
       : m.status === 'error' ? h('div', { class: 'error-note', 'data-testid': 'reply-error', 'data-code': m.error_code ?? '' },
         friendlyError(m.error_code, m.error ?? 'The reply failed.', this.errorContext(m)))
-        : null;
+        : cut ? h('div', { class: 'note cut-note', 'data-testid': 'cut-note' },
+          `Cut at the limit of ${m.stats?.completion_tokens ?? 'its'} tokens (Max tokens per answer, in Settings). `,
+          last ? h('button', { class: 'link inline', 'data-testid': 'continue', onclick: () => this.hooks.continueReply() }, 'Continue') : null)
+          : null;
     const stats = statsLine(m.stats);
-    const copy = h('button', { class: 'link', onclick: () => void navigator.clipboard?.writeText(m.content) }, 'Copy');
-    return h('div', { class: `msg assistant${streaming ? ' streaming' : ''}`, 'data-testid': streaming ? 'msg-live' : 'msg-assistant', 'data-id': m.id },
+    const copy = h('button', { class: 'link', 'data-testid': 'copy-reply', onclick: () => void navigator.clipboard?.writeText(m.content) }, 'Copy');
+    return h('div', { class: `msg assistant${last ? ' last' : ''}`, 'data-testid': 'msg-assistant', 'data-id': m.id },
       h('div', { class: 'msg-model' }, m.model ?? ''),
       thinking,
       body,
-      streaming && !m.content && !m.reasoning && !m.error ? h('div', { class: 'typing', 'data-testid': 'typing' }, h('span'), h('span'), h('span')) : null,
       status,
-      !streaming ? h('div', { class: 'msg-actions' },
+      h('div', { class: 'msg-actions' },
         copy,
         last ? h('button', { class: 'link', 'data-testid': 'regenerate', onclick: () => this.hooks.regenerate() }, 'Regenerate') : null,
-        stats ? h('span', { class: 'stats', 'data-testid': 'stats' }, stats) : null) : null);
+        stats ? h('span', { class: 'stats', 'data-testid': 'stats' }, stats) : null));
   }
 
   private errorContext(reply: Message): ErrorContext {
-    // a live reply is not in the list yet: every message before it counts
     const end = this.messages.findIndex((m) => m.id === reply.id);
     const before = end < 0 ? this.messages : this.messages.slice(0, end);
     return {
@@ -182,7 +232,60 @@ export class ChatView {
     };
   }
 
-  private scrollToEnd(): void {
-    this.el.scrollTop = this.el.scrollHeight;
+  private isNearEnd(): boolean {
+    const s = this.scroller;
+    return s.scrollHeight - s.scrollTop - s.clientHeight < 80;
+  }
+
+  private updateJump(): void {
+    this.jump.hidden = this.isNearEnd();
+  }
+
+  private scrollToEnd(smooth = false): void {
+    if (smooth) this.scroller.scrollTo({ top: this.scroller.scrollHeight, behavior: 'smooth' });
+    else this.scroller.scrollTop = this.scroller.scrollHeight;
+    if (!smooth) this.updateJump();
+    else window.setTimeout(() => this.updateJump(), 400);
+  }
+}
+
+/** The reply being written: its answer grows block by block (finished
+ * Markdown blocks keep their DOM), its thinking as plain text. */
+class LiveBubble {
+  readonly el: HTMLElement;
+  private model = h('div', { class: 'msg-model' });
+  private thinking: HTMLDetailsElement | null = null;
+  private thinkingSummary = h('summary', {}, 'Thinking…');
+  private thinkingText = h('div', { class: 'thinking-text' });
+  private body = h('div', { class: 'answer markdown', 'data-testid': 'answer' });
+  private markdown = new MarkdownBlocks(this.body);
+  private typing = h('div', { class: 'typing', 'data-testid': 'typing', 'aria-label': 'Writing' }, h('span'), h('span'), h('span'));
+  private error = h('div', { class: 'error-note', 'data-testid': 'reply-error', hidden: true });
+
+  constructor() {
+    this.el = h('div', { class: 'msg assistant streaming', 'data-testid': 'msg-live' }, this.model, this.body, this.typing, this.error);
+  }
+
+  update(live: LiveReply): void {
+    this.el.dataset.id = String(live.replyId ?? -1);
+    this.model.textContent = live.model;
+    if (live.reasoning) {
+      if (!this.thinking) {
+        this.thinking = h('details', { class: 'thinking', 'data-testid': 'thinking', open: true }, this.thinkingSummary, this.thinkingText);
+        this.model.after(this.thinking);
+      }
+      this.thinkingText.textContent = live.reasoning;
+      if (live.content && this.thinkingSummary.textContent !== 'Thought') {
+        this.thinkingSummary.textContent = 'Thought';
+        this.thinking.open = false;
+      }
+    }
+    this.markdown.update(live.content);
+    this.typing.hidden = !!(live.content || live.reasoning || live.error);
+    this.error.hidden = !live.error;
+    if (live.error) {
+      this.error.textContent = live.error.message;
+      this.error.dataset.code = live.error.code;
+    }
   }
 }

@@ -1,6 +1,8 @@
 // The message box: multi-line (Enter sends, Shift+Enter is a newline),
 // image thumbnails before sending (removable), paste and file picker here;
-// window drops arrive through addPaths from main.ts.
+// window drops arrive through addPaths from main.ts. Under the box: which
+// model answers and whether it sees images. A model that reads text only
+// never gets a new image: the box says so and offers a model that sees them.
 import { api, attachmentUrl, errorText, type Attachment, type Outgoing } from './api';
 import { clear, h } from './dom';
 import { icon } from './icons';
@@ -10,7 +12,14 @@ export interface ComposerHooks {
   stop(): void;
   pickFiles(): Promise<string[]>;
   toast(message: string): void;
+  /** Models on disk that see images, to offer when images meet a text-only model. */
+  visionModels(): Promise<{ id: string; name: string }[]>;
+  switchModel(id: string): Promise<void>;
+  openModels(): void;
 }
+
+/** The model that answers, as far as the composer cares. */
+export interface ComposerModel { name: string; vision: boolean }
 
 export class Composer {
   readonly el: HTMLElement;
@@ -18,13 +27,19 @@ export class Composer {
   private thumbs: HTMLElement;
   private sendButton: HTMLButtonElement;
   private stopButton: HTMLButtonElement;
+  private attachButton: HTMLButtonElement;
   private editBanner: HTMLElement;
+  private offer: HTMLElement;
+  private modelLine: HTMLElement;
   private attachments: Attachment[] = [];
   private busy = false;
   private pending = 0;
+  private model: ComposerModel | null = null;
+  /** The offer was asked for (the picture button) though no image is attached. */
+  private offerWanted = false;
 
   constructor(private hooks: ComposerHooks) {
-    this.input = h('textarea', { rows: 1, placeholder: 'Message (Enter to send, Shift+Enter for a new line)', 'aria-label': 'Message', 'data-testid': 'composer-input' });
+    this.input = h('textarea', { rows: 1, placeholder: 'Ask anything', 'aria-label': 'Message', 'data-testid': 'composer-input' });
     this.input.addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
         e.preventDefault();
@@ -34,21 +49,41 @@ export class Composer {
     this.input.addEventListener('input', () => this.autosize());
     this.input.addEventListener('paste', (e) => this.onPaste(e));
     this.thumbs = h('div', { class: 'thumbs', 'data-testid': 'composer-thumbs' });
-    this.sendButton = h('button', { class: 'send primary', title: 'Send', 'data-testid': 'send', onclick: () => void this.submit() }, 'Send');
-    this.stopButton = h('button', { class: 'stop', title: 'Stop', 'data-testid': 'stop', onclick: () => this.hooks.stop() }, icon('stop', 14), 'Stop');
+    this.sendButton = h('button', { class: 'send primary', title: 'Send (Enter)', 'data-testid': 'send', onclick: () => void this.submit() }, 'Send');
+    this.stopButton = h('button', { class: 'stop', title: 'Stop (Esc)', 'data-testid': 'stop', onclick: () => { this.hooks.stop(); this.input.focus(); } }, icon('stop', 14), 'Stop');
     this.editBanner = h('div', { class: 'edit-banner', hidden: true });
-    const attach = h('button', { class: 'icon attach', title: 'Add images', 'aria-label': 'Add images', 'data-testid': 'attach', onclick: () => void this.pick() }, icon('image', 18));
+    this.offer = h('div', { class: 'vision-offer', role: 'alert', 'data-testid': 'vision-offer', hidden: true });
+    this.attachButton = h('button', { class: 'icon attach', title: 'Add images', 'aria-label': 'Add images', 'data-testid': 'attach', onclick: () => void this.pick() }, icon('image', 18));
+    this.modelLine = h('span', { class: 'composer-model', 'data-testid': 'composer-model' });
     this.el = h('div', { class: 'composer' },
       this.editBanner,
+      this.offer,
       this.thumbs,
-      h('div', { class: 'composer-row' }, attach, this.input, this.stopButton, this.sendButton));
+      h('div', { class: 'composer-row' }, this.attachButton, this.input, this.stopButton, this.sendButton),
+      h('div', { class: 'composer-foot' },
+        this.modelLine,
+        h('span', { class: 'composer-hint', 'data-testid': 'composer-hint' }, 'Enter sends · Shift+Enter for a new line')));
     this.setBusy(false);
+    this.setModel(null);
   }
 
   setBusy(busy: boolean): void {
+    const hadFocus = this.stopButton.contains(document.activeElement) || this.sendButton.contains(document.activeElement);
     this.busy = busy;
     this.stopButton.hidden = !busy;
     this.sendButton.hidden = busy;
+    // the button that had focus just disappeared: keep the user in the box
+    if (hadFocus) this.input.focus();
+  }
+
+  /** The model that answers now (null: none loaded). */
+  setModel(model: ComposerModel | null): void {
+    this.model = model;
+    clear(this.modelLine);
+    if (!model) this.modelLine.append('No model loaded');
+    else this.modelLine.append(h('span', { class: 'composer-model-name' }, model.name), ` · ${model.vision ? 'sees images' : 'reads text only'}`);
+    this.attachButton.setAttribute('aria-label', model && !model.vision ? `Add images (${model.name} reads text only)` : 'Add images');
+    void this.renderOffer();
   }
 
   /** Fills the box for editing the last message; `onCancel` leaves edit mode. */
@@ -71,16 +106,28 @@ export class Composer {
     this.input.focus();
   }
 
+  /** Sends `text` as it is (a starter prompt, Continue), leaving what is
+   * being typed in the box alone. */
+  async sendText(text: string): Promise<void> {
+    if (this.busy) return;
+    await this.hooks.send({ text, attachments: [] });
+    this.input.focus();
+  }
+
   async addPaths(paths: string[]): Promise<void> {
     for (const path of paths) await this.addWith(() => api.addAttachmentPath(path));
   }
 
-  private async addWith(store: () => Promise<Attachment>): Promise<void> {
+  private sendsImages(): boolean {
+    return !this.model || this.model.vision;
+  }
+
+  private async addWith(store: () => Promise<Attachment | null>): Promise<void> {
     this.pending++;
     this.updateSendable();
     try {
       const a = await store();
-      if (!this.attachments.some((x) => x.sha256 === a.sha256)) this.attachments.push(a);
+      if (a && !this.attachments.some((x) => x.sha256 === a.sha256)) this.attachments.push(a);
       this.renderThumbs();
     } catch (e) {
       this.hooks.toast(errorText(e));
@@ -91,6 +138,12 @@ export class Composer {
   }
 
   private async pick(): Promise<void> {
+    if (!this.sendsImages()) {
+      // the picker would only fetch images this model cannot take
+      this.offerWanted = true;
+      await this.renderOffer();
+      return;
+    }
     try {
       await this.addPaths(await this.hooks.pickFiles());
     } catch (e) {
@@ -99,10 +152,25 @@ export class Composer {
   }
 
   private onPaste(e: ClipboardEvent): void {
-    const files = [...(e.clipboardData?.files ?? [])].filter((f) => f.type.startsWith('image/'));
-    if (files.length === 0) return;
-    e.preventDefault();
-    for (const f of files) void this.addWith(async () => api.addAttachmentBytes(new Uint8Array(await f.arrayBuffer())));
+    const data = e.clipboardData;
+    const files = [...(data?.files ?? [])].filter((f) => f.type.startsWith('image/'));
+    if (files.length > 0) {
+      e.preventDefault();
+      for (const f of files) void this.addWith(async () => api.addAttachmentBytes(new Uint8Array(await f.arrayBuffer())));
+      return;
+    }
+    // WebKitGTK hands the page no file for a copied picture: with no text
+    // to paste either, ask the app to read the system clipboard itself
+    if (data && data.getData('text/plain') === '') {
+      e.preventDefault();
+      void this.addWith(async () => {
+        try {
+          return await api.pasteClipboardImage();
+        } catch (err) {
+          throw new Error(`Pasting an image is not available here (${errorText(err)}). Drop the file on the window or use the picture button.`);
+        }
+      });
+    }
   }
 
   private renderThumbs(): void {
@@ -115,6 +183,27 @@ export class Composer {
     }
     this.thumbs.hidden = this.attachments.length === 0;
     this.updateSendable();
+    void this.renderOffer();
+  }
+
+  /** With images and a model that cannot see them: say so, and offer one that can. */
+  private async renderOffer(): Promise<void> {
+    const show = !this.sendsImages() && (this.attachments.length > 0 || this.offerWanted);
+    if (!show) {
+      this.offer.hidden = true;
+      this.offerWanted = false;
+      return;
+    }
+    const model = this.model!;
+    let candidates: { id: string; name: string }[] = [];
+    try { candidates = await this.hooks.visionModels(); } catch { /* the Models button still helps */ }
+    if (this.sendsImages()) return; // a vision model loaded meanwhile
+    clear(this.offer);
+    this.offer.append(
+      h('span', {}, `${model.name} cannot see images, so they cannot be sent to it.`),
+      ...candidates.slice(0, 1).map((c) => h('button', { class: 'primary', 'data-testid': 'switch-vision-model', onclick: () => void this.hooks.switchModel(c.id) }, `Switch to ${c.name}`)),
+      h('button', { 'data-testid': 'offer-models', onclick: () => this.hooks.openModels() }, candidates.length ? 'Other models' : 'Find a model that sees images'));
+    this.offer.hidden = false;
   }
 
   private updateSendable(): void {
@@ -130,6 +219,14 @@ export class Composer {
     if (this.busy || this.pending > 0) return;
     const text = this.input.value.trim();
     if (!text && this.attachments.length === 0) return;
+    if (this.attachments.length > 0 && !this.sendsImages()) {
+      // refused here, before anything is stored: the text and images stay
+      await this.renderOffer();
+      this.offer.classList.remove('nudge');
+      void this.offer.offsetWidth;
+      this.offer.classList.add('nudge');
+      return;
+    }
     const message = { text, attachments: this.attachments.map((a) => a.sha256) };
     // cleared at once, as chat apps do; put back if sending fails
     const kept = { value: this.input.value, attachments: this.attachments };

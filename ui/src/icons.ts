@@ -10,6 +10,7 @@ const PATHS: Record<string, string[]> = {
   trash: ['M3 6h18', 'M19 6l-1 14a2 2 0 0 1-2 2H8a2 2 0 0 1-2-2L5 6', 'M10 11v6', 'M14 11v6', 'M9 6V4a1 1 0 0 1 1-1h4a1 1 0 0 1 1 1v2'],
   stop: ['M6 6h12v12H6z'],
   send: ['M12 19V5', 'M5 12l7-7 7 7'],
+  sidebar: ['M5 3h14a2 2 0 0 1 2 2v14a2 2 0 0 1-2 2H5a2 2 0 0 1-2-2V5a2 2 0 0 1 2-2z', 'M9 3v18'],
 };
 
 export function icon(name: keyof typeof PATHS & string, size = 16): SVGSVGElement {

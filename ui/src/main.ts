@@ -2,6 +2,10 @@
 import { getCurrentWebview } from '@tauri-apps/api/webview';
 import { open } from '@tauri-apps/plugin-dialog';
 import { App } from './app';
+import { applyTheme, followSystemTheme } from './theme';
+
+applyTheme();
+followSystemTheme();
 
 const app = new App({
   async pickFiles() {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { renderMarkdown, setMarkdown } from './markdown';
+import { MarkdownBlocks, renderMarkdown, setMarkdown } from './markdown';
 
 describe('renderMarkdown', () => {
   it('renders Markdown with highlighted code blocks and a copy button', () => {
@@ -32,5 +32,46 @@ describe('renderMarkdown', () => {
     el.querySelector<HTMLButtonElement>('button.copy-code')!.click();
     await Promise.resolve();
     expect(written).toEqual(['print("hi")']);
+  });
+});
+
+describe('MarkdownBlocks (a streaming reply)', () => {
+  it('keeps finished blocks and re-renders only the last one as text arrives', () => {
+    const el = document.createElement('div');
+    const blocks = new MarkdownBlocks(el);
+    const answer = '# Title\n\nFirst paragraph with **bold**.\n\n```python\nprint("hi")\n```\n\n- one\n- two\n\nLast words here.';
+    let shown = '';
+    let firstBlock: Element | null = null;
+    for (const piece of answer.match(/[\s\S]{1,3}/g)!) {
+      shown += piece;
+      blocks.update(shown);
+      if (!firstBlock && shown.includes('\n\n')) firstBlock = el.querySelector('h1');
+    }
+    // the heading rendered once stays the same element to the end
+    expect(firstBlock).not.toBeNull();
+    expect(el.querySelector('h1')).toBe(firstBlock);
+    // the whole answer, as a full render gives it
+    const full = document.createElement('div');
+    full.innerHTML = renderMarkdown(answer);
+    expect(el.textContent).toBe(full.textContent);
+    expect(el.querySelector('pre code')!.textContent).toBe('print("hi")');
+    expect(el.querySelectorAll('li').length).toBe(2);
+    // blocks rendered ≈ one per update (the last block), not all blocks per update
+    const updates = Math.ceil(answer.length / 3);
+    expect(blocks.rendered).toBeLessThan(updates + 10);
+  });
+
+  it('rebuilds from the first block whose source changed', () => {
+    const el = document.createElement('div');
+    const blocks = new MarkdownBlocks(el);
+    blocks.update('Intro\n\nA line');
+    const intro = el.querySelector('p');
+    // "A line" followed by "===" turns into a heading: the block is redone, the intro kept
+    blocks.update('Intro\n\nA line\n===');
+    expect(el.querySelector('p')).toBe(intro);
+    expect(el.querySelector('h1')!.textContent).toBe('A line');
+    // and model output stays sanitized block by block
+    blocks.update('Intro\n\n<img src=x onerror="alert(1)">');
+    expect(el.querySelector('img, [onerror]')).toBeNull();
   });
 });

@@ -1,16 +1,42 @@
 // The model gallery: the catalog (downloads with per-file and total
-// progress, speed, cancel, resume) and every model found on disk (load,
-// delete, disk use), unsupported architectures marked as such, and a
-// "Vision" badge on every model that can see images.
-import { api, errorText, type CatalogEntry, type DownloadProgress, type EngineStatus, type Gallery, type LocalModel } from './api';
+// progress, speed, cancel, resume; a failed one says why in plain words and
+// offers Retry) and every model found on disk (load, delete, disk use; the
+// user's own first, the built-in default listed once and never deleted),
+// unsupported architectures marked as such, badges explained on hover.
+import { api, errorText, type AppError, type CatalogEntry, type DownloadDone, type DownloadProgress, type EngineStatus, type Gallery, type LocalModel } from './api';
+import { downloadErrorText } from './downloadErrors';
 import { bytes, percent, rate } from './format';
 import { clear, h } from './dom';
 import { confirmDialog } from './modal';
+import { onMac } from './shortcuts';
+
+/** "4-bit (group 64)" (the engine's description) in plain words. */
+export function quantizationWords(q: string | null | undefined): string {
+  if (!q) return 'full precision (not quantized)';
+  const bits = [...new Set([...q.matchAll(/(\d+)-bit/g)].map((m) => Number(m[1])))].sort((a, b) => a - b);
+  if (bits.length === 0) return q;
+  if (bits.length === 1) return `${bits[0]}-bit`;
+  return `${bits.slice(0, -1).join('-bit, ')}-bit and ${bits[bits.length - 1]}-bit weights`;
+}
+
+const BADGE_HELP = {
+  vision: 'Sees images: you can ask it about pictures.',
+  thinking: 'Thinks step by step before answering; the reasoning shows apart from the answer.',
+  bits: (n: number) => `Weights stored in ${n} bits: smaller and faster than full precision, slightly less exact.`,
+  default: 'The model the app starts with.',
+  builtIn: 'Comes with the app; it cannot be deleted.',
+  loaded: 'This model answers now.',
+};
+
+const badge = (text: string, title: string, cls = '', testid?: string) =>
+  h('span', { class: `badge${cls ? ` ${cls}` : ''}`, title, 'data-testid': testid }, text);
 
 export class ModelsView {
   readonly el: HTMLElement;
   private gallery: Gallery | null = null;
   private progress = new Map<string, DownloadProgress>();
+  /** Downloads that failed, by catalog id: the card says why until a retry. */
+  private failures = new Map<string, AppError>();
   private status: EngineStatus | null = null;
 
   constructor(private toast: (m: string) => void) {
@@ -38,9 +64,24 @@ export class ModelsView {
     else if (this.el.isConnected) this.render();
   }
 
-  onDone(id: string): void {
-    this.progress.delete(id);
+  onDone(d: DownloadDone): void {
+    this.progress.delete(d.id);
+    if (!d.ok && !d.cancelled && d.error) this.failures.set(d.id, d.error);
+    else this.failures.delete(d.id);
     void this.refresh();
+  }
+
+  /** Models on disk that see images and can be loaded (not the loaded one). */
+  async visionModelsOnDisk(): Promise<{ id: string; name: string }[]> {
+    if (!this.gallery) await this.refresh();
+    return (this.gallery?.local ?? [])
+      .filter((m) => m.vision && m.supported && !m.partial && !m.error && m.id !== this.status?.model?.id)
+      .map((m) => ({ id: m.id, name: m.name }));
+  }
+
+  /** The built-in default model's disk id, when it is on disk. */
+  private builtInId(): string | null {
+    return this.gallery?.catalog.find((c) => c.is_default)?.local_id ?? null;
   }
 
   private render(): void {
@@ -48,27 +89,37 @@ export class ModelsView {
     const g = this.gallery;
     this.el.append(h('h1', {}, 'Models'));
     const s = this.status;
-    this.el.append(h('section', { class: 'card loaded-card', 'data-testid': 'loaded-model' },
+    const m = s?.model;
+    this.el.append(h('section', { class: 'card loaded-card', 'data-testid': 'loaded-model', 'aria-label': 'Loaded model' },
       h('div', {},
         h('div', { class: 'label' }, 'Loaded'),
         h('div', { class: 'title-row' },
-          h('span', { class: 'title' }, s?.state === 'loading' ? `Loading ${s.loading}…` : s?.model?.name ?? 'No model loaded'),
-          s?.model?.vision ? h('span', { class: 'badge', 'data-testid': 'vision-badge' }, 'Vision') : null),
-        s?.model ? h('div', { class: 'muted' }, `${s.model.architecture} · ${s.model.quantization ?? 'float'} · context ${s.model.max_context}${s.model.vision ? '' : ' · text only'}`) : null,
+          h('span', { class: 'title' }, s?.state === 'loading' ? `Loading ${s.loading}…` : m?.name ?? 'No model loaded'),
+          m?.vision ? badge('Vision', BADGE_HELP.vision, '', 'vision-badge') : null,
+          m?.thinking ? badge('Thinking', BADGE_HELP.thinking, '', 'thinking-badge') : null),
+        m ? h('div', { class: 'muted', 'data-testid': 'loaded-details' },
+          `${quantizationWords(m.quantization)} · ${m.architecture} · context ${m.max_context.toLocaleString()} tokens${m.vision ? '' : ' · reads text only'}`) : null,
         s?.error ? h('div', { class: 'error-note' }, s.error.message) : null),
-      s?.state === 'loading' ? h('div', { class: 'spinner', 'aria-label': 'Loading' }) :
-        s?.model ? h('button', { onclick: () => void this.act(() => api.unloadModel()) }, 'Unload') : null));
+      s?.state === 'loading' ? h('div', { class: 'spinner', role: 'progressbar', 'aria-label': 'Loading' }) :
+        m ? h('button', { 'data-testid': 'unload-model', onclick: () => void this.act(() => api.unloadModel()) }, 'Unload') : null));
     if (!g) return;
 
+    const builtIn = this.builtInId();
+    // the built-in model is listed once: with the models on disk, when it is there
+    const catalog = g.catalog.filter((c) => !(c.is_default && c.local_id));
     this.el.append(h('h2', {}, 'Gallery'));
     const grid = h('div', { class: 'model-grid' });
-    for (const m of g.catalog) grid.append(this.catalogCard(m));
+    for (const c of catalog) grid.append(this.catalogCard(c));
     this.el.append(grid);
 
-    this.el.append(h('h2', {}, 'On this Mac'), h('p', { class: 'muted' },
+    this.el.append(h('h2', {}, onMac() ? 'On this Mac' : 'On this computer'), h('p', { class: 'muted' },
       `${bytes(g.disk_bytes)} in ${g.local.length} model${g.local.length === 1 ? '' : 's'} · ${g.models_dir}${g.hf_cache_dir ? ` · ${g.hf_cache_dir}` : ''}`));
+    const fromCatalog = new Set(g.catalog.map((c) => c.local_id).filter((id): id is string => !!id));
+    // the user's own models first, then catalog downloads, the built-in one last
+    const rank = (l: LocalModel) => (l.id === builtIn ? 2 : fromCatalog.has(l.id) ? 1 : 0);
+    const local = [...g.local].sort((a, b) => rank(a) - rank(b));
     const table = h('div', { class: 'local-list', 'data-testid': 'local-models' });
-    for (const m of g.local) table.append(this.localRow(m));
+    for (const l of local) table.append(this.localRow(l, l.id === builtIn));
     if (g.local.length === 0) table.append(h('p', { class: 'muted' }, 'No models on disk yet.'));
     this.el.append(table);
   }
@@ -76,22 +127,24 @@ export class ModelsView {
   private catalogCard(m: CatalogEntry): HTMLElement {
     const loaded = this.status?.model?.id === m.local_id && m.local_id != null;
     const p = this.progress.get(m.id);
+    const failed = this.failures.get(m.id);
     let action: HTMLElement;
-    if (!m.supported) action = h('span', { class: 'badge warn' }, `${m.architecture}: not supported yet`);
-    else if (loaded) action = h('span', { class: 'badge ok' }, 'Loaded');
+    if (!m.supported) action = badge(`${m.architecture}: not supported yet`, 'The engine cannot run this architecture yet.', 'warn');
+    else if (loaded) action = badge('Loaded', BADGE_HELP.loaded, 'ok');
     else if (m.local_id) action = h('button', { class: 'primary', onclick: () => void this.load(m.local_id!) }, 'Load');
     else if (m.downloading || p) action = h('button', { onclick: () => void this.act(() => api.cancelDownload(m.id)) }, 'Cancel');
-    else if (m.source.kind === 'hub') action = h('button', { onclick: () => void this.download(m.id) }, m.partial ? 'Resume download' : 'Download');
-    else action = h('span', { class: 'muted' }, 'Run scripts/setup.sh to install');
+    else if (m.source.kind === 'hub') action = h('button', { 'data-testid': failed ? 'retry-download' : 'download', onclick: () => void this.download(m.id) }, failed ? 'Retry' : m.partial ? 'Resume download' : 'Download');
+    else action = h('span', { class: 'warn-text small' }, 'The built-in model file is missing from the models folder.');
     return h('div', { class: `card model-card${m.supported ? '' : ' unsupported'}`, 'data-testid': 'catalog-model', 'data-model-id': m.id },
-      h('div', { class: 'title' }, m.display_name),
+      h('h3', { class: 'title' }, m.display_name),
       h('div', { class: 'badges' },
-        m.vision ? h('span', { class: 'badge' }, 'Vision') : null,
-        m.thinking ? h('span', { class: 'badge' }, 'Thinking') : null,
-        h('span', { class: 'badge subtle' }, `${m.bits}-bit`),
-        m.is_default ? h('span', { class: 'badge subtle' }, 'Default') : null),
+        m.vision ? badge('Vision', BADGE_HELP.vision) : null,
+        m.thinking ? badge('Thinking', BADGE_HELP.thinking) : null,
+        badge(`${m.bits}-bit`, BADGE_HELP.bits(m.bits), 'subtle'),
+        m.is_default ? badge('Default', BADGE_HELP.default, 'subtle') : null),
       h('div', { class: 'muted' }, `${bytes(m.size_bytes)} · context ${m.context_length.toLocaleString()} · ${m.architecture}`),
       p ? this.progressBlock(p) : null,
+      failed && !p ? h('div', { class: 'error-note', role: 'alert', 'data-testid': 'download-error', 'data-code': failed.code }, downloadErrorText(failed)) : null,
       h('div', { class: 'card-actions' }, action));
   }
 
@@ -103,20 +156,22 @@ export class ModelsView {
       h('div', { class: 'muted small' }, `${p.file}: ${percent(p.file_bytes_done, p.file_bytes_total)}%`));
   }
 
-  private localRow(m: LocalModel): HTMLElement {
+  private localRow(m: LocalModel, builtIn: boolean): HTMLElement {
     const loaded = this.status?.model?.id === m.id;
     const why = m.error ?? (m.partial ? 'download not finished' : !m.supported ? `${m.architecture ?? 'unknown'} architecture not supported` : null);
+    const deletable = !builtIn && m.location.kind !== 'user_file' && !loaded;
     return h('div', { class: 'local-row', 'data-testid': 'local-model', 'data-model-id': m.id },
       h('div', { class: 'local-main' },
         h('div', { class: 'title-row' },
           h('span', { class: 'title' }, m.name),
-          m.vision ? h('span', { class: 'badge', 'data-testid': 'vision-badge' }, 'Vision') : null),
+          m.vision ? badge('Vision', BADGE_HELP.vision, '', 'vision-badge') : null,
+          builtIn ? badge('Built in', BADGE_HELP.builtIn, 'subtle', 'built-in-badge') : null),
         h('div', { class: 'muted small' }, `${m.format.toUpperCase()} · ${m.architecture ?? '?'} · ${bytes(m.size_bytes)} · ${m.path}`),
         why ? h('div', { class: 'warn-text small' }, why) : null),
       h('div', { class: 'row-actions' },
-        loaded ? h('span', { class: 'badge ok' }, 'Loaded')
-          : m.supported ? h('button', { class: 'primary', 'data-testid': 'load-model', onclick: () => void this.load(m.id) }, 'Load') : null,
-        m.location.kind !== 'user_file' && !loaded ? h('button', { class: 'danger-text', onclick: () => void this.remove(m) }, 'Delete') : null));
+        loaded ? badge('Loaded', BADGE_HELP.loaded, 'ok')
+          : m.supported ? h('button', { class: 'primary', 'data-testid': 'load-model', 'aria-label': `Load ${m.name}`, onclick: () => void this.load(m.id) }, 'Load') : null,
+        deletable ? h('button', { class: 'danger-text', 'data-testid': 'delete-model', 'aria-label': `Delete ${m.name}`, onclick: () => void this.remove(m) }, 'Delete') : null));
   }
 
   private async load(id: string): Promise<void> {
@@ -124,6 +179,7 @@ export class ModelsView {
   }
 
   private async download(id: string): Promise<void> {
+    this.failures.delete(id);
     await this.act(() => api.downloadModel(id));
     await this.refresh();
   }

@@ -1,15 +1,20 @@
-// The chat list: newest first, search by title or text, rename in place,
-// delete after confirmation, a dot on chats that are generating.
+// The chat list: by last message, newest first, search by title or text,
+// rename in place, delete after confirmation, a dot on chats that are
+// generating. Each entry is a button (Tab reaches it, Enter opens it); its
+// rename and delete buttons show on hover and on keyboard focus.
 import { api, errorText, type Chat } from './api';
 import { clear, h } from './dom';
 import { confirmDialog } from './modal';
 import { relativeTime } from './format';
 import { icon } from './icons';
+import { onMac, shortcutLabel } from './shortcuts';
 
 export interface SidebarHooks {
   select(chat: Chat | null): void;
   selectedId(): number | null;
   isRunning(chatId: number): boolean;
+  /** A chat was deleted (its reply, if one was running, went with it). */
+  deleted(chatId: number): void;
   toast(message: string): void;
 }
 
@@ -24,9 +29,9 @@ export class Sidebar {
     this.search = h('input', { type: 'search', placeholder: 'Search chats', 'aria-label': 'Search chats', 'data-testid': 'chat-search' });
     let timer: number | undefined;
     this.search.addEventListener('input', () => { clearTimeout(timer); timer = window.setTimeout(() => void this.refresh(), 150); });
-    this.list = h('nav', { class: 'chat-list', 'data-testid': 'chat-list' });
+    this.list = h('nav', { class: 'chat-list', 'aria-label': 'Chats', 'data-testid': 'chat-list' });
     this.el = h('div', { class: 'sidebar-chats' },
-      h('button', { class: 'new-chat primary', 'data-testid': 'new-chat', onclick: () => this.hooks.select(null) }, icon('plus'), 'New chat'),
+      h('button', { class: 'new-chat primary', 'data-testid': 'new-chat', title: `New chat (${shortcutLabel('new-chat', onMac())})`, onclick: () => this.hooks.select(null) }, icon('plus'), 'New chat'),
       this.search,
       this.list);
   }
@@ -38,6 +43,16 @@ export class Sidebar {
       this.hooks.toast(errorText(e));
     }
     this.render();
+  }
+
+  /** Redraws the list as it is (a chat started or stopped answering). */
+  redraw(): void {
+    if (this.renaming === null) this.render();
+  }
+
+  focusSearch(): void {
+    this.search.focus();
+    this.search.select();
   }
 
   private render(): void {
@@ -54,7 +69,7 @@ export class Sidebar {
     const title = chat.title || 'New chat';
     if (this.renaming === chat.id) {
       const input = h('input', { class: 'rename', value: title, 'aria-label': 'Chat title', 'data-testid': 'rename-input' });
-      const finish = async (save: boolean) => {
+      const finish = async (save: boolean, refocus: boolean) => {
         if (this.renaming !== chat.id) return;
         this.renaming = null;
         const next = input.value.trim();
@@ -62,29 +77,33 @@ export class Sidebar {
           try { await api.renameChat(chat.id, next); } catch (e) { this.hooks.toast(errorText(e)); }
         }
         await this.refresh();
+        // keyboard users stay where they were
+        if (refocus) this.list.querySelector<HTMLButtonElement>(`[data-chat-id="${chat.id}"] .chat-open`)?.focus();
       };
       input.addEventListener('keydown', (e) => {
-        if (e.key === 'Enter') void finish(true);
-        if (e.key === 'Escape') void finish(false);
+        if (e.key === 'Enter') void finish(true, true);
+        if (e.key === 'Escape') void finish(false, true);
       });
-      input.addEventListener('blur', () => void finish(true));
+      input.addEventListener('blur', () => void finish(true, false));
       queueMicrotask(() => { input.focus(); input.select(); });
       return h('div', { class: 'chat-item selected' }, input);
     }
     const running = this.hooks.isRunning(chat.id);
-    return h('div', {
-      class: `chat-item${selected ? ' selected' : ''}`, 'data-chat-id': chat.id, 'data-testid': 'chat-item',
-      onclick: () => this.hooks.select(chat),
-      ondblclick: () => { this.renaming = chat.id; this.render(); },
-    },
-      h('div', { class: 'chat-item-main' },
-        h('span', { class: 'chat-title' }, title),
-        h('span', { class: 'chat-time' }, running ? 'answering…' : relativeTime(chat.updated_at))),
-      running ? h('span', { class: 'busy-dot', title: 'Answering' }) : null,
+    const startRename = (e: Event) => { e.stopPropagation(); this.renaming = chat.id; this.render(); };
+    return h('div', { class: `chat-item${selected ? ' selected' : ''}${running ? ' running' : ''}`, 'data-chat-id': chat.id, 'data-testid': 'chat-item' },
+      h('button', {
+        class: 'chat-open', 'data-testid': 'chat-open', 'aria-current': selected ? 'page' : undefined,
+        title: `${title} (F2 renames)`,
+        onclick: () => this.hooks.select(chat),
+        ondblclick: startRename,
+        onkeydown: (e: Event) => { const k = (e as KeyboardEvent).key; if (k === 'F2') startRename(e); if (k === 'Delete') { e.stopPropagation(); void this.remove(chat); } },
+      },
+      h('span', { class: 'chat-title' }, title),
+      h('span', { class: 'chat-time', 'data-testid': 'chat-time' }, running ? 'answering…' : relativeTime(chat.updated_at))),
+      running ? h('span', { class: 'busy-dot', title: 'Answering', 'aria-hidden': 'true' }) : null,
       h('div', { class: 'chat-actions' },
-        h('button', { class: 'icon', title: 'Rename', 'aria-label': 'Rename', 'data-testid': 'rename-chat',
-          onclick: (e: Event) => { e.stopPropagation(); this.renaming = chat.id; this.render(); } }, icon('pencil', 14)),
-        h('button', { class: 'icon', title: 'Delete', 'aria-label': 'Delete', 'data-testid': 'delete-chat',
+        h('button', { class: 'icon', title: 'Rename', 'aria-label': `Rename “${title}”`, 'data-testid': 'rename-chat', onclick: startRename }, icon('pencil', 14)),
+        h('button', { class: 'icon', title: 'Delete', 'aria-label': `Delete “${title}”`, 'data-testid': 'delete-chat',
           onclick: (e: Event) => { e.stopPropagation(); void this.remove(chat); } }, icon('trash', 14))));
   }
 
@@ -93,7 +112,7 @@ export class Sidebar {
     if (!ok) return;
     try {
       await api.deleteChat(chat.id);
-      if (this.hooks.selectedId() === chat.id) this.hooks.select(null);
+      this.hooks.deleted(chat.id);
     } catch (e) {
       this.hooks.toast(errorText(e));
     }

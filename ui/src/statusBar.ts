@@ -1,6 +1,7 @@
-// The engine status bar: model, running and waiting sequences, decode speed,
-// KV-cache bytes, prefix-cache hits, and vision-cache hits and misses for a
-// model that sees images (an image encoded anew is a miss, one reused a hit).
+// The engine status bar in words a user knows: the model, how many answers
+// are being written and waiting, the speed while something is written, the
+// memory in use, prompt tokens the cache spared, and for a model that sees
+// images, how many pictures were read anew or reused.
 import type { EngineStatsView, EngineStatus, ServerStatus } from './api';
 import { bytes } from './format';
 import { clear, h } from './dom';
@@ -12,12 +13,18 @@ export function statusItems(status: EngineStatus | null, stats: EngineStatsView 
   else items.push(status.model?.name ?? 'Ready');
   if (stats) {
     const e = stats.engine;
-    items.push(`${e.running} running`, `${e.waiting} waiting`, `${stats.decode_tps.toFixed(1)} tok/s`, `KV ${bytes(e.kv_cache_bytes)}`);
-    if (e.prefix_cache) items.push(`prefix hits ${e.prefix_cache.hits}`);
+    if (e.running === 0 && e.waiting === 0) items.push('idle');
+    else items.push(`${e.running} answering`);
+    if (e.waiting > 0) items.push(`${e.waiting} waiting`);
+    // a speed only means something while answers are being written
+    if (e.running > 0) items.push(`${Math.round(stats.decode_tps)} tok/s`);
+    items.push(`memory ${bytes(e.active_memory_bytes)}`);
+    const reused = e.prefix_cache?.reused_tokens ?? 0;
+    if (reused > 0) items.push(`cache reused ${plural(reused, 'token')}`);
     // the engine reports a vision cache for every model: show it where it
     // means something (a model that sees images, or once it was used)
     const v = e.vision_cache;
-    if (v && (status?.model?.vision || v.hits + v.misses > 0)) items.push(`vision cache ${plural(v.hits, 'hit')} · ${plural(v.misses, 'miss', 'misses')}`);
+    if (v && (status?.model?.vision || v.hits + v.misses > 0)) items.push(`images read ${v.misses} · reused ${v.hits}`);
   }
   if (server?.running && server.url) items.push(`API ${server.url}`);
   return items;
@@ -32,8 +39,15 @@ export class StatusBar {
 
   render(status: EngineStatus | null, stats: EngineStatsView | null, server: ServerStatus | null): void {
     clear(this.el);
-    const dot = status?.state === 'ready' ? 'ok' : status?.state === 'loading' ? 'busy' : 'off';
-    this.el.append(h('span', { class: `dot ${dot}` }));
-    for (const item of statusItems(status, stats, server)) this.el.append(h('span', { class: 'status-item' }, item));
+    const state = status?.state ?? 'unloaded';
+    this.el.dataset.engine = state;
+    this.el.dataset.stats = stats ? 'yes' : 'no';
+    const dot = state === 'ready' ? 'ok' : state === 'loading' ? 'busy' : 'off';
+    this.el.append(h('span', { class: `dot ${dot}`, 'aria-hidden': 'true' }));
+    const items = statusItems(status, stats, server);
+    items.forEach((item, i) => {
+      if (i > 0) this.el.append(h('span', { class: 'sep', 'aria-hidden': 'true' }, '·'));
+      this.el.append(h('span', { class: 'status-item' }, item));
+    });
   }
 }

@@ -1,13 +1,19 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { clearMocks, mockIPC } from '@tauri-apps/api/mocks';
-import { friendlyError, statsLine, ChatView } from './chatView';
+import { friendlyError, statsLine, ChatView, type ModelState } from './chatView';
 import { statusItems } from './statusBar';
 import { Composer } from './composer';
 import { ModelsView } from './modelsView';
 import { Sidebar } from './sidebar';
-import type { Chat, Message } from './api';
+import type { Chat, LoadedModel, Message } from './api';
 
 afterEach(() => clearMocks());
+
+const noHooks = { regenerate: () => {}, edit: () => {}, continueReply: () => {}, sendStarter: () => {}, openModels: () => {} };
+const loaded = (vision: boolean, over: Partial<LoadedModel> = {}): LoadedModel => ({
+  id: 'x', name: vision ? 'Tiny VL' : 'Tiny', path: '', architecture: 'llama', quantization: null, max_context: 1, vision, thinking: false, ...over,
+});
+const ready = (vision: boolean): ModelState => ({ state: 'ready', model: loaded(vision) });
 
 const msg = (over: Partial<Message>): Message => ({
   id: 1, chat_id: 1, role: 'user', content: '', reasoning: null, attachments: [], stats: null, model: null,
@@ -41,10 +47,10 @@ describe('message details', () => {
   });
 
   it('says a text-only model cannot see the chat\'s image, and stops saying it once a vision model is loaded', () => {
-    const view = new ChatView({ regenerate: () => {}, edit: () => {} });
+    const view = new ChatView(noHooks);
     const image = { sha256: 'a'.repeat(64), mime: 'image/png', size: 1, path: '/a.png' };
     const refused = 'invalid request: the model tiny does not accept images';
-    view.setModelVision(false);
+    view.setModel(ready(false));
     view.show([
       msg({ id: 1, role: 'user', content: 'What is this?', attachments: [image] }),
       msg({ id: 2, role: 'assistant', status: 'error', error: refused, error_code: 'INVALID_REQUEST' }),
@@ -52,12 +58,12 @@ describe('message details', () => {
     const error = () => view.el.querySelector('[data-testid=reply-error]')!;
     expect(error().textContent).toMatch(/cannot see images/);
     expect(error().getAttribute('data-code')).toBe('INVALID_REQUEST');
-    view.setModelVision(true);
+    view.setModel(ready(true));
     expect(error().textContent).toBe(refused);
   });
 
   it('shows thinking apart from the answer, and the error of a failed reply', () => {
-    const view = new ChatView({ regenerate: () => {}, edit: () => {} });
+    const view = new ChatView(noHooks);
     view.show([
       msg({ id: 1, role: 'user', content: 'Q' }),
       msg({ id: 2, role: 'assistant', content: 'The **answer**', reasoning: 'Let me think', stats: { completion_tokens: 3 } }),
@@ -75,18 +81,22 @@ describe('message details', () => {
 });
 
 describe('status bar', () => {
-  it('lists the engine figures it has, vision-cache figures for a model that sees images', () => {
-    const status = { state: 'ready' as const, loading: null, model: { id: 'x', name: 'Tiny', path: '', architecture: 'llama', quantization: null, max_context: 1, vision: false }, knobs: null, error: null };
-    const engine = { running: 2, waiting: 1, kv_cache_bytes: 2_500_000, active_memory_bytes: 0, decode_steps: 9, kv_quantization: 'off' };
-    const items = statusItems(status, { engine, decode_tps: 12.34, app_replies: 2 }, { running: true, url: 'http://127.0.0.1:8080/v1', error: null });
-    expect(items).toEqual(['Tiny', '2 running', '1 waiting', '12.3 tok/s', 'KV 2.5 MB', 'API http://127.0.0.1:8080/v1']);
+  it('says what the engine does in words a user knows', () => {
+    const status = { state: 'ready' as const, loading: null, model: loaded(false), knobs: null, error: null };
+    const engine = { running: 2, waiting: 1, kv_cache_bytes: 2_500_000, active_memory_bytes: 180_000_000, decode_steps: 9, kv_quantization: 'off',
+      prefix_cache: { hits: 3, misses: 1, bytes: 0, reused_tokens: 340 } };
+    const items = statusItems(status, { engine, decode_tps: 14.2, app_replies: 2 }, { running: true, url: 'http://127.0.0.1:8080/v1', error: null });
+    expect(items).toEqual(['Tiny', '2 answering', '1 waiting', '14 tok/s', 'memory 180 MB', 'cache reused 340 tokens', 'API http://127.0.0.1:8080/v1']);
+    // nothing running: no speed, no waiting count, "idle"
+    const idle = statusItems(status, { engine: { ...engine, running: 0, waiting: 0 }, decode_tps: 0, app_replies: 0 }, null);
+    expect(idle).toEqual(['Tiny', 'idle', 'memory 180 MB', 'cache reused 340 tokens']);
     const withVision = statusItems(status, { engine: { ...engine, vision_cache: { hits: 3, misses: 1, bytes: 0, entries: 1 } }, decode_tps: 0, app_replies: 0 }, null);
-    expect(withVision).toContain('vision cache 3 hits · 1 miss');
+    expect(withVision).toContain('images read 1 · reused 3');
     // a text model's unused vision cache is noise; a vision model's is news even at zero
     const unused = { engine: { ...engine, vision_cache: { hits: 0, misses: 0, bytes: 0, entries: 0 } }, decode_tps: 0, app_replies: 0 };
-    expect(statusItems(status, unused, null).some((i) => i.startsWith('vision'))).toBe(false);
-    const vl = { ...status, model: { ...status.model, name: 'Tiny VL', vision: true } };
-    expect(statusItems(vl, unused, null)).toContain('vision cache 0 hits · 0 misses');
+    expect(statusItems(status, unused, null).some((i) => i.startsWith('images'))).toBe(false);
+    const vl = { ...status, model: loaded(true) };
+    expect(statusItems(vl, unused, null)).toContain('images read 0 · reused 0');
   });
 });
 
@@ -109,10 +119,15 @@ describe('models page', () => {
   });
 });
 
+const composerHooks = {
+  send: async () => true, stop: () => {}, pickFiles: async () => [], toast: () => {},
+  visionModels: async () => [], switchModel: async () => {}, openModels: () => {},
+};
+
 describe('composer', () => {
   it('sends on Enter, keeps Shift+Enter as a newline, and clears after sending', async () => {
     const sent: unknown[] = [];
-    const c = new Composer({ send: async (m) => { sent.push(m); return true; }, stop: () => {}, pickFiles: async () => [], toast: () => {} });
+    const c = new Composer({ ...composerHooks, send: async (m) => { sent.push(m); return true; } });
     document.body.append(c.el);
     c.input.value = 'line one';
     c.input.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter', shiftKey: true, bubbles: true }));
@@ -131,7 +146,7 @@ describe('composer', () => {
       }
     });
     const sent: { attachments: string[] }[] = [];
-    const c = new Composer({ send: async (m) => { sent.push(m); return true; }, stop: () => {}, pickFiles: async () => [], toast: () => {} });
+    const c = new Composer({ ...composerHooks, send: async (m) => { sent.push(m); return true; } });
     await c.addPaths(['/a.png', '/b.png']);
     expect(c.el.querySelectorAll('[data-testid=composer-thumb]').length).toBe(2);
     c.el.querySelector<HTMLButtonElement>('[data-sha="' + 'a'.repeat(64) + '"] [data-testid=remove-thumb]')!.click();
@@ -152,7 +167,7 @@ describe('sidebar', () => {
       if (cmd === 'list_chats') return chats;
       if (cmd === 'delete_chat') { const id = (args as { chatId: number }).chatId; deleted.push(id); chats = chats.filter((c) => c.id !== id); }
     });
-    const sb = new Sidebar({ select: () => {}, selectedId: () => null, isRunning: (id) => id === 2, toast: () => {} });
+    const sb = new Sidebar({ select: () => {}, selectedId: () => null, isRunning: (id) => id === 2, deleted: () => {}, toast: () => {} });
     document.body.append(sb.el);
     await sb.refresh();
     const titles = [...sb.el.querySelectorAll('.chat-title')].map((e) => e.textContent);

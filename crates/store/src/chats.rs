@@ -49,17 +49,15 @@ impl Store {
     }
 
     /// Sets a chat's title (trimmed; must not be empty). A renamed chat keeps
-    /// its title: only untitled chats take one from their first message.
+    /// its title: only untitled chats take one from their first message. A
+    /// rename is not activity: the chat keeps its place in the list.
     pub async fn rename_chat(&self, id: ChatId, title: &str) -> Result<Chat> {
         let title = title.trim();
         if title.is_empty() {
             return Err(Error::InvalidInput("a chat title cannot be empty".into()));
         }
-        let row = sqlx::query(&format!(
-            "UPDATE chats SET title = ?1, updated_at = ?2 WHERE id = ?3 RETURNING {CHAT_COLUMNS}"
-        ))
+        let row = sqlx::query(&format!("UPDATE chats SET title = ?1 WHERE id = ?2 RETURNING {CHAT_COLUMNS}"))
         .bind(title)
-        .bind(now_ms())
         .bind(id.0)
         .fetch_optional(&self.pool)
         .await?

@@ -44,7 +44,7 @@ pub struct Chat {
     pub model: Option<String>,
     /// When the chat was created.
     pub created_at: Timestamp,
-    /// Last activity (a message added, a rename); chats are listed by this, newest first.
+    /// Last activity (a message added or removed, a reply); chats are listed by this, newest first.
     pub updated_at: Timestamp,
 }
 

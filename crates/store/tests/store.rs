@@ -50,8 +50,11 @@ async fn chats_are_listed_renamed_and_deleted() {
     store.add_message(first.id, &NewMessage::user("later")).await.unwrap();
     assert_eq!(ids(store.list_chats().await.unwrap()), vec![first.id, second.id]);
 
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     let renamed = store.rename_chat(second.id, "  Trip planning  ").await.unwrap();
     assert_eq!(renamed.title, "Trip planning");
+    // a rename is not activity: the chat stays where its last message put it
+    assert_eq!(ids(store.list_chats().await.unwrap()), vec![first.id, second.id]);
     assert_eq!(store.rename_chat(second.id, "   ").await.unwrap_err().code(), "INVALID_INPUT");
     assert_eq!(store.rename_chat(ChatId(999), "x").await.unwrap_err().code(), "CHAT_NOT_FOUND");
 

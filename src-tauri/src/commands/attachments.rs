@@ -1,12 +1,16 @@
-//! Images for the composer: from a path (drop, file picker) or from bytes
-//! (paste). Stored at once, named by content hash; the UI shows them through
-//! the `att://` protocol (see attachment_protocol.rs).
+//! Images for the composer: from a path (drop, file picker), from bytes
+//! (paste, where the web view hands the page the file) or from the system
+//! clipboard (paste where it does not: WebKitGTK). Stored at once, named by
+//! content hash; the UI shows them through the `att://` protocol (see
+//! attachment_protocol.rs).
+use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use store::Attachment;
 use tauri::ipc::{InvokeBody, Request};
-use tauri::State;
+use tauri::{AppHandle, Manager, Runtime, State};
+use tauri_plugin_clipboard_manager::Clipboard;
 
 use crate::error::{AppError, AppResult};
 use crate::state::AppState;
@@ -23,4 +27,40 @@ pub async fn add_attachment_bytes(state: State<'_, Arc<AppState>>, request: Requ
         return Err(AppError::new("INVALID_INPUT", "send the image bytes as the raw request body"));
     };
     Ok(state.store.add_attachment(bytes).await?)
+}
+
+/// The picture on the system clipboard, stored like a pasted file; `None`
+/// when the clipboard holds no picture. Fails with CLIPBOARD_UNAVAILABLE
+/// where the clipboard cannot be read at all (no clipboard plugin, no
+/// display server it can talk to), so the UI can say pasting is not available.
+#[tauri::command]
+pub async fn paste_clipboard_image<R: Runtime>(
+    app: AppHandle<R>,
+    state: State<'_, Arc<AppState>>,
+) -> AppResult<Option<Attachment>> {
+    let Some(clipboard) = app.try_state::<Clipboard<R>>() else {
+        return Err(AppError::new("CLIPBOARD_UNAVAILABLE", "the clipboard cannot be read in this window"));
+    };
+    let image = match clipboard.read_image() {
+        Ok(image) => image,
+        // the plugin reports arboard's errors as text only: "not available"
+        // is arboard's ContentNotAvailable, a clipboard without a picture
+        Err(e) if e.to_string().contains("not available") => return Ok(None),
+        Err(e) => return Err(AppError::new("CLIPBOARD_UNAVAILABLE", e.to_string())),
+    };
+    let (width, height, rgba) = (image.width(), image.height(), image.rgba().to_vec());
+    let png = tokio::task::spawn_blocking(move || encode_png(width, height, rgba))
+        .await
+        .map_err(|e| AppError::new("CLIPBOARD_UNAVAILABLE", e.to_string()))??;
+    Ok(Some(state.store.add_attachment(&png).await?))
+}
+
+fn encode_png(width: u32, height: u32, rgba: Vec<u8>) -> AppResult<Vec<u8>> {
+    let image = image::RgbaImage::from_raw(width, height, rgba)
+        .ok_or_else(|| AppError::new("NOT_AN_IMAGE", "the clipboard's picture has the wrong size"))?;
+    let mut png = Cursor::new(Vec::new());
+    image
+        .write_to(&mut png, image::ImageFormat::Png)
+        .map_err(|e| AppError::new("NOT_AN_IMAGE", format!("the clipboard's picture cannot be stored: {e}")))?;
+    Ok(png.into_inner())
 }

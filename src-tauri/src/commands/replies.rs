@@ -39,6 +39,22 @@ fn check(outgoing: &Outgoing) -> AppResult<()> {
     Ok(())
 }
 
+/// A new message with images for a model that cannot see them is refused
+/// before it is stored (the composer says so first; this keeps the rule for
+/// any caller). Images already in the chat become placeholders instead.
+fn check_images(outgoing: &Outgoing, state: &AppState) -> AppResult<()> {
+    let engine = state.engine()?;
+    if outgoing.attachments.is_empty() || engine.model_info().capabilities.vision {
+        return Ok(());
+    }
+    // the name the user knows (the scan's), not the engine's folder name
+    let name = state.status().model.map(|m| m.name).unwrap_or_else(|| engine.model_info().name.clone());
+    Err(AppError::new(
+        "MODEL_CANNOT_SEE_IMAGES",
+        format!("{name} cannot see images. Load a model that sees images, or send text only."),
+    ))
+}
+
 #[tauri::command]
 pub async fn send_message<R: Runtime>(
     app: AppHandle<R>,
@@ -49,7 +65,7 @@ pub async fn send_message<R: Runtime>(
 ) -> AppResult<Sent> {
     check(&message)?;
     ensure_idle(&state, chat_id)?;
-    state.engine()?;
+    check_images(&message, &state)?;
     post_and_answer(&app, &state, chat_id, message, on_event).await
 }
 
@@ -115,7 +131,7 @@ pub async fn edit_and_resend<R: Runtime>(
 ) -> AppResult<Sent> {
     check(&message)?;
     ensure_idle(&state, chat_id)?;
-    state.engine()?;
+    check_images(&message, &state)?;
     let messages = state.store.list_messages(chat_id).await?;
     let last_user = messages.iter().rev().find(|m| m.role == Role::User);
     if last_user.map(|m| m.id) != Some(message_id) {

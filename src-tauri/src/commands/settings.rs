@@ -5,7 +5,7 @@ use serde::Serialize;
 use tauri::{AppHandle, Runtime, State};
 
 use crate::error::{AppError, AppResult};
-use crate::settings::{Settings, SETTINGS_KEY};
+use crate::settings::{ModelFacts, Settings, SETTINGS_KEY};
 use crate::state::AppState;
 
 #[derive(Debug, Clone, Serialize)]
@@ -21,8 +21,8 @@ fn view(state: &AppState) -> SettingsView {
     let settings = state.settings();
     let status = state.status();
     let restart_needed = status.knobs.as_ref().is_some_and(|k| *k != settings.engine_knobs());
-    let info = state.engine.engine().map(|e| e.model_info().clone());
-    SettingsView { notes: settings.notes_for(info.as_ref()), restart_needed, settings }
+    let facts = state.engine.engine().map(|e| ModelFacts::of(e.model_info(), status.model.map(|m| m.name)));
+    SettingsView { notes: settings.notes_for(facts.as_ref()), restart_needed, settings }
 }
 
 #[tauri::command]
@@ -39,10 +39,12 @@ pub async fn save_settings<R: Runtime>(
     settings.validate().map_err(|m| AppError::new("INVALID_SETTINGS", m))?;
     state.store.set_setting(SETTINGS_KEY, &settings).await?;
     let before = std::mem::replace(&mut *state.settings.lock().unwrap(), settings.clone());
-    if before.server_enabled != settings.server_enabled
+    let changed = before.server_enabled != settings.server_enabled
         || before.server_port != settings.server_port
-        || before.server_file_url_folders != settings.server_file_url_folders
-    {
+        || before.server_file_url_folders != settings.server_file_url_folders;
+    // enabled but not running (its port was taken): every save tries again
+    let failed = settings.server_enabled && state.server.lock().await.is_none();
+    if changed || failed {
         crate::openai_server::apply(&app, &state).await;
     }
     Ok(view(&state))

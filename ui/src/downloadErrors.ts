@@ -1,0 +1,24 @@
+// A failed download in plain words, chosen by the hub's stable error code
+// (crates/hub/src/error.rs), never by the wording of its message.
+import type { AppError } from './api';
+
+export function downloadErrorText(error: AppError): string {
+  switch (error.code) {
+    case 'NETWORK_ERROR':
+      return 'No connection to Hugging Face. Check that this computer is online, then retry; the download resumes where it stopped.';
+    case 'NOT_FOUND':
+      return 'This model is not on Hugging Face any more (not found).';
+    case 'AUTH_REQUIRED':
+      return 'This model is gated: it needs a Hugging Face token with access (set HF_TOKEN, and accept the model’s terms on huggingface.co).';
+    case 'DISK_FULL':
+      return 'The disk is full. Free some space, then retry; what was downloaded is kept.';
+    case 'CHECKSUM_MISMATCH':
+      return 'A downloaded file was damaged on the way (checksum mismatch) and was deleted. Retry to fetch it again.';
+    case 'HTTP_ERROR':
+      return 'Hugging Face answered with an error. Try again in a while.';
+    case 'ALREADY_DOWNLOADING':
+      return 'This model is already downloading.';
+    default:
+      return `The download failed: ${error.message}`;
+  }
+}
