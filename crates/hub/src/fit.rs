@@ -2,7 +2,8 @@
 //! context, against what this machine gives it:
 //!
 //! ```text
-//! weights      the weight files as they are on disk (MLX and GGUF load them as stored)
+//! weights      as the engine holds them: the files as stored (Metal), or
+//!              4 bytes per weight when it dequantizes to float32 (its CPU default)
 //! + KV cache   2 (K and V) × layers × KV heads × head dim × tokens × bytes per element,
 //!              tokens = the context (a sliding-window layer keeps its window),
 //!              × running sequences; quantized KV stores `bits` per element plus a
@@ -64,12 +65,31 @@ pub struct VisionShape {
     pub heads: u32,
 }
 
-/// The model's files: the weights as stored, and a vision projector kept in
-/// a separate file (GGUF `mmproj`; 0 when the tower is in the weights).
+/// The weights as the engine holds them in memory, and a vision projector
+/// kept in a separate file (GGUF `mmproj`; 0 when the tower is in the weights).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct WeightBytes {
     pub weights: u64,
     pub vision_projector: u64,
+}
+
+/// How the engine holds quantized weights (its `WeightFormat`): as stored
+/// (Metal), or dequantized to float32 (its default on the CPU backend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightHolding {
+    AsStored,
+    Float32,
+}
+
+impl WeightHolding {
+    /// Bytes in memory for `stored` bytes on disk holding `parameters` weights.
+    pub fn bytes(self, stored: u64, parameters: Option<u64>) -> u64 {
+        match (self, parameters) {
+            (WeightHolding::Float32, Some(parameters)) => parameters * 4,
+            _ => stored,
+        }
+    }
 }
 
 /// The load settings the estimate is for.
@@ -307,21 +327,26 @@ fn gb(bytes: u64) -> String {
 
 /// The shape and weight sizes of a model on disk: a folder with config.json
 /// and safetensors, or a GGUF file (with an `mmproj*.gguf` beside it, if any).
-pub fn local_model(path: &Path) -> Result<(ModelShape, WeightBytes)> {
+pub fn local_model(path: &Path, holding: WeightHolding) -> Result<(ModelShape, WeightBytes)> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if meta.is_file() {
         let metadata = gguf::read_file_metadata(path)?;
         let shape = ModelShape::from_gguf(&metadata)
             .map_err(|reason| Error::InvalidGguf { path: path.to_path_buf(), reason })?;
         let projector = path.parent().map_or(0, |dir| mmproj_beside(dir, path));
-        return Ok((shape, WeightBytes { weights: meta.len(), vision_projector: projector }));
+        let weights = holding.bytes(meta.len(), metadata.parameters);
+        return Ok((shape, WeightBytes { weights, vision_projector: projector }));
     }
     let config_path = path.join("config.json");
     let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
     let invalid = |reason: String| Error::InvalidConfig { path: config_path.clone(), reason };
     let config: Value = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
     let shape = ModelShape::from_config(&config).map_err(invalid)?;
-    let mut weights = 0;
+    let bits = ["quantization", "quantization_config"]
+        .iter()
+        .find_map(|k| config.get(*k).and_then(|q| q.get("bits")).and_then(Value::as_u64));
+    let mut stored = 0;
+    let mut parameters = Some(0u64);
     let mut stack = vec![path.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?.flatten() {
@@ -331,17 +356,53 @@ pub fn local_model(path: &Path) -> Result<(ModelShape, WeightBytes)> {
             if m.is_dir() {
                 stack.push(p);
             } else if p.extension().is_some_and(|e| e == "safetensors") {
-                weights += m.len();
+                stored += m.len();
+                let counted = safetensors_parameters(&p, bits);
+                parameters = parameters.zip(counted).map(|(a, b)| a + b);
             }
         }
     }
+    let weights = holding.bytes(stored, parameters);
     Ok((shape, WeightBytes { weights, vision_projector: 0 }))
 }
 
 /// The fit of a model on disk: [`local_model`] then [`check_fit`].
-pub fn check_local_model(path: &Path, settings: &FitSettings, machine: &MachineMemory) -> Result<FitReport> {
-    let (shape, weights) = local_model(path)?;
+pub fn check_local_model(
+    path: &Path,
+    holding: WeightHolding,
+    settings: &FitSettings,
+    machine: &MachineMemory,
+) -> Result<FitReport> {
+    let (shape, weights) = local_model(path, holding)?;
     Ok(check_fit(&shape, &weights, settings, machine))
+}
+
+/// The weights in a safetensors file, from its header (an 8-byte length,
+/// then JSON with each tensor's dtype and shape). MLX packs quantized
+/// weights into `U32` words of `32 / bits` weights each; their scales and
+/// biases are not weights.
+fn safetensors_parameters(path: &Path, bits: Option<u64>) -> Option<u64> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len).ok()?;
+    let len = u64::from_le_bytes(len);
+    if len > 100 << 20 {
+        return None;
+    }
+    let mut header = vec![0u8; len as usize];
+    file.read_exact(&mut header).ok()?;
+    let header: serde_json::Map<String, Value> = serde_json::from_slice(&header).ok()?;
+    let mut total = 0u64;
+    for (name, tensor) in &header {
+        if name == "__metadata__" || (bits.is_some() && (name.ends_with(".scales") || name.ends_with(".biases"))) {
+            continue;
+        }
+        let elements: u64 = tensor.get("shape")?.as_array()?.iter().map(Value::as_u64).product::<Option<u64>>()?;
+        let packed = bits.filter(|_| tensor.get("dtype").and_then(Value::as_str) == Some("U32"));
+        total += packed.map_or(elements, |b| elements * 32 / b.max(1));
+    }
+    Some(total)
 }
 
 fn mmproj_beside(dir: &Path, model: &Path) -> u64 {

@@ -58,6 +58,8 @@ pub enum MetaValue {
 pub struct Metadata {
     pub values: HashMap<String, MetaValue>,
     pub complete: bool,
+    /// Weights in all tensors, when the tensor table was read too.
+    pub parameters: Option<u64>,
 }
 
 impl Metadata {
@@ -95,7 +97,11 @@ pub fn read_metadata(data: impl Read) -> std::result::Result<Metadata, String> {
     let mut reader = Reader { inner: data, wide: true };
     let mut metadata = Metadata::default();
     match reader.read_all(&mut metadata.values) {
-        Ok(()) => metadata.complete = true,
+        Ok(tensors) => {
+            metadata.complete = true;
+            // the tensor table follows the metadata; a prefix may end inside it
+            metadata.parameters = reader.count_parameters(tensors).ok();
+        }
         // a prefix: what was read is good
         Err(reason) if reason == TRUNCATED && !metadata.values.is_empty() => {}
         Err(reason) => return Err(reason),
@@ -114,8 +120,8 @@ struct Reader<R> {
 type Parse<T> = std::result::Result<T, String>;
 
 impl<R: Read> Reader<R> {
-    /// Magic and version; returns the key/value count.
-    fn header(&mut self) -> Parse<u64> {
+    /// Magic and version; returns the tensor and key/value counts.
+    fn header(&mut self) -> Parse<(u64, u64)> {
         let mut magic = [0u8; 4];
         self.bytes(&mut magic)?;
         if &magic != MAGIC {
@@ -128,12 +134,13 @@ impl<R: Read> Reader<R> {
             // a big-endian file reads as a huge version number
             v => return Err(format!("unsupported GGUF version {v}")),
         };
-        let _tensor_count = self.count()?;
-        self.count()
+        let tensor_count = self.count()?;
+        Ok((tensor_count, self.count()?))
     }
 
-    fn read_all(&mut self, values: &mut HashMap<String, MetaValue>) -> Parse<()> {
-        let kv_count = self.header()?;
+    /// Reads the key/values; returns the tensor count.
+    fn read_all(&mut self, values: &mut HashMap<String, MetaValue>) -> Parse<u64> {
+        let (tensor_count, kv_count) = self.header()?;
         for _ in 0..kv_count {
             let key = self.string(MAX_KEY_BYTES)?;
             let value_type = self.u32()?;
@@ -172,11 +179,32 @@ impl<R: Read> Reader<R> {
                 values.insert(key, value);
             }
         }
-        Ok(())
+        Ok(tensor_count)
+    }
+
+    /// The tensor table (name, dimensions, type, offset each): the elements
+    /// of all tensors.
+    fn count_parameters(&mut self, tensors: u64) -> Parse<u64> {
+        let mut total: u64 = 0;
+        for _ in 0..tensors {
+            let name_len = self.count()?;
+            self.skip(name_len)?;
+            let dims = self.u32()?;
+            if dims > 8 {
+                return Err(format!("a tensor with {dims} dimensions"));
+            }
+            let mut elements: u64 = 1;
+            for _ in 0..dims {
+                elements = elements.checked_mul(self.count()?).ok_or("tensor size overflows")?;
+            }
+            let _type_and_offset = self.fixed::<12>()?;
+            total = total.checked_add(elements).ok_or("tensor size overflows")?;
+        }
+        Ok(total)
     }
 
     fn find_string(&mut self, wanted: &str) -> Parse<Option<String>> {
-        let kv_count = self.header()?;
+        let (_, kv_count) = self.header()?;
         for _ in 0..kv_count {
             let key = self.string(MAX_KEY_BYTES)?;
             let value_type = self.u32()?;

@@ -34,6 +34,7 @@ pub use download::{CancellationToken, DownloadOptions, DownloadedModel, RetryPol
 pub use error::{Error, Result};
 pub use fit::{
     check_fit, check_local_model, FitLevel, FitReport, FitSettings, MemoryEstimate, ModelShape, WeightBytes,
+    WeightHolding,
 };
 pub use listing::{FileHash, RepoFile, RepoListing};
 pub use memory::MachineMemory;
