@@ -9,7 +9,11 @@ crates/engine/tests/gemma3_real.rs:
    (Gemma's runs of spaces and newlines, stored with literal spaces) and
    control pieces match the raw text first, atomically; the rest is
    encoded between them.
-2. Greedy continuations: Python mlx-lm on the folder that `vlm convert
+2. Dequantized blocks: for the first tensor of each type in the file (F32,
+   Q8_0, Q5_0, Q4_K, Q6_K), gguf-py's own dequantization (`gguf.quants`,
+   numpy ports of ggml's): values at a few places, the sum and the sum of
+   squares.
+3. Greedy continuations: Python mlx-lm on the folder that `vlm convert
    --dtype float32` wrote from the GGUF (the same weights our engine loads),
    GREEDY_TOKENS raw ids per prompt from `generate_step` (no stop at EOS).
 
@@ -98,6 +102,30 @@ def reference_tokenizer(gguf_path: str) -> ReferenceTokenizer:
     return ReferenceTokenizer(sp, literal)
 
 
+def dequantized(gguf_path: str) -> list:
+    import numpy as np
+    from gguf.quants import dequantize
+
+    out, seen = [], set()
+    for t in GGUFReader(gguf_path).tensors:
+        if t.tensor_type.name in seen:
+            continue
+        seen.add(t.tensor_type.name)
+        d = dequantize(t.data, t.tensor_type).astype(np.float64).reshape(-1)
+        at = [0, 1, 31, 32, 255, 256, 257, d.size // 2 + 7, d.size - 1]
+        out.append(
+            {
+                "tensor": t.name,
+                "type": t.tensor_type.name,
+                "at": at,
+                "values": [float(d[i]) for i in at],
+                "sum": float(d.sum()),
+                "sum_of_squares": float((d * d).sum()),
+            }
+        )
+    return out
+
+
 def main() -> None:
     gguf_path, folder, out = sys.argv[1:4]
     sp = reference_tokenizer(gguf_path)
@@ -112,11 +140,13 @@ def main() -> None:
         "about": "SentencePiece encodings of the Gemma 3 270M GGUF vocabulary, and Python mlx-lm greedy ids on the "
         "folder `vlm convert --dtype float32` wrote from it; written by scripts/make-goldens.sh",
         "versions": {
+            "gguf": importlib.metadata.version("gguf"),
             "mlx": importlib.metadata.version("mlx"),
             "mlx-lm": importlib.metadata.version("mlx-lm"),
             "sentencepiece": importlib.metadata.version("sentencepiece"),
         },
         "tokenizer": [{"text": s, "ids": sp.encode(s)} for s in TOKENIZER_STRINGS],
+        "dequantized": dequantized(gguf_path),
         "greedy": greedy,
     }
     with open(out, "w") as f:

@@ -45,6 +45,32 @@ fn the_gguf_tokenizer_encodes_like_sentencepiece() {
     assert_eq!(tokenizer.encode("Hi", true).unwrap()[0], 2, "the GGUF asks for <bos>");
 }
 
+/// Every block type in the file (F32, Q8_0, Q5_0, Q4_K, Q6_K) dequantizes as
+/// gguf-py's numpy ports of ggml's code do: values at block and super-block
+/// edges, and sums over whole tensors. (The greedy parity below runs mlx-lm
+/// on weights we dequantized, so it cannot catch a wrong block layout; this
+/// does.)
+#[test]
+fn every_block_type_dequantizes_as_ggml_does() {
+    use engine::weights::gguf::{dequantize, GgufFile};
+    let file = GgufFile::open(&gguf()).unwrap();
+    for case in golden()["dequantized"].as_array().unwrap() {
+        let name = case["tensor"].as_str().unwrap();
+        let t = file.tensors.iter().find(|t| t.name == name).unwrap();
+        assert_eq!(t.kind.name(), case["type"].as_str().unwrap());
+        let values = dequantize(t.kind, &file.read(t).unwrap()).unwrap();
+        for (at, want) in case["at"].as_array().unwrap().iter().zip(case["values"].as_array().unwrap()) {
+            let (at, want) = (at.as_u64().unwrap() as usize, want.as_f64().unwrap());
+            assert_eq!(values[at] as f64, want, "{name} value {at}");
+        }
+        let sum: f64 = values.iter().map(|&v| v as f64).sum();
+        let squares: f64 = values.iter().map(|&v| (v as f64) * (v as f64)).sum();
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1.0);
+        assert!(close(sum, case["sum"].as_f64().unwrap()), "{name}: sum {sum}");
+        assert!(close(squares, case["sum_of_squares"].as_f64().unwrap()), "{name}: sum of squares {squares}");
+    }
+}
+
 /// The golden continuation as text: the ids up to EOS, as the engine streams them.
 fn expected_text(tokenizer: &Tokenizer, greedy: &[u32]) -> String {
     let end = greedy.iter().position(|&t| t == EOS).unwrap_or(greedy.len());

@@ -23,10 +23,22 @@ pub enum Error {
     #[error("not found on the Hub: {0}")]
     NotFound(String),
 
-    /// HTTP 401/403: a gated or private repository; a Hugging Face token with
-    /// access is needed (or the repository's terms must be accepted).
+    /// HTTP 401/403 on a private repository, or a token the Hub rejects: a
+    /// Hugging Face token with access is needed.
     #[error("{what} needs a Hugging Face token with access (HTTP {status})")]
     AuthRequired { what: String, status: u16 },
+
+    /// HTTP 401/403 on a gated repository (the Hub says `GatedRepo`): its
+    /// terms must be accepted on its page, signed in with the account of the
+    /// token the app uses. 401: no token was sent; 403: the token's account
+    /// has no access yet.
+    #[error("{repo} is gated: {}", gated_advice(*status, url))]
+    Gated {
+        repo: String,
+        status: u16,
+        /// The repository's page, where the terms are accepted.
+        url: String,
+    },
 
     /// Any other unexpected HTTP status.
     #[error("HTTP {status} from {url}")]
@@ -88,6 +100,7 @@ impl Error {
             Error::InvalidRevision(_) => "INVALID_REVISION",
             Error::NotFound(_) => "NOT_FOUND",
             Error::AuthRequired { .. } => "AUTH_REQUIRED",
+            Error::Gated { .. } => "GATED",
             Error::Http { .. } => "HTTP_ERROR",
             Error::Network(_) => "NETWORK_ERROR",
             Error::UnsafeFileName(_) => "UNSAFE_FILE_NAME",
@@ -110,6 +123,14 @@ impl Error {
             return Error::DiskFull(path);
         }
         Error::Io { path, source }
+    }
+}
+
+fn gated_advice(status: u16, url: &str) -> String {
+    if status == 401 {
+        format!("add a Hugging Face token in Settings, and accept the model's terms at {url}")
+    } else {
+        format!("accept the model's terms at {url} with the account of your Hugging Face token")
     }
 }
 

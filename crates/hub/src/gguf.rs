@@ -8,6 +8,7 @@
 //! (u64; u32 in version 1); each kv is a string key, a u32 value type and the
 //! value. Strings are a length (u64; u32 in v1) and UTF-8 bytes; arrays are an
 //! element type, a count and the elements.
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::Path;
@@ -39,6 +40,77 @@ pub fn read_string_value(path: &Path, key: &str) -> Result<Option<String>> {
     reader.find_string(key).map_err(|reason| Error::InvalidGguf { path: path.to_path_buf(), reason })
 }
 
+/// One metadata value: scalars as they are, arrays by their length only.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetaValue {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Str(String),
+    Array { len: u64 },
+}
+
+/// The metadata of a GGUF header (strings longer than a megabyte are
+/// skipped). `complete` is false when the bytes ended before the header did:
+/// a prefix of a remote file holds the model's shape long before its
+/// vocabulary ends.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Metadata {
+    pub values: HashMap<String, MetaValue>,
+    pub complete: bool,
+    /// Weights in all tensors, when the tensor table was read too.
+    pub parameters: Option<u64>,
+}
+
+impl Metadata {
+    /// A non-negative integer value.
+    pub fn uint(&self, key: &str) -> Option<u64> {
+        match self.values.get(key)? {
+            MetaValue::Int(v) => u64::try_from(*v).ok(),
+            _ => None,
+        }
+    }
+
+    pub fn string(&self, key: &str) -> Option<&str> {
+        match self.values.get(key)? {
+            MetaValue::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn array_len(&self, key: &str) -> Option<u64> {
+        match self.values.get(key)? {
+            MetaValue::Array { len } => Some(*len),
+            _ => None,
+        }
+    }
+}
+
+/// Every metadata value of a GGUF file.
+pub fn read_file_metadata(path: &Path) -> Result<Metadata> {
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    read_metadata(BufReader::new(file)).map_err(|reason| Error::InvalidGguf { path: path.to_path_buf(), reason })
+}
+
+/// Every metadata value of GGUF bytes (a whole file or its beginning).
+pub fn read_metadata(data: impl Read) -> std::result::Result<Metadata, String> {
+    let mut reader = Reader { inner: data, wide: true };
+    let mut metadata = Metadata::default();
+    match reader.read_all(&mut metadata.values) {
+        Ok(tensors) => {
+            metadata.complete = true;
+            // the tensor table follows the metadata; a prefix may end inside it
+            metadata.parameters = reader.count_parameters(tensors).ok();
+        }
+        // a prefix: what was read is good
+        Err(reason) if reason == TRUNCATED && !metadata.values.is_empty() => {}
+        Err(reason) => return Err(reason),
+    }
+    Ok(metadata)
+}
+
+const TRUNCATED: &str = "file is truncated";
+
 struct Reader<R> {
     inner: R,
     /// Lengths and counts are u64 (versions 2 and 3) rather than u32 (version 1).
@@ -48,7 +120,8 @@ struct Reader<R> {
 type Parse<T> = std::result::Result<T, String>;
 
 impl<R: Read> Reader<R> {
-    fn find_string(&mut self, wanted: &str) -> Parse<Option<String>> {
+    /// Magic and version; returns the tensor and key/value counts.
+    fn header(&mut self) -> Parse<(u64, u64)> {
         let mut magic = [0u8; 4];
         self.bytes(&mut magic)?;
         if &magic != MAGIC {
@@ -61,8 +134,77 @@ impl<R: Read> Reader<R> {
             // a big-endian file reads as a huge version number
             v => return Err(format!("unsupported GGUF version {v}")),
         };
-        let _tensor_count = self.count()?;
-        let kv_count = self.count()?;
+        let tensor_count = self.count()?;
+        Ok((tensor_count, self.count()?))
+    }
+
+    /// Reads the key/values; returns the tensor count.
+    fn read_all(&mut self, values: &mut HashMap<String, MetaValue>) -> Parse<u64> {
+        let (tensor_count, kv_count) = self.header()?;
+        for _ in 0..kv_count {
+            let key = self.string(MAX_KEY_BYTES)?;
+            let value_type = self.u32()?;
+            let value = match value_type {
+                0 => Some(MetaValue::Int(self.fixed::<1>()?[0] as i64)),
+                1 => Some(MetaValue::Int(self.fixed::<1>()?[0] as i8 as i64)),
+                2 => Some(MetaValue::Int(u16::from_le_bytes(self.fixed()?) as i64)),
+                3 => Some(MetaValue::Int(i16::from_le_bytes(self.fixed()?) as i64)),
+                4 => Some(MetaValue::Int(self.u32()? as i64)),
+                5 => Some(MetaValue::Int(i32::from_le_bytes(self.fixed()?) as i64)),
+                6 => Some(MetaValue::Float(f32::from_le_bytes(self.fixed()?) as f64)),
+                7 => Some(MetaValue::Bool(self.fixed::<1>()?[0] != 0)),
+                10 => i64::try_from(u64::from_le_bytes(self.fixed()?)).ok().map(MetaValue::Int),
+                11 => Some(MetaValue::Int(i64::from_le_bytes(self.fixed()?))),
+                12 => Some(MetaValue::Float(f64::from_le_bytes(self.fixed()?))),
+                TYPE_STRING => {
+                    let len = self.count()?;
+                    if len <= MAX_VALUE_BYTES {
+                        let mut buf = vec![0u8; len as usize];
+                        self.bytes(&mut buf)?;
+                        String::from_utf8(buf).ok().map(MetaValue::Str)
+                    } else {
+                        self.skip(len)?;
+                        None
+                    }
+                }
+                TYPE_ARRAY => {
+                    let element_type = self.u32()?;
+                    let len = self.count()?;
+                    self.skip_elements(element_type, len, 0)?;
+                    Some(MetaValue::Array { len })
+                }
+                other => return Err(format!("unknown value type {other}")),
+            };
+            if let Some(value) = value {
+                values.insert(key, value);
+            }
+        }
+        Ok(tensor_count)
+    }
+
+    /// The tensor table (name, dimensions, type, offset each): the elements
+    /// of all tensors.
+    fn count_parameters(&mut self, tensors: u64) -> Parse<u64> {
+        let mut total: u64 = 0;
+        for _ in 0..tensors {
+            let name_len = self.count()?;
+            self.skip(name_len)?;
+            let dims = self.u32()?;
+            if dims > 8 {
+                return Err(format!("a tensor with {dims} dimensions"));
+            }
+            let mut elements: u64 = 1;
+            for _ in 0..dims {
+                elements = elements.checked_mul(self.count()?).ok_or("tensor size overflows")?;
+            }
+            let _type_and_offset = self.fixed::<12>()?;
+            total = total.checked_add(elements).ok_or("tensor size overflows")?;
+        }
+        Ok(total)
+    }
+
+    fn find_string(&mut self, wanted: &str) -> Parse<Option<String>> {
+        let (_, kv_count) = self.header()?;
         for _ in 0..kv_count {
             let key = self.string(MAX_KEY_BYTES)?;
             let value_type = self.u32()?;
@@ -89,19 +231,29 @@ impl<R: Read> Reader<R> {
                 }
                 let element_type = self.u32()?;
                 let count = self.count()?;
-                match fixed_size(element_type) {
-                    Some(size) => {
-                        let total = count.checked_mul(size).ok_or("array size overflows")?;
-                        self.skip(total)
-                    }
-                    None => (0..count).try_for_each(|_| self.skip_value(element_type, depth + 1)),
-                }
+                self.skip_elements(element_type, count, depth)
             }
             other => match fixed_size(other) {
                 Some(size) => self.skip(size),
                 None => Err(format!("unknown value type {other}")),
             },
         }
+    }
+
+    fn skip_elements(&mut self, element_type: u32, count: u64, depth: u32) -> Parse<()> {
+        match fixed_size(element_type) {
+            Some(size) => {
+                let total = count.checked_mul(size).ok_or("array size overflows")?;
+                self.skip(total)
+            }
+            None => (0..count).try_for_each(|_| self.skip_value(element_type, depth + 1)),
+        }
+    }
+
+    fn fixed<const N: usize>(&mut self) -> Parse<[u8; N]> {
+        let mut b = [0u8; N];
+        self.bytes(&mut b)?;
+        Ok(b)
     }
 
     fn string(&mut self, max: u64) -> Parse<String> {
@@ -117,7 +269,7 @@ impl<R: Read> Reader<R> {
     fn skip(&mut self, n: u64) -> Parse<()> {
         let skipped = std::io::copy(&mut (&mut self.inner).take(n), &mut std::io::sink()).map_err(|e| e.to_string())?;
         if skipped < n {
-            return Err("file is truncated".into());
+            return Err(TRUNCATED.into());
         }
         Ok(())
     }
@@ -140,7 +292,7 @@ impl<R: Read> Reader<R> {
 
     fn bytes(&mut self, buf: &mut [u8]) -> Parse<()> {
         self.inner.read_exact(buf).map_err(|e| match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => "file is truncated".to_string(),
+            std::io::ErrorKind::UnexpectedEof => TRUNCATED.to_string(),
             _ => e.to_string(),
         })
     }

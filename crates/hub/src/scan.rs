@@ -4,6 +4,7 @@
 //! architecture the engine lacks is listed as unsupported.
 use std::path::{Path, PathBuf};
 
+use hf_hub::cache::{CachedRepoInfo, CachedRevisionInfo};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{disk_usage, HfCache};
@@ -136,25 +137,33 @@ impl ScanConfig {
 }
 
 fn scan_hf_cache(cache: &HfCache) -> Vec<LocalModel> {
-    let Ok(entries) = std::fs::read_dir(cache.root()) else { return Vec::new() };
-    let mut models = Vec::new();
-    for entry in entries.flatten() {
-        let folder = entry.file_name().to_string_lossy().into_owned();
-        let Some(rest) = folder.strip_prefix("models--") else { continue };
-        let Some((owner, name)) = rest.split_once("--") else { continue };
-        let repo = format!("{owner}/{name}");
-        if entry.path().is_dir() {
-            models.extend(scan_cached_repo(cache, &repo, &entry.path()));
+    let info = match cache.scan() {
+        Ok(info) => info,
+        Err(e) => {
+            tracing::warn!(cache = %cache.root().display(), error = %e, "cannot scan the Hugging Face cache");
+            return Vec::new();
         }
-    }
-    models
+    };
+    info.repos.iter().filter(|r| r.repo_type == "model").flat_map(scan_cached_repo).collect()
 }
 
-fn scan_cached_repo(cache: &HfCache, repo: &str, dir: &Path) -> Vec<LocalModel> {
+/// The snapshot a cached repo is used at: the one `main` points to, else the
+/// newest.
+fn current_revision(repo: &CachedRepoInfo) -> Option<&CachedRevisionInfo> {
+    repo.revisions
+        .iter()
+        .find(|r| r.refs.iter().any(|name| name == "main"))
+        .or_else(|| repo.revisions.iter().max_by_key(|r| r.last_modified))
+}
+
+fn scan_cached_repo(cached: &CachedRepoInfo) -> Vec<LocalModel> {
+    let repo = cached.repo_id.as_str();
+    let dir = cached.repo_path.as_path();
     let partial = has_partial_blobs(&dir.join("blobs"));
+    // everything on disk, partial files and older revisions included: what deleting frees
     let size = disk_usage(dir).unwrap_or(0);
-    let commit = cache.resolve_revision(repo, "main").ok().flatten().filter(|c| dir.join("snapshots").join(c).is_dir());
-    let commit = commit.or_else(|| newest_snapshot(&dir.join("snapshots")));
+    let revision = current_revision(cached);
+    let commit = revision.map(|r| r.commit_hash.clone());
     let location = Location::HfCache { repo: repo.to_string(), commit: commit.clone() };
     let base = LocalModel {
         id: format!("hf:{repo}"),
@@ -168,11 +177,11 @@ fn scan_cached_repo(cache: &HfCache, repo: &str, dir: &Path) -> Vec<LocalModel> 
         partial,
         error: None,
     };
-    let Some(commit) = commit else {
+    let Some(revision) = revision else {
         // a download that has not finished its first file yet
         return if partial { vec![base] } else { Vec::new() };
     };
-    let snapshot = dir.join("snapshots").join(&commit);
+    let snapshot = revision.snapshot_path.clone();
 
     if snapshot.join("config.json").exists() {
         let mut model = LocalModel { path: snapshot.clone(), ..base };
@@ -203,7 +212,9 @@ fn scan_cached_repo(cache: &HfCache, repo: &str, dir: &Path) -> Vec<LocalModel> 
 }
 
 fn scan_models_dir(dir: &Path) -> Vec<LocalModel> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
     let mut models = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -285,7 +296,9 @@ fn check_snapshot(folder: &Path) -> Option<String> {
     let mut missing = Vec::new();
     let mut stack = vec![folder.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             // metadata() follows the link: it fails when the blob is gone
@@ -308,19 +321,10 @@ fn has_partial_blobs(blobs: &Path) -> bool {
         entries.flatten().any(|e| {
             let name = e.file_name();
             let name = name.to_string_lossy();
-            // ours, and huggingface_hub's
-            name.ends_with(".part") || name.ends_with(".incomplete")
+            // huggingface_hub's and ours; `.part` from downloads of older app versions
+            name.ends_with(".incomplete") || name.ends_with(".part")
         })
     })
-}
-
-fn newest_snapshot(snapshots: &Path) -> Option<String> {
-    std::fs::read_dir(snapshots)
-        .ok()?
-        .flatten()
-        .filter(|e| e.path().is_dir())
-        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
 }
 
 fn gguf_files_in(dir: &Path) -> Vec<PathBuf> {

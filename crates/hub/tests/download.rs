@@ -1,5 +1,6 @@
-//! Downloads against a fake Hub on 127.0.0.1 that speaks the two endpoints
-//! we use, honours Range, and can cut connections or require a token.
+//! Downloads against a fake Hub on 127.0.0.1 that speaks the endpoints
+//! hf-hub uses, honours Range, and can cut connections, corrupt a transfer
+//! or require a token.
 mod common;
 
 use std::path::Path;
@@ -25,8 +26,9 @@ fn tiny_repo() -> FakeRepo {
 }
 
 fn client(hub: &FakeHub, cache: &Path, token: Option<&str>) -> HubClient {
+    common::no_ambient_token();
     HubClient::new(HubConfig {
-        endpoint: hub.endpoint.clone(),
+        endpoint: Some(hub.endpoint.clone()),
         token: token.map(str::to_string),
         cache: HfCache::new(cache),
     })
@@ -54,7 +56,9 @@ fn files_under(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in entries.flatten() {
             let p = e.path();
             if p.is_dir() && !p.is_symlink() {
@@ -95,7 +99,10 @@ async fn downloads_a_repo_into_the_hf_cache_with_progress() {
     assert!(weights_blob.is_file());
     let config_blob = repo_dir.join("blobs").join(common::git_blob_id(&repo.files[0].content));
     assert!(config_blob.is_file());
-    assert!(!files_under(&repo_dir).iter().any(|f| f.ends_with(".part")), "{:?}", files_under(&repo_dir));
+    assert!(!files_under(&repo_dir).iter().any(|f| f.ends_with(".incomplete")), "{:?}", files_under(&repo_dir));
+    // the lock files huggingface_hub would take
+    let locks = files_under(&cache.path().join(".locks/models--test-org--tiny-model"));
+    assert!(locks.iter().any(|l| l.ends_with(".lock")), "{locks:?}");
 
     // progress: totals right, monotonic, ends complete
     let events = events.lock().unwrap().clone();
@@ -115,7 +122,11 @@ async fn downloads_a_repo_into_the_hf_cache_with_progress() {
     let requests_before = hub.requests().len();
     let again = client.download(REPO, "main", &DownloadOptions::default()).await.unwrap();
     assert_eq!(again.bytes_fetched, 0);
-    assert_eq!(hub.requests().len(), requests_before + 1, "only the listing again");
+    // only the listing again: info, tree, and a HEAD for the LFS file's SHA-256
+    let again_requests: Vec<_> =
+        hub.requests()[requests_before..].iter().map(|r| r.method.clone() + " " + &r.path).collect();
+    assert_eq!(again_requests.len(), 3, "{again_requests:?}");
+    assert!(again_requests.iter().all(|r| !r.starts_with("GET /test-org")), "{again_requests:?}");
 
     // the scan sees it; deleting frees it
     let scan = ScanConfig {
@@ -151,10 +162,11 @@ async fn a_cut_connection_resumes_with_a_range_request() {
 
     let requests = hub.file_requests("model.safetensors");
     assert_eq!(requests.len(), 2, "{requests:?}");
-    assert_eq!(requests[0].range, None);
+    assert_eq!(requests[0].range.as_deref(), Some("bytes=0-299999"));
     let range = requests[1].range.as_deref().expect("the retry asks for a range");
-    let start: u64 = range.trim_start_matches("bytes=").trim_end_matches('-').parse().unwrap();
+    let start: u64 = range.trim_start_matches("bytes=").split('-').next().unwrap().parse().unwrap();
     assert!(start > 0 && start <= 100_000, "{range}");
+    assert!(range.ends_with("-299999"), "{range}");
     // nothing was fetched twice
     assert_eq!(done.bytes_fetched, done.bytes_total);
     let events = events.lock().unwrap();
@@ -184,7 +196,7 @@ async fn a_cancelled_download_resumes_on_the_next_call() {
     let part = cache
         .path()
         .join("models--test-org--tiny-model/blobs")
-        .join(format!("{}.part", common::sha256_hex(&repo.files[2].content)));
+        .join(format!("{}.incomplete", common::sha256_hex(&repo.files[2].content)));
     let kept = std::fs::metadata(&part).unwrap().len();
     assert!((50_000..300_000).contains(&kept), "{kept}");
     let blob = part.with_extension("");
@@ -195,17 +207,17 @@ async fn a_cancelled_download_resumes_on_the_next_call() {
     let done = client.download(REPO, "main", &options).await.unwrap();
     assert_eq!(std::fs::read(done.snapshot_dir.join("model.safetensors")).unwrap(), repo.files[2].content);
     let last = hub.file_requests("model.safetensors").last().unwrap().clone();
-    assert_eq!(last.range.as_deref(), Some(format!("bytes={kept}-").as_str()));
+    assert_eq!(last.range.as_deref(), Some(format!("bytes={kept}-299999").as_str()));
     assert_eq!(done.bytes_fetched, 300_000 - kept);
     // progress starts from what was on disk
     assert!(events.lock().unwrap()[0].bytes_done >= kept);
 }
 
 #[tokio::test]
-async fn a_checksum_mismatch_is_an_error_and_leaves_no_file() {
+async fn a_corrupted_transfer_is_rejected_and_leaves_no_file() {
     let hub = FakeHub::start().await;
     let mut repo = tiny_repo();
-    repo.files[2].wrong_sha256 = true;
+    repo.files[2].corrupt = true;
     hub.add_repo(REPO, repo.clone());
     let cache = tempfile::tempdir().unwrap();
     let (options, _) = recording_options();
@@ -214,11 +226,13 @@ async fn a_checksum_mismatch_is_an_error_and_leaves_no_file() {
     assert!(err.to_string().contains("model.safetensors"));
     let repo_dir = cache.path().join("models--test-org--tiny-model");
     let files = files_under(&repo_dir);
-    assert!(!files.iter().any(|f| f.ends_with(".part")), "{files:?}");
+    assert!(!files.iter().any(|f| f.ends_with(".incomplete")), "{files:?}");
     assert!(!files.iter().any(|f| f.ends_with("model.safetensors")), "{files:?}");
-    // and the blob that would have been trusted is absent
-    let listed = common::sha256_hex(b"something else");
+    // and no blob claims the listed hash
+    let listed = common::sha256_hex(&repo.files[2].content);
     assert!(!repo_dir.join("blobs").join(listed).exists());
+    // the small files before it are verified and kept
+    assert!(repo_dir.join("blobs").join(common::git_blob_id(&repo.files[0].content)).is_file());
 }
 
 #[tokio::test]
@@ -291,12 +305,12 @@ async fn a_full_disk_is_reported_as_disk_full() {
     let cache = tempfile::tempdir().unwrap();
     let blobs = cache.path().join("models--test-org--tiny-model/blobs");
     std::fs::create_dir_all(&blobs).unwrap();
-    let part = blobs.join(format!("{}.part", common::sha256_hex(&repo.files[2].content)));
+    let part = blobs.join(format!("{}.incomplete", common::sha256_hex(&repo.files[2].content)));
     std::os::unix::fs::symlink("/dev/full", &part).unwrap();
     let (options, _) = recording_options();
     let err = client(&hub, cache.path(), None).download(REPO, "main", &options).await.unwrap_err();
     assert_eq!(err.code(), "DISK_FULL", "{err}");
-    assert!(!part.with_extension("").exists());
+    assert!(!blobs.join(common::sha256_hex(&repo.files[2].content)).exists());
 }
 
 #[tokio::test]
@@ -324,4 +338,53 @@ async fn a_second_download_of_the_same_repo_is_refused_while_the_first_runs() {
     let err = client.download(REPO, "main", &options).await.unwrap_err();
     assert_eq!(err.code(), "ALREADY_DOWNLOADING");
     first.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_gated_repo_without_access_says_so_and_where_to_accept_its_terms() {
+    let hub = FakeHub::start().await;
+    let mut repo = tiny_repo();
+    repo.gated = true;
+    repo.token = Some("hf_granted".into());
+    hub.add_repo("test-org/gated", repo.clone());
+    let cache = tempfile::tempdir().unwrap();
+    let (options, _) = recording_options();
+
+    for (token, status) in [(None, 401), (Some("hf_not_granted"), 403)] {
+        let err = client(&hub, cache.path(), token).download("test-org/gated", "main", &options).await.unwrap_err();
+        assert_eq!(err.code(), "GATED", "{err}");
+        match &err {
+            hub::Error::Gated { repo, status: s, url } => {
+                assert_eq!((repo.as_str(), *s), ("test-org/gated", status));
+                assert_eq!(url, &format!("{}/test-org/gated", hub.endpoint));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(err.to_string().contains("accept the model's terms"), "{err}");
+        assert_eq!(err.to_string().contains("add a Hugging Face token"), token.is_none(), "{err}");
+    }
+    // nothing of it was written
+    let blobs = cache.path().join("models--test-org--gated/blobs");
+    assert!(files_under(&blobs).iter().all(|f| f.ends_with(".incomplete")), "{:?}", files_under(&blobs));
+
+    let done =
+        client(&hub, cache.path(), Some("hf_granted")).download("test-org/gated", "main", &options).await.unwrap();
+    assert_eq!(std::fs::read(done.snapshot_dir.join("model.safetensors")).unwrap(), repo.files[2].content);
+}
+
+#[tokio::test]
+async fn a_partial_file_from_an_older_version_is_resumed_not_refetched() {
+    let hub = FakeHub::start().await;
+    let repo = tiny_repo();
+    hub.add_repo(REPO, repo.clone());
+    let cache = tempfile::tempdir().unwrap();
+    let blobs = cache.path().join("models--test-org--tiny-model/blobs");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let weights = &repo.files[2].content;
+    std::fs::write(blobs.join(format!("{}.part", common::sha256_hex(weights))), &weights[..120_000]).unwrap();
+    let (options, _) = recording_options();
+    let done = client(&hub, cache.path(), None).download(REPO, "main", &options).await.unwrap();
+    assert_eq!(std::fs::read(done.snapshot_dir.join("model.safetensors")).unwrap(), *weights);
+    assert_eq!(hub.file_requests("model.safetensors")[0].range.as_deref(), Some("bytes=120000-299999"));
+    assert!(!files_under(&blobs).iter().any(|f| f.ends_with(".part")));
 }

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path as UrlPath, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
@@ -20,15 +20,16 @@ use sha2::{Digest, Sha256};
 pub struct FakeFile {
     pub name: String,
     pub content: Vec<u8>,
-    /// Listed as an LFS file (SHA-256) rather than a git blob (SHA-1).
+    /// Stored in LFS (verified by SHA-256) rather than git (by blob SHA-1).
     pub lfs: bool,
-    /// Listed with this SHA-256 instead of the real one (to test verification).
-    pub wrong_sha256: bool,
+    /// The listing and headers tell the true hash, but the bytes served have
+    /// one flipped: a transfer corrupted on the way.
+    pub corrupt: bool,
     /// Listed, but resolve answers 404.
     pub missing: bool,
-    /// The first request for the file is cut after this many body bytes.
+    /// The first download of the file is cut after this many body bytes.
     pub cut_first_after: Option<usize>,
-    /// Every request for the file is cut after this many body bytes.
+    /// Every download of the file is cut after this many body bytes.
     pub cut_always_after: Option<usize>,
     /// Send the body in chunks of this size with a pause between them.
     pub slow_chunks: Option<usize>,
@@ -40,7 +41,7 @@ impl FakeFile {
             name: name.to_string(),
             content: content.into(),
             lfs: false,
-            wrong_sha256: false,
+            corrupt: false,
             missing: false,
             cut_first_after: None,
             cut_always_after: None,
@@ -57,9 +58,16 @@ impl FakeFile {
 pub struct FakeRepo {
     pub commit: String,
     pub files: Vec<FakeFile>,
-    /// Requests without `Authorization: Bearer <token>` get 401.
+    /// The token with access. Without `gated`, the repo is private: every
+    /// request without `Authorization: Bearer <token>` gets 401.
     pub token: Option<String>,
-    /// Extra names put in the listing only (never served), e.g. "../evil".
+    /// Gated: info and tree are public; files need `token` (401 `GatedRepo`
+    /// without a token, 403 `GatedRepo` with another).
+    pub gated: bool,
+    /// More info fields (tags, pipeline_tag, downloads, likes, config, gguf…),
+    /// merged into the info and search answers.
+    pub info: serde_json::Value,
+    /// Extra names put in the tree only (never served), e.g. "../evil".
     pub extra_listed_names: Vec<String>,
 }
 
@@ -69,6 +77,8 @@ impl FakeRepo {
             commit: "c0ffee0000000000000000000000000000000001".into(),
             files,
             token: None,
+            gated: false,
+            info: serde_json::json!({}),
             extra_listed_names: vec![],
         }
     }
@@ -77,6 +87,8 @@ impl FakeRepo {
 /// One request the fake Hub received.
 #[derive(Debug, Clone)]
 pub struct Recorded {
+    pub method: String,
+    /// Path and query.
     pub path: String,
     pub range: Option<String>,
     pub authorization: Option<String>,
@@ -84,12 +96,22 @@ pub struct Recorded {
 
 #[derive(Default)]
 struct Shared {
-    repos: Mutex<HashMap<String, FakeRepo>>,
+    repos: Mutex<Vec<(String, FakeRepo)>>,
     requests: Mutex<Vec<Recorded>>,
-    /// Files whose first request has been cut already.
+    /// Files whose first download has been cut already.
     cut_done: Mutex<Vec<String>>,
 }
 
+impl Shared {
+    fn repo(&self, id: &str) -> Option<FakeRepo> {
+        self.repos.lock().unwrap().iter().find(|(r, _)| r == id).map(|(_, f)| f.clone())
+    }
+}
+
+/// A Hugging Face Hub on 127.0.0.1 with the endpoints hf-hub uses for search
+/// (`/api/models?search=`), info (`/api/models/{repo}[/revision/{rev}]`),
+/// file trees (`/api/models/{repo}/tree/{rev}`) and files
+/// (`/{repo}/resolve/{rev}/{file}`, GET with Range, and HEAD).
 pub struct FakeHub {
     pub endpoint: String,
     shared: Arc<Shared>,
@@ -100,7 +122,10 @@ impl FakeHub {
     pub async fn start() -> FakeHub {
         let shared = Arc::new(Shared::default());
         let app = Router::new()
-            .route("/api/models/{owner}/{name}/revision/{rev}", get(listing))
+            .route("/api/models", get(search))
+            .route("/api/models/{owner}/{name}", get(info_main))
+            .route("/api/models/{owner}/{name}/revision/{rev}", get(info_at))
+            .route("/api/models/{owner}/{name}/tree/{rev}", get(tree))
             .route("/{owner}/{name}/resolve/{rev}/{*file}", get(resolve))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -110,37 +135,52 @@ impl FakeHub {
     }
 
     pub fn add_repo(&self, repo: &str, fake: FakeRepo) {
-        self.shared.repos.lock().unwrap().insert(repo.to_string(), fake);
+        self.shared.repos.lock().unwrap().push((repo.to_string(), fake));
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
         self.shared.requests.lock().unwrap().clone()
     }
 
-    /// Requests that fetched `file` (resolve URLs ending with it).
+    /// Downloads of `file` (GETs of resolve URLs ending with it).
     pub fn file_requests(&self, file: &str) -> Vec<Recorded> {
-        self.requests().into_iter().filter(|r| r.path.contains("/resolve/") && r.path.ends_with(file)).collect()
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method == "GET" && r.path.contains("/resolve/") && r.path.ends_with(file))
+            .collect()
     }
 }
 
-fn record(shared: &Shared, path: String, headers: &HeaderMap) {
+fn record(shared: &Shared, method: &Method, uri: &Uri, headers: &HeaderMap) {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
     shared.requests.lock().unwrap().push(Recorded {
-        path,
+        method: method.to_string(),
+        path: uri.path_and_query().map(|p| p.to_string()).unwrap_or_default(),
         range: header("range"),
         authorization: header("authorization"),
     });
 }
 
-fn authorized(repo: &FakeRepo, headers: &HeaderMap) -> bool {
-    match &repo.token {
-        None => true,
-        Some(token) => headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {token}")),
-    }
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
+}
+
+/// Metadata access: a private repo needs its token, a gated one does not.
+fn may_see(repo: &FakeRepo, headers: &HeaderMap) -> bool {
+    repo.gated || repo.token.is_none() || bearer(headers) == repo.token.as_deref()
 }
 
 fn status(code: StatusCode) -> Response {
     Response::builder().status(code).body(Body::empty()).unwrap()
+}
+
+fn hub_error(code: StatusCode, error_code: &str, message: &str) -> Response {
+    Response::builder()
+        .status(code)
+        .header("x-error-code", error_code)
+        .header("x-error-message", message)
+        .body(Body::empty())
+        .unwrap()
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -158,82 +198,198 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-async fn listing(
+fn json(value: serde_json::Value) -> Response {
+    Response::builder().header("content-type", "application/json").body(Body::from(value.to_string())).unwrap()
+}
+
+/// The info endpoint's answer (and one search result).
+fn info_json(id: &str, repo: &FakeRepo) -> serde_json::Value {
+    let siblings: Vec<serde_json::Value> =
+        repo.files.iter().map(|f| serde_json::json!({"rfilename": f.name})).collect();
+    let mut body = serde_json::json!({
+        "_id": "0", "id": id, "modelId": id, "author": id.split('/').next(),
+        "sha": repo.commit, "private": repo.token.is_some() && !repo.gated,
+        "gated": if repo.gated { serde_json::json!("auto") } else { serde_json::json!(false) },
+        "downloads": 0, "likes": 0, "tags": [], "siblings": siblings,
+    });
+    if let serde_json::Value::Object(extra) = &repo.info {
+        for (k, v) in extra {
+            body[k] = v.clone();
+        }
+    }
+    body
+}
+
+async fn search(
     State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    record(&shared, &method, &uri, &headers);
+    let repos = shared.repos.lock().unwrap().clone();
+    let has_tag = |r: &FakeRepo, tag: &str| {
+        r.info.get("tags").and_then(|t| t.as_array()).is_some_and(|t| t.iter().any(|x| x.as_str() == Some(tag)))
+    };
+    let mut found: Vec<(String, FakeRepo)> = repos
+        .into_iter()
+        .filter(|(id, _)| q.get("search").is_none_or(|s| id.to_lowercase().contains(&s.to_lowercase())))
+        .filter(|(id, _)| q.get("author").is_none_or(|a| id.split('/').next() == Some(a.as_str())))
+        .filter(|(_, r)| q.get("filter").is_none_or(|f| has_tag(r, f)))
+        .filter(|(_, r)| {
+            q.get("pipeline_tag").is_none_or(|p| r.info.get("pipeline_tag").and_then(|v| v.as_str()) == Some(p))
+        })
+        .filter(|(_, r)| r.token.is_none() || r.gated)
+        .collect();
+    if let Some(field) = q.get("sort") {
+        let key = |r: &FakeRepo| r.info.get(field.as_str()).and_then(|v| v.as_f64()).unwrap_or(0.0);
+        found.sort_by(|a, b| key(&b.1).total_cmp(&key(&a.1)));
+    }
+    let limit = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(usize::MAX);
+    let results: Vec<serde_json::Value> = found.iter().take(limit).map(|(id, r)| info_json(id, r)).collect();
+    json(serde_json::Value::Array(results))
+}
+
+async fn info_main(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    UrlPath((owner, name)): UrlPath<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    info(&shared, &method, &uri, &format!("{owner}/{name}"), "main", &headers)
+}
+
+async fn info_at(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
     UrlPath((owner, name, rev)): UrlPath<(String, String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    record(&shared, format!("/api/models/{owner}/{name}/revision/{rev}"), &headers);
-    let Some(repo) = shared.repos.lock().unwrap().get(&format!("{owner}/{name}")).cloned() else {
-        return status(StatusCode::NOT_FOUND);
+    info(&shared, &method, &uri, &format!("{owner}/{name}"), &rev, &headers)
+}
+
+fn info(shared: &Shared, method: &Method, uri: &Uri, id: &str, rev: &str, headers: &HeaderMap) -> Response {
+    record(shared, method, uri, headers);
+    let Some(repo) = shared.repo(id) else {
+        return hub_error(StatusCode::NOT_FOUND, "RepoNotFound", "no such repo");
     };
-    if !authorized(&repo, &headers) {
+    if !may_see(&repo, headers) {
         return status(StatusCode::UNAUTHORIZED);
     }
-    let mut siblings: Vec<serde_json::Value> = repo
-        .files
-        .iter()
-        .map(|f| {
-            let mut s = serde_json::json!({
-                "rfilename": f.name,
-                "size": f.content.len(),
-                "blobId": git_blob_id(&f.content),
-            });
-            if f.lfs {
-                let sha = if f.wrong_sha256 { sha256_hex(b"something else") } else { sha256_hex(&f.content) };
-                s["lfs"] = serde_json::json!({"sha256": sha, "size": f.content.len(), "pointerSize": 134});
-            }
-            s
-        })
-        .collect();
-    for name in &repo.extra_listed_names {
-        siblings.push(serde_json::json!({"rfilename": name, "size": 1, "blobId": git_blob_id(b"x")}));
+    if rev != "main" && rev != repo.commit {
+        return hub_error(StatusCode::NOT_FOUND, "RevisionNotFound", "no such revision");
     }
-    let body = serde_json::json!({
-        "_id": "0", "id": format!("{owner}/{name}"), "modelId": format!("{owner}/{name}"),
-        "sha": repo.commit, "private": repo.token.is_some(), "siblings": siblings,
-    });
-    Response::builder().header("content-type", "application/json").body(Body::from(body.to_string())).unwrap()
+    json(info_json(id, &repo))
+}
+
+async fn tree(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    UrlPath((owner, name, rev)): UrlPath<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    record(&shared, &method, &uri, &headers);
+    let Some(repo) = shared.repo(&format!("{owner}/{name}")) else {
+        return status(StatusCode::NOT_FOUND);
+    };
+    if !may_see(&repo, &headers) {
+        return status(StatusCode::UNAUTHORIZED);
+    }
+    if rev != repo.commit && rev != "main" {
+        return status(StatusCode::NOT_FOUND);
+    }
+    let mut entries = vec![];
+    let mut dirs: Vec<String> = vec![];
+    for f in &repo.files {
+        if let Some((dir, _)) = f.name.rsplit_once('/') {
+            if !dirs.contains(&dir.to_string()) {
+                dirs.push(dir.to_string());
+                entries.push(serde_json::json!({"type": "directory", "oid": "0", "path": dir}));
+            }
+        }
+        let mut e = serde_json::json!({
+            "type": "file", "oid": git_blob_id(&f.content), "size": f.content.len(), "path": f.name,
+        });
+        if f.lfs {
+            // as the Hub sends it: the SHA-256 under `oid`
+            e["lfs"] = serde_json::json!({"oid": sha256_hex(&f.content), "size": f.content.len(), "pointerSize": 134});
+        }
+        entries.push(e);
+    }
+    for name in &repo.extra_listed_names {
+        entries.push(serde_json::json!({"type": "file", "oid": git_blob_id(b"x"), "size": 1, "path": name}));
+    }
+    json(serde_json::Value::Array(entries))
 }
 
 async fn resolve(
     State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
     UrlPath((owner, name, rev, file)): UrlPath<(String, String, String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    record(&shared, format!("/{owner}/{name}/resolve/{rev}/{file}"), &headers);
-    let Some(repo) = shared.repos.lock().unwrap().get(&format!("{owner}/{name}")).cloned() else {
-        return status(StatusCode::NOT_FOUND);
+    record(&shared, &method, &uri, &headers);
+    let Some(repo) = shared.repo(&format!("{owner}/{name}")) else {
+        return hub_error(StatusCode::NOT_FOUND, "RepoNotFound", "no such repo");
     };
-    if !authorized(&repo, &headers) {
-        return status(StatusCode::UNAUTHORIZED);
+    if let Some(token) = &repo.token {
+        match bearer(&headers) {
+            Some(t) if t == token => {}
+            None if repo.gated => return hub_error(StatusCode::UNAUTHORIZED, "GatedRepo", "please log in"),
+            Some(_) if repo.gated => return hub_error(StatusCode::FORBIDDEN, "GatedRepo", "ask for access"),
+            _ => return status(StatusCode::UNAUTHORIZED),
+        }
     }
     if rev != repo.commit {
-        return status(StatusCode::NOT_FOUND);
+        return hub_error(StatusCode::NOT_FOUND, "RevisionNotFound", "no such revision");
     }
     let Some(f) = repo.files.iter().find(|f| f.name == file && !f.missing).cloned() else {
-        return status(StatusCode::NOT_FOUND);
+        return hub_error(StatusCode::NOT_FOUND, "EntryNotFound", "no such file");
     };
     let total = f.content.len();
-    let start = match headers.get("range").and_then(|v| v.to_str().ok()) {
-        None => None,
+    let mut response = Response::builder()
+        .header("x-repo-commit", &repo.commit)
+        .header("etag", format!("\"{}\"", git_blob_id(&f.content)));
+    if f.lfs {
+        response = response.header("x-linked-etag", format!("\"{}\"", sha256_hex(&f.content)));
+    }
+    if method == Method::HEAD {
+        return response.header("content-length", total).body(Body::empty()).unwrap();
+    }
+    let range = headers.get("range").and_then(|v| v.to_str().ok());
+    // "bytes=START-" or "bytes=START-END" (END inclusive), as hf-hub asks
+    let (start, end) = match range {
+        None => (0, total),
         Some(range) => {
-            let Some(start) =
-                range.strip_prefix("bytes=").and_then(|r| r.strip_suffix('-')).and_then(|s| s.parse().ok())
-            else {
+            let parsed = range.strip_prefix("bytes=").and_then(|r| r.split_once('-')).and_then(|(s, e)| {
+                let start: usize = s.parse().ok()?;
+                let end = if e.is_empty() { total } else { e.parse::<usize>().ok()? + 1 };
+                Some((start, end.min(total)))
+            });
+            let Some((start, end)) = parsed else {
                 return status(StatusCode::BAD_REQUEST);
             };
-            if start >= total {
+            if start >= total || start >= end {
                 return Response::builder()
                     .status(StatusCode::RANGE_NOT_SATISFIABLE)
                     .header("content-range", format!("bytes */{total}"))
                     .body(Body::empty())
                     .unwrap();
             }
-            Some(start)
+            (start, end)
         }
     };
-    let body_bytes = f.content[start.unwrap_or(0)..].to_vec();
+    let mut content = f.content.clone();
+    if f.corrupt {
+        let middle = content.len() / 2;
+        content[middle] ^= 0xff;
+    }
+    let body_bytes = content[start..end].to_vec();
     let cut_after = f.cut_always_after.or_else(|| {
         let mut done = shared.cut_done.lock().unwrap();
         match f.cut_first_after {
@@ -244,11 +400,11 @@ async fn resolve(
             _ => None,
         }
     });
-    let mut response = Response::builder().header("content-length", body_bytes.len());
-    response = match start {
-        Some(start) => response
+    response = response.header("content-length", body_bytes.len());
+    response = match range {
+        Some(_) => response
             .status(StatusCode::PARTIAL_CONTENT)
-            .header("content-range", format!("bytes {start}-{}/{total}", total - 1)),
+            .header("content-range", format!("bytes {start}-{}/{total}", end - 1)),
         None => response.status(StatusCode::OK),
     };
     response.body(body_stream(body_bytes, cut_after, f.slow_chunks)).unwrap()
@@ -279,6 +435,13 @@ fn body_stream(bytes: Vec<u8>, cut_after: Option<usize>, slow_chunks: Option<usi
         }
     });
     Body::from_stream(stream)
+}
+
+/// Tests speak to the fake Hub anonymously unless they pass a token: a
+/// token of the developer's (`HF_TOKEN`, `hf auth login`) must not leak in.
+pub fn no_ambient_token() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| std::env::set_var("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1"));
 }
 
 /// A GGUF metadata value for [`write_gguf`].

@@ -19,8 +19,8 @@ use std::{collections::HashMap, path::Path};
 use mlx_rs::{ops, Array, Dtype};
 use serde_json::{json, Map, Value};
 
-pub use blocks::GgmlType;
-use blocks::{dequantize, to_mlx_affine};
+pub use blocks::{dequantize, GgmlType};
+use blocks::to_mlx_affine;
 pub use reader::{GgufFile, MetaValue};
 
 use super::{QuantSpec, Quantization, Weights};

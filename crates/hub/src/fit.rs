@@ -1,0 +1,584 @@
+//! Will a model run here? An estimate of the memory it needs at the chosen
+//! context, against what this machine gives it:
+//!
+//! ```text
+//! weights      as the engine holds them: the files as stored (Metal), or
+//!              4 bytes per weight when it dequantizes to float32 (its CPU default)
+//! + KV cache   2 (K and V) × layers × KV heads × head dim × tokens × bytes per element,
+//!              tokens = the context (a sliding-window layer keeps its window),
+//!              × running sequences; quantized KV stores `bits` per element plus a
+//!              scale and a bias per group of 64, on full-attention layers but the last
+//!              (as the engine does)
+//! + vision     a separate projector file (GGUF mmproj), plus the tower's
+//!              activations for one image
+//! + overhead   the runtime (MLX, tokenizer, app) and the activations of one
+//!              prefill chunk and the logits
+//! ```
+//!
+//! Green: it fits in what is free now with room to spare. Yellow: it fits the
+//! machine, but only once other programs give memory back (or it swaps).
+//! Red: it does not fit this machine at these settings. The largest green
+//! context is given with the numbers.
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::gguf::{self, Metadata};
+use crate::memory::MachineMemory;
+
+/// What the runtime takes besides the model: MLX's allocator pools, the
+/// tokenizer, the app itself.
+pub const RUNTIME_OVERHEAD_BYTES: u64 = 300 << 20;
+/// Tokens the engine prefills at once (the activations it holds meanwhile).
+const PREFILL_CHUNK: u64 = 512;
+/// A model may use this much of the machine's limit; the system keeps the rest.
+const LIMIT_SHARE: f64 = 0.9;
+/// Green leaves this much of the free memory free.
+const AVAILABLE_SHARE: f64 = 0.9;
+/// Patches of one image for the vision estimate (448×448 at 14-pixel patches).
+const IMAGE_PATCHES: u64 = 1024;
+
+/// What the estimate needs to know about a model's architecture.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelShape {
+    pub layers: u32,
+    pub kv_heads: u32,
+    pub head_dim: u32,
+    /// Per layer: `None` attends to the whole context, `Some(w)` to the last
+    /// `w` tokens. Empty means all layers attend fully.
+    pub windows: Vec<Option<u32>>,
+    pub hidden_size: u32,
+    pub intermediate_size: u32,
+    pub vocab_size: u32,
+    /// The longest context the model was trained for, when known.
+    pub max_context: Option<u32>,
+    /// Bytes per element of the float KV cache (2 for bf16/f16, 4 for f32).
+    pub kv_element_bytes: u32,
+    pub vision: Option<VisionShape>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VisionShape {
+    pub hidden_size: u32,
+    pub heads: u32,
+}
+
+/// The weights as the engine holds them in memory, and a vision projector
+/// kept in a separate file (GGUF `mmproj`; 0 when the tower is in the weights).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct WeightBytes {
+    pub weights: u64,
+    pub vision_projector: u64,
+}
+
+/// How the engine holds quantized weights (its `WeightFormat`): as stored
+/// (Metal), or dequantized to float32 (its default on the CPU backend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightHolding {
+    AsStored,
+    Float32,
+}
+
+impl WeightHolding {
+    /// Bytes in memory for `stored` bytes on disk holding `parameters` weights.
+    pub fn bytes(self, stored: u64, parameters: Option<u64>) -> u64 {
+        match (self, parameters) {
+            (WeightHolding::Float32, Some(parameters)) => parameters * 4,
+            _ => stored,
+        }
+    }
+}
+
+/// The load settings the estimate is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FitSettings {
+    /// Context length in tokens, per sequence.
+    pub context: u32,
+    /// KV-cache quantization: 4 or 8 bits, `None` for float.
+    pub kv_bits: Option<u8>,
+    /// Sequences the engine runs at once, each with its own context.
+    pub sequences: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryEstimate {
+    pub weights: u64,
+    pub kv_cache: u64,
+    pub vision: u64,
+    pub overhead: u64,
+    pub total: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FitLevel {
+    Green,
+    Yellow,
+    Red,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FitReport {
+    pub level: FitLevel,
+    pub estimate: MemoryEstimate,
+    pub settings: FitSettings,
+    /// The most a model may use here (the GPU working set on macOS, else RAM).
+    pub limit_bytes: u64,
+    pub available_bytes: u64,
+    /// The largest context (with the same KV bits and sequences) that is
+    /// green, up to the model's own maximum; `None` when none is.
+    pub max_green_context: Option<u32>,
+    /// The numbers in words, for the UI.
+    pub summary: String,
+}
+
+impl ModelShape {
+    /// From a config.json; a vision-language model's text settings may sit
+    /// in `text_config`.
+    pub fn from_config(config: &Value) -> std::result::Result<ModelShape, String> {
+        let text = config.get("text_config").filter(|t| t.is_object());
+        let get = |key: &str| text.and_then(|t| t.get(key)).or_else(|| config.get(key));
+        let uint = |key: &str| get(key).and_then(Value::as_u64).and_then(|v| u32::try_from(v).ok());
+        let layers = uint("num_hidden_layers").or_else(|| uint("n_layer")).ok_or("no num_hidden_layers")?;
+        let heads = uint("num_attention_heads").or_else(|| uint("n_head")).ok_or("no num_attention_heads")?;
+        let hidden_size = uint("hidden_size").or_else(|| uint("n_embd")).ok_or("no hidden_size")?;
+        if layers == 0 || heads == 0 || hidden_size == 0 {
+            return Err("layers, heads and hidden size must be positive".into());
+        }
+        let kv_heads = uint("num_key_value_heads").filter(|&k| k > 0).unwrap_or(heads);
+        let head_dim = uint("head_dim").filter(|&d| d > 0).unwrap_or(hidden_size / heads);
+        let window = uint("sliding_window").filter(|&w| w > 0);
+        let pattern = uint("sliding_window_pattern").or_else(|| uint("_sliding_window_pattern")).filter(|&p| p > 0);
+        let layer_types: Option<Vec<&str>> =
+            get("layer_types").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect());
+        // only windows the config spells out per layer count: a bare
+        // `sliding_window` (Mistral's) is not applied by every family, and
+        // counting it would promise memory the engine then uses
+        let windows = match (window, layer_types, pattern) {
+            (Some(w), Some(types), _) if types.len() == layers as usize => {
+                types.iter().map(|t| (*t == "sliding_attention").then_some(w)).collect()
+            }
+            (Some(w), _, Some(p)) => (0..layers).map(|i| (i % p != p - 1).then_some(w)).collect(),
+            _ => Vec::new(),
+        };
+        let dtype = get("torch_dtype").or_else(|| get("dtype")).and_then(Value::as_str).unwrap_or("bfloat16");
+        let vision = config.get("vision_config").filter(|v| v.is_object()).map(|v| {
+            let vuint = |keys: &[&str]| keys.iter().find_map(|k| v.get(*k).and_then(Value::as_u64)).unwrap_or(0) as u32;
+            VisionShape {
+                hidden_size: vuint(&["hidden_size", "embed_dim", "width"]),
+                heads: vuint(&["num_attention_heads", "num_heads", "heads"]),
+            }
+        });
+        Ok(ModelShape {
+            layers,
+            kv_heads,
+            head_dim,
+            windows,
+            hidden_size,
+            intermediate_size: uint("intermediate_size").unwrap_or(hidden_size * 4),
+            vocab_size: uint("vocab_size").unwrap_or(32_000),
+            max_context: uint("max_position_embeddings"),
+            kv_element_bytes: if dtype == "float32" { 4 } else { 2 },
+            vision,
+        })
+    }
+
+    /// From a GGUF header (llama.cpp's `<arch>.*` keys).
+    pub fn from_gguf(metadata: &Metadata) -> std::result::Result<ModelShape, String> {
+        let arch = metadata.string("general.architecture").ok_or("no general.architecture")?;
+        let uint = |key: &str| metadata.uint(&format!("{arch}.{key}")).and_then(|v| u32::try_from(v).ok());
+        let layers = uint("block_count").filter(|&n| n > 0).ok_or("no block_count")?;
+        let heads = uint("attention.head_count").filter(|&n| n > 0).ok_or("no attention.head_count")?;
+        let hidden_size = uint("embedding_length").filter(|&n| n > 0).ok_or("no embedding_length")?;
+        let window = uint("attention.sliding_window").filter(|&w| w > 0);
+        let pattern = uint("attention.sliding_window_pattern").filter(|&p| p > 0);
+        let windows = match (window, pattern) {
+            (Some(w), Some(p)) => (0..layers).map(|i| (i % p != p - 1).then_some(w)).collect(),
+            _ => Vec::new(),
+        };
+        Ok(ModelShape {
+            layers,
+            kv_heads: uint("attention.head_count_kv").filter(|&k| k > 0).unwrap_or(heads),
+            head_dim: uint("attention.key_length").filter(|&d| d > 0).unwrap_or(hidden_size / heads),
+            windows,
+            hidden_size,
+            intermediate_size: uint("feed_forward_length").unwrap_or(hidden_size * 4),
+            vocab_size: metadata
+                .array_len("tokenizer.ggml.tokens")
+                .and_then(|n| u32::try_from(n).ok())
+                .or_else(|| uint("vocab_size"))
+                .unwrap_or(32_000),
+            max_context: uint("context_length"),
+            kv_element_bytes: 2,
+            vision: None,
+        })
+    }
+
+    /// KV-cache bytes for one sequence of `context` tokens.
+    pub fn kv_bytes(&self, context: u32, kv_bits: Option<u8>) -> u64 {
+        let float = self.kv_element_bytes as f64;
+        let group = if self.head_dim % 64 == 0 { 64.0 } else { 32.0 };
+        let per_token_float = 2.0 * self.kv_heads as f64 * self.head_dim as f64;
+        (0..self.layers as usize)
+            .map(|layer| {
+                let window = self.windows.get(layer).copied().flatten();
+                let tokens = window.map_or(context, |w| w.min(context)) as f64;
+                let last = layer + 1 == self.layers as usize;
+                let bytes = match kv_bits {
+                    // the engine quantizes full-attention layers but the last
+                    Some(bits) if window.is_none() && !last => bits as f64 / 8.0 + 2.0 * float / group,
+                    _ => float,
+                };
+                (per_token_float * tokens * bytes).ceil() as u64
+            })
+            .sum()
+    }
+}
+
+/// The estimate at `settings`, against `machine`. Pure: the numbers in, a verdict out.
+pub fn check_fit(
+    shape: &ModelShape,
+    weights: &WeightBytes,
+    settings: &FitSettings,
+    machine: &MachineMemory,
+) -> FitReport {
+    let estimate = estimate(shape, weights, settings);
+    let limit = machine.limit_bytes();
+    let available = machine.available_bytes.min(limit);
+    let level = level_of(estimate.total, limit, available);
+    // monotonic in the context: the largest green one by bisection
+    let top = shape.max_context.unwrap_or(1 << 20).max(1);
+    let green = |context: u32| {
+        let at = FitSettings { context, ..*settings };
+        level_of(self::estimate(shape, weights, &at).total, limit, available) == FitLevel::Green
+    };
+    let max_green_context = green(1).then(|| {
+        let (mut lo, mut hi) = (1u32, top);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if green(mid) {
+                lo = mid
+            } else {
+                hi = mid - 1
+            }
+        }
+        lo
+    });
+    let summary = format!(
+        "needs about {} ({} weights, {} KV cache at {} tokens{}) of {} usable, {} free now",
+        gb(estimate.total),
+        gb(estimate.weights),
+        gb(estimate.kv_cache),
+        settings.context,
+        if settings.sequences > 1 { format!(" × {} sequences", settings.sequences) } else { String::new() },
+        gb(limit),
+        gb(available),
+    );
+    FitReport {
+        level,
+        estimate,
+        settings: *settings,
+        limit_bytes: limit,
+        available_bytes: available,
+        max_green_context,
+        summary,
+    }
+}
+
+fn estimate(shape: &ModelShape, weights: &WeightBytes, settings: &FitSettings) -> MemoryEstimate {
+    let sequences = settings.sequences.max(1) as u64;
+    let kv_cache = shape.kv_bytes(settings.context, settings.kv_bits) * sequences;
+    let float = shape.kv_element_bytes as u64;
+    let vision_activations = shape.vision.as_ref().map_or(0, |v| {
+        // one image through the tower: a few hidden-state copies per patch,
+        // and one layer's attention scores
+        IMAGE_PATCHES * v.hidden_size as u64 * float * 8 + IMAGE_PATCHES * IMAGE_PATCHES * v.heads as u64 * 4
+    });
+    let vision = weights.vision_projector + vision_activations;
+    let prefill = PREFILL_CHUNK.min(settings.context.max(1) as u64);
+    let activations = prefill * (4 * shape.hidden_size as u64 + 2 * shape.intermediate_size as u64) * float
+        + shape.vocab_size as u64 * 4 * sequences;
+    let overhead = RUNTIME_OVERHEAD_BYTES + activations;
+    MemoryEstimate {
+        weights: weights.weights,
+        kv_cache,
+        vision,
+        overhead,
+        total: weights.weights + kv_cache + vision + overhead,
+    }
+}
+
+fn level_of(total: u64, limit: u64, available: u64) -> FitLevel {
+    if total as f64 > limit as f64 * LIMIT_SHARE {
+        FitLevel::Red
+    } else if total as f64 > available as f64 * AVAILABLE_SHARE {
+        FitLevel::Yellow
+    } else {
+        FitLevel::Green
+    }
+}
+
+fn gb(bytes: u64) -> String {
+    format!("{:.1} GB", bytes as f64 / 1e9)
+}
+
+/// The shape and weight sizes of a model on disk: a folder with config.json
+/// and safetensors, or a GGUF file (with an `mmproj*.gguf` beside it, if any).
+pub fn local_model(path: &Path, holding: WeightHolding) -> Result<(ModelShape, WeightBytes)> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if meta.is_file() {
+        let metadata = gguf::read_file_metadata(path)?;
+        let shape = ModelShape::from_gguf(&metadata)
+            .map_err(|reason| Error::InvalidGguf { path: path.to_path_buf(), reason })?;
+        let projector = path.parent().map_or(0, |dir| mmproj_beside(dir, path));
+        let weights = holding.bytes(meta.len(), metadata.parameters);
+        return Ok((shape, WeightBytes { weights, vision_projector: projector }));
+    }
+    let config_path = path.join("config.json");
+    let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
+    let invalid = |reason: String| Error::InvalidConfig { path: config_path.clone(), reason };
+    let config: Value = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    let shape = ModelShape::from_config(&config).map_err(invalid)?;
+    let bits = ["quantization", "quantization_config"]
+        .iter()
+        .find_map(|k| config.get(*k).and_then(|q| q.get("bits")).and_then(Value::as_u64));
+    let mut stored = 0;
+    let mut parameters = Some(0u64);
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?.flatten() {
+            let p = entry.path();
+            // metadata() follows the HF cache's snapshot links to their blobs
+            let m = std::fs::metadata(&p).map_err(|e| Error::io(&p, e))?;
+            if m.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "safetensors") {
+                stored += m.len();
+                let counted = safetensors_parameters(&p, bits);
+                parameters = parameters.zip(counted).map(|(a, b)| a + b);
+            }
+        }
+    }
+    let weights = holding.bytes(stored, parameters);
+    Ok((shape, WeightBytes { weights, vision_projector: 0 }))
+}
+
+/// The fit of a model on disk: [`local_model`] then [`check_fit`].
+pub fn check_local_model(
+    path: &Path,
+    holding: WeightHolding,
+    settings: &FitSettings,
+    machine: &MachineMemory,
+) -> Result<FitReport> {
+    let (shape, weights) = local_model(path, holding)?;
+    Ok(check_fit(&shape, &weights, settings, machine))
+}
+
+/// The weights in a safetensors file, from its header (an 8-byte length,
+/// then JSON with each tensor's dtype and shape). MLX packs quantized
+/// weights into `U32` words of `32 / bits` weights each; their scales and
+/// biases are not weights.
+fn safetensors_parameters(path: &Path, bits: Option<u64>) -> Option<u64> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len).ok()?;
+    let len = u64::from_le_bytes(len);
+    if len > 100 << 20 {
+        return None;
+    }
+    let mut header = vec![0u8; len as usize];
+    file.read_exact(&mut header).ok()?;
+    let header: serde_json::Map<String, Value> = serde_json::from_slice(&header).ok()?;
+    let mut total = 0u64;
+    for (name, tensor) in &header {
+        if name == "__metadata__" || (bits.is_some() && (name.ends_with(".scales") || name.ends_with(".biases"))) {
+            continue;
+        }
+        let elements: u64 = tensor.get("shape")?.as_array()?.iter().map(Value::as_u64).product::<Option<u64>>()?;
+        let packed = bits.filter(|_| tensor.get("dtype").and_then(Value::as_str) == Some("U32"));
+        total += packed.map_or(elements, |b| elements * 32 / b.max(1));
+    }
+    Some(total)
+}
+
+fn mmproj_beside(dir: &Path, model: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p != model && is_projector_name(&p.file_name().unwrap_or_default().to_string_lossy()))
+        .filter_map(|p| std::fs::metadata(&p).ok().map(|m| m.len()))
+        .min()
+        .unwrap_or(0)
+}
+
+/// A GGUF vision projector, as llama.cpp names them.
+pub(crate) fn is_projector_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower.ends_with(".gguf") && lower.contains("mmproj")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const GIB: u64 = 1 << 30;
+
+    fn machine(total_gib: u64, free_gib: u64) -> MachineMemory {
+        MachineMemory { total_bytes: total_gib * GIB, available_bytes: free_gib * GIB, gpu_limit_bytes: None }
+    }
+
+    /// Llama-3.2-3B's shape.
+    fn llama_3b() -> ModelShape {
+        ModelShape::from_config(&json!({
+            "model_type": "llama", "num_hidden_layers": 28, "num_attention_heads": 24,
+            "num_key_value_heads": 8, "hidden_size": 3072, "head_dim": 128, "intermediate_size": 8192,
+            "vocab_size": 128256, "max_position_embeddings": 131072, "torch_dtype": "bfloat16"
+        }))
+        .unwrap()
+    }
+
+    fn settings(context: u32) -> FitSettings {
+        FitSettings { context, kv_bits: None, sequences: 1 }
+    }
+
+    #[test]
+    fn the_kv_cache_follows_the_formula() {
+        let shape = llama_3b();
+        // 2 × 28 layers × 8 heads × 128 × 2 bytes = 114688 bytes per token
+        assert_eq!(shape.kv_bytes(1, None), 114_688);
+        assert_eq!(shape.kv_bytes(8192, None), 114_688 * 8192);
+        // 8-bit: 1 byte + a bf16 scale and bias per 64 → 1.0625, on 27 of 28 layers
+        let per_layer_token = 2 * 8 * 128;
+        let expected = (per_layer_token as f64 * 8192.0 * 1.0625).ceil() as u64 * 27 + per_layer_token * 8192 * 2;
+        assert_eq!(shape.kv_bytes(8192, Some(8)), expected);
+        assert!(shape.kv_bytes(8192, Some(4)) < shape.kv_bytes(8192, Some(8)));
+    }
+
+    #[test]
+    fn sliding_layers_keep_only_their_window() {
+        // Gemma 3 style: five sliding layers of 512 tokens, then a global one
+        let config = json!({
+            "model_type": "gemma3_text", "num_hidden_layers": 12, "num_attention_heads": 4,
+            "num_key_value_heads": 1, "hidden_size": 640, "head_dim": 256, "sliding_window": 512,
+            "sliding_window_pattern": 6, "max_position_embeddings": 32768
+        });
+        let shape = ModelShape::from_config(&config).unwrap();
+        assert_eq!(shape.windows.iter().filter(|w| w.is_none()).count(), 2);
+        let per_layer_token = 2 * 256 * 2;
+        assert_eq!(shape.kv_bytes(8192, None), per_layer_token * (2 * 8192 + 10 * 512));
+        // below the window every layer holds the whole context
+        assert_eq!(shape.kv_bytes(100, None), per_layer_token * 12 * 100);
+        // layer_types says the same per layer
+        let mut listed = config.clone();
+        let types: Vec<&str> =
+            (0..12).map(|i| if i % 6 == 5 { "full_attention" } else { "sliding_attention" }).collect();
+        listed["layer_types"] = json!(types);
+        listed.as_object_mut().unwrap().remove("sliding_window_pattern");
+        assert_eq!(ModelShape::from_config(&listed).unwrap().windows, shape.windows);
+        // a bare sliding_window is not counted (conservative)
+        let mut bare = config;
+        bare.as_object_mut().unwrap().remove("sliding_window_pattern");
+        assert!(ModelShape::from_config(&bare).unwrap().windows.is_empty());
+    }
+
+    #[test]
+    fn vision_language_configs_read_their_text_config() {
+        let shape = ModelShape::from_config(&json!({
+            "model_type": "gemma3", "text_config": {"num_hidden_layers": 34, "num_attention_heads": 8,
+            "num_key_value_heads": 4, "hidden_size": 2560, "head_dim": 256},
+            "vision_config": {"hidden_size": 1152, "num_attention_heads": 16}, "torch_dtype": "float32"
+        }))
+        .unwrap();
+        assert_eq!((shape.layers, shape.kv_heads, shape.head_dim, shape.kv_element_bytes), (34, 4, 256, 4));
+        assert_eq!(shape.vision, Some(VisionShape { hidden_size: 1152, heads: 16 }));
+        assert!(ModelShape::from_config(&json!({"model_type": "x"})).unwrap_err().contains("num_hidden_layers"));
+    }
+
+    #[test]
+    fn levels_and_the_largest_green_context() {
+        let shape = llama_3b();
+        let weights = WeightBytes { weights: 2 * GIB, vision_projector: 0 };
+        let report = check_fit(&shape, &weights, &settings(8192), &machine(16, 12));
+        assert_eq!(report.level, FitLevel::Green, "{report:?}");
+        let e = report.estimate;
+        assert_eq!(e.total, e.weights + e.kv_cache + e.vision + e.overhead);
+        assert_eq!(e.kv_cache, 114_688 * 8192);
+        assert!(report.summary.contains("8192 tokens"), "{}", report.summary);
+
+        // the whole 128k context: 14 GiB of KV cache, beyond 90% of 16 GiB
+        let full = check_fit(&shape, &weights, &settings(131_072), &machine(16, 12));
+        assert_eq!(full.level, FitLevel::Red);
+        // fits the machine but not what is free now
+        let busy = check_fit(&shape, &weights, &settings(8192), &machine(16, 2));
+        assert_eq!(busy.level, FitLevel::Yellow);
+
+        // the largest green context is green, one token more is not
+        let max = report.max_green_context.unwrap();
+        assert!(max > 8192 && max < 131_072, "{max}");
+        assert_eq!(check_fit(&shape, &weights, &settings(max), &machine(16, 12)).level, FitLevel::Green);
+        assert_ne!(check_fit(&shape, &weights, &settings(max + 1), &machine(16, 12)).level, FitLevel::Green);
+        // quantized KV reaches further
+        let q8 = FitSettings { kv_bits: Some(8), ..settings(8192) };
+        assert!(check_fit(&shape, &weights, &q8, &machine(16, 12)).max_green_context.unwrap() > max);
+        // two sequences need twice the cache
+        let two = FitSettings { sequences: 2, ..settings(8192) };
+        assert_eq!(check_fit(&shape, &weights, &two, &machine(16, 12)).estimate.kv_cache, 2 * e.kv_cache);
+        // weights alone too big: no context is green
+        let huge = WeightBytes { weights: 15 * GIB, vision_projector: 0 };
+        let none = check_fit(&shape, &huge, &settings(1024), &machine(16, 12));
+        assert_eq!((none.level, none.max_green_context), (FitLevel::Red, None));
+        // the model's own maximum caps the answer
+        let roomy = check_fit(&shape, &weights, &settings(1024), &machine(1024, 1000));
+        assert_eq!(roomy.max_green_context, Some(131_072));
+    }
+
+    #[test]
+    fn the_gpu_working_set_is_the_limit_on_a_mac() {
+        let shape = llama_3b();
+        let weights = WeightBytes { weights: 9 * GIB, vision_projector: 0 };
+        let plenty = machine(16, 14);
+        assert_ne!(check_fit(&shape, &weights, &settings(4096), &plenty).level, FitLevel::Red);
+        let mac = plenty.with_gpu_limit(10 * GIB);
+        let report = check_fit(&shape, &weights, &settings(4096), &mac);
+        assert_eq!((report.level, report.limit_bytes), (FitLevel::Red, 10 * GIB));
+    }
+
+    #[test]
+    fn a_vision_projector_and_tower_count() {
+        let mut shape = llama_3b();
+        let weights = WeightBytes { weights: 2 * GIB, vision_projector: 600 << 20 };
+        let text_only =
+            check_fit(&shape, &WeightBytes { vision_projector: 0, ..weights }, &settings(4096), &machine(16, 12));
+        assert_eq!(text_only.estimate.vision, 0);
+        shape.vision = Some(VisionShape { hidden_size: 1280, heads: 16 });
+        let report = check_fit(&shape, &weights, &settings(4096), &machine(16, 12));
+        assert!(report.estimate.vision > 600 << 20, "{:?}", report.estimate);
+        assert!(report.estimate.total > text_only.estimate.total + (600 << 20));
+    }
+
+    #[test]
+    fn gguf_headers_give_the_shape() {
+        let mut m = Metadata { complete: false, ..Default::default() };
+        let int = |v: i64| gguf::MetaValue::Int(v);
+        m.values.insert("general.architecture".into(), gguf::MetaValue::Str("llama".into()));
+        m.values.insert("llama.block_count".into(), int(30));
+        m.values.insert("llama.attention.head_count".into(), int(9));
+        m.values.insert("llama.attention.head_count_kv".into(), int(3));
+        m.values.insert("llama.embedding_length".into(), int(576));
+        m.values.insert("llama.context_length".into(), int(8192));
+        m.values.insert("tokenizer.ggml.tokens".into(), gguf::MetaValue::Array { len: 49152 });
+        let shape = ModelShape::from_gguf(&m).unwrap();
+        assert_eq!((shape.layers, shape.kv_heads, shape.head_dim, shape.vocab_size), (30, 3, 64, 49152));
+        assert_eq!(shape.max_context, Some(8192));
+        m.values.remove("llama.block_count");
+        assert!(ModelShape::from_gguf(&m).unwrap_err().contains("block_count"));
+    }
+}
