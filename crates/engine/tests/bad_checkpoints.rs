@@ -91,8 +91,12 @@ fn a_failed_load_leaves_nothing_in_memory() {
     let path = dir.path().join("model.safetensors");
     let mut tensors = mlx_rs::Array::load_safetensors(&path).unwrap();
     tensors.retain(|name, _| !name.starts_with("model.layers.3.mlp"));
-    mlx_rs::Array::save_safetensors(tensors.iter(), None, &path).unwrap();
+    // Loading is lazy: write a new file, then put it in place.
+    let scratch = tempfile::tempdir_in(dir.path()).unwrap();
+    let edited = scratch.path().join("model.safetensors");
+    mlx_rs::Array::save_safetensors(tensors.iter(), None, &edited).unwrap();
     drop(tensors);
+    std::fs::rename(&edited, &path).unwrap();
     for _ in 0..3 {
         let e = load_error(dir.path());
         assert!(e.to_string().contains("model.layers.3.mlp"), "{e}");
