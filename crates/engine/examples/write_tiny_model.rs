@@ -1,6 +1,7 @@
 //! Writes the tiny seeded folders that the parity tests use, so
 //! scripts/make-goldens.sh can record Python mlx-lm's outputs on the very same
-//! files: `write_tiny_model <out-dir>` → `<out-dir>/llama/{float,q4}` and the
+//! files: `write_tiny_model <out-dir>` → `<out-dir>/llama/{float,q4}`,
+//! `llama3_rope/{float,q4}` (Llama 3.1 RoPE scaling) and the
 //! same for `qwen3`, `qwen3_moe` and `gemma3_text` (float: Hugging Face names;
 //! q4: mlx-community names, 4-bit group 32).
 use std::path::PathBuf;
@@ -24,6 +25,8 @@ fn main() -> anyhow::Result<()> {
     let q4 = QuantSpec { group_size: 32, bits: 4 };
     write_tiny_llama(&out.join("llama/float"), &TinyLlama::default())?;
     write_tiny_llama(&out.join("llama/q4"), &TinyLlama { quantize: Some(q4), ..TinyLlama::default() })?;
+    write_tiny_llama(&out.join("llama3_rope/float"), &TinyLlama::llama3_rope())?;
+    write_tiny_llama(&out.join("llama3_rope/q4"), &TinyLlama { quantize: Some(q4), ..TinyLlama::llama3_rope() })?;
     for family in TinyFamily::ALL {
         let dir = out.join(family.model_type());
         write_tiny_family(&dir.join("float"), family, None, SEED)?;

@@ -36,6 +36,18 @@ pub struct TinyLlama {
     pub tie_embeddings: bool,
     pub max_context: i32,
     pub seed: u64,
+    /// config.json's `rope_scaling`, when set.
+    pub rope_scaling: Option<serde_json::Value>,
+}
+
+impl TinyLlama {
+    /// Llama 3.1's RoPE frequency scaling, with an original context short
+    /// enough (32) that it reshapes most of this tiny head's frequencies.
+    pub fn llama3_rope() -> Self {
+        let scaling = json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 32});
+        Self { rope_scaling: Some(scaling), ..Self::default() }
+    }
 }
 
 impl Default for TinyLlama {
@@ -50,6 +62,7 @@ impl Default for TinyLlama {
             tie_embeddings: false,
             max_context: 2048,
             seed: 7,
+            rope_scaling: None,
         }
     }
 }
@@ -186,7 +199,7 @@ pub fn write_tiny_llama(dir: &Path, spec: &TinyLlama) -> Result<i32> {
         put("lm_head.weight".into(), rng.tensor(&[vocab, d], 1.0 / (d as f32).sqrt(), 0.0), true, &mut tensors);
     }
 
-    let config = json!({
+    let mut config = json!({
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "hidden_size": spec.hidden,
@@ -201,6 +214,9 @@ pub fn write_tiny_llama(dir: &Path, spec: &TinyLlama) -> Result<i32> {
         "max_position_embeddings": spec.max_context,
         "torch_dtype": "float32",
     });
+    if let Some(scaling) = &spec.rope_scaling {
+        config["rope_scaling"] = scaling.clone();
+    }
     save_checkpoint(dir, tensors, &matrices, config, spec.quantize)?;
     Ok(vocab)
 }

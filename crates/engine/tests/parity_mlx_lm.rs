@@ -86,6 +86,8 @@ const FAMILY_SEED: u64 = 11;
 #[derive(Clone, Copy)]
 enum Tiny {
     Llama,
+    /// The llama with Llama 3.1's `rope_scaling` (Llama 3.2 1B/3B have it).
+    Llama3Rope,
     Family(TinyFamily),
 }
 
@@ -93,6 +95,7 @@ impl Tiny {
     fn name(self) -> &'static str {
         match self {
             Tiny::Llama => "llama",
+            Tiny::Llama3Rope => "llama3_rope",
             Tiny::Family(f) => f.model_type(),
         }
     }
@@ -121,6 +124,7 @@ fn golden(tiny: Tiny, variant: &str) -> Golden {
 fn write_and_load(tiny: Tiny, dir: &Path, quantize: Option<QuantSpec>, format: WeightFormat) -> LoadedModel {
     match tiny {
         Tiny::Llama => write_tiny_llama(dir, &TinyLlama { quantize, ..TinyLlama::default() }),
+        Tiny::Llama3Rope => write_tiny_llama(dir, &TinyLlama { quantize, ..TinyLlama::llama3_rope() }),
         Tiny::Family(f) => write_tiny_family(dir, f, quantize, FAMILY_SEED),
     }
     .expect("write the tiny checkpoint");
@@ -179,6 +183,21 @@ fn check_all(tiny: Tiny, q4_tol: f32) {
 #[test]
 fn llama_matches_mlx_lm() {
     check_all(Tiny::Llama, SAME_COMPUTATION_TOL);
+}
+
+/// Llama 3.1's frequency scaling is applied as mlx-lm applies it (the same
+/// weights without it give other logits: checked below, so the golden could
+/// not pass by accident).
+#[test]
+fn llama3_rope_scaling_matches_mlx_lm() {
+    check_all(Tiny::Llama3Rope, SAME_COMPUTATION_TOL);
+    let tmp = TempDir::new("llama3-unscaled");
+    let unscaled = write_and_load(Tiny::Llama, &tmp.0, None, WeightFormat::AsStored);
+    let golden = golden(Tiny::Llama3Rope, "float");
+    let ours = rows(&forward_fresh(unscaled.model.as_ref(), &tokens(&golden.prompt)));
+    let diff = ours.iter().flatten().zip(golden.logits.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+    println!("without the scaling: max |logit diff| {diff:.3e}");
+    assert!(diff > 100.0 * SAME_COMPUTATION_TOL, "the scaling changes nothing measurable ({diff:.3e})");
 }
 
 #[test]
