@@ -185,6 +185,7 @@ pub async fn load<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &st
             path: info.path.display().to_string(),
             architecture: info.architecture.clone(),
             quantization: info.stored_quantization.clone(),
+            quantization_words: info.quantization_words.clone(),
             max_context: info.shape.max_context,
             capabilities: info.capabilities,
         });

@@ -21,6 +21,8 @@ pub struct LoadedModel {
     pub path: String,
     pub architecture: String,
     pub quantization: Option<String>,
+    /// The same in plain words ("4-bit, embeddings 8-bit").
+    pub quantization_words: Option<String>,
     /// The model's own context limit in tokens.
     pub max_context: usize,
     /// Vision (the UI explains an image refused by a model without it, and

@@ -50,7 +50,7 @@ export interface StartedReply { reply_id: number; model: string }
 export interface Sent { user: Message; reply: StartedReply }
 
 export interface LoadedModel {
-  id: string; name: string; path: string; architecture: string; quantization: string | null; max_context: number;
+  id: string; name: string; path: string; architecture: string; quantization: string | null; quantization_words: string | null; max_context: number;
   /** It can see images (a vision-language model). */
   vision: boolean;
   /** Its chat template reasons in a thinking block before answering. */

@@ -15,7 +15,7 @@ import type { EngineStatus, LoadedModel, Message, Settings } from './api';
 afterEach(() => { clearMocks(); document.body.innerHTML = ''; });
 
 const model = (over: Partial<LoadedModel> = {}): LoadedModel => ({
-  id: 'dir:tiny', name: 'Tiny', path: '', architecture: 'llama', quantization: null, max_context: 2048, vision: false, thinking: false, ...over,
+  id: 'dir:tiny', name: 'Tiny', path: '', architecture: 'llama', quantization: null, quantization_words: null, max_context: 2048, vision: false, thinking: false, ...over,
 });
 const status = (m: LoadedModel | null): EngineStatus => ({ state: m ? 'ready' : 'unloaded', loading: null, model: m, knobs: null, error: null });
 const msg = (over: Partial<Message>): Message => ({
@@ -207,6 +207,7 @@ describe('settings', () => {
   const settings: Settings = {
     thinking: true, kv_bits: 0, kv_group_size: 64, max_context: 0, vision_cache_mb: 512, temperature: 0.7, top_p: 0.95, top_k: 0,
     min_p: 0, repetition_penalty: 1, max_tokens: 1024, system_prompt: '', max_running: 8, server_enabled: false, server_port: 8080,
+    server_file_url_folders: [],
   };
 
   it('every field says what it does', () => {

@@ -98,7 +98,7 @@ export class ModelsView {
           m?.vision ? badge('Vision', BADGE_HELP.vision, '', 'vision-badge') : null,
           m?.thinking ? badge('Thinking', BADGE_HELP.thinking, '', 'thinking-badge') : null),
         m ? h('div', { class: 'muted', 'data-testid': 'loaded-details' },
-          `${quantizationWords(m.quantization)} · ${m.architecture} · context ${m.max_context.toLocaleString()} tokens${m.vision ? '' : ' · reads text only'}`) : null,
+          `${m.quantization_words ?? quantizationWords(m.quantization)} · ${m.architecture} · context ${m.max_context.toLocaleString()} tokens${m.vision ? '' : ' · reads text only'}`) : null,
         s?.error ? h('div', { class: 'error-note' }, s.error.message) : null),
       s?.state === 'loading' ? h('div', { class: 'spinner', role: 'progressbar', 'aria-label': 'Loading' }) :
         m ? h('button', { 'data-testid': 'unload-model', onclick: () => void this.act(() => api.unloadModel()) }, 'Unload') : null));

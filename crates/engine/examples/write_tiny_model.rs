@@ -7,12 +7,15 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use engine::testing::{write_tiny_family, write_tiny_llama, TinyFamily, TinyLlama};
+use engine::testing::{write_family, write_tiny_family, write_tiny_llama, Dims, TinyFamily, TinyLlama};
 use engine::weights::QuantSpec;
 
 #[derive(Parser)]
 #[command(about = "Writes the tiny seeded checkpoints of every family (float and 4-bit)")]
 struct Args {
+    /// One bench-size random Qwen3-MoE folder (float32) instead, for scripts/bench-models.sh.
+    #[arg(long)]
+    bench_moe: bool,
     /// Where to write.
     out: PathBuf,
 }
@@ -21,7 +24,13 @@ struct Args {
 const SEED: u64 = 11;
 
 fn main() -> anyhow::Result<()> {
-    let out = Args::parse().out;
+    let args = Args::parse();
+    let out = args.out;
+    if args.bench_moe {
+        write_family(&out, TinyFamily::Qwen3Moe, Dims::bench_moe(), None, SEED)?;
+        println!("{}", out.display());
+        return Ok(());
+    }
     let q4 = QuantSpec { group_size: 32, bits: 4 };
     write_tiny_llama(&out.join("llama/float"), &TinyLlama::default())?;
     write_tiny_llama(&out.join("llama/q4"), &TinyLlama { quantize: Some(q4), ..TinyLlama::default() })?;

@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
 use crate::weights::QuantSpec;
-pub use families::{write_tiny_family, TinyFamily};
+pub use families::{write_family, write_tiny_family, Dims, TinyFamily};
 pub use qwen_vl::{
     qwen_byte_level_meta, write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims, QWEN_SPECIAL_TOKENS,
     QWEN_VL_CHAT_TEMPLATE,

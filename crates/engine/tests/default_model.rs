@@ -33,6 +33,7 @@ fn the_gguf_tokenizer_matches_the_reference() {
     assert_eq!(m.tokenizer.decode(&ids, false).unwrap(), "The capital of France is");
     assert_eq!(m.model.shape().num_layers, 30);
     assert_eq!(m.info.stored_quantization.as_deref(), Some("GGUF Q4_1 ×210, F32 ×61, Q8_0 ×1"));
+    assert_eq!(m.info.quantization_words.as_deref(), Some("4-bit, embeddings 8-bit"));
 }
 
 #[test]

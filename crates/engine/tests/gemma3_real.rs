@@ -124,5 +124,12 @@ fn greedy_continuations_match_mlx_lm_on_the_converted_folder_single_and_batched(
     println!("five prompts, {} tokens each: identical to mlx-lm, single and batched", prompts[0].1);
 
     // The GGUF (K-quants dequantized at load) is the same model.
+    let info = engine::model::load(&gguf(), &LoadOptions { format: WeightFormat::Float32 }).unwrap().info;
+    assert_eq!(info.family, "Gemma 3");
+    assert_eq!(info.cache_layout, "3 full, 15 sliding-window (512)");
+    assert_eq!(info.loaded_as, "dequantized to float32");
+    let words = info.quantization_words.unwrap();
+    assert!(words.ends_with("bits per weight on average, embeddings 8-bit"), "{words}");
+    println!("{}: {words}; {}", info.name, info.loaded_as);
     assert_eq!(answers(&gguf(), 8, &prompts), want, "the GGUF, batched");
 }

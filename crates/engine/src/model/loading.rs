@@ -88,7 +88,8 @@ fn load_folder(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let tokenizer = Tokenizer::from_folder(dir)?;
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let stored = describe_quantization(&quantization);
-    let parts = Parts { name, path: dir, model_type: &model_type, family, config: &config, stored };
+    let words = quantization_words(&quantization);
+    let parts = Parts { name, path: dir, model_type: &model_type, family, config: &config, stored, words };
     let mut loaded = finish(parts, &quantization, &mut weights, tokenizer, opts)?;
     if let Some(read_processor) = family.image_processor {
         loaded.preprocessor = Some(read_processor(dir)?);
@@ -104,11 +105,19 @@ fn load_gguf(file: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
         Some(stem) => stem.to_string_lossy().into_owned(),
         None => g.name.clone().unwrap_or_default(),
     };
-    let parts =
-        Parts { name, path: file, model_type: &g.model_type, family: g.family, config: &g.config, stored: Some(g.stored) };
+    let parts = Parts {
+        name,
+        path: file,
+        model_type: &g.model_type,
+        family: g.family,
+        config: &g.config,
+        stored: Some(g.stored),
+        words: g.quantization_words,
+    };
     let mut loaded = finish(parts, &g.quantization, &mut g.weights, tokenizer, opts)?;
-    if let Some(note) = g.converted {
-        loaded.info.loaded_as = format!("{note}; {}", loaded.info.loaded_as);
+    if let (Some(note), WeightFormat::AsStored) = (g.converted, opts.format) {
+        // Blocks MLX cannot keep were requantized; the rest kept as they are.
+        loaded.info.loaded_as = format!("{note}; the other blocks kept quantized");
     }
     Ok(loaded)
 }
@@ -121,6 +130,7 @@ struct Parts<'a> {
     family: &'static Family,
     config: &'a Value,
     stored: Option<String>,
+    words: Option<String>,
 }
 
 fn finish(
@@ -156,6 +166,7 @@ fn finish(
         architecture: parts.model_type.to_string(),
         family: parts.family.name.to_string(),
         stored_quantization: parts.stored,
+        quantization_words: parts.words,
         loaded_as,
         format: opts.format,
         shape: model.shape(),
@@ -191,4 +202,44 @@ pub fn describe_quantization(q: &Quantization) -> Option<String> {
         return None;
     }
     Some(specs.iter().map(|(bits, group)| format!("{bits}-bit (group {group})")).collect::<Vec<_>>().join(" + "))
+}
+
+/// A checkpoint's quantization in plain words: the bits most layers use,
+/// and the embeddings' when they differ ("4-bit, embeddings 8-bit").
+pub fn quantization_words(q: &Quantization) -> Option<String> {
+    let default = q.default.map(|s| s.bits);
+    let embedding = q
+        .overrides
+        .iter()
+        .find(|(module, _)| module.ends_with("embed_tokens"))
+        .map(|(_, spec)| spec.map(|s| s.bits));
+    let others: Vec<i32> = q
+        .overrides
+        .iter()
+        .filter(|(module, _)| !module.ends_with("embed_tokens"))
+        .filter_map(|(_, spec)| spec.map(|s| s.bits))
+        .collect();
+    let body = default.or_else(|| most_common(&others))?;
+    let mut words = format!("{body}-bit");
+    if let Some(e) = embedding.filter(|e| *e != Some(body)) {
+        words.push_str(&match e {
+            Some(bits) => format!(", embeddings {bits}-bit"),
+            None => ", embeddings unquantized".to_string(),
+        });
+    }
+    if others.iter().any(|&b| b != body) {
+        words.push_str(", some layers otherwise");
+    }
+    Some(words)
+}
+
+fn most_common(values: &[i32]) -> Option<i32> {
+    let mut counts: Vec<(i32, usize)> = Vec::new();
+    for &v in values {
+        match counts.iter_mut().find(|(x, _)| *x == v) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((v, 1)),
+        }
+    }
+    counts.into_iter().max_by_key(|(_, n)| *n).map(|(v, _)| v)
 }

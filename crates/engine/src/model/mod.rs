@@ -91,6 +91,9 @@ pub struct ModelInfo {
     pub family: String,
     /// How the checkpoint is quantized, e.g. "4-bit (group 32)"; `None` for float.
     pub stored_quantization: Option<String>,
+    /// The same in plain words for people ("4-bit, embeddings 8-bit",
+    /// "4.9 bits per weight on average, embeddings 8-bit"); `None` for float.
+    pub quantization_words: Option<String>,
     /// How the weights are held once loaded, in words (kept quantized,
     /// dequantized to float32, ...).
     pub loaded_as: String,

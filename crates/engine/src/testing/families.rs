@@ -37,20 +37,58 @@ impl TinyFamily {
     pub const GEMMA_WINDOW: i32 = 8;
 }
 
-struct Dims {
-    hidden: i32,
-    layers: i32,
-    heads: i32,
-    kv_heads: i32,
-    head_dim: i32,
-    intermediate: i32,
+/// A checkpoint's sizes.
+#[derive(Debug, Clone, Copy)]
+pub struct Dims {
+    pub hidden: i32,
+    pub layers: i32,
+    pub heads: i32,
+    pub kv_heads: i32,
+    pub head_dim: i32,
+    pub intermediate: i32,
+    /// Mixture of experts (Qwen3-MoE): experts, chosen per token, their MLP width.
+    pub experts: i32,
+    pub top_k: i32,
+    pub moe_intermediate: i32,
 }
 
-fn dims(family: TinyFamily) -> Dims {
-    match family {
-        TinyFamily::Qwen3 => Dims { hidden: 64, layers: 2, heads: 4, kv_heads: 2, head_dim: 32, intermediate: 96 },
-        TinyFamily::Qwen3Moe => Dims { hidden: 64, layers: 2, heads: 4, kv_heads: 2, head_dim: 16, intermediate: 96 },
-        TinyFamily::Gemma3 => Dims { hidden: 64, layers: 4, heads: 2, kv_heads: 1, head_dim: 32, intermediate: 128 },
+impl Dims {
+    /// The tiny test sizes of `family`.
+    pub fn tiny(family: TinyFamily) -> Self {
+        let base = Dims {
+            hidden: 64,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 16,
+            intermediate: 96,
+            experts: 0,
+            top_k: 0,
+            moe_intermediate: 0,
+        };
+        match family {
+            TinyFamily::Qwen3 => Dims { head_dim: 32, ..base },
+            TinyFamily::Qwen3Moe => Dims { experts: 4, top_k: 2, moe_intermediate: 32, ..base },
+            TinyFamily::Gemma3 => Dims { layers: 4, heads: 2, kv_heads: 1, head_dim: 32, intermediate: 128, ..base },
+        }
+    }
+
+    /// Benchmark sizes: Qwen3-30B-A3B's shape scaled down (128 experts, 8
+    /// per token, GQA with 8 query heads per KV head, hidden 2048 → 512), so
+    /// routing, gather matmuls and attention weigh as they do in the real
+    /// model, at a size this machine decodes.
+    pub fn bench_moe() -> Self {
+        Dims {
+            hidden: 512,
+            layers: 8,
+            heads: 16,
+            kv_heads: 2,
+            head_dim: 64,
+            intermediate: 1536,
+            experts: 128,
+            top_k: 8,
+            moe_intermediate: 192,
+        }
     }
 }
 
@@ -76,20 +114,21 @@ impl Checkpoint {
     }
 }
 
-const EXPERTS: i32 = 4;
-const TOP_K: i32 = 2;
-const MOE_INTERMEDIATE: i32 = 32;
 /// Layer 1 of the tiny Qwen3-MoE keeps a dense MLP (`mlp_only_layers`).
 const DENSE_LAYER: i32 = 1;
 
 /// Writes a tiny `family` folder into `dir` (float with Hugging Face names,
 /// or quantized with mlx-community names) and returns its vocabulary size.
 pub fn write_tiny_family(dir: &Path, family: TinyFamily, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+    write_family(dir, family, Dims::tiny(family), quantize, seed)
+}
+
+/// [`write_tiny_family`] with other sizes (benchmarks).
+pub fn write_family(dir: &Path, family: TinyFamily, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = tiny_tokenizer()?;
     tokenizer.write_hf_files(dir)?;
     let vocab = tokenizer.vocab_size() as i32;
-    let d = dims(family);
     let gemma = family == TinyFamily::Gemma3;
     // Gemma's norms scale by (1 + w): centred on 0; the others' on 1.
     let norm_center = if gemma { 0.0 } else { 1.0 };
@@ -120,10 +159,10 @@ pub fn write_tiny_family(dir: &Path, family: TinyFamily, quantize: Option<QuantS
         c.norm(format!("{a}.k_norm"), d.head_dim);
         let m = format!("{p}.mlp");
         if family == TinyFamily::Qwen3Moe && i != DENSE_LAYER {
-            c.matrix(format!("{m}.gate"), &[EXPERTS, d.hidden]);
+            c.matrix(format!("{m}.gate"), &[d.experts, d.hidden]);
             for part in ["gate_proj", "up_proj", "down_proj"] {
-                let shape = if part == "down_proj" { [d.hidden, MOE_INTERMEDIATE] } else { [MOE_INTERMEDIATE, d.hidden] };
-                let experts: Vec<Array> = (0..EXPERTS)
+                let shape = if part == "down_proj" { [d.hidden, d.moe_intermediate] } else { [d.moe_intermediate, d.hidden] };
+                let experts: Vec<Array> = (0..d.experts)
                     .map(|_| c.rng.tensor(&shape, 1.0 / (shape[1] as f32).sqrt(), 0.0))
                     .collect();
                 if quantize.is_some() {
@@ -167,9 +206,9 @@ pub fn write_tiny_family(dir: &Path, family: TinyFamily, quantize: Option<QuantS
         TinyFamily::Qwen3 => config["architectures"] = json!(["Qwen3ForCausalLM"]),
         TinyFamily::Qwen3Moe => {
             config["architectures"] = json!(["Qwen3MoeForCausalLM"]);
-            config["num_experts"] = json!(EXPERTS);
-            config["num_experts_per_tok"] = json!(TOP_K);
-            config["moe_intermediate_size"] = json!(MOE_INTERMEDIATE);
+            config["num_experts"] = json!(d.experts);
+            config["num_experts_per_tok"] = json!(d.top_k);
+            config["moe_intermediate_size"] = json!(d.moe_intermediate);
             config["decoder_sparse_step"] = json!(1);
             config["mlp_only_layers"] = json!([DENSE_LAYER]);
             config["norm_topk_prob"] = json!(true);

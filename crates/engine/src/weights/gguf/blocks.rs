@@ -122,6 +122,22 @@ impl GgmlType {
         (elements % values == 0).then(|| elements / values * bytes)
     }
 
+    /// Bits per value as the type is named (Q4_K: 4), scales aside.
+    pub fn nominal_bits(self) -> f64 {
+        use GgmlType::*;
+        match self {
+            F64 => 64.0,
+            F32 | I32 => 32.0,
+            F16 | BF16 | I16 => 16.0,
+            Q8_0 | Q8_1 | Q8K | I8 => 8.0,
+            Q6K => 6.0,
+            Q5_0 | Q5_1 | Q5K => 5.0,
+            Q4_0 | Q4_1 | Q4K | Iq4Nl | Iq4Xs => 4.0,
+            Q3K => 3.0,
+            Q2K => 2.0,
+        }
+    }
+
     /// Whether [`dequantize`] reads this type.
     pub fn dequantizable(self) -> bool {
         use GgmlType::*;

@@ -95,6 +95,9 @@ pub struct GgufModel {
     pub stored: String,
     /// What the import did to types MLX cannot keep, in words.
     pub converted: Option<String>,
+    /// The file's quantization for people ("4.9 bits per weight on average,
+    /// embeddings 8-bit"); `None` for a float file.
+    pub quantization_words: Option<String>,
 }
 
 /// llama.cpp quantizes in blocks of 32 values.
@@ -203,6 +206,7 @@ pub fn load(path: &Path, format: WeightFormat) -> Result<GgufModel> {
         name: file.get("general.name").and_then(MetaValue::as_str).map(str::to_owned),
         stored: describe_types(&file),
         converted,
+        quantization_words: bits_in_words(&file),
     })
 }
 
@@ -218,6 +222,28 @@ fn describe_types(file: &GgufFile) -> String {
     counts.sort_by(|a, b| b.1.cmp(&a.1));
     let list: Vec<String> = counts.iter().map(|(n, c)| format!("{n} ×{c}")).collect();
     format!("GGUF {}", list.join(", "))
+}
+
+/// The bits per weight of the file's matrices (averaged over their values
+/// when types are mixed, as in `Q4_K_M` files), and the embeddings' apart.
+fn bits_in_words(file: &GgufFile) -> Option<String> {
+    let bits = |t: &reader::TensorInfo| t.kind.nominal_bits();
+    let embedding = file.tensors.iter().find(|t| t.name == "token_embd.weight");
+    let body: Vec<_> = file.tensors.iter().filter(|t| t.shape.len() >= 2 && t.name != "token_embd.weight").collect();
+    let values: usize = body.iter().map(|t| t.elements()).sum();
+    if values == 0 {
+        return None;
+    }
+    let mean = body.iter().map(|t| bits(t) * t.elements() as f64).sum::<f64>() / values as f64;
+    if mean >= 16.0 {
+        return None;
+    }
+    let uniform = body.iter().all(|t| bits(t) == bits(body[0]));
+    let mut words = if uniform { format!("{}-bit", mean as i32) } else { format!("{mean:.1} bits per weight on average") };
+    if let Some(e) = embedding.filter(|e| bits(e) != mean || !uniform) {
+        words.push_str(&format!(", embeddings {}-bit", bits(e) as i32));
+    }
+    Some(words)
 }
 
 fn is_norm(hf: &str) -> bool {
