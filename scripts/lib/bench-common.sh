@@ -15,7 +15,8 @@
 bench_log() { printf '\033[1m%s %s:\033[0m %s\n' "${BENCH_NAME:-bench}" "$(date +%T)" "$*" >&2; }
 
 bench_build_vlm() {
-  cargo build -q -p cli
+  # the test suite's flags: `-p cli` alone would build the engine again with other features
+  cargo build -q --workspace --all-targets
   VLM="$PWD/target/debug/vlm"
 }
 

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The families beyond llama, side by side with Python mlx-lm on the same
+# folders and the same MLX CPU backend (OpenBLAS for both), float32 weights:
+#   - the real Gemma 3 270M (its Q4_K_M GGUF converted by `vlm convert
+#     --dtype float32`: sliding-window and global layers, vocabulary 262k);
+#   - a bench-size random Qwen3-MoE (Qwen3-30B-A3B's shape scaled down: 128
+#     experts, 8 per token; `write_tiny_model --bench-moe`).
+# Per model: prompt tok/s and decode tok/s of one sequence (ours: the engine
+# with one request; mlx-lm: stream_generate), and aggregate decode tok/s of 8
+# sequences (ours: the engine; mlx-lm: BatchGenerator). Ours and mlx-lm
+# alternate over ROUNDS rounds (this VM drifts); medians and ranges.
+# Usage: scripts/bench-models.sh   (env PROMPT_TOKENS, GEN_TOKENS, ROUNDS; defaults 128, 64, 3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PROMPT_TOKENS="${PROMPT_TOKENS:-128}"
+GEN_TOKENS="${GEN_TOKENS:-64}"
+ROUNDS="${ROUNDS:-3}"
+BENCH_NAME=bench-models
+. scripts/lib/bench-common.sh
+bench_build_vlm
+bench_python_env
+
+GEMMA=models/gemma-3-270m-f32
+if [ ! -f "$GEMMA/model.safetensors" ]; then
+  scripts/fetch-gemma3-270m.sh
+  bench_log "converting the Gemma 3 270M GGUF → $GEMMA (float32)"
+  rm -rf "$GEMMA.tmp" && "$VLM" convert models/gemma-3-270m-q4_k_m.gguf "$GEMMA.tmp" --dtype float32 >/dev/null
+  mv "$GEMMA.tmp" "$GEMMA"
+fi
+MOE=models/bench-qwen3-moe
+if [ ! -f "$MOE/model.safetensors" ]; then
+  bench_log "writing a bench-size random Qwen3-MoE → $MOE"
+  rm -rf "$MOE.tmp" && target/debug/examples/write_tiny_model --bench-moe "$MOE.tmp" >/dev/null
+  mv "$MOE.tmp" "$MOE"
+fi
+
+rows="$(mktemp)"
+trap 'rm -f "$rows"' EXIT
+for round in $(seq "$ROUNDS"); do
+  for model in "$GEMMA" "$MOE"; do
+    bench_log "round $round/$ROUNDS, $model: ours (engine x1 and x8)"
+    printf '%s\tours\t' "$model" >>"$rows"
+    "$VLM" bench --model "$model" --weights float32 --concurrency 1,8 --runs 0 \
+      --prompt-tokens "$PROMPT_TOKENS" --gen-tokens "$GEN_TOKENS" --json | tr -d '\n' >>"$rows"
+    echo >>"$rows"
+    bench_log "round $round/$ROUNDS, $model: mlx-lm stream_generate"
+    printf '%s\tsingle\t' "$model" >>"$rows"
+    "${PY_ENV[@]}" "$PY" scripts/bench/mlx_lm_bench.py "$model" --runs 1 \
+      --prompt-tokens "$PROMPT_TOKENS" --gen-tokens "$GEN_TOKENS" | tr -d '\n' >>"$rows"
+    echo >>"$rows"
+    bench_log "round $round/$ROUNDS, $model: mlx-lm BatchGenerator x8"
+    printf '%s\tbatch\t' "$model" >>"$rows"
+    (cd scripts/bench && "${PY_ENV[@]}" "$PY" mlx_lm_batch.py "../../$model" --batch 8 \
+      --prompt-tokens "$PROMPT_TOKENS" --gen-tokens "$GEN_TOKENS") | tr -d '\n' >>"$rows"
+    echo >>"$rows"
+  done
+done
+"$PY" - "$rows" "$PROMPT_TOKENS" "$GEN_TOKENS" "$BLAS" <<'PY'
+import json, statistics, sys
+path, p, g, blas = sys.argv[1:]
+data = {}
+for line in open(path):
+    model, kind, text = line.rstrip("\n").split("\t")
+    data.setdefault(model, {}).setdefault(kind, []).append(json.loads(text))
+med = statistics.median
+span = lambda xs: f"{med(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})"
+print(f"\nfloat32 weights, {p} prompt tokens, {g} generated per sequence, {blas}; tok/s, median (range)\n")
+print("| model | what | ours | mlx-lm | ours ÷ mlx-lm |")
+print("|---|---|---:|---:|---:|")
+for model, d in data.items():
+    runs = lambda n: [next(e for e in o["engine"] if e["concurrency"] == n) for o in d["ours"]]
+    engine = lambda n, key: [r[key] for r in runs(n)]
+    # one request: its prompt over its time to first token
+    prompt = [r["prompt_tokens"] / r["ttft_mean_secs"] for r in runs(1)]
+    rows = [
+        ("prompt, 1 sequence", prompt, [s["prompt_tps"] for s in d["single"]]),
+        ("decode, 1 sequence", engine(1, "aggregate_decode_tps"), [s["decode_tps"] for s in d["single"]]),
+        ("decode, 8 sequences", engine(8, "aggregate_decode_tps"), [b["aggregate_decode_tps"] for b in d["batch"]]),
+    ]
+    for what, ours, theirs in rows:
+        print(f"| {model.split('/')[-1]} | {what} | {span(ours)} | {span(theirs)} | {med(ours) / med(theirs):.2f} |")
+PY
