@@ -187,6 +187,8 @@ export async function axeAudit(b, name) {
   const loaded = await b.execute(() => typeof window.axe === 'object');
   if (!loaded) await b.execute(axeSource);
   const violations = await b.execute(async () => {
+    // the settled page: a fade still running is measured at its in-between colours
+    await Promise.all(document.getAnimations().map((a) => a.finished.catch(() => {})));
     const r = await window.axe.run(document, { resultTypes: ['violations'] });
     return r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 5).map((n) => n.target.join(' ') + ' — ' + n.failureSummary) }));
   });
