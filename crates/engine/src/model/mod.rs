@@ -146,3 +146,32 @@ pub struct LoadedModel {
     pub preprocessor: Option<crate::vision::ImagePreprocessor>,
     pub info: ModelInfo,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokenizer::{ChatMessage, ChatTemplate, SpecialTokenStrings, TemplateOptions};
+
+    const QWEN3: &str = include_str!("../../tests/fixtures/templates/qwen3.jinja");
+    const SMOLLM2: &str = include_str!("../../tests/fixtures/templates/smollm2.jinja");
+
+    /// Qwen3's template thinks and calls tools; SmolLM2's plain ChatML does neither.
+    #[test]
+    fn capabilities_come_from_the_template() {
+        assert_eq!(Capabilities::of(Some(QWEN3), false), Capabilities { vision: false, thinking: true, tools: true });
+        assert_eq!(Capabilities::of(Some(SMOLLM2), true), Capabilities { vision: true, thinking: false, tools: false });
+        assert_eq!(Capabilities::of(None, false), Capabilities::default());
+    }
+
+    /// `/think` and `/no_think` are Qwen3's soft switches: the template keeps
+    /// them in the user's text and the model answers with (or without) an
+    /// empty thinking block, which the stream matcher then routes; only
+    /// `enable_thinking` is the template's own switch.
+    #[test]
+    fn qwen3_soft_switches_stay_in_the_message() {
+        let t = ChatTemplate::new(QWEN3).unwrap();
+        let sp = SpecialTokenStrings { eos_token: Some("<|im_end|>".into()), ..Default::default() };
+        let out = t.render(&[ChatMessage::user("Hi /no_think")], &TemplateOptions::default(), &sp).unwrap();
+        assert_eq!(out, "<|im_start|>user\nHi /no_think<|im_end|>\n<|im_start|>assistant\n");
+    }
+}
