@@ -2,7 +2,9 @@
 //! clients hanging up at a random point. Every stream read to its end ends
 //! with `[DONE]` and no error, the engine is back to nothing running, and a
 //! second round leaves resident memory where the first did (no creep per
-//! request).
+//! request). The engine gives MLX's buffer cache back when it idles; before
+//! it did, the cache's size after a round depended on which batch shapes had
+//! run and resident memory moved by up to 8% between identical rounds.
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -142,6 +142,7 @@ impl EngineHandle {
 
 /// The engine thread's loop: take commands between steps; block when idle.
 fn run(mut scheduler: Scheduler, inbox: mpsc::Receiver<Command>) {
+    let mut stepped_since_idle = false;
     loop {
         let next = if scheduler.has_work() {
             match inbox.try_recv() {
@@ -150,6 +151,9 @@ fn run(mut scheduler: Scheduler, inbox: mpsc::Receiver<Command>) {
                 Err(mpsc::TryRecvError::Disconnected) => return,
             }
         } else {
+            if std::mem::take(&mut stepped_since_idle) {
+                scheduler.release_idle_memory();
+            }
             match inbox.recv() {
                 Ok(c) => Some(c),
                 Err(_) => return,
@@ -171,6 +175,7 @@ fn run(mut scheduler: Scheduler, inbox: mpsc::Receiver<Command>) {
         }
         // A panic or MLX error inside a step must not take the engine down:
         // the requests in flight end with the error, later ones are served.
+        stepped_since_idle = true;
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| scheduler.step()));
         let error = match outcome {
             Ok(Ok(())) => continue,

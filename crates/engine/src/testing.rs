@@ -6,6 +6,7 @@
 //! outputs on them; `scripts/make-vision-goldens.sh` does the same for the
 //! tiny Qwen2-VL / Qwen2.5-VL folders (`qwen_vl.rs`) with Python mlx-vlm.
 mod families;
+mod gguf_writer;
 mod qwen_vl;
 
 use std::collections::HashMap;
@@ -17,6 +18,7 @@ use serde_json::json;
 use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
 use crate::weights::QuantSpec;
+pub use gguf_writer::{write_gguf, GgufTensor, GgufValue};
 pub use families::{write_family, write_tiny_family, Dims, TinyFamily};
 pub use qwen_vl::{
     qwen_byte_level_meta, write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims, QWEN_SPECIAL_TOKENS,

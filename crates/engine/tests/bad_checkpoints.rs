@@ -2,9 +2,10 @@
 //! at load with an error that names the field, tensor or type — and leave
 //! nothing half-loaded in memory.
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
 
 use engine::model::{self, LoadOptions, WeightFormat};
-use engine::testing::{write_tiny_family, TinyFamily};
+use engine::testing::{self, write_tiny_family, GgufTensor, GgufValue, TinyFamily};
 use engine::Error;
 
 const LOAD: LoadOptions = LoadOptions { format: WeightFormat::AsStored };
@@ -22,6 +23,13 @@ fn family(family: TinyFamily) -> tempfile::TempDir {
     dir
 }
 
+/// MLX's active memory is one figure for the whole process: the tests of
+/// this file load models one at a time, so the memory test sees only its own.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static LOADS: Mutex<()> = Mutex::new(());
+    LOADS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn load_error(path: &Path) -> Error {
     match model::load(path, &LOAD) {
         Ok(_) => panic!("{} loaded", path.display()),
@@ -31,6 +39,7 @@ fn load_error(path: &Path) -> Error {
 
 #[test]
 fn config_fields_a_family_needs_are_named() {
+    let _serial = one_at_a_time();
     let cases: [(TinyFamily, &str, &str); 3] = [
         (TinyFamily::Gemma3, "sliding_window", "sliding_window"),
         (TinyFamily::Qwen3, "head_dim", "head_dim"),
@@ -54,6 +63,7 @@ fn config_fields_a_family_needs_are_named() {
 
 #[test]
 fn an_unknown_model_type_lists_the_supported_ones() {
+    let _serial = one_at_a_time();
     let dir = family(TinyFamily::Qwen3);
     edit_config(dir.path(), |c| {
         c.insert("model_type".into(), "qwen3_next".into());
@@ -68,6 +78,7 @@ fn an_unknown_model_type_lists_the_supported_ones() {
 /// shape disagrees is named.
 #[test]
 fn a_quantization_block_that_does_not_match_the_tensors_is_named() {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let q4 = engine::weights::QuantSpec { group_size: 32, bits: 4 };
     write_tiny_family(dir.path(), TinyFamily::Qwen3Moe, Some(q4), 11).unwrap();
@@ -82,6 +93,7 @@ fn a_quantization_block_that_does_not_match_the_tensors_is_named() {
 /// where it was (a model that stayed would hold its weights).
 #[test]
 fn a_failed_load_leaves_nothing_in_memory() {
+    let _serial = one_at_a_time();
     let dir = family(TinyFamily::Gemma3);
     let ok = model::load(dir.path(), &LOAD).unwrap();
     let model_bytes = mlx_rs::memory::active_memory().unwrap();
@@ -106,61 +118,34 @@ fn a_failed_load_leaves_nothing_in_memory() {
     assert!(after <= before + 4096, "a failed load kept {} bytes", after - before);
 }
 
-/// A minimal GGUF v3 file: metadata, then tensors of raw bytes.
-fn write_gguf(path: &Path, arch: &str, tensors: &[(&str, &[u64], u32, Vec<u8>)]) {
-    let mut b: Vec<u8> = Vec::new();
-    let string = |b: &mut Vec<u8>, s: &str| {
-        b.extend((s.len() as u64).to_le_bytes());
-        b.extend(s.as_bytes());
-    };
-    b.extend(b"GGUF");
-    b.extend(3u32.to_le_bytes());
-    b.extend((tensors.len() as u64).to_le_bytes());
-    b.extend(1u64.to_le_bytes());
-    string(&mut b, "general.architecture");
-    b.extend(8u32.to_le_bytes());
-    string(&mut b, arch);
-    let mut offset = 0u64;
-    for (name, dims, kind, data) in tensors {
-        string(&mut b, name);
-        b.extend((dims.len() as u32).to_le_bytes());
-        for d in *dims {
-            b.extend(d.to_le_bytes());
-        }
-        b.extend(kind.to_le_bytes());
-        b.extend(offset.to_le_bytes());
-        offset += (data.len() as u64).div_ceil(32) * 32;
-    }
-    while b.len() % 32 != 0 {
-        b.push(0);
-    }
-    for (_, _, _, data) in tensors {
-        b.extend(data);
-        while b.len() % 32 != 0 {
-            b.push(0);
-        }
-    }
-    std::fs::write(path, b).unwrap();
+/// A GGUF of one architecture and raw tensors (`kind` = ggml type code).
+fn write_gguf(path: &Path, arch: &str, tensors: &[(&str, &[usize], u32, Vec<u8>)]) {
+    let tensors: Vec<GgufTensor> = tensors
+        .iter()
+        .map(|(name, shape, kind, data)| GgufTensor { name: name.to_string(), shape: shape.to_vec(), kind: *kind, data: data.clone() })
+        .collect();
+    testing::write_gguf(path, &[("general.architecture", GgufValue::Str(arch.into()))], &tensors).unwrap();
 }
 
 #[test]
 fn unsupported_gguf_files_are_named() {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let arch = dir.path().join("mamba.gguf");
-    write_gguf(&arch, "mamba", &[("token_embd.weight", &[4, 2], 0, vec![0; 32])]);
+    write_gguf(&arch, "mamba", &[("token_embd.weight", &[2, 4], 0, vec![0; 32])]);
     let e = load_error(&arch);
     assert_eq!(e.code(), "UNSUPPORTED_ARCHITECTURE");
     assert!(e.to_string().contains("mamba") && e.to_string().contains("gemma3"), "{e}");
 
     // Q3_K (code 11) is a real type we do not read: named with its tensor.
     let q3 = dir.path().join("q3.gguf");
-    write_gguf(&q3, "qwen3", &[("blk.0.attn_q.weight", &[256, 1], 11, vec![0; 110])]);
+    write_gguf(&q3, "qwen3", &[("blk.0.attn_q.weight", &[1, 256], 11, vec![0; 110])]);
     let e = load_error(&q3).to_string();
     assert!(e.contains("blk.0.attn_q.weight") && e.contains("Q3_K"), "{e}");
 
     // A tensor that runs past the end of the file: a cut download.
     let cut = dir.path().join("cut.gguf");
-    write_gguf(&cut, "qwen3", &[("token_embd.weight", &[64, 4], 0, vec![0; 1024])]);
+    write_gguf(&cut, "qwen3", &[("token_embd.weight", &[4, 64], 0, vec![0; 1024])]);
     let bytes = std::fs::read(&cut).unwrap();
     std::fs::write(&cut, &bytes[..bytes.len() - 100]).unwrap();
     let e = load_error(&cut);

@@ -73,6 +73,8 @@ pub struct EngineStats {
     pub waiting: usize,
     pub kv_cache_bytes: usize,
     pub active_memory_bytes: usize,
+    /// Freed buffers MLX keeps for reuse (given back when the engine idles).
+    pub cached_memory_bytes: usize,
     pub peak_memory_bytes: usize,
     /// Decode steps run since start.
     pub decode_steps: u64,
@@ -259,6 +261,7 @@ impl Scheduler {
             kv_cache_bytes: self.cache.nbytes()
                 + self.waiting.iter().filter_map(|s| s.prefill_cache.as_ref()).map(BatchCache::nbytes).sum::<usize>(),
             active_memory_bytes: mlx_rs::memory::active_memory().unwrap_or(0),
+            cached_memory_bytes: mlx_rs::memory::cache_memory().unwrap_or(0),
             peak_memory_bytes: mlx_rs::memory::peak_memory().unwrap_or(0),
             decode_steps: self.decode_steps,
             prefill_passes: self.prefill_passes,
@@ -268,6 +271,20 @@ impl Scheduler {
             vision_cache: self.vision_cache.stats(),
             kv_quantization: self.kv_quantization_status.clone(),
             kv_quantized_layers: self.cache.quantized_layers(),
+        }
+    }
+
+    /// Gives MLX's buffer cache back to the system once nothing runs. While
+    /// requests run, MLX keeps freed buffers to reuse them without a new
+    /// allocation; kept after the last request ends they are memory a desktop
+    /// app holds for nothing (hundreds of MB for a large batch), and their
+    /// sizes depend on which batch shapes happened to run.
+    pub fn release_idle_memory(&mut self) {
+        if let Some((tokens, _)) = self.in_flight.take() {
+            let _ = tokens.eval();
+        }
+        if let Err(error) = mlx_rs::memory::clear_cache() {
+            tracing::warn!(%error, "could not clear MLX's buffer cache");
         }
     }
 
