@@ -40,7 +40,14 @@ mx.gather_qmm = _gather_qmm_without_global_scale
 # 3..258 the 256 bytes, then a few merges); no special ids.
 PROMPT = [40, 75, 108, 111, 3, 200, 258, 259, 120, 33, 87, 150]
 LONG_PROMPT = PROMPT + [61, 98, 7, 144, 230, 19, 66, 101, 250, 12, 177]
-PROMPTS = {"llama": PROMPT, "llama3_rope": LONG_PROMPT, "qwen3": PROMPT, "qwen3_moe": PROMPT, "gemma3_text": LONG_PROMPT}
+PROMPTS = {
+    "llama": PROMPT,
+    "llama3_rope": LONG_PROMPT,
+    "qwen3": PROMPT,
+    "qwen3_moe": PROMPT,
+    "gemma3_text": LONG_PROMPT,
+    "gemma4_text": LONG_PROMPT,
+}
 GREEDY_TOKENS = 16
 SPECIAL_IDS = {0, 1, 2}
 # The llama golden keeps its historical name.

@@ -408,7 +408,10 @@ fn gallery_and_status_show_the_registry_capabilities() {
     let moe = catalog.iter().find(|m| m["architecture"] == "qwen3_moe").expect("Qwen3-MoE in the catalog");
     assert_eq!(moe["supported"], true);
     let gemma4 = catalog.iter().find(|m| m["architecture"] == "gemma4").expect("Gemma 4 in the catalog");
-    assert_eq!(gemma4["supported"], false, "not supported until its family lands");
+    assert_eq!(gemma4["supported"], true, "its language model loads");
+    assert_eq!(gemma4["vision"], false, "text only until its vision tower lands");
+    let qwen35 = catalog.iter().find(|m| m["architecture"] == "qwen3_5").expect("Qwen3.5 in the catalog");
+    assert_eq!(qwen35["supported"], false, "not supported until its family lands");
 }
 
 #[test]

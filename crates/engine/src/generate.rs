@@ -83,7 +83,7 @@ pub fn prefill_chunk(model: &dyn LanguageModel, cache: &mut BatchCache, chunk: &
     let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
     let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
     let positions = Positions::Start(cache.offsets()[0]);
-    let hidden = model.forward_embeddings(model.embed(&tokens)?, &positions, cache)?;
+    let hidden = model.forward_embeddings(model.embed(&tokens)?, &tokens, &positions, cache)?;
     last_position(&hidden)
 }
 

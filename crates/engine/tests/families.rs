@@ -1,4 +1,4 @@
-//! Qwen3, Qwen3-MoE and Gemma 3 in the continuous batch, on their tiny
+//! Qwen3, Qwen3-MoE, Gemma 3 and Gemma 4 in the continuous batch, on their tiny
 //! seeded checkpoints, stepping the scheduler by hand. Batched greedy output
 //! must equal each request decoded alone (the single-stream path): rows of
 //! different lengths, prompts prefilled in small chunks across Gemma's
@@ -104,13 +104,24 @@ fn gemma3_batched_equals_alone() {
     batched_equals_alone(TinyFamily::Gemma3);
 }
 
+/// Gemma 4's KV-shared layers read the rows' caches of earlier layers in
+/// every kind of step: chunked prefill passes of several rows, decode steps
+/// with rows joining, and a prefix-cache hit (the per-layer inputs follow
+/// each row's own tokens).
+#[test]
+fn gemma4_batched_equals_alone() {
+    batched_equals_alone(TinyFamily::Gemma4);
+}
+
 /// After a 330-token sequence its sliding layers keep only their window
 /// (8) and slack (64): a request sharing its first 300 tokens resumes from
 /// them, one sharing only 200 must not (those layers no longer hold tokens
 /// 193-199), while full-attention-only Qwen3 reuses 200.
 #[test]
 fn a_kept_prefix_is_reused_only_where_every_layer_still_holds_it() {
-    for (family, shared_300, shared_200) in [(TinyFamily::Gemma3, 300, 0), (TinyFamily::Qwen3, 300, 200)] {
+    for (family, shared_300, shared_200) in
+        [(TinyFamily::Gemma3, 300, 0), (TinyFamily::Gemma4, 300, 0), (TinyFamily::Qwen3, 300, 200)]
+    {
         let dir = checkpoint(family);
         let mut driver = Driver::new(dir.path(), SchedulerConfig::default());
         let long = prompt(330, 5);
@@ -170,5 +181,46 @@ fn qwen3_thinking_on_and_off_in_one_batch() {
     for (i, thinking) in [true, false].into_iter().enumerate() {
         let solo = run(vec![chat(thinking)]).remove(0);
         assert_eq!((&solo.reasoning, &solo.content), (&together[i].reasoning, &together[i].content));
+    }
+}
+
+/// Gemma 4 E2B / E4B ship as multimodal `gemma4` checkpoints: the language
+/// model nested under `text_config` and `model.language_model.*` (Hugging
+/// Face) or `language_model.model.*` (mlx-vlm) names, beside the towers. It
+/// loads as the same language model, text only, in either naming.
+#[test]
+fn a_multimodal_gemma4_checkpoint_loads_its_language_model() {
+    let text = checkpoint(TinyFamily::Gemma4);
+    let expected = alone(text.path(), &prompt(20, 7), 12);
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(text.path().join("config.json")).unwrap()).unwrap();
+    let tensors = mlx_rs::Array::load_safetensors(text.path().join("model.safetensors")).unwrap();
+    for (prefix, lm_head) in [("model.language_model.", "lm_head."), ("language_model.model.", "language_model.lm_head.")] {
+        let dir = tempfile::tempdir().unwrap();
+        for file in ["tokenizer.json", "tokenizer_config.json"] {
+            std::fs::copy(text.path().join(file), dir.path().join(file)).unwrap();
+        }
+        let mut renamed: std::collections::HashMap<String, mlx_rs::Array> = tensors
+            .iter()
+            .map(|(name, t)| match name.strip_prefix("model.") {
+                Some(rest) => (format!("{prefix}{rest}"), t.clone()),
+                None => (name.replacen("lm_head.", lm_head, 1), t.clone()),
+            })
+            .collect();
+        let tower = mlx_rs::Array::from_slice(&[0.5f32; 8], &[2, 4]);
+        renamed.insert("model.vision_tower.patch_embedder.weight".into(), tower.clone());
+        renamed.insert("model.embed_vision.embedding_projection.weight".into(), tower);
+        mlx_rs::Array::save_safetensors(renamed.iter(), None, dir.path().join("model.safetensors")).unwrap();
+        let multimodal = serde_json::json!({
+            "model_type": "gemma4",
+            "architectures": ["Gemma4ForConditionalGeneration"],
+            "text_config": config,
+            "vision_config": {"model_type": "gemma4_vision"},
+        });
+        std::fs::write(dir.path().join("config.json"), multimodal.to_string()).unwrap();
+        let loaded = model::load(dir.path(), &LOAD).unwrap();
+        assert_eq!(loaded.info.family, "Gemma 4");
+        assert!(!loaded.info.capabilities.vision, "text only until the vision tower lands");
+        assert_eq!(alone(dir.path(), &prompt(20, 7), 12), expected, "{prefix} names");
     }
 }

@@ -218,3 +218,12 @@ fn qwen3_moe_matches_mlx_lm() {
 fn gemma3_text_matches_mlx_lm() {
     check_all(Tiny::Family(TinyFamily::Gemma3), FLOAT16_RESIDUAL_TOL);
 }
+
+/// Gemma 4: sliding layers of 8 and global layers with twice the head size
+/// and proportional RoPE, two KV-shared layers reading the cache of earlier
+/// ones, per-layer input embeddings, layer scalars and soft-capped logits;
+/// 23 prompt tokens, then 16 decode steps across the window edge.
+#[test]
+fn gemma4_text_matches_mlx_lm() {
+    check_all(Tiny::Family(TinyFamily::Gemma4), SAME_COMPUTATION_TOL);
+}

@@ -224,11 +224,12 @@ fn splice(loaded: &LoadedModel, ids: &[u32], image_token: u32, features: Option<
         .unwrap()
 }
 
-/// Runs `embeddings` through the model, at explicit M-RoPE positions when
-/// given, else at the cache's length plus `delta`.
+/// Runs `embeddings` (of the ids `tokens`) through the model, at explicit
+/// M-RoPE positions when given, else at the cache's length plus `delta`.
 fn run(
     loaded: &LoadedModel,
     embeddings: Array,
+    tokens: &[u32],
     positions: Option<&Array>,
     delta: i32,
     cache: &mut BatchCache,
@@ -238,7 +239,9 @@ fn run(
         Some(p) => Positions::Multimodal(p.clone()),
         None => Positions::Start(cache.offsets()[0] + delta),
     };
-    let hidden = model.forward_embeddings(embeddings, &positions, cache).expect("forward");
+    let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+    let ids = Array::from_slice(&ids, &[1, ids.len() as i32]);
+    let hidden = model.forward_embeddings(embeddings, &ids, &positions, cache).expect("forward");
     model.logits(&hidden).expect("logits").as_dtype(Dtype::Float32).unwrap()
 }
 
@@ -354,6 +357,7 @@ fn check(m: ModelUnderTest) {
         let logits = run(
             &loaded,
             embeddings.clone(),
+            &ids,
             positions.as_ref(),
             0,
             &mut loaded.model.new_cache(1),
@@ -370,7 +374,7 @@ fn check(m: ModelUnderTest) {
         let golden_greedy: Vec<u32> = ints(&rec["greedy_ids"]).iter().map(|&x| x as u32).collect();
         let golden_logprobs = &goldens.arrays[&format!("{key}.greedy_logprobs")];
         let mut cache = loaded.model.new_cache(1);
-        let mut step_logits = run(&loaded, embeddings, positions.as_ref(), 0, &mut cache);
+        let mut step_logits = run(&loaded, embeddings, &ids, positions.as_ref(), 0, &mut cache);
         let mut greedy = Vec::new();
         for step in 0..golden_greedy.len() {
             let last = step_logits.index((0, step_logits.dim(1) - 1, ..));
@@ -389,7 +393,7 @@ fn check(m: ModelUnderTest) {
             let next = argmax_last(&step_logits);
             greedy.push(next);
             let emb = loaded.model.embed(&Array::from_slice(&[next as i32], &[1, 1])).unwrap();
-            step_logits = run(&loaded, emb, None, delta, &mut cache);
+            step_logits = run(&loaded, emb, &[next], None, delta, &mut cache);
         }
         assert_eq!(greedy, golden_greedy, "{}", what("greedy ids"));
     }

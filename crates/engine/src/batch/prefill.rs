@@ -85,6 +85,14 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
     let mut cache = BatchCache::gather(caches)?;
     cache.set_real_tokens(rows.iter().map(|r| r.n as i32).collect());
 
+    let mut ids = Vec::with_capacity((b * width) as usize);
+    for r in rows.iter() {
+        let chunk = &r.seq.tokens[r.seq.prefilled..r.seq.prefilled + r.n];
+        ids.extend(chunk.iter().map(|&t| t as i32));
+        // Right padding: any valid id, its keys are masked off.
+        ids.extend(std::iter::repeat_n(0, width as usize - r.n));
+    }
+    let ids = Array::from_slice(&ids, &[b, width]);
     let hidden = if rows.iter().any(|r| r.seq.images.is_some()) {
         let mut embeddings = Vec::with_capacity(rows.len());
         let mut positions = Vec::with_capacity(rows.len());
@@ -107,18 +115,10 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
         }
         let embeddings = concat_or_one(embeddings, 0)?;
         let positions = concat_or_one(positions, 1)?;
-        model.forward_embeddings(embeddings, &Positions::Multimodal(positions), &mut cache)?
+        model.forward_embeddings(embeddings, &ids, &Positions::Multimodal(positions), &mut cache)?
     } else {
-        let mut ids = Vec::with_capacity((b * width) as usize);
-        for r in rows.iter() {
-            let chunk = &r.seq.tokens[r.seq.prefilled..r.seq.prefilled + r.n];
-            ids.extend(chunk.iter().map(|&t| t as i32));
-            // Right padding: any valid id, its keys are masked off.
-            ids.extend(std::iter::repeat_n(0, width as usize - r.n));
-        }
-        let ids = Array::from_slice(&ids, &[b, width]);
         let starts: Vec<i32> = rows.iter().map(|r| r.seq.prefilled as i32).collect();
-        model.forward_embeddings(model.embed(&ids)?, &Positions::rows(&starts), &mut cache)?
+        model.forward_embeddings(model.embed(&ids)?, &ids, &Positions::rows(&starts), &mut cache)?
     };
 
     // Each row's last real position, `[B, 1, D]`.

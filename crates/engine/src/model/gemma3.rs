@@ -307,7 +307,7 @@ impl LanguageModel for Gemma3 {
         Ok(h.multiply(Array::from_f32(self.embed_scale).as_dtype(h.dtype())?)?)
     }
 
-    fn forward_embeddings(&self, mut h: Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+    fn forward_embeddings(&self, mut h: Array, _tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
         cache.begin_step(h.dim(1))?;
         let local = self.local_rope.prepare(positions)?;
         let global = self.global_rope.prepare(positions)?;

@@ -239,6 +239,17 @@ impl Embedding {
         Ok(if rows.dtype() == self.dtype { rows } else { rows.as_dtype(self.dtype)? })
     }
 
+    /// Rows `ids` times `scale`, in the dtype the rows come out in (a
+    /// quantized table's float16), as mlx-lm's `embed(x) * scale` leaves
+    /// them: what reads them first (Gemma 4's per-layer projection) then runs
+    /// in that dtype as the reference's does (measured: 1e-3 logit difference
+    /// on the tiny 4-bit Gemma 4 when cast to float32 first, 1e-6 without).
+    pub fn forward_scaled(&self, ids: &Array, scale: f32) -> Result<Array> {
+        let rows = self.table.rows(ids)?;
+        let rows = rows.multiply(Array::from_f32(scale).as_dtype(rows.dtype())?)?;
+        Ok(rows)
+    }
+
     /// Tied output head: logits = h @ table.T.
     pub fn as_linear(&self, h: &Array) -> Result<Array> {
         self.table.matmul_t(h)

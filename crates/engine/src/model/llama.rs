@@ -327,7 +327,7 @@ impl LanguageModel for Llama {
         self.embed_tokens.forward(tokens)
     }
 
-    fn forward_embeddings(&self, mut h: Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+    fn forward_embeddings(&self, mut h: Array, _tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
         cache.begin_step(h.dim(1))?;
         // M-RoPE angles are computed once per step, not once per layer.
         let rotation = self.rope.prepare(positions)?;

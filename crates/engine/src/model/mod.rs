@@ -5,6 +5,7 @@
 //! A new family is one file plus one line in [`registry::FAMILIES`].
 pub mod attention;
 pub mod gemma3;
+pub mod gemma4;
 pub mod layers;
 pub mod llama;
 pub mod loading;
@@ -58,7 +59,10 @@ pub trait LanguageModel {
 
     /// Runs the decoder over `[B, L, D]` embeddings at `positions`,
     /// appending to `cache`; returns the final-normed hidden states `[B, L, D]`.
-    fn forward_embeddings(&self, embeddings: Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array>;
+    /// `tokens` are the step's ids `[B, L]` the embeddings came from (image
+    /// placeholders where features were spliced in): a family with per-layer
+    /// token embeddings (Gemma 4) reads them, the others ignore them.
+    fn forward_embeddings(&self, embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array>;
 
     /// Hidden states → logits over the vocabulary.
     fn logits(&self, hidden: &Array) -> Result<Array>;
@@ -70,7 +74,7 @@ pub trait LanguageModel {
 
     /// Token ids `[B, L]` → logits `[B, L, vocab]`.
     fn forward(&self, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
-        let h = self.forward_embeddings(self.embed(tokens)?, positions, cache)?;
+        let h = self.forward_embeddings(self.embed(tokens)?, tokens, positions, cache)?;
         self.logits(&h)
     }
 

@@ -73,6 +73,20 @@ impl Rope {
         Ok(rope)
     }
 
+    /// Gemma 4's "proportional" RoPE: only the first `rotated_dims` of the
+    /// `dims` features rotate, at the frequencies full-width RoPE would give
+    /// them (`base^(2i/dims)`, times `factor`); the rest keep their values
+    /// (an infinite wavelength turns by nothing).
+    pub fn proportional(dims: i32, rotated_dims: i32, base: f32, factor: f32) -> Result<Self> {
+        if rotated_dims > dims || rotated_dims < 0 {
+            return Err(Error::InvalidConfig(format!("partial_rotary_factor rotates {rotated_dims} of {dims} features")));
+        }
+        let freqs: Vec<f32> = (0..dims / 2)
+            .map(|i| if 2 * i < rotated_dims { factor * base.powf(2.0 * i as f32 / dims as f32) } else { f32::INFINITY })
+            .collect();
+        Ok(Rope { freqs: Some(Array::from_slice(&freqs, &[dims / 2])), ..Self::new(dims, base, false, None)? })
+    }
+
     /// Multimodal RoPE (Qwen2-VL's M-RoPE): the `head_dim / 2` frequencies are
     /// split into `sections` (temporal, height, width), each rotated by its own
     /// position axis. Text positions are equal on all axes, where this is

@@ -19,10 +19,11 @@ pub enum TinyFamily {
     Qwen3,
     Qwen3Moe,
     Gemma3,
+    Gemma4,
 }
 
 impl TinyFamily {
-    pub const ALL: [TinyFamily; 3] = [TinyFamily::Qwen3, TinyFamily::Qwen3Moe, TinyFamily::Gemma3];
+    pub const ALL: [TinyFamily; 4] = [TinyFamily::Qwen3, TinyFamily::Qwen3Moe, TinyFamily::Gemma3, TinyFamily::Gemma4];
 
     /// The config.json `model_type`.
     pub fn model_type(self) -> &'static str {
@@ -30,6 +31,7 @@ impl TinyFamily {
             TinyFamily::Qwen3 => "qwen3",
             TinyFamily::Qwen3Moe => "qwen3_moe",
             TinyFamily::Gemma3 => "gemma3_text",
+            TinyFamily::Gemma4 => "gemma4_text",
         }
     }
 
@@ -70,6 +72,7 @@ impl Dims {
             TinyFamily::Qwen3 => Dims { head_dim: 32, ..base },
             TinyFamily::Qwen3Moe => Dims { experts: 4, top_k: 2, moe_intermediate: 32, ..base },
             TinyFamily::Gemma3 => Dims { layers: 4, heads: 2, kv_heads: 1, head_dim: 32, intermediate: 128, ..base },
+            TinyFamily::Gemma4 => Dims { layers: 4, ..base },
         }
     }
 
@@ -125,6 +128,9 @@ pub fn write_tiny_family(dir: &Path, family: TinyFamily, quantize: Option<QuantS
 
 /// [`write_tiny_family`] with other sizes (benchmarks).
 pub fn write_family(dir: &Path, family: TinyFamily, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+    if family == TinyFamily::Gemma4 {
+        return write_gemma4(dir, d, quantize, seed);
+    }
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = tiny_tokenizer()?;
     tokenizer.write_hf_files(dir)?;
@@ -227,7 +233,96 @@ pub fn write_family(dir: &Path, family: TinyFamily, d: Dims, quantize: Option<Qu
             config["query_pre_attn_scalar"] = json!(24);
             config["hidden_activation"] = json!("gelu_pytorch_tanh");
         }
+        TinyFamily::Gemma4 => unreachable!("written by write_gemma4"),
     }
+    save_checkpoint(dir, c.tensors, &c.matrices, config, quantize)?;
+    Ok(vocab)
+}
+
+/// A tiny Gemma 4: sliding and global layers alternating, the global ones
+/// with twice the head size and proportional RoPE over a quarter of it; the
+/// last two layers KV-shared (one of each kind, with double-wide MLPs);
+/// per-layer input embeddings; learned layer scalars away from 1; logits
+/// soft-capped.
+fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+    const SHARED: i32 = 2;
+    const PER_LAYER: i32 = 32;
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let tokenizer = tiny_tokenizer()?;
+    tokenizer.write_hf_files(dir)?;
+    let vocab = tokenizer.vocab_size() as i32;
+    let global_head_dim = 2 * d.head_dim;
+    let is_global = |i: i32| i % 2 == 1;
+    let mut c = Checkpoint { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new(), norm_center: 1.0 };
+    c.tensors.insert("model.embed_tokens.weight".into(), c.rng.tensor(&[vocab, d.hidden], 0.05, 0.0));
+    c.matrices.push("model.embed_tokens".into());
+    c.tensors.insert(
+        "model.embed_tokens_per_layer.weight".into(),
+        c.rng.tensor(&[vocab, d.layers * PER_LAYER], 0.5, 0.0),
+    );
+    c.matrices.push("model.embed_tokens_per_layer".into());
+    c.matrix("model.per_layer_model_projection".into(), &[d.layers * PER_LAYER, d.hidden]);
+    c.norm("model.per_layer_projection_norm".into(), PER_LAYER);
+    for i in 0..d.layers {
+        let p = format!("model.layers.{i}");
+        let hd = if is_global(i) { global_head_dim } else { d.head_dim };
+        let shared = i >= d.layers - SHARED;
+        for norm in ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"] {
+            c.norm(format!("{p}.{norm}"), d.hidden);
+        }
+        let a = format!("{p}.self_attn");
+        c.matrix(format!("{a}.q_proj"), &[d.heads * hd, d.hidden]);
+        c.matrix(format!("{a}.o_proj"), &[d.hidden, d.heads * hd]);
+        c.norm(format!("{a}.q_norm"), hd);
+        if !shared {
+            c.matrix(format!("{a}.k_proj"), &[d.kv_heads * hd, d.hidden]);
+            c.matrix(format!("{a}.v_proj"), &[d.kv_heads * hd, d.hidden]);
+            c.norm(format!("{a}.k_norm"), hd);
+        }
+        let ff = d.intermediate * if shared { 2 } else { 1 };
+        let m = format!("{p}.mlp");
+        c.matrix(format!("{m}.gate_proj"), &[ff, d.hidden]);
+        c.matrix(format!("{m}.up_proj"), &[ff, d.hidden]);
+        c.matrix(format!("{m}.down_proj"), &[d.hidden, ff]);
+        c.matrix(format!("{p}.per_layer_input_gate"), &[PER_LAYER, d.hidden]);
+        c.matrix(format!("{p}.per_layer_projection"), &[d.hidden, PER_LAYER]);
+        c.norm(format!("{p}.post_per_layer_input_norm"), d.hidden);
+        let scalar = c.rng.tensor(&[1], 0.3, 1.0);
+        c.tensors.insert(format!("{p}.layer_scalar"), scalar);
+    }
+    c.norm("model.norm".into(), d.hidden);
+    let layer_types: Vec<&str> =
+        (0..d.layers).map(|i| if is_global(i) { "full_attention" } else { "sliding_attention" }).collect();
+    let config = json!({
+        "model_type": "gemma4_text",
+        "architectures": ["Gemma4ForCausalLM"],
+        "hidden_size": d.hidden,
+        "num_hidden_layers": d.layers,
+        "intermediate_size": d.intermediate,
+        "num_attention_heads": d.heads,
+        "num_key_value_heads": d.kv_heads,
+        "head_dim": d.head_dim,
+        "global_head_dim": global_head_dim,
+        "rms_norm_eps": 1e-6,
+        "vocab_size": vocab,
+        "vocab_size_per_layer_input": vocab,
+        "hidden_size_per_layer_input": PER_LAYER,
+        "num_kv_shared_layers": SHARED,
+        "use_double_wide_mlp": true,
+        "sliding_window": TinyFamily::GEMMA_WINDOW,
+        "sliding_window_pattern": 2,
+        "layer_types": layer_types,
+        "rope_parameters": {
+            "full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0, "rope_type": "proportional"},
+            "sliding_attention": {"rope_theta": 10_000.0, "rope_type": "default"},
+        },
+        "final_logit_softcapping": 30.0,
+        "attention_k_eq_v": false,
+        "enable_moe_block": false,
+        "max_position_embeddings": 2048,
+        "tie_word_embeddings": true,
+        "torch_dtype": "float32",
+    });
     save_checkpoint(dir, c.tensors, &c.matrices, config, quantize)?;
     Ok(vocab)
 }

@@ -109,8 +109,8 @@ impl LanguageModel for Qwen2Vl {
         self.language.cache_layout()
     }
 
-    fn forward_embeddings(&self, embeddings: Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
-        self.language.forward_embeddings(embeddings, positions, cache)
+    fn forward_embeddings(&self, embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+        self.language.forward_embeddings(embeddings, tokens, positions, cache)
     }
 
     fn logits(&self, hidden: &Array) -> Result<Array> {

@@ -1,0 +1,519 @@
+//! The `gemma4_text` architecture (the language model of Gemma 4 E2B / E4B
+//! and the larger dense checkpoints). Against Gemma 3 it has:
+//! - sliding and global layers with different head sizes (`head_dim`,
+//!   `global_head_dim`), the global ones with "proportional" partial RoPE;
+//! - **KV-shared layers**: the last `num_kv_shared_layers` layers compute no
+//!   keys or values; each attends to those of the last earlier layer of its
+//!   kind (no cache of their own: [`LayerCache::Shared`]); their MLP may be
+//!   twice as wide (`use_double_wide_mlp`);
+//! - **per-layer input embeddings**: a second table gives every token a small
+//!   vector per layer, mixed with a projection of the input embeddings and
+//!   gated into each layer's output (why the decoder needs the token ids);
+//! - plain RMSNorm weights (not Gemma 3's `1 + w`), a scale-free norm on the
+//!   values, attention scale 1 (the query/key norms set the scale), a learned
+//!   scalar per layer, and tanh soft-capping of the logits;
+//! - `attention_k_eq_v` (the global layers' values are their un-normed keys).
+//!
+//! The 26B-A4B mixture of experts (`enable_moe_block`) is refused at load;
+//! a multimodal `gemma4` checkpoint loads as its language model.
+use mlx_rs::{fast, nn, ops, ops::indexing::IndexOp, Array};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::attention;
+use super::layers::{Embedding, LayerLoader, Linear, RmsNorm};
+use super::registry::Family;
+use super::rope::{Positions, Rope, Rotation};
+use super::{LanguageModel, ModelShape};
+use crate::cache::{BatchCache, CacheLayout, LayerCache};
+use crate::error::{Error, Result};
+
+pub const FAMILY: Family = Family {
+    name: "Gemma 4",
+    // `gemma4` is the multimodal checkpoint (what Gemma 4 E2B / E4B ship
+    // as): its language model loads here; its image and audio towers wait for
+    // the vision families, so it is text-only for now.
+    model_types: &["gemma4_text", "gemma4"],
+    build: |model_type, config, loader| {
+        if model_type == "gemma4" {
+            keep_the_language_model(loader);
+        }
+        Ok(Box::new(Gemma4::load(config, loader)?))
+    },
+    gguf: None,
+    image_processor: None,
+};
+
+/// A multimodal checkpoint's language-model tensors under the text model's
+/// names (Hugging Face `model.language_model.*`, mlx-vlm
+/// `language_model.model.*`), without the towers this text-only load skips.
+fn keep_the_language_model(loader: &mut LayerLoader) {
+    const RENAME: &[(&str, &str)] = &[
+        ("model.language_model.", "model."),
+        ("language_model.model.", "model."),
+        ("language_model.lm_head.", "lm_head."),
+    ];
+    const TOWERS: &[&str] = &["vision_tower.", "multi_modal_projector.", "audio_tower.", "embed_audio.", "embed_vision."];
+    let names: Vec<String> = loader.weights.names().map(str::to_owned).collect();
+    let mut skipped = 0;
+    for name in names {
+        let bare = name.strip_prefix("model.").unwrap_or(&name);
+        if TOWERS.iter().any(|t| bare.starts_with(t)) {
+            loader.weights.remove(&name);
+            skipped += 1;
+        } else if let Some((from, to)) = RENAME.iter().find(|(from, _)| name.starts_with(from)) {
+            let t = loader.weights.remove(&name).expect("listed above");
+            loader.weights.insert(format!("{to}{}", &name[from.len()..]), t);
+        }
+    }
+    if skipped > 0 {
+        tracing::info!(tensors = skipped, "Gemma 4: image and audio towers not loaded (text only for now)");
+    }
+}
+
+/// One kind of layer's RoPE (`rope_parameters.full_attention` /
+/// `.sliding_attention`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct RopeParameters {
+    #[serde(default = "default_sliding_theta")]
+    pub rope_theta: f32,
+    #[serde(default)]
+    pub rope_type: Option<String>,
+    #[serde(default)]
+    pub partial_rotary_factor: Option<f32>,
+    #[serde(default)]
+    pub factor: Option<f32>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Gemma4Args {
+    pub hidden_size: i32,
+    pub num_hidden_layers: i32,
+    pub intermediate_size: i32,
+    pub num_attention_heads: i32,
+    pub num_key_value_heads: i32,
+    pub head_dim: i32,
+    #[serde(default)]
+    pub global_head_dim: Option<i32>,
+    #[serde(default)]
+    pub num_global_key_value_heads: Option<i32>,
+    #[serde(default = "default_eps")]
+    pub rms_norm_eps: f32,
+    pub vocab_size: i32,
+    #[serde(default)]
+    pub vocab_size_per_layer_input: Option<i32>,
+    #[serde(default)]
+    pub num_kv_shared_layers: i32,
+    #[serde(default)]
+    pub hidden_size_per_layer_input: i32,
+    #[serde(default)]
+    pub rope_traditional: bool,
+    #[serde(default)]
+    pub rope_parameters: Option<std::collections::HashMap<String, RopeParameters>>,
+    /// Required: a guessed window would silently change every answer.
+    pub sliding_window: Option<i32>,
+    #[serde(default = "default_pattern")]
+    pub sliding_window_pattern: i32,
+    #[serde(default)]
+    pub layer_types: Option<Vec<String>>,
+    #[serde(default = "default_context")]
+    pub max_position_embeddings: i32,
+    #[serde(default)]
+    pub attention_k_eq_v: bool,
+    #[serde(default)]
+    pub final_logit_softcapping: Option<f32>,
+    #[serde(default = "default_true")]
+    pub use_double_wide_mlp: bool,
+    #[serde(default)]
+    pub enable_moe_block: bool,
+    #[serde(default = "default_true")]
+    pub tie_word_embeddings: bool,
+}
+
+fn default_eps() -> f32 {
+    1e-6
+}
+fn default_sliding_theta() -> f32 {
+    10_000.0
+}
+fn default_pattern() -> i32 {
+    5
+}
+fn default_context() -> i32 {
+    131_072
+}
+fn default_true() -> bool {
+    true
+}
+
+impl Gemma4Args {
+    pub fn parse(config: &Value) -> Result<Self> {
+        let text = config.get("text_config").filter(|t| t.is_object()).unwrap_or(config);
+        let args: Self = serde_json::from_value(text.clone())
+            .map_err(|e| Error::InvalidConfig(format!("gemma4_text config.json: {e}")))?;
+        if args.sliding_window.is_none() {
+            return Err(Error::InvalidConfig("gemma4_text config.json has no sliding_window".into()));
+        }
+        if args.enable_moe_block {
+            return Err(Error::InvalidConfig(
+                "Gemma 4's mixture of experts (enable_moe_block, the 26B-A4B) is not supported yet; \
+                 the dense Gemma 4 checkpoints (E2B, E4B, 31B) are"
+                    .into(),
+            ));
+        }
+        let heads_ok = |kv: i32| kv > 0 && args.num_attention_heads > 0 && args.num_attention_heads % kv == 0;
+        if !heads_ok(args.num_key_value_heads) || !args.num_global_key_value_heads.is_none_or(heads_ok) {
+            return Err(Error::InvalidConfig(format!(
+                "num_attention_heads {} must be a positive multiple of the key/value heads",
+                args.num_attention_heads
+            )));
+        }
+        let layers = args.num_hidden_layers;
+        if !(0..layers).contains(&args.num_kv_shared_layers) {
+            return Err(Error::InvalidConfig(format!(
+                "num_kv_shared_layers {} must be below num_hidden_layers {layers}",
+                args.num_kv_shared_layers
+            )));
+        }
+        if let Some(types) = &args.layer_types {
+            if types.len() != layers as usize {
+                return Err(Error::InvalidConfig(format!(
+                    "layer_types lists {} layers but num_hidden_layers is {layers}",
+                    types.len()
+                )));
+            }
+            if let Some(bad) = types.iter().find(|t| !["sliding_attention", "full_attention"].contains(&t.as_str())) {
+                return Err(Error::InvalidConfig(format!("unknown layer type {bad:?} in layer_types")));
+            }
+        }
+        if args.sliding_window_pattern < 1 {
+            return Err(Error::InvalidConfig("sliding_window_pattern must be at least 1".into()));
+        }
+        Ok(args)
+    }
+
+    pub fn is_global(&self, i: usize) -> bool {
+        match &self.layer_types {
+            Some(types) => types[i] == "full_attention",
+            None => {
+                let p = self.sliding_window_pattern as usize;
+                i % p == p - 1
+            }
+        }
+    }
+
+    /// The first layer that reads another layer's keys and values.
+    fn first_shared(&self) -> usize {
+        (self.num_hidden_layers - self.num_kv_shared_layers) as usize
+    }
+
+    /// For a KV-shared layer, the last non-shared layer of its kind.
+    fn kv_source(&self, i: usize) -> Result<Option<usize>> {
+        let first = self.first_shared();
+        if i < first {
+            return Ok(None);
+        }
+        (0..first).rev().find(|&j| self.is_global(j) == self.is_global(i)).map(Some).ok_or_else(|| {
+            Error::InvalidConfig(format!("KV-shared layer {i} has no earlier layer of its kind to read"))
+        })
+    }
+
+    fn head_dim_of(&self, global: bool) -> i32 {
+        if global {
+            self.global_head_dim.filter(|&d| d > 0).unwrap_or(self.head_dim)
+        } else {
+            self.head_dim
+        }
+    }
+
+    fn kv_heads_of(&self, global: bool) -> i32 {
+        match (global && self.attention_k_eq_v, self.num_global_key_value_heads) {
+            (true, Some(heads)) => heads,
+            _ => self.num_key_value_heads,
+        }
+    }
+
+    fn rope(&self, global: bool) -> Result<Rope> {
+        let key = if global { "full_attention" } else { "sliding_attention" };
+        let params = self.rope_parameters.as_ref().and_then(|p| p.get(key));
+        // mlx-lm's defaults when the config has no rope_parameters.
+        let (theta, kind, partial, factor) = match params {
+            Some(p) => (p.rope_theta, p.rope_type.as_deref().unwrap_or("default"), p.partial_rotary_factor.unwrap_or(1.0), p.factor.unwrap_or(1.0)),
+            None if global => (1_000_000.0, "proportional", 0.25, 1.0),
+            None => (10_000.0, "default", 1.0, 1.0),
+        };
+        let dims = self.head_dim_of(global);
+        match kind {
+            "default" => Rope::new(dims, theta, self.rope_traditional, None),
+            "proportional" if !self.rope_traditional => {
+                Rope::proportional(dims, (dims as f32 * partial) as i32, theta, factor)
+            }
+            other => Err(Error::InvalidConfig(format!("Gemma 4 {key} rope_type {other:?} is not supported"))),
+        }
+    }
+}
+
+struct Attention {
+    q_proj: Linear,
+    /// `None` in KV-shared layers.
+    kv: Option<KeyValue>,
+    o_proj: Linear,
+    q_norm: RmsNorm,
+    heads: i32,
+    kv_heads: i32,
+    head_dim: i32,
+    global: bool,
+}
+
+struct KeyValue {
+    k_proj: Linear,
+    /// `None` when the values are the keys (`attention_k_eq_v`).
+    v_proj: Option<Linear>,
+    k_norm: RmsNorm,
+    eps: f32,
+}
+
+struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+/// Gates the layer's per-layer input into its output.
+struct PerLayerGate {
+    input_gate: Linear,
+    projection: Linear,
+    norm: RmsNorm,
+}
+
+struct Block {
+    input_layernorm: RmsNorm,
+    self_attn: Attention,
+    post_attention_layernorm: RmsNorm,
+    pre_feedforward_layernorm: RmsNorm,
+    mlp: Mlp,
+    post_feedforward_layernorm: RmsNorm,
+    per_layer: Option<PerLayerGate>,
+    layer_scalar: Option<Array>,
+}
+
+/// The per-layer token embeddings and how they are mixed with the input.
+struct PerLayerInputs {
+    table: Embedding,
+    model_projection: Linear,
+    projection_norm: RmsNorm,
+    width: i32,
+}
+
+pub struct Gemma4 {
+    args: Gemma4Args,
+    embed_tokens: Embedding,
+    layers: Vec<Block>,
+    norm: RmsNorm,
+    lm_head: Option<Linear>,
+    per_layer_inputs: Option<PerLayerInputs>,
+    local_rope: Rope,
+    global_rope: Rope,
+}
+
+impl Gemma4 {
+    pub fn load(config: &Value, loader: &mut LayerLoader) -> Result<Self> {
+        let args = Gemma4Args::parse(config)?;
+        let (d, eps, heads) = (args.hidden_size, args.rms_norm_eps, args.num_attention_heads);
+        let embed_tokens = loader.embedding("model.embed_tokens", args.vocab_size, d)?;
+        let width = args.hidden_size_per_layer_input;
+        let n = args.num_hidden_layers;
+        let mut layers = Vec::with_capacity(n as usize);
+        for i in 0..n as usize {
+            let p = format!("model.layers.{i}");
+            let a = format!("{p}.self_attn");
+            let global = args.is_global(i);
+            let (hd, kv_heads) = (args.head_dim_of(global), args.kv_heads_of(global));
+            let shared = args.kv_source(i)?.is_some();
+            let kv = if shared {
+                None
+            } else {
+                let k_eq_v = args.attention_k_eq_v && global;
+                Some(KeyValue {
+                    k_proj: loader.linear(&format!("{a}.k_proj"), d, kv_heads * hd, false)?,
+                    v_proj: if k_eq_v { None } else { Some(loader.linear(&format!("{a}.v_proj"), d, kv_heads * hd, false)?) },
+                    k_norm: loader.rms_norm(&format!("{a}.k_norm"), hd, eps)?,
+                    eps,
+                })
+            };
+            let ff = args.intermediate_size * if shared && args.use_double_wide_mlp { 2 } else { 1 };
+            let m = format!("{p}.mlp");
+            let per_layer = if width > 0 {
+                Some(PerLayerGate {
+                    input_gate: loader.linear(&format!("{p}.per_layer_input_gate"), d, width, false)?,
+                    projection: loader.linear(&format!("{p}.per_layer_projection"), width, d, false)?,
+                    norm: loader.rms_norm(&format!("{p}.post_per_layer_input_norm"), d, eps)?,
+                })
+            } else {
+                None
+            };
+            let scalar_name = format!("{p}.layer_scalar");
+            let layer_scalar =
+                if loader.weights.contains(&scalar_name) { Some(loader.float(&scalar_name, &[1])?) } else { None };
+            layers.push(Block {
+                input_layernorm: loader.rms_norm(&format!("{p}.input_layernorm"), d, eps)?,
+                self_attn: Attention {
+                    q_proj: loader.linear(&format!("{a}.q_proj"), d, heads * hd, false)?,
+                    kv,
+                    o_proj: loader.linear(&format!("{a}.o_proj"), heads * hd, d, false)?,
+                    q_norm: loader.rms_norm(&format!("{a}.q_norm"), hd, eps)?,
+                    heads,
+                    kv_heads,
+                    head_dim: hd,
+                    global,
+                },
+                post_attention_layernorm: loader.rms_norm(&format!("{p}.post_attention_layernorm"), d, eps)?,
+                pre_feedforward_layernorm: loader.rms_norm(&format!("{p}.pre_feedforward_layernorm"), d, eps)?,
+                mlp: Mlp {
+                    gate_proj: loader.linear(&format!("{m}.gate_proj"), d, ff, false)?,
+                    up_proj: loader.linear(&format!("{m}.up_proj"), d, ff, false)?,
+                    down_proj: loader.linear(&format!("{m}.down_proj"), ff, d, false)?,
+                },
+                post_feedforward_layernorm: loader.rms_norm(&format!("{p}.post_feedforward_layernorm"), d, eps)?,
+                per_layer,
+                layer_scalar,
+            });
+        }
+        let per_layer_inputs = if width > 0 {
+            let vocab = args.vocab_size_per_layer_input.unwrap_or(args.vocab_size);
+            Some(PerLayerInputs {
+                table: loader.embedding("model.embed_tokens_per_layer", vocab, n * width)?,
+                model_projection: loader.linear("model.per_layer_model_projection", d, n * width, false)?,
+                projection_norm: loader.rms_norm("model.per_layer_projection_norm", width, eps)?,
+                width,
+            })
+        } else {
+            None
+        };
+        let norm = loader.rms_norm("model.norm", d, eps)?;
+        let lm_head = if args.tie_word_embeddings || !loader.weights.contains("lm_head.weight") {
+            None
+        } else {
+            Some(loader.linear("lm_head", d, args.vocab_size, false)?)
+        };
+        let local_rope = args.rope(false)?;
+        let global_rope = args.rope(true)?;
+        Ok(Self { args, embed_tokens, layers, norm, lm_head, per_layer_inputs, local_rope, global_rope })
+    }
+
+    /// `[B, L, layers, width]`: each token's per-layer inputs, from its id and
+    /// its (scaled) input embedding.
+    fn per_layer_inputs(&self, p: &PerLayerInputs, tokens: &Array, h: &Array) -> Result<Array> {
+        let (b, l, layers) = (h.dim(0), h.dim(1), self.layers.len() as i32);
+        let scaled = |x: Array, s: f32| -> Result<Array> { Ok(x.multiply(Array::from_f32(s).as_dtype(x.dtype())?)?) };
+        let from_ids = p.table.forward_scaled(tokens, (p.width as f32).sqrt())?.reshape(&[b, l, layers, p.width])?;
+        let projected = scaled(p.model_projection.forward(h)?, (self.args.hidden_size as f32).powf(-0.5))?
+            .reshape(&[b, l, layers, p.width])?;
+        let projected = p.projection_norm.forward(&projected)?;
+        scaled(projected.add(from_ids)?, 0.5f32.sqrt())
+    }
+}
+
+impl Attention {
+    fn forward(&self, x: &Array, layer: usize, rope: (&Rope, &Rotation), cache: &mut BatchCache) -> Result<Array> {
+        let (b, l) = (x.dim(0), x.dim(1));
+        let split_heads = |t: Array, heads: i32| -> Result<Array> {
+            Ok(t.reshape(&[b, l, heads, self.head_dim])?.transpose_axes(&[0, 2, 1, 3])?)
+        };
+        let (rope, rotation) = rope;
+        let q = rope.rotate(&self.q_norm.forward(&split_heads(self.q_proj.forward(x)?, self.heads)?)?, rotation)?;
+        let (kv, mask) = match &self.kv {
+            None => cache.shared(layer)?,
+            Some(kv) => {
+                let raw_k = split_heads(kv.k_proj.forward(x)?, self.kv_heads)?;
+                let raw_v = match &kv.v_proj {
+                    Some(v_proj) => split_heads(v_proj.forward(x)?, self.kv_heads)?,
+                    None => raw_k.clone(),
+                };
+                let k = rope.rotate(&kv.k_norm.forward(&raw_k)?, rotation)?;
+                let v = fast::rms_norm(&raw_v, None, kv.eps)?;
+                cache.update(layer, &k, &v)?
+            }
+        };
+        let o = attention::attend(&q, kv, 1.0, &mask)?;
+        let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, self.heads * self.head_dim])?;
+        self.o_proj.forward(&o)
+    }
+}
+
+impl Mlp {
+    fn forward(&self, x: &Array) -> Result<Array> {
+        let gate = nn::gelu_approximate(self.gate_proj.forward(x)?)?;
+        self.down_proj.forward(&gate.multiply(self.up_proj.forward(x)?)?)
+    }
+}
+
+impl LanguageModel for Gemma4 {
+    fn shape(&self) -> ModelShape {
+        // KV quantization applies to the global (full-attention) layers.
+        ModelShape {
+            num_layers: self.layers.len(),
+            kv_heads: self.args.kv_heads_of(true),
+            head_dim: self.args.head_dim_of(true),
+            vocab_size: self.args.vocab_size,
+            max_context: self.args.max_position_embeddings as usize,
+        }
+    }
+
+    fn cache_layout(&self) -> CacheLayout {
+        let window = self.args.sliding_window.expect("checked at parse") as usize;
+        let kinds = (0..self.layers.len())
+            .map(|i| match self.args.kv_source(i).expect("checked at load") {
+                Some(source) => LayerCache::Shared { source },
+                None if self.args.is_global(i) => LayerCache::Full,
+                None => LayerCache::Sliding { window },
+            })
+            .collect();
+        CacheLayout::new(kinds).expect("sources are earlier layers with keys")
+    }
+
+    fn embed(&self, tokens: &Array) -> Result<Array> {
+        self.embed_tokens.forward_scaled(tokens, (self.args.hidden_size as f32).sqrt())
+    }
+
+    fn forward_embeddings(&self, mut h: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+        let per_layer = match &self.per_layer_inputs {
+            Some(p) => Some(self.per_layer_inputs(p, tokens, &h)?),
+            None => None,
+        };
+        cache.begin_step(h.dim(1))?;
+        let local = self.local_rope.prepare(positions)?;
+        let global = self.global_rope.prepare(positions)?;
+        for (i, block) in self.layers.iter().enumerate() {
+            let rope = if block.self_attn.global { (&self.global_rope, &global) } else { (&self.local_rope, &local) };
+            let a = block.self_attn.forward(&block.input_layernorm.forward(&h)?, i, rope, cache)?;
+            h = h.add(block.post_attention_layernorm.forward(&a)?)?;
+            let m = block.mlp.forward(&block.pre_feedforward_layernorm.forward(&h)?)?;
+            h = h.add(block.post_feedforward_layernorm.forward(&m)?)?;
+            if let (Some(gate), Some(inputs)) = (&block.per_layer, &per_layer) {
+                let input = inputs.index((.., .., i as i32, ..));
+                let g = nn::gelu_approximate(gate.input_gate.forward(&h)?)?.multiply(&input)?;
+                h = h.add(gate.norm.forward(&gate.projection.forward(&g)?)?)?;
+            }
+            if let Some(s) = &block.layer_scalar {
+                h = h.multiply(s)?;
+            }
+        }
+        cache.finish_step()?;
+        self.norm.forward(&h)
+    }
+
+    fn logits(&self, hidden: &Array) -> Result<Array> {
+        let logits = match &self.lm_head {
+            Some(head) => head.forward(hidden)?,
+            None => self.embed_tokens.as_linear(hidden)?,
+        };
+        match self.args.final_logit_softcapping {
+            Some(cap) if cap > 0.0 => {
+                let cap = Array::from_f32(cap).as_dtype(logits.dtype())?;
+                Ok(ops::tanh(&logits.divide(&cap)?)?.multiply(&cap)?)
+            }
+            _ => Ok(logits),
+        }
+    }
+}
