@@ -68,6 +68,14 @@ impl ThinkingTags {
             close: "</think>".into(),
         }
     }
+
+    /// Gemma 4's thought channel: `<|channel>thought` … `<channel|>`.
+    pub fn gemma4_channel() -> Self {
+        ThinkingTags {
+            open: "<|channel>thought".into(),
+            close: "<channel|>".into(),
+        }
+    }
 }
 
 /// How a model marks tool calls in its output.
@@ -110,16 +118,21 @@ impl ToolCallTags {
 
 /// Which thinking tags a chat template uses, if any.
 ///
-/// Only the `<think>` pair is supported (Qwen3, QwQ, DeepSeek-R1, SmolLM3:
-/// their templates print or strip `<think>`/`</think>`). Not supported, and
-/// `None` here: gpt-oss's harmony channels (`<|channel|>analysis<|message|>`
-/// … `<|end|><|start|>assistant<|channel|>final<|message|>`) are special
-/// tokens with several channels (tool calls go through a third one), which
-/// needs a channel parser rather than a tag pair; Gemma's thought channel
-/// likewise.
+/// The `<think>` pair (Qwen3, QwQ, DeepSeek-R1, SmolLM3: their templates
+/// print or strip `<think>`/`</think>`), and Gemma 4's thought channel, a tag
+/// pair in effect (`<|channel>thought` … `<channel|>`, the only channel its
+/// replies open). Not supported, and `None` here: gpt-oss's harmony channels
+/// (`<|channel|>analysis<|message|>` … `<|end|><|start|>assistant<|channel|>final<|message|>`)
+/// are several channels (tool calls go through a third one), which needs a
+/// channel parser rather than a tag pair.
 pub fn thinking_tags_for_template(template_source: &str) -> Option<ThinkingTags> {
-    (template_source.contains("<think>") || template_source.contains("</think>"))
-        .then(ThinkingTags::think)
+    if template_source.contains("<think>") || template_source.contains("</think>") {
+        Some(ThinkingTags::think())
+    } else if template_source.contains("<|channel>") {
+        Some(ThinkingTags::gemma4_channel())
+    } else {
+        None
+    }
 }
 
 /// Which tool-call format a chat template asks for, if any (see
@@ -888,5 +901,17 @@ mod tests {
         assert_eq!(thinking_tags_for_template(r1), Some(ThinkingTags::think()));
         let gpt_oss = "<|start|>assistant<|channel|>analysis<|message|>";
         assert_eq!(thinking_tags_for_template(gpt_oss), None);
+        let gemma4 = "{%- if '<|channel>' in content %}{% set content = content.split('<channel|>')[-1] %}{% endif -%}";
+        assert_eq!(thinking_tags_for_template(gemma4), Some(ThinkingTags::gemma4_channel()));
+    }
+
+    #[test]
+    fn gemma4_thought_channel_is_reasoning() {
+        let cfg = MatcherConfig { thinking: Some(ThinkingTags::gemma4_channel()), ..Default::default() };
+        assert_all_splits(
+            &cfg,
+            "<|channel>thought\nThe user greets me.<channel|>Hello!",
+            &[reasoning("The user greets me."), content("Hello!")],
+        );
     }
 }
