@@ -47,6 +47,7 @@ PROMPTS = {
     "qwen3_moe": PROMPT,
     "gemma3_text": LONG_PROMPT,
     "gemma4_text": LONG_PROMPT,
+    "gemma4_text_moe": LONG_PROMPT,
 }
 GREEDY_TOKENS = 16
 SPECIAL_IDS = {0, 1, 2}

@@ -37,7 +37,7 @@ fn main() -> anyhow::Result<()> {
     write_tiny_llama(&out.join("llama3_rope/float"), &TinyLlama::llama3_rope())?;
     write_tiny_llama(&out.join("llama3_rope/q4"), &TinyLlama { quantize: Some(q4), ..TinyLlama::llama3_rope() })?;
     for family in TinyFamily::ALL {
-        let dir = out.join(family.model_type());
+        let dir = out.join(family.name());
         write_tiny_family(&dir.join("float"), family, None, SEED)?;
         write_tiny_family(&dir.join("q4"), family, Some(q4), SEED)?;
     }

@@ -113,6 +113,12 @@ fn gemma4_batched_equals_alone() {
     batched_equals_alone(TinyFamily::Gemma4);
 }
 
+/// Gemma 4's mixture of experts: rows routed to different experts.
+#[test]
+fn gemma4_moe_batched_equals_alone() {
+    batched_equals_alone(TinyFamily::Gemma4Moe);
+}
+
 /// After a 330-token sequence its sliding layers keep only their window
 /// (8) and slack (64): a request sharing its first 300 tokens resumes from
 /// them, one sharing only 200 must not (those layers no longer hold tokens

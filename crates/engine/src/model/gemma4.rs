@@ -14,14 +14,18 @@
 //!   scalar per layer, and tanh soft-capping of the logits;
 //! - `attention_k_eq_v` (the global layers' values are their un-normed keys).
 //!
-//! The 26B-A4B mixture of experts (`enable_moe_block`) is refused at load;
-//! a multimodal `gemma4` checkpoint loads as its language model.
+//! - the 26B-A4B's mixture of experts (`enable_moe_block`): beside each
+//!   layer's dense MLP, a router (RMS-normed input, top-k, softmax over the
+//!   chosen, a learned scale per expert) over GELU-gated experts.
+//!
+//! A multimodal `gemma4` checkpoint loads as its language model.
 use mlx_rs::{fast, nn, ops, ops::indexing::IndexOp, Array};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::attention;
 use super::layers::{Embedding, LayerLoader, Linear, RmsNorm};
+use super::moe::{Experts, GateActivation};
 use super::registry::Family;
 use super::rope::{Positions, Rope, Rotation};
 use super::{LanguageModel, ModelShape};
@@ -126,6 +130,12 @@ pub struct Gemma4Args {
     pub use_double_wide_mlp: bool,
     #[serde(default)]
     pub enable_moe_block: bool,
+    #[serde(default)]
+    pub num_experts: Option<i32>,
+    #[serde(default)]
+    pub top_k_experts: Option<i32>,
+    #[serde(default)]
+    pub moe_intermediate_size: Option<i32>,
     #[serde(default = "default_true")]
     pub tie_word_embeddings: bool,
 }
@@ -155,11 +165,16 @@ impl Gemma4Args {
             return Err(Error::InvalidConfig("gemma4_text config.json has no sliding_window".into()));
         }
         if args.enable_moe_block {
-            return Err(Error::InvalidConfig(
-                "Gemma 4's mixture of experts (enable_moe_block, the 26B-A4B) is not supported yet; \
-                 the dense Gemma 4 checkpoints (E2B, E4B, 31B) are"
-                    .into(),
-            ));
+            match (args.num_experts, args.top_k_experts, args.moe_intermediate_size) {
+                (Some(e), Some(k), Some(i)) if e > 0 && (1..=e).contains(&k) && i > 0 => {}
+                _ => {
+                    return Err(Error::InvalidConfig(
+                        "Gemma 4 with enable_moe_block needs num_experts, top_k_experts (1..=num_experts) and \
+                         moe_intermediate_size"
+                            .into(),
+                    ))
+                }
+            }
         }
         let heads_ok = |kv: i32| kv > 0 && args.num_attention_heads > 0 && args.num_attention_heads % kv == 0;
         if !heads_ok(args.num_key_value_heads) || !args.num_global_key_value_heads.is_none_or(heads_ok) {
@@ -295,6 +310,82 @@ struct Block {
     post_feedforward_layernorm: RmsNorm,
     per_layer: Option<PerLayerGate>,
     layer_scalar: Option<Array>,
+    moe: Option<MoeBranch>,
+}
+
+/// The experts beside a layer's dense MLP, each branch with its own norms.
+struct MoeBranch {
+    router: Router,
+    experts: Experts,
+    pre_norm: RmsNorm,
+    post_norm_dense: RmsNorm,
+    post_norm_experts: RmsNorm,
+}
+
+struct Router {
+    proj: Linear,
+    /// Folds `hidden^-1/2` into the input norm's weight, as the reference does.
+    norm_weight: Array,
+    per_expert_scale: Array,
+    top_k: i32,
+    eps: f32,
+}
+
+impl Router {
+    /// `[B, L, D]` → the chosen experts `[B, L, k]` and their weights.
+    fn route(&self, x: &Array) -> Result<(Array, Array)> {
+        let scores = self.proj.forward(&fast::rms_norm(x, Some(&self.norm_weight), self.eps)?)?;
+        let (experts, k) = (scores.dim(-1), self.top_k);
+        let chosen = ops::argpartition_axis(&scores, experts - k, -1)?.index((.., .., (experts - k)..));
+        let weights = ops::softmax_axis(&scores.take_along_axis(&chosen, -1)?, -1, true)?;
+        let weights = weights.multiply(self.per_expert_scale.take_axis(&chosen.flatten(None, None)?, 0)?.reshape(chosen.shape())?)?;
+        Ok((chosen, weights))
+    }
+}
+
+impl MoeBranch {
+    fn load(loader: &mut LayerLoader, p: &str, args: &Gemma4Args) -> Result<Self> {
+        let (d, eps) = (args.hidden_size, args.rms_norm_eps);
+        let experts = args.num_experts.expect("checked at parse");
+        let scale = loader.float(&format!("{p}.router.scale"), &[d])?;
+        let norm_weight = scale.multiply(Array::from_f32((d as f32).powf(-0.5)).as_dtype(scale.dtype())?)?;
+        Ok(MoeBranch {
+            router: Router {
+                proj: loader.linear(&format!("{p}.router.proj"), d, experts, false)?,
+                norm_weight,
+                per_expert_scale: loader.float(&format!("{p}.router.per_expert_scale"), &[experts])?,
+                top_k: args.top_k_experts.expect("checked at parse"),
+                eps,
+            },
+            experts: Experts::load(
+                loader,
+                &format!("{p}.experts.switch_glu"),
+                d,
+                args.moe_intermediate_size.expect("checked at parse"),
+                experts,
+                GateActivation::GeluApprox,
+            )?,
+            pre_norm: loader.rms_norm(&format!("{p}.pre_feedforward_layernorm_2"), d, eps)?,
+            post_norm_dense: loader.rms_norm(&format!("{p}.post_feedforward_layernorm_1"), d, eps)?,
+            post_norm_experts: loader.rms_norm(&format!("{p}.post_feedforward_layernorm_2"), d, eps)?,
+        })
+    }
+}
+
+/// Hugging Face stores a layer's experts as `experts.gate_up_proj`
+/// `[E, 2I, D]` and `experts.down_proj`; mlx-community as
+/// `experts.switch_glu.{gate,up,down}_proj.weight`. Brings the first to the second.
+fn stack_hf_experts(loader: &mut LayerLoader, p: &str) -> Result<()> {
+    let gate_up = format!("{p}.experts.gate_up_proj");
+    if let Some(t) = loader.weights.remove(&gate_up) {
+        let halves = ops::split_equal(&t, 2, -2)?;
+        loader.weights.insert(format!("{p}.experts.switch_glu.gate_proj.weight"), halves[0].clone());
+        loader.weights.insert(format!("{p}.experts.switch_glu.up_proj.weight"), halves[1].clone());
+    }
+    if let Some(t) = loader.weights.remove(&format!("{p}.experts.down_proj")) {
+        loader.weights.insert(format!("{p}.experts.switch_glu.down_proj.weight"), t);
+    }
+    Ok(())
 }
 
 /// The per-layer token embeddings and how they are mixed with the input.
@@ -352,6 +443,12 @@ impl Gemma4 {
             } else {
                 None
             };
+            let moe = if args.enable_moe_block {
+                stack_hf_experts(loader, &p)?;
+                Some(MoeBranch::load(loader, &p, &args)?)
+            } else {
+                None
+            };
             let scalar_name = format!("{p}.layer_scalar");
             let layer_scalar =
                 if loader.weights.contains(&scalar_name) { Some(loader.float(&scalar_name, &[1])?) } else { None };
@@ -377,6 +474,7 @@ impl Gemma4 {
                 post_feedforward_layernorm: loader.rms_norm(&format!("{p}.post_feedforward_layernorm"), d, eps)?,
                 per_layer,
                 layer_scalar,
+                moe,
             });
         }
         let per_layer_inputs = if width > 0 {
@@ -488,7 +586,12 @@ impl LanguageModel for Gemma4 {
             let rope = if block.self_attn.global { (&self.global_rope, &global) } else { (&self.local_rope, &local) };
             let a = block.self_attn.forward(&block.input_layernorm.forward(&h)?, i, rope, cache)?;
             h = h.add(block.post_attention_layernorm.forward(&a)?)?;
-            let m = block.mlp.forward(&block.pre_feedforward_layernorm.forward(&h)?)?;
+            let mut m = block.mlp.forward(&block.pre_feedforward_layernorm.forward(&h)?)?;
+            if let Some(moe) = &block.moe {
+                let (chosen, weights) = moe.router.route(&h)?;
+                let e = moe.experts.weighted_sum(&moe.pre_norm.forward(&h)?, &chosen, &weights)?;
+                m = moe.post_norm_dense.forward(&m)?.add(moe.post_norm_experts.forward(&e)?)?;
+            }
             h = h.add(block.post_feedforward_layernorm.forward(&m)?)?;
             if let (Some(gate), Some(inputs)) = (&block.per_layer, &per_layer) {
                 let input = inputs.index((.., .., i as i32, ..));

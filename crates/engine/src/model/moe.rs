@@ -1,8 +1,10 @@
-//! A sparse mixture of experts (Qwen3-MoE): a router picks `top_k` of
-//! `experts` SwiGLU MLPs per token, and their outputs are summed, weighted by
-//! the router's probabilities. The experts' matrices are stacked
-//! `[experts, out, in]` and applied with MLX's gather matmuls, so a batch
-//! whose rows route to different experts runs in one call per projection.
+//! Sparse mixtures of experts: a router picks `top_k` of `experts` gated
+//! MLPs per token, and their outputs are summed, weighted by the router's
+//! scores. The experts' matrices are stacked `[experts, out, in]` and applied
+//! with MLX's gather matmuls ([`Experts`]), so a batch whose rows route to
+//! different experts runs in one call per projection. [`SparseMoe`] is
+//! Qwen3-MoE's router over SwiGLU experts; Gemma 4 routes its own way over
+//! GELU-gated ones.
 use mlx_rs::{nn, ops, ops::indexing::IndexOp, Array};
 
 use super::layers::{ExpertMatrices, LayerLoader, Linear};
@@ -11,12 +13,27 @@ use crate::error::{Error, Result};
 pub struct SparseMoe {
     /// The router: hidden → one logit per expert.
     gate: Linear,
-    gate_proj: ExpertMatrices,
-    up_proj: ExpertMatrices,
-    down_proj: ExpertMatrices,
+    experts: Experts,
     top_k: i32,
     /// Renormalize the chosen experts' probabilities to sum to 1.
     norm_topk_prob: bool,
+}
+
+/// The gate's activation in each expert's gated MLP.
+#[derive(Debug, Clone, Copy)]
+pub enum GateActivation {
+    /// SwiGLU (Qwen3-MoE).
+    Silu,
+    /// GELU, tanh approximation (Gemma 4).
+    GeluApprox,
+}
+
+/// Stacked gated-MLP experts (`gate_proj`, `up_proj`, `down_proj`).
+pub struct Experts {
+    gate_proj: ExpertMatrices,
+    up_proj: ExpertMatrices,
+    down_proj: ExpertMatrices,
+    activation: GateActivation,
 }
 
 /// Above this many (token, expert) pairs, tokens are sorted by expert so each
@@ -37,12 +54,9 @@ impl SparseMoe {
         if top_k < 1 || top_k > experts {
             return Err(Error::InvalidConfig(format!("num_experts_per_tok {top_k} must be within 1..={experts}")));
         }
-        let e = format!("{path}.switch_mlp");
         Ok(Self {
             gate: loader.linear(&format!("{path}.gate"), hidden, experts, false)?,
-            gate_proj: loader.experts(&format!("{e}.gate_proj"), experts, intermediate, hidden)?,
-            up_proj: loader.experts(&format!("{e}.up_proj"), experts, intermediate, hidden)?,
-            down_proj: loader.experts(&format!("{e}.down_proj"), experts, hidden, intermediate)?,
+            experts: Experts::load(loader, &format!("{path}.switch_mlp"), hidden, intermediate, experts, GateActivation::Silu)?,
             top_k,
             norm_topk_prob,
         })
@@ -59,12 +73,37 @@ impl SparseMoe {
         if self.norm_topk_prob {
             scores = scores.divide(scores.sum_axis(-1, true)?)?;
         }
-        let y = self.experts(x, &chosen)?;
-        Ok(y.multiply(scores.expand_dims(-1)?)?.sum_axis(-2, false)?.as_dtype(y.dtype())?)
+        self.experts.weighted_sum(x, &chosen, &scores)
+    }
+}
+
+impl Experts {
+    /// Loads `path.{gate,up,down}_proj`, each stacked `[experts, out, in]`.
+    pub fn load(
+        loader: &mut LayerLoader,
+        path: &str,
+        hidden: i32,
+        intermediate: i32,
+        experts: i32,
+        activation: GateActivation,
+    ) -> Result<Self> {
+        Ok(Self {
+            gate_proj: loader.experts(&format!("{path}.gate_proj"), experts, intermediate, hidden)?,
+            up_proj: loader.experts(&format!("{path}.up_proj"), experts, intermediate, hidden)?,
+            down_proj: loader.experts(&format!("{path}.down_proj"), experts, hidden, intermediate)?,
+            activation,
+        })
+    }
+
+    /// `[B, L, D]` through the experts `indices` `[B, L, k]`, summed with
+    /// `weights` `[B, L, k]` → `[B, L, D]`.
+    pub fn weighted_sum(&self, x: &Array, indices: &Array, weights: &Array) -> Result<Array> {
+        let y = self.each(x, indices)?;
+        Ok(y.multiply(weights.expand_dims(-1)?)?.sum_axis(-2, false)?.as_dtype(y.dtype())?)
     }
 
     /// Each token through its chosen experts: `[B, L, D]`, indices `[B, L, k]` → `[B, L, k, D]`.
-    fn experts(&self, x: &Array, indices: &Array) -> Result<Array> {
+    fn each(&self, x: &Array, indices: &Array) -> Result<Array> {
         let (b, l, d) = (x.dim(0), x.dim(1), x.dim(2));
         let k = indices.dim(-1);
         let x = x.reshape(&[b, l, 1, 1, d])?;
@@ -76,18 +115,22 @@ impl SparseMoe {
             let tokens = order.floor_divide(Array::from_int(k))?;
             let x = x.reshape(&[b * l, 1, d])?.take_axis(&tokens, 0)?;
             let sorted = flat.take_axis(&order, 0)?;
-            let y = self.swiglu(&x, &sorted, true)?;
+            let y = self.gated_mlp(&x, &sorted, true)?;
             let y = y.take_axis(&inverse, 0)?;
             return Ok(y.reshape(&[b, l, k, d])?);
         }
-        let y = self.swiglu(&x, indices, false)?;
+        let y = self.gated_mlp(&x, indices, false)?;
         Ok(y.reshape(&[b, l, k, d])?)
     }
 
-    fn swiglu(&self, x: &Array, indices: &Array, sorted: bool) -> Result<Array> {
+    fn gated_mlp(&self, x: &Array, indices: &Array, sorted: bool) -> Result<Array> {
         let up = self.up_proj.gather_matmul_t(x, indices, sorted)?;
         let gate = self.gate_proj.gather_matmul_t(x, indices, sorted)?;
-        let h = nn::silu(gate)?.multiply(up)?;
+        let gate = match self.activation {
+            GateActivation::Silu => nn::silu(gate)?,
+            GateActivation::GeluApprox => nn::gelu_approximate(gate)?,
+        };
+        let h = gate.multiply(up)?;
         self.down_proj.gather_matmul_t(&h, indices, sorted)
     }
 }

@@ -20,10 +20,23 @@ pub enum TinyFamily {
     Qwen3Moe,
     Gemma3,
     Gemma4,
+    /// Gemma 4 as the 26B-A4B is built: experts beside every dense MLP, the
+    /// global layers' values equal to their keys, no KV sharing or per-layer
+    /// inputs.
+    Gemma4Moe,
 }
 
 impl TinyFamily {
-    pub const ALL: [TinyFamily; 4] = [TinyFamily::Qwen3, TinyFamily::Qwen3Moe, TinyFamily::Gemma3, TinyFamily::Gemma4];
+    pub const ALL: [TinyFamily; 5] =
+        [TinyFamily::Qwen3, TinyFamily::Qwen3Moe, TinyFamily::Gemma3, TinyFamily::Gemma4, TinyFamily::Gemma4Moe];
+
+    /// A name for folders and goldens (unique, unlike `model_type`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TinyFamily::Gemma4Moe => "gemma4_text_moe",
+            other => other.model_type(),
+        }
+    }
 
     /// The config.json `model_type`.
     pub fn model_type(self) -> &'static str {
@@ -31,7 +44,7 @@ impl TinyFamily {
             TinyFamily::Qwen3 => "qwen3",
             TinyFamily::Qwen3Moe => "qwen3_moe",
             TinyFamily::Gemma3 => "gemma3_text",
-            TinyFamily::Gemma4 => "gemma4_text",
+            TinyFamily::Gemma4 | TinyFamily::Gemma4Moe => "gemma4_text",
         }
     }
 
@@ -73,6 +86,7 @@ impl Dims {
             TinyFamily::Qwen3Moe => Dims { experts: 4, top_k: 2, moe_intermediate: 32, ..base },
             TinyFamily::Gemma3 => Dims { layers: 4, heads: 2, kv_heads: 1, head_dim: 32, intermediate: 128, ..base },
             TinyFamily::Gemma4 => Dims { layers: 4, ..base },
+            TinyFamily::Gemma4Moe => Dims { layers: 2, experts: 4, top_k: 2, moe_intermediate: 32, ..base },
         }
     }
 
@@ -128,7 +142,7 @@ pub fn write_tiny_family(dir: &Path, family: TinyFamily, quantize: Option<QuantS
 
 /// [`write_tiny_family`] with other sizes (benchmarks).
 pub fn write_family(dir: &Path, family: TinyFamily, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
-    if family == TinyFamily::Gemma4 {
+    if matches!(family, TinyFamily::Gemma4 | TinyFamily::Gemma4Moe) {
         return write_gemma4(dir, d, quantize, seed);
     }
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
@@ -233,20 +247,25 @@ pub fn write_family(dir: &Path, family: TinyFamily, d: Dims, quantize: Option<Qu
             config["query_pre_attn_scalar"] = json!(24);
             config["hidden_activation"] = json!("gelu_pytorch_tanh");
         }
-        TinyFamily::Gemma4 => unreachable!("written by write_gemma4"),
+        TinyFamily::Gemma4 | TinyFamily::Gemma4Moe => unreachable!("written by write_gemma4"),
     }
     save_checkpoint(dir, c.tensors, &c.matrices, config, quantize)?;
     Ok(vocab)
 }
 
 /// A tiny Gemma 4: sliding and global layers alternating, the global ones
-/// with twice the head size and proportional RoPE over a quarter of it; the
-/// last two layers KV-shared (one of each kind, with double-wide MLPs);
-/// per-layer input embeddings; learned layer scalars away from 1; logits
-/// soft-capped.
+/// with twice the head size and proportional RoPE over a quarter of it;
+/// learned layer scalars away from 1; logits soft-capped. Dense (no
+/// experts): the last two layers KV-shared (one of each kind, with
+/// double-wide MLPs) and per-layer input embeddings. With experts (`d.experts
+/// > 0`): experts beside each dense MLP, Hugging Face's stacked
+/// `gate_up_proj` layout in float and mlx-community's `switch_glu` in 4-bit,
+/// and the global layers' values equal to their keys.
 fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
-    const SHARED: i32 = 2;
-    const PER_LAYER: i32 = 32;
+    let moe = d.experts > 0;
+    let shared_layers: i32 = if moe { 0 } else { 2 };
+    let per_layer: i32 = if moe { 0 } else { 32 };
+    const GLOBAL_KV_HEADS: i32 = 1;
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = tiny_tokenizer()?;
     tokenizer.write_hf_files(dir)?;
@@ -256,17 +275,21 @@ fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
     let mut c = Checkpoint { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new(), norm_center: 1.0 };
     c.tensors.insert("model.embed_tokens.weight".into(), c.rng.tensor(&[vocab, d.hidden], 0.05, 0.0));
     c.matrices.push("model.embed_tokens".into());
-    c.tensors.insert(
-        "model.embed_tokens_per_layer.weight".into(),
-        c.rng.tensor(&[vocab, d.layers * PER_LAYER], 0.5, 0.0),
-    );
-    c.matrices.push("model.embed_tokens_per_layer".into());
-    c.matrix("model.per_layer_model_projection".into(), &[d.layers * PER_LAYER, d.hidden]);
-    c.norm("model.per_layer_projection_norm".into(), PER_LAYER);
+    if per_layer > 0 {
+        c.tensors.insert(
+            "model.embed_tokens_per_layer.weight".into(),
+            c.rng.tensor(&[vocab, d.layers * per_layer], 0.5, 0.0),
+        );
+        c.matrices.push("model.embed_tokens_per_layer".into());
+        c.matrix("model.per_layer_model_projection".into(), &[d.layers * per_layer, d.hidden]);
+        c.norm("model.per_layer_projection_norm".into(), per_layer);
+    }
     for i in 0..d.layers {
         let p = format!("model.layers.{i}");
         let hd = if is_global(i) { global_head_dim } else { d.head_dim };
-        let shared = i >= d.layers - SHARED;
+        let shared = i >= d.layers - shared_layers;
+        let k_eq_v = moe && is_global(i);
+        let kv_heads = if k_eq_v { GLOBAL_KV_HEADS } else { d.kv_heads };
         for norm in ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"] {
             c.norm(format!("{p}.{norm}"), d.hidden);
         }
@@ -275,8 +298,10 @@ fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
         c.matrix(format!("{a}.o_proj"), &[d.hidden, d.heads * hd]);
         c.norm(format!("{a}.q_norm"), hd);
         if !shared {
-            c.matrix(format!("{a}.k_proj"), &[d.kv_heads * hd, d.hidden]);
-            c.matrix(format!("{a}.v_proj"), &[d.kv_heads * hd, d.hidden]);
+            c.matrix(format!("{a}.k_proj"), &[kv_heads * hd, d.hidden]);
+            if !k_eq_v {
+                c.matrix(format!("{a}.v_proj"), &[kv_heads * hd, d.hidden]);
+            }
             c.norm(format!("{a}.k_norm"), hd);
         }
         let ff = d.intermediate * if shared { 2 } else { 1 };
@@ -284,9 +309,35 @@ fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
         c.matrix(format!("{m}.gate_proj"), &[ff, d.hidden]);
         c.matrix(format!("{m}.up_proj"), &[ff, d.hidden]);
         c.matrix(format!("{m}.down_proj"), &[d.hidden, ff]);
-        c.matrix(format!("{p}.per_layer_input_gate"), &[PER_LAYER, d.hidden]);
-        c.matrix(format!("{p}.per_layer_projection"), &[d.hidden, PER_LAYER]);
-        c.norm(format!("{p}.post_per_layer_input_norm"), d.hidden);
+        if per_layer > 0 {
+            c.matrix(format!("{p}.per_layer_input_gate"), &[per_layer, d.hidden]);
+            c.matrix(format!("{p}.per_layer_projection"), &[d.hidden, per_layer]);
+            c.norm(format!("{p}.post_per_layer_input_norm"), d.hidden);
+        }
+        if moe {
+            c.matrix(format!("{p}.router.proj"), &[d.experts, d.hidden]);
+            let scale = c.rng.tensor(&[d.hidden], 0.3, 1.0);
+            c.tensors.insert(format!("{p}.router.scale"), scale);
+            let per_expert = c.rng.tensor(&[d.experts], 0.3, 1.0);
+            c.tensors.insert(format!("{p}.router.per_expert_scale"), per_expert);
+            for norm in ["pre_feedforward_layernorm_2", "post_feedforward_layernorm_1", "post_feedforward_layernorm_2"] {
+                c.norm(format!("{p}.{norm}"), d.hidden);
+            }
+            let (mi, h) = (d.moe_intermediate, d.hidden);
+            let gate = c.rng.tensor(&[d.experts, mi, h], 1.0 / (h as f32).sqrt(), 0.0);
+            let up = c.rng.tensor(&[d.experts, mi, h], 1.0 / (h as f32).sqrt(), 0.0);
+            let down = c.rng.tensor(&[d.experts, h, mi], 1.0 / (mi as f32).sqrt(), 0.0);
+            let e = format!("{p}.experts");
+            if quantize.is_some() {
+                for (part, t) in [("gate_proj", gate), ("up_proj", up), ("down_proj", down)] {
+                    c.tensors.insert(format!("{e}.switch_glu.{part}.weight"), t);
+                    c.matrices.push(format!("{e}.switch_glu.{part}"));
+                }
+            } else {
+                c.tensors.insert(format!("{e}.gate_up_proj"), ops::concatenate(&[gate, up], 1)?);
+                c.tensors.insert(format!("{e}.down_proj"), down);
+            }
+        }
         let scalar = c.rng.tensor(&[1], 0.3, 1.0);
         c.tensors.insert(format!("{p}.layer_scalar"), scalar);
     }
@@ -306,8 +357,8 @@ fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
         "rms_norm_eps": 1e-6,
         "vocab_size": vocab,
         "vocab_size_per_layer_input": vocab,
-        "hidden_size_per_layer_input": PER_LAYER,
-        "num_kv_shared_layers": SHARED,
+        "hidden_size_per_layer_input": per_layer,
+        "num_kv_shared_layers": shared_layers,
         "use_double_wide_mlp": true,
         "sliding_window": TinyFamily::GEMMA_WINDOW,
         "sliding_window_pattern": 2,
@@ -317,8 +368,12 @@ fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
             "sliding_attention": {"rope_theta": 10_000.0, "rope_type": "default"},
         },
         "final_logit_softcapping": 30.0,
-        "attention_k_eq_v": false,
-        "enable_moe_block": false,
+        "attention_k_eq_v": moe,
+        "num_global_key_value_heads": GLOBAL_KV_HEADS,
+        "enable_moe_block": moe,
+        "num_experts": d.experts,
+        "top_k_experts": d.top_k,
+        "moe_intermediate_size": d.moe_intermediate,
         "max_position_embeddings": 2048,
         "tie_word_embeddings": true,
         "torch_dtype": "float32",
