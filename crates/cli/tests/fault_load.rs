@@ -1,10 +1,11 @@
 //! Fault suite, load: 200 streaming requests, 16 at a time, a third of the
 //! clients hanging up at a random point. Every stream read to its end ends
 //! with `[DONE]` and no error, the engine is back to nothing running, and a
-//! second round leaves resident memory where the first did (no creep per
-//! request). The engine gives MLX's buffer cache back when it idles; before
-//! it did, the cache's size after a round depended on which batch shapes had
-//! run and resident memory moved by up to 8% between identical rounds.
+//! third round leaves resident memory where the second did (no creep per
+//! request). The first round warms up: the allocators' pools and per-thread
+//! arenas grow to their working size once (after it, resident memory was
+//! 757 MB in one run and 948 MB in another; after the next round ~950 MB in
+//! every run), so only later rounds say whether requests leak.
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -90,7 +91,7 @@ async fn two_hundred_streams_with_a_third_hanging_up() {
     // Each request on its own connection, as independent clients would be.
     let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
     let mut rss = Vec::new();
-    for n in 1..=2 {
+    for n in 1..=3 {
         let (stats, secs) = round(&served, &client).await;
         assert!(wait_idle(&client, &served, Duration::from_secs(30)).await, "requests still running after round {n}");
         let finished = stats.finished.load(Ordering::Relaxed);
@@ -105,7 +106,7 @@ async fn two_hundred_streams_with_a_third_hanging_up() {
             rss[n - 1] as f64 / 1e6
         );
     }
-    let growth = rss[1] as f64 / rss[0] as f64 - 1.0;
-    println!("RSS after round 2 vs round 1: {:+.2}%", growth * 100.0);
-    assert!(growth < 0.05, "resident memory grew {:.1}% in the second round", growth * 100.0);
+    let growth = rss[2] as f64 / rss[1] as f64 - 1.0;
+    println!("RSS after round 3 vs round 2: {:+.2}%", growth * 100.0);
+    assert!(growth < 0.05, "resident memory grew {:.1}% in the third round", growth * 100.0);
 }
