@@ -4,13 +4,16 @@
 #   - the real Gemma 3 270M (its Q4_K_M GGUF converted by `vlm convert
 #     --dtype float32`: sliding-window and global layers, vocabulary 262k);
 #   - a bench-size random Qwen3-MoE (Qwen3-30B-A3B's shape scaled down: 128
-#     experts, 8 per token; `write_tiny_model --bench-moe`).
+#     experts, 8 per token; `write_tiny_model --bench-moe`);
+#   - a bench-size random Gemma 4 (E2B's plan scaled down: sliding and global
+#     layers, KV-shared layers, per-layer inputs; `write_tiny_model --bench-gemma4`).
 # Per model: prompt tok/s (ours: the single-stream path; mlx-lm:
 # stream_generate), decode tok/s of one sequence (ours: the engine with one
 # request; mlx-lm: stream_generate), and aggregate decode tok/s of 8
 # sequences (ours: the engine; mlx-lm: BatchGenerator). Ours and mlx-lm
 # alternate over ROUNDS rounds (this VM drifts); medians and ranges.
-# Usage: scripts/bench-models.sh   (env PROMPT_TOKENS, GEN_TOKENS, ROUNDS; defaults 128, 64, 3)
+# Usage: scripts/bench-models.sh   (env PROMPT_TOKENS, GEN_TOKENS, ROUNDS; defaults 128, 64, 3;
+#   MODELS: some of the folders above, space-separated)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROMPT_TOKENS="${PROMPT_TOKENS:-128}"
@@ -35,10 +38,17 @@ if [ ! -f "$MOE/model.safetensors" ]; then
   mv "$MOE.tmp" "$MOE"
 fi
 
+GEMMA4=models/bench-gemma4
+if [ ! -f "$GEMMA4/model.safetensors" ]; then
+  bench_log "writing a bench-size random Gemma 4 → $GEMMA4"
+  rm -rf "$GEMMA4.tmp" && target/debug/examples/write_tiny_model --bench-gemma4 "$GEMMA4.tmp" >/dev/null
+  mv "$GEMMA4.tmp" "$GEMMA4"
+fi
+
 rows="$(mktemp)"
 trap 'rm -f "$rows"' EXIT
 for round in $(seq "$ROUNDS"); do
-  for model in "$GEMMA" "$MOE"; do
+  for model in ${MODELS:-"$GEMMA" "$MOE" "$GEMMA4"}; do
     bench_log "round $round/$ROUNDS, $model: ours (engine x1 and x8)"
     printf '%s\tours\t' "$model" >>"$rows"
     "$VLM" bench --model "$model" --weights float32 --concurrency 1,8 --runs 1 \

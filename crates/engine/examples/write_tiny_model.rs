@@ -2,8 +2,9 @@
 //! scripts/make-goldens.sh can record Python mlx-lm's outputs on the very same
 //! files: `write_tiny_model <out-dir>` → `<out-dir>/llama/{float,q4}`,
 //! `llama3_rope/{float,q4}` (Llama 3.1 RoPE scaling) and the
-//! same for `qwen3`, `qwen3_moe` and `gemma3_text` (float: Hugging Face names;
-//! q4: mlx-community names, 4-bit group 32).
+//! same for `qwen3`, `qwen3_moe`, `gemma3_text`, `gemma4_text` and
+//! `gemma4_text_moe` (float: Hugging Face names; q4: mlx-community names,
+//! 4-bit group 32).
 use std::path::PathBuf;
 
 use clap::Parser;
@@ -14,8 +15,11 @@ use engine::weights::QuantSpec;
 #[command(about = "Writes the tiny seeded checkpoints of every family (float and 4-bit)")]
 struct Args {
     /// One bench-size random Qwen3-MoE folder (float32) instead, for scripts/bench-models.sh.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "bench_gemma4")]
     bench_moe: bool,
+    /// One bench-size random Gemma 4 folder (float32) instead, for scripts/bench-models.sh.
+    #[arg(long)]
+    bench_gemma4: bool,
     /// Where to write.
     out: PathBuf,
 }
@@ -26,6 +30,11 @@ const SEED: u64 = 11;
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let out = args.out;
+    if args.bench_gemma4 {
+        write_family(&out, TinyFamily::Gemma4, Dims::bench_gemma4(), None, SEED)?;
+        println!("{}", out.display());
+        return Ok(());
+    }
     if args.bench_moe {
         write_family(&out, TinyFamily::Qwen3Moe, Dims::bench_moe(), None, SEED)?;
         println!("{}", out.display());

@@ -65,6 +65,26 @@ pub struct Dims {
     pub experts: i32,
     pub top_k: i32,
     pub moe_intermediate: i32,
+    /// Gemma 4's layer plan (the other families ignore it).
+    pub gemma4: Gemma4Plan,
+}
+
+/// How a Gemma 4 checkpoint arranges its layers.
+#[derive(Debug, Clone, Copy)]
+pub struct Gemma4Plan {
+    /// One global layer every `global_every` (the last of each group).
+    pub global_every: i32,
+    pub window: i32,
+    /// Layers at the end that read an earlier layer's keys and values
+    /// (dense checkpoints only).
+    pub kv_shared: i32,
+    /// Width of each layer's per-layer input (dense checkpoints only).
+    pub per_layer: i32,
+}
+
+impl Gemma4Plan {
+    /// The tiny test plan: alternating kinds, a window shorter than the prompts.
+    pub const TINY: Gemma4Plan = Gemma4Plan { global_every: 2, window: TinyFamily::GEMMA_WINDOW, kv_shared: 2, per_layer: 32 };
 }
 
 impl Dims {
@@ -80,6 +100,7 @@ impl Dims {
             experts: 0,
             top_k: 0,
             moe_intermediate: 0,
+            gemma4: Gemma4Plan::TINY,
         };
         match family {
             TinyFamily::Qwen3 => Dims { head_dim: 32, ..base },
@@ -105,6 +126,26 @@ impl Dims {
             experts: 128,
             top_k: 8,
             moe_intermediate: 192,
+            gemma4: Gemma4Plan::TINY,
+        }
+    }
+
+    /// Benchmark sizes: Gemma 4 E2B's plan scaled down (hidden 1536 → 512,
+    /// 35 layers → 10: four sliding of 512 tokens then a global one, the
+    /// last four KV-shared; one KV head, head size 64 sliding / 128 global,
+    /// per-layer inputs of 64).
+    pub fn bench_gemma4() -> Self {
+        Dims {
+            hidden: 512,
+            layers: 10,
+            heads: 8,
+            kv_heads: 1,
+            head_dim: 64,
+            intermediate: 2048,
+            experts: 0,
+            top_k: 0,
+            moe_intermediate: 0,
+            gemma4: Gemma4Plan { global_every: 5, window: 512, kv_shared: 4, per_layer: 64 },
         }
     }
 }
@@ -263,15 +304,16 @@ pub fn write_family(dir: &Path, family: TinyFamily, d: Dims, quantize: Option<Qu
 /// and the global layers' values equal to their keys.
 fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
     let moe = d.experts > 0;
-    let shared_layers: i32 = if moe { 0 } else { 2 };
-    let per_layer: i32 = if moe { 0 } else { 32 };
+    let plan = d.gemma4;
+    let shared_layers: i32 = if moe { 0 } else { plan.kv_shared };
+    let per_layer: i32 = if moe { 0 } else { plan.per_layer };
     const GLOBAL_KV_HEADS: i32 = 1;
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = tiny_tokenizer()?;
     tokenizer.write_hf_files(dir)?;
     let vocab = tokenizer.vocab_size() as i32;
     let global_head_dim = 2 * d.head_dim;
-    let is_global = |i: i32| i % 2 == 1;
+    let is_global = |i: i32| i % plan.global_every == plan.global_every - 1;
     let mut c = Checkpoint { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new(), norm_center: 1.0 };
     c.tensors.insert("model.embed_tokens.weight".into(), c.rng.tensor(&[vocab, d.hidden], 0.05, 0.0));
     c.matrices.push("model.embed_tokens".into());
@@ -360,8 +402,8 @@ fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
         "hidden_size_per_layer_input": per_layer,
         "num_kv_shared_layers": shared_layers,
         "use_double_wide_mlp": true,
-        "sliding_window": TinyFamily::GEMMA_WINDOW,
-        "sliding_window_pattern": 2,
+        "sliding_window": plan.window,
+        "sliding_window_pattern": plan.global_every,
         "layer_types": layer_types,
         "rope_parameters": {
             "full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0, "rope_type": "proportional"},
