@@ -24,7 +24,7 @@ log "writing the tiny folders into $work"
 cargo build -q --workspace --all-targets
 target/debug/examples/write_tiny_model "$work" >/dev/null
 
-openblas="$(ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 .*x86-64|libopenblas\.so\.0 .*AArch64/ {print $NF; exit}')"
+openblas="$(ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 .*(x86-64|AArch64)/ && !found {found = $NF} END {print found}')"
 if [ -n "$openblas" ]; then
   log "preloading $openblas"
   export LD_PRELOAD="$openblas${LD_PRELOAD:+:$LD_PRELOAD}"

@@ -25,7 +25,7 @@ trap 'rm -rf "$work"' EXIT
 log "writing the tiny Qwen2-VL / Qwen2.5-VL folders into $work"
 cargo run -q -p engine --example write_tiny_vl_model -- "$work" >/dev/null
 
-openblas="$(ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 .*x86-64|libopenblas\.so\.0 .*AArch64/ {print $NF; exit}')"
+openblas="$(ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 .*(x86-64|AArch64)/ && !found {found = $NF} END {print found}')"
 if [ -n "$openblas" ]; then
   log "preloading $openblas"
   export LD_PRELOAD="$openblas${LD_PRELOAD:+:$LD_PRELOAD}"

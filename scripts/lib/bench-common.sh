@@ -36,7 +36,9 @@ bench_python_env() {
   scripts/ref-venv.sh
   PY="$PWD/.venv-ref/bin/python"
   local openblas
-  openblas="$(ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 .*(x86-64|AArch64)/ {print $NF; exit}')"
+  # awk reads to the end: exiting at the first match would cut ldconfig off
+  # with SIGPIPE, which pipefail turns into this script's exit status
+  openblas="$(ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 .*(x86-64|AArch64)/ && !found {found = $NF} END {print found}')"
   if [ -n "$openblas" ]; then
     PY_ENV=(env "LD_PRELOAD=$openblas${LD_PRELOAD:+:$LD_PRELOAD}")
     BLAS="OpenBLAS ($openblas)"
@@ -44,7 +46,7 @@ bench_python_env() {
     PY_ENV=(env)
     BLAS="the wheel's bundled reference BLAS (libopenblas0-pthread is not installed)"
   fi
-  if [ -n "${VLM:-}" ] && ! ldd "$VLM" | grep -q libopenblas; then
+  if [ -n "${VLM:-}" ] && ! ldd "$VLM" | grep libopenblas >/dev/null; then
     bench_log "warning: $VLM does not link OpenBLAS; Python uses $BLAS: the comparison is not like for like"
   fi
 }
