@@ -286,6 +286,7 @@ impl Scheduler {
         if let Err(error) = mlx_rs::memory::clear_cache() {
             tracing::warn!(%error, "could not clear MLX's buffer cache");
         }
+        super::freed_heap::release_free_pages();
     }
 
     /// One scheduler iteration (see the module docs).
