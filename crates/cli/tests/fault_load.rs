@@ -4,7 +4,7 @@
 //! third round leaves resident memory where the second did (no creep per
 //! request). The first round warms up: the allocators' pools and per-thread
 //! arenas grow to their working size once. The engine clears MLX's buffer
-//! cache and trims the heap when it idles (`batch::freed_heap`); without the
+//! cache and trims the heap when it idles (`batch::idle_memory`); without the
 //! trim glibc kept freed buffers in its arenas and the rounds ended at 709,
 //! 717 and 768 MB, depending on the order batches of different shapes ran;
 //! with it they ended at 596.3, 596.2 and 596.4 MB.

@@ -1,6 +1,6 @@
 //! Continuous batching: requests, per-sequence state, and the scheduler that
 //! lets new requests join a batch that is already decoding.
-pub mod freed_heap;
+pub mod idle_memory;
 pub mod images;
 pub mod prefill;
 pub mod request;

@@ -115,6 +115,8 @@ pub struct Scheduler {
     /// The KV quantization in force (None when off or not applicable), and its description.
     kv_quantization: Option<KvQuantization>,
     kv_quantization_status: String,
+    /// Memory was given back ([`Self::release_idle_memory`]) and no step ran since.
+    idle: bool,
 }
 
 impl Scheduler {
@@ -148,6 +150,7 @@ impl Scheduler {
             in_flight: None,
             kv_quantization,
             kv_quantization_status,
+            idle: false,
         }
     }
 
@@ -274,23 +277,21 @@ impl Scheduler {
         }
     }
 
-    /// Gives MLX's buffer cache back to the system once nothing runs. While
-    /// requests run, MLX keeps freed buffers to reuse them without a new
-    /// allocation; kept after the last request ends they are memory a desktop
-    /// app holds for nothing (hundreds of MB for a large batch), and their
-    /// sizes depend on which batch shapes happened to run.
+    /// Gives memory back once nothing runs (see [`super::idle_memory`]): the
+    /// engine idles until the next [`Self::step`].
     pub fn release_idle_memory(&mut self) {
         if let Some((tokens, _)) = self.in_flight.take() {
             let _ = tokens.eval();
         }
-        if let Err(error) = mlx_rs::memory::clear_cache() {
-            tracing::warn!(%error, "could not clear MLX's buffer cache");
-        }
-        super::freed_heap::release_free_pages();
+        super::idle_memory::release();
+        self.idle = true;
     }
 
     /// One scheduler iteration (see the module docs).
     pub fn step(&mut self) -> Result<()> {
+        if std::mem::take(&mut self.idle) {
+            super::idle_memory::resume();
+        }
         self.drop_cancelled()?;
         self.prefill_within_budget()?;
         if !self.running.is_empty() {
