@@ -7,9 +7,15 @@ use engine::batch::{Prompt, Request, SchedulerConfig};
 use engine::cache::{BatchCache, CacheLayout, KvQuantization};
 use engine::handle::{EngineConfig, EngineHandle};
 use engine::model::{LoadOptions, WeightFormat};
-use engine::sample::SamplingParams;
 use engine::testing::{write_tiny_llama, TinyLlama};
 use mlx_rs::{random, Array};
+
+/// How far below our top logit mlx-lm's token may be (see the golden test).
+/// Measured against a golden recorded on another CPU: near-ties of 1.6e-4
+/// (4-bit from 0) and 2.0e-3, 9.6e-3 (8-bit from 40); 0 against one recorded
+/// on the same machine. Driving the cache wrongly (quantizing the prompt's
+/// own pass) put mlx-lm's token 0.62 below ours.
+const NEAR_TIE: f32 = 0.05;
 
 fn q(bits: i32, group_size: i32) -> KvQuantization {
     KvQuantization { bits, group_size, start: 0 }
@@ -162,14 +168,19 @@ fn each_request_reports_the_kv_bytes_of_its_own_tokens() {
 
 /// The reference: Python mlx-lm's `QuantizedKVCache` and quantized attention
 /// on the default model (the float32 folder `vlm convert` writes), driven as
-/// our engine drives its cache (`scripts/goldens/kv_quant.py`): with the same
-/// bits, group size and start, each request alone gives the very same greedy
-/// tokens as mlx-lm's, and without quantization the same as its float cache.
-/// (The old check — agreement with our own float cache above a floor —
-/// asserted little for 4-bit, where the answers legitimately diverge from
-/// float after a few tokens.)
+/// our engine drives its cache (`scripts/goldens/kv_quant.py`): the prompt in
+/// one pass, then one token at a time, with the same bits, group size and
+/// start. mlx-lm's greedy tokens are fed to our model with the same cache
+/// (teacher forcing), and at every step its token must be our top token or
+/// within NEAR_TIE of it (a float cache: at every step). Comparing
+/// free-running greedy answers instead broke
+/// across machines: MLX's CPU kernels round differently with the CPU's vector
+/// width, and mlx-lm itself picked other tokens on an AVX-512 EPYC than where
+/// the golden was recorded (4-bit from 0: the third prompt's 6th token; 8-bit
+/// from 40: its 9th), near-ties that then send the rest of the answer
+/// elsewhere.
 #[test]
-fn quantized_kv_gives_mlx_lm_s_greedy_tokens_on_the_default_model() {
+fn quantized_kv_follows_mlx_lm_s_greedy_tokens_on_the_default_model() {
     let path = hub::default_model::locate().expect("run scripts/setup.sh");
     let golden: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens/kv_quant_mlx_lm.json"))
@@ -181,42 +192,48 @@ fn quantized_kv_gives_mlx_lm_s_greedy_tokens_on_the_default_model() {
     };
     let prompts: Vec<Vec<u32>> = golden["prompts"].as_array().unwrap().iter().map(ids).collect();
     let loaded = engine::model::load(&path, &LoadOptions { format: WeightFormat::Float32 }).unwrap();
-    let tokenizer = loaded.tokenizer.clone();
-    drop(loaded);
-    // Our answers (each request alone: one running sequence) as text up to EOS.
-    let answers = |kv: Option<KvQuantization>| -> Vec<String> {
-        let scheduler = SchedulerConfig { kv_quantization: kv, prefix_cache_bytes: 0, max_running: 1, ..Default::default() };
-        let load = LoadOptions { format: WeightFormat::Float32 };
-        let mut driver = common::Driver::of(engine::model::load(&path, &load).unwrap(), scheduler);
-        let greedy = SamplingParams::greedy();
-        let rows: Vec<usize> = prompts
-            .iter()
-            .map(|p| driver.submit(Request::new(Prompt::Tokens(p.clone())).with_max_tokens(32).with_sampling(greedy.clone())))
-            .collect();
-        driver.run_to_end();
-        rows.into_iter().map(|r| driver.completion(r).content.clone()).collect()
+    let model = loaded.model.as_ref();
+    let layout = model.cache_layout();
+    // Every setting's tokens, teacher-forced; returns the steps where ours differ.
+    let follow = |kv: Option<KvQuantization>, greedy: &serde_json::Value| -> Vec<(usize, usize, f32)> {
+        let mut near_ties = Vec::new();
+        for (p, (prompt, theirs)) in prompts.iter().zip(greedy.as_array().unwrap()).enumerate() {
+            // As the engine does: the prompt prefilled in a float cache of
+            // its own, which then joins the (quantizing) decode batch.
+            let mut prefill = BatchCache::new(&layout, 1, None);
+            let mut logits = common::rows(&common::forward_cached(model, &mut prefill, &common::tokens(prompt)));
+            let mut cache = BatchCache::new(&layout, 0, kv);
+            cache.extend(prefill).unwrap();
+            let mut input = None;
+            for (step, theirs) in ids(theirs).into_iter().enumerate() {
+                if let Some(input) = &input {
+                    logits = common::rows(&common::forward_cached(model, &mut cache, input));
+                }
+                let last = logits.last().unwrap();
+                let ours = common::argmax(last);
+                let gap = last[ours as usize] - last[theirs as usize];
+                assert!(gap <= NEAR_TIE, "{kv:?}, prompt {p}, step {step}: mlx-lm's token {theirs} is {gap:.3} below ours {ours}");
+                if ours != theirs {
+                    near_ties.push((p, step, gap));
+                }
+                if loaded.tokenizer.is_eos(theirs) {
+                    break;
+                }
+                input = Some(common::tokens(&[theirs]));
+            }
+        }
+        near_ties
     };
-    let expected = |greedy: &serde_json::Value| -> Vec<String> {
-        greedy
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|g| {
-                let g = ids(g);
-                let end = g.iter().position(|&t| tokenizer.is_eos(t)).unwrap_or(g.len());
-                tokenizer.decode(&g[..end], true).unwrap()
-            })
-            .collect()
-    };
-    assert_eq!(answers(None), expected(&golden["float"]), "float cache");
+    let float = follow(None, &golden["float"]);
+    println!("float cache: near-ties (prompt, step, gap) {float:?}");
+    assert!(float.is_empty(), "a float cache is the same computation as mlx-lm's: {float:?}");
     for s in golden["settings"].as_array().unwrap() {
         let q = KvQuantization {
             bits: s["bits"].as_i64().unwrap() as i32,
             group_size: s["group_size"].as_i64().unwrap() as i32,
             start: s["start"].as_u64().unwrap() as usize,
         };
-        let ours = answers(Some(q));
-        println!("{q:?}: {:?}", ours[0]);
-        assert_eq!(ours, expected(&s["greedy"]), "{q:?}");
+        let near_ties = follow(Some(q), &s["greedy"]);
+        println!("{q:?}: near-ties (prompt, step, gap) {near_ties:?}");
     }
 }
