@@ -6,7 +6,10 @@
 #   - a bench-size random Qwen3-MoE (Qwen3-30B-A3B's shape scaled down: 128
 #     experts, 8 per token; `write_tiny_model --bench-moe`);
 #   - a bench-size random Gemma 4 (E2B's plan scaled down: sliding and global
-#     layers, KV-shared layers, per-layer inputs; `write_tiny_model --bench-gemma4`).
+#     layers, KV-shared layers, per-layer inputs; `write_tiny_model --bench-gemma4`);
+#   - a bench-size random Qwen3.5 (0.8B's plan scaled down: Gated DeltaNet
+#     layers with 128-wide heads, a gated full-attention layer in four;
+#     `write_tiny_model --bench-qwen35`).
 # Per model: prompt tok/s (ours: the single-stream path; mlx-lm:
 # stream_generate), decode tok/s of one sequence (ours: the engine with one
 # request; mlx-lm: stream_generate), and aggregate decode tok/s of 8
@@ -45,10 +48,17 @@ if [ ! -f "$GEMMA4/model.safetensors" ]; then
   mv "$GEMMA4.tmp" "$GEMMA4"
 fi
 
+QWEN35=models/bench-qwen3_5
+if [ ! -f "$QWEN35/model.safetensors" ]; then
+  bench_log "writing a bench-size random Qwen3.5 → $QWEN35"
+  rm -rf "$QWEN35.tmp" && target/debug/examples/write_tiny_model --bench-qwen35 "$QWEN35.tmp" >/dev/null
+  mv "$QWEN35.tmp" "$QWEN35"
+fi
+
 rows="$(mktemp)"
 trap 'rm -f "$rows"' EXIT
 for round in $(seq "$ROUNDS"); do
-  for model in ${MODELS:-"$GEMMA" "$MOE" "$GEMMA4"}; do
+  for model in ${MODELS:-"$GEMMA" "$MOE" "$GEMMA4" "$QWEN35"}; do
     bench_log "round $round/$ROUNDS, $model: ours (engine x1 and x8)"
     printf '%s\tours\t' "$model" >>"$rows"
     "$VLM" bench --model "$model" --weights float32 --concurrency 1,8 --runs 1 \

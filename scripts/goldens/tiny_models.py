@@ -1,12 +1,13 @@
 """Records Python mlx-lm's outputs on the tiny seeded folders written by
 `target/debug/examples/write_tiny_model <dir>` (llama, qwen3, qwen3_moe,
-gemma3_text; float and 4-bit each), as goldens for
+gemma3_text, gemma4_text(_moe), qwen3_5(_moe); float and 4-bit each), as goldens for
 crates/engine/tests/parity_mlx_lm.rs.
 
 Usage: tiny_models.py <dir with <family>/{float,q4}> <goldens dir>
 
 Per family, one JSON file `tiny_<family>_mlx_lm.json` with, for each
-variant, the logits [L, vocab] of one forward pass over the family's prompt
+variant (float; 4-bit; 4-bit dequantized to float32 at load, as our
+loader's `Float32` format does), the logits [L, vocab] of one forward pass over the family's prompt
 with no cache, and the first GREEDY_TOKENS greedy ids from mlx-lm's own
 decoding loop (`generate_step`: its own cache kinds per layer — Gemma's
 rotating sliding-window cache included — and no stop at EOS, so raw ids are
@@ -48,6 +49,8 @@ PROMPTS = {
     "gemma3_text": LONG_PROMPT,
     "gemma4_text": LONG_PROMPT,
     "gemma4_text_moe": LONG_PROMPT,
+    "qwen3_5": LONG_PROMPT,
+    "qwen3_5_moe": LONG_PROMPT,
 }
 GREEDY_TOKENS = 16
 SPECIAL_IDS = {0, 1, 2}
@@ -59,8 +62,43 @@ def sig7(x: float) -> float:
     return float(f"{x:.7g}")
 
 
-def record(folder: Path, prompt: list) -> dict:
+def dequantize_to_float32(model) -> None:
+    """Replaces every quantized module by its float32 twin, dequantized with
+    float32 scales and biases (MLX dequantizes in the scales' dtype, float16
+    in these folders): what our loader's `Float32` format computes."""
+    import mlx.nn as nn
+    from mlx.utils import tree_unflatten
+    from mlx_lm.models.switch_layers import QuantizedSwitchLinear, SwitchLinear
+
+    def weight(m):
+        f32 = mx.float32
+        return mx.dequantize(m.weight, m.scales.astype(f32), m.biases.astype(f32), m.group_size, m.bits)
+
+    swaps = []
+    for path, m in model.named_modules():
+        if isinstance(m, nn.QuantizedLinear):
+            w = weight(m)
+            twin = nn.Linear(w.shape[1], w.shape[0], bias="bias" in m)
+            if "bias" in m:
+                twin.bias = m.bias
+        elif isinstance(m, nn.QuantizedEmbedding):
+            w = weight(m)
+            twin = nn.Embedding(w.shape[0], w.shape[1])
+        elif isinstance(m, QuantizedSwitchLinear):
+            w = weight(m)
+            twin = SwitchLinear(w.shape[2], w.shape[1], w.shape[0], bias=False)
+        else:
+            continue
+        twin.weight = w
+        swaps.append((path, twin))
+    assert swaps, "a quantized folder has quantized modules"
+    model.update_modules(tree_unflatten(swaps))
+
+
+def record(folder: Path, prompt: list, dequantize: bool = False) -> dict:
     model, _tokenizer = load(str(folder))
+    if dequantize:
+        dequantize_to_float32(model)
     tokens = mx.array(prompt, dtype=mx.int32)[None]
     logits = model(tokens).astype(mx.float32)[0]  # no cache: one full forward pass
     mx.eval(logits)
@@ -75,14 +113,20 @@ def main() -> None:
     src, out_dir = Path(sys.argv[1]), Path(sys.argv[2])
     out_dir.mkdir(parents=True, exist_ok=True)
     for family, prompt in PROMPTS.items():
-        vocab = json.loads((src / family / "float" / "config.json").read_text())["vocab_size"]
+        config = json.loads((src / family / "float" / "config.json").read_text())
+        vocab = config.get("text_config", config)["vocab_size"]
         assert all(0 <= t < vocab and t not in SPECIAL_IDS for t in prompt), "prompt ids must be ordinary tokens"
         golden = {
             "about": f"Python mlx-lm outputs on the tiny seeded {family} folders of "
             "engine's write_tiny_model example (float, and 4-bit group 32); written by scripts/make-goldens.sh",
             "versions": {"mlx": importlib.metadata.version("mlx"), "mlx-lm": importlib.metadata.version("mlx-lm")},
             "prompt_ids": prompt,
-            "variants": {name: record(src / family / name, prompt) for name in ("float", "q4")},
+            "variants": {
+                "float": record(src / family / "float", prompt),
+                "q4": record(src / family / "q4", prompt),
+                # the 4-bit folder dequantized to float32 at load
+                "q4_float32": record(src / family / "q4", prompt, dequantize=True),
+            },
         }
         out = out_dir / FILE_NAMES.get(family, f"tiny_{family}_mlx_lm.json")
         text = json.dumps(golden, separators=(",", ":"))

@@ -2,9 +2,9 @@
 //! scripts/make-goldens.sh can record Python mlx-lm's outputs on the very same
 //! files: `write_tiny_model <out-dir>` → `<out-dir>/llama/{float,q4}`,
 //! `llama3_rope/{float,q4}` (Llama 3.1 RoPE scaling) and the
-//! same for `qwen3`, `qwen3_moe`, `gemma3_text`, `gemma4_text` and
-//! `gemma4_text_moe` (float: Hugging Face names; q4: mlx-community names,
-//! 4-bit group 32).
+//! same for `qwen3`, `qwen3_moe`, `gemma3_text`, `gemma4_text`,
+//! `gemma4_text_moe`, `qwen3_5` and `qwen3_5_moe` (float: Hugging Face
+//! names; q4: mlx-community names, 4-bit group 32).
 use std::path::PathBuf;
 
 use clap::Parser;
@@ -20,6 +20,9 @@ struct Args {
     /// One bench-size random Gemma 4 folder (float32) instead, for scripts/bench-models.sh.
     #[arg(long)]
     bench_gemma4: bool,
+    /// One bench-size random Qwen3.5 folder (float32) instead, for scripts/bench-models.sh.
+    #[arg(long)]
+    bench_qwen35: bool,
     /// Where to write.
     out: PathBuf,
 }
@@ -32,6 +35,11 @@ fn main() -> anyhow::Result<()> {
     let out = args.out;
     if args.bench_gemma4 {
         write_family(&out, TinyFamily::Gemma4, Dims::bench_gemma4(), None, SEED)?;
+        println!("{}", out.display());
+        return Ok(());
+    }
+    if args.bench_qwen35 {
+        write_family(&out, TinyFamily::Qwen35, Dims::bench_qwen35(), None, SEED)?;
         println!("{}", out.display());
         return Ok(());
     }

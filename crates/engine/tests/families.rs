@@ -6,7 +6,9 @@
 //! (Qwen3-MoE), a prefix-cache hit — and, for Gemma's sliding layers, a
 //! kept prefix refused once the window no longer holds what the new request
 //! needs. Qwen3 with thinking on and off in the same batch keeps each row's
-//! reasoning apart.
+//! reasoning apart. Qwen3.5's recurrent layers in the same batch: padding
+//! never reaches a state, a cancelled row, a chat's second turn resumed
+//! from a prompt checkpoint.
 use std::path::Path;
 
 use engine::batch::{Prompt, Request, SchedulerConfig};
@@ -119,6 +121,73 @@ fn gemma4_moe_batched_equals_alone() {
     batched_equals_alone(TinyFamily::Gemma4Moe);
 }
 
+/// Qwen3.5's Gated DeltaNet layers keep a recurrent state per row: rows of
+/// 5 to 30 tokens prefilled together in right-padded chunks (padding must not
+/// reach a state), a row joining mid-decode, and a follow-up resumed from the
+/// first prompt's checkpoint (a state cannot be cut back, so the prompt's end
+/// is kept when it joins the batch).
+#[test]
+fn qwen35_batched_equals_alone() {
+    batched_equals_alone(TinyFamily::Qwen35);
+}
+
+/// Qwen3.5's mixture of experts: rows routed to different experts, the
+/// shared expert for all.
+#[test]
+fn qwen35_moe_batched_equals_alone() {
+    batched_equals_alone(TinyFamily::Qwen35Moe);
+}
+
+/// A cancelled Qwen3.5 row leaves the batch with its state; the others'
+/// states are untouched, and the next request starts from zeros.
+#[test]
+fn qwen35_cancelled_row_leaves_the_others_intact() {
+    let dir = checkpoint(TinyFamily::Qwen35);
+    let cases = [(prompt(7, 1), 20), (prompt(12, 2), 20), (prompt(9, 3), 20)];
+    let mut driver = Driver::new(dir.path(), SchedulerConfig::default());
+    let rows: Vec<usize> = cases.iter().map(|(p, n)| driver.submit(request(p, *n))).collect();
+    for _ in 0..5 {
+        driver.step();
+    }
+    driver.cancel(rows[1]);
+    driver.run_to_end();
+    assert_eq!(driver.scheduler.stats().running, 0);
+    for (i, (ids, n)) in cases.iter().enumerate() {
+        let c = driver.completion(rows[i]);
+        if i == 1 {
+            assert_eq!(c.finish_reason, Some(engine::batch::FinishReason::Cancelled));
+            assert!(c.stats.generated_tokens < *n);
+        } else {
+            assert_eq!(c.content, alone(dir.path(), ids, *n), "row {i}");
+        }
+    }
+    let late = prompt(11, 4);
+    let row = driver.submit(request(&late, 10));
+    driver.run_to_end();
+    assert_eq!(driver.completion(row).content, alone(dir.path(), &late, 10));
+}
+
+/// A chat's second turn on Qwen3.5 prefills only the new turn: it resumes
+/// from the checkpoint kept at the end of the first turn's prompt, whatever
+/// the first reply was (the template may render it differently).
+#[test]
+fn qwen35_second_turn_resumes_from_the_prompt_checkpoint() {
+    let dir = checkpoint(TinyFamily::Qwen35);
+    let mut driver = Driver::new(dir.path(), SchedulerConfig::default());
+    let first = prompt(40, 8);
+    let row = driver.submit(request(&first, 12));
+    driver.run_to_end();
+    assert_eq!(driver.completion(row).stats.cached_prompt_tokens, 0);
+    // The next turn: the first prompt, a reply as the template writes it, a new message.
+    let second = [first.clone(), prompt(9, 9), prompt(14, 10)].concat();
+    let row = driver.submit(request(&second, 8));
+    driver.run_to_end();
+    let c = driver.completion(row);
+    assert_eq!(c.stats.cached_prompt_tokens, first.len(), "resumed from the first prompt's checkpoint");
+    assert_eq!(c.stats.prompt_tokens - c.stats.cached_prompt_tokens, 23, "only the new turn is prefilled");
+    assert_eq!(c.content, alone(dir.path(), &second, 8));
+}
+
 /// After a 330-token sequence its sliding layers keep only their window
 /// (8) and slack (64): a request sharing its first 300 tokens resumes from
 /// them, one sharing only 200 must not (those layers no longer hold tokens
@@ -153,7 +222,17 @@ const THINKING_TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}
 
 #[test]
 fn qwen3_thinking_on_and_off_in_one_batch() {
-    let dir = checkpoint(TinyFamily::Qwen3);
+    thinking_on_and_off_in_one_batch(TinyFamily::Qwen3);
+}
+
+/// Qwen3.5's template opens `<think>` in the prompt when thinking is on.
+#[test]
+fn qwen35_thinking_on_and_off_in_one_batch() {
+    thinking_on_and_off_in_one_batch(TinyFamily::Qwen35);
+}
+
+fn thinking_on_and_off_in_one_batch(family: TinyFamily) {
+    let dir = checkpoint(family);
     let path = dir.path().join("tokenizer_config.json");
     let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     cfg["chat_template"] = THINKING_TEMPLATE.into();

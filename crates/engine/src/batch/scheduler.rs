@@ -468,6 +468,14 @@ impl Scheduler {
             seq.finish(reason, &self.loaded.tokenizer);
             return Ok(());
         }
+        if self.cache.layout().has_recurrent() {
+            // A prompt checkpoint: a recurrent state cannot be cut back to a
+            // shorter prefix, and the finished sequence's state covers its
+            // reply too, while the chat's next turn starts with this prompt
+            // (its template may render the reply differently).
+            let len = cache.offsets()[0] as usize;
+            self.prefix_cache.insert(seq.prefix_key(len), &cache, 0)?;
+        }
         self.cache.extend(cache)?;
         self.running.push(seq);
         Ok(())

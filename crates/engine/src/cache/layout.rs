@@ -71,6 +71,12 @@ impl CacheLayout {
         &self.layers
     }
 
+    /// Whether some layer keeps a recurrent state (which cannot be cut back
+    /// to a shorter prefix).
+    pub fn has_recurrent(&self) -> bool {
+        self.layers.contains(&LayerCache::Recurrent)
+    }
+
     /// The smallest sliding window, if any layer slides.
     pub fn smallest_window(&self) -> Option<usize> {
         self.layers

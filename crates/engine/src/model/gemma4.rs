@@ -24,8 +24,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::attention;
+use super::language_model_only::keep_language_model;
 use super::layers::{Embedding, LayerLoader, Linear, RmsNorm};
-use super::moe::{Experts, GateActivation};
+use super::moe::{unstack_gate_up, Experts, GateActivation};
 use super::registry::Family;
 use super::rope::{Positions, Rope, Rotation};
 use super::{LanguageModel, ModelShape};
@@ -40,7 +41,7 @@ pub const FAMILY: Family = Family {
     model_types: &["gemma4_text", "gemma4"],
     build: |model_type, config, loader| {
         if model_type == "gemma4" {
-            keep_the_language_model(loader);
+            keep_language_model(loader, TOWERS, "Gemma 4");
         }
         Ok(Box::new(Gemma4::load(config, loader)?))
     },
@@ -48,32 +49,8 @@ pub const FAMILY: Family = Family {
     image_processor: None,
 };
 
-/// A multimodal checkpoint's language-model tensors under the text model's
-/// names (Hugging Face `model.language_model.*`, mlx-vlm
-/// `language_model.model.*`), without the towers this text-only load skips.
-fn keep_the_language_model(loader: &mut LayerLoader) {
-    const RENAME: &[(&str, &str)] = &[
-        ("model.language_model.", "model."),
-        ("language_model.model.", "model."),
-        ("language_model.lm_head.", "lm_head."),
-    ];
-    const TOWERS: &[&str] = &["vision_tower.", "multi_modal_projector.", "audio_tower.", "embed_audio.", "embed_vision."];
-    let names: Vec<String> = loader.weights.names().map(str::to_owned).collect();
-    let mut skipped = 0;
-    for name in names {
-        let bare = name.strip_prefix("model.").unwrap_or(&name);
-        if TOWERS.iter().any(|t| bare.starts_with(t)) {
-            loader.weights.remove(&name);
-            skipped += 1;
-        } else if let Some((from, to)) = RENAME.iter().find(|(from, _)| name.starts_with(from)) {
-            let t = loader.weights.remove(&name).expect("listed above");
-            loader.weights.insert(format!("{to}{}", &name[from.len()..]), t);
-        }
-    }
-    if skipped > 0 {
-        tracing::info!(tensors = skipped, "Gemma 4: image and audio towers not loaded (text only for now)");
-    }
-}
+/// Tensors of the towers a text-only load skips.
+const TOWERS: &[&str] = &["vision_tower.", "multi_modal_projector.", "audio_tower.", "embed_audio.", "embed_vision."];
 
 /// One kind of layer's RoPE (`rope_parameters.full_attention` /
 /// `.sliding_attention`).
@@ -372,22 +349,6 @@ impl MoeBranch {
     }
 }
 
-/// Hugging Face stores a layer's experts as `experts.gate_up_proj`
-/// `[E, 2I, D]` and `experts.down_proj`; mlx-community as
-/// `experts.switch_glu.{gate,up,down}_proj.weight`. Brings the first to the second.
-fn stack_hf_experts(loader: &mut LayerLoader, p: &str) -> Result<()> {
-    let gate_up = format!("{p}.experts.gate_up_proj");
-    if let Some(t) = loader.weights.remove(&gate_up) {
-        let halves = ops::split_equal(&t, 2, -2)?;
-        loader.weights.insert(format!("{p}.experts.switch_glu.gate_proj.weight"), halves[0].clone());
-        loader.weights.insert(format!("{p}.experts.switch_glu.up_proj.weight"), halves[1].clone());
-    }
-    if let Some(t) = loader.weights.remove(&format!("{p}.experts.down_proj")) {
-        loader.weights.insert(format!("{p}.experts.switch_glu.down_proj.weight"), t);
-    }
-    Ok(())
-}
-
 /// The per-layer token embeddings and how they are mixed with the input.
 struct PerLayerInputs {
     table: Embedding,
@@ -444,7 +405,7 @@ impl Gemma4 {
                 None
             };
             let moe = if args.enable_moe_block {
-                stack_hf_experts(loader, &p)?;
+                unstack_gate_up(loader, &format!("{p}.experts"), &format!("{p}.experts.switch_glu"))?;
                 Some(MoeBranch::load(loader, &p, &args)?)
             } else {
                 None

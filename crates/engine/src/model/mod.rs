@@ -4,8 +4,10 @@
 //!
 //! A new family is one file plus one line in [`registry::FAMILIES`].
 pub mod attention;
+pub mod gated_delta;
 pub mod gemma3;
 pub mod gemma4;
+pub mod language_model_only;
 pub mod layers;
 pub mod llama;
 pub mod loading;
@@ -14,6 +16,7 @@ pub mod mrope;
 pub mod qwen2;
 pub mod qwen2_vl;
 pub mod qwen3;
+pub mod qwen3_5;
 pub mod qwen3_moe;
 pub mod registry;
 pub mod rope;

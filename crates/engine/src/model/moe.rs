@@ -77,6 +77,22 @@ impl SparseMoe {
     }
 }
 
+/// Hugging Face stores a layer's experts as `experts.gate_up_proj`
+/// `[E, 2I, D]` and `experts.down_proj` (Gemma 4, Qwen3.5-MoE); mlx-community
+/// as `{gate,up,down}_proj.weight` under one path. Renames the first as the
+/// second, under `into`.
+pub fn unstack_gate_up(loader: &mut LayerLoader, experts: &str, into: &str) -> Result<()> {
+    if let Some(t) = loader.weights.remove(&format!("{experts}.gate_up_proj")) {
+        let halves = ops::split_equal(&t, 2, -2)?;
+        loader.weights.insert(format!("{into}.gate_proj.weight"), halves[0].clone());
+        loader.weights.insert(format!("{into}.up_proj.weight"), halves[1].clone());
+    }
+    if let Some(t) = loader.weights.remove(&format!("{experts}.down_proj")) {
+        loader.weights.insert(format!("{into}.down_proj.weight"), t);
+    }
+    Ok(())
+}
+
 impl Experts {
     /// Loads `path.{gate,up,down}_proj`, each stacked `[experts, out, in]`.
     pub fn load(

@@ -24,11 +24,22 @@ pub enum TinyFamily {
     /// global layers' values equal to their keys, no KV sharing or per-layer
     /// inputs.
     Gemma4Moe,
+    /// Qwen3.5: Gated DeltaNet layers and gated full-attention layers.
+    Qwen35,
+    /// Qwen3.5's mixture of experts (a shared expert beside the routed ones).
+    Qwen35Moe,
 }
 
 impl TinyFamily {
-    pub const ALL: [TinyFamily; 5] =
-        [TinyFamily::Qwen3, TinyFamily::Qwen3Moe, TinyFamily::Gemma3, TinyFamily::Gemma4, TinyFamily::Gemma4Moe];
+    pub const ALL: [TinyFamily; 7] = [
+        TinyFamily::Qwen3,
+        TinyFamily::Qwen3Moe,
+        TinyFamily::Gemma3,
+        TinyFamily::Gemma4,
+        TinyFamily::Gemma4Moe,
+        TinyFamily::Qwen35,
+        TinyFamily::Qwen35Moe,
+    ];
 
     /// A name for folders and goldens (unique, unlike `model_type`).
     pub fn name(self) -> &'static str {
@@ -45,6 +56,8 @@ impl TinyFamily {
             TinyFamily::Qwen3Moe => "qwen3_moe",
             TinyFamily::Gemma3 => "gemma3_text",
             TinyFamily::Gemma4 | TinyFamily::Gemma4Moe => "gemma4_text",
+            TinyFamily::Qwen35 => "qwen3_5",
+            TinyFamily::Qwen35Moe => "qwen3_5_moe",
         }
     }
 
@@ -67,6 +80,27 @@ pub struct Dims {
     pub moe_intermediate: i32,
     /// Gemma 4's layer plan (the other families ignore it).
     pub gemma4: Gemma4Plan,
+    /// Qwen3.5's linear-attention layers (the other families ignore it).
+    pub qwen35: Qwen35Plan,
+}
+
+/// How a Qwen3.5 checkpoint arranges its layers and sizes its Gated DeltaNets.
+#[derive(Debug, Clone, Copy)]
+pub struct Qwen35Plan {
+    /// One full-attention layer every `full_every` (the last of each group).
+    pub full_every: i32,
+    pub key_heads: i32,
+    pub value_heads: i32,
+    pub key_dim: i32,
+    pub value_dim: i32,
+    /// The shared expert's MLP width (mixture of experts only).
+    pub shared_expert: i32,
+}
+
+impl Qwen35Plan {
+    /// Tiny: linear and full layers alternating, more value heads than key heads.
+    pub const TINY: Qwen35Plan =
+        Qwen35Plan { full_every: 2, key_heads: 2, value_heads: 4, key_dim: 16, value_dim: 16, shared_expert: 64 };
 }
 
 /// How a Gemma 4 checkpoint arranges its layers.
@@ -101,6 +135,7 @@ impl Dims {
             top_k: 0,
             moe_intermediate: 0,
             gemma4: Gemma4Plan::TINY,
+            qwen35: Qwen35Plan::TINY,
         };
         match family {
             TinyFamily::Qwen3 => Dims { head_dim: 32, ..base },
@@ -108,6 +143,8 @@ impl Dims {
             TinyFamily::Gemma3 => Dims { layers: 4, heads: 2, kv_heads: 1, head_dim: 32, intermediate: 128, ..base },
             TinyFamily::Gemma4 => Dims { layers: 4, ..base },
             TinyFamily::Gemma4Moe => Dims { layers: 2, experts: 4, top_k: 2, moe_intermediate: 32, ..base },
+            TinyFamily::Qwen35 => Dims { layers: 4, head_dim: 32, ..base },
+            TinyFamily::Qwen35Moe => Dims { layers: 4, head_dim: 32, experts: 4, top_k: 2, moe_intermediate: 32, ..base },
         }
     }
 
@@ -127,6 +164,7 @@ impl Dims {
             top_k: 8,
             moe_intermediate: 192,
             gemma4: Gemma4Plan::TINY,
+            qwen35: Qwen35Plan::TINY,
         }
     }
 
@@ -146,6 +184,27 @@ impl Dims {
             top_k: 0,
             moe_intermediate: 0,
             gemma4: Gemma4Plan { global_every: 5, window: 512, kv_shared: 4, per_layer: 64 },
+            qwen35: Qwen35Plan::TINY,
+        }
+    }
+
+    /// Benchmark sizes: Qwen3.5 0.8B's plan scaled down (hidden 1024 → 512,
+    /// 24 layers → 8: three Gated DeltaNets then a full-attention layer;
+    /// 8 key and value heads of 128 in the linear layers, as the real
+    /// model's head size; 8 query heads over 2 KV heads of 128 in the full ones).
+    pub fn bench_qwen35() -> Self {
+        Dims {
+            hidden: 512,
+            layers: 8,
+            heads: 8,
+            kv_heads: 2,
+            head_dim: 128,
+            intermediate: 1536,
+            experts: 0,
+            top_k: 0,
+            moe_intermediate: 0,
+            gemma4: Gemma4Plan::TINY,
+            qwen35: Qwen35Plan { full_every: 4, key_heads: 8, value_heads: 8, key_dim: 128, value_dim: 128, shared_expert: 0 },
         }
     }
 }
@@ -185,6 +244,9 @@ pub fn write_tiny_family(dir: &Path, family: TinyFamily, quantize: Option<QuantS
 pub fn write_family(dir: &Path, family: TinyFamily, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
     if matches!(family, TinyFamily::Gemma4 | TinyFamily::Gemma4Moe) {
         return write_gemma4(dir, d, quantize, seed);
+    }
+    if matches!(family, TinyFamily::Qwen35 | TinyFamily::Qwen35Moe) {
+        return write_qwen35(dir, d, quantize, seed);
     }
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = tiny_tokenizer()?;
@@ -289,6 +351,7 @@ pub fn write_family(dir: &Path, family: TinyFamily, d: Dims, quantize: Option<Qu
             config["hidden_activation"] = json!("gelu_pytorch_tanh");
         }
         TinyFamily::Gemma4 | TinyFamily::Gemma4Moe => unreachable!("written by write_gemma4"),
+        TinyFamily::Qwen35 | TinyFamily::Qwen35Moe => unreachable!("written by write_qwen35"),
     }
     save_checkpoint(dir, c.tensors, &c.matrices, config, quantize)?;
     Ok(vocab)
@@ -421,5 +484,156 @@ fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
         "torch_dtype": "float32",
     });
     save_checkpoint(dir, c.tensors, &c.matrices, config, quantize)?;
+    Ok(vocab)
+}
+
+/// A tiny Qwen3.5 in the two layouts users download. Float: Hugging Face's
+/// multimodal naming (`model.language_model.*`, a vision tensor beside it),
+/// the conv kernel `[C, 1, K]`, decoder norms stored as `w − 1`, experts
+/// fused as `gate_up_proj`. 4-bit: mlx-community's (`language_model.model.*`,
+/// `[C, K, 1]`, plain norms, `switch_mlp`). Both nest the text config under
+/// `text_config`. Linear and full-attention layers alternate; more value
+/// heads than key heads; decays and write strengths spread out.
+fn write_qwen35(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+    let moe = d.experts > 0;
+    let plan = d.qwen35;
+    let hf = quantize.is_none();
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let tokenizer = tiny_tokenizer()?;
+    tokenizer.write_hf_files(dir)?;
+    let vocab = tokenizer.vocab_size() as i32;
+    let is_full = |i: i32| i % plan.full_every == plan.full_every - 1;
+    // Hugging Face stores the decoder norms as `w − 1`.
+    let mut c = Checkpoint { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new(), norm_center: if hf { 0.0 } else { 1.0 } };
+    // Tied (the mixture): small embeddings, so the layers decide the next token.
+    let embed_scale = if moe { 0.05 } else { 0.5 };
+    c.tensors.insert("model.embed_tokens.weight".into(), c.rng.tensor(&[vocab, d.hidden], embed_scale, 0.0));
+    c.matrices.push("model.embed_tokens".into());
+    let (keys, values) = (plan.key_heads * plan.key_dim, plan.value_heads * plan.value_dim);
+    let channels = 2 * keys + values;
+    const KERNEL: i32 = 4;
+    for i in 0..d.layers {
+        let p = format!("model.layers.{i}");
+        c.norm(format!("{p}.input_layernorm"), d.hidden);
+        c.norm(format!("{p}.post_attention_layernorm"), d.hidden);
+        if is_full(i) {
+            let a = format!("{p}.self_attn");
+            c.matrix(format!("{a}.q_proj"), &[2 * d.heads * d.head_dim, d.hidden]);
+            c.matrix(format!("{a}.k_proj"), &[d.kv_heads * d.head_dim, d.hidden]);
+            c.matrix(format!("{a}.v_proj"), &[d.kv_heads * d.head_dim, d.hidden]);
+            c.matrix(format!("{a}.o_proj"), &[d.hidden, d.heads * d.head_dim]);
+            c.norm(format!("{a}.q_norm"), d.head_dim);
+            c.norm(format!("{a}.k_norm"), d.head_dim);
+        } else {
+            let a = format!("{p}.linear_attn");
+            c.matrix(format!("{a}.in_proj_qkv"), &[channels, d.hidden]);
+            c.matrix(format!("{a}.in_proj_z"), &[values, d.hidden]);
+            c.matrix(format!("{a}.in_proj_b"), &[plan.value_heads, d.hidden]);
+            c.matrix(format!("{a}.in_proj_a"), &[plan.value_heads, d.hidden]);
+            c.matrix(format!("{a}.out_proj"), &[d.hidden, values]);
+            let conv = c.rng.tensor(&[channels, KERNEL, 1], 0.5, 0.0);
+            let conv = if hf { conv.swap_axes(1, 2)? } else { conv };
+            c.tensors.insert(format!("{a}.conv1d.weight"), conv);
+            // A between 1 and 8: decays from gentle to strong.
+            let a_log = ops::log(&c.rng.tensor(&[plan.value_heads], 3.5, 4.5))?;
+            c.tensors.insert(format!("{a}.A_log"), a_log);
+            let dt_bias = c.rng.tensor(&[plan.value_heads], 0.5, 1.0);
+            c.tensors.insert(format!("{a}.dt_bias"), dt_bias);
+            // The gated norm's weight is plain in both layouts.
+            let norm = c.rng.tensor(&[plan.value_dim], 0.1, 1.0);
+            c.tensors.insert(format!("{a}.norm.weight"), norm);
+        }
+        let m = format!("{p}.mlp");
+        if moe {
+            c.matrix(format!("{m}.gate"), &[d.experts, d.hidden]);
+            c.matrix(format!("{m}.shared_expert_gate"), &[1, d.hidden]);
+            c.matrix(format!("{m}.shared_expert.gate_proj"), &[plan.shared_expert, d.hidden]);
+            c.matrix(format!("{m}.shared_expert.up_proj"), &[plan.shared_expert, d.hidden]);
+            c.matrix(format!("{m}.shared_expert.down_proj"), &[d.hidden, plan.shared_expert]);
+            let (mi, h) = (d.moe_intermediate, d.hidden);
+            let gate = c.rng.tensor(&[d.experts, mi, h], 1.0 / (h as f32).sqrt(), 0.0);
+            let up = c.rng.tensor(&[d.experts, mi, h], 1.0 / (h as f32).sqrt(), 0.0);
+            let down = c.rng.tensor(&[d.experts, h, mi], 1.0 / (mi as f32).sqrt(), 0.0);
+            if hf {
+                c.tensors.insert(format!("{m}.experts.gate_up_proj"), ops::concatenate(&[gate, up], 1)?);
+                c.tensors.insert(format!("{m}.experts.down_proj"), down);
+            } else {
+                for (part, t) in [("gate_proj", gate), ("up_proj", up), ("down_proj", down)] {
+                    c.tensors.insert(format!("{m}.switch_mlp.{part}.weight"), t);
+                    c.matrices.push(format!("{m}.switch_mlp.{part}"));
+                }
+            }
+        } else {
+            c.matrix(format!("{m}.gate_proj"), &[d.intermediate, d.hidden]);
+            c.matrix(format!("{m}.up_proj"), &[d.intermediate, d.hidden]);
+            c.matrix(format!("{m}.down_proj"), &[d.hidden, d.intermediate]);
+        }
+    }
+    c.norm("model.norm".into(), d.hidden);
+    // Untied for the dense model, tied for the mixture (as the real ones are).
+    if !moe {
+        c.matrix("lm_head".into(), &[vocab, d.hidden]);
+    }
+    // The multimodal checkpoint's names.
+    let rename = |name: &str| -> String {
+        match (name.strip_prefix("model."), hf) {
+            (Some(rest), true) => format!("model.language_model.{rest}"),
+            (Some(rest), false) => format!("language_model.model.{rest}"),
+            (None, true) => name.to_string(),
+            (None, false) => format!("language_model.{name}"),
+        }
+    };
+    let mut tensors: HashMap<String, Array> = c.tensors.into_iter().map(|(k, v)| (rename(&k), v)).collect();
+    let matrices: Vec<String> = c.matrices.iter().map(|m| rename(m)).collect();
+    let vision = if hf { "model.visual.patch_embed.proj.weight" } else { "vision_tower.patch_embed.proj.weight" };
+    tensors.insert(vision.into(), Array::from_slice(&[0.5f32; 8], &[2, 4]));
+    let layer_types: Vec<&str> =
+        (0..d.layers).map(|i| if is_full(i) { "full_attention" } else { "linear_attention" }).collect();
+    let model_type = if moe { "qwen3_5_moe" } else { "qwen3_5" };
+    let mut text = json!({
+        "model_type": format!("{model_type}_text"),
+        "hidden_size": d.hidden,
+        "num_hidden_layers": d.layers,
+        "intermediate_size": d.intermediate,
+        "num_attention_heads": d.heads,
+        "num_key_value_heads": d.kv_heads,
+        "head_dim": d.head_dim,
+        "rms_norm_eps": 1e-6,
+        "vocab_size": vocab,
+        "max_position_embeddings": 2048,
+        "linear_num_key_heads": plan.key_heads,
+        "linear_num_value_heads": plan.value_heads,
+        "linear_key_head_dim": plan.key_dim,
+        "linear_value_head_dim": plan.value_dim,
+        "linear_conv_kernel_dim": KERNEL,
+        "full_attention_interval": plan.full_every,
+        "layer_types": layer_types,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10_000_000.0,
+            "partial_rotary_factor": 0.25,
+            "mrope_section": [11, 11, 10],
+            "mrope_interleaved": true,
+        },
+        "tie_word_embeddings": moe,
+        "attention_bias": false,
+        "torch_dtype": "float32",
+    });
+    if moe {
+        text["num_experts"] = json!(d.experts);
+        text["num_experts_per_tok"] = json!(d.top_k);
+        text["moe_intermediate_size"] = json!(d.moe_intermediate);
+        text["shared_expert_intermediate_size"] = json!(plan.shared_expert);
+        text["norm_topk_prob"] = json!(true);
+    }
+    let arch = if moe { "Qwen3_5MoeForConditionalGeneration" } else { "Qwen3_5ForConditionalGeneration" };
+    let config = json!({
+        "model_type": model_type,
+        "architectures": [arch],
+        "text_config": text,
+        "vision_config": {"model_type": model_type, "depth": 1},
+        "tie_word_embeddings": moe,
+    });
+    save_checkpoint(dir, tensors, &matrices, config, quantize)?;
     Ok(vocab)
 }

@@ -72,11 +72,27 @@ impl Quantization {
     }
 
     /// The spec for the module at `path` (e.g. `model.layers.0.self_attn.q_proj`).
+    /// A multimodal checkpoint's language model loads under the text
+    /// model's names, while its overrides keep the names it was saved with
+    /// (`language_model.model.layers.0.mlp.gate`): those count too.
     pub fn for_module(&self, path: &str) -> Option<QuantSpec> {
-        match self.overrides.get(path) {
+        let saved = multimodal_names(path);
+        match std::iter::once(path).chain(saved.iter().map(String::as_str)).find_map(|p| self.overrides.get(p)) {
             Some(spec) => *spec,
             None => self.default,
         }
+    }
+}
+
+/// The names a text model's module may have been saved under in a
+/// multimodal checkpoint (see `model::language_model_only`).
+fn multimodal_names(path: &str) -> Vec<String> {
+    if let Some(rest) = path.strip_prefix("model.") {
+        vec![format!("language_model.model.{rest}"), format!("model.language_model.{rest}")]
+    } else if let Some(rest) = path.strip_prefix("lm_head") {
+        vec![format!("language_model.lm_head{rest}")]
+    } else {
+        Vec::new()
     }
 }
 
@@ -94,6 +110,24 @@ mod tests {
         let q = Quantization::from_config(&cfg).unwrap();
         assert_eq!(q.for_module("model.layers.0.mlp.up_proj"), Some(QuantSpec { group_size: 32, bits: 4 }));
         assert_eq!(q.for_module("model.embed_tokens"), Some(QuantSpec { group_size: 32, bits: 8 }));
+        assert_eq!(q.for_module("lm_head"), None);
+    }
+
+    /// mlx-community's multimodal folders name overrides as saved; the
+    /// language model asks under the text model's names.
+    #[test]
+    fn overrides_under_a_multimodal_checkpoints_names() {
+        let cfg = serde_json::json!({"quantization": {
+            "group_size": 64, "bits": 4,
+            "language_model.model.layers.0.mlp.gate": {"group_size": 64, "bits": 8},
+            "model.language_model.layers.1.mlp.gate": {"group_size": 64, "bits": 8},
+            "language_model.lm_head": false
+        }});
+        let q = Quantization::from_config(&cfg).unwrap();
+        let eight = Some(QuantSpec { group_size: 64, bits: 8 });
+        assert_eq!(q.for_module("model.layers.0.mlp.gate"), eight);
+        assert_eq!(q.for_module("model.layers.1.mlp.gate"), eight);
+        assert_eq!(q.for_module("model.layers.2.mlp.gate"), Some(QuantSpec { group_size: 64, bits: 4 }));
         assert_eq!(q.for_module("lm_head"), None);
     }
 
