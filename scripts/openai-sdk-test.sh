@@ -19,7 +19,7 @@ if ! "$VENV/bin/python" -c "import openai" 2>/dev/null; then
     "$VENV/bin/pip" install --quiet openai
 fi
 
-cargo build -p cli --bin vlm -p engine --example write_tiny_vl_model
+cargo build --workspace --all-targets  # the test build's flags: nothing rebuilds twice
 WORK=$(mktemp -d)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT

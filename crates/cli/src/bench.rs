@@ -108,6 +108,19 @@ fn bench_request(handle: &engine::handle::EngineHandle, prompt: Vec<u32>, gen_to
         })
 }
 
+/// A JSON schema whose answers are always longer than a benchmark's
+/// generation (at least 256 array items), so constrained requests decode
+/// `gen_tokens` like free ones: structured output's cost per token.
+pub fn long_answer_schema() -> engine::constraint::Constraint {
+    engine::constraint::Constraint::JsonSchema(serde_json::json!({
+        "type": "object",
+        "properties": {"items": {"type": "array", "minItems": 256, "items": {
+            "type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "score": {"type": "integer"}},
+            "required": ["name", "score"], "additionalProperties": false}}},
+        "required": ["items"], "additionalProperties": false,
+    }))
+}
+
 /// The prompt length of request `i` of `n`, spread evenly over `min..=max`
 /// (fixed, so runs before and after a change see the same prompts).
 pub fn spread_prompt_len(i: usize, n: usize, min: usize, max: usize) -> usize {
@@ -126,11 +139,12 @@ pub fn engine_batch_spread(
     min_prompt_tokens: usize,
     prompt_tokens: usize,
     gen_tokens: usize,
+    constraint: Option<&engine::constraint::Constraint>,
 ) -> Result<BatchReport> {
     let prompts: Vec<Vec<u32>> = (0..concurrency)
         .map(|i| bench_prompt(handle, spread_prompt_len(i, concurrency, min_prompt_tokens, prompt_tokens), i as u64))
         .collect();
-    run_batch(handle, prompts, gen_tokens)
+    run_batch(handle, prompts, gen_tokens, constraint)
 }
 
 /// [`engine_batch`] at long context without `concurrency` long prefills:
@@ -157,7 +171,7 @@ pub fn engine_batch_shared_prompt(
             p
         })
         .collect();
-    let report = run_batch(handle, prompts, gen_tokens)?;
+    let report = run_batch(handle, prompts, gen_tokens, None)?;
     if report.min_cached_prompt_tokens < prompt_tokens {
         return Err(engine::Error::InvalidRequest(format!(
             "the shared {prompt_tokens}-token prompt was not reused from the prefix cache \
@@ -169,12 +183,24 @@ pub fn engine_batch_shared_prompt(
 }
 
 /// Submits `prompts` at once and waits for all of them.
-fn run_batch(handle: &engine::handle::EngineHandle, prompts: Vec<Vec<u32>>, gen_tokens: usize) -> Result<BatchReport> {
+fn run_batch(
+    handle: &engine::handle::EngineHandle,
+    prompts: Vec<Vec<u32>>,
+    gen_tokens: usize,
+    constraint: Option<&engine::constraint::Constraint>,
+) -> Result<BatchReport> {
     use std::time::Instant;
     let concurrency = prompts.len();
     let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
     let started = Instant::now();
-    let streams: Vec<_> = prompts.into_iter().map(|p| handle.submit(bench_request(handle, p, gen_tokens))).collect();
+    let streams: Vec<_> = prompts
+        .into_iter()
+        .map(|p| {
+            let mut request = bench_request(handle, p, gen_tokens);
+            request.constraint = constraint.cloned();
+            handle.submit(request)
+        })
+        .collect();
     let mut last_first = started;
     let mut generated = 0usize;
     let mut per_request = 0.0;

@@ -118,6 +118,36 @@ struct GenerateArgs {
     /// Ask a thinking model to think (chat templates that support it).
     #[arg(long)]
     think: Option<bool>,
+    /// The answer follows this JSON Schema (a file).
+    #[arg(long, value_name = "PATH", group = "format")]
+    json_schema: Option<PathBuf>,
+    /// The answer is a JSON object.
+    #[arg(long, group = "format")]
+    json: bool,
+    /// The answer matches this regular expression.
+    #[arg(long, value_name = "REGEX", group = "format")]
+    regex: Option<String>,
+    /// The answer follows this Lark grammar (a file; start rule `start`).
+    #[arg(long, value_name = "PATH", group = "format")]
+    grammar: Option<PathBuf>,
+}
+
+/// The answer format asked for on the command line, if any.
+fn answer_constraint(a: &GenerateArgs) -> Result<Option<engine::constraint::Constraint>> {
+    use engine::constraint::Constraint;
+    let read = |p: &PathBuf| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
+    Ok(if let Some(path) = &a.json_schema {
+        let schema = serde_json::from_str(&read(path)?).with_context(|| format!("{} is not JSON", path.display()))?;
+        Some(Constraint::JsonSchema(schema))
+    } else if a.json {
+        Some(Constraint::JsonObject)
+    } else if let Some(rx) = &a.regex {
+        Some(Constraint::Regex(rx.clone()))
+    } else if let Some(path) = &a.grammar {
+        Some(Constraint::Lark(read(path)?))
+    } else {
+        None
+    })
 }
 
 #[derive(Args)]
@@ -213,6 +243,11 @@ struct BenchArgs {
     /// Also measure join latency: a request arriving while 4 others decode.
     #[arg(long)]
     join: bool,
+    /// Also run each engine figure with every request constrained to a
+    /// JSON schema (long answers, so both decode --gen-tokens): structured
+    /// output's cost per token.
+    #[arg(long)]
+    structured: bool,
     /// Also measure a chat's second-turn time to first token with and without
     /// the prefix cache, after a first message of this many words.
     #[arg(long)]
@@ -296,6 +331,7 @@ fn stream_reply(engine: &EngineHandle, request: Request) -> Completion {
 
 fn run_generate(a: GenerateArgs) -> Result<()> {
     let images = read_images(&a.images)?;
+    let constraint = answer_constraint(&a)?;
     if a.raw && !images.is_empty() {
         anyhow::bail!("--image needs the chat template (drop --raw)");
     }
@@ -325,6 +361,7 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     };
     let mut request = Request::new(prompt).with_max_tokens(a.max_tokens).with_sampling(sampling);
     request.images = images;
+    request.constraint = constraint;
     let reply = stream_reply(&engine, request);
     println!();
     let peak = engine.stats().map(|s| s.peak_memory_bytes).unwrap_or(0);
@@ -593,6 +630,7 @@ fn run_bench(a: BenchArgs) -> Result<()> {
     let info = loaded.info.clone();
     drop(loaded);
     let mut batches = Vec::new();
+    let mut structured = Vec::new();
     let mut join = None;
     if a.concurrency.iter().any(|&n| n > 0) || a.join {
         let handle = a.model.start_engine_with(|s| {
@@ -601,14 +639,19 @@ fn run_bench(a: BenchArgs) -> Result<()> {
             }
         })?;
         let min_prompt = a.min_prompt_tokens.unwrap_or(a.prompt_tokens);
-        let batch = |n: usize, gen_tokens: usize| match a.shared_prompt {
-            true => bench::engine_batch_shared_prompt(&handle, n, a.prompt_tokens, gen_tokens),
-            false => bench::engine_batch_spread(&handle, n, min_prompt, a.prompt_tokens, gen_tokens),
+        let schema = bench::long_answer_schema();
+        let batch = |n: usize, gen_tokens: usize, constrained: bool| match (a.shared_prompt, constrained) {
+            (true, false) => Ok(bench::engine_batch_shared_prompt(&handle, n, a.prompt_tokens, gen_tokens)?),
+            (true, true) => anyhow::bail!("--structured does not combine with --shared-prompt"),
+            (false, c) => Ok(bench::engine_batch_spread(&handle, n, min_prompt, a.prompt_tokens, gen_tokens, c.then_some(&schema))?),
         };
-        // Warm-up, as the single-stream figures had.
-        batch(1, 8)?;
+        // Warm-up, as the single-stream figures had (and llguidance's vocabulary).
+        batch(1, 8, a.structured)?;
         for &n in a.concurrency.iter().filter(|&&n| n > 0) {
-            batches.push(batch(n, a.gen_tokens)?);
+            batches.push(batch(n, a.gen_tokens, false)?);
+            if a.structured {
+                structured.push(batch(n, a.gen_tokens, true)?);
+            }
         }
         if a.join {
             join = Some(bench::join_latency(&handle, 4, a.prompt_tokens)?);
@@ -628,7 +671,7 @@ fn run_bench(a: BenchArgs) -> Result<()> {
         turn2 = Some((warm, cold));
     }
     if a.json {
-        let report = serde_json::json!({"single": single, "engine": batches, "join": join, "turn2": turn2});
+        let report = serde_json::json!({"single": single, "engine": batches, "structured": structured, "join": join, "turn2": turn2});
         println!("{report}");
         return Ok(());
     }
@@ -643,6 +686,10 @@ fn run_bench(a: BenchArgs) -> Result<()> {
             b.concurrency, b.aggregate_decode_tps, b.per_request_decode_tps, b.wall_secs, b.peak_kv_cache_bytes as f64 / 1e6);
         println!("                   prompts {}-{} tokens: TTFT mean {:.3} s, last {:.3} s; all tokens {:.1} tok/s",
             b.min_prompt_tokens, b.prompt_tokens, b.ttft_mean_secs, b.ttft_max_secs, b.total_tps);
+    }
+    for (s, free) in structured.iter().zip(&batches) {
+        println!("engine x{:<2} JSON    aggregate decode {:.1} tok/s, per request {:.1} tok/s ({:.2}x free text)",
+            s.concurrency, s.aggregate_decode_tps, s.per_request_decode_tps, s.aggregate_decode_tps / free.aggregate_decode_tps);
     }
     if let Some(j) = join {
         println!("join latency       {:.3} s with {} running: own prefill {:.3} s + {:.2} decode steps ({:.3} s/step)",

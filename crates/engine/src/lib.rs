@@ -4,9 +4,10 @@
 //! Layout: `model/` (one file per model family behind [`model::LanguageModel`]),
 //! `weights/` (safetensors and GGUF loading with name and shape checks),
 //! `tokenizer/` (tokenizers, chat templates, incremental detokenization),
-//! `cache/` (KV caches), `sample.rs`, `generate.rs` (single-stream generation).
+//! `cache/` (KV caches), `constraint/` (structured output), `sample.rs`, `generate.rs` (single-stream generation).
 pub mod batch;
 pub mod cache;
+pub mod constraint;
 pub mod error;
 pub mod generate;
 pub mod handle;

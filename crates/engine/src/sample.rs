@@ -175,6 +175,12 @@ impl Sampler {
     }
 }
 
+/// `logits` with every token outside `allowed` (`[1, vocab]` bool) at -inf:
+/// a structured answer's grammar, applied before any sampling step.
+pub fn keep_allowed(logits: &Array, allowed: &Array) -> Result<Array> {
+    Ok(ops::select(allowed, logits, neg_inf())?)
+}
+
 fn neg_inf() -> Array {
     Array::from_f32(f32::NEG_INFINITY)
 }

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use engine::batch::{ImageInput, Prompt, Request};
+use engine::constraint::Constraint;
 use engine::model::ModelInfo;
 use engine::sample::SamplingParams;
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
@@ -125,6 +126,8 @@ pub fn prepare(
     if body.logprobs == Some(true) {
         return Err(ApiError::invalid_param("logprobs are not supported"));
     }
+    refuse_unsupported(&body.other)?;
+    let constraint = response_format(body.response_format.as_ref())?;
     let max_tokens = match body.max_completion_tokens.or(body.max_tokens) {
         Some(n) if n < 1 => return Err(ApiError::invalid_param(format!("max_tokens must be at least 1, got {n}"))),
         Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
@@ -140,7 +143,15 @@ pub fn prepare(
         .enumerate()
         .map(|(i, m)| message(i, m, files, &mut images))
         .collect::<Result<Vec<_>, _>>()?;
+    let require_tool_call = matches!(&body.tool_choice, Some(Value::String(s)) if s == "required")
+        || matches!(&body.tool_choice, Some(Value::Object(_)));
     let tools = offered_tools(body.tools, body.tool_choice.as_ref())?;
+    if require_tool_call && tools.is_none() {
+        return Err(ApiError::invalid_param("tool_choice requires a tool call, but tools is empty"));
+    }
+    if require_tool_call && constraint.is_some() {
+        return Err(ApiError::invalid_param("response_format cannot be combined with a required tool_choice"));
+    }
     let (enable_thinking, extra) = thinking(body.chat_template_kwargs, body.reasoning_effort.as_deref())?;
     let options = TemplateOptions { add_generation_prompt: true, enable_thinking, tools, documents: None, extra };
     let request = Request {
@@ -150,11 +161,67 @@ pub fn prepare(
         sampling,
         stop,
         thinking_budget: body.thinking_budget.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        constraint,
+        parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
+        require_tool_call,
     };
     Ok(Prepared {
         request,
         stream: body.stream.unwrap_or(false),
         include_usage: body.stream_options.is_some_and(|o| o.include_usage),
+    })
+}
+
+/// Request fields that change nothing about the answer, accepted as OpenAI does.
+const BOOKKEEPING_FIELDS: [&str; 4] = ["user", "metadata", "store", "service_tier"];
+
+/// Fields we do not implement get a 400 naming them, so a client never gets
+/// an answer that silently ignored what it asked for. A penalty of 0 (the
+/// OpenAI default some clients always send) asks for nothing and passes.
+fn refuse_unsupported(other: &Map<String, Value>) -> Result<(), ApiError> {
+    for (name, value) in other {
+        let harmless = BOOKKEEPING_FIELDS.contains(&name.as_str())
+            || value.is_null()
+            || (matches!(name.as_str(), "presence_penalty" | "frequency_penalty") && value.as_f64() == Some(0.0))
+            || (name == "top_logprobs" && value.as_u64() == Some(0));
+        if !harmless {
+            return Err(ApiError::invalid_param(format!("{name} is not supported by this server")));
+        }
+    }
+    Ok(())
+}
+
+/// OpenAI's `response_format` (and our regex / Lark extensions) as the
+/// engine's constraint; `text` or none is free text.
+fn response_format(format: Option<&Value>) -> Result<Option<Constraint>, ApiError> {
+    let Some(format) = format.filter(|f| !f.is_null()) else { return Ok(None) };
+    let bad = |m: &str| ApiError::invalid_param(format!("response_format{m}"));
+    let kind = format.get("type").and_then(Value::as_str).ok_or_else(|| bad(".type is required"))?;
+    let text = |field: &str| {
+        format
+            .get(field)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| bad(&format!(".{field} must be a string for type {kind:?}")))
+    };
+    Ok(match kind {
+        "text" => None,
+        "json_object" => Some(Constraint::JsonObject),
+        "json_schema" => {
+            let spec = format.get("json_schema").ok_or_else(|| bad(".json_schema is required for type \"json_schema\""))?;
+            let schema = spec.get("schema").ok_or_else(|| bad(".json_schema.schema is required"))?;
+            if !(schema.is_object() || schema.is_boolean()) {
+                return Err(bad(".json_schema.schema must be a JSON Schema object"));
+            }
+            Some(Constraint::JsonSchema(schema.clone()))
+        }
+        "regex" => Some(Constraint::Regex(text("regex")?)),
+        "lark" => Some(Constraint::Lark(text("lark")?)),
+        other => {
+            return Err(bad(&format!(
+                ".type must be \"text\", \"json_object\", \"json_schema\", \"regex\" or \"lark\", got {other:?}"
+            )))
+        }
     })
 }
 
@@ -533,6 +600,68 @@ mod tests {
             let e = request(body.clone()).expect_err(&body.to_string());
             assert_eq!(e.status, 400, "{body}");
             assert!(e.message.contains(needle), "{body}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn response_formats_become_constraints() {
+        let with = |format: Value| request(json!({"messages": [{"role": "user", "content": "x"}], "response_format": format}));
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        let cases = [
+            (json!({"type": "text"}), None),
+            (json!({"type": "json_object"}), Some(Constraint::JsonObject)),
+            (json!({"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": true}}), Some(Constraint::JsonSchema(schema.clone()))),
+            (json!({"type": "regex", "regex": "[0-9]+"}), Some(Constraint::Regex("[0-9]+".into()))),
+            (json!({"type": "lark", "lark": "start: \"a\""}), Some(Constraint::Lark("start: \"a\"".into()))),
+        ];
+        for (format, expected) in cases {
+            assert_eq!(with(format.clone()).unwrap().request.constraint, expected, "{format}");
+        }
+        assert_eq!(request(json!({"messages": [{"role": "user", "content": "x"}]})).unwrap().request.constraint, None);
+        let bad = [
+            (json!({"type": "xml"}), "response_format.type"),
+            (json!({}), "response_format.type"),
+            (json!({"type": "json_schema"}), "response_format.json_schema"),
+            (json!({"type": "json_schema", "json_schema": {"name": "x"}}), "response_format.json_schema.schema"),
+            (json!({"type": "json_schema", "json_schema": {"schema": "object"}}), "response_format.json_schema.schema"),
+            (json!({"type": "regex"}), "response_format.regex"),
+        ];
+        for (format, needle) in bad {
+            let e = with(format.clone()).expect_err(&format.to_string());
+            assert_eq!(e.status, 400);
+            assert!(e.message.contains(needle), "{format}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn fields_we_do_not_act_on_are_refused_by_name() {
+        let with = |extra: Value| {
+            let mut body = json!({"messages": [{"role": "user", "content": "x"}]});
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            request(body)
+        };
+        for extra in [
+            json!({"presence_penalty": 0.5}),
+            json!({"frequency_penalty": -1}),
+            json!({"top_logprobs": 3}),
+            json!({"audio": {"voice": "alloy"}}),
+            json!({"functions": []}),
+            json!({"prediction": {"type": "content", "content": "x"}}),
+        ] {
+            let name = extra.as_object().unwrap().keys().next().unwrap().clone();
+            let e = with(extra.clone()).expect_err(&extra.to_string());
+            assert_eq!(e.status, 400);
+            assert!(e.message.contains(&name), "{extra}: {}", e.message);
+        }
+        // What asks for nothing, or cannot change the answer, passes.
+        for extra in [
+            json!({"presence_penalty": 0, "frequency_penalty": 0.0, "top_logprobs": 0}),
+            json!({"user": "u1", "metadata": {"k": "v"}, "store": false}),
+            json!({"audio": null}),
+        ] {
+            assert!(with(extra.clone()).is_ok(), "{extra}");
         }
     }
 

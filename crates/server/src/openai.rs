@@ -5,8 +5,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// `POST /v1/chat/completions`. Unknown fields are ignored, as OpenAI-style
-/// servers do, so clients that send extras (`user`, `metadata`) still work.
+/// `POST /v1/chat/completions`. A field we do not act on is refused by name
+/// (see `convert::refuse_unsupported`) rather than silently ignored, except
+/// bookkeeping that cannot change the answer (`user`, `metadata`, `store`).
 #[derive(Debug, Clone, Deserialize)]
 pub struct ChatCompletionRequest {
     /// Optional here: a local server has one model, and a missing name means it.
@@ -59,6 +60,16 @@ pub struct ChatCompletionRequest {
     pub n: Option<i64>,
     #[serde(default)]
     pub logprobs: Option<bool>,
+    /// `{"type": "text" | "json_object" | "json_schema", ...}`, and our own
+    /// `{"type": "regex", "regex"}` and `{"type": "lark", "lark"}`.
+    #[serde(default)]
+    pub response_format: Option<Value>,
+    /// false: the reply ends at its first tool call.
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    /// Everything else the client sent, checked by name.
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

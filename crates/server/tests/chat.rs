@@ -204,3 +204,79 @@ async fn concurrent_clients_are_batched_and_each_gets_its_own_answer() {
     let steps = server.engine.stats_async().await.unwrap().decode_steps - steps_before;
     assert!(steps < 3 * 47, "{steps} decode steps: the requests were not batched");
 }
+
+/// What a tiny random model answers under `response_format` is the grammar's
+/// doing: it must parse and follow the schema, whole and streamed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_format_holds_whole_and_streamed() {
+    let server = start(Setup::default()).await;
+    let schema = json!({"type": "object", "properties": {"size": {"enum": ["S", "M", "L"]}, "count": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["size", "count"], "additionalProperties": false});
+    let mut body = ask("pick", 60);
+    body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "pick", "schema": schema, "strict": true}});
+    // The answer is done when the grammar is: end-of-sequence banned or not.
+    let reply = server.chat(&body).await;
+    assert_eq!(reply["choices"][0]["finish_reason"], "stop", "{reply}");
+    let whole = reply["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let value: Value = serde_json::from_str(&whole).unwrap_or_else(|e| panic!("{e}: {whole:?}"));
+    assert!(["S", "M", "L"].contains(&value["size"].as_str().unwrap()), "{value}");
+    assert!(value["count"].as_u64().unwrap() <= 9, "{value}");
+    assert_eq!(value.as_object().unwrap().len(), 2, "{value}");
+
+    body["stream"] = json!(true);
+    let streamed = read_stream(server.post("/v1/chat/completions", &body).await).await;
+    assert!(streamed.done);
+    assert_eq!(streamed.content, whole, "greedy: the stream is the same answer");
+
+    let mut regex = ask("digits", 30);
+    regex["response_format"] = json!({"type": "regex", "regex": "[0-9]{3}-[0-9]{2}"});
+    let reply = server.chat(&regex).await;
+    let text = reply["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.len() == 6 && text.as_bytes()[3] == b'-', "{text:?}");
+
+    // A refused schema is the client's 400, named.
+    let mut bad = ask("x", 4);
+    bad["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "no-such-type"}}});
+    let response = server.post("/v1/chat/completions", &bad).await;
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    assert!(error["error"]["message"].as_str().unwrap().contains("invalid JSON schema"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_required_tool_call_comes_back_as_a_valid_call() {
+    let server = start(Setup { template: Some(TOOL_TEMPLATE), ..Default::default() }).await;
+    let tools = json!([
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+            "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+            "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"], "additionalProperties": false}}}
+    ]);
+    for (choice, parallel) in [(json!("required"), false), (json!({"type": "function", "function": {"name": "get_time"}}), true)] {
+        let body = json!({"messages": [{"role": "user", "content": "weather?"}], "tools": tools, "tool_choice": choice,
+            "parallel_tool_calls": parallel, "max_tokens": 80});
+        let reply = server.chat(&body).await;
+        let choice_out = &reply["choices"][0];
+        let calls = choice_out["message"]["tool_calls"].as_array().unwrap();
+        assert!(!calls.is_empty(), "{reply}");
+        if parallel {
+            // Random weights may go on calling until the token limit.
+            assert!(["tool_calls", "length"].contains(&choice_out["finish_reason"].as_str().unwrap()), "{reply}");
+        } else {
+            assert_eq!(choice_out["finish_reason"], "tool_calls", "{reply}");
+            assert_eq!(calls.len(), 1, "{reply}");
+        }
+        for call in calls {
+            let name = call["function"]["name"].as_str().unwrap();
+            let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+            match name {
+                "get_weather" => assert!(["Paris", "Rome"].contains(&args["city"].as_str().unwrap()), "{args}"),
+                "get_time" => assert!(["UTC", "CET"].contains(&args["zone"].as_str().unwrap()), "{args}"),
+                other => panic!("{other}"),
+            }
+            if body["tool_choice"].is_object() {
+                assert_eq!(name, "get_time", "the named function");
+            }
+        }
+    }
+}

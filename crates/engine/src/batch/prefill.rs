@@ -140,7 +140,10 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
             continue;
         }
         let row = last.index(i as i32..i as i32 + 1);
-        let logits = model.logits(&row)?.reshape(&[1, -1])?;
+        let mut logits = model.logits(&row)?.reshape(&[1, -1])?;
+        if let Some(allowed) = r.seq.allowed_tokens()? {
+            logits = crate::sample::keep_allowed(&logits, &allowed)?;
+        }
         sampled.push(Some(r.seq.sampler.sample(&logits, &r.seq.tokens, None)?));
     }
     // One evaluation for the whole pass (the rows' KV is part of its graph).

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::constraint::Constraint;
 use crate::sample::SamplingParams;
 use crate::tokenizer::{ChatMessage, TemplateOptions};
 use crate::tools::ToolCall;
@@ -61,11 +62,34 @@ pub struct Request {
     pub stop: Vec<String>,
     /// Most reasoning tokens before thinking is closed by force; `None` = no limit.
     pub thinking_budget: Option<usize>,
+    /// What the answer must match (after any thinking); `None` = free text.
+    pub constraint: Option<Constraint>,
+    /// With tools offered: false ends the reply at its first tool call.
+    pub parallel_tool_calls: bool,
+    /// With tools offered: the reply must be a call of one of them
+    /// (`tool_choice: "required"`, or the one named function), enforced by
+    /// a grammar in the template's tool-call format.
+    pub require_tool_call: bool,
 }
 
 impl Request {
     pub fn new(prompt: Prompt) -> Self {
-        Self { prompt, images: Vec::new(), max_tokens: 256, sampling: SamplingParams::default(), stop: Vec::new(), thinking_budget: None }
+        Self {
+            prompt,
+            images: Vec::new(),
+            max_tokens: 256,
+            sampling: SamplingParams::default(),
+            stop: Vec::new(),
+            thinking_budget: None,
+            constraint: None,
+            parallel_tool_calls: true,
+            require_tool_call: false,
+        }
+    }
+
+    pub fn with_constraint(mut self, constraint: Constraint) -> Self {
+        self.constraint = Some(constraint);
+        self
     }
 
     pub fn with_max_tokens(mut self, n: usize) -> Self {

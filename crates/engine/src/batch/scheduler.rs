@@ -20,10 +20,12 @@ use super::prefill::{self, PassRow};
 use super::request::{Event, FinishReason, Prompt, Request, RequestId};
 use super::sequence::{Sequence, SequenceParts};
 use crate::cache::{BatchCache, KvQuantization, PrefixCache, PrefixCacheStats};
+use crate::constraint::{tool_call_grammar, ConstrainedDecoder, ConstraintVocabulary};
+use crate::tools::ToolCallStyle;
 use crate::error::{Error, Result};
 use crate::generate::PREFILL_CHUNK;
 use crate::model::{LoadedModel, Positions};
-use crate::sample::Sampler;
+use crate::sample::{keep_allowed, Sampler};
 use crate::stop::{thinking_tags_for_template, tool_call_tags_for_template, MatcherConfig, StreamMatcher};
 use crate::tokenizer::prompt_opens_thinking;
 use crate::vision::{VisionCacheStats, VisionFeatureCache};
@@ -117,6 +119,8 @@ pub struct Scheduler {
     kv_quantization_status: String,
     /// Memory was given back ([`Self::release_idle_memory`]) and no step ran since.
     idle: bool,
+    /// Built on the first request with a constraint (structured output).
+    constraint_vocabulary: Option<std::sync::Arc<ConstraintVocabulary>>,
 }
 
 impl Scheduler {
@@ -151,6 +155,7 @@ impl Scheduler {
             kv_quantization,
             kv_quantization_status,
             idle: false,
+            constraint_vocabulary: None,
         }
     }
 
@@ -240,7 +245,17 @@ impl Scheduler {
             // a JSON answer is just an answer.
             tool_call: if offers_tools { tool_call_tags_for_template(&template) } else { None },
         });
+        let constraint = match (&req.constraint, req.require_tool_call) {
+            (Some(_), true) => {
+                return Err(Error::InvalidRequest("a required tool call cannot also have a response format".into()))
+            }
+            (Some(c), false) => Some(ConstrainedDecoder::new(c, self.constraint_vocabulary()?)?),
+            (None, true) => Some(self.tool_call_constraint(&req, &template, offers_tools)?),
+            (None, false) => None,
+        };
         let parts = SequenceParts {
+            one_tool_call: offers_tools && !req.parallel_tool_calls,
+            constraint,
             images,
             sampler: Sampler::new(req.sampling.clone())?,
             max_tokens: req.max_tokens.min(max_context - prompt.len()),
@@ -251,6 +266,34 @@ impl Scheduler {
             submitted,
         };
         Ok(Sequence::new(id, prompt, parts))
+    }
+
+    /// The grammar of a required tool call, in the template's format.
+    fn tool_call_constraint(&mut self, req: &Request, template: &str, offers_tools: bool) -> Result<ConstrainedDecoder> {
+        let tools = match &req.prompt {
+            Prompt::Chat { options, .. } if offers_tools => options.tools.clone().unwrap_or_default(),
+            _ => return Err(Error::InvalidRequest("a required tool call needs tools in a chat request".into())),
+        };
+        let Some(style) = ToolCallStyle::for_template(template) else {
+            return Err(Error::InvalidRequest(format!(
+                "{}'s chat template has no tool-call format, so a tool call cannot be required",
+                self.loaded.info.name
+            )));
+        };
+        let vocabulary = self.constraint_vocabulary()?;
+        let lark = tool_call_grammar(style, &tools, req.parallel_tool_calls, |t| vocabulary.is_special_token(t))?;
+        ConstrainedDecoder::for_tool_calls(lark, vocabulary)
+    }
+
+    /// llguidance's view of the vocabulary, built on the first constrained
+    /// request (a trie over every token: tens of milliseconds for 262k).
+    fn constraint_vocabulary(&mut self) -> Result<std::sync::Arc<ConstraintVocabulary>> {
+        if self.constraint_vocabulary.is_none() {
+            let width = self.loaded.model.shape().vocab_size as usize;
+            let vocabulary = ConstraintVocabulary::new(&self.loaded.tokenizer, width)?;
+            self.constraint_vocabulary = Some(std::sync::Arc::new(vocabulary));
+        }
+        Ok(self.constraint_vocabulary.clone().expect("just built"))
     }
 
     pub fn cancel(&mut self, id: RequestId) {
@@ -484,11 +527,14 @@ impl Scheduler {
     fn decode_step(&mut self) -> Result<()> {
         let mut previous = self.in_flight.take();
         // A forced token (closing a thinking block) must be fed as the next
-        // input, so such a row needs its previous token read first.
-        if self.running.iter().any(|s| !s.forced.is_empty()) {
+        // input, and a grammar's next mask depends on the last token, so such
+        // rows need their previous token read first.
+        let mut masks = Vec::new();
+        if self.running.iter().any(|s| !s.forced.is_empty() || s.constraint.is_some()) {
             if let Some((tokens, rows)) = previous.take() {
                 self.accept_tokens(&tokens, rows)?;
             }
+            masks = self.next_token_masks()?;
             if self.running.is_empty() {
                 return Ok(());
             }
@@ -515,7 +561,7 @@ impl Scheduler {
         let logits = logits.reshape(&[b as i32, -1])?;
         let input = input.reshape(&[b as i32])?;
         let pending = previous.as_ref().map(|_| &input);
-        let sampled = self.sample_rows(&logits, pending)?;
+        let sampled = self.sample_rows(&logits, pending, &masks)?;
         mlx_rs::transforms::async_eval([&sampled])?;
         self.decode_steps += 1;
         self.in_flight = Some((sampled, b));
@@ -524,6 +570,25 @@ impl Scheduler {
             self.accept_tokens(&tokens, rows)?;
         }
         Ok(())
+    }
+
+    /// Each running row's mask of allowed tokens (`None`: unconstrained). A
+    /// row whose grammar cannot go on ends here with its error.
+    fn next_token_masks(&mut self) -> Result<Vec<Option<Array>>> {
+        let mut masks = Vec::with_capacity(self.running.len());
+        let mut failed = Vec::new();
+        for (row, seq) in self.running.iter_mut().enumerate() {
+            match seq.allowed_tokens() {
+                Ok(mask) => masks.push(mask),
+                Err(e) => {
+                    seq.send_error(&e);
+                    failed.push((row, FinishReason::Error));
+                }
+            }
+        }
+        // Failed rows pushed no mask, so `masks` already lines up with the rows that stay.
+        self.remove_rows_with(failed)?;
+        Ok(masks)
     }
 
     /// Reads back sampled tokens for the first `rows` running rows (the one
@@ -544,17 +609,22 @@ impl Scheduler {
     /// rows with their own sampling state sample from their own logits row.
     /// `pending`: this step's input tokens `[B]` when they have not been read
     /// back yet (they count as history for repetition penalties).
-    fn sample_rows(&mut self, logits: &Array, pending: Option<&Array>) -> Result<Array> {
-        let all_plain_greedy = self.running.iter().all(|s| {
-            let p = s.sampler.params();
-            p.is_greedy() && p.repetition_penalty == 1.0 && p.logit_bias.is_empty()
-        });
+    /// `masks`: per row, the tokens its grammar allows (empty: no row has one).
+    fn sample_rows(&mut self, logits: &Array, pending: Option<&Array>, masks: &[Option<Array>]) -> Result<Array> {
+        let all_plain_greedy = masks.iter().all(Option::is_none)
+            && self.running.iter().all(|s| {
+                let p = s.sampler.params();
+                p.is_greedy() && p.repetition_penalty == 1.0 && p.logit_bias.is_empty()
+            });
         if all_plain_greedy {
             return Ok(ops::indexing::argmax_axis(logits, -1, false)?.as_dtype(mlx_rs::Dtype::Int32)?);
         }
         let mut rows = Vec::with_capacity(self.running.len());
         for (i, seq) in self.running.iter_mut().enumerate() {
-            let row = logits.index((i as i32..i as i32 + 1, ..));
+            let mut row = logits.index((i as i32..i as i32 + 1, ..));
+            if let Some(Some(allowed)) = masks.get(i) {
+                row = keep_allowed(&row, allowed)?;
+            }
             let pending_token = pending.map(|p| p.index(i as i32..i as i32 + 1));
             rows.push(seq.sampler.sample(&row, &seq.tokens, pending_token.as_ref())?.reshape(&[1])?);
         }

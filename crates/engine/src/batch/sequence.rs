@@ -4,11 +4,13 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use mlx_rs::Array;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::images::SequenceImages;
 use super::request::{Event, FinishReason, RequestError, RequestId, RequestStats};
 use crate::cache::{text_key, BatchCache, KeyToken};
+use crate::constraint::ConstrainedDecoder;
 use crate::sample::Sampler;
 use crate::stop::{Segment, StreamMatcher};
 use crate::tokenizer::{StreamDetokenizer, Tokenizer};
@@ -37,12 +39,16 @@ pub struct Sequence {
     /// Tokens to feed instead of sampled ones (closing a thinking block that
     /// ran over its budget).
     pub forced: VecDeque<u32>,
+    /// The grammar the answer follows, if the request has one.
+    pub constraint: Option<ConstrainedDecoder>,
     thinking_budget: Option<usize>,
     reasoning_tokens: usize,
     close_thinking: Vec<u32>,
     detok: StreamDetokenizer,
     matcher: StreamMatcher,
     tool_calls: usize,
+    /// The reply ends at its first tool call (`parallel_tool_calls: false`).
+    one_tool_call: bool,
     events: UnboundedSender<Event>,
     submitted: Instant,
     prefill_started: Option<Instant>,
@@ -56,8 +62,10 @@ pub struct SequenceParts {
     pub max_tokens: usize,
     pub matcher: StreamMatcher,
     pub thinking_budget: Option<usize>,
+    pub constraint: Option<ConstrainedDecoder>,
     /// Token ids that close a thinking block ("</think>" plus newlines).
     pub close_thinking: Vec<u32>,
+    pub one_tool_call: bool,
     pub events: UnboundedSender<Event>,
     pub submitted: Instant,
 }
@@ -77,12 +85,14 @@ impl Sequence {
             max_tokens: parts.max_tokens,
             generated: 0,
             forced: VecDeque::new(),
+            constraint: parts.constraint,
             thinking_budget: parts.thinking_budget,
             reasoning_tokens: 0,
             close_thinking: parts.close_thinking,
             detok: StreamDetokenizer::new(true),
             matcher: parts.matcher,
             tool_calls: 0,
+            one_tool_call: parts.one_tool_call,
             events: parts.events,
             submitted: parts.submitted,
             prefill_started: None,
@@ -121,6 +131,18 @@ impl Sequence {
         }
     }
 
+    /// The mask of tokens this row may sample next: `None` for free text,
+    /// and while the model still thinks (the constraint is on the answer).
+    pub fn allowed_tokens(&mut self) -> crate::Result<Option<Array>> {
+        if !self.forced.is_empty() || self.matcher.in_reasoning() {
+            return Ok(None);
+        }
+        match &mut self.constraint {
+            Some(c) => c.allowed_tokens().map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// The token the next decode step feeds for this row.
     pub fn last_token(&self) -> u32 {
         *self.tokens.last().expect("a sequence has at least its prompt")
@@ -132,6 +154,14 @@ impl Sequence {
     pub fn accept(&mut self, sampled: u32, tokenizer: &Tokenizer) -> Option<FinishReason> {
         let id = self.forced.pop_front().unwrap_or(sampled);
         self.first_token_at.get_or_insert_with(Instant::now);
+        let grammar_done = match self.constraint.as_mut().map(|c| c.accept(id)) {
+            Some(Err(e)) => {
+                self.send_error(&e);
+                return Some(FinishReason::Error);
+            }
+            Some(Ok(done)) => done,
+            None => false,
+        };
         self.tokens.push(id);
         self.generated += 1;
         if tokenizer.is_eos(id) && self.forced.is_empty() {
@@ -155,6 +185,9 @@ impl Sequence {
                 self.thinking_budget = None;
             }
         }
+        if grammar_done {
+            return Some(FinishReason::Stop);
+        }
         if self.generated >= self.max_tokens {
             return Some(FinishReason::Length);
         }
@@ -169,10 +202,17 @@ impl Sequence {
                 Segment::Content(t) => Event::Content(t),
                 Segment::Reasoning(t) => Event::Reasoning(t),
                 Segment::ToolCall(raw) => match parse_tool_calls(&raw) {
-                    Ok(calls) => {
+                    Ok(mut calls) => {
+                        if self.one_tool_call {
+                            calls.truncate(1);
+                            stopped |= !calls.is_empty();
+                        }
                         self.tool_calls += calls.len();
                         for call in calls {
                             let _ = self.events.send(Event::ToolCall(call));
+                        }
+                        if stopped {
+                            break;
                         }
                         continue;
                     }

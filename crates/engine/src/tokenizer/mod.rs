@@ -314,6 +314,11 @@ impl Tokenizer {
 
     /// The number of ids the tokenizer knows, added tokens included. The
     /// model's embedding table may be larger (padded).
+    /// The underlying Hugging Face tokenizer (structured output reads its vocabulary).
+    pub(crate) fn hf(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }

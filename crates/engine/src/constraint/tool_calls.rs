@@ -1,0 +1,97 @@
+//! `tool_choice: "required"` (or one named function) as a grammar: the reply
+//! is a tool call in the chat template's own format, naming one of the
+//! offered functions, its arguments following that function's JSON schema;
+//! several calls where the request allows parallel calls.
+use serde_json::{json, Value};
+
+use super::with_json_layout;
+use crate::error::{Error, Result};
+use crate::tools::ToolCallStyle;
+
+/// The Lark grammar of the calls. `is_special` says whether a tag is one
+/// special token of the vocabulary (then the grammar names the token: its
+/// text cannot be spelled out of ordinary tokens).
+pub fn tool_call_grammar(
+    style: ToolCallStyle,
+    tools: &[Value],
+    parallel: bool,
+    is_special: impl Fn(&str) -> bool,
+) -> Result<String> {
+    let arguments_key = match style {
+        ToolCallStyle::Hermes => "arguments",
+        ToolCallStyle::Llama3 => "parameters",
+    };
+    let calls: Vec<Value> = tools
+        .iter()
+        .map(|tool| {
+            let function = tool.get("function").unwrap_or(tool);
+            let name = function.get("name").and_then(Value::as_str).ok_or_else(|| {
+                Error::InvalidRequest("a required tool call needs every tool to have a function name".into())
+            })?;
+            let parameters = function.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"}));
+            Ok(json!({
+                "type": "object",
+                "properties": {"name": {"const": name}, arguments_key: parameters},
+                "required": ["name", arguments_key],
+                "additionalProperties": false,
+            }))
+        })
+        .collect::<Result<_>>()?;
+    let schema = match calls.len() {
+        0 => return Err(Error::InvalidRequest("a required tool call needs at least one tool".into())),
+        1 => calls.into_iter().next().expect("one"),
+        _ => json!({"anyOf": calls}),
+    };
+    let call_json = format!("%json {}", with_json_layout(schema));
+    let tag = |t: &str| if is_special(t) { t.to_string() } else { format!("{t:?}") };
+    let (call, separator) = match style {
+        ToolCallStyle::Hermes => {
+            (format!("{} \"\\n\" arguments \"\\n\" {}", tag("<tool_call>"), tag("</tool_call>")), "\"\\n\"")
+        }
+        // Llama 3's answer is the bare JSON object; several are `;`-separated.
+        ToolCallStyle::Llama3 => ("arguments".to_string(), "\"; \""),
+    };
+    let start = if parallel { format!("call ({separator} call)*") } else { "call".to_string() };
+    Ok(format!("start: {start}\ncall: {call}\narguments: {call_json}\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weather() -> Value {
+        json!({"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}})
+    }
+
+    #[test]
+    fn hermes_calls_are_tagged_and_name_their_function() {
+        let g = tool_call_grammar(ToolCallStyle::Hermes, &[weather()], false, |_| false).unwrap();
+        assert!(g.starts_with("start: call\n"), "{g}");
+        assert!(g.contains("call: \"<tool_call>\" \"\\n\" arguments \"\\n\" \"</tool_call>\""), "{g}");
+        assert!(g.contains(r#""name":{"const":"get_weather"}"#), "{g}");
+        assert!(g.contains(r#""arguments":{"type":"object","properties":{"city""#), "{g}");
+    }
+
+    #[test]
+    fn special_tags_are_named_as_tokens_and_parallel_calls_repeat() {
+        let other = json!({"type": "function", "function": {"name": "now"}});
+        let g = tool_call_grammar(ToolCallStyle::Hermes, &[weather(), other], true, |t| t.contains("tool_call")).unwrap();
+        assert!(g.starts_with("start: call (\"\\n\" call)*\n"), "{g}");
+        assert!(g.contains("call: <tool_call> \"\\n\" arguments \"\\n\" </tool_call>"), "{g}");
+        assert!(g.contains("\"anyOf\""), "{g}");
+    }
+
+    #[test]
+    fn llama3_calls_are_bare_objects_with_parameters() {
+        let g = tool_call_grammar(ToolCallStyle::Llama3, &[weather()], true, |_| false).unwrap();
+        assert!(g.starts_with("start: call (\"; \" call)*\ncall: arguments\n"), "{g}");
+        assert!(g.contains(r#""parameters":{"#), "{g}");
+    }
+
+    #[test]
+    fn tools_without_names_are_refused() {
+        let e = tool_call_grammar(ToolCallStyle::Hermes, &[json!({"type": "function"})], false, |_| false).unwrap_err();
+        assert!(e.to_string().contains("function name"), "{e}");
+    }
+}
