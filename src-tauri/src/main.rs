@@ -2,5 +2,6 @@
 #![cfg_attr(not(debug_assertions), windows_subsystem = "windows")]
 
 fn main() {
+    engine::batch::idle_memory::use_one_heap_arena();
     vlm_chat::run();
 }

@@ -260,6 +260,7 @@ struct BenchArgs {
 }
 
 fn main() -> Result<()> {
+    engine::batch::idle_memory::use_one_heap_arena();
     let cli = Cli::parse();
     if matches!(cli.command, Command::Serve(_)) {
         // A server's log is its record: one line per request by default.
