@@ -3,6 +3,7 @@
 //! server (crates/server). `commands/` holds what the web UI calls;
 //! replies stream over `tauri::ipc::Channel`, app-wide notices (engine
 //! status, download progress, server status, chat updates) are events.
+pub mod answer_format;
 pub mod attachment_protocol;
 pub mod commands;
 pub mod error;
@@ -35,6 +36,7 @@ pub fn configure<R: Runtime>(builder: tauri::Builder<R>, state: Arc<AppState>) -
             commands::chats::list_chats,
             commands::chats::create_chat,
             commands::chats::rename_chat,
+            commands::chats::set_answer_format,
             commands::chats::delete_chat,
             commands::chats::list_messages,
             commands::replies::send_message,

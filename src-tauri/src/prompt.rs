@@ -4,19 +4,26 @@
 //! are left out, they are not part of the conversation. For a model that
 //! cannot see, each image becomes a short text placeholder: one picture sent
 //! earlier must not make every later turn of the chat fail (the app refuses a
-//! *new* message with images for such a model before it is stored).
+//! *new* message with images for such a model before it is stored). The
+//! chat's answer format, if any, constrains the reply.
 use engine::batch::{ImageInput, Prompt, Request};
 use engine::model::Capabilities;
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use store::{Message, MessageStatus, Role};
 
+use crate::answer_format::AnswerFormat;
 use crate::error::{AppError, AppResult};
 use crate::settings::Settings;
 
 /// What a model without vision reads in place of an image.
 pub const IMAGE_PLACEHOLDER: &str = "[image]";
 
-pub async fn build_request(messages: &[Message], settings: &Settings, model: Capabilities) -> AppResult<Request> {
+pub async fn build_request(
+    messages: &[Message],
+    settings: &Settings,
+    model: Capabilities,
+    answer_format: Option<&AnswerFormat>,
+) -> AppResult<Request> {
     let mut chat = Vec::new();
     let mut images = Vec::new();
     if !settings.system_prompt.trim().is_empty() {
@@ -62,6 +69,7 @@ pub async fn build_request(messages: &[Message], settings: &Settings, model: Cap
         .with_max_tokens(settings.max_tokens)
         .with_sampling(settings.sampling());
     request.images = images;
+    request.constraint = answer_format.map(AnswerFormat::constraint);
     Ok(request)
 }
 

@@ -7,6 +7,7 @@ use serde::Serialize;
 use store::{ChatId, ReplyId};
 use tauri::{AppHandle, Emitter, Runtime};
 
+use crate::answer_format::AnswerFormat;
 use crate::error::{AppError, AppResult};
 use crate::generation::{pump, Generation, Sink, StreamEvent};
 use crate::prompt::build_request;
@@ -41,7 +42,9 @@ pub async fn start_reply<R: Runtime>(
     let engine = state.engine()?;
     let model = state.status().model.map(|m| m.name).unwrap_or_else(|| engine.model_info().name.clone());
     let messages = state.store.list_messages(chat).await?;
-    let request = build_request(&messages, &state.settings(), engine.model_info().capabilities).await?;
+    let answer_format = state.store.get_chat(chat).await?.answer_format.as_ref().map(AnswerFormat::from_stored).transpose()?;
+    let request =
+        build_request(&messages, &state.settings(), engine.model_info().capabilities, answer_format.as_ref()).await?;
     let reply_id = state.store.begin_reply(chat, &model).await?;
     let stream = engine.submit(request);
     let sink = Arc::new(Mutex::new(sink));

@@ -455,14 +455,14 @@ fn an_image_earlier_in_a_chat_does_not_fail_later_turns_on_a_model_that_cannot_s
     });
     // for a model without vision the image becomes a placeholder in the history
     let text_only = Capabilities::default();
-    let request = tauri::async_runtime::block_on(build_request(&messages, &Settings::default(), text_only)).unwrap();
+    let request = tauri::async_runtime::block_on(build_request(&messages, &Settings::default(), text_only, None)).unwrap();
     assert!(request.images.is_empty());
     let Prompt::Chat { messages: sent, .. } = &request.prompt else { panic!("a chat prompt") };
     let first = serde_json::to_value(&sent[0]).unwrap();
     assert_eq!(first["content"], json!(format!("{IMAGE_PLACEHOLDER}\nWhat is this?")), "{first}");
     // a model that sees keeps the image
     let sees = Capabilities { vision: true, ..Default::default() };
-    let request = tauri::async_runtime::block_on(build_request(&messages, &Settings::default(), sees)).unwrap();
+    let request = tauri::async_runtime::block_on(build_request(&messages, &Settings::default(), sees, None)).unwrap();
     assert_eq!(request.images.len(), 1);
 
     // and the next turn, text only, is answered instead of failing on the old image
@@ -549,4 +549,40 @@ fn deleting_a_chat_mid_answer_ends_its_reply() {
     let other = h.new_chat();
     h.send(other, "Hello", &[]);
     assert_eq!(h.finished_reply(other)["status"], "complete");
+}
+
+#[test]
+fn a_chat_answers_in_the_json_format_it_is_set_to_and_keeps_it() {
+    let root = tempfile::tempdir().unwrap();
+    tiny_models(root.path());
+    let h = harness(root.path());
+    h.load_tiny();
+    h.settings(|s| s["max_tokens"] = json!(60));
+    let chat = h.new_chat();
+    // Enums keep a random model's answer short (free strings it would fill
+    // to the token limit); the e2e suite asks the real model for named fields.
+    let schema = json!({"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}, "country": {"enum": ["France", "Italy"]}},
+        "required": ["city", "country"], "additionalProperties": false});
+    let format = json!({"kind": "schema", "schema": schema});
+    let set = h.ok("set_answer_format", json!({"chatId": chat, "format": format}));
+    assert_eq!(set["answer_format"], format);
+    // Random weights say anything; in this format they can only say it as JSON.
+    h.send(chat, "Where is the Eiffel Tower?", &[]);
+    let reply = h.finished_reply(chat);
+    assert_eq!(reply["status"], "complete", "{reply}");
+    assert_eq!(reply["stats"]["finish_reason"], "stop", "{reply}");
+    let answer: Value = serde_json::from_str(reply["content"].as_str().unwrap()).unwrap_or_else(|e| panic!("{e}: {reply}"));
+    let keys: Vec<&String> = answer.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["city", "country"], "{answer}");
+    assert!(["Paris", "Rome"].contains(&answer["city"].as_str().unwrap()), "{answer}");
+    let format = json!({"kind": "fields", "names": ["city", "country"]});
+    h.ok("set_answer_format", json!({"chatId": chat, "format": format}));
+
+    // Kept with the chat, listed with it; bad formats are refused; None is free text again.
+    let listed = h.ok("list_chats", json!({}));
+    assert_eq!(listed[0]["answer_format"], format);
+    let bad = h.call("set_answer_format", json!({"chatId": chat, "format": {"kind": "fields", "names": []}})).unwrap_err();
+    assert_eq!(bad["code"], "INVALID_ANSWER_FORMAT");
+    let cleared = h.ok("set_answer_format", json!({"chatId": chat, "format": null}));
+    assert!(cleared["answer_format"].is_null());
 }

@@ -234,6 +234,30 @@ describe('the desktop app', () => {
     assert.equal((await allByTestId(browser, 'reply-error')).length, 0);
     await shot(browser, '13-image-chat-on-text-model');
   });
+
+  it('answers as JSON with the fields a chat asks for, shown formatted', async () => {
+    await (await byTestId(browser, 'new-chat')).click();
+    await (await byTestId(browser, 'answer-format')).click();
+    await (await byTestId(browser, 'answer-format-kind')).selectByAttribute('value', 'fields');
+    await (await byTestId(browser, 'answer-format-fields')).setValue('city, country');
+    await shot(browser, '14-answer-format-panel');
+    await (await byTestId(browser, 'answer-format-apply')).click();
+    await waitFor(browser, 'the format under the box', async () => /answers in JSON: city, country/.test(await textOf(browser, await byTestId(browser, 'composer-format'))), 10_000);
+    await send(browser, 'Where is the Eiffel Tower?');
+    await waitFor(browser, 'the JSON reply', async () => (await allByTestId(browser, 'msg-assistant')).length === 1 && (await allByTestId(browser, 'msg-live')).length === 0);
+    // shown as a formatted JSON block whose text parses, with exactly those keys
+    const code = await browser.$('[data-testid="msg-assistant"] pre code');
+    const answer = JSON.parse(await code.getText());
+    assert.deepEqual(Object.keys(answer), ['city', 'country']);
+    assert.equal(typeof answer.city, 'string');
+    await shot(browser, '15-json-answer');
+    // the chat keeps its format: reopened, the box still says so
+    await (await byTestId(browser, 'new-chat')).click();
+    assert.equal(await textOf(browser, await byTestId(browser, 'composer-format')), '');
+    const chats = await allByTestId(browser, 'chat-open');
+    await chats[0].click();
+    await waitFor(browser, 'the format again', async () => /city, country/.test(await textOf(browser, await byTestId(browser, 'composer-format'))), 10_000);
+  });
 });
 
 writeFileSync(join(dataDir, 'README'), 'data folder of one end-to-end run\n');

@@ -1,10 +1,15 @@
 // Typed wrappers over the app's Tauri commands and events (src-tauri/src/commands).
+import type { AnswerFormat } from './answerFormat';
 import { Channel, invoke } from '@tauri-apps/api/core';
 import { listen, type UnlistenFn } from '@tauri-apps/api/event';
 
 export interface AppError { code: string; message: string }
 
-export interface Chat { id: number; title: string; model: string | null; created_at: number; updated_at: number }
+export interface Chat {
+  id: number; title: string; model: string | null; created_at: number; updated_at: number;
+  /** How replies are shaped (structured output); null: free text. */
+  answer_format: AnswerFormat | null;
+}
 
 export interface Attachment { sha256: string; mime: string; size: number; path: string }
 
@@ -121,6 +126,7 @@ export const api = {
   listChats: (query?: string) => invoke<Chat[]>('list_chats', { query: query ?? null }),
   createChat: () => invoke<Chat>('create_chat'),
   renameChat: (chatId: number, title: string) => invoke<Chat>('rename_chat', { chatId, title }),
+  setAnswerFormat: (chatId: number, format: AnswerFormat | null) => invoke<Chat>('set_answer_format', { chatId, format }),
   deleteChat: (chatId: number) => invoke<void>('delete_chat', { chatId }),
   listMessages: (chatId: number) => invoke<Message[]>('list_messages', { chatId }),
 

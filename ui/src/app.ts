@@ -4,6 +4,7 @@
 import { api, errorText, events, type Chat, type EngineStatsView, type EngineStatus, type Message, type Outgoing, type ServerStatus } from './api';
 import { ChatView, type ModelState } from './chatView';
 import { Composer } from './composer';
+import type { AnswerFormat } from './answerFormat';
 import { clear, h } from './dom';
 import { icon } from './icons';
 import { ModelsView } from './modelsView';
@@ -73,6 +74,7 @@ export class App {
       visionModels: () => this.models.visionModelsOnDisk(),
       switchModel: async (id) => { try { await api.loadModel(id); } catch (e) { this.toast(errorText(e)); } },
       openModels: () => this.go('models'),
+      setAnswerFormat: (format) => this.setAnswerFormat(format),
     });
     this.models = new ModelsView(toast);
     this.settings = new SettingsPage(toast);
@@ -206,6 +208,7 @@ export class App {
     this.chat = chat;
     this.editing = null;
     this.composer.endEdit();
+    this.composer.showAnswerFormat(chat?.answer_format ?? null);
     this.showPage();
     await this.reloadMessages();
     void this.sidebar.refresh();
@@ -238,6 +241,21 @@ export class App {
     this.composer.setBusy(this.streams.isRunning(chat.id));
     const fresh = (await api.listChats()).find((c) => c.id === chat.id);
     if (fresh && this.chat?.id === fresh.id) { this.chat = fresh; this.renderHeader(); }
+  }
+
+  /** The composer's answer format for the open chat (a new chat if none is open). */
+  private async setAnswerFormat(format: AnswerFormat | null): Promise<boolean> {
+    try {
+      const chat = this.chat ?? await api.createChat();
+      const updated = await api.setAnswerFormat(chat.id, format);
+      if (!this.chat || this.chat.id === updated.id) this.chat = updated;
+      this.composer.showAnswerFormat(updated.answer_format);
+      void this.sidebar.refresh();
+      return true;
+    } catch (e) {
+      this.toast(errorText(e));
+      return false;
+    }
   }
 
   /** Sends from the composer: creates the chat first when none is open. */

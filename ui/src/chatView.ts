@@ -7,6 +7,7 @@
 import { attachmentUrl, type LoadedModel, type Message, type MessageStats } from './api';
 import { clear, h } from './dom';
 import { bytes } from './format';
+import { formattedJsonAnswer } from './answerFormat';
 import { MarkdownBlocks, setMarkdown } from './markdown';
 import { startersFor } from './starters';
 import type { LiveReply } from './streams';
@@ -199,7 +200,7 @@ export class ChatView {
 
   private assistant(m: Message, last: boolean): HTMLElement {
     const body = h('div', { class: 'answer markdown', 'data-testid': 'answer' });
-    setMarkdown(body, m.content);
+    setMarkdown(body, formattedJsonAnswer(m.content));
     const thinking = m.reasoning ? h('details', { class: 'thinking', 'data-testid': 'thinking' },
       h('summary', {}, 'Thought'), h('div', { class: 'thinking-text' }, m.reasoning)) : null;
     const cut = m.status === 'complete' && m.stats?.finish_reason === 'length';

@@ -4,6 +4,7 @@
 // model answers and whether it sees images. A model that reads text only
 // never gets a new image: the box says so and offers a model that sees them.
 import { api, attachmentUrl, errorText, type Attachment, type Outgoing } from './api';
+import { AnswerFormatPanel, describeFormat, type AnswerFormat } from './answerFormat';
 import { clear, h } from './dom';
 import { icon } from './icons';
 
@@ -16,6 +17,8 @@ export interface ComposerHooks {
   visionModels(): Promise<{ id: string; name: string }[]>;
   switchModel(id: string): Promise<void>;
   openModels(): void;
+  /** Sets the open chat's answer format (creating the chat if none is open). */
+  setAnswerFormat(format: AnswerFormat | null): Promise<boolean>;
 }
 
 /** The model that answers, as far as the composer cares. */
@@ -31,6 +34,10 @@ export class Composer {
   private editBanner: HTMLElement;
   private offer: HTMLElement;
   private modelLine: HTMLElement;
+  private formatButton: HTMLButtonElement;
+  private formatLine: HTMLElement;
+  private formatPanel: AnswerFormatPanel;
+  private answerFormat: AnswerFormat | null = null;
   private attachments: Attachment[] = [];
   private busy = false;
   private pending = 0;
@@ -55,13 +62,17 @@ export class Composer {
     this.offer = h('div', { class: 'vision-offer', role: 'alert', 'data-testid': 'vision-offer', hidden: true });
     this.attachButton = h('button', { class: 'icon attach', title: 'Add images', 'aria-label': 'Add images', 'data-testid': 'attach', onclick: () => void this.pick() }, icon('image', 18));
     this.modelLine = h('span', { class: 'composer-model', 'data-testid': 'composer-model' });
+    this.formatPanel = new AnswerFormatPanel((format) => this.hooks.setAnswerFormat(format));
+    this.formatButton = h('button', { class: 'icon answer-format', title: 'Answer format (text or JSON)', 'aria-label': 'Answer format', 'aria-pressed': 'false', 'data-testid': 'answer-format', onclick: () => this.toggleFormatPanel() }, '{ }');
+    this.formatLine = h('span', { class: 'composer-format', 'data-testid': 'composer-format' });
     this.el = h('div', { class: 'composer' },
       this.editBanner,
       this.offer,
+      this.formatPanel.el,
       this.thumbs,
-      h('div', { class: 'composer-row' }, this.attachButton, this.input, this.stopButton, this.sendButton),
+      h('div', { class: 'composer-row' }, this.attachButton, this.formatButton, this.input, this.stopButton, this.sendButton),
       h('div', { class: 'composer-foot' },
-        this.modelLine,
+        h('span', {}, this.modelLine, this.formatLine),
         h('span', { class: 'composer-hint', 'data-testid': 'composer-hint' }, 'Enter sends · Shift+Enter for a new line')));
     this.setBusy(false);
     this.setModel(null);
@@ -74,6 +85,20 @@ export class Composer {
     this.sendButton.hidden = busy;
     // the button that had focus just disappeared: keep the user in the box
     if (hadFocus) this.input.focus();
+  }
+
+  /** The open chat's answer format (null: free text). */
+  showAnswerFormat(format: AnswerFormat | null): void {
+    this.answerFormat = format;
+    this.formatButton.setAttribute('aria-pressed', format ? 'true' : 'false');
+    this.formatButton.classList.toggle('active', !!format);
+    this.formatLine.textContent = format ? ` · ${describeFormat(format)}` : '';
+    this.formatPanel.close();
+  }
+
+  private toggleFormatPanel(): void {
+    if (this.formatPanel.el.hidden) this.formatPanel.open(this.answerFormat);
+    else this.formatPanel.close();
   }
 
   /** The model that answers now (null: none loaded). */

@@ -108,7 +108,7 @@ describe('images and a model that cannot see them', () => {
     const switched: string[] = [];
     const c = new Composer({
       send: async (m) => { sent.push(m); return true; }, stop: () => {}, pickFiles: async () => [], toast: () => {},
-      visionModels: async () => [{ id: 'hf:e2e/VL', name: 'e2e/VL' }], switchModel: async (id) => { switched.push(id); }, openModels: () => {},
+      visionModels: async () => [{ id: 'hf:e2e/VL', name: 'e2e/VL' }], switchModel: async (id) => { switched.push(id); }, openModels: () => {}, setAnswerFormat: async () => true,
     });
     document.body.append(c.el);
     c.setModel({ name: 'Tiny', vision: false });

@@ -121,7 +121,7 @@ describe('models page', () => {
 
 const composerHooks = {
   send: async () => true, stop: () => {}, pickFiles: async () => [], toast: () => {},
-  visionModels: async () => [], switchModel: async () => {}, openModels: () => {},
+  visionModels: async () => [], switchModel: async () => {}, openModels: () => {}, setAnswerFormat: async () => true,
 };
 
 describe('composer', () => {
@@ -159,8 +159,8 @@ describe('composer', () => {
 describe('sidebar', () => {
   it('lists chats and deletes one only after confirmation', async () => {
     let chats: Chat[] = [
-      { id: 2, title: 'Newest', model: null, created_at: 0, updated_at: Date.now() },
-      { id: 1, title: 'Older', model: null, created_at: 0, updated_at: Date.now() - 7_200_000 },
+      { id: 2, title: 'Newest', model: null, created_at: 0, updated_at: Date.now(), answer_format: null },
+      { id: 1, title: 'Older', model: null, created_at: 0, updated_at: Date.now() - 7_200_000, answer_format: null },
     ];
     const deleted: number[] = [];
     mockIPC((cmd, args) => {

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::store::{now_ms, Store};
 use crate::types::{Chat, ChatId, CleanupReport};
 
-const CHAT_COLUMNS: &str = "id, title, model, created_at, updated_at";
+const CHAT_COLUMNS: &str = "id, title, model, created_at, updated_at, answer_format";
 
 pub(crate) fn chat_from_row(row: &SqliteRow) -> Result<Chat> {
     Ok(Chat {
@@ -15,6 +15,10 @@ pub(crate) fn chat_from_row(row: &SqliteRow) -> Result<Chat> {
         model: row.try_get("model")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
+        answer_format: match row.try_get::<Option<String>, _>("answer_format")? {
+            Some(text) => Some(serde_json::from_str(&text).map_err(|e| Error::InvalidInput(format!("stored answer format: {e}")))?),
+            None => None,
+        },
     })
 }
 
@@ -62,6 +66,19 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?
         .ok_or(Error::ChatNotFound(id))?;
+        chat_from_row(&row)
+    }
+
+    /// Sets how the chat's replies are shaped (`None`: free text). Like a
+    /// rename, not activity: the chat keeps its place in the list.
+    pub async fn set_answer_format(&self, id: ChatId, format: Option<&serde_json::Value>) -> Result<Chat> {
+        let text = format.map(serde_json::Value::to_string);
+        let row = sqlx::query(&format!("UPDATE chats SET answer_format = ?1 WHERE id = ?2 RETURNING {CHAT_COLUMNS}"))
+            .bind(text)
+            .bind(id.0)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(Error::ChatNotFound(id))?;
         chat_from_row(&row)
     }
 

@@ -119,6 +119,7 @@ pub(crate) fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ChatId;
     use sqlx::Row;
 
     #[tokio::test]
@@ -184,8 +185,8 @@ mod tests {
     }
 
     /// A database made before error codes were kept (only the first
-    /// migration applied) opens with the new column; its failed replies keep
-    /// their message and have no code.
+    /// migration applied) opens with the new columns; its failed replies keep
+    /// their message and have no code, its chats no answer format.
     #[tokio::test]
     async fn an_older_database_gains_error_codes_and_keeps_its_failures() {
         let dir = tempfile::tempdir().unwrap();
@@ -196,22 +197,28 @@ mod tests {
         std::fs::copy(ours.join("0001_init.sql"), first.join("0001_init.sql")).unwrap();
         let old = Migrator::new(first.as_path()).await.unwrap();
         let store = Store::open_migrated(StoreConfig::beside(&db), &old).await.unwrap();
-        let chat = store.create_chat().await.unwrap();
+        // Rows as that version wrote them (today's queries name later columns).
+        let chat: i64 = sqlx::query_scalar("INSERT INTO chats (title, created_at, updated_at) VALUES ('old', 0, 0) RETURNING id")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
         sqlx::query(
             "INSERT INTO messages (chat_id, role, content, status, error, created_at, updated_at)
              VALUES (?1, 'assistant', '', 'error', 'the old way', 0, 0)",
         )
-        .bind(chat.id.0)
+        .bind(chat)
         .execute(&store.pool)
         .await
         .unwrap();
         store.close().await;
 
         let store = Store::open(&db).await.unwrap();
-        let messages = store.list_messages(chat.id).await.unwrap();
+        let messages = store.list_messages(ChatId(chat)).await.unwrap();
         assert_eq!(messages.len(), 1);
         assert_eq!(messages[0].error.as_deref(), Some("the old way"));
         assert_eq!(messages[0].error_code, None);
+        // and its chats gain an answer format: none
+        assert_eq!(store.get_chat(ChatId(chat)).await.unwrap().answer_format, None);
     }
 
     /// A database from a newer app version is refused, not half-understood.

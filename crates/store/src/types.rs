@@ -46,6 +46,9 @@ pub struct Chat {
     pub created_at: Timestamp,
     /// Last activity (a message added or removed, a reply); chats are listed by this, newest first.
     pub updated_at: Timestamp,
+    /// How replies are shaped (the app's description, e.g. JSON with given
+    /// fields); `None` is free text.
+    pub answer_format: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

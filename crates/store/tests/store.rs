@@ -371,3 +371,24 @@ async fn messages_from_one_on_are_deleted_with_their_unshared_images() {
     let err = store.delete_messages_from(other.id, first.id).await.unwrap_err();
     assert_eq!(err.code(), "MESSAGE_NOT_FOUND");
 }
+
+#[tokio::test]
+async fn a_chats_answer_format_is_kept_as_given_and_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let chat = store.create_chat().await.unwrap();
+    assert_eq!(chat.answer_format, None, "free text by default");
+    let format = serde_json::json!({"kind": "schema", "schema": {"type": "object", "properties": {"b": {}, "a": {}}}});
+    let set = store.set_answer_format(chat.id, Some(&format)).await.unwrap();
+    assert_eq!(set.answer_format.as_ref(), Some(&format));
+    assert_eq!(set.updated_at, chat.updated_at, "setting a format is not activity");
+    assert!(store.set_answer_format(ChatId(chat.id.0 + 99), Some(&format)).await.is_err());
+    store.close().await;
+
+    let store = open(dir.path()).await;
+    let again = store.get_chat(chat.id).await.unwrap();
+    // The schema's key order is the user's, byte for byte.
+    assert_eq!(again.answer_format.unwrap().to_string(), format.to_string());
+    let cleared = store.set_answer_format(chat.id, None).await.unwrap();
+    assert_eq!(cleared.answer_format, None);
+}

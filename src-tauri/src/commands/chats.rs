@@ -4,6 +4,7 @@ use std::sync::Arc;
 use store::{Chat, ChatId, Message};
 use tauri::State;
 
+use crate::answer_format::AnswerFormat;
 use crate::error::AppResult;
 use crate::state::AppState;
 
@@ -23,6 +24,20 @@ pub async fn create_chat(state: State<'_, Arc<AppState>>) -> AppResult<Chat> {
 #[tauri::command]
 pub async fn rename_chat(state: State<'_, Arc<AppState>>, chat_id: ChatId, title: String) -> AppResult<Chat> {
     Ok(state.store.rename_chat(chat_id, &title).await?)
+}
+
+/// Sets how the chat's next replies are shaped (`None`: free text).
+#[tauri::command]
+pub async fn set_answer_format(
+    state: State<'_, Arc<AppState>>,
+    chat_id: ChatId,
+    format: Option<AnswerFormat>,
+) -> AppResult<Chat> {
+    if let Some(f) = &format {
+        f.validate()?;
+    }
+    let stored = format.map(|f| serde_json::to_value(f).expect("an answer format serializes"));
+    Ok(state.store.set_answer_format(chat_id, stored.as_ref()).await?)
 }
 
 /// Stops the chat's reply if one is running, then deletes the chat (its
