@@ -7,12 +7,12 @@
 //! the `(1 + w)` RMSNorm, four norms per block (before and after attention and
 //! MLP), a GELU-tanh MLP, embeddings scaled by √hidden (rounded to bfloat16,
 //! as the reference does), and `query_pre_attn_scalar` for the attention scale.
-use mlx_rs::{nn, ops, Array, Dtype};
+use mlx_rs::{ops, Array, Dtype};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::attention;
-use super::layers::{Embedding, LayerLoader, Linear, RmsNorm};
+use super::layers::{gelu_tanh, Embedding, LayerLoader, Linear, RmsNorm};
 use super::registry::Family;
 use super::rope::{Positions, Rope, RopeScaling, Rotation};
 use super::{LanguageModel, ModelShape};
@@ -267,7 +267,7 @@ impl Attention {
 
 impl Mlp {
     fn forward(&self, x: &Array) -> Result<Array> {
-        let gate = nn::gelu_approximate(self.gate_proj.forward(x)?)?;
+        let gate = gelu_tanh(&self.gate_proj.forward(x)?)?;
         self.down_proj.forward(&gate.multiply(self.up_proj.forward(x)?)?)
     }
 }

@@ -19,13 +19,13 @@
 //!   chosen, a learned scale per expert) over GELU-gated experts.
 //!
 //! A multimodal `gemma4` checkpoint loads as its language model.
-use mlx_rs::{fast, nn, ops, ops::indexing::IndexOp, Array};
+use mlx_rs::{fast, ops, ops::indexing::IndexOp, Array};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::attention;
 use super::language_model_only::keep_language_model;
-use super::layers::{Embedding, LayerLoader, Linear, RmsNorm};
+use super::layers::{gelu_tanh, Embedding, LayerLoader, Linear, RmsNorm};
 use super::moe::{unstack_gate_up, Experts, GateActivation};
 use super::registry::Family;
 use super::rope::{Positions, Rope, Rotation};
@@ -502,7 +502,7 @@ impl Attention {
 
 impl Mlp {
     fn forward(&self, x: &Array) -> Result<Array> {
-        let gate = nn::gelu_approximate(self.gate_proj.forward(x)?)?;
+        let gate = gelu_tanh(&self.gate_proj.forward(x)?)?;
         self.down_proj.forward(&gate.multiply(self.up_proj.forward(x)?)?)
     }
 }
@@ -556,7 +556,7 @@ impl LanguageModel for Gemma4 {
             h = h.add(block.post_feedforward_layernorm.forward(&m)?)?;
             if let (Some(gate), Some(inputs)) = (&block.per_layer, &per_layer) {
                 let input = inputs.index((.., .., i as i32, ..));
-                let g = nn::gelu_approximate(gate.input_gate.forward(&h)?)?.multiply(&input)?;
+                let g = gelu_tanh(&gate.input_gate.forward(&h)?)?.multiply(&input)?;
                 h = h.add(gate.norm.forward(&gate.projection.forward(&g)?)?)?;
             }
             if let Some(s) = &block.layer_scalar {

@@ -273,3 +273,14 @@ pub fn last_position(h: &Array) -> Result<Array> {
     let l = h.dim(1);
     Ok(h.index((.., (l - 1)..l, ..)))
 }
+
+/// GELU with the tanh approximation (Gemma's MLPs), `x³` as two products:
+/// mlx-rs's `gelu_approximate` raises to the power 3, and on the CPU backend
+/// `powf` per element took 6% of a Gemma 4 prefill (480 tokens: 494 → 546
+/// tok/s without it; the sigmoid form of the same function measured 530).
+pub fn gelu_tanh(x: &Array) -> Result<Array> {
+    let c = |v: f32| Array::from_f32(v).as_dtype(x.dtype());
+    let cube = x.multiply(x)?.multiply(x)?;
+    let inner = x.add(cube.multiply(c(0.044715)?)?)?.multiply(c((2.0 / std::f32::consts::PI).sqrt())?)?;
+    Ok(x.multiply(c(0.5)?)?.multiply(ops::tanh(&inner)?.add(c(1.0)?)?)?)
+}

@@ -7,7 +7,7 @@
 //! GELU-gated ones.
 use mlx_rs::{nn, ops, ops::indexing::IndexOp, Array};
 
-use super::layers::{ExpertMatrices, LayerLoader, Linear};
+use super::layers::{gelu_tanh, ExpertMatrices, LayerLoader, Linear};
 use crate::error::{Error, Result};
 
 pub struct SparseMoe {
@@ -144,7 +144,7 @@ impl Experts {
         let gate = self.gate_proj.gather_matmul_t(x, indices, sorted)?;
         let gate = match self.activation {
             GateActivation::Silu => nn::silu(gate)?,
-            GateActivation::GeluApprox => nn::gelu_approximate(gate)?,
+            GateActivation::GeluApprox => gelu_tanh(&gate)?,
         };
         let h = gate.multiply(up)?;
         self.down_proj.gather_matmul_t(&h, indices, sorted)
