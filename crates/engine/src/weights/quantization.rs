@@ -47,6 +47,18 @@ impl Quantization {
                     Error::InvalidConfig(format!("quantization {what}: missing integer `{k}`"))
                 })
             };
+            // MLX's other modes (mxfp4, nvfp4, mxfp8: scales without biases,
+            // other block formats) need their own kernels and dequantization;
+            // read as affine they would load and compute garbage.
+            match v.get("mode").and_then(Value::as_str) {
+                None | Some("affine") => {}
+                Some(mode) => {
+                    return Err(Error::InvalidConfig(format!(
+                        "quantization {what}: mode {mode:?} is not supported (only MLX's affine quantization, \
+                         the mode of mlx-community's 4-bit and 8-bit folders); use an affine or float checkpoint"
+                    )))
+                }
+            }
             let spec = QuantSpec { group_size: int("group_size")?, bits: int("bits")? };
             if ![2, 3, 4, 5, 6, 8].contains(&spec.bits) || ![32, 64, 128].contains(&spec.group_size) {
                 return Err(Error::InvalidConfig(format!(
@@ -142,5 +154,19 @@ mod tests {
         let err = Quantization::from_config(&serde_json::json!({"quantization": {"group_size": 32, "bits": 7}}))
             .unwrap_err();
         assert!(err.to_string().contains("unsupported bits 7"), "{err}");
+    }
+
+    #[test]
+    fn quantization_modes_other_than_affine_are_refused_by_name() {
+        let ok = serde_json::json!({"quantization": {"group_size": 64, "bits": 4, "mode": "affine"}});
+        assert!(Quantization::from_config(&ok).is_ok());
+        for block in [
+            serde_json::json!({"group_size": 32, "bits": 4, "mode": "mxfp4"}),
+            serde_json::json!({"group_size": 64, "bits": 4, "lm_head": {"group_size": 16, "bits": 4, "mode": "nvfp4"}}),
+        ] {
+            let err = Quantization::from_config(&serde_json::json!({"quantization": block})).unwrap_err();
+            assert!(err.to_string().contains("is not supported (only MLX's affine"), "{err}");
+            assert_eq!(err.code(), "INVALID_MODEL_CONFIG");
+        }
     }
 }
