@@ -19,7 +19,7 @@ import time
 from mlx_lm import load
 from mlx_lm.generate import BatchGenerator
 
-from mlx_lm_bench import synthetic_prompt
+from mlx_lm_bench import synthetic_prompt, vocab_size
 
 
 def prompts(n: int, length: int, vocab: int) -> list:
@@ -62,7 +62,7 @@ def main() -> None:
     ap.add_argument("--gen-tokens", type=int, default=128)
     a = ap.parse_args()
     model, tokenizer = load(a.model)
-    vocab = model.args.vocab_size
+    vocab = vocab_size(model.args)
     run(model, a.batch, a.prompt_tokens, 8, vocab)  # warm-up
     print(json.dumps(run(model, a.batch, a.prompt_tokens, a.gen_tokens, vocab)))
 

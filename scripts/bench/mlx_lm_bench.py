@@ -51,6 +51,14 @@ def sanity(model, tokenizer) -> str:
     return text.splitlines()[0] if text else ""
 
 
+def vocab_size(args):
+    """The vocabulary, also where it sits in a nested text_config (Qwen3.5)."""
+    if getattr(args, "vocab_size", None) is not None:
+        return args.vocab_size
+    text = args.text_config
+    return text["vocab_size"] if isinstance(text, dict) else text.vocab_size
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -69,7 +77,7 @@ def main() -> None:
     if answer is not None:
         print(f'mlx-lm on {a.model}: "The capital of France is" -> {answer!r}', file=sys.stderr)
 
-    vocab = model.args.vocab_size
+    vocab = vocab_size(model.args)
     eos = sorted(set(tokenizer.eos_token_ids))
     avoid = set(eos)
     for i, tok in enumerate(tokenizer.convert_ids_to_tokens(list(range(vocab)))):
