@@ -41,6 +41,21 @@ function writeTinyVisionModel() {
 /** An <img>'s picture has loaded with this width (it shows, not a broken icon). */
 const imageLoaded = (b, el, width) => b.execute((e, w) => e.complete && e.naturalWidth === w, el, width);
 
+/** Clicks the first element with this test id; again if the list was
+ * redrawn under the click (a stale element). */
+async function clickFirst(b, id) {
+  await waitFor(b, `a ${id} to click`, async () => {
+    try {
+      const all = await allByTestId(b, id);
+      if (all.length === 0) return false;
+      await all[0].click();
+      return true;
+    } catch {
+      return false;
+    }
+  }, 20_000);
+}
+
 async function lastAnswerText(b) {
   const answers = await allByTestId(b, 'msg-assistant');
   return answers.length ? answers[answers.length - 1].getText() : '';
@@ -221,10 +236,13 @@ describe('the desktop app', () => {
     await openPage(browser, 'nav-models', 'local-models');
     const builtIn = await browser.$('[data-testid="local-model"][data-model-id="dir:SmolLM2-135M-Instruct.Q4_1.gguf"]');
     await (await builtIn.$('[data-testid="load-model"]')).click();
-    await waitFor(browser, 'the text model to load', async () => /SmolLM2/i.test(await textOf(browser, await byTestId(browser, 'loaded-model'))));
+    // loaded, not loading ("Loading SmolLM2…" names it too)
+    await waitFor(browser, 'the text model to load', async () => {
+      const bar = await byTestId(browser, 'status-bar');
+      return (await bar.getAttribute('data-engine')) === 'ready' && /^\W*SmolLM2/i.test(await statusText(browser));
+    });
     await (await byTestId(browser, 'nav-chat')).click();
-    const chats = await allByTestId(browser, 'chat-open');
-    await chats[0].click(); // the vision chat: the most recent
+    await clickFirst(browser, 'chat-open'); // the vision chat: the most recent
     await waitFor(browser, 'its image', async () => (await allByTestId(browser, 'msg-image')).length === 1);
     // said once in the chat: the image is sent as a placeholder now
     await waitFor(browser, 'the note on the image', async () => (await allByTestId(browser, 'images-left-out')).length === 1, 10_000);
@@ -236,6 +254,7 @@ describe('the desktop app', () => {
   });
 
   it('answers as JSON with the fields a chat asks for, shown formatted', async () => {
+    await modelReady(browser);
     await (await byTestId(browser, 'new-chat')).click();
     await (await byTestId(browser, 'answer-format')).click();
     await (await byTestId(browser, 'answer-format-kind')).selectByAttribute('value', 'fields');
@@ -254,8 +273,7 @@ describe('the desktop app', () => {
     // the chat keeps its format: reopened, the box still says so
     await (await byTestId(browser, 'new-chat')).click();
     assert.equal(await textOf(browser, await byTestId(browser, 'composer-format')), '');
-    const chats = await allByTestId(browser, 'chat-open');
-    await chats[0].click();
+    await clickFirst(browser, 'chat-open');
     await waitFor(browser, 'the format again', async () => /city, country/.test(await textOf(browser, await byTestId(browser, 'composer-format'))), 10_000);
   });
 });
