@@ -188,6 +188,25 @@ try:
 except openai.BadRequestError as e:
     check("an invalid schema is refused", "invalid JSON schema" in str(e), str(e)[:200])
 
+# Log-probabilities: one entry per token, the tokens spelling the answer.
+lp_reply = client.chat.completions.create(
+    model=MODEL,
+    messages=[{"role": "user", "content": "What is the capital of France?"}],
+    logprobs=True,
+    top_logprobs=3,
+    temperature=0,
+    max_tokens=12,
+)
+entries = lp_reply.choices[0].logprobs.content if lp_reply.choices[0].logprobs else []
+spelled = bytes(b for e in entries for b in (e.bytes or [])).decode("utf-8", "replace")
+check(
+    "logprobs for every token, with 3 alternatives",
+    len(entries) == lp_reply.usage.completion_tokens
+    and all(len(e.top_logprobs) == 3 and e.logprob <= 0 for e in entries)
+    and spelled.startswith(lp_reply.choices[0].message.content or "\0"),
+    f"{len(entries)} entries for {lp_reply.usage.completion_tokens} tokens; {spelled!r}",
+)
+
 # Sixteen concurrent streaming clients; four hang up after a few chunks.
 PROMPTS = [
     "What is the capital of France?",

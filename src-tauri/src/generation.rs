@@ -100,6 +100,8 @@ pub async fn pump(
                     dirty = true;
                     send(StreamEvent::Reasoning { text: t });
                 }
+                // the app asks for none
+                Some(Event::Logprob(_)) => {}
                 // the app offers no tools, so a tool call is shown as text
                 Some(Event::ToolCall(call)) => {
                     let t = format!("\n```json\n{}\n```\n", serde_json::to_string_pretty(&call).unwrap_or_default());

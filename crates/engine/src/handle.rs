@@ -11,7 +11,7 @@ use std::thread;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::batch::{
-    EngineStats, Event, FinishReason, Request, RequestError, RequestId, RequestStats, Scheduler, SchedulerConfig,
+    EngineStats, Event, FinishReason, Request, RequestError, RequestId, RequestStats, Scheduler, SchedulerConfig, TokenLogprob,
 };
 use crate::error::{Error, Result};
 use crate::model::{self, LoadOptions, ModelInfo};
@@ -236,6 +236,8 @@ pub struct Completion {
     pub content: String,
     pub reasoning: String,
     pub tool_calls: Vec<ToolCall>,
+    /// One per generated token, when the request asked for them.
+    pub logprobs: Vec<TokenLogprob>,
     pub error: Option<RequestError>,
     pub finish_reason: Option<FinishReason>,
     pub stats: RequestStats,
@@ -247,6 +249,7 @@ impl Completion {
         match event {
             Event::Content(t) => self.content.push_str(&t),
             Event::Reasoning(t) => self.reasoning.push_str(&t),
+            Event::Logprob(lp) => self.logprobs.push(lp),
             Event::ToolCall(call) => self.tool_calls.push(call),
             Event::Error(e) => self.error = Some(e),
             Event::Finished { reason, stats } => {

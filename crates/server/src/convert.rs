@@ -123,9 +123,14 @@ pub fn prepare(
     if body.n.is_some_and(|n| n != 1) {
         return Err(ApiError::invalid_param("only n = 1 is supported"));
     }
-    if body.logprobs == Some(true) {
-        return Err(ApiError::invalid_param("logprobs are not supported"));
-    }
+    let logprobs = match (body.logprobs.unwrap_or(false), body.top_logprobs) {
+        (_, Some(n)) if !(0..=20).contains(&n) => {
+            return Err(ApiError::invalid_param(format!("top_logprobs must be between 0 and 20, got {n}")))
+        }
+        (false, Some(n)) if n > 0 => return Err(ApiError::invalid_param("top_logprobs needs logprobs: true")),
+        (true, n) => Some(n.unwrap_or(0) as usize),
+        (false, _) => None,
+    };
     refuse_unsupported(&body.other)?;
     let constraint = response_format(body.response_format.as_ref())?;
     let max_tokens = match body.max_completion_tokens.or(body.max_tokens) {
@@ -164,6 +169,7 @@ pub fn prepare(
         constraint,
         parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
         require_tool_call,
+        logprobs,
     };
     Ok(Prepared {
         request,
@@ -182,8 +188,7 @@ fn refuse_unsupported(other: &Map<String, Value>) -> Result<(), ApiError> {
     for (name, value) in other {
         let harmless = BOOKKEEPING_FIELDS.contains(&name.as_str())
             || value.is_null()
-            || (matches!(name.as_str(), "presence_penalty" | "frequency_penalty") && value.as_f64() == Some(0.0))
-            || (name == "top_logprobs" && value.as_u64() == Some(0));
+            || (matches!(name.as_str(), "presence_penalty" | "frequency_penalty") && value.as_f64() == Some(0.0));
         if !harmless {
             return Err(ApiError::invalid_param(format!("{name} is not supported by this server")));
         }
@@ -634,6 +639,29 @@ mod tests {
     }
 
     #[test]
+    fn logprobs_and_their_alternatives_reach_the_engine() {
+        let with = |extra: Value| {
+            let mut body = json!({"messages": [{"role": "user", "content": "x"}]});
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            request(body)
+        };
+        assert_eq!(with(json!({})).unwrap().request.logprobs, None);
+        assert_eq!(with(json!({"logprobs": false})).unwrap().request.logprobs, None);
+        assert_eq!(with(json!({"logprobs": true})).unwrap().request.logprobs, Some(0));
+        assert_eq!(with(json!({"logprobs": true, "top_logprobs": 5})).unwrap().request.logprobs, Some(5));
+        for (bad, needle) in [
+            (json!({"logprobs": true, "top_logprobs": 21}), "top_logprobs"),
+            (json!({"logprobs": true, "top_logprobs": -1}), "top_logprobs"),
+            (json!({"top_logprobs": 2}), "needs logprobs"),
+        ] {
+            let e = with(bad.clone()).expect_err(&bad.to_string());
+            assert!(e.message.contains(needle), "{bad}: {}", e.message);
+        }
+    }
+
+    #[test]
     fn fields_we_do_not_act_on_are_refused_by_name() {
         let with = |extra: Value| {
             let mut body = json!({"messages": [{"role": "user", "content": "x"}]});
@@ -645,7 +673,7 @@ mod tests {
         for extra in [
             json!({"presence_penalty": 0.5}),
             json!({"frequency_penalty": -1}),
-            json!({"top_logprobs": 3}),
+            json!({"logit_bias_mode": "x"}),
             json!({"audio": {"voice": "alloy"}}),
             json!({"functions": []}),
             json!({"prediction": {"type": "content", "content": "x"}}),
@@ -657,7 +685,7 @@ mod tests {
         }
         // What asks for nothing, or cannot change the answer, passes.
         for extra in [
-            json!({"presence_penalty": 0, "frequency_penalty": 0.0, "top_logprobs": 0}),
+            json!({"presence_penalty": 0, "frequency_penalty": 0.0}),
             json!({"user": "u1", "metadata": {"k": "v"}, "store": false}),
             json!({"audio": null}),
         ] {

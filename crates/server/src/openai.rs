@@ -58,8 +58,11 @@ pub struct ChatCompletionRequest {
     pub thinking_budget: Option<u64>,
     #[serde(default)]
     pub n: Option<i64>,
+    /// Log-probabilities of the answer's tokens (and `top_logprobs` alternatives).
     #[serde(default)]
     pub logprobs: Option<bool>,
+    #[serde(default)]
+    pub top_logprobs: Option<i64>,
     /// `{"type": "text" | "json_object" | "json_schema", ...}`, and our own
     /// `{"type": "regex", "regex"}` and `{"type": "lark", "lark"}`.
     #[serde(default)]
@@ -112,8 +115,29 @@ pub struct Choice {
     pub index: u32,
     pub message: AssistantMessage,
     pub finish_reason: &'static str,
-    /// Always null: log-probabilities are not offered.
-    pub logprobs: Option<()>,
+    /// Null unless the request asked for `logprobs`.
+    pub logprobs: Option<ChoiceLogprobs>,
+}
+
+/// `choices[].logprobs`: one entry per generated token.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChoiceLogprobs {
+    pub content: Vec<TokenLogprobOut>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TokenLogprobOut {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+    pub top_logprobs: Vec<TopLogprobOut>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TopLogprobOut {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -185,7 +209,8 @@ pub struct ChunkChoice {
     pub index: u32,
     pub delta: Delta,
     pub finish_reason: Option<&'static str>,
-    pub logprobs: Option<()>,
+    /// The log-probabilities of the tokens since the last chunk, when asked for.
+    pub logprobs: Option<ChoiceLogprobs>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]

@@ -280,3 +280,48 @@ async fn a_required_tool_call_comes_back_as_a_valid_call() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logprobs_come_with_every_token_whole_and_streamed() {
+    let server = start(Setup::default()).await;
+    let mut body = ask("hello there", 6);
+    body["logprobs"] = json!(true);
+    body["top_logprobs"] = json!(2);
+    let reply = server.chat(&body).await;
+    let content = reply["choices"][0]["logprobs"]["content"].as_array().unwrap().clone();
+    assert_eq!(content.len(), 6, "{reply}");
+    let mut spelled = Vec::new();
+    for entry in &content {
+        let logprob = entry["logprob"].as_f64().unwrap();
+        assert!(logprob <= 0.0, "{entry}");
+        let top = entry["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 2, "{entry}");
+        assert!(top[0]["logprob"].as_f64() >= top[1]["logprob"].as_f64(), "{entry}");
+        spelled.extend(entry["bytes"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap() as u8));
+    }
+    assert_eq!(String::from_utf8_lossy(&spelled), reply["choices"][0]["message"]["content"].as_str().unwrap());
+
+    // streamed: the same entries, spread over the chunks
+    body["stream"] = json!(true);
+    let response = server.post("/v1/chat/completions", &body).await;
+    let text = response.text().await.unwrap();
+    let streamed: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .flat_map(|chunk| chunk["choices"][0]["logprobs"]["content"].as_array().cloned().unwrap_or_default())
+        .collect();
+    // (the second request reuses the first one's prompt cache: the same
+    // tokens, log-probabilities equal to float rounding)
+    assert_eq!(streamed.len(), content.len());
+    for (s, w) in streamed.iter().zip(&content) {
+        assert_eq!((&s["token"], &s["bytes"]), (&w["token"], &w["bytes"]));
+        assert!((s["logprob"].as_f64().unwrap() - w["logprob"].as_f64().unwrap()).abs() < 1e-4, "{s} vs {w}");
+        assert_eq!(s["top_logprobs"].as_array().unwrap().len(), 2);
+    }
+
+    // asked for nothing: null, as OpenAI sends it
+    let plain = server.chat(&ask("hello there", 3)).await;
+    assert!(plain["choices"][0]["logprobs"].is_null());
+}

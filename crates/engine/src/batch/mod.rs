@@ -2,10 +2,11 @@
 //! lets new requests join a batch that is already decoding.
 pub mod idle_memory;
 pub mod images;
+pub mod logprobs;
 pub mod prefill;
 pub mod request;
 pub mod scheduler;
 pub mod sequence;
 
-pub use request::{Event, FinishReason, ImageInput, Prompt, Request, RequestError, RequestId, RequestStats};
+pub use request::{Event, FinishReason, ImageInput, Prompt, Request, RequestError, RequestId, RequestStats, TokenLogprob, TokenText};
 pub use scheduler::{EngineStats, Scheduler, SchedulerConfig};

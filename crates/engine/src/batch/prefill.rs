@@ -17,6 +17,7 @@
 //! axes, which is ordinary RoPE.
 use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 
+use super::logprobs::PendingLogprobs;
 use super::sequence::Sequence;
 use crate::cache::BatchCache;
 use crate::error::Result;
@@ -134,6 +135,8 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
 
     // Logits row by row, as a lone sequence computes them: only complete rows need them.
     let mut sampled: Vec<Option<Array>> = Vec::with_capacity(rows.len());
+    // log-probabilities asked for, evaluated with the tokens
+    let mut extra: Vec<Array> = Vec::new();
     for (i, r) in rows.iter_mut().enumerate() {
         if r.seq.prompt_remaining() > 0 {
             sampled.push(None);
@@ -141,14 +144,22 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
         }
         let row = last.index(i as i32..i as i32 + 1);
         let mut logits = model.logits(&row)?.reshape(&[1, -1])?;
+        let raw = logits.clone();
         if let Some(allowed) = r.seq.allowed_tokens()? {
             logits = crate::sample::keep_allowed(&logits, &allowed)?;
         }
-        sampled.push(Some(r.seq.sampler.sample(&logits, &r.seq.tokens, None)?));
+        let token = r.seq.sampler.sample(&logits, &r.seq.tokens, None)?;
+        if let Some(top) = r.seq.top_logprobs() {
+            let pending = PendingLogprobs::compute(&raw, &token, top)?;
+            extra.extend(pending.arrays().into_iter().cloned());
+            r.seq.push_logprobs(pending);
+        }
+        sampled.push(Some(token));
     }
     // One evaluation for the whole pass (the rows' KV is part of its graph).
     let mut outputs: Vec<&Array> = sampled.iter().flatten().collect();
     outputs.push(&last);
+    outputs.extend(extra.iter());
     mlx_rs::transforms::eval(outputs)?;
     Ok(sampled.iter().map(|s| s.as_ref().map(|t| t.as_slice::<i32>()[0] as u32)).collect())
 }

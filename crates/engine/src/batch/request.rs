@@ -66,6 +66,9 @@ pub struct Request {
     pub constraint: Option<Constraint>,
     /// With tools offered: false ends the reply at its first tool call.
     pub parallel_tool_calls: bool,
+    /// Log-probabilities of each generated token with this many most likely
+    /// alternatives (0 to 20); `None` = none.
+    pub logprobs: Option<usize>,
     /// With tools offered: the reply must be a call of one of them
     /// (`tool_choice: "required"`, or the one named function), enforced by
     /// a grammar in the template's tool-call format.
@@ -84,6 +87,7 @@ impl Request {
             constraint: None,
             parallel_tool_calls: true,
             require_tool_call: false,
+            logprobs: None,
         }
     }
 
@@ -114,6 +118,25 @@ pub enum FinishReason {
     ToolCalls,
     Cancelled,
     Error,
+}
+
+/// One generated token under the model's distribution (before sampling
+/// settings and constraints), with its most likely alternatives.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TokenLogprob {
+    pub token: TokenText,
+    pub logprob: f32,
+    /// Most likely first.
+    pub top: Vec<(TokenText, f32)>,
+}
+
+/// A token's id, its bytes, and those bytes as text (lossy where a token is
+/// part of a character).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TokenText {
+    pub id: u32,
+    pub text: String,
+    pub bytes: Vec<u8>,
 }
 
 /// Figures for one finished request.
@@ -156,6 +179,9 @@ impl From<&crate::Error> for RequestError {
 pub enum Event {
     /// Answer text.
     Content(String),
+    /// The log-probability of the next generated token (sent before its
+    /// text, which the matcher may hold back), when the request asked.
+    Logprob(TokenLogprob),
     /// Thinking text, kept apart from the answer.
     Reasoning(String),
     ToolCall(ToolCall),

@@ -16,6 +16,7 @@ use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::images::{self, ImageContext};
+use super::logprobs::{PendingLogprobs, TokenNames, MAX_TOP_LOGPROBS};
 use super::prefill::{self, PassRow};
 use super::request::{Event, FinishReason, Prompt, Request, RequestId};
 use super::sequence::{Sequence, SequenceParts};
@@ -121,6 +122,8 @@ pub struct Scheduler {
     idle: bool,
     /// Built on the first request with a constraint (structured output).
     constraint_vocabulary: Option<std::sync::Arc<ConstraintVocabulary>>,
+    /// Built on the first request for log-probabilities.
+    token_names: Option<std::sync::Arc<TokenNames>>,
 }
 
 impl Scheduler {
@@ -156,6 +159,7 @@ impl Scheduler {
             kv_quantization_status,
             idle: false,
             constraint_vocabulary: None,
+            token_names: None,
         }
     }
 
@@ -253,7 +257,15 @@ impl Scheduler {
             (None, true) => Some(self.tool_call_constraint(&req, &template, offers_tools)?),
             (None, false) => None,
         };
+        let logprobs = match req.logprobs {
+            Some(top) if top > MAX_TOP_LOGPROBS => {
+                return Err(Error::InvalidRequest(format!("top_logprobs must be at most {MAX_TOP_LOGPROBS}, got {top}")))
+            }
+            Some(top) => Some((top, self.token_names())),
+            None => None,
+        };
         let parts = SequenceParts {
+            logprobs,
             one_tool_call: offers_tools && !req.parallel_tool_calls,
             constraint,
             images,
@@ -283,6 +295,12 @@ impl Scheduler {
         let vocabulary = self.constraint_vocabulary()?;
         let lark = tool_call_grammar(style, &tools, req.parallel_tool_calls, |t| vocabulary.is_special_token(t))?;
         ConstrainedDecoder::for_tool_calls(lark, vocabulary)
+    }
+
+    /// Every token's bytes, built on the first request for log-probabilities.
+    fn token_names(&mut self) -> std::sync::Arc<TokenNames> {
+        let tokenizer = &self.loaded.tokenizer;
+        self.token_names.get_or_insert_with(|| std::sync::Arc::new(TokenNames::new(tokenizer))).clone()
     }
 
     /// llguidance's view of the vocabulary, built on the first constrained
@@ -562,7 +580,16 @@ impl Scheduler {
         let input = input.reshape(&[b as i32])?;
         let pending = previous.as_ref().map(|_| &input);
         let sampled = self.sample_rows(&logits, pending, &masks)?;
-        mlx_rs::transforms::async_eval([&sampled])?;
+        let mut outputs = vec![sampled.clone()];
+        for (i, seq) in self.running.iter_mut().enumerate() {
+            if let Some(top) = seq.top_logprobs() {
+                let row = i as i32..i as i32 + 1;
+                let logprobs = PendingLogprobs::compute(&logits.index((row.clone(), ..)), &sampled.index(row), top)?;
+                outputs.extend(logprobs.arrays().into_iter().cloned());
+                seq.push_logprobs(logprobs);
+            }
+        }
+        mlx_rs::transforms::async_eval(outputs.iter())?;
         self.decode_steps += 1;
         self.in_flight = Some((sampled, b));
         // While this step computes, read back and stream the previous one.

@@ -8,6 +8,7 @@ use mlx_rs::Array;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::images::SequenceImages;
+use super::logprobs::{PendingLogprobs, TokenNames};
 use super::request::{Event, FinishReason, RequestError, RequestId, RequestStats};
 use crate::cache::{text_key, BatchCache, KeyToken};
 use crate::constraint::ConstrainedDecoder;
@@ -49,6 +50,11 @@ pub struct Sequence {
     tool_calls: usize,
     /// The reply ends at its first tool call (`parallel_tool_calls: false`).
     one_tool_call: bool,
+    /// Log-probabilities asked for: how many alternatives, and the names.
+    logprobs: Option<(usize, std::sync::Arc<TokenNames>)>,
+    /// Computed for tokens sampled and not accepted yet, oldest first
+    /// (decoding runs a step ahead of the read-back).
+    pending_logprobs: VecDeque<PendingLogprobs>,
     events: UnboundedSender<Event>,
     submitted: Instant,
     prefill_started: Option<Instant>,
@@ -66,6 +72,7 @@ pub struct SequenceParts {
     /// Token ids that close a thinking block ("</think>" plus newlines).
     pub close_thinking: Vec<u32>,
     pub one_tool_call: bool,
+    pub logprobs: Option<(usize, std::sync::Arc<TokenNames>)>,
     pub events: UnboundedSender<Event>,
     pub submitted: Instant,
 }
@@ -93,6 +100,8 @@ impl Sequence {
             matcher: parts.matcher,
             tool_calls: 0,
             one_tool_call: parts.one_tool_call,
+            logprobs: parts.logprobs,
+            pending_logprobs: VecDeque::new(),
             events: parts.events,
             submitted: parts.submitted,
             prefill_started: None,
@@ -143,6 +152,17 @@ impl Sequence {
         }
     }
 
+    /// How many alternatives this row's log-probabilities list, if it asked.
+    pub fn top_logprobs(&self) -> Option<usize> {
+        self.logprobs.as_ref().map(|(top, _)| *top)
+    }
+
+    /// The log-probabilities of the token just sampled for this row, to be
+    /// read when that token is accepted.
+    pub fn push_logprobs(&mut self, pending: PendingLogprobs) {
+        self.pending_logprobs.push_back(pending);
+    }
+
     /// The token the next decode step feeds for this row.
     pub fn last_token(&self) -> u32 {
         *self.tokens.last().expect("a sequence has at least its prompt")
@@ -152,8 +172,23 @@ impl Sequence {
     /// forced token replaces it), streams its text, and says whether the
     /// sequence is done.
     pub fn accept(&mut self, sampled: u32, tokenizer: &Tokenizer) -> Option<FinishReason> {
-        let id = self.forced.pop_front().unwrap_or(sampled);
+        let forced = self.forced.pop_front();
+        let id = forced.unwrap_or(sampled);
         self.first_token_at.get_or_insert_with(Instant::now);
+        if let (Some(pending), Some((_, names))) = (self.pending_logprobs.pop_front(), &self.logprobs) {
+            // a forced token replaced the sampled one: its figures are not this token's
+            if forced.is_none() {
+                match pending.read(id, names) {
+                    Ok(lp) => {
+                        let _ = self.events.send(Event::Logprob(lp));
+                    }
+                    Err(e) => {
+                        self.send_error(&e);
+                        return Some(FinishReason::Error);
+                    }
+                }
+            }
+        }
         let grammar_done = match self.constraint.as_mut().map(|c| c.accept(id)) {
             Some(Err(e)) => {
                 self.send_error(&e);

@@ -21,6 +21,7 @@ mod vocabulary;
 pub use decoder::ConstrainedDecoder;
 pub use tool_calls::tool_call_grammar;
 pub use vocabulary::ConstraintVocabulary;
+pub(crate) use vocabulary::token_bytes;
 
 use serde_json::{json, Value};
 

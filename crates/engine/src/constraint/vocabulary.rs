@@ -28,16 +28,7 @@ pub struct ConstraintVocabulary {
 impl ConstraintVocabulary {
     pub fn new(tokenizer: &Tokenizer, logits_width: usize) -> Result<Self> {
         let fail = |what: String| Error::Tokenizer(format!("structured output cannot use this vocabulary: {what}"));
-        let json: serde_json::Value = serde_json::from_str(
-            &tokenizer.hf().to_string(false).map_err(|e| fail(e.to_string()))?,
-        )
-        .map_err(|e| fail(e.to_string()))?;
-        // llguidance asserts on vocabularies it does not expect: never let
-        // that take the engine thread down.
-        let words = std::panic::catch_unwind(|| llguidance::token_bytes_from_tokenizer_json(&json))
-            .map_err(|_| fail("unexpected token names".into()))?
-            .map_err(|e| fail(e.to_string()))?;
-        let mut words = words;
+        let mut words = token_bytes(tokenizer).map_err(fail)?;
         let n = words.len().max(tokenizer.vocab_size());
         words.resize(n, Vec::new());
         for (id, w) in words.iter_mut().enumerate() {
@@ -98,6 +89,19 @@ impl ConstraintVocabulary {
     pub(crate) fn is_end(&self, token: u32) -> bool {
         self.eos_ids.contains(&token)
     }
+}
+
+/// Every token's bytes, as the tokenizer's JSON describes them (byte-level
+/// and byte-fallback vocabularies); special tokens start with
+/// [`TokTrie::SPECIAL_TOKEN_MARKER`], ids without a token are empty.
+pub(crate) fn token_bytes(tokenizer: &Tokenizer) -> std::result::Result<Vec<Vec<u8>>, String> {
+    let json: serde_json::Value =
+        serde_json::from_str(&tokenizer.hf().to_string(false).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    // llguidance asserts on vocabularies it does not expect: never let that
+    // take the engine thread down.
+    std::panic::catch_unwind(|| llguidance::token_bytes_from_tokenizer_json(&json))
+        .map_err(|_| "unexpected token names".to_string())?
+        .map_err(|e| e.to_string())
 }
 
 fn special(name: &str) -> Vec<u8> {

@@ -4,14 +4,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use engine::batch::{Event, FinishReason, RequestStats};
+use engine::batch::{Event, FinishReason, RequestStats, TokenLogprob};
 use engine::handle::Completion;
 use engine::tools::ToolCall;
 
 use crate::api_error::ApiError;
 use crate::openai::{
-    AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Delta, FunctionCallOut,
-    PromptTokensDetails, CompletionTokensDetails, ToolCallOut, Usage,
+    AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChoiceLogprobs, ChunkChoice, CompletionTokensDetails,
+    Delta, FunctionCallOut, PromptTokensDetails, ToolCallOut, TokenLogprobOut, TopLogprobOut, Usage,
 };
 
 /// What every object of one reply repeats.
@@ -59,6 +59,19 @@ fn tool_call(call: ToolCall, index: Option<u32>) -> ToolCallOut {
     }
 }
 
+fn logprob(lp: TokenLogprob) -> TokenLogprobOut {
+    TokenLogprobOut {
+        token: lp.token.text,
+        logprob: lp.logprob,
+        bytes: lp.token.bytes,
+        top_logprobs: lp
+            .top
+            .into_iter()
+            .map(|(t, logprob)| TopLogprobOut { token: t.text, logprob, bytes: t.bytes })
+            .collect(),
+    }
+}
+
 /// OpenAI's name for a finish; `None` for the ends that are errors instead.
 fn finish_reason(reason: FinishReason) -> Option<&'static str> {
     match reason {
@@ -100,10 +113,14 @@ pub fn whole_reply(meta: ReplyMeta, c: Completion) -> Result<ChatCompletion, Api
             index: 0,
             message: AssistantMessage { role: "assistant", content, reasoning_content, tool_calls },
             finish_reason: reason,
-            logprobs: None,
+            logprobs: logprobs_of(c.logprobs),
         }],
         usage: usage(&c.stats),
     })
+}
+
+fn logprobs_of(tokens: Vec<TokenLogprob>) -> Option<ChoiceLogprobs> {
+    (!tokens.is_empty()).then(|| ChoiceLogprobs { content: tokens.into_iter().map(logprob).collect() })
 }
 
 /// The `data:` payloads of a streamed reply, event by event.
@@ -114,17 +131,20 @@ pub struct ChunkWriter {
     tool_calls: u32,
     /// An error was sent; the end is then only `[DONE]`.
     failed: bool,
+    /// Log-probabilities of tokens whose text has not gone out yet: they
+    /// ride on the next chunk (the matcher may hold a token's text back).
+    logprobs: Vec<TokenLogprob>,
 }
 
 pub const DONE: &str = "[DONE]";
 
 impl ChunkWriter {
     pub fn new(meta: ReplyMeta, include_usage: bool) -> Self {
-        Self { meta, include_usage, tool_calls: 0, failed: false }
+        Self { meta, include_usage, tool_calls: 0, failed: false, logprobs: Vec::new() }
     }
 
     /// The opening chunk: the role, with empty content, as OpenAI sends it.
-    pub fn start(&self) -> String {
+    pub fn start(&mut self) -> String {
         self.chunk(Delta { role: Some("assistant"), content: Some(String::new()), ..Delta::default() }, None)
     }
 
@@ -139,6 +159,10 @@ impl ChunkWriter {
                 let call = tool_call(call, Some(self.tool_calls));
                 self.tool_calls += 1;
                 vec![self.chunk(Delta { tool_calls: Some(vec![call]), ..Delta::default() }, None)]
+            }
+            Event::Logprob(lp) => {
+                self.logprobs.push(lp);
+                Vec::new()
             }
             Event::Error(e) => self.error(&ApiError::from_engine(&e)),
             Event::Finished { reason, stats } => self.finish(reason, &stats),
@@ -175,8 +199,9 @@ impl ChunkWriter {
         vec![serde_json::to_string(&e.body()).expect("an error body serializes")]
     }
 
-    fn chunk(&self, delta: Delta, finish_reason: Option<&'static str>) -> String {
-        let choice = ChunkChoice { index: 0, delta, finish_reason, logprobs: None };
+    fn chunk(&mut self, delta: Delta, finish_reason: Option<&'static str>) -> String {
+        let logprobs = logprobs_of(std::mem::take(&mut self.logprobs));
+        let choice = ChunkChoice { index: 0, delta, finish_reason, logprobs };
         self.serialize(vec![choice], None)
     }
 
