@@ -638,15 +638,17 @@ mod tests {
         }
     }
 
+    /// A one-message request with these fields added.
+    fn with(extra: Value) -> Result<Prepared, ApiError> {
+        let mut body = json!({"messages": [{"role": "user", "content": "x"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        request(body)
+    }
+
     #[test]
     fn logprobs_and_their_alternatives_reach_the_engine() {
-        let with = |extra: Value| {
-            let mut body = json!({"messages": [{"role": "user", "content": "x"}]});
-            for (k, v) in extra.as_object().unwrap() {
-                body[k] = v.clone();
-            }
-            request(body)
-        };
         assert_eq!(with(json!({})).unwrap().request.logprobs, None);
         assert_eq!(with(json!({"logprobs": false})).unwrap().request.logprobs, None);
         assert_eq!(with(json!({"logprobs": true})).unwrap().request.logprobs, Some(0));
@@ -663,13 +665,6 @@ mod tests {
 
     #[test]
     fn fields_we_do_not_act_on_are_refused_by_name() {
-        let with = |extra: Value| {
-            let mut body = json!({"messages": [{"role": "user", "content": "x"}]});
-            for (k, v) in extra.as_object().unwrap() {
-                body[k] = v.clone();
-            }
-            request(body)
-        };
         for extra in [
             json!({"presence_penalty": 0.5}),
             json!({"frequency_penalty": -1}),
