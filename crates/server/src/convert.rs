@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use engine::batch::logprobs::MAX_TOP_LOGPROBS;
 use engine::batch::{ImageInput, Prompt, Request};
 use engine::constraint::Constraint;
 use engine::model::ModelInfo;
@@ -124,8 +125,8 @@ pub fn prepare(
         return Err(ApiError::invalid_param("only n = 1 is supported"));
     }
     let logprobs = match (body.logprobs.unwrap_or(false), body.top_logprobs) {
-        (_, Some(n)) if !(0..=20).contains(&n) => {
-            return Err(ApiError::invalid_param(format!("top_logprobs must be between 0 and 20, got {n}")))
+        (_, Some(n)) if !(0..=MAX_TOP_LOGPROBS as i64).contains(&n) => {
+            return Err(ApiError::invalid_param(format!("top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {n}")))
         }
         (false, Some(n)) if n > 0 => return Err(ApiError::invalid_param("top_logprobs needs logprobs: true")),
         (true, n) => Some(n.unwrap_or(0) as usize),
@@ -148,9 +149,7 @@ pub fn prepare(
         .enumerate()
         .map(|(i, m)| message(i, m, files, &mut images))
         .collect::<Result<Vec<_>, _>>()?;
-    let require_tool_call = matches!(&body.tool_choice, Some(Value::String(s)) if s == "required")
-        || matches!(&body.tool_choice, Some(Value::Object(_)));
-    let tools = offered_tools(body.tools, body.tool_choice.as_ref())?;
+    let (tools, require_tool_call) = offered_tools(body.tools, body.tool_choice.as_ref())?;
     if require_tool_call && tools.is_none() {
         return Err(ApiError::invalid_param("tool_choice requires a tool call, but tools is empty"));
     }
@@ -458,7 +457,7 @@ fn template_tool_call(at: &str, call: Value) -> Result<Value, ApiError> {
 /// The tools the template shows the model, after `tool_choice`. `"none"`
 /// hides them; `"required"` cannot be enforced (no constrained decoding), so
 /// it offers them like `"auto"`; naming one function offers only that one.
-fn offered_tools(tools: Option<Vec<Value>>, choice: Option<&Value>) -> Result<Option<Vec<Value>>, ApiError> {
+fn offered_tools(tools: Option<Vec<Value>>, choice: Option<&Value>) -> Result<(Option<Vec<Value>>, bool), ApiError> {
     let tools = tools.unwrap_or_default();
     for (i, tool) in tools.iter().enumerate() {
         let kind = tool.get("type").and_then(Value::as_str);
@@ -469,10 +468,11 @@ fn offered_tools(tools: Option<Vec<Value>>, choice: Option<&Value>) -> Result<Op
             )));
         }
     }
-    let chosen = match choice {
-        None | Some(Value::Null) => tools,
-        Some(Value::String(s)) if s == "auto" || s == "required" => tools,
-        Some(Value::String(s)) if s == "none" => Vec::new(),
+    let (chosen, required) = match choice {
+        None | Some(Value::Null) => (tools, false),
+        Some(Value::String(s)) if s == "auto" => (tools, false),
+        Some(Value::String(s)) if s == "required" => (tools, true),
+        Some(Value::String(s)) if s == "none" => (Vec::new(), false),
         Some(Value::Object(o)) => {
             let wanted = o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str).ok_or_else(|| {
                 ApiError::invalid_param(
@@ -486,7 +486,7 @@ fn offered_tools(tools: Option<Vec<Value>>, choice: Option<&Value>) -> Result<Op
             if named.is_empty() {
                 return Err(ApiError::invalid_param(format!("tool_choice names {wanted:?}, which is not in tools")));
             }
-            named
+            (named, true)
         }
         Some(other) => {
             return Err(ApiError::invalid_param(format!(
@@ -494,7 +494,7 @@ fn offered_tools(tools: Option<Vec<Value>>, choice: Option<&Value>) -> Result<Op
             )))
         }
     };
-    Ok(if chosen.is_empty() { None } else { Some(chosen) })
+    Ok((if chosen.is_empty() { None } else { Some(chosen) }, required))
 }
 
 /// `enable_thinking` and the other template variables. An explicit

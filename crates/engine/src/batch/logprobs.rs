@@ -73,17 +73,17 @@ impl PendingLogprobs {
 
     /// Reads them back for `token` (the id that was sampled).
     pub fn read(self, token: u32, names: &TokenNames) -> Result<TokenLogprob> {
-        self.chosen.eval()?;
+        mlx_rs::transforms::eval(self.arrays())?;
         let logprob = self.chosen.as_slice::<f32>()[0];
-        let mut top = Vec::new();
-        if let Some((values, ids)) = self.top {
-            let ids = ids.as_dtype(mlx_rs::Dtype::Int32)?;
-            ids.eval()?;
-            values.eval()?;
-            top = ids.as_slice::<i32>().iter().zip(values.as_slice::<f32>()).map(|(&id, &lp)| (names.name(id as u32), lp)).collect();
-            // argpartition leaves the top unordered: most likely first
-            top.sort_by(|a, b| b.1.total_cmp(&a.1));
-        }
+        let mut top: Vec<(TokenText, f32)> = match &self.top {
+            // argpartition's indices are uint32
+            Some((values, ids)) => {
+                ids.as_slice::<u32>().iter().zip(values.as_slice::<f32>()).map(|(&id, &lp)| (names.name(id), lp)).collect()
+            }
+            None => Vec::new(),
+        };
+        // argpartition leaves the top unordered: most likely first
+        top.sort_by(|a, b| b.1.total_cmp(&a.1));
         Ok(TokenLogprob { token: names.name(token), logprob, top })
     }
 }

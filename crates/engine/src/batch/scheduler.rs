@@ -580,16 +580,17 @@ impl Scheduler {
         let input = input.reshape(&[b as i32])?;
         let pending = previous.as_ref().map(|_| &input);
         let sampled = self.sample_rows(&logits, pending, &masks)?;
-        let mut outputs = vec![sampled.clone()];
+        // log-probabilities asked for, evaluated with the tokens
+        let mut extra = Vec::new();
         for (i, seq) in self.running.iter_mut().enumerate() {
             if let Some(top) = seq.top_logprobs() {
                 let row = i as i32..i as i32 + 1;
                 let logprobs = PendingLogprobs::compute(&logits.index((row.clone(), ..)), &sampled.index(row), top)?;
-                outputs.extend(logprobs.arrays().into_iter().cloned());
+                extra.extend(logprobs.arrays().into_iter().cloned());
                 seq.push_logprobs(logprobs);
             }
         }
-        mlx_rs::transforms::async_eval(outputs.iter())?;
+        mlx_rs::transforms::async_eval(std::iter::once(&sampled).chain(&extra))?;
         self.decode_steps += 1;
         self.in_flight = Some((sampled, b));
         // While this step computes, read back and stream the previous one.

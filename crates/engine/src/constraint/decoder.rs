@@ -32,11 +32,10 @@ impl ConstrainedDecoder {
 
     fn for_grammar(grammar: TopLevelGrammar, kind: &'static str, vocabulary: Arc<ConstraintVocabulary>) -> Result<Self> {
         let parser = vocabulary.factory().create_parser(grammar);
-        let matcher = Matcher::new(parser);
+        let mut matcher = Matcher::new(parser);
         if let Some(e) = matcher.get_error() {
             return Err(Error::InvalidRequest(format!("invalid {kind}: {}", first_line(&e))));
         }
-        let mut matcher = matcher;
         // A grammar that no answer can match is refused now, not a hang later.
         match matcher.compute_mask_or_eos() {
             Ok(allowed) if !allowed.is_zero() => {}

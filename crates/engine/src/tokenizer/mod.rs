@@ -312,13 +312,13 @@ impl Tokenizer {
         self.add_bos
     }
 
-    /// The number of ids the tokenizer knows, added tokens included. The
-    /// model's embedding table may be larger (padded).
     /// The underlying Hugging Face tokenizer (structured output reads its vocabulary).
     pub(crate) fn hf(&self) -> &tokenizers::Tokenizer {
         &self.inner
     }
 
+    /// The number of ids the tokenizer knows, added tokens included. The
+    /// model's embedding table may be larger (padded).
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
