@@ -155,7 +155,9 @@ impl Store {
         }
         let _guard = self.attachment_lock.lock().await;
         let mut tx = self.write_tx().await?;
-        let unreferenced = "NOT EXISTS (SELECT 1 FROM message_attachments ma WHERE ma.sha256 = attachments.sha256)";
+        // a bulk job's images are kept as long as the job
+        let unreferenced = "NOT EXISTS (SELECT 1 FROM message_attachments ma WHERE ma.sha256 = attachments.sha256)
+            AND NOT EXISTS (SELECT 1 FROM bulk_rows br WHERE br.sha256 = attachments.sha256)";
         let mut removed: Vec<(String, String, i64)> = Vec::new();
         match candidates {
             None => {

@@ -3,6 +3,7 @@
 //! thing without parsing messages.
 use std::path::PathBuf;
 
+use crate::bulk::BulkJobId;
 use crate::types::{ChatId, MessageId};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -11,6 +12,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     #[error("chat {0} not found")]
     ChatNotFound(ChatId),
+
+    #[error("bulk job {0} not found")]
+    BulkJobNotFound(BulkJobId),
 
     #[error("message {0} not found")]
     MessageNotFound(MessageId),
@@ -65,6 +69,7 @@ impl Error {
     pub fn code(&self) -> &'static str {
         match self {
             Error::ChatNotFound(_) => "CHAT_NOT_FOUND",
+            Error::BulkJobNotFound(_) => "BULK_JOB_NOT_FOUND",
             Error::MessageNotFound(_) => "MESSAGE_NOT_FOUND",
             Error::ReplyNotStreaming(_) => "REPLY_NOT_STREAMING",
             Error::AttachmentNotFound(_) => "ATTACHMENT_NOT_FOUND",

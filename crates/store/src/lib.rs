@@ -1,6 +1,7 @@
 //! The app's persistent state in one SQLite database: chats, their messages
 //! (with reasoning, generation stats and a status that survives a crash
-//! mid-reply), image attachments stored once by content hash, and settings.
+//! mid-reply), image attachments stored once by content hash, settings, and
+//! bulk jobs (one prompt over many images) with their tables of answers.
 //!
 //! Safety rules (see design.md, "Security and data safety"): WAL mode, foreign
 //! keys on, every multi-row change in one transaction, migrations embedded and
@@ -19,6 +20,7 @@
 //! ```
 
 mod attachments;
+mod bulk;
 mod chats;
 mod error;
 mod messages;
@@ -28,6 +30,7 @@ mod title;
 mod types;
 
 pub use attachments::{detect_image, ImageFormat, MAX_ATTACHMENT_BYTES};
+pub use bulk::{BulkJob, BulkJobId, BulkJobStatus, BulkRow, BulkRowResult, BulkRowStatus, NewBulkImage, NewBulkJob};
 pub use error::{Error, Result};
 pub use settings::SELECTED_MODEL_KEY;
 pub use store::{Store, StoreConfig};

@@ -45,7 +45,8 @@ pub struct Store {
 impl Store {
     /// Opens (or creates) the database at `path`, with attachments in an
     /// `attachments` folder beside it. Applies pending migrations and marks any
-    /// reply left `streaming` by a crash as `interrupted`.
+    /// reply left `streaming` by a crash as `interrupted` (and any bulk job
+    /// left `running`).
     pub async fn open(path: impl AsRef<Path>) -> Result<Store> {
         Store::open_with(StoreConfig::beside(path.as_ref())).await
     }
@@ -74,6 +75,10 @@ impl Store {
         let recovered = store.recover_interrupted_replies().await?;
         if recovered > 0 {
             tracing::info!(recovered, "replies left streaming by the last run marked interrupted");
+        }
+        let interrupted = store.recover_interrupted_bulk_jobs().await?;
+        if interrupted > 0 {
+            tracing::info!(interrupted, "bulk jobs left running by the last run marked interrupted");
         }
         Ok(store)
     }
