@@ -29,6 +29,12 @@ impl From<store::Error> for AppError {
     }
 }
 
+impl From<bulk::FormatError> for AppError {
+    fn from(e: bulk::FormatError) -> Self {
+        Self::new(bulk::answer_format::INVALID_ANSWER_FORMAT, e.message)
+    }
+}
+
 impl From<hub::Error> for AppError {
     fn from(e: hub::Error) -> Self {
         Self::new(e.code(), e.to_string())
