@@ -102,6 +102,7 @@ pub async fn pump(
                 }
                 // the app asks for none
                 Some(Event::Logprob(_)) => {}
+                Some(Event::Accepted | Event::Queued { .. }) => {}
                 // the app offers no tools, so a tool call is shown as text
                 Some(Event::ToolCall(call)) => {
                     let t = format!("\n```json\n{}\n```\n", serde_json::to_string_pretty(&call).unwrap_or_default());

@@ -6,7 +6,9 @@
 //!   vlm serve --model default --port 8080       (OpenAI-compatible API)
 //!   vlm convert model.gguf out-folder [--dtype float32]
 //!   vlm bench --model <folder|file.gguf|default>
+//!   vlm bulk --model <vision model> --prompt "…" [--columns a,b | --schema s.json] --out results.csv images/
 mod bench;
+mod bulk_job;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -40,6 +42,9 @@ enum Command {
     Convert(ConvertArgs),
     /// Measure prompt and decode speed.
     Bench(BenchArgs),
+    /// Ask one prompt about many images (files and folders) as one batch; a
+    /// results table (CSV or JSON Lines) that a second run resumes.
+    Bulk(bulk_job::BulkArgs),
 }
 
 #[derive(Args)]
@@ -274,6 +279,7 @@ fn main() -> Result<()> {
         Command::Generate(a) => run_generate(a),
         Command::Convert(a) => run_convert(a),
         Command::Bench(a) => run_bench(a),
+        Command::Bulk(a) => bulk_job::run(a),
     }
 }
 
@@ -321,7 +327,7 @@ fn stream_reply(engine: &EngineHandle, request: Request) -> Completion {
             Event::Reasoning(t) => eprint!("\x1b[2m{t}\x1b[0m"),
             Event::ToolCall(call) => println!("[tool call] {}({})", call.name, call.arguments),
             Event::Error(e) => eprintln!("error: {} ({})", e.message, e.code),
-            Event::Logprob(_) | Event::Finished { .. } => {}
+            Event::Logprob(_) | Event::Accepted | Event::Queued { .. } | Event::Finished { .. } => {}
         }
         if reply.absorb(event) {
             break;

@@ -2,6 +2,11 @@
 //! streams) and runs the scheduler; a cloneable, `Send` [`EngineHandle`]
 //! talks to it through a channel. Callers get a [`RequestStream`] of events;
 //! dropping it cancels the request.
+//!
+//! Requests are prepared before they reach the engine thread (template,
+//! tokens, image decoding: `batch/prepare.rs`): a text request on the
+//! caller's thread, an image request on a preparation worker, so the engine
+//! thread only ever steps the batch.
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,8 +15,11 @@ use std::thread;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
+use crate::batch::image_permits::ImagePermits;
+use crate::batch::prep_workers::PrepWorkers;
 use crate::batch::{
-    EngineStats, Event, FinishReason, Request, RequestError, RequestId, RequestStats, Scheduler, SchedulerConfig, TokenLogprob,
+    EngineStats, Event, FinishReason, PreparedRequest, Preparer, Request, RequestError, RequestId, RequestStats, Scheduler,
+    SchedulerConfig, TokenLogprob,
 };
 use crate::error::{Error, Result};
 use crate::model::{self, LoadOptions, ModelInfo};
@@ -25,7 +33,7 @@ pub struct EngineConfig {
 
 enum Command {
     // Boxed: a request is far larger than the other commands.
-    Submit { id: RequestId, request: Box<Request>, events: tokio::sync::mpsc::UnboundedSender<Event> },
+    Admit { id: RequestId, prepared: Box<Result<PreparedRequest>>, events: tokio::sync::mpsc::UnboundedSender<Event> },
     Cancel(RequestId),
     Stats(tokio::sync::oneshot::Sender<EngineStats>),
     Shutdown,
@@ -37,6 +45,11 @@ pub struct EngineHandle {
     commands: mpsc::Sender<Command>,
     next_id: Arc<AtomicU64>,
     info: Arc<ModelInfo>,
+    preparer: Arc<Preparer>,
+    /// Image requests are prepared here, at most `permits` images ahead of
+    /// the vision tower.
+    workers: Arc<PrepWorkers>,
+    permits: Arc<ImagePermits>,
     /// Joined by [`EngineHandle::shutdown`], or when the last handle is
     /// dropped: a process must not exit while the engine thread is inside MLX
     /// (its static destructors would run under it: heap corruption at exit).
@@ -71,6 +84,7 @@ impl EngineHandle {
     pub fn start(model_path: &Path, config: EngineConfig) -> Result<Self> {
         let (commands, inbox) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
+        let max_prepared_images = config.scheduler.max_prepared_images;
         let path: PathBuf = model_path.to_path_buf();
         let thread = thread::Builder::new()
             .name("engine".into())
@@ -82,15 +96,21 @@ impl EngineHandle {
                         return;
                     }
                 };
-                let _ = ready_tx.send(Ok(loaded.info.clone()));
-                run(Scheduler::new(loaded, config.scheduler), inbox);
+                let info = loaded.info.clone();
+                let scheduler = Scheduler::new(loaded, config.scheduler);
+                let _ = ready_tx.send(Ok((info, scheduler.preparer())));
+                run(scheduler, inbox);
             })
             .map_err(|e| Error::io("engine thread", e))?;
-        let info = ready_rx.recv().map_err(|_| Error::Mlx("the engine thread died while loading".into()))??;
+        let (info, preparer) =
+            ready_rx.recv().map_err(|_| Error::Mlx("the engine thread died while loading".into()))??;
         Ok(Self {
             commands: commands.clone(),
             next_id: Arc::new(AtomicU64::new(1)),
             info: Arc::new(info),
+            preparer,
+            workers: Arc::new(PrepWorkers::new()),
+            permits: ImagePermits::new(max_prepared_images),
             thread: Arc::new(EngineThread { commands, join: Mutex::new(Some(thread)) }),
         })
     }
@@ -99,13 +119,39 @@ impl EngineHandle {
         &self.info
     }
 
-    /// Queues a request; its events arrive on the returned stream.
+    /// Queues a request; its events arrive on the returned stream. A text
+    /// request is prepared here (template and tokens: milliseconds); one
+    /// with images goes to a preparation worker, so this never waits for
+    /// image decoding.
     pub fn submit(&self, request: Request) -> RequestStream {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (events, rx) = unbounded_channel();
-        if self.commands.send(Command::Submit { id, request: Box::new(request), events: events.clone() }).is_err() {
-            let _ = events.send(Event::Error(RequestError::from(&Error::EngineStopped)));
-            let _ = events.send(Event::Finished { reason: FinishReason::Error, stats: RequestStats::default() });
+        let submitted = std::time::Instant::now();
+        if request.images.is_empty() {
+            admit(&self.commands, id, self.preparer.prepare(request, submitted), events);
+        } else {
+            let (commands, preparer, permits) = (self.commands.clone(), self.preparer.clone(), self.permits.clone());
+            let job_events = events.clone();
+            let queued = self.workers.run(move |stopping| {
+                if stopping {
+                    refuse(&job_events, &Error::EngineStopped);
+                    return;
+                }
+                if job_events.is_closed() {
+                    return; // the caller went away while it waited for a worker
+                }
+                let permit = permits.acquire(request.images.len());
+                let prepared = preparer.prepare(request, submitted).map(|mut p| {
+                    if let Some(images) = &mut p.images {
+                        images.permit = Some(permit);
+                    }
+                    p
+                });
+                admit(&commands, id, prepared, job_events);
+            });
+            if !queued {
+                refuse(&events, &Error::EngineStopped);
+            }
         }
         RequestStream { id, rx }
     }
@@ -136,6 +182,7 @@ impl EngineHandle {
     /// one step: call it from a blocking context. Dropping the last handle
     /// does the same.
     pub fn shutdown(&self) {
+        self.workers.shutdown();
         self.thread.stop();
     }
 }
@@ -161,7 +208,7 @@ fn run(mut scheduler: Scheduler, inbox: mpsc::Receiver<Command>) {
         };
         if let Some(command) = next {
             match command {
-                Command::Submit { id, request, events } => scheduler.submit(id, *request, events),
+                Command::Admit { id, prepared, events } => scheduler.admit(id, *prepared, events),
                 Command::Cancel(id) => scheduler.cancel(id),
                 Command::Stats(reply) => {
                     let _ = reply.send(scheduler.stats());
@@ -186,6 +233,26 @@ fn run(mut scheduler: Scheduler, inbox: mpsc::Receiver<Command>) {
         scheduler.fail_all(&error);
     }
 }
+
+/// Sends a prepared request (or its preparation error) to the engine thread.
+fn admit(commands: &mpsc::Sender<Command>, id: RequestId, prepared: Result<PreparedRequest>, events: EventSender) {
+    if let Err(e) = &prepared {
+        // Refused before it reached the engine: no need to wake it.
+        refuse(&events, e);
+        return;
+    }
+    let command = Command::Admit { id, prepared: Box::new(prepared), events: events.clone() };
+    if commands.send(command).is_err() {
+        refuse(&events, &Error::EngineStopped);
+    }
+}
+
+fn refuse(events: &EventSender, e: &Error) {
+    let _ = events.send(Event::Error(RequestError::from(e)));
+    let _ = events.send(Event::Finished { reason: FinishReason::Error, stats: RequestStats::default() });
+}
+
+type EventSender = tokio::sync::mpsc::UnboundedSender<Event>;
 
 fn stopped() -> Error {
     Error::EngineStopped
@@ -241,6 +308,10 @@ pub struct Completion {
     pub error: Option<RequestError>,
     pub finish_reason: Option<FinishReason>,
     pub stats: RequestStats,
+    /// The engine took the request in (`Event::Accepted`).
+    pub accepted: bool,
+    /// Each queue position it was told while the batch was full.
+    pub queue_positions: Vec<usize>,
 }
 
 impl Completion {
@@ -250,6 +321,8 @@ impl Completion {
             Event::Content(t) => self.content.push_str(&t),
             Event::Reasoning(t) => self.reasoning.push_str(&t),
             Event::Logprob(lp) => self.logprobs.push(lp),
+            Event::Accepted => self.accepted = true,
+            Event::Queued { position } => self.queue_positions.push(position),
             Event::ToolCall(call) => self.tool_calls.push(call),
             Event::Error(e) => self.error = Some(e),
             Event::Finished { reason, stats } => {

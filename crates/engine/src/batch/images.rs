@@ -1,18 +1,21 @@
-//! The images of one request, from the rendered prompt to what prefill needs.
+//! The images of one request, from preprocessed patches to what prefill needs.
 //!
-//! The chat template writes one placeholder token per image; each becomes as
-//! many placeholders as the image has features. The features come from the
-//! vision-feature cache or, on a miss, from preprocessing and the vision
-//! tower. Prefill then swaps the placeholders' embeddings for the features
-//! and uses the prompt's M-RoPE positions; decoding adds the sequence's rope
-//! delta to its cache length.
+//! Preparation (`prepare.rs`, off the engine thread) expanded each image's
+//! placeholder to one slot per feature and cut the image into patches. Here
+//! the engine gets the features: from the vision-feature cache, or by running
+//! the vision tower a few blocks at a time inside each step's budget
+//! ([`ImageWork::advance`]), so running streams keep decoding while a queue
+//! of images is encoded. Prefill then swaps the placeholders' embeddings for
+//! the features and uses the prompt's M-RoPE positions; decoding adds the
+//! sequence's rope delta to its cache length.
 use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 
-use super::request::ImageInput;
-use crate::cache::{image_slot_key, text_key, KeyToken};
+use super::image_permits::ImagePermit;
+use super::prepare::{PreparedImage, PreparedImages};
+use crate::cache::KeyToken;
 use crate::error::{Error, Result};
-use crate::model::{LanguageModel, VisionTower};
-use crate::vision::{CachedFeatures, ImagePreprocessor, VisionFeatureCache};
+use crate::model::{LanguageModel, VisionEncoding, VisionTower};
+use crate::vision::{CachedFeatures, VisionFeatureCache};
 
 /// Everything prefill and the prefix cache need about a prompt's images.
 pub struct SequenceImages {
@@ -27,103 +30,144 @@ pub struct SequenceImages {
     pub key: Vec<KeyToken>,
 }
 
-/// What a request's images need from the engine.
-pub struct ImageContext<'a> {
-    pub model: &'a dyn LanguageModel,
-    pub preprocessor: Option<&'a ImagePreprocessor>,
+/// A waiting request's images on their way through the vision tower.
+pub struct ImageWork {
+    images: Vec<Encoding>,
+    key: Vec<KeyToken>,
+    image_token_id: u32,
+    /// Given back (dropped) with this work: the images are encoded.
+    _permit: Option<ImagePermit>,
+}
+
+enum Encoding {
+    Waiting(PreparedImage),
+    Running { cache_key: String, grid: [i32; 3], slots: usize, encoding: VisionEncoding },
+    Done(CachedFeatures),
+}
+
+/// What encoding needs from the engine for one step.
+pub struct EncodeContext<'a> {
+    pub vision: &'a dyn VisionTower,
     pub cache: &'a mut VisionFeatureCache,
-    /// Identifies the model in the feature cache's key.
-    pub model_id: &'a str,
+    /// Budget units left this step (one unit = one patch through the whole
+    /// tower, the same scale as a prompt token of prefill).
+    pub budget: usize,
+    /// Work was queued this step (the first piece may exceed the budget:
+    /// every step makes progress).
+    pub spent_any: bool,
+    /// Budget units of the work queued this step.
+    pub spent: usize,
+    /// Arrays to evaluate at the end of the step's encoding.
+    pub to_eval: Vec<Array>,
+    /// Images whose features are complete this step (cache hits included).
+    pub finished: usize,
 }
 
-/// The error for images sent to a text-only model.
-pub fn not_a_vision_model(model: &str) -> Error {
-    Error::InvalidRequest(format!("the model {model} does not accept images (it has no vision tower); choose a vision model"))
-}
+impl<'a> EncodeContext<'a> {
+    pub fn new(vision: &'a dyn VisionTower, cache: &'a mut VisionFeatureCache, budget: usize) -> Self {
+        Self { vision, cache, budget, spent_any: false, spent: 0, to_eval: Vec::new(), finished: 0 }
+    }
 
-/// Expands the image placeholders of `tokens` and gathers the features.
-/// Returns the tokens unchanged and `None` for a request without images.
-pub fn prepare(ctx: ImageContext<'_>, tokens: Vec<u32>, images: &[ImageInput]) -> Result<(Vec<u32>, Option<SequenceImages>)> {
-    let vision = match (ctx.model.vision(), ctx.preprocessor) {
-        (Some(v), Some(p)) => Some((v, p)),
-        _ => None,
-    };
-    let Some((vision, preprocessor)) = vision else {
-        if images.is_empty() {
-            return Ok((tokens, None));
+    /// Budget units of `blocks` blocks of a `patches`-row image of `depth` blocks.
+    fn cost(patches: usize, blocks: usize, depth: usize) -> usize {
+        (patches * blocks).div_ceil(depth.max(1))
+    }
+
+    /// How many of `left` blocks fit the budget (at least one when nothing
+    /// ran yet this step), and their cost.
+    fn blocks_that_fit(&self, patches: usize, left: usize, depth: usize) -> (usize, usize) {
+        let mut n = (0..=left).rev().find(|&k| Self::cost(patches, k, depth) <= self.budget).unwrap_or(0);
+        if n == 0 && !self.spent_any && left > 0 {
+            n = 1;
         }
-        return Err(not_a_vision_model(ctx.model_id));
-    };
-    let image_token = vision.image_token_id();
-    let placeholders = tokens.iter().filter(|&&t| t == image_token).count();
-    if placeholders != images.len() {
-        return Err(Error::InvalidRequest(format!(
-            "the prompt has {placeholders} image placeholders but the request carries {} images",
-            images.len()
-        )));
+        (n, Self::cost(patches, n, depth))
     }
-    if images.is_empty() {
-        return Ok((tokens, None));
-    }
-
-    let mut encoded = Vec::with_capacity(images.len());
-    for (i, image) in images.iter().enumerate() {
-        encoded.push(features_of(ctx.cache, vision, preprocessor, ctx.model_id, i, image)?);
-    }
-
-    let mut expanded = Vec::with_capacity(tokens.len());
-    let mut key = Vec::with_capacity(tokens.len());
-    let mut next_image = 0;
-    for &t in &tokens {
-        if t != image_token {
-            expanded.push(t);
-            key.extend(text_key(&[t]));
-            continue;
-        }
-        let slots = encoded[next_image].features.dim(0) as usize;
-        let sha = &images[next_image].sha256;
-        expanded.extend(std::iter::repeat_n(image_token, slots));
-        key.extend((0..slots).map(|j| image_slot_key(sha, j)));
-        next_image += 1;
-    }
-    let grids: Vec<[i32; 3]> = encoded.iter().map(|e| e.grid).collect();
-    let (positions, rope_delta) = vision.rope_positions(&expanded, &grids)?;
-    let parts: Vec<&Array> = encoded.iter().map(|e| &e.features).collect();
-    let features = ops::concatenate(&parts, 0)?;
-    Ok((expanded, Some(SequenceImages { features, positions, rope_delta, image_token_id: image_token, key })))
 }
 
-/// One image's features: from the cache, or decoded, preprocessed and encoded.
-fn features_of(
-    cache: &mut VisionFeatureCache,
-    vision: &dyn VisionTower,
-    preprocessor: &ImagePreprocessor,
-    model_id: &str,
-    index: usize,
-    image: &ImageInput,
-) -> Result<CachedFeatures> {
-    let key = VisionFeatureCache::key(&image.sha256, &preprocessor.cache_key(), model_id);
-    if let Some(hit) = cache.get(&key) {
-        return Ok(hit);
+impl ImageWork {
+    pub fn new(prepared: PreparedImages) -> Self {
+        Self {
+            images: prepared.images.into_iter().map(Encoding::Waiting).collect(),
+            key: prepared.key,
+            image_token_id: prepared.image_token_id,
+            _permit: prepared.permit,
+        }
     }
-    let preprocessed = preprocessor.preprocess(&image.bytes).map_err(|e| match e {
-        // Name the image the way the user sees it: its place in the request.
-        Error::InvalidImage { reason, .. } => Error::InvalidImage { image: format!("#{}", index + 1), reason },
-        other => other,
-    })?;
-    let features = vision.encode(&preprocessed.pixels, preprocessed.grid)?;
-    features.eval()?;
-    let expected = preprocessor.num_image_tokens(preprocessed.grid) as i32;
-    if features.dim(0) != expected {
-        return Err(Error::Mlx(format!(
-            "the vision tower gave {} features for a {:?} grid, expected {expected}",
-            features.dim(0),
-            preprocessed.grid
-        )));
+
+    pub fn is_done(&self) -> bool {
+        self.images.iter().all(|e| matches!(e, Encoding::Done(_)))
     }
-    let value = CachedFeatures { features, grid: preprocessed.grid };
-    cache.insert(key, value.clone());
-    Ok(value)
+
+    /// Images not encoded yet.
+    pub fn pending(&self) -> usize {
+        self.images.iter().filter(|e| !matches!(e, Encoding::Done(_))).count()
+    }
+
+    /// Encodes what fits in `ctx.budget`, image by image in prompt order;
+    /// a vision-cache hit costs nothing. Queues the work lazily (the arrays
+    /// to evaluate go to `ctx.to_eval`).
+    pub fn advance(&mut self, ctx: &mut EncodeContext<'_>) -> Result<()> {
+        for slot in &mut self.images {
+            if let Encoding::Waiting(image) = slot {
+                let out_of_budget = ctx.spent_any && ctx.budget == 0;
+                if out_of_budget && !ctx.cache.contains(&image.cache_key) {
+                    return Ok(()); // looked up (and counted) when it can be encoded
+                }
+                if let Some(hit) = ctx.cache.get(&image.cache_key) {
+                    *slot = Encoding::Done(hit);
+                    ctx.finished += 1;
+                    continue;
+                }
+                let encoding = ctx.vision.begin_encode(&image.patches.to_array(), image.patches.grid)?;
+                let (cache_key, grid, slots) = (std::mem::take(&mut image.cache_key), image.patches.grid, image.slots);
+                *slot = Encoding::Running { cache_key, grid, slots, encoding };
+            }
+            let Encoding::Running { encoding, .. } = slot else { continue };
+            let left = encoding.blocks_total - encoding.blocks_done;
+            let (blocks, cost) = ctx.blocks_that_fit(encoding.patches, left, encoding.blocks_total);
+            if blocks > 0 {
+                ctx.to_eval.push(ctx.vision.encode_blocks(encoding, blocks)?);
+                ctx.budget = ctx.budget.saturating_sub(cost);
+                ctx.spent += cost;
+                ctx.spent_any = true;
+            }
+            if !encoding.is_done() {
+                return Ok(()); // the budget ran out part-way through this image
+            }
+            let Encoding::Running { cache_key, grid, slots, encoding } = slot else { continue };
+            let (grid, slots) = (*grid, *slots);
+            let features = ctx.vision.finish_encode(encoding)?;
+            if features.dim(0) as usize != slots {
+                return Err(Error::Mlx(format!(
+                    "the vision tower gave {} features for a {grid:?} grid, expected {slots}",
+                    features.dim(0)
+                )));
+            }
+            ctx.to_eval.push(features.clone());
+            let value = CachedFeatures { features, grid };
+            ctx.cache.insert(std::mem::take(cache_key), value.clone());
+            *slot = Encoding::Done(value);
+            ctx.finished += 1;
+        }
+        Ok(())
+    }
+
+    /// The prompt's images once every one is encoded.
+    pub fn finish(self, vision: &dyn VisionTower, prompt: &[u32]) -> Result<SequenceImages> {
+        let encoded: Vec<CachedFeatures> = self
+            .images
+            .into_iter()
+            .map(|e| match e {
+                Encoding::Done(f) => Ok(f),
+                _ => Err(Error::Mlx("prefill started before the prompt's images were encoded".into())),
+            })
+            .collect::<Result<_>>()?;
+        let grids: Vec<[i32; 3]> = encoded.iter().map(|e| e.grid).collect();
+        let (positions, rope_delta) = vision.rope_positions(prompt, &grids)?;
+        let parts: Vec<&Array> = encoded.iter().map(|e| &e.features).collect();
+        let features = ops::concatenate(&parts, 0)?;
+        Ok(SequenceImages { features, positions, rope_delta, image_token_id: self.image_token_id, key: self.key })
+    }
 }
 
 impl SequenceImages {

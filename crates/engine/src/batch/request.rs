@@ -173,10 +173,17 @@ impl From<&crate::Error> for RequestError {
     }
 }
 
-/// What a request's stream carries, in order: text pieces, then exactly one
-/// `Finished` (after an `Error` if it failed).
+/// What a request's stream carries, in order: `Accepted` (unless the request
+/// was refused before it reached the engine), any `Queued`, text pieces, then
+/// exactly one `Finished` (after an `Error` if it failed).
 #[derive(Debug, Clone)]
 pub enum Event {
+    /// The engine took the request in: it is prepared (template, tokens,
+    /// images decoded) and queued. Sent once, before anything else.
+    Accepted,
+    /// The batch is full: this request waits with `position - 1` requests
+    /// ahead of it. Sent again whenever the position changes.
+    Queued { position: usize },
     /// Answer text.
     Content(String),
     /// The log-probability of the next generated token (sent before its

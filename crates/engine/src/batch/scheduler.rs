@@ -9,15 +9,17 @@
 //!    (left-padded batch cache), reading back only the sampled tokens;
 //! 4. drops finished sequences at once.
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Instant;
 
 use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::images::{self, ImageContext};
+use super::images::{EncodeContext, ImageWork};
 use super::logprobs::{PendingLogprobs, TokenNames, MAX_TOP_LOGPROBS};
 use super::prefill::{self, PassRow};
+use super::prepare::{PreparedRequest, Preparer};
 use super::request::{Event, FinishReason, Prompt, Request, RequestId};
 use super::sequence::{Sequence, SequenceParts};
 use crate::cache::{BatchCache, KvQuantization, PrefixCache, PrefixCacheStats};
@@ -27,8 +29,6 @@ use crate::error::{Error, Result};
 use crate::generate::PREFILL_CHUNK;
 use crate::model::{LoadedModel, Positions};
 use crate::sample::{keep_allowed, Sampler};
-use crate::stop::{thinking_tags_for_template, tool_call_tags_for_template, MatcherConfig, StreamMatcher};
-use crate::tokenizer::prompt_opens_thinking;
 use crate::vision::{VisionCacheStats, VisionFeatureCache};
 
 #[derive(Debug, Clone)]
@@ -45,6 +45,9 @@ pub struct SchedulerConfig {
     pub kv_quantization: Option<KvQuantization>,
     /// Bytes of vision-tower output kept per image for reuse (0 = off).
     pub vision_cache_bytes: usize,
+    /// Most images decoded into patches and waiting for the vision tower
+    /// (preparation waits for the engine beyond this: bounds memory).
+    pub max_prepared_images: usize,
 }
 
 impl Default for SchedulerConfig {
@@ -56,6 +59,7 @@ impl Default for SchedulerConfig {
             prefix_cache_bytes: 512 << 20,
             kv_quantization: None,
             vision_cache_bytes: 256 << 20,
+            max_prepared_images: 32,
         }
     }
 }
@@ -89,6 +93,8 @@ pub struct EngineStats {
     pub prefill_padding_tokens: u64,
     pub prefix_cache: PrefixCacheStats,
     pub vision_cache: VisionCacheStats,
+    /// Images of waiting requests not through the vision tower yet.
+    pub images_to_encode: usize,
     /// What KV quantization is doing, in words (also why it does not apply).
     pub kv_quantization: String,
     /// Layers of the batch cache stored quantized right now.
@@ -124,7 +130,32 @@ pub struct Scheduler {
     constraint_vocabulary: Option<std::sync::Arc<ConstraintVocabulary>>,
     /// Built on the first request for log-probabilities.
     token_names: Option<std::sync::Arc<TokenNames>>,
+    /// Prepares requests; shared with the threads that submit them.
+    preparer: Arc<Preparer>,
+    /// Cancelled before the engine saw them (still being prepared), newest last.
+    early_cancels: VecDeque<RequestId>,
+    last_step: StepReport,
 }
+
+/// What one step did: for tests that step the scheduler by hand, and for
+/// benchmarks. Budget units: prompt tokens of prefill, patches through the
+/// whole vision tower (a piece of an image counts its share of the blocks).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepReport {
+    /// Sequences decoding when the step began.
+    pub running_before: usize,
+    /// Vision-tower work queued this step, in budget units.
+    pub vision_cost: usize,
+    /// Images whose features were completed (cache hits included).
+    pub images_encoded: usize,
+    /// Prompt tokens prefilled, padding included.
+    pub prefill_tokens: usize,
+    /// Rows in this step's decode pass (0: no decode step ran).
+    pub decoded_rows: usize,
+}
+
+/// Cancels remembered for requests the engine has not seen yet.
+const MAX_EARLY_CANCELS: usize = 1024;
 
 impl Scheduler {
     pub fn new(loaded: LoadedModel, config: SchedulerConfig) -> Self {
@@ -141,7 +172,14 @@ impl Scheduler {
                 None => (Some(q), q.describe(&layout)),
             },
         };
+        let max_context = {
+            let model = shape.max_context;
+            if config.max_context == 0 { model } else { config.max_context.min(model) }
+        };
         Self {
+            preparer: Arc::new(Preparer::new(&loaded, max_context)),
+            early_cancels: VecDeque::new(),
+            last_step: StepReport::default(),
             loaded,
             prefix_cache: PrefixCache::new(config.prefix_cache_bytes),
             vision_cache: VisionFeatureCache::new(config.vision_cache_bytes),
@@ -171,17 +209,37 @@ impl Scheduler {
         !self.waiting.is_empty() || !self.running.is_empty()
     }
 
-    fn max_context(&self) -> usize {
-        let model = self.loaded.model.shape().max_context;
-        if self.config.max_context == 0 { model } else { self.config.max_context.min(model) }
+    /// The request preparer, for threads that submit (see [`Self::admit`]).
+    pub fn preparer(&self) -> Arc<Preparer> {
+        self.preparer.clone()
     }
 
-    /// Validates and tokenizes a request and queues it. Errors go to the
-    /// request's own stream; the engine carries on.
+    /// What the last [`Self::step`] did.
+    pub fn last_step(&self) -> StepReport {
+        self.last_step
+    }
+
+    /// Prepares a request on the engine thread and queues it (for callers
+    /// that step the scheduler themselves; [`crate::handle::EngineHandle`]
+    /// prepares on the caller's side and calls [`Self::admit`]).
     pub fn submit(&mut self, id: RequestId, request: Request, events: UnboundedSender<Event>) {
-        let submitted = Instant::now();
-        match self.prepare(id, request, events.clone(), submitted) {
-            Ok(seq) => self.waiting.push_back(seq),
+        let prepared = self.preparer.prepare(request, Instant::now());
+        self.admit(id, prepared, events);
+    }
+
+    /// Queues a prepared request, or sends its preparation error. Errors go
+    /// to the request's own stream; the engine carries on.
+    pub fn admit(&mut self, id: RequestId, prepared: Result<PreparedRequest>, events: UnboundedSender<Event>) {
+        if let Some(i) = self.early_cancels.iter().position(|&c| c == id) {
+            self.early_cancels.remove(i);
+            let _ = events.send(Event::Finished { reason: FinishReason::Cancelled, stats: Default::default() });
+            return;
+        }
+        match prepared.and_then(|p| self.sequence_for(id, p, events.clone())) {
+            Ok(seq) => {
+                let _ = events.send(Event::Accepted);
+                self.waiting.push_back(seq);
+            }
             Err(e) => {
                 let _ = events.send(Event::Error((&e).into()));
                 let _ = events.send(Event::Finished { reason: FinishReason::Error, stats: Default::default() });
@@ -189,72 +247,16 @@ impl Scheduler {
         }
     }
 
-    fn prepare(&mut self, id: RequestId, req: Request, events: UnboundedSender<Event>, submitted: Instant) -> Result<Sequence> {
-        let tokenizer = &self.loaded.tokenizer;
-        if req.max_tokens == 0 {
-            return Err(Error::InvalidRequest("max_tokens must be at least 1".into()));
-        }
-        req.sampling.validate(self.loaded.model.shape().vocab_size)?;
-        if req.stop.iter().any(String::is_empty) {
-            return Err(Error::InvalidRequest("stop strings must not be empty".into()));
-        }
-        // Before the template renders: a text-only template may choke on image parts.
-        if !req.images.is_empty() && self.loaded.model.vision().is_none() {
-            return Err(images::not_a_vision_model(&self.loaded.info.name));
-        }
-        let template = tokenizer.chat_template().map(|t| t.source().to_string()).unwrap_or_default();
-        let (prompt, opens_thinking, thinking_enabled, offers_tools) = match &req.prompt {
-            Prompt::Tokens(ids) => (ids.clone(), false, false, false),
-            Prompt::Text(text) => (tokenizer.encode(text, tokenizer.add_bos())?, false, false, false),
-            Prompt::Chat { messages, options } => {
-                let rendered = tokenizer.apply_chat_template(messages, options)?;
-                let ids = tokenizer.encode(&rendered, false)?;
-                let tools = options.tools.as_ref().is_some_and(|t| !t.is_empty());
-                (ids, prompt_opens_thinking(&rendered), options.enable_thinking != Some(false), tools)
-            }
-        };
-        if !req.images.is_empty() && !matches!(req.prompt, Prompt::Chat { .. }) {
-            return Err(Error::InvalidRequest("images need a chat prompt (their places come from the messages)".into()));
-        }
-        let model_id = self.loaded.info.path.display().to_string();
-        let ctx = ImageContext {
-            model: self.loaded.model.as_ref(),
-            preprocessor: self.loaded.preprocessor.as_ref(),
-            cache: &mut self.vision_cache,
-            model_id: &model_id,
-        };
-        let (prompt, images) = images::prepare(ctx, prompt, &req.images)?;
-        let tokenizer = &self.loaded.tokenizer;
-        if prompt.is_empty() {
-            return Err(Error::InvalidRequest("the prompt is empty".into()));
-        }
-        let vocab = self.loaded.model.shape().vocab_size as u32;
-        if let Some(bad) = prompt.iter().find(|&&t| t >= vocab) {
-            return Err(Error::InvalidRequest(format!("prompt token {bad} is outside the vocabulary of {vocab}")));
-        }
-        let max_context = self.max_context();
-        if prompt.len() >= max_context {
-            return Err(Error::ContextLengthExceeded { prompt_tokens: prompt.len(), max_context });
-        }
-        let thinking = if thinking_enabled { thinking_tags_for_template(&template) } else { None };
-        let close_thinking = match &thinking {
-            Some(tags) => tokenizer.encode(&format!("\n{}\n\n", tags.close), false)?,
-            None => Vec::new(),
-        };
-        let matcher = StreamMatcher::new(MatcherConfig {
-            stop_strings: req.stop.clone(),
-            starts_in_reasoning: thinking.is_some() && opens_thinking,
-            thinking,
-            // Only a request that offers tools can get tool calls back; otherwise
-            // a JSON answer is just an answer.
-            tool_call: if offers_tools { tool_call_tags_for_template(&template) } else { None },
-        });
+    /// What a prepared request needs from the engine thread: its grammar,
+    /// log-probability names and sampler (MLX objects).
+    fn sequence_for(&mut self, id: RequestId, p: PreparedRequest, events: UnboundedSender<Event>) -> Result<Sequence> {
+        let req = &p.request;
         let constraint = match (&req.constraint, req.require_tool_call) {
             (Some(_), true) => {
                 return Err(Error::InvalidRequest("a required tool call cannot also have a response format".into()))
             }
             (Some(c), false) => Some(ConstrainedDecoder::new(c, self.constraint_vocabulary()?)?),
-            (None, true) => Some(self.tool_call_constraint(&req, &template, offers_tools)?),
+            (None, true) => Some(self.tool_call_constraint(req, p.offers_tools)?),
             (None, false) => None,
         };
         let logprobs = match req.logprobs {
@@ -266,22 +268,24 @@ impl Scheduler {
         };
         let parts = SequenceParts {
             logprobs,
-            one_tool_call: offers_tools && !req.parallel_tool_calls,
+            one_tool_call: p.offers_tools && !req.parallel_tool_calls,
             constraint,
-            images,
+            vision: p.images.map(ImageWork::new),
             sampler: Sampler::new(req.sampling.clone())?,
-            max_tokens: req.max_tokens.min(max_context - prompt.len()),
-            matcher,
+            max_tokens: p.max_tokens,
+            matcher: p.matcher,
             thinking_budget: req.thinking_budget,
-            close_thinking,
+            close_thinking: p.close_thinking,
             events,
-            submitted,
+            submitted: p.submitted,
         };
-        Ok(Sequence::new(id, prompt, parts))
+        Ok(Sequence::new(id, p.prompt, parts))
     }
 
     /// The grammar of a required tool call, in the template's format.
-    fn tool_call_constraint(&mut self, req: &Request, template: &str, offers_tools: bool) -> Result<ConstrainedDecoder> {
+    fn tool_call_constraint(&mut self, req: &Request, offers_tools: bool) -> Result<ConstrainedDecoder> {
+        let preparer = self.preparer.clone();
+        let template = preparer.template();
         let tools = match &req.prompt {
             Prompt::Chat { options, .. } if offers_tools => options.tools.clone().unwrap_or_default(),
             _ => return Err(Error::InvalidRequest("a required tool call needs tools in a chat request".into())),
@@ -333,6 +337,7 @@ impl Scheduler {
             prefill_padding_tokens: self.prefill_padding,
             prefix_cache: self.prefix_cache.stats(),
             vision_cache: self.vision_cache.stats(),
+            images_to_encode: self.waiting.iter().filter_map(|s| s.vision.as_ref()).map(ImageWork::pending).sum(),
             kv_quantization: self.kv_quantization_status.clone(),
             kv_quantized_layers: self.cache.quantized_layers(),
         }
@@ -353,16 +358,74 @@ impl Scheduler {
         if std::mem::take(&mut self.idle) {
             super::idle_memory::resume();
         }
+        self.last_step = StepReport { running_before: self.running.len(), ..StepReport::default() };
         self.drop_cancelled()?;
-        self.prefill_within_budget()?;
+        let budget = self.config.prefill_budget.max(1);
+        let vision_cost = self.encode_images(budget)?;
+        self.prefill_within_budget(budget.saturating_sub(vision_cost), vision_cost > 0)?;
         if !self.running.is_empty() {
+            self.last_step.decoded_rows = self.running.len();
             self.decode_step()?;
         }
+        self.report_queue_positions();
         Ok(())
+    }
+
+    /// Runs the vision tower on waiting requests' images, oldest first, within
+    /// `budget` (a piece of an image at a time: see [`ImageWork::advance`]).
+    /// Requests whose images are all encoded become ready for prefill; one
+    /// whose encoding fails ends with its error. Returns the budget spent.
+    fn encode_images(&mut self, budget: usize) -> Result<usize> {
+        let Some(vision) = self.loaded.model.vision() else { return Ok(0) };
+        if self.waiting.iter().all(Sequence::ready_for_prefill) {
+            return Ok(0);
+        }
+        let mut ctx = EncodeContext::new(vision, &mut self.vision_cache, budget);
+        let mut failed = Vec::new();
+        for (i, seq) in self.waiting.iter_mut().enumerate() {
+            let Some(work) = seq.vision.as_mut() else { continue };
+            let outcome = work.advance(&mut ctx).and_then(|()| match seq.vision.take_if(|w| w.is_done()) {
+                Some(done) => done.finish(vision, &seq.tokens[..seq.prompt_len]).map(|images| seq.images = Some(images)),
+                None => Ok(()),
+            });
+            if let Err(e) = outcome {
+                failed.push((i, e));
+            }
+        }
+        // Run the queued pieces now, before this step's prefill and decode
+        // (not at the end of the whole encode).
+        mlx_rs::transforms::async_eval(ctx.to_eval.iter())?;
+        self.last_step.vision_cost = ctx.spent;
+        self.last_step.images_encoded = ctx.finished;
+        for (i, e) in failed.into_iter().rev() {
+            if let Some(seq) = self.waiting.remove(i) {
+                seq.send_error(&e);
+                seq.finish(FinishReason::Error, &self.loaded.tokenizer);
+            }
+        }
+        Ok(self.last_step.vision_cost)
+    }
+
+    /// Sends each waiting request its place in line while the batch is full.
+    fn report_queue_positions(&mut self) {
+        let full = self.running.len() >= self.config.max_running;
+        for (i, seq) in self.waiting.iter_mut().enumerate() {
+            seq.note_queue_position(full.then_some(i + 1));
+        }
     }
 
     fn drop_cancelled(&mut self) -> Result<()> {
         let cancelled = std::mem::take(&mut self.cancelled);
+        for &id in &cancelled {
+            let known = self.waiting.iter().chain(&self.running).any(|s| s.id == id);
+            if !known {
+                // Still being prepared (or already finished): drop it on arrival.
+                self.early_cancels.push_back(id);
+                if self.early_cancels.len() > MAX_EARLY_CANCELS {
+                    self.early_cancels.pop_front();
+                }
+            }
+        }
         let gone = |s: &Sequence| cancelled.contains(&s.id) || s.is_abandoned();
         let tokenizer = &self.loaded.tokenizer;
         let mut still_waiting = VecDeque::new();
@@ -426,14 +489,14 @@ impl Scheduler {
     /// (padded tokens) is spent or the batch is full. Each pass takes, oldest
     /// first, as many waiting sequences as fit (see [`prefill::chunk_for`]),
     /// so prompts that arrive together share forward passes.
-    fn prefill_within_budget(&mut self) -> Result<()> {
-        let mut budget = self.config.prefill_budget.max(1);
+    /// `budget`: what the step's vision work left; `worked`: that work ran.
+    fn prefill_within_budget(&mut self, mut budget: usize, worked: bool) -> Result<()> {
         let mut passes = 0;
         while budget > 0 && self.running.len() < self.config.max_running {
-            let Some(next) = self.waiting.front() else { break };
+            let Some(next) = self.waiting.iter().find(|s| s.ready_for_prefill()) else { break };
             // A pass has a fixed cost; a few leftover tokens of budget are not
             // worth one unless they finish a prompt. The next step has a full budget.
-            if passes > 0 && budget < prefill::MIN_LATER_PASS.min(next.prompt_remaining()) {
+            if (passes > 0 || worked) && budget < prefill::MIN_LATER_PASS.min(next.prompt_remaining()) {
                 break;
             }
             passes += 1;
@@ -441,6 +504,7 @@ impl Scheduler {
             let width = rows.iter().map(|r| r.n).max().unwrap_or(0);
             let padded = rows.len() * width;
             budget = budget.saturating_sub(padded);
+            self.last_step.prefill_tokens += padded;
             self.prefill_passes += 1;
             self.prefill_rows += rows.len() as u64;
             self.prefill_padding += (padded - rows.iter().map(|r| r.n).sum::<usize>()) as u64;
@@ -458,6 +522,10 @@ impl Scheduler {
         let mut skipped = Vec::new();
         while rows.len() < slots {
             let Some(mut seq) = self.waiting.pop_front() else { break };
+            if !seq.ready_for_prefill() {
+                skipped.push(seq);
+                continue;
+            }
             if seq.prefill_cache.is_none() {
                 self.reuse_prefix(&mut seq);
             }

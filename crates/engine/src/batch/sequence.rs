@@ -7,7 +7,7 @@ use std::time::Instant;
 use mlx_rs::Array;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::images::SequenceImages;
+use super::images::{ImageWork, SequenceImages};
 use super::logprobs::{PendingLogprobs, TokenNames};
 use super::request::{Event, FinishReason, RequestError, RequestId, RequestStats};
 use crate::cache::{text_key, BatchCache, KeyToken};
@@ -33,6 +33,11 @@ pub struct Sequence {
     pub kv_cache_bytes: usize,
     /// The prompt's images (features, M-RoPE positions, rope delta), if any.
     pub images: Option<SequenceImages>,
+    /// The prompt's images still on their way through the vision tower; the
+    /// prompt is prefilled once this is gone (it becomes `images`).
+    pub vision: Option<ImageWork>,
+    /// The queue position last sent (`Event::Queued`).
+    queued_at: Option<usize>,
     pub sampler: Sampler,
     /// Generation ends after this many tokens (already clamped to the context).
     pub max_tokens: usize,
@@ -63,7 +68,7 @@ pub struct Sequence {
 
 /// What a sequence needs besides its prompt.
 pub struct SequenceParts {
-    pub images: Option<SequenceImages>,
+    pub vision: Option<ImageWork>,
     pub sampler: Sampler,
     pub max_tokens: usize,
     pub matcher: StreamMatcher,
@@ -87,7 +92,9 @@ impl Sequence {
             cached_prompt_tokens: 0,
             prefill_cache: None,
             kv_cache_bytes: 0,
-            images: parts.images,
+            images: None,
+            vision: parts.vision,
+            queued_at: None,
             sampler: parts.sampler,
             max_tokens: parts.max_tokens,
             generated: 0,
@@ -112,6 +119,21 @@ impl Sequence {
     /// The caller dropped its stream: treat as cancelled.
     pub fn is_abandoned(&self) -> bool {
         self.events.is_closed()
+    }
+
+    /// Its images are encoded (or it has none): its prompt may be prefilled.
+    pub fn ready_for_prefill(&self) -> bool {
+        self.vision.is_none()
+    }
+
+    /// Tells the caller where it waits for a free slot, when that changed.
+    pub fn note_queue_position(&mut self, position: Option<usize>) {
+        if position != self.queued_at {
+            self.queued_at = position;
+            if let Some(position) = position {
+                let _ = self.events.send(Event::Queued { position });
+            }
+        }
     }
 
     pub fn prompt_remaining(&self) -> usize {

@@ -175,7 +175,7 @@ fn finish(
         capabilities: Capabilities::of(tokenizer.chat_template().map(|t| t.source()), model.vision().is_some()),
         has_chat_template: tokenizer.chat_template().is_some(),
     };
-    Ok(LoadedModel { model, tokenizer, preprocessor: None, info })
+    Ok(LoadedModel { model, tokenizer: std::sync::Arc::new(tokenizer), preprocessor: None, info })
 }
 
 /// Activations run in float32 on the CPU backend (no fast half-precision

@@ -33,7 +33,7 @@ pub use layers::WeightFormat;
 pub use loading::{load, LoadOptions};
 pub use registry::{describe, describe_folder, Family, FolderInfo};
 pub use rope::Positions;
-pub use vision_tower::VisionTower;
+pub use vision_tower::{VisionEncoding, VisionTower};
 
 /// Sizes the engine needs to plan caches and validate requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,7 +148,8 @@ impl Capabilities {
 
 pub struct LoadedModel {
     pub model: Box<dyn LanguageModel>,
-    pub tokenizer: Tokenizer,
+    /// Shared with the threads that prepare requests.
+    pub tokenizer: std::sync::Arc<Tokenizer>,
     /// The image processor of a vision-language model (`preprocessor_config.json`).
     pub preprocessor: Option<crate::vision::ImagePreprocessor>,
     pub info: ModelInfo,

@@ -1,9 +1,44 @@
 //! What the engine needs from the vision half of a vision-language model.
 //! The language half is an ordinary [`super::LanguageModel`]; a model that
 //! sees images returns its tower from [`super::LanguageModel::vision`].
+use std::any::Any;
+
 use mlx_rs::Array;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// One image part-way through a vision tower: the engine runs a tower's
+/// blocks a few at a time between decode steps, so encoding a big image (or
+/// a queue of them) never stalls the streams that are decoding.
+pub struct VisionEncoding {
+    /// Blocks run so far, of `blocks_total`.
+    pub blocks_done: usize,
+    pub blocks_total: usize,
+    /// Rows through the blocks (patches): what a block costs, in the step
+    /// budget's units.
+    pub patches: usize,
+    /// The tower's own state between blocks.
+    pub state: Box<dyn Any>,
+}
+
+impl VisionEncoding {
+    pub fn is_done(&self) -> bool {
+        self.blocks_done >= self.blocks_total
+    }
+
+    /// The tower's state, as the tower that began it made it.
+    pub fn state_mut<T: 'static>(&mut self) -> Result<&mut T> {
+        self.state.downcast_mut().ok_or_else(other_tower)
+    }
+
+    pub fn state<T: 'static>(&self) -> Result<&T> {
+        self.state.downcast_ref().ok_or_else(other_tower)
+    }
+}
+
+fn other_tower() -> Error {
+    Error::Mlx("an image encoding went to another vision tower".into())
+}
 
 pub trait VisionTower {
     /// The placeholder token that marks one image-feature slot in a prompt
@@ -13,7 +48,22 @@ pub trait VisionTower {
 
     /// Patches `[N, C*T*P*P]` of one image with grid `(t, h, w)` → features
     /// `[N / merge², hidden]` in the language model's embedding space.
-    fn encode(&self, pixels: &Array, grid: [i32; 3]) -> Result<Array>;
+    fn encode(&self, pixels: &Array, grid: [i32; 3]) -> Result<Array> {
+        let mut encoding = self.begin_encode(pixels, grid)?;
+        let all = encoding.blocks_total;
+        self.encode_blocks(&mut encoding, all)?;
+        self.finish_encode(&encoding)
+    }
+
+    /// [`Self::encode`] in pieces: the state before the first block.
+    fn begin_encode(&self, pixels: &Array, grid: [i32; 3]) -> Result<VisionEncoding>;
+
+    /// Queues up to `count` more blocks (lazily); returns the array to
+    /// evaluate so the work is done now rather than all at the end.
+    fn encode_blocks(&self, encoding: &mut VisionEncoding, count: usize) -> Result<Array>;
+
+    /// The features, once every block ran.
+    fn finish_encode(&self, encoding: &VisionEncoding) -> Result<Array>;
 
     /// M-RoPE positions for a whole prompt (placeholders already expanded):
     /// `[3, L]` int32 (temporal, height, width) and the rope delta that

@@ -78,6 +78,11 @@ impl VisionFeatureCache {
         }
     }
 
+    /// Whether an image is cached, without counting a hit or a miss.
+    pub fn contains(&self, key: &str) -> bool {
+        self.entries.iter().any(|e| e.key == key)
+    }
+
     /// Keeps evaluated features. An entry larger than the whole cache is not kept.
     pub fn insert(&mut self, key: String, value: CachedFeatures) {
         let bytes = value.features.nbytes();

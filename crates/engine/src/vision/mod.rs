@@ -5,4 +5,4 @@ pub mod feature_cache;
 pub mod preprocess;
 
 pub use feature_cache::{CachedFeatures, VisionCacheStats, VisionFeatureCache};
-pub use preprocess::{ImagePreprocessor, PreprocessedImage};
+pub use preprocess::{ImagePatches, ImagePreprocessor, PreprocessedImage};

@@ -72,6 +72,25 @@ pub struct PreprocessedImage {
     pub grid: [i32; 3],
 }
 
+/// One image's patches as plain numbers, before they become an MLX array:
+/// made on any thread (request preparation runs off the engine thread).
+#[derive(Debug, Clone)]
+pub struct ImagePatches {
+    /// Row-major `[rows, cols]`, as [`PreprocessedImage::pixels`].
+    pub data: Vec<f32>,
+    pub rows: usize,
+    pub cols: usize,
+    /// `(t, h, w)` in patches.
+    pub grid: [i32; 3],
+}
+
+impl ImagePatches {
+    /// The patches as the array the vision tower reads (engine thread only).
+    pub fn to_array(&self) -> Array {
+        Array::from_slice(&self.data, &[self.rows as i32, self.cols as i32])
+    }
+}
+
 fn read_json(path: &Path) -> Result<Option<Value>> {
     match std::fs::read_to_string(path) {
         Ok(text) => serde_json::from_str(&text)
@@ -216,9 +235,16 @@ impl ImagePreprocessor {
     /// [`Self::preprocess`] with the name the error should give the image (a file name,
     /// "#2 in the request").
     pub fn preprocess_named(&self, bytes: &[u8], name: &str) -> Result<PreprocessedImage> {
+        let patches = self.patches_named(bytes, name)?;
+        Ok(PreprocessedImage { pixels: patches.to_array(), grid: patches.grid })
+    }
+
+    /// [`Self::preprocess_named`] without MLX: decoding, resizing and
+    /// patches only, so any thread may run it.
+    pub fn patches_named(&self, bytes: &[u8], name: &str) -> Result<ImagePatches> {
         let invalid = |reason: String| Error::InvalidImage { image: name.to_string(), reason };
         let img = decode::decode_rgb8(bytes).map_err(invalid)?;
-        self.preprocess_rgb8(&img.rgb, img.width, img.height).map_err(|e| match e {
+        self.patches_rgb8(&img.rgb, img.width, img.height).map_err(|e| match e {
             Error::InvalidImage { reason, .. } => invalid(reason),
             other => other,
         })
@@ -226,6 +252,11 @@ impl ImagePreprocessor {
 
     /// The pipeline after decoding: `rgb` is `width × height` interleaved 8-bit RGB.
     pub fn preprocess_rgb8(&self, rgb: &[u8], width: usize, height: usize) -> Result<PreprocessedImage> {
+        let patches = self.patches_rgb8(rgb, width, height)?;
+        Ok(PreprocessedImage { pixels: patches.to_array(), grid: patches.grid })
+    }
+
+    fn patches_rgb8(&self, rgb: &[u8], width: usize, height: usize) -> Result<ImagePatches> {
         let invalid = |reason: String| Error::InvalidImage { image: "image".into(), reason };
         if width == 0 || height == 0 || rgb.len() != width * height * 3 {
             return Err(invalid(format!("{width}×{height} pixels with {} bytes of RGB", rgb.len())));
@@ -241,10 +272,10 @@ impl ImagePreprocessor {
         };
         let (grid_h, grid_w) = (rh / self.patch_size, rw / self.patch_size);
         let data = self.patchify(pixels, rw, grid_h, grid_w);
-        let rows = (grid_h * grid_w) as i32;
-        let cols = (3 * self.temporal_patch_size * self.patch_size * self.patch_size) as i32;
-        Ok(PreprocessedImage {
-            pixels: Array::from_slice(&data, &[rows, cols]),
+        Ok(ImagePatches {
+            data,
+            rows: grid_h * grid_w,
+            cols: 3 * self.temporal_patch_size * self.patch_size * self.patch_size,
             grid: [1, grid_h as i32, grid_w as i32],
         })
     }

@@ -164,6 +164,8 @@ impl ChunkWriter {
                 self.logprobs.push(lp);
                 Vec::new()
             }
+            // The opening chunk already went out with the headers.
+            Event::Accepted | Event::Queued { .. } => Vec::new(),
             Event::Error(e) => self.error(&ApiError::from_engine(&e)),
             Event::Finished { reason, stats } => self.finish(reason, &stats),
         }

@@ -22,10 +22,11 @@ use super::layers::LayerLoader;
 use super::registry::Family;
 use super::llama::{DecoderLayout, Llama};
 use super::rope::{Positions, Rope};
+use super::vision_tower::VisionEncoding;
 use super::{LanguageModel, ModelShape, VisionTower};
 use crate::cache::{BatchCache, CacheLayout};
 use crate::error::{Error, Result};
-use vision::{Variant, VisionConfig, VisionModel};
+use vision::{TowerEncoding, Variant, VisionConfig, VisionModel};
 
 /// The registry entry: Qwen2-VL and Qwen2.5-VL, with the Qwen image processor.
 pub const FAMILY: Family = Family {
@@ -127,8 +128,20 @@ impl VisionTower for QwenVision {
         self.image_token_id
     }
 
-    fn encode(&self, pixels: &Array, grid: [i32; 3]) -> Result<Array> {
-        self.model.forward(pixels, grid)
+    fn begin_encode(&self, pixels: &Array, grid: [i32; 3]) -> Result<VisionEncoding> {
+        let state = self.model.begin(pixels, grid)?;
+        let patches = (grid[0] * grid[1] * grid[2]) as usize;
+        Ok(VisionEncoding { blocks_done: 0, blocks_total: self.model.depth(), patches, state: Box::new(state) })
+    }
+
+    fn encode_blocks(&self, encoding: &mut VisionEncoding, count: usize) -> Result<Array> {
+        let hidden = self.model.run_blocks(encoding.state_mut::<TowerEncoding>()?, count)?;
+        encoding.blocks_done = (encoding.blocks_done + count).min(encoding.blocks_total);
+        Ok(hidden)
+    }
+
+    fn finish_encode(&self, encoding: &VisionEncoding) -> Result<Array> {
+        self.model.finish(encoding.state::<TowerEncoding>()?)
     }
 
     fn rope_positions(&self, tokens: &[u32], grids: &[[i32; 3]]) -> Result<(Array, i32)> {

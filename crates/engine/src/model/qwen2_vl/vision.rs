@@ -209,6 +209,20 @@ struct Block {
     mlp: Mlp,
 }
 
+/// One image part-way through the tower: its hidden state after
+/// `next_block` blocks, and what the remaining blocks need.
+pub struct TowerEncoding {
+    hidden: Array,
+    cos: Array,
+    sin: Array,
+    /// Attention segments of the full-attention blocks (one per frame).
+    frames: Vec<i32>,
+    /// Qwen2.5-VL's windows (`None` for Qwen2-VL).
+    windows: Option<Windows>,
+    patches: i32,
+    next_block: usize,
+}
+
 pub struct VisionModel {
     cfg: VisionConfig,
     /// `[width, C·T·P·P]`: the Conv3d kernel flattened in the patches' order.
@@ -274,6 +288,16 @@ impl VisionModel {
     /// One image's patches `[t·h·w, C·T·P·P]` (2×2 groups consecutive, as the
     /// processor emits them) → features `[t·h·w / 4, out_hidden]`.
     pub fn forward(&self, pixels: &Array, grid: [i32; 3]) -> Result<Array> {
+        let mut encoding = self.begin(pixels, grid)?;
+        self.run_blocks(&mut encoding, self.blocks.len())?;
+        self.finish(&encoding)
+    }
+
+    /// The patch embedding and rotary tables of one image: the state before
+    /// its first block. The engine runs the blocks a few at a time between
+    /// decode steps ([`Self::run_blocks`]), so a big image never stalls the
+    /// running streams for its whole encode.
+    pub fn begin(&self, pixels: &Array, grid: [i32; 3]) -> Result<TowerEncoding> {
         let [t, h, w] = grid;
         let n = t * h * w;
         if t <= 0 || h <= 0 || w <= 0 || h % MERGE != 0 || w % MERGE != 0 {
@@ -308,26 +332,47 @@ impl VisionModel {
             let angles = ops::concatenate(&[&rotary, &rotary], -1)?.expand_dims(1)?; // [N, 1, head_dim]
             (ops::cos(&angles)?.as_dtype(dtype)?, ops::sin(&angles)?.as_dtype(dtype)?)
         };
+        Ok(TowerEncoding { hidden: x, cos, sin, frames, windows, patches: n, next_block: 0 })
+    }
 
-        for (i, block) in self.blocks.iter().enumerate() {
-            let bounds = match &windows {
+    /// Queues up to `count` more blocks of `encoding` (lazily: nothing is
+    /// evaluated here); returns the hidden state to evaluate.
+    pub fn run_blocks(&self, encoding: &mut TowerEncoding, count: usize) -> Result<Array> {
+        let end = (encoding.next_block + count).min(self.blocks.len());
+        for i in encoding.next_block..end {
+            let block = &self.blocks[i];
+            let bounds = match &encoding.windows {
                 Some(win) if !self.cfg.fullatt_blocks.contains(&i) => &win.bounds,
-                _ => &frames,
+                _ => &encoding.frames,
             };
-            let a = self.attention(block, &block.norm1.forward(&x)?, &cos, &sin, bounds)?;
-            x = x.add(a)?;
+            let x = &encoding.hidden;
+            let a = self.attention(block, &block.norm1.forward(x)?, &encoding.cos, &encoding.sin, bounds)?;
+            let x = x.add(a)?;
             let m = block.mlp.forward(&block.norm2.forward(&x)?)?;
-            x = x.add(m)?;
+            encoding.hidden = x.add(m)?;
         }
+        encoding.next_block = end;
+        Ok(encoding.hidden.clone())
+    }
 
+    /// The merger after the last block: the image's features.
+    pub fn finish(&self, encoding: &TowerEncoding) -> Result<Array> {
+        if encoding.next_block < self.blocks.len() {
+            return Err(Error::Mlx(format!(
+                "an image encoding finished after {} of {} blocks",
+                encoding.next_block,
+                self.blocks.len()
+            )));
+        }
+        let n = encoding.patches;
         let merged = self
             .merger_norm
-            .forward(&x)?
+            .forward(&encoding.hidden)?
             .reshape(&[n / MERGE_UNIT, self.cfg.width * MERGE_UNIT])?;
         let merged = self
             .merger_fc2
             .forward(&gelu_exact(&self.merger_fc1.forward(&merged)?)?)?;
-        match windows {
+        match &encoding.windows {
             None => Ok(merged),
             Some(win) => {
                 let mut back = vec![0i32; win.order.len()];
@@ -337,6 +382,10 @@ impl VisionModel {
                 Ok(merged.take_axis(Array::from_slice(&back, &[back.len() as i32]), 0)?)
             }
         }
+    }
+
+    pub fn depth(&self) -> usize {
+        self.blocks.len()
     }
 
     /// Attention of `[N, width]` rows within each `[bounds[i], bounds[i+1])` segment.

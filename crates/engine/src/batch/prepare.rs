@@ -1,0 +1,210 @@
+//! A request made ready for the scheduler before it reaches the engine
+//! thread: validation, the chat template, tokens, and each image decoded,
+//! resized and cut into patches. None of it touches MLX, so it runs on the
+//! caller's thread (text) or a preparation worker (images, see
+//! [`super::prep_workers`]), and a burst of image requests never stops the
+//! streams that are decoding. What needs MLX (the vision tower, the
+//! sampler's random key, a grammar's token masks) is left to the engine.
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::image_permits::ImagePermit;
+use super::request::{ImageInput, Prompt, Request};
+use crate::cache::{image_slot_key, text_key, KeyToken};
+use crate::error::{Error, Result};
+use crate::model::LoadedModel;
+use crate::stop::{thinking_tags_for_template, tool_call_tags_for_template, MatcherConfig, StreamMatcher};
+use crate::tokenizer::{prompt_opens_thinking, Tokenizer};
+use crate::vision::{ImagePatches, ImagePreprocessor, VisionFeatureCache};
+
+/// What preparation needs of the loaded model; shared with every thread
+/// that submits requests.
+pub struct Preparer {
+    tokenizer: Arc<Tokenizer>,
+    /// The image processor and the tower's placeholder token, for a model
+    /// that sees images.
+    vision: Option<(ImagePreprocessor, u32)>,
+    model_name: String,
+    /// Identifies the model in the vision-feature cache's key.
+    model_id: String,
+    vocab_size: u32,
+    max_context: usize,
+    template: String,
+}
+
+/// A request ready for the scheduler.
+pub struct PreparedRequest {
+    /// The request as sent, its image bytes dropped (they became `images`).
+    pub request: Request,
+    /// Prompt tokens, each image's placeholder expanded to its slots.
+    pub prompt: Vec<u32>,
+    pub images: Option<PreparedImages>,
+    pub matcher: StreamMatcher,
+    /// Token ids that close a thinking block ("</think>" plus newlines).
+    pub close_thinking: Vec<u32>,
+    /// The request offers tools (tool calls are parsed out of the reply).
+    pub offers_tools: bool,
+    /// `max_tokens` clamped to the context left after the prompt.
+    pub max_tokens: usize,
+    pub submitted: Instant,
+}
+
+/// A prompt's images, preprocessed and waiting for the vision tower.
+pub struct PreparedImages {
+    pub images: Vec<PreparedImage>,
+    /// The prompt's prefix-cache key (image slots keyed by content hash).
+    pub key: Vec<KeyToken>,
+    pub image_token_id: u32,
+    /// Holds a share of the preparation workers' image budget until the
+    /// engine has encoded these images (bounds the memory of a burst).
+    pub permit: Option<ImagePermit>,
+}
+
+pub struct PreparedImage {
+    /// The vision-feature cache's key.
+    pub cache_key: String,
+    pub patches: ImagePatches,
+    /// How many features (placeholder slots) the tower must give.
+    pub slots: usize,
+}
+
+/// The error for images sent to a text-only model.
+pub fn not_a_vision_model(model: &str) -> Error {
+    Error::InvalidRequest(format!("the model {model} does not accept images (it has no vision tower); choose a vision model"))
+}
+
+impl Preparer {
+    pub fn new(loaded: &LoadedModel, max_context: usize) -> Self {
+        let vision = match (loaded.model.vision(), &loaded.preprocessor) {
+            (Some(tower), Some(p)) => Some((p.clone(), tower.image_token_id())),
+            _ => None,
+        };
+        Self {
+            tokenizer: loaded.tokenizer.clone(),
+            vision,
+            model_name: loaded.info.name.clone(),
+            model_id: loaded.info.path.display().to_string(),
+            vocab_size: loaded.model.shape().vocab_size as u32,
+            max_context,
+            template: loaded.tokenizer.chat_template().map(|t| t.source().to_string()).unwrap_or_default(),
+        }
+    }
+
+    pub fn template(&self) -> &str {
+        &self.template
+    }
+
+    pub fn model_name(&self) -> &str {
+        &self.model_name
+    }
+
+    /// Validates, renders and tokenizes `req` and preprocesses its images.
+    /// Errors are the request's own (the engine never sees it).
+    pub fn prepare(&self, mut req: Request, submitted: Instant) -> Result<PreparedRequest> {
+        let tokenizer = &self.tokenizer;
+        if req.max_tokens == 0 {
+            return Err(Error::InvalidRequest("max_tokens must be at least 1".into()));
+        }
+        req.sampling.validate(self.vocab_size as i32)?;
+        if req.stop.iter().any(String::is_empty) {
+            return Err(Error::InvalidRequest("stop strings must not be empty".into()));
+        }
+        // Before the template renders: a text-only template may choke on image parts.
+        if !req.images.is_empty() && self.vision.is_none() {
+            return Err(not_a_vision_model(&self.model_name));
+        }
+        let (prompt, opens_thinking, thinking_enabled, offers_tools) = match &req.prompt {
+            Prompt::Tokens(ids) => (ids.clone(), false, false, false),
+            Prompt::Text(text) => (tokenizer.encode(text, tokenizer.add_bos())?, false, false, false),
+            Prompt::Chat { messages, options } => {
+                let rendered = tokenizer.apply_chat_template(messages, options)?;
+                let ids = tokenizer.encode(&rendered, false)?;
+                let tools = options.tools.as_ref().is_some_and(|t| !t.is_empty());
+                (ids, prompt_opens_thinking(&rendered), options.enable_thinking != Some(false), tools)
+            }
+        };
+        if !req.images.is_empty() && !matches!(req.prompt, Prompt::Chat { .. }) {
+            return Err(Error::InvalidRequest("images need a chat prompt (their places come from the messages)".into()));
+        }
+        let inputs = std::mem::take(&mut req.images);
+        let (prompt, images) = self.prepare_images(prompt, &inputs)?;
+        drop(inputs); // the file bytes are not needed past here
+        if prompt.is_empty() {
+            return Err(Error::InvalidRequest("the prompt is empty".into()));
+        }
+        if let Some(bad) = prompt.iter().find(|&&t| t >= self.vocab_size) {
+            return Err(Error::InvalidRequest(format!(
+                "prompt token {bad} is outside the vocabulary of {}",
+                self.vocab_size
+            )));
+        }
+        if prompt.len() >= self.max_context {
+            return Err(Error::ContextLengthExceeded { prompt_tokens: prompt.len(), max_context: self.max_context });
+        }
+        let thinking = if thinking_enabled { thinking_tags_for_template(&self.template) } else { None };
+        let close_thinking = match &thinking {
+            Some(tags) => tokenizer.encode(&format!("\n{}\n\n", tags.close), false)?,
+            None => Vec::new(),
+        };
+        let matcher = StreamMatcher::new(MatcherConfig {
+            stop_strings: req.stop.clone(),
+            starts_in_reasoning: thinking.is_some() && opens_thinking,
+            thinking,
+            // Only a request that offers tools can get tool calls back; otherwise
+            // a JSON answer is just an answer.
+            tool_call: if offers_tools { tool_call_tags_for_template(&self.template) } else { None },
+        });
+        let max_tokens = req.max_tokens.min(self.max_context - prompt.len());
+        Ok(PreparedRequest { request: req, prompt, images, matcher, close_thinking, offers_tools, max_tokens, submitted })
+    }
+
+    /// Expands each image's placeholder to as many slots as it has features
+    /// and cuts the images into patches. Returns the tokens unchanged and
+    /// `None` for a request without images.
+    fn prepare_images(&self, tokens: Vec<u32>, images: &[ImageInput]) -> Result<(Vec<u32>, Option<PreparedImages>)> {
+        let Some((preprocessor, image_token)) = &self.vision else {
+            if images.is_empty() {
+                return Ok((tokens, None));
+            }
+            return Err(not_a_vision_model(&self.model_name));
+        };
+        let image_token = *image_token;
+        let placeholders = tokens.iter().filter(|&&t| t == image_token).count();
+        if placeholders != images.len() {
+            return Err(Error::InvalidRequest(format!(
+                "the prompt has {placeholders} image placeholders but the request carries {} images",
+                images.len()
+            )));
+        }
+        if images.is_empty() {
+            return Ok((tokens, None));
+        }
+        let preprocessing = preprocessor.cache_key();
+        let mut prepared = Vec::with_capacity(images.len());
+        for (i, image) in images.iter().enumerate() {
+            // Name the image the way the user sees it: its place in the request.
+            let patches = preprocessor.patches_named(&image.bytes, &format!("#{}", i + 1))?;
+            prepared.push(PreparedImage {
+                cache_key: VisionFeatureCache::key(&image.sha256, &preprocessing, &self.model_id),
+                slots: preprocessor.num_image_tokens(patches.grid),
+                patches,
+            });
+        }
+        let mut expanded = Vec::with_capacity(tokens.len());
+        let mut key = Vec::with_capacity(tokens.len());
+        let mut next_image = 0;
+        for &t in &tokens {
+            if t != image_token {
+                expanded.push(t);
+                key.extend(text_key(&[t]));
+                continue;
+            }
+            let slots = prepared[next_image].slots;
+            let sha = &images[next_image].sha256;
+            expanded.extend(std::iter::repeat_n(image_token, slots));
+            key.extend((0..slots).map(|j| image_slot_key(sha, j)));
+            next_image += 1;
+        }
+        Ok((expanded, Some(PreparedImages { images: prepared, key, image_token_id: image_token, permit: None })))
+    }
+}
