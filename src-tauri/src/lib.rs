@@ -3,8 +3,11 @@
 //! server (crates/server). `commands/` holds what the web UI calls;
 //! replies stream over `tauri::ipc::Channel`, app-wide notices (engine
 //! status, download progress, server status, chat updates) are events.
+//! Bulk jobs (one prompt over many images) run through `bulk_jobs.rs`, their
+//! rows streamed over a `Channel` too.
 pub mod answer_format;
 pub mod attachment_protocol;
+pub mod bulk_jobs;
 pub mod commands;
 pub mod error;
 pub mod generation;
@@ -29,6 +32,7 @@ pub fn configure<R: Runtime>(builder: tauri::Builder<R>, state: Arc<AppState>) -
     let attachments = state.store.attachments_dir().to_path_buf();
     builder
         .manage(state)
+        .manage(Arc::new(bulk_jobs::BulkRuns::default()))
         .register_uri_scheme_protocol(attachment_protocol::SCHEME, move |_ctx, request| {
             attachment_protocol::respond(&attachments, request.uri().path())
         })
@@ -60,6 +64,13 @@ pub fn configure<R: Runtime>(builder: tauri::Builder<R>, state: Arc<AppState>) -
             commands::settings::save_settings,
             commands::settings::restart_engine,
             commands::server::server_status,
+            commands::bulk::list_bulk_jobs,
+            commands::bulk::create_bulk_job,
+            commands::bulk::bulk_job_rows,
+            commands::bulk::run_bulk_job,
+            commands::bulk::cancel_bulk_job,
+            commands::bulk::export_bulk_job,
+            commands::bulk::delete_bulk_job,
         ])
 }
 

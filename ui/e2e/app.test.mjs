@@ -10,10 +10,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { allByTestId, byTestId, dropFile, modelReady, openApp, openPage, root, saveSettings, send, shot, startDriver, statusText, stopDriver, textOf, waitFor } from './harness.mjs';
+import { allByTestId, byTestId, dropFile, modelReady, openApp, openPage, root, saveSettings, send, shot, startDriver, statusText, stopDriver, textOf, waitFor, writeTinyVisionModel as writeTinyVisionModelInto } from './harness.mjs';
 
 const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-'));
 const hfHome = join(dataDir, 'hf');
@@ -22,20 +22,8 @@ let browser;
 /** The tiny vision model's repository in the run's Hugging Face cache. */
 const visionRepo = 'e2e/Tiny-Qwen2-VL';
 
-/** Puts a tiny random Qwen2-VL (a complete Hugging Face folder: config with a
- * vision tower, safetensors, tokenizer, chat template, image preprocessor)
- * into the run's Hugging Face cache, where the app looks for downloaded
- * models. Its answers are random text, but the whole image path runs. The
- * writer is an engine example that `cargo test --all-targets` builds. */
 function writeTinyVisionModel() {
-  const writer = process.env.VLM_TINY_VL_WRITER ?? join(root, 'target/debug/examples/write_tiny_vl_model');
-  const out = mkdtempSync(join(tmpdir(), 'vlm-e2e-vl-'));
-  execFileSync(writer, [out]);
-  const repo = join(hfHome, 'hub', `models--${visionRepo.replace('/', '--')}`);
-  const commit = 'e2e'.padEnd(40, '0');
-  cpSync(join(out, 'qwen2_vl', 'float'), join(repo, 'snapshots', commit), { recursive: true });
-  mkdirSync(join(repo, 'refs'), { recursive: true });
-  writeFileSync(join(repo, 'refs', 'main'), commit);
+  writeTinyVisionModelInto(hfHome, visionRepo);
 }
 
 /** An <img>'s picture has loaded with this width (it shows, not a broken icon). */

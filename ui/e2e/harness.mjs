@@ -1,7 +1,8 @@
 // Starts the real app through tauri-driver (WebKitWebDriver) with its own
 // data folder, and helpers to find things, wait and take screenshots.
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { remote } from 'webdriverio';
@@ -48,6 +49,32 @@ export async function openApp() {
     }
   }
   throw lastError;
+}
+
+/** Puts a tiny random Qwen2-VL (a complete Hugging Face folder: config with a
+ * vision tower, safetensors, tokenizer, chat template, image preprocessor)
+ * into `hfHome` as repository `repo`, where the app looks for downloaded
+ * models. Its answers are random text, but the whole image path runs. The
+ * writer is an engine example that `cargo test --all-targets` builds. */
+export function writeTinyVisionModel(hfHome, repo) {
+  const writer = process.env.VLM_TINY_VL_WRITER ?? join(root, 'target/debug/examples/write_tiny_vl_model');
+  const out = mkdtempSync(join(tmpdir(), 'vlm-e2e-vl-'));
+  execFileSync(writer, [out]);
+  const folder = join(hfHome, 'hub', `models--${repo.replace('/', '--')}`);
+  const commit = 'e2e'.padEnd(40, '0');
+  cpSync(join(out, 'qwen2_vl', 'float'), join(folder, 'snapshots', commit), { recursive: true });
+  mkdirSync(join(folder, 'refs'), { recursive: true });
+  writeFileSync(join(folder, 'refs', 'main'), commit);
+}
+
+/** Loads the model on disk with this gallery id from the Models page and
+ * waits until it answers. */
+export async function loadModelFromDisk(b, id, name) {
+  await openPage(b, 'nav-models', 'local-models');
+  const row = () => b.$(`[data-testid="local-model"][data-model-id="${id}"]`);
+  await waitFor(b, `${id} on disk`, async () => (await row()).isExisting(), 20_000);
+  await (await (await row()).$('[data-testid="load-model"]')).click();
+  await waitFor(b, `${name} to load`, async () => (await textOf(b, await byTestId(b, 'loaded-model'))).includes(name));
 }
 
 export const byTestId = (browser, id) => browser.$(`[data-testid="${id}"]`);

@@ -1,5 +1,6 @@
 // Typed wrappers over the app's Tauri commands and events (src-tauri/src/commands).
 import type { AnswerFormat } from './answerFormat';
+import type { BulkRowResult } from './bulkTable';
 import { Channel, invoke } from '@tauri-apps/api/core';
 import { listen, type UnlistenFn } from '@tauri-apps/api/event';
 
@@ -116,6 +117,17 @@ export interface ServerStatus { running: boolean; url: string | null; error: str
 
 export interface Outgoing { text: string; attachments: string[] }
 
+export interface BulkJob {
+  id: number; prompt: string; answer_format: AnswerFormat | null; max_tokens: number; model: string | null;
+  status: 'ready' | 'running' | 'finished' | 'cancelled' | 'interrupted';
+  created_at: number; updated_at: number; total: number; done: number; failed: number;
+}
+/** One image of a job: its stored picture (null if it could not be stored) and its result. */
+export interface BulkRow extends BulkRowResult { position: number; name: string; image: Attachment | null }
+export type BulkEvent =
+  | { kind: 'row'; position: number; row: BulkRowResult; done: number; failed: number; eta_seconds: number | null }
+  | { kind: 'finished'; job: BulkJob };
+
 function channel(onEvent: (e: StreamEvent) => void): Channel<StreamEvent> {
   const ch = new Channel<StreamEvent>();
   ch.onmessage = onEvent;
@@ -160,6 +172,19 @@ export const api = {
   saveSettings: (settings: Settings) => invoke<SettingsView>('save_settings', { settings }),
   restartEngine: () => invoke<SettingsView>('restart_engine'),
   serverStatus: () => invoke<ServerStatus>('server_status'),
+
+  listBulkJobs: () => invoke<BulkJob[]>('list_bulk_jobs'),
+  createBulkJob: (prompt: string, format: AnswerFormat | null, maxTokens: number | null, paths: string[]) =>
+    invoke<BulkJob>('create_bulk_job', { prompt, format, maxTokens, paths }),
+  bulkJobRows: (jobId: number) => invoke<BulkRow[]>('bulk_job_rows', { jobId }),
+  runBulkJob: (jobId: number, pass: 'unfinished' | 'failed', onEvent: (e: BulkEvent) => void) => {
+    const ch = new Channel<BulkEvent>();
+    ch.onmessage = onEvent;
+    return invoke<BulkJob>('run_bulk_job', { jobId, pass, onEvent: ch });
+  },
+  cancelBulkJob: (jobId: number) => invoke<boolean>('cancel_bulk_job', { jobId }),
+  exportBulkJob: (jobId: number, format: 'csv' | 'jsonl') => invoke<string>('export_bulk_job', { jobId, format }),
+  deleteBulkJob: (jobId: number) => invoke<void>('delete_bulk_job', { jobId }),
 };
 
 export const events = {

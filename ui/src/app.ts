@@ -2,6 +2,7 @@
 // models or settings) and the status bar; wires replies, events, image
 // drops, keyboard shortcuts and the screen-reader announcements.
 import { api, errorText, events, type Chat, type EngineStatsView, type EngineStatus, type Message, type Outgoing, type ServerStatus } from './api';
+import { BulkView } from './bulkView';
 import { ChatView, type ModelState } from './chatView';
 import { Composer } from './composer';
 import type { AnswerFormat } from './answerFormat';
@@ -19,7 +20,7 @@ export interface Platform {
   onDrop(handlers: { over(on: boolean): void; drop(paths: string[]): void }): void;
 }
 
-type Page = 'chat' | 'models' | 'settings';
+type Page = 'chat' | 'bulk' | 'models' | 'settings';
 
 const SIDEBAR_KEY = 'vlm-sidebar-hidden';
 
@@ -37,6 +38,7 @@ export class App {
   private chatView: ChatView;
   private composer: Composer;
   private models: ModelsView;
+  private bulk: BulkView;
   private settings: SettingsPage;
   private statusBar = new StatusBar();
   private main: HTMLElement;
@@ -77,6 +79,7 @@ export class App {
       setAnswerFormat: (format) => this.setAnswerFormat(format),
     });
     this.models = new ModelsView(toast);
+    this.bulk = new BulkView({ pickFiles: () => platform.pickFiles(), toast });
     this.settings = new SettingsPage(toast);
     this.header = h('header', { class: 'chat-header' });
     this.main = h('main', { class: 'main' });
@@ -122,7 +125,13 @@ export class App {
     await events.chatUpdated(() => void this.sidebar.refresh());
     this.platform.onDrop({
       over: (on) => { this.dropOverlay.hidden = !on; },
-      drop: (paths) => { this.dropOverlay.hidden = true; if (this.page !== 'chat') this.go('chat'); void this.composer.addPaths(paths); },
+      drop: (paths) => {
+        this.dropOverlay.hidden = true;
+        // on the Bulk page a drop is the job's images; anywhere else, the chat's
+        if (this.page === 'bulk') return this.bulk.addPaths(paths);
+        if (this.page !== 'chat') this.go('chat');
+        void this.composer.addPaths(paths);
+      },
     });
     this.setStatus(await api.engineStatus());
     this.server = await api.serverStatus();
@@ -151,11 +160,11 @@ export class App {
 
   private renderNav(): void {
     clear(this.nav);
-    const item = (page: Page, glyph: 'chat' | 'models' | 'settings', label: string, keys?: string) => h('button', {
+    const item = (page: Page, glyph: 'chat' | 'bulk' | 'models' | 'settings', label: string, keys?: string) => h('button', {
       class: `nav-item${this.page === page ? ' selected' : ''}`, 'data-testid': `nav-${page}`, onclick: () => this.go(page),
       'aria-current': this.page === page ? 'page' : undefined, title: keys ? `${label} (${keys})` : label,
     }, icon(glyph), label);
-    this.nav.append(item('chat', 'chat', 'Chats'), item('models', 'models', 'Models'), item('settings', 'settings', 'Settings', shortcutLabel('settings', this.mac)));
+    this.nav.append(item('chat', 'chat', 'Chats'), item('bulk', 'bulk', 'Bulk'), item('models', 'models', 'Models'), item('settings', 'settings', 'Settings', shortcutLabel('settings', this.mac)));
   }
 
   private go(page: Page): void {
@@ -164,6 +173,7 @@ export class App {
     this.renderNav();
     this.showPage();
     if (page === 'models') void this.models.refresh();
+    if (page === 'bulk') void this.bulk.refresh();
     if (page === 'settings') void this.settings.refresh();
     void this.sidebar.refresh();
   }
@@ -173,6 +183,8 @@ export class App {
     if (this.page === 'chat') {
       this.renderHeader();
       this.main.append(this.header, this.chatView.el, this.composer.el);
+    } else if (this.page === 'bulk') {
+      this.main.append(this.bulk.el);
     } else if (this.page === 'models') {
       this.main.append(this.models.el);
     } else {

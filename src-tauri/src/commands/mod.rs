@@ -1,6 +1,7 @@
 //! The Tauri commands, one file per area. Each returns `AppResult`, so the
 //! UI always gets `{code, message}` on failure.
 pub mod attachments;
+pub mod bulk;
 pub mod chats;
 pub mod engine;
 pub mod models;

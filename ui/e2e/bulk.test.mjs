@@ -1,0 +1,84 @@
+// Bulk mode in the real app (Xvfb, tauri-driver): a tiny random Qwen2-VL is
+// loaded, a folder of images (one of them a text file named like a picture)
+// is dropped from another window onto the Bulk page, one prompt runs over
+// them all, the table fills (answers, tokens, time; the bad file failed with
+// its reason), and the table exports to CSV and JSON Lines files whose rows
+// are the table's.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { allByTestId, byTestId, dropFile, loadModelFromDisk, modelReady, openApp, openPage, shot, startDriver, stopDriver, textOf, waitFor, writeTinyVisionModel } from './harness.mjs';
+
+const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-bulk-'));
+const hfHome = join(dataDir, 'hf');
+const visionRepo = 'e2e/Tiny-Qwen2-VL';
+const colours = ['#d33', '#3a3', '#33d', '#dd3', '#3dd'];
+let browser;
+
+/** Five small pictures of different colours and sizes, and a text file named like one. */
+function imageFolder() {
+  const folder = join(dataDir, 'photos');
+  mkdirSync(folder);
+  colours.forEach((c, i) => execFileSync('convert', ['-size', `${56 + i * 8}x${48 + i * 4}`, `xc:${c}`, join(folder, `photo_${i}.png`)]));
+  writeFileSync(join(folder, 'z_notes.png'), 'these are notes, not a picture');
+  return folder;
+}
+
+describe('bulk mode', () => {
+  before(async () => {
+    writeTinyVisionModel(hfHome, visionRepo);
+    await startDriver({ VLM_DATA_DIR: dataDir, HF_HOME: hfHome });
+    browser = await openApp();
+  });
+
+  after(async () => {
+    await browser?.deleteSession().catch(() => {});
+    stopDriver();
+    setTimeout(() => process.exit(process.exitCode ?? 0), 3000).unref();
+  });
+
+  it('asks one prompt about a dropped folder, fills the table and exports it', async () => {
+    await modelReady(browser);
+    await loadModelFromDisk(browser, `hf:${visionRepo}`, visionRepo);
+    await openPage(browser, 'nav-bulk', 'bulk-page');
+    await dropFile(imageFolder());
+    await waitFor(browser, 'the dropped folder', async () => (await textOf(browser, await byTestId(browser, 'bulk-drop'))).includes('1 dropped: photos'), 20_000);
+    await (await byTestId(browser, 'bulk-prompt')).setValue('What colour is this picture?');
+    await (await byTestId(browser, 'bulk-max-tokens')).setValue('8');
+    await (await byTestId(browser, 'bulk-run')).click();
+
+    // the table: one row per image, filled as answers arrive, until none is pending
+    await waitFor(browser, 'six rows', async () => (await allByTestId(browser, 'bulk-row')).length === 6, 30_000);
+    const statuses = () => browser.execute(() => [...document.querySelectorAll('[data-testid="bulk-row"]')].map((r) => r.getAttribute('data-status')));
+    await waitFor(browser, 'every row answered', async () => !(await statuses()).includes('pending'), 60_000);
+    assert.deepEqual(await statuses(), ['done', 'done', 'done', 'done', 'done', 'failed']);
+    await waitFor(browser, 'the job to finish', async () => (await textOf(browser, await byTestId(browser, 'bulk-status'))).startsWith('finished'), 20_000);
+    assert.equal(await textOf(browser, await byTestId(browser, 'bulk-progress-text')), '5 of 6 done · 1 failed');
+    const rows = await allByTestId(browser, 'bulk-row');
+    assert.match(await textOf(browser, rows[5]), /z_notes\.png[\s\S]*not a supported image/, 'the text file fails with its reason');
+    assert.match(await textOf(browser, rows[0]), /photo_0\.png[\s\S]*\d+ → 8[\d.]+ s$/, 'a done row shows its tokens and time');
+    // thumbnails come from the stored images
+    const thumb = await rows[0].$('img.bulk-thumb');
+    await waitFor(browser, 'a thumbnail', async () => browser.execute((e) => e.complete && e.naturalWidth === 56, thumb), 10_000);
+    await shot(browser, 'bulk-01-table');
+
+    // export: both files hold the table's rows
+    await (await byTestId(browser, 'bulk-export-jsonl')).click();
+    const savedPath = async () => (await textOf(browser, await byTestId(browser, 'bulk-exported'))).replace(/^Saved to /, '');
+    await waitFor(browser, 'the JSON Lines export', async () => (await savedPath()).endsWith('.jsonl'), 10_000);
+    const jsonl = readFileSync(await savedPath(), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    assert.deepEqual(jsonl.map((r) => [r.name, r.status]), [...colours.map((_, i) => [`photo_${i}.png`, 'done']), ['z_notes.png', 'failed']]);
+    assert.ok(jsonl.slice(0, 5).every((r) => r.generated_tokens === 8 && r.prompt_tokens > 0 && r.seconds > 0));
+    assert.equal(jsonl[5].error_code, 'NOT_AN_IMAGE');
+    await (await byTestId(browser, 'bulk-export-csv')).click();
+    await waitFor(browser, 'the CSV export', async () => (await savedPath()).endsWith('.csv'), 10_000);
+    const csv = readFileSync(await savedPath(), 'utf8');
+    assert.ok(csv.startsWith('name,status,answer,error_code,error,prompt_tokens,generated_tokens,seconds\n'), csv.slice(0, 200));
+    for (const r of jsonl) assert.ok(csv.includes(`${r.name},${r.status},`), `${r.name} in the CSV`);
+    assert.ok(csv.includes('z_notes.png,failed,,NOT_AN_IMAGE,'));
+    await shot(browser, 'bulk-02-exported');
+  });
+});
