@@ -586,3 +586,94 @@ fn a_chat_answers_in_the_json_format_it_is_set_to_and_keeps_it() {
     let cleared = h.ok("set_answer_format", json!({"chatId": chat, "format": null}));
     assert!(cleared["answer_format"].is_null());
 }
+
+/// Waits until the bulk job is no longer running; returns it. Bounded by a
+/// count, not a clock: it fails only if the run never ends.
+fn bulk_job_settled(h: &Harness, job: i64) -> Value {
+    for _ in 0..6000 {
+        let jobs = h.ok("list_bulk_jobs", json!({}));
+        let j = jobs.as_array().unwrap().iter().find(|j| j["id"] == job).cloned().unwrap();
+        if j["status"] != "running" {
+            return j;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("bulk job {job} never finished");
+}
+
+fn row_statuses(h: &Harness, job: i64) -> Vec<String> {
+    let rows = h.ok("bulk_job_rows", json!({"jobId": job}));
+    rows.as_array().unwrap().iter().map(|r| r["status"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn a_bulk_job_runs_exports_and_after_a_crash_resumes_only_its_unanswered_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_models(dir.path());
+    write_tiny_qwen2_vl(&dir.path().join("models").join("tiny-vl"), &TinyQwenVl::new(QwenVlVariant::Qwen2Vl)).unwrap();
+    let photos = dir.path().join("photos");
+    std::fs::create_dir(&photos).unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/engine/tests/fixtures/images");
+    for name in ["pre_photo.jpg", "pre_gray.jpg", "qwen_parity_182x126.png", "pre_lossy.webp"] {
+        std::fs::copy(fixtures.join(name), photos.join(name)).unwrap();
+    }
+    std::fs::write(photos.join("z_notes.png"), "not a picture").unwrap();
+
+    let h = harness(dir.path());
+    // a model that cannot see is refused before anything runs
+    h.load_tiny();
+    let job = h.ok("create_bulk_job", json!({"prompt": "What is this?", "format": null, "maxTokens": 4, "paths": [photos]}));
+    let id = job["id"].as_i64().unwrap();
+    assert_eq!((job["total"].as_u64(), job["failed"].as_u64(), job["status"].as_str()), (Some(5), Some(1), Some("ready")));
+    let refused = h.call("run_bulk_job", json!({"jobId": id, "pass": "unfinished", "onEvent": "__CHANNEL__:9"})).unwrap_err();
+    assert_eq!(refused["code"], "MODEL_CANNOT_SEE_IMAGES", "{refused}");
+
+    assert_eq!(h.ok("load_model", json!({"id": "dir:tiny-vl"}))["state"], "ready");
+    h.ok("run_bulk_job", json!({"jobId": id, "pass": "unfinished", "onEvent": "__CHANNEL__:9"}));
+    let finished = bulk_job_settled(&h, id);
+    assert_eq!((finished["status"].as_str(), finished["done"].as_u64()), (Some("finished"), Some(4)), "{finished}");
+    assert_eq!(row_statuses(&h, id), ["done", "done", "done", "done", "failed"]);
+    let rows = h.ok("bulk_job_rows", json!({"jobId": id}));
+    assert_eq!(rows[4]["error_code"], "NOT_AN_IMAGE", "{}", rows[4]);
+    assert_eq!(rows[0]["generated_tokens"], 4, "{}", rows[0]);
+
+    // the export reads back as the table
+    let path = h.ok("export_bulk_job", json!({"jobId": id, "format": "csv"}));
+    let path = Path::new(path.as_str().unwrap());
+    assert!(path.starts_with(dir.path().join("data").join("exports")), "{}", path.display());
+    let exported = bulk::export::read_file(path).unwrap();
+    assert_eq!(exported.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["pre_gray.jpg", "pre_lossy.webp", "pre_photo.jpg", "qwen_parity_182x126.png", "z_notes.png"]);
+    assert_eq!(exported[0].answer, rows[0]["answer"].as_str().unwrap());
+
+    // A crash while two rows were being answered: the job was running, they were pending.
+    let store = h.state.store.clone();
+    tauri::async_runtime::block_on(async {
+        let job = store::BulkJobId(id);
+        for position in [1, 2] {
+            store.save_bulk_row(job, position, &store::BulkRowResult::pending()).await.unwrap();
+        }
+        store.set_bulk_job_status(job, store::BulkJobStatus::Running, None).await.unwrap();
+    });
+    let kept = h.ok("bulk_job_rows", json!({"jobId": id}))[0].clone();
+    drop(h);
+
+    let h = harness(dir.path());
+    let jobs = h.ok("list_bulk_jobs", json!({}));
+    assert_eq!(jobs[0]["status"], "interrupted", "{jobs}");
+    assert_eq!(h.ok("bulk_job_rows", json!({"jobId": id}))[0], kept, "done rows survive the restart");
+    assert_eq!(h.ok("load_model", json!({"id": "dir:tiny-vl"}))["state"], "ready");
+    h.ok("run_bulk_job", json!({"jobId": id, "pass": "unfinished", "onEvent": "__CHANNEL__:9"}));
+    assert_eq!(bulk_job_settled(&h, id)["status"], "finished");
+    assert_eq!(row_statuses(&h, id), ["done", "done", "done", "done", "failed"]);
+    // the fresh engine encoded exactly the two images that were pending
+    let vision = h.ok("engine_stats", json!({}))["engine"]["vision_cache"].clone();
+    assert_eq!((vision["hits"].as_u64(), vision["misses"].as_u64()), (Some(0), Some(2)), "{vision}");
+    assert_eq!(h.ok("bulk_job_rows", json!({"jobId": id}))[0], kept, "a resume leaves done rows alone");
+
+    // retry-failed has nothing to run for a file that was never an image
+    h.ok("run_bulk_job", json!({"jobId": id, "pass": "failed", "onEvent": "__CHANNEL__:9"}));
+    assert_eq!(bulk_job_settled(&h, id)["status"], "finished");
+    assert_eq!(row_statuses(&h, id)[4], "failed");
+    h.ok("delete_bulk_job", json!({"jobId": id}));
+    assert_eq!(h.ok("list_bulk_jobs", json!({})), json!([]));
+}
