@@ -79,6 +79,7 @@ describe('bulk mode', () => {
     assert.ok(csv.startsWith('name,status,answer,error_code,error,prompt_tokens,generated_tokens,seconds\n'), csv.slice(0, 200));
     for (const r of jsonl) assert.ok(csv.includes(`${r.name},${r.status},`), `${r.name} in the CSV`);
     assert.ok(csv.includes('z_notes.png,failed,,NOT_AN_IMAGE,'));
+    await browser.execute(() => [...document.querySelectorAll('[data-testid="bulk-row"]')].pop().scrollIntoView());
     await shot(browser, 'bulk-02-exported');
   });
 });

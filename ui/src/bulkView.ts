@@ -6,6 +6,7 @@ import { api, attachmentUrl, errorText, type BulkEvent, type BulkJob, type BulkR
 import { readFormat, type AnswerFormat } from './answerFormat';
 import { answerColumns, counts, fieldCell, progressLine } from './bulkTable';
 import { clear, h } from './dom';
+import { confirmDialog } from './modal';
 
 const STATUS_WORDS: Record<string, string> = {
   ready: 'not run yet', running: 'running', finished: 'finished', cancelled: 'cancelled', interrupted: 'interrupted (the app stopped): resume to finish',
@@ -19,6 +20,10 @@ export class BulkView {
   private rows: BulkRow[] = [];
   private eta: number | null = null;
   private exported = '';
+  /** Jobs whose run streams to this page; one running elsewhere (started
+   * before a reload) is followed by reading its rows again every second. */
+  private streaming = new Set<number>();
+  private pollTimer: number | null = null;
   private prompt: HTMLTextAreaElement;
   private kind: HTMLSelectElement;
   private fields: HTMLInputElement;
@@ -135,8 +140,10 @@ export class BulkView {
     if (pass === 'failed') for (const r of this.rows) if (r.status === 'failed' && r.image) Object.assign(r, pending());
     this.eta = null;
     try {
+      this.streaming.add(job.id);
       this.job = await api.runBulkJob(job.id, pass, (e) => this.onEvent(job.id, e));
     } catch (e) {
+      this.streaming.delete(job.id);
       this.opts.toast(errorText(e));
       this.rows = await api.bulkJobRows(job.id);
     }
@@ -152,6 +159,7 @@ export class BulkView {
       this.eta = e.eta_seconds;
       this.renderJob();
     } else {
+      this.streaming.delete(jobId);
       this.job = e.job;
       this.eta = null;
       this.renderJob();
@@ -183,10 +191,34 @@ export class BulkView {
     this.renderJob();
   }
 
+  /** A job running without this page's stream: read it again in a second. */
+  private follow(job: BulkJob): void {
+    if (this.pollTimer !== null || job.status !== 'running' || this.streaming.has(job.id)) return;
+    this.pollTimer = window.setTimeout(() => {
+      this.pollTimer = null;
+      if (this.job?.id === job.id && this.el.isConnected) void this.refresh();
+    }, 1000);
+  }
+
+  private async remove(job: BulkJob): Promise<void> {
+    if (!await confirmDialog('Delete this job?', `“${job.prompt.slice(0, 60)}” and its table will be deleted (images no chat uses go too).`, 'Delete')) return;
+    try {
+      await api.deleteBulkJob(job.id);
+      this.job = null;
+      this.rows = [];
+      this.exported = '';
+      clear(this.jobPane);
+      await this.refresh();
+    } catch (e) {
+      this.opts.toast(errorText(e));
+    }
+  }
+
   private renderJob(): void {
     clear(this.jobPane);
     const job = this.job;
     if (!job) return;
+    this.follow(job);
     const running = job.status === 'running';
     const { done, failed, left } = counts(this.rows);
     const bar = h('progress', { max: this.rows.length, value: done + failed, 'aria-label': 'Images answered', 'data-testid': 'bulk-progress' });
@@ -195,7 +227,8 @@ export class BulkView {
       !running && left > 0 ? h('button', { class: 'primary', 'data-testid': 'bulk-resume', onclick: () => void this.run('unfinished') }, job.status === 'ready' ? 'Run' : 'Resume') : null,
       !running && this.rows.some((r) => r.status === 'failed' && r.image) ? h('button', { 'data-testid': 'bulk-retry', onclick: () => void this.run('failed') }, 'Retry failed') : null,
       h('button', { 'data-testid': 'bulk-export-csv', onclick: () => void this.export('csv') }, 'Export CSV'),
-      h('button', { 'data-testid': 'bulk-export-jsonl', onclick: () => void this.export('jsonl') }, 'Export JSON Lines'));
+      h('button', { 'data-testid': 'bulk-export-jsonl', onclick: () => void this.export('jsonl') }, 'Export JSON Lines'),
+      running ? null : h('button', { class: 'link', 'data-testid': 'bulk-delete', onclick: () => void this.remove(job) }, 'Delete'));
     this.jobPane.append(
       h('div', { class: 'bulk-job-head' },
         h('div', {}, h('div', { class: 'bulk-job-prompt' }, job.prompt),
