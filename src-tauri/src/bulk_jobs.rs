@@ -188,7 +188,9 @@ pub async fn start_run(state: Arc<AppState>, runs: Arc<BulkRuns>, id: BulkJobId,
         })
         .collect();
     let spec = JobSpec { format, max_tokens: job.max_tokens as usize, ..JobSpec::new(job.prompt.clone()) };
-    let config = RunConfig::for_batch(state.settings().max_running);
+    // the running engine's batch size (a changed setting applies at the next restart)
+    let max_running = state.status().knobs.map(|k| k.max_running).unwrap_or_else(|| state.settings().max_running);
+    let config = RunConfig::for_batch(max_running);
     let (mut done, mut failed) = (job.done as usize, job.failed as usize);
 
     tauri::async_runtime::spawn(async move {

@@ -114,9 +114,9 @@ pub fn run(a: BulkArgs) -> Result<()> {
 
     let bar = ProgressBar::new(table.len() as u64).with_position(kept as u64);
     bar.set_style(
-        ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} {msg}").expect("a valid template").progress_chars("█▉ "),
+        ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len}{msg}").expect("a valid template").progress_chars("█▉ "),
     );
-    bar.set_message(format!("· {}", info.name));
+    bar.set_message(format!(" · {}", info.name));
 
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let cancel = CancelToken::default();
