@@ -677,3 +677,28 @@ fn a_bulk_job_runs_exports_and_after_a_crash_resumes_only_its_unanswered_rows() 
     h.ok("delete_bulk_job", json!({"jobId": id}));
     assert_eq!(h.ok("list_bulk_jobs", json!({})), json!([]));
 }
+
+#[test]
+fn a_running_bulk_job_cancels_at_once_and_cannot_be_deleted_while_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_qwen2_vl(&dir.path().join("models").join("tiny-vl"), &TinyQwenVl::new(QwenVlVariant::Qwen2Vl)).unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/engine/tests/fixtures/images");
+    let images: Vec<_> = ["pre_photo.jpg", "pre_gray.jpg", "qwen_parity_182x126.png"].iter().map(|n| fixtures.join(n)).collect();
+    let h = harness(dir.path());
+    assert_eq!(h.ok("load_model", json!({"id": "dir:tiny-vl"}))["state"], "ready");
+    // long answers: the run is still going when the cancel arrives
+    let job = h.ok("create_bulk_job", json!({"prompt": "Describe it at length.", "format": null, "maxTokens": 4000, "paths": images}));
+    let id = job["id"].as_i64().unwrap();
+    assert_eq!(h.ok("run_bulk_job", json!({"jobId": id, "pass": "unfinished", "onEvent": "__CHANNEL__:9"}))["status"], "running");
+    let again = h.call("run_bulk_job", json!({"jobId": id, "pass": "unfinished", "onEvent": "__CHANNEL__:9"})).unwrap_err();
+    assert_eq!(again["code"], "BULK_JOB_RUNNING");
+    assert_eq!(h.call("delete_bulk_job", json!({"jobId": id})).unwrap_err()["code"], "BULK_JOB_RUNNING");
+    assert_eq!(h.ok("cancel_bulk_job", json!({"jobId": id})), true);
+    assert_eq!(bulk_job_settled(&h, id)["status"], "cancelled");
+    let statuses = row_statuses(&h, id);
+    // (a random tiny model may end an answer early: that row is done, not cancelled)
+    assert!(statuses.iter().all(|s| s == "cancelled" || s == "pending" || s == "done"), "{statuses:?}");
+    assert!(statuses.iter().any(|s| s != "done"), "the cancel came while answers were under way: {statuses:?}");
+    assert_eq!(h.ok("cancel_bulk_job", json!({"jobId": id})), false, "nothing runs any more");
+    h.ok("delete_bulk_job", json!({"jobId": id}));
+}
