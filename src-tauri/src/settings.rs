@@ -142,6 +142,8 @@ impl Settings {
                 max_context: self.max_context,
                 kv_quantization,
                 vision_cache_bytes: self.vision_cache_mb << 20,
+                // chats keep streaming while another chat's images are encoded
+                pace_to_decode: true,
                 ..Default::default()
             },
         }

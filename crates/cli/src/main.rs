@@ -67,6 +67,11 @@ struct ModelArgs {
     /// Most requests decoding at once.
     #[arg(long, default_value_t = 8)]
     max_running: usize,
+    /// Most work between two decode steps: prompt tokens prefilled plus image
+    /// patches through the vision tower. Lower keeps running replies smoother
+    /// while new requests (and images) come in; higher starts them sooner.
+    #[arg(long, default_value_t = engine::generate::PREFILL_CHUNK)]
+    step_budget: usize,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -301,7 +306,14 @@ impl ModelArgs {
         let path = resolve_model(&self.model)?;
         let kv_quantization =
             self.kv_bits.map(|bits| KvQuantization { bits, group_size: self.kv_group_size, start: self.kv_start });
-        let mut scheduler = SchedulerConfig { kv_quantization, max_running: self.max_running, ..Default::default() };
+        let mut scheduler = SchedulerConfig {
+            kv_quantization,
+            max_running: self.max_running,
+            prefill_budget: self.step_budget,
+            // running replies keep their pace while new requests come in
+            pace_to_decode: true,
+            ..Default::default()
+        };
         tune(&mut scheduler);
         let config = EngineConfig { load: LoadOptions { format: self.format() }, scheduler };
         let engine = EngineHandle::start(&path, config).with_context(|| format!("loading {}", path.display()))?;

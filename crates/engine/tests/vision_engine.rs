@@ -267,3 +267,33 @@ fn engine_answers_equal_mlx_vlm_greedy_tokens() {
     assert!(checked >= 3, "the goldens should hold text, one-image and two-image cases");
     engine.shutdown();
 }
+
+/// The last handle going away stops the engine: requests in flight (one
+/// decoding, one whose image is still being prepared or encoded) end with
+/// `Finished`, and the drop returns once the engine thread has stopped; a
+/// clone kept elsewhere keeps it serving until then.
+#[test]
+fn dropping_the_last_handle_stops_the_engine_and_ends_requests_in_flight() {
+    let dir = tiny(QwenVlVariant::Qwen2Vl);
+    let engine = start(dir.path(), SchedulerConfig::default());
+    let clone = engine.clone();
+    let mut text = engine.submit(ask("keep going", &[], 3000, &engine));
+    let image = engine.submit(ask("what is this?", &[fixture("qwen_parity_320x240.png")], 3000, &engine));
+    let mut seen = Completion::default();
+    while seen.logprobs.is_empty() && seen.content.is_empty() {
+        let event = text.recv_blocking().expect("the engine is running");
+        assert!(!seen.absorb(event), "finished before the handle was dropped");
+    }
+    drop(engine);
+    // the clone still holds the engine: the request goes on
+    let event = text.recv_blocking().expect("still running with a clone left");
+    assert!(!seen.absorb(event));
+    drop(clone);
+    for (name, c) in [("text", text.collect_blocking()), ("image", image.collect_blocking())] {
+        match c.finish_reason {
+            Some(FinishReason::Error) => assert_eq!(c.error.map(|e| e.code).as_deref(), Some("ENGINE_STOPPED"), "{name}"),
+            Some(other) => panic!("{name}: finished with {other:?} while the engine was stopping"),
+            None => panic!("{name}: the stream ended without Finished"),
+        }
+    }
+}

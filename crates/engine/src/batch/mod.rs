@@ -4,6 +4,7 @@ pub mod idle_memory;
 pub mod image_permits;
 pub mod images;
 pub mod logprobs;
+pub mod pacing;
 pub mod prefill;
 pub mod prep_workers;
 pub mod prepare;

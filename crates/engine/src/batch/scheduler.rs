@@ -18,6 +18,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::images::{EncodeContext, ImageWork};
 use super::logprobs::{PendingLogprobs, TokenNames, MAX_TOP_LOGPROBS};
+use super::pacing::Pacing;
 use super::prefill::{self, PassRow};
 use super::prepare::{PreparedRequest, Preparer};
 use super::request::{Event, FinishReason, Prompt, Request, RequestId};
@@ -48,6 +49,11 @@ pub struct SchedulerConfig {
     /// Most images decoded into patches and waiting for the vision tower
     /// (preparation waits for the engine beyond this: bounds memory).
     pub max_prepared_images: usize,
+    /// While replies stream, give each step's prefill and vision work about
+    /// one decode step's time instead of the whole `prefill_budget` (see
+    /// [`super::pacing`]). Off by default so a scheduler stepped by hand does
+    /// the same work whatever the clock says; the apps turn it on.
+    pub pace_to_decode: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -60,6 +66,7 @@ impl Default for SchedulerConfig {
             kv_quantization: None,
             vision_cache_bytes: 256 << 20,
             max_prepared_images: 32,
+            pace_to_decode: false,
         }
     }
 }
@@ -135,6 +142,8 @@ pub struct Scheduler {
     /// Cancelled before the engine saw them (still being prepared), newest last.
     early_cancels: VecDeque<RequestId>,
     last_step: StepReport,
+    /// Measured costs, when `pace_to_decode` is on.
+    pacing: Option<Pacing>,
 }
 
 /// What one step did: for tests that step the scheduler by hand, and for
@@ -180,6 +189,7 @@ impl Scheduler {
             preparer: Arc::new(Preparer::new(&loaded, max_context)),
             early_cancels: VecDeque::new(),
             last_step: StepReport::default(),
+            pacing: config.pace_to_decode.then(Pacing::default),
             loaded,
             prefix_cache: PrefixCache::new(config.prefix_cache_bytes),
             vision_cache: VisionFeatureCache::new(config.vision_cache_bytes),
@@ -358,16 +368,59 @@ impl Scheduler {
         if std::mem::take(&mut self.idle) {
             super::idle_memory::resume();
         }
+        let started = Instant::now();
         self.last_step = StepReport { running_before: self.running.len(), ..StepReport::default() };
+        if let Some(p) = &mut self.pacing {
+            p.step_started(started);
+        }
         self.drop_cancelled()?;
         let budget = self.config.prefill_budget.max(1);
-        let vision_cost = self.encode_images(budget)?;
-        self.prefill_within_budget(budget.saturating_sub(vision_cost), vision_cost > 0)?;
+        // Streams are decoding and new work waits: pace it to a decode step.
+        let allowance = match &self.pacing {
+            Some(p) if !self.running.is_empty() && !self.waiting.is_empty() => p.allowance(),
+            _ => None,
+        };
+        if allowance.is_some() {
+            // Read the decode step in flight now, so the work below is timed
+            // on its own (and the streams get their tokens first).
+            if let Some((tokens, rows)) = self.in_flight.take() {
+                self.accept_tokens(&tokens, rows)?;
+            }
+        }
+        let vision_budget = match (allowance, &self.pacing) {
+            (Some(secs), Some(p)) => p.vision_units(secs, budget),
+            _ => budget,
+        };
+        let vision_started = Instant::now();
+        let vision_cost = self.encode_images(vision_budget)?;
+        let vision_secs = vision_started.elapsed().as_secs_f64();
+        let prefill_budget = budget.saturating_sub(vision_cost);
+        let prefill_budget = match (allowance, &self.pacing) {
+            (Some(secs), Some(p)) => p.prefill_tokens(secs - vision_secs, prefill_budget),
+            _ => prefill_budget,
+        };
+        self.prefill_within_budget(prefill_budget)?;
         if !self.running.is_empty() {
             self.last_step.decoded_rows = self.running.len();
             self.decode_step()?;
         }
+        if let Some(p) = &mut self.pacing {
+            let r = &self.last_step;
+            p.step_was_decode_only(r.decoded_rows > 0 && r.vision_cost == 0 && r.prefill_tokens == 0);
+        }
         self.report_queue_positions();
+        let r = &self.last_step;
+        if r.vision_cost + r.prefill_tokens > 0 {
+            // queued work, not finished work: the next step's read-back waits for it
+            tracing::debug!(
+                vision = r.vision_cost,
+                images = r.images_encoded,
+                prefill = r.prefill_tokens,
+                rows = r.decoded_rows,
+                ms = started.elapsed().as_millis() as u64,
+                "step"
+            );
+        }
         Ok(())
     }
 
@@ -393,8 +446,15 @@ impl Scheduler {
             }
         }
         // Run the queued pieces now, before this step's prefill and decode
-        // (not at the end of the whole encode).
-        mlx_rs::transforms::async_eval(ctx.to_eval.iter())?;
+        // (not at the end of the whole encode). Pacing times them: wait.
+        match &mut self.pacing {
+            Some(p) if !ctx.to_eval.is_empty() => {
+                let started = Instant::now();
+                mlx_rs::transforms::eval(ctx.to_eval.iter())?;
+                p.record_vision(ctx.spent, started.elapsed().as_secs_f64());
+            }
+            _ => mlx_rs::transforms::async_eval(ctx.to_eval.iter())?,
+        }
         self.last_step.vision_cost = ctx.spent;
         self.last_step.images_encoded = ctx.finished;
         for (i, e) in failed.into_iter().rev() {
@@ -489,14 +549,14 @@ impl Scheduler {
     /// (padded tokens) is spent or the batch is full. Each pass takes, oldest
     /// first, as many waiting sequences as fit (see [`prefill::chunk_for`]),
     /// so prompts that arrive together share forward passes.
-    /// `budget`: what the step's vision work left; `worked`: that work ran.
-    fn prefill_within_budget(&mut self, mut budget: usize, worked: bool) -> Result<()> {
+    /// `budget`: what the step's vision work (and pacing) left.
+    fn prefill_within_budget(&mut self, mut budget: usize) -> Result<()> {
         let mut passes = 0;
         while budget > 0 && self.running.len() < self.config.max_running {
             let Some(next) = self.waiting.iter().find(|s| s.ready_for_prefill()) else { break };
             // A pass has a fixed cost; a few leftover tokens of budget are not
             // worth one unless they finish a prompt. The next step has a full budget.
-            if (passes > 0 || worked) && budget < prefill::MIN_LATER_PASS.min(next.prompt_remaining()) {
+            if passes > 0 && budget < prefill::MIN_LATER_PASS.min(next.prompt_remaining()) {
                 break;
             }
             passes += 1;
@@ -508,7 +568,12 @@ impl Scheduler {
             self.prefill_passes += 1;
             self.prefill_rows += rows.len() as u64;
             self.prefill_padding += (padded - rows.iter().map(|r| r.n).sum::<usize>()) as u64;
+            let started = Instant::now();
             self.run_prefill_pass(rows)?;
+            // the pass read its first tokens back: its work is done
+            if let Some(p) = &mut self.pacing {
+                p.record_prefill(padded, started.elapsed().as_secs_f64());
+            }
         }
         Ok(())
     }
