@@ -9,8 +9,9 @@
 //! The figures are measured as the engine runs (moving averages): a decode
 //! step's time from one decode-only step to the next, a prompt token's from
 //! prefill passes (timed to their first-token read-back), a vision unit's
-//! from the evaluation of the step's tower pieces. Until a figure exists the
-//! configured budget applies.
+//! from the evaluation of the step's tower pieces. Until a decode step was
+//! measured the configured budget applies; until a work figure exists a
+//! paced step does a small probe of that work.
 use std::time::Instant;
 
 /// Weight of a new measurement in the moving averages.
@@ -18,6 +19,9 @@ const SMOOTHING: f64 = 0.3;
 /// Prompt tokens a step may prefill whatever the clock says, so a new
 /// request always moves.
 pub const MIN_PREFILL_TOKENS: usize = 16;
+/// Units of work a paced step does before its cost was measured: a small
+/// first piece, so the measurement itself does not stall the streams.
+const PROBE_UNITS: usize = 32;
 
 #[derive(Debug, Default)]
 pub struct Pacing {
@@ -70,13 +74,13 @@ impl Pacing {
         self.decode_secs
     }
 
-    /// Vision units that fit in `secs` (all of `max` until measured).
+    /// Vision units that fit in `secs` (a probe until measured).
     pub fn vision_units(&self, secs: f64, max: usize) -> usize {
         fit(secs, self.vision_unit_secs, max, 0)
     }
 
-    /// Prompt tokens that fit in `secs` (all of `max` until measured; at
-    /// least [`MIN_PREFILL_TOKENS`]).
+    /// Prompt tokens that fit in `secs` (a probe until measured; at least
+    /// [`MIN_PREFILL_TOKENS`]).
     pub fn prefill_tokens(&self, secs: f64, max: usize) -> usize {
         fit(secs, self.prefill_token_secs, max, MIN_PREFILL_TOKENS.min(max))
     }
@@ -89,7 +93,7 @@ impl Pacing {
 
 fn fit(secs: f64, per_unit: Option<f64>, max: usize, floor: usize) -> usize {
     match per_unit {
-        None => max,
+        None => PROBE_UNITS.max(floor).min(max),
         Some(per) => {
             let n = (secs.max(0.0) / per).floor();
             (if n >= max as f64 { max } else { n as usize }).max(floor).min(max)
@@ -105,9 +109,10 @@ mod tests {
     #[test]
     fn budgets_follow_the_measured_costs() {
         let mut p = Pacing::default();
-        // nothing measured: the configured budget
+        // nothing measured: no pacing yet, and a small probe once paced
         assert_eq!(p.allowance(), None);
-        assert_eq!(p.prefill_tokens(0.1, 512), 512);
+        assert_eq!(p.prefill_tokens(0.1, 512), PROBE_UNITS);
+        assert_eq!(p.vision_units(0.1, 20), 20);
         let t0 = Instant::now();
         p.step_started(t0);
         p.step_was_decode_only(true);
