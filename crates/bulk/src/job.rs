@@ -34,6 +34,8 @@ impl JobSpec {
         let message = ChatMessage::user(MessageContent::Parts(parts));
         let prompt = Prompt::Chat { messages: vec![message], options: TemplateOptions::default() };
         let mut request = Request::new(prompt).with_max_tokens(self.max_tokens).with_sampling(self.sampling.clone());
+        // nobody watches a row stream: the batch gets the machine's full throughput
+        request.interactive = false;
         request.images = vec![image];
         request.constraint = self.format.as_ref().map(AnswerFormat::constraint);
         request

@@ -227,10 +227,6 @@ struct BenchArgs {
     /// evenly from this many tokens up to --prompt-tokens (default: all the same).
     #[arg(long)]
     min_prompt_tokens: Option<usize>,
-    /// For the engine figures: prompt tokens (counting padding) prefilled per
-    /// scheduler step (default: the engine's own).
-    #[arg(long)]
-    prefill_budget: Option<usize>,
     #[arg(long, default_value_t = 128)]
     gen_tokens: usize,
     /// Single-stream runs to average (after one warm-up); 0 skips the
@@ -298,15 +294,10 @@ fn resolve_model(spec: &str) -> Result<PathBuf> {
 impl ModelArgs {
     /// Starts the continuous-batching engine on this model.
     fn start_engine(&self) -> Result<EngineHandle> {
-        self.start_engine_with(|_| {})
-    }
-
-    /// [`Self::start_engine`] with scheduler settings changed by `tune`.
-    fn start_engine_with(&self, tune: impl FnOnce(&mut SchedulerConfig)) -> Result<EngineHandle> {
         let path = resolve_model(&self.model)?;
         let kv_quantization =
             self.kv_bits.map(|bits| KvQuantization { bits, group_size: self.kv_group_size, start: self.kv_start });
-        let mut scheduler = SchedulerConfig {
+        let scheduler = SchedulerConfig {
             kv_quantization,
             max_running: self.max_running,
             prefill_budget: self.step_budget,
@@ -314,7 +305,6 @@ impl ModelArgs {
             pace_to_decode: true,
             ..Default::default()
         };
-        tune(&mut scheduler);
         let config = EngineConfig { load: LoadOptions { format: self.format() }, scheduler };
         let engine = EngineHandle::start(&path, config).with_context(|| format!("loading {}", path.display()))?;
         if kv_quantization.is_some() {
@@ -652,11 +642,7 @@ fn run_bench(a: BenchArgs) -> Result<()> {
     let mut structured = Vec::new();
     let mut join = None;
     if a.concurrency.iter().any(|&n| n > 0) || a.join {
-        let handle = a.model.start_engine_with(|s| {
-            if let Some(budget) = a.prefill_budget {
-                s.prefill_budget = budget;
-            }
-        })?;
+        let handle = a.model.start_engine()?;
         let min_prompt = a.min_prompt_tokens.unwrap_or(a.prompt_tokens);
         let schema = bench::long_answer_schema();
         let batch = |n: usize, gen_tokens: usize, constrained: bool| match (a.shared_prompt, constrained) {

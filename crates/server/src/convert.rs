@@ -169,6 +169,8 @@ pub fn prepare(
         parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
         require_tool_call,
         logprobs,
+        // a whole reply has nobody watching its tokens arrive: no pacing for it
+        interactive: body.stream.unwrap_or(false),
     };
     Ok(Prepared {
         request,

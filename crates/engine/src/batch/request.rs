@@ -73,6 +73,11 @@ pub struct Request {
     /// (`tool_choice: "required"`, or the one named function), enforced by
     /// a grammar in the template's tool-call format.
     pub require_tool_call: bool,
+    /// Someone watches this reply stream (a chat, an API client). While
+    /// such replies decode, new work is paced so they keep their speed (see
+    /// [`super::pacing`]); batch work (a bulk job) sets false and gets the
+    /// machine's full throughput instead.
+    pub interactive: bool,
 }
 
 impl Request {
@@ -88,6 +93,7 @@ impl Request {
             parallel_tool_calls: true,
             require_tool_call: false,
             logprobs: None,
+            interactive: true,
         }
     }
 

@@ -281,6 +281,7 @@ impl Scheduler {
             one_tool_call: p.offers_tools && !req.parallel_tool_calls,
             constraint,
             vision: p.images.map(ImageWork::new),
+            interactive: req.interactive,
             sampler: Sampler::new(req.sampling.clone())?,
             max_tokens: p.max_tokens,
             matcher: p.matcher,
@@ -375,9 +376,9 @@ impl Scheduler {
         }
         self.drop_cancelled()?;
         let budget = self.config.prefill_budget.max(1);
-        // Streams are decoding and new work waits: pace it to a decode step.
+        // Watched streams are decoding and new work waits: pace it to a decode step.
         let allowance = match &self.pacing {
-            Some(p) if !self.running.is_empty() && !self.waiting.is_empty() => p.allowance(),
+            Some(p) if self.running.iter().any(|s| s.interactive) && !self.waiting.is_empty() => p.allowance(),
             _ => None,
         };
         if allowance.is_some() {

@@ -36,6 +36,8 @@ pub struct Sequence {
     /// The prompt's images still on their way through the vision tower; the
     /// prompt is prefilled once this is gone (it becomes `images`).
     pub vision: Option<ImageWork>,
+    /// Someone watches the reply stream (see [`super::Request::interactive`]).
+    pub interactive: bool,
     /// The queue position last sent (`Event::Queued`).
     queued_at: Option<usize>,
     pub sampler: Sampler,
@@ -69,6 +71,7 @@ pub struct Sequence {
 /// What a sequence needs besides its prompt.
 pub struct SequenceParts {
     pub vision: Option<ImageWork>,
+    pub interactive: bool,
     pub sampler: Sampler,
     pub max_tokens: usize,
     pub matcher: StreamMatcher,
@@ -94,6 +97,7 @@ impl Sequence {
             kv_cache_bytes: 0,
             images: None,
             vision: parts.vision,
+            interactive: parts.interactive,
             queued_at: None,
             sampler: parts.sampler,
             max_tokens: parts.max_tokens,
