@@ -181,3 +181,36 @@ fn a_cancelled_image_request_frees_its_place_before_its_images_are_encoded() {
     assert!(stats.vision_cache.misses < 5, "{:?}", stats.vision_cache);
     assert_eq!(stats.images_to_encode, 0);
 }
+
+/// Pacing (on in the apps) holds a step's new work to about one decode
+/// step's time only while someone watches a stream: with the running rows
+/// marked not interactive (a bulk job), a long prompt gets the whole step
+/// budget at once; with interactive rows it is prefilled a piece at a time.
+#[test]
+fn pacing_applies_only_around_interactive_streams() {
+    let dir = tiny_model();
+    for interactive in [false, true] {
+        let config = SchedulerConfig { max_running: 4, prefill_budget: 2048, pace_to_decode: true, ..SchedulerConfig::default() };
+        let mut d = Driver::new(dir.path(), config);
+        let eos = d.scheduler.loaded().info.eos_token_ids.clone();
+        for i in 0..2 {
+            let mut r = request(&format!("story {i}"), &[], 200, &eos);
+            r.interactive = interactive;
+            d.submit(r);
+        }
+        // decode-only steps: the engine measures a decode step
+        for _ in 0..6 {
+            d.step();
+        }
+        assert_eq!(d.scheduler.last_step().decoded_rows, 2);
+        let long = request(&"a longer prompt ".repeat(100), &[], 4, &eos);
+        d.submit(long);
+        d.step();
+        let prefilled = d.scheduler.last_step().prefill_tokens;
+        if interactive {
+            assert!(prefilled < 1000, "paced around watched streams, yet {prefilled} tokens in one step");
+        } else {
+            assert!(prefilled >= 1500, "nobody watches the running rows, yet only {prefilled} tokens in one step");
+        }
+    }
+}
