@@ -46,26 +46,10 @@ else
 fi
 bench_python_env
 
-MODEL=models/bench-qwen2-vl
-if [ ! -f "$MODEL/model.safetensors" ]; then
-  bench_log "writing $MODEL (1.7 GB of random float32 weights)"
-  rm -rf "$MODEL.tmp"
-  target/debug/examples/write_tiny_vl_model --bench "$MODEL.tmp" >/dev/null
-  rm -rf "$MODEL" && mv "$MODEL.tmp" "$MODEL"
-fi
+bench_vl_model
+MODEL="$VL_MODEL"
 IMAGES=models/bulk-images
-if [ ! -f "$IMAGES/63.png" ]; then
-  bench_log "writing 64 seeded 320×240 noise PNGs into $IMAGES"
-  mkdir -p "$IMAGES"
-  "$PY" - "$IMAGES" <<'PY'
-import sys
-import numpy as np
-from PIL import Image
-for k in range(64):
-    pixels = (np.random.default_rng(1000 + k).random((240, 320, 3)) * 255).astype("uint8")
-    Image.fromarray(pixels).save(f"{sys.argv[1]}/{k:02d}.png")
-PY
-fi
+bench_noise_pngs "$IMAGES" 64 320 240 1000
 
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT

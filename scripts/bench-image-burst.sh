@@ -29,59 +29,34 @@ BENCH_NAME=bench-image-burst
 bench_build_vlm
 bench_python_env
 
-MODEL=models/bench-qwen2-vl
-if [ ! -f "$MODEL/model.safetensors" ]; then
-  bench_log "writing $MODEL (1.7 GB of random float32 weights)"
-  rm -rf "$MODEL.tmp"
-  target/debug/examples/write_tiny_vl_model --bench "$MODEL.tmp" >/dev/null
-  rm -rf "$MODEL" && mv "$MODEL.tmp" "$MODEL"
-fi
+bench_vl_model
+MODEL="$VL_MODEL"
 IMAGES=models/burst-images
-if [ ! -f "$IMAGES/15.png" ]; then
-  mkdir -p "$IMAGES"
-  "$PY" - "$IMAGES" <<'PY'
-import sys
-import numpy as np
-from PIL import Image
-for k in range(16):
-    pixels = (np.random.default_rng(100 + k).random((480, 640, 3)) * 255).astype("uint8")
-    Image.fromarray(pixels).save(f"{sys.argv[1]}/{k:02d}.png")
-PY
-fi
+bench_noise_pngs "$IMAGES" 16 640 480 100
 
 PID=""
 LOG="$(mktemp)"
 trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -f "$LOG"' EXIT
-wait_up() { # <url>
-  for _ in $(seq 1 900); do
-    curl -sf "$1/v1/models" >/dev/null 2>&1 && return 0
-    kill -0 "$PID" 2>/dev/null || { cat "$LOG" >&2; return 1; }
-    sleep 0.2
-  done
-  return 1
-}
-stop() { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; PID=""; }
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 for budget in $BUDGETS; do
-  port=$(free_port)
+  port=$(bench_free_port)
   bench_log "ours: vlm serve --step-budget $budget"
   "$VLM" serve --model "$MODEL" --port "$port" --max-running 20 --step-budget "$budget" >"$LOG" 2>&1 &
   PID=$!
-  wait_up "http://127.0.0.1:$port"
+  bench_serve_wait "http://127.0.0.1:$port"
   "$PY" scripts/bench/image_burst.py "http://127.0.0.1:$port" "$IMAGES" --letters "$MODEL/tokenizer.json" \
     --label "ours (step budget $budget)"
-  stop
+  bench_serve_stop
 done
 
 if [ "$MLX_VLM" = 1 ]; then
-  port=$(free_port)
+  port=$(bench_free_port)
   bench_log "mlx_vlm.server --max-num-seqs 20"
   "${PY_ENV[@]}" "$PY" -m mlx_vlm.server --model "$MODEL" --port "$port" --host 127.0.0.1 --max-num-seqs 20 \
     --log-level WARNING >"$LOG" 2>&1 &
   PID=$!
-  wait_up "http://127.0.0.1:$port"
+  bench_serve_wait "http://127.0.0.1:$port"
   "$PY" scripts/bench/image_burst.py "http://127.0.0.1:$port" "$IMAGES" --letters "$MODEL/tokenizer.json" \
     --model "$MODEL" --label "mlx-vlm"
-  stop
+  bench_serve_stop
 fi

@@ -33,40 +33,30 @@ bench_python_env
 PID=""
 LOG="$(mktemp)"
 trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -f "$LOG"' EXIT
-wait_up() { # <url>: until /v1/models answers
-  for _ in $(seq 1 600); do
-    curl -sf "$1/v1/models" >/dev/null 2>&1 && return 0
-    kill -0 "$PID" 2>/dev/null || { cat "$LOG" >&2; return 1; }
-    sleep 0.2
-  done
-  return 1
-}
-stop() { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; PID=""; }
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 run() { # <name> <folder> <our --weights>
   local name="$1" folder="$2" weights="$3" port
-  port=$(free_port)
+  port=$(bench_free_port)
   bench_log "$name: vlm serve (--max-running $CLIENTS)"
   "$VLM" serve --model "$folder" --weights "$weights" --port "$port" --max-running "$CLIENTS" >"$LOG" 2>&1 &
   PID=$!
-  wait_up "http://127.0.0.1:$port"
+  bench_serve_wait "http://127.0.0.1:$port"
   # One warm-up request, then the clients.
   "$PY" scripts/bench/stream_clients.py "http://127.0.0.1:$port" --clients 1 --max-tokens 8 --label warm-up >/dev/null
   "$PY" scripts/bench/stream_clients.py "http://127.0.0.1:$port" --clients "$CLIENTS" --max-tokens "$MAX_TOKENS" \
     --label "ours $name"
-  stop
-  port=$(free_port)
+  bench_serve_stop
+  port=$(bench_free_port)
   bench_log "$name: mlx_lm.server (--decode-concurrency $CLIENTS)"
   "${PY_ENV[@]}" "$PY" -m mlx_lm server --model "$folder" --port "$port" \
     --decode-concurrency "$CLIENTS" --prompt-concurrency "$CLIENTS" --log-level WARNING >"$LOG" 2>&1 &
   PID=$!
-  wait_up "http://127.0.0.1:$port"
+  bench_serve_wait "http://127.0.0.1:$port"
   "$PY" scripts/bench/stream_clients.py "http://127.0.0.1:$port" --clients 1 --max-tokens 8 --model "$folder" \
     --label warm-up >/dev/null
   "$PY" scripts/bench/stream_clients.py "http://127.0.0.1:$port" --clients "$CLIENTS" --max-tokens "$MAX_TOKENS" \
     --model "$folder" --label "mlx-lm $name"
-  stop
+  bench_serve_stop
 }
 
 case "$WEIGHTS" in

@@ -24,15 +24,9 @@ done
 BENCH_NAME=bench-vision
 . scripts/lib/bench-common.sh
 bench_python_env
-bench_log "building vlm and the checkpoint writer"
-cargo build -q -p cli -p engine --example write_tiny_vl_model
-MODEL=models/bench-qwen2-vl
-if [ ! -f "$MODEL/model.safetensors" ]; then
-  bench_log "writing $MODEL (1.7 GB of random float32 weights)"
-  rm -rf "$MODEL.tmp"
-  target/debug/examples/write_tiny_vl_model --bench "$MODEL.tmp" >/dev/null
-  rm -rf "$MODEL" && mv "$MODEL.tmp" "$MODEL"
-fi
+bench_build_vlm # the test suite's flags build the checkpoint writer too
+bench_vl_model
+MODEL="$VL_MODEL"
 IMAGE=models/bench-640x480.png
 if [ ! -f "$IMAGE" ]; then
   "$PY" - "$IMAGE" <<'PY'

@@ -7,6 +7,13 @@
 #                                the default model's GGUF (fetched if missing)
 #                                converted by `vlm convert` into DIR
 #                                (DTYPE: float32 or as-stored), once
+#   bench_vl_model               the random bench-size Qwen2-VL (written once by
+#                                write_tiny_vl_model --bench); sets VL_MODEL
+#   bench_noise_pngs DIR N W H SEED
+#                                N seeded W×H noise PNGs DIR/00.png… (once; needs PY)
+#   bench_free_port / bench_serve_wait URL / bench_serve_stop
+#                                a server started in the background (its pid in
+#                                PID, its output in LOG) and waited for
 #   bench_python_env             sets PY (the reference venv's Python) and
 #                                PY_ENV: a command prefix that makes Python's
 #                                MLX use the OpenBLAS our binary links, so
@@ -50,3 +57,43 @@ bench_python_env() {
     bench_log "warning: $VLM does not link OpenBLAS; Python uses $BLAS: the comparison is not like for like"
   fi
 }
+
+bench_vl_model() {
+  VL_MODEL=models/bench-qwen2-vl
+  if [ ! -f "$VL_MODEL/model.safetensors" ]; then
+    bench_log "writing $VL_MODEL (1.7 GB of random float32 weights)"
+    rm -rf "$VL_MODEL.tmp"
+    target/debug/examples/write_tiny_vl_model --bench "$VL_MODEL.tmp" >/dev/null
+    rm -rf "$VL_MODEL" && mv "$VL_MODEL.tmp" "$VL_MODEL"
+  fi
+}
+
+bench_noise_pngs() { # <dir> <count> <width> <height> <seed>
+  local last
+  last="$1/$(printf '%02d' $(($2 - 1))).png"
+  [ -f "$last" ] && return
+  bench_log "writing $2 seeded $3×$4 noise PNGs into $1"
+  mkdir -p "$1"
+  "$PY" - "$@" <<'PY'
+import sys
+import numpy as np
+from PIL import Image
+out, count, width, height, seed = sys.argv[1], *map(int, sys.argv[2:])
+for k in range(count):
+    pixels = (np.random.default_rng(seed + k).random((height, width, 3)) * 255).astype("uint8")
+    Image.fromarray(pixels).save(f"{out}/{k:02d}.png")
+PY
+}
+
+bench_free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+bench_serve_wait() { # <base url>: until /v1/models answers (PID must stay alive)
+  for _ in $(seq 1 900); do
+    curl -sf "$1/v1/models" >/dev/null 2>&1 && return 0
+    kill -0 "$PID" 2>/dev/null || { cat "$LOG" >&2; return 1; }
+    sleep 0.2
+  done
+  return 1
+}
+
+bench_serve_stop() { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; PID=""; }
