@@ -27,6 +27,8 @@ import threading
 import time
 import urllib.request
 
+import sse
+
 QUESTIONS = [
     "Tell me about the history of Paris.", "Explain how rain forms.", "Describe a cat to a child.",
     "What makes a good cup of tea?", "Why is the sky blue?", "How do airplanes fly?",
@@ -48,14 +50,8 @@ def stream(base, body, on_chunk, stop=None):
     start = time.perf_counter()
     try:
         with urllib.request.urlopen(req, timeout=1200) as r:
-            for raw in r:
-                line = raw.decode().strip()
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                for choice in json.loads(data).get("choices") or []:
+            for chunk in sse.chunks(r):
+                for choice in chunk.get("choices") or []:
                     delta = choice.get("delta") or {}
                     if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
                         on_chunk(time.perf_counter())

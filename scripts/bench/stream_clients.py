@@ -15,6 +15,8 @@ import threading
 import time
 import urllib.request
 
+import sse
+
 QUESTIONS = [
     "Tell me about the history of Paris.", "Explain how rain forms.", "Describe a cat to a child.",
     "What makes a good cup of tea?", "Write a short story about a robot.", "Why is the sky blue?",
@@ -52,14 +54,7 @@ def client(base, model, i, max_tokens, out):
     for attempt in range(5):
         try:
             with urllib.request.urlopen(req, timeout=600) as r:
-                for raw in r:
-                    line = raw.decode().strip()
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    chunk = json.loads(data)
+                for chunk in sse.chunks(r):
                     if chunk.get("usage"):
                         usage = chunk["usage"]
                     for choice in chunk.get("choices") or []:

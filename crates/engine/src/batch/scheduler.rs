@@ -376,9 +376,13 @@ impl Scheduler {
         }
         self.drop_cancelled()?;
         let budget = self.config.prefill_budget.max(1);
-        // Watched streams are decoding and new work waits: pace it to a decode step.
+        // Watched streams are decoding and new work can run this step (images
+        // to encode, or a prompt and a free slot): pace it to a decode step.
+        // A queue waiting for a slot is not work: the pipeline stays as it is.
+        let can_work = self.waiting.iter().any(|s| !s.ready_for_prefill())
+            || (self.running.len() < self.config.max_running && !self.waiting.is_empty());
         let allowance = match &self.pacing {
-            Some(p) if self.running.iter().any(|s| s.interactive) && !self.waiting.is_empty() => p.allowance(),
+            Some(p) if can_work && self.running.iter().any(|s| s.interactive) => p.allowance(),
             _ => None,
         };
         if allowance.is_some() {

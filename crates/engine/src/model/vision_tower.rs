@@ -26,6 +26,14 @@ impl VisionEncoding {
         self.blocks_done >= self.blocks_total
     }
 
+    /// For [`VisionTower::finish_encode`]: every block ran.
+    pub fn check_done(&self) -> Result<()> {
+        if self.is_done() {
+            return Ok(());
+        }
+        Err(Error::Mlx(format!("an image encoding finished after {} of {} blocks", self.blocks_done, self.blocks_total)))
+    }
+
     /// The tower's state, as the tower that began it made it.
     pub fn state_mut<T: 'static>(&mut self) -> Result<&mut T> {
         self.state.downcast_mut().ok_or_else(other_tower)

@@ -135,12 +135,14 @@ impl VisionTower for QwenVision {
     }
 
     fn encode_blocks(&self, encoding: &mut VisionEncoding, count: usize) -> Result<Array> {
-        let hidden = self.model.run_blocks(encoding.state_mut::<TowerEncoding>()?, count)?;
-        encoding.blocks_done = (encoding.blocks_done + count).min(encoding.blocks_total);
+        let (start, end) = (encoding.blocks_done, (encoding.blocks_done + count).min(encoding.blocks_total));
+        let hidden = self.model.run_blocks(encoding.state_mut::<TowerEncoding>()?, start..end)?;
+        encoding.blocks_done = end;
         Ok(hidden)
     }
 
     fn finish_encode(&self, encoding: &VisionEncoding) -> Result<Array> {
+        encoding.check_done()?;
         self.model.finish(encoding.state::<TowerEncoding>()?)
     }
 

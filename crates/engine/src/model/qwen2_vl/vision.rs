@@ -209,8 +209,8 @@ struct Block {
     mlp: Mlp,
 }
 
-/// One image part-way through the tower: its hidden state after
-/// `next_block` blocks, and what the remaining blocks need.
+/// One image part-way through the tower: its hidden state after the blocks
+/// run so far (the caller counts them), and what the remaining blocks need.
 pub struct TowerEncoding {
     hidden: Array,
     cos: Array,
@@ -220,7 +220,6 @@ pub struct TowerEncoding {
     /// Qwen2.5-VL's windows (`None` for Qwen2-VL).
     windows: Option<Windows>,
     patches: i32,
-    next_block: usize,
 }
 
 pub struct VisionModel {
@@ -289,7 +288,7 @@ impl VisionModel {
     /// processor emits them) → features `[t·h·w / 4, out_hidden]`.
     pub fn forward(&self, pixels: &Array, grid: [i32; 3]) -> Result<Array> {
         let mut encoding = self.begin(pixels, grid)?;
-        self.run_blocks(&mut encoding, self.blocks.len())?;
+        self.run_blocks(&mut encoding, 0..self.blocks.len())?;
         self.finish(&encoding)
     }
 
@@ -332,14 +331,13 @@ impl VisionModel {
             let angles = ops::concatenate(&[&rotary, &rotary], -1)?.expand_dims(1)?; // [N, 1, head_dim]
             (ops::cos(&angles)?.as_dtype(dtype)?, ops::sin(&angles)?.as_dtype(dtype)?)
         };
-        Ok(TowerEncoding { hidden: x, cos, sin, frames, windows, patches: n, next_block: 0 })
+        Ok(TowerEncoding { hidden: x, cos, sin, frames, windows, patches: n })
     }
 
-    /// Queues up to `count` more blocks of `encoding` (lazily: nothing is
-    /// evaluated here); returns the hidden state to evaluate.
-    pub fn run_blocks(&self, encoding: &mut TowerEncoding, count: usize) -> Result<Array> {
-        let end = (encoding.next_block + count).min(self.blocks.len());
-        for i in encoding.next_block..end {
+    /// Queues `blocks` of `encoding`, the ones after those already run
+    /// (lazily: nothing is evaluated here); returns the hidden state to evaluate.
+    pub fn run_blocks(&self, encoding: &mut TowerEncoding, blocks: std::ops::Range<usize>) -> Result<Array> {
+        for i in blocks {
             let block = &self.blocks[i];
             let bounds = match &encoding.windows {
                 Some(win) if !self.cfg.fullatt_blocks.contains(&i) => &win.bounds,
@@ -351,19 +349,11 @@ impl VisionModel {
             let m = block.mlp.forward(&block.norm2.forward(&x)?)?;
             encoding.hidden = x.add(m)?;
         }
-        encoding.next_block = end;
         Ok(encoding.hidden.clone())
     }
 
     /// The merger after the last block: the image's features.
     pub fn finish(&self, encoding: &TowerEncoding) -> Result<Array> {
-        if encoding.next_block < self.blocks.len() {
-            return Err(Error::Mlx(format!(
-                "an image encoding finished after {} of {} blocks",
-                encoding.next_block,
-                self.blocks.len()
-            )));
-        }
         let n = encoding.patches;
         let merged = self
             .merger_norm
