@@ -47,6 +47,8 @@ pub fn configure<R: Runtime>(builder: tauri::Builder<R>, state: Arc<AppState>) -
             commands::replies::stop_reply,
             commands::replies::regenerate,
             commands::replies::edit_and_resend,
+            commands::replies::choose_branch,
+            commands::replies::delete_branch,
             commands::replies::active_replies,
             commands::replies::attach_reply,
             commands::attachments::add_attachment_path,

@@ -1,10 +1,11 @@
-//! Starting a reply in a chat: the prompt from the stored messages, a
-//! `streaming` reply row, the engine request, and a task that pumps its
-//! events. Several chats generate at once; the engine batches them.
+//! Starting a reply in a chat: the prompt from the stored messages (the line
+//! from the top of the chat down to the message answered), a `streaming`
+//! reply row under that message, the engine request, and a task that pumps
+//! its events. Several chats generate at once; the engine batches them.
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
-use store::{ChatId, ReplyId};
+use store::{ChatId, MessageId, ReplyId};
 use tauri::{AppHandle, Emitter, Runtime};
 
 use crate::answer_format::AnswerFormat;
@@ -32,20 +33,23 @@ pub fn ensure_idle(state: &AppState, chat: ChatId) -> AppResult<()> {
     Ok(())
 }
 
+/// Starts a reply to `parent` (a user message): the earlier answers to it,
+/// if any, stay as siblings of the new one.
 pub async fn start_reply<R: Runtime>(
     app: &AppHandle<R>,
     state: Arc<AppState>,
     chat: ChatId,
+    parent: MessageId,
     sink: Sink,
 ) -> AppResult<StartedReply> {
     ensure_idle(&state, chat)?;
     let engine = state.engine()?;
     let model = state.status().model.map(|m| m.name).unwrap_or_else(|| engine.model_info().name.clone());
-    let messages = state.store.list_messages(chat).await?;
+    let messages = state.store.path_to(chat, parent).await?;
     let answer_format = state.store.get_chat(chat).await?.answer_format.as_ref().map(AnswerFormat::from_stored).transpose()?;
     let request =
         build_request(&messages, &state.settings(), engine.model_info().capabilities, answer_format.as_ref()).await?;
-    let reply_id = state.store.begin_reply(chat, &model).await?;
+    let reply_id = state.store.begin_reply_under(chat, parent, &model).await?;
     let stream = engine.submit(request);
     let sink = Arc::new(Mutex::new(sink));
     let text = Arc::new(Mutex::new((String::new(), String::new())));

@@ -169,14 +169,21 @@ fn a_reply_streams_into_the_store_with_stats_and_titles_the_chat() {
     let chats = h.ok("list_chats", json!({}));
     assert_eq!(chats[0]["title"], "Hello there, tiny model");
 
-    // regenerate replaces the reply instead of adding one
+    // regenerate keeps the first answer as a sibling of the new one
+    let first = reply["id"].clone();
     h.ok("regenerate", json!({"chatId": chat, "onEvent": "__CHANNEL__:8"}));
     let again = h.finished_reply(chat);
     assert_eq!(again["status"], "complete", "{again}");
+    assert_ne!(again["id"], first);
+    assert_eq!(again["siblings"], json!([first, again["id"]]), "{again}");
     let messages = h.ok("list_messages", json!({"chatId": chat}));
-    assert_eq!(messages.as_array().unwrap().len(), 2, "{messages}");
+    assert_eq!(messages.as_array().unwrap().len(), 2, "the shown branch: {messages}");
+    // and the first one can be shown again
+    let shown = h.ok("choose_branch", json!({"chatId": chat, "messageId": first}));
+    assert_eq!(shown[1]["id"], first, "{shown}");
+    assert_eq!(h.ok("list_messages", json!({"chatId": chat}))[1]["id"], first);
 
-    // edit and resend replaces the last user message and its reply
+    // edit and resend forks beside the message; the old branch stays
     let user_id = messages[0]["id"].clone();
     h.ok(
         "edit_and_resend",
@@ -187,6 +194,44 @@ fn a_reply_streams_into_the_store_with_stats_and_titles_the_chat() {
     let roles: Vec<&str> = messages.as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(roles, ["user", "assistant"]);
     assert_eq!(messages[0]["content"], "Edited question");
+    assert_eq!(messages[0]["siblings"], json!([user_id, messages[0]["id"]]));
+    let back = h.ok("choose_branch", json!({"chatId": chat, "messageId": user_id}));
+    assert_eq!(back[0]["content"], "Hello there, tiny model");
+    assert_eq!(back[1]["id"], first, "the old branch remembers its shown answer");
+}
+
+/// Only the shown branch is sent: an answer on a branch forked at the top
+/// has a shorter prompt than one at the end of the old, longer branch.
+#[test]
+fn the_prompt_is_the_branch_answered_and_branches_can_be_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_models(dir.path());
+    let h = harness(dir.path());
+    h.load_tiny();
+    h.settings(|_| {});
+    let chat = h.new_chat();
+    let first = h.send(chat, "one two three four five six", &[]);
+    h.finished_reply(chat);
+    h.send(chat, "seven eight nine ten eleven twelve", &[]);
+    let long = h.finished_reply(chat);
+    let long_prompt = long["stats"]["prompt_tokens"].as_u64().expect("the reply ran");
+    h.ok(
+        "edit_and_resend",
+        json!({"chatId": chat, "messageId": first["user"]["id"], "message": {"text": "one two three four five six"}, "onEvent": "__CHANNEL__:3"}),
+    );
+    let short = h.finished_reply(chat);
+    let short_prompt = short["stats"]["prompt_tokens"].as_u64().expect("the reply ran");
+    assert!(short_prompt < long_prompt, "the fork's prompt ({short_prompt}) has only its own branch (the old one: {long_prompt})");
+
+    // a regenerate of an answer on a hidden branch is refused for a user message
+    let err = h.call("regenerate", json!({"chatId": chat, "messageId": first["user"]["id"], "onEvent": "__CHANNEL__:4"})).unwrap_err();
+    assert_eq!(err["code"], "NOT_A_REPLY", "{err}");
+
+    // deleting the new branch shows the old one again, whole
+    let shown = h.ok("list_messages", json!({"chatId": chat}));
+    let left = h.ok("delete_branch", json!({"chatId": chat, "messageId": shown[0]["id"]}));
+    assert_eq!(left.as_array().unwrap().len(), 4, "{left}");
+    assert_eq!(left[3]["id"], long["id"]);
 }
 
 #[test]

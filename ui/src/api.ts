@@ -30,6 +30,10 @@ export type MessageStatus = 'complete' | 'streaming' | 'interrupted' | 'error';
 export interface Message {
   id: number;
   chat_id: number;
+  /** The message it follows; null at the top of the chat. A chat is a tree. */
+  parent_id: number | null;
+  /** Every message under the same parent, this one included, oldest first (the ‹ 2/3 › switcher). */
+  siblings: number[];
   role: Role;
   content: string;
   reasoning: string | null;
@@ -145,10 +149,15 @@ export const api = {
   send: (chatId: number, message: Outgoing, onEvent: (e: StreamEvent) => void) =>
     invoke<Sent>('send_message', { chatId, message, onEvent: channel(onEvent) }),
   stop: (chatId: number) => invoke<boolean>('stop_reply', { chatId }),
-  regenerate: (chatId: number, onEvent: (e: StreamEvent) => void) =>
-    invoke<StartedReply>('regenerate', { chatId, onEvent: channel(onEvent) }),
+  /** A new answer beside `messageId` (a reply), or beside the shown branch's last answer when null. */
+  regenerate: (chatId: number, messageId: number | null, onEvent: (e: StreamEvent) => void) =>
+    invoke<StartedReply>('regenerate', { chatId, messageId, onEvent: channel(onEvent) }),
   editAndResend: (chatId: number, messageId: number, message: Outgoing, onEvent: (e: StreamEvent) => void) =>
     invoke<Sent>('edit_and_resend', { chatId, messageId, message, onEvent: channel(onEvent) }),
+  /** Shows the branch through `messageId`; returns the chat's shown messages. */
+  chooseBranch: (chatId: number, messageId: number) => invoke<Message[]>('choose_branch', { chatId, messageId }),
+  /** Deletes `messageId` and everything under it; returns the chat's shown messages. */
+  deleteBranch: (chatId: number, messageId: number) => invoke<Message[]>('delete_branch', { chatId, messageId }),
   activeReplies: () => invoke<number[]>('active_replies'),
   attachReply: (chatId: number, onEvent: (e: StreamEvent) => void) =>
     invoke<boolean>('attach_reply', { chatId, onEvent: channel(onEvent) }),

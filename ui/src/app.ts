@@ -7,6 +7,7 @@ import { ChatView, type ModelState } from './chatView';
 import { Composer } from './composer';
 import type { AnswerFormat } from './answerFormat';
 import { clear, h } from './dom';
+import { confirmDialog } from './modal';
 import { icon } from './icons';
 import { ModelsView } from './modelsView';
 import { SettingsPage } from './settingsView';
@@ -64,6 +65,8 @@ export class App {
     this.chatView = new ChatView({
       regenerate: () => void this.regenerate(),
       edit: (m) => this.edit(m),
+      switchBranch: (id) => void this.switchBranch(id),
+      deleteBranch: (m) => void this.deleteBranch(m),
       continueReply: () => void this.composer.sendText('Continue.'),
       sendStarter: (text) => void this.composer.sendText(text),
       openModels: () => this.go('models'),
@@ -103,7 +106,7 @@ export class App {
         void this.pollStats();
       }
       if (this.page === 'chat' && this.chat?.id === chatId) {
-        if (live.finished) void this.reloadMessages();
+        if (live.finished) this.replyFinished(live.finished);
         else this.chatView.updateLive(live);
         this.composer.setBusy(this.streams.isRunning(chatId));
       }
@@ -247,12 +250,9 @@ export class App {
       this.toast(errorText(e));
     }
     if (this.chat?.id !== chat.id) return;
-    const live = this.streams.get(chat.id);
-    if (live?.finished) this.streams.settle(chat.id);
-    this.chatView.show(this.messages, live && !live.finished ? live : null);
-    this.composer.setBusy(this.streams.isRunning(chat.id));
-    const fresh = (await api.listChats()).find((c) => c.id === chat.id);
-    if (fresh && this.chat?.id === fresh.id) { this.chat = fresh; this.renderHeader(); }
+    if (this.streams.get(chat.id)?.finished) this.streams.settle(chat.id);
+    this.showMessages();
+    await this.refreshChat();
   }
 
   /** The composer's answer format for the open chat (a new chat if none is open). */
@@ -286,14 +286,23 @@ export class App {
       const handler = this.streams.begin(chatId);
       const editing = this.editing;
       this.editing = null;
+      let sent;
       try {
-        if (editing) await api.editAndResend(chatId, editing.id, message, handler);
-        else await api.send(chatId, message, handler);
+        sent = editing ? await api.editAndResend(chatId, editing.id, message, handler) : await api.send(chatId, message, handler);
       } catch (e) {
         this.streams.abandon(chatId);
         throw e;
       }
-      await this.reloadMessages();
+      if (this.chat?.id === chatId && !this.streams.isRunning(chatId)) {
+        void this.reloadMessages(); // a reply so quick it ended before this call did
+      } else if (this.chat?.id === chatId) {
+        // the stored message, shown without reading the chat again: after
+        // the shown branch, or in place of the message it edits (a new branch)
+        const at = editing ? this.messages.findIndex((m) => m.id === editing.id) : -1;
+        this.messages = [...(at >= 0 ? this.messages.slice(0, at) : this.messages), sent.user];
+        this.showMessages();
+        if (!chat.title) void this.refreshChat();
+      }
       void this.sidebar.refresh();
       return true;
     } catch (e) {
@@ -307,22 +316,87 @@ export class App {
     this.composer.focus();
   }
 
+  /** A new answer to the shown branch's last question; the old one stays as its sibling. */
   private async regenerate(): Promise<void> {
     const chat = this.chat;
     if (!chat) return;
     const handler = this.streams.begin(chat.id);
     try {
-      await api.regenerate(chat.id, handler);
+      await api.regenerate(chat.id, null, handler);
     } catch (e) {
       this.streams.abandon(chat.id);
       this.toast(errorText(e));
+      return;
     }
-    await this.reloadMessages();
+    if (this.chat?.id !== chat.id) return;
+    if (!this.streams.isRunning(chat.id)) return void this.reloadMessages(); // it already ended
+    // the new answer takes the old one's place once it is stored
+    const question = this.messages.map((m) => m.role).lastIndexOf('user');
+    this.messages = this.messages.slice(0, question + 1);
+    this.showMessages();
   }
 
   private edit(m: Message): void {
     this.editing = m;
-    this.composer.startEdit(m.content, m.attachments, () => { this.editing = null; });
+    const last = [...this.messages].reverse().find((x) => x.role === 'user');
+    this.composer.startEdit(m.content, m.attachments, () => { this.editing = null; }, m !== last);
+  }
+
+  /** Shows another version (‹ ›): the chat's shown messages come back from the store. */
+  private async switchBranch(messageId: number): Promise<void> {
+    const chat = this.chat;
+    if (!chat) return;
+    try {
+      const messages = await api.chooseBranch(chat.id, messageId);
+      if (this.chat?.id !== chat.id) return;
+      this.messages = messages;
+      this.showMessages();
+    } catch (e) {
+      this.toast(errorText(e));
+    }
+  }
+
+  private async deleteBranch(m: Message): Promise<void> {
+    const chat = this.chat;
+    if (!chat) return;
+    const what = m.role === 'user' ? 'this version of your message' : 'this answer';
+    if (!(await confirmDialog(`Delete ${what}?`, 'It and everything after it in this branch will be deleted. The other versions stay.', 'Delete'))) return;
+    try {
+      const messages = await api.deleteBranch(chat.id, m.id);
+      if (this.chat?.id !== chat.id) return;
+      this.messages = messages;
+      this.showMessages();
+      void this.sidebar.refresh();
+    } catch (e) {
+      this.toast(errorText(e));
+    }
+  }
+
+  /** A reply ended: its stored message (from the finished event) joins the
+   * shown branch, or replaces its row; the chat is not read again. */
+  private replyFinished(message: Message): void {
+    const at = this.messages.findIndex((m) => m.id === message.id);
+    if (at >= 0) this.messages[at] = message;
+    else if (this.messages[this.messages.length - 1]?.id === message.parent_id) this.messages.push(message);
+    else return void this.reloadMessages(); // the shown branch moved meanwhile
+    this.streams.settle(message.chat_id);
+    this.showMessages();
+  }
+
+  /** Shows `this.messages` with the open chat's live reply, if any. */
+  private showMessages(): void {
+    const chat = this.chat;
+    const live = chat ? this.streams.get(chat.id) : undefined;
+    this.chatView.show(this.messages, live && !live.finished ? live : null);
+    this.composer.setBusy(!!chat && this.streams.isRunning(chat.id));
+  }
+
+  /** The open chat's record again (its title comes from the first message). */
+  private async refreshChat(): Promise<void> {
+    const chat = this.chat;
+    if (!chat) return;
+    const fresh = (await api.listChats()).find((c) => c.id === chat.id);
+    if (fresh && this.chat?.id === fresh.id) { this.chat = fresh; this.renderHeader(); }
   }
 
   private onKey(e: KeyboardEvent): void {

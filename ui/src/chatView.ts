@@ -1,12 +1,14 @@
-// One chat: its messages (Markdown answers, a collapsible "Thinking" block,
-// images, stats, errors shown plainly), the live reply as it streams
-// (rendered block by block, at most ~15 times a second), the actions on the
-// last turn (regenerate, edit and resend, continue a reply cut at the token
-// limit), a "jump to latest" button when scrolled up, and an empty chat that
-// says what to do.
+// One chat: the messages of its shown branch (Markdown answers, a
+// collapsible "Thinking" block, images, stats, errors shown plainly), the
+// live reply as it streams (rendered block by block, at most ~15 times a
+// second), the ‹ 2/3 › switcher on messages with other versions, Edit on
+// every message you sent (a new branch), the actions on the last turn
+// (regenerate, continue a reply cut at the token limit), a "jump to latest"
+// button when scrolled up, and an empty chat that says what to do.
 import { attachmentUrl, type LoadedModel, type Message, type MessageStats } from './api';
 import { clear, h } from './dom';
 import { bytes } from './format';
+import { branchSwitcher } from './branches';
 import { formattedJsonAnswer } from './answerFormat';
 import { MarkdownBlocks, setMarkdown } from './markdown';
 import { startersFor } from './starters';
@@ -14,7 +16,12 @@ import type { LiveReply } from './streams';
 
 export interface ChatViewHooks {
   regenerate(): void;
+  /** Edits any message you sent: sending the edit starts a new branch beside it. */
   edit(message: Message): void;
+  /** Shows the branch through this message (a sibling of one shown). */
+  switchBranch(messageId: number): void;
+  /** Deletes this message's branch (it and everything after it). */
+  deleteBranch(message: Message): void;
   /** Asks the model to go on with a reply cut at the token limit. */
   continueReply(): void;
   /** Sends a starter prompt of the empty chat. */
@@ -145,7 +152,7 @@ export class ChatView {
     const firstWithImages = this.modelSeesImages === false ? this.messages.find((m) => m.role === 'user' && m.attachments.length > 0) : undefined;
     for (const m of this.messages) {
       if (m.role === 'user') {
-        this.list.append(this.user(m, m === lastUser && !this.busy));
+        this.list.append(this.user(m, m === lastUser));
         if (m === firstWithImages) this.list.append(this.imagesLeftOut());
       } else if (m.role === 'assistant' && m.id !== liveId) {
         this.list.append(this.assistant(m, m === lastAssistant && !this.busy));
@@ -188,14 +195,23 @@ export class ChatView {
       ' to ask about them.');
   }
 
-  private user(m: Message, editable: boolean): HTMLElement {
-    return h('div', { class: `msg user${editable ? ' last' : ''}`, 'data-testid': 'msg-user', 'data-id': m.id },
+  private user(m: Message, last: boolean): HTMLElement {
+    return h('div', { class: `msg user${last ? ' last' : ''}`, 'data-testid': 'msg-user', 'data-id': m.id },
       m.attachments.length ? h('div', { class: 'msg-images' },
         ...m.attachments.map((a) => h('img', { src: attachmentUrl(a.sha256), alt: 'Image you sent', 'data-testid': 'msg-image' }))) : null,
       m.content ? h('div', { class: 'bubble' }, m.content) : null,
       // the actions row is always there, so the layout does not jump when a reply ends
       h('div', { class: 'msg-actions' },
-        editable ? h('button', { class: 'link', 'data-testid': 'edit-message', onclick: () => this.hooks.edit(m) }, 'Edit') : null));
+        branchSwitcher(m, (id) => this.hooks.switchBranch(id), this.busy),
+        this.busy ? null : h('button', { class: 'link', 'data-testid': 'edit-message', title: 'Edit and send as a new branch (this one is kept)', onclick: () => this.hooks.edit(m) }, 'Edit'),
+        this.deleteBranchButton(m)));
+  }
+
+  /** Only where there is another version to fall back on. */
+  private deleteBranchButton(m: Message): HTMLElement | null {
+    if (this.busy || m.siblings.length < 2) return null;
+    const what = m.role === 'user' ? 'this version' : 'this answer';
+    return h('button', { class: 'link', 'data-testid': 'delete-branch', title: `Delete ${what} and what follows it`, onclick: () => this.hooks.deleteBranch(m) }, 'Delete');
   }
 
   private assistant(m: Message, last: boolean): HTMLElement {
@@ -219,8 +235,10 @@ export class ChatView {
       body,
       status,
       h('div', { class: 'msg-actions' },
+        branchSwitcher(m, (id) => this.hooks.switchBranch(id), this.busy),
         copy,
-        last ? h('button', { class: 'link', 'data-testid': 'regenerate', onclick: () => this.hooks.regenerate() }, 'Regenerate') : null,
+        last ? h('button', { class: 'link', 'data-testid': 'regenerate', title: 'A new answer (this one is kept: ‹ › switches)', onclick: () => this.hooks.regenerate() }, 'Regenerate') : null,
+        this.deleteBranchButton(m),
         stats ? h('span', { class: 'stats', 'data-testid': 'stats' }, stats) : null));
   }
 

@@ -111,13 +111,18 @@ export class Composer {
     void this.renderOffer();
   }
 
-  /** Fills the box for editing the last message; `onCancel` leaves edit mode. */
-  startEdit(text: string, attachments: Attachment[], onCancel: () => void): void {
+  /** Fills the box for editing a message you sent; `onCancel` leaves edit
+   * mode. `earlier`: not the last one (the banner says what follows it stays). */
+  startEdit(text: string, attachments: Attachment[], onCancel: () => void, earlier = false): void {
     this.input.value = text;
     this.attachments = [...attachments];
     this.renderThumbs();
     clear(this.editBanner);
-    this.editBanner.append('Editing your last message', h('button', { class: 'link', onclick: () => { this.endEdit(); onCancel(); } }, 'Cancel'));
+    this.editBanner.append(
+      h('span', { 'data-testid': 'edit-banner-text' }, earlier
+        ? 'Editing an earlier message: sending starts a new branch from it (‹ › goes back to this one and what followed).'
+        : 'Editing your last message: sending starts a new branch (‹ › goes back to this one).'),
+      h('button', { class: 'link', onclick: () => { this.endEdit(); onCancel(); } }, 'Cancel'));
     this.editBanner.hidden = false;
     this.autosize();
     this.input.focus();

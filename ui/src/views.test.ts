@@ -9,14 +9,14 @@ import type { Chat, LoadedModel, Message } from './api';
 
 afterEach(() => clearMocks());
 
-const noHooks = { regenerate: () => {}, edit: () => {}, continueReply: () => {}, sendStarter: () => {}, openModels: () => {} };
+const noHooks = { regenerate: () => {}, edit: () => {}, continueReply: () => {}, sendStarter: () => {}, openModels: () => {}, switchBranch: () => {}, deleteBranch: () => {} };
 const loaded = (vision: boolean, over: Partial<LoadedModel> = {}): LoadedModel => ({
   id: 'x', name: vision ? 'Tiny VL' : 'Tiny', path: '', architecture: 'llama', quantization: null, quantization_words: null, max_context: 1, vision, thinking: false, ...over,
 });
 const ready = (vision: boolean): ModelState => ({ state: 'ready', model: loaded(vision) });
 
 const msg = (over: Partial<Message>): Message => ({
-  id: 1, chat_id: 1, role: 'user', content: '', reasoning: null, attachments: [], stats: null, model: null,
+  id: 1, chat_id: 1, parent_id: null, siblings: [], role: 'user', content: '', reasoning: null, attachments: [], stats: null, model: null,
   status: 'complete', error: null, created_at: 0, updated_at: 0, ...over,
 });
 
@@ -74,9 +74,29 @@ describe('message details', () => {
     expect(thinking.textContent).toContain('Let me think');
     expect(view.el.querySelector('[data-testid=answer] strong')!.textContent).toBe('answer');
     expect(view.el.querySelector('[data-testid=reply-error]')!.textContent).toMatch(/longer than this model's context/);
-    // only the last turn offers regenerate and edit
+    // only the last turn offers regenerate; every message you sent can be edited (a new branch)
     expect(view.el.querySelectorAll('[data-testid=regenerate]').length).toBe(1);
-    expect(view.el.querySelectorAll('[data-testid=edit-message]').length).toBe(1);
+    expect(view.el.querySelectorAll('[data-testid=edit-message]').length).toBe(2);
+    // no message has another version: no switcher, no branch delete
+    expect(view.el.querySelector('[data-testid=branches]')).toBeNull();
+    expect(view.el.querySelector('[data-testid=delete-branch]')).toBeNull();
+  });
+
+  it('shows ‹ 2/3 › on a message with other versions and switches to its neighbours', () => {
+    const chosen: number[] = [];
+    const view = new ChatView({ ...noHooks, switchBranch: (id) => chosen.push(id) });
+    view.show([
+      msg({ id: 1, role: 'user', content: 'Q', siblings: [1] }),
+      msg({ id: 5, parent_id: 1, role: 'assistant', content: 'second try', siblings: [2, 5, 9] }),
+    ], null);
+    const answer = view.el.querySelector('[data-testid=msg-assistant]')!;
+    expect(answer.querySelector('[data-testid=branch-position]')!.textContent).toBe('2/3');
+    (answer.querySelector('[data-testid=branch-prev]') as HTMLButtonElement).click();
+    (answer.querySelector('[data-testid=branch-next]') as HTMLButtonElement).click();
+    expect(chosen).toEqual([2, 9]);
+    expect(answer.querySelector('[data-testid=delete-branch]')).not.toBeNull();
+    // the user message has one version: no switcher there
+    expect(view.el.querySelector('[data-testid=msg-user] [data-testid=branches]')).toBeNull();
   });
 });
 

@@ -1,7 +1,9 @@
 //! The app's persistent state in one SQLite database: chats, their messages
-//! (with reasoning, generation stats and a status that survives a crash
-//! mid-reply), image attachments stored once by content hash, settings, and
-//! bulk jobs (one prompt over many images) with their tables of answers.
+//! as a tree (regenerated answers and edited messages are kept as branches,
+//! see `tree.rs`; with reasoning, generation stats and a status that
+//! survives a crash mid-reply), image attachments stored once by content
+//! hash, settings, and bulk jobs (one prompt over many images) with their
+//! tables of answers.
 //!
 //! Safety rules (see design.md, "Security and data safety"): WAL mode, foreign
 //! keys on, every multi-row change in one transaction, migrations embedded and
@@ -27,6 +29,7 @@ mod messages;
 mod settings;
 mod store;
 mod title;
+mod tree;
 mod types;
 
 pub use attachments::{detect_image, ImageFormat, MAX_ATTACHMENT_BYTES};

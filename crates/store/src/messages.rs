@@ -1,9 +1,8 @@
-//! Messages, and the crash-safe life of a streamed reply:
+//! Messages (each added under a parent: see `tree.rs`), and the crash-safe
+//! life of a streamed reply:
 //! `begin_reply` (status streaming) → `update_reply`… → `finish_reply`;
 //! a reply still streaming when the app starts was cut by a crash or a kill
 //! and is marked interrupted, keeping its partial text.
-use std::collections::HashMap;
-
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, Sqlite, Transaction};
 
@@ -11,14 +10,15 @@ use crate::attachments::attachment_from_row;
 use crate::error::{Error, Result};
 use crate::store::{now_ms, Store};
 use crate::title::derive_title;
+use crate::tree::{active_leaf, ensure_parent, next_chosen};
 use crate::types::{
-    Attachment, ChatId, Message, MessageId, MessageStats, MessageStatus, NewMessage, ReplyId, ReplyOutcome, Role,
+    ChatId, Message, MessageId, MessageStats, MessageStatus, NewMessage, ReplyId, ReplyOutcome, Role,
 };
 
-const MESSAGE_COLUMNS: &str =
-    "id, chat_id, role, content, reasoning, stats, model, status, error, error_code, created_at, updated_at";
+pub(crate) const MESSAGE_COLUMNS: &str =
+    "id, chat_id, parent_id, role, content, reasoning, stats, model, status, error, error_code, created_at, updated_at";
 
-fn message_from_row(row: &SqliteRow) -> Result<Message> {
+pub(crate) fn message_from_row(row: &SqliteRow) -> Result<Message> {
     let role: String = row.try_get("role")?;
     let status: String = row.try_get("status")?;
     let stats: Option<String> = row.try_get("stats")?;
@@ -26,6 +26,8 @@ fn message_from_row(row: &SqliteRow) -> Result<Message> {
     Ok(Message {
         id,
         chat_id: ChatId(row.try_get("chat_id")?),
+        parent_id: row.try_get::<Option<i64>, _>("parent_id")?.map(MessageId),
+        siblings: Vec::new(),
         // the CHECK constraints make these unreachable, short of a hand-edited database
         role: Role::parse(&role).ok_or_else(|| corrupt(id, "role", &role))?,
         content: row.try_get("content")?,
@@ -52,33 +54,65 @@ fn non_empty(s: &str) -> Option<&str> {
 }
 
 impl Store {
-    /// Adds a complete message. A user message names an untitled chat.
+    /// Adds a complete message at the end of the chat's active path (after
+    /// the message shown last). A user message names an untitled chat.
     /// Fails with `ATTACHMENT_NOT_FOUND` if a hash was never stored (or was
     /// cleaned up since): store attachments right before sending.
     pub async fn add_message(&self, chat: ChatId, message: &NewMessage) -> Result<Message> {
-        let now = now_ms();
-        let stats = message.stats.as_ref().map(serde_json::to_string).transpose().expect("stats serialize");
         let mut tx = self.write_tx().await?;
         ensure_chat(&mut tx, chat).await?;
+        let parent = active_leaf(&mut tx, chat).await?;
+        let stored = self.insert_message(&mut tx, chat, parent, message).await?;
+        tx.commit().await?;
+        self.with_siblings(stored).await
+    }
+
+    /// Adds a complete message under `parent` (`None`: a new first message
+    /// of the chat) and makes it the shown branch. Editing a message is this
+    /// with the edited message's parent: the new text becomes a sibling and
+    /// the old branch stays reachable.
+    pub async fn add_message_under(&self, chat: ChatId, parent: Option<MessageId>, message: &NewMessage) -> Result<Message> {
+        let mut tx = self.write_tx().await?;
+        ensure_chat(&mut tx, chat).await?;
+        if let Some(parent) = parent {
+            ensure_parent(&mut tx, chat, parent).await?;
+        }
+        let stored = self.insert_message(&mut tx, chat, parent, message).await?;
+        tx.commit().await?;
+        self.with_siblings(stored).await
+    }
+
+    async fn insert_message(
+        &self,
+        tx: &mut Transaction<'_, Sqlite>,
+        chat: ChatId,
+        parent: Option<MessageId>,
+        message: &NewMessage,
+    ) -> Result<Message> {
+        let now = now_ms();
+        let stats = message.stats.as_ref().map(serde_json::to_string).transpose().expect("stats serialize");
+        let chosen = next_chosen(tx, chat).await?;
         let row = sqlx::query(&format!(
-            "INSERT INTO messages (chat_id, role, content, reasoning, stats, model, status, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'complete', ?7, ?7) RETURNING {MESSAGE_COLUMNS}"
+            "INSERT INTO messages (chat_id, parent_id, chosen, role, content, reasoning, stats, model, status, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'complete', ?9, ?9) RETURNING {MESSAGE_COLUMNS}"
         ))
         .bind(chat.0)
+        .bind(parent.map(|p| p.0))
+        .bind(chosen)
         .bind(message.role.as_str())
         .bind(&message.content)
         .bind(message.reasoning.as_deref().and_then(non_empty))
         .bind(stats)
         .bind(&message.model)
         .bind(now)
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut **tx)
         .await?;
         let mut stored = message_from_row(&row)?;
 
         for (position, hash) in message.attachments.iter().enumerate() {
             let row = sqlx::query("SELECT sha256, ext, mime, size FROM attachments WHERE sha256 = ?1")
                 .bind(hash)
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&mut **tx)
                 .await?
                 .ok_or_else(|| Error::AttachmentNotFound(hash.clone()))?;
             stored.attachments.push(attachment_from_row(&row, &self.attachments_dir)?);
@@ -86,61 +120,25 @@ impl Store {
                 .bind(stored.id.0)
                 .bind(position as i64)
                 .bind(hash)
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await?;
         }
 
-        sqlx::query("UPDATE chats SET updated_at = ?1 WHERE id = ?2").bind(now).bind(chat.0).execute(&mut *tx).await?;
+        sqlx::query("UPDATE chats SET updated_at = ?1 WHERE id = ?2").bind(now).bind(chat.0).execute(&mut **tx).await?;
         if message.role == Role::User {
             let title = derive_title(&message.content);
             if !title.is_empty() {
                 sqlx::query("UPDATE chats SET title = ?1 WHERE id = ?2 AND title = ''")
                     .bind(title)
                     .bind(chat.0)
-                    .execute(&mut *tx)
+                    .execute(&mut **tx)
                     .await?;
             }
         }
-        tx.commit().await?;
         Ok(stored)
     }
 
-    /// A chat's messages, oldest first, with their attachments.
-    pub async fn list_messages(&self, chat: ChatId) -> Result<Vec<Message>> {
-        // one read transaction: the messages and their attachments from the same snapshot
-        let mut tx = self.pool.begin().await?;
-        ensure_chat(&mut tx, chat).await?;
-        let rows = sqlx::query(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_id = ?1 ORDER BY id"))
-            .bind(chat.0)
-            .fetch_all(&mut *tx)
-            .await?;
-        let mut messages = rows.iter().map(message_from_row).collect::<Result<Vec<_>>>()?;
-
-        let rows = sqlx::query(
-            "SELECT ma.message_id, a.sha256, a.ext, a.mime, a.size
-             FROM message_attachments ma
-             JOIN messages m ON m.id = ma.message_id
-             JOIN attachments a ON a.sha256 = ma.sha256
-             WHERE m.chat_id = ?1 ORDER BY ma.message_id, ma.position",
-        )
-        .bind(chat.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        let mut by_message: HashMap<i64, Vec<Attachment>> = HashMap::new();
-        for row in &rows {
-            let id: i64 = row.try_get("message_id")?;
-            by_message.entry(id).or_default().push(attachment_from_row(row, &self.attachments_dir)?);
-        }
-        for message in &mut messages {
-            if let Some(attachments) = by_message.remove(&message.id.0) {
-                message.attachments = attachments;
-            }
-        }
-        Ok(messages)
-    }
-
-    /// One message by id.
+    /// One message by id, with its attachments and siblings.
     pub async fn get_message(&self, id: MessageId) -> Result<Message> {
         let row = sqlx::query(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?1"))
             .bind(id.0)
@@ -157,71 +155,44 @@ impl Store {
         .await?;
         message.attachments =
             rows.iter().map(|r| attachment_from_row(r, &self.attachments_dir)).collect::<Result<_>>()?;
+        self.with_siblings(message).await
+    }
+
+    /// `message` with its siblings filled in.
+    pub(crate) async fn with_siblings(&self, mut message: Message) -> Result<Message> {
+        message.siblings = sqlx::query_scalar::<_, i64>(
+            "SELECT id FROM messages WHERE chat_id = ?1 AND parent_id IS ?2 ORDER BY id",
+        )
+        .bind(message.chat_id.0)
+        .bind(message.parent_id.map(|p| p.0))
+        .fetch_all(&self.pool)
+        .await?
+        .into_iter()
+        .map(MessageId)
+        .collect();
         Ok(message)
     }
 
-    /// Deletes `from` and every later message of `chat` (regenerate, edit
-    /// and resend), then the attachment files no other message uses. Returns
-    /// how many messages went. A streaming reply among them is deleted too:
-    /// stop it first.
-    pub async fn delete_messages_from(&self, chat: ChatId, from: MessageId) -> Result<u64> {
-        let mut tx = self.write_tx().await?;
-        let exists = sqlx::query_scalar::<_, i64>("SELECT 1 FROM messages WHERE id = ?1 AND chat_id = ?2")
-            .bind(from.0)
-            .bind(chat.0)
-            .fetch_optional(&mut *tx)
-            .await?;
-        if exists.is_none() {
-            return Err(Error::MessageNotFound(from));
-        }
-        let candidates: Vec<String> = sqlx::query_scalar(
-            "SELECT DISTINCT ma.sha256 FROM message_attachments ma
-             JOIN messages m ON m.id = ma.message_id WHERE m.chat_id = ?1 AND m.id >= ?2",
-        )
-        .bind(chat.0)
-        .bind(from.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        let deleted = sqlx::query("DELETE FROM messages WHERE chat_id = ?1 AND id >= ?2")
-            .bind(chat.0)
-            .bind(from.0)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        sqlx::query("UPDATE chats SET updated_at = ?1 WHERE id = ?2")
-            .bind(now_ms())
-            .bind(chat.0)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        self.remove_unreferenced_attachments(Some(&candidates)).await?;
-        Ok(deleted)
-    }
-
-    /// Starts an assistant reply in `chat`: an empty message with status
-    /// `streaming`. Remembers `model` as the chat's model.
+    /// Starts an assistant reply at the end of the chat's active path: an
+    /// empty message with status `streaming`. Remembers `model` as the
+    /// chat's model.
     pub async fn begin_reply(&self, chat: ChatId, model: &str) -> Result<ReplyId> {
-        let now = now_ms();
         let mut tx = self.write_tx().await?;
         ensure_chat(&mut tx, chat).await?;
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO messages (chat_id, role, content, model, status, created_at, updated_at)
-             VALUES (?1, 'assistant', '', ?2, 'streaming', ?3, ?3) RETURNING id",
-        )
-        .bind(chat.0)
-        .bind(model)
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await?;
-        sqlx::query("UPDATE chats SET model = ?1, updated_at = ?2 WHERE id = ?3")
-            .bind(model)
-            .bind(now)
-            .bind(chat.0)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(ReplyId(MessageId(id)))
+        let parent = active_leaf(&mut tx, chat).await?;
+        insert_reply(tx, chat, parent, model).await
     }
+
+    /// Starts an assistant reply under `parent` (a user message) and makes
+    /// it the shown branch. Regenerating is this: the earlier answers stay
+    /// as its siblings.
+    pub async fn begin_reply_under(&self, chat: ChatId, parent: MessageId, model: &str) -> Result<ReplyId> {
+        let mut tx = self.write_tx().await?;
+        ensure_chat(&mut tx, chat).await?;
+        ensure_parent(&mut tx, chat, parent).await?;
+        insert_reply(tx, chat, Some(parent), model).await
+    }
+
 
     /// Saves the text so far (the whole text, not a delta). The app calls
     /// this about once a second, so a crash loses at most that much.
@@ -273,7 +244,7 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?;
         match row {
-            Some(row) => message_from_row(&row),
+            Some(row) => self.with_siblings(message_from_row(&row)?).await,
             None => Err(self.not_streaming(reply).await),
         }
     }
@@ -303,11 +274,35 @@ impl Store {
     }
 }
 
-async fn ensure_chat(tx: &mut Transaction<'_, Sqlite>, chat: ChatId) -> Result<()> {
+pub(crate) async fn ensure_chat(tx: &mut Transaction<'_, Sqlite>, chat: ChatId) -> Result<()> {
     sqlx::query_scalar::<_, i64>("SELECT 1 FROM chats WHERE id = ?1")
         .bind(chat.0)
         .fetch_optional(&mut **tx)
         .await?
         .map(|_| ())
         .ok_or(Error::ChatNotFound(chat))
+}
+
+async fn insert_reply(mut tx: Transaction<'_, Sqlite>, chat: ChatId, parent: Option<MessageId>, model: &str) -> Result<ReplyId> {
+    let now = now_ms();
+    let chosen = next_chosen(&mut tx, chat).await?;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO messages (chat_id, parent_id, chosen, role, content, model, status, created_at, updated_at)
+         VALUES (?1, ?2, ?3, 'assistant', '', ?4, 'streaming', ?5, ?5) RETURNING id",
+    )
+    .bind(chat.0)
+    .bind(parent.map(|p| p.0))
+    .bind(chosen)
+    .bind(model)
+    .bind(now)
+    .fetch_one(&mut *tx)
+    .await?;
+    sqlx::query("UPDATE chats SET model = ?1, updated_at = ?2 WHERE id = ?3")
+        .bind(model)
+        .bind(now)
+        .bind(chat.0)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(ReplyId(MessageId(id)))
 }

@@ -226,6 +226,93 @@ mod tests {
         assert_eq!(store.get_chat(ChatId(chat)).await.unwrap().answer_format, None);
     }
 
+    /// A migrator with our migrations up to and including `last`.
+    async fn migrations_up_to(dir: &Path, last: i64) -> Migrator {
+        let folder = dir.join(format!("up-to-{last}"));
+        std::fs::create_dir(&folder).unwrap();
+        let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        for entry in std::fs::read_dir(ours).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let version: i64 = name.split('_').next().unwrap().parse().unwrap();
+            if version <= last {
+                std::fs::copy(entry.path(), folder.join(&name)).unwrap();
+            }
+        }
+        Migrator::new(folder.as_path()).await.unwrap()
+    }
+
+    /// A database of the flat schema (0001–0004) becomes trees without loss:
+    /// each chat's messages a chain in their old order, attachments and
+    /// failed replies kept, and a new message goes at the end of the chain.
+    #[tokio::test]
+    async fn flat_chats_become_chains() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("chats.db");
+        let flat = migrations_up_to(dir.path(), 4).await;
+        let store = Store::open_migrated(StoreConfig::beside(&db), &flat).await.unwrap();
+        let image = store.add_attachment(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR").await.unwrap();
+        let mut expected: Vec<(i64, Vec<String>)> = Vec::new();
+        // two chats with interleaved ids, as chats answering at once write them
+        let mut chats = Vec::new();
+        for title in ["first", "second"] {
+            let id: i64 = sqlx::query_scalar("INSERT INTO chats (title, created_at, updated_at) VALUES (?1, 0, 0) RETURNING id")
+                .bind(title)
+                .fetch_one(&store.pool)
+                .await
+                .unwrap();
+            chats.push(id);
+            expected.push((id, Vec::new()));
+        }
+        for turn in 0..3 {
+            for (i, &chat) in chats.iter().enumerate() {
+                for (role, status) in [("user", "complete"), ("assistant", if turn == 1 { "error" } else { "complete" })] {
+                    let content = format!("{role} {turn} of chat {i}");
+                    let id: i64 = sqlx::query_scalar(
+                        "INSERT INTO messages (chat_id, role, content, status, created_at, updated_at)
+                         VALUES (?1, ?2, ?3, ?4, 0, 0) RETURNING id",
+                    )
+                    .bind(chat)
+                    .bind(role)
+                    .bind(&content)
+                    .bind(status)
+                    .fetch_one(&store.pool)
+                    .await
+                    .unwrap();
+                    if role == "user" && turn == 2 {
+                        sqlx::query("INSERT INTO message_attachments (message_id, position, sha256) VALUES (?1, 0, ?2)")
+                            .bind(id)
+                            .bind(&image.sha256)
+                            .execute(&store.pool)
+                            .await
+                            .unwrap();
+                    }
+                    expected[i].1.push(content);
+                }
+            }
+        }
+        store.close().await;
+
+        let store = Store::open(&db).await.unwrap();
+        for (chat, texts) in &expected {
+            let path = store.list_messages(ChatId(*chat)).await.unwrap();
+            assert_eq!(path.iter().map(|m| m.content.clone()).collect::<Vec<_>>(), *texts);
+            assert_eq!(path[0].parent_id, None);
+            for pair in path.windows(2) {
+                assert_eq!(pair[1].parent_id, Some(pair[0].id), "a chain in the old order");
+                assert_eq!(pair[1].siblings, vec![pair[1].id], "no branches yet");
+            }
+            assert_eq!(path[3].status, crate::MessageStatus::Error, "a failed reply stays, failed");
+            assert_eq!(path[4].attachments.len(), 1);
+            assert_eq!(path[4].attachments[0].sha256, image.sha256);
+            assert_eq!(store.list_all_messages(ChatId(*chat)).await.unwrap().len(), texts.len());
+        }
+        let next = store.add_message(ChatId(chats[0]), &crate::NewMessage::user("after the move")).await.unwrap();
+        let path = store.list_messages(ChatId(chats[0])).await.unwrap();
+        assert_eq!(next.parent_id, Some(path[5].id));
+        assert_eq!(path.len(), 7);
+    }
+
     /// A database from a newer app version is refused, not half-understood.
     #[tokio::test]
     async fn database_from_a_newer_version_is_refused() {

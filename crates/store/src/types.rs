@@ -178,6 +178,16 @@ pub struct Message {
     pub id: MessageId,
     /// The chat it belongs to.
     pub chat_id: ChatId,
+    /// The message it answers or follows; `None` for the first message of a
+    /// branch at the top of the chat. A chat is a tree: regenerated answers
+    /// and edited messages are siblings under the same parent.
+    #[serde(default)]
+    pub parent_id: Option<MessageId>,
+    /// Every message under the same parent, this one included, oldest
+    /// first (the UI's ‹ 2/3 ›). Filled for the messages of a path
+    /// (`list_messages`, `get_message`, a finished reply); empty elsewhere.
+    #[serde(default)]
+    pub siblings: Vec<MessageId>,
     pub role: Role,
     /// The visible text (for a reply: the answer without its reasoning).
     pub content: String,

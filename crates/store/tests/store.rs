@@ -342,37 +342,6 @@ async fn settings_are_typed_json() {
 }
 
 #[tokio::test]
-async fn messages_from_one_on_are_deleted_with_their_unshared_images() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    let chat = store.create_chat().await.unwrap();
-    let other = store.create_chat().await.unwrap();
-    let shared = store.add_attachment(PNG).await.unwrap();
-    let own = store.add_attachment(JPEG).await.unwrap();
-    let first = store.add_message(chat.id, &NewMessage::user("first")).await.unwrap();
-    store
-        .add_message(other.id, &NewMessage::user("keeps the png").with_attachments([shared.sha256.clone()]))
-        .await
-        .unwrap();
-    let second = store
-        .add_message(chat.id, &NewMessage::user("second").with_attachments([shared.sha256.clone(), own.sha256.clone()]))
-        .await
-        .unwrap();
-    let reply = store.begin_reply(chat.id, "m").await.unwrap();
-    store.finish_reply(reply, "answer", "", None, ReplyOutcome::Complete).await.unwrap();
-
-    let deleted = store.delete_messages_from(chat.id, second.id).await.unwrap();
-    assert_eq!(deleted, 2);
-    let left = store.list_messages(chat.id).await.unwrap();
-    assert_eq!(left.iter().map(|m| m.id).collect::<Vec<_>>(), vec![first.id]);
-    assert!(shared.path.is_file(), "an image another chat uses stays");
-    assert!(!own.path.exists(), "an image nothing uses any more goes");
-    // a message of another chat is not this chat's to delete
-    let err = store.delete_messages_from(other.id, first.id).await.unwrap_err();
-    assert_eq!(err.code(), "MESSAGE_NOT_FOUND");
-}
-
-#[tokio::test]
 async fn a_chats_answer_format_is_kept_as_given_and_survives_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path()).await;

@@ -1,5 +1,8 @@
-//! Sending, stopping, regenerating and editing. Replies stream over a
-//! `Channel` the UI passes in (events are not meant for token streams).
+//! Sending, stopping, regenerating, editing and moving between branches.
+//! A chat is a tree (see the store's `tree.rs`): regenerating keeps the
+//! earlier answers as siblings, editing a message forks a branch beside it.
+//! Replies stream over a `Channel` the UI passes in (events are not meant
+//! for token streams).
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -66,20 +69,25 @@ pub async fn send_message<R: Runtime>(
     check(&message)?;
     ensure_idle(&state, chat_id)?;
     check_images(&message, &state)?;
-    post_and_answer(&app, &state, chat_id, message, on_event).await
+    post_and_answer(&app, &state, chat_id, message, None, on_event).await
 }
 
-/// Stores the user's message and starts the reply to it.
+/// Stores the user's message (at the end of the shown branch, or beside the
+/// message it edits) and starts the reply to it.
 async fn post_and_answer<R: Runtime>(
     app: &AppHandle<R>,
     state: &State<'_, Arc<AppState>>,
     chat_id: ChatId,
     message: Outgoing,
+    edited: Option<&Message>,
     on_event: Channel<StreamEvent>,
 ) -> AppResult<Sent> {
     let new = NewMessage::user(message.text).with_attachments(message.attachments);
-    let user = state.store.add_message(chat_id, &new).await?;
-    let reply = start_reply(app, state.inner().clone(), chat_id, sink(on_event)).await?;
+    let user = match edited {
+        Some(edited) => state.store.add_message_under(chat_id, edited.parent_id, &new).await?,
+        None => state.store.add_message(chat_id, &new).await?,
+    };
+    let reply = start_reply(app, state.inner().clone(), chat_id, user.id, sink(on_event)).await?;
     Ok(Sent { user, reply })
 }
 
@@ -97,29 +105,42 @@ pub async fn stop_reply(state: State<'_, Arc<AppState>>, chat_id: ChatId) -> App
     })
 }
 
-/// Replaces the last reply with a new one.
+/// A new answer to the question of `message_id` (a reply), or, without
+/// one, to the last question of the shown branch. The earlier answers stay
+/// as siblings of the new one.
 #[tauri::command]
 pub async fn regenerate<R: Runtime>(
     app: AppHandle<R>,
     state: State<'_, Arc<AppState>>,
     chat_id: ChatId,
+    message_id: Option<MessageId>,
     on_event: Channel<StreamEvent>,
 ) -> AppResult<StartedReply> {
     ensure_idle(&state, chat_id)?;
     state.engine()?;
-    let messages = state.store.list_messages(chat_id).await?;
-    let last_user = messages.iter().rposition(|m| m.role == Role::User);
-    let Some(last_user) = last_user else {
-        return Err(AppError::new("NOTHING_TO_REGENERATE", "This chat has no message to answer."));
+    let question = match message_id {
+        Some(id) => {
+            let reply = state.store.get_message(id).await?;
+            match (reply.chat_id == chat_id, reply.role, reply.parent_id) {
+                (false, ..) => return Err(store::Error::MessageNotFound(id).into()),
+                (true, Role::Assistant, Some(parent)) => parent,
+                _ => return Err(AppError::new("NOT_A_REPLY", "Only an answer can be regenerated.")),
+            }
+        }
+        None => {
+            let messages = state.store.list_messages(chat_id).await?;
+            match messages.iter().rev().find(|m| m.role == Role::User) {
+                Some(m) => m.id,
+                None => return Err(AppError::new("NOTHING_TO_REGENERATE", "This chat has no message to answer.")),
+            }
+        }
     };
-    if let Some(after) = messages.get(last_user + 1) {
-        state.store.delete_messages_from(chat_id, after.id).await?;
-    }
-    start_reply(&app, state.inner().clone(), chat_id, sink(on_event)).await
+    start_reply(&app, state.inner().clone(), chat_id, question, sink(on_event)).await
 }
 
-/// Replaces the last user message (and the replies after it) with an edited
-/// one and answers it.
+/// Sends an edited copy of any user message of the chat: it becomes a
+/// sibling of the original (a new branch, shown), and is answered. The
+/// original and everything after it stay reachable.
 #[tauri::command]
 pub async fn edit_and_resend<R: Runtime>(
     app: AppHandle<R>,
@@ -132,13 +153,39 @@ pub async fn edit_and_resend<R: Runtime>(
     check(&message)?;
     ensure_idle(&state, chat_id)?;
     check_images(&message, &state)?;
-    let messages = state.store.list_messages(chat_id).await?;
-    let last_user = messages.iter().rev().find(|m| m.role == Role::User);
-    if last_user.map(|m| m.id) != Some(message_id) {
-        return Err(AppError::new("NOT_LAST_MESSAGE", "Only the last message you sent can be edited."));
+    let original = state.store.get_message(message_id).await?;
+    if original.chat_id != chat_id {
+        return Err(store::Error::MessageNotFound(message_id).into());
     }
-    state.store.delete_messages_from(chat_id, message_id).await?;
-    post_and_answer(&app, &state, chat_id, message, on_event).await
+    if original.role != Role::User {
+        return Err(AppError::new("NOT_A_USER_MESSAGE", "Only a message you sent can be edited."));
+    }
+    post_and_answer(&app, &state, chat_id, message, Some(&original), on_event).await
+}
+
+/// Shows the branch through `message_id` (‹ 2/3 › in the UI); returns the
+/// chat's new shown path. Allowed while the chat answers: the reply goes on
+/// in its own branch.
+#[tauri::command]
+pub async fn choose_branch(
+    state: State<'_, Arc<AppState>>,
+    chat_id: ChatId,
+    message_id: MessageId,
+) -> AppResult<Vec<Message>> {
+    Ok(state.store.choose_message(chat_id, message_id).await?)
+}
+
+/// Deletes `message_id` and everything under it; returns the chat's new
+/// shown path. Refused while the chat answers (the reply may be in it).
+#[tauri::command]
+pub async fn delete_branch(
+    state: State<'_, Arc<AppState>>,
+    chat_id: ChatId,
+    message_id: MessageId,
+) -> AppResult<Vec<Message>> {
+    ensure_idle(&state, chat_id)?;
+    state.store.delete_branch(chat_id, message_id).await?;
+    Ok(state.store.list_messages(chat_id).await?)
 }
 
 /// Chats with a reply under way (after a page reload, to re-attach).
