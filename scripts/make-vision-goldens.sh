@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Records Python mlx-vlm's outputs on our tiny seeded Qwen2-VL / Qwen2.5-VL
-# folders, as goldens for crates/engine/tests/parity_mlx_vlm.rs:
+# Records Python mlx-vlm's outputs on our tiny seeded vision-language folders,
+# as goldens for crates/engine/tests/parity_mlx_vlm.rs:
 #   1. .venv-ref/ with the pinned mlx[cpu] + mlx-vlm (scripts/ref-venv.sh)
-#   2. the tiny folders ({qwen2_vl,qwen2_5_vl}/{float,q4}) from
-#      `cargo run -p engine --example write_tiny_vl_model`
+#   2. the tiny folders ({qwen2_vl,qwen2_5_vl,qwen3_5}/{float,q4}) from the
+#      write_tiny_vl_model example (built with the test suite's flags)
 #   3. scripts/goldens/qwen_vl.py on them and the test images in
 #      crates/engine/tests/fixtures/images/qwen_parity_* →
-#      crates/engine/tests/goldens/qwen_vl_mlx_vlm.{json,safetensors}
+#      crates/engine/tests/goldens/{qwen_vl,qwen3_5_vl}_mlx_vlm.{json,safetensors}
+# Usage: make-vision-goldens.sh [qwen2|qwen3_5]   (default: both)
 # Idempotent: rerunning rewrites the same files. Runs MLX on the CPU with
 # OpenBLAS preloaded when it is installed, the BLAS our binaries link.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-OUT="$ROOT/crates/engine/tests/goldens/qwen_vl_mlx_vlm"
+GOLDENS="$ROOT/crates/engine/tests/goldens"
 IMAGES="$ROOT/crates/engine/tests/fixtures/images"
 
 log() { printf '\033[1mmake-vision-goldens:\033[0m %s\n' "$*" >&2; }
@@ -23,12 +24,20 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/tiny-vl-goldens.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
 log "writing the tiny Qwen2-VL / Qwen2.5-VL folders into $work"
-cargo run -q -p engine --example write_tiny_vl_model -- "$work" >/dev/null
+cargo build -q --workspace --all-targets
+target/debug/examples/write_tiny_vl_model "$work" >/dev/null
 
 openblas="$(ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 .*(x86-64|AArch64)/ && !found {found = $NF} END {print found}')"
 if [ -n "$openblas" ]; then
   log "preloading $openblas"
   export LD_PRELOAD="$openblas${LD_PRELOAD:+:$LD_PRELOAD}"
 fi
-log "recording mlx-vlm outputs"
-"$ROOT/.venv-ref/bin/python" scripts/goldens/qwen_vl.py "$work" "$IMAGES" "$OUT"
+for family in ${1:-qwen2 qwen3_5}; do
+  case "$family" in
+    qwen2) stem="$GOLDENS/qwen_vl_mlx_vlm" ;;
+    qwen3_5) stem="$GOLDENS/qwen3_5_vl_mlx_vlm" ;;
+    *) echo "unknown family $family (qwen2, qwen3_5)" >&2; exit 2 ;;
+  esac
+  log "recording mlx-vlm outputs: $family"
+  "$ROOT/.venv-ref/bin/python" scripts/goldens/qwen_vl.py "$work" "$IMAGES" "$stem" "$family"
+done

@@ -1,8 +1,9 @@
-"""Records Python mlx-vlm's outputs on the tiny seeded Qwen2-VL / Qwen2.5-VL
-folders written by `cargo run -p engine --example write_tiny_vl_model -- <dir>`,
-as goldens for crates/engine/tests/parity_mlx_vlm.rs.
+"""Records Python mlx-vlm's outputs on the tiny seeded Qwen vision-language
+folders (Qwen2-VL, Qwen2.5-VL, Qwen3.5) written by the `write_tiny_vl_model`
+example, as goldens for crates/engine/tests/parity_mlx_vlm.rs.
 
-Usage: qwen_vl.py <dir with {qwen2_vl,qwen2_5_vl}/{float,q4}> <images dir> <out stem>
+Usage: qwen_vl.py <dir with {qwen2_vl,qwen2_5_vl,qwen3_5}/{float,q4}> <images dir> <out stem> <family>
+(family: qwen2 → Qwen2-VL and Qwen2.5-VL; qwen3_5 → Qwen3.5)
 Writes <out stem>.json (ids, grids, positions) and <out stem>.safetensors
 (float32 arrays: pixel values, vision-tower outputs, logits).
 
@@ -40,11 +41,17 @@ CASES = {
     "two": ["qwen_parity_gray_50x30.png", "qwen_parity_182x126.png"],
 }
 # Quantized models: fewer cases, to keep the committed goldens small.
-MODELS = {
-    "qwen2_vl/float": list(CASES),
-    "qwen2_vl/q4": ["text", "two"],
-    "qwen2_5_vl/float": list(CASES),
-    "qwen2_5_vl/q4": ["text", "two"],
+FAMILIES = {
+    "qwen2": {
+        "qwen2_vl/float": list(CASES),
+        "qwen2_vl/q4": ["text", "two"],
+        "qwen2_5_vl/float": list(CASES),
+        "qwen2_5_vl/q4": ["text", "two"],
+    },
+    "qwen3_5": {
+        "qwen3_5/float": list(CASES),
+        "qwen3_5/q4": ["text", "two"],
+    },
 }
 GREEDY = 8
 
@@ -85,6 +92,9 @@ def record_model(folder: Path, images: Path, key: str, cases: list, arrays: dict
             else:
                 arrays[name] = pixel_values
             vision = model.vision_tower(pixel_values, grid)
+            if isinstance(vision, tuple):  # Qwen3-VL's tower: (features, DeepStack features)
+                assert not vision[1], f"{key}: unexpected DeepStack features"
+                vision = vision[0]
             arrays[f"{key}.{case}.vision"] = vision.astype(mx.float32)
             positions, deltas = model.language_model.get_rope_index(input_ids, grid)
             rec["positions"] = positions[:, 0, :].tolist()
@@ -115,14 +125,15 @@ def record_model(folder: Path, images: Path, key: str, cases: list, arrays: dict
 
 def main() -> None:
     src, images, stem = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    models = FAMILIES[sys.argv[4]]
     arrays = {}
     golden = {
-        "about": "Python mlx-vlm outputs on engine::testing::write_tiny_qwen2_vl folders "
-        "(the write_tiny_vl_model example); written by scripts/make-vision-goldens.sh",
+        "about": "Python mlx-vlm outputs on the write_tiny_vl_model example's folders; "
+        "written by scripts/make-vision-goldens.sh",
         "versions": {p: importlib.metadata.version(p) for p in ("mlx", "mlx-vlm", "transformers")},
         "text": TEXT,
         "cases": CASES,
-        "models": {m: record_model(src / m, images, m.replace("/", "."), cases, arrays) for m, cases in MODELS.items()},
+        "models": {m: record_model(src / m, images, m.replace("/", "."), cases, arrays) for m, cases in models.items()},
     }
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(golden, separators=(",", ":")) + "\n")

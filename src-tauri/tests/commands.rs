@@ -458,8 +458,8 @@ fn gallery_and_status_show_the_registry_capabilities() {
     assert_eq!(gemma4["supported"], true, "its language model loads");
     assert_eq!(gemma4["vision"], false, "text only until its vision tower lands");
     let qwen35 = catalog.iter().find(|m| m["architecture"] == "qwen3_5").expect("Qwen3.5 in the catalog");
-    assert_eq!(qwen35["supported"], true, "its language model loads");
-    assert_eq!(qwen35["vision"], false, "text only until its vision tower lands");
+    assert_eq!(qwen35["supported"], true);
+    assert_eq!(qwen35["vision"], true, "Qwen3.5 sees images");
 }
 
 #[test]

@@ -4,9 +4,11 @@
 //! loading code runs. `scripts/make-goldens.sh` writes the same folders
 //! (through the `write_tiny_model` example) and records Python mlx-lm's
 //! outputs on them; `scripts/make-vision-goldens.sh` does the same for the
-//! tiny Qwen2-VL / Qwen2.5-VL folders (`qwen_vl.rs`) with Python mlx-vlm.
+//! tiny Qwen2-VL / Qwen2.5-VL folders (`qwen_vl.rs`) and Qwen3.5 with its
+//! vision tower (`qwen3_vl.rs`) with Python mlx-vlm.
 mod families;
 mod gguf_writer;
+mod qwen3_vl;
 mod qwen_vl;
 
 use std::collections::HashMap;
@@ -20,6 +22,7 @@ use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
 use crate::weights::QuantSpec;
 pub use gguf_writer::{write_gguf, GgufTensor, GgufValue};
 pub use families::{write_family, write_tiny_family, Dims, TinyFamily};
+pub use qwen3_vl::{write_tiny_qwen35_vl, QWEN35_MAX_PIXELS, QWEN35_MIN_PIXELS};
 pub use qwen_vl::{
     qwen_byte_level_meta, write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims, QWEN_SPECIAL_TOKENS,
     QWEN_VL_CHAT_TEMPLATE,

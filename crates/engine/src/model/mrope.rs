@@ -1,14 +1,28 @@
-//! M-RoPE (Qwen2-VL, Qwen2.5-VL): rotary embedding over three position axes.
+//! M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5): rotary embedding over
+//! three position axes.
 //!
-//! The `head_dim / 2` rotary frequencies are cut into consecutive sections
-//! (`mrope_section`, e.g. `[16, 24, 24]`); frequency `i` of section `s` turns
-//! with position axis `s` (0 temporal, 1 height, 2 width). Image patches get
+//! Each of the `dims / 2` rotary frequencies turns with one position axis
+//! (0 temporal, 1 height, 2 width), as `mrope_section` says. Qwen2-VL's
+//! layout is *sectioned*: consecutive runs (`[16, 24, 24]`: the first 16
+//! frequencies temporal, and so on). Qwen3-VL's and Qwen3.5's is
+//! *interleaved*: frequency `i` is height when `i % 3 == 1` and
+//! `i < 3·section[1]`, width when `i % 3 == 2` and `i < 3·section[2]`,
+//! temporal otherwise. Image patches get
 //! their grid coordinates on the three axes; text tokens the same position on
 //! all three, where M-RoPE is ordinary RoPE — so only steps with explicit
 //! positions come here; the others use the fast RoPE kernel.
 use mlx_rs::{ops, Array, Dtype};
 
 use crate::error::{Error, Result};
+
+/// How `mrope_section` assigns frequencies to axes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MRopeLayout {
+    /// Consecutive sections (Qwen2-VL, Qwen2.5-VL); they must cover `dims / 2`.
+    Sectioned,
+    /// Every third frequency (Qwen3-VL, Qwen3.5).
+    Interleaved,
+}
 
 pub struct MRope {
     /// `[head_dim / 2]` float32: `1 / base^(2i / head_dim)`.
@@ -18,21 +32,37 @@ pub struct MRope {
 }
 
 impl MRope {
-    pub fn new(head_dim: i32, base: f32, sections: [i32; 3]) -> Result<Self> {
+    /// M-RoPE over the first `head_dim` features of each head (all of them
+    /// unless the model rotates only part, as Qwen3.5 does).
+    pub fn new(head_dim: i32, base: f32, sections: [i32; 3], layout: MRopeLayout) -> Result<Self> {
         let half = head_dim / 2;
-        if sections.iter().any(|&s| s < 0) || sections.iter().sum::<i32>() != half {
-            return Err(Error::InvalidConfig(format!(
-                "mrope_section {sections:?} must add up to head_dim / 2 = {half}"
-            )));
+        if sections.iter().any(|&s| s < 0) {
+            return Err(Error::InvalidConfig(format!("mrope_section {sections:?} has a negative section")));
         }
+        let axes: Vec<i32> = match layout {
+            MRopeLayout::Sectioned => {
+                if sections.iter().sum::<i32>() != half {
+                    return Err(Error::InvalidConfig(format!(
+                        "mrope_section {sections:?} must add up to head_dim / 2 = {half}"
+                    )));
+                }
+                sections
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(axis, &n)| std::iter::repeat_n(axis as i32, n as usize))
+                    .collect()
+            }
+            MRopeLayout::Interleaved => (0..half)
+                .map(|i| match i % 3 {
+                    1 if i < 3 * sections[1] => 1,
+                    2 if i < 3 * sections[2] => 2,
+                    _ => 0,
+                })
+                .collect(),
+        };
         // The same float32 computation as the reference, so angles match bit for bit.
         let exponents = ops::arange::<_, f32>(0, head_dim, 2)?.divide(Array::from_f32(head_dim as f32))?;
         let inv_freq = Array::from_f32(1.0).divide(ops::power(Array::from_f32(base), exponents)?)?;
-        let axes: Vec<i32> = sections
-            .iter()
-            .enumerate()
-            .flat_map(|(axis, &n)| std::iter::repeat_n(axis as i32, n as usize))
-            .collect();
         Ok(Self {
             inv_freq,
             axis_of_freq: Array::from_slice(&axes, &[half]),
@@ -55,6 +85,17 @@ impl MRope {
     }
 }
 
+/// [`rotate_half_split`] over the first `cos.dim(-1)` features of `x`; the
+/// rest pass unchanged (partial rotary, Qwen3.5).
+pub fn rotate_leading(x: &Array, cos: &Array, sin: &Array) -> Result<Array> {
+    let (dims, all) = (cos.dim(-1), x.dim(-1));
+    if dims == all {
+        return rotate_half_split(x, cos, sin);
+    }
+    let parts = x.split_at_indices(&[dims], -1)?;
+    Ok(ops::concatenate(&[rotate_half_split(&parts[0], cos, sin)?, parts[1].clone()], -1)?)
+}
+
 /// `x * cos + rotate_half(x) * sin` with the two halves of the last axis as
 /// the rotated pairs (the non-interleaved layout), in `x`'s dtype. Shared
 /// with the vision tower's 2-D rotary embedding.
@@ -69,6 +110,7 @@ pub fn rotate_half_split(x: &Array, cos: &Array, sin: &Array) -> Result<Array> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mlx_rs::ops::indexing::IndexOp;
     use crate::model::rope::Positions;
     use crate::model::rope::Rope;
 
@@ -87,7 +129,7 @@ mod tests {
     #[test]
     fn equal_axes_are_plain_rope() {
         let (head_dim, len) = (16, 5);
-        let rope = Rope::multimodal(head_dim, 10000.0, [2, 3, 3]).unwrap();
+        let rope = Rope::multimodal(head_dim, 10000.0, [2, 3, 3], MRopeLayout::Sectioned).unwrap();
         let x = mlx_rs::random::normal::<f32>(&[1, 2, len, head_dim], None, None, &mlx_rs::random::key(3).unwrap())
             .unwrap();
         let start = 7;
@@ -105,7 +147,7 @@ mod tests {
     /// coordinate changes only the width section's frequencies.
     #[test]
     fn sections_follow_their_axis() {
-        let m = MRope::new(16, 10000.0, [2, 3, 3]).unwrap();
+        let m = MRope::new(16, 10000.0, [2, 3, 3], MRopeLayout::Sectioned).unwrap();
         let base = Array::from_slice(&[4i32, 4, 4], &[3, 1, 1]);
         let moved = Array::from_slice(&[4i32, 4, 9], &[3, 1, 1]);
         let (c0, _) = m.cos_sin(&base).unwrap();
@@ -127,6 +169,34 @@ mod tests {
 
     #[test]
     fn sections_must_cover_half_the_head() {
-        assert!(MRope::new(16, 10000.0, [2, 3, 2]).is_err());
+        assert!(MRope::new(16, 10000.0, [2, 3, 2], MRopeLayout::Sectioned).is_err());
+    }
+
+    /// The interleaved layout (mlx-vlm's `_interleaved_position_selector`):
+    /// [11, 11, 10] over 32 frequencies is T H W T H W … with the width
+    /// axis stopping at frequency 3·10.
+    #[test]
+    fn interleaved_axes_follow_the_reference_selector() {
+        let m = MRope::new(64, 10000.0, [11, 11, 10], MRopeLayout::Interleaved).unwrap();
+        m.axis_of_freq.eval().unwrap();
+        let axes = m.axis_of_freq.as_slice::<i32>();
+        assert_eq!(&axes[..6], &[0, 1, 2, 0, 1, 2]);
+        assert_eq!(axes[29], 2);
+        assert_eq!(axes[31], 1);
+        assert_eq!(axes.iter().filter(|&&a| a == 2).count(), 10);
+        assert_eq!(axes.iter().filter(|&&a| a == 1).count(), 11);
+    }
+
+    /// Partial rotary: the features past the rotated ones pass unchanged.
+    #[test]
+    fn rotate_leading_keeps_the_tail() {
+        let x = mlx_rs::random::normal::<f32>(&[1, 1, 3, 8], None, None, &mlx_rs::random::key(5).unwrap()).unwrap();
+        let m = MRope::new(4, 10000.0, [1, 1, 0], MRopeLayout::Interleaved).unwrap();
+        let pos = Array::from_slice(&[1i32, 2, 3, 4, 5, 6, 7, 8, 9], &[3, 1, 3]);
+        let (cos, sin) = m.cos_sin(&pos).unwrap();
+        let y = rotate_leading(&x, &cos, &sin).unwrap();
+        let tail = |a: &Array| a.index((.., .., .., 4..));
+        assert_eq!(max_abs_diff(&tail(&x), &tail(&y)), 0.0);
+        assert!(max_abs_diff(&x, &y) > 1e-3);
     }
 }

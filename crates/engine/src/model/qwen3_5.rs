@@ -5,9 +5,9 @@
 //! ([`super::gated_delta`]); the others are full attention with
 //! - a sigmoid output gate (`q_proj` yields each head's queries and gate),
 //! - RMSNorm over each head's queries and keys,
-//! - RoPE over the first quarter of each head (`partial_rotary_factor`);
-//!   M-RoPE sections only matter with image positions, and text positions
-//!   are equal on every axis, where M-RoPE is this plain RoPE.
+//! - RoPE over the first quarter of each head (`partial_rotary_factor`),
+//!   interleaved M-RoPE (`mrope_section`) for image positions; text
+//!   positions are equal on every axis, where M-RoPE is plain RoPE.
 //!
 //! The mixture of experts (every layer) adds a shared expert gated by a
 //! sigmoid beside Qwen3-MoE's router.
@@ -16,8 +16,10 @@
 //! `[C, 1, K]`, decoder norms stored as `w − 1`, experts fused as
 //! `experts.gate_up_proj`) and mlx-community's (`[C, K, 1]`, plain norm
 //! weights, `switch_mlp`). The kernel's shape tells which, as in mlx-lm.
-//! A multimodal checkpoint loads as its language model, text only for now
-//! (its vision tower and multi-token-prediction head are skipped).
+//! `qwen3_5_text` / `qwen3_5_moe_text` load here text only (the
+//! multi-token-prediction head is skipped); `qwen3_5` / `qwen3_5_moe`, which
+//! see images, are [`super::qwen3_5_vl`]: this language model plus the
+//! Qwen3-VL vision tower.
 use mlx_rs::{ops, Array};
 use serde::Deserialize;
 use serde_json::Value;
@@ -28,14 +30,14 @@ use super::layers::{Embedding, LayerLoader, Linear, RmsNorm};
 use super::llama::Mlp;
 use super::moe::{unstack_gate_up, SparseMoe};
 use super::registry::Family;
-use super::rope::{Positions, Rope, Rotation};
+use super::rope::{MRopeLayout, Positions, Rope, Rotation};
 use super::{attention, LanguageModel, ModelShape};
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::error::{Error, Result};
 
 pub const FAMILY: Family = Family {
-    name: "Qwen3.5",
-    model_types: &["qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"],
+    name: "Qwen3.5 (text)",
+    model_types: &["qwen3_5_text", "qwen3_5_moe_text"],
     build: |_, config, loader| {
         keep_language_model(loader, SKIPPED, "Qwen3.5");
         Ok(Box::new(Qwen35::load(config, loader)?))
@@ -44,9 +46,9 @@ pub const FAMILY: Family = Family {
     image_processor: None,
 };
 
-/// Tensors a text-only load skips: the vision tower (Hugging Face `visual.`,
+/// Tensors a text-only load skips: a vision tower (Hugging Face `visual.`,
 /// mlx-vlm `vision_tower.`) and the multi-token-prediction head.
-const SKIPPED: &[&str] = &["visual.", "vision_tower.", "mtp."];
+pub const SKIPPED: &[&str] = &["visual.", "vision_tower.", "mtp."];
 
 #[derive(Debug, Clone, Deserialize)]
 struct RopeParameters {
@@ -56,6 +58,8 @@ struct RopeParameters {
     rope_theta: Option<f32>,
     #[serde(default)]
     partial_rotary_factor: Option<f32>,
+    #[serde(default)]
+    mrope_section: Option<[i32; 3]>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -182,7 +186,12 @@ impl Qwen35Args {
         let p = self.rope_parameters.as_ref();
         let theta = p.and_then(|p| p.rope_theta).or(self.rope_theta).unwrap_or(100_000.0);
         let partial = p.and_then(|p| p.partial_rotary_factor).or(self.partial_rotary_factor).unwrap_or(0.25);
-        Rope::new((self.head_dim() as f32 * partial) as i32, theta, false, None)
+        let dims = (self.head_dim() as f32 * partial) as i32;
+        match p.and_then(|p| p.mrope_section) {
+            // mlx-vlm's Qwen3.5 always interleaves its sections.
+            Some(sections) => Rope::multimodal(dims, theta, sections, MRopeLayout::Interleaved),
+            None => Rope::new(dims, theta, false, None),
+        }
     }
 
     fn gated_delta_dims(&self) -> GatedDeltaDims {
@@ -328,6 +337,13 @@ impl Qwen35 {
             if args.tie_word_embeddings { None } else { Some(loader.linear("lm_head", d, args.vocab_size, false)?) };
         let rope = args.rope()?;
         Ok(Self { args, embed_tokens, layers, norm, lm_head, rope })
+    }
+}
+
+impl Qwen35 {
+    /// The width of the hidden states (what image features must match).
+    pub fn shape_hidden(&self) -> i32 {
+        self.args.hidden_size
     }
 }
 

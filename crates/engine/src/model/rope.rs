@@ -4,6 +4,7 @@ use mlx_rs::{fast, Array};
 use serde::Deserialize;
 
 use super::mrope::{self, MRope};
+pub use super::mrope::MRopeLayout;
 use crate::error::{Error, Result};
 
 /// `rope_scaling` from config.json (`type` in older files, `rope_type` in newer).
@@ -87,12 +88,13 @@ impl Rope {
         Ok(Rope { freqs: Some(Array::from_slice(&freqs, &[dims / 2])), ..Self::new(dims, base, false, None)? })
     }
 
-    /// Multimodal RoPE (Qwen2-VL's M-RoPE): the `head_dim / 2` frequencies are
-    /// split into `sections` (temporal, height, width), each rotated by its own
-    /// position axis. Text positions are equal on all axes, where this is
-    /// plain RoPE with `base`.
-    pub fn multimodal(dims: i32, base: f32, sections: [i32; 3]) -> Result<Self> {
-        Ok(Rope { mrope: Some(MRope::new(dims, base, sections)?), ..Self::new(dims, base, false, None)? })
+    /// Multimodal RoPE (M-RoPE) over the first `dims` features of each head:
+    /// the `dims / 2` frequencies are assigned to the temporal, height and
+    /// width axes by `sections` in `layout`, each rotated by its own position
+    /// axis. Text positions are equal on all axes, where this is plain RoPE
+    /// with `base`.
+    pub fn multimodal(dims: i32, base: f32, sections: [i32; 3], layout: MRopeLayout) -> Result<Self> {
+        Ok(Rope { mrope: Some(MRope::new(dims, base, sections, layout)?), ..Self::new(dims, base, false, None)? })
     }
 
     /// Rotates `x` `[B, heads, L, head_dim]` for `positions`.
@@ -128,7 +130,7 @@ impl Rope {
             Rotation::Offset(Positions::Multimodal(_)) => {
                 unreachable!("prepare turns explicit positions into tables")
             }
-            Rotation::Tables { cos, sin } => mrope::rotate_half_split(x, cos, sin)?,
+            Rotation::Tables { cos, sin } => mrope::rotate_leading(x, cos, sin)?,
         })
     }
 }

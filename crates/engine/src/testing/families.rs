@@ -495,13 +495,27 @@ fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
 /// `text_config`. Linear and full-attention layers alternate; more value
 /// heads than key heads; decays and write strengths spread out.
 fn write_qwen35(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
-    let moe = d.experts > 0;
-    let plan = d.qwen35;
     let hf = quantize.is_none();
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = tiny_tokenizer()?;
     tokenizer.write_hf_files(dir)?;
     let vocab = tokenizer.vocab_size() as i32;
+    let (mut tensors, matrices, mut config) = qwen35_parts(d, seed, vocab, hf)?;
+    // A tower tensor the text-only load must skip (not a whole tower).
+    let vision = if hf { "model.visual.patch_embed.proj.weight" } else { "vision_tower.patch_embed.proj.weight" };
+    tensors.insert(vision.into(), Array::from_slice(&[0.5f32; 8], &[2, 4]));
+    config["vision_config"] = json!({"model_type": config["model_type"], "depth": 1});
+    save_checkpoint(dir, tensors, &matrices, config, quantize)?;
+    Ok(vocab)
+}
+
+/// The language model of a tiny Qwen3.5 of `vocab` tokens: its tensors under
+/// the multimodal checkpoint's names (Hugging Face's when `hf`, else
+/// mlx-community's), which of them are matrices, and config.json (no
+/// `vision_config`).
+pub(crate) fn qwen35_parts(d: Dims, seed: u64, vocab: i32, hf: bool) -> Result<(HashMap<String, Array>, Vec<String>, serde_json::Value)> {
+    let moe = d.experts > 0;
+    let plan = d.qwen35;
     let is_full = |i: i32| i % plan.full_every == plan.full_every - 1;
     // Hugging Face stores the decoder norms as `w − 1`.
     let mut c = Checkpoint { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new(), norm_center: if hf { 0.0 } else { 1.0 } };
@@ -583,10 +597,8 @@ fn write_qwen35(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
             (None, false) => format!("language_model.{name}"),
         }
     };
-    let mut tensors: HashMap<String, Array> = c.tensors.into_iter().map(|(k, v)| (rename(&k), v)).collect();
+    let tensors: HashMap<String, Array> = c.tensors.into_iter().map(|(k, v)| (rename(&k), v)).collect();
     let matrices: Vec<String> = c.matrices.iter().map(|m| rename(m)).collect();
-    let vision = if hf { "model.visual.patch_embed.proj.weight" } else { "vision_tower.patch_embed.proj.weight" };
-    tensors.insert(vision.into(), Array::from_slice(&[0.5f32; 8], &[2, 4]));
     let layer_types: Vec<&str> =
         (0..d.layers).map(|i| if is_full(i) { "full_attention" } else { "linear_attention" }).collect();
     let model_type = if moe { "qwen3_5_moe" } else { "qwen3_5" };
@@ -631,9 +643,7 @@ fn write_qwen35(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
         "model_type": model_type,
         "architectures": [arch],
         "text_config": text,
-        "vision_config": {"model_type": model_type, "depth": 1},
         "tie_word_embeddings": moe,
     });
-    save_checkpoint(dir, tensors, &matrices, config, quantize)?;
-    Ok(vocab)
+    Ok((tensors, matrices, config))
 }

@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 use super::layers::LayerLoader;
 use super::registry::Family;
 use super::llama::{DecoderLayout, Llama};
-use super::rope::{Positions, Rope};
+use super::rope::{MRopeLayout, Positions, Rope};
 use super::vision_tower::VisionEncoding;
 use super::{LanguageModel, ModelShape, VisionTower};
 use crate::cache::{BatchCache, CacheLayout};
@@ -68,7 +68,7 @@ impl Qwen2Vl {
         // The reference derives the head size from the hidden size whatever `head_dim` says.
         text_args.remove("head_dim");
         let args = super::qwen2::parse_args(&Value::Object(text_args))?;
-        let rope = Rope::multimodal(args.head_dim(), args.rope_theta, sections)?;
+        let rope = Rope::multimodal(args.head_dim(), args.rope_theta, sections, MRopeLayout::Sectioned)?;
         let hidden = args.hidden_size;
         let layout = DecoderLayout {
             qkv_bias: true,

@@ -13,22 +13,16 @@
 //! `fullatt_block_indexes` blocks; its patches are reordered window by window
 //! for the blocks and put back in raster order after the merger. Both
 //! mergers use the exact (erf) GELU.
-use mlx_rs::{fast, ops, ops::indexing::IndexOp, Array};
+use mlx_rs::{fast, ops, Array};
 use serde_json::Value;
 
-use super::super::attention;
 use super::super::layers::{LayerLoader, Linear, RmsNorm};
-use super::super::mrope::rotate_half_split;
-use crate::cache::AttentionMask;
+use super::super::qwen_vit::{self, gelu_exact, PatchShape, SegmentAttention, MERGE_UNIT};
 use crate::error::{Error, Result};
 
-/// The patch merger always merges 2×2 patches (the reference ignores
-/// `spatial_merge_size` there), so the loader accepts only 2.
-pub const MERGE: i32 = 2;
-const MERGE_UNIT: i32 = MERGE * MERGE;
+pub use super::super::qwen_vit::MERGE;
 /// Both towers' norms use this epsilon whatever the config says.
 const NORM_EPS: f32 = 1e-6;
-const ROTARY_BASE: f32 = 10000.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Variant {
@@ -135,9 +129,18 @@ impl VisionConfig {
         self.width / self.heads
     }
 
+    pub fn patch_shape(&self) -> PatchShape {
+        PatchShape {
+            width: self.width,
+            channels: self.in_channels,
+            temporal: self.temporal_patch_size,
+            size: self.patch_size,
+        }
+    }
+
     /// Values in one flattened patch: `C · T · P · P`.
     pub fn patch_values(&self) -> i32 {
-        self.in_channels * self.temporal_patch_size * self.patch_size * self.patch_size
+        self.patch_shape().values()
     }
 
     /// Window side in merged patches.
@@ -194,13 +197,6 @@ fn gelu_fast(x: &Array) -> Result<Array> {
     Ok(x.multiply(ops::sigmoid(x.multiply(Array::from_f32(1.702))?)?)?)
 }
 
-/// `x · (1 + erf(x / √2)) / 2`.
-fn gelu_exact(x: &Array) -> Result<Array> {
-    let erf = ops::erf(x.divide(Array::from_f32(std::f32::consts::SQRT_2))?)?;
-    Ok(x.multiply(erf.add(Array::from_f32(1.0))?)?
-        .divide(Array::from_f32(2.0))?)
-}
-
 struct Block {
     norm1: Norm,
     norm2: Norm,
@@ -239,7 +235,7 @@ impl VisionModel {
     /// `{prefix}.blocks.N.…`, `{prefix}.merger.…`.
     pub fn load(cfg: VisionConfig, prefix: &str, loader: &mut LayerLoader) -> Result<Self> {
         let (w, v) = (cfg.width, cfg.variant);
-        let patch_embed = load_patch_embed(&cfg, &format!("{prefix}.patch_embed.proj.weight"), loader)?;
+        let patch_embed = qwen_vit::load_patch_kernel(cfg.patch_shape(), &format!("{prefix}.patch_embed.proj.weight"), loader)?;
         let mut blocks = Vec::with_capacity(cfg.depth as usize);
         for i in 0..cfg.depth {
             let p = format!("{prefix}.blocks.{i}");
@@ -266,9 +262,7 @@ impl VisionModel {
         let merger_norm = Norm::load(v, loader, &format!("{prefix}.merger.ln_q"), w)?;
         let merger_fc1 = loader.linear(&format!("{prefix}.merger.mlp.0"), merged, merged, true)?;
         let merger_fc2 = loader.linear(&format!("{prefix}.merger.mlp.2"), merged, cfg.out_hidden, true)?;
-        let rotary_dim = cfg.head_dim() / 2;
-        let exponents = ops::arange::<_, f32>(0, rotary_dim, 2)?.divide(Array::from_f32(rotary_dim as f32))?;
-        let rotary_inv_freq = Array::from_f32(1.0).divide(ops::power(Array::from_f32(ROTARY_BASE), exponents)?)?;
+        let rotary_inv_freq = qwen_vit::rotary_inv_freq(cfg.head_dim())?;
         Ok(Self {
             cfg,
             patch_embed,
@@ -298,22 +292,10 @@ impl VisionModel {
     /// running streams for its whole encode.
     pub fn begin(&self, pixels: &Array, grid: [i32; 3]) -> Result<TowerEncoding> {
         let [t, h, w] = grid;
-        let n = t * h * w;
-        if t <= 0 || h <= 0 || w <= 0 || h % MERGE != 0 || w % MERGE != 0 {
-            return Err(Error::InvalidRequest(format!(
-                "image grid {grid:?} is not a positive grid of whole 2×2 groups"
-            )));
-        }
-        if pixels.shape() != [n, self.cfg.patch_values()] {
-            return Err(Error::InvalidRequest(format!(
-                "image patches have shape {:?}; grid {grid:?} needs [{n}, {}]",
-                pixels.shape(),
-                self.cfg.patch_values()
-            )));
-        }
+        let n = qwen_vit::check_patches(pixels, grid, self.cfg.patch_values())?;
         let dtype = self.patch_embed.dtype();
         let mut x = ops::matmul(pixels.as_dtype(dtype)?, self.patch_embed.t())?;
-        let mut rotary = self.rotary_angles(grid)?;
+        let mut rotary = qwen_vit::rotary_angles(&self.rotary_inv_freq, grid)?;
 
         let frame = h * w;
         let frames: Vec<i32> = (0..=t).map(|i| i * frame).collect();
@@ -327,10 +309,7 @@ impl VisionModel {
                 Some(win)
             }
         };
-        let (cos, sin) = {
-            let angles = ops::concatenate(&[&rotary, &rotary], -1)?.expand_dims(1)?; // [N, 1, head_dim]
-            (ops::cos(&angles)?.as_dtype(dtype)?, ops::sin(&angles)?.as_dtype(dtype)?)
-        };
+        let (cos, sin) = qwen_vit::rotary_tables(&rotary, dtype)?;
         Ok(TowerEncoding { hidden: x, cos, sin, frames, windows, patches: n })
     }
 
@@ -344,7 +323,8 @@ impl VisionModel {
                 _ => &encoding.frames,
             };
             let x = &encoding.hidden;
-            let a = self.attention(block, &block.norm1.forward(x)?, &encoding.cos, &encoding.sin, bounds)?;
+            let attention = SegmentAttention { qkv: &block.qkv, proj: &block.proj, heads: self.cfg.heads, head_dim: self.cfg.head_dim() };
+            let a = attention.forward(&block.norm1.forward(x)?, &encoding.cos, &encoding.sin, bounds)?;
             let x = x.add(a)?;
             let m = block.mlp.forward(&block.norm2.forward(&x)?)?;
             encoding.hidden = x.add(m)?;
@@ -377,85 +357,6 @@ impl VisionModel {
     pub fn depth(&self) -> usize {
         self.blocks.len()
     }
-
-    /// Attention of `[N, width]` rows within each `[bounds[i], bounds[i+1])` segment.
-    fn attention(&self, block: &Block, x: &Array, cos: &Array, sin: &Array, bounds: &[i32]) -> Result<Array> {
-        let n = x.dim(0);
-        let (heads, hd) = (self.cfg.heads, self.cfg.head_dim());
-        let qkv = block.qkv.forward(x)?.reshape(&[n, 3, heads, hd])?;
-        let pick = |i: i32| qkv.index((.., i, .., ..));
-        let q = rotate_half_split(&pick(0), cos, sin)?;
-        let k = rotate_half_split(&pick(1), cos, sin)?;
-        let to_heads = |a: Array| -> Result<Array> { Ok(a.transpose_axes(&[1, 0, 2])?.expand_dims(0)?) };
-        let (q, k, v) = (to_heads(q)?, to_heads(k)?, to_heads(pick(2))?);
-        let scale = (hd as f32).powf(-0.5);
-        let mut outputs = Vec::with_capacity(bounds.len());
-        for pair in bounds.windows(2) {
-            let (s, e) = (pair[0], pair[1]);
-            let seg = |a: &Array| a.index((.., .., s..e, ..));
-            outputs.push(attention::sdpa(
-                &seg(&q),
-                &seg(&k),
-                &seg(&v),
-                scale,
-                &AttentionMask::None,
-            )?);
-        }
-        let o = ops::concatenate(&outputs, 2)?; // [1, heads, N, hd]
-        let o = o
-            .squeeze_axes(&[0])?
-            .transpose_axes(&[1, 0, 2])?
-            .reshape(&[n, heads * hd])?;
-        block.proj.forward(&o)
-    }
-
-    /// `[N, head_dim / 2]`: each patch's row angles then column angles, in
-    /// the processor's patch order (2×2 groups consecutive).
-    fn rotary_angles(&self, grid: [i32; 3]) -> Result<Array> {
-        let [t, h, w] = grid;
-        let mut rows = Vec::with_capacity((t * h * w) as usize);
-        let mut cols = Vec::with_capacity(rows.capacity());
-        for _ in 0..t {
-            for hb in 0..h / MERGE {
-                for wb in 0..w / MERGE {
-                    for hi in 0..MERGE {
-                        for wi in 0..MERGE {
-                            rows.push(hb * MERGE + hi);
-                            cols.push(wb * MERGE + wi);
-                        }
-                    }
-                }
-            }
-        }
-        let side = h.max(w);
-        let table = ops::outer(ops::arange::<_, f32>(0, side, 1)?, &self.rotary_inv_freq)?;
-        let n = rows.len() as i32;
-        let r = table.take_axis(Array::from_slice(&rows, &[n]), 0)?;
-        let c = table.take_axis(Array::from_slice(&cols, &[n]), 0)?;
-        Ok(ops::concatenate(&[r, c], -1)?)
-    }
-}
-
-/// The Conv3d kernel as `[width, C·T·P·P]`. Hugging Face checkpoints store it
-/// `[width, C, T, P, P]` (PyTorch), mlx-community ones `[width, T, P, P, C]`.
-fn load_patch_embed(cfg: &VisionConfig, name: &str, loader: &mut LayerLoader) -> Result<Array> {
-    let (c, t, p) = (cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size);
-    let torch = [cfg.width, c, t, p, p];
-    let mlx = [cfg.width, t, p, p, c];
-    let stored = loader.weights.shape_of(name);
-    let kernel = match stored.as_deref() {
-        Some(s) if s == torch => loader.float(name, &torch)?,
-        Some(s) if s == mlx => loader.float(name, &mlx)?.transpose_axes(&[0, 4, 1, 2, 3])?,
-        Some(s) => {
-            return Err(Error::TensorShape {
-                name: name.into(),
-                expected: torch.to_vec(),
-                actual: s.to_vec(),
-            });
-        }
-        None => return Err(loader.weights.take_any(name).expect_err("absent tensor")),
-    };
-    Ok(kernel.reshape(&[cfg.width, cfg.patch_values()])?)
 }
 
 /// Rows `[N, D]` in groups of 4 (one merged patch each), taken in `order`.

@@ -1,0 +1,93 @@
+//! Qwen3.5 as released (`qwen3_5`, `qwen3_5_moe`): natively multimodal, the
+//! hybrid language model of [`super::qwen3_5`] with interleaved M-RoPE
+//! positions for images, and the Qwen3-VL vision tower (no DeepStack).
+//!
+//! Weight names: Hugging Face nests the language model as
+//! `model.language_model.*` and the tower as `model.visual.*`; mlx-vlm saves
+//! `language_model.model.*` and `vision_tower.*`. A checkpoint without the
+//! tower's tensors (a text-only conversion) loads text only.
+use mlx_rs::Array;
+use serde_json::Value;
+
+use super::language_model_only::keep_language_model;
+use super::layers::LayerLoader;
+use super::qwen3_5::Qwen35;
+use super::qwen3_vl::Qwen3Vision;
+use super::registry::Family;
+use super::rope::Positions;
+use super::{LanguageModel, ModelShape, VisionTower};
+use crate::cache::{BatchCache, CacheLayout};
+use crate::error::Result;
+
+pub const FAMILY: Family = Family {
+    name: "Qwen3.5",
+    model_types: &["qwen3_5", "qwen3_5_moe"],
+    build: |_, config, loader| load(config, loader),
+    gguf: None,
+    image_processor: Some(crate::vision::ImagePreprocessor::from_folder),
+};
+
+/// `<|image_pad|>` in Qwen3.5's vocabulary, when config.json omits it.
+const DEFAULT_IMAGE_TOKEN_ID: u32 = 248056;
+/// Where the tower's tensors are gathered before loading.
+const TOWER: &str = "visual";
+
+pub struct Qwen35Vl {
+    language: Qwen35,
+    vision: Qwen3Vision,
+}
+
+fn load(config: &Value, loader: &mut LayerLoader) -> Result<Box<dyn LanguageModel>> {
+    let has_tower = gather_tower(loader);
+    let skipped: &[&str] = if has_tower { &["mtp."] } else { super::qwen3_5::SKIPPED };
+    keep_language_model(loader, skipped, "Qwen3.5");
+    let language = Qwen35::load(config, loader)?;
+    if !has_tower {
+        tracing::info!("Qwen3.5: no vision tower in the checkpoint; loaded text only");
+        return Ok(Box::new(language));
+    }
+    let hidden = language.shape_hidden();
+    let vision = Qwen3Vision::load(config, TOWER, hidden, DEFAULT_IMAGE_TOKEN_ID, loader)?;
+    Ok(Box::new(Qwen35Vl { language, vision }))
+}
+
+/// Renames the tower's tensors (any scheme) to `visual.*`; says whether the
+/// checkpoint has a tower (its patch embedding).
+fn gather_tower(loader: &mut LayerLoader) -> bool {
+    const SCHEMES: &[&str] = &["model.visual.", "vision_tower.", "model.language_model.visual."];
+    let names: Vec<String> = loader.weights.names().map(str::to_owned).collect();
+    for name in names {
+        if let Some(from) = SCHEMES.iter().find(|p| name.starts_with(*p)) {
+            let t = loader.weights.remove(&name).expect("listed above");
+            loader.weights.insert(format!("{TOWER}.{}", &name[from.len()..]), t);
+        }
+    }
+    loader.weights.contains(&format!("{TOWER}.patch_embed.proj.weight"))
+        && loader.weights.contains(&format!("{TOWER}.blocks.0.attn.qkv.weight"))
+}
+
+impl LanguageModel for Qwen35Vl {
+    fn shape(&self) -> ModelShape {
+        self.language.shape()
+    }
+
+    fn cache_layout(&self) -> CacheLayout {
+        self.language.cache_layout()
+    }
+
+    fn embed(&self, tokens: &Array) -> Result<Array> {
+        self.language.embed(tokens)
+    }
+
+    fn forward_embeddings(&self, embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+        self.language.forward_embeddings(embeddings, tokens, positions, cache)
+    }
+
+    fn logits(&self, hidden: &Array) -> Result<Array> {
+        self.language.logits(hidden)
+    }
+
+    fn vision(&self) -> Option<&dyn VisionTower> {
+        Some(&self.vision)
+    }
+}

@@ -1,0 +1,84 @@
+//! The Qwen3-VL vision tower (`vision.rs`) as the engine's [`VisionTower`]:
+//! shared by Qwen3.5 ([`super::qwen3_5_vl`]), whose tower is the same.
+//! Image placeholders are `<|image_pad|>` runs between `<|vision_start|>`
+//! and `<|vision_end|>`, and their M-RoPE positions follow Qwen2-VL's rule.
+pub mod vision;
+
+use mlx_rs::Array;
+use serde_json::Value;
+
+use super::layers::LayerLoader;
+use super::qwen2_vl::positions;
+use super::vision_tower::VisionEncoding;
+use super::VisionTower;
+use crate::error::{Error, Result};
+use vision::{TowerEncoding, VisionConfig, VisionModel};
+
+/// The [`VisionTower`] of a Qwen3-VL or Qwen3.5 model.
+pub struct Qwen3Vision {
+    model: VisionModel,
+    image_token_id: u32,
+}
+
+impl Qwen3Vision {
+    /// Loads the tower under `prefix` from `config.json`'s `vision_config`,
+    /// checking that its features fit a language model of width `hidden`.
+    pub fn load(config: &Value, prefix: &str, hidden: i32, default_image_token: u32, loader: &mut LayerLoader) -> Result<Self> {
+        let vision_json = config.get("vision_config").cloned().unwrap_or(Value::Object(Default::default()));
+        let cfg = VisionConfig::parse(&vision_json)?;
+        if cfg.out_hidden != hidden {
+            return Err(Error::InvalidConfig(format!(
+                "the vision tower outputs {} values per feature but the language model's hidden size is {hidden}",
+                cfg.out_hidden
+            )));
+        }
+        let model = VisionModel::load(cfg, prefix, loader)?;
+        let image_token_id = ["image_token_id", "image_token_index"]
+            .iter()
+            .find_map(|k| config.get(*k).and_then(Value::as_u64))
+            .map_or(default_image_token, |x| x as u32);
+        Ok(Self { model, image_token_id })
+    }
+
+    pub fn model(&self) -> &VisionModel {
+        &self.model
+    }
+}
+
+impl VisionTower for Qwen3Vision {
+    fn image_token_id(&self) -> u32 {
+        self.image_token_id
+    }
+
+    fn begin_encode(&self, pixels: &Array, grid: [i32; 3]) -> Result<VisionEncoding> {
+        let state = self.model.begin(pixels, grid)?;
+        let patches = (grid[0] * grid[1] * grid[2]) as usize;
+        Ok(VisionEncoding { blocks_done: 0, blocks_total: self.model.depth(), patches, state: Box::new(state) })
+    }
+
+    fn encode_blocks(&self, encoding: &mut VisionEncoding, count: usize) -> Result<Array> {
+        let (start, end) = (encoding.blocks_done, (encoding.blocks_done + count).min(encoding.blocks_total));
+        let hidden = self.model.run_blocks(encoding.state_mut::<TowerEncoding>()?, start..end)?;
+        encoding.blocks_done = end;
+        Ok(hidden)
+    }
+
+    fn finish_encode(&self, encoding: &VisionEncoding) -> Result<Array> {
+        encoding.check_done()?;
+        let (features, deepstack) = self.model.finish(encoding.state::<TowerEncoding>()?)?;
+        if deepstack.is_empty() {
+            return Ok(features);
+        }
+        // DeepStack levels ride beside the features, `[slots, hidden · (1 + levels)]`:
+        // they are cached and spliced with them (see `VisionTower::feature_levels`).
+        let mut parts = vec![features];
+        parts.extend(deepstack);
+        Ok(mlx_rs::ops::concatenate(&parts, -1)?)
+    }
+
+    fn rope_positions(&self, tokens: &[u32], grids: &[[i32; 3]]) -> Result<(Array, i32)> {
+        let (axes, delta) = positions::rope_positions(tokens, self.image_token_id, grids)?;
+        let flat: Vec<i32> = axes.concat();
+        Ok((Array::from_slice(&flat, &[3, tokens.len() as i32]), delta))
+    }
+}
