@@ -8,7 +8,9 @@
 pub mod answer_format;
 pub mod attachment_protocol;
 pub mod bulk_jobs;
+pub mod chat_settings;
 pub mod commands;
+pub mod context;
 pub mod error;
 pub mod generation;
 pub mod models;
@@ -41,6 +43,10 @@ pub fn configure<R: Runtime>(builder: tauri::Builder<R>, state: Arc<AppState>) -
             commands::chats::create_chat,
             commands::chats::rename_chat,
             commands::chats::set_answer_format,
+            commands::chats::set_chat_settings,
+            commands::presets::list_presets,
+            commands::presets::save_preset,
+            commands::presets::delete_preset,
             commands::chats::delete_chat,
             commands::chats::list_messages,
             commands::replies::send_message,

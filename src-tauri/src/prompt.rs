@@ -1,5 +1,5 @@
 //! A chat's stored messages → one engine request: the system prompt from the
-//! settings, every user message (images first, then text, as vision chat
+//! settings (the chat's own over the app's), every user message (images first, then text, as vision chat
 //! templates expect) and every finished or interrupted reply; failed replies
 //! are left out, they are not part of the conversation. For a model that
 //! cannot see, each image becomes a short text placeholder: one picture sent
@@ -68,6 +68,7 @@ pub async fn build_request(
     let mut request = Request::new(Prompt::Chat { messages: chat, options })
         .with_max_tokens(settings.max_tokens)
         .with_sampling(settings.sampling());
+    request.thinking_budget = (settings.thinking_budget > 0).then_some(settings.thinking_budget);
     request.images = images;
     request.constraint = answer_format.map(AnswerFormat::constraint);
     Ok(request)

@@ -9,6 +9,7 @@ use store::{ChatId, MessageId, ReplyId};
 use tauri::{AppHandle, Emitter, Runtime};
 
 use crate::answer_format::AnswerFormat;
+use crate::chat_settings::ChatSettings;
 use crate::error::{AppError, AppResult};
 use crate::generation::{pump, Generation, Sink, StreamEvent};
 use crate::prompt::build_request;
@@ -33,6 +34,26 @@ pub fn ensure_idle(state: &AppState, chat: ChatId) -> AppResult<()> {
     Ok(())
 }
 
+/// A chat set to a model answers only with that model: the UI loads it
+/// (`CHAT_MODEL_NOT_LOADED` carries no guess at which model the user wants now).
+pub fn ensure_chat_model(state: &AppState, own: &ChatSettings) -> AppResult<()> {
+    let Some(wanted) = own.model.as_deref() else { return Ok(()) };
+    let loaded = state.status().model;
+    if loaded.as_ref().is_some_and(|m| m.id == wanted) {
+        return Ok(());
+    }
+    Err(AppError::new(
+        "CHAT_MODEL_NOT_LOADED",
+        format!("This chat answers with {wanted}, which is not loaded. Load it, or let the chat use the loaded model."),
+    ))
+}
+
+/// Checks a chat's model before anything is stored for a new turn.
+pub async fn ensure_chat_model_of(state: &AppState, chat: ChatId) -> AppResult<()> {
+    let record = state.store.get_chat(chat).await?;
+    ensure_chat_model(state, &ChatSettings::from_stored(record.settings.as_ref())?)
+}
+
 /// Starts a reply to `parent` (a user message): the earlier answers to it,
 /// if any, stay as siblings of the new one.
 pub async fn start_reply<R: Runtime>(
@@ -46,9 +67,13 @@ pub async fn start_reply<R: Runtime>(
     let engine = state.engine()?;
     let model = state.status().model.map(|m| m.name).unwrap_or_else(|| engine.model_info().name.clone());
     let messages = state.store.path_to(chat, parent).await?;
-    let answer_format = state.store.get_chat(chat).await?.answer_format.as_ref().map(AnswerFormat::from_stored).transpose()?;
+    let record = state.store.get_chat(chat).await?;
+    let answer_format = record.answer_format.as_ref().map(AnswerFormat::from_stored).transpose()?;
+    let own = ChatSettings::from_stored(record.settings.as_ref())?;
+    ensure_chat_model(&state, &own)?;
+    let settings = own.over(&state.settings());
     let request =
-        build_request(&messages, &state.settings(), engine.model_info().capabilities, answer_format.as_ref()).await?;
+        build_request(&messages, &settings, engine.model_info().capabilities, answer_format.as_ref()).await?;
     let reply_id = state.store.begin_reply_under(chat, parent, &model).await?;
     let stream = engine.submit(request);
     let sink = Arc::new(Mutex::new(sink));

@@ -10,6 +10,8 @@ use engine::sample::SamplingParams;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+use crate::context::ContextPolicy;
+
 /// The store key the settings live under.
 pub const SETTINGS_KEY: &str = "app_settings";
 
@@ -22,6 +24,10 @@ const KV_START: usize = 256;
 pub struct Settings {
     /// Ask thinking models to reason before answering.
     pub thinking: bool,
+    /// Most reasoning tokens before thinking is closed by force; 0 = no limit.
+    pub thinking_budget: usize,
+    /// What a chat does when it outgrows the context (a chat may choose its own).
+    pub context_policy: ContextPolicy,
     /// KV-cache quantization: 0 (off), 8 or 4 bits.
     pub kv_bits: u8,
     pub kv_group_size: i32,
@@ -51,6 +57,8 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             thinking: true,
+            thinking_budget: 0,
+            context_policy: ContextPolicy::Stop,
             kv_bits: 0,
             kv_group_size: 64,
             max_context: 0,

@@ -747,3 +747,56 @@ fn a_running_bulk_job_cancels_at_once_and_cannot_be_deleted_while_it_runs() {
     assert_eq!(h.ok("cancel_bulk_job", json!({"jobId": id})), false, "nothing runs any more");
     h.ok("delete_bulk_job", json!({"jobId": id}));
 }
+
+/// A chat's own settings reach its replies (its system prompt lengthens the
+/// prompt, its answer length caps the reply), a chat set to another model
+/// is refused before anything is stored, and a preset starts a chat with
+/// its settings and answer format.
+#[test]
+fn a_chat_answers_with_its_own_settings_and_presets_start_chats() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_models(dir.path());
+    let h = harness(dir.path());
+    h.load_tiny();
+    h.settings(|_| {});
+    let plain = h.new_chat();
+    h.send(plain, "Hello", &[]);
+    let plain_reply = h.finished_reply(plain);
+
+    let own = h.new_chat();
+    let settings = json!({"system_prompt": "You are a careful assistant who always answers in French.", "max_tokens": 2});
+    let chat = h.ok("set_chat_settings", json!({"chatId": own, "settings": settings}));
+    assert_eq!(chat["settings"], settings);
+    h.send(own, "Hello", &[]);
+    let own_reply = h.finished_reply(own);
+    let tokens = |r: &Value| r["stats"]["prompt_tokens"].as_u64().expect("the reply ran");
+    assert!(tokens(&own_reply) > tokens(&plain_reply), "the chat's system prompt was sent: {own_reply}");
+    assert!(own_reply["stats"]["completion_tokens"].as_u64().unwrap() <= 2, "{own_reply}");
+
+    let err = h.call("set_chat_settings", json!({"chatId": own, "settings": {"temperature": 9.0}})).unwrap_err();
+    assert_eq!(err["code"], "INVALID_SETTINGS", "{err}");
+
+    // a chat set to a model that is not loaded: refused, and the message is not stored
+    h.ok("set_chat_settings", json!({"chatId": own, "settings": {"model": "dir:elsewhere"}}));
+    let before = h.ok("list_messages", json!({"chatId": own})).as_array().unwrap().len();
+    let err = h
+        .call("send_message", json!({"chatId": own, "message": {"text": "again"}, "onEvent": "__CHANNEL__:2"}))
+        .unwrap_err();
+    assert_eq!(err["code"], "CHAT_MODEL_NOT_LOADED", "{err}");
+    assert_eq!(h.ok("list_messages", json!({"chatId": own})).as_array().unwrap().len(), before);
+    h.ok("set_chat_settings", json!({"chatId": own, "settings": {"model": "dir:tiny"}}));
+    h.send(own, "again", &[]);
+    h.finished_reply(own);
+
+    let preset = h.ok(
+        "save_preset",
+        json!({"name": "Terse JSON", "settings": {"temperature": 0.0, "thinking": false}, "answerFormat": {"kind": "json"}}),
+    );
+    assert_eq!(h.ok("list_presets", json!({})).as_array().unwrap().len(), 1);
+    let started = h.ok("create_chat", json!({"presetId": preset["id"]}));
+    assert_eq!(started["settings"], json!({"temperature": 0.0, "thinking": false}));
+    assert_eq!(started["answer_format"], json!({"kind": "json"}));
+    let err = h.call("create_chat", json!({"presetId": 999})).unwrap_err();
+    assert_eq!(err["code"], "INVALID_INPUT", "{err}");
+    assert!(h.ok("delete_preset", json!({"id": preset["id"]})).as_bool().unwrap());
+}

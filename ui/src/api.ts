@@ -10,7 +10,17 @@ export interface Chat {
   id: number; title: string; model: string | null; created_at: number; updated_at: number;
   /** How replies are shaped (structured output); null: free text. */
   answer_format: AnswerFormat | null;
+  /** What the chat sets for itself; unset fields follow the app's settings. */
+  settings: ChatSettings | null;
 }
+
+/** A chat's own settings: each field left out follows the app's Settings. */
+export interface ChatSettings {
+  system_prompt?: string; model?: string; thinking?: boolean; thinking_budget?: number;
+  temperature?: number; top_p?: number; top_k?: number; min_p?: number; repetition_penalty?: number; max_tokens?: number;
+  context_policy?: ContextPolicy;
+}
+export interface Preset { id: number; name: string; settings: ChatSettings; answer_format: AnswerFormat | null }
 
 export interface Attachment { sha256: string; mime: string; size: number; path: string }
 
@@ -109,8 +119,10 @@ export interface DownloadProgress {
 }
 export interface DownloadDone { id: string; ok: boolean; cancelled: boolean; error: AppError | null; local_id: string | null }
 
+export type ContextPolicy = 'stop' | 'truncate_middle' | 'rolling_window';
+
 export interface Settings {
-  thinking: boolean; kv_bits: number; kv_group_size: number; max_context: number; vision_cache_mb: number;
+  thinking: boolean; thinking_budget: number; context_policy: ContextPolicy; kv_bits: number; kv_group_size: number; max_context: number; vision_cache_mb: number;
   temperature: number; top_p: number; top_k: number; min_p: number; repetition_penalty: number; max_tokens: number;
   system_prompt: string; max_running: number; server_enabled: boolean; server_port: number;
   /** Folders whose images the local server's clients may name with file: URLs; empty refuses them. */
@@ -140,7 +152,13 @@ function channel(onEvent: (e: StreamEvent) => void): Channel<StreamEvent> {
 
 export const api = {
   listChats: (query?: string) => invoke<Chat[]>('list_chats', { query: query ?? null }),
-  createChat: () => invoke<Chat>('create_chat'),
+  /** A new chat; from a preset, with its settings and answer format. */
+  createChat: (presetId?: number) => invoke<Chat>('create_chat', { presetId: presetId ?? null }),
+  setChatSettings: (chatId: number, settings: ChatSettings) => invoke<Chat>('set_chat_settings', { chatId, settings }),
+  listPresets: () => invoke<Preset[]>('list_presets'),
+  savePreset: (name: string, settings: ChatSettings, answerFormat: AnswerFormat | null) =>
+    invoke<Preset>('save_preset', { name, settings, answerFormat }),
+  deletePreset: (id: number) => invoke<boolean>('delete_preset', { id }),
   renameChat: (chatId: number, title: string) => invoke<Chat>('rename_chat', { chatId, title }),
   setAnswerFormat: (chatId: number, format: AnswerFormat | null) => invoke<Chat>('set_answer_format', { chatId, format }),
   deleteChat: (chatId: number) => invoke<void>('delete_chat', { chatId }),

@@ -1,7 +1,8 @@
 // The window: sidebar (chats + navigation, can be hidden), the page (chat,
 // models or settings) and the status bar; wires replies, events, image
 // drops, keyboard shortcuts and the screen-reader announcements.
-import { api, errorText, events, type Chat, type EngineStatsView, type EngineStatus, type Message, type Outgoing, type ServerStatus } from './api';
+import { api, errorText, events, type Chat, type ChatSettings, type EngineStatsView, type EngineStatus, type Message, type Outgoing, type ServerStatus, type Settings } from './api';
+import { chatSettingsDialog } from './chatSettingsView';
 import { BulkView } from './bulkView';
 import { ChatView, type ModelState } from './chatView';
 import { Composer } from './composer';
@@ -44,6 +45,8 @@ export class App {
   private statusBar = new StatusBar();
   private main: HTMLElement;
   private header: HTMLElement;
+  /** The app's Settings, for what a chat's own settings fall back to. */
+  private globalSettings: Settings | null = null;
   private nav: HTMLElement;
   private mac = onMac();
   private toasts = h('div', { class: 'toasts', 'aria-live': 'polite' });
@@ -60,6 +63,9 @@ export class App {
       selectedId: () => (this.page === 'chat' ? this.chat?.id ?? null : null),
       isRunning: (id) => this.streams.isRunning(id),
       deleted: (id) => this.chatDeleted(id),
+      startFromPreset: (id) => void (async () => {
+        try { await this.openChat(await api.createChat(id)); } catch (e) { this.toast(errorText(e)); }
+      })(),
       toast,
     });
     this.chatView = new ChatView({
@@ -80,6 +86,7 @@ export class App {
       switchModel: async (id) => { try { await api.loadModel(id); } catch (e) { this.toast(errorText(e)); } },
       openModels: () => this.go('models'),
       setAnswerFormat: (format) => this.setAnswerFormat(format),
+      setThinking: (on) => this.updateChatSettings((own) => ({ ...own, thinking: on })),
     });
     this.models = new ModelsView(toast);
     this.bulk = new BulkView({ pickFiles: () => platform.pickFiles(), toast });
@@ -137,6 +144,7 @@ export class App {
       },
     });
     this.setStatus(await api.engineStatus());
+    await this.loadGlobalSettings();
     this.server = await api.serverStatus();
     // replies that kept running while the page reloaded
     for (const chatId of await api.activeReplies()) {
@@ -158,7 +166,46 @@ export class App {
     const state: ModelState = s.state === 'loading' ? { state: 'loading', name: s.loading ?? '' }
       : s.model ? { state: 'ready', model: s.model } : { state: 'unloaded' };
     this.chatView.setModel(state);
-    this.composer.setModel(s.model ? { name: s.model.name, vision: s.model.vision } : null);
+    this.updateComposer();
+  }
+
+  /** The composer's model line and thinking switch, for the open chat. */
+  private updateComposer(): void {
+    const s = this.status;
+    const own = this.chat?.settings ?? {};
+    const chatModel = own.model && own.model !== s?.model?.id ? own.model : null;
+    this.composer.setModel(s?.model ? { name: s.model.name, vision: s.model.vision } : null, chatModel);
+    this.composer.showThinking(!!s?.model?.thinking, own.thinking ?? this.globalSettings?.thinking ?? true);
+  }
+
+  /** Changes the open chat's own settings (a new chat if none is open). */
+  private async updateChatSettings(change: (own: ChatSettings) => ChatSettings): Promise<void> {
+    try {
+      const chat = this.chat ?? await api.createChat();
+      const updated = await api.setChatSettings(chat.id, change(chat.settings ?? {}));
+      if (!this.chat || this.chat.id === updated.id) this.chat = updated;
+      this.updateComposer();
+      void this.sidebar.refresh();
+    } catch (e) {
+      this.toast(errorText(e));
+    }
+  }
+
+  /** The chat settings dialog, for the open chat (a new chat if none is open). */
+  private async openChatSettings(): Promise<void> {
+    try {
+      const [view, gallery, presets] = await Promise.all([api.getSettings(), api.listModels(), api.listPresets()]);
+      this.globalSettings = view.settings;
+      const models = [
+        ...gallery.local.filter((m) => m.supported && !m.partial).map((m) => ({ id: m.id, name: m.name })),
+      ];
+      const chosen = await chatSettingsDialog({
+        own: this.chat?.settings ?? {}, global: view.settings, answerFormat: this.chat?.answer_format ?? null, models, presets,
+      }, (m) => this.toast(m));
+      if (chosen) await this.updateChatSettings(() => chosen);
+    } catch (e) {
+      this.toast(errorText(e));
+    }
   }
 
   private renderNav(): void {
@@ -171,7 +218,10 @@ export class App {
   }
 
   private go(page: Page): void {
-    if (this.page === 'settings' && page !== 'settings') this.settings.flush();
+    if (this.page === 'settings' && page !== 'settings') {
+      this.settings.flush();
+      void this.loadGlobalSettings();
+    }
     this.page = page;
     this.renderNav();
     this.showPage();
@@ -206,6 +256,8 @@ export class App {
         onclick: () => this.setSidebarHidden(!this.el.classList.contains('sidebar-hidden')),
       }, icon('sidebar', 18)),
       h('h1', { class: 'chat-title-main', 'data-testid': 'chat-title' }, this.chat?.title || 'New chat'),
+      h('button', { class: 'chat-settings-button', 'data-testid': 'open-chat-settings', title: 'This chat’s settings: system prompt, model, thinking, sampling, context', onclick: () => void this.openChatSettings() },
+        this.chat?.settings ? 'Chat settings •' : 'Chat settings'),
       h('button', { class: 'model-pill', title: 'Change model', onclick: () => this.go('models') }, model));
   }
 
@@ -213,6 +265,11 @@ export class App {
     this.el.classList.toggle('sidebar-hidden', hidden);
     localStorage.setItem(SIDEBAR_KEY, hidden ? '1' : '0');
     if (this.page === 'chat') this.renderHeader();
+  }
+
+  private async loadGlobalSettings(): Promise<void> {
+    try { this.globalSettings = (await api.getSettings()).settings; } catch { /* the composer keeps its last state */ }
+    this.updateComposer();
   }
 
   private async openChat(chat: Chat | null): Promise<void> {
@@ -224,6 +281,7 @@ export class App {
     this.editing = null;
     this.composer.endEdit();
     this.composer.showAnswerFormat(chat?.answer_format ?? null);
+    this.updateComposer();
     this.showPage();
     await this.reloadMessages();
     void this.sidebar.refresh();
@@ -270,8 +328,9 @@ export class App {
     }
   }
 
-  /** Sends from the composer: creates the chat first when none is open. */
-  private async send(message: Outgoing): Promise<boolean> {
+  /** Sends from the composer: creates the chat first when none is open. A
+   * chat set to a model that is not loaded loads it first, then sends. */
+  private async send(message: Outgoing, loadedForChat = false): Promise<boolean> {
     if (this.status?.state !== 'ready') {
       this.toast(this.status?.state === 'loading' ? 'The model is still loading.' : 'Load a model first (Models).');
       return false;
@@ -285,7 +344,6 @@ export class App {
       const chatId = chat.id;
       const handler = this.streams.begin(chatId);
       const editing = this.editing;
-      this.editing = null;
       let sent;
       try {
         sent = editing ? await api.editAndResend(chatId, editing.id, message, handler) : await api.send(chatId, message, handler);
@@ -293,6 +351,7 @@ export class App {
         this.streams.abandon(chatId);
         throw e;
       }
+      this.editing = null;
       if (this.chat?.id === chatId && !this.streams.isRunning(chatId)) {
         void this.reloadMessages(); // a reply so quick it ended before this call did
       } else if (this.chat?.id === chatId) {
@@ -306,6 +365,18 @@ export class App {
       void this.sidebar.refresh();
       return true;
     } catch (e) {
+      const wanted = chat?.settings?.model;
+      if (!loadedForChat && wanted && (e as { code?: string })?.code === 'CHAT_MODEL_NOT_LOADED') {
+        this.toast(`Loading ${wanted} for this chat…`);
+        try {
+          const status = await api.loadModel(wanted);
+          this.setStatus(status);
+          return await this.send(message, true);
+        } catch (err) {
+          this.toast(errorText(err));
+          return false;
+        }
+      }
       this.toast(errorText(e));
       return false;
     }
@@ -396,7 +467,7 @@ export class App {
     const chat = this.chat;
     if (!chat) return;
     const fresh = (await api.listChats()).find((c) => c.id === chat.id);
-    if (fresh && this.chat?.id === fresh.id) { this.chat = fresh; this.renderHeader(); }
+    if (fresh && this.chat?.id === fresh.id) { this.chat = fresh; this.renderHeader(); this.updateComposer(); }
   }
 
   private onKey(e: KeyboardEvent): void {

@@ -19,6 +19,8 @@ export interface ComposerHooks {
   openModels(): void;
   /** Sets the open chat's answer format (creating the chat if none is open). */
   setAnswerFormat(format: AnswerFormat | null): Promise<boolean>;
+  /** Turns thinking on or off for the open chat (creating the chat if none is open). */
+  setThinking(on: boolean): Promise<void>;
 }
 
 /** The model that answers, as far as the composer cares. */
@@ -35,6 +37,8 @@ export class Composer {
   private offer: HTMLElement;
   private modelLine: HTMLElement;
   private formatButton: HTMLButtonElement;
+  private thinkingButton: HTMLButtonElement;
+  private thinkingOn = false;
   private formatLine: HTMLElement;
   private formatPanel: AnswerFormatPanel;
   private answerFormat: AnswerFormat | null = null;
@@ -65,6 +69,8 @@ export class Composer {
     this.formatPanel = new AnswerFormatPanel((format) => this.hooks.setAnswerFormat(format));
     this.formatButton = h('button', { class: 'icon answer-format', title: 'Answer format (text or JSON)', 'aria-label': 'Answer format', 'aria-pressed': 'false', 'data-testid': 'answer-format', onclick: () => this.toggleFormatPanel() }, '{ }');
     this.formatLine = h('span', { class: 'composer-format', 'data-testid': 'composer-format' });
+    this.thinkingButton = h('button', { class: 'chip thinking-toggle', hidden: true, 'aria-pressed': 'false', 'data-testid': 'thinking-toggle',
+      title: 'Whether the model thinks before answering, in this chat', onclick: () => void this.hooks.setThinking(!this.thinkingOn) }, 'Thinking');
     this.el = h('div', { class: 'composer' },
       this.editBanner,
       this.offer,
@@ -72,7 +78,7 @@ export class Composer {
       this.thumbs,
       h('div', { class: 'composer-row' }, this.attachButton, this.formatButton, this.input, this.stopButton, this.sendButton),
       h('div', { class: 'composer-foot' },
-        h('span', {}, this.modelLine, this.formatLine),
+        h('span', {}, this.thinkingButton, this.modelLine, this.formatLine),
         h('span', { class: 'composer-hint', 'data-testid': 'composer-hint' }, 'Enter sends · Shift+Enter for a new line')));
     this.setBusy(false);
     this.setModel(null);
@@ -101,11 +107,22 @@ export class Composer {
     else this.formatPanel.close();
   }
 
+  /** The thinking switch: shown for a model that can think, on or off for this chat. */
+  showThinking(available: boolean, on: boolean): void {
+    this.thinkingOn = on;
+    this.thinkingButton.hidden = !available;
+    this.thinkingButton.setAttribute('aria-pressed', on ? 'true' : 'false');
+    this.thinkingButton.classList.toggle('active', on);
+    this.thinkingButton.textContent = on ? 'Thinking on' : 'Thinking off';
+  }
+
   /** The model that answers now (null: none loaded). */
-  setModel(model: ComposerModel | null): void {
+  setModel(model: ComposerModel | null, chatModel: string | null = null): void {
     this.model = model;
     clear(this.modelLine);
-    if (!model) this.modelLine.append('No model loaded');
+    // a chat set to another model loads it when you send
+    if (chatModel) this.modelLine.append('Answers with ', h('span', { class: 'composer-model-name' }, chatModel), ' (loaded when you send)');
+    else if (!model) this.modelLine.append('No model loaded');
     else this.modelLine.append(h('span', { class: 'composer-model-name' }, model.name), ` · ${model.vision ? 'sees images' : 'reads text only'}`);
     this.attachButton.setAttribute('aria-label', model && !model.vision ? `Add images (${model.name} reads text only)` : 'Add images');
     void this.renderOffer();

@@ -109,7 +109,7 @@ describe('images and a model that cannot see them', () => {
     const switched: string[] = [];
     const c = new Composer({
       send: async (m) => { sent.push(m); return true; }, stop: () => {}, pickFiles: async () => [], toast: () => {},
-      visionModels: async () => [{ id: 'hf:e2e/VL', name: 'e2e/VL' }], switchModel: async (id) => { switched.push(id); }, openModels: () => {}, setAnswerFormat: async () => true,
+      visionModels: async () => [{ id: 'hf:e2e/VL', name: 'e2e/VL' }], switchModel: async (id) => { switched.push(id); }, openModels: () => {}, setAnswerFormat: async () => true, setThinking: async () => {},
     });
     document.body.append(c.el);
     c.setModel({ name: 'Tiny', vision: false });
@@ -206,7 +206,7 @@ describe('the models page', () => {
 
 describe('settings', () => {
   const settings: Settings = {
-    thinking: true, kv_bits: 0, kv_group_size: 64, max_context: 0, vision_cache_mb: 512, temperature: 0.7, top_p: 0.95, top_k: 0,
+    thinking: true, thinking_budget: 0, context_policy: 'stop', kv_bits: 0, kv_group_size: 64, max_context: 0, vision_cache_mb: 512, temperature: 0.7, top_p: 0.95, top_k: 0,
     min_p: 0, repetition_penalty: 1, max_tokens: 1024, system_prompt: '', max_running: 8, server_enabled: false, server_port: 8080,
     server_file_url_folders: [],
   };
@@ -252,7 +252,7 @@ describe('the chat list by keyboard', () => {
   it('each chat is a button (Enter opens it) with its actions after it', async () => {
     mockIPC((cmd) => (cmd === 'list_chats' ? [{ id: 7, title: 'Trip', model: null, created_at: 0, updated_at: Date.now() }] : undefined));
     const opened: number[] = [];
-    const sb = new Sidebar({ select: (c) => opened.push(c!.id), selectedId: () => null, isRunning: () => true, deleted: () => {}, toast: () => {} });
+    const sb = new Sidebar({ select: (c) => opened.push(c!.id), selectedId: () => null, isRunning: () => true, deleted: () => {}, toast: () => {}, startFromPreset: () => {} });
     document.body.append(sb.el);
     await sb.refresh();
     const open = sb.el.querySelector<HTMLButtonElement>('[data-testid=chat-open]')!;

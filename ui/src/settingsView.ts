@@ -3,19 +3,28 @@
 // with its progress and result shown; what the loaded model cannot use is
 // said), the local server (its error next to its switch), and appearance.
 // Every field says in a line what it does.
-import { api, errorText, type EngineStatus, type ServerStatus, type Settings, type SettingsView } from './api';
+import { api, errorText, type ContextPolicy, type EngineStatus, type ServerStatus, type Settings, type SettingsView } from './api';
 import { clear, h } from './dom';
 import { applyTheme, themeChoice, type ThemeChoice } from './theme';
 
 type Field = { key: keyof Settings; label: string; hint: string } & (
   | { kind: 'toggle' }
   | { kind: 'number'; min: number; max: number; step: number }
-  | { kind: 'select'; options: [number, string][] }
+  | { kind: 'select'; options: [number | string, string][] }
   | { kind: 'text' }
 );
 
+/** The context policies, as the settings and a chat's own settings offer them. */
+export const CONTEXT_POLICIES: [ContextPolicy, string][] = [
+  ['stop', 'Stop and say so'],
+  ['truncate_middle', 'Leave out the middle (keep the start)'],
+  ['rolling_window', 'Leave out the oldest messages'],
+];
+
 export const GENERATION: Field[] = [
   { key: 'thinking', label: 'Thinking', kind: 'toggle', hint: 'Models that can think reason step by step before answering; the reasoning shows apart.' },
+  { key: 'thinking_budget', label: 'Thinking budget (tokens)', kind: 'number', min: 0, max: 131072, step: 64, hint: 'Thinking is closed after this many tokens and the answer begins. 0 is no limit.' },
+  { key: 'context_policy', label: 'When a chat outgrows the context', kind: 'select', options: CONTEXT_POLICIES, hint: 'Stop and say so, or leave out older messages (the reply says how many). A chat can choose its own.' },
   { key: 'system_prompt', label: 'System prompt', kind: 'text', hint: 'Instructions sent at the start of every chat, e.g. “Answer briefly.”' },
   { key: 'temperature', label: 'Temperature', kind: 'number', min: 0, max: 5, step: 0.05, hint: 'How adventurous the wording is. 0 always picks the likeliest word; about 0.7 is usual.' },
   { key: 'top_p', label: 'Top-p', kind: 'number', min: 0.01, max: 1, step: 0.01, hint: 'Picks only among the likeliest words that together make up this share. 1 is off.' },
@@ -172,7 +181,8 @@ export class SettingsPage {
       input = box;
     } else if (f.kind === 'select') {
       const sel = h('select', { id, 'data-testid': id, 'aria-describedby': hintId }, ...f.options.map(([value, label]) => h('option', { value, selected: d[f.key] === value }, label)));
-      sel.addEventListener('change', () => { (d[f.key] as number) = Number(sel.value); void this.save(); });
+      const numeric = typeof f.options[0]?.[0] === 'number';
+      sel.addEventListener('change', () => { (d as unknown as Record<string, unknown>)[f.key] = numeric ? Number(sel.value) : sel.value; void this.save(); });
       input = sel;
     } else if (f.kind === 'number') {
       const num = h('input', { id, type: 'number', min: f.min, max: f.max, step: f.step, value: String(d[f.key]), 'data-testid': id, 'aria-describedby': hintId });

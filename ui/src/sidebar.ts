@@ -2,7 +2,7 @@
 // rename in place, delete after confirmation, a dot on chats that are
 // generating. Each entry is a button (Tab reaches it, Enter opens it); its
 // rename and delete buttons show on hover and on keyboard focus.
-import { api, errorText, type Chat } from './api';
+import { api, errorText, type Chat, type Preset } from './api';
 import { clear, h } from './dom';
 import { confirmDialog } from './modal';
 import { relativeTime } from './format';
@@ -15,6 +15,8 @@ export interface SidebarHooks {
   isRunning(chatId: number): boolean;
   /** A chat was deleted (its reply, if one was running, went with it). */
   deleted(chatId: number): void;
+  /** Starts a new chat from a preset (its settings and answer format). */
+  startFromPreset(presetId: number): void;
   toast(message: string): void;
 }
 
@@ -23,6 +25,7 @@ export class Sidebar {
   private list: HTMLElement;
   private search: HTMLInputElement;
   private chats: Chat[] = [];
+  private presets: HTMLSelectElement;
   private renaming: number | null = null;
 
   constructor(private hooks: SidebarHooks) {
@@ -30,8 +33,15 @@ export class Sidebar {
     let timer: number | undefined;
     this.search.addEventListener('input', () => { clearTimeout(timer); timer = window.setTimeout(() => void this.refresh(), 150); });
     this.list = h('nav', { class: 'chat-list', 'aria-label': 'Chats', 'data-testid': 'chat-list' });
+    this.presets = h('select', { class: 'new-from-preset', 'aria-label': 'New chat from a preset', 'data-testid': 'new-from-preset', hidden: true });
+    this.presets.addEventListener('change', () => {
+      const id = Number(this.presets.value);
+      this.presets.value = '';
+      if (id) this.hooks.startFromPreset(id);
+    });
     this.el = h('div', { class: 'sidebar-chats' },
       h('button', { class: 'new-chat primary', 'data-testid': 'new-chat', title: `New chat (${shortcutLabel('new-chat', onMac())})`, onclick: () => this.hooks.select(null) }, icon('plus'), 'New chat'),
+      this.presets,
       this.search,
       this.list);
   }
@@ -39,10 +49,17 @@ export class Sidebar {
   async refresh(): Promise<void> {
     try {
       this.chats = await api.listChats(this.search.value);
+      this.renderPresets((await api.listPresets()) ?? []);
     } catch (e) {
       this.hooks.toast(errorText(e));
     }
     this.render();
+  }
+
+  private renderPresets(presets: Preset[]): void {
+    this.presets.replaceChildren(h('option', { value: '' }, 'New chat from a preset…'),
+      ...presets.map((p) => h('option', { value: p.id }, p.name)));
+    this.presets.hidden = presets.length === 0;
   }
 
   /** Redraws the list as it is (a chat started or stopped answering). */

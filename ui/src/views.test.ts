@@ -3,6 +3,7 @@ import { clearMocks, mockIPC } from '@tauri-apps/api/mocks';
 import { friendlyError, statsLine, ChatView, type ModelState } from './chatView';
 import { statusItems } from './statusBar';
 import { Composer } from './composer';
+import { readForm } from './chatSettingsView';
 import { ModelsView } from './modelsView';
 import { Sidebar } from './sidebar';
 import type { Chat, LoadedModel, Message } from './api';
@@ -141,7 +142,7 @@ describe('models page', () => {
 
 const composerHooks = {
   send: async () => true, stop: () => {}, pickFiles: async () => [], toast: () => {},
-  visionModels: async () => [], switchModel: async () => {}, openModels: () => {}, setAnswerFormat: async () => true,
+  visionModels: async () => [], switchModel: async () => {}, openModels: () => {}, setAnswerFormat: async () => true, setThinking: async () => {},
 };
 
 describe('composer', () => {
@@ -177,17 +178,41 @@ describe('composer', () => {
 });
 
 describe('sidebar', () => {
+  it('offers a new chat from a preset only when there are presets', async () => {
+    let presets: { id: number; name: string; settings: object; answer_format: null }[] = [];
+    mockIPC((cmd) => (cmd === 'list_chats' ? [] : cmd === 'list_presets' ? presets : undefined));
+    const started: number[] = [];
+    const sb = new Sidebar({ select: () => {}, selectedId: () => null, isRunning: () => false, deleted: () => {}, toast: () => {}, startFromPreset: (id) => started.push(id) });
+    await sb.refresh();
+    const select = sb.el.querySelector<HTMLSelectElement>('[data-testid=new-from-preset]')!;
+    expect(select.hidden).toBe(true);
+    presets = [{ id: 4, name: 'Terse', settings: { temperature: 0 }, answer_format: null }];
+    await sb.refresh();
+    expect(select.hidden).toBe(false);
+    select.value = '4';
+    select.dispatchEvent(new Event('change'));
+    expect(started).toEqual([4]);
+    expect(select.value).toBe('');
+  });
+
+  it('reads a chat settings form: empty fields are left to Settings', () => {
+    const form = document.createElement('div');
+    form.innerHTML = '<textarea name="system_prompt">Be terse.</textarea><select name="thinking"><option value="">x</option><option value="off" selected>Off</option></select>'
+      + '<input name="temperature" value="0.2"><input name="top_p" value=""><select name="context_policy"><option value="rolling_window" selected>r</option></select>';
+    expect(readForm(form)).toEqual({ system_prompt: 'Be terse.', thinking: false, temperature: 0.2, context_policy: 'rolling_window' });
+  });
+
   it('lists chats and deletes one only after confirmation', async () => {
     let chats: Chat[] = [
-      { id: 2, title: 'Newest', model: null, created_at: 0, updated_at: Date.now(), answer_format: null },
-      { id: 1, title: 'Older', model: null, created_at: 0, updated_at: Date.now() - 7_200_000, answer_format: null },
+      { id: 2, title: 'Newest', model: null, created_at: 0, updated_at: Date.now(), answer_format: null, settings: null },
+      { id: 1, title: 'Older', model: null, created_at: 0, updated_at: Date.now() - 7_200_000, answer_format: null, settings: null },
     ];
     const deleted: number[] = [];
     mockIPC((cmd, args) => {
       if (cmd === 'list_chats') return chats;
       if (cmd === 'delete_chat') { const id = (args as { chatId: number }).chatId; deleted.push(id); chats = chats.filter((c) => c.id !== id); }
     });
-    const sb = new Sidebar({ select: () => {}, selectedId: () => null, isRunning: (id) => id === 2, deleted: () => {}, toast: () => {} });
+    const sb = new Sidebar({ select: () => {}, selectedId: () => null, isRunning: (id) => id === 2, deleted: () => {}, toast: () => {}, startFromPreset: () => {} });
     document.body.append(sb.el);
     await sb.refresh();
     const titles = [...sb.el.querySelectorAll('.chat-title')].map((e) => e.textContent);

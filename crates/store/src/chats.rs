@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::store::{now_ms, Store};
 use crate::types::{Chat, ChatId, CleanupReport};
 
-const CHAT_COLUMNS: &str = "id, title, model, created_at, updated_at, answer_format";
+const CHAT_COLUMNS: &str = "id, title, model, created_at, updated_at, answer_format, settings";
 
 pub(crate) fn chat_from_row(row: &SqliteRow) -> Result<Chat> {
     Ok(Chat {
@@ -15,11 +15,19 @@ pub(crate) fn chat_from_row(row: &SqliteRow) -> Result<Chat> {
         model: row.try_get("model")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
-        answer_format: match row.try_get::<Option<String>, _>("answer_format")? {
-            Some(text) => Some(serde_json::from_str(&text).map_err(|e| Error::InvalidInput(format!("stored answer format: {e}")))?),
-            None => None,
-        },
+        answer_format: json_column(row, "answer_format")?,
+        settings: json_column(row, "settings")?,
     })
+}
+
+/// A nullable column that holds JSON the app gave.
+pub(crate) fn json_column(row: &SqliteRow, column: &str) -> Result<Option<serde_json::Value>> {
+    match row.try_get::<Option<String>, _>(column)? {
+        Some(text) => Ok(Some(
+            serde_json::from_str(&text).map_err(|e| Error::InvalidInput(format!("stored {column}: {e}")))?,
+        )),
+        None => Ok(None),
+    }
 }
 
 impl Store {
@@ -74,6 +82,19 @@ impl Store {
     pub async fn set_answer_format(&self, id: ChatId, format: Option<&serde_json::Value>) -> Result<Chat> {
         let text = format.map(serde_json::Value::to_string);
         let row = sqlx::query(&format!("UPDATE chats SET answer_format = ?1 WHERE id = ?2 RETURNING {CHAT_COLUMNS}"))
+            .bind(text)
+            .bind(id.0)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(Error::ChatNotFound(id))?;
+        chat_from_row(&row)
+    }
+
+    /// Sets what the chat sets for itself (the app's JSON; `None`: follow
+    /// the app's settings in everything). Not activity.
+    pub async fn set_chat_settings(&self, id: ChatId, settings: Option<&serde_json::Value>) -> Result<Chat> {
+        let text = settings.map(serde_json::Value::to_string);
+        let row = sqlx::query(&format!("UPDATE chats SET settings = ?1 WHERE id = ?2 RETURNING {CHAT_COLUMNS}"))
             .bind(text)
             .bind(id.0)
             .fetch_optional(&self.pool)

@@ -49,6 +49,10 @@ pub struct Chat {
     /// How replies are shaped (the app's description, e.g. JSON with given
     /// fields); `None` is free text.
     pub answer_format: Option<serde_json::Value>,
+    /// What the chat sets for itself (the app's JSON: system prompt, model,
+    /// sampling…); `None` follows the app's settings.
+    #[serde(default)]
+    pub settings: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

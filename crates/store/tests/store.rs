@@ -361,3 +361,36 @@ async fn a_chats_answer_format_is_kept_as_given_and_survives_a_reopen() {
     let cleared = store.set_answer_format(chat.id, None).await.unwrap();
     assert_eq!(cleared.answer_format, None);
 }
+
+#[tokio::test]
+async fn a_chats_own_settings_are_kept_as_given_and_presets_are_named_sets_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let chat = store.create_chat().await.unwrap();
+    assert_eq!(chat.settings, None, "a new chat follows the app's settings");
+    let own = serde_json::json!({"system_prompt": "Answer in French.", "temperature": 0.2, "thinking": false});
+    let set = store.set_chat_settings(chat.id, Some(&own)).await.unwrap();
+    assert_eq!(set.settings.as_ref(), Some(&own));
+    assert_eq!(set.updated_at, chat.updated_at, "settings are not activity");
+    assert_eq!(store.set_chat_settings(ChatId(chat.id.0 + 9), Some(&own)).await.unwrap_err().code(), "CHAT_NOT_FOUND");
+
+    let format = serde_json::json!({"kind": "json"});
+    let french = store.save_preset("  French  ", &own, Some(&format)).await.unwrap();
+    assert_eq!(french.name, "French");
+    store.save_preset("Code", &serde_json::json!({"temperature": 0.0}), None).await.unwrap();
+    // the same name replaces the preset
+    let replaced = store.save_preset("French", &serde_json::json!({"temperature": 0.9}), None).await.unwrap();
+    assert_eq!(replaced.id, french.id);
+    assert_eq!(replaced.answer_format, None);
+    let names: Vec<String> = store.list_presets().await.unwrap().into_iter().map(|p| p.name).collect();
+    assert_eq!(names, ["Code", "French"]);
+    assert_eq!(store.save_preset(" ", &own, None).await.unwrap_err().code(), "INVALID_INPUT");
+    store.close().await;
+
+    let store = open(dir.path()).await;
+    assert_eq!(store.get_chat(chat.id).await.unwrap().settings, Some(own));
+    assert_eq!(store.get_preset(french.id).await.unwrap().settings, serde_json::json!({"temperature": 0.9}));
+    assert!(store.delete_preset(french.id).await.unwrap());
+    assert!(!store.delete_preset(french.id).await.unwrap());
+    assert_eq!(store.list_presets().await.unwrap().len(), 1);
+}

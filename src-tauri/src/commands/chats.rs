@@ -1,10 +1,11 @@
 //! Chats and their messages.
 use std::sync::Arc;
 
-use store::{Chat, ChatId, Message};
+use store::{Chat, ChatId, Message, PresetId};
 use tauri::State;
 
 use crate::answer_format::AnswerFormat;
+use crate::chat_settings::ChatSettings;
 use crate::error::AppResult;
 use crate::state::AppState;
 
@@ -16,9 +17,30 @@ pub async fn list_chats(state: State<'_, Arc<AppState>>, query: Option<String>) 
     })
 }
 
+/// A new chat; from a preset, with its settings and answer format.
 #[tauri::command]
-pub async fn create_chat(state: State<'_, Arc<AppState>>) -> AppResult<Chat> {
-    Ok(state.store.create_chat().await?)
+pub async fn create_chat(state: State<'_, Arc<AppState>>, preset_id: Option<PresetId>) -> AppResult<Chat> {
+    // read first: an unknown preset makes no chat
+    let preset = match preset_id {
+        Some(id) => Some(state.store.get_preset(id).await?),
+        None => None,
+    };
+    let chat = state.store.create_chat().await?;
+    let Some(preset) = preset else { return Ok(chat) };
+    state.store.set_answer_format(chat.id, preset.answer_format.as_ref()).await?;
+    Ok(state.store.set_chat_settings(chat.id, Some(&preset.settings)).await?)
+}
+
+/// Sets what the chat sets for itself (every field left unset follows the
+/// app's settings); applies from its next reply.
+#[tauri::command]
+pub async fn set_chat_settings(
+    state: State<'_, Arc<AppState>>,
+    chat_id: ChatId,
+    settings: ChatSettings,
+) -> AppResult<Chat> {
+    settings.validate()?;
+    Ok(state.store.set_chat_settings(chat_id, settings.to_stored().as_ref()).await?)
 }
 
 #[tauri::command]

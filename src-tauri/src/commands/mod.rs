@@ -5,6 +5,7 @@ pub mod bulk;
 pub mod chats;
 pub mod engine;
 pub mod models;
+pub mod presets;
 pub mod replies;
 pub mod server;
 pub mod settings;

@@ -12,7 +12,7 @@ use tauri::{AppHandle, Runtime, State};
 
 use crate::error::{AppError, AppResult};
 use crate::generation::{Sink, StreamEvent};
-use crate::replies::{ensure_idle, start_reply, StartedReply};
+use crate::replies::{ensure_chat_model_of, ensure_idle, start_reply, StartedReply};
 use crate::state::AppState;
 
 fn sink(channel: Channel<StreamEvent>) -> Sink {
@@ -69,6 +69,7 @@ pub async fn send_message<R: Runtime>(
     check(&message)?;
     ensure_idle(&state, chat_id)?;
     check_images(&message, &state)?;
+    ensure_chat_model_of(&state, chat_id).await?;
     post_and_answer(&app, &state, chat_id, message, None, on_event).await
 }
 
@@ -153,6 +154,7 @@ pub async fn edit_and_resend<R: Runtime>(
     check(&message)?;
     ensure_idle(&state, chat_id)?;
     check_images(&message, &state)?;
+    ensure_chat_model_of(&state, chat_id).await?;
     let original = state.store.get_message(message_id).await?;
     if original.chat_id != chat_id {
         return Err(store::Error::MessageNotFound(message_id).into());

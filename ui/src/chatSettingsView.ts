@@ -1,0 +1,114 @@
+// One chat's own settings, in a dialog from the chat's header: system
+// prompt, model, thinking and its budget, sampling, answer length and what
+// happens when the chat outgrows the context. A field left empty follows the
+// app's Settings (its value shows as the placeholder). Presets: apply one,
+// or save these settings (with the chat's answer format) under a name.
+import { api, errorText, type ChatSettings, type Preset, type Settings } from './api';
+import type { AnswerFormat } from './answerFormat';
+import { h } from './dom';
+import { CONTEXT_POLICIES } from './settingsView';
+
+type NumberKey = 'thinking_budget' | 'temperature' | 'top_p' | 'top_k' | 'min_p' | 'repetition_penalty' | 'max_tokens';
+
+const NUMBERS: { key: NumberKey; label: string; step: number }[] = [
+  { key: 'temperature', label: 'Temperature', step: 0.05 },
+  { key: 'top_p', label: 'Top-p', step: 0.01 },
+  { key: 'top_k', label: 'Top-k', step: 1 },
+  { key: 'min_p', label: 'Min-p', step: 0.01 },
+  { key: 'repetition_penalty', label: 'Repetition penalty', step: 0.01 },
+  { key: 'max_tokens', label: 'Max tokens per answer', step: 1 },
+  { key: 'thinking_budget', label: 'Thinking budget (tokens, 0 = no limit)', step: 64 },
+];
+
+/** What the dialog needs from around it. */
+export interface ChatSettingsContext {
+  own: ChatSettings;
+  global: Settings;
+  answerFormat: AnswerFormat | null;
+  /** Models the chat may be set to answer with (gallery id and name). */
+  models: { id: string; name: string }[];
+  presets: Preset[];
+}
+
+/** Reads the form: only what was filled in is set. */
+export function readForm(form: HTMLElement): ChatSettings {
+  const out: ChatSettings = {};
+  const value = (name: string) => (form.querySelector(`[name="${name}"]`) as HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement | null)?.value ?? '';
+  if (value('system_prompt').trim()) out.system_prompt = value('system_prompt');
+  if (value('model')) out.model = value('model');
+  if (value('thinking')) out.thinking = value('thinking') === 'on';
+  for (const { key } of NUMBERS) {
+    const v = value(key).trim();
+    if (v !== '' && Number.isFinite(Number(v))) out[key] = Number(v);
+  }
+  if (value('context_policy')) out.context_policy = value('context_policy') as ChatSettings['context_policy'];
+  return out;
+}
+
+/** Opens the dialog; resolves with the settings to save, or null when cancelled. */
+export function chatSettingsDialog(ctx: ChatSettingsContext, toast: (m: string) => void): Promise<ChatSettings | null> {
+  return new Promise((resolve) => {
+    const close = (answer: ChatSettings | null) => { overlay.remove(); document.removeEventListener('keydown', onKey); resolve(answer); };
+    const onKey = (e: KeyboardEvent) => { if (e.key === 'Escape') close(null); };
+    const form = h('div', { class: 'chat-settings-form' });
+    const fill = (own: ChatSettings) => {
+      form.replaceChildren(...fields(own, ctx));
+    };
+    fill(ctx.own);
+
+    const presetSelect = h('select', { 'aria-label': 'Preset', 'data-testid': 'preset-select' },
+      h('option', { value: '' }, ctx.presets.length ? 'Apply a preset…' : 'No presets yet'),
+      ...ctx.presets.map((p) => h('option', { value: p.id }, p.name)));
+    presetSelect.addEventListener('change', () => {
+      const p = ctx.presets.find((x) => String(x.id) === presetSelect.value);
+      if (p) fill(p.settings);
+    });
+    const presetName = h('input', { type: 'text', placeholder: 'Preset name', 'aria-label': 'Preset name', 'data-testid': 'preset-name' });
+    const savePreset = h('button', { 'data-testid': 'preset-save', onclick: async () => {
+      try {
+        const saved = await api.savePreset(presetName.value, readForm(form), ctx.answerFormat);
+        toast(`Saved the preset “${saved.name}”.`);
+        presetName.value = '';
+      } catch (e) { toast(errorText(e)); }
+    } }, 'Save as preset');
+
+    const overlay = h('div', { class: 'modal-overlay', onclick: (e: Event) => { if (e.target === overlay) close(null); } },
+      h('div', { class: 'modal chat-settings', role: 'dialog', 'aria-modal': 'true', 'aria-label': 'Chat settings', 'data-testid': 'chat-settings-dialog' },
+        h('h2', {}, 'This chat’s settings'),
+        h('p', { class: 'hint' }, 'Empty fields follow Settings (shown greyed). They apply from the next answer.'),
+        h('div', { class: 'preset-row' }, presetSelect),
+        form,
+        h('div', { class: 'preset-row' }, presetName, savePreset),
+        h('div', { class: 'modal-actions' },
+          h('button', { onclick: () => fill({}), title: 'Follow Settings in everything' }, 'Clear all'),
+          h('button', { 'data-testid': 'chat-settings-cancel', onclick: () => close(null) }, 'Cancel'),
+          h('button', { class: 'primary', 'data-testid': 'chat-settings-save', onclick: () => close(readForm(form)) }, 'Save'))));
+    document.body.append(overlay);
+    document.addEventListener('keydown', onKey);
+    (form.querySelector('textarea') as HTMLTextAreaElement | null)?.focus();
+  });
+}
+
+function fields(own: ChatSettings, ctx: ChatSettingsContext): HTMLElement[] {
+  const g = ctx.global;
+  const row = (label: string, input: HTMLElement) => h('label', { class: 'chat-setting' }, h('span', {}, label), input);
+  const system = h('textarea', { name: 'system_prompt', rows: 3, placeholder: g.system_prompt || '(none)', 'data-testid': 'chat-setting-system_prompt' });
+  system.value = own.system_prompt ?? '';
+  const model = h('select', { name: 'model', 'data-testid': 'chat-setting-model' },
+    h('option', { value: '' }, 'The loaded model (Settings)'),
+    ...ctx.models.map((m) => h('option', { value: m.id, selected: own.model === m.id }, m.name)));
+  if (own.model && !ctx.models.some((m) => m.id === own.model)) model.append(h('option', { value: own.model, selected: true }, own.model));
+  const thinking = h('select', { name: 'thinking', 'data-testid': 'chat-setting-thinking' },
+    h('option', { value: '' }, `As Settings (${g.thinking ? 'on' : 'off'})`),
+    h('option', { value: 'on', selected: own.thinking === true }, 'On'),
+    h('option', { value: 'off', selected: own.thinking === false }, 'Off'));
+  const policy = h('select', { name: 'context_policy', 'data-testid': 'chat-setting-context_policy' },
+    h('option', { value: '' }, `As Settings (${CONTEXT_POLICIES.find(([p]) => p === g.context_policy)?.[1] ?? g.context_policy})`),
+    ...CONTEXT_POLICIES.map(([p, label]) => h('option', { value: p, selected: own.context_policy === p }, label)));
+  const numbers = NUMBERS.map(({ key, label, step }) => {
+    const input = h('input', { name: key, type: 'number', step, placeholder: String(g[key]), 'data-testid': `chat-setting-${key}` });
+    input.value = own[key] == null ? '' : String(own[key]);
+    return row(label, input);
+  });
+  return [row('System prompt', system), row('Model', model), row('Thinking', thinking), ...numbers, row('When the chat outgrows the context', policy)];
+}
