@@ -73,15 +73,32 @@ fn reply_gone(e: &store::Error) -> bool {
     matches!(e, store::Error::MessageNotFound(_) | store::Error::ChatNotFound(_))
 }
 
-/// Reads `stream` to its end, forwarding to the sink and saving to the store;
+/// A submitted request as the pump reads it: its first event may have been
+/// read already (to see whether the prompt fit), and how many earlier
+/// messages were left out to make it fit.
+pub struct Submitted {
+    pub stream: RequestStream,
+    pub first: Option<Event>,
+    pub left_out: usize,
+}
+
+async fn next_event(first: &mut Option<Event>, stream: &mut RequestStream) -> Option<Event> {
+    match first.take() {
+        Some(e) => Some(e),
+        None => stream.recv().await,
+    }
+}
+
+/// Reads the stream to its end, forwarding to the sink and saving to the store;
 /// returns the finished message, or `None` when the chat was deleted meanwhile.
 pub async fn pump(
     store: Store,
     reply: ReplyId,
-    mut stream: RequestStream,
+    submitted: Submitted,
     sink: Arc<Mutex<Sink>>,
     text: Arc<Mutex<(String, String)>>,
 ) -> Result<Option<Message>, AppError> {
+    let Submitted { mut stream, mut first, left_out } = submitted;
     let send = |e: StreamEvent| (sink.lock().unwrap().clone())(e);
     let mut tick = tokio::time::interval(SAVE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -89,7 +106,7 @@ pub async fn pump(
     let mut error: Option<AppError> = None;
     let (reason, stats) = loop {
         tokio::select! {
-            event = stream.recv() => match event {
+            event = next_event(&mut first, &mut stream) => match event {
                 Some(Event::Content(t)) => {
                     text.lock().unwrap().0.push_str(&t);
                     dirty = true;
@@ -144,7 +161,8 @@ pub async fn pump(
         _ => ReplyOutcome::Complete,
     };
     let (content, reasoning) = text.lock().unwrap().clone();
-    let stats = message_stats(reason, &stats);
+    let mut stats = message_stats(reason, &stats);
+    stats.left_out_messages = (left_out > 0).then_some(left_out as u64);
     let message = match store.finish_reply(reply, &content, &reasoning, Some(&stats), outcome).await {
         Ok(m) => m,
         Err(e) if reply_gone(&e) => return Ok(None),
@@ -165,5 +183,6 @@ fn message_stats(reason: FinishReason, s: &RequestStats) -> MessageStats {
         ttft_ms: ran.then_some(s.time_to_first_token.as_secs_f64() * 1000.0),
         finish_reason: reason,
         kv_cache_bytes: (s.kv_cache_bytes > 0).then_some(s.kv_cache_bytes as u64),
+        left_out_messages: None,
     }
 }

@@ -18,14 +18,38 @@ use crate::settings::Settings;
 /// What a model without vision reads in place of an image.
 pub const IMAGE_PLACEHOLDER: &str = "[image]";
 
+/// The engine request for `messages`, with the bytes of every image the
+/// model sees.
 pub async fn build_request(
     messages: &[Message],
     settings: &Settings,
     model: Capabilities,
     answer_format: Option<&AnswerFormat>,
 ) -> AppResult<Request> {
-    let mut chat = Vec::new();
     let mut images = Vec::new();
+    if model.vision {
+        // in the order the template's image parts come
+        for a in messages.iter().filter(|m| m.role == Role::User).flat_map(|m| &m.attachments) {
+            let bytes = tokio::fs::read(&a.path).await.map_err(|e| {
+                AppError::new("ATTACHMENT_NOT_FOUND", format!("image {} is gone: {e}", a.path.display()))
+            })?;
+            images.push(ImageInput::from_bytes(bytes));
+        }
+    }
+    let mut request = build_request_text(messages, settings, model, answer_format)?;
+    request.images = images;
+    Ok(request)
+}
+
+/// The same request without image bytes (each image is its placeholder in
+/// the template): what counting a prompt's tokens needs.
+pub fn build_request_text(
+    messages: &[Message],
+    settings: &Settings,
+    model: Capabilities,
+    answer_format: Option<&AnswerFormat>,
+) -> AppResult<Request> {
+    let mut chat = Vec::new();
     if !settings.system_prompt.trim().is_empty() {
         chat.push(ChatMessage::system(settings.system_prompt.trim()));
     }
@@ -40,15 +64,9 @@ pub async fn build_request(
                     chat.push(ChatMessage::user(with_placeholders(m.attachments.len(), &m.content)));
                     continue;
                 }
-                let mut parts = Vec::new();
-                for a in &m.attachments {
-                    let bytes = tokio::fs::read(&a.path).await.map_err(|e| {
-                        AppError::new("ATTACHMENT_NOT_FOUND", format!("image {} is gone: {e}", a.path.display()))
-                    })?;
-                    let image = ImageInput::from_bytes(bytes);
-                    parts.push(ContentPart::Image { image: Some(image.sha256.clone()) });
-                    images.push(image);
-                }
+                // attachments are named by the sha256 of their bytes: the engine's image key
+                let mut parts: Vec<ContentPart> =
+                    m.attachments.iter().map(|a| ContentPart::Image { image: Some(a.sha256.clone()) }).collect();
                 if !m.content.is_empty() {
                     parts.push(ContentPart::text(m.content.as_str()));
                 }
@@ -69,7 +87,6 @@ pub async fn build_request(
         .with_max_tokens(settings.max_tokens)
         .with_sampling(settings.sampling());
     request.thinking_budget = (settings.thinking_budget > 0).then_some(settings.thinking_budget);
-    request.images = images;
     request.constraint = answer_format.map(AnswerFormat::constraint);
     Ok(request)
 }

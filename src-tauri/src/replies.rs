@@ -5,14 +5,20 @@
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
-use store::{ChatId, MessageId, ReplyId};
+use engine::batch::Event;
+use engine::handle::EngineHandle;
+use store::{ChatId, Message, MessageId, ReplyId};
 use tauri::{AppHandle, Emitter, Runtime};
 
 use crate::answer_format::AnswerFormat;
 use crate::chat_settings::ChatSettings;
 use crate::error::{AppError, AppResult};
-use crate::generation::{pump, Generation, Sink, StreamEvent};
-use crate::prompt::build_request;
+use crate::context::{
+    answer_room, context_limit, fewest_to_leave_out, leave_out, most_left_out, ContextPolicy, CONTEXT_LENGTH_EXCEEDED,
+};
+use crate::generation::{pump, Generation, Sink, StreamEvent, Submitted};
+use crate::prompt::{build_request, build_request_text};
+use crate::settings::Settings;
 use crate::state::AppState;
 
 #[derive(Debug, Clone, Serialize)]
@@ -72,10 +78,9 @@ pub async fn start_reply<R: Runtime>(
     let own = ChatSettings::from_stored(record.settings.as_ref())?;
     ensure_chat_model(&state, &own)?;
     let settings = own.over(&state.settings());
-    let request =
-        build_request(&messages, &settings, engine.model_info().capabilities, answer_format.as_ref()).await?;
+    let submitted = submit_fitted(&state, &engine, &messages, &settings, answer_format.as_ref()).await?;
+    let stream = &submitted.stream;
     let reply_id = state.store.begin_reply_under(chat, parent, &model).await?;
-    let stream = engine.submit(request);
     let sink = Arc::new(Mutex::new(sink));
     let text = Arc::new(Mutex::new((String::new(), String::new())));
     let generation = Generation {
@@ -93,7 +98,7 @@ pub async fn start_reply<R: Runtime>(
     let app = app.clone();
     let store = state.store.clone();
     tauri::async_runtime::spawn(async move {
-        let result = pump(store, reply_id, stream, sink, text).await;
+        let result = pump(store, reply_id, submitted, sink, text).await;
         remove_generation(&state, chat, reply_id);
         match result {
             Ok(Some(_)) => {}
@@ -103,6 +108,63 @@ pub async fn start_reply<R: Runtime>(
         let _ = app.emit("chat-updated", ChatUpdated { chat_id: chat });
     });
     Ok(StartedReply { reply_id, model })
+}
+
+/// Submits the conversation to the engine under the chat's context policy.
+/// `Stop` sends it whole (too long, the reply fails and says so). The other
+/// policies leave out as few earlier messages as make it fit with room for
+/// the answer, counted with the model's tokenizer; if the engine still
+/// finds it too long (images count more than their placeholder), one more
+/// exchange goes, until it fits or nothing is left to leave out.
+async fn submit_fitted(
+    state: &AppState,
+    engine: &EngineHandle,
+    messages: &[Message],
+    settings: &Settings,
+    answer_format: Option<&AnswerFormat>,
+) -> AppResult<Submitted> {
+    let capabilities = engine.model_info().capabilities;
+    let policy = settings.context_policy;
+    if policy == ContextPolicy::Stop {
+        let request = build_request(messages, settings, capabilities, answer_format).await?;
+        return Ok(Submitted { stream: engine.submit(request), first: None, left_out: 0 });
+    }
+    let most = most_left_out(messages, policy);
+    let mut drop = 0;
+    if most > 0 {
+        let counter = state.token_counter().await?;
+        let knobs = state.status().knobs.map(|k| k.max_context).unwrap_or(0);
+        let limit = context_limit(knobs, engine.model_info().shape.max_context);
+        let budget = limit.saturating_sub(answer_room(settings.max_tokens, limit));
+        // counting renders text only: no image is read here
+        let mut failure = None;
+        drop = fewest_to_leave_out(most, |d| {
+            let (kept, _) = leave_out(messages, policy, d);
+            match build_request_text(&kept, settings, capabilities, answer_format).and_then(|r| counter.count(&r)) {
+                Ok(tokens) => tokens > budget,
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    false
+                }
+            }
+        });
+        if let Some(e) = failure {
+            tracing::warn!(%e, "counting a prompt's tokens failed; the engine decides what fits");
+            drop = 0;
+        }
+    }
+    loop {
+        let (kept, left_out) = leave_out(messages, policy, drop);
+        let request = build_request(&kept, settings, capabilities, answer_format).await?;
+        let mut stream = engine.submit(request);
+        let first = stream.recv().await;
+        let too_long = matches!(&first, Some(Event::Error(e)) if e.code == CONTEXT_LENGTH_EXCEEDED);
+        if too_long && left_out < most {
+            drop = left_out + 1;
+            continue;
+        }
+        return Ok(Submitted { stream, first, left_out });
+    }
 }
 
 /// Forgets the chat's generation if it is still this reply's (a chat deleted

@@ -800,3 +800,58 @@ fn a_chat_answers_with_its_own_settings_and_presets_start_chats() {
     assert_eq!(err["code"], "INVALID_INPUT", "{err}");
     assert!(h.ok("delete_preset", json!({"id": preset["id"]})).as_bool().unwrap());
 }
+
+/// Turns of about 60 bytes (the tiny model's byte-level tokens) until a
+/// context of 200 tokens cannot hold the chat.
+const LONG_TURN: &str = "Tell me more about the weather in the mountains this week, please";
+
+/// Context policies on a context of 200 tokens: `stop` fails with
+/// CONTEXT_LENGTH_EXCEEDED (today's behaviour), a rolling window answers by
+/// leaving out the oldest exchange and says so on the reply, and truncating
+/// the middle keeps the first exchange.
+#[test]
+fn a_chat_that_outgrows_the_context_stops_or_leaves_out_older_messages_as_set() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_models(dir.path());
+    let h = harness(dir.path());
+    h.settings(|s| s["max_context"] = json!(200));
+    h.load_tiny();
+    assert_eq!(h.ok("engine_status", json!({}))["knobs"]["max_context"], 200);
+
+    let chat = h.new_chat();
+    let mut failed = None;
+    for _ in 0..6 {
+        h.send(chat, LONG_TURN, &[]);
+        let reply = h.finished_reply(chat);
+        if reply["status"] == "error" {
+            failed = Some(reply);
+            break;
+        }
+        assert_eq!(reply["stats"].get("left_out_messages"), None, "stop leaves nothing out: {reply}");
+    }
+    let failed = failed.expect("the chat outgrew a context of 200 tokens");
+    assert_eq!(failed["error_code"], "CONTEXT_LENGTH_EXCEEDED", "{failed}");
+
+    // the same question under a rolling window: answered, older messages left out
+    h.ok("set_chat_settings", json!({"chatId": chat, "settings": {"context_policy": "rolling_window"}}));
+    h.ok("regenerate", json!({"chatId": chat, "onEvent": "__CHANNEL__:5"}));
+    let answered = h.finished_reply(chat);
+    assert_eq!(answered["status"], "complete", "{answered}");
+    let left_out = answered["stats"]["left_out_messages"].as_u64().expect("the reply says what was left out");
+    assert!(left_out >= 2 && left_out % 2 == 0, "whole exchanges: {answered}");
+    assert!(answered["stats"]["prompt_tokens"].as_u64().unwrap() < 200, "{answered}");
+    // the failed answer is kept beside it
+    assert_eq!(answered["siblings"].as_array().unwrap().len(), 2);
+
+    // truncating the middle: every turn answers, the later ones leaving out the middle
+    let middle = h.new_chat();
+    h.ok("set_chat_settings", json!({"chatId": middle, "settings": {"context_policy": "truncate_middle"}}));
+    let mut most = 0;
+    for _ in 0..4 {
+        h.send(middle, LONG_TURN, &[]);
+        let reply = h.finished_reply(middle);
+        assert_eq!(reply["status"], "complete", "{reply}");
+        most = most.max(reply["stats"]["left_out_messages"].as_u64().unwrap_or(0));
+    }
+    assert!(most >= 2, "the later turns left out the middle");
+}

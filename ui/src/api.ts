@@ -32,6 +32,8 @@ export interface MessageStats {
   ttft_ms?: number;
   finish_reason?: string;
   kv_cache_bytes?: number;
+  /** Earlier messages left out of the prompt to fit the context (the chat's context policy). */
+  left_out_messages?: number;
 }
 
 export type Role = 'system' | 'user' | 'assistant' | 'tool';

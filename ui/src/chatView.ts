@@ -73,7 +73,7 @@ export function friendlyError(code: string | null | undefined, message: string, 
     case 'INVALID_IMAGE':
       return `This image could not be read. Try another file (PNG, JPEG, WebP or GIF). (${message})`;
     case 'CONTEXT_LENGTH_EXCEEDED':
-      return `The conversation is longer than this model's context. Start a new chat or raise Max context in Settings. (${message})`;
+      return `The conversation is longer than this model's context. Start a new chat, raise Max context in Settings, or let this chat leave out older messages (Chat settings). (${message})`;
     case 'ENGINE_STOPPED':
       return 'The model was unloaded or restarted before the answer was finished.';
     default:
@@ -228,10 +228,14 @@ export class ChatView {
           last ? h('button', { class: 'link inline', 'data-testid': 'continue', onclick: () => this.hooks.continueReply() }, 'Continue') : null)
           : null;
     const stats = statsLine(m.stats);
+    const leftOut = m.stats?.left_out_messages;
+    const leftOutNote = leftOut ? h('div', { class: 'note left-out-note', 'data-testid': 'left-out-note' },
+      `${leftOut} earlier message${leftOut === 1 ? ' was' : 's were'} left out to fit the model’s context (this chat’s setting).`) : null;
     const copy = h('button', { class: 'link', 'data-testid': 'copy-reply', onclick: () => void navigator.clipboard?.writeText(m.content) }, 'Copy');
     return h('div', { class: `msg assistant${last ? ' last' : ''}`, 'data-testid': 'msg-assistant', 'data-id': m.id },
       h('div', { class: 'msg-model' }, m.model ?? ''),
       thinking,
+      leftOutNote,
       body,
       status,
       h('div', { class: 'msg-actions' },

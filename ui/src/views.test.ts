@@ -83,6 +83,17 @@ describe('message details', () => {
     expect(view.el.querySelector('[data-testid=delete-branch]')).toBeNull();
   });
 
+  it('says when earlier messages were left out to fit the context', () => {
+    const view = new ChatView(noHooks);
+    view.show([
+      msg({ id: 1, role: 'user', content: 'Q' }),
+      msg({ id: 2, role: 'assistant', content: 'A', stats: { left_out_messages: 4 } }),
+    ], null);
+    expect(view.el.querySelector('[data-testid=left-out-note]')!.textContent).toMatch(/^4 earlier messages were left out/);
+    view.show([msg({ id: 1, role: 'user', content: 'Q' }), msg({ id: 2, role: 'assistant', content: 'A', stats: {} })], null);
+    expect(view.el.querySelector('[data-testid=left-out-note]')).toBeNull();
+  });
+
   it('shows ‹ 2/3 › on a message with other versions and switches to its neighbours', () => {
     const chosen: number[] = [];
     const view = new ChatView({ ...noHooks, switchBranch: (id) => chosen.push(id) });

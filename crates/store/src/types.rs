@@ -161,6 +161,10 @@ pub struct MessageStats {
     /// KV-cache bytes the reply's tokens held when it finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_cache_bytes: Option<u64>,
+    /// Earlier messages of the conversation left out of the prompt to fit
+    /// the model's context (the chat's context policy); absent when none were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_out_messages: Option<u64>,
 }
 
 /// An image stored in the attachments folder, named by the SHA-256 of its bytes.

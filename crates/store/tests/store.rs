@@ -130,6 +130,7 @@ async fn a_reply_streams_and_finishes_with_stats() {
         ttft_ms: Some(88.0),
         finish_reason: Some("stop".into()),
         kv_cache_bytes: Some(4096),
+        left_out_messages: Some(2),
     };
     let done =
         store.finish_reply(reply, "4.", "Adding two and two", Some(&stats), ReplyOutcome::Complete).await.unwrap();
