@@ -3,7 +3,7 @@ folders (Qwen2-VL, Qwen2.5-VL, Qwen3.5) written by the `write_tiny_vl_model`
 example, as goldens for crates/engine/tests/parity_mlx_vlm.rs.
 
 Usage: qwen_vl.py <dir with {qwen2_vl,qwen2_5_vl,qwen3_5}/{float,q4}> <images dir> <out stem> <family>
-(family: qwen2 → Qwen2-VL and Qwen2.5-VL; qwen3_5 → Qwen3.5)
+(family: qwen2 → Qwen2-VL and Qwen2.5-VL; qwen3_5 → Qwen3.5; qwen3_vl → Qwen3-VL)
 Writes <out stem>.json (ids, grids, positions) and <out stem>.safetensors
 (float32 arrays: pixel values, vision-tower outputs, logits).
 
@@ -52,6 +52,10 @@ FAMILIES = {
         "qwen3_5/float": list(CASES),
         "qwen3_5/q4": ["text", "two"],
     },
+    "qwen3_vl": {
+        "qwen3_vl/float": list(CASES),
+        "qwen3_vl/q4": ["text", "two"],
+    },
 }
 GREEDY = 8
 
@@ -93,8 +97,8 @@ def record_model(folder: Path, images: Path, key: str, cases: list, arrays: dict
                 arrays[name] = pixel_values
             vision = model.vision_tower(pixel_values, grid)
             if isinstance(vision, tuple):  # Qwen3-VL's tower: (features, DeepStack features)
-                assert not vision[1], f"{key}: unexpected DeepStack features"
-                vision = vision[0]
+                # Ours carries DeepStack levels beside the features: [slots, hidden · (1 + levels)].
+                vision = mx.concatenate([vision[0], *vision[1]], axis=-1)
             arrays[f"{key}.{case}.vision"] = vision.astype(mx.float32)
             positions, deltas = model.language_model.get_rope_index(input_ids, grid)
             rec["positions"] = positions[:, 0, :].tolist()

@@ -22,7 +22,7 @@ use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
 use crate::weights::QuantSpec;
 pub use gguf_writer::{write_gguf, GgufTensor, GgufValue};
 pub use families::{write_family, write_tiny_family, Dims, TinyFamily};
-pub use qwen3_vl::{write_tiny_qwen35_vl, QWEN35_MAX_PIXELS, QWEN35_MIN_PIXELS};
+pub use qwen3_vl::{write_tiny_qwen35_vl, write_tiny_qwen3_vl, QWEN35_MAX_PIXELS, QWEN35_MIN_PIXELS};
 pub use qwen_vl::{
     qwen_byte_level_meta, write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims, QWEN_SPECIAL_TOKENS,
     QWEN_VL_CHAT_TEMPLATE,

@@ -25,7 +25,7 @@ mod common;
 
 use engine::cache::BatchCache;
 use engine::model::{load, LoadOptions, LoadedModel, Positions, WeightFormat};
-use engine::testing::{write_tiny_qwen2_vl, write_tiny_qwen35_vl, QwenVlNames, QwenVlVariant, TinyQwenVl};
+use engine::testing::{write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, QwenVlNames, QwenVlVariant, TinyQwenVl};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use engine::weights::QuantSpec;
 use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype};
@@ -50,7 +50,8 @@ const SAME_COMPUTATION_TOL: f32 = 1e-4;
 /// with float16 tables; we keep float32 activations (and the fast RoPE kernel
 /// on text steps). Checked on the reference itself: casting its embedding to
 /// float32 moves its Qwen2.5-VL q4 text logits by 3.15e-4 — exactly our
-/// difference. Measured: 8.3e-5 (Qwen2-VL), 3.2e-4 (Qwen2.5-VL); 1e-3 keeps a
+/// difference. Measured: 8.3e-5 (Qwen2-VL), 3.2e-4 (Qwen2.5-VL), 3.9e-4
+/// (Qwen3-VL, whose tables are interleaved M-RoPE's); 1e-3 keeps a
 /// 3x margin, still 10x below what a wrong quantized layout moves.
 const FLOAT16_TABLES_TOL: f32 = 1e-3;
 
@@ -69,8 +70,9 @@ const FLOAT16_ACTIVATIONS_TOL: f32 = 5e-3;
 /// matmul, which carries float16 rounding of `scale · q + bias` (the same
 /// effect measured at 9.2e-4 on the tiny llama). Measured: 1.4e-3 (Qwen2-VL),
 /// 4.6e-3 (Qwen2.5-VL, whose tied head also multiplies by the dequantized
-/// embedding). 1e-2 keeps a 2x margin; a wrong quantized layout gives
-/// unrelated logits (differences of order 1).
+/// embedding), 1.3e-3 (Qwen3-VL), 8.4e-3 (Qwen3.5, on top of the reference's
+/// float16 residual stream, see FLOAT16_ACTIVATIONS_TOL). 1e-2 holds them; a
+/// wrong quantized layout gives unrelated logits (differences of order 1).
 const DEQUANTIZED_TOL: f32 = 1e-2;
 
 struct TempDir(PathBuf);
@@ -102,6 +104,8 @@ struct Goldens {
 const QWEN2_GOLDENS: &str = "qwen_vl_mlx_vlm";
 /// The Qwen3.5 goldens.
 const QWEN35_GOLDENS: &str = "qwen3_5_vl_mlx_vlm";
+/// The Qwen3-VL goldens.
+const QWEN3_VL_GOLDENS: &str = "qwen3_vl_mlx_vlm";
 
 fn goldens(stem: &str) -> Goldens {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens");
@@ -127,16 +131,20 @@ enum Folder {
     Qwen2(TinyQwenVl),
     /// A tiny Qwen3.5 with its tower, 4-bit (group 32) when given.
     Qwen35(Option<QuantSpec>),
+    /// A tiny Qwen3-VL (DeepStack), 4-bit (group 32) when given.
+    Qwen3Vl(Option<QuantSpec>),
 }
 
-/// The seed `write_tiny_vl_model` writes its Qwen3.5 folders with.
+/// The seeds `write_tiny_vl_model` writes its Qwen3.5 and Qwen3-VL folders with.
 const QWEN35_SEED: u64 = 35;
+const QWEN3_VL_SEED: u64 = 30;
 
 impl Folder {
     fn write(&self, dir: &Path) {
         match self {
             Folder::Qwen2(spec) => write_tiny_qwen2_vl(dir, spec).map(drop),
             Folder::Qwen35(q) => write_tiny_qwen35_vl(dir, *q, QWEN35_SEED).map(drop),
+            Folder::Qwen3Vl(q) => write_tiny_qwen3_vl(dir, *q, QWEN3_VL_SEED).map(drop),
         }
         .expect("write tiny model");
     }
@@ -150,6 +158,7 @@ impl Folder {
         match self {
             Folder::Qwen2(_) => QWEN2_GOLDENS,
             Folder::Qwen35(_) => QWEN35_GOLDENS,
+            Folder::Qwen3Vl(_) => QWEN3_VL_GOLDENS,
         }
     }
 }
@@ -246,14 +255,14 @@ fn splice(loaded: &LoadedModel, ids: &[u32], image_token: u32, features: Option<
     let tokens: Vec<i32> = ids.iter().map(|&t| t as i32).collect();
     let text = loaded.model.embed(&Array::from_slice(&tokens, &[1, l])).expect("embed");
     let Some(features) = features else { return text };
-    let rows = ops::concatenate(
-        &[
-            text.reshape(&[l, -1]).unwrap(),
-            features.as_dtype(text.dtype()).unwrap(),
-        ],
-        0,
-    )
-    .unwrap();
+    splice_rows(text.reshape(&[l, -1]).unwrap(), ids, image_token, features)
+}
+
+/// `[1, L, D]`: row i of `base` `[L, D]`, or at image slots the next row of `features`.
+fn splice_rows(base: Array, ids: &[u32], image_token: u32, features: &Array) -> Array {
+    let l = ids.len() as i32;
+    let features = features.as_dtype(base.dtype()).unwrap();
+    let rows = ops::concatenate(&[&base, &features], 0).unwrap();
     let mut k = 0;
     let pick: Vec<i32> = ids
         .iter()
@@ -274,6 +283,19 @@ fn splice(loaded: &LoadedModel, ids: &[u32], image_token: u32, features: Option<
         .unwrap()
 }
 
+/// Splits the tower's features `[F, D · levels]` into the input features
+/// `[F, D]` and DeepStack additions `[1, L, D]` (zero at text positions).
+fn split_levels(features: Array, levels: usize, ids: &[u32], image_token: u32) -> (Array, Vec<Array>) {
+    if levels == 1 {
+        return (features, Vec::new());
+    }
+    let d = features.dim(1) / levels as i32;
+    let level = |k: i32| features.index((.., k * d..(k + 1) * d));
+    let zeros = ops::zeros::<f32>(&[ids.len() as i32, d]).unwrap();
+    let additions = (1..levels as i32).map(|k| splice_rows(zeros.clone(), ids, image_token, &level(k))).collect();
+    (level(0), additions)
+}
+
 /// Runs `embeddings` (of the ids `tokens`) through the model, at explicit
 /// M-RoPE positions when given, else at the cache's length plus `delta`.
 fn run(
@@ -283,6 +305,7 @@ fn run(
     positions: Option<&Array>,
     delta: i32,
     cache: &mut BatchCache,
+    deepstack: &[Array],
 ) -> Array {
     let model = loaded.model.as_ref();
     let positions = match positions {
@@ -291,7 +314,7 @@ fn run(
     };
     let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
     let ids = Array::from_slice(&ids, &[1, ids.len() as i32]);
-    let hidden = model.forward_embeddings(embeddings, &ids, &positions, cache).expect("forward");
+    let hidden = model.forward_embeddings_adding(embeddings, &ids, &positions, cache, deepstack).expect("forward");
     model.logits(&hidden).expect("logits").as_dtype(Dtype::Float32).unwrap()
 }
 
@@ -327,7 +350,7 @@ fn check(m: ModelUnderTest) {
     let text = goldens.json["text"].as_str().expect("prompt text");
     let names = match &m.folder {
         Folder::Qwen2(spec) => format!("{:?}", spec.names),
-        Folder::Qwen35(q) => (if q.is_some() { "mlx-community" } else { "Hugging Face" }).to_string(),
+        Folder::Qwen35(q) | Folder::Qwen3Vl(q) => (if q.is_some() { "mlx-community" } else { "Hugging Face" }).to_string(),
     };
     let tag = format!("{} ({names}, {:?})", m.golden, m.format);
     let mut measured = Measured::default();
@@ -407,6 +430,13 @@ fn check(m: ModelUnderTest) {
 
         // Logits of the whole prompt in one uncached pass.
         let key = format!("{}.{case}", m.golden.replace('/', "."));
+        let (features, deepstack) = match features {
+            Some(f) => {
+                let (f, d) = split_levels(f, vision.feature_levels(), &ids, image_token);
+                (Some(f), d)
+            }
+            None => (None, Vec::new()),
+        };
         let embeddings = splice(&loaded, &ids, image_token, features.as_ref());
         let logits = run(
             &loaded,
@@ -415,6 +445,7 @@ fn check(m: ModelUnderTest) {
             positions.as_ref(),
             0,
             &mut loaded.model.new_cache(1),
+            &deepstack,
         );
         let d = max_abs_diff(
             &logits.index(0),
@@ -428,7 +459,7 @@ fn check(m: ModelUnderTest) {
         let golden_greedy: Vec<u32> = ints(&rec["greedy_ids"]).iter().map(|&x| x as u32).collect();
         let golden_logprobs = &goldens.arrays[&format!("{key}.greedy_logprobs")];
         let mut cache = loaded.model.new_cache(1);
-        let mut step_logits = run(&loaded, embeddings, &ids, positions.as_ref(), 0, &mut cache);
+        let mut step_logits = run(&loaded, embeddings, &ids, positions.as_ref(), 0, &mut cache, &deepstack);
         let mut greedy = Vec::new();
         for step in 0..golden_greedy.len() {
             let last = step_logits.index((0, step_logits.dim(1) - 1, ..));
@@ -447,7 +478,7 @@ fn check(m: ModelUnderTest) {
             let next = argmax_last(&step_logits);
             greedy.push(next);
             let emb = loaded.model.embed(&Array::from_slice(&[next as i32], &[1, 1])).unwrap();
-            step_logits = run(&loaded, emb, &[next], None, delta, &mut cache);
+            step_logits = run(&loaded, emb, &[next], None, delta, &mut cache, &[]);
         }
         assert_eq!(greedy, golden_greedy, "{}", what("greedy ids"));
     }
@@ -529,6 +560,36 @@ fn qwen3_5_q4_dequantized_matches_mlx_vlm() {
     check(ModelUnderTest {
         golden: "qwen3_5/q4",
         folder: Folder::Qwen35(Some(QuantSpec { group_size: 32, bits: 4 })),
+        format: WeightFormat::Float32,
+        tol: DEQUANTIZED_TOL,
+    });
+}
+
+#[test]
+fn qwen3_vl_float_matches_mlx_vlm() {
+    check(ModelUnderTest {
+        golden: "qwen3_vl/float",
+        folder: Folder::Qwen3Vl(None),
+        format: WeightFormat::AsStored,
+        tol: SAME_COMPUTATION_TOL,
+    });
+}
+
+#[test]
+fn qwen3_vl_q4_as_stored_matches_mlx_vlm() {
+    check(ModelUnderTest {
+        golden: "qwen3_vl/q4",
+        folder: Folder::Qwen3Vl(Some(QuantSpec { group_size: 32, bits: 4 })),
+        format: WeightFormat::AsStored,
+        tol: FLOAT16_TABLES_TOL,
+    });
+}
+
+#[test]
+fn qwen3_vl_q4_dequantized_matches_mlx_vlm() {
+    check(ModelUnderTest {
+        golden: "qwen3_vl/q4",
+        folder: Folder::Qwen3Vl(Some(QuantSpec { group_size: 32, bits: 4 })),
         format: WeightFormat::Float32,
         tol: DEQUANTIZED_TOL,
     });

@@ -16,7 +16,7 @@ use engine::cache::KvQuantization;
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::write_tiny_qwen35_vl;
+use engine::testing::{write_tiny_qwen35_vl, write_tiny_qwen3_vl};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions, Tokenizer};
 
 /// One family under test: how its tiny folder is written and where its
@@ -28,17 +28,28 @@ struct Family {
     golden_model: &'static str,
 }
 
-/// The seed `write_tiny_vl_model` (and so the goldens) used.
+/// The seeds `write_tiny_vl_model` (and so the goldens) used.
 const QWEN35_SEED: u64 = 35;
+const QWEN3_VL_SEED: u64 = 30;
 
-const FAMILIES: &[Family] = &[Family {
-    name: "Qwen3.5",
-    write: |dir| {
-        write_tiny_qwen35_vl(dir, None, QWEN35_SEED).unwrap();
+const FAMILIES: &[Family] = &[
+    Family {
+        name: "Qwen3.5",
+        write: |dir| {
+            write_tiny_qwen35_vl(dir, None, QWEN35_SEED).unwrap();
+        },
+        goldens: "qwen3_5_vl_mlx_vlm.json",
+        golden_model: "qwen3_5/float",
     },
-    goldens: "qwen3_5_vl_mlx_vlm.json",
-    golden_model: "qwen3_5/float",
-}];
+    Family {
+        name: "Qwen3-VL",
+        write: |dir| {
+            write_tiny_qwen3_vl(dir, None, QWEN3_VL_SEED).unwrap();
+        },
+        goldens: "qwen3_vl_mlx_vlm.json",
+        golden_model: "qwen3_vl/float",
+    },
+];
 
 fn fixture(name: &str) -> ImageInput {
     let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests", "fixtures", "images", name].iter().collect();

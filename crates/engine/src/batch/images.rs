@@ -28,6 +28,9 @@ pub struct SequenceImages {
     image_token_id: u32,
     /// The prompt's prefix-cache key (image slots keyed by content hash).
     pub key: Vec<KeyToken>,
+    /// Hidden-size blocks per feature row: the input features, then any
+    /// DeepStack levels ([`VisionTower::feature_levels`]).
+    levels: usize,
 }
 
 /// A waiting request's images on their way through the vision tower.
@@ -166,7 +169,8 @@ impl ImageWork {
         let (positions, rope_delta) = vision.rope_positions(prompt, &grids)?;
         let parts: Vec<&Array> = encoded.iter().map(|e| &e.features).collect();
         let features = ops::concatenate(&parts, 0)?;
-        Ok(SequenceImages { features, positions, rope_delta, image_token_id: self.image_token_id, key: self.key })
+        let levels = vision.feature_levels();
+        Ok(SequenceImages { features, positions, rope_delta, image_token_id: self.image_token_id, key: self.key, levels })
     }
 }
 
@@ -177,15 +181,61 @@ impl SequenceImages {
         let chunk = &prompt[start..start + n];
         let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
         let text = model.embed(&Array::from_slice(&ids, &[1, n as i32]))?;
-        let first_slot = prompt[..start].iter().filter(|&&t| t == self.image_token_id).count() as i32;
-        let slots_here = chunk.iter().filter(|&&t| t == self.image_token_id).count() as i32;
+        let (first_slot, slots_here) = self.slots_in(prompt, start, n);
         if slots_here == 0 {
             return Ok(text);
         }
-        // One gather from [text rows; this chunk's feature rows]: position i
-        // takes text row i, or feature row n + k for the chunk's k-th slot.
-        let features = self.features.index(first_slot..first_slot + slots_here).as_dtype(text.dtype())?;
-        let rows = ops::concatenate(&[text.reshape(&[n as i32, -1])?, features], 0)?;
+        let features = self.level(0, first_slot, slots_here, text.dim(2))?.as_dtype(text.dtype())?;
+        self.splice(chunk, text.reshape(&[n as i32, -1])?, features)
+    }
+
+    /// DeepStack levels this prompt's features carry (0 for most families).
+    pub fn deepstack_levels(&self) -> usize {
+        self.levels - 1
+    }
+
+    /// The DeepStack additions `[1, n, hidden]` of prompt tokens
+    /// `start..start + n`, one per level: the level's features at image
+    /// slots, zero elsewhere.
+    pub fn deepstack(&self, prompt: &[u32], start: usize, n: usize, hidden: i32) -> Result<Vec<Array>> {
+        let chunk = &prompt[start..start + n];
+        let (first_slot, slots_here) = self.slots_in(prompt, start, n);
+        let zeros = ops::zeros_dtype(&[n as i32, hidden], self.features.dtype())?;
+        (1..self.levels)
+            .map(|level| {
+                if slots_here == 0 {
+                    return Ok(zeros.reshape(&[1, n as i32, hidden])?);
+                }
+                self.splice(chunk, zeros.clone(), self.level(level, first_slot, slots_here, hidden)?)
+            })
+            .collect()
+    }
+
+    /// The first slot (counted over the whole prompt) in `start..start + n`,
+    /// and how many slots the range holds.
+    fn slots_in(&self, prompt: &[u32], start: usize, n: usize) -> (i32, i32) {
+        let first = prompt[..start].iter().filter(|&&t| t == self.image_token_id).count() as i32;
+        let here = prompt[start..start + n].iter().filter(|&&t| t == self.image_token_id).count() as i32;
+        (first, here)
+    }
+
+    /// Feature rows `first..first + count` of `level` (`[count, hidden]`).
+    fn level(&self, level: usize, first: i32, count: i32, hidden: i32) -> Result<Array> {
+        let rows = self.features.index(first..first + count);
+        if self.levels == 1 {
+            return Ok(rows);
+        }
+        let from = level as i32 * hidden;
+        Ok(rows.index((.., from..from + hidden)))
+    }
+
+    /// `[1, n, D]`: each position of `chunk` takes its row of `base`
+    /// `[n, D]`, or, at image slots, the next row of `features` — one
+    /// gather from `[base; features]`.
+    fn splice(&self, chunk: &[u32], base: Array, features: Array) -> Result<Array> {
+        let n = chunk.len() as i32;
+        let features = features.as_dtype(base.dtype())?;
+        let rows = ops::concatenate(&[base, features], 0)?;
         let mut k = 0;
         let pick: Vec<i32> = chunk
             .iter()
@@ -193,14 +243,14 @@ impl SequenceImages {
             .map(|(i, &t)| {
                 if t == self.image_token_id {
                     k += 1;
-                    n as i32 + k - 1
+                    n + k - 1
                 } else {
                     i as i32
                 }
             })
             .collect();
-        let picked = rows.take_axis(Array::from_slice(&pick, &[n as i32]), 0)?;
-        Ok(picked.reshape(&[1, n as i32, -1])?)
+        let picked = rows.take_axis(Array::from_slice(&pick, &[n]), 0)?;
+        Ok(picked.reshape(&[1, n, -1])?)
     }
 
     /// M-RoPE positions `[3, 1, n]` of prompt tokens `start..start + n`.

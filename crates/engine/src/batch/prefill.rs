@@ -116,7 +116,8 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
         }
         let embeddings = concat_or_one(embeddings, 0)?;
         let positions = concat_or_one(positions, 1)?;
-        model.forward_embeddings(embeddings, &ids, &Positions::Multimodal(positions), &mut cache)?
+        let deepstack = deepstack_additions(rows, width, embeddings.dim(2), embeddings.dtype())?;
+        model.forward_embeddings_adding(embeddings, &ids, &Positions::Multimodal(positions), &mut cache, &deepstack)?
     } else {
         let starts: Vec<i32> = rows.iter().map(|r| r.seq.prefilled as i32).collect();
         model.forward_embeddings(model.embed(&ids)?, &ids, &Positions::rows(&starts), &mut cache)?
@@ -165,6 +166,29 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
 }
 
 /// `[1, n]` int32 token ids.
+/// The pass's DeepStack additions, one `[B, width, hidden]` per level (zero
+/// for rows without them and for padding); empty when no row has any.
+fn deepstack_additions(rows: &[PassRow], width: i32, hidden: i32, dtype: mlx_rs::Dtype) -> Result<Vec<Array>> {
+    let levels = rows.iter().filter_map(|r| r.seq.images.as_ref()).map(|i| i.deepstack_levels()).max().unwrap_or(0);
+    if levels == 0 {
+        return Ok(Vec::new());
+    }
+    let mut per_level: Vec<Vec<Array>> = vec![Vec::with_capacity(rows.len()); levels];
+    for r in rows {
+        let (start, n) = (r.seq.prefilled, r.n);
+        let row = match &r.seq.images {
+            Some(images) if images.deepstack_levels() == levels => {
+                images.deepstack(&r.seq.tokens[..r.seq.prompt_len], start, n, hidden)?
+            }
+            _ => vec![mlx_rs::ops::zeros_dtype(&[1, n as i32, hidden], dtype)?; levels],
+        };
+        for (level, a) in row.into_iter().enumerate() {
+            per_level[level].push(pad_axis(a, 1, width)?);
+        }
+    }
+    per_level.into_iter().map(|parts| concat_or_one(parts, 0)).collect()
+}
+
 fn ids_row(tokens: &[u32], n: i32) -> Array {
     let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
     Array::from_slice(&ids, &[1, n])

@@ -327,7 +327,25 @@ impl LanguageModel for Llama {
         self.embed_tokens.forward(tokens)
     }
 
-    fn forward_embeddings(&self, mut h: Array, _tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+    fn forward_embeddings(&self, h: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+        self.forward_embeddings_adding(h, tokens, positions, cache, &[])
+    }
+
+    fn forward_embeddings_adding(
+        &self,
+        mut h: Array,
+        _tokens: &Array,
+        positions: &Positions,
+        cache: &mut BatchCache,
+        after_layer: &[Array],
+    ) -> Result<Array> {
+        if after_layer.len() > self.layers.len() {
+            return Err(Error::InvalidRequest(format!(
+                "{} DeepStack levels for a model of {} layers",
+                after_layer.len(),
+                self.layers.len()
+            )));
+        }
         cache.begin_step(h.dim(1))?;
         // M-RoPE angles are computed once per step, not once per layer.
         let rotation = self.rope.prepare(positions)?;
@@ -337,6 +355,9 @@ impl LanguageModel for Llama {
             h = h.add(a)?;
             let m = block.mlp.forward(&block.post_attention_layernorm.forward(&h)?)?;
             h = h.add(m)?;
+            if let Some(extra) = after_layer.get(i) {
+                h = h.add(extra.as_dtype(h.dtype())?)?;
+            }
         }
         cache.finish_step()?;
         self.norm.forward(&h)

@@ -70,6 +70,24 @@ pub trait LanguageModel {
     /// token embeddings (Gemma 4) reads them, the others ignore them.
     fn forward_embeddings(&self, embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array>;
 
+    /// [`Self::forward_embeddings`] with `after_layer[k]` `[B, L, D]` added to
+    /// the hidden states after layer `k` (Qwen3-VL's DeepStack: image
+    /// features of the vision tower's inner blocks, zero at text positions).
+    /// Families without DeepStack accept only an empty list.
+    fn forward_embeddings_adding(
+        &self,
+        embeddings: Array,
+        tokens: &Array,
+        positions: &Positions,
+        cache: &mut BatchCache,
+        after_layer: &[Array],
+    ) -> Result<Array> {
+        if !after_layer.is_empty() {
+            return Err(crate::Error::InvalidRequest("this model takes no DeepStack features".into()));
+        }
+        self.forward_embeddings(embeddings, tokens, positions, cache)
+    }
+
     /// Hidden states → logits over the vocabulary.
     fn logits(&self, hidden: &Array) -> Result<Array>;
 

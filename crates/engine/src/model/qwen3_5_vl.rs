@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::language_model_only::keep_language_model;
 use super::layers::LayerLoader;
 use super::qwen3_5::Qwen35;
-use super::qwen3_vl::Qwen3Vision;
+use super::qwen3_vl::{gather_tower, Qwen3Vision, TOWER};
 use super::registry::Family;
 use super::rope::Positions;
 use super::{LanguageModel, ModelShape, VisionTower};
@@ -29,8 +29,6 @@ pub const FAMILY: Family = Family {
 
 /// `<|image_pad|>` in Qwen3.5's vocabulary, when config.json omits it.
 const DEFAULT_IMAGE_TOKEN_ID: u32 = 248056;
-/// Where the tower's tensors are gathered before loading.
-const TOWER: &str = "visual";
 
 pub struct Qwen35Vl {
     language: Qwen35,
@@ -38,7 +36,10 @@ pub struct Qwen35Vl {
 }
 
 fn load(config: &Value, loader: &mut LayerLoader) -> Result<Box<dyn LanguageModel>> {
-    let has_tower = gather_tower(loader);
+    gather_tower(loader);
+    // A tower needs its patch embedding and blocks (a text-only conversion has neither).
+    let has_tower = loader.weights.contains(&format!("{TOWER}.patch_embed.proj.weight"))
+        && loader.weights.contains(&format!("{TOWER}.blocks.0.attn.qkv.weight"));
     let skipped: &[&str] = if has_tower { &["mtp."] } else { super::qwen3_5::SKIPPED };
     keep_language_model(loader, skipped, "Qwen3.5");
     let language = Qwen35::load(config, loader)?;
@@ -49,21 +50,6 @@ fn load(config: &Value, loader: &mut LayerLoader) -> Result<Box<dyn LanguageMode
     let hidden = language.shape_hidden();
     let vision = Qwen3Vision::load(config, TOWER, hidden, DEFAULT_IMAGE_TOKEN_ID, loader)?;
     Ok(Box::new(Qwen35Vl { language, vision }))
-}
-
-/// Renames the tower's tensors (any scheme) to `visual.*`; says whether the
-/// checkpoint has a tower (its patch embedding).
-fn gather_tower(loader: &mut LayerLoader) -> bool {
-    const SCHEMES: &[&str] = &["model.visual.", "vision_tower.", "model.language_model.visual."];
-    let names: Vec<String> = loader.weights.names().map(str::to_owned).collect();
-    for name in names {
-        if let Some(from) = SCHEMES.iter().find(|p| name.starts_with(*p)) {
-            let t = loader.weights.remove(&name).expect("listed above");
-            loader.weights.insert(format!("{TOWER}.{}", &name[from.len()..]), t);
-        }
-    }
-    loader.weights.contains(&format!("{TOWER}.patch_embed.proj.weight"))
-        && loader.weights.contains(&format!("{TOWER}.blocks.0.attn.qkv.weight"))
 }
 
 impl LanguageModel for Qwen35Vl {

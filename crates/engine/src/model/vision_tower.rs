@@ -73,6 +73,14 @@ pub trait VisionTower {
     /// The features, once every block ran.
     fn finish_encode(&self, encoding: &VisionEncoding) -> Result<Array>;
 
+    /// How many hidden-size blocks each feature row holds: 1, or 1 + the
+    /// DeepStack levels (Qwen3-VL), whose features ride beside the input
+    /// features (`[slots, hidden · levels]`) through the vision-feature cache
+    /// and are added after the language model's first layers.
+    fn feature_levels(&self) -> usize {
+        1
+    }
+
     /// M-RoPE positions for a whole prompt (placeholders already expanded):
     /// `[3, L]` int32 (temporal, height, width) and the rope delta that
     /// decoding adds to the cache length (`max position + 1 - L`).

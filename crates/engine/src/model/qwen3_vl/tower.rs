@@ -1,18 +1,16 @@
 //! The Qwen3-VL vision tower (`vision.rs`) as the engine's [`VisionTower`]:
-//! shared by Qwen3.5 ([`super::qwen3_5_vl`]), whose tower is the same.
+//! shared by Qwen3.5 ([`crate::model::qwen3_5_vl`]), whose tower is the same.
 //! Image placeholders are `<|image_pad|>` runs between `<|vision_start|>`
 //! and `<|vision_end|>`, and their M-RoPE positions follow Qwen2-VL's rule.
-pub mod vision;
-
 use mlx_rs::Array;
 use serde_json::Value;
 
-use super::layers::LayerLoader;
-use super::qwen2_vl::positions;
-use super::vision_tower::VisionEncoding;
-use super::VisionTower;
+use super::vision::{TowerEncoding, VisionConfig, VisionModel};
 use crate::error::{Error, Result};
-use vision::{TowerEncoding, VisionConfig, VisionModel};
+use crate::model::layers::LayerLoader;
+use crate::model::qwen2_vl::positions;
+use crate::model::vision_tower::VisionEncoding;
+use crate::model::VisionTower;
 
 /// The [`VisionTower`] of a Qwen3-VL or Qwen3.5 model.
 pub struct Qwen3Vision {
@@ -74,6 +72,10 @@ impl VisionTower for Qwen3Vision {
         let mut parts = vec![features];
         parts.extend(deepstack);
         Ok(mlx_rs::ops::concatenate(&parts, -1)?)
+    }
+
+    fn feature_levels(&self) -> usize {
+        1 + self.model.deepstack_levels()
     }
 
     fn rope_positions(&self, tokens: &[u32], grids: &[[i32; 3]]) -> Result<(Array, i32)> {

@@ -1,0 +1,128 @@
+//! Qwen3-VL (`qwen3_vl`): the Qwen3 decoder (per-head query/key norms) with
+//! interleaved M-RoPE over each whole head, the vision tower of `vision.rs`
+//! (as the engine's tower in `tower.rs`, shared with Qwen3.5), and DeepStack:
+//! features of inner vision blocks added to the hidden states of the first
+//! decoder layers at the image's positions.
+//!
+//! Weight names: Hugging Face `model.language_model.*`, `model.visual.*`,
+//! `lm_head`; mlx-vlm `language_model.model.*`, `vision_tower.*`,
+//! `language_model.lm_head`. The text parameters live in `text_config`.
+pub mod tower;
+pub mod vision;
+
+use mlx_rs::Array;
+use serde_json::{Map, Value};
+
+use super::language_model_only::keep_language_model;
+use super::layers::LayerLoader;
+use super::llama::Llama;
+use super::qwen3::{layout, parse_qwen3_args};
+use super::registry::Family;
+use super::rope::{MRopeLayout, Positions, Rope};
+use super::{LanguageModel, ModelShape, VisionTower};
+use crate::cache::{BatchCache, CacheLayout};
+use crate::error::{Error, Result};
+pub use tower::Qwen3Vision;
+
+pub const FAMILY: Family = Family {
+    name: "Qwen3-VL",
+    model_types: &["qwen3_vl"],
+    build: |_, config, loader| Ok(Box::new(Qwen3Vl::load(config, loader)?)),
+    gguf: None,
+    image_processor: Some(crate::vision::ImagePreprocessor::from_folder),
+};
+
+/// `<|image_pad|>` in the Qwen vocabulary, when config.json omits it.
+const DEFAULT_IMAGE_TOKEN_ID: u32 = 151655;
+/// Where the tower's tensors are gathered before loading.
+pub const TOWER: &str = "visual";
+
+pub struct Qwen3Vl {
+    language: Llama,
+    vision: Qwen3Vision,
+}
+
+impl Qwen3Vl {
+    pub fn load(config: &Value, loader: &mut LayerLoader) -> Result<Self> {
+        gather_tower(loader);
+        keep_language_model(loader, &[], "Qwen3-VL");
+        let mut text = text_config(config);
+        let sections = mrope_sections(&text)?;
+        // M-RoPE is set up here; the llama parser knows only frequency scalings.
+        text.remove("rope_scaling");
+        text.remove("rope_parameters");
+        let args = parse_qwen3_args(&Value::Object(text), "qwen3_vl")?;
+        let rope = Rope::multimodal(args.head_dim(), args.rope_theta, sections, MRopeLayout::Interleaved)?;
+        let hidden = args.hidden_size;
+        let language = Llama::build(args, &layout(), rope, loader)?;
+        let vision = Qwen3Vision::load(config, TOWER, hidden, DEFAULT_IMAGE_TOKEN_ID, loader)?;
+        Ok(Self { language, vision })
+    }
+}
+
+/// Renames the tower's tensors (any scheme) to `visual.*`.
+pub fn gather_tower(loader: &mut LayerLoader) {
+    const SCHEMES: &[&str] = &["model.visual.", "vision_tower.", "model.language_model.visual."];
+    let names: Vec<String> = loader.weights.names().map(str::to_owned).collect();
+    for name in names {
+        if let Some(from) = SCHEMES.iter().find(|p| name.starts_with(*p)) {
+            let t = loader.weights.remove(&name).expect("listed above");
+            loader.weights.insert(format!("{TOWER}.{}", &name[from.len()..]), t);
+        }
+    }
+}
+
+/// `text_config`, with the root's `tie_word_embeddings` when it has none.
+fn text_config(config: &Value) -> Map<String, Value> {
+    let mut text = config.get("text_config").and_then(Value::as_object).cloned().unwrap_or_default();
+    if let Some(tie) = config.get("tie_word_embeddings") {
+        text.entry("tie_word_embeddings").or_insert(tie.clone());
+    }
+    text
+}
+
+fn mrope_sections(text: &Map<String, Value>) -> Result<[i32; 3]> {
+    let section = ["rope_scaling", "rope_parameters"]
+        .iter()
+        .find_map(|k| text.get(*k).and_then(|r| r.get("mrope_section")))
+        .ok_or_else(|| Error::InvalidConfig("text_config.rope_scaling.mrope_section is missing".into()))?;
+    serde_json::from_value(section.clone())
+        .map_err(|_| Error::InvalidConfig(format!("mrope_section must be three integers, got {section}")))
+}
+
+impl LanguageModel for Qwen3Vl {
+    fn shape(&self) -> ModelShape {
+        self.language.shape()
+    }
+
+    fn cache_layout(&self) -> CacheLayout {
+        self.language.cache_layout()
+    }
+
+    fn embed(&self, tokens: &Array) -> Result<Array> {
+        self.language.embed(tokens)
+    }
+
+    fn forward_embeddings(&self, embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+        self.language.forward_embeddings(embeddings, tokens, positions, cache)
+    }
+
+    fn forward_embeddings_adding(
+        &self,
+        embeddings: Array,
+        tokens: &Array,
+        positions: &Positions,
+        cache: &mut BatchCache,
+        after_layer: &[Array],
+    ) -> Result<Array> {
+        self.language.forward_embeddings_adding(embeddings, tokens, positions, cache, after_layer)
+    }
+
+    fn logits(&self, hidden: &Array) -> Result<Array> {
+        self.language.logits(hidden)
+    }
+
+    fn vision(&self) -> Option<&dyn VisionTower> {
+        Some(&self.vision)
+    }
+}
