@@ -8,6 +8,7 @@
 pub mod answer_format;
 pub mod attachment_protocol;
 pub mod bulk_jobs;
+pub mod chat_file;
 pub mod chat_settings;
 pub mod commands;
 pub mod context;
@@ -44,6 +45,8 @@ pub fn configure<R: Runtime>(builder: tauri::Builder<R>, state: Arc<AppState>) -
             commands::chats::rename_chat,
             commands::chats::set_answer_format,
             commands::chats::set_chat_settings,
+            commands::chats::export_chat,
+            commands::chats::import_chat,
             commands::presets::list_presets,
             commands::presets::save_preset,
             commands::presets::delete_preset,

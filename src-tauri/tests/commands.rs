@@ -855,3 +855,97 @@ fn a_chat_that_outgrows_the_context_stops_or_leaves_out_older_messages_as_set() 
     }
     assert!(most >= 2, "the later turns left out the middle");
 }
+
+/// A chat's tree as (parent's index, role, content, images, status), by
+/// position: the same for two chats whatever their ids.
+fn tree_shape(h: &Harness, chat: i64) -> Vec<(Option<usize>, String, String, Vec<String>, String)> {
+    let all = tauri::async_runtime::block_on(h.state.store.list_all_messages(store::ChatId(chat))).unwrap();
+    let index = |id: store::MessageId| all.iter().position(|m| m.id == id);
+    all.iter()
+        .map(|m| {
+            (
+                m.parent_id.and_then(index),
+                format!("{:?}", m.role),
+                m.content.clone(),
+                m.attachments.iter().map(|a| a.sha256.clone()).collect(),
+                format!("{:?}", m.status),
+            )
+        })
+        .collect()
+}
+
+/// Export → import gives the same tree (every branch), the same shown
+/// branch, the same contents and images; the Markdown reads the shown
+/// branch; a corrupt file or a changed image is refused and adds nothing.
+#[test]
+fn a_chat_exports_to_markdown_and_json_and_imports_back_the_same() {
+    use store::{NewMessage, ReplyOutcome};
+    let dir = tempfile::tempdir().unwrap();
+    let h = harness(dir.path());
+    let store = h.state.store.clone();
+    let chat = tauri::async_runtime::block_on(async {
+        let chat = store.create_chat().await.unwrap().id;
+        store.set_chat_settings(chat, Some(&json!({"temperature": 0.1}))).await.unwrap();
+        let image = store.add_attachment(PNG).await.unwrap();
+        let q = store.add_message(chat, &NewMessage::user("What is this?").with_attachments([image.sha256])).await.unwrap();
+        for (text, outcome) in [("A dot.", ReplyOutcome::Complete), ("", ReplyOutcome::Failed { code: "MLX_ERROR".into(), message: "boom".into() })] {
+            let r = store.begin_reply_under(chat, q.id, "tiny").await.unwrap();
+            store.finish_reply(r, text, "thinking it over", None, outcome).await.unwrap();
+        }
+        let first = store.list_all_messages(chat).await.unwrap()[1].id;
+        store.choose_message(chat, first).await.unwrap();
+        store.add_message(chat, &NewMessage::user("Which colour?")).await.unwrap();
+        let r = store.begin_reply(chat, "tiny").await.unwrap();
+        store.finish_reply(r, "Black.", "", None, ReplyOutcome::Complete).await.unwrap();
+        chat.0
+    });
+    let shown_before: Vec<String> = h.ok("list_messages", json!({"chatId": chat})).as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap().to_string()).collect();
+
+    let exported = h.ok("export_chat", json!({"chatId": chat}));
+    let json_path = std::path::PathBuf::from(exported["json"].as_str().unwrap());
+    let markdown = std::fs::read_to_string(exported["markdown"].as_str().unwrap()).unwrap();
+    assert!(markdown.contains("## You\n\n![image](images/"), "{markdown}");
+    assert!(markdown.contains("A dot.") && markdown.contains("Black.") && markdown.contains("<summary>Thinking</summary>"), "{markdown}");
+    assert!(!markdown.contains("boom"), "the hidden failed branch is not in the Markdown");
+    let folder = json_path.parent().unwrap();
+    assert_eq!(std::fs::read_dir(folder.join("images")).unwrap().count(), 1);
+
+    let imported = h.ok("import_chat", json!({"path": json_path}));
+    let copy = imported["id"].as_i64().unwrap();
+    assert_ne!(copy, chat);
+    assert_eq!(imported["settings"], json!({"temperature": 0.1}));
+    assert_eq!(tree_shape(&h, copy), tree_shape(&h, chat));
+    let shown_after: Vec<String> = h.ok("list_messages", json!({"chatId": copy})).as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap().to_string()).collect();
+    assert_eq!(shown_after, shown_before);
+    // the imported chat's images are the app's own: deleting the original keeps them
+    h.ok("delete_chat", json!({"chatId": chat}));
+    let first = &h.ok("list_messages", json!({"chatId": copy}))[0];
+    assert!(std::path::Path::new(first["attachments"][0]["path"].as_str().unwrap()).is_file());
+
+    let chats = || h.ok("list_chats", json!({})).as_array().unwrap().len();
+    let count = chats();
+    // a corrupt file
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{\"format\": \"vlm-chat\", \"version\": 1, \"title\": ").unwrap();
+    let err = h.call("import_chat", json!({"path": bad})).unwrap_err();
+    assert_eq!(err["code"], "INVALID_CHAT_FILE", "{err}");
+    // an image that is not the one the file names
+    let image = std::fs::read_dir(folder.join("images")).unwrap().next().unwrap().unwrap().path();
+    std::fs::write(&image, b"\x89PNG\r\n\x1a\n another picture").unwrap();
+    let err = h.call("import_chat", json!({"path": json_path})).unwrap_err();
+    assert_eq!(err["code"], "INVALID_CHAT_FILE", "{err}");
+    assert!(err["message"].as_str().unwrap().contains("changed"), "{err}");
+    // a file naming an image outside its folder
+    let mut file: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    file["messages"][0]["images"][0]["file"] = json!("../../data/chats.db");
+    std::fs::write(&json_path, file.to_string()).unwrap();
+    let err = h.call("import_chat", json!({"path": json_path})).unwrap_err();
+    assert_eq!(err["code"], "INVALID_CHAT_FILE", "{err}");
+    // a parent that does not come first
+    file["messages"][0]["images"] = json!([]);
+    file["messages"][0]["parent_id"] = json!(123456);
+    std::fs::write(&json_path, file.to_string()).unwrap();
+    let err = h.call("import_chat", json!({"path": json_path})).unwrap_err();
+    assert_eq!(err["code"], "INVALID_CHAT_FILE", "{err}");
+    assert_eq!(chats(), count, "nothing was added by the bad files");
+}

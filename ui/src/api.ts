@@ -20,6 +20,7 @@ export interface ChatSettings {
   temperature?: number; top_p?: number; top_k?: number; min_p?: number; repetition_penalty?: number; max_tokens?: number;
   context_policy?: ContextPolicy;
 }
+export interface ExportedChat { folder: string; json: string; markdown: string }
 export interface Preset { id: number; name: string; settings: ChatSettings; answer_format: AnswerFormat | null }
 
 export interface Attachment { sha256: string; mime: string; size: number; path: string }
@@ -156,6 +157,10 @@ export const api = {
   listChats: (query?: string) => invoke<Chat[]>('list_chats', { query: query ?? null }),
   /** A new chat; from a preset, with its settings and answer format. */
   createChat: (presetId?: number) => invoke<Chat>('create_chat', { presetId: presetId ?? null }),
+  /** Writes the chat (chat.json with every branch, chat.md with the shown one, images beside) to a new folder. */
+  exportChat: (chatId: number) => invoke<ExportedChat>('export_chat', { chatId }),
+  /** Adds the chat in an exported chat.json as a new chat. */
+  importChat: (path: string) => invoke<Chat>('import_chat', { path }),
   setChatSettings: (chatId: number, settings: ChatSettings) => invoke<Chat>('set_chat_settings', { chatId, settings }),
   listPresets: () => invoke<Preset[]>('list_presets'),
   savePreset: (name: string, settings: ChatSettings, answerFormat: AnswerFormat | null) =>

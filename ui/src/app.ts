@@ -19,6 +19,8 @@ import { Streams } from './streams';
 
 export interface Platform {
   pickFiles(): Promise<string[]>;
+  /** An exported chat.json to import; null when cancelled. */
+  pickChatFile(): Promise<string | null>;
   onDrop(handlers: { over(on: boolean): void; drop(paths: string[]): void }): void;
 }
 
@@ -63,6 +65,7 @@ export class App {
       selectedId: () => (this.page === 'chat' ? this.chat?.id ?? null : null),
       isRunning: (id) => this.streams.isRunning(id),
       deleted: (id) => this.chatDeleted(id),
+      importChat: () => void this.importChat(),
       startFromPreset: (id) => void (async () => {
         try { await this.openChat(await api.createChat(id)); } catch (e) { this.toast(errorText(e)); }
       })(),
@@ -259,6 +262,9 @@ export class App {
       h('button', { class: 'chat-settings-button', 'data-testid': 'open-chat-settings', title: 'This chat’s settings: system prompt, model, thinking, sampling, context', onclick: () => void this.openChatSettings() },
         this.chat?.settings ? 'Chat settings •' : 'Chat settings'),
       h('button', { class: 'model-pill', title: 'Change model', onclick: () => this.go('models') }, model));
+    if (this.chat) {
+      this.header.insertBefore(h('button', { class: 'chat-settings-button', 'data-testid': 'export-chat', title: 'Save this chat as Markdown and JSON (every branch), with its images', onclick: () => void this.exportChat() }, 'Export'), this.header.lastChild);
+    }
   }
 
   private setSidebarHidden(hidden: boolean): void {
@@ -499,6 +505,28 @@ export class App {
         break;
       }
       case 'toggle-sidebar': this.setSidebarHidden(!this.el.classList.contains('sidebar-hidden')); break;
+    }
+  }
+
+  private async exportChat(): Promise<void> {
+    if (!this.chat) return;
+    try {
+      const done = await api.exportChat(this.chat.id);
+      this.toast(`Exported to ${done.folder} (chat.md, chat.json and the images).`);
+    } catch (e) {
+      this.toast(errorText(e));
+    }
+  }
+
+  private async importChat(): Promise<void> {
+    try {
+      const path = await this.platform.pickChatFile();
+      if (!path) return;
+      const chat = await api.importChat(path);
+      await this.openChat(chat);
+      this.toast(`Imported “${chat.title || 'New chat'}”.`);
+    } catch (e) {
+      this.toast(errorText(e));
     }
   }
 

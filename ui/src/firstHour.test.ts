@@ -252,7 +252,7 @@ describe('the chat list by keyboard', () => {
   it('each chat is a button (Enter opens it) with its actions after it', async () => {
     mockIPC((cmd) => (cmd === 'list_chats' ? [{ id: 7, title: 'Trip', model: null, created_at: 0, updated_at: Date.now() }] : undefined));
     const opened: number[] = [];
-    const sb = new Sidebar({ select: (c) => opened.push(c!.id), selectedId: () => null, isRunning: () => true, deleted: () => {}, toast: () => {}, startFromPreset: () => {} });
+    const sb = new Sidebar({ select: (c) => opened.push(c!.id), selectedId: () => null, isRunning: () => true, deleted: () => {}, toast: () => {}, startFromPreset: () => {}, importChat: () => {} });
     document.body.append(sb.el);
     await sb.refresh();
     const open = sb.el.querySelector<HTMLButtonElement>('[data-testid=chat-open]')!;

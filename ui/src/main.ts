@@ -13,6 +13,10 @@ const app = new App({
     if (!picked) return [];
     return Array.isArray(picked) ? picked : [picked];
   },
+  async pickChatFile() {
+    const picked = await open({ multiple: false, filters: [{ name: 'Exported chat', extensions: ['json'] }] });
+    return typeof picked === 'string' ? picked : null;
+  },
   onDrop({ over, drop }) {
     void getCurrentWebview().onDragDropEvent((event) => {
       const p = event.payload;

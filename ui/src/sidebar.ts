@@ -15,6 +15,8 @@ export interface SidebarHooks {
   isRunning(chatId: number): boolean;
   /** A chat was deleted (its reply, if one was running, went with it). */
   deleted(chatId: number): void;
+  /** Asks for an exported chat.json and adds it as a chat. */
+  importChat(): void;
   /** Starts a new chat from a preset (its settings and answer format). */
   startFromPreset(presetId: number): void;
   toast(message: string): void;
@@ -43,7 +45,8 @@ export class Sidebar {
       h('button', { class: 'new-chat primary', 'data-testid': 'new-chat', title: `New chat (${shortcutLabel('new-chat', onMac())})`, onclick: () => this.hooks.select(null) }, icon('plus'), 'New chat'),
       this.presets,
       this.search,
-      this.list);
+      this.list,
+      h('button', { class: 'link import-chat', 'data-testid': 'import-chat', title: 'Add a chat exported from this app (its chat.json)', onclick: () => this.hooks.importChat() }, 'Import a chat…'));
   }
 
   async refresh(): Promise<void> {

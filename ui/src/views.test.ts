@@ -193,7 +193,7 @@ describe('sidebar', () => {
     let presets: { id: number; name: string; settings: object; answer_format: null }[] = [];
     mockIPC((cmd) => (cmd === 'list_chats' ? [] : cmd === 'list_presets' ? presets : undefined));
     const started: number[] = [];
-    const sb = new Sidebar({ select: () => {}, selectedId: () => null, isRunning: () => false, deleted: () => {}, toast: () => {}, startFromPreset: (id) => started.push(id) });
+    const sb = new Sidebar({ select: () => {}, selectedId: () => null, isRunning: () => false, deleted: () => {}, toast: () => {}, startFromPreset: (id) => started.push(id), importChat: () => {} });
     await sb.refresh();
     const select = sb.el.querySelector<HTMLSelectElement>('[data-testid=new-from-preset]')!;
     expect(select.hidden).toBe(true);
@@ -223,7 +223,7 @@ describe('sidebar', () => {
       if (cmd === 'list_chats') return chats;
       if (cmd === 'delete_chat') { const id = (args as { chatId: number }).chatId; deleted.push(id); chats = chats.filter((c) => c.id !== id); }
     });
-    const sb = new Sidebar({ select: () => {}, selectedId: () => null, isRunning: (id) => id === 2, deleted: () => {}, toast: () => {}, startFromPreset: () => {} });
+    const sb = new Sidebar({ select: () => {}, selectedId: () => null, isRunning: (id) => id === 2, deleted: () => {}, toast: () => {}, startFromPreset: () => {}, importChat: () => {} });
     document.body.append(sb.el);
     await sb.refresh();
     const titles = [...sb.el.querySelectorAll('.chat-title')].map((e) => e.textContent);

@@ -5,6 +5,7 @@ use store::{Chat, ChatId, Message, PresetId};
 use tauri::State;
 
 use crate::answer_format::AnswerFormat;
+use crate::chat_file::ExportedChat;
 use crate::chat_settings::ChatSettings;
 use crate::error::AppResult;
 use crate::state::AppState;
@@ -77,4 +78,18 @@ pub async fn delete_chat(state: State<'_, Arc<AppState>>, chat_id: ChatId) -> Ap
 #[tauri::command]
 pub async fn list_messages(state: State<'_, Arc<AppState>>, chat_id: ChatId) -> AppResult<Vec<Message>> {
     Ok(state.store.list_messages(chat_id).await?)
+}
+
+/// Writes the chat (every branch as JSON, the shown one as Markdown, its
+/// images beside them) to a new folder in the app's exports folder.
+#[tauri::command]
+pub async fn export_chat(state: State<'_, Arc<AppState>>, chat_id: ChatId) -> AppResult<ExportedChat> {
+    crate::chat_file::export_chat(&state.store, chat_id, &state.paths.data_dir.join("exports")).await
+}
+
+/// Adds the chat in an exported `chat.json` (and its images) as a new chat.
+/// A file that is not one, or whose images are missing or changed, adds nothing.
+#[tauri::command]
+pub async fn import_chat(state: State<'_, Arc<AppState>>, path: std::path::PathBuf) -> AppResult<Chat> {
+    crate::chat_file::import_chat(&state.store, &path).await
 }
