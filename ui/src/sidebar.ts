@@ -31,7 +31,7 @@ export class Sidebar {
   private renaming: number | null = null;
 
   constructor(private hooks: SidebarHooks) {
-    this.search = h('input', { type: 'search', placeholder: 'Search chats', 'aria-label': 'Search chats', 'data-testid': 'chat-search' });
+    this.search = h('input', { type: 'search', placeholder: `Search chats (${shortcutLabel('search', onMac())})`, title: 'Finds chats by their title or any word said in them', 'aria-label': 'Search chats', 'data-testid': 'chat-search' });
     let timer: number | undefined;
     this.search.addEventListener('input', () => { clearTimeout(timer); timer = window.setTimeout(() => void this.refresh(), 150); });
     this.list = h('nav', { class: 'chat-list', 'aria-label': 'Chats', 'data-testid': 'chat-list' });

@@ -123,36 +123,51 @@ impl Store {
         self.remove_unreferenced_attachments(Some(&candidates)).await
     }
 
-    /// Chats whose title or any message text contains `query` (ASCII
-    /// case-insensitive), most recently active first. An empty query lists all.
+    /// Chats whose title or any message (any branch) has every word of
+    /// `query`, each as a word or the start of one ("photo" finds
+    /// "photos"), case and accents ignored, most recently active first. An
+    /// empty query lists all. Served by the FTS5 indexes of migration 0007.
     pub async fn search_chats(&self, query: &str) -> Result<Vec<Chat>> {
-        let query = query.trim();
-        if query.is_empty() {
+        if query.trim().is_empty() {
             return self.list_chats().await;
         }
-        let pattern = format!("%{}%", escape_like(query));
+        // only punctuation: nothing a word index can find
+        let Some(fts) = fts_query(query) else { return Ok(Vec::new()) };
         let rows = sqlx::query(&format!(
-            "SELECT {CHAT_COLUMNS} FROM chats c
-             WHERE c.title LIKE ?1 ESCAPE '\\'
-                OR EXISTS (SELECT 1 FROM messages m
-                           WHERE m.chat_id = c.id AND m.content LIKE ?1 ESCAPE '\\')
-             ORDER BY c.updated_at DESC, c.id DESC"
+            "SELECT {CHAT_COLUMNS} FROM chats
+             WHERE id IN (SELECT m.chat_id FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+                          WHERE messages_fts MATCH ?1
+                          UNION SELECT rowid FROM chats_fts WHERE chats_fts MATCH ?1)
+             ORDER BY updated_at DESC, id DESC"
         ))
-        .bind(pattern)
+        .bind(fts)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(chat_from_row).collect()
     }
 }
 
-/// Makes `%` and `_` in user text match themselves in a LIKE pattern.
-fn escape_like(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '%' | '_' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
+/// The user's words as an FTS5 query: each one quoted (so no character of
+/// theirs is FTS syntax) and a prefix; all must match. `None` when no word
+/// has a letter or digit to search for.
+fn fts_query(text: &str) -> Option<String> {
+    let words: Vec<String> = text
+        .split_whitespace()
+        .filter(|w| w.chars().any(char::is_alphanumeric))
+        .map(|w| format!("\"{}\"*", w.replace('"', "\"\"")))
+        .collect();
+    (!words.is_empty()).then(|| words.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fts_query;
+
+    #[test]
+    fn user_text_never_becomes_fts_syntax() {
+        assert_eq!(fts_query("cats  purr").as_deref(), Some("\"cats\"* \"purr\"*"));
+        assert_eq!(fts_query("say \"hi\" OR NOT").as_deref(), Some("\"say\"* \"\"\"hi\"\"\"* \"OR\"* \"NOT\"*"));
+        assert_eq!(fts_query(" % _ "), None);
+        assert_eq!(fts_query("100%").as_deref(), Some("\"100%\"*"));
     }
-    out
 }

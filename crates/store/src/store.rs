@@ -307,6 +307,11 @@ mod tests {
             assert_eq!(path[4].attachments[0].sha256, image.sha256);
             assert_eq!(store.list_all_messages(ChatId(*chat)).await.unwrap().len(), texts.len());
         }
+        // what was written before the search index is found by it
+        for (query, chat) in [("user 2 of chat 1", chats[1]), ("first", chats[0])] {
+            let found: Vec<i64> = store.search_chats(query).await.unwrap().iter().map(|c| c.id.0).collect();
+            assert_eq!(found, vec![chat], "{query}");
+        }
         let next = store.add_message(ChatId(chats[0]), &crate::NewMessage::user("after the move")).await.unwrap();
         let path = store.list_messages(ChatId(chats[0])).await.unwrap();
         assert_eq!(next.parent_id, Some(path[5].id));
