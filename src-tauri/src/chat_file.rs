@@ -261,7 +261,7 @@ async fn store_image(store: &Store, folder: &Path, image: &FileImage) -> AppResu
 fn slug(title: &str) -> String {
     let s: String = title
         .chars()
-        .map(|c| if c.is_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .flat_map(|c| if c.is_alphanumeric() { c.to_lowercase().collect::<Vec<_>>() } else { vec!['-'] })
         .collect::<String>()
         .split('-')
         .filter(|p| !p.is_empty())
