@@ -14,6 +14,7 @@ pub mod commands;
 pub mod context;
 pub mod error;
 pub mod generation;
+pub mod image_bytes;
 pub mod models;
 pub mod openai_server;
 pub mod paths;

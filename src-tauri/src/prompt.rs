@@ -13,27 +13,30 @@ use store::{Message, MessageStatus, Role};
 
 use crate::answer_format::AnswerFormat;
 use crate::error::{AppError, AppResult};
+use crate::image_bytes::ImageBytes;
 use crate::settings::Settings;
 
 /// What a model without vision reads in place of an image.
 pub const IMAGE_PLACEHOLDER: &str = "[image]";
 
 /// The engine request for `messages`, with the bytes of every image the
-/// model sees.
+/// model sees (from `image_bytes`, which reads each file once).
 pub async fn build_request(
     messages: &[Message],
     settings: &Settings,
     model: Capabilities,
     answer_format: Option<&AnswerFormat>,
+    image_bytes: &ImageBytes,
 ) -> AppResult<Request> {
     let mut images = Vec::new();
     if model.vision {
         // in the order the template's image parts come
         for a in messages.iter().filter(|m| m.role == Role::User).flat_map(|m| &m.attachments) {
-            let bytes = tokio::fs::read(&a.path).await.map_err(|e| {
+            let bytes = image_bytes.get(&a.sha256, &a.path).await.map_err(|e| {
                 AppError::new("ATTACHMENT_NOT_FOUND", format!("image {} is gone: {e}", a.path.display()))
             })?;
-            images.push(ImageInput::from_bytes(bytes));
+            // stored under the sha256 of their bytes: no need to hash them again
+            images.push(ImageInput { bytes, sha256: a.sha256.clone() });
         }
     }
     let mut request = build_request_text(messages, settings, model, answer_format)?;

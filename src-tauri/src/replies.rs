@@ -33,11 +33,41 @@ pub struct ChatUpdated {
     pub chat_id: ChatId,
 }
 
+fn busy() -> AppError {
+    AppError::new("CHAT_BUSY", "This chat is still answering; stop it first.")
+}
+
+/// Refuses while the chat answers or a new turn of it is being set up.
 pub fn ensure_idle(state: &AppState, chat: ChatId) -> AppResult<()> {
-    if state.generations.lock().unwrap().contains_key(&chat) {
-        return Err(AppError::new("CHAT_BUSY", "This chat is still answering; stop it first."));
+    let generations = state.generations.lock().unwrap();
+    if generations.contains_key(&chat) || state.starting.lock().unwrap().contains(&chat) {
+        return Err(busy());
     }
     Ok(())
+}
+
+/// The right to start the chat's next reply, held from the busy check until
+/// the reply's generation is registered: two quick sends to one chat cannot
+/// both pass the check (the second gets CHAT_BUSY before it stores anything).
+pub struct Reservation<'a> {
+    state: &'a AppState,
+    chat: ChatId,
+}
+
+/// Checks that the chat is idle and reserves it, in one step.
+pub fn reserve(state: &AppState, chat: ChatId) -> AppResult<Reservation<'_>> {
+    let generations = state.generations.lock().unwrap();
+    let mut starting = state.starting.lock().unwrap();
+    if generations.contains_key(&chat) || !starting.insert(chat) {
+        return Err(busy());
+    }
+    Ok(Reservation { state, chat })
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.state.starting.lock().unwrap().remove(&self.chat);
+    }
 }
 
 /// A chat set to a model answers only with that model: the UI loads it
@@ -61,15 +91,16 @@ pub async fn ensure_chat_model_of(state: &AppState, chat: ChatId) -> AppResult<(
 }
 
 /// Starts a reply to `parent` (a user message): the earlier answers to it,
-/// if any, stay as siblings of the new one.
+/// if any, stay as siblings of the new one. `_turn` is the chat's
+/// reservation, taken before anything of the turn was stored.
 pub async fn start_reply<R: Runtime>(
     app: &AppHandle<R>,
     state: Arc<AppState>,
+    _turn: &Reservation<'_>,
     chat: ChatId,
     parent: MessageId,
     sink: Sink,
 ) -> AppResult<StartedReply> {
-    ensure_idle(&state, chat)?;
     let engine = state.engine()?;
     let model = state.status().model.map(|m| m.name).unwrap_or_else(|| engine.model_info().name.clone());
     let messages = state.store.path_to(chat, parent).await?;
@@ -126,7 +157,7 @@ async fn submit_fitted(
     let capabilities = engine.model_info().capabilities;
     let policy = settings.context_policy;
     if policy == ContextPolicy::Stop {
-        let request = build_request(messages, settings, capabilities, answer_format).await?;
+        let request = build_request(messages, settings, capabilities, answer_format, &state.image_bytes).await?;
         return Ok(Submitted { stream: engine.submit(request), first: None, left_out: 0 });
     }
     let most = most_left_out(messages, policy);
@@ -155,7 +186,7 @@ async fn submit_fitted(
     }
     loop {
         let (kept, left_out) = leave_out(messages, policy, drop);
-        let request = build_request(&kept, settings, capabilities, answer_format).await?;
+        let request = build_request(&kept, settings, capabilities, answer_format, &state.image_bytes).await?;
         let mut stream = engine.submit(request);
         let first = stream.recv().await;
         let too_long = matches!(&first, Some(Event::Error(e)) if e.code == CONTEXT_LENGTH_EXCEEDED);

@@ -1,6 +1,6 @@
 //! Everything the commands share. Not generic over the Tauri runtime, so the
 //! same state serves the real app and the mock runtime of the tests.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use engine::handle::EngineHandle;
@@ -8,6 +8,7 @@ use serde::Serialize;
 use store::{ChatId, Store};
 
 use crate::context::TokenCounter;
+use crate::image_bytes::{ImageBytes, IMAGE_BYTES_KEPT};
 use crate::error::{AppError, AppResult};
 use crate::generation::Generation;
 use crate::paths::Paths;
@@ -59,6 +60,13 @@ pub struct AppState {
     pub settings: Mutex<Settings>,
     /// Replies being generated, one per chat at most.
     pub generations: Mutex<HashMap<ChatId, Generation>>,
+    /// Chats whose new turn is being set up (message stored, prompt built)
+    /// before its generation exists; see `replies::reserve`. Always locked
+    /// after `generations`, never before.
+    pub starting: Mutex<HashSet<ChatId>>,
+    /// The bytes of images sent lately, by sha256, so a chat's every turn
+    /// does not read its images again.
+    pub image_bytes: ImageBytes,
     /// Downloads under way, by catalog id.
     pub downloads: Mutex<HashMap<String, hub::CancellationToken>>,
     pub server: tokio::sync::Mutex<Option<server::RunningServer>>,
@@ -90,6 +98,8 @@ impl AppState {
             load_lock: tokio::sync::Mutex::new(()),
             settings: Mutex::new(settings),
             generations: Mutex::new(HashMap::new()),
+            starting: Mutex::new(HashSet::new()),
+            image_bytes: ImageBytes::new(IMAGE_BYTES_KEPT),
             downloads: Mutex::new(HashMap::new()),
             server: tokio::sync::Mutex::new(None),
             server_error: Mutex::new(None),

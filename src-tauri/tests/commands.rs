@@ -50,22 +50,27 @@ fn harness(root: &Path) -> Harness {
     Harness { _app: app, webview, state }
 }
 
+/// One command through the IPC of `webview` (any thread: the harness itself is not `Sync`).
+fn invoke(webview: &WebviewWindow<tauri::test::MockRuntime>, cmd: &str, body: InvokeBody) -> Result<Value, Value> {
+    let request = InvokeRequest {
+        cmd: cmd.into(),
+        callback: CallbackFn(0),
+        error: CallbackFn(1),
+        url: "tauri://localhost".parse().unwrap(),
+        body,
+        headers: Default::default(),
+        invoke_key: INVOKE_KEY.to_string(),
+    };
+    get_ipc_response(webview, request).map(|b| b.deserialize::<Value>().unwrap())
+}
+
 impl Harness {
     fn call(&self, cmd: &str, args: Value) -> Result<Value, Value> {
         self.call_body(cmd, InvokeBody::Json(args))
     }
 
     fn call_body(&self, cmd: &str, body: InvokeBody) -> Result<Value, Value> {
-        let request = InvokeRequest {
-            cmd: cmd.into(),
-            callback: CallbackFn(0),
-            error: CallbackFn(1),
-            url: "tauri://localhost".parse().unwrap(),
-            body,
-            headers: Default::default(),
-            invoke_key: INVOKE_KEY.to_string(),
-        };
-        get_ipc_response(&self.webview, request).map(|b| b.deserialize::<Value>().unwrap())
+        invoke(&self.webview, cmd, body)
     }
 
     fn ok(&self, cmd: &str, args: Value) -> Value {
@@ -500,14 +505,14 @@ fn an_image_earlier_in_a_chat_does_not_fail_later_turns_on_a_model_that_cannot_s
     });
     // for a model without vision the image becomes a placeholder in the history
     let text_only = Capabilities::default();
-    let request = tauri::async_runtime::block_on(build_request(&messages, &Settings::default(), text_only, None)).unwrap();
+    let request = tauri::async_runtime::block_on(build_request(&messages, &Settings::default(), text_only, None, &h.state.image_bytes)).unwrap();
     assert!(request.images.is_empty());
     let Prompt::Chat { messages: sent, .. } = &request.prompt else { panic!("a chat prompt") };
     let first = serde_json::to_value(&sent[0]).unwrap();
     assert_eq!(first["content"], json!(format!("{IMAGE_PLACEHOLDER}\nWhat is this?")), "{first}");
     // a model that sees keeps the image
     let sees = Capabilities { vision: true, ..Default::default() };
-    let request = tauri::async_runtime::block_on(build_request(&messages, &Settings::default(), sees, None)).unwrap();
+    let request = tauri::async_runtime::block_on(build_request(&messages, &Settings::default(), sees, None, &h.state.image_bytes)).unwrap();
     assert_eq!(request.images.len(), 1);
 
     // and the next turn, text only, is answered instead of failing on the old image
@@ -948,4 +953,40 @@ fn a_chat_exports_to_markdown_and_json_and_imports_back_the_same() {
     let err = h.call("import_chat", json!({"path": json_path})).unwrap_err();
     assert_eq!(err["code"], "INVALID_CHAT_FILE", "{err}");
     assert_eq!(chats(), count, "nothing was added by the bad files");
+}
+
+/// Two sends to one chat at the same moment: the busy check and the start of
+/// the reply are one step, so exactly one starts and the other is refused
+/// (CHAT_BUSY) before it stores its message. Repeated, since it is a race.
+#[test]
+fn two_quick_sends_to_one_chat_cannot_both_start() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_models(dir.path());
+    let h = harness(dir.path());
+    h.load_tiny();
+    h.settings(|_| {});
+    for round in 0..12 {
+        let chat = h.new_chat();
+        let results: Vec<Result<Value, Value>> = std::thread::scope(|s| {
+            let sends: Vec<_> = ["first", "second"]
+                .into_iter()
+                .map(|text| {
+                    let webview = h.webview.clone();
+                    s.spawn(move || {
+                        let args = json!({"chatId": chat, "message": {"text": text}, "onEvent": "__CHANNEL__:6"});
+                        invoke(&webview, "send_message", InvokeBody::Json(args))
+                    })
+                })
+                .collect();
+            sends.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let started = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(started, 1, "round {round}: {results:?}");
+        let refused = results.iter().find_map(|r| r.as_ref().err()).unwrap();
+        assert_eq!(refused["code"], "CHAT_BUSY", "{refused}");
+        h.finished_reply(chat);
+        let users = h.ok("list_messages", json!({"chatId": chat}));
+        let users = users.as_array().unwrap().iter().filter(|m| m["role"] == "user").count();
+        assert_eq!(users, 1, "round {round}: the refused send stored nothing");
+    }
 }

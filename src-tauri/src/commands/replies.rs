@@ -12,7 +12,7 @@ use tauri::{AppHandle, Runtime, State};
 
 use crate::error::{AppError, AppResult};
 use crate::generation::{Sink, StreamEvent};
-use crate::replies::{ensure_chat_model_of, ensure_idle, start_reply, StartedReply};
+use crate::replies::{ensure_chat_model_of, ensure_idle, reserve, start_reply, Reservation, StartedReply};
 use crate::state::AppState;
 
 fn sink(channel: Channel<StreamEvent>) -> Sink {
@@ -67,10 +67,10 @@ pub async fn send_message<R: Runtime>(
     on_event: Channel<StreamEvent>,
 ) -> AppResult<Sent> {
     check(&message)?;
-    ensure_idle(&state, chat_id)?;
+    let turn = reserve(&state, chat_id)?;
     check_images(&message, &state)?;
     ensure_chat_model_of(&state, chat_id).await?;
-    post_and_answer(&app, &state, chat_id, message, None, on_event).await
+    post_and_answer(&app, &state, &turn, chat_id, message, None, on_event).await
 }
 
 /// Stores the user's message (at the end of the shown branch, or beside the
@@ -78,6 +78,7 @@ pub async fn send_message<R: Runtime>(
 async fn post_and_answer<R: Runtime>(
     app: &AppHandle<R>,
     state: &State<'_, Arc<AppState>>,
+    turn: &Reservation<'_>,
     chat_id: ChatId,
     message: Outgoing,
     edited: Option<&Message>,
@@ -88,7 +89,7 @@ async fn post_and_answer<R: Runtime>(
         Some(edited) => state.store.add_message_under(chat_id, edited.parent_id, &new).await?,
         None => state.store.add_message(chat_id, &new).await?,
     };
-    let reply = start_reply(app, state.inner().clone(), chat_id, user.id, sink(on_event)).await?;
+    let reply = start_reply(app, state.inner().clone(), turn, chat_id, user.id, sink(on_event)).await?;
     Ok(Sent { user, reply })
 }
 
@@ -117,7 +118,7 @@ pub async fn regenerate<R: Runtime>(
     message_id: Option<MessageId>,
     on_event: Channel<StreamEvent>,
 ) -> AppResult<StartedReply> {
-    ensure_idle(&state, chat_id)?;
+    let turn = reserve(&state, chat_id)?;
     state.engine()?;
     let question = match message_id {
         Some(id) => {
@@ -136,7 +137,7 @@ pub async fn regenerate<R: Runtime>(
             }
         }
     };
-    start_reply(&app, state.inner().clone(), chat_id, question, sink(on_event)).await
+    start_reply(&app, state.inner().clone(), &turn, chat_id, question, sink(on_event)).await
 }
 
 /// Sends an edited copy of any user message of the chat: it becomes a
@@ -152,7 +153,7 @@ pub async fn edit_and_resend<R: Runtime>(
     on_event: Channel<StreamEvent>,
 ) -> AppResult<Sent> {
     check(&message)?;
-    ensure_idle(&state, chat_id)?;
+    let turn = reserve(&state, chat_id)?;
     check_images(&message, &state)?;
     ensure_chat_model_of(&state, chat_id).await?;
     let original = state.store.get_message(message_id).await?;
@@ -162,7 +163,7 @@ pub async fn edit_and_resend<R: Runtime>(
     if original.role != Role::User {
         return Err(AppError::new("NOT_A_USER_MESSAGE", "Only a message you sent can be edited."));
     }
-    post_and_answer(&app, &state, chat_id, message, Some(&original), on_event).await
+    post_and_answer(&app, &state, &turn, chat_id, message, Some(&original), on_event).await
 }
 
 /// Shows the branch through `message_id` (‹ 2/3 › in the UI); returns the
