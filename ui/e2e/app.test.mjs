@@ -5,12 +5,13 @@
 // two chats answering at once, a restart that keeps it all, a vision model
 // (a tiny random Qwen2-VL put in the run's Hugging Face cache) loaded from
 // the Models screen that answers about a dropped image, and back on the
-// text-only model the same chat going on with its image left out.
+// text-only model the same chat going on with its image left out; answers
+// regenerated and a message edited kept as branches (‹ 2/3 ›), and an export.
 // Screenshots of every screen go to screenshots/ (ignored by git).
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { allByTestId, byTestId, dropFile, modelReady, openApp, openPage, root, saveSettings, send, shot, startDriver, statusText, stopDriver, textOf, waitFor, writeTinyVisionModel as writeTinyVisionModelInto } from './harness.mjs';
@@ -263,6 +264,60 @@ describe('the desktop app', () => {
     assert.equal(await textOf(browser, await byTestId(browser, 'composer-format')), '');
     await clickFirst(browser, 'chat-open');
     await waitFor(browser, 'the format again', async () => /city, country/.test(await textOf(browser, await byTestId(browser, 'composer-format'))), 10_000);
+  });
+
+  it('keeps every answer and every version of a message as branches, and exports the chat', async () => {
+    await modelReady(browser);
+    await (await byTestId(browser, 'new-chat')).click();
+    const settled = async (n) => (await allByTestId(browser, 'msg-assistant')).length === n && (await allByTestId(browser, 'msg-live')).length === 0;
+    const position = async (el) => textOf(browser, await el.$('[data-testid="branch-position"]'));
+    const lastAnswer = async () => (await allByTestId(browser, 'msg-assistant')).at(-1);
+    await send(browser, 'Name a colour.');
+    await waitFor(browser, 'the first answer', () => settled(1));
+    // Regenerate twice: three answers, the newest shown as 3/3
+    const ids = [await (await lastAnswer()).getAttribute('data-id')];
+    for (const n of [2, 3]) {
+      await clickFirst(browser, 'regenerate');
+      await waitFor(browser, `answer ${n}`, async () => (await settled(1)) && (await position(await lastAnswer())) === `${n}/${n}`);
+      ids.push(await (await lastAnswer()).getAttribute('data-id'));
+    }
+    assert.equal(new Set(ids).size, 3, `three stored answers: ${ids}`);
+    // ‹ goes back through them, › forward again; each is the stored answer
+    for (const [arrow, expected, id] of [['branch-prev', '2/3', ids[1]], ['branch-prev', '1/3', ids[0]], ['branch-next', '2/3', ids[1]]]) {
+      await (await (await lastAnswer()).$(`[data-testid="${arrow}"]`)).click();
+      await waitFor(browser, `answer ${expected}`, async () => (await position(await lastAnswer())) === expected, 10_000);
+      assert.equal(await (await lastAnswer()).getAttribute('data-id'), id);
+    }
+    await shot(browser, '16-answer-branches');
+
+    // go on from answer 2, then edit the first message: a new branch from the top
+    await send(browser, 'And another one?');
+    await waitFor(browser, 'the follow-up', () => settled(2));
+    const first = (await allByTestId(browser, 'msg-user'))[0];
+    await browser.execute((e) => e.click(), await first.$('[data-testid="edit-message"]'));
+    assert.match(await textOf(browser, await byTestId(browser, 'edit-banner-text')), /earlier message: sending starts a new branch/);
+    await send(browser, 'Name a fruit.');
+    await waitFor(browser, 'the edited branch', async () => (await settled(1)) && (await allByTestId(browser, 'msg-user')).length === 1);
+    const edited = (await allByTestId(browser, 'msg-user'))[0];
+    assert.equal(await position(edited), '2/2');
+    assert.match(await textOf(browser, edited), /Name a fruit/);
+    // the old version is still there, with its answer 2 and follow-up
+    await (await edited.$('[data-testid="branch-prev"]')).click();
+    await waitFor(browser, 'the old branch', async () => (await allByTestId(browser, 'msg-user')).length === 2, 10_000);
+    assert.equal(await (await allByTestId(browser, 'msg-assistant'))[0].getAttribute('data-id'), ids[1]);
+    await shot(browser, '17-edit-branches');
+
+    await (await byTestId(browser, 'export-chat')).click();
+    await waitFor(browser, 'the export', async () => {
+      for (const toast of await allByTestId(browser, 'toast')) if ((await textOf(browser, toast)).startsWith('Exported to')) return true;
+      return false;
+    }, 10_000);
+    const exports = join(dataDir, 'exports');
+    const folder = join(exports, readdirSync(exports).find((f) => f.startsWith('name-a-colour')));
+    const markdown = readFileSync(join(folder, 'chat.md'), 'utf8');
+    assert.match(markdown, /## You\n\nName a colour\.\n[\s\S]*## You\n\nAnd another one\?/);
+    const file = JSON.parse(readFileSync(join(folder, 'chat.json'), 'utf8'));
+    assert.equal(file.messages.filter((m) => m.role === 'assistant').length, 5, 'three answers, the follow-up, the fruit');
   });
 });
 
