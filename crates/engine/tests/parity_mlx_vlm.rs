@@ -419,7 +419,7 @@ fn check(m: ModelUnderTest) {
         };
 
         // M-RoPE positions and delta, exactly.
-        let (positions, delta) = vision.rope_positions(&ids, &grids).expect("positions");
+        let (positions, delta) = vision.rope_positions(&ids, &grids).expect("positions").expect("M-RoPE positions");
         assert_eq!(delta as i64, rec["delta"].as_i64().unwrap(), "{}", what("rope delta"));
         let flat: Vec<i64> = rec["positions"].as_array().unwrap().iter().flat_map(ints).collect();
         positions.eval().unwrap();

@@ -7,7 +7,9 @@
 //! - a second turn about the same image resumes from the prefix cache
 //!   (Qwen3.5: a recurrent-state checkpoint) and prefills only the new turn,
 //!   answering as a cold prefill does;
-//! - KV quantization on with images.
+//! - KV quantization on with images;
+//! - prefill in small chunks equals one pass (Gemma 3's images, which attend
+//!   to themselves both ways, are never cut by a chunk).
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,7 +18,7 @@ use engine::cache::KvQuantization;
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_qwen35_vl, write_tiny_qwen3_vl};
+use engine::testing::{write_tiny_gemma3_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions, Tokenizer};
 
 /// One family under test: how its tiny folder is written and where its
@@ -26,11 +28,14 @@ struct Family {
     write: fn(&Path),
     goldens: &'static str,
     golden_model: &'static str,
+    /// mlx-vlm's message puts the images before the text (else after it).
+    images_first: bool,
 }
 
 /// The seeds `write_tiny_vl_model` (and so the goldens) used.
 const QWEN35_SEED: u64 = 35;
 const QWEN3_VL_SEED: u64 = 30;
+const GEMMA3_SEED: u64 = 3;
 
 const FAMILIES: &[Family] = &[
     Family {
@@ -40,6 +45,7 @@ const FAMILIES: &[Family] = &[
         },
         goldens: "qwen3_5_vl_mlx_vlm.json",
         golden_model: "qwen3_5/float",
+        images_first: true,
     },
     Family {
         name: "Qwen3-VL",
@@ -48,6 +54,16 @@ const FAMILIES: &[Family] = &[
         },
         goldens: "qwen3_vl_mlx_vlm.json",
         golden_model: "qwen3_vl/float",
+        images_first: true,
+    },
+    Family {
+        name: "Gemma 3",
+        write: |dir| {
+            write_tiny_gemma3_vl(dir, None, GEMMA3_SEED).unwrap();
+        },
+        goldens: "gemma3_vl_mlx_vlm.json",
+        golden_model: "gemma3/float",
+        images_first: false,
     },
 ];
 
@@ -71,10 +87,18 @@ fn no_caches() -> SchedulerConfig {
     SchedulerConfig { max_running: 1, prefix_cache_bytes: 0, vision_cache_bytes: 0, ..Default::default() }
 }
 
-/// A user message: the images, then the text (mlx-vlm's order for these families).
+/// A user message: the images, then the text.
 fn user(text: &str, images: &[ImageInput]) -> ChatMessage {
+    user_in_order(text, images, true)
+}
+
+fn user_in_order(text: &str, images: &[ImageInput], images_first: bool) -> ChatMessage {
     let mut parts: Vec<ContentPart> = images.iter().map(|i| ContentPart::Image { image: Some(i.sha256.clone()) }).collect();
-    parts.push(ContentPart::text(text));
+    if images_first {
+        parts.push(ContentPart::text(text));
+    } else {
+        parts.insert(0, ContentPart::text(text));
+    }
     ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") }
 }
 
@@ -124,7 +148,8 @@ fn engine_answers_equal_mlx_vlm_greedy_tokens() {
         for (case, files) in goldens["cases"].as_object().unwrap() {
             let images: Vec<ImageInput> = files.as_array().unwrap().iter().map(|f| fixture(f.as_str().unwrap())).collect();
             let want: Vec<u32> = model[case]["greedy_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
-            let mut request = ask(goldens["text"].as_str().unwrap(), &images, want.len(), &engine);
+            let message = user_in_order(goldens["text"].as_str().unwrap(), &images, family.images_first);
+            let mut request = chat(vec![message], &images, want.len(), &engine);
             request.sampling = SamplingParams::default(); // plain greedy, as the reference decoded
             let prompt_len = model[case]["prompt_ids"].as_array().unwrap().len();
             streams.push((case.clone(), want, prompt_len, engine.submit(request)));
@@ -154,7 +179,8 @@ fn image_and_text_requests_batched_equal_each_alone() {
         let alone: Vec<Completion> =
             mixed_requests(&alone_engine).into_iter().map(|r| finished(alone_engine.submit(r).collect_blocking())).collect();
         alone_engine.shutdown();
-        assert!(alone[1].stats.prompt_tokens > alone[0].stats.prompt_tokens + 4, "image slots were expanded");
+        // Two images' slots outweigh the shorter text of the two-image request.
+        assert!(alone[2].stats.prompt_tokens > alone[1].stats.prompt_tokens, "image slots were expanded");
 
         let engine = start(dir.path(), SchedulerConfig::default());
         let streams: Vec<_> = mixed_requests(&engine).into_iter().map(|r| engine.submit(r)).collect();
@@ -222,5 +248,25 @@ fn kv_quantization_with_images_batched_equals_alone() {
             assert_eq!(finished(stream.collect_blocking()).content, want.content, "{} with 8-bit KV", family.name);
         }
         engine.shutdown();
+    }
+}
+
+#[test]
+fn prefill_in_small_chunks_equals_one_pass() {
+    for family in FAMILIES {
+        let dir = folder(family);
+        let whole_engine = start(dir.path(), no_caches());
+        let whole: Vec<Completion> =
+            mixed_requests(&whole_engine).into_iter().map(|r| finished(whole_engine.submit(r).collect_blocking())).collect();
+        whole_engine.shutdown();
+        // Budgets whose chunk ends fall inside images (and, for Gemma 3, get moved).
+        for budget in [7, 17, 33] {
+            let engine = start(dir.path(), SchedulerConfig { prefill_budget: budget, ..no_caches() });
+            for (request, want) in mixed_requests(&engine).into_iter().zip(&whole) {
+                let got = finished(engine.submit(request).collect_blocking());
+                assert_eq!(got.content, want.content, "{}: prefill budget {budget}", family.name);
+            }
+            engine.shutdown();
+        }
     }
 }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use engine::error::Error;
-use engine::vision::ImagePreprocessor;
+use engine::vision::QwenImageProcessor;
 use mlx_rs::Array;
 use serde_json::Value;
 
@@ -27,10 +27,10 @@ fn read_fixture(name: &str) -> Vec<u8> {
 }
 
 /// A processor from a config written to a fresh folder, so `from_folder` is what runs.
-fn processor_from(file: &str, config: &Value) -> ImagePreprocessor {
+fn processor_from(file: &str, config: &Value) -> QwenImageProcessor {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join(file), serde_json::to_string_pretty(config).unwrap()).unwrap();
-    ImagePreprocessor::from_folder(dir.path()).unwrap()
+    QwenImageProcessor::from_folder(dir.path()).unwrap()
 }
 
 /// Largest difference allowed, in 8-bit steps (|Δ| · std · 255), per image.
@@ -106,7 +106,7 @@ fn pixels_match_the_reference_goldens() {
 
 #[test]
 fn num_image_tokens_and_grid_for_agree_with_preprocess() {
-    let p = ImagePreprocessor { min_pixels: 3136, max_pixels: 9408, ..Default::default() };
+    let p = QwenImageProcessor { min_pixels: 3136, max_pixels: 9408, ..Default::default() };
     let out = p.preprocess(&read_fixture("pre_photo.jpg")).unwrap();
     // 180×120 hits max_pixels: 112×56 → 8×4 patches → 8 merged tokens
     assert_eq!(out.grid, [1, 4, 8]);
@@ -117,20 +117,20 @@ fn num_image_tokens_and_grid_for_agree_with_preprocess() {
 
 #[test]
 fn cache_key_changes_with_every_output_parameter() {
-    let base = ImagePreprocessor::default();
+    let base = QwenImageProcessor::default();
     let variants = [
-        ImagePreprocessor { min_pixels: 1, ..base.clone() },
-        ImagePreprocessor { max_pixels: 1 << 20, ..base.clone() },
-        ImagePreprocessor { image_mean: [0.4, 0.5, 0.5], ..base.clone() },
-        ImagePreprocessor { image_std: [0.5, 0.5, 0.4], ..base.clone() },
-        ImagePreprocessor { patch_size: 16, ..base.clone() },
-        ImagePreprocessor { rescale_factor: 1.0, ..base.clone() },
-        ImagePreprocessor { do_normalize: false, ..base.clone() },
+        QwenImageProcessor { min_pixels: 1, ..base.clone() },
+        QwenImageProcessor { max_pixels: 1 << 20, ..base.clone() },
+        QwenImageProcessor { image_mean: [0.4, 0.5, 0.5], ..base.clone() },
+        QwenImageProcessor { image_std: [0.5, 0.5, 0.4], ..base.clone() },
+        QwenImageProcessor { patch_size: 16, ..base.clone() },
+        QwenImageProcessor { rescale_factor: 1.0, ..base.clone() },
+        QwenImageProcessor { do_normalize: false, ..base.clone() },
     ];
     for v in variants {
         assert_ne!(v.cache_key(), base.cache_key(), "{v:?}");
     }
-    assert_eq!(base.cache_key(), ImagePreprocessor::default().cache_key());
+    assert_eq!(base.cache_key(), QwenImageProcessor::default().cache_key());
 }
 
 // ---- from_folder on real-looking configs ----------------------------------------
@@ -206,12 +206,12 @@ fn from_folder_falls_back_to_processor_config_and_defaults() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("preprocessor_config.json"), r#"{"min_pixels": 1, "max_pixels": 2000}"#).unwrap();
     std::fs::write(dir.path().join("processor_config.json"), r#"{"image_processor": {"max_pixels": 3000}}"#).unwrap();
-    let p = ImagePreprocessor::from_folder(dir.path()).unwrap();
+    let p = QwenImageProcessor::from_folder(dir.path()).unwrap();
     assert_eq!((p.min_pixels, p.max_pixels), (1, 3000));
 
     // neither: the reference's Qwen2-VL defaults
     let empty = tempfile::tempdir().unwrap();
-    let p = ImagePreprocessor::from_folder(empty.path()).unwrap();
+    let p = QwenImageProcessor::from_folder(empty.path()).unwrap();
     assert_eq!((p.patch_size, p.min_pixels, p.max_pixels), (14, 3136, 1_003_520));
     assert_eq!(p.image_std, [0.5; 3]);
 }
@@ -227,7 +227,7 @@ fn from_folder_rejects_broken_configs() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("preprocessor_config.json"), text).unwrap();
-        match ImagePreprocessor::from_folder(dir.path()) {
+        match QwenImageProcessor::from_folder(dir.path()) {
             Err(Error::InvalidConfig(msg)) => assert!(msg.contains(what), "{text}: {msg}"),
             other => panic!("{text}: {other:?}"),
         }
@@ -236,7 +236,7 @@ fn from_folder_rejects_broken_configs() {
 
 // ---- bad input → InvalidImage, never a panic -------------------------------------
 
-fn invalid_reason(p: &ImagePreprocessor, bytes: &[u8]) -> String {
+fn invalid_reason(p: &QwenImageProcessor, bytes: &[u8]) -> String {
     match p.preprocess(bytes) {
         Err(e @ Error::InvalidImage { .. }) => {
             assert_eq!(e.code(), "INVALID_IMAGE");
@@ -250,13 +250,13 @@ fn invalid_reason(p: &ImagePreprocessor, bytes: &[u8]) -> String {
 
 #[test]
 fn empty_file_is_invalid() {
-    let reason = invalid_reason(&ImagePreprocessor::default(), b"");
+    let reason = invalid_reason(&QwenImageProcessor::default(), b"");
     assert!(reason.contains("empty"), "{reason}");
 }
 
 #[test]
 fn truncated_png_and_jpeg_are_invalid() {
-    let p = ImagePreprocessor::default();
+    let p = QwenImageProcessor::default();
     let png = read_fixture("pre_half_even.png");
     let reason = invalid_reason(&p, &png[..png.len() / 2]);
     assert!(reason.contains("PNG") && (reason.contains("truncated") || reason.contains("corrupt")), "{reason}");
@@ -273,7 +273,7 @@ fn truncated_png_and_jpeg_are_invalid() {
 
 #[test]
 fn random_bytes_and_text_are_invalid() {
-    let p = ImagePreprocessor::default();
+    let p = QwenImageProcessor::default();
     let mut rng = 0x2545F4914F6CDD1Du64;
     let noise: Vec<u8> = (0..4096)
         .map(|_| {
@@ -291,7 +291,7 @@ fn random_bytes_and_text_are_invalid() {
 
 #[test]
 fn unsupported_formats_are_named() {
-    let p = ImagePreprocessor::default();
+    let p = QwenImageProcessor::default();
     // a little-endian TIFF header: recognized, but the codec is not built in
     let mut tiff = b"II*\x00\x08\x00\x00\x00".to_vec();
     tiff.extend([0u8; 64]);
@@ -381,7 +381,7 @@ fn black_png_1bit(width: u32, height: u32) -> Vec<u8> {
 #[test]
 fn the_bomb_generator_writes_valid_pngs() {
     // Guards the next test: the same generator at a size we do decode.
-    let p = ImagePreprocessor { min_pixels: 3136, max_pixels: 9408, ..Default::default() };
+    let p = QwenImageProcessor { min_pixels: 3136, max_pixels: 9408, ..Default::default() };
     let out = p.preprocess(&black_png_1bit(61, 50)).unwrap();
     assert_eq!(out.grid, [1, 4, 4]);
     out.pixels.eval().unwrap();
@@ -391,7 +391,7 @@ fn the_bomb_generator_writes_valid_pngs() {
 
 #[test]
 fn huge_dimensions_are_refused_from_the_header() {
-    let p = ImagePreprocessor::default();
+    let p = QwenImageProcessor::default();
     // 20000×20000: 400 MP, 1.2 GB as RGB; the file is a few hundred KB.
     let png = black_png_1bit(20_000, 20_000);
     assert!(png.len() < 1_000_000, "{}", png.len());
@@ -416,7 +416,7 @@ fn huge_dimensions_are_refused_from_the_header() {
 
 #[test]
 fn extreme_aspect_ratio_is_invalid() {
-    let p = ImagePreprocessor::default();
+    let p = QwenImageProcessor::default();
     let reason = invalid_reason(&p, &black_png_1bit(2010, 10));
     assert!(reason.contains("aspect ratio") && reason.contains("200"), "{reason}");
     // 200:1 exactly is allowed, as in the reference
@@ -427,7 +427,7 @@ fn extreme_aspect_ratio_is_invalid() {
 fn mangled_files_never_panic() {
     // Truncations and byte flips of every fixture format: each result is an image or
     // InvalidImage, never a panic or another error.
-    let p = ImagePreprocessor { min_pixels: 3136, max_pixels: 9408, ..Default::default() };
+    let p = QwenImageProcessor { min_pixels: 3136, max_pixels: 9408, ..Default::default() };
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = move || {
         rng ^= rng << 13;
@@ -464,7 +464,7 @@ fn alpha_is_dropped_not_composited() {
     // pre_alpha.png's first 10 columns are fully transparent over coloured pixels;
     // the reference keeps those colours (PIL convert("RGB")), so they are not black
     // or white after preprocessing (composited over black they would be 0).
-    let p = ImagePreprocessor { min_pixels: 64 * 48, max_pixels: 64 * 48 * 4, patch_size: 14, ..Default::default() };
+    let p = QwenImageProcessor { min_pixels: 64 * 48, max_pixels: 64 * 48 * 4, patch_size: 14, ..Default::default() };
     let out = p.preprocess(&read_fixture("pre_alpha.png")).unwrap();
     out.pixels.eval().unwrap();
     let v = out.pixels.as_slice::<f32>();

@@ -21,8 +21,11 @@ use crate::vision::{CachedFeatures, VisionFeatureCache};
 pub struct SequenceImages {
     /// The features of every image, in prompt order: `[image slots, hidden]`.
     features: Array,
-    /// M-RoPE positions of the whole (expanded) prompt, `[3, L]` int32.
-    positions: Array,
+    /// M-RoPE positions of the whole (expanded) prompt, `[3, L]` int32;
+    /// `None` where image tokens take ordinary positions (Gemma).
+    positions: Option<Array>,
+    /// An image's tokens attend to each other both ways (Gemma).
+    bidirectional: bool,
     /// Decode position = cache length + this.
     pub rope_delta: i32,
     image_token_id: u32,
@@ -166,11 +169,23 @@ impl ImageWork {
             })
             .collect::<Result<_>>()?;
         let grids: Vec<[i32; 3]> = encoded.iter().map(|e| e.grid).collect();
-        let (positions, rope_delta) = vision.rope_positions(prompt, &grids)?;
+        let (positions, rope_delta) = match vision.rope_positions(prompt, &grids)? {
+            Some((p, delta)) => (Some(p), delta),
+            None => (None, 0),
+        };
+        let bidirectional = vision.bidirectional_images();
         let parts: Vec<&Array> = encoded.iter().map(|e| &e.features).collect();
         let features = ops::concatenate(&parts, 0)?;
         let levels = vision.feature_levels();
-        Ok(SequenceImages { features, positions, rope_delta, image_token_id: self.image_token_id, key: self.key, levels })
+        Ok(SequenceImages {
+            features,
+            positions,
+            bidirectional,
+            rope_delta,
+            image_token_id: self.image_token_id,
+            key: self.key,
+            levels,
+        })
     }
 }
 
@@ -253,9 +268,95 @@ impl SequenceImages {
         Ok(picked.reshape(&[1, n, -1])?)
     }
 
-    /// M-RoPE positions `[3, 1, n]` of prompt tokens `start..start + n`.
-    pub fn positions(&self, start: usize, n: usize) -> Result<Array> {
+    /// M-RoPE positions `[3, 1, n]` of prompt tokens `start..start + n`
+    /// (`None` for ordinary positions).
+    pub fn positions(&self, start: usize, n: usize) -> Result<Option<Array>> {
         let (s, e) = (start as i32, (start + n) as i32);
-        Ok(self.positions.index((.., s..e)).reshape(&[3, 1, n as i32])?)
+        let Some(positions) = &self.positions else { return Ok(None) };
+        Ok(Some(positions.index((.., s..e)).reshape(&[3, 1, n as i32])?))
+    }
+
+    /// Whether the prompt uses M-RoPE positions.
+    pub fn has_positions(&self) -> bool {
+        self.positions.is_some()
+    }
+
+    /// The images (runs of image tokens) among prompt tokens
+    /// `start..start + n` as ranges of that chunk, when they attend to
+    /// themselves both ways; empty otherwise.
+    pub fn bidirectional_spans(&self, prompt: &[u32], start: usize, n: usize) -> Vec<(i32, i32)> {
+        if !self.bidirectional {
+            return Vec::new();
+        }
+        image_runs(&prompt[start..start + n], self.image_token_id)
+    }
+
+    /// For a family whose images attend both ways: where a prefill chunk of
+    /// `n` tokens from `start` may end without cutting an image — `n`, or
+    /// shorter (up to the image that would be cut), or, when that image
+    /// starts the chunk, longer (to its end).
+    pub fn chunk_end(&self, prompt: &[u32], start: usize, n: usize) -> usize {
+        if !self.bidirectional {
+            return n;
+        }
+        chunk_end_outside_images(prompt, self.image_token_id, start, n)
+    }
+}
+
+/// Runs of `token` in `tokens` as `(start, end)` ranges.
+fn image_runs(tokens: &[u32], token: u32) -> Vec<(i32, i32)> {
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        if tokens[i] != token {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < tokens.len() && tokens[i] == token {
+            i += 1;
+        }
+        runs.push((start as i32, i as i32));
+    }
+    runs
+}
+
+/// A chunk of `n` tokens from `start` moved so it does not end inside a run
+/// of `token`: cut before the run, or, when the run starts the chunk, grown
+/// to the run's end.
+fn chunk_end_outside_images(prompt: &[u32], token: u32, start: usize, n: usize) -> usize {
+    let end = start + n;
+    let inside = |i: usize| i < prompt.len() && prompt[i] == token;
+    if end >= prompt.len() || !(end > 0 && inside(end) && inside(end - 1)) {
+        return n; // the chunk ends at a boundary
+    }
+    let image_start = (0..end).rev().take_while(|&i| inside(i)).last().unwrap_or(end);
+    if image_start > start {
+        return image_start - start;
+    }
+    let image_end = (end..prompt.len()).find(|&i| !inside(i)).unwrap_or(prompt.len());
+    image_end - start
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const I: u32 = 9;
+
+    #[test]
+    fn runs_of_image_tokens() {
+        assert_eq!(image_runs(&[1, I, I, 2, I, 3], I), [(1, 3), (4, 5)]);
+        assert!(image_runs(&[1, 2], I).is_empty());
+    }
+
+    #[test]
+    fn a_chunk_never_ends_inside_an_image() {
+        let prompt = [1, 2, I, I, I, I, 3, 4];
+        assert_eq!(chunk_end_outside_images(&prompt, I, 0, 2), 2, "ends right before the image");
+        assert_eq!(chunk_end_outside_images(&prompt, I, 0, 4), 2, "cut back to the image's start");
+        assert_eq!(chunk_end_outside_images(&prompt, I, 2, 1), 4, "an image starting the chunk is taken whole");
+        assert_eq!(chunk_end_outside_images(&prompt, I, 0, 6), 6, "ends right after the image");
+        assert_eq!(chunk_end_outside_images(&prompt, I, 0, 8), 8);
     }
 }

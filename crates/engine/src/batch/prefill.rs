@@ -94,6 +94,17 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
         ids.extend(std::iter::repeat_n(0, width as usize - r.n));
     }
     let ids = Array::from_slice(&ids, &[b, width]);
+    let spans: Vec<Vec<(i32, i32)>> = rows
+        .iter()
+        .map(|r| match &r.seq.images {
+            Some(images) => images.bidirectional_spans(&r.seq.tokens[..r.seq.prompt_len], r.seq.prefilled, r.n),
+            None => Vec::new(),
+        })
+        .collect();
+    if spans.iter().any(|s| !s.is_empty()) {
+        cache.set_bidirectional_spans(spans);
+    }
+    let multimodal_positions = rows.iter().any(|r| r.seq.images.as_ref().is_some_and(|i| i.has_positions()));
     let hidden = if rows.iter().any(|r| r.seq.images.is_some()) {
         let mut embeddings = Vec::with_capacity(rows.len());
         let mut positions = Vec::with_capacity(rows.len());
@@ -104,20 +115,30 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
                     let prompt = &r.seq.tokens[..r.seq.prompt_len];
                     (images.embeddings(model, prompt, start, n)?, images.positions(start, n)?)
                 }
-                None => {
-                    let e = model.embed(&ids_row(&r.seq.tokens[start..start + n], n as i32))?;
-                    let p: Vec<i32> = (0..3).flat_map(|_| start as i32..(start + n) as i32).collect();
-                    (e, Array::from_slice(&p, &[3, 1, n as i32]))
-                }
+                None => (model.embed(&ids_row(&r.seq.tokens[start..start + n], n as i32))?, None),
             };
             embeddings.push(pad_axis(e, 1, width)?);
-            // Padding positions are never seen by a real query; zeros will do.
-            positions.push(pad_axis(p, 2, width)?);
+            if multimodal_positions {
+                // Text rows: the same position on all three axes.
+                let p = match p {
+                    Some(p) => p,
+                    None => {
+                        let p: Vec<i32> = (0..3).flat_map(|_| start as i32..(start + n) as i32).collect();
+                        Array::from_slice(&p, &[3, 1, n as i32])
+                    }
+                };
+                // Padding positions are never seen by a real query; zeros will do.
+                positions.push(pad_axis(p, 2, width)?);
+            }
         }
         let embeddings = concat_or_one(embeddings, 0)?;
-        let positions = concat_or_one(positions, 1)?;
+        let positions = if multimodal_positions {
+            Positions::Multimodal(concat_or_one(positions, 1)?)
+        } else {
+            Positions::rows(&rows.iter().map(|r| r.seq.prefilled as i32).collect::<Vec<_>>())
+        };
         let deepstack = deepstack_additions(rows, width, embeddings.dim(2), embeddings.dtype())?;
-        model.forward_embeddings_adding(embeddings, &ids, &Positions::Multimodal(positions), &mut cache, &deepstack)?
+        model.forward_embeddings_adding(embeddings, &ids, &positions, &mut cache, &deepstack)?
     } else {
         let starts: Vec<i32> = rows.iter().map(|r| r.seq.prefilled as i32).collect();
         model.forward_embeddings(model.embed(&ids)?, &ids, &Positions::rows(&starts), &mut cache)?

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::model::LoadedModel;
 use crate::stop::{thinking_tags_for_template, tool_call_tags_for_template, MatcherConfig, StreamMatcher};
 use crate::tokenizer::{prompt_opens_thinking, Tokenizer};
-use crate::vision::{ImagePatches, ImagePreprocessor, VisionFeatureCache};
+use crate::vision::{ImagePatches, SharedImageProcessor, VisionFeatureCache};
 
 /// What preparation needs of the loaded model; shared with every thread
 /// that submits requests.
@@ -23,7 +23,7 @@ pub struct Preparer {
     tokenizer: Arc<Tokenizer>,
     /// The image processor and the tower's placeholder token, for a model
     /// that sees images.
-    vision: Option<(ImagePreprocessor, u32)>,
+    vision: Option<(SharedImageProcessor, u32)>,
     model_name: String,
     /// Identifies the model in the vision-feature cache's key.
     model_id: String,
@@ -118,7 +118,9 @@ impl Preparer {
             Prompt::Text(text) => (tokenizer.encode(text, tokenizer.add_bos())?, false, false, false),
             Prompt::Chat { messages, options } => {
                 let rendered = tokenizer.apply_chat_template(messages, options)?;
-                let ids = tokenizer.encode(&rendered, false)?;
+                // A family that writes each image's tokens into the text (Gemma 3).
+                let expanded = self.vision.as_ref().and_then(|(p, _)| p.expand_prompt_text(&rendered));
+                let ids = tokenizer.encode(expanded.as_deref().unwrap_or(&rendered), false)?;
                 let tools = options.tools.as_ref().is_some_and(|t| !t.is_empty());
                 (ids, prompt_opens_thinking(&rendered), options.enable_thinking != Some(false), tools)
             }
@@ -160,7 +162,9 @@ impl Preparer {
 
     /// Expands each image's placeholder to as many slots as it has features
     /// and cuts the images into patches. Returns the tokens unchanged and
-    /// `None` for a request without images.
+    /// `None` for a request without images. For a processor that expanded
+    /// the images in the prompt text, the slots are already there: they are
+    /// checked against the images instead.
     fn prepare_images(&self, tokens: Vec<u32>, images: &[ImageInput]) -> Result<(Vec<u32>, Option<PreparedImages>)> {
         let Some((preprocessor, image_token)) = &self.vision else {
             if images.is_empty() {
@@ -169,14 +173,18 @@ impl Preparer {
             return Err(not_a_vision_model(&self.model_name));
         };
         let image_token = *image_token;
+        let in_text = preprocessor.expand_prompt_text("").is_some();
         let placeholders = tokens.iter().filter(|&&t| t == image_token).count();
-        if placeholders != images.len() {
+        if !in_text && placeholders != images.len() {
             return Err(Error::InvalidRequest(format!(
                 "the prompt has {placeholders} image placeholders but the request carries {} images",
                 images.len()
             )));
         }
         if images.is_empty() {
+            if placeholders > 0 {
+                return Err(Error::InvalidRequest(format!("the prompt has {placeholders} image tokens but no images")));
+            }
             return Ok((tokens, None));
         }
         let preprocessing = preprocessor.cache_key();
@@ -190,20 +198,38 @@ impl Preparer {
                 patches,
             });
         }
+        if in_text {
+            let slots: usize = prepared.iter().map(|p| p.slots).sum();
+            if placeholders != slots {
+                return Err(Error::InvalidRequest(format!(
+                    "the prompt has {placeholders} image tokens but its {} images need {slots}",
+                    images.len()
+                )));
+            }
+        }
         let mut expanded = Vec::with_capacity(tokens.len());
         let mut key = Vec::with_capacity(tokens.len());
-        let mut next_image = 0;
+        // (image, slot within it) of the next image token.
+        let (mut next_image, mut slot) = (0, 0);
         for &t in &tokens {
             if t != image_token {
                 expanded.push(t);
                 key.extend(text_key(&[t]));
                 continue;
             }
-            let slots = prepared[next_image].slots;
-            let sha = &images[next_image].sha256;
-            expanded.extend(std::iter::repeat_n(image_token, slots));
-            key.extend((0..slots).map(|j| image_slot_key(sha, j)));
-            next_image += 1;
+            let (slots, sha) = (prepared[next_image].slots, &images[next_image].sha256);
+            if in_text {
+                expanded.push(t);
+                key.extend(std::iter::once(image_slot_key(sha, slot)));
+                slot += 1;
+                if slot == slots {
+                    (next_image, slot) = (next_image + 1, 0);
+                }
+            } else {
+                expanded.extend(std::iter::repeat_n(image_token, slots));
+                key.extend((0..slots).map(|j| image_slot_key(sha, j)));
+                next_image += 1;
+            }
         }
         Ok((expanded, Some(PreparedImages { images: prepared, key, image_token_id: image_token, permit: None })))
     }

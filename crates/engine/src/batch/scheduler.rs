@@ -599,7 +599,13 @@ impl Scheduler {
             if seq.prefill_cache.is_none() {
                 self.reuse_prefix(&mut seq);
             }
-            match prefill::chunk_for(seq.prompt_remaining(), rows.len(), width, real, budget) {
+            let chunk = prefill::chunk_for(seq.prompt_remaining(), rows.len(), width, real, budget).and_then(|n| {
+                // A chunk never cuts an image that attends to itself both ways;
+                // growing to the image's end takes a pass of its own.
+                let aligned = seq.chunk_end(n);
+                (aligned <= n || rows.is_empty()).then_some(aligned)
+            });
+            match chunk {
                 Some(n) => {
                     seq.mark_prefill_started();
                     width = width.max(n);

@@ -144,6 +144,15 @@ impl Sequence {
         self.prompt_len - self.prefilled
     }
 
+    /// A prefill chunk of `n` tokens, moved so it does not cut an image
+    /// (see [`super::images::SequenceImages::chunk_end`]).
+    pub fn chunk_end(&self, n: usize) -> usize {
+        match &self.images {
+            Some(images) => images.chunk_end(&self.tokens[..self.prompt_len], self.prefilled, n),
+            None => n,
+        }
+    }
+
     pub fn mark_prefill_started(&mut self) {
         self.prefill_started.get_or_insert_with(Instant::now);
     }

@@ -123,10 +123,45 @@ impl AttentionGroup {
         Ok(Some((read(&layer.keys)?, read(&layer.values)?)))
     }
 
-    /// Starts a step of `query_len` tokens.
-    pub fn begin_step(&mut self, query_len: i32) -> Result<()> {
-        self.step_mask = Some(self.mask(query_len)?);
+    /// Starts a step of `query_len` tokens; `spans` (per row, ranges of the
+    /// step's queries) are images whose tokens see each other both ways.
+    pub fn begin_step(&mut self, query_len: i32, spans: Option<&[Vec<(i32, i32)>]>) -> Result<()> {
+        let mask = self.mask(query_len)?;
+        self.step_mask = Some(match spans.filter(|s| s.iter().any(|row| !row.is_empty())) {
+            Some(spans) => self.with_bidirectional_spans(mask, query_len, spans)?,
+            None => mask,
+        });
         Ok(())
+    }
+
+    /// `mask` opened so that every query in a span sees every key of the
+    /// same span, later ones included (Gemma's images attend to themselves
+    /// bidirectionally inside the causal mask).
+    fn with_bidirectional_spans(&self, mask: AttentionMask, query_len: i32, spans: &[Vec<(i32, i32)>]) -> Result<AttentionMask> {
+        let (rows, total) = (self.rows() as i32, self.columns + query_len);
+        // Each query and key column gets its span's number (or none: -1 / -2).
+        let mut query_span = vec![-1i32; (rows * query_len) as usize];
+        let mut key_span = vec![-2i32; (rows * total) as usize];
+        for (b, row) in spans.iter().enumerate() {
+            for (k, &(s, e)) in row.iter().enumerate() {
+                for i in s..e {
+                    query_span[b * query_len as usize + i as usize] = k as i32;
+                    key_span[b * total as usize + (self.columns + i) as usize] = k as i32;
+                }
+            }
+        }
+        let q = Array::from_slice(&query_span, &[rows, 1, query_len, 1]);
+        let k = Array::from_slice(&key_span, &[rows, 1, 1, total]);
+        let same_image = q.eq(&k)?;
+        let causal = match mask {
+            AttentionMask::Array(m) => m,
+            AttentionMask::Causal | AttentionMask::None => {
+                let cols = ops::arange::<_, i32>(None, total, None)?.reshape(&[1, 1, 1, total])?;
+                let queries = ops::arange::<_, i32>(self.columns, total, None)?.reshape(&[1, 1, query_len, 1])?;
+                cols.le(&queries)?
+            }
+        };
+        Ok(AttentionMask::Array(ops::logical_or(&causal, &same_image)?))
     }
 
     /// This step's mask (after [`Self::begin_step`]).
@@ -387,4 +422,29 @@ fn concat_rows(a: &LayerKv, b: &LayerKv) -> Result<LayerKv> {
 /// `rows` rows of zeros shaped like `like` with `columns` columns.
 fn zero_rows(like: &LayerKv, rows: i32, columns: i32) -> Result<LayerKv> {
     like.map(|s| s.zero_rows(rows, columns))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn visible(mask: &AttentionMask) -> Vec<bool> {
+        let AttentionMask::Array(m) = mask else { panic!("an array mask") };
+        m.eval().unwrap();
+        m.as_slice::<bool>().to_vec()
+    }
+
+    /// A 5-token step whose tokens 1..4 are one image: those see each other
+    /// both ways; the others stay causal.
+    #[test]
+    fn an_image_span_sees_itself_both_ways() {
+        let mut group = AttentionGroup::new(None, vec![false], None, 1);
+        group.begin_step(5, Some(&[vec![(1, 4)]])).unwrap();
+        let v = visible(&group.step_mask());
+        let at = |q: usize, k: usize| v[q * 5 + k];
+        assert!(at(1, 3) && at(2, 3) && at(3, 1), "inside the image: both ways");
+        assert!(!at(0, 1), "text before the image does not see it");
+        assert!(!at(3, 4), "the image does not see the text after it");
+        assert!(at(4, 0) && at(4, 2), "text after sees everything before it");
+    }
 }

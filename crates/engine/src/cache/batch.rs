@@ -44,6 +44,9 @@ struct StepState {
     real: Option<Vec<i32>>,
     /// This step's keys and values of layers that shared layers read.
     shared_views: BTreeMap<usize, KvView>,
+    /// Per row, ranges of this step's tokens that attend to each other both
+    /// ways (an image's tokens in Gemma 3 / Gemma 4).
+    bidirectional: Option<Vec<Vec<(i32, i32)>>>,
 }
 
 #[derive(Clone)]
@@ -137,12 +140,20 @@ impl BatchCache {
 
     /// Starts a step of `query_len` tokens per row.
     pub fn begin_step(&mut self, query_len: i32) -> Result<()> {
-        let real = self.step.take().and_then(|s| s.real);
+        let (real, bidirectional) = self.step.take().map(|s| (s.real, s.bidirectional)).unwrap_or_default();
         for g in &mut self.groups {
-            g.begin_step(query_len)?;
+            g.begin_step(query_len, bidirectional.as_deref())?;
         }
-        self.step = Some(StepState { query_len, real, shared_views: BTreeMap::new() });
+        self.step = Some(StepState { query_len, real, shared_views: BTreeMap::new(), bidirectional });
         Ok(())
+    }
+
+    /// Declares, before a prefill pass (after [`Self::set_real_tokens`]), the
+    /// ranges of each row's tokens in the pass that attend to each other both
+    /// ways: whole images, which never straddle two passes.
+    pub fn set_bidirectional_spans(&mut self, spans: Vec<Vec<(i32, i32)>>) {
+        assert_eq!(spans.len(), self.rows(), "spans per row");
+        self.step.get_or_insert_with(Default::default).bidirectional = Some(spans);
     }
 
     /// Declares, before a right-padded prefill pass, how many of its tokens

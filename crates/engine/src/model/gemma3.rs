@@ -148,7 +148,7 @@ impl Gemma3Args {
 }
 
 /// Gemma's RMSNorm scales by `1 + w` (the weight is stored centred on 0).
-fn gemma_norm(loader: &mut LayerLoader, path: &str, dim: i32, eps: f32) -> Result<RmsNorm> {
+pub(crate) fn gemma_norm(loader: &mut LayerLoader, path: &str, dim: i32, eps: f32) -> Result<RmsNorm> {
     let mut norm = loader.rms_norm(path, dim, eps)?;
     norm.weight = norm.weight.add(Array::from_f32(1.0).as_dtype(norm.weight.dtype())?)?;
     Ok(norm)
@@ -243,6 +243,13 @@ impl Gemma3 {
         let global_rope = Rope::new(hd, args.rope_theta, false, args.rope_scaling.as_ref())?;
         let embed_scale = half::bf16::from_f32((d as f32).sqrt()).to_f32();
         Ok(Self { args, embed_tokens, embed_scale, layers, norm, lm_head, local_rope, global_rope })
+    }
+}
+
+impl Gemma3 {
+    /// The width of the hidden states (what image features must match).
+    pub fn shape_hidden(&self) -> i32 {
+        self.args.hidden_size
     }
 }
 

@@ -6,6 +6,7 @@
 pub mod attention;
 pub mod gated_delta;
 pub mod gemma3;
+pub mod gemma3_vl;
 pub mod gemma4;
 pub mod language_model_only;
 pub mod layers;
@@ -23,6 +24,7 @@ pub mod qwen3_vl;
 pub mod qwen_vit;
 pub mod registry;
 pub mod rope;
+pub mod siglip;
 pub mod vision_tower;
 
 use std::path::PathBuf;
@@ -172,7 +174,7 @@ pub struct LoadedModel {
     /// Shared with the threads that prepare requests.
     pub tokenizer: std::sync::Arc<Tokenizer>,
     /// The image processor of a vision-language model (`preprocessor_config.json`).
-    pub preprocessor: Option<crate::vision::ImagePreprocessor>,
+    pub preprocessor: Option<crate::vision::SharedImageProcessor>,
     pub info: ModelInfo,
 }
 

@@ -24,7 +24,7 @@ pub const FAMILY: Family = Family {
     model_types: &["qwen3_5", "qwen3_5_moe"],
     build: |_, config, loader| load(config, loader),
     gguf: None,
-    image_processor: Some(crate::vision::ImagePreprocessor::from_folder),
+    image_processor: Some(crate::vision::QwenImageProcessor::shared_from_folder),
 };
 
 /// `<|image_pad|>` in Qwen3.5's vocabulary, when config.json omits it.

@@ -10,9 +10,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::layers::LayerLoader;
-use super::{gemma3, gemma4, llama, qwen2, qwen2_vl, qwen3, qwen3_5, qwen3_5_vl, qwen3_moe, qwen3_vl, Capabilities, LanguageModel};
+use super::{gemma3, gemma3_vl, gemma4, llama, qwen2, qwen2_vl, qwen3, qwen3_5, qwen3_5_vl, qwen3_moe, qwen3_vl, Capabilities, LanguageModel};
 use crate::error::{Error, Result};
-use crate::vision::ImagePreprocessor;
+use crate::vision::SharedImageProcessor;
 use crate::weights::gguf::GgufImport;
 
 /// Builds a family's model from config.json and the checkpoint's tensors.
@@ -28,7 +28,7 @@ pub struct Family {
     /// How llama.cpp exports the family, when it does.
     pub gguf: Option<GgufImport>,
     /// Reads the checkpoint's image processor; `Some` for families that see images.
-    pub image_processor: Option<fn(&Path) -> Result<ImagePreprocessor>>,
+    pub image_processor: Option<fn(&Path) -> Result<SharedImageProcessor>>,
 }
 
 impl Family {
@@ -38,7 +38,7 @@ impl Family {
 }
 
 /// Every family the engine runs.
-pub static FAMILIES: &[Family] = &[llama::FAMILY, qwen2::FAMILY, qwen2_vl::FAMILY, qwen3::FAMILY, qwen3_moe::FAMILY, gemma3::FAMILY, gemma4::FAMILY, qwen3_5_vl::FAMILY, qwen3_5::FAMILY, qwen3_vl::FAMILY];
+pub static FAMILIES: &[Family] = &[llama::FAMILY, qwen2::FAMILY, qwen2_vl::FAMILY, qwen3::FAMILY, qwen3_moe::FAMILY, gemma3::FAMILY, gemma3_vl::FAMILY, gemma4::FAMILY, qwen3_5_vl::FAMILY, qwen3_5::FAMILY, qwen3_vl::FAMILY];
 
 /// The family of a config.json `model_type`.
 pub fn family(model_type: &str) -> Option<&'static Family> {

@@ -81,9 +81,16 @@ pub trait VisionTower {
         1
     }
 
+    /// An image's tokens attend to each other both ways inside the causal
+    /// mask (Gemma 3, Gemma 4), so a prefill chunk never cuts an image.
+    fn bidirectional_images(&self) -> bool {
+        false
+    }
+
     /// M-RoPE positions for a whole prompt (placeholders already expanded):
     /// `[3, L]` int32 (temporal, height, width) and the rope delta that
     /// decoding adds to the cache length (`max position + 1 - L`).
-    /// `grids` holds the grid of each image in prompt order.
-    fn rope_positions(&self, tokens: &[u32], grids: &[[i32; 3]]) -> Result<(Array, i32)>;
+    /// `grids` holds the grid of each image in prompt order. `None` for a
+    /// family whose image tokens take ordinary positions (Gemma).
+    fn rope_positions(&self, tokens: &[u32], grids: &[[i32; 3]]) -> Result<Option<(Array, i32)>>;
 }

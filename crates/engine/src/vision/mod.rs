@@ -2,7 +2,11 @@
 //! vision tower reads (`preprocess.rs`), and the vision-feature cache that
 //! lets a repeated image skip both (`feature_cache.rs`).
 pub mod feature_cache;
+pub mod gemma3_processor;
 pub mod preprocess;
+pub mod processor;
 
 pub use feature_cache::{CachedFeatures, VisionCacheStats, VisionFeatureCache};
-pub use preprocess::{ImagePatches, ImagePreprocessor, PreprocessedImage};
+pub use preprocess::{ImagePatches, PreprocessedImage, QwenImageProcessor};
+pub use gemma3_processor::Gemma3ImageProcessor;
+pub use processor::{ImageProcessor, SharedImageProcessor};

@@ -20,8 +20,8 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 
-mod decode;
-mod resample;
+pub(crate) mod decode;
+pub(crate) mod resample;
 
 pub use decode::{MAX_DECODE_BYTES, MAX_PIXELS, MAX_SIDE};
 
@@ -30,7 +30,7 @@ pub use decode::{MAX_DECODE_BYTES, MAX_PIXELS, MAX_SIDE};
 /// `Default` is the reference's Qwen2-VL default (what mlx-vlm uses when the
 /// checkpoint has no preprocessor config).
 #[derive(Debug, Clone)]
-pub struct ImagePreprocessor {
+pub struct QwenImageProcessor {
     pub patch_size: usize,
     pub temporal_patch_size: usize,
     pub merge_size: usize,
@@ -44,9 +44,9 @@ pub struct ImagePreprocessor {
     pub do_normalize: bool,
 }
 
-impl Default for ImagePreprocessor {
+impl Default for QwenImageProcessor {
     fn default() -> Self {
-        ImagePreprocessor {
+        QwenImageProcessor {
             patch_size: 14,
             temporal_patch_size: 2,
             merge_size: 2,
@@ -143,7 +143,7 @@ fn flag(raw: &serde_json::Map<String, Value>, key: &str) -> Result<Option<bool>>
     }
 }
 
-impl ImagePreprocessor {
+impl QwenImageProcessor {
     /// Reads `preprocessor_config.json` (falling back to `processor_config.json`).
     ///
     /// As the reference (`_qwen_vl_image_kwargs`): `preprocessor_config.json` is the
@@ -172,6 +172,11 @@ impl ImagePreprocessor {
             }
         }
         Self::from_config(&raw)
+    }
+
+    /// [`Self::from_folder`] for the family registry.
+    pub fn shared_from_folder(dir: &Path) -> Result<super::SharedImageProcessor> {
+        Ok(std::sync::Arc::new(Self::from_folder(dir)?))
     }
 
     /// The processor from the merged config object (see [`Self::from_folder`]).
@@ -351,6 +356,20 @@ impl ImagePreprocessor {
     }
 }
 
+impl super::ImageProcessor for QwenImageProcessor {
+    fn patches_named(&self, bytes: &[u8], name: &str) -> Result<ImagePatches> {
+        QwenImageProcessor::patches_named(self, bytes, name)
+    }
+
+    fn num_image_tokens(&self, grid: [i32; 3]) -> usize {
+        QwenImageProcessor::num_image_tokens(self, grid)
+    }
+
+    fn cache_key(&self) -> String {
+        QwenImageProcessor::cache_key(self)
+    }
+}
+
 /// The reference's `smart_resize` (HF Qwen2-VL's): `(height, width)` after resizing.
 ///
 /// Each side rounds to the nearest multiple of `factor` (Python `round`: halves to
@@ -457,7 +476,7 @@ mod tests {
     fn patch_layout_is_merge_window_order() {
         // A 4×4-patch image (patch 1, merge 2, T 2) whose pixel value is its patch index
         // in raster order: rows must come out block by block (2×2 windows).
-        let p = ImagePreprocessor {
+        let p = QwenImageProcessor {
             patch_size: 1,
             merge_size: 2,
             temporal_patch_size: 2,
@@ -482,22 +501,22 @@ mod tests {
             r#"{"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "image_mean": [0.48145466, 0.4578275, 0.40821073]}"#,
         )
         .unwrap();
-        let p = ImagePreprocessor::from_config(&old).unwrap();
+        let p = QwenImageProcessor::from_config(&old).unwrap();
         assert_eq!((p.min_pixels, p.max_pixels), (3136, 12_845_056));
         assert_eq!(p.image_mean[0], 0.48145466f32);
         assert_eq!(p.image_std, [0.5; 3]);
         let new: serde_json::Map<String, Value> =
             serde_json::from_str(r#"{"size": {"shortest_edge": 1000, "longest_edge": 9000}}"#).unwrap();
-        let p = ImagePreprocessor::from_config(&new).unwrap();
+        let p = QwenImageProcessor::from_config(&new).unwrap();
         assert_eq!((p.min_pixels, p.max_pixels), (1000, 9000));
         // top-level keys beat size.*
         let both: serde_json::Map<String, Value> = serde_json::from_str(
             r#"{"min_pixels": 5, "size": {"shortest_edge": 1000, "longest_edge": 9000, "max_pixels": 7}}"#,
         )
         .unwrap();
-        let p = ImagePreprocessor::from_config(&both).unwrap();
+        let p = QwenImageProcessor::from_config(&both).unwrap();
         assert_eq!((p.min_pixels, p.max_pixels), (5, 9000));
         let bad: serde_json::Map<String, Value> = serde_json::from_str(r#"{"patch_size": "14"}"#).unwrap();
-        assert!(matches!(ImagePreprocessor::from_config(&bad), Err(Error::InvalidConfig(_))));
+        assert!(matches!(QwenImageProcessor::from_config(&bad), Err(Error::InvalidConfig(_))));
     }
 }

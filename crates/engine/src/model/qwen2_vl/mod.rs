@@ -34,7 +34,7 @@ pub const FAMILY: Family = Family {
     model_types: &["qwen2_vl", "qwen2_5_vl"],
     build: |model_type, config, loader| Ok(Box::new(Qwen2Vl::load(model_type, config, loader)?)),
     gguf: None,
-    image_processor: Some(crate::vision::ImagePreprocessor::from_folder),
+    image_processor: Some(crate::vision::QwenImageProcessor::shared_from_folder),
 };
 
 /// Token ids of the Qwen2-VL vocabulary, used when config.json omits them.
@@ -146,10 +146,10 @@ impl VisionTower for QwenVision {
         self.model.finish(encoding.state::<TowerEncoding>()?)
     }
 
-    fn rope_positions(&self, tokens: &[u32], grids: &[[i32; 3]]) -> Result<(Array, i32)> {
+    fn rope_positions(&self, tokens: &[u32], grids: &[[i32; 3]]) -> Result<Option<(Array, i32)>> {
         let (axes, delta) = positions::rope_positions(tokens, self.image_token_id, grids)?;
         let flat: Vec<i32> = axes.concat();
-        Ok((Array::from_slice(&flat, &[3, tokens.len() as i32]), delta))
+        Ok(Some((Array::from_slice(&flat, &[3, tokens.len() as i32]), delta)))
     }
 }
 

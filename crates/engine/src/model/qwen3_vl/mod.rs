@@ -29,7 +29,7 @@ pub const FAMILY: Family = Family {
     model_types: &["qwen3_vl"],
     build: |_, config, loader| Ok(Box::new(Qwen3Vl::load(config, loader)?)),
     gguf: None,
-    image_processor: Some(crate::vision::ImagePreprocessor::from_folder),
+    image_processor: Some(crate::vision::QwenImageProcessor::shared_from_folder),
 };
 
 /// `<|image_pad|>` in the Qwen vocabulary, when config.json omits it.

@@ -78,9 +78,9 @@ impl VisionTower for Qwen3Vision {
         1 + self.model.deepstack_levels()
     }
 
-    fn rope_positions(&self, tokens: &[u32], grids: &[[i32; 3]]) -> Result<(Array, i32)> {
+    fn rope_positions(&self, tokens: &[u32], grids: &[[i32; 3]]) -> Result<Option<(Array, i32)>> {
         let (axes, delta) = positions::rope_positions(tokens, self.image_token_id, grids)?;
         let flat: Vec<i32> = axes.concat();
-        Ok((Array::from_slice(&flat, &[3, tokens.len() as i32]), delta))
+        Ok(Some((Array::from_slice(&flat, &[3, tokens.len() as i32]), delta)))
     }
 }

@@ -1,6 +1,8 @@
-//! Bicubic resize of 8-bit RGB that reproduces Pillow's `Image.resize(size, BICUBIC)`
-//! bit for bit (Pillow 13, `libImaging/Resample.c`), because the reference
-//! processor (mlx-vlm's numpy Qwen2-VL processor) resizes through PIL on 8-bit pixels.
+//! Bicubic and bilinear resize of 8-bit RGB that reproduce Pillow's
+//! `Image.resize(size, BICUBIC | BILINEAR)` bit for bit (Pillow 13,
+//! `libImaging/Resample.c`), because the reference processors (mlx-vlm's numpy
+//! Qwen processor: bicubic; transformers' PIL Gemma 3 processor: bilinear)
+//! resize through PIL on 8-bit pixels.
 //!
 //! What makes PIL's result differ from a textbook / `image`-crate Catmull-Rom:
 //! - the cubic kernel (a = -0.5) is stretched by the downscale factor (support 2·scale),
@@ -15,6 +17,50 @@
 
 /// Pillow's `PRECISION_BITS`: 32 - 8 (pixel) - 2 (headroom for the kernel's negative lobes).
 const PRECISION_BITS: u32 = 32 - 8 - 2;
+
+/// Pillow's resampling filters (the two the reference processors use).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filter {
+    /// `Image.BILINEAR` (2): the triangle kernel, support 1.
+    Bilinear,
+    /// `Image.BICUBIC` (3): the a = -0.5 cubic, support 2.
+    Bicubic,
+}
+
+impl Filter {
+    /// PIL's resample code (`2`, `3`), as processor configs write it.
+    pub fn from_pil(code: u64) -> Option<Self> {
+        match code {
+            2 => Some(Filter::Bilinear),
+            3 => Some(Filter::Bicubic),
+            _ => None,
+        }
+    }
+
+    fn support(self) -> f64 {
+        match self {
+            Filter::Bilinear => 1.0,
+            Filter::Bicubic => 2.0,
+        }
+    }
+
+    fn kernel(self, x: f64) -> f64 {
+        match self {
+            Filter::Bilinear => bilinear(x),
+            Filter::Bicubic => bicubic(x),
+        }
+    }
+}
+
+/// PIL's `bilinear_filter`.
+fn bilinear(x: f64) -> f64 {
+    let x = if x < 0.0 { -x } else { x };
+    if x < 1.0 {
+        1.0 - x
+    } else {
+        0.0
+    }
+}
 
 /// The a = -0.5 cubic convolution kernel, written with PIL's exact operation order so
 /// the f64 taps (and so their fixed-point rounding) are the same.
@@ -40,12 +86,11 @@ struct Coeffs {
 
 /// `precompute_coeffs` + `normalize_coeffs_8bpc` for the whole source extent (PIL's box
 /// is the full image here).
-fn precompute(in_size: usize, out_size: usize) -> Coeffs {
-    const SUPPORT: f64 = 2.0;
+fn precompute(in_size: usize, out_size: usize, filter: Filter) -> Coeffs {
     // PIL computes (float)(in1 - in0) / outSize with in0 = 0.0f, in1 = (float)in_size.
     let scale = (in_size as f32) as f64 / out_size as f64;
     let filterscale = if scale < 1.0 { 1.0 } else { scale };
-    let support = SUPPORT * filterscale;
+    let support = filter.support() * filterscale;
     let ksize = support.ceil() as usize * 2 + 1;
     let inv_filterscale = 1.0 / filterscale;
     let mut bounds = Vec::with_capacity(out_size);
@@ -59,7 +104,7 @@ fn precompute(in_size: usize, out_size: usize) -> Coeffs {
         let count = xmax.saturating_sub(xmin);
         let mut ww = 0.0f64;
         for (x, w) in weights.iter_mut().enumerate().take(count) {
-            *w = bicubic(((x + xmin) as f64 - center + 0.5) * inv_filterscale);
+            *w = filter.kernel(((x + xmin) as f64 - center + 0.5) * inv_filterscale);
             ww += *w;
         }
         let row = &mut taps[xx * ksize..(xx + 1) * ksize];
@@ -133,6 +178,12 @@ fn vertical(src: &[u8], width: usize, c: &Coeffs) -> Vec<u8> {
 /// Resizes interleaved 8-bit RGB (`src.len() == w * h * 3`) to `out_w × out_h` exactly as
 /// Pillow's BICUBIC does. Sizes must be non-zero.
 pub(crate) fn resize_bicubic_rgb8(src: &[u8], w: usize, h: usize, out_w: usize, out_h: usize) -> Vec<u8> {
+    resize_rgb8(src, w, h, out_w, out_h, Filter::Bicubic)
+}
+
+/// Resizes interleaved 8-bit RGB to `out_w × out_h` exactly as Pillow's
+/// `filter` does. Sizes must be non-zero.
+pub(crate) fn resize_rgb8(src: &[u8], w: usize, h: usize, out_w: usize, out_h: usize, filter: Filter) -> Vec<u8> {
     debug_assert_eq!(src.len(), w * h * 3);
     debug_assert!(w > 0 && h > 0 && out_w > 0 && out_h > 0);
     let need_h = out_w != w;
@@ -145,11 +196,11 @@ pub(crate) fn resize_bicubic_rgb8(src: &[u8], w: usize, h: usize, out_w: usize, 
     let (dh, dw) = (h as i64 - out_h as i64, w as i64 - out_w as i64);
     let horizontal_first = !(dh > 0 && dh > dw * 2);
     if horizontal_first {
-        let mut cv = need_v.then(|| precompute(h, out_h));
+        let mut cv = need_v.then(|| precompute(h, out_h, filter));
         let mut cur: Vec<u8>;
         let mut cur_w = w;
         if need_h {
-            let ch = precompute(w, out_w);
+            let ch = precompute(w, out_w, filter);
             // Only the source rows the vertical pass reads (all of them without one).
             let (first, last) = match &cv {
                 Some(cv) => {
@@ -173,10 +224,10 @@ pub(crate) fn resize_bicubic_rgb8(src: &[u8], w: usize, h: usize, out_w: usize, 
         }
         cur
     } else {
-        let cv = precompute(h, out_h);
+        let cv = precompute(h, out_h, filter);
         let cur = vertical(src, w, &cv);
         if need_h {
-            horizontal(&cur, w, 0, out_h, &precompute(w, out_w))
+            horizontal(&cur, w, 0, out_h, &precompute(w, out_w, filter))
         } else {
             cur
         }
@@ -210,13 +261,13 @@ mod tests {
         // Expected values from Pillow's algorithm transcribed in Python (and that
         // transcription checked to reproduce Image.resize exactly).
         // 4 → 2: support stretched to 4 source pixels a side, clipped to the image.
-        let c = precompute(4, 2);
+        let c = precompute(4, 2, Filter::Bicubic);
         assert_eq!(c.ksize, 9);
         assert_eq!(c.bounds, [(0, 4), (0, 4)]);
         assert_eq!(&c.taps[..4], &[1923834, 1923834, 502623, -155987]);
         assert_eq!(&c.taps[9..13], &[-155987, 502623, 1923834, 1923834]);
         // 3 → 7 (upscale): plain a = -0.5 cubic, renormalized at the border.
-        let c = precompute(3, 7);
+        let c = precompute(3, 7, Filter::Bicubic);
         assert_eq!(c.ksize, 5);
         assert_eq!((c.bounds[0], &c.taps[..2]), ((0, 2), &[4597602, -403298][..]));
         assert_eq!((c.bounds[1], &c.taps[5..8]), ((0, 3), &[3799273, 429887, -34856][..]));

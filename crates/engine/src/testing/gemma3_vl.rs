@@ -1,0 +1,238 @@
+//! Tiny Gemma 3 (`gemma3`, with vision) folders in the real on-disk format,
+//! loadable by our loader and by Python mlx-vlm
+//! (`scripts/make-vision-goldens.sh`): a Gemma 3 decoder of odd sizes
+//! (hidden 96, sliding window 8 shorter than the prompts, sliding and global
+//! layers alternating), a two-block SigLIP tower on 56-pixel images (4×4
+//! patches of 14) pooled to 4 soft tokens, a byte-level tokenizer with
+//! Gemma's special tokens and a Gemma 3 style chat template, and
+//! preprocessor_config.json as Gemma 3 ships it (bilinear resize, mean and
+//! std 0.5).
+//!
+//! Names are mlx-vlm's (`language_model.model.*`,
+//! `vision_tower.vision_model.*`, `multi_modal_projector.*`); float folders
+//! keep the PyTorch Conv2d layout `[out, C, P, P]`, quantized ones MLX's
+//! `[out, P, P, C]` with the language model quantized.
+use std::collections::HashMap;
+use std::path::Path;
+
+use mlx_rs::Array;
+use serde_json::json;
+
+use super::{byte_chars, save_checkpoint, Rng};
+use crate::error::{Error, Result};
+use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
+use crate::weights::QuantSpec;
+
+const HIDDEN: i32 = 96;
+const LAYERS: i32 = 4;
+const HEADS: i32 = 2;
+const KV_HEADS: i32 = 1;
+const HEAD_DIM: i32 = 32;
+const MLP: i32 = 128;
+pub const GEMMA3_VL_WINDOW: i32 = 8;
+const VISION_WIDTH: i32 = 32;
+const VISION_HEADS: i32 = 2;
+const VISION_MLP: i32 = 48;
+const VISION_LAYERS: i32 = 2;
+const PATCH: i32 = 14;
+const IMAGE: i32 = 56;
+const TOKENS_PER_IMAGE: i32 = 4;
+
+/// Gemma's special tokens, after the byte-level vocabulary.
+const SPECIALS: [&str; 8] = [
+    "<pad>",
+    "<eos>",
+    "<bos>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<start_of_image>",
+    "<end_of_image>",
+    "<image_soft_token>",
+];
+
+/// Gemma 3's chat template, cut to what the tests use: a system message
+/// folded into the first user turn, `assistant` as `model`, each image part
+/// as `<start_of_image>` where it sits, text parts trimmed.
+pub const GEMMA3_CHAT_TEMPLATE: &str = "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set first_user_prefix = messages[0]['content'] + '\n\n' %}{% set loop_messages = messages[1:] %}{% else %}{% set first_user_prefix = '' %}{% set loop_messages = messages %}{% endif %}{% for message in loop_messages %}{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}<start_of_turn>{{ role }}\n{{ first_user_prefix if loop.first else '' }}{% if message['content'] is string %}{{ message['content'] | trim }}{% else %}{% for item in message['content'] %}{% if item['type'] == 'image' %}<start_of_image>{% elif item['type'] == 'text' %}{{ item['text'] | trim }}{% endif %}{% endfor %}{% endif %}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
+
+fn gemma_byte_level_meta() -> GgufTokenizerMeta {
+    let tokens: Vec<String> = byte_chars().iter().map(|c| c.to_string()).collect();
+    let mut token_types = vec![1; tokens.len()];
+    let first_special = tokens.len() as u32;
+    let mut tokens = tokens;
+    for s in SPECIALS {
+        tokens.push(s.to_string());
+        token_types.push(3);
+    }
+    GgufTokenizerMeta {
+        model: "gpt2".into(),
+        pre: Some("qwen2".into()),
+        merges: Vec::new(),
+        tokens,
+        token_types,
+        bos_id: Some(first_special + 2),
+        eos_id: Some(first_special + 4),
+        add_bos: Some(false),
+        chat_template: Some(GEMMA3_CHAT_TEMPLATE.into()),
+    }
+}
+
+/// Writes a tiny Gemma 3 with vision into `dir`; returns the vocabulary size.
+pub fn write_tiny_gemma3_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let tokenizer = Tokenizer::from_gguf(gemma_byte_level_meta())?;
+    tokenizer.write_hf_files(dir)?;
+    let id = |t: &str| tokenizer.token_to_id(t).expect("special token in the tiny vocabulary");
+    // What transformers' Gemma 3 processor reads off its tokenizer.
+    let config_path = dir.join("tokenizer_config.json");
+    let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
+    let mut tok_config: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    tok_config["extra_special_tokens"] =
+        json!({"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"});
+    tok_config["boi_token"] = json!("<start_of_image>");
+    tok_config["eoi_token"] = json!("<end_of_image>");
+    tok_config["image_token"] = json!("<image_soft_token>");
+    std::fs::write(&config_path, serde_json::to_string_pretty(&tok_config).expect("serializable"))
+        .map_err(|e| Error::io(&config_path, e))?;
+    let vocab = tokenizer.vocab_size() as i32;
+    let hf = quantize.is_none();
+
+    let mut rng = Rng(seed);
+    let mut tensors: HashMap<String, Array> = HashMap::new();
+    let mut matrices: Vec<String> = Vec::new();
+    let lm = "language_model.model";
+    let mut matrix = |tensors: &mut HashMap<String, Array>, rng: &mut Rng, name: String, rows: i32, cols: i32| {
+        tensors.insert(format!("{name}.weight"), rng.tensor(&[rows, cols], 1.0 / (cols as f32).sqrt(), 0.0));
+        matrices.push(name);
+    };
+    // Gemma's RMSNorm scales by (1 + w): weights centred on 0.
+    let gemma_norm = |tensors: &mut HashMap<String, Array>, rng: &mut Rng, name: String, dim: i32| {
+        tensors.insert(format!("{name}.weight"), rng.tensor(&[dim], 0.1, 0.0));
+    };
+    matrix(&mut tensors, &mut rng, format!("{lm}.embed_tokens"), vocab, HIDDEN);
+    let (q, kv) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
+    for i in 0..LAYERS {
+        let p = format!("{lm}.layers.{i}");
+        for norm in ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"] {
+            gemma_norm(&mut tensors, &mut rng, format!("{p}.{norm}"), HIDDEN);
+        }
+        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.q_proj"), q, HIDDEN);
+        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.k_proj"), kv, HIDDEN);
+        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.v_proj"), kv, HIDDEN);
+        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.o_proj"), HIDDEN, q);
+        gemma_norm(&mut tensors, &mut rng, format!("{p}.self_attn.q_norm"), HEAD_DIM);
+        gemma_norm(&mut tensors, &mut rng, format!("{p}.self_attn.k_norm"), HEAD_DIM);
+        matrix(&mut tensors, &mut rng, format!("{p}.mlp.gate_proj"), MLP, HIDDEN);
+        matrix(&mut tensors, &mut rng, format!("{p}.mlp.up_proj"), MLP, HIDDEN);
+        matrix(&mut tensors, &mut rng, format!("{p}.mlp.down_proj"), HIDDEN, MLP);
+    }
+    gemma_norm(&mut tensors, &mut rng, format!("{lm}.norm"), HIDDEN);
+    if !hf {
+        // mlx-vlm 0.7.6 ties a missing head by copying the embedding's packed
+        // weight without its scales, so a 4-bit folder carries the head itself.
+        let embed = tensors[&format!("{lm}.embed_tokens.weight")].clone();
+        tensors.insert("language_model.lm_head.weight".into(), embed);
+        matrices.push("language_model.lm_head".into());
+    }
+
+    let mut vrng = Rng(seed + 1000);
+    let v = "vision_tower.vision_model";
+    let mut put = |name: String, t: Array| {
+        tensors.insert(name, t);
+    };
+    let (w, c) = (VISION_WIDTH, 3);
+    let kernel = vrng.tensor(&[w, c, PATCH, PATCH], 1.0 / ((c * PATCH * PATCH) as f32).sqrt(), 0.0);
+    let kernel = if hf { kernel } else { kernel.transpose_axes(&[0, 2, 3, 1])? };
+    put(format!("{v}.embeddings.patch_embedding.weight"), kernel);
+    put(format!("{v}.embeddings.patch_embedding.bias"), vrng.tensor(&[w], 0.1, 0.0));
+    let patches = (IMAGE / PATCH) * (IMAGE / PATCH);
+    put(format!("{v}.embeddings.position_embedding.weight"), vrng.tensor(&[patches, w], 0.5, 0.0));
+    let linear = |put: &mut dyn FnMut(String, Array), rng: &mut Rng, path: String, input: i32, output: i32| {
+        put(format!("{path}.weight"), rng.tensor(&[output, input], 1.0 / (input as f32).sqrt(), 0.0));
+        put(format!("{path}.bias"), rng.tensor(&[output], 0.1, 0.0));
+    };
+    let layer_norm = |put: &mut dyn FnMut(String, Array), rng: &mut Rng, path: String, dim: i32| {
+        put(format!("{path}.weight"), rng.tensor(&[dim], 0.1, 1.0));
+        put(format!("{path}.bias"), rng.tensor(&[dim], 0.1, 0.0));
+    };
+    for i in 0..VISION_LAYERS {
+        let l = format!("{v}.encoder.layers.{i}");
+        layer_norm(&mut put, &mut vrng, format!("{l}.layer_norm1"), w);
+        for proj in ["q_proj", "k_proj", "v_proj", "out_proj"] {
+            linear(&mut put, &mut vrng, format!("{l}.self_attn.{proj}"), w, w);
+        }
+        layer_norm(&mut put, &mut vrng, format!("{l}.layer_norm2"), w);
+        linear(&mut put, &mut vrng, format!("{l}.mlp.fc1"), w, VISION_MLP);
+        linear(&mut put, &mut vrng, format!("{l}.mlp.fc2"), VISION_MLP, w);
+    }
+    layer_norm(&mut put, &mut vrng, format!("{v}.post_layernorm"), w);
+    put("multi_modal_projector.mm_soft_emb_norm.weight".into(), vrng.tensor(&[w], 0.1, 0.0));
+    put("multi_modal_projector.mm_input_projection_weight".into(), vrng.tensor(&[w, HIDDEN], 1.0 / (w as f32).sqrt(), 0.0));
+
+    let layer_types: Vec<&str> =
+        (0..LAYERS).map(|i| if i % 2 == 1 { "full_attention" } else { "sliding_attention" }).collect();
+    let config = json!({
+        "model_type": "gemma3",
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "text_config": {
+            "model_type": "gemma3_text",
+            "hidden_size": HIDDEN,
+            "num_hidden_layers": LAYERS,
+            "intermediate_size": MLP,
+            "num_attention_heads": HEADS,
+            "num_key_value_heads": KV_HEADS,
+            "head_dim": HEAD_DIM,
+            "rms_norm_eps": 1e-6,
+            "vocab_size": vocab,
+            "rope_theta": 1_000_000.0,
+            "rope_global_base_freq": 1_000_000.0,
+            "rope_local_base_freq": 10_000.0,
+            "query_pre_attn_scalar": HEAD_DIM,
+            "sliding_window": GEMMA3_VL_WINDOW,
+            "sliding_window_pattern": 2,
+            "layer_types": layer_types,
+            "max_position_embeddings": 4096,
+            "mm_tokens_per_image": TOKENS_PER_IMAGE,
+        },
+        "vision_config": {
+            "model_type": "siglip_vision_model",
+            "hidden_size": w,
+            "intermediate_size": VISION_MLP,
+            "num_hidden_layers": VISION_LAYERS,
+            "num_attention_heads": VISION_HEADS,
+            "patch_size": PATCH,
+            "image_size": IMAGE,
+            "layer_norm_eps": 1e-6,
+        },
+        "mm_tokens_per_image": TOKENS_PER_IMAGE,
+        "image_token_index": id("<image_soft_token>"),
+        "boi_token_index": id("<start_of_image>"),
+        "eoi_token_index": id("<end_of_image>"),
+        "eos_token_id": [id("<eos>"), id("<end_of_turn>")],
+        "hidden_size": HIDDEN,
+        "pad_token_id": id("<pad>"),
+    });
+    let pre = json!({
+        "image_processor_type": "Gemma3ImageProcessor",
+        "processor_class": "Gemma3Processor",
+        "do_resize": true,
+        "size": {"height": IMAGE, "width": IMAGE},
+        "resample": 2,
+        "do_rescale": true,
+        "rescale_factor": 1.0 / 255.0,
+        "do_normalize": true,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+        "do_convert_rgb": true,
+        "do_pan_and_scan": null,
+        "image_seq_length": TOKENS_PER_IMAGE,
+    });
+    let write = |name: &str, value: &serde_json::Value| -> Result<()> {
+        let path = dir.join(name);
+        std::fs::write(&path, serde_json::to_string_pretty(value).expect("serializable")).map_err(|e| Error::io(&path, e))
+    };
+    write("preprocessor_config.json", &pre)?;
+    write("processor_config.json", &json!({"image_seq_length": TOKENS_PER_IMAGE, "processor_class": "Gemma3Processor"}))?;
+    save_checkpoint(dir, tensors, &matrices, config, quantize)?;
+    Ok(vocab)
+}

@@ -1,0 +1,42 @@
+//! What the engine needs from a family's image processor: image file bytes →
+//! the patches its vision tower reads, how many feature slots an image takes
+//! in the prompt, and a key of every parameter that changes the output (so
+//! the vision-feature cache never mixes two processors' features). The
+//! registry picks the implementation per family, reading the checkpoint's
+//! `preprocessor_config.json` / `processor_config.json`.
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use super::preprocess::{ImagePatches, PreprocessedImage};
+use crate::error::Result;
+
+pub trait ImageProcessor: Debug + Send + Sync {
+    /// Decodes and preprocesses one image file's bytes (no MLX: any thread).
+    /// Bad input is `Error::InvalidImage` naming the image as `name`.
+    fn patches_named(&self, bytes: &[u8], name: &str) -> Result<ImagePatches>;
+
+    /// How many placeholder tokens (= features) an image of this grid takes.
+    fn num_image_tokens(&self, grid: [i32; 3]) -> usize;
+
+    /// A stable text of every parameter that changes the output.
+    fn cache_key(&self) -> String;
+
+    /// For families whose processor writes each image's whole token sequence
+    /// into the prompt *text* before tokenizing (Gemma 3: the template's
+    /// `<start_of_image>` becomes blank lines, the marker, one soft token per
+    /// feature and `<end_of_image>`): the rendered prompt with every image
+    /// expanded. `None` (the default): the template's single placeholder token
+    /// per image is expanded after tokenizing.
+    fn expand_prompt_text(&self, _rendered: &str) -> Option<String> {
+        None
+    }
+
+    /// [`Self::patches_named`] as the MLX array the tower reads (engine thread only).
+    fn preprocess(&self, bytes: &[u8]) -> Result<PreprocessedImage> {
+        let patches = self.patches_named(bytes, &format!("of {} bytes", bytes.len()))?;
+        Ok(PreprocessedImage { pixels: patches.to_array(), grid: patches.grid })
+    }
+}
+
+/// A processor shared by the threads that prepare requests.
+pub type SharedImageProcessor = Arc<dyn ImageProcessor>;
