@@ -460,8 +460,8 @@ fn gallery_and_status_show_the_registry_capabilities() {
     let moe = catalog.iter().find(|m| m["architecture"] == "qwen3_moe").expect("Qwen3-MoE in the catalog");
     assert_eq!(moe["supported"], true);
     let gemma4 = catalog.iter().find(|m| m["architecture"] == "gemma4").expect("Gemma 4 in the catalog");
-    assert_eq!(gemma4["supported"], true, "its language model loads");
-    assert_eq!(gemma4["vision"], false, "text only until its vision tower lands");
+    assert_eq!(gemma4["supported"], true);
+    assert_eq!(gemma4["vision"], true, "Gemma 4 sees images");
     let qwen35 = catalog.iter().find(|m| m["architecture"] == "qwen3_5").expect("Qwen3.5 in the catalog");
     assert_eq!(qwen35["supported"], true);
     assert_eq!(qwen35["vision"], true, "Qwen3.5 sees images");

@@ -1,7 +1,7 @@
 //! Writes the tiny seeded vision-language folders that
 //! tests/parity_mlx_vlm.rs uses, so scripts/make-vision-goldens.sh can record
 //! Python mlx-vlm's outputs on the very same files:
-//! `write_tiny_vl_model <out-dir>` → `<out-dir>/{qwen2_vl,qwen2_5_vl,qwen3_5,qwen3_vl,gemma3}/{float,q4}`
+//! `write_tiny_vl_model <out-dir>` → `<out-dir>/{qwen2_vl,qwen2_5_vl,qwen3_5,qwen3_vl,gemma3,gemma4}/{float,q4}`
 //! (float: Hugging Face names; q4: mlx-community names and layout, the
 //! language model 4-bit with group 64).
 //!
@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use engine::testing::{write_tiny_gemma3_vl, write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims};
+use engine::testing::{write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims};
 use engine::weights::QuantSpec;
 
 #[derive(Parser)]
@@ -30,6 +30,8 @@ const QWEN35_SEED: u64 = 35;
 const QWEN3_VL_SEED: u64 = 30;
 /// The seed the parity test writes its Gemma 3 folders with.
 const GEMMA3_SEED: u64 = 3;
+/// The seed the parity test writes its Gemma 4 folders with.
+const GEMMA4_SEED: u64 = 4;
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -55,6 +57,8 @@ fn main() -> anyhow::Result<()> {
     write_tiny_qwen3_vl(&out.join("qwen3_vl").join("q4"), Some(QuantSpec { group_size: 32, bits: 4 }), QWEN3_VL_SEED)?;
     write_tiny_gemma3_vl(&out.join("gemma3").join("float"), None, GEMMA3_SEED)?;
     write_tiny_gemma3_vl(&out.join("gemma3").join("q4"), Some(QuantSpec { group_size: 32, bits: 4 }), GEMMA3_SEED)?;
+    write_tiny_gemma4_vl(&out.join("gemma4").join("float"), None, GEMMA4_SEED)?;
+    write_tiny_gemma4_vl(&out.join("gemma4").join("q4"), Some(QuantSpec { group_size: 32, bits: 4 }), GEMMA4_SEED)?;
     println!("{}", out.display());
     Ok(())
 }

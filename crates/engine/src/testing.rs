@@ -8,6 +8,7 @@
 //! vision tower (`qwen3_vl.rs`) with Python mlx-vlm.
 mod families;
 mod gemma3_vl;
+mod gemma4_vl;
 mod gguf_writer;
 mod qwen3_vl;
 mod qwen_vl;
@@ -24,6 +25,7 @@ use crate::weights::QuantSpec;
 pub use gguf_writer::{write_gguf, GgufTensor, GgufValue};
 pub use families::{write_family, write_tiny_family, Dims, TinyFamily};
 pub use gemma3_vl::{write_tiny_gemma3_vl, GEMMA3_CHAT_TEMPLATE, GEMMA3_VL_WINDOW};
+pub use gemma4_vl::{write_tiny_gemma4_vl, GEMMA4_CHAT_TEMPLATE, GEMMA4_VL_SOFT_TOKENS};
 pub use qwen3_vl::{write_tiny_qwen35_vl, write_tiny_qwen3_vl, QWEN35_MAX_PIXELS, QWEN35_MIN_PIXELS};
 pub use qwen_vl::{
     qwen_byte_level_meta, write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims, QWEN_SPECIAL_TOKENS,

@@ -1,16 +1,17 @@
-//! Numerical parity of our Gemma 3 with vision (`gemma3`) with Python
-//! mlx-vlm 0.7.6 on the same MLX CPU backend, with one deliberate change on
-//! the reference's side: each image's soft tokens attend to each other both
-//! ways, as Gemma 3 was trained (mlx-vlm 0.7.6 keeps them causal; the golden
-//! script wraps its mask, see `scripts/goldens/gemma3_vl.py`).
+//! Numerical parity of our Gemma 3 and Gemma 4 with vision (`gemma3`,
+//! `gemma4`) with Python mlx-vlm 0.7.6 on the same MLX CPU backend. Both
+//! run each image's soft tokens bidirectionally, as the models were trained:
+//! mlx-vlm does so itself for Gemma 4; for Gemma 3 (which it keeps causal) the
+//! golden script wraps its mask, see `scripts/goldens/gemma3_vl.py`.
 //!
-//! `scripts/make-vision-goldens.sh gemma3` wrote the tiny seeded folders (the
+//! `scripts/make-vision-goldens.sh gemma3 gemma4` wrote the tiny seeded folders (the
 //! `write_tiny_vl_model` example) and recorded the reference on chat prompts
 //! with 0, 1 and 2 images. This test writes the same folders with the same
 //! code, loads them with our loader and compares:
-//! - the prompt: our template, the processor's text expansion of each
-//!   `<start_of_image>` and our tokenizer give the reference's ids exactly;
-//! - our image preprocessing (decode, PIL-exact bilinear resize, normalize)
+//! - the prompt: our template, the processor's text expansion of each image
+//!   placeholder and our tokenizer give the reference's ids exactly;
+//! - our image preprocessing (decode, PIL-exact resize — bilinear to a square
+//!   for Gemma 3, bicubic within a token budget for Gemma 4 — and rescaling)
 //!   on the lossless fixture PNGs: the reference's pixel values bit for bit;
 //! - the image features (tower, pooling, projector, scaling) on the
 //!   reference's pixels;
@@ -21,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use engine::cache::BatchCache;
 use engine::model::{load, LoadOptions, LoadedModel, Positions, WeightFormat};
-use engine::testing::write_tiny_gemma3_vl;
+use engine::testing::{write_tiny_gemma3_vl, write_tiny_gemma4_vl};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use engine::weights::QuantSpec;
 use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype};
@@ -35,27 +36,79 @@ use serde_json::Value;
 /// or more.
 const SAME_COMPUTATION_TOL: f32 = 1e-4;
 
-/// 4-bit weights against mlx-vlm's: its quantized embedding returns float16
-/// rows, so the reference runs the whole residual stream in float16 (the
-/// effect measured at 7.5e-4 on the text Gemma 3 against mlx-lm, see
-/// parity_mlx_lm.rs) where we keep float32. Measured here on logits: 1.0e-3
-/// as stored, 2.6e-3 dequantized (the image features, float32 on both sides,
-/// agree to 6e-7). 1e-2 stays well below what a wrong quantized layout moves
+/// 4-bit weights against mlx-vlm's. Gemma 3: its quantized embedding returns
+/// float16 rows, so the reference runs the whole residual stream in float16
+/// (the effect measured at 7.5e-4 on the text Gemma 3 against mlx-lm, see
+/// parity_mlx_lm.rs) where we keep float32. Dequantized at load, the
+/// reference's quantized matmuls also round `scale · q + bias` in float16
+/// (see parity_mlx_vlm.rs). Measured on logits: Gemma 3 1.0e-3 as stored,
+/// 2.6e-3 dequantized; Gemma 4 1.7e-6 as stored, 5.8e-3 dequantized (7.0e-3
+/// on a decode step's log-probs); the image features, float32 on both sides,
+/// agree to 6e-7. 1e-2 stays well below what a wrong quantized layout moves
 /// (order 1).
 const FLOAT16_RESIDUAL_TOL: f32 = 1e-2;
 
-/// The seed `write_tiny_vl_model` writes its Gemma 3 folders with.
+/// The seeds `write_tiny_vl_model` writes its folders with.
 const GEMMA3_SEED: u64 = 3;
+const GEMMA4_SEED: u64 = 4;
+
+/// What differs between the two families in this test.
+struct Family {
+    goldens: &'static str,
+    write: fn(&Path, Option<QuantSpec>),
+    /// mlx-vlm's message puts the images before the text (else after it).
+    images_first: bool,
+    /// The reference's pixels of image `i` of a case, as our patches and grid.
+    patches: fn(&Goldens, &str, usize) -> (Array, [i32; 3]),
+    /// Soft tokens per image of `grid`.
+    slots: fn([i32; 3]) -> usize,
+}
+
+const GEMMA3: Family = Family {
+    goldens: "gemma3_vl_mlx_vlm",
+    write: |dir, q| {
+        write_tiny_gemma3_vl(dir, q, GEMMA3_SEED).unwrap();
+    },
+    images_first: false,
+    // `pixels.<case>` `[n, 3, 56, 56]`, 14-px patches, columns (channel, row, col).
+    patches: |g, case, i| {
+        let pixels = g.arrays[&format!("pixels.{case}")].index(i as i32..i as i32 + 1);
+        (as_patches(&pixels, 14), [1, 4, 4])
+    },
+    slots: |_| 4,
+};
+
+const GEMMA4: Family = Family {
+    goldens: "gemma4_vl_mlx_vlm",
+    write: |dir, q| {
+        write_tiny_gemma4_vl(dir, q, GEMMA4_SEED).unwrap();
+    },
+    images_first: true,
+    // `pixels.<case>.<i>` `[3, H, W]`, 16-px patches, columns (row, col, channel).
+    patches: |g, case, i| {
+        let pixels = &g.arrays[&format!("pixels.{case}.{i}")];
+        let (p, gh, gw) = (16, pixels.dim(1) / 16, pixels.dim(2) / 16);
+        let patches = pixels
+            .reshape(&[3, gh, p, gw, p])
+            .unwrap()
+            .transpose_axes(&[1, 3, 2, 4, 0])
+            .unwrap()
+            .reshape(&[gh * gw, p * p * 3])
+            .unwrap();
+        (patches, [1, gh, gw])
+    },
+    slots: |grid| (grid[1] * grid[2] / 9) as usize,
+};
 
 struct Goldens {
     json: Value,
     arrays: HashMap<String, Array>,
 }
 
-fn goldens() -> Goldens {
+fn goldens(stem: &str) -> Goldens {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens");
-    let text = std::fs::read_to_string(dir.join("gemma3_vl_mlx_vlm.json")).expect("golden JSON");
-    let arrays = Array::load_safetensors(dir.join("gemma3_vl_mlx_vlm.safetensors")).expect("golden arrays");
+    let text = std::fs::read_to_string(dir.join(format!("{stem}.json"))).expect("golden JSON");
+    let arrays = Array::load_safetensors(dir.join(format!("{stem}.safetensors"))).expect("golden arrays");
     Goldens { json: serde_json::from_str(&text).unwrap(), arrays }
 }
 
@@ -142,17 +195,16 @@ fn log_softmax(x: &Array) -> Array {
     x.subtract(ops::logsumexp_axis(x, -1, true).unwrap()).unwrap()
 }
 
-fn check(golden_key: &str, quantize: Option<QuantSpec>, format: WeightFormat, tol: f32) {
-    let goldens = goldens();
+fn check(family: &Family, golden_key: &str, quantize: Option<QuantSpec>, format: WeightFormat, tol: f32) {
+    let goldens = goldens(family.goldens);
     let golden = &goldens.json["models"][golden_key];
     assert!(golden.is_object(), "no goldens for {golden_key}");
     let dir = tempfile::tempdir().unwrap();
-    write_tiny_gemma3_vl(dir.path(), quantize, GEMMA3_SEED).unwrap();
-    let loaded = load(dir.path(), &LoadOptions { format }).expect("load tiny Gemma 3");
+    (family.write)(dir.path(), quantize);
+    let loaded = load(dir.path(), &LoadOptions { format }).expect("load the tiny model");
     let vision = loaded.model.vision().expect("a vision tower");
     let processor = loaded.preprocessor.clone().expect("an image processor");
     let image_token = vision.image_token_id();
-    assert_eq!(Some(image_token), loaded.tokenizer.token_to_id("<image_soft_token>"));
     let text = goldens.json["text"].as_str().unwrap();
     let (mut vision_diff, mut logits_diff, mut decode_diff) = (0f32, 0f32, 0f32);
     for (case, rec) in golden.as_object().unwrap() {
@@ -160,31 +212,32 @@ fn check(golden_key: &str, quantize: Option<QuantSpec>, format: WeightFormat, to
         let files: Vec<String> =
             goldens.json["cases"][case].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
 
-        // The prompt: mlx-vlm puts Gemma 3's images after the text.
-        let mut parts = vec![ContentPart::text(text)];
-        parts.extend(files.iter().map(|_| ContentPart::image()));
+        let mut parts: Vec<ContentPart> = files.iter().map(|_| ContentPart::image()).collect();
+        if family.images_first {
+            parts.push(ContentPart::text(text));
+        } else {
+            parts.insert(0, ContentPart::text(text));
+        }
         let message = if files.is_empty() { ChatMessage::user(text) } else { ChatMessage::user(MessageContent::Parts(parts)) };
         let rendered = loaded.tokenizer.apply_chat_template(&[message], &TemplateOptions::default()).unwrap();
         assert_eq!(rendered, rec["prompt_text"].as_str().unwrap(), "{}", what("rendered prompt"));
-        let expanded = processor.expand_prompt_text(&rendered).expect("Gemma 3 expands images in the text");
+        let reference: Vec<(Array, [i32; 3])> = (0..files.len()).map(|i| (family.patches)(&goldens, case, i)).collect();
+        let slots: Vec<usize> = reference.iter().map(|(_, grid)| (family.slots)(*grid)).collect();
+        let expanded = processor.expand_prompt_text(&rendered, &slots).expect("Gemma expands images in the text");
         let tokens = loaded.tokenizer.encode(&expanded, false).unwrap();
         assert_eq!(tokens, ids(&rec["prompt_ids"]), "{}", what("prompt ids"));
 
         let features = if files.is_empty() {
             None
         } else {
-            // Our preprocessing, bit for bit.
-            let pixels = &goldens.arrays[&format!("pixels.{case}")];
-            let theirs = as_patches(pixels, 14);
-            let ours: Vec<Array> = files.iter().map(|f| processor.preprocess(&fixture(f)).unwrap().pixels).collect();
-            let ours = ops::concatenate(&ours, 0).unwrap();
-            assert_eq!(max_abs_diff(&ours, &theirs, &what("pixels")), 0.0, "{}", what("pixel values bit-exact"));
-            // The tower on the reference's pixels.
-            let per_image = theirs.dim(0) / files.len() as i32;
-            let grid = [1, 4, 4];
-            let parts: Vec<Array> = (0..files.len() as i32)
-                .map(|i| vision.encode(&theirs.index(i * per_image..(i + 1) * per_image), grid).unwrap())
-                .collect();
+            // Our preprocessing, bit for bit; the tower on the reference's pixels.
+            let mut parts = Vec::new();
+            for (file, (theirs, grid)) in files.iter().zip(&reference) {
+                let ours = processor.preprocess(&fixture(file)).unwrap();
+                assert_eq!(ours.grid, *grid, "{}", what("grid"));
+                assert_eq!(max_abs_diff(&ours.pixels, theirs, &what("pixels")), 0.0, "{}", what("pixel values bit-exact"));
+                parts.push(vision.encode(theirs, *grid).unwrap());
+            }
             let ours = ops::concatenate(&parts, 0).unwrap();
             let d = max_abs_diff(&ours, &goldens.arrays[&format!("{}.{case}.vision", golden_key.replace('/', "."))], &what("features"));
             assert!(d <= tol, "{}: {d:.3e} > {tol:.0e}", what("features"));
@@ -223,26 +276,43 @@ fn check(golden_key: &str, quantize: Option<QuantSpec>, format: WeightFormat, to
     );
 }
 
+const Q4: Option<QuantSpec> = Some(QuantSpec { group_size: 32, bits: 4 });
+
 #[test]
 fn gemma3_float_matches_mlx_vlm() {
-    check("gemma3/float", None, WeightFormat::AsStored, SAME_COMPUTATION_TOL);
+    check(&GEMMA3, "gemma3/float", None, WeightFormat::AsStored, SAME_COMPUTATION_TOL);
 }
 
 #[test]
 fn gemma3_q4_as_stored_matches_mlx_vlm() {
-    check("gemma3/q4", Some(QuantSpec { group_size: 32, bits: 4 }), WeightFormat::AsStored, FLOAT16_RESIDUAL_TOL);
+    check(&GEMMA3, "gemma3/q4", Q4, WeightFormat::AsStored, FLOAT16_RESIDUAL_TOL);
 }
 
 #[test]
 fn gemma3_q4_dequantized_matches_mlx_vlm() {
-    check("gemma3/q4", Some(QuantSpec { group_size: 32, bits: 4 }), WeightFormat::Float32, FLOAT16_RESIDUAL_TOL);
+    check(&GEMMA3, "gemma3/q4", Q4, WeightFormat::Float32, FLOAT16_RESIDUAL_TOL);
+}
+
+#[test]
+fn gemma4_float_matches_mlx_vlm() {
+    check(&GEMMA4, "gemma4/float", None, WeightFormat::AsStored, SAME_COMPUTATION_TOL);
+}
+
+#[test]
+fn gemma4_q4_as_stored_matches_mlx_vlm() {
+    check(&GEMMA4, "gemma4/q4", Q4, WeightFormat::AsStored, FLOAT16_RESIDUAL_TOL);
+}
+
+#[test]
+fn gemma4_q4_dequantized_matches_mlx_vlm() {
+    check(&GEMMA4, "gemma4/q4", Q4, WeightFormat::Float32, FLOAT16_RESIDUAL_TOL);
 }
 
 /// The image spans matter: the same prompt with the images' tokens causal
 /// gives other logits (so the bidirectional mask is what the goldens check).
 #[test]
 fn causal_image_tokens_would_not_match() {
-    let goldens = goldens();
+    let goldens = goldens(GEMMA3.goldens);
     let rec = &goldens.json["models"]["gemma3/float"]["large"];
     let dir = tempfile::tempdir().unwrap();
     write_tiny_gemma3_vl(dir.path(), None, GEMMA3_SEED).unwrap();

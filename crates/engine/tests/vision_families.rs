@@ -8,7 +8,7 @@
 //!   (Qwen3.5: a recurrent-state checkpoint) and prefills only the new turn,
 //!   answering as a cold prefill does;
 //! - KV quantization on with images;
-//! - prefill in small chunks equals one pass (Gemma 3's images, which attend
+//! - prefill in small chunks equals one pass (Gemma's images, which attend
 //!   to themselves both ways, are never cut by a chunk).
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,7 +18,7 @@ use engine::cache::KvQuantization;
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_gemma3_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl};
+use engine::testing::{write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions, Tokenizer};
 
 /// One family under test: how its tiny folder is written and where its
@@ -36,6 +36,7 @@ struct Family {
 const QWEN35_SEED: u64 = 35;
 const QWEN3_VL_SEED: u64 = 30;
 const GEMMA3_SEED: u64 = 3;
+const GEMMA4_SEED: u64 = 4;
 
 const FAMILIES: &[Family] = &[
     Family {
@@ -64,6 +65,15 @@ const FAMILIES: &[Family] = &[
         goldens: "gemma3_vl_mlx_vlm.json",
         golden_model: "gemma3/float",
         images_first: false,
+    },
+    Family {
+        name: "Gemma 4",
+        write: |dir| {
+            write_tiny_gemma4_vl(dir, None, GEMMA4_SEED).unwrap();
+        },
+        goldens: "gemma4_vl_mlx_vlm.json",
+        golden_model: "gemma4/float",
+        images_first: true,
     },
 ];
 

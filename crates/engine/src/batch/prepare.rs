@@ -113,23 +113,26 @@ impl Preparer {
         if !req.images.is_empty() && self.vision.is_none() {
             return Err(not_a_vision_model(&self.model_name));
         }
+        if !req.images.is_empty() && !matches!(req.prompt, Prompt::Chat { .. }) {
+            return Err(Error::InvalidRequest("images need a chat prompt (their places come from the messages)".into()));
+        }
+        // The images first: a family that writes each image's tokens into the
+        // prompt text needs their sizes (Gemma 4's vary with the image).
+        let inputs = std::mem::take(&mut req.images);
+        let patches = self.image_patches(&inputs)?;
         let (prompt, opens_thinking, thinking_enabled, offers_tools) = match &req.prompt {
             Prompt::Tokens(ids) => (ids.clone(), false, false, false),
             Prompt::Text(text) => (tokenizer.encode(text, tokenizer.add_bos())?, false, false, false),
             Prompt::Chat { messages, options } => {
                 let rendered = tokenizer.apply_chat_template(messages, options)?;
-                // A family that writes each image's tokens into the text (Gemma 3).
-                let expanded = self.vision.as_ref().and_then(|(p, _)| p.expand_prompt_text(&rendered));
+                let slots: Vec<usize> = patches.iter().map(|p| p.slots).collect();
+                let expanded = self.vision.as_ref().and_then(|(p, _)| p.expand_prompt_text(&rendered, &slots));
                 let ids = tokenizer.encode(expanded.as_deref().unwrap_or(&rendered), false)?;
                 let tools = options.tools.as_ref().is_some_and(|t| !t.is_empty());
                 (ids, prompt_opens_thinking(&rendered), options.enable_thinking != Some(false), tools)
             }
         };
-        if !req.images.is_empty() && !matches!(req.prompt, Prompt::Chat { .. }) {
-            return Err(Error::InvalidRequest("images need a chat prompt (their places come from the messages)".into()));
-        }
-        let inputs = std::mem::take(&mut req.images);
-        let (prompt, images) = self.prepare_images(prompt, &inputs)?;
+        let (prompt, images) = self.prepare_images(prompt, &inputs, patches)?;
         drop(inputs); // the file bytes are not needed past here
         if prompt.is_empty() {
             return Err(Error::InvalidRequest("the prompt is empty".into()));
@@ -160,12 +163,42 @@ impl Preparer {
         Ok(PreparedRequest { request: req, prompt, images, matcher, close_thinking, offers_tools, max_tokens, submitted })
     }
 
+    /// Decodes, resizes and cuts each image into patches (none for a request
+    /// without images).
+    fn image_patches(&self, images: &[ImageInput]) -> Result<Vec<PreparedImage>> {
+        let Some((preprocessor, _)) = &self.vision else {
+            if images.is_empty() {
+                return Ok(Vec::new());
+            }
+            return Err(not_a_vision_model(&self.model_name));
+        };
+        let preprocessing = preprocessor.cache_key();
+        images
+            .iter()
+            .enumerate()
+            .map(|(i, image)| {
+                // Name the image the way the user sees it: its place in the request.
+                let patches = preprocessor.patches_named(&image.bytes, &format!("#{}", i + 1))?;
+                Ok(PreparedImage {
+                    cache_key: VisionFeatureCache::key(&image.sha256, &preprocessing, &self.model_id),
+                    slots: preprocessor.num_image_tokens(patches.grid),
+                    patches,
+                })
+            })
+            .collect()
+    }
+
     /// Expands each image's placeholder to as many slots as it has features
     /// and cuts the images into patches. Returns the tokens unchanged and
     /// `None` for a request without images. For a processor that expanded
     /// the images in the prompt text, the slots are already there: they are
     /// checked against the images instead.
-    fn prepare_images(&self, tokens: Vec<u32>, images: &[ImageInput]) -> Result<(Vec<u32>, Option<PreparedImages>)> {
+    fn prepare_images(
+        &self,
+        tokens: Vec<u32>,
+        images: &[ImageInput],
+        prepared: Vec<PreparedImage>,
+    ) -> Result<(Vec<u32>, Option<PreparedImages>)> {
         let Some((preprocessor, image_token)) = &self.vision else {
             if images.is_empty() {
                 return Ok((tokens, None));
@@ -173,7 +206,7 @@ impl Preparer {
             return Err(not_a_vision_model(&self.model_name));
         };
         let image_token = *image_token;
-        let in_text = preprocessor.expand_prompt_text("").is_some();
+        let in_text = preprocessor.expands_in_text();
         let placeholders = tokens.iter().filter(|&&t| t == image_token).count();
         if !in_text && placeholders != images.len() {
             return Err(Error::InvalidRequest(format!(
@@ -186,17 +219,6 @@ impl Preparer {
                 return Err(Error::InvalidRequest(format!("the prompt has {placeholders} image tokens but no images")));
             }
             return Ok((tokens, None));
-        }
-        let preprocessing = preprocessor.cache_key();
-        let mut prepared = Vec::with_capacity(images.len());
-        for (i, image) in images.iter().enumerate() {
-            // Name the image the way the user sees it: its place in the request.
-            let patches = preprocessor.patches_named(&image.bytes, &format!("#{}", i + 1))?;
-            prepared.push(PreparedImage {
-                cache_key: VisionFeatureCache::key(&image.sha256, &preprocessing, &self.model_id),
-                slots: preprocessor.num_image_tokens(patches.grid),
-                patches,
-            });
         }
         if in_text {
             let slots: usize = prepared.iter().map(|p| p.slots).sum();

@@ -18,13 +18,13 @@
 //!   layer's dense MLP, a router (RMS-normed input, top-k, softmax over the
 //!   chosen, a learned scale per expert) over GELU-gated experts.
 //!
-//! A multimodal `gemma4` checkpoint loads as its language model.
+//! A multimodal `gemma4` checkpoint is [`super::gemma4_vl`]: this language
+//! model and the vision encoder.
 use mlx_rs::{fast, ops, ops::indexing::IndexOp, Array};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::attention;
-use super::language_model_only::keep_language_model;
 use super::layers::{gelu_tanh, Embedding, LayerLoader, Linear, RmsNorm};
 use super::moe::{unstack_gate_up, Experts, GateActivation};
 use super::registry::Family;
@@ -34,23 +34,15 @@ use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::error::{Error, Result};
 
 pub const FAMILY: Family = Family {
-    name: "Gemma 4",
-    // `gemma4` is the multimodal checkpoint (what Gemma 4 E2B / E4B ship
-    // as): its language model loads here; its image and audio towers wait for
-    // the vision families, so it is text-only for now.
-    model_types: &["gemma4_text", "gemma4"],
-    build: |model_type, config, loader| {
-        if model_type == "gemma4" {
-            keep_language_model(loader, TOWERS, "Gemma 4");
-        }
-        Ok(Box::new(Gemma4::load(config, loader)?))
-    },
+    name: "Gemma 4 (text)",
+    model_types: &["gemma4_text"],
+    build: |_, config, loader| Ok(Box::new(Gemma4::load(config, loader)?)),
     gguf: None,
     image_processor: None,
 };
 
 /// Tensors of the towers a text-only load skips.
-const TOWERS: &[&str] = &["vision_tower.", "multi_modal_projector.", "audio_tower.", "embed_audio.", "embed_vision."];
+pub const TOWERS: &[&str] = &["vision_tower.", "multi_modal_projector.", "audio_tower.", "embed_audio.", "embed_vision."];
 
 /// One kind of layer's RoPE (`rope_parameters.full_attention` /
 /// `.sliding_attention`).
@@ -504,6 +496,13 @@ impl Mlp {
     fn forward(&self, x: &Array) -> Result<Array> {
         let gate = gelu_tanh(&self.gate_proj.forward(x)?)?;
         self.down_proj.forward(&gate.multiply(self.up_proj.forward(x)?)?)
+    }
+}
+
+impl Gemma4 {
+    /// The width of the hidden states (what image features must match).
+    pub fn shape_hidden(&self) -> i32 {
+        self.args.hidden_size
     }
 }
 

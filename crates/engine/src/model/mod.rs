@@ -8,6 +8,8 @@ pub mod gated_delta;
 pub mod gemma3;
 pub mod gemma3_vl;
 pub mod gemma4;
+pub mod gemma4_vision;
+pub mod gemma4_vl;
 pub mod language_model_only;
 pub mod layers;
 pub mod llama;

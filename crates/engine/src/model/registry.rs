@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::layers::LayerLoader;
-use super::{gemma3, gemma3_vl, gemma4, llama, qwen2, qwen2_vl, qwen3, qwen3_5, qwen3_5_vl, qwen3_moe, qwen3_vl, Capabilities, LanguageModel};
+use super::{gemma3, gemma3_vl, gemma4, gemma4_vl, llama, qwen2, qwen2_vl, qwen3, qwen3_5, qwen3_5_vl, qwen3_moe, qwen3_vl, Capabilities, LanguageModel};
 use crate::error::{Error, Result};
 use crate::vision::SharedImageProcessor;
 use crate::weights::gguf::GgufImport;
@@ -38,7 +38,7 @@ impl Family {
 }
 
 /// Every family the engine runs.
-pub static FAMILIES: &[Family] = &[llama::FAMILY, qwen2::FAMILY, qwen2_vl::FAMILY, qwen3::FAMILY, qwen3_moe::FAMILY, gemma3::FAMILY, gemma3_vl::FAMILY, gemma4::FAMILY, qwen3_5_vl::FAMILY, qwen3_5::FAMILY, qwen3_vl::FAMILY];
+pub static FAMILIES: &[Family] = &[llama::FAMILY, qwen2::FAMILY, qwen2_vl::FAMILY, qwen3::FAMILY, qwen3_moe::FAMILY, gemma3::FAMILY, gemma3_vl::FAMILY, gemma4::FAMILY, gemma4_vl::FAMILY, qwen3_5_vl::FAMILY, qwen3_5::FAMILY, qwen3_vl::FAMILY];
 
 /// The family of a config.json `model_type`.
 pub fn family(model_type: &str) -> Option<&'static Family> {

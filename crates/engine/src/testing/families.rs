@@ -366,15 +366,24 @@ pub fn write_family(dir: &Path, family: TinyFamily, d: Dims, quantize: Option<Qu
 /// `gate_up_proj` layout in float and mlx-community's `switch_glu` in 4-bit,
 /// and the global layers' values equal to their keys.
 fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let tokenizer = tiny_tokenizer()?;
+    tokenizer.write_hf_files(dir)?;
+    let vocab = tokenizer.vocab_size() as i32;
+    let (tensors, matrices, config) = gemma4_parts(d, seed, vocab, quantize.is_some())?;
+    save_checkpoint(dir, tensors, &matrices, config, quantize)?;
+    Ok(vocab)
+}
+
+/// A tiny Gemma 4 language model of `vocab` tokens under the text model's
+/// names (`model.*`): its tensors, which are matrices, and config.json.
+/// `quantized`: experts in mlx-community's `switch_glu` layout.
+pub(crate) fn gemma4_parts(d: Dims, seed: u64, vocab: i32, quantized: bool) -> Result<(HashMap<String, Array>, Vec<String>, serde_json::Value)> {
     let moe = d.experts > 0;
     let plan = d.gemma4;
     let shared_layers: i32 = if moe { 0 } else { plan.kv_shared };
     let per_layer: i32 = if moe { 0 } else { plan.per_layer };
     const GLOBAL_KV_HEADS: i32 = 1;
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let tokenizer = tiny_tokenizer()?;
-    tokenizer.write_hf_files(dir)?;
-    let vocab = tokenizer.vocab_size() as i32;
     let global_head_dim = 2 * d.head_dim;
     let is_global = |i: i32| i % plan.global_every == plan.global_every - 1;
     let mut c = Checkpoint { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new(), norm_center: 1.0 };
@@ -433,7 +442,7 @@ fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
             let up = c.rng.tensor(&[d.experts, mi, h], 1.0 / (h as f32).sqrt(), 0.0);
             let down = c.rng.tensor(&[d.experts, h, mi], 1.0 / (mi as f32).sqrt(), 0.0);
             let e = format!("{p}.experts");
-            if quantize.is_some() {
+            if quantized {
                 for (part, t) in [("gate_proj", gate), ("up_proj", up), ("down_proj", down)] {
                     c.tensors.insert(format!("{e}.switch_glu.{part}.weight"), t);
                     c.matrices.push(format!("{e}.switch_glu.{part}"));
@@ -483,8 +492,7 @@ fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
         "tie_word_embeddings": true,
         "torch_dtype": "float32",
     });
-    save_checkpoint(dir, c.tensors, &c.matrices, config, quantize)?;
-    Ok(vocab)
+    Ok((c.tensors, c.matrices, config))
 }
 
 /// A tiny Qwen3.5 in the two layouts users download. Float: Hugging Face's

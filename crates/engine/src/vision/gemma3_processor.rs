@@ -223,7 +223,11 @@ impl ImageProcessor for Gemma3ImageProcessor {
         format!("{self:?}")
     }
 
-    fn expand_prompt_text(&self, rendered: &str) -> Option<String> {
+    fn expands_in_text(&self) -> bool {
+        true
+    }
+
+    fn expand_prompt_text(&self, rendered: &str, _slots: &[usize]) -> Option<String> {
         let sequence = format!("\n\n{BOI}{}{EOI}\n\n", IMAGE.repeat(self.tokens_per_image));
         Some(rendered.replace(BOI, &sequence))
     }
@@ -262,7 +266,7 @@ mod tests {
     #[test]
     fn every_image_placeholder_becomes_its_whole_sequence() {
         let p = Gemma3ImageProcessor { tokens_per_image: 3, ..tiny() };
-        let out = p.expand_prompt_text("a<start_of_image>b<start_of_image>").unwrap();
+        let out = p.expand_prompt_text("a<start_of_image>b<start_of_image>", &[3, 3]).unwrap();
         let one = "\n\n<start_of_image><image_soft_token><image_soft_token><image_soft_token><end_of_image>\n\n";
         assert_eq!(out, format!("a{one}b{one}"));
     }

@@ -21,13 +21,19 @@ pub trait ImageProcessor: Debug + Send + Sync {
     /// A stable text of every parameter that changes the output.
     fn cache_key(&self) -> String;
 
-    /// For families whose processor writes each image's whole token sequence
-    /// into the prompt *text* before tokenizing (Gemma 3: the template's
-    /// `<start_of_image>` becomes blank lines, the marker, one soft token per
-    /// feature and `<end_of_image>`): the rendered prompt with every image
-    /// expanded. `None` (the default): the template's single placeholder token
-    /// per image is expanded after tokenizing.
-    fn expand_prompt_text(&self, _rendered: &str) -> Option<String> {
+    /// Whether this processor writes each image's whole token sequence into
+    /// the prompt *text* before tokenizing ([`Self::expand_prompt_text`]);
+    /// otherwise the template's single placeholder token per image is
+    /// expanded after tokenizing.
+    fn expands_in_text(&self) -> bool {
+        false
+    }
+
+    /// The rendered prompt with every image's placeholder replaced by its
+    /// whole sequence, `slots[i]` soft tokens for image `i` (Gemma 3: the
+    /// template's `<start_of_image>` becomes blank lines, the marker, the soft
+    /// tokens and `<end_of_image>`). `None` for processors that do not.
+    fn expand_prompt_text(&self, _rendered: &str, _slots: &[usize]) -> Option<String> {
         None
     }
 

@@ -1,0 +1,140 @@
+//! Gemma 4 as released (`gemma4`: E2B, E4B, 26B-A4B, 31B): the language
+//! model of [`super::gemma4`] and the vision encoder of
+//! [`super::gemma4_vision`]. Images are variable-resolution (up to a
+//! soft-token budget); their soft tokens take ordinary positions, attend to
+//! each other both ways when the config says `use_bidirectional_attention:
+//! "vision"`, and look up the padding token's per-layer input embedding (the
+//! reference's rule). The audio tower is not loaded: audio input is refused.
+//!
+//! Weight names: Hugging Face `model.language_model.*`, `model.vision_tower.*`,
+//! `model.embed_vision.*`; mlx-vlm the same without `model.`
+//! (`language_model.model.*`).
+use mlx_rs::{ops, Array};
+use serde_json::Value;
+
+use super::gemma4::{Gemma4, TOWERS};
+use super::gemma4_vision::{Gemma4Encoding, Gemma4VisionConfig, Gemma4VisionTower};
+use super::language_model_only::keep_language_model;
+use super::layers::LayerLoader;
+use super::registry::Family;
+use super::rope::Positions;
+use super::vision_tower::VisionEncoding;
+use super::{LanguageModel, ModelShape, VisionTower};
+use crate::cache::{BatchCache, CacheLayout};
+use crate::error::Result;
+
+pub const FAMILY: Family = Family {
+    name: "Gemma 4",
+    model_types: &["gemma4"],
+    build: |_, config, loader| load(config, loader),
+    gguf: None,
+    image_processor: Some(crate::vision::Gemma4ImageProcessor::shared_from_folder),
+};
+
+/// `<|image|>` in Gemma 4's vocabulary, when config.json omits it.
+const DEFAULT_IMAGE_TOKEN_ID: u32 = 258880;
+
+pub struct Gemma4Vl {
+    language: Gemma4,
+    vision: Gemma4Vision,
+}
+
+/// The encoder as the engine's [`VisionTower`].
+pub struct Gemma4Vision {
+    tower: Gemma4VisionTower,
+    image_token_id: u32,
+    bidirectional: bool,
+}
+
+fn load(config: &Value, loader: &mut LayerLoader) -> Result<Box<dyn LanguageModel>> {
+    // mlx-vlm's names are Hugging Face's without the leading `model.`.
+    let names: Vec<String> = loader.weights.names().map(str::to_owned).collect();
+    for name in names {
+        if let Some(rest) = name.strip_prefix("model.") {
+            if ["vision_tower.", "embed_vision.", "audio_tower.", "embed_audio."].iter().any(|t| rest.starts_with(t)) {
+                let t = loader.weights.remove(&name).expect("listed above");
+                loader.weights.insert(rest.to_string(), t);
+            }
+        }
+    }
+    let has_tower = loader.weights.contains("vision_tower.patch_embedder.input_proj.weight");
+    let skipped: &[&str] = if has_tower { &["audio_tower.", "embed_audio."] } else { TOWERS };
+    keep_language_model(loader, skipped, "Gemma 4");
+    let language = Gemma4::load(config, loader)?;
+    if !has_tower {
+        tracing::info!("Gemma 4: no vision tower in the checkpoint; loaded text only");
+        return Ok(Box::new(language));
+    }
+    let vision_json = config.get("vision_config").cloned().unwrap_or(Value::Null);
+    let cfg = Gemma4VisionConfig::parse(&vision_json)?;
+    let tower = Gemma4VisionTower::load(cfg, language.shape_hidden(), loader)?;
+    let image_token_id =
+        config.get("image_token_id").and_then(Value::as_u64).map_or(DEFAULT_IMAGE_TOKEN_ID, |x| x as u32);
+    let bidirectional = config
+        .get("text_config")
+        .and_then(|t| t.get("use_bidirectional_attention"))
+        .and_then(Value::as_str)
+        == Some("vision");
+    Ok(Box::new(Gemma4Vl { language, vision: Gemma4Vision { tower, image_token_id, bidirectional } }))
+}
+
+impl LanguageModel for Gemma4Vl {
+    fn shape(&self) -> ModelShape {
+        self.language.shape()
+    }
+
+    fn cache_layout(&self) -> CacheLayout {
+        self.language.cache_layout()
+    }
+
+    fn embed(&self, tokens: &Array) -> Result<Array> {
+        self.language.embed(tokens)
+    }
+
+    fn forward_embeddings(&self, embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+        // Image slots read the padding token's per-layer inputs.
+        let image = Array::from_int(self.vision.image_token_id as i32).as_dtype(tokens.dtype())?;
+        let tokens = ops::select(&tokens.eq(&image)?, &ops::zeros_like(tokens)?, tokens)?;
+        self.language.forward_embeddings(embeddings, &tokens, positions, cache)
+    }
+
+    fn logits(&self, hidden: &Array) -> Result<Array> {
+        self.language.logits(hidden)
+    }
+
+    fn vision(&self) -> Option<&dyn VisionTower> {
+        Some(&self.vision)
+    }
+}
+
+impl VisionTower for Gemma4Vision {
+    fn image_token_id(&self) -> u32 {
+        self.image_token_id
+    }
+
+    fn begin_encode(&self, pixels: &Array, grid: [i32; 3]) -> Result<VisionEncoding> {
+        let state = self.tower.begin(pixels, grid)?;
+        let patches = (grid[0] * grid[1] * grid[2]) as usize;
+        Ok(VisionEncoding { blocks_done: 0, blocks_total: self.tower.depth(), patches, state: Box::new(state) })
+    }
+
+    fn encode_blocks(&self, encoding: &mut VisionEncoding, count: usize) -> Result<Array> {
+        let (start, end) = (encoding.blocks_done, (encoding.blocks_done + count).min(encoding.blocks_total));
+        let hidden = self.tower.run_blocks(encoding.state_mut::<Gemma4Encoding>()?, start..end)?;
+        encoding.blocks_done = end;
+        Ok(hidden)
+    }
+
+    fn finish_encode(&self, encoding: &VisionEncoding) -> Result<Array> {
+        encoding.check_done()?;
+        self.tower.finish(encoding.state::<Gemma4Encoding>()?)
+    }
+
+    fn rope_positions(&self, _tokens: &[u32], _grids: &[[i32; 3]]) -> Result<Option<(Array, i32)>> {
+        Ok(None)
+    }
+
+    fn bidirectional_images(&self) -> bool {
+        self.bidirectional
+    }
+}
