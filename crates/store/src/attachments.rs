@@ -67,6 +67,20 @@ pub fn detect_image(bytes: &[u8]) -> Option<ImageFormat> {
     }
 }
 
+/// HEIF brands (the `ftyp` box's major brand): HEIC photos as iPhones take
+/// them (heic, heix, and their sequence and multi-view forms), the generic
+/// image brands (mif1, msf1) and AVIF, which is HEIF holding AV1.
+const HEIF_BRANDS: &[&[u8; 4]] =
+    &[b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"hevm", b"hevs", b"mif1", b"msf1", b"avif", b"avis"];
+
+/// Whether `bytes` are a HEIF image (a HEIC photo, or AVIF): an ISO media
+/// file whose `ftyp` box names a HEIF brand. Not stored as they are: the
+/// engine does not decode them, so the app converts them where the system
+/// can (macOS) and the store refuses them with a clear error elsewhere.
+pub fn is_heif(bytes: &[u8]) -> bool {
+    bytes.len() >= 12 && &bytes[4..8] == b"ftyp" && HEIF_BRANDS.iter().any(|b| &bytes[8..12] == *b)
+}
+
 pub(crate) fn attachment_from_row(row: &SqliteRow, dir: &Path) -> Result<Attachment> {
     let sha256: String = row.try_get("sha256")?;
     let ext: String = row.try_get("ext")?;
@@ -81,6 +95,9 @@ impl Store {
     pub async fn add_attachment(&self, bytes: &[u8]) -> Result<Attachment> {
         if bytes.len() as u64 > MAX_ATTACHMENT_BYTES {
             return Err(Error::AttachmentTooLarge { size: bytes.len() as u64, max: MAX_ATTACHMENT_BYTES });
+        }
+        if is_heif(bytes) {
+            return Err(Error::HeicUnsupported);
         }
         let format = detect_image(bytes).ok_or_else(|| {
             Error::NotAnImage(match bytes.len() {
@@ -251,5 +268,17 @@ mod tests {
         assert_eq!(detect_image(b"RIFF\x24\0\0\0WAVEfmt "), None);
         assert_eq!(detect_image(b"\x89PNG"), None);
         assert_eq!(detect_image(b"<svg xmlns=\"http://www.w3.org/2000/svg\"/>"), None);
+    }
+
+    #[test]
+    fn recognises_heic_photos_and_not_other_iso_media() {
+        // the first bytes of an iPhone photo: box size, "ftyp", major brand
+        assert!(is_heif(b"\0\0\0\x18ftypheic\0\0\0\0mif1heic"));
+        assert!(is_heif(b"\0\0\0\x1cftypmif1\0\0\0\0mif1heic"));
+        assert!(is_heif(b"\0\0\0\x1cftypavif\0\0\0\0avifmif1"));
+        assert!(!is_heif(b"\0\0\0\x18ftypisom\0\0\x02\0isomiso2"), "an MP4 video");
+        assert!(!is_heif(b"\0\0\0\x18ftypqt  "), "a QuickTime movie");
+        assert!(!is_heif(b"\0\0\0\x18ftyphei"), "too short");
+        assert_eq!(detect_image(b"\0\0\0\x18ftypheic\0\0\0\0mif1heic"), None, "not stored as it is");
     }
 }

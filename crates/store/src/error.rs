@@ -32,6 +32,10 @@ pub enum Error {
     #[error("not a supported image: {0} (PNG, JPEG, WebP and GIF are accepted)")]
     NotAnImage(String),
 
+    /// A HEIC (HEIF) photo where the app cannot convert it (not macOS).
+    #[error("HEIC photos are not supported on this system; convert it to JPEG or PNG first")]
+    HeicUnsupported,
+
     #[error("attachment is {size} bytes, the limit is {max} bytes")]
     AttachmentTooLarge { size: u64, max: u64 },
 
@@ -74,6 +78,7 @@ impl Error {
             Error::ReplyNotStreaming(_) => "REPLY_NOT_STREAMING",
             Error::AttachmentNotFound(_) => "ATTACHMENT_NOT_FOUND",
             Error::NotAnImage(_) => "NOT_AN_IMAGE",
+            Error::HeicUnsupported => "HEIC_UNSUPPORTED",
             Error::AttachmentTooLarge { .. } => "ATTACHMENT_TOO_LARGE",
             Error::InvalidInput(_) => "INVALID_INPUT",
             Error::DatabaseTooNew { .. } => "DATABASE_TOO_NEW",

@@ -243,6 +243,12 @@ async fn attachments_are_validated_deduplicated_and_listed() {
     assert_eq!(pdf.code(), "NOT_AN_IMAGE");
     assert!(pdf.to_string().contains("PNG, JPEG, WebP and GIF"), "{pdf}");
     assert_eq!(store.add_attachment(b"").await.unwrap_err().code(), "NOT_AN_IMAGE");
+    // an iPhone photo reaching the store is refused with what to do (the app
+    // converts it first where the system can: macOS)
+    let heic = store.add_attachment(b"\0\0\0\x18ftypheic\0\0\0\0mif1heic\0\0").await.unwrap_err();
+    assert_eq!(heic.code(), "HEIC_UNSUPPORTED");
+    assert!(heic.to_string().contains("convert it to JPEG or PNG"), "{heic}");
+    assert_eq!(std::fs::read_dir(store.attachments_dir()).unwrap().count(), 1, "only the PNG was stored");
     let huge = vec![0u8; store::MAX_ATTACHMENT_BYTES as usize + 1];
     assert_eq!(store.add_attachment(&huge).await.unwrap_err().code(), "ATTACHMENT_TOO_LARGE");
 
