@@ -1,7 +1,22 @@
 // Two jobs: Tauri's own build step (it reads tauri.conf.json and the
-// capabilities), and an rpath to libmlx so the binary runs outside
-// `cargo run` (as crates/cli/build.rs does for `vlm`).
+// capabilities, and makes each app command below a permission the window
+// must be granted in capabilities/default.json), and an rpath to libmlx so
+// the binary runs outside `cargo run` (as crates/cli/build.rs does for `vlm`).
 use std::path::Path;
+
+/// The app's commands (lib.rs registers them): each becomes an `allow-…`
+/// permission, so the web UI may call only those its capability grants
+/// (tests/capabilities.rs keeps the three lists the same).
+const APP_COMMANDS: &[&str] = &[
+    "list_chats", "create_chat", "rename_chat", "set_answer_format", "set_chat_settings", "export_chat",
+    "import_chat", "list_presets", "save_preset", "delete_preset", "delete_chat", "list_messages",
+    "send_message", "stop_reply", "regenerate", "edit_and_resend", "choose_branch", "delete_branch",
+    "active_replies", "attach_reply", "add_attachment_path", "add_attachment_bytes", "paste_clipboard_image",
+    "take_opened_files", "open_link", "list_models", "load_model", "unload_model", "download_model",
+    "cancel_download", "delete_model", "engine_status", "engine_stats", "get_settings", "save_settings",
+    "restart_engine", "server_status", "list_bulk_jobs", "create_bulk_job", "bulk_job_rows", "run_bulk_job",
+    "cancel_bulk_job", "export_bulk_job", "delete_bulk_job",
+];
 
 fn main() {
     // generate_context! embeds ../ui/dist at compile time; without it the
@@ -23,5 +38,6 @@ fn main() {
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("macos") {
         println!("cargo:rustc-link-arg=-Wl,-rpath,@executable_path/../Frameworks");
     }
-    tauri_build::build();
+    let manifest = tauri_build::AppManifest::new().commands(APP_COMMANDS);
+    tauri_build::try_build(tauri_build::Attributes::new().app_manifest(manifest)).expect("tauri build step");
 }

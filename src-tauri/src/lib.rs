@@ -4,7 +4,8 @@
 //! replies stream over `tauri::ipc::Channel`, app-wide notices (engine
 //! status, download progress, server status, chat updates) are events.
 //! Bulk jobs (one prompt over many images) run through `bulk_jobs.rs`, their
-//! rows streamed over a `Channel` too.
+//! rows streamed over a `Channel` too. The menu bar (menu.rs) sends its
+//! actions to the web UI; macOS's own app conventions live in macos_app.rs.
 pub mod answer_format;
 pub mod attachment_protocol;
 pub mod bulk_jobs;
@@ -14,9 +15,17 @@ pub mod commands;
 pub mod context;
 pub mod error;
 pub mod generation;
+pub mod heic;
+#[cfg(target_os = "macos")]
+mod heic_imageio;
 pub mod image_bytes;
+pub mod links;
+#[cfg(target_os = "macos")]
+mod macos_app;
+pub mod menu;
 pub mod models;
 pub mod openai_server;
+pub mod opened_files;
 pub mod paths;
 pub mod prompt;
 pub mod replies;
@@ -37,6 +46,7 @@ pub fn configure<R: Runtime>(builder: tauri::Builder<R>, state: Arc<AppState>) -
     builder
         .manage(state)
         .manage(Arc::new(bulk_jobs::BulkRuns::default()))
+        .manage(opened_files::OpenedFiles::default())
         .register_uri_scheme_protocol(attachment_protocol::SCHEME, move |_ctx, request| {
             attachment_protocol::respond(&attachments, request.uri().path())
         })
@@ -64,6 +74,8 @@ pub fn configure<R: Runtime>(builder: tauri::Builder<R>, state: Arc<AppState>) -
             commands::attachments::add_attachment_path,
             commands::attachments::add_attachment_bytes,
             commands::attachments::paste_clipboard_image,
+            commands::opened_files::take_opened_files,
+            commands::links::open_link,
             commands::models::list_models,
             commands::models::load_model,
             commands::models::unload_model,
@@ -102,10 +114,30 @@ pub fn run() {
             std::process::exit(1);
         }
     };
-    let builder =
-        tauri::Builder::default().plugin(tauri_plugin_dialog::init()).plugin(tauri_plugin_clipboard_manager::init());
+    let builder = tauri::Builder::default()
+        .plugin(tauri_plugin_dialog::init())
+        .plugin(tauri_plugin_clipboard_manager::init())
+        .plugin(tauri_plugin_opener::init())
+        .plugin(
+            // size, position and maximized; not visibility (a Mac window
+            // closed into hiding must come back shown at the next start)
+            tauri_plugin_window_state::Builder::default()
+                .with_state_flags(
+                    tauri_plugin_window_state::StateFlags::SIZE
+                        | tauri_plugin_window_state::StateFlags::POSITION
+                        | tauri_plugin_window_state::StateFlags::MAXIMIZED,
+                )
+                .build(),
+        )
+        .menu(menu::build)
+        .on_menu_event(menu::on_menu_event);
     let app = configure(builder, state.clone())
         .setup(|app| {
+            // `vlm-chat photo.png`: a chat starts with the photo
+            if let Ok(cwd) = std::env::current_dir() {
+                let files = opened_files::from_args(std::env::args_os().skip(1), &cwd);
+                app.state::<opened_files::OpenedFiles>().add(files);
+            }
             let handle = app.handle().clone();
             let state = app.state::<Arc<AppState>>().inner().clone();
             tauri::async_runtime::spawn(async move {
@@ -117,6 +149,8 @@ pub fn run() {
         .build(tauri::generate_context!())
         .expect("error while building the app");
     app.run(move |_app, event| {
+        #[cfg(target_os = "macos")]
+        macos_app::on_run_event(_app, &event);
         if let tauri::RunEvent::Exit = event {
             // the engine thread must not be inside MLX when the process exits
             state.shutdown_blocking();

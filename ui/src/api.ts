@@ -191,6 +191,10 @@ export const api = {
   addAttachmentBytes: (bytes: Uint8Array) => invoke<Attachment>('add_attachment_bytes', bytes),
   /** The image on the system clipboard, stored as an attachment; null when the clipboard holds none. */
   pasteClipboardImage: () => invoke<Attachment | null>('paste_clipboard_image'),
+  /** Images the app was asked to open (command line, Finder, Dock icon), each handed out once. */
+  takeOpenedFiles: () => invoke<string[]>('take_opened_files'),
+  /** Opens a link from a reply in the browser; refused (LINK_REFUSED) unless http, https or mailto. */
+  openLink: (href: string) => invoke<void>('open_link', { href }),
 
   listModels: () => invoke<Gallery>('list_models'),
   loadModel: (id: string) => invoke<EngineStatus>('load_model', { id }),
@@ -227,6 +231,10 @@ export const events = {
   downloadDone: (f: (d: DownloadDone) => void) => listen<DownloadDone>('download-done', (e) => f(e.payload)),
   serverStatus: (f: (s: ServerStatus) => void) => listen<ServerStatus>('server-status', (e) => f(e.payload)),
   chatUpdated: (f: (chatId: number) => void) => listen<{ chat_id: number }>('chat-updated', (e) => f(e.payload.chat_id)),
+  /** A native menu item was chosen; the payload names the action (see menuActions.ts). */
+  menuAction: (f: (payload: unknown) => void) => listen<unknown>('menu-action', (e) => f(e.payload)),
+  /** Files were opened with the app while it runs: take them with api.takeOpenedFiles. */
+  filesOpened: (f: () => void) => listen<null>('files-opened', () => f()),
 };
 
 /** The message of anything a command rejected with. */

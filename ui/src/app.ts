@@ -1,6 +1,7 @@
 // The window: sidebar (chats + navigation, can be hidden), the page (chat,
 // models or settings) and the status bar; wires replies, events, image
-// drops, keyboard shortcuts and the screen-reader announcements.
+// drops, keyboard shortcuts, the native menu's actions, files opened with
+// the app and the screen-reader announcements.
 import { api, errorText, events, type Chat, type ChatSettings, type EngineStatsView, type EngineStatus, type Message, type Outgoing, type ServerStatus, type Settings } from './api';
 import { chatSettingsDialog } from './chatSettingsView';
 import { BulkView } from './bulkView';
@@ -10,9 +11,10 @@ import type { AnswerFormat } from './answerFormat';
 import { clear, h } from './dom';
 import { confirmDialog } from './modal';
 import { icon } from './icons';
+import { menuAction, type MenuAction } from './menuActions';
 import { ModelsView } from './modelsView';
 import { SettingsPage } from './settingsView';
-import { onMac, shortcutFor, shortcutLabel, type ShortcutAction } from './shortcuts';
+import { onMac, shortcutFor, shortcutLabel } from './shortcuts';
 import { Sidebar } from './sidebar';
 import { StatusBar } from './statusBar';
 import { Streams } from './streams';
@@ -136,6 +138,11 @@ export class App {
     });
     await events.serverStatus((s) => { this.server = s; this.settings.setServer(s); this.renderStatus(); });
     await events.chatUpdated(() => void this.sidebar.refresh());
+    await events.menuAction((payload) => {
+      const action = menuAction(payload);
+      if (action) this.run(action);
+    });
+    await events.filesOpened(() => void this.openFiles());
     this.platform.onDrop({
       over: (on) => { this.dropOverlay.hidden = !on; },
       drop: (paths) => {
@@ -158,6 +165,18 @@ export class App {
     this.renderStatus();
     window.setInterval(() => void this.pollStats(), 1000);
     this.composer.focus();
+    // the app was started to open images (`vlm-chat photo.png`, Finder, the Dock)
+    await this.openFiles();
+  }
+
+  /** Images the app was asked to open start a new chat with them attached,
+   * waiting for the question. */
+  private async openFiles(): Promise<void> {
+    let paths: string[];
+    try { paths = await api.takeOpenedFiles(); } catch (e) { this.toast(errorText(e)); return; }
+    if (paths.length === 0) return;
+    await this.openChat(null);
+    await this.composer.addPaths(paths);
   }
 
   private setStatus(s: EngineStatus): void {
@@ -486,10 +505,15 @@ export class App {
     this.run(action);
   }
 
-  /** What a shortcut (or, later, a native menu item) does. */
-  run(action: ShortcutAction): void {
+  /** What a shortcut, a native menu item or a button does: one implementation each. */
+  run(action: MenuAction): void {
     switch (action) {
       case 'new-chat': void this.openChat(null); break;
+      case 'import-chat': void this.importChat(); break;
+      case 'export-chat':
+        if (this.chat) void this.exportChat();
+        else this.toast('Open a chat to export it.');
+        break;
       case 'settings': this.go('settings'); break;
       case 'search':
         this.setSidebarHidden(false);

@@ -1,7 +1,9 @@
 // Entry point: the real platform (Tauri's file dialog and window drops).
 import { getCurrentWebview } from '@tauri-apps/api/webview';
 import { open } from '@tauri-apps/plugin-dialog';
+import { api } from './api';
 import { App } from './app';
+import { interceptLinks } from './links';
 import { applyTheme, followSystemTheme } from './theme';
 
 applyTheme();
@@ -9,7 +11,7 @@ followSystemTheme();
 
 const app = new App({
   async pickFiles() {
-    const picked = await open({ multiple: true, filters: [{ name: 'Images', extensions: ['png', 'jpg', 'jpeg', 'webp', 'gif'] }] });
+    const picked = await open({ multiple: true, filters: [{ name: 'Images', extensions: ['png', 'jpg', 'jpeg', 'webp', 'gif', 'heic', 'heif'] }] });
     if (!picked) return [];
     return Array.isArray(picked) ? picked : [picked];
   },
@@ -27,8 +29,6 @@ const app = new App({
   },
 });
 document.getElementById('app')!.append(app.el);
-// links in answers must not navigate the app's window away
-document.addEventListener('click', (e) => {
-  if ((e.target as Element | null)?.closest?.('a[href]')) e.preventDefault();
-});
+// links in answers open in the browser (after the app's scheme check), never in this window
+interceptLinks(document, api.openLink, (m) => app.toast(m));
 void app.start();

@@ -1,7 +1,8 @@
 //! Images for the composer: from a path (drop, file picker), from bytes
 //! (paste, where the web view hands the page the file) or from the system
 //! clipboard (paste where it does not: WebKitGTK). Stored at once, named by
-//! content hash; the UI shows them through the `att://` protocol (see
+//! content hash (a HEIC photo converted first where the system can: see
+//! heic.rs); the UI shows them through the `att://` protocol (see
 //! attachment_protocol.rs).
 use std::io::Cursor;
 use std::path::PathBuf;
@@ -17,7 +18,7 @@ use crate::state::AppState;
 
 #[tauri::command]
 pub async fn add_attachment_path(state: State<'_, Arc<AppState>>, path: PathBuf) -> AppResult<Attachment> {
-    Ok(state.store.import_attachment(&path).await?)
+    crate::heic::import_image(&state.store, &path).await
 }
 
 /// The raw bytes of a pasted image as the request body (no JSON array).
@@ -26,7 +27,7 @@ pub async fn add_attachment_bytes(state: State<'_, Arc<AppState>>, request: Requ
     let InvokeBody::Raw(bytes) = request.body() else {
         return Err(AppError::new("INVALID_INPUT", "send the image bytes as the raw request body"));
     };
-    Ok(state.store.add_attachment(bytes).await?)
+    crate::heic::add_image(&state.store, bytes).await
 }
 
 /// The picture on the system clipboard, stored like a pasted file; `None`
