@@ -9,7 +9,10 @@
 //!   answering as a cold prefill does;
 //! - KV quantization on with images;
 //! - prefill in small chunks equals one pass (Gemma's images, which attend
-//!   to themselves both ways, are never cut by a chunk).
+//!   to themselves both ways, are never cut by a chunk);
+//! - odd images (1×1, one pixel wide, grayscale, 16-bit, alpha, an animated
+//!   GIF) are answered, broken ones and too many image tokens for the context
+//!   fail only their own request, and the engine keeps serving.
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -278,5 +281,49 @@ fn prefill_in_small_chunks_equals_one_pass() {
             }
             engine.shutdown();
         }
+    }
+}
+
+/// A `width × height` RGB PNG of one colour.
+fn png(width: u32, height: u32) -> ImageInput {
+    let img = image::RgbImage::from_pixel(width, height, image::Rgb([200, 30, 90]));
+    let mut bytes = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut bytes, image::ImageFormat::Png).unwrap();
+    ImageInput::from_bytes(bytes.into_inner())
+}
+
+#[test]
+fn odd_images_are_answered_and_bad_ones_fail_only_their_request() {
+    for family in FAMILIES {
+        let dir = folder(family);
+        let engine = start(dir.path(), SchedulerConfig::default());
+        let running = engine.submit(ask("keep going", &[fixture("qwen_parity_182x126.png")], 30, &engine));
+        let odd = [
+            ("1×1", png(1, 1)),
+            ("one pixel wide", png(1, 150)),
+            ("grayscale", fixture("pre_gray_small.png")),
+            ("16-bit", fixture("pre_rgb16.png")),
+            ("alpha", fixture("pre_alpha.png")),
+            ("animated GIF (first frame)", fixture("pre_anim.gif")),
+        ];
+        for (name, image) in odd {
+            let c = engine.submit(ask("what is this?", &[image], 3, &engine)).collect_blocking();
+            assert!(c.error.is_none(), "{} {name}: {:?}", family.name, c.error);
+        }
+        for (name, bytes) in [("empty", Vec::new()), ("not an image", b"plain text".to_vec())] {
+            let c = engine.submit(ask("what is this?", &[ImageInput::from_bytes(bytes)], 3, &engine)).collect_blocking();
+            let e = c.error.unwrap_or_else(|| panic!("{} {name}: no error", family.name));
+            assert_eq!(e.code, "INVALID_IMAGE", "{} {name}: {}", family.name, e.message);
+        }
+        finished(running.collect_blocking());
+        engine.shutdown();
+
+        // Room for a text turn, not for eight images' tokens.
+        let small = start(dir.path(), SchedulerConfig { max_context: 80, ..Default::default() });
+        let images = vec![fixture("qwen_parity_320x240.png"); 8];
+        let e = small.submit(ask("what is this?", &images, 4, &small)).collect_blocking().error.expect("refused");
+        assert_eq!(e.code, "CONTEXT_LENGTH_EXCEEDED", "{}: {}", family.name, e.message);
+        finished(small.submit(ask("still here?", &[], 4, &small)).collect_blocking());
+        small.shutdown();
     }
 }

@@ -378,6 +378,12 @@ fn content(
                 out.push(ContentPart::Image { image: Some(image.sha256.clone()) });
                 images.push(image);
             }
+            Some(kind @ ("input_audio" | "audio" | "video_url" | "video" | "input_video")) => {
+                let what = if kind.contains("audio") { "audio" } else { "video" };
+                return Err(ApiError::invalid_param(format!(
+                    "{at}: {what} input is not supported (this server reads text and images; convert {what} to text or frames first)"
+                )));
+            }
             Some(other) => {
                 return Err(ApiError::invalid_param(format!("{at}: content parts of type {other:?} are not supported")))
             }
@@ -780,6 +786,18 @@ mod tests {
             assert_eq!(e.status, 400, "{url}");
             assert_eq!(e.code, "invalid_image", "{url}");
             assert!(e.message.contains(needle), "{url}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn audio_and_video_parts_are_refused_by_name() {
+        for (part, needle) in [
+            (json!({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}), "audio input is not supported"),
+            (json!({"type": "video_url", "video_url": {"url": "file:///v.mp4"}}), "video input is not supported"),
+        ] {
+            let e = request(json!({"messages": [{"role": "user", "content": [part]}]})).expect_err(needle);
+            assert_eq!(e.status, 400);
+            assert!(e.message.contains(needle), "{}", e.message);
         }
     }
 

@@ -30,7 +30,8 @@ const HEAD_DIM: i32 = 16;
 const MLP: i32 = 48;
 const LAYERS: i32 = 2;
 const PATCH: i32 = 16;
-const POSITIONS: i32 = 16;
+/// Covers the longest side a 12-token budget allows (12 blocks of 3 patches).
+const POSITIONS: i32 = 40;
 const POOLING: i32 = 3;
 pub const GEMMA4_VL_SOFT_TOKENS: i32 = 12;
 
