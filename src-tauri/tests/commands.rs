@@ -990,3 +990,48 @@ fn two_quick_sends_to_one_chat_cannot_both_start() {
         assert_eq!(users, 1, "round {round}: the refused send stored nothing");
     }
 }
+
+/// Every vision family the engine runs, as users get it in the app: the
+/// gallery marks the folder as seeing images, it loads, and a chat with an
+/// image dropped in gets an answer (one model after another in one app).
+#[test]
+fn each_vision_family_shows_its_badge_loads_and_answers_an_image() {
+    use engine::testing::{write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl};
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models");
+    write_tiny_qwen35_vl(&models.join("tiny-qwen3_5"), None, 35).unwrap();
+    write_tiny_qwen3_vl(&models.join("tiny-qwen3_vl"), None, 30).unwrap();
+    write_tiny_gemma3_vl(&models.join("tiny-gemma3"), None, 3).unwrap();
+    write_tiny_gemma4_vl(&models.join("tiny-gemma4"), None, 4).unwrap();
+    let h = harness(dir.path());
+    h.settings(|_| {});
+    let image = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/engine/tests/fixtures/images/qwen_parity_320x240.png"),
+    )
+    .unwrap();
+    let sha =
+        h.call_body("add_attachment_bytes", InvokeBody::Raw(image)).unwrap()["sha256"].as_str().unwrap().to_string();
+    let gallery = h.ok("list_models", json!({}));
+    for (folder, architecture) in
+        [("tiny-qwen3_5", "qwen3_5"), ("tiny-qwen3_vl", "qwen3_vl"), ("tiny-gemma3", "gemma3"), ("tiny-gemma4", "gemma4")]
+    {
+        let id = format!("dir:{folder}");
+        let entry = gallery["local"].as_array().unwrap().iter().find(|m| m["id"] == id.as_str()).expect("found");
+        assert_eq!((entry["vision"].as_bool(), entry["supported"].as_bool()), (Some(true), Some(true)), "{entry}");
+        let status = h.ok("load_model", json!({"id": id}));
+        assert_eq!(status["state"], "ready", "{status}");
+        assert_eq!(status["model"]["architecture"], architecture, "{status}");
+        assert_eq!(status["model"]["vision"], true, "{status}");
+        let chat = h.new_chat();
+        h.send(chat, "What is in this picture?", &[&sha]);
+        let reply = h.finished_reply(chat);
+        assert_eq!(reply["status"], "complete", "{architecture}: {reply}");
+        assert!(!reply["content"].as_str().unwrap_or_default().is_empty(), "{architecture}: {reply}");
+        // The same question without the image: the image's tokens were in the prompt.
+        let text_only = h.new_chat();
+        h.send(text_only, "What is in this picture?", &[]);
+        let plain = h.finished_reply(text_only);
+        let tokens = |m: &Value| m["stats"]["prompt_tokens"].as_u64().unwrap_or(0);
+        assert!(tokens(&reply) >= tokens(&plain) + 4, "{architecture}: {} vs {} prompt tokens", tokens(&reply), tokens(&plain));
+    }
+}
