@@ -16,8 +16,8 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  allByTestId, appWindowGeometry, axeAudit, byTestId, dropFile, here, modelReady, openApp, openPage, saveSettings, send, shot,
-  startDriver, statusText, stopDriver, textOf, waitFor as waitUntil,
+  allByTestId, axeAudit, byTestId, dropFile, here, modelReady, openApp, openPage, saveSettings, send, shot,
+  startDriver, statusText, stopDriver, textOf, waitFor as waitUntil, xkeys,
 } from './harness.mjs';
 
 /** waitFor that leaves a screenshot of the window when it times out, to see why. */
@@ -51,13 +51,6 @@ async function withPictureOnClipboard(file, f) {
     owner.on('exit', (code) => reject(new Error(`clipboard source exited ${code}`)));
   });
   try { await f(); } finally { owner.kill(); }
-}
-
-/** Presses keys on the real X keyboard (xdotool), over the app window. */
-function xkeys(...keys) {
-  const app = appWindowGeometry();
-  execFileSync('xdotool', ['mousemove', String(app.x + app.width / 2), String(app.y + 60)]);
-  execFileSync('xdotool', ['key', '--clearmodifiers', ...keys]);
 }
 
 /** Every control Tab reaches is visible when it is reached. */

@@ -16,11 +16,14 @@ mkdirSync(shots, { recursive: true });
 
 let driver = null;
 
-/** Starts tauri-driver once, with the app's environment (it passes it on). */
+/** Starts tauri-driver once, with the app's environment (it passes it on).
+ * The app's config folder (where the window's size and position are kept)
+ * is a fresh one unless the suite names one: runs never share it. */
 export async function startDriver(env) {
   if (driver) return;
+  const config = mkdtempSync(join(tmpdir(), 'vlm-e2e-config-'));
   driver = spawn(driverBinary, ['--port', '4444', '--native-port', '4445'], {
-    env: { ...process.env, ...env },
+    env: { ...process.env, XDG_CONFIG_HOME: config, ...env },
     stdio: ['ignore', 'inherit', 'inherit'],
   });
   // the driver takes a moment to listen: the first session retries
@@ -31,7 +34,8 @@ export function stopDriver() {
   driver = null;
 }
 
-export async function openApp() {
+/** A session on a new app process; `args`: its command line after the program. */
+export async function openApp(args = []) {
   let lastError;
   for (let attempt = 0; attempt < 30; attempt++) {
     try {
@@ -39,7 +43,7 @@ export async function openApp() {
         hostname: '127.0.0.1',
         port: 4444,
         logLevel: 'warn',
-        capabilities: { 'tauri:options': { application: appBinary } },
+        capabilities: { 'tauri:options': { application: appBinary, args } },
       });
       await browser.setTimeout({ implicit: 0 });
       return browser;
@@ -94,6 +98,15 @@ export function appWindowGeometry() {
   const out = execFileSync('xdotool', ['getwindowgeometry', '--shell', ids[ids.length - 1]]).toString();
   const v = Object.fromEntries(out.trim().split('\n').map((l) => l.split('=')));
   return { x: Number(v.X), y: Number(v.Y), width: Number(v.WIDTH), height: Number(v.HEIGHT) };
+}
+
+/** Presses keys on the real X keyboard (xdotool), over the app window: they
+ * reach GTK first (the menu bar's shortcuts), where WebDriver's keys reach
+ * only the page. */
+export function xkeys(...keys) {
+  const app = appWindowGeometry();
+  execFileSync('xdotool', ['mousemove', String(app.x + app.width / 2), String(app.y + 60)]);
+  execFileSync('xdotool', ['key', '--clearmodifiers', ...keys]);
 }
 
 /** The parent process id, from /proc/PID/stat ("pid (name) state ppid ..."). */
