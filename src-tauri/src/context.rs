@@ -3,20 +3,15 @@
 //! leave out the middle (the first exchange stays), or a rolling window
 //! (the oldest messages go). The question being answered always stays.
 //!
-//! How many messages to leave out is measured with the model's own
-//! tokenizer and chat template (the app loads a copy; see
-//! [`TokenCounter`]); images count as their one placeholder token there, so
-//! the engine has the last word: a prompt it still refuses as too long
-//! loses one more exchange and is sent again.
-use std::path::Path;
-use std::sync::Arc;
-
-use engine::batch::{Prompt, Request};
-use engine::tokenizer::Tokenizer;
+//! How many messages to leave out is measured by the engine itself
+//! (`EngineHandle::count_prompt_tokens`: its template, tokenizer and each
+//! image's slots from the image's header); the engine still has the last
+//! word: a prompt it refuses as too long loses one more exchange and is sent
+//! again.
 use serde::{Deserialize, Serialize};
 use store::{Message, Role};
 
-use crate::error::{AppError, AppResult};
+use crate::error::AppError;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -85,41 +80,6 @@ pub fn fewest_to_leave_out(most: usize, mut too_long: impl FnMut(usize) -> bool)
         }
     }
     fits
-}
-
-/// The loaded model's tokenizer and chat template, loaded again on the app's
-/// side to count a prompt's tokens (the engine keeps its own on its thread).
-pub struct TokenCounter {
-    /// The model file or folder it was read from.
-    pub model_path: String,
-    tokenizer: Arc<Tokenizer>,
-}
-
-impl TokenCounter {
-    /// Reads the tokenizer of the model at `path` (a folder, or a `.gguf`
-    /// file's metadata: no weights are read). Blocking: file I/O and parsing.
-    pub fn load(path: &str) -> AppResult<TokenCounter> {
-        let p = Path::new(path);
-        let tokenizer = if p.is_file() {
-            engine::weights::gguf::load_tokenizer(p)?
-        } else {
-            Tokenizer::from_folder(p)?
-        };
-        Ok(TokenCounter { model_path: path.to_string(), tokenizer: Arc::new(tokenizer) })
-    }
-
-    /// The tokens of `request`'s prompt, as the engine's template renders it
-    /// (each image as its placeholder: the engine expands it later).
-    pub fn count(&self, request: &Request) -> AppResult<usize> {
-        match &request.prompt {
-            Prompt::Chat { messages, options } => {
-                let rendered = self.tokenizer.apply_chat_template(messages, options)?;
-                Ok(self.tokenizer.encode(&rendered, false)?.len())
-            }
-            Prompt::Text(text) => Ok(self.tokenizer.encode(text, self.tokenizer.add_bos())?.len()),
-            Prompt::Tokens(ids) => Ok(ids.len()),
-        }
-    }
 }
 
 /// The room a trimmed prompt leaves for the answer: the answer length, but

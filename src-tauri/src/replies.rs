@@ -2,12 +2,13 @@
 //! from the top of the chat down to the message answered), a `streaming`
 //! reply row under that message, the engine request, and a task that pumps
 //! its events. Several chats generate at once; the engine batches them.
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
-use engine::batch::Event;
+use engine::batch::{Event, ImageInput};
 use engine::handle::EngineHandle;
-use store::{ChatId, Message, MessageId, ReplyId};
+use store::{ChatId, Message, MessageId, ReplyId, Role};
 use tauri::{AppHandle, Emitter, Runtime};
 
 use crate::answer_format::AnswerFormat;
@@ -144,9 +145,9 @@ pub async fn start_reply<R: Runtime>(
 /// Submits the conversation to the engine under the chat's context policy.
 /// `Stop` sends it whole (too long, the reply fails and says so). The other
 /// policies leave out as few earlier messages as make it fit with room for
-/// the answer, counted with the model's tokenizer; if the engine still
-/// finds it too long (images count more than their placeholder), one more
-/// exchange goes, until it fits or nothing is left to leave out.
+/// the answer, as the engine counts them (images by their slots); if the
+/// engine still finds it too long, one more exchange goes, until it fits or
+/// nothing is left to leave out.
 async fn submit_fitted(
     state: &AppState,
     engine: &EngineHandle,
@@ -163,15 +164,24 @@ async fn submit_fitted(
     let most = most_left_out(messages, policy);
     let mut drop = 0;
     if most > 0 {
-        let counter = state.token_counter().await?;
         let knobs = state.status().knobs.map(|k| k.max_context).unwrap_or(0);
         let limit = context_limit(knobs, engine.model_info().shape.max_context);
         let budget = limit.saturating_sub(answer_room(settings.max_tokens, limit));
-        // counting renders text only: no image is read here
+        // Every image of the chat once (from the app's cache); counting reads their headers only.
+        let all = build_request(messages, settings, capabilities, answer_format, &state.image_bytes).await?;
+        let images: HashMap<String, ImageInput> = all.images.into_iter().map(|i| (i.sha256.clone(), i)).collect();
+        let count = |kept: &[Message]| -> AppResult<usize> {
+            let mut request = build_request_text(kept, settings, capabilities, answer_format)?;
+            if capabilities.vision {
+                let user = kept.iter().filter(|m| m.role == Role::User);
+                request.images = user.flat_map(|m| &m.attachments).filter_map(|a| images.get(&a.sha256).cloned()).collect();
+            }
+            Ok(engine.count_prompt_tokens(&request)?)
+        };
         let mut failure = None;
         drop = fewest_to_leave_out(most, |d| {
             let (kept, _) = leave_out(messages, policy, d);
-            match build_request_text(&kept, settings, capabilities, answer_format).and_then(|r| counter.count(&r)) {
+            match count(&kept) {
                 Ok(tokens) => tokens > budget,
                 Err(e) => {
                     failure.get_or_insert(e);

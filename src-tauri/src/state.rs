@@ -7,7 +7,6 @@ use engine::handle::EngineHandle;
 use serde::Serialize;
 use store::{ChatId, Store};
 
-use crate::context::TokenCounter;
 use crate::image_bytes::{ImageBytes, IMAGE_BYTES_KEPT};
 use crate::error::{AppError, AppResult};
 use crate::generation::Generation;
@@ -75,9 +74,6 @@ pub struct AppState {
     pub catalog: hub::Catalog,
     /// For the decode-speed estimate: the last stats sample (time, decode steps).
     pub last_stats: Mutex<Option<(std::time::Instant, u64)>>,
-    /// The loaded model's tokenizer, read on first need, to fit long chats
-    /// into the context (see `context.rs`).
-    pub token_counter: Mutex<Option<Arc<TokenCounter>>>,
 }
 
 impl AppState {
@@ -105,7 +101,6 @@ impl AppState {
             server_error: Mutex::new(None),
             catalog: hub::Catalog::builtin()?,
             last_stats: Mutex::new(None),
-            token_counter: Mutex::new(None),
         }))
     }
 
@@ -115,26 +110,6 @@ impl AppState {
 
     pub fn status(&self) -> EngineStatus {
         self.status.lock().unwrap().clone()
-    }
-
-    /// The loaded model's token counter, reading its tokenizer the first
-    /// time (off the async threads: it is file I/O and parsing).
-    pub async fn token_counter(&self) -> AppResult<Arc<TokenCounter>> {
-        let path = self
-            .status()
-            .model
-            .map(|m| m.path)
-            .ok_or_else(|| AppError::new("NO_MODEL_LOADED", "No model is loaded. Pick one in Models."))?;
-        if let Some(c) = self.token_counter.lock().unwrap().as_ref().filter(|c| c.model_path == path) {
-            return Ok(c.clone());
-        }
-        let load = path.clone();
-        let counter = tokio::task::spawn_blocking(move || TokenCounter::load(&load))
-            .await
-            .map_err(|e| AppError::new("INTERNAL", format!("reading the tokenizer stopped: {e}")))??;
-        let counter = Arc::new(counter);
-        *self.token_counter.lock().unwrap() = Some(counter.clone());
-        Ok(counter)
     }
 
     pub fn engine(&self) -> AppResult<EngineHandle> {

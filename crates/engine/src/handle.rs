@@ -115,6 +115,13 @@ impl EngineHandle {
         })
     }
 
+    /// The prompt tokens `request` would take in this engine (template, image
+    /// slots and all), from the images' headers only: for fitting a long
+    /// conversation into the context before submitting it.
+    pub fn count_prompt_tokens(&self, request: &Request) -> Result<usize> {
+        self.preparer.count_prompt_tokens(request)
+    }
+
     pub fn model_info(&self) -> &ModelInfo {
         &self.info
     }

@@ -10,6 +10,8 @@
 //! - KV quantization on with images;
 //! - prefill in small chunks equals one pass (Gemma's images, which attend
 //!   to themselves both ways, are never cut by a chunk);
+//! - counting a request's prompt tokens (images from their headers) gives
+//!   what the engine then prefills;
 //! - odd images (1×1, one pixel wide, grayscale, 16-bit, alpha, an animated
 //!   GIF) are answered, broken ones and too many image tokens for the context
 //!   fail only their own request, and the engine keeps serving.
@@ -327,3 +329,21 @@ fn odd_images_are_answered_and_bad_ones_fail_only_their_request() {
         small.shutdown();
     }
 }
+
+#[test]
+fn counted_prompt_tokens_are_what_the_engine_prefills() {
+    for family in FAMILIES {
+        let dir = folder(family);
+        let engine = start(dir.path(), SchedulerConfig::default());
+        for request in mixed_requests(&engine) {
+            let counted = engine.count_prompt_tokens(&request).unwrap();
+            let done = finished(engine.submit(request).collect_blocking());
+            assert_eq!(counted, done.stats.prompt_tokens, "{}", family.name);
+        }
+        let broken = ask("what is this?", &[ImageInput::from_bytes(b"plain text".to_vec())], 3, &engine);
+        let e = engine.count_prompt_tokens(&broken).expect_err("a non-image has no size");
+        assert!(e.to_string().contains("#1"), "{e}");
+        engine.shutdown();
+    }
+}
+

@@ -163,6 +163,45 @@ impl Preparer {
         Ok(PreparedRequest { request: req, prompt, images, matcher, close_thinking, offers_tools, max_tokens, submitted })
     }
 
+    /// The prompt tokens `req` would take, image slots included, without
+    /// decoding a pixel (image sizes come from their headers): what a caller
+    /// needs to fit a conversation into the context. Errors as
+    /// [`Self::prepare`] would give for the prompt and the images' headers.
+    pub fn count_prompt_tokens(&self, req: &Request) -> Result<usize> {
+        let tokenizer = &self.tokenizer;
+        let Prompt::Chat { messages, options } = &req.prompt else {
+            return Ok(match &req.prompt {
+                Prompt::Tokens(ids) => ids.len(),
+                Prompt::Text(text) => tokenizer.encode(text, tokenizer.add_bos())?.len(),
+                Prompt::Chat { .. } => unreachable!(),
+            });
+        };
+        let rendered = tokenizer.apply_chat_template(messages, options)?;
+        let Some((processor, image_token)) = &self.vision else {
+            if !req.images.is_empty() {
+                return Err(not_a_vision_model(&self.model_name));
+            }
+            return Ok(tokenizer.encode(&rendered, false)?.len());
+        };
+        let slots = req
+            .images
+            .iter()
+            .enumerate()
+            .map(|(i, image)| {
+                let invalid = |reason: String| Error::InvalidImage { image: format!("#{}", i + 1), reason };
+                let (width, height) = crate::vision::preprocess::displayed_size(&image.bytes).map_err(invalid)?;
+                Ok(processor.num_image_tokens(processor.grid_for_size(height, width).map_err(invalid)?))
+            })
+            .collect::<Result<Vec<usize>>>()?;
+        if let Some(expanded) = processor.expand_prompt_text(&rendered, &slots) {
+            return Ok(tokenizer.encode(&expanded, false)?.len());
+        }
+        let tokens = tokenizer.encode(&rendered, false)?;
+        let placeholders = tokens.iter().filter(|&&t| t == *image_token).count();
+        // Each placeholder becomes its image's slots.
+        Ok(tokens.len() - placeholders + slots.iter().take(placeholders).sum::<usize>())
+    }
+
     /// Decodes, resizes and cuts each image into patches (none for a request
     /// without images).
     fn image_patches(&self, images: &[ImageInput]) -> Result<Vec<PreparedImage>> {

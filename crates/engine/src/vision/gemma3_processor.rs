@@ -219,6 +219,11 @@ impl ImageProcessor for Gemma3ImageProcessor {
         self.tokens_per_image
     }
 
+    fn grid_for_size(&self, _height: usize, _width: usize) -> std::result::Result<[i32; 3], String> {
+        let side = (self.size / self.patch_size) as i32;
+        Ok([1, side, side])
+    }
+
     fn cache_key(&self) -> String {
         format!("{self:?}")
     }

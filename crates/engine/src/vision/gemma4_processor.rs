@@ -183,6 +183,11 @@ impl ImageProcessor for Gemma4ImageProcessor {
         (grid[1] * grid[2]) as usize / (self.pooling_kernel_size * self.pooling_kernel_size)
     }
 
+    fn grid_for_size(&self, height: usize, width: usize) -> std::result::Result<[i32; 3], String> {
+        let (th, tw) = self.target_size(height, width)?;
+        Ok([1, (th / self.patch_size) as i32, (tw / self.patch_size) as i32])
+    }
+
     fn cache_key(&self) -> String {
         format!("{self:?}")
     }

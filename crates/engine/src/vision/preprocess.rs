@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 pub(crate) mod decode;
 pub(crate) mod resample;
 
-pub use decode::{MAX_DECODE_BYTES, MAX_PIXELS, MAX_SIDE};
+pub use decode::{displayed_size, MAX_DECODE_BYTES, MAX_PIXELS, MAX_SIDE};
 
 /// The image processor of a vision-language checkpoint.
 ///
@@ -363,6 +363,10 @@ impl super::ImageProcessor for QwenImageProcessor {
 
     fn num_image_tokens(&self, grid: [i32; 3]) -> usize {
         QwenImageProcessor::num_image_tokens(self, grid)
+    }
+
+    fn grid_for_size(&self, height: usize, width: usize) -> std::result::Result<[i32; 3], String> {
+        self.grid_for(height, width)
     }
 
     fn cache_key(&self) -> String {

@@ -18,6 +18,10 @@ pub trait ImageProcessor: Debug + Send + Sync {
     /// How many placeholder tokens (= features) an image of this grid takes.
     fn num_image_tokens(&self, grid: [i32; 3]) -> usize;
 
+    /// The grid an image shown at `height × width` pixels gets, without its
+    /// pixels (for counting a prompt's tokens).
+    fn grid_for_size(&self, height: usize, width: usize) -> std::result::Result<[i32; 3], String>;
+
     /// A stable text of every parameter that changes the output.
     fn cache_key(&self) -> String;
 

@@ -88,7 +88,28 @@ pub(crate) fn decode_rgb8(bytes: &[u8]) -> Result<Rgb8, String> {
     }
 }
 
-fn decode_inner(bytes: &[u8]) -> Result<Rgb8, String> {
+/// The size the image shows at (EXIF rotation applied), read from its
+/// header without decoding a pixel: what counting a prompt's image tokens needs.
+pub fn displayed_size(bytes: &[u8]) -> Result<(usize, usize), String> {
+    if bytes.is_empty() {
+        return Err("the file is empty (0 bytes)".into());
+    }
+    match std::panic::catch_unwind(|| {
+        let (mut decoder, _) = open(bytes)?;
+        let (w, h) = decoder.dimensions();
+        check_size(w, h)?;
+        let orientation = decoder.orientation().unwrap_or(image::metadata::Orientation::NoTransforms);
+        use image::metadata::Orientation::*;
+        let turned = matches!(orientation, Rotate90 | Rotate270 | Rotate90FlipH | Rotate270FlipH);
+        Ok(if turned { (h as usize, w as usize) } else { (w as usize, h as usize) })
+    }) {
+        Ok(r) => r,
+        Err(_) => Err("the image decoder failed on this file (corrupt data)".into()),
+    }
+}
+
+/// A decoder for `bytes` within the limits, and the format's name.
+fn open(bytes: &[u8]) -> Result<(impl image::ImageDecoder + '_, &'static str), String> {
     let reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|e| format!("could not read the file: {e}"))?;
@@ -109,7 +130,12 @@ fn decode_inner(bytes: &[u8]) -> Result<Rgb8, String> {
     limits.max_alloc = Some(MAX_DECODE_BYTES);
     let mut reader = reader;
     reader.limits(limits);
-    let mut decoder = reader.into_decoder().map_err(|e| describe(name, e))?;
+    let decoder = reader.into_decoder().map_err(|e| describe(name, e))?;
+    Ok((decoder, name))
+}
+
+fn decode_inner(bytes: &[u8]) -> Result<Rgb8, String> {
+    let (mut decoder, name) = open(bytes)?;
     let (w, h) = decoder.dimensions();
     if w == 0 || h == 0 {
         return Err(format!("the {name} header says {w}×{h} pixels"));
