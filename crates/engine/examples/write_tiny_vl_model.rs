@@ -7,21 +7,29 @@
 //!
 //! `write_tiny_vl_model --bench <out-dir>` writes one bench-size Qwen2-VL
 //! folder instead (`VlDims::bench`: Qwen2-0.5B's language model, a half-width
-//! vision tower) for scripts/bench-vision.sh.
+//! vision tower) for scripts/bench-vision.sh; `--bench <family> <out-dir>`
+//! (qwen2_vl, qwen3_5, qwen3_vl, gemma3, gemma4) one bench-size folder of
+//! that family, float32, for scripts/bench-vision-families.sh.
 use std::path::PathBuf;
 
 use clap::Parser;
-use engine::testing::{write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims};
+use engine::testing::{
+    write_gemma3_vl, write_gemma4_vl, write_qwen35_vl, write_qwen3_vl, write_tiny_gemma3_vl, write_tiny_gemma4_vl,
+    write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, Gemma3VlDims, Gemma4VlDims, Qwen35VlDims, Qwen3VlDims,
+    QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims,
+};
 use engine::weights::QuantSpec;
 
 #[derive(Parser)]
-#[command(about = "Writes tiny seeded Qwen2-VL / Qwen2.5-VL checkpoints")]
+#[command(about = "Writes tiny seeded vision-language checkpoints of every family")]
 struct Args {
-    /// One bench-size Qwen2-VL folder instead of the tiny test folders.
+    /// One bench-size folder instead of the tiny test folders.
     #[arg(long)]
     bench: bool,
-    /// Where to write.
-    out: PathBuf,
+    /// `[FAMILY] OUT`: where to write; with --bench, the family first
+    /// (qwen2_vl when left out).
+    #[arg(num_args = 1..=2, required = true)]
+    args: Vec<String>,
 }
 
 /// The seed the parity test writes its Qwen3.5 folders with.
@@ -35,10 +43,23 @@ const GEMMA4_SEED: u64 = 4;
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let out = args.out;
+    let (family, out) = match args.args.as_slice() {
+        [out] => ("qwen2_vl", PathBuf::from(out)),
+        [family, out] if args.bench => (family.as_str(), PathBuf::from(out)),
+        _ => anyhow::bail!("a family is named only with --bench"),
+    };
     if args.bench {
-        let spec = TinyQwenVl { dims: VlDims::bench(), ..TinyQwenVl::new(QwenVlVariant::Qwen2Vl) };
-        write_tiny_qwen2_vl(&out, &spec)?;
+        match family {
+            "qwen2_vl" => {
+                let spec = TinyQwenVl { dims: VlDims::bench(), ..TinyQwenVl::new(QwenVlVariant::Qwen2Vl) };
+                write_tiny_qwen2_vl(&out, &spec)?;
+            }
+            "qwen3_5" => _ = write_qwen35_vl(&out, &Qwen35VlDims::bench(), None, QWEN35_SEED)?,
+            "qwen3_vl" => _ = write_qwen3_vl(&out, &Qwen3VlDims::bench(), None, QWEN3_VL_SEED)?,
+            "gemma3" => _ = write_gemma3_vl(&out, &Gemma3VlDims::bench(), None, GEMMA3_SEED)?,
+            "gemma4" => _ = write_gemma4_vl(&out, &Gemma4VlDims::bench(), None, GEMMA4_SEED)?,
+            other => anyhow::bail!("--bench {other}: one of qwen2_vl, qwen3_5, qwen3_vl, gemma3, gemma4"),
+        }
         println!("{}", out.display());
         return Ok(());
     }

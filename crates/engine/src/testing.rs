@@ -24,9 +24,12 @@ use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
 use crate::weights::QuantSpec;
 pub use gguf_writer::{write_gguf, GgufTensor, GgufValue};
 pub use families::{write_family, write_tiny_family, Dims, TinyFamily};
-pub use gemma3_vl::{write_tiny_gemma3_vl, GEMMA3_CHAT_TEMPLATE, GEMMA3_VL_WINDOW};
-pub use gemma4_vl::{write_tiny_gemma4_vl, GEMMA4_CHAT_TEMPLATE, GEMMA4_VL_SOFT_TOKENS};
-pub use qwen3_vl::{write_tiny_qwen35_vl, write_tiny_qwen3_vl, QWEN35_MAX_PIXELS, QWEN35_MIN_PIXELS};
+pub use gemma3_vl::{write_gemma3_vl, write_tiny_gemma3_vl, Gemma3VlDims, GEMMA3_CHAT_TEMPLATE, GEMMA3_VL_WINDOW};
+pub use gemma4_vl::{write_gemma4_vl, write_tiny_gemma4_vl, Gemma4VlDims, GEMMA4_CHAT_TEMPLATE, GEMMA4_VL_SOFT_TOKENS};
+pub use qwen3_vl::{
+    write_qwen35_vl, write_qwen3_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, Qwen35VlDims, Qwen3VlDims, QwenTowerDims,
+    QWEN35_MAX_PIXELS, QWEN35_MIN_PIXELS,
+};
 pub use qwen_vl::{
     qwen_byte_level_meta, write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims, QWEN_SPECIAL_TOKENS,
     QWEN_VL_CHAT_TEMPLATE,

@@ -23,20 +23,80 @@ use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
 use crate::weights::QuantSpec;
 
-const HIDDEN: i32 = 96;
-const LAYERS: i32 = 4;
-const HEADS: i32 = 2;
-const KV_HEADS: i32 = 1;
-const HEAD_DIM: i32 = 32;
-const MLP: i32 = 128;
 pub const GEMMA3_VL_WINDOW: i32 = 8;
-const VISION_WIDTH: i32 = 32;
-const VISION_HEADS: i32 = 2;
-const VISION_MLP: i32 = 48;
-const VISION_LAYERS: i32 = 2;
+
+/// The sizes of a Gemma 3 with vision: its decoder, its SigLIP tower, the
+/// (square) image size and the soft tokens an image is pooled to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gemma3VlDims {
+    pub hidden: i32,
+    pub layers: i32,
+    pub heads: i32,
+    pub kv_heads: i32,
+    pub head_dim: i32,
+    pub mlp: i32,
+    pub window: i32,
+    /// One global layer every `global_every` (the last of each group).
+    pub global_every: i32,
+    pub vision_width: i32,
+    pub vision_heads: i32,
+    pub vision_mlp: i32,
+    pub vision_layers: i32,
+    /// Images are resized to `image`×`image` (patches of 14).
+    pub image: i32,
+    /// A square number: the pooled grid's side squared.
+    pub tokens_per_image: i32,
+}
+
+impl Gemma3VlDims {
+    /// The tiny test sizes: odd ones (hidden 96, sliding window 8 shorter
+    /// than the prompts, sliding and global layers alternating), a two-block
+    /// tower on 56-pixel images (4×4 patches) pooled to 4 soft tokens.
+    pub fn tiny() -> Self {
+        Self {
+            hidden: 96,
+            layers: 4,
+            heads: 2,
+            kv_heads: 1,
+            head_dim: 32,
+            mlp: 128,
+            window: GEMMA3_VL_WINDOW,
+            global_every: 2,
+            vision_width: 32,
+            vision_heads: 2,
+            vision_mlp: 48,
+            vision_layers: 2,
+            image: 56,
+            tokens_per_image: 4,
+        }
+    }
+
+    /// Benchmark sizes: Gemma 3 4B's plan scaled down (hidden 2560 → 640,
+    /// 34 layers → 12: five sliding of 512 tokens then a global one; 4 query
+    /// heads over 2 KV heads of 128) with a SigLIP tower of a third the width
+    /// and depth (1152 → 384 wide, 6 heads of 64, 27 → 8 blocks) on 448-pixel
+    /// images (32×32 patches) pooled to 256 soft tokens, as the real 896 ones are.
+    pub fn bench() -> Self {
+        Self {
+            hidden: 640,
+            layers: 12,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 128,
+            mlp: 2560,
+            window: 512,
+            global_every: 6,
+            vision_width: 384,
+            vision_heads: 6,
+            vision_mlp: 1536,
+            vision_layers: 8,
+            image: 448,
+            tokens_per_image: 256,
+        }
+    }
+}
+
 const PATCH: i32 = 14;
-const IMAGE: i32 = 56;
-const TOKENS_PER_IMAGE: i32 = 4;
 
 /// Gemma's special tokens, after the byte-level vocabulary.
 const SPECIALS: [&str; 8] = [
@@ -79,6 +139,11 @@ fn gemma_byte_level_meta() -> GgufTokenizerMeta {
 
 /// Writes a tiny Gemma 3 with vision into `dir`; returns the vocabulary size.
 pub fn write_tiny_gemma3_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+    write_gemma3_vl(dir, &Gemma3VlDims::tiny(), quantize, seed)
+}
+
+/// [`write_tiny_gemma3_vl`] with other sizes (benchmarks).
+pub fn write_gemma3_vl(dir: &Path, d: &Gemma3VlDims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = Tokenizer::from_gguf(gemma_byte_level_meta())?;
     tokenizer.write_hf_files(dir)?;
@@ -109,24 +174,24 @@ pub fn write_tiny_gemma3_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) 
     let gemma_norm = |tensors: &mut HashMap<String, Array>, rng: &mut Rng, name: String, dim: i32| {
         tensors.insert(format!("{name}.weight"), rng.tensor(&[dim], 0.1, 0.0));
     };
-    matrix(&mut tensors, &mut rng, format!("{lm}.embed_tokens"), vocab, HIDDEN);
-    let (q, kv) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
-    for i in 0..LAYERS {
+    matrix(&mut tensors, &mut rng, format!("{lm}.embed_tokens"), vocab, d.hidden);
+    let (q, kv) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
+    for i in 0..d.layers {
         let p = format!("{lm}.layers.{i}");
         for norm in ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"] {
-            gemma_norm(&mut tensors, &mut rng, format!("{p}.{norm}"), HIDDEN);
+            gemma_norm(&mut tensors, &mut rng, format!("{p}.{norm}"), d.hidden);
         }
-        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.q_proj"), q, HIDDEN);
-        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.k_proj"), kv, HIDDEN);
-        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.v_proj"), kv, HIDDEN);
-        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.o_proj"), HIDDEN, q);
-        gemma_norm(&mut tensors, &mut rng, format!("{p}.self_attn.q_norm"), HEAD_DIM);
-        gemma_norm(&mut tensors, &mut rng, format!("{p}.self_attn.k_norm"), HEAD_DIM);
-        matrix(&mut tensors, &mut rng, format!("{p}.mlp.gate_proj"), MLP, HIDDEN);
-        matrix(&mut tensors, &mut rng, format!("{p}.mlp.up_proj"), MLP, HIDDEN);
-        matrix(&mut tensors, &mut rng, format!("{p}.mlp.down_proj"), HIDDEN, MLP);
+        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.q_proj"), q, d.hidden);
+        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.k_proj"), kv, d.hidden);
+        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.v_proj"), kv, d.hidden);
+        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.o_proj"), d.hidden, q);
+        gemma_norm(&mut tensors, &mut rng, format!("{p}.self_attn.q_norm"), d.head_dim);
+        gemma_norm(&mut tensors, &mut rng, format!("{p}.self_attn.k_norm"), d.head_dim);
+        matrix(&mut tensors, &mut rng, format!("{p}.mlp.gate_proj"), d.mlp, d.hidden);
+        matrix(&mut tensors, &mut rng, format!("{p}.mlp.up_proj"), d.mlp, d.hidden);
+        matrix(&mut tensors, &mut rng, format!("{p}.mlp.down_proj"), d.hidden, d.mlp);
     }
-    gemma_norm(&mut tensors, &mut rng, format!("{lm}.norm"), HIDDEN);
+    gemma_norm(&mut tensors, &mut rng, format!("{lm}.norm"), d.hidden);
     if !hf {
         // mlx-vlm 0.7.6 ties a missing head by copying the embedding's packed
         // weight without its scales, so a 4-bit folder carries the head itself.
@@ -140,12 +205,12 @@ pub fn write_tiny_gemma3_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) 
     let mut put = |name: String, t: Array| {
         tensors.insert(name, t);
     };
-    let (w, c) = (VISION_WIDTH, 3);
+    let (w, c) = (d.vision_width, 3);
     let kernel = vrng.tensor(&[w, c, PATCH, PATCH], 1.0 / ((c * PATCH * PATCH) as f32).sqrt(), 0.0);
     let kernel = if hf { kernel } else { kernel.transpose_axes(&[0, 2, 3, 1])? };
     put(format!("{v}.embeddings.patch_embedding.weight"), kernel);
     put(format!("{v}.embeddings.patch_embedding.bias"), vrng.tensor(&[w], 0.1, 0.0));
-    let patches = (IMAGE / PATCH) * (IMAGE / PATCH);
+    let patches = (d.image / PATCH) * (d.image / PATCH);
     put(format!("{v}.embeddings.position_embedding.weight"), vrng.tensor(&[patches, w], 0.5, 0.0));
     let linear = |put: &mut dyn FnMut(String, Array), rng: &mut Rng, path: String, input: i32, output: i32| {
         put(format!("{path}.weight"), rng.tensor(&[output, input], 1.0 / (input as f32).sqrt(), 0.0));
@@ -155,68 +220,68 @@ pub fn write_tiny_gemma3_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) 
         put(format!("{path}.weight"), rng.tensor(&[dim], 0.1, 1.0));
         put(format!("{path}.bias"), rng.tensor(&[dim], 0.1, 0.0));
     };
-    for i in 0..VISION_LAYERS {
+    for i in 0..d.vision_layers {
         let l = format!("{v}.encoder.layers.{i}");
         layer_norm(&mut put, &mut vrng, format!("{l}.layer_norm1"), w);
         for proj in ["q_proj", "k_proj", "v_proj", "out_proj"] {
             linear(&mut put, &mut vrng, format!("{l}.self_attn.{proj}"), w, w);
         }
         layer_norm(&mut put, &mut vrng, format!("{l}.layer_norm2"), w);
-        linear(&mut put, &mut vrng, format!("{l}.mlp.fc1"), w, VISION_MLP);
-        linear(&mut put, &mut vrng, format!("{l}.mlp.fc2"), VISION_MLP, w);
+        linear(&mut put, &mut vrng, format!("{l}.mlp.fc1"), w, d.vision_mlp);
+        linear(&mut put, &mut vrng, format!("{l}.mlp.fc2"), d.vision_mlp, w);
     }
     layer_norm(&mut put, &mut vrng, format!("{v}.post_layernorm"), w);
     put("multi_modal_projector.mm_soft_emb_norm.weight".into(), vrng.tensor(&[w], 0.1, 0.0));
-    put("multi_modal_projector.mm_input_projection_weight".into(), vrng.tensor(&[w, HIDDEN], 1.0 / (w as f32).sqrt(), 0.0));
+    put("multi_modal_projector.mm_input_projection_weight".into(), vrng.tensor(&[w, d.hidden], 1.0 / (w as f32).sqrt(), 0.0));
 
     let layer_types: Vec<&str> =
-        (0..LAYERS).map(|i| if i % 2 == 1 { "full_attention" } else { "sliding_attention" }).collect();
+        (0..d.layers).map(|i| if i % d.global_every == d.global_every - 1 { "full_attention" } else { "sliding_attention" }).collect();
     let config = json!({
         "model_type": "gemma3",
         "architectures": ["Gemma3ForConditionalGeneration"],
         "text_config": {
             "model_type": "gemma3_text",
-            "hidden_size": HIDDEN,
-            "num_hidden_layers": LAYERS,
-            "intermediate_size": MLP,
-            "num_attention_heads": HEADS,
-            "num_key_value_heads": KV_HEADS,
-            "head_dim": HEAD_DIM,
+            "hidden_size": d.hidden,
+            "num_hidden_layers": d.layers,
+            "intermediate_size": d.mlp,
+            "num_attention_heads": d.heads,
+            "num_key_value_heads": d.kv_heads,
+            "head_dim": d.head_dim,
             "rms_norm_eps": 1e-6,
             "vocab_size": vocab,
             "rope_theta": 1_000_000.0,
             "rope_global_base_freq": 1_000_000.0,
             "rope_local_base_freq": 10_000.0,
-            "query_pre_attn_scalar": HEAD_DIM,
-            "sliding_window": GEMMA3_VL_WINDOW,
-            "sliding_window_pattern": 2,
+            "query_pre_attn_scalar": d.head_dim,
+            "sliding_window": d.window,
+            "sliding_window_pattern": d.global_every,
             "layer_types": layer_types,
             "max_position_embeddings": 4096,
-            "mm_tokens_per_image": TOKENS_PER_IMAGE,
+            "mm_tokens_per_image": d.tokens_per_image,
         },
         "vision_config": {
             "model_type": "siglip_vision_model",
             "hidden_size": w,
-            "intermediate_size": VISION_MLP,
-            "num_hidden_layers": VISION_LAYERS,
-            "num_attention_heads": VISION_HEADS,
+            "intermediate_size": d.vision_mlp,
+            "num_hidden_layers": d.vision_layers,
+            "num_attention_heads": d.vision_heads,
             "patch_size": PATCH,
-            "image_size": IMAGE,
+            "image_size": d.image,
             "layer_norm_eps": 1e-6,
         },
-        "mm_tokens_per_image": TOKENS_PER_IMAGE,
+        "mm_tokens_per_image": d.tokens_per_image,
         "image_token_index": id("<image_soft_token>"),
         "boi_token_index": id("<start_of_image>"),
         "eoi_token_index": id("<end_of_image>"),
         "eos_token_id": [id("<eos>"), id("<end_of_turn>")],
-        "hidden_size": HIDDEN,
+        "hidden_size": d.hidden,
         "pad_token_id": id("<pad>"),
     });
     let pre = json!({
         "image_processor_type": "Gemma3ImageProcessor",
         "processor_class": "Gemma3Processor",
         "do_resize": true,
-        "size": {"height": IMAGE, "width": IMAGE},
+        "size": {"height": d.image, "width": d.image},
         "resample": 2,
         "do_rescale": true,
         "rescale_factor": 1.0 / 255.0,
@@ -225,14 +290,14 @@ pub fn write_tiny_gemma3_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) 
         "image_std": [0.5, 0.5, 0.5],
         "do_convert_rgb": true,
         "do_pan_and_scan": null,
-        "image_seq_length": TOKENS_PER_IMAGE,
+        "image_seq_length": d.tokens_per_image,
     });
     let write = |name: &str, value: &serde_json::Value| -> Result<()> {
         let path = dir.join(name);
         std::fs::write(&path, serde_json::to_string_pretty(value).expect("serializable")).map_err(|e| Error::io(&path, e))
     };
     write("preprocessor_config.json", &pre)?;
-    write("processor_config.json", &json!({"image_seq_length": TOKENS_PER_IMAGE, "processor_class": "Gemma3Processor"}))?;
+    write("processor_config.json", &json!({"image_seq_length": d.tokens_per_image, "processor_class": "Gemma3Processor"}))?;
     save_checkpoint(dir, tensors, &matrices, config, quantize)?;
     Ok(vocab)
 }

@@ -23,17 +23,65 @@ use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
 use crate::weights::QuantSpec;
 
-const WIDTH: i32 = 32;
-const HEADS: i32 = 2;
-const KV_HEADS: i32 = 1;
-const HEAD_DIM: i32 = 16;
-const MLP: i32 = 48;
-const LAYERS: i32 = 2;
 const PATCH: i32 = 16;
-/// Covers the longest side a 12-token budget allows (12 blocks of 3 patches).
-const POSITIONS: i32 = 40;
-const POOLING: i32 = 3;
 pub const GEMMA4_VL_SOFT_TOKENS: i32 = 12;
+
+/// The sizes of a Gemma 4 with vision: the language model of
+/// [`super::families`], the encoder, and the soft-token budget per image.
+#[derive(Debug, Clone, Copy)]
+pub struct Gemma4VlDims {
+    pub text: Dims,
+    pub width: i32,
+    pub heads: i32,
+    pub kv_heads: i32,
+    pub head_dim: i32,
+    pub mlp: i32,
+    pub layers: i32,
+    /// Rows of each (column, row) position table: covers the longest side in patches.
+    pub positions: i32,
+    pub pooling: i32,
+    pub soft_tokens: i32,
+}
+
+impl Gemma4VlDims {
+    /// The tiny test sizes: a two-block encoder (GQA) with a budget of 12
+    /// soft tokens, its position table covering the longest side that
+    /// budget allows (12 blocks of 3 patches).
+    pub fn tiny() -> Self {
+        Self {
+            text: Dims::tiny(TinyFamily::Gemma4),
+            width: 32,
+            heads: 2,
+            kv_heads: 1,
+            head_dim: 16,
+            mlp: 48,
+            layers: 2,
+            positions: 40,
+            pooling: 3,
+            soft_tokens: GEMMA4_VL_SOFT_TOKENS,
+        }
+    }
+
+    /// Benchmark sizes: [`Dims::bench_gemma4`] (E2B's plan at hidden 512,
+    /// 10 layers) with E2B's encoder halved (768 → 384 wide, 6 heads of 64,
+    /// 16 → 8 blocks) and a budget of 140 soft tokens (one of Gemma 4's
+    /// budgets), pooled 3×3 as the real one; the position table covers the
+    /// longest side the budget allows.
+    pub fn bench() -> Self {
+        Self {
+            text: Dims::bench_gemma4(),
+            width: 384,
+            heads: 6,
+            kv_heads: 6,
+            head_dim: 64,
+            mlp: 1536,
+            layers: 8,
+            positions: 140 * 3,
+            pooling: 3,
+            soft_tokens: 140,
+        }
+    }
+}
 
 const SPECIALS: [&str; 9] = ["<pad>", "<eos>", "<bos>", "<|turn>", "<turn|>", "<|image>", "<image|>", "<|image|>", "<|audio|>"];
 
@@ -64,6 +112,11 @@ fn meta() -> GgufTokenizerMeta {
 
 /// Writes a tiny Gemma 4 with vision into `dir`; returns the vocabulary size.
 pub fn write_tiny_gemma4_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+    write_gemma4_vl(dir, &Gemma4VlDims::tiny(), quantize, seed)
+}
+
+/// [`write_tiny_gemma4_vl`] with other sizes (benchmarks).
+pub fn write_gemma4_vl(dir: &Path, d: &Gemma4VlDims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = Tokenizer::from_gguf(meta())?;
     tokenizer.write_hf_files(dir)?;
@@ -81,7 +134,7 @@ pub fn write_tiny_gemma4_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) 
     let vocab = tokenizer.vocab_size() as i32;
     let hf = quantize.is_none();
 
-    let dims = Dims::tiny(TinyFamily::Gemma4);
+    let dims = d.text;
     let (lm, lm_matrices, mut text_config) = gemma4_parts(dims, seed, vocab, !hf)?;
     let rename = |name: &str| -> String {
         match (name.strip_prefix("model."), hf) {
@@ -113,29 +166,29 @@ pub fn write_tiny_gemma4_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) 
     };
     let v = "vision_tower";
     let values = 3 * PATCH * PATCH;
-    put(format!("{v}.patch_embedder.input_proj.weight"), rng.tensor(&[WIDTH, values], 1.0 / (values as f32).sqrt(), 0.0));
-    put(format!("{v}.patch_embedder.position_embedding_table"), rng.tensor(&[2, POSITIONS, WIDTH], 0.5, 0.0));
-    let (q_out, kv_out) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
-    for i in 0..LAYERS {
+    put(format!("{v}.patch_embedder.input_proj.weight"), rng.tensor(&[d.width, values], 1.0 / (values as f32).sqrt(), 0.0));
+    put(format!("{v}.patch_embedder.position_embedding_table"), rng.tensor(&[2, d.positions, d.width], 0.5, 0.0));
+    let (q_out, kv_out) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
+    for i in 0..d.layers {
         let l = format!("{v}.encoder.layers.{i}");
         for n in ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"] {
-            norm(&mut put, &mut rng, format!("{l}.{n}"), WIDTH);
+            norm(&mut put, &mut rng, format!("{l}.{n}"), d.width);
         }
-        clipped(&mut put, &mut rng, format!("{l}.self_attn.q_proj"), WIDTH, q_out);
-        clipped(&mut put, &mut rng, format!("{l}.self_attn.k_proj"), WIDTH, kv_out);
-        clipped(&mut put, &mut rng, format!("{l}.self_attn.v_proj"), WIDTH, kv_out);
-        clipped(&mut put, &mut rng, format!("{l}.self_attn.o_proj"), q_out, WIDTH);
-        norm(&mut put, &mut rng, format!("{l}.self_attn.q_norm"), HEAD_DIM);
-        norm(&mut put, &mut rng, format!("{l}.self_attn.k_norm"), HEAD_DIM);
-        clipped(&mut put, &mut rng, format!("{l}.mlp.gate_proj"), WIDTH, MLP);
-        clipped(&mut put, &mut rng, format!("{l}.mlp.up_proj"), WIDTH, MLP);
-        clipped(&mut put, &mut rng, format!("{l}.mlp.down_proj"), MLP, WIDTH);
+        clipped(&mut put, &mut rng, format!("{l}.self_attn.q_proj"), d.width, q_out);
+        clipped(&mut put, &mut rng, format!("{l}.self_attn.k_proj"), d.width, kv_out);
+        clipped(&mut put, &mut rng, format!("{l}.self_attn.v_proj"), d.width, kv_out);
+        clipped(&mut put, &mut rng, format!("{l}.self_attn.o_proj"), q_out, d.width);
+        norm(&mut put, &mut rng, format!("{l}.self_attn.q_norm"), d.head_dim);
+        norm(&mut put, &mut rng, format!("{l}.self_attn.k_norm"), d.head_dim);
+        clipped(&mut put, &mut rng, format!("{l}.mlp.gate_proj"), d.width, d.mlp);
+        clipped(&mut put, &mut rng, format!("{l}.mlp.up_proj"), d.width, d.mlp);
+        clipped(&mut put, &mut rng, format!("{l}.mlp.down_proj"), d.mlp, d.width);
     }
-    put(format!("{v}.std_bias"), rng.tensor(&[WIDTH], 0.1, 0.0));
-    put(format!("{v}.std_scale"), rng.tensor(&[WIDTH], 0.1, 1.0));
+    put(format!("{v}.std_bias"), rng.tensor(&[d.width], 0.1, 0.0));
+    put(format!("{v}.std_scale"), rng.tensor(&[d.width], 0.1, 1.0));
     put(
         "embed_vision.embedding_projection.weight".into(),
-        rng.tensor(&[dims.hidden, WIDTH], 1.0 / (WIDTH as f32).sqrt(), 0.0),
+        rng.tensor(&[dims.hidden, d.width], 1.0 / (d.width as f32).sqrt(), 0.0),
     );
 
     let mut config = json!({
@@ -144,17 +197,17 @@ pub fn write_tiny_gemma4_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) 
         "text_config": text_config,
         "vision_config": {
             "model_type": "gemma4_vision",
-            "hidden_size": WIDTH,
-            "intermediate_size": MLP,
-            "num_hidden_layers": LAYERS,
-            "num_attention_heads": HEADS,
-            "num_key_value_heads": KV_HEADS,
-            "head_dim": HEAD_DIM,
+            "hidden_size": d.width,
+            "intermediate_size": d.mlp,
+            "num_hidden_layers": d.layers,
+            "num_attention_heads": d.heads,
+            "num_key_value_heads": d.kv_heads,
+            "head_dim": d.head_dim,
             "rms_norm_eps": 1e-6,
             "patch_size": PATCH,
-            "position_embedding_size": POSITIONS,
-            "pooling_kernel_size": POOLING,
-            "default_output_length": GEMMA4_VL_SOFT_TOKENS,
+            "position_embedding_size": d.positions,
+            "pooling_kernel_size": d.pooling,
+            "default_output_length": d.soft_tokens,
             "use_clipped_linears": true,
             "standardize": true,
             "rope_parameters": {"rope_theta": 100.0, "rope_type": "default"},
@@ -163,7 +216,7 @@ pub fn write_tiny_gemma4_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) 
         "audio_token_id": id("<|audio|>"),
         "boi_token_id": id("<|image>"),
         "eoi_token_id": id("<image|>"),
-        "vision_soft_tokens_per_image": GEMMA4_VL_SOFT_TOKENS,
+        "vision_soft_tokens_per_image": d.soft_tokens,
         "eos_token_id": [id("<eos>"), id("<turn|>")],
         "pad_token_id": id("<pad>"),
         "hidden_size": dims.hidden,
@@ -180,8 +233,8 @@ pub fn write_tiny_gemma4_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) 
             "rescale_factor": 1.0 / 255.0,
             "do_normalize": false,
             "patch_size": PATCH,
-            "max_soft_tokens": GEMMA4_VL_SOFT_TOKENS,
-            "pooling_kernel_size": POOLING,
+            "max_soft_tokens": d.soft_tokens,
+            "pooling_kernel_size": d.pooling,
         },
     });
     let path = dir.join("processor_config.json");

@@ -24,71 +24,181 @@ use crate::error::{Error, Result};
 use crate::tokenizer::Tokenizer;
 use crate::weights::QuantSpec;
 
-/// The tiny tower's sizes (Qwen3-VL's has one more block: three, two of
-/// them tapped by DeepStack).
-const WIDTH: i32 = 32;
-const HEADS: i32 = 2;
-const MLP: i32 = 48;
-const DEPTH: i32 = 2;
-const QWEN3_VL_DEPTH: i32 = 3;
-const QWEN3_VL_DEEPSTACK: [i32; 2] = [0, 1];
-/// The tiny Qwen3-VL decoder.
-const QWEN3_VL_HIDDEN: i32 = 96;
-const QWEN3_VL_LAYERS: i32 = 3;
-const QWEN3_VL_HEADS: i32 = 3;
-const QWEN3_VL_KV_HEADS: i32 = 1;
-const QWEN3_VL_HEAD_DIM: i32 = 32;
-const QWEN3_VL_MLP: i32 = 160;
 const PATCH: i32 = 16;
 const TEMPORAL: i32 = 2;
 const CHANNELS: i32 = 3;
-/// A 4×4 learned position grid.
-const POSITIONS: i32 = 16;
 /// Image area bounds after resizing: at most 32 features (factor 32).
 pub const QWEN35_MIN_PIXELS: i32 = 64 * 64;
 pub const QWEN35_MAX_PIXELS: i32 = 32 * 32 * 32;
 
+/// The sizes of a Qwen3-VL style vision tower (Qwen3.5 uses the same one)
+/// and the image bounds of its preprocessor_config.json.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QwenTowerDims {
+    pub width: i32,
+    pub heads: i32,
+    pub mlp: i32,
+    pub depth: i32,
+    /// Learned position grid entries (a square: 16 = 4×4).
+    pub positions: i32,
+    /// Blocks whose outputs DeepStack adds to the first language layers.
+    pub deepstack: Vec<i32>,
+    pub min_pixels: i32,
+    pub max_pixels: i32,
+}
+
+impl QwenTowerDims {
+    /// The tiny tower: two blocks (three for Qwen3-VL, two of them tapped by
+    /// DeepStack) and a 4×4 position grid, so every test image interpolates it.
+    fn tiny(depth: i32, deepstack: &[i32]) -> Self {
+        Self {
+            width: 32,
+            heads: 2,
+            mlp: 48,
+            depth,
+            positions: 16,
+            deepstack: deepstack.to_vec(),
+            min_pixels: QWEN35_MIN_PIXELS,
+            max_pixels: QWEN35_MAX_PIXELS,
+        }
+    }
+
+    /// Qwen3.5-0.8B / Qwen3-VL-2B's tower halved in width and depth (768 →
+    /// 384 wide, 6 heads of 64, 12 → 8 blocks, a 32×32 position grid);
+    /// images up to 384×384 (144 image tokens).
+    fn bench(deepstack: &[i32]) -> Self {
+        Self {
+            width: 384,
+            heads: 6,
+            mlp: 1536,
+            depth: 8,
+            positions: 1024,
+            deepstack: deepstack.to_vec(),
+            min_pixels: 64 * 64,
+            max_pixels: 384 * 384,
+        }
+    }
+}
+
+/// A Qwen3.5 with its vision tower: the language model of
+/// [`super::families`] and the tower.
+#[derive(Debug, Clone)]
+pub struct Qwen35VlDims {
+    pub text: Dims,
+    pub tower: QwenTowerDims,
+}
+
+impl Qwen35VlDims {
+    /// The tiny test sizes (what the goldens were recorded on).
+    pub fn tiny() -> Self {
+        Self { text: Dims::tiny(TinyFamily::Qwen35), tower: QwenTowerDims::tiny(2, &[]) }
+    }
+
+    /// Benchmark sizes: [`Dims::bench_qwen35`] (0.8B's plan at hidden 512,
+    /// 8 layers) with [`QwenTowerDims::bench`].
+    pub fn bench() -> Self {
+        Self { text: Dims::bench_qwen35(), tower: QwenTowerDims::bench(&[]) }
+    }
+}
+
+/// A Qwen3-VL: a Qwen3 decoder and the tower with DeepStack taps.
+#[derive(Debug, Clone)]
+pub struct Qwen3VlDims {
+    pub hidden: i32,
+    pub layers: i32,
+    pub heads: i32,
+    pub kv_heads: i32,
+    pub head_dim: i32,
+    pub mlp: i32,
+    /// Interleaved M-RoPE frequencies per axis; they add up to head_dim / 2.
+    pub mrope_section: [i32; 3],
+    pub tower: QwenTowerDims,
+}
+
+impl Qwen3VlDims {
+    /// The tiny test sizes: odd ones (hidden 96, three query heads over one
+    /// KV head), a three-block tower tapped after blocks 0 and 1.
+    pub fn tiny() -> Self {
+        Self {
+            hidden: 96,
+            layers: 3,
+            heads: 3,
+            kv_heads: 1,
+            head_dim: 32,
+            mlp: 160,
+            mrope_section: [6, 5, 5],
+            tower: QwenTowerDims::tiny(3, &[0, 1]),
+        }
+    }
+
+    /// Benchmark sizes: Qwen3-VL-2B's decoder scaled down (hidden 2048 →
+    /// 768, 28 layers → 12, 8 query heads over 2 KV heads of 128 as the real
+    /// head size, so M-RoPE [24, 20, 20]) with [`QwenTowerDims::bench`]
+    /// tapped by DeepStack after blocks 1, 3 and 5 (the real 5, 11, 17 of 24).
+    pub fn bench() -> Self {
+        Self {
+            hidden: 768,
+            layers: 12,
+            heads: 8,
+            kv_heads: 2,
+            head_dim: 128,
+            mlp: 2048,
+            mrope_section: [24, 20, 20],
+            tower: QwenTowerDims::bench(&[1, 3, 5]),
+        }
+    }
+}
+
 /// Writes a tiny Qwen3.5 (dense) with its vision tower into `dir`; returns
 /// the vocabulary size.
 pub fn write_tiny_qwen35_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+    write_qwen35_vl(dir, &Qwen35VlDims::tiny(), quantize, seed)
+}
+
+/// [`write_tiny_qwen35_vl`] with other sizes (benchmarks).
+pub fn write_qwen35_vl(dir: &Path, d: &Qwen35VlDims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = Tokenizer::from_gguf(qwen_byte_level_meta())?;
     tokenizer.write_hf_files(dir)?;
     let vocab = tokenizer.vocab_size() as i32;
     let hf = quantize.is_none();
-    let dims = Dims::tiny(TinyFamily::Qwen35);
-    let (mut tensors, matrices, mut config) = qwen35_parts(dims, seed, vocab, hf)?;
+    let (mut tensors, matrices, mut config) = qwen35_parts(d.text, seed, vocab, hf)?;
     let prefix = if hf { "model.visual" } else { "vision_tower" };
-    write_tower(&mut tensors, &mut Rng(seed + 1000), prefix, dims.hidden, hf, DEPTH, &[]);
-    config["vision_config"] = vision_config("qwen3_5", DEPTH, dims.hidden, &[]);
-    finish_folder(dir, &tokenizer, tensors, &matrices, config, quantize)?;
+    write_tower(&mut tensors, &mut Rng(seed + 1000), prefix, d.text.hidden, hf, &d.tower);
+    config["vision_config"] = vision_config("qwen3_5", d.text.hidden, &d.tower);
+    finish_folder(dir, &tokenizer, tensors, &matrices, config, quantize, &d.tower)?;
     Ok(vocab)
 }
 
 /// Writes a tiny Qwen3-VL (dense) into `dir`; returns the vocabulary size.
 pub fn write_tiny_qwen3_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+    write_qwen3_vl(dir, &Qwen3VlDims::tiny(), quantize, seed)
+}
+
+/// [`write_tiny_qwen3_vl`] with other sizes (benchmarks).
+pub fn write_qwen3_vl(dir: &Path, d: &Qwen3VlDims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = Tokenizer::from_gguf(qwen_byte_level_meta())?;
     tokenizer.write_hf_files(dir)?;
     let vocab = tokenizer.vocab_size() as i32;
     let hf = quantize.is_none();
     let mut rng = Rng(seed);
-    let (mut tensors, matrices) = qwen3_decoder(&mut rng, vocab, hf);
+    let (mut tensors, matrices) = qwen3_decoder(&mut rng, vocab, hf, d);
     let prefix = if hf { "model.visual" } else { "vision_tower" };
-    write_tower(&mut tensors, &mut Rng(seed + 1000), prefix, QWEN3_VL_HIDDEN, hf, QWEN3_VL_DEPTH, &QWEN3_VL_DEEPSTACK);
+    write_tower(&mut tensors, &mut Rng(seed + 1000), prefix, d.hidden, hf, &d.tower);
     let text = json!({
         "model_type": "qwen3_vl_text",
-        "hidden_size": QWEN3_VL_HIDDEN,
-        "num_hidden_layers": QWEN3_VL_LAYERS,
-        "intermediate_size": QWEN3_VL_MLP,
-        "num_attention_heads": QWEN3_VL_HEADS,
-        "num_key_value_heads": QWEN3_VL_KV_HEADS,
-        "head_dim": QWEN3_VL_HEAD_DIM,
+        "hidden_size": d.hidden,
+        "num_hidden_layers": d.layers,
+        "intermediate_size": d.mlp,
+        "num_attention_heads": d.heads,
+        "num_key_value_heads": d.kv_heads,
+        "head_dim": d.head_dim,
         "rms_norm_eps": 1e-6,
         "vocab_size": vocab,
         "max_position_embeddings": 4096,
         "rope_theta": 5_000_000.0,
-        "rope_scaling": {"rope_type": "default", "mrope_section": [6, 5, 5], "mrope_interleaved": true},
+        "rope_scaling": {"rope_type": "default", "mrope_section": d.mrope_section, "mrope_interleaved": true},
         "tie_word_embeddings": false,
         "attention_bias": false,
         "hidden_act": "silu",
@@ -97,18 +207,18 @@ pub fn write_tiny_qwen3_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) -
         "model_type": "qwen3_vl",
         "architectures": ["Qwen3VLForConditionalGeneration"],
         "text_config": text,
-        "vision_config": vision_config("qwen3_vl", QWEN3_VL_DEPTH, QWEN3_VL_HIDDEN, &QWEN3_VL_DEEPSTACK),
+        "vision_config": vision_config("qwen3_vl", d.hidden, &d.tower),
         "tie_word_embeddings": false,
     });
-    finish_folder(dir, &tokenizer, tensors, &matrices, config, quantize)?;
+    finish_folder(dir, &tokenizer, tensors, &matrices, config, quantize, &d.tower)?;
     Ok(vocab)
 }
 
 /// A Qwen3 decoder under the multimodal names: seeded weights, and which
 /// of them are (quantizable) matrices.
-fn qwen3_decoder(rng: &mut Rng, vocab: i32, hf: bool) -> (HashMap<String, Array>, Vec<String>) {
-    let (d, hd, ff) = (QWEN3_VL_HIDDEN, QWEN3_VL_HEAD_DIM, QWEN3_VL_MLP);
-    let (q, kv) = (QWEN3_VL_HEADS * hd, QWEN3_VL_KV_HEADS * hd);
+fn qwen3_decoder(rng: &mut Rng, vocab: i32, hf: bool, dims: &Qwen3VlDims) -> (HashMap<String, Array>, Vec<String>) {
+    let (d, hd, ff) = (dims.hidden, dims.head_dim, dims.mlp);
+    let (q, kv) = (dims.heads * hd, dims.kv_heads * hd);
     let lm = if hf { "model.language_model" } else { "language_model.model" };
     let mut tensors = HashMap::new();
     let mut matrices = vec![format!("{lm}.embed_tokens")];
@@ -120,7 +230,7 @@ fn qwen3_decoder(rng: &mut Rng, vocab: i32, hf: bool) -> (HashMap<String, Array>
         tensors.insert(format!("{name}.weight"), rng.tensor(&[dim], 0.1, 1.0));
     };
     tensors.insert(format!("{lm}.embed_tokens.weight"), rng.tensor(&[vocab, d], 0.5, 0.0));
-    for i in 0..QWEN3_VL_LAYERS {
+    for i in 0..dims.layers {
         let p = format!("{lm}.layers.{i}");
         norm(&mut tensors, rng, format!("{p}.input_layernorm"), d);
         norm(&mut tensors, rng, format!("{p}.post_attention_layernorm"), d);
@@ -140,21 +250,21 @@ fn qwen3_decoder(rng: &mut Rng, vocab: i32, hf: bool) -> (HashMap<String, Array>
     (tensors, matrices)
 }
 
-fn vision_config(model_type: &str, depth: i32, out_hidden: i32, deepstack: &[i32]) -> serde_json::Value {
+fn vision_config(model_type: &str, out_hidden: i32, t: &QwenTowerDims) -> serde_json::Value {
     json!({
         "model_type": model_type,
-        "depth": depth,
-        "hidden_size": WIDTH,
-        "intermediate_size": MLP,
-        "num_heads": HEADS,
+        "depth": t.depth,
+        "hidden_size": t.width,
+        "intermediate_size": t.mlp,
+        "num_heads": t.heads,
         "out_hidden_size": out_hidden,
         "in_channels": CHANNELS,
         "patch_size": PATCH,
         "spatial_merge_size": 2,
         "temporal_patch_size": TEMPORAL,
-        "num_position_embeddings": POSITIONS,
+        "num_position_embeddings": t.positions,
         "hidden_act": "gelu_pytorch_tanh",
-        "deepstack_visual_indexes": deepstack,
+        "deepstack_visual_indexes": t.deepstack,
     })
 }
 
@@ -166,6 +276,7 @@ fn finish_folder(
     matrices: &[String],
     mut config: serde_json::Value,
     quantize: Option<QuantSpec>,
+    tower: &QwenTowerDims,
 ) -> Result<()> {
     let id = |t: &str| tokenizer.token_to_id(t).expect("special token in the tiny vocabulary");
     for (key, token) in [
@@ -179,9 +290,9 @@ fn finish_folder(
     config["text_config"]["eos_token_id"] = json!(id("<|im_end|>"));
     config["eos_token_id"] = json!(id("<|im_end|>"));
     let pre = json!({
-        "min_pixels": QWEN35_MIN_PIXELS,
-        "max_pixels": QWEN35_MAX_PIXELS,
-        "size": {"shortest_edge": QWEN35_MIN_PIXELS, "longest_edge": QWEN35_MAX_PIXELS},
+        "min_pixels": tower.min_pixels,
+        "max_pixels": tower.max_pixels,
+        "size": {"shortest_edge": tower.min_pixels, "longest_edge": tower.max_pixels},
         "patch_size": PATCH,
         "temporal_patch_size": TEMPORAL,
         "merge_size": 2,
@@ -201,9 +312,9 @@ fn write_tower(
     prefix: &str,
     out_hidden: i32,
     torch_layout: bool,
-    depth: i32,
-    deepstack: &[i32],
+    t: &QwenTowerDims,
 ) {
+    let (width, mlp) = (t.width, t.mlp);
     let mut put = |name: String, t: Array| {
         tensors.insert(format!("{prefix}.{name}"), t);
     };
@@ -216,25 +327,25 @@ fn write_tower(
         put(format!("{path}.bias"), rng.tensor(&[dim], 0.1, 0.0));
     };
     let values = CHANNELS * TEMPORAL * PATCH * PATCH;
-    let kernel = rng.tensor(&[WIDTH, CHANNELS, TEMPORAL, PATCH, PATCH], 1.0 / (values as f32).sqrt(), 0.0);
+    let kernel = rng.tensor(&[width, CHANNELS, TEMPORAL, PATCH, PATCH], 1.0 / (values as f32).sqrt(), 0.0);
     let kernel = if torch_layout { kernel } else { kernel.transpose_axes(&[0, 2, 3, 4, 1]).expect("5-D kernel") };
     put("patch_embed.proj.weight".into(), kernel);
-    put("patch_embed.proj.bias".into(), rng.tensor(&[WIDTH], 0.1, 0.0));
-    put("pos_embed.weight".into(), rng.tensor(&[POSITIONS, WIDTH], 0.5, 0.0));
-    for i in 0..depth {
+    put("patch_embed.proj.bias".into(), rng.tensor(&[width], 0.1, 0.0));
+    put("pos_embed.weight".into(), rng.tensor(&[t.positions, width], 0.5, 0.0));
+    for i in 0..t.depth {
         let p = format!("blocks.{i}");
-        norm(rng, &mut put, &format!("{p}.norm1"), WIDTH);
-        norm(rng, &mut put, &format!("{p}.norm2"), WIDTH);
-        linear(rng, &mut put, &format!("{p}.attn.qkv"), WIDTH, 3 * WIDTH);
-        linear(rng, &mut put, &format!("{p}.attn.proj"), WIDTH, WIDTH);
-        linear(rng, &mut put, &format!("{p}.mlp.linear_fc1"), WIDTH, MLP);
-        linear(rng, &mut put, &format!("{p}.mlp.linear_fc2"), MLP, WIDTH);
+        norm(rng, &mut put, &format!("{p}.norm1"), width);
+        norm(rng, &mut put, &format!("{p}.norm2"), width);
+        linear(rng, &mut put, &format!("{p}.attn.qkv"), width, 3 * width);
+        linear(rng, &mut put, &format!("{p}.attn.proj"), width, width);
+        linear(rng, &mut put, &format!("{p}.mlp.linear_fc1"), width, mlp);
+        linear(rng, &mut put, &format!("{p}.mlp.linear_fc2"), mlp, width);
     }
-    let merged = WIDTH * 4;
-    norm(rng, &mut put, "merger.norm", WIDTH);
+    let merged = width * 4;
+    norm(rng, &mut put, "merger.norm", width);
     linear(rng, &mut put, "merger.linear_fc1", merged, merged);
     linear(rng, &mut put, "merger.linear_fc2", merged, out_hidden);
-    for level in 0..deepstack.len() {
+    for level in 0..t.deepstack.len() {
         let p = format!("deepstack_merger_list.{level}");
         norm(rng, &mut put, &format!("{p}.norm"), merged);
         linear(rng, &mut put, &format!("{p}.linear_fc1"), merged, merged);
