@@ -91,9 +91,10 @@ pub async fn create_job(
     let mut images = Vec::with_capacity(files.len());
     for file in files {
         let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| file.display().to_string());
-        let image = match state.store.import_attachment(&file).await {
+        // a HEIC photo is converted where the system can, as in a chat
+        let image = match crate::heic::import_image(&state.store, &file).await {
             Ok(a) => Ok(a.sha256),
-            Err(e) => Err((e.code().to_string(), e.to_string())),
+            Err(e) => Err((e.code, e.message)),
         };
         images.push(NewBulkImage { name, image });
     }
