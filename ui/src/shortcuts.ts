@@ -1,6 +1,8 @@
-// The app's keyboard shortcuts: the ones a Mac menu bar shows with ⌘ work
-// with Ctrl on Linux and Windows (the same actions, so a native menu can
-// later send the same names).
+// The app's keyboard shortcuts: the ones the menu bar shows with ⌘ work
+// with Ctrl on Linux and Windows. The native menu (src-tauri/src/menu.rs)
+// sends the same action names; pressed on the real keyboard, its shortcuts
+// reach the menu first on Linux (GTK), the page first on a Mac (WebKit), so
+// each runs once either way.
 export type ShortcutAction =
   | 'new-chat'
   | 'settings'
