@@ -17,11 +17,10 @@ use super::gemma3::{gemma_norm, Gemma3};
 use super::language_model_only::keep_language_model;
 use super::layers::{LayerLoader, RmsNorm};
 use super::registry::Family;
-use super::rope::Positions;
 use super::siglip::{Siglip, SiglipConfig, SiglipEncoding};
 use super::vision_tower::VisionEncoding;
-use super::{LanguageModel, ModelShape, VisionTower};
-use crate::cache::{BatchCache, CacheLayout};
+use super::with_vision::WithVision;
+use super::VisionTower;
 use crate::error::{Error, Result};
 
 pub const FAMILY: Family = Family {
@@ -37,10 +36,8 @@ const DEFAULT_IMAGE_TOKEN_ID: u32 = 262144;
 const TOWER: &str = "vision_tower.vision_model";
 const PROJECTOR: &str = "multi_modal_projector";
 
-pub struct Gemma3Vl {
-    language: Gemma3,
-    vision: Gemma3Vision,
-}
+/// Gemma 3 with its SigLIP tower and projector.
+pub type Gemma3Vl = WithVision<Gemma3, Gemma3Vision>;
 
 /// The tower and projector as the engine's [`VisionTower`].
 pub struct Gemma3Vision {
@@ -58,7 +55,7 @@ pub struct Gemma3Vision {
 }
 
 impl Gemma3Vl {
-    pub fn load(config: &Value, loader: &mut LayerLoader) -> Result<Self> {
+    pub fn load(config: &Value, loader: &mut LayerLoader) -> Result<Gemma3Vl> {
         gather_names(loader);
         keep_language_model(loader, &[], "Gemma 3");
         let language = Gemma3::load(config, loader)?;
@@ -87,7 +84,7 @@ impl Gemma3Vl {
             .find_map(|k| config.get(*k).and_then(Value::as_u64))
             .map_or(DEFAULT_IMAGE_TOKEN_ID, |x| x as u32);
         let vision = Gemma3Vision { tower, norm, projection, tokens_per_side, text_hidden, image_token_id };
-        Ok(Self { language, vision })
+        Ok(WithVision { language, vision })
     }
 }
 
@@ -105,48 +102,18 @@ fn gather_names(loader: &mut LayerLoader) {
     }
 }
 
-impl LanguageModel for Gemma3Vl {
-    fn shape(&self) -> ModelShape {
-        self.language.shape()
-    }
-
-    fn cache_layout(&self) -> CacheLayout {
-        self.language.cache_layout()
-    }
-
-    fn embed(&self, tokens: &Array) -> Result<Array> {
-        self.language.embed(tokens)
-    }
-
-    fn forward_embeddings(&self, embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
-        self.language.forward_embeddings(embeddings, tokens, positions, cache)
-    }
-
-    fn logits(&self, hidden: &Array) -> Result<Array> {
-        self.language.logits(hidden)
-    }
-
-    fn vision(&self) -> Option<&dyn VisionTower> {
-        Some(&self.vision)
-    }
-}
-
 impl VisionTower for Gemma3Vision {
     fn image_token_id(&self) -> u32 {
         self.image_token_id
     }
 
     fn begin_encode(&self, pixels: &Array, grid: [i32; 3]) -> Result<VisionEncoding> {
-        let state = self.tower.begin(pixels)?;
-        let patches = (grid[0] * grid[1] * grid[2]) as usize;
-        Ok(VisionEncoding { blocks_done: 0, blocks_total: self.tower.depth(), patches, state: Box::new(state) })
+        Ok(VisionEncoding::new(self.tower.begin(pixels)?, self.tower.depth(), grid))
     }
 
     fn encode_blocks(&self, encoding: &mut VisionEncoding, count: usize) -> Result<Array> {
-        let (start, end) = (encoding.blocks_done, (encoding.blocks_done + count).min(encoding.blocks_total));
-        let hidden = self.tower.run_blocks(encoding.state_mut::<SiglipEncoding>()?, start..end)?;
-        encoding.blocks_done = end;
-        Ok(hidden)
+        let blocks = encoding.take_blocks(count);
+        self.tower.run_blocks(encoding.state_mut::<SiglipEncoding>()?, blocks)
     }
 
     fn finish_encode(&self, encoding: &VisionEncoding) -> Result<Array> {

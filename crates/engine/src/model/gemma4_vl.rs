@@ -17,10 +17,9 @@ use super::gemma4_vision::{Gemma4Encoding, Gemma4VisionConfig, Gemma4VisionTower
 use super::language_model_only::keep_language_model;
 use super::layers::LayerLoader;
 use super::registry::Family;
-use super::rope::Positions;
 use super::vision_tower::VisionEncoding;
-use super::{LanguageModel, ModelShape, VisionTower};
-use crate::cache::{BatchCache, CacheLayout};
+use super::with_vision::WithVision;
+use super::{LanguageModel, VisionTower};
 use crate::error::Result;
 
 pub const FAMILY: Family = Family {
@@ -34,10 +33,8 @@ pub const FAMILY: Family = Family {
 /// `<|image|>` in Gemma 4's vocabulary, when config.json omits it.
 const DEFAULT_IMAGE_TOKEN_ID: u32 = 258880;
 
-pub struct Gemma4Vl {
-    language: Gemma4,
-    vision: Gemma4Vision,
-}
+/// Gemma 4 with its vision encoder.
+pub type Gemma4Vl = WithVision<Gemma4, Gemma4Vision>;
 
 /// The encoder as the engine's [`VisionTower`].
 pub struct Gemma4Vision {
@@ -78,51 +75,18 @@ fn load(config: &Value, loader: &mut LayerLoader) -> Result<Box<dyn LanguageMode
     Ok(Box::new(Gemma4Vl { language, vision: Gemma4Vision { tower, image_token_id, bidirectional } }))
 }
 
-impl LanguageModel for Gemma4Vl {
-    fn shape(&self) -> ModelShape {
-        self.language.shape()
-    }
-
-    fn cache_layout(&self) -> CacheLayout {
-        self.language.cache_layout()
-    }
-
-    fn embed(&self, tokens: &Array) -> Result<Array> {
-        self.language.embed(tokens)
-    }
-
-    fn forward_embeddings(&self, embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
-        // Image slots read the padding token's per-layer inputs.
-        let image = Array::from_int(self.vision.image_token_id as i32).as_dtype(tokens.dtype())?;
-        let tokens = ops::select(&tokens.eq(&image)?, &ops::zeros_like(tokens)?, tokens)?;
-        self.language.forward_embeddings(embeddings, &tokens, positions, cache)
-    }
-
-    fn logits(&self, hidden: &Array) -> Result<Array> {
-        self.language.logits(hidden)
-    }
-
-    fn vision(&self) -> Option<&dyn VisionTower> {
-        Some(&self.vision)
-    }
-}
-
 impl VisionTower for Gemma4Vision {
     fn image_token_id(&self) -> u32 {
         self.image_token_id
     }
 
     fn begin_encode(&self, pixels: &Array, grid: [i32; 3]) -> Result<VisionEncoding> {
-        let state = self.tower.begin(pixels, grid)?;
-        let patches = (grid[0] * grid[1] * grid[2]) as usize;
-        Ok(VisionEncoding { blocks_done: 0, blocks_total: self.tower.depth(), patches, state: Box::new(state) })
+        Ok(VisionEncoding::new(self.tower.begin(pixels, grid)?, self.tower.depth(), grid))
     }
 
     fn encode_blocks(&self, encoding: &mut VisionEncoding, count: usize) -> Result<Array> {
-        let (start, end) = (encoding.blocks_done, (encoding.blocks_done + count).min(encoding.blocks_total));
-        let hidden = self.tower.run_blocks(encoding.state_mut::<Gemma4Encoding>()?, start..end)?;
-        encoding.blocks_done = end;
-        Ok(hidden)
+        let blocks = encoding.take_blocks(count);
+        self.tower.run_blocks(encoding.state_mut::<Gemma4Encoding>()?, blocks)
     }
 
     fn finish_encode(&self, encoding: &VisionEncoding) -> Result<Array> {
@@ -136,5 +100,11 @@ impl VisionTower for Gemma4Vision {
 
     fn bidirectional_images(&self) -> bool {
         self.bidirectional
+    }
+
+    /// Image slots read the padding token's per-layer inputs.
+    fn tokens_for_language(&self, tokens: &Array) -> Result<Array> {
+        let image = Array::from_int(self.image_token_id as i32).as_dtype(tokens.dtype())?;
+        Ok(ops::select(&tokens.eq(&image)?, &ops::zeros_like(tokens)?, tokens)?)
     }
 }

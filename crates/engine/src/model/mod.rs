@@ -28,6 +28,7 @@ pub mod registry;
 pub mod rope;
 pub mod siglip;
 pub mod vision_tower;
+pub mod with_vision;
 
 use std::path::PathBuf;
 

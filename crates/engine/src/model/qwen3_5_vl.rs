@@ -6,7 +6,6 @@
 //! `model.language_model.*` and the tower as `model.visual.*`; mlx-vlm saves
 //! `language_model.model.*` and `vision_tower.*`. A checkpoint without the
 //! tower's tensors (a text-only conversion) loads text only.
-use mlx_rs::Array;
 use serde_json::Value;
 
 use super::language_model_only::keep_language_model;
@@ -14,9 +13,8 @@ use super::layers::LayerLoader;
 use super::qwen3_5::Qwen35;
 use super::qwen3_vl::{gather_tower, Qwen3Vision, TOWER};
 use super::registry::Family;
-use super::rope::Positions;
-use super::{LanguageModel, ModelShape, VisionTower};
-use crate::cache::{BatchCache, CacheLayout};
+use super::with_vision::WithVision;
+use super::LanguageModel;
 use crate::error::Result;
 
 pub const FAMILY: Family = Family {
@@ -30,10 +28,8 @@ pub const FAMILY: Family = Family {
 /// `<|image_pad|>` in Qwen3.5's vocabulary, when config.json omits it.
 const DEFAULT_IMAGE_TOKEN_ID: u32 = 248056;
 
-pub struct Qwen35Vl {
-    language: Qwen35,
-    vision: Qwen3Vision,
-}
+/// Qwen3.5 with its vision tower.
+pub type Qwen35Vl = WithVision<Qwen35, Qwen3Vision>;
 
 fn load(config: &Value, loader: &mut LayerLoader) -> Result<Box<dyn LanguageModel>> {
     gather_tower(loader);
@@ -52,28 +48,3 @@ fn load(config: &Value, loader: &mut LayerLoader) -> Result<Box<dyn LanguageMode
     Ok(Box::new(Qwen35Vl { language, vision }))
 }
 
-impl LanguageModel for Qwen35Vl {
-    fn shape(&self) -> ModelShape {
-        self.language.shape()
-    }
-
-    fn cache_layout(&self) -> CacheLayout {
-        self.language.cache_layout()
-    }
-
-    fn embed(&self, tokens: &Array) -> Result<Array> {
-        self.language.embed(tokens)
-    }
-
-    fn forward_embeddings(&self, embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
-        self.language.forward_embeddings(embeddings, tokens, positions, cache)
-    }
-
-    fn logits(&self, hidden: &Array) -> Result<Array> {
-        self.language.logits(hidden)
-    }
-
-    fn vision(&self) -> Option<&dyn VisionTower> {
-        Some(&self.vision)
-    }
-}

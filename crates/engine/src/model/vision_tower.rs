@@ -22,6 +22,20 @@ pub struct VisionEncoding {
 }
 
 impl VisionEncoding {
+    /// An image before its first block: the tower's `state`, `blocks` blocks
+    /// to run over its `t·h·w` patches.
+    pub fn new(state: impl Any, blocks: usize, grid: [i32; 3]) -> Self {
+        let patches = (grid[0] * grid[1] * grid[2]) as usize;
+        Self { blocks_done: 0, blocks_total: blocks, patches, state: Box::new(state) }
+    }
+
+    /// The next (up to) `count` blocks to run, counted as done.
+    pub fn take_blocks(&mut self, count: usize) -> std::ops::Range<usize> {
+        let (start, end) = (self.blocks_done, (self.blocks_done + count).min(self.blocks_total));
+        self.blocks_done = end;
+        start..end
+    }
+
     pub fn is_done(&self) -> bool {
         self.blocks_done >= self.blocks_total
     }
@@ -85,6 +99,13 @@ pub trait VisionTower {
     /// mask (Gemma 3, Gemma 4), so a prefill chunk never cuts an image.
     fn bidirectional_images(&self) -> bool {
         false
+    }
+
+    /// The step's token ids as the language model should read them where it
+    /// reads ids beside the embeddings (Gemma 4's per-layer inputs take the
+    /// padding token's at image slots). Unchanged by default.
+    fn tokens_for_language(&self, tokens: &Array) -> Result<Array> {
+        Ok(tokens.clone())
     }
 
     /// M-RoPE positions for a whole prompt (placeholders already expanded):

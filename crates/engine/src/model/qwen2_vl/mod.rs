@@ -21,10 +21,10 @@ use serde_json::{Map, Value};
 use super::layers::LayerLoader;
 use super::registry::Family;
 use super::llama::{DecoderLayout, Llama};
-use super::rope::{MRopeLayout, Positions, Rope};
+use super::rope::{MRopeLayout, Rope};
 use super::vision_tower::VisionEncoding;
-use super::{LanguageModel, ModelShape, VisionTower};
-use crate::cache::{BatchCache, CacheLayout};
+use super::with_vision::WithVision;
+use super::VisionTower;
 use crate::error::{Error, Result};
 use vision::{TowerEncoding, Variant, VisionConfig, VisionModel};
 
@@ -40,10 +40,8 @@ pub const FAMILY: Family = Family {
 /// Token ids of the Qwen2-VL vocabulary, used when config.json omits them.
 const DEFAULT_IMAGE_TOKEN_ID: u32 = 151655;
 
-pub struct Qwen2Vl {
-    language: Llama,
-    vision: QwenVision,
-}
+/// Qwen2-VL: the M-RoPE Qwen2 decoder and its tower.
+pub type Qwen2Vl = WithVision<Llama, QwenVision>;
 
 /// The [`VisionTower`] of a Qwen2-VL / Qwen2.5-VL model.
 pub struct QwenVision {
@@ -52,7 +50,7 @@ pub struct QwenVision {
 }
 
 impl Qwen2Vl {
-    pub fn load(model_type: &str, config: &Value, loader: &mut LayerLoader) -> Result<Self> {
+    pub fn load(model_type: &str, config: &Value, loader: &mut LayerLoader) -> Result<Qwen2Vl> {
         let variant = match model_type {
             "qwen2_vl" => Variant::Qwen2Vl,
             "qwen2_5_vl" => Variant::Qwen25Vl,
@@ -90,36 +88,7 @@ impl Qwen2Vl {
         let model = VisionModel::load(vision_cfg, "visual", loader)?;
         let image_token_id =
             token_id(config, &text, &["image_token_id", "image_token_index"]).unwrap_or(DEFAULT_IMAGE_TOKEN_ID);
-        Ok(Self {
-            language,
-            vision: QwenVision { model, image_token_id },
-        })
-    }
-}
-
-impl LanguageModel for Qwen2Vl {
-    fn shape(&self) -> ModelShape {
-        self.language.shape()
-    }
-
-    fn embed(&self, tokens: &Array) -> Result<Array> {
-        self.language.embed(tokens)
-    }
-
-    fn cache_layout(&self) -> CacheLayout {
-        self.language.cache_layout()
-    }
-
-    fn forward_embeddings(&self, embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
-        self.language.forward_embeddings(embeddings, tokens, positions, cache)
-    }
-
-    fn logits(&self, hidden: &Array) -> Result<Array> {
-        self.language.logits(hidden)
-    }
-
-    fn vision(&self) -> Option<&dyn VisionTower> {
-        Some(&self.vision)
+        Ok(WithVision { language, vision: QwenVision { model, image_token_id } })
     }
 }
 
@@ -129,16 +98,12 @@ impl VisionTower for QwenVision {
     }
 
     fn begin_encode(&self, pixels: &Array, grid: [i32; 3]) -> Result<VisionEncoding> {
-        let state = self.model.begin(pixels, grid)?;
-        let patches = (grid[0] * grid[1] * grid[2]) as usize;
-        Ok(VisionEncoding { blocks_done: 0, blocks_total: self.model.depth(), patches, state: Box::new(state) })
+        Ok(VisionEncoding::new(self.model.begin(pixels, grid)?, self.model.depth(), grid))
     }
 
     fn encode_blocks(&self, encoding: &mut VisionEncoding, count: usize) -> Result<Array> {
-        let (start, end) = (encoding.blocks_done, (encoding.blocks_done + count).min(encoding.blocks_total));
-        let hidden = self.model.run_blocks(encoding.state_mut::<TowerEncoding>()?, start..end)?;
-        encoding.blocks_done = end;
-        Ok(hidden)
+        let blocks = encoding.take_blocks(count);
+        self.model.run_blocks(encoding.state_mut::<TowerEncoding>()?, blocks)
     }
 
     fn finish_encode(&self, encoding: &VisionEncoding) -> Result<Array> {

@@ -10,7 +10,6 @@
 pub mod tower;
 pub mod vision;
 
-use mlx_rs::Array;
 use serde_json::{Map, Value};
 
 use super::language_model_only::keep_language_model;
@@ -18,9 +17,8 @@ use super::layers::LayerLoader;
 use super::llama::Llama;
 use super::qwen3::{layout, parse_qwen3_args};
 use super::registry::Family;
-use super::rope::{MRopeLayout, Positions, Rope};
-use super::{LanguageModel, ModelShape, VisionTower};
-use crate::cache::{BatchCache, CacheLayout};
+use super::rope::{MRopeLayout, Rope};
+use super::with_vision::WithVision;
 use crate::error::{Error, Result};
 pub use tower::Qwen3Vision;
 
@@ -37,13 +35,11 @@ const DEFAULT_IMAGE_TOKEN_ID: u32 = 151655;
 /// Where the tower's tensors are gathered before loading.
 pub const TOWER: &str = "visual";
 
-pub struct Qwen3Vl {
-    language: Llama,
-    vision: Qwen3Vision,
-}
+/// Qwen3-VL: the Qwen3 decoder with interleaved M-RoPE and DeepStack, and its tower.
+pub type Qwen3Vl = WithVision<Llama, Qwen3Vision>;
 
 impl Qwen3Vl {
-    pub fn load(config: &Value, loader: &mut LayerLoader) -> Result<Self> {
+    pub fn load(config: &Value, loader: &mut LayerLoader) -> Result<Qwen3Vl> {
         gather_tower(loader);
         keep_language_model(loader, &[], "Qwen3-VL");
         let mut text = text_config(config);
@@ -56,7 +52,7 @@ impl Qwen3Vl {
         let hidden = args.hidden_size;
         let language = Llama::build(args, &layout(), rope, loader)?;
         let vision = Qwen3Vision::load(config, TOWER, hidden, DEFAULT_IMAGE_TOKEN_ID, loader)?;
-        Ok(Self { language, vision })
+        Ok(WithVision { language, vision })
     }
 }
 
@@ -90,39 +86,3 @@ fn mrope_sections(text: &Map<String, Value>) -> Result<[i32; 3]> {
         .map_err(|_| Error::InvalidConfig(format!("mrope_section must be three integers, got {section}")))
 }
 
-impl LanguageModel for Qwen3Vl {
-    fn shape(&self) -> ModelShape {
-        self.language.shape()
-    }
-
-    fn cache_layout(&self) -> CacheLayout {
-        self.language.cache_layout()
-    }
-
-    fn embed(&self, tokens: &Array) -> Result<Array> {
-        self.language.embed(tokens)
-    }
-
-    fn forward_embeddings(&self, embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
-        self.language.forward_embeddings(embeddings, tokens, positions, cache)
-    }
-
-    fn forward_embeddings_adding(
-        &self,
-        embeddings: Array,
-        tokens: &Array,
-        positions: &Positions,
-        cache: &mut BatchCache,
-        after_layer: &[Array],
-    ) -> Result<Array> {
-        self.language.forward_embeddings_adding(embeddings, tokens, positions, cache, after_layer)
-    }
-
-    fn logits(&self, hidden: &Array) -> Result<Array> {
-        self.language.logits(hidden)
-    }
-
-    fn vision(&self) -> Option<&dyn VisionTower> {
-        Some(&self.vision)
-    }
-}

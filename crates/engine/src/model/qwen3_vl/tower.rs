@@ -49,16 +49,12 @@ impl VisionTower for Qwen3Vision {
     }
 
     fn begin_encode(&self, pixels: &Array, grid: [i32; 3]) -> Result<VisionEncoding> {
-        let state = self.model.begin(pixels, grid)?;
-        let patches = (grid[0] * grid[1] * grid[2]) as usize;
-        Ok(VisionEncoding { blocks_done: 0, blocks_total: self.model.depth(), patches, state: Box::new(state) })
+        Ok(VisionEncoding::new(self.model.begin(pixels, grid)?, self.model.depth(), grid))
     }
 
     fn encode_blocks(&self, encoding: &mut VisionEncoding, count: usize) -> Result<Array> {
-        let (start, end) = (encoding.blocks_done, (encoding.blocks_done + count).min(encoding.blocks_total));
-        let hidden = self.model.run_blocks(encoding.state_mut::<TowerEncoding>()?, start..end)?;
-        encoding.blocks_done = end;
-        Ok(hidden)
+        let blocks = encoding.take_blocks(count);
+        self.model.run_blocks(encoding.state_mut::<TowerEncoding>()?, blocks)
     }
 
     fn finish_encode(&self, encoding: &VisionEncoding) -> Result<Array> {
