@@ -9,8 +9,10 @@ use std::sync::Arc;
 pub const MAX_IMAGE_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// File extensions a folder is scanned for (case-insensitive): what the
-/// engine decodes.
-pub const IMAGE_EXTENSIONS: &[&str] = &["png", "jpg", "jpeg", "webp", "gif", "bmp"];
+/// engine decodes, and HEIC / HEIF photos, which it refuses by name, so a
+/// folder of iPhone photos fails row by row with that message rather than
+/// being skipped in silence.
+pub const IMAGE_EXTENSIONS: &[&str] = &["png", "jpg", "jpeg", "webp", "gif", "bmp", "heic", "heif"];
 
 #[derive(Debug, Clone)]
 pub enum ImageSource {

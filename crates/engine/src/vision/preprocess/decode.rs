@@ -108,8 +108,19 @@ pub fn displayed_size(bytes: &[u8]) -> Result<(usize, usize), String> {
     }
 }
 
+/// HEIF brands of an ISO base media file's `ftyp` box (iPhone photos: HEIC).
+const HEIF_BRANDS: &[&[u8; 4]] = &[b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"mif1", b"msf1", b"avif", b"avis"];
+
+/// Whether `bytes` is a HEIF / HEIC / AVIF file (by its `ftyp` brand).
+pub fn is_heif(bytes: &[u8]) -> bool {
+    bytes.len() >= 12 && &bytes[4..8] == b"ftyp" && HEIF_BRANDS.iter().any(|b| &bytes[8..12] == *b)
+}
+
 /// A decoder for `bytes` within the limits, and the format's name.
 fn open(bytes: &[u8]) -> Result<(impl image::ImageDecoder + '_, &'static str), String> {
+    if is_heif(bytes) {
+        return Err("HEIC / HEIF photos are not supported here; convert the photo to JPEG or PNG first".into());
+    }
     let reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|e| format!("could not read the file: {e}"))?;
@@ -238,6 +249,15 @@ fn compact(mut buf: Vec<u8>, n: usize, f: impl Fn(&[u8], &mut [u8])) -> Vec<u8> 
 mod tests {
     use super::*;
     use image::{ImageBuffer, Luma, LumaA, Rgb, Rgba};
+
+    #[test]
+    fn heic_photos_are_named_not_called_corrupt() {
+        let mut heic = vec![0, 0, 0, 24];
+        heic.extend_from_slice(b"ftypheic\0\0\0\0mif1heic");
+        let e = decode_rgb8(&heic).err().expect("refused");
+        assert!(e.contains("HEIC"), "{e}");
+        assert!(displayed_size(&heic).unwrap_err().contains("HEIC"));
+    }
 
     #[test]
     fn alpha_is_dropped_in_place() {
