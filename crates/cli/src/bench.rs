@@ -189,18 +189,64 @@ fn run_batch(
     gen_tokens: usize,
     constraint: Option<&engine::constraint::Constraint>,
 ) -> Result<BatchReport> {
-    use std::time::Instant;
-    let concurrency = prompts.len();
-    let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
-    let started = Instant::now();
-    let streams: Vec<_> = prompts
+    let requests = prompts
         .into_iter()
         .map(|p| {
             let mut request = bench_request(handle, p, gen_tokens);
             request.constraint = constraint.cloned();
-            handle.submit(request)
+            request
         })
         .collect();
+    run_requests(handle, requests, gen_tokens)
+}
+
+/// `concurrency` chat requests at once, each about `image` (the same image,
+/// a different question each, so they share no whole prompt), greedy with
+/// end-of-sequence banned so each decodes `gen_tokens`: decoding with image
+/// tokens in every row's cache.
+pub fn vision_decode(
+    handle: &engine::handle::EngineHandle,
+    image: &[u8],
+    concurrency: usize,
+    gen_tokens: usize,
+) -> Result<BatchReport> {
+    let image = engine::batch::ImageInput::from_bytes(image.to_vec());
+    let requests = (0..concurrency)
+        .map(|i| {
+            let mut request = image_request(&image, &format!("Describe this image. ({i})"), gen_tokens);
+            request.sampling = SamplingParams {
+                logit_bias: handle.model_info().eos_token_ids.iter().map(|&id| (id, f32::NEG_INFINITY)).collect(),
+                ..Default::default()
+            };
+            request
+        })
+        .collect();
+    run_requests(handle, requests, gen_tokens)
+}
+
+/// A chat request: one user message of `image` then `text`.
+fn image_request(image: &engine::batch::ImageInput, text: &str, max_tokens: usize) -> engine::batch::Request {
+    use engine::batch::{Prompt, Request};
+    use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
+    let parts = vec![ContentPart::Image { image: Some(image.sha256.clone()) }, ContentPart::text(text)];
+    let message = ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") };
+    let mut request =
+        Request::new(Prompt::Chat { messages: vec![message], options: TemplateOptions::default() }).with_max_tokens(max_tokens);
+    request.images = vec![image.clone()];
+    request
+}
+
+/// Submits `requests` at once and waits for all of them.
+fn run_requests(
+    handle: &engine::handle::EngineHandle,
+    requests: Vec<engine::batch::Request>,
+    gen_tokens: usize,
+) -> Result<BatchReport> {
+    use std::time::Instant;
+    let concurrency = requests.len();
+    let mut lens: Vec<usize> = Vec::new();
+    let started = Instant::now();
+    let streams: Vec<_> = requests.into_iter().map(|r| handle.submit(r)).collect();
     let mut last_first = started;
     let mut generated = 0usize;
     let mut per_request = 0.0;
@@ -241,6 +287,7 @@ fn run_batch(
         ttft_sum += ttft;
         ttft_max = ttft_max.max(ttft);
         all_tokens += c.stats.prompt_tokens + c.stats.generated_tokens;
+        lens.push(c.stats.prompt_tokens);
         min_cached = min_cached.min(c.stats.cached_prompt_tokens);
     }
     let wall = started.elapsed().as_secs_f64();
@@ -424,15 +471,15 @@ pub struct VisionTtftReport {
 
 pub fn vision_ttft(handle: &engine::handle::EngineHandle, image: &[u8]) -> Result<VisionTtftReport> {
     use engine::batch::{ImageInput, Prompt, Request};
-    use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
+    // A short text request first, so the first ask pays no first-use costs
+    // of the engine (the reference's timings come after a warm-up too).
+    let warm = handle.submit(Request::new(Prompt::Tokens(bench_prompt(handle, 16, 0))).with_max_tokens(2)).collect_blocking();
+    if let Some(e) = warm.error {
+        return Err(engine::Error::InvalidRequest(e.message));
+    }
     let image = ImageInput::from_bytes(image.to_vec());
     let ask = || {
-        let parts = vec![ContentPart::Image { image: Some(image.sha256.clone()) }, ContentPart::text("Describe this image.")];
-        let message = ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") };
-        let mut request = Request::new(Prompt::Chat { messages: vec![message], options: TemplateOptions::default() })
-            .with_max_tokens(2);
-        request.images = vec![image.clone()];
-        let c = handle.submit(request).collect_blocking();
+        let c = handle.submit(image_request(&image, "Describe this image.", 2)).collect_blocking();
         match c.error {
             Some(e) => Err(engine::Error::InvalidRequest(e.message)),
             None => Ok(c.stats),

@@ -263,6 +263,11 @@ struct BenchArgs {
     /// asked about twice (with the vision cache only, then with the prefix cache too).
     #[arg(long, value_name = "PATH")]
     image: Option<PathBuf>,
+    /// With --image: also decode --gen-tokens with this many requests about
+    /// the image at once (comma-separated, e.g. 1,8): decode tok/s with image
+    /// tokens in every sequence.
+    #[arg(long, value_delimiter = ',', value_name = "N,…")]
+    image_concurrency: Vec<usize>,
 }
 
 fn main() -> Result<()> {
@@ -507,9 +512,19 @@ fn run_vision_bench(a: &BenchArgs, image: &std::path::Path) -> Result<()> {
     // With the prefix cache as well: the repeat reuses the prompt's KV.
     let engine = start(SchedulerConfig::default().prefix_cache_bytes)?;
     let both = bench::vision_ttft(&engine, &bytes)?;
+    let mut decode = Vec::new();
+    if a.image_concurrency.iter().any(|&n| n > 0) {
+        bench::vision_decode(&engine, &bytes, 1, 4)?; // warm-up
+        for &n in a.image_concurrency.iter().filter(|&&n| n > 0) {
+            decode.push(bench::vision_decode(&engine, &bytes, n, a.gen_tokens)?);
+        }
+    }
     engine.shutdown();
     if a.json {
-        println!("{}", serde_json::json!({"encode": encode, "ttft_vision_cache": vision_only, "ttft_prefix_cache": both}));
+        println!(
+            "{}",
+            serde_json::json!({"encode": encode, "ttft_vision_cache": vision_only, "ttft_prefix_cache": both, "decode": decode})
+        );
         return Ok(());
     }
     println!("model              {name}");
@@ -522,6 +537,10 @@ fn run_vision_bench(a: &BenchArgs, image: &std::path::Path) -> Result<()> {
     println!("TTFT, same image   {:.3} s with the vision cache (whole prompt prefilled again)", vision_only.repeat_ttft_secs);
     println!("TTFT, same image   {:.3} s with the prefix cache too ({} of {} prompt tokens reused)",
         both.repeat_ttft_secs, both.repeat_cached_tokens, both.prompt_tokens);
+    for b in &decode {
+        println!("decode x{:<2} images  aggregate {:.1} tok/s, per request {:.1} tok/s ({} tokens each, prompts {} tokens)",
+            b.concurrency, b.aggregate_decode_tps, b.per_request_decode_tps, b.gen_tokens, b.prompt_tokens);
+    }
     Ok(())
 }
 
