@@ -3,7 +3,7 @@ folders (Qwen2-VL, Qwen2.5-VL, Qwen3.5) written by the `write_tiny_vl_model`
 example, as goldens for crates/engine/tests/parity_mlx_vlm.rs.
 
 Usage: qwen_vl.py <dir with {qwen2_vl,qwen2_5_vl,qwen3_5}/{float,q4}> <images dir> <out stem> <family>
-(family: qwen2 → Qwen2-VL and Qwen2.5-VL; qwen3_5 → Qwen3.5; qwen3_vl → Qwen3-VL)
+(family: qwen2 → Qwen2-VL and Qwen2.5-VL; qwen3_5 → Qwen3.5; qwen3_vl → Qwen3-VL; qwen3_vl_moe → Qwen3-VL-MoE)
 Writes <out stem>.json (ids, grids, positions) and <out stem>.safetensors
 (float32 arrays: pixel values, vision-tower outputs, logits).
 
@@ -56,6 +56,10 @@ FAMILIES = {
         "qwen3_vl/float": list(CASES),
         "qwen3_vl/q4": ["text", "two"],
     },
+    "qwen3_vl_moe": {
+        "qwen3_vl_moe/float": ["text", "two"],
+        "qwen3_vl_moe/q4": ["text", "two"],
+    },
 }
 GREEDY = 8
 
@@ -66,8 +70,25 @@ def reset_positions(model):
     lm._rope_deltas = None
 
 
+def fix_qwen3_vl_moe_gelus(model):
+    """mlx-vlm 0.7.6's qwen3_vl_moe vision tower swaps its two GELUs: tanh in
+    the mergers, exact in the blocks — the opposite of transformers'
+    Qwen3-VL-MoE (`hidden_act` gelu_pytorch_tanh in the blocks, nn.GELU() in
+    the mergers) and of mlx-vlm's own qwen3_vl tower. Put them back, so the
+    goldens are the model as trained."""
+    import mlx.nn as nn
+
+    tower = model.vision_tower
+    for block in tower.blocks:
+        block.mlp.act_fn = nn.GELU(approx="tanh")
+    for merger in [tower.merger, *tower.deepstack_merger_list]:
+        merger.act_fn = nn.GELU()
+
+
 def record_model(folder: Path, images: Path, key: str, cases: list, arrays: dict) -> dict:
     model, processor = load(str(folder))
+    if model.config.model_type == "qwen3_vl_moe":
+        fix_qwen3_vl_moe_gelus(model)
     ip = processor.image_processor
     # mlx-vlm falls back to transformers' processor on any error (note 2).
     assert type(ip).__name__ == "Qwen3VLImageProcessor", f"{key}: image processor {type(ip)}"

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use engine::testing::{
     write_gemma3_vl, write_gemma4_vl, write_qwen35_vl, write_qwen3_vl, write_tiny_gemma3_vl, write_tiny_gemma4_vl,
-    write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, Gemma3VlDims, Gemma4VlDims, Qwen35VlDims, Qwen3VlDims,
+    write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe, Gemma3VlDims, Gemma4VlDims, Qwen35VlDims, Qwen3VlDims,
     QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims,
 };
 use engine::weights::QuantSpec;
@@ -76,6 +76,8 @@ fn main() -> anyhow::Result<()> {
     write_tiny_qwen35_vl(&out.join("qwen3_5").join("q4"), Some(QuantSpec { group_size: 32, bits: 4 }), QWEN35_SEED)?;
     write_tiny_qwen3_vl(&out.join("qwen3_vl").join("float"), None, QWEN3_VL_SEED)?;
     write_tiny_qwen3_vl(&out.join("qwen3_vl").join("q4"), Some(QuantSpec { group_size: 32, bits: 4 }), QWEN3_VL_SEED)?;
+    write_tiny_qwen3_vl_moe(&out.join("qwen3_vl_moe").join("float"), None, QWEN3_VL_SEED)?;
+    write_tiny_qwen3_vl_moe(&out.join("qwen3_vl_moe").join("q4"), Some(QuantSpec { group_size: 32, bits: 4 }), QWEN3_VL_SEED)?;
     write_tiny_gemma3_vl(&out.join("gemma3").join("float"), None, GEMMA3_SEED)?;
     write_tiny_gemma3_vl(&out.join("gemma3").join("q4"), Some(QuantSpec { group_size: 32, bits: 4 }), GEMMA3_SEED)?;
     write_tiny_gemma4_vl(&out.join("gemma4").join("float"), None, GEMMA4_SEED)?;

@@ -27,7 +27,7 @@ pub use families::{write_family, write_tiny_family, Dims, TinyFamily};
 pub use gemma3_vl::{write_gemma3_vl, write_tiny_gemma3_vl, Gemma3VlDims, GEMMA3_CHAT_TEMPLATE, GEMMA3_VL_WINDOW};
 pub use gemma4_vl::{write_gemma4_vl, write_tiny_gemma4_vl, Gemma4VlDims, GEMMA4_CHAT_TEMPLATE, GEMMA4_VL_SOFT_TOKENS};
 pub use qwen3_vl::{
-    write_qwen35_vl, write_qwen3_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, Qwen35VlDims, Qwen3VlDims, QwenTowerDims,
+    write_qwen35_vl, write_qwen3_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe, Qwen35VlDims, Qwen3VlDims, QwenTowerDims,
     QWEN35_MAX_PIXELS, QWEN35_MIN_PIXELS,
 };
 pub use qwen_vl::{

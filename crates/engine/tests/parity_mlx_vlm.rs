@@ -25,7 +25,7 @@ mod common;
 
 use engine::cache::BatchCache;
 use engine::model::{load, LoadOptions, LoadedModel, Positions, WeightFormat};
-use engine::testing::{write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, QwenVlNames, QwenVlVariant, TinyQwenVl};
+use engine::testing::{write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe, QwenVlNames, QwenVlVariant, TinyQwenVl};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use engine::weights::QuantSpec;
 use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype};
@@ -133,6 +133,8 @@ enum Folder {
     Qwen35(Option<QuantSpec>),
     /// A tiny Qwen3-VL (DeepStack), 4-bit (group 32) when given.
     Qwen3Vl(Option<QuantSpec>),
+    /// A tiny Qwen3-VL-MoE, 4-bit (group 32) when given.
+    Qwen3VlMoe(Option<QuantSpec>),
 }
 
 /// The seeds `write_tiny_vl_model` writes its Qwen3.5 and Qwen3-VL folders with.
@@ -145,6 +147,7 @@ impl Folder {
             Folder::Qwen2(spec) => write_tiny_qwen2_vl(dir, spec).map(drop),
             Folder::Qwen35(q) => write_tiny_qwen35_vl(dir, *q, QWEN35_SEED).map(drop),
             Folder::Qwen3Vl(q) => write_tiny_qwen3_vl(dir, *q, QWEN3_VL_SEED).map(drop),
+            Folder::Qwen3VlMoe(q) => write_tiny_qwen3_vl_moe(dir, *q, QWEN3_VL_SEED).map(drop),
         }
         .expect("write tiny model");
     }
@@ -159,6 +162,7 @@ impl Folder {
             Folder::Qwen2(_) => QWEN2_GOLDENS,
             Folder::Qwen35(_) => QWEN35_GOLDENS,
             Folder::Qwen3Vl(_) => QWEN3_VL_GOLDENS,
+            Folder::Qwen3VlMoe(_) => "qwen3_vl_moe_mlx_vlm",
         }
     }
 }
@@ -350,7 +354,7 @@ fn check(m: ModelUnderTest) {
     let text = goldens.json["text"].as_str().expect("prompt text");
     let names = match &m.folder {
         Folder::Qwen2(spec) => format!("{:?}", spec.names),
-        Folder::Qwen35(q) | Folder::Qwen3Vl(q) => (if q.is_some() { "mlx-community" } else { "Hugging Face" }).to_string(),
+        Folder::Qwen35(q) | Folder::Qwen3Vl(q) | Folder::Qwen3VlMoe(q) => (if q.is_some() { "mlx-community" } else { "Hugging Face" }).to_string(),
     };
     let tag = format!("{} ({names}, {:?})", m.golden, m.format);
     let mut measured = Measured::default();
@@ -592,6 +596,28 @@ fn qwen3_vl_q4_dequantized_matches_mlx_vlm() {
         folder: Folder::Qwen3Vl(Some(QuantSpec { group_size: 32, bits: 4 })),
         format: WeightFormat::Float32,
         tol: DEQUANTIZED_TOL,
+    });
+}
+
+/// Qwen3-VL-MoE: Hugging Face's fused experts (`[E, hidden, 2·mlp]`) in
+/// float, mlx-community's stacked `switch_mlp` in 4-bit.
+#[test]
+fn qwen3_vl_moe_float_matches_mlx_vlm() {
+    check(ModelUnderTest {
+        golden: "qwen3_vl_moe/float",
+        folder: Folder::Qwen3VlMoe(None),
+        format: WeightFormat::AsStored,
+        tol: SAME_COMPUTATION_TOL,
+    });
+}
+
+#[test]
+fn qwen3_vl_moe_q4_as_stored_matches_mlx_vlm() {
+    check(ModelUnderTest {
+        golden: "qwen3_vl_moe/q4",
+        folder: Folder::Qwen3VlMoe(Some(QuantSpec { group_size: 32, bits: 4 })),
+        format: WeightFormat::AsStored,
+        tol: FLOAT16_TABLES_TOL,
     });
 }
 

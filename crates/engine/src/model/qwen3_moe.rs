@@ -67,13 +67,19 @@ fn yes() -> bool {
 
 pub fn load(config: &Value, loader: &mut LayerLoader) -> Result<Llama> {
     let args = parse_qwen3_args(config, "qwen3_moe")?;
+    let rope = Rope::new(args.head_dim(), args.rope_theta, false, args.rope_scaling.as_ref())?;
+    load_with_rope(config, loader, rope)
+}
+
+/// [`load`] with the rotary embedding given (Qwen3-VL-MoE's M-RoPE).
+pub fn load_with_rope(config: &Value, loader: &mut LayerLoader, rope: Rope) -> Result<Llama> {
+    let args = parse_qwen3_args(config, "qwen3_moe")?;
     let moe: MoeArgs = serde_json::from_value(config.clone())
         .map_err(|e| Error::InvalidConfig(format!("qwen3_moe config.json: {e}")))?;
     if moe.decoder_sparse_step < 1 {
         return Err(Error::InvalidConfig("decoder_sparse_step must be at least 1".into()));
     }
     stack_experts(loader, args.num_hidden_layers, moe.num_experts)?;
-    let rope = Rope::new(args.head_dim(), args.rope_theta, false, args.rope_scaling.as_ref())?;
     let dense_size = args.intermediate_size;
     let feed_forward = |loader: &mut LayerLoader, path: &str, layer: i32, hidden: i32| {
         let sparse = !moe.mlp_only_layers.contains(&layer)

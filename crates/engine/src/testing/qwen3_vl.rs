@@ -113,6 +113,10 @@ pub struct Qwen3VlDims {
     /// Interleaved M-RoPE frequencies per axis; they add up to head_dim / 2.
     pub mrope_section: [i32; 3],
     pub tower: QwenTowerDims,
+    /// Qwen3-VL-MoE: experts per layer (0: dense), chosen per token, their MLP width.
+    pub experts: i32,
+    pub top_k: i32,
+    pub moe_mlp: i32,
 }
 
 impl Qwen3VlDims {
@@ -128,7 +132,16 @@ impl Qwen3VlDims {
             mlp: 160,
             mrope_section: [6, 5, 5],
             tower: QwenTowerDims::tiny(3, &[0, 1]),
+            experts: 0,
+            top_k: 0,
+            moe_mlp: 0,
         }
+    }
+
+    /// The tiny Qwen3-VL-MoE: the tiny sizes with 4 experts (2 per token) in
+    /// every layer.
+    pub fn tiny_moe() -> Self {
+        Self { experts: 4, top_k: 2, moe_mlp: 32, ..Self::tiny() }
     }
 
     /// Benchmark sizes: Qwen3-VL-2B's decoder scaled down (hidden 2048 →
@@ -145,6 +158,9 @@ impl Qwen3VlDims {
             mlp: 2048,
             mrope_section: [24, 20, 20],
             tower: QwenTowerDims::bench(&[1, 3, 5]),
+            experts: 0,
+            top_k: 0,
+            moe_mlp: 0,
         }
     }
 }
@@ -175,6 +191,14 @@ pub fn write_tiny_qwen3_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) -
     write_qwen3_vl(dir, &Qwen3VlDims::tiny(), quantize, seed)
 }
 
+/// Writes a tiny Qwen3-VL-MoE (`qwen3_vl_moe`) into `dir`: experts stored as
+/// Hugging Face fuses them (`experts.gate_up_proj` `[E, hidden, 2·mlp]`,
+/// `experts.down_proj` `[E, mlp, hidden]`) in float folders, stacked under
+/// `switch_mlp` in quantized ones.
+pub fn write_tiny_qwen3_vl_moe(dir: &Path, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+    write_qwen3_vl(dir, &Qwen3VlDims::tiny_moe(), quantize, seed)
+}
+
 /// [`write_tiny_qwen3_vl`] with other sizes (benchmarks).
 pub fn write_qwen3_vl(dir: &Path, d: &Qwen3VlDims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
@@ -186,8 +210,9 @@ pub fn write_qwen3_vl(dir: &Path, d: &Qwen3VlDims, quantize: Option<QuantSpec>, 
     let (mut tensors, matrices) = qwen3_decoder(&mut rng, vocab, hf, d);
     let prefix = if hf { "model.visual" } else { "vision_tower" };
     write_tower(&mut tensors, &mut Rng(seed + 1000), prefix, d.hidden, hf, &d.tower);
-    let text = json!({
-        "model_type": "qwen3_vl_text",
+    let moe = d.experts > 0;
+    let mut text = json!({
+        "model_type": if moe { "qwen3_vl_moe_text" } else { "qwen3_vl_text" },
         "hidden_size": d.hidden,
         "num_hidden_layers": d.layers,
         "intermediate_size": d.mlp,
@@ -203,11 +228,19 @@ pub fn write_qwen3_vl(dir: &Path, d: &Qwen3VlDims, quantize: Option<QuantSpec>, 
         "attention_bias": false,
         "hidden_act": "silu",
     });
+    if moe {
+        text["num_experts"] = json!(d.experts);
+        text["num_experts_per_tok"] = json!(d.top_k);
+        text["moe_intermediate_size"] = json!(d.moe_mlp);
+        text["decoder_sparse_step"] = json!(1);
+        text["mlp_only_layers"] = json!([]);
+        text["norm_topk_prob"] = json!(true);
+    }
     let config = json!({
-        "model_type": "qwen3_vl",
-        "architectures": ["Qwen3VLForConditionalGeneration"],
+        "model_type": if moe { "qwen3_vl_moe" } else { "qwen3_vl" },
+        "architectures": [if moe { "Qwen3VLMoeForConditionalGeneration" } else { "Qwen3VLForConditionalGeneration" }],
         "text_config": text,
-        "vision_config": vision_config("qwen3_vl", d.hidden, &d.tower),
+        "vision_config": vision_config(if moe { "qwen3_vl_moe" } else { "qwen3_vl" }, d.hidden, &d.tower),
         "tie_word_embeddings": false,
     });
     finish_folder(dir, &tokenizer, tensors, &matrices, config, quantize, &d.tower)?;
@@ -222,6 +255,8 @@ fn qwen3_decoder(rng: &mut Rng, vocab: i32, hf: bool, dims: &Qwen3VlDims) -> (Ha
     let lm = if hf { "model.language_model" } else { "language_model.model" };
     let mut tensors = HashMap::new();
     let mut matrices = vec![format!("{lm}.embed_tokens")];
+    // Stacked experts (quantized folders), listed after the matrices.
+    let mut expert_matrices = Vec::new();
     let mut matrix = |tensors: &mut HashMap<String, Array>, rng: &mut Rng, name: String, rows: i32, cols: i32| {
         tensors.insert(format!("{name}.weight"), rng.tensor(&[rows, cols], 1.0 / (cols as f32).sqrt(), 0.0));
         matrices.push(name);
@@ -240,13 +275,33 @@ fn qwen3_decoder(rng: &mut Rng, vocab: i32, hf: bool, dims: &Qwen3VlDims) -> (Ha
         matrix(&mut tensors, rng, format!("{p}.self_attn.o_proj"), d, q);
         norm(&mut tensors, rng, format!("{p}.self_attn.q_norm"), hd);
         norm(&mut tensors, rng, format!("{p}.self_attn.k_norm"), hd);
-        matrix(&mut tensors, rng, format!("{p}.mlp.gate_proj"), ff, d);
-        matrix(&mut tensors, rng, format!("{p}.mlp.up_proj"), ff, d);
-        matrix(&mut tensors, rng, format!("{p}.mlp.down_proj"), d, ff);
+        if dims.experts > 0 {
+            let (e, mi) = (dims.experts, dims.moe_mlp);
+            matrix(&mut tensors, rng, format!("{p}.mlp.gate"), e, d);
+            let gate_up = rng.tensor(&[e, d, 2 * mi], 1.0 / (d as f32).sqrt(), 0.0);
+            let down = rng.tensor(&[e, mi, d], 1.0 / (mi as f32).sqrt(), 0.0);
+            if hf {
+                tensors.insert(format!("{p}.mlp.experts.gate_up_proj"), gate_up);
+                tensors.insert(format!("{p}.mlp.experts.down_proj"), down);
+            } else {
+                let halves = gate_up.split_equal(2, -1).expect("even");
+                let stacked = [("gate_proj", &halves[0]), ("up_proj", &halves[1]), ("down_proj", &down)];
+                for (part, t) in stacked {
+                    let name = format!("{p}.mlp.switch_mlp.{part}");
+                    tensors.insert(format!("{name}.weight"), t.transpose_axes(&[0, 2, 1]).expect("3-D"));
+                    expert_matrices.push(name);
+                }
+            }
+        } else {
+            matrix(&mut tensors, rng, format!("{p}.mlp.gate_proj"), ff, d);
+            matrix(&mut tensors, rng, format!("{p}.mlp.up_proj"), ff, d);
+            matrix(&mut tensors, rng, format!("{p}.mlp.down_proj"), d, ff);
+        }
     }
     norm(&mut tensors, rng, format!("{lm}.norm"), d);
     let head = if hf { "lm_head" } else { "language_model.lm_head" };
     matrix(&mut tensors, rng, head.to_string(), vocab, d);
+    matrices.extend(expert_matrices);
     (tensors, matrices)
 }
 

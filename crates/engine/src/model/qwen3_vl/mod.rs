@@ -1,4 +1,5 @@
-//! Qwen3-VL (`qwen3_vl`): the Qwen3 decoder (per-head query/key norms) with
+//! Qwen3-VL (`qwen3_vl`, and `qwen3_vl_moe` with Qwen3-MoE's experts): the
+//! Qwen3 decoder (per-head query/key norms) with
 //! interleaved M-RoPE over each whole head, the vision tower of `vision.rs`
 //! (as the engine's tower in `tower.rs`, shared with Qwen3.5), and DeepStack:
 //! features of inner vision blocks added to the hidden states of the first
@@ -24,8 +25,8 @@ pub use tower::Qwen3Vision;
 
 pub const FAMILY: Family = Family {
     name: "Qwen3-VL",
-    model_types: &["qwen3_vl"],
-    build: |_, config, loader| Ok(Box::new(Qwen3Vl::load(config, loader)?)),
+    model_types: &["qwen3_vl", "qwen3_vl_moe"],
+    build: |model_type, config, loader| Ok(Box::new(Qwen3Vl::load(model_type == "qwen3_vl_moe", config, loader)?)),
     gguf: None,
     image_processor: Some(crate::vision::QwenImageProcessor::shared_from_folder),
 };
@@ -39,7 +40,7 @@ pub const TOWER: &str = "visual";
 pub type Qwen3Vl = WithVision<Llama, Qwen3Vision>;
 
 impl Qwen3Vl {
-    pub fn load(config: &Value, loader: &mut LayerLoader) -> Result<Qwen3Vl> {
+    pub fn load(moe: bool, config: &Value, loader: &mut LayerLoader) -> Result<Qwen3Vl> {
         gather_tower(loader);
         keep_language_model(loader, &[], "Qwen3-VL");
         let mut text = text_config(config);
@@ -47,10 +48,16 @@ impl Qwen3Vl {
         // M-RoPE is set up here; the llama parser knows only frequency scalings.
         text.remove("rope_scaling");
         text.remove("rope_parameters");
-        let args = parse_qwen3_args(&Value::Object(text), "qwen3_vl")?;
+        let text = Value::Object(text);
+        let args = parse_qwen3_args(&text, "qwen3_vl")?;
         let rope = Rope::multimodal(args.head_dim(), args.rope_theta, sections, MRopeLayout::Interleaved)?;
         let hidden = args.hidden_size;
-        let language = Llama::build(args, &layout(), rope, loader)?;
+        let language = if moe {
+            unfuse_experts(loader, args.num_hidden_layers)?;
+            super::qwen3_moe::load_with_rope(&text, loader, rope)?
+        } else {
+            Llama::build(args, &layout(), rope, loader)?
+        };
         let vision = Qwen3Vision::load(config, TOWER, hidden, DEFAULT_IMAGE_TOKEN_ID, loader)?;
         Ok(WithVision { language, vision })
     }
@@ -66,6 +73,26 @@ pub fn gather_tower(loader: &mut LayerLoader) {
             loader.weights.insert(format!("{TOWER}.{}", &name[from.len()..]), t);
         }
     }
+}
+
+/// Hugging Face's Qwen3-VL-MoE experts, fused as `experts.gate_up_proj`
+/// `[E, hidden, 2·mlp]` and `experts.down_proj` `[E, mlp, hidden]` (inputs
+/// first, unlike Qwen3.5's), as the stacked `switch_mlp` `[E, out, in]`.
+fn unfuse_experts(loader: &mut LayerLoader, layers: i32) -> Result<()> {
+    for layer in 0..layers {
+        let m = format!("model.layers.{layer}.mlp");
+        let fused = format!("{m}.experts.gate_up_proj");
+        if !loader.weights.contains(&fused) {
+            continue;
+        }
+        let gate_up = loader.weights.take_any(&fused)?;
+        let halves = gate_up.split_equal(2, -1)?;
+        let down = loader.weights.take_any(&format!("{m}.experts.down_proj"))?;
+        for (part, t) in [("gate_proj", &halves[0]), ("up_proj", &halves[1]), ("down_proj", &down)] {
+            loader.weights.insert(format!("{m}.switch_mlp.{part}.weight"), t.transpose_axes(&[0, 2, 1])?);
+        }
+    }
+    Ok(())
 }
 
 /// `text_config`, with the root's `tie_word_embeddings` when it has none.
