@@ -10,8 +10,10 @@
 //! same folders with the same code, loads them with our loader and compares:
 //! - the prompt: our chat template + tokenizer + one placeholder per feature
 //!   give mlx-vlm's ids exactly;
-//! - the vision tower on mlx-vlm's own pixel values (so this test does not
-//!   depend on our image preprocessing, which has its own goldens);
+//! - our image processor under each checkpoint's config (patch 14 or 16) on
+//!   the lossless test images: mlx-vlm's pixel values bit for bit;
+//! - the vision tower on mlx-vlm's own pixel values (so a preprocessing
+//!   difference could not hide in the tower's tolerance);
 //! - M-RoPE positions and rope delta exactly;
 //! - the logits of the whole prompt, run as the scheduler runs it: token
 //!   embeddings with the image rows replaced by the tower's features, and the
@@ -401,6 +403,18 @@ fn check(m: ModelUnderTest) {
             None
         } else {
             let pixels = &goldens.arrays[&format!("pixels.{case}")];
+            // Our image processor with this checkpoint's config on the same
+            // lossless files: the reference's pixel values bit for bit.
+            let files = goldens.json["cases"][case.as_str()].as_array().expect("the case's files");
+            let ours: Vec<Array> = files
+                .iter()
+                .map(|f| {
+                    let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests/fixtures/images", f.as_str().unwrap()].iter().collect();
+                    preprocessor.preprocess(&std::fs::read(path).unwrap()).expect("preprocess").pixels
+                })
+                .collect();
+            let ours = ops::concatenate(&ours, 0).unwrap();
+            assert_eq!(max_abs_diff(&ours, pixels, &what("pixels")), 0.0, "{}", what("pixel values bit-exact"));
             let mut start = 0;
             let mut parts = Vec::new();
             for &g in &grids {
