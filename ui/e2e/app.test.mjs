@@ -14,7 +14,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { allByTestId, byTestId, dropFile, modelReady, openApp, openPage, root, saveSettings, send, shot, startDriver, statusText, stopDriver, textOf, waitFor, writeTinyVisionModel as writeTinyVisionModelInto } from './harness.mjs';
+import { allByTestId, byTestId, dropFile, modelReady, openApp, openPage, root, saveSettings, send, shot, startDriver, statusText, stopDriver, textOf, waitFor, writeTinyVisionModels } from './harness.mjs';
 
 const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-'));
 const hfHome = join(dataDir, 'hf');
@@ -22,9 +22,16 @@ let browser;
 
 /** The tiny vision model's repository in the run's Hugging Face cache. */
 const visionRepo = 'e2e/Tiny-Qwen2-VL';
+/** One tiny model of each newer vision family, in the same cache. */
+const familyRepos = [
+  ['e2e/Tiny-Qwen3.5', 'qwen3_5'],
+  ['e2e/Tiny-Qwen3-VL', 'qwen3_vl'],
+  ['e2e/Tiny-Gemma-3', 'gemma3'],
+  ['e2e/Tiny-Gemma-4', 'gemma4'],
+];
 
 function writeTinyVisionModel() {
-  writeTinyVisionModelInto(hfHome, visionRepo);
+  writeTinyVisionModels(hfHome, [[visionRepo, 'qwen2_vl'], ...familyRepos]);
 }
 
 /** An <img>'s picture has loaded with this width (it shows, not a broken icon). */
@@ -318,6 +325,28 @@ describe('the desktop app', () => {
     assert.match(markdown, /## You\n\nName a colour\.\n[\s\S]*## You\n\nAnd another one\?/);
     const file = JSON.parse(readFileSync(join(folder, 'chat.json'), 'utf8'));
     assert.equal(file.messages.filter((m) => m.role === 'assistant').length, 5, 'three answers, the follow-up, the fruit');
+  });
+
+  it('loads each vision family from the Hugging Face cache and answers a dropped image', async () => {
+    for (const [repo] of familyRepos) {
+      await openPage(browser, 'nav-models', 'local-models');
+      const row = () => browser.$(`[data-testid="local-model"][data-model-id="hf:${repo}"]`);
+      await waitFor(browser, `${repo} on disk`, async () => (await row()).isExisting(), 20_000);
+      assert.equal(await textOf(browser, await (await row()).$('[data-testid="vision-badge"]')), 'Vision', repo);
+      await (await (await row()).$('[data-testid="load-model"]')).click();
+      const loaded = async () => textOf(browser, await byTestId(browser, 'loaded-model'));
+      await waitFor(browser, `${repo} to load`, async () => (await loaded()).includes(repo) && (await loaded()).includes('Vision'));
+      await (await byTestId(browser, 'nav-chat')).click();
+      await (await byTestId(browser, 'new-chat')).click();
+      await dropFile(join(root, 'crates/engine/tests/fixtures/images/qwen_parity_320x240.png'));
+      await waitFor(browser, 'the thumbnail', async () => (await allByTestId(browser, 'composer-thumb')).length === 1, 30_000);
+      await send(browser, 'What is in this picture?');
+      await waitFor(browser, `${repo}'s reply`, async () => (await allByTestId(browser, 'msg-assistant')).length === 1 && (await allByTestId(browser, 'msg-live')).length === 0);
+      assert.equal((await allByTestId(browser, 'reply-error')).length, 0, `${repo} answers without an error`);
+      const reply = (await allByTestId(browser, 'msg-assistant'))[0];
+      assert.equal(await textOf(browser, await reply.$('.msg-model')), repo);
+    }
+    await shot(browser, '18-vision-family-reply');
   });
 });
 

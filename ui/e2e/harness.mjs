@@ -55,20 +55,29 @@ export async function openApp(args = []) {
   throw lastError;
 }
 
-/** Puts a tiny random Qwen2-VL (a complete Hugging Face folder: config with a
- * vision tower, safetensors, tokenizer, chat template, image preprocessor)
- * into `hfHome` as repository `repo`, where the app looks for downloaded
- * models. Its answers are random text, but the whole image path runs. The
- * writer is an engine example that `cargo test --all-targets` builds. */
-export function writeTinyVisionModel(hfHome, repo) {
+/** Puts tiny random vision-language models (complete Hugging Face folders:
+ * config with a vision tower, safetensors, tokenizer, chat template, image
+ * processor) into `hfHome`, where the app looks for downloaded models: for
+ * each `[repo, family]` the writer's `<family>/float` folder (`qwen2_vl`,
+ * `qwen3_5`, `qwen3_vl`, `gemma3`, `gemma4`, …). Their answers are random
+ * text, but the whole image path runs. The writer is an engine example that
+ * `cargo test --all-targets` builds. */
+export function writeTinyVisionModels(hfHome, repos) {
   const writer = process.env.VLM_TINY_VL_WRITER ?? join(root, 'target/debug/examples/write_tiny_vl_model');
   const out = mkdtempSync(join(tmpdir(), 'vlm-e2e-vl-'));
   execFileSync(writer, [out]);
-  const folder = join(hfHome, 'hub', `models--${repo.replace('/', '--')}`);
-  const commit = 'e2e'.padEnd(40, '0');
-  cpSync(join(out, 'qwen2_vl', 'float'), join(folder, 'snapshots', commit), { recursive: true });
-  mkdirSync(join(folder, 'refs'), { recursive: true });
-  writeFileSync(join(folder, 'refs', 'main'), commit);
+  for (const [repo, family] of repos) {
+    const folder = join(hfHome, 'hub', `models--${repo.replace('/', '--')}`);
+    const commit = 'e2e'.padEnd(40, '0');
+    cpSync(join(out, family, 'float'), join(folder, 'snapshots', commit), { recursive: true });
+    mkdirSync(join(folder, 'refs'), { recursive: true });
+    writeFileSync(join(folder, 'refs', 'main'), commit);
+  }
+}
+
+/** The tiny Qwen2-VL alone as repository `repo` (see [`writeTinyVisionModels`]). */
+export function writeTinyVisionModel(hfHome, repo) {
+  writeTinyVisionModels(hfHome, [[repo, 'qwen2_vl']]);
 }
 
 /** Loads the model on disk with this gallery id from the Models page and
