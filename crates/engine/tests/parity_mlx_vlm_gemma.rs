@@ -180,13 +180,16 @@ fn splice(loaded: &LoadedModel, tokens: &[u32], image_token: u32, features: Opti
     rows.take_axis(Array::from_slice(&pick, &[l]), 0).unwrap().reshape(&[1, l, -1]).unwrap()
 }
 
+/// Runs a step as the engine does: a prompt pass (`spans` given) declares its
+/// images' spans and gives the model its ids as the tower says.
 fn run(loaded: &LoadedModel, embeddings: Array, tokens: &[u32], spans: Option<Vec<(i32, i32)>>, cache: &mut BatchCache) -> Array {
+    let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+    let mut ids = Array::from_slice(&ids, &[1, ids.len() as i32]);
     if let Some(spans) = spans {
         cache.set_bidirectional_spans(vec![spans]);
+        ids = loaded.model.vision().unwrap().tokens_for_language(&ids).unwrap();
     }
     let positions = Positions::Start(cache.offsets()[0]);
-    let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-    let ids = Array::from_slice(&ids, &[1, ids.len() as i32]);
     let hidden = loaded.model.forward_embeddings(embeddings, &ids, &positions, cache).unwrap();
     loaded.model.logits(&hidden).unwrap().as_dtype(Dtype::Float32).unwrap()
 }

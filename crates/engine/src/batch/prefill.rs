@@ -138,6 +138,10 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
             Positions::rows(&rows.iter().map(|r| r.seq.prefilled as i32).collect::<Vec<_>>())
         };
         let deepstack = deepstack_additions(rows, width, embeddings.dim(2), embeddings.dtype())?;
+        let ids = match model.vision() {
+            Some(vision) => vision.tokens_for_language(&ids)?,
+            None => ids,
+        };
         model.forward_embeddings_adding(embeddings, &ids, &positions, &mut cache, &deepstack)?
     } else {
         let starts: Vec<i32> = rows.iter().map(|r| r.seq.prefilled as i32).collect();

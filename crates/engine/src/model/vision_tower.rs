@@ -101,9 +101,11 @@ pub trait VisionTower {
         false
     }
 
-    /// The step's token ids as the language model should read them where it
-    /// reads ids beside the embeddings (Gemma 4's per-layer inputs take the
-    /// padding token's at image slots). Unchanged by default.
+    /// A prompt's token ids (image slots included) as the language model
+    /// should read them where it reads ids beside the embeddings (Gemma 4's
+    /// per-layer inputs take the padding token's at image slots). Applied to
+    /// prefill passes with images only: decode steps hold sampled tokens.
+    /// Unchanged by default.
     fn tokens_for_language(&self, tokens: &Array) -> Result<Array> {
         Ok(tokens.clone())
     }

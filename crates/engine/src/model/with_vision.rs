@@ -1,8 +1,7 @@
 //! A vision-language model as the engine sees it: a language model and a
 //! vision tower side by side. Every family's multimodal model is one of
 //! these; the language model answers everything about text, the tower
-//! encodes images (and says how their tokens enter the language model, see
-//! [`VisionTower::tokens_for_language`]).
+//! encodes images.
 use mlx_rs::Array;
 
 use super::rope::Positions;
@@ -40,8 +39,7 @@ impl<L: LanguageModel, V: VisionTower> LanguageModel for WithVision<L, V> {
         cache: &mut BatchCache,
         after_layer: &[Array],
     ) -> Result<Array> {
-        let tokens = self.vision.tokens_for_language(tokens)?;
-        self.language.forward_embeddings_adding(embeddings, &tokens, positions, cache, after_layer)
+        self.language.forward_embeddings_adding(embeddings, tokens, positions, cache, after_layer)
     }
 
     fn logits(&self, hidden: &Array) -> Result<Array> {

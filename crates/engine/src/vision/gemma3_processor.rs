@@ -24,6 +24,7 @@ use serde_json::{Map, Value};
 
 use super::preprocess::resample::{resize_rgb8, Filter};
 use super::preprocess::{decode, ImagePatches};
+use super::processor::{read_json_object, read_processor_settings};
 use super::{ImageProcessor, SharedImageProcessor};
 use crate::error::{Error, Result};
 
@@ -45,18 +46,6 @@ pub struct Gemma3ImageProcessor {
     pub image_std: [f32; 3],
     pub do_rescale: bool,
     pub do_normalize: bool,
-}
-
-fn read_json(path: &Path) -> Result<Option<Map<String, Value>>> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => match serde_json::from_str(&text) {
-            Ok(Value::Object(m)) => Ok(Some(m)),
-            Ok(_) => Err(Error::InvalidConfig(format!("{} is not a JSON object", path.display()))),
-            Err(e) => Err(Error::InvalidConfig(format!("{}: {e}", path.display()))),
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io(path, e)),
-    }
 }
 
 fn bad(key: &str, v: &Value) -> Error {
@@ -83,14 +72,10 @@ impl Gemma3ImageProcessor {
     /// `image_processor` and `image_seq_length`) and the tower's sizes from
     /// config.json.
     pub fn from_folder(dir: &Path) -> Result<Self> {
-        let config = read_json(&dir.join("config.json"))?.unwrap_or_default();
+        let config = read_json_object(&dir.join("config.json"))?.unwrap_or_default();
         let vision = config.get("vision_config").and_then(Value::as_object).cloned().unwrap_or_default();
         let text = config.get("text_config").and_then(Value::as_object).cloned().unwrap_or_default();
-        let mut raw = read_json(&dir.join("preprocessor_config.json"))?.unwrap_or_default();
-        let processor = read_json(&dir.join("processor_config.json"))?.unwrap_or_default();
-        if let Some(Value::Object(over)) = processor.get("image_processor") {
-            raw.extend(over.clone());
-        }
+        let (raw, processor) = read_processor_settings(dir)?;
         let int = |m: &Map<String, Value>, key: &str| m.get(key).and_then(Value::as_u64).map(|v| v as usize);
         let image_size = int(&vision, "image_size").unwrap_or(896);
         let size = match raw.get("size") {

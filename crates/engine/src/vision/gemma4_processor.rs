@@ -21,6 +21,7 @@ use serde_json::{Map, Value};
 
 use super::preprocess::resample::{resize_rgb8, Filter};
 use super::preprocess::{decode, ImagePatches};
+use super::processor::{read_json_object, read_processor_settings};
 use super::{ImageProcessor, SharedImageProcessor};
 use crate::error::{Error, Result};
 
@@ -41,18 +42,6 @@ pub struct Gemma4ImageProcessor {
     pub eoi_token: String,
 }
 
-fn read_json(path: &Path) -> Result<Option<Map<String, Value>>> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => match serde_json::from_str(&text) {
-            Ok(Value::Object(m)) => Ok(Some(m)),
-            Ok(_) => Err(Error::InvalidConfig(format!("{} is not a JSON object", path.display()))),
-            Err(e) => Err(Error::InvalidConfig(format!("{}: {e}", path.display()))),
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io(path, e)),
-    }
-}
-
 fn triple(raw: &Map<String, Value>, key: &str, default: [f32; 3]) -> [f32; 3] {
     match raw.get(key).and_then(Value::as_array) {
         Some(items) if items.len() == 3 => std::array::from_fn(|i| items[i].as_f64().unwrap_or(default[i] as f64) as f32),
@@ -64,11 +53,8 @@ impl Gemma4ImageProcessor {
     /// Reads `preprocessor_config.json` (or `processor_config.json`'s
     /// `image_processor`) and the image tokens from `tokenizer_config.json`.
     pub fn from_folder(dir: &Path) -> Result<Self> {
-        let mut raw = read_json(&dir.join("preprocessor_config.json"))?.unwrap_or_default();
-        if let Some(Value::Object(over)) = read_json(&dir.join("processor_config.json"))?.unwrap_or_default().get("image_processor") {
-            raw.extend(over.clone());
-        }
-        let tok = read_json(&dir.join("tokenizer_config.json"))?.unwrap_or_default();
+        let (raw, _) = read_processor_settings(dir)?;
+        let tok = read_json_object(&dir.join("tokenizer_config.json"))?.unwrap_or_default();
         let extra = tok.get("extra_special_tokens").and_then(Value::as_object).cloned().unwrap_or_default();
         let token = |key: &str, default: &str| -> String {
             extra.get(key).or_else(|| tok.get(key)).and_then(Value::as_str).unwrap_or(default).to_string()

@@ -91,16 +91,6 @@ impl ImagePatches {
     }
 }
 
-fn read_json(path: &Path) -> Result<Option<Value>> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| Error::InvalidConfig(format!("{}: {e}", path.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io(path, e)),
-    }
-}
-
 fn bad(key: &str, v: &Value) -> Error {
     Error::InvalidConfig(format!("image processor config: bad {key}: {v}"))
 }
@@ -155,22 +145,7 @@ impl QwenImageProcessor {
     /// `size.shortest_edge` / `size.longest_edge` (transformers ≥ 4.5x: pixel
     /// counts despite the names), top-level `min_pixels` / `max_pixels`.
     pub fn from_folder(dir: &Path) -> Result<Self> {
-        let mut raw = match read_json(&dir.join("preprocessor_config.json"))? {
-            Some(Value::Object(m)) => m,
-            Some(_) => return Err(Error::InvalidConfig("preprocessor_config.json is not a JSON object".into())),
-            None => serde_json::Map::new(),
-        };
-        if let Some(proc_cfg) = read_json(&dir.join("processor_config.json"))? {
-            match proc_cfg.get("image_processor") {
-                Some(Value::Object(over)) => raw.extend(over.clone()),
-                None | Some(Value::Null) => {}
-                Some(_) => {
-                    return Err(Error::InvalidConfig(
-                        "processor_config.json: image_processor is not an object".into(),
-                    ))
-                }
-            }
-        }
+        let (raw, _) = super::processor::read_processor_settings(dir)?;
         Self::from_config(&raw)
     }
 

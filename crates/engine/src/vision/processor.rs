@@ -5,10 +5,13 @@
 //! registry picks the implementation per family, reading the checkpoint's
 //! `preprocessor_config.json` / `processor_config.json`.
 use std::fmt::Debug;
+use std::path::Path;
 use std::sync::Arc;
 
+use serde_json::{Map, Value};
+
 use super::preprocess::{ImagePatches, PreprocessedImage};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 pub trait ImageProcessor: Debug + Send + Sync {
     /// Decodes and preprocesses one image file's bytes (no MLX: any thread).
@@ -50,3 +53,31 @@ pub trait ImageProcessor: Debug + Send + Sync {
 
 /// A processor shared by the threads that prepare requests.
 pub type SharedImageProcessor = Arc<dyn ImageProcessor>;
+
+/// A JSON object file of a checkpoint; `None` when the file is absent.
+pub(crate) fn read_json_object(path: &Path) -> Result<Option<Map<String, Value>>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => match serde_json::from_str(&text) {
+            Ok(Value::Object(m)) => Ok(Some(m)),
+            Ok(_) => Err(Error::InvalidConfig(format!("{} is not a JSON object", path.display()))),
+            Err(e) => Err(Error::InvalidConfig(format!("{}: {e}", path.display()))),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+/// A checkpoint's image-processor settings, as the references merge them:
+/// `preprocessor_config.json` overlaid by the `image_processor` object of
+/// `processor_config.json` (newer transformers); and `processor_config.json`
+/// itself (its processor-level keys). Empty where the files are absent.
+pub(crate) fn read_processor_settings(dir: &Path) -> Result<(Map<String, Value>, Map<String, Value>)> {
+    let mut settings = read_json_object(&dir.join("preprocessor_config.json"))?.unwrap_or_default();
+    let processor = read_json_object(&dir.join("processor_config.json"))?.unwrap_or_default();
+    match processor.get("image_processor") {
+        Some(Value::Object(over)) => settings.extend(over.clone()),
+        None | Some(Value::Null) => {}
+        Some(_) => return Err(Error::InvalidConfig("processor_config.json: image_processor is not an object".into())),
+    }
+    Ok((settings, processor))
+}
