@@ -1,41 +1,22 @@
 // Model output is untrusted: Markdown → HTML through marked, code blocks
-// highlighted by highlight.js, and the result sanitized by DOMPurify before
+// highlighted by highlight.js, TeX math typeset by KaTeX (math.ts), and the result sanitized by DOMPurify before
 // it touches the DOM. A streaming reply is rendered block by block
 // (MarkdownBlocks): blocks that did not change keep their DOM, so the cost
 // of an update stays flat however long the answer grows.
 import DOMPurify from 'dompurify';
 import { Marked, type Token } from 'marked';
-import hljs from 'highlight.js/lib/core';
-import bash from 'highlight.js/lib/languages/bash';
-import c from 'highlight.js/lib/languages/c';
-import cpp from 'highlight.js/lib/languages/cpp';
-import css from 'highlight.js/lib/languages/css';
-import go from 'highlight.js/lib/languages/go';
-import java from 'highlight.js/lib/languages/java';
-import javascript from 'highlight.js/lib/languages/javascript';
-import json from 'highlight.js/lib/languages/json';
-import python from 'highlight.js/lib/languages/python';
-import rust from 'highlight.js/lib/languages/rust';
-import sql from 'highlight.js/lib/languages/sql';
-import typescript from 'highlight.js/lib/languages/typescript';
-import xml from 'highlight.js/lib/languages/xml';
-import yaml from 'highlight.js/lib/languages/yaml';
-
-for (const [name, lang] of Object.entries({ bash, c, cpp, css, go, java, javascript, json, python, rust, sql, typescript, xml, yaml })) {
-  hljs.registerLanguage(name, lang);
-}
-hljs.registerAliases(['sh', 'shell', 'zsh'], { languageName: 'bash' });
-hljs.registerAliases(['js'], { languageName: 'javascript' });
-hljs.registerAliases(['ts'], { languageName: 'typescript' });
-hljs.registerAliases(['py'], { languageName: 'python' });
-hljs.registerAliases(['rs'], { languageName: 'rust' });
-hljs.registerAliases(['html'], { languageName: 'xml' });
+// highlight.js's "common" set: the ~36 languages people ask about most
+// (Rust, Python, TypeScript, Swift, Kotlin, SQL, YAML, shell, …), with
+// their usual aliases (rs, py, ts, sh, html, …).
+import hljs from 'highlight.js/lib/common';
+import { applyMathStyles, keepMathStyle, mathExtensions } from './math';
 
 function escapeHtml(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 }
 
 const marked = new Marked({
+  extensions: mathExtensions,
   gfm: true,
   breaks: true,
   renderer: {
@@ -56,6 +37,9 @@ const marked = new Marked({
 const SANITIZE = {
   FORBID_TAGS: ['style', 'form', 'input', 'textarea', 'iframe', 'img'],
   FORBID_ATTR: ['style'],
+  // KaTeX's MathML (read by screen readers, copied as TeX) keeps its TeX
+  // source in <semantics><annotation>, which DOMPurify drops by default.
+  ADD_TAGS: ['semantics', 'annotation'],
 };
 
 export function renderMarkdown(source: string): string {
@@ -77,6 +61,7 @@ function wireCopyButtons(el: HTMLElement): void {
 /** Puts rendered Markdown into `el` and wires its copy buttons. */
 export function setMarkdown(el: HTMLElement, source: string): void {
   el.innerHTML = renderMarkdown(source);
+  applyMathStyles(el);
   wireCopyButtons(el);
 }
 
@@ -101,6 +86,7 @@ export class MarkdownBlocks {
       const el = document.createElement('div');
       el.className = 'md-block';
       el.innerHTML = DOMPurify.sanitize(this.renderBlock(token, tokens.links), SANITIZE);
+      applyMathStyles(el);
       wireCopyButtons(el);
       this.el.append(el);
       this.blocks.push({ raw: token.raw, el });
@@ -114,6 +100,7 @@ export class MarkdownBlocks {
   }
 }
 
+DOMPurify.addHook('beforeSanitizeAttributes', keepMathStyle);
 // Links in answers open nowhere inside the app window.
 DOMPurify.addHook('afterSanitizeAttributes', (node) => {
   if (node.tagName === 'A') {
