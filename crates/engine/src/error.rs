@@ -57,6 +57,11 @@ pub enum Error {
     #[error("the engine has stopped")]
     EngineStopped,
 
+    /// A distributed group could not form or lost a rank (a rank that never
+    /// connected, died, or was started with a wrong hostfile).
+    #[error("distributed: {0}")]
+    Distributed(String),
+
     /// An error raised by MLX itself.
     #[error("MLX error: {0}")]
     Mlx(String),
@@ -81,6 +86,7 @@ impl Error {
             Error::InvalidImage { .. } => "INVALID_IMAGE",
             Error::ContextLengthExceeded { .. } => "CONTEXT_LENGTH_EXCEEDED",
             Error::EngineStopped => "ENGINE_STOPPED",
+            Error::Distributed(_) => "DISTRIBUTED_ERROR",
             Error::Mlx(_) => "MLX_ERROR",
             Error::Io { .. } => "IO_ERROR",
         }

@@ -4,10 +4,12 @@
 //! Layout: `model/` (one file per model family behind [`model::LanguageModel`]),
 //! `weights/` (safetensors and GGUF loading with name and shape checks),
 //! `tokenizer/` (tokenizers, chat templates, incremental detokenization),
-//! `cache/` (KV caches), `constraint/` (structured output), `sample.rs`, `generate.rs` (single-stream generation).
+//! `cache/` (KV caches), `constraint/` (structured output), `distributed/`
+//! (a model across processes over MLX's distributed backend), `sample.rs`, `generate.rs` (single-stream generation).
 pub mod batch;
 pub mod cache;
 pub mod constraint;
+pub mod distributed;
 pub mod error;
 pub mod generate;
 pub mod handle;

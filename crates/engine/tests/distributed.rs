@@ -1,0 +1,154 @@
+//! MLX's ring backend through our wrappers, with real processes on
+//! 127.0.0.1: this test binary starts copies of itself as the ranks (our
+//! launcher, `engine::distributed::LocalRing`), each copy running only the
+//! rank side of the test that started it.
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use engine::distributed::{ops, Group, GroupConfig, LocalRing, RankOutput};
+use mlx_rs::{Array, Dtype};
+
+/// Set in a rank's environment: the test whose rank side to run.
+const ROLE: &str = "VLM_TEST_RANK_ROLE";
+
+/// How long a whole ring may run before the launcher kills it: far above
+/// what these take (about a second), far below a CI job's patience.
+const RING_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Short, so the missing-rank tests take seconds.
+fn quick_connect() -> GroupConfig {
+    GroupConfig { connect_timeout: Duration::from_secs(3), ..GroupConfig::default() }
+}
+
+/// Whether this process is a rank started for `test` (then the caller runs
+/// the rank side and returns).
+fn is_rank_of(test: &str) -> bool {
+    std::env::var(ROLE).is_ok_and(|r| r == test)
+}
+
+/// This test binary, running only `test`, as a rank.
+fn rank_command(test: &str) -> Command {
+    let mut c = Command::new(std::env::current_exe().expect("test binary path"));
+    c.args([test, "--exact", "--nocapture", "--test-threads=1"]).env(ROLE, test);
+    c
+}
+
+fn report(outputs: &[RankOutput]) -> String {
+    outputs.iter().map(|o| o.to_string()).collect::<Vec<_>>().join("\n")
+}
+
+fn values(a: &Array) -> Vec<f32> {
+    let a = a.as_dtype(Dtype::Float32).unwrap();
+    a.eval().unwrap();
+    a.as_slice::<f32>().to_vec()
+}
+
+#[test]
+fn two_ranks_all_sum_all_gather_and_send_recv() {
+    const TEST: &str = "two_ranks_all_sum_all_gather_and_send_recv";
+    if is_rank_of(TEST) {
+        let group = Group::init(&quick_connect()).expect("join the ring");
+        let r = group.rank() as f32;
+        assert_eq!(group.size(), 2);
+        // rank 0 holds [1, 2, 3], rank 1 [2, 4, 6]
+        let mine = Array::from_slice(&[1.0 + r, 2.0 * (1.0 + r), 3.0 * (1.0 + r)], &[3]);
+        let sum = values(&ops::all_sum(&mine, &group).unwrap());
+        let gathered = ops::all_gather(&mine.reshape(&[1, 3]).unwrap(), &group).unwrap();
+        assert_eq!(gathered.shape(), &[2, 3]);
+        let gathered = values(&gathered);
+        // Rank 0 sends bf16 (the dtype of real hidden states) to rank 1,
+        // which answers with its int32 rank-specific reply.
+        let got = if group.rank() == 0 {
+            let x = Array::from_slice(&[0.5f32, -1.25, 3.0, 8.0], &[2, 2]).as_dtype(Dtype::Bfloat16).unwrap();
+            ops::send(&x, 1, &group).unwrap().eval().unwrap();
+            values(&ops::recv(&[3], Dtype::Int32, 1, &group).unwrap())
+        } else {
+            let x = ops::recv(&[2, 2], Dtype::Bfloat16, 0, &group).unwrap();
+            assert_eq!(x.dtype(), Dtype::Bfloat16);
+            let got = values(&x);
+            let reply = Array::from_slice(&[7i32, 8, 9], &[3]);
+            ops::send(&reply, 0, &group).unwrap().eval().unwrap();
+            got
+        };
+        println!("RANK {} sum={sum:?} gathered={gathered:?} received={got:?}", group.rank());
+        return;
+    }
+    let ring = LocalRing::new(2).unwrap();
+    let outputs = ring.run_all(|_| rank_command(TEST), RING_DEADLINE).unwrap();
+    let all = report(&outputs);
+    assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
+    let gathered = "gathered=[1.0, 2.0, 3.0, 2.0, 4.0, 6.0]";
+    assert!(outputs[0].stdout.contains(&format!("RANK 0 sum=[3.0, 6.0, 9.0] {gathered} received=[7.0, 8.0, 9.0]")), "{all}");
+    assert!(outputs[1].stdout.contains(&format!("RANK 1 sum=[3.0, 6.0, 9.0] {gathered} received=[0.5, -1.25, 3.0, 8.0]")), "{all}");
+}
+
+#[test]
+fn a_rank_that_never_starts_is_reported_by_each_side_within_the_timeout() {
+    const TEST: &str = "a_rank_that_never_starts_is_reported_by_each_side_within_the_timeout";
+    if is_rank_of(TEST) {
+        let started = Instant::now();
+        let err = Group::init(&quick_connect()).err().expect("no ring without the other rank");
+        println!("CODE {} AFTER {:.1}s: {err}", err.code(), started.elapsed().as_secs_f32());
+        return;
+    }
+    // Rank 0 accepts first (MLX would wait in accept forever), rank 1 connects
+    // first (MLX would retry for ~30 s): each alone, in its own ring.
+    for alone in [0, 1] {
+        let ring = LocalRing::new(2).unwrap();
+        let out = engine::distributed::launch::wait_all(vec![ring.spawn(alone, rank_command(TEST)).unwrap()], RING_DEADLINE);
+        let out = &out[0];
+        let other = 1 - alone;
+        assert!(out.succeeded(), "{out}");
+        let expected = format!(
+            "rank {alone} of 2: the ring did not connect within 3s: rank {other} ({}) did not start or cannot be reached",
+            ring.hostfile.ranks[other][0]
+        );
+        assert!(out.stdout.contains("CODE DISTRIBUTED_ERROR"), "{out}");
+        assert!(out.stdout.contains(&expected), "expected {expected:?} in\n{out}");
+        // 3 s of waiting plus process start; nowhere near MLX's 30 s or forever.
+        assert!(out.elapsed < Duration::from_secs(20), "{out}");
+    }
+}
+
+#[test]
+fn a_rank_that_dies_fails_the_other_ranks_collective_with_a_clear_error() {
+    const TEST: &str = "a_rank_that_dies_fails_the_other_ranks_collective_with_a_clear_error";
+    if is_rank_of(TEST) {
+        let group = Group::init(&quick_connect()).expect("join the ring");
+        if group.rank() == 1 {
+            println!("RANK 1 leaving");
+            std::process::exit(3);
+        }
+        // Give rank 1 time to be gone, so this is a collective with a dead
+        // peer rather than a race with its exit.
+        std::thread::sleep(Duration::from_millis(500));
+        let started = Instant::now();
+        let sum = ops::all_sum(&Array::from_slice(&[1.0f32, 2.0], &[2]), &group).unwrap();
+        let err = sum.eval().err().expect("no sum without rank 1");
+        println!("RANK 0 error after {:.1}s: {err}", started.elapsed().as_secs_f32());
+        return;
+    }
+    let ring = LocalRing::new(2).unwrap();
+    let outputs = ring.run_all(|_| rank_command(TEST), RING_DEADLINE).unwrap();
+    let all = report(&outputs);
+    assert_eq!(outputs[1].code(), Some(3), "{all}");
+    assert!(outputs[0].succeeded(), "{all}");
+    assert!(outputs[0].stdout.contains("connection to a peer was lost"), "{all}");
+}
+
+#[test]
+fn without_a_launcher_a_strict_group_is_refused_and_a_lenient_one_is_this_process_alone() {
+    // The launcher's variables are absent in the test harness's own process
+    // (the rank tests set them only in their children).
+    assert!(std::env::var("MLX_RANK").is_err());
+    let err = Group::init(&GroupConfig::default()).err().expect("strict needs a launcher");
+    assert_eq!(err.code(), "DISTRIBUTED_ERROR");
+    assert!(err.to_string().contains("MLX_RANK and MLX_HOSTFILE are not set"), "{err}");
+    let alone = Group::init(&GroupConfig { strict: false, ..GroupConfig::default() }).unwrap();
+    assert_eq!((alone.rank(), alone.size()), (0, 1));
+    // A group of one: MLX's collectives give back the input unchanged.
+    let x = Array::from_slice(&[1.5f32, -2.0], &[2]);
+    assert_eq!(values(&ops::all_sum(&x, &alone).unwrap()), vec![1.5, -2.0]);
+    let err = ops::send(&x, 1, &alone).err().expect("no rank 1");
+    assert!(err.to_string().contains("cannot exchange with rank 1 in a group of 1"), "{err}");
+}
