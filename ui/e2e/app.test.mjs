@@ -330,10 +330,19 @@ describe('the desktop app', () => {
   it('loads each vision family from the Hugging Face cache and answers a dropped image', async () => {
     for (const [repo] of familyRepos) {
       await openPage(browser, 'nav-models', 'local-models');
-      const row = () => browser.$(`[data-testid="local-model"][data-model-id="hf:${repo}"]`);
-      await waitFor(browser, `${repo} on disk`, async () => (await row()).isExisting(), 20_000);
-      assert.equal(await textOf(browser, await (await row()).$('[data-testid="vision-badge"]')), 'Vision', repo);
-      await (await (await row()).$('[data-testid="load-model"]')).click();
+      // The list redraws as the cache scan and load state come in, so the
+      // row is read and clicked inside the page in one step (never a stale
+      // element held across a redraw).
+      const row = `[data-testid="local-model"][data-model-id="hf:${repo}"]`;
+      const badge = () => browser.execute((s) => document.querySelector(`${s} [data-testid="vision-badge"]`)?.textContent.trim() ?? null, row);
+      await waitFor(browser, `${repo} on disk`, async () => (await badge()) !== null, 20_000);
+      assert.equal(await badge(), 'Vision', repo);
+      await waitFor(browser, `${repo}'s load button`, () => browser.execute((s) => {
+        const button = document.querySelector(`${s} [data-testid="load-model"]`);
+        if (!button || button.disabled) return false;
+        button.click();
+        return true;
+      }, row), 20_000);
       const loaded = async () => textOf(browser, await byTestId(browser, 'loaded-model'));
       await waitFor(browser, `${repo} to load`, async () => (await loaded()).includes(repo) && (await loaded()).includes('Vision'));
       await (await byTestId(browser, 'nav-chat')).click();
@@ -343,8 +352,8 @@ describe('the desktop app', () => {
       await send(browser, 'What is in this picture?');
       await waitFor(browser, `${repo}'s reply`, async () => (await allByTestId(browser, 'msg-assistant')).length === 1 && (await allByTestId(browser, 'msg-live')).length === 0);
       assert.equal((await allByTestId(browser, 'reply-error')).length, 0, `${repo} answers without an error`);
-      const reply = (await allByTestId(browser, 'msg-assistant'))[0];
-      assert.equal(await textOf(browser, await reply.$('.msg-model')), repo);
+      const model = await browser.execute(() => document.querySelector('[data-testid="msg-assistant"] .msg-model')?.textContent.trim());
+      assert.equal(model, repo);
     }
     await shot(browser, '18-vision-family-reply');
   });
