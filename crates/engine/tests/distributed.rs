@@ -2,10 +2,16 @@
 //! 127.0.0.1: this test binary starts copies of itself as the ranks (our
 //! launcher, `engine::distributed::LocalRing`), each copy running only the
 //! rank side of the test that started it.
+mod common;
+
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use engine::distributed::{ops, Group, GroupConfig, LocalRing, RankOutput};
+use engine::distributed::{ops, Group, GroupConfig, LocalRing, RankOutput, TensorParallel};
+use engine::model::{self, LoadOptions, WeightFormat};
+use engine::testing::{write_tiny_llama, TinyLlama};
+use engine::weights::QuantSpec;
 use mlx_rs::{Array, Dtype};
 
 /// Set in a rank's environment: the test whose rank side to run.
@@ -151,4 +157,67 @@ fn without_a_launcher_a_strict_group_is_refused_and_a_lenient_one_is_this_proces
     assert_eq!(values(&ops::all_sum(&x, &alone).unwrap()), vec![1.5, -2.0]);
     let err = ops::send(&x, 1, &alone).err().expect("no rank 1");
     assert!(err.to_string().contains("cannot exchange with rank 1 in a group of 1"), "{err}");
+}
+
+/// Set in a rank's environment: the checkpoint folder the ranks share.
+const CHECKPOINT: &str = "VLM_TEST_CHECKPOINT";
+
+const PROMPT: [u32; 6] = [1, 17, 42, 99, 5, 230];
+
+/// Each rank's greedy tokens after loading its tensor-parallel share.
+fn tensor_parallel_rank(format: WeightFormat) {
+    let dir = std::env::var(CHECKPOINT).expect("the parent names the checkpoint");
+    let tp = TensorParallel::new(Group::init(&quick_connect()).expect("join the ring"));
+    let rank = tp.rank();
+    let loaded = model::load_tensor_parallel(Path::new(&dir), &LoadOptions { format }, tp).expect("load my share");
+    // Half the KV heads each (the tiny llama has 2).
+    assert_eq!(loaded.model.shape().kv_heads, 1);
+    let ids = common::greedy_ids(&loaded, &PROMPT, 16);
+    println!("RANK {rank} TOKENS {ids:?}");
+}
+
+/// The tiny llama in `dir`, decoded greedily by 2 tensor-parallel ranks and
+/// by this process alone: the same 16 tokens on both ranks and alone.
+fn tensor_parallel_matches_one_process(test: &str, dir: &Path, format: WeightFormat) {
+    let alone = common::greedy_ids(&model::load(dir, &LoadOptions { format }).unwrap(), &PROMPT, 16);
+    let ring = LocalRing::new(2).unwrap();
+    let outputs = ring
+        .run_all(
+            |_| {
+                let mut c = rank_command(test);
+                c.env(CHECKPOINT, dir);
+                c
+            },
+            RING_DEADLINE,
+        )
+        .unwrap();
+    let all = report(&outputs);
+    assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
+    for (rank, out) in outputs.iter().enumerate() {
+        assert!(out.stdout.contains(&format!("RANK {rank} TOKENS {alone:?}")), "alone: {alone:?}\n{all}");
+    }
+}
+
+#[test]
+fn tensor_parallel_llama_on_two_ranks_gives_the_greedy_tokens_of_one_process() {
+    const TEST: &str = "tensor_parallel_llama_on_two_ranks_gives_the_greedy_tokens_of_one_process";
+    if is_rank_of(TEST) {
+        return tensor_parallel_rank(WeightFormat::Float32);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap();
+    tensor_parallel_matches_one_process(TEST, dir.path(), WeightFormat::Float32);
+}
+
+#[test]
+fn tensor_parallel_keeps_4_bit_weights_quantized_split_at_their_groups() {
+    const TEST: &str = "tensor_parallel_keeps_4_bit_weights_quantized_split_at_their_groups";
+    if is_rank_of(TEST) {
+        return tensor_parallel_rank(WeightFormat::AsStored);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // o_proj's 64 input columns split in 2 groups of 32, down_proj's 128 in 2 × 2.
+    let spec = TinyLlama { quantize: Some(QuantSpec { group_size: 32, bits: 4 }), ..TinyLlama::default() };
+    write_tiny_llama(dir.path(), &spec).unwrap();
+    tensor_parallel_matches_one_process(TEST, dir.path(), WeightFormat::AsStored);
 }

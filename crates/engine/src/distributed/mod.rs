@@ -9,6 +9,8 @@
 //!   timeout MLX lacks.
 //! - `ops.rs`: `all_sum`, `all_gather`, `send`, `recv` on MLX arrays.
 //! - `launch.rs`: our launcher for local ranks (tests, benchmarks).
+//! - `tensor_parallel.rs`: a rank's share of a tensor-parallel model (the
+//!   sharded layers themselves are in `model/layers.rs`).
 //! - `ffi_error.rs`: MLX's error messages for our own mlx-c calls.
 //!
 //! # What MLX's ring backend does and does not do (0.32, measured here)
@@ -73,8 +75,10 @@ pub mod group;
 pub mod hostfile;
 pub mod launch;
 pub mod ops;
+pub mod tensor_parallel;
 
 pub use env::RankEnv;
 pub use group::{Backend, Group, GroupConfig};
 pub use hostfile::Hostfile;
 pub use launch::{LocalRing, RankExit, RankOutput, RankProcess};
+pub use tensor_parallel::TensorParallel;

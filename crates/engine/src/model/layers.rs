@@ -6,6 +6,7 @@ use mlx_rs::{
     Array, Dtype,
 };
 
+use crate::distributed::TensorParallel;
 use crate::error::Result;
 use crate::weights::{QuantSpec, Quantization, Weights};
 
@@ -37,6 +38,12 @@ pub struct LayerLoader<'a> {
     pub format: WeightFormat,
     /// The float dtype activations run in; float parameters are cast to it.
     pub dtype: Dtype,
+    /// This rank's share when the model is split across processes; `None`
+    /// for a whole model. Only the `*_sharded*` loaders below read it.
+    pub tensor_parallel: Option<TensorParallel>,
+    /// How many layers were loaded split across ranks (a family that asks
+    /// for none cannot run tensor parallel).
+    pub sharded_layers: usize,
 }
 
 impl LayerLoader<'_> {
@@ -50,6 +57,45 @@ impl LayerLoader<'_> {
             None
         };
         Ok(Linear { weight, bias })
+    }
+
+    /// [`Self::linear`] split by output features across the tensor-parallel
+    /// ranks ("all-to-sharded"): this rank's rows of the weight and bias, so
+    /// it computes its own heads or MLP columns from the whole input.
+    /// Without tensor parallelism, the whole layer.
+    pub fn linear_all_to_sharded(&mut self, path: &str, in_features: i32, out_features: i32, bias: bool) -> Result<Linear> {
+        let Some(tp) = self.tensor_parallel.clone() else {
+            return self.linear(path, in_features, out_features, bias);
+        };
+        let rows = tp.share(&format!("{path}'s output features"), out_features)?;
+        let weight = self.matrix(path, out_features, in_features)?.split(0, rows.clone())?;
+        let bias = if bias {
+            let b = self.float(&format!("{path}.bias"), &[out_features])?;
+            Some(own_copy(&b.index(rows))?)
+        } else {
+            None
+        };
+        self.sharded_layers += 1;
+        Ok(Linear { weight, bias })
+    }
+
+    /// [`Self::linear`] split by input features across the tensor-parallel
+    /// ranks ("sharded-to-all"): it takes an all-to-sharded layer's output,
+    /// and the ranks' partial products are summed before the (whole) bias.
+    /// Without tensor parallelism, the whole layer.
+    pub fn linear_sharded_to_all(&mut self, path: &str, in_features: i32, out_features: i32, bias: bool) -> Result<Projection> {
+        let Some(tp) = self.tensor_parallel.clone() else {
+            return Ok(Projection::Whole(self.linear(path, in_features, out_features, bias)?));
+        };
+        let cols = tp.share(&format!("{path}'s input features"), in_features)?;
+        let weight = self.matrix(path, out_features, in_features)?.split(1, cols)?;
+        let bias = if bias {
+            Some(self.float(&format!("{path}.bias"), &[out_features])?)
+        } else {
+            None
+        };
+        self.sharded_layers += 1;
+        Ok(Projection::ShardedToAll { partial: Linear { weight, bias: None }, bias, tp })
     }
 
     pub fn embedding(&mut self, path: &str, vocab: i32, dim: i32) -> Result<Embedding> {
@@ -168,6 +214,39 @@ impl Matrix {
         })
     }
 
+    /// This rank's part `range` of the rows (`axis` 0) or columns (`axis` 1),
+    /// in memory of its own. A quantized matrix is split along its groups:
+    /// columns only at group boundaries.
+    fn split(self, axis: i32, range: std::ops::Range<i32>) -> Result<Matrix> {
+        let part = |t: &Array, r: std::ops::Range<i32>| -> Result<Array> {
+            own_copy(&if axis == 0 { t.index((r, ..)) } else { t.index((.., r)) })
+        };
+        Ok(match self {
+            Matrix::Float(w) => Matrix::Float(part(&w, range)?),
+            Matrix::Quantized(q) if axis == 0 => Matrix::Quantized(QuantizedMatrix {
+                weight: part(&q.weight, range.clone())?,
+                scales: part(&q.scales, range.clone())?,
+                biases: part(&q.biases, range)?,
+                spec: q.spec,
+            }),
+            Matrix::Quantized(q) => {
+                let gs = q.spec.group_size;
+                if range.start % gs != 0 || range.end % gs != 0 {
+                    return Err(crate::Error::InvalidConfig(format!(
+                        "a quantized matrix splits only at its groups of {gs} columns, not at columns {range:?}"
+                    )));
+                }
+                let (start, end) = (range.start, range.end);
+                Matrix::Quantized(QuantizedMatrix {
+                    weight: part(&q.weight, q.spec.packed_cols(start)..q.spec.packed_cols(end))?,
+                    scales: part(&q.scales, q.spec.groups(start)..q.spec.groups(end))?,
+                    biases: part(&q.biases, q.spec.groups(start)..q.spec.groups(end))?,
+                    spec: q.spec,
+                })
+            }
+        })
+    }
+
     /// Bytes of the parameters as held in memory.
     pub fn nbytes(&self) -> usize {
         match self {
@@ -221,6 +300,42 @@ impl Linear {
             None => y,
         })
     }
+}
+
+/// A layer whose output every rank needs: whole, or split by input features
+/// across tensor-parallel ranks (see [`LayerLoader::linear_sharded_to_all`]).
+pub enum Projection {
+    Whole(Linear),
+    ShardedToAll {
+        /// This rank's input columns, no bias.
+        partial: Linear,
+        /// Added once, after the sum over ranks.
+        bias: Option<Array>,
+        tp: TensorParallel,
+    },
+}
+
+impl Projection {
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        match self {
+            Projection::Whole(linear) => linear.forward(x),
+            Projection::ShardedToAll { partial, bias, tp } => {
+                let y = tp.all_sum(&partial.forward(x)?)?;
+                Ok(match bias {
+                    Some(b) => y.add(b)?,
+                    None => y,
+                })
+            }
+        }
+    }
+}
+
+/// A copy of `t` in memory of its own. A slice of a loaded tensor is a view
+/// that keeps the whole tensor alive: each rank would hold the full model.
+fn own_copy(t: &Array) -> Result<Array> {
+    let t = t.contiguous()?;
+    t.eval()?;
+    Ok(t.deep_clone())
 }
 
 #[derive(Debug, Clone)]

@@ -8,7 +8,7 @@
 use mlx_rs::{nn, Array};
 use serde::Deserialize;
 
-use super::layers::{Embedding, LayerLoader, Linear, RmsNorm};
+use super::layers::{Embedding, LayerLoader, Linear, Projection, RmsNorm};
 use super::rope::{Positions, Rope, RopeScaling, Rotation};
 use super::moe::SparseMoe;
 use super::registry::Family;
@@ -118,9 +118,10 @@ struct Attention {
     q_proj: Linear,
     k_proj: Linear,
     v_proj: Linear,
-    o_proj: Linear,
+    o_proj: Projection,
     /// RMSNorm over each head's queries and keys before RoPE (Qwen3).
     qk_norm: Option<(RmsNorm, RmsNorm)>,
+    /// The heads this process computes (all of them, or its tensor-parallel share).
     heads: i32,
     kv_heads: i32,
     head_dim: i32,
@@ -157,18 +158,20 @@ impl Attention {
 }
 
 /// The SwiGLU MLP: `down(silu(gate(x)) · up(x))`.
+/// Under tensor parallelism each rank holds a share of the intermediate
+/// columns (gate and up by output, down by input, then a sum over ranks).
 pub struct Mlp {
     gate_proj: Linear,
     up_proj: Linear,
-    down_proj: Linear,
+    down_proj: Projection,
 }
 
 impl Mlp {
     pub fn load(loader: &mut LayerLoader, path: &str, hidden: i32, intermediate: i32, bias: bool) -> Result<Self> {
         Ok(Self {
-            gate_proj: loader.linear(&format!("{path}.gate_proj"), hidden, intermediate, bias)?,
-            up_proj: loader.linear(&format!("{path}.up_proj"), hidden, intermediate, bias)?,
-            down_proj: loader.linear(&format!("{path}.down_proj"), intermediate, hidden, bias)?,
+            gate_proj: loader.linear_all_to_sharded(&format!("{path}.gate_proj"), hidden, intermediate, bias)?,
+            up_proj: loader.linear_all_to_sharded(&format!("{path}.up_proj"), hidden, intermediate, bias)?,
+            down_proj: loader.linear_sharded_to_all(&format!("{path}.down_proj"), intermediate, hidden, bias)?,
         })
     }
 
@@ -222,6 +225,8 @@ impl DecoderLayout {
 
 pub struct Llama {
     args: LlamaArgs,
+    /// The KV heads this process keeps (its tensor-parallel share, or all).
+    local_kv_heads: i32,
     embed_tokens: Embedding,
     layers: Vec<Block>,
     norm: RmsNorm,
@@ -260,6 +265,12 @@ impl Llama {
         args.validate()?;
         let (d, hd) = (args.hidden_size, args.head_dim());
         let (heads, kv_heads) = (args.num_attention_heads, args.kv_heads());
+        // Tensor parallel: whole heads per rank (q/k/v split by heads, o_proj
+        // by the same columns), so attention needs no exchange until o_proj.
+        let (local_heads, local_kv_heads) = match &loader.tensor_parallel {
+            Some(tp) => (tp.share("num_attention_heads", heads)?.len() as i32, tp.share("num_key_value_heads", kv_heads)?.len() as i32),
+            None => (heads, kv_heads),
+        };
         let m = &layout.prefix;
         let embed_tokens = loader.embedding(&format!("{m}.embed_tokens"), args.vocab_size, d)?;
         let mut layers = Vec::with_capacity(args.num_hidden_layers as usize);
@@ -278,13 +289,13 @@ impl Llama {
             layers.push(Block {
                 input_layernorm: loader.rms_norm(&format!("{p}.input_layernorm"), d, args.rms_norm_eps)?,
                 self_attn: Attention {
-                    q_proj: loader.linear(&format!("{p}.self_attn.q_proj"), d, heads * hd, qkv_b)?,
-                    k_proj: loader.linear(&format!("{p}.self_attn.k_proj"), d, kv_heads * hd, qkv_b)?,
-                    v_proj: loader.linear(&format!("{p}.self_attn.v_proj"), d, kv_heads * hd, qkv_b)?,
-                    o_proj: loader.linear(&format!("{p}.self_attn.o_proj"), heads * hd, d, ab)?,
+                    q_proj: loader.linear_all_to_sharded(&format!("{p}.self_attn.q_proj"), d, heads * hd, qkv_b)?,
+                    k_proj: loader.linear_all_to_sharded(&format!("{p}.self_attn.k_proj"), d, kv_heads * hd, qkv_b)?,
+                    v_proj: loader.linear_all_to_sharded(&format!("{p}.self_attn.v_proj"), d, kv_heads * hd, qkv_b)?,
+                    o_proj: loader.linear_sharded_to_all(&format!("{p}.self_attn.o_proj"), heads * hd, d, ab)?,
                     qk_norm,
-                    heads,
-                    kv_heads,
+                    heads: local_heads,
+                    kv_heads: local_kv_heads,
                     head_dim: hd,
                     scale: (hd as f32).powf(-0.5),
                 },
@@ -304,7 +315,7 @@ impl Llama {
         } else {
             None
         };
-        Ok(Self { args, embed_tokens, layers, norm, lm_head, rope })
+        Ok(Self { args, local_kv_heads, embed_tokens, layers, norm, lm_head, rope })
     }
 }
 
@@ -312,7 +323,7 @@ impl LanguageModel for Llama {
     fn shape(&self) -> ModelShape {
         ModelShape {
             num_layers: self.args.num_hidden_layers as usize,
-            kv_heads: self.args.kv_heads(),
+            kv_heads: self.local_kv_heads,
             head_dim: self.args.head_dim(),
             vocab_size: self.args.vocab_size,
             max_context: self.args.max_position_embeddings as usize,

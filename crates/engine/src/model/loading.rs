@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::layers::{self, WeightFormat};
 use super::registry::{self, Family};
 use super::{Capabilities, LoadedModel, ModelInfo, Positions};
+use crate::distributed::TensorParallel;
 use crate::error::{Error, Result};
 use crate::tokenizer::Tokenizer;
 use crate::weights::{self, Quantization, Weights};
@@ -57,7 +58,7 @@ fn resolve(path: &Path) -> Result<Source> {
 pub fn load(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let started = std::time::Instant::now();
     let loaded = match resolve(path)? {
-        Source::Folder(dir) => load_folder(&dir, opts)?,
+        Source::Folder(dir) => load_folder(&dir, opts, None)?,
         Source::Gguf(file) => load_gguf(&file, opts)?,
     };
     tracing::info!(
@@ -72,13 +73,27 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     Ok(loaded)
 }
 
+/// Loads this rank's share of a model split across the ranks of `tp`
+/// (tensor parallel: every rank calls this with the same folder and options;
+/// the load ends with a forward pass that is already a collective). Each
+/// rank keeps only its slices of the sharded layers.
+pub fn load_tensor_parallel(path: &Path, opts: &LoadOptions, tp: TensorParallel) -> Result<LoadedModel> {
+    match resolve(path)? {
+        Source::Folder(dir) => load_folder(&dir, opts, Some(tp)),
+        Source::Gguf(file) => Err(Error::InvalidRequest(format!(
+            "{}: tensor parallel loads a safetensors folder, not a .gguf file",
+            file.display()
+        ))),
+    }
+}
+
 fn read_config(dir: &Path) -> Result<Value> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
     serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(format!("{}: {e}", path.display())))
 }
 
-fn load_folder(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
+fn load_folder(dir: &Path, opts: &LoadOptions, tensor_parallel: Option<TensorParallel>) -> Result<LoadedModel> {
     let config = read_config(dir)?;
     let model_type = registry::model_type(&config)?;
     // Before reading gigabytes of weights.
@@ -90,7 +105,7 @@ fn load_folder(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let stored = describe_quantization(&quantization);
     let words = quantization_words(&quantization);
     let parts = Parts { name, path: dir, model_type: &model_type, family, config: &config, stored, words };
-    let mut loaded = finish(parts, &quantization, &mut weights, tokenizer, opts)?;
+    let mut loaded = finish(parts, &quantization, &mut weights, tokenizer, opts, tensor_parallel)?;
     if let Some(read_processor) = family.image_processor {
         loaded.preprocessor = Some(read_processor(dir)?);
     }
@@ -114,7 +129,7 @@ fn load_gguf(file: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
         stored: Some(g.stored),
         words: g.quantization_words,
     };
-    let mut loaded = finish(parts, &g.quantization, &mut g.weights, tokenizer, opts)?;
+    let mut loaded = finish(parts, &g.quantization, &mut g.weights, tokenizer, opts, None)?;
     if let (Some(note), WeightFormat::AsStored) = (g.converted, opts.format) {
         // Blocks MLX cannot keep were requantized; the rest kept as they are.
         loaded.info.loaded_as = format!("{note}; the other blocks kept quantized");
@@ -139,14 +154,25 @@ fn finish(
     weights: &mut Weights,
     tokenizer: Tokenizer,
     opts: &LoadOptions,
+    tensor_parallel: Option<TensorParallel>,
 ) -> Result<LoadedModel> {
+    let split = tensor_parallel.is_some();
     let mut loader = layers::LayerLoader {
         weights,
         quantization,
         format: opts.format,
         dtype: activation_dtype(opts.format),
+        tensor_parallel,
+        sharded_layers: 0,
     };
     let model = (parts.family.build)(parts.model_type, parts.config, &mut loader)?;
+    if split && loader.sharded_layers == 0 {
+        // Whole on every rank would run, but would not be what was asked for.
+        return Err(Error::InvalidRequest(format!(
+            "the {} family cannot be split across processes (tensor parallel) yet",
+            parts.family.name
+        )));
+    }
     let leftover = loader.weights.leftover();
     if !leftover.is_empty() {
         tracing::warn!(count = leftover.len(), first = %leftover[0], "checkpoint tensors the model does not use");

@@ -38,7 +38,7 @@ use crate::cache::{BatchCache, CacheLayout};
 use crate::error::Result;
 use crate::tokenizer::Tokenizer;
 pub use layers::WeightFormat;
-pub use loading::{load, LoadOptions};
+pub use loading::{load, load_tensor_parallel, LoadOptions};
 pub use registry::{describe, describe_folder, Family, FolderInfo};
 pub use rope::Positions;
 pub use vision_tower::{VisionEncoding, VisionTower};
