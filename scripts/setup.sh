@@ -25,7 +25,10 @@ if [ "$(uname -s)" = Linux ]; then
     pkgs+=(build-essential curl file libssl-dev libwebkit2gtk-4.1-dev
            libayatana-appindicator3-dev librsvg2-dev libxdo-dev
            webkit2gtk-driver xvfb xauth x11-utils xdotool imagemagick
-           fonts-dejavu-core dbus-x11 python3-gi gir1.2-gtk-3.0)
+           fonts-dejavu-core dbus-x11 python3-gi gir1.2-gtk-3.0
+           gnome-keyring)
+    # gnome-keyring: the Secret Service the app keeps the Hub token in on
+    # Linux; the tests start a private one (scripts/private-keyring.sh)
   fi
   # Debian's own python3 has venv/ensurepip in a separate package.
   python3 -c "import venv, ensurepip" 2>/dev/null || pkgs+=(python3-venv)

@@ -1,8 +1,10 @@
 //! The connection to the Hub: an `hf_hub::HFClient` set up for the app.
 //!
 //! What is hf-hub's here: the endpoint (`HF_ENDPOINT` unless the app names
-//! one), the token (the app's, else hf-hub's own resolution: `HF_TOKEN`, the
-//! file at `HF_TOKEN_PATH`, `$HF_HOME/token` as `hf auth login` writes it),
+//! one), the token (the app's, from the OS keychain, else hf-hub's own
+//! resolution: `HF_TOKEN`, the file at `HF_TOKEN_PATH`, `$HF_HOME/token` as
+//! `hf auth login` writes it; see [`HubConfig::with_keychain_token`] for why
+//! in that order),
 //! request retries and the mapping of Hub answers to error kinds. What is
 //! ours: an HTTP client with timeouts (hf-hub's default has none, and a stalled
 //! transfer must fail so it can resume), and our error kinds, which tell a
@@ -13,6 +15,7 @@ use hf_hub::{HFClient, HFError, HFRepository, RepoTypeModel};
 
 use crate::cache::HfCache;
 use crate::error::{Error, Result};
+use crate::keychain::Keychain;
 
 pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 
@@ -22,8 +25,9 @@ pub struct HubConfig {
     /// Base URL of the Hub or a mirror. `None`: `HF_ENDPOINT`, else
     /// [`DEFAULT_ENDPOINT`] (hf-hub reads it).
     pub endpoint: Option<String>,
-    /// A token the app holds (from the OS keychain). `None`: hf-hub looks for
-    /// one (`HF_TOKEN`, `HF_TOKEN_PATH`, `$HF_HOME/token`).
+    /// A token the app holds (from the OS keychain, see
+    /// [`HubConfig::with_keychain_token`]). `None`: hf-hub looks for one
+    /// (`HF_TOKEN`, `HF_TOKEN_PATH`, `$HF_HOME/token`).
     pub token: Option<String>,
     /// The cache that downloads go into.
     pub cache: HfCache,
@@ -45,6 +49,24 @@ impl HubConfig {
     /// [`HfCache::from_env`].
     pub fn from_env() -> Option<HubConfig> {
         Some(HubConfig { endpoint: None, token: None, cache: HfCache::from_env()? })
+    }
+
+    /// Uses the token saved in `keychain` (Settings), if there is one;
+    /// without one, hf-hub's resolution stays (`HF_TOKEN`, the token file).
+    ///
+    /// The keychain's token comes first, before `HF_TOKEN`: the user typed it
+    /// into this app for this app, and Settings says "token set" — an
+    /// `HF_TOKEN` exported in a shell for another account or tool must not
+    /// quietly replace it (a Mac app started from the Dock does not see
+    /// shell variables anyway). With none saved, the usual Hugging Face
+    /// order applies, so a user of `hf auth login` needs no setup at all.
+    /// Blocking (see [`crate::keychain`]); a keychain error is returned, not
+    /// dropped: the caller decides whether to go on without it.
+    pub fn with_keychain_token(mut self, keychain: &Keychain) -> Result<HubConfig> {
+        if let Some(token) = keychain.read()? {
+            self.token = Some(token);
+        }
+        Ok(self)
     }
 }
 

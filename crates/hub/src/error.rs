@@ -40,6 +40,15 @@ pub enum Error {
         url: String,
     },
 
+    /// The OS keychain that keeps the app's Hub token cannot be reached
+    /// (no Secret Service on this Linux session, a locked Keychain…).
+    #[error("the system keychain is not available: {0}")]
+    Keychain(String),
+
+    /// A Hub token that cannot be right (empty, spaces, not ASCII…).
+    #[error("not a Hugging Face token: {0}")]
+    InvalidToken(String),
+
     /// Any other unexpected HTTP status.
     #[error("HTTP {status} from {url}")]
     Http { status: u16, url: String },
@@ -101,6 +110,8 @@ impl Error {
             Error::NotFound(_) => "NOT_FOUND",
             Error::AuthRequired { .. } => "AUTH_REQUIRED",
             Error::Gated { .. } => "GATED",
+            Error::Keychain(_) => "KEYCHAIN_UNAVAILABLE",
+            Error::InvalidToken(_) => "INVALID_TOKEN",
             Error::Http { .. } => "HTTP_ERROR",
             Error::Network(_) => "NETWORK_ERROR",
             Error::UnsafeFileName(_) => "UNSAFE_FILE_NAME",

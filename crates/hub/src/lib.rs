@@ -18,6 +18,7 @@ pub mod download;
 mod error;
 pub mod fit;
 pub mod gguf;
+pub mod keychain;
 pub mod listing;
 pub mod memory;
 mod partial;
@@ -37,6 +38,7 @@ pub use fit::{
     check_fit, check_local_model, FitLevel, FitReport, FitSettings, MemoryEstimate, ModelShape, WeightBytes,
     WeightHolding,
 };
+pub use keychain::Keychain;
 pub use listing::{FileHash, RepoFile, RepoListing};
 pub use memory::MachineMemory;
 pub use progress::{DownloadProgress, ProgressFn};
