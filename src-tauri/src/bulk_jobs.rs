@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use bulk::export::{self, Columns, ExportFormat};
 use bulk::{AnswerFormat, CancelToken, ImageSource, Item, JobSpec, RunConfig};
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 use store::{BulkJob, BulkJobId, BulkJobStatus, BulkRowResult, BulkRowStatus, NewBulkImage, NewBulkJob};
 
 use crate::error::{AppError, AppResult};
@@ -40,7 +41,7 @@ impl BulkRuns {
 
 /// What a run sends the Bulk view, in order: rows as they finish (with the
 /// job's counts after each), then `finished` with the job's final state.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum BulkEvent {
     Row {

@@ -9,6 +9,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 use store::{
     Chat, ChatId, ImportedChat, ImportedMessage, Message, MessageStats, MessageStatus, Role, Store, Timestamp,
 };
@@ -77,7 +78,7 @@ pub struct FileImage {
 }
 
 /// Where an export went.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, TS)]
 pub struct ExportedChat {
     pub folder: PathBuf,
     pub json: PathBuf,

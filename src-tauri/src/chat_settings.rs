@@ -4,14 +4,17 @@
 //! that did not choose otherwise. Stored as JSON on the chat (the store keeps
 //! it as given); presets are named copies of it.
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 
 use crate::context::ContextPolicy;
 use crate::error::{AppError, AppResult};
 use crate::settings::Settings;
 
 /// Stored without its unset fields, so the JSON says only what the chat chose.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
 #[serde(default, deny_unknown_fields)]
+// every field may be left out (in both directions): `field?: T` for the UI
+#[ts(optional_fields)]
 pub struct ChatSettings {
     /// Replaces the app's system prompt; `Some("")` sends none.
     #[serde(skip_serializing_if = "Option::is_none")]

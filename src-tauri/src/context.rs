@@ -9,11 +9,12 @@
 //! word: a prompt it refuses as too long loses one more exchange and is sent
 //! again.
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 use store::{Message, Role};
 
 use crate::error::AppError;
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "snake_case")]
 pub enum ContextPolicy {
     /// The reply fails with CONTEXT_LENGTH_EXCEEDED and says so (nothing is left out silently).

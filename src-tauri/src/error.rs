@@ -2,8 +2,9 @@
 //! stable SCREAMING_SNAKE_CASE code the UI can branch on (store, hub and
 //! engine codes pass through unchanged).
 use serde::Serialize;
+use ts_rs::TS;
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, TS)]
 pub struct AppError {
     pub code: String,
     pub message: String,

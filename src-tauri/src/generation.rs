@@ -7,13 +7,14 @@ use std::time::Duration;
 use engine::batch::{Event, FinishReason, RequestId, RequestStats};
 use engine::handle::{EngineHandle, RequestStream};
 use serde::Serialize;
+use ts_rs::TS;
 use store::{ChatId, Message, MessageStats, ReplyId, ReplyOutcome, Store};
 
 use crate::error::AppError;
 
 /// What the UI receives for one reply, in order: `started`, then text
 /// pieces, maybe `error`, then `finished` with the stored message.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum StreamEvent {
     Started {

@@ -8,6 +8,7 @@ use engine::handle::EngineHandle;
 use engine::model::Capabilities;
 use hub::{CatalogModel, LocalModel, ModelSource, ScanConfig};
 use serde::Serialize;
+use ts_rs::TS;
 use tauri::{AppHandle, Emitter, Runtime};
 
 use crate::error::{AppError, AppResult};
@@ -215,7 +216,7 @@ pub async fn load_initial<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>)
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, TS)]
 pub struct DownloadDone {
     pub id: String,
     pub ok: bool,

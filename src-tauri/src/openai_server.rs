@@ -6,11 +6,12 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use serde::Serialize;
+use ts_rs::TS;
 use tauri::{AppHandle, Emitter, Runtime};
 
 use crate::state::AppState;
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, TS)]
 pub struct ServerStatus {
     pub running: bool,
     /// Base URL for OpenAI clients, e.g. `http://127.0.0.1:8080/v1`.

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
+use ts_rs::TS;
 use engine::batch::{Event, ImageInput};
 use engine::handle::EngineHandle;
 use store::{ChatId, Message, MessageId, ReplyId, Role};
@@ -22,7 +23,7 @@ use crate::prompt::{build_request, build_request_text};
 use crate::settings::Settings;
 use crate::state::AppState;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, TS)]
 pub struct StartedReply {
     pub reply_id: ReplyId,
     pub model: String,

@@ -8,6 +8,7 @@ use engine::handle::EngineConfig;
 use engine::model::ModelInfo;
 use engine::sample::SamplingParams;
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 use std::path::PathBuf;
 
 use crate::context::ContextPolicy;
@@ -19,7 +20,7 @@ pub const SETTINGS_KEY: &str = "app_settings";
 /// quality and gain little (the CLI's `--kv-start` default).
 const KV_START: usize = 256;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(default)]
 pub struct Settings {
     /// Ask thinking models to reason before answering.
@@ -79,7 +80,7 @@ impl Default for Settings {
 }
 
 /// The part of the settings an engine is started with.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, TS)]
 pub struct EngineKnobs {
     pub kv_bits: u8,
     pub kv_group_size: i32,

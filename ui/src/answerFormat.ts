@@ -5,10 +5,10 @@
 // formatted JSON.
 import { h } from './dom';
 
-export type AnswerFormat =
-  | { kind: 'json' }
-  | { kind: 'fields'; names: string[] }
-  | { kind: 'schema'; schema: unknown };
+// generated from the bulk crate's AnswerFormat (ui/src/bindings)
+import type { AnswerFormat } from './bindings/AnswerFormat';
+import type { JsonValue } from './bindings/serde_json/JsonValue';
+export type { AnswerFormat };
 
 /** Field names typed as "city, country" (commas or new lines). */
 export function parseFieldNames(text: string): string[] {
@@ -49,7 +49,7 @@ export function readFormat(kind: string, fields: string, schema: string): Answer
   try {
     const parsed: unknown = JSON.parse(schema);
     if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return 'A JSON schema is an object, such as {"type": "object", …}.';
-    return { kind: 'schema', schema: parsed };
+    return { kind: 'schema', schema: parsed as JsonValue };
   } catch (e) {
     return `This is not JSON: ${(e as Error).message}`;
   }

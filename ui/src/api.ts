@@ -1,76 +1,38 @@
 // Typed wrappers over the app's Tauri commands and events (src-tauri/src/commands).
-import type { AnswerFormat } from './answerFormat';
-import type { BulkRowResult } from './bulkTable';
+import type { AnswerFormat } from './bindings/AnswerFormat';
+import type { AppError } from './bindings/AppError';
+import type { Attachment } from './bindings/Attachment';
+import type { BulkEvent } from './bindings/BulkEvent';
+import type { BulkJob } from './bindings/BulkJob';
+import type { BulkRow } from './bindings/BulkRow';
+import type { Chat } from './bindings/Chat';
+import type { ChatSettings } from './bindings/ChatSettings';
+import type { DownloadDone } from './bindings/DownloadDone';
+import type { EngineKnobs } from './bindings/EngineKnobs';
+import type { ExportedChat } from './bindings/ExportedChat';
+import type { Message } from './bindings/Message';
+import type { Outgoing } from './bindings/Outgoing';
+import type { Preset } from './bindings/Preset';
+import type { Sent } from './bindings/Sent';
+import type { ServerStatus } from './bindings/ServerStatus';
+import type { Settings } from './bindings/Settings';
+import type { SettingsView } from './bindings/SettingsView';
+import type { StartedReply } from './bindings/StartedReply';
+import type { StreamEvent } from './bindings/StreamEvent';
 import { Channel, invoke } from '@tauri-apps/api/core';
 import { listen, type UnlistenFn } from '@tauri-apps/api/event';
 
-export interface AppError { code: string; message: string }
-
-export interface Chat {
-  id: number; title: string; model: string | null; created_at: number; updated_at: number;
-  /** How replies are shaped (structured output); null: free text. */
-  answer_format: AnswerFormat | null;
-  /** What the chat sets for itself; unset fields follow the app's settings. */
-  settings: ChatSettings | null;
-}
-
-/** A chat's own settings: each field left out follows the app's Settings. */
-export interface ChatSettings {
-  system_prompt?: string; model?: string; thinking?: boolean; thinking_budget?: number;
-  temperature?: number; top_p?: number; top_k?: number; min_p?: number; repetition_penalty?: number; max_tokens?: number;
-  context_policy?: ContextPolicy;
-}
-export interface ExportedChat { folder: string; json: string; markdown: string }
-export interface Preset { id: number; name: string; settings: ChatSettings; answer_format: AnswerFormat | null }
-
-export interface Attachment { sha256: string; mime: string; size: number; path: string }
-
-export interface MessageStats {
-  prompt_tokens?: number;
-  cached_prompt_tokens?: number;
-  completion_tokens?: number;
-  tokens_per_second?: number;
-  ttft_ms?: number;
-  finish_reason?: string;
-  kv_cache_bytes?: number;
-  /** Earlier messages left out of the prompt to fit the context (the chat's context policy). */
-  left_out_messages?: number;
-}
-
-export type Role = 'system' | 'user' | 'assistant' | 'tool';
-export type MessageStatus = 'complete' | 'streaming' | 'interrupted' | 'error';
-
-export interface Message {
-  id: number;
-  chat_id: number;
-  /** The message it follows; null at the top of the chat. A chat is a tree. */
-  parent_id: number | null;
-  /** Every message under the same parent, this one included, oldest first (the ‹ 2/3 › switcher). */
-  siblings: number[];
-  role: Role;
-  content: string;
-  reasoning: string | null;
-  attachments: Attachment[];
-  stats: MessageStats | null;
-  model: string | null;
-  status: MessageStatus;
-  error: string | null;
-  /** The failure's stable code (INVALID_IMAGE, CONTEXT_LENGTH_EXCEEDED, …); null for replies stored before codes were kept. */
-  error_code?: string | null;
-  created_at: number;
-  updated_at: number;
-}
-
-export type StreamEvent =
-  | { kind: 'started'; chat_id: number; reply_id: number; model: string }
-  | { kind: 'snapshot'; content: string; reasoning: string }
-  | { kind: 'content'; text: string }
-  | { kind: 'reasoning'; text: string }
-  | { kind: 'error'; error: AppError }
-  | { kind: 'finished'; message: Message };
-
-export interface StartedReply { reply_id: number; model: string }
-export interface Sent { user: Message; reply: StartedReply }
+// The shapes commands and events send are generated from the Rust types
+// (ts-rs, src-tauri/tests/ts_bindings.rs keeps ui/src/bindings current);
+// the rest of the UI keeps importing them from here.
+export type {
+  AnswerFormat, AppError, Attachment, BulkEvent, BulkJob, BulkRow, Chat, ChatSettings, DownloadDone, EngineKnobs, ExportedChat, Message,
+  Outgoing, Preset, Sent, ServerStatus, Settings, SettingsView, StartedReply, StreamEvent,
+};
+export type { ContextPolicy } from './bindings/ContextPolicy';
+export type { MessageStats } from './bindings/MessageStats';
+export type { MessageStatus } from './bindings/MessageStatus';
+export type { Role } from './bindings/Role';
 
 export interface LoadedModel {
   id: string; name: string; path: string; architecture: string; quantization: string | null; quantization_words: string | null; max_context: number;
@@ -79,7 +41,6 @@ export interface LoadedModel {
   /** Its chat template reasons in a thinking block before answering. */
   thinking: boolean;
 }
-export interface EngineKnobs { kv_bits: number; kv_group_size: number; max_context: number; max_running: number }
 export interface EngineStatus {
   state: 'unloaded' | 'loading' | 'ready';
   loading: string | null;
@@ -120,32 +81,9 @@ export interface DownloadProgress {
   id: string; repo: string; file: string; file_bytes_done: number; file_bytes_total: number;
   bytes_done: number; bytes_total: number; files_done: number; files_total: number; bytes_per_second: number;
 }
-export interface DownloadDone { id: string; ok: boolean; cancelled: boolean; error: AppError | null; local_id: string | null }
 
-export type ContextPolicy = 'stop' | 'truncate_middle' | 'rolling_window';
 
-export interface Settings {
-  thinking: boolean; thinking_budget: number; context_policy: ContextPolicy; kv_bits: number; kv_group_size: number; max_context: number; vision_cache_mb: number;
-  temperature: number; top_p: number; top_k: number; min_p: number; repetition_penalty: number; max_tokens: number;
-  system_prompt: string; max_running: number; server_enabled: boolean; server_port: number;
-  /** Folders whose images the local server's clients may name with file: URLs; empty refuses them. */
-  server_file_url_folders: string[];
-}
-export interface SettingsView { settings: Settings; restart_needed: boolean; notes: string[] }
-export interface ServerStatus { running: boolean; url: string | null; error: string | null }
 
-export interface Outgoing { text: string; attachments: string[] }
-
-export interface BulkJob {
-  id: number; prompt: string; answer_format: AnswerFormat | null; max_tokens: number; model: string | null;
-  status: 'ready' | 'running' | 'finished' | 'cancelled' | 'interrupted';
-  created_at: number; updated_at: number; total: number; done: number; failed: number;
-}
-/** One image of a job: its stored picture (null if it could not be stored) and its result. */
-export interface BulkRow extends BulkRowResult { position: number; name: string; image: Attachment | null }
-export type BulkEvent =
-  | { kind: 'row'; position: number; row: BulkRowResult; done: number; failed: number; eta_seconds: number | null }
-  | { kind: 'finished'; job: BulkJob };
 
 function channel(onEvent: (e: StreamEvent) => void): Channel<StreamEvent> {
   const ch = new Channel<StreamEvent>();

@@ -5,12 +5,13 @@
 //! shape, and a bulk job's table gets one column per named field.
 use engine::constraint::Constraint;
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 use serde_json::{json, Map, Value};
 
 /// The stable code of every refusal below.
 pub const INVALID_ANSWER_FORMAT: &str = "INVALID_ANSWER_FORMAT";
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum AnswerFormat {
     /// Any JSON object.

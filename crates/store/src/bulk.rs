@@ -2,6 +2,7 @@
 //! transaction, filled a row at a time as answers arrive, listed with their
 //! counts, and marked interrupted when the app stopped while one ran.
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row as _;
 
@@ -11,7 +12,7 @@ use crate::store::{now_ms, Store};
 use crate::types::{Attachment, Timestamp};
 
 /// A bulk job's row id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, TS)]
 #[serde(transparent)]
 pub struct BulkJobId(pub i64);
 
@@ -21,7 +22,7 @@ impl std::fmt::Display for BulkJobId {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "lowercase")]
 pub enum BulkJobStatus {
     /// Created, never run.
@@ -35,7 +36,7 @@ pub enum BulkJobStatus {
     Interrupted,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "lowercase")]
 pub enum BulkRowStatus {
     Pending,
@@ -59,11 +60,12 @@ macro_rules! text_enum {
 text_enum!(BulkJobStatus { Ready => "ready", Running => "running", Finished => "finished", Cancelled => "cancelled", Interrupted => "interrupted" });
 text_enum!(BulkRowStatus { Pending => "pending", Done => "done", Failed => "failed", Cancelled => "cancelled" });
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct BulkJob {
     pub id: BulkJobId,
     pub prompt: String,
     /// The app's description of the answer format; `None` = free text.
+    #[ts(type = "import(\"./AnswerFormat\").AnswerFormat | null")]
     pub answer_format: Option<serde_json::Value>,
     pub max_tokens: u32,
     /// The model of the last run.
@@ -93,7 +95,7 @@ pub struct NewBulkJob {
     pub images: Vec<NewBulkImage>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct BulkRow {
     /// Its place in the job, from 0.
     pub position: u32,
@@ -105,7 +107,7 @@ pub struct BulkRow {
 }
 
 /// What a row got (all defaults while pending).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct BulkRowResult {
     pub status: BulkRowStatus,
     pub answer: String,

@@ -2,6 +2,7 @@
 //! chat from. The store keeps the app's JSON as given; a name is unique, so
 //! saving under a taken name replaces that preset.
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 
@@ -11,18 +12,20 @@ use crate::store::{now_ms, Store};
 use crate::types::Timestamp;
 
 /// A preset's row id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, TS)]
 #[serde(transparent)]
 pub struct PresetId(pub i64);
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct Preset {
     pub id: PresetId,
     /// What the user called it (trimmed, not empty, unique).
     pub name: String,
     /// Chat settings, as `Chat::settings`.
+    #[ts(type = "import(\"./ChatSettings\").ChatSettings")]
     pub settings: serde_json::Value,
     /// As `Chat::answer_format`; `None` is free text.
+    #[ts(type = "import(\"./AnswerFormat\").AnswerFormat | null")]
     pub answer_format: Option<serde_json::Value>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,

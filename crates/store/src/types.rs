@@ -2,20 +2,21 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 
 /// A chat's row id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, TS)]
 #[serde(transparent)]
 pub struct ChatId(pub i64);
 
 /// A message's row id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, TS)]
 #[serde(transparent)]
 pub struct MessageId(pub i64);
 
 /// An assistant message that is being streamed. Only `begin_reply` makes one,
 /// so `update_reply`/`finish_reply` cannot be pointed at a user message by mistake.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, TS)]
 #[serde(transparent)]
 pub struct ReplyId(pub MessageId);
 
@@ -34,7 +35,7 @@ impl fmt::Display for MessageId {
 /// Milliseconds since the Unix epoch (UTC): what the UI formats, and sortable as an integer.
 pub type Timestamp = i64;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct Chat {
     /// Row id.
     pub id: ChatId,
@@ -47,15 +48,17 @@ pub struct Chat {
     /// Last activity (a message added or removed, a reply); chats are listed by this, newest first.
     pub updated_at: Timestamp,
     /// How replies are shaped (the app's description, e.g. JSON with given
-    /// fields); `None` is free text.
+    /// fields); `None` is free text. The UI's type is the app's (bulk::AnswerFormat).
+    #[ts(type = "import(\"./AnswerFormat\").AnswerFormat | null")]
     pub answer_format: Option<serde_json::Value>,
     /// What the chat sets for itself (the app's JSON: system prompt, model,
     /// sampling…); `None` follows the app's settings.
     #[serde(default)]
+    #[ts(type = "import(\"./ChatSettings\").ChatSettings | null")]
     pub settings: Option<serde_json::Value>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, TS)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     System,
@@ -86,7 +89,7 @@ impl Role {
 }
 
 /// Where a message is in its life. Only assistant replies are ever `Streaming`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, TS)]
 #[serde(rename_all = "lowercase")]
 pub enum MessageStatus {
     Complete,
@@ -140,7 +143,7 @@ pub enum ReplyOutcome {
 /// Generation statistics shown under a reply. Stored as JSON, so fields can be
 /// added later without a migration; all are optional because an interrupted
 /// or failed reply may not have them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
 pub struct MessageStats {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens: Option<u64>,
@@ -168,7 +171,7 @@ pub struct MessageStats {
 }
 
 /// An image stored in the attachments folder, named by the SHA-256 of its bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct Attachment {
     /// Lowercase hex SHA-256 of the file's bytes: its identity.
     pub sha256: String,
@@ -180,7 +183,7 @@ pub struct Attachment {
     pub path: std::path::PathBuf,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct Message {
     /// Row id; increases in the order messages were added.
     pub id: MessageId,

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 use store::{ChatId, Message, MessageId, NewMessage, Role};
 use tauri::ipc::Channel;
 use tauri::{AppHandle, Runtime, State};
@@ -21,7 +22,7 @@ fn sink(channel: Channel<StreamEvent>) -> Sink {
     })
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, TS)]
 pub struct Outgoing {
     pub text: String,
     /// SHA-256 names from `add_attachment_*`.
@@ -29,7 +30,7 @@ pub struct Outgoing {
     pub attachments: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, TS)]
 pub struct Sent {
     pub user: Message,
     pub reply: StartedReply,

@@ -2,13 +2,14 @@
 use std::sync::Arc;
 
 use serde::Serialize;
+use ts_rs::TS;
 use tauri::{AppHandle, Runtime, State};
 
 use crate::error::{AppError, AppResult};
 use crate::settings::{ModelFacts, Settings, SETTINGS_KEY};
 use crate::state::AppState;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, TS)]
 pub struct SettingsView {
     pub settings: Settings,
     /// The engine runs with other engine settings than these: restart it to apply.
