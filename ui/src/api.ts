@@ -82,9 +82,6 @@ export interface DownloadProgress {
   bytes_done: number; bytes_total: number; files_done: number; files_total: number; bytes_per_second: number;
 }
 
-
-
-
 function channel(onEvent: (e: StreamEvent) => void): Channel<StreamEvent> {
   const ch = new Channel<StreamEvent>();
   ch.onmessage = onEvent;
