@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use engine::distributed::share::share_bytes;
 use engine::distributed::{ops, Group, GroupConfig, LocalRing, RankOutput, TensorParallel};
 use engine::model::{self, LoadOptions, WeightFormat};
 use engine::testing::{write_tiny_llama, TinyLlama};
@@ -86,6 +87,31 @@ fn two_ranks_all_sum_all_gather_and_send_recv() {
     let gathered = "gathered=[1.0, 2.0, 3.0, 2.0, 4.0, 6.0]";
     assert!(outputs[0].stdout.contains(&format!("RANK 0 sum=[3.0, 6.0, 9.0] {gathered} received=[7.0, 8.0, 9.0]")), "{all}");
     assert!(outputs[1].stdout.contains(&format!("RANK 1 sum=[3.0, 6.0, 9.0] {gathered} received=[0.5, -1.25, 3.0, 8.0]")), "{all}");
+}
+
+#[test]
+fn rank_0_shares_bytes_with_every_rank() {
+    const TEST: &str = "rank_0_shares_bytes_with_every_rank";
+    if is_rank_of(TEST) {
+        let group = Group::init(&quick_connect()).expect("join the ring");
+        // A plan as rank 0 would send it, with bytes ≥ 128 (a sum of u8 must
+        // not go through a signed type) and an empty one (no second collective).
+        let plan = r#"{"decode":{"rows":[0,2],"tokens":[17,255]}} é"#.as_bytes();
+        for message in [plan, b"".as_slice()] {
+            let got = share_bytes((group.rank() == 0).then_some(message), &group).unwrap();
+            assert_eq!(got, message, "rank {}", group.rank());
+        }
+        // Only rank 0 speaks.
+        let wrong = share_bytes((group.rank() == 1).then_some(b"x".as_slice()), &group);
+        println!("RANK {} shared; speaking out of turn: {}", group.rank(), wrong.unwrap_err());
+        return;
+    }
+    let ring = LocalRing::new(2).unwrap();
+    let outputs = ring.run_all(|_| rank_command(TEST), RING_DEADLINE).unwrap();
+    let all = report(&outputs);
+    assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
+    assert!(outputs[0].stdout.contains("RANK 0 shared; speaking out of turn: distributed: rank 0 has no message to share"), "{all}");
+    assert!(outputs[1].stdout.contains("RANK 1 shared; speaking out of turn: distributed: rank 1 has a message to share: only rank 0 has one"), "{all}");
 }
 
 #[test]

@@ -8,6 +8,7 @@
 //! - `group.rs`: joining the group ([`Group::init`]), with the connect
 //!   timeout MLX lacks.
 //! - `ops.rs`: `all_sum`, `all_gather`, `send`, `recv` on MLX arrays.
+//! - `share.rs`: rank 0's bytes to every rank (requests, step plans).
 //! - `launch.rs`: our launcher for local ranks (tests, benchmarks).
 //! - `tensor_parallel.rs`: a rank's share of a tensor-parallel model (the
 //!   sharded layers themselves are in `model/layers.rs`).
@@ -25,42 +26,53 @@
 //!   lost" within a second — an error, not a hang.
 //! - A neighbour that is alive but stops taking part (stuck, paused): the
 //!   evaluation blocks with no timeout. Only a watchdog outside the engine
-//!   thread can notice (planned below: rank 0's heartbeat deadline).
+//!   thread can notice (planned below: a per-step watchdog).
 //!
 //! # Plan: how followers follow rank 0 (not built yet)
-//! Rank 0 runs the HTTP server, the handle and the scheduler exactly as in a
-//! single process; ranks 1.. run no scheduler of their own. Every model
-//! forward is a collective (tensor parallel: an `all_sum` per row-parallel
-//! projection; pipeline parallel: hidden states passed rank to rank), so all
-//! ranks must run the same forwards on the same batch layout in the same
-//! order. Rank 0 therefore broadcasts, before each step, a *step plan* and
-//! the followers replay it:
-//! - the plan is a small int32 array sent with the same collectives (an
-//!   `all_sum` where followers contribute zeros is a broadcast on a ring;
-//!   a fixed-size header `[kind, rows, tokens, ...]` first, then the body,
-//!   so followers know the second array's shape):
-//!   - `Prefill { row, token ids, start position }` (one chunk);
-//!   - `Decode { token ids per row, positions per row }` (the sampled tokens
-//!     are rank 0's; followers never sample — every rank computes the same
-//!     logits only in tensor parallel, and sampling with a seed on one rank
-//!     keeps the streams identical);
-//!   - `Join { rows }` / `Leave { rows }` (cache extend / filter: each rank
-//!     applies it to its own KV cache — the cache of its layers in pipeline
-//!     parallel, of its heads in tensor parallel);
-//!   - `PrefixCacheRestore { row, entry id }` (each rank keeps the prefix
-//!     cache of its own share; entries are created by the same plans, so
-//!     their ids agree without exchanging tensors);
-//!   - `Idle` every heartbeat interval while nothing runs, and `Shutdown`.
-//! - Images: rank 0 runs the vision tower and sends the spliced embeddings
-//!   (tensor parallel: to every rank; pipeline: to the first stage only).
+//! Every forward of a split model is a collective (tensor parallel: an
+//! `all_sum` per sharded-to-all layer; pipeline: hidden states passed rank to
+//! rank), so all ranks must run the same forwards, on the same batch layout,
+//! in the same order, or they wait on each other forever.
+//!
+//! How mlx-lm's server (0.32) does it: every rank runs the whole server
+//! loop; rank 0 alone takes requests from HTTP and shares each one (pickled
+//! bytes through `all_sum`, as [`share::share_bytes`] does), the random seed
+//! is shared once, and the time budget that decides prefill vs decode is
+//! `all_sum`med, so the replicated batch generators make identical decisions.
+//!
+//! Ours should instead have rank 0 share each step's *plan*: our scheduler's
+//! decisions also depend on things that are not inputs of one request
+//! (requests prepared on worker threads arrive in any order; prefill pacing
+//! and the vision tower's blocks run on a clock; cancellations), and
+//! replaying them on every rank would need each of those shared too.
+//! Followers then need no tokenizer, template, sampler or scheduler — only
+//! the model and their caches:
+//! - Rank 0 runs the HTTP server, the handle and the scheduler as in one
+//!   process. Where the scheduler calls the model or changes its caches it
+//!   goes through a `Step` sink; on rank 0 in a group that sink first shares
+//!   the step (one [`share::share_bytes`] of a small binary or JSON record),
+//!   then runs it locally. Followers loop: receive a step, run it on their
+//!   model and caches, repeat.
+//! - Step kinds: `Forward { batch, tokens [B, L], positions per row }` (a
+//!   prefill chunk or a decode step; followers discard the logits —
+//!   tensor parallel gives every rank the same logits, so only rank 0
+//!   samples), `Join { batch, rows }` / `Leave { batch, rows }` (cache
+//!   extend / filter), `PrefixSave { entry }` / `PrefixRestore { row, entry }`
+//!   (each rank keeps the prefix cache of its own share; entries are created
+//!   by the same steps, so their ids agree without exchanging tensors),
+//!   `Idle` every heartbeat interval while nothing runs, `Shutdown`.
+//! - Images: rank 0 runs the vision tower and shares the spliced embeddings
+//!   as an array (`all_sum` again), or `Forward` carries embeddings instead
+//!   of tokens.
 //! - Faults: a follower that dies makes rank 0's next collective fail
-//!   ("connection to a peer was lost") → rank 0 fails the running requests
-//!   with DISTRIBUTED_ERROR and reports the rank down, keeps answering
-//!   /health. A follower that waits longer than the heartbeat interval
-//!   (plus margin) for a plan treats rank 0 as gone and exits with a clear
-//!   error. A stuck-but-alive peer is caught by a watchdog thread on rank 0
-//!   that times each step and aborts the process group (MLX cannot cancel a
-//!   blocked collective).
+//!   ("connection to a peer was lost"): rank 0 fails the running requests
+//!   with DISTRIBUTED_ERROR, reports the rank down and keeps answering
+//!   /health (no more generation without it). A follower that waits longer
+//!   than the heartbeat interval plus a margin for a step treats rank 0 as
+//!   gone and exits with a clear error. A peer alive but stuck blocks a
+//!   collective with no timeout in MLX: a watchdog thread on each rank times
+//!   each step and ends the process (MLX cannot cancel a blocked collective),
+//!   which turns it into the "died" case for the others.
 //!
 //! # Tensor parallel for the llama / qwen2 families (mlx-lm's `shard`)
 //! q/k/v and MLP gate/up split by output rows of the weight (each rank
@@ -75,6 +87,7 @@ pub mod group;
 pub mod hostfile;
 pub mod launch;
 pub mod ops;
+pub mod share;
 pub mod tensor_parallel;
 
 pub use env::RankEnv;
