@@ -151,6 +151,8 @@ pub struct RequestStats {
     pub prompt_tokens: usize,
     /// Prompt tokens served from the prompt cache instead of prefilled.
     pub cached_prompt_tokens: usize,
+    /// Of those, the ones read from disk (a chat continued after a restart).
+    pub cached_from_disk_tokens: usize,
     pub generated_tokens: usize,
     /// Generated tokens that were thinking (part of `generated_tokens`).
     pub reasoning_tokens: usize,

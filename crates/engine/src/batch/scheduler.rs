@@ -23,6 +23,7 @@ use super::prefill::{self, PassRow};
 use super::prepare::{PreparedRequest, Preparer};
 use super::request::{Event, FinishReason, Prompt, Request, RequestId};
 use super::sequence::{Sequence, SequenceParts};
+use crate::cache::prefix_disk::{fingerprint::model_fingerprint, DiskPrefixCache, DiskPrefixConfig};
 use crate::cache::{BatchCache, KvQuantization, PrefixCache, PrefixCacheStats};
 use crate::constraint::{tool_call_grammar, ConstrainedDecoder, ConstraintVocabulary};
 use crate::tools::ToolCallStyle;
@@ -42,6 +43,9 @@ pub struct SchedulerConfig {
     pub max_context: usize,
     /// Bytes of finished sequences' KV state kept for prefix reuse (0 = off).
     pub prefix_cache_bytes: usize,
+    /// Also keep them on disk, for chats continued after a restart (needs
+    /// the memory tier on).
+    pub prefix_disk: Option<DiskPrefixConfig>,
     /// Quantize the decoding batch's KV cache (all layers but the last).
     pub kv_quantization: Option<KvQuantization>,
     /// Bytes of vision-tower output kept per image for reuse (0 = off).
@@ -63,6 +67,7 @@ impl Default for SchedulerConfig {
             prefill_budget: PREFILL_CHUNK,
             max_context: 0,
             prefix_cache_bytes: 512 << 20,
+            prefix_disk: None,
             kv_quantization: None,
             vision_cache_bytes: 256 << 20,
             max_prepared_images: 32,
@@ -163,6 +168,21 @@ pub struct StepReport {
     pub decoded_rows: usize,
 }
 
+/// The prefix cache `config` asks for; without its disk tier (and a log
+/// line) when the folder cannot be opened.
+fn prefix_cache(loaded: &LoadedModel, config: &SchedulerConfig) -> PrefixCache {
+    let memory = PrefixCache::new(config.prefix_cache_bytes);
+    let Some(disk) = config.prefix_disk.as_ref().filter(|_| config.prefix_cache_bytes > 0) else { return memory };
+    let model = model_fingerprint(&loaded.info.path, &loaded.info.architecture);
+    match DiskPrefixCache::open(disk, &model, &loaded.model.cache_layout()) {
+        Ok(d) => memory.with_disk(d),
+        Err(e) => {
+            tracing::warn!(folder = %disk.folder.display(), error = %e, "prefix cache stays in memory only");
+            memory
+        }
+    }
+}
+
 /// Cancels remembered for requests the engine has not seen yet.
 const MAX_EARLY_CANCELS: usize = 1024;
 
@@ -190,8 +210,8 @@ impl Scheduler {
             early_cancels: VecDeque::new(),
             last_step: StepReport::default(),
             pacing: config.pace_to_decode.then(Pacing::default),
+            prefix_cache: prefix_cache(&loaded, &config),
             loaded,
-            prefix_cache: PrefixCache::new(config.prefix_cache_bytes),
             vision_cache: VisionFeatureCache::new(config.vision_cache_bytes),
             config,
             waiting: VecDeque::new(),
@@ -657,6 +677,7 @@ impl Scheduler {
                 seq.prefill_cache = Some(hit.cache);
                 seq.prefilled = hit.len;
                 seq.cached_prompt_tokens = hit.len;
+                seq.cached_from_disk_tokens = if hit.from_disk { hit.len } else { 0 };
             }
             None => seq.prefill_cache = Some(self.loaded.model.new_cache(1)),
         }

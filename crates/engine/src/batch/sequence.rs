@@ -26,6 +26,8 @@ pub struct Sequence {
     pub prefilled: usize,
     /// Prompt tokens reused from the prefix cache instead of prefilled.
     pub cached_prompt_tokens: usize,
+    /// Of those, the ones read from the prefix cache's disk tier.
+    pub cached_from_disk_tokens: usize,
     /// This sequence's own cache while its prompt is prefilled; it joins the
     /// batch cache once the prompt is done.
     pub prefill_cache: Option<BatchCache>,
@@ -93,6 +95,7 @@ impl Sequence {
             tokens: prompt,
             prefilled: 0,
             cached_prompt_tokens: 0,
+            cached_from_disk_tokens: 0,
             prefill_cache: None,
             kv_cache_bytes: 0,
             images: None,
@@ -325,6 +328,7 @@ impl Sequence {
         RequestStats {
             prompt_tokens: self.prompt_len,
             cached_prompt_tokens: self.cached_prompt_tokens,
+            cached_from_disk_tokens: self.cached_from_disk_tokens,
             generated_tokens: self.generated,
             reasoning_tokens: self.reasoning_tokens,
             time_to_first_token: first - self.submitted,

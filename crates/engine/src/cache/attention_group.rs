@@ -410,6 +410,54 @@ impl AttentionGroup {
     }
 }
 
+impl AttentionGroup {
+    /// A one-row group's layers as float keys and values holding exactly its
+    /// columns (`None`: a layer that never ran), e.g. to save it.
+    pub fn row_layers(&self) -> Result<Vec<Option<(Array, Array)>>> {
+        assert_eq!(self.rows(), 1, "row_layers is for one row");
+        self.layers
+            .iter()
+            .map(|l| l.as_ref().map(|l| Ok((l.keys.read(self.columns)?, l.values.read(self.columns)?))).transpose())
+            .collect()
+    }
+
+    /// Fills an empty one-row group with `layers` (float `[1, kv_heads,
+    /// columns, head_dim]`, as [`Self::row_layers`] gave them). Shapes are
+    /// checked: the arrays may come from a file.
+    pub fn restore_row(&mut self, columns: i32, layers: Vec<Option<(Array, Array)>>) -> Result<()> {
+        use crate::error::Error;
+        if self.rows() != 1 || self.columns != 0 {
+            return Err(Error::Mlx("restoring into a group that is not one empty row".into()));
+        }
+        if layers.len() != self.layers.len() {
+            return Err(Error::Mlx(format!("{} layers saved, the model has {}", layers.len(), self.layers.len())));
+        }
+        if let Some(w) = self.window {
+            if columns > w - 1 + SLIDING_SLACK {
+                return Err(Error::Mlx(format!("{columns} columns saved for a window of {w}")));
+            }
+        }
+        for (slot, layer) in self.layers.iter_mut().zip(layers) {
+            *slot = match layer {
+                None => None,
+                Some((k, v)) => {
+                    let ok = |a: &Array| a.ndim() == 4 && a.dim(0) == 1 && a.dim(2) == columns;
+                    if !ok(&k) || !ok(&v) || k.dim(1) != v.dim(1) {
+                        return Err(Error::Mlx(format!(
+                            "saved keys {:?} / values {:?} do not hold {columns} columns of one row",
+                            k.shape(),
+                            v.shape()
+                        )));
+                    }
+                    Some(LayerKv { keys: KvStore::float(k), values: KvStore::float(v) })
+                }
+            };
+        }
+        self.columns = columns;
+        Ok(())
+    }
+}
+
 fn concat_rows(a: &LayerKv, b: &LayerKv) -> Result<LayerKv> {
     // Joining rows take the batch's storage.
     let quant = a.keys.quant();

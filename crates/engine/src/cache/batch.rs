@@ -26,6 +26,7 @@ use mlx_rs::{ops, Array};
 
 use super::attention_group::AttentionGroup;
 use super::recurrent::RecurrentStates;
+use super::row_contents::{GroupContents, RowContents};
 use super::{AttentionMask, CacheLayout, KvQuantization, KvView, LayerCache};
 use crate::error::{Error, Result};
 
@@ -315,6 +316,59 @@ impl BatchCache {
             step: None,
             last_pass: None,
         })
+    }
+
+    /// A one-row cache's contents (float, exactly its tokens), e.g. to save it.
+    pub fn row_contents(&self) -> Result<RowContents> {
+        if self.rows() != 1 {
+            return Err(Error::Mlx("row_contents is for a one-row cache".into()));
+        }
+        let groups = self
+            .groups
+            .iter()
+            .map(|g| Ok(GroupContents { window: g.window(), columns: g.columns(), layers: g.row_layers()? }))
+            .collect::<Result<Vec<_>>>()?;
+        let recurrent = (0..self.recurrent.len()).map(|i| self.recurrent.get(i).map(<[Array]>::to_vec)).collect();
+        Ok(RowContents { tokens: self.offsets[0], groups, recurrent })
+    }
+
+    /// A one-row cache of `layout` holding `contents` (saved by
+    /// [`Self::row_contents`], possibly by an earlier run): refused unless
+    /// it matches the layout's groups, windows and recurrent layers.
+    pub fn from_row_contents(layout: &CacheLayout, contents: RowContents) -> Result<BatchCache> {
+        let mut cache = BatchCache::new(layout, 1, None);
+        if contents.groups.len() != cache.groups.len() || contents.recurrent.len() != cache.recurrent.len() {
+            return Err(Error::Mlx(format!(
+                "saved {} attention groups and {} recurrent layers; the model has {} and {}",
+                contents.groups.len(),
+                contents.recurrent.len(),
+                cache.groups.len(),
+                cache.recurrent.len()
+            )));
+        }
+        if contents.tokens < 0 {
+            return Err(Error::Mlx("a negative token count".into()));
+        }
+        for (group, saved) in cache.groups.iter_mut().zip(contents.groups) {
+            if group.window() != saved.window {
+                return Err(Error::Mlx(format!("saved window {:?}, the model's is {:?}", saved.window, group.window())));
+            }
+            let full = group.window().is_none();
+            if (full && saved.columns != contents.tokens) || saved.columns > contents.tokens {
+                return Err(Error::Mlx(format!("{} columns saved for {} tokens", saved.columns, contents.tokens)));
+            }
+            group.restore_row(saved.columns, saved.layers)?;
+        }
+        for (i, state) in contents.recurrent.into_iter().enumerate() {
+            if let Some(state) = state {
+                if state.iter().any(|a| a.ndim() == 0 || a.dim(0) != 1) {
+                    return Err(Error::Mlx("a saved recurrent state is not one row".into()));
+                }
+                cache.recurrent.set(i, state);
+            }
+        }
+        cache.offsets = vec![contents.tokens];
+        Ok(cache)
     }
 
     /// Whether [`Self::truncate`] to `len` would succeed.

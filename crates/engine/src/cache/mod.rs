@@ -8,7 +8,9 @@ pub mod kv_quantization;
 pub mod layout;
 pub mod lru;
 pub mod prefix;
+pub mod prefix_disk;
 pub mod recurrent;
+pub mod row_contents;
 pub mod store;
 
 use mlx_rs::Array;

@@ -4,7 +4,10 @@
 //! question, answer), so it prefills only the new message; a system prompt
 //! shared by several chats is reused by all of them.
 //!
-//! Entries are bounded by bytes and evicted least-recently-used first.
+//! Entries are bounded by bytes and evicted least-recently-used first. With
+//! a disk tier ([`super::prefix_disk`]) every kept entry is also written to
+//! disk, and a prompt that matches a file further than anything in memory
+//! resumes from that file (after a restart, or once memory evicted it).
 //!
 //! Keys are [`KeyToken`]s, not token ids: every image-feature slot of a
 //! vision prompt has the same placeholder token id, so its key is derived from
@@ -13,6 +16,7 @@
 use serde::Serialize;
 
 use super::lru::{evict_to, LruEntry};
+use super::prefix_disk::{DiskPrefixCache, DiskPrefixStats};
 use super::BatchCache;
 use crate::error::Result;
 
@@ -59,12 +63,16 @@ pub struct PrefixCacheStats {
     pub hits: u64,
     pub misses: u64,
     pub reused_tokens: u64,
+    /// The disk tier, when on (its hits are also counted in `hits`).
+    pub disk: Option<DiskPrefixStats>,
 }
 
 /// A reusable prefix: its length and a one-row cache holding exactly it.
 pub struct PrefixHit {
     pub len: usize,
     pub cache: BatchCache,
+    /// It was read from disk (not in memory).
+    pub from_disk: bool,
 }
 
 pub struct PrefixCache {
@@ -72,10 +80,11 @@ pub struct PrefixCache {
     capacity_bytes: usize,
     clock: u64,
     stats: PrefixCacheStats,
+    disk: Option<DiskPrefixCache>,
 }
 
 /// Shortest prefix worth reusing: below this, prefilling is as cheap as copying.
-const MIN_REUSE: usize = 4;
+pub(super) const MIN_REUSE: usize = 4;
 
 impl PrefixCache {
     pub fn new(capacity_bytes: usize) -> Self {
@@ -84,13 +93,21 @@ impl PrefixCache {
             capacity_bytes,
             clock: 0,
             stats: PrefixCacheStats { capacity_bytes, ..Default::default() },
+            disk: None,
         }
+    }
+
+    /// Adds a disk tier (see the module docs).
+    pub fn with_disk(mut self, disk: DiskPrefixCache) -> Self {
+        self.disk = Some(disk);
+        self
     }
 
     pub fn stats(&self) -> PrefixCacheStats {
         PrefixCacheStats {
             entries: self.entries.len(),
             bytes: self.entries.iter().map(|e| e.bytes).sum(),
+            disk: self.disk.as_ref().map(DiskPrefixCache::stats),
             ..self.stats.clone()
         }
     }
@@ -113,6 +130,14 @@ impl PrefixCache {
                 best = Some((common, i, cache));
             }
         }
+        let in_memory = best.as_ref().map_or(0, |(n, _, _)| *n);
+        if let Some((len, cache, whole)) = self.disk.as_mut().and_then(|d| d.lookup(prompt, usable, in_memory)) {
+            // From now on memory serves it.
+            self.keep(whole.key, whole.cache);
+            self.stats.hits += 1;
+            self.stats.reused_tokens += len as u64;
+            return Some(PrefixHit { len, cache, from_disk: true });
+        }
         let Some((len, index, cache)) = best else {
             self.stats.misses += 1;
             return None;
@@ -121,7 +146,7 @@ impl PrefixCache {
         self.entries[index].last_used = self.clock;
         self.stats.hits += 1;
         self.stats.reused_tokens += len as u64;
-        Some(PrefixHit { len, cache })
+        Some(PrefixHit { len, cache, from_disk: false })
     }
 
     /// Keeps row `row` of `batch` (its first `tokens.len()` tokens) as a
@@ -138,16 +163,24 @@ impl PrefixCache {
         }
         let cache = batch.row_snapshot(row)?;
         debug_assert_eq!(cache.offsets()[0] as usize, tokens.len(), "the key covers the row's tokens");
+        if let Some(disk) = &self.disk {
+            disk.save(&tokens, &cache);
+        }
+        self.keep(tokens, cache);
+        Ok(())
+    }
+
+    /// Keeps a detached one-row cache holding exactly `tokens`.
+    fn keep(&mut self, tokens: Vec<KeyToken>, cache: BatchCache) {
         // An entry this one can serve in full adds nothing: replace it.
         self.entries.retain(|e| !(tokens.starts_with(&e.tokens) && cache.can_truncate(e.tokens.len())));
         let bytes = cache.nbytes();
         if bytes > self.capacity_bytes {
-            return Ok(());
+            return;
         }
         self.clock += 1;
         self.entries.push(Entry { tokens, cache, bytes, last_used: self.clock });
         evict_to(&mut self.entries, self.capacity_bytes);
-        Ok(())
     }
 
     /// Drops everything (model unload, memory pressure).

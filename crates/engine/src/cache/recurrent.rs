@@ -103,6 +103,11 @@ impl RecurrentStates {
     pub fn is_empty(&self) -> bool {
         self.layers.is_empty()
     }
+
+    /// Recurrent layers.
+    pub fn len(&self) -> usize {
+        self.layers.len()
+    }
 }
 
 fn concat(a: &[Array], b: &[Array]) -> Result<Vec<Array>> {
