@@ -206,6 +206,8 @@ export class App {
       const chat = this.chat ?? await api.createChat();
       const updated = await api.setChatSettings(chat.id, change(chat.settings ?? {}));
       if (!this.chat || this.chat.id === updated.id) this.chat = updated;
+      // the header's "Chat settings •" says whether the chat sets anything itself
+      if (this.page === 'chat') this.renderHeader();
       this.updateComposer();
       void this.sidebar.refresh();
     } catch (e) {
