@@ -33,6 +33,10 @@ struct Args {
     prompt: usize,
     #[arg(long, default_value_t = 64)]
     decode: usize,
+    /// Write the checkpoint here and keep it (for scripts/bench/mlx_lm_tensor_parallel.py);
+    /// default: a temporary folder.
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
     /// Set on the ranks this program starts: the checkpoint to load.
     #[arg(long, hide = true)]
     model: Option<PathBuf>,
@@ -48,7 +52,8 @@ fn main() -> anyhow::Result<()> {
         println!("RESULT rank {rank}: {report}");
         return Ok(());
     }
-    let dir = tempfile::tempdir()?;
+    let temp = tempfile::tempdir()?;
+    let dir = args.checkpoint.as_deref().unwrap_or(temp.path());
     let spec = TinyLlama {
         hidden: args.hidden,
         layers: args.layers,
@@ -57,11 +62,11 @@ fn main() -> anyhow::Result<()> {
         intermediate: args.intermediate,
         ..TinyLlama::default()
     };
-    write_tiny_llama(dir.path(), &spec)?;
-    let (alone, alone_tokens) = run(&args, || Ok(model::load(dir.path(), &LoadOptions { format: WeightFormat::Float32 })?))?;
+    write_tiny_llama(dir, &spec)?;
+    let (alone, alone_tokens) = run(&args, || Ok(model::load(dir, &LoadOptions { format: WeightFormat::Float32 })?))?;
     println!("1 process : {alone}");
     let ring = LocalRing::new(2)?;
-    let outputs = ring.run_all(|_| rank_command(&args, dir.path()), Duration::from_secs(600))?;
+    let outputs = ring.run_all(|_| rank_command(&args, dir), Duration::from_secs(600))?;
     for out in &outputs {
         match out.stdout.lines().find(|l| l.starts_with("RESULT")) {
             Some(line) => println!("2 ranks, {}", line.trim_start_matches("RESULT ")),
