@@ -365,31 +365,94 @@ pub struct Turn2Report {
 /// A first turn whose user message is `history_words` words long, then a
 /// short second question; runs both turns on `handle` and reports turn 2.
 pub fn chat_turn2(handle: &engine::handle::EngineHandle, history_words: usize) -> Result<Turn2Report> {
-    use engine::batch::{Prompt, Request};
-    use engine::tokenizer::{ChatMessage, TemplateOptions};
+    let chat = chat_first_turn(handle, history_words)?;
+    chat_next_turn(handle, chat)
+}
+
+/// The first turn of the benchmark chat (a system prompt, a user message of
+/// `history_words` words, the reply): the conversation so far.
+pub fn chat_first_turn(handle: &engine::handle::EngineHandle, history_words: usize) -> Result<Vec<engine::tokenizer::ChatMessage>> {
+    use engine::tokenizer::ChatMessage;
     let words = ["river", "mountain", "lantern", "orchard", "signal", "harbor", "meadow", "copper"];
     let long: Vec<&str> = (0..history_words).map(|i| words[i % words.len()]).collect();
-    let first = vec![
+    let mut chat = vec![
         ChatMessage::system("You are a helpful assistant."),
         ChatMessage::user(format!("Remember these words: {}", long.join(" ")).as_str()),
     ];
-    let ask = |messages: Vec<ChatMessage>| {
-        let prompt = Prompt::Chat { messages, options: TemplateOptions::default() };
-        handle.submit(Request::new(prompt).with_max_tokens(16)).collect_blocking()
-    };
-    let reply = ask(first.clone());
-    let mut second = first;
-    second.push(ChatMessage::assistant(reply.content.as_str()));
-    second.push(ChatMessage::user("Which word came first?"));
-    let c = ask(second);
-    if let Some(e) = c.error {
-        return Err(engine::Error::InvalidRequest(e.message));
-    }
+    let reply = ask_chat(handle, chat.clone())?;
+    chat.push(ChatMessage::assistant(reply.content.as_str()));
+    Ok(chat)
+}
+
+/// The chat's next question after `chat`, timed.
+pub fn chat_next_turn(handle: &engine::handle::EngineHandle, mut chat: Vec<engine::tokenizer::ChatMessage>) -> Result<Turn2Report> {
+    chat.push(engine::tokenizer::ChatMessage::user("Which word came first?"));
+    let c = ask_chat(handle, chat)?;
     Ok(Turn2Report {
         prompt_tokens: c.stats.prompt_tokens,
         cached_tokens: c.stats.cached_prompt_tokens,
         ttft_secs: c.stats.time_to_first_token.as_secs_f64(),
     })
+}
+
+fn ask_chat(handle: &engine::handle::EngineHandle, messages: Vec<engine::tokenizer::ChatMessage>) -> Result<engine::handle::Completion> {
+    use engine::batch::{Prompt, Request};
+    let prompt = Prompt::Chat { messages, options: engine::tokenizer::TemplateOptions::default() };
+    let c = handle.submit(Request::new(prompt).with_max_tokens(16)).collect_blocking();
+    match &c.error {
+        Some(e) => Err(engine::Error::InvalidRequest(e.message.clone())),
+        None => Ok(c),
+    }
+}
+
+/// A chat continued after the engine restarts: time to first token of its
+/// next message with the prefix cache's disk tier (the first turn's KV read
+/// from disk) against without it (the whole chat prefilled again).
+#[derive(Debug, Clone, Serialize)]
+pub struct RestartReport {
+    pub prompt_tokens: usize,
+    pub with_disk: Turn2Report,
+    pub without_disk: Turn2Report,
+    /// The first turn's file on disk.
+    pub file_bytes: u64,
+}
+
+/// Runs the first turn on an engine `start(Some(folder))` gives, stops it,
+/// then the next message on a fresh engine with the same folder and on one
+/// without a disk tier.
+pub fn chat_after_restart(
+    start: impl Fn(Option<&std::path::Path>) -> Result<engine::handle::EngineHandle>,
+    history_words: usize,
+) -> Result<RestartReport> {
+    let folder = std::env::temp_dir().join(format!("vlm-bench-prefix-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&folder);
+    let first = start(Some(&folder))?;
+    let chat = chat_first_turn(&first, history_words)?;
+    // Stopping waits for the writer: the file is complete.
+    first.shutdown();
+    let file_bytes = folder_bytes(&folder);
+    let restarted = start(Some(&folder))?;
+    let with_disk = chat_next_turn(&restarted, chat.clone())?;
+    restarted.shutdown();
+    let without = start(None)?;
+    let without_disk = chat_next_turn(&without, chat)?;
+    without.shutdown();
+    let _ = std::fs::remove_dir_all(&folder);
+    Ok(RestartReport { prompt_tokens: with_disk.prompt_tokens, with_disk, without_disk, file_bytes })
+}
+
+/// Bytes of the files under `folder` and its subfolders.
+fn folder_bytes(folder: &std::path::Path) -> u64 {
+    std::fs::read_dir(folder)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => folder_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 /// The vision-feature cache's effect: the encode step (decode + preprocess +

@@ -17,6 +17,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use engine::batch::{Event, ImageInput, Prompt, Request, SchedulerConfig};
+use engine::cache::prefix_disk::DiskPrefixConfig;
 use engine::cache::KvQuantization;
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{self, LoadOptions, LoadedModel, WeightFormat};
@@ -72,6 +73,14 @@ struct ModelArgs {
     /// while new requests (and images) come in; higher starts them sooner.
     #[arg(long, default_value_t = engine::generate::PREFILL_CHUNK)]
     step_budget: usize,
+    /// Also keep finished conversations' KV cache in this folder, so a chat
+    /// continued after a restart prefills only its new message.
+    #[arg(long, value_name = "FOLDER")]
+    prefix_cache_dir: Option<PathBuf>,
+    /// Most gigabytes the --prefix-cache-dir folder may take (least recently
+    /// used files go first).
+    #[arg(long, default_value_t = 4.0)]
+    prefix_cache_disk_gb: f64,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -258,6 +267,11 @@ struct BenchArgs {
     /// the prefix cache, after a first message of this many words.
     #[arg(long)]
     turn2_words: Option<usize>,
+    /// Also measure a chat continued after an engine restart: the next
+    /// message's time to first token with the prefix cache's disk tier
+    /// against without it, after a first message of this many words.
+    #[arg(long)]
+    restart_words: Option<usize>,
     /// Benchmark images instead (a vision model): the encode step on a
     /// vision-cache miss vs a hit, and time to first token for the image
     /// asked about twice (with the vision cache only, then with the prefix cache too).
@@ -308,6 +322,10 @@ impl ModelArgs {
             prefill_budget: self.step_budget,
             // running replies keep their pace while new requests come in
             pace_to_decode: true,
+            prefix_disk: self.prefix_cache_dir.as_ref().map(|folder| DiskPrefixConfig {
+                folder: folder.clone(),
+                capacity_bytes: (self.prefix_cache_disk_gb.max(0.0) * 1e9) as u64,
+            }),
             ..Default::default()
         };
         let config = EngineConfig { load: LoadOptions { format: self.format() }, scheduler };
@@ -694,8 +712,18 @@ fn run_bench(a: BenchArgs) -> Result<()> {
         without.shutdown();
         turn2 = Some((warm, cold));
     }
+    let mut restart = None;
+    if let Some(words) = a.restart_words {
+        let path = resolve_model(&a.model.model)?;
+        let start = |folder: Option<&std::path::Path>| {
+            let prefix_disk = folder.map(|f| DiskPrefixConfig { folder: f.to_path_buf(), capacity_bytes: 8 << 30 });
+            let scheduler = SchedulerConfig { prefix_disk, ..Default::default() };
+            EngineHandle::start(&path, EngineConfig { load: LoadOptions { format: a.model.format() }, scheduler })
+        };
+        restart = Some(bench::chat_after_restart(start, words)?);
+    }
     if a.json {
-        let report = serde_json::json!({"single": single, "engine": batches, "structured": structured, "join": join, "turn2": turn2});
+        let report = serde_json::json!({"single": single, "engine": batches, "structured": structured, "join": join, "turn2": turn2, "restart": restart});
         println!("{report}");
         return Ok(());
     }
@@ -722,6 +750,11 @@ fn run_bench(a: BenchArgs) -> Result<()> {
     if let Some((warm, cold)) = turn2 {
         println!("chat turn 2        {} prompt tokens: TTFT {:.3} s with the prefix cache ({} cached), {:.3} s without",
             warm.prompt_tokens, warm.ttft_secs, warm.cached_tokens, cold.ttft_secs);
+    }
+    if let Some(r) = restart {
+        println!("after a restart    {} prompt tokens: TTFT {:.3} s from the disk cache ({} tokens read, file {:.1} MB), {:.3} s without ({:.1}x)",
+            r.prompt_tokens, r.with_disk.ttft_secs, r.with_disk.cached_tokens, r.file_bytes as f64 / 1e6,
+            r.without_disk.ttft_secs, r.without_disk.ttft_secs / r.with_disk.ttft_secs.max(1e-9));
     }
     Ok(())
 }

@@ -115,3 +115,37 @@ async fn after_kill_9_a_restart_serves_on_the_same_port() {
     // generous: loading the model on a busy machine; this only proves it does not hang
     assert!(serving < Duration::from_secs(60), "{serving:?}");
 }
+
+/// SIGTERM after a reply: with `--prefix-cache-dir` the conversation's KV
+/// cache is on disk by the time the process exits, and the restarted
+/// server's next turn reuses it — with the answer a server without it gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_sigterm_a_restarted_server_resumes_the_chat_from_its_disk_cache() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let folder = tempfile::tempdir().unwrap();
+    let args = ["--prefix-cache-dir", folder.path().to_str().unwrap()];
+    let client = reqwest::Client::new();
+    let mut messages = vec![
+        serde_json::json!({"role": "system", "content": "You are a helpful assistant who answers in a few words."}),
+        serde_json::json!({"role": "user", "content": "Name three colours of the rainbow, please."}),
+    ];
+    let body = |messages: &Vec<serde_json::Value>| serde_json::json!({"messages": messages, "max_tokens": 8, "temperature": 0});
+    let mut first = Served::start(&args);
+    let reply = common::chat_ok(&client, &first, &body(&messages)).await;
+    let first_prompt = reply["usage"]["prompt_tokens"].as_u64().unwrap();
+    first.signal(libc::SIGTERM);
+    let status = tokio::task::spawn_blocking(move || first.wait_exit(Duration::from_secs(30))).await.unwrap();
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+
+    messages.push(reply["choices"][0]["message"].clone());
+    messages.push(serde_json::json!({"role": "user", "content": "And two more?"}));
+    let second = Served::start(&args);
+    let resumed = common::chat_ok(&client, &second, &body(&messages)).await;
+    let cached = resumed["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    assert!(cached >= first_prompt, "{cached} of the first turn's {first_prompt} prompt tokens reused: {resumed}");
+    drop(second);
+    let cold = Served::start(&[]);
+    let reference = common::chat_ok(&client, &cold, &body(&messages)).await;
+    assert_eq!(reference["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0), 0);
+    assert_eq!(resumed["choices"][0]["message"]["content"], reference["choices"][0]["message"]["content"]);
+}
