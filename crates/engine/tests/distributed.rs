@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use engine::distributed::share::share_bytes;
 use engine::distributed::{ops, Group, GroupConfig, LocalRing, RankOutput, TensorParallel};
 use engine::model::{self, LoadOptions, WeightFormat};
-use engine::testing::{write_tiny_llama, TinyLlama};
+use engine::testing::{write_tiny_family, write_tiny_llama, TinyFamily, TinyLlama};
 use engine::weights::QuantSpec;
 use mlx_rs::{Array, Dtype};
 
@@ -246,4 +246,96 @@ fn tensor_parallel_keeps_4_bit_weights_quantized_split_at_their_groups() {
     let spec = TinyLlama { quantize: Some(QuantSpec { group_size: 32, bits: 4 }), ..TinyLlama::default() };
     write_tiny_llama(dir.path(), &spec).unwrap();
     tensor_parallel_matches_one_process(TEST, dir.path(), WeightFormat::AsStored);
+}
+
+#[test]
+fn tensor_parallel_qwen3_with_its_per_head_norms_matches_one_process() {
+    const TEST: &str = "tensor_parallel_qwen3_with_its_per_head_norms_matches_one_process";
+    if is_rank_of(TEST) {
+        return tensor_parallel_rank(WeightFormat::Float32);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_family(dir.path(), TinyFamily::Qwen3, None, 11).unwrap();
+    tensor_parallel_matches_one_process(TEST, dir.path(), WeightFormat::Float32);
+}
+
+/// The tiny llama as a Qwen2 checkpoint: Qwen2 has biases on q/k/v (split
+/// with their rows) and none on o_proj.
+fn write_tiny_qwen2(dir: &Path) {
+    write_tiny_llama(dir, &TinyLlama::default()).unwrap();
+    let file = dir.join("model.safetensors");
+    let mut tensors = Array::load_safetensors(&file).unwrap();
+    let names: Vec<String> = tensors.keys().filter(|n| n.contains("_proj.weight") && !n.contains("o_proj") && n.contains("self_attn")).cloned().collect();
+    for (i, name) in names.iter().enumerate() {
+        let rows = tensors[name].dim(0);
+        let key = mlx_rs::random::key(100 + i as u64).unwrap();
+        let bias = mlx_rs::random::normal::<f32>(&[rows], None, Some(0.5), &key).unwrap();
+        tensors.insert(name.replace(".weight", ".bias"), bias);
+    }
+    assert_eq!(names.len(), 6, "q, k, v of 2 layers: {names:?}");
+    // Loaded lazily from the file about to be rewritten: read them all first.
+    mlx_rs::transforms::eval(tensors.values()).unwrap();
+    Array::save_safetensors(tensors.iter(), &std::collections::HashMap::new(), &file).unwrap();
+    let config_path = dir.join("config.json");
+    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    config["model_type"] = "qwen2".into();
+    config["architectures"] = serde_json::json!(["Qwen2ForCausalLM"]);
+    std::fs::write(&config_path, config.to_string()).unwrap();
+}
+
+#[test]
+fn tensor_parallel_qwen2_splits_its_qkv_biases_with_their_rows() {
+    const TEST: &str = "tensor_parallel_qwen2_splits_its_qkv_biases_with_their_rows";
+    if is_rank_of(TEST) {
+        return tensor_parallel_rank(WeightFormat::Float32);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_qwen2(dir.path());
+    tensor_parallel_matches_one_process(TEST, dir.path(), WeightFormat::Float32);
+}
+
+#[test]
+fn tensor_parallel_refuses_a_quantized_split_inside_a_group_on_every_rank() {
+    const TEST: &str = "tensor_parallel_refuses_a_quantized_split_inside_a_group_on_every_rank";
+    if is_rank_of(TEST) {
+        let dir = std::env::var(CHECKPOINT).unwrap();
+        let tp = TensorParallel::new(Group::init(&quick_connect()).expect("join the ring"));
+        let rank = tp.rank();
+        let opts = LoadOptions { format: WeightFormat::AsStored };
+        let err = model::load_tensor_parallel(Path::new(&dir), &opts, tp).err().expect("o_proj's 64 columns are one group");
+        println!("RANK {rank} {}: {err}", err.code());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = TinyLlama { quantize: Some(QuantSpec { group_size: 64, bits: 4 }), ..TinyLlama::default() };
+    write_tiny_llama(dir.path(), &spec).unwrap();
+    let ring = LocalRing::new(2).unwrap();
+    let outputs = ring
+        .run_all(
+            |_| {
+                let mut c = rank_command(TEST);
+                c.env(CHECKPOINT, dir.path());
+                c
+            },
+            RING_DEADLINE,
+        )
+        .unwrap();
+    let all = report(&outputs);
+    assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
+    for (rank, range) in [(0, "0..32"), (1, "32..64")] {
+        let want = format!("RANK {rank} INVALID_MODEL_CONFIG: invalid model config: a quantized matrix splits only at its groups of 64 columns, not at columns {range}");
+        assert!(outputs[rank].stdout.contains(&want), "{want}\n{all}");
+    }
+}
+
+#[test]
+fn tensor_parallel_refuses_a_family_it_cannot_split() {
+    // A group of one (no launcher in the harness's own process) is enough:
+    // the refusal comes from the loader, before any collective.
+    let tp = TensorParallel::new(Group::init(&GroupConfig { strict: false, ..GroupConfig::default() }).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_family(dir.path(), TinyFamily::Gemma3, None, 5).unwrap();
+    let err = model::load_tensor_parallel(dir.path(), &LoadOptions { format: WeightFormat::Float32 }, tp).err().expect("Gemma 3 has no sharded layers");
+    assert_eq!(err.code(), "INVALID_REQUEST");
+    assert!(err.to_string().contains("the Gemma 3 family cannot be split across processes (tensor parallel) yet"), "{err}");
 }
