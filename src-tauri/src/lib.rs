@@ -16,6 +16,7 @@ pub mod context;
 pub mod error;
 pub mod generation;
 pub mod heic;
+pub mod hub_token;
 #[cfg(target_os = "macos")]
 mod heic_imageio;
 pub mod image_bytes;
@@ -42,13 +43,19 @@ use crate::state::AppState;
 /// The commands and the `att://` protocol on a builder of any runtime (the
 /// real one, or the mock runtime in tests), with `state` managed.
 pub fn configure<R: Runtime>(builder: tauri::Builder<R>, state: Arc<AppState>) -> tauri::Builder<R> {
-    let attachments = state.store.attachments_dir().to_path_buf();
+    with_commands(builder.manage(state))
+}
+
+/// The commands and the `att://` protocol; the `AppState` they use must be
+/// managed before the app runs (the real app opens it only once it knows it
+/// is the one instance, see `run`).
+fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R> {
     builder
-        .manage(state)
         .manage(Arc::new(bulk_jobs::BulkRuns::default()))
         .manage(opened_files::OpenedFiles::default())
-        .register_uri_scheme_protocol(attachment_protocol::SCHEME, move |_ctx, request| {
-            attachment_protocol::respond(&attachments, request.uri().path())
+        .register_uri_scheme_protocol(attachment_protocol::SCHEME, |ctx, request| {
+            let state = ctx.app_handle().state::<Arc<AppState>>();
+            attachment_protocol::respond(state.store.attachments_dir(), request.uri().path())
         })
         .invoke_handler(tauri::generate_handler![
             commands::chats::list_chats,
@@ -87,6 +94,9 @@ pub fn configure<R: Runtime>(builder: tauri::Builder<R>, state: Arc<AppState>) -
             commands::settings::get_settings,
             commands::settings::save_settings,
             commands::settings::restart_engine,
+            commands::hub_token::hub_token_status,
+            commands::hub_token::save_hub_token,
+            commands::hub_token::remove_hub_token,
             commands::server::server_status,
             commands::bulk::list_bulk_jobs,
             commands::bulk::create_bulk_job,
@@ -98,23 +108,21 @@ pub fn configure<R: Runtime>(builder: tauri::Builder<R>, state: Arc<AppState>) -
         ])
 }
 
-/// Runs the app: opens the store in the data folder, loads the remembered
-/// (or default) model in the background, starts the server if enabled, and
-/// shuts the engine down before the process exits.
+/// Runs the app: hands its files to the app already running on the same
+/// data folder and exits if there is one, else opens the store in the data
+/// folder, loads the remembered (or default) model in the background,
+/// starts the server if enabled, and shuts the engine down before the
+/// process exits.
 pub fn run() {
     let paths = Paths::resolve(dirs_data_dir());
     // the app has no terminal when double-clicked: log to a file in the data folder
     if engine::logging::init_to_file(&paths.data_dir.join("vlm-chat.log")).is_err() {
         engine::logging::init_with_default("info");
     }
-    let state = match tauri::async_runtime::block_on(AppState::open(paths.clone())) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("vlm-chat: cannot open the data folder {}: {e}", paths.data_dir.display());
-            std::process::exit(1);
-        }
-    };
     let builder = tauri::Builder::default()
+        // first of the plugins: a second launch must hand over its files and
+        // exit (inside `build` below) before anything else starts
+        .plugin(single_instance(&paths))
         .plugin(tauri_plugin_dialog::init())
         .plugin(tauri_plugin_clipboard_manager::init())
         .plugin(tauri_plugin_opener::init())
@@ -131,7 +139,7 @@ pub fn run() {
         )
         .menu(menu::build)
         .on_menu_event(menu::on_menu_event);
-    let app = configure(builder, state.clone())
+    let app = with_commands(builder)
         .setup(|app| {
             // `vlm-chat photo.png`: a chat starts with the photo
             if let Ok(cwd) = std::env::current_dir() {
@@ -148,6 +156,17 @@ pub fn run() {
         })
         .build(tauri::generate_context!())
         .expect("error while building the app");
+    // only now, as the one instance: opening the store also deletes
+    // attachments no message uses, which would take the pictures waiting in
+    // the running app's composer
+    let state = match tauri::async_runtime::block_on(AppState::open(paths.clone())) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("vlm-chat: cannot open the data folder {}: {e}", paths.data_dir.display());
+            std::process::exit(1);
+        }
+    };
+    app.manage(state.clone());
     app.run(move |_app, event| {
         #[cfg(target_os = "macos")]
         macos_app::on_run_event(_app, &event);
@@ -157,6 +176,35 @@ pub fn run() {
             tauri::async_runtime::block_on(state.store.close());
         }
     });
+}
+
+/// One running app per data folder: a second launch (`vlm-chat photo.png`
+/// from a file manager or a terminal while the app runs) passes its command
+/// line to the running app, which starts a chat with the files and comes to
+/// the front, and exits. On Linux the running app owns a D-Bus name on the
+/// session bus; it is named after the data folder, not only the app, so a
+/// run with its own folder (`VLM_DATA_DIR`: the test suites) is an app of its
+/// own and never hands its files to the user's. (On macOS, Finder and the
+/// Dock send file-open events to the running app itself, see macos_app.rs;
+/// this covers a second start of the binary there.)
+fn single_instance<R: Runtime>(paths: &Paths) -> tauri::plugin::TauriPlugin<R> {
+    tauri_plugin_single_instance::Builder::new()
+        .dbus_id(instance_id(&paths.data_dir))
+        .callback(|app, args, cwd| opened_files::second_launch(app, args, std::path::Path::new(&cwd)))
+        .build()
+}
+
+/// The D-Bus name of the app on `data_dir` (before the plugin's
+/// ".SingleInstance"): the app identifier and a hash of the folder.
+pub fn instance_id(data_dir: &std::path::Path) -> String {
+    use std::hash::{Hash, Hasher};
+    let folder = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    // SipHash with fixed keys: the same in every process of this build,
+    // which is all that must agree
+    let mut hasher = std::hash::DefaultHasher::new();
+    folder.hash(&mut hasher);
+    // a D-Bus name element must not start with a digit
+    format!("dev.vlm.chat.data_{:016x}", hasher.finish())
 }
 
 /// The platform's per-user data folder for the app (Tauri's path resolver
@@ -171,4 +219,25 @@ fn dirs_data_dir() -> Option<std::path::PathBuf> {
             .unwrap_or_else(|| home.join(".local/share"))
             .join("dev.vlm.chat")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_instance_name_per_data_folder() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        std::fs::create_dir(a.path().join("sub")).unwrap();
+        let id = instance_id(a.path());
+        assert_eq!(id, instance_id(&a.path().join("sub/..")), "the same folder, spelled otherwise");
+        assert_ne!(id, instance_id(b.path()));
+        // a valid D-Bus well-known name: elements of [A-Za-z0-9_], none starting with a digit
+        for element in id.split('.') {
+            assert!(!element.is_empty() && !element.starts_with(|c: char| c.is_ascii_digit()), "{id}");
+            assert!(element.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{id}");
+        }
+        assert!(id.len() + ".SingleInstance".len() <= 255);
+    }
 }

@@ -36,7 +36,7 @@ pub fn capabilities(path: &Path) -> Capabilities {
 }
 
 /// A model on disk as the gallery shows it.
-#[derive(Debug, Clone, Serialize, TS)]
+#[derive(Debug, Clone, Serialize)]
 pub struct LocalEntry {
     #[serde(flatten)]
     pub model: LocalModel,
@@ -51,7 +51,7 @@ fn local_entry(model: LocalModel) -> LocalEntry {
 }
 
 /// A catalog entry as the gallery shows it.
-#[derive(Debug, Clone, Serialize, TS)]
+#[derive(Debug, Clone, Serialize)]
 pub struct GalleryEntry {
     #[serde(flatten)]
     pub model: CatalogModel,
@@ -62,7 +62,7 @@ pub struct GalleryEntry {
     pub downloading: bool,
 }
 
-#[derive(Debug, Clone, Serialize, TS)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Gallery {
     pub catalog: Vec<GalleryEntry>,
     /// Everything found on disk, catalog models included.
@@ -226,7 +226,7 @@ pub struct DownloadDone {
     pub local_id: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, TS)]
+#[derive(Debug, Clone, Serialize)]
 pub struct DownloadEvent {
     pub id: String,
     #[serde(flatten)]
@@ -234,16 +234,15 @@ pub struct DownloadEvent {
 }
 
 /// Starts downloading a catalog model into the Hugging Face cache (resuming
-/// any partial files); progress and the end arrive as events.
-pub fn start_download<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &str) -> AppResult<()> {
+/// any partial files); progress and the end arrive as events. The Hub token
+/// comes from the keychain first (Settings), see `hub_token::hub_config`.
+pub async fn start_download<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &str) -> AppResult<()> {
     let entry =
         state.catalog.get(id).ok_or_else(|| AppError::new("MODEL_NOT_FOUND", format!("{id} is not in the catalog")))?;
     let ModelSource::Hub { repo, revision } = entry.source.clone() else {
         return Err(AppError::new("NOT_DOWNLOADABLE", format!("{id} is installed with the app, not downloaded")));
     };
-    let config = hub::HubConfig::from_env()
-        .ok_or_else(|| AppError::new("NO_HF_CACHE", "cannot find a home folder for the Hugging Face cache"))?;
-    let client = hub::HubClient::new(config)?;
+    let client = hub::HubClient::new(crate::hub_token::hub_config().await?)?;
     let cancel = hub::CancellationToken::new();
     {
         let mut downloads = state.downloads.lock().unwrap();

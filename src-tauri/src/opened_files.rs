@@ -1,5 +1,6 @@
 //! Images the app was asked to open start a chat with them: on Linux the
-//! files named on the command line (`vlm-chat photo.png`), on macOS the
+//! files named on the command line (`vlm-chat photo.png`; a second launch
+//! while the app runs hands them over, see `second_launch`), on macOS the
 //! files opened with the app in Finder or dropped on its Dock icon
 //! (`RunEvent::Opened`, see lib.rs; the types it takes are
 //! `CFBundleDocumentTypes` in Info.plist). They wait here until the web UI
@@ -47,12 +48,30 @@ pub fn opened<R: Runtime>(app: &AppHandle<R>, files: Vec<PathBuf>) {
         return;
     }
     app.state::<OpenedFiles>().add(files);
+    to_front(app);
+    let _ = app.emit_to("main", FILES_OPENED_EVENT, ());
+}
+
+/// The app was started again while it runs (the single-instance plugin
+/// hands over the second process's command line, program first, and its
+/// working directory): its files are opened here; without any, the user
+/// wanted the app, so its window comes to the front.
+pub fn second_launch<R: Runtime>(app: &AppHandle<R>, args: Vec<String>, cwd: &Path) {
+    let files = from_args(args.into_iter().skip(1).map(Into::into), cwd);
+    if files.is_empty() {
+        to_front(app);
+    } else {
+        opened(app, files);
+    }
+}
+
+/// Shows the main window (it may be hidden or minimized) and focuses it.
+fn to_front<R: Runtime>(app: &AppHandle<R>) {
     if let Some(window) = app.get_webview_window("main") {
         let _ = window.show();
         let _ = window.unminimize();
         let _ = window.set_focus();
     }
-    let _ = app.emit_to("main", FILES_OPENED_EVENT, ());
 }
 
 #[cfg(test)]

@@ -5,7 +5,6 @@ use std::sync::{Arc, Mutex};
 
 use engine::handle::EngineHandle;
 use serde::Serialize;
-use ts_rs::TS;
 use store::{ChatId, Store};
 
 use crate::image_bytes::{ImageBytes, IMAGE_BYTES_KEPT};
@@ -15,7 +14,7 @@ use crate::paths::Paths;
 use crate::settings::{EngineKnobs, Settings};
 
 /// The model the engine runs now.
-#[derive(Debug, Clone, Serialize, TS)]
+#[derive(Debug, Clone, Serialize)]
 pub struct LoadedModel {
     /// The gallery id it was loaded by (a disk-scan id such as `dir:…` or `hf:…`).
     pub id: String,
@@ -34,10 +33,9 @@ pub struct LoadedModel {
 }
 
 /// What the engine is doing; sent as the `engine-status` event on every change.
-#[derive(Debug, Clone, Default, Serialize, TS)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct EngineStatus {
     /// "unloaded", "loading" or "ready".
-    #[ts(type = r#""unloaded" | "loading" | "ready""#)]
     pub state: &'static str,
     /// The model being loaded, while `state` is "loading".
     pub loading: Option<String>,

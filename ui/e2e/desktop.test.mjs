@@ -1,23 +1,29 @@
 // The app as a desktop app, in its real window: an image named on the
 // command line starts a chat with it; the native menu bar's shortcuts,
 // pressed on the real X keyboard, are taken by GTK's menu (the page never
-// sees the key) and run the page's actions; links open in the browser (a
-// stand-in xdg-open records them) after the app's scheme check; Quit
-// (Ctrl+Q) ends the app and the window's size and position come back at
-// the next start.
+// sees the key) and run the page's actions; a second launch with an image
+// while the app runs hands the image to it and exits; links open in the
+// browser (a stand-in xdg-open records them) after the app's scheme check;
+// a Hub token saved in Settings goes to the system keychain (never the
+// database) and shows masked; Quit (Ctrl+Q) ends the app and the window's
+// size and position, and the token, come back at the next start.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  allByTestId, appPids, appWindowGeometry, byTestId, openApp, shot, shots, startDriver, stopDriver, waitFor, xkeys,
+  allByTestId, appBinary, appEnv, appPids, appWindowGeometry, byTestId, openApp, openPage, shot, shots, startDriver, stopDriver,
+  waitFor, xkeys,
 } from './harness.mjs';
 
 const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-desktop-'));
 const configDir = join(dataDir, 'config');
 const photo = join(dataDir, 'photo.png');
+const secondPhoto = join(dataDir, 'second.png');
+/** A made-up token (the local app never sends it anywhere in this suite). */
+const token = 'hf_e2eTokenNotRealAtAllQwErTy7z9K';
 // the system's opener for links, replaced by one that writes down what it was asked to open
 const binDir = join(dataDir, 'bin');
 const opened = join(dataDir, 'opened-links.txt');
@@ -38,6 +44,7 @@ describe('the app in its desktop shell', () => {
     writeFileSync(join(binDir, 'xdg-open'), `#!/bin/sh\nprintf '%s\\n' "$@" >> '${opened}'\n`);
     chmodSync(join(binDir, 'xdg-open'), 0o755);
     execFileSync('convert', ['-size', '48x32', 'xc:#c63', photo]);
+    execFileSync('convert', ['-size', '40x30', 'xc:#36c', secondPhoto]);
     await startDriver({ VLM_DATA_DIR: dataDir, XDG_CONFIG_HOME: configDir, PATH: `${binDir}:${process.env.PATH}` });
     // `vlm-chat photo.png`
     browser = await openApp([photo]);
@@ -55,6 +62,47 @@ describe('the app in its desktop shell', () => {
     await waitFor(browser, 'its thumbnail to show', async () => browser.execute((e) => e.complete && e.naturalWidth === 48, thumb), 10_000);
     assert.equal((await allByTestId(browser, 'empty-chat')).length, 1, 'a new chat, waiting for the question');
     await shot(browser, '30-opened-from-command-line');
+  });
+
+  it('hands an image opened with a second launch to the running app, which starts a chat with it', async () => {
+    const composerWidths = () => browser.execute(() => [...document.querySelectorAll('[data-testid="composer-thumb"] img')].map((i) => i.naturalWidth));
+    const running = appPids();
+    assert.equal(running.length, 1);
+    // the first photo is put away (an image waiting in the composer goes along to the next chat)
+    await (await browser.$('[data-testid="composer-thumb"] [data-testid="remove-thumb"]')).click();
+    await waitFor(browser, 'an empty composer', async () => (await composerWidths()).length === 0, 10_000);
+    // `vlm-chat second.png` from a file manager or a terminal, the same user and data folder
+    const second = spawn(appBinary, [secondPhoto], { env: appEnv(), stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    second.stderr.on('data', (d) => { stderr += d; });
+    const code = await new Promise((resolve) => second.on('exit', resolve));
+    assert.equal(code, 0, `the second launch exits at once, having handed over its file: ${stderr}`);
+    await waitFor(browser, 'the second photo in a new chat', async () => (await composerWidths()).includes(40), 30_000);
+    assert.deepEqual(await composerWidths(), [40], 'a chat of its own, with only that image');
+    assert.equal((await allByTestId(browser, 'empty-chat')).length, 1, 'a new chat, waiting for the question');
+    assert.deepEqual(appPids(), running, 'still the one app');
+    await shot(browser, '34-second-launch-handed-over');
+  });
+
+  it('keeps a Hub token saved in Settings in the system keychain and shows it masked', async () => {
+    await openPage(browser, 'nav-settings', 'hub-token-section');
+    await waitFor(browser, 'the token state', async () => /No token/.test(await (await byTestId(browser, 'hub-token-state')).getText()), 10_000);
+    await (await byTestId(browser, 'hub-token-input')).setValue(token);
+    await (await byTestId(browser, 'hub-token-save')).click();
+    const error = () => byTestId(browser, 'hub-token-error');
+    await waitFor(browser, 'the token saved (or an error)', async () =>
+      (await (await byTestId(browser, 'hub-token-masked')).isExisting()) || (await (await error()).isExisting()), 15_000);
+    assert.equal((await (await error()).isExisting()) ? await (await error()).getText() : null, null, 'no keychain error');
+    assert.equal(await (await byTestId(browser, 'hub-token-masked')).getText(), 'hf_…7z9K');
+    assert.equal(await (await byTestId(browser, 'hub-token-input')).getValue(), '', 'the field does not keep it');
+    const page = await browser.execute(() => document.body.innerHTML);
+    assert.ok(!page.includes(token.slice(3, 20)), 'the page never holds the token');
+    // left and opened again: read back from the keychain
+    await openPage(browser, 'nav-models', 'local-models');
+    await openPage(browser, 'nav-settings', 'hub-token-section');
+    await waitFor(browser, 'the masked token again', async () => (await byTestId(browser, 'hub-token-masked')).isExisting(), 10_000);
+    await browser.execute((el) => el.scrollIntoView({ block: 'center' }), await byTestId(browser, 'hub-token-section'));
+    await shot(browser, '35-hub-token-saved');
   });
 
   it('runs the menu bar’s shortcuts through GTK’s menu, not the page', async () => {
@@ -134,5 +182,17 @@ describe('the app in its desktop shell', () => {
     // no file named this time: no image waits in the composer
     assert.equal((await allByTestId(browser, 'composer-thumb')).length, 0);
     await shot(browser, '32-window-restored');
+  });
+
+  it('still has the Hub token after the restart, masked, and never in its database; Remove deletes it', async () => {
+    await openPage(browser, 'nav-settings', 'hub-token-section');
+    await waitFor(browser, 'the masked token after the restart', async () => (await byTestId(browser, 'hub-token-masked')).isExisting(), 10_000);
+    assert.equal(await (await byTestId(browser, 'hub-token-masked')).getText(), 'hf_…7z9K');
+    for (const file of ['chats.db', 'chats.db-wal']) {
+      if (existsSync(join(dataDir, file))) assert.ok(!readFileSync(join(dataDir, file)).includes(token), `${file} holds no token`);
+    }
+    await (await byTestId(browser, 'hub-token-remove')).click();
+    await waitFor(browser, 'the token gone', async () => !(await (await byTestId(browser, 'hub-token-masked')).isExisting()), 10_000);
+    assert.match(await (await byTestId(browser, 'hub-token-state')).getText(), /No token/);
   });
 });

@@ -15,23 +15,52 @@ export const shots = join(root, 'screenshots');
 mkdirSync(shots, { recursive: true });
 
 let driver = null;
+let keyring = null;
+let appEnvironment = null;
 
 /** Starts tauri-driver once, with the app's environment (it passes it on).
  * The app's config folder (where the window's size and position are kept)
- * is a fresh one unless the suite names one: runs never share it. */
+ * is a fresh one unless the suite names one: runs never share it. So is its
+ * D-Bus session bus, with a keyring of its own on it (the app keeps the Hub
+ * token there): a suite's token never lands in the desktop's keyring, and
+ * the app's one-instance name on the bus is never seen by another run. */
 export async function startDriver(env) {
   if (driver) return;
   const config = mkdtempSync(join(tmpdir(), 'vlm-e2e-config-'));
+  const bus = await privateKeyring();
+  appEnvironment = { ...process.env, XDG_CONFIG_HOME: config, DBUS_SESSION_BUS_ADDRESS: bus, ...env };
   driver = spawn(driverBinary, ['--port', '4444', '--native-port', '4445'], {
-    env: { ...process.env, XDG_CONFIG_HOME: config, ...env },
+    env: appEnvironment,
     stdio: ['ignore', 'inherit', 'inherit'],
   });
   // the driver takes a moment to listen: the first session retries
 }
 
+/** The environment the driver starts the app with, for a process that must
+ * count as the same app (a second launch). */
+export function appEnv() {
+  return appEnvironment;
+}
+
+/** A private session bus with an unlocked GNOME Keyring on it
+ * (scripts/private-keyring.sh); it stops when its stdin closes. */
+function privateKeyring() {
+  keyring = spawn(join(root, 'scripts/private-keyring.sh'), [], { stdio: ['pipe', 'pipe', 'inherit'] });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    keyring.stdout.on('data', (d) => {
+      out += d;
+      if (out.includes('\n')) resolve(out.split('\n')[0]);
+    });
+    keyring.on('exit', (code) => reject(new Error(`scripts/private-keyring.sh ended (${code}) before its keyring was ready`)));
+  });
+}
+
 export function stopDriver() {
   if (driver) driver.kill();
   driver = null;
+  keyring?.stdin.end();
+  keyring = null;
 }
 
 /** A session on a new app process; `args`: its command line after the program. */

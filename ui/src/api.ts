@@ -10,6 +10,7 @@ import type { ChatSettings } from './bindings/ChatSettings';
 import type { DownloadDone } from './bindings/DownloadDone';
 import type { EngineKnobs } from './bindings/EngineKnobs';
 import type { ExportedChat } from './bindings/ExportedChat';
+import type { HubTokenView } from './bindings/HubTokenView';
 import type { Message } from './bindings/Message';
 import type { Outgoing } from './bindings/Outgoing';
 import type { Preset } from './bindings/Preset';
@@ -26,8 +27,8 @@ import { listen, type UnlistenFn } from '@tauri-apps/api/event';
 // (ts-rs, src-tauri/tests/ts_bindings.rs keeps ui/src/bindings current);
 // the rest of the UI keeps importing them from here.
 export type {
-  AnswerFormat, AppError, Attachment, BulkEvent, BulkJob, BulkRow, Chat, ChatSettings, DownloadDone, EngineKnobs, ExportedChat, Message,
-  Outgoing, Preset, Sent, ServerStatus, Settings, SettingsView, StartedReply, StreamEvent,
+  AnswerFormat, AppError, Attachment, BulkEvent, BulkJob, BulkRow, Chat, ChatSettings, DownloadDone, EngineKnobs, ExportedChat, HubTokenView,
+  Message, Outgoing, Preset, Sent, ServerStatus, Settings, SettingsView, StartedReply, StreamEvent,
 };
 export type { ContextPolicy } from './bindings/ContextPolicy';
 export type { MessageStats } from './bindings/MessageStats';
@@ -145,6 +146,9 @@ export const api = {
   saveSettings: (settings: Settings) => invoke<SettingsView>('save_settings', { settings }),
   restartEngine: () => invoke<SettingsView>('restart_engine'),
   serverStatus: () => invoke<ServerStatus>('server_status'),
+  hubTokenStatus: () => invoke<HubTokenView>('hub_token_status'),
+  saveHubToken: (token: string) => invoke<HubTokenView>('save_hub_token', { token }),
+  removeHubToken: () => invoke<HubTokenView>('remove_hub_token'),
 
   listBulkJobs: () => invoke<BulkJob[]>('list_bulk_jobs'),
   createBulkJob: (prompt: string, format: AnswerFormat | null, maxTokens: number | null, paths: string[]) =>

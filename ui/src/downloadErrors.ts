@@ -9,7 +9,10 @@ export function downloadErrorText(error: AppError): string {
     case 'NOT_FOUND':
       return 'This model is not on Hugging Face any more (not found).';
     case 'AUTH_REQUIRED':
-      return 'This model is gated: it needs a Hugging Face token with access (set HF_TOKEN, and accept the model’s terms on huggingface.co).';
+      return 'This model is private or gated: it needs a Hugging Face token with access. Set one in Settings → Hugging Face.';
+    case 'GATED':
+      // the message names the model's page, where the terms are accepted
+      return `This model is gated: accept its terms on its Hugging Face page with your account, and set a token of that account in Settings → Hugging Face. (${error.message})`;
     case 'DISK_FULL':
       return 'The disk is full. Free some space, then retry; what was downloaded is kept.';
     case 'CHECKSUM_MISMATCH':

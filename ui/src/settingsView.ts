@@ -5,6 +5,7 @@
 // Every field says in a line what it does.
 import { api, errorText, type ContextPolicy, type EngineStatus, type ServerStatus, type Settings, type SettingsView } from './api';
 import { clear, h } from './dom';
+import { HubTokenSection } from './hubTokenSection';
 import { applyTheme, themeChoice, type ThemeChoice } from './theme';
 
 type Field = { key: keyof Settings; label: string; hint: string } & (
@@ -60,6 +61,7 @@ export class SettingsPage {
   private timer = 0;
   private saving: Promise<void> = Promise.resolve();
   private restart: 'idle' | 'running' | { done: string } | { failed: string } = 'idle';
+  private hubToken = new HubTokenSection();
 
   constructor(private toast: (m: string) => void) {
     this.el = h('div', { class: 'page settings-page', 'data-testid': 'settings-page' });
@@ -74,6 +76,7 @@ export class SettingsPage {
       this.toast(errorText(e));
     }
     this.render();
+    await this.hubToken.refresh();
   }
 
   setServer(s: ServerStatus): void {
@@ -110,6 +113,7 @@ export class SettingsPage {
     const server = this.section('Local OpenAI server', SERVER);
     server.append(h('div', { class: 'server-state', 'data-testid': 'server-url', role: 'status' }));
     this.el.append(server);
+    this.el.append(this.hubToken.el);
     this.el.append(this.appearance());
     this.renderServerState();
   }

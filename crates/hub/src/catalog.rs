@@ -4,7 +4,6 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 
 use crate::error::{Error, Result};
 use crate::repo::{validate_file_name, validate_repo_id, validate_revision};
@@ -25,7 +24,7 @@ pub struct Catalog {
     pub models: Vec<CatalogEntry>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogEntry {
     /// Stable id (for settings and the UI); the repo id for Hub models.
@@ -50,7 +49,7 @@ pub struct CatalogEntry {
     pub architecture: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum ModelSource {
     /// A repository on the Hugging Face Hub.
@@ -75,7 +74,7 @@ fn default_revision() -> String {
 }
 
 /// A catalog entry with whether this build of the engine can run it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CatalogModel {
     #[serde(flatten)]
     pub entry: CatalogEntry,

@@ -32,7 +32,7 @@ pub async fn download_model<R: Runtime>(
     state: State<'_, Arc<AppState>>,
     id: String,
 ) -> AppResult<()> {
-    models::start_download(&app, &state, &id)
+    models::start_download(&app, &state, &id).await
 }
 
 #[tauri::command]
