@@ -9,7 +9,10 @@ import type { Chat } from './bindings/Chat';
 import type { ChatSettings } from './bindings/ChatSettings';
 import type { DownloadDone } from './bindings/DownloadDone';
 import type { EngineKnobs } from './bindings/EngineKnobs';
+import type { DownloadEvent } from './bindings/DownloadEvent';
+import type { EngineStatus } from './bindings/EngineStatus';
 import type { ExportedChat } from './bindings/ExportedChat';
+import type { Gallery } from './bindings/Gallery';
 import type { HubTokenView } from './bindings/HubTokenView';
 import type { Message } from './bindings/Message';
 import type { Outgoing } from './bindings/Outgoing';
@@ -31,24 +34,17 @@ export type {
   Message, Outgoing, Preset, Sent, ServerStatus, Settings, SettingsView, StartedReply, StreamEvent,
 };
 export type { ContextPolicy } from './bindings/ContextPolicy';
+export type { LoadedModel } from './bindings/LoadedModel';
+export type { EngineStatus, Gallery };
+/** A catalog model as the gallery shows it (on disk? downloading?). */
+export type { GalleryEntry as CatalogEntry } from './bindings/GalleryEntry';
+/** A model found on disk, with what it can do. */
+export type { LocalEntry as LocalModel } from './bindings/LocalEntry';
+/** The `download-progress` event. */
+export type DownloadProgress = DownloadEvent;
 export type { MessageStats } from './bindings/MessageStats';
 export type { MessageStatus } from './bindings/MessageStatus';
 export type { Role } from './bindings/Role';
-
-export interface LoadedModel {
-  id: string; name: string; path: string; architecture: string; quantization: string | null; quantization_words: string | null; max_context: number;
-  /** It can see images (a vision-language model). */
-  vision: boolean;
-  /** Its chat template reasons in a thinking block before answering. */
-  thinking: boolean;
-}
-export interface EngineStatus {
-  state: 'unloaded' | 'loading' | 'ready';
-  loading: string | null;
-  model: LoadedModel | null;
-  knobs: EngineKnobs | null;
-  error: AppError | null;
-}
 
 export interface EngineStatsView {
   engine: Record<string, unknown> & {
@@ -59,28 +55,6 @@ export interface EngineStatsView {
   };
   decode_tps: number;
   app_replies: number;
-}
-
-export interface CatalogEntry {
-  id: string; display_name: string;
-  source: { kind: 'hub'; repo: string; revision: string } | { kind: 'local'; file: string; sha256: string };
-  size_bytes: number; bits: number; context_length: number; vision: boolean; thinking: boolean; architecture: string;
-  supported: boolean; is_default: boolean;
-  local_id: string | null; partial: boolean; downloading: boolean;
-}
-export interface LocalModel {
-  id: string; name: string; path: string; format: 'folder' | 'gguf'; size_bytes: number;
-  architecture: string | null; supported: boolean; partial: boolean; error: string | null;
-  location: { kind: string };
-  /** config.json describes a vision tower: the model can see images. */
-  vision: boolean;
-}
-export interface Gallery {
-  catalog: CatalogEntry[]; local: LocalModel[]; models_dir: string; hf_cache_dir: string | null; disk_bytes: number;
-}
-export interface DownloadProgress {
-  id: string; repo: string; file: string; file_bytes_done: number; file_bytes_total: number;
-  bytes_done: number; bytes_total: number; files_done: number; files_total: number; bytes_per_second: number;
 }
 
 function channel(onEvent: (e: StreamEvent) => void): Channel<StreamEvent> {
