@@ -36,7 +36,7 @@ pub fn capabilities(path: &Path) -> Capabilities {
 }
 
 /// A model on disk as the gallery shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, TS)]
 pub struct LocalEntry {
     #[serde(flatten)]
     pub model: LocalModel,
@@ -51,7 +51,7 @@ fn local_entry(model: LocalModel) -> LocalEntry {
 }
 
 /// A catalog entry as the gallery shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, TS)]
 pub struct GalleryEntry {
     #[serde(flatten)]
     pub model: CatalogModel,
@@ -62,7 +62,7 @@ pub struct GalleryEntry {
     pub downloading: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, TS)]
 pub struct Gallery {
     pub catalog: Vec<GalleryEntry>,
     /// Everything found on disk, catalog models included.
@@ -226,7 +226,7 @@ pub struct DownloadDone {
     pub local_id: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, TS)]
 pub struct DownloadEvent {
     pub id: String,
     #[serde(flatten)]

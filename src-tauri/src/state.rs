@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use engine::handle::EngineHandle;
 use serde::Serialize;
+use ts_rs::TS;
 use store::{ChatId, Store};
 
 use crate::image_bytes::{ImageBytes, IMAGE_BYTES_KEPT};
@@ -14,7 +15,7 @@ use crate::paths::Paths;
 use crate::settings::{EngineKnobs, Settings};
 
 /// The model the engine runs now.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, TS)]
 pub struct LoadedModel {
     /// The gallery id it was loaded by (a disk-scan id such as `dir:…` or `hf:…`).
     pub id: String,
@@ -33,9 +34,10 @@ pub struct LoadedModel {
 }
 
 /// What the engine is doing; sent as the `engine-status` event on every change.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, TS)]
 pub struct EngineStatus {
     /// "unloaded", "loading" or "ready".
+    #[ts(type = r#""unloaded" | "loading" | "ready""#)]
     pub state: &'static str,
     /// The model being loaded, while `state` is "loading".
     pub loading: Option<String>,

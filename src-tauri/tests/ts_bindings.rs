@@ -34,6 +34,9 @@ fn export_all(cfg: &Config) {
         vlm_chat::openai_server::ServerStatus,
         vlm_chat::settings::EngineKnobs,
         vlm_chat::models::DownloadDone,
+        vlm_chat::models::DownloadEvent,
+        vlm_chat::models::Gallery,
+        vlm_chat::state::EngineStatus,
         vlm_chat::bulk_jobs::BulkEvent,
     );
 }

@@ -15,7 +15,7 @@ import type { EngineStatus, LoadedModel, Message, Settings } from './api';
 afterEach(() => { clearMocks(); document.body.innerHTML = ''; });
 
 const model = (over: Partial<LoadedModel> = {}): LoadedModel => ({
-  id: 'dir:tiny', name: 'Tiny', path: '', architecture: 'llama', quantization: null, quantization_words: null, max_context: 2048, vision: false, thinking: false, ...over,
+  id: 'dir:tiny', name: 'Tiny', path: '', architecture: 'llama', quantization: null, quantization_words: null, max_context: 2048, vision: false, thinking: false, tools: false, ...over,
 });
 const status = (m: LoadedModel | null): EngineStatus => ({ state: m ? 'ready' : 'unloaded', loading: null, model: m, knobs: null, error: null });
 const msg = (over: Partial<Message>): Message => ({

@@ -12,7 +12,7 @@ afterEach(() => clearMocks());
 
 const noHooks = { regenerate: () => {}, edit: () => {}, continueReply: () => {}, sendStarter: () => {}, openModels: () => {}, switchBranch: () => {}, deleteBranch: () => {} };
 const loaded = (vision: boolean, over: Partial<LoadedModel> = {}): LoadedModel => ({
-  id: 'x', name: vision ? 'Tiny VL' : 'Tiny', path: '', architecture: 'llama', quantization: null, quantization_words: null, max_context: 1, vision, thinking: false, ...over,
+  id: 'x', name: vision ? 'Tiny VL' : 'Tiny', path: '', architecture: 'llama', quantization: null, quantization_words: null, max_context: 1, vision, thinking: false, tools: false, ...over,
 });
 const ready = (vision: boolean): ModelState => ({ state: 'ready', model: loaded(vision) });
 

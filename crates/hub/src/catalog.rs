@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 
 use crate::error::{Error, Result};
 use crate::repo::{validate_file_name, validate_repo_id, validate_revision};
@@ -24,7 +25,7 @@ pub struct Catalog {
     pub models: Vec<CatalogEntry>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogEntry {
     /// Stable id (for settings and the UI); the repo id for Hub models.
@@ -49,7 +50,7 @@ pub struct CatalogEntry {
     pub architecture: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum ModelSource {
     /// A repository on the Hugging Face Hub.
@@ -74,7 +75,7 @@ fn default_revision() -> String {
 }
 
 /// A catalog entry with whether this build of the engine can run it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct CatalogModel {
     #[serde(flatten)]
     pub entry: CatalogEntry,

@@ -4,12 +4,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 
 use crate::listing::{RepoFile, RepoListing};
 
 /// Progress of a repository download. `bytes_done` only grows, except when a
 /// partial file the server would not resume has to start over.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct DownloadProgress {
     pub repo: String,
     /// The file being downloaded (the last one, in the final event).

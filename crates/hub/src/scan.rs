@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use hf_hub::cache::{CachedRepoInfo, CachedRevisionInfo};
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 
 use crate::cache::{disk_usage, HfCache};
 use crate::error::{Error, Result};
@@ -26,7 +27,7 @@ pub struct ScanConfig {
 }
 
 /// Where a model on disk lives; also says how to delete it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Location {
     /// A repository in the Hugging Face cache.
@@ -45,7 +46,7 @@ pub enum Location {
     UserFile,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "lowercase")]
 pub enum ModelFormat {
     /// A folder with config.json and safetensors (MLX / Hugging Face layout).
@@ -54,7 +55,7 @@ pub enum ModelFormat {
     Gguf,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct LocalModel {
     /// Stable id: `hf:owner/name`, `hf:owner/name/file.gguf`, `dir:<entry>` or `file:<path>`.
     pub id: String,

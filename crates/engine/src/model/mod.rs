@@ -150,7 +150,7 @@ impl ModelInfo {
 }
 
 /// What a loaded model can do.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
 pub struct Capabilities {
     /// It has a vision tower: it sees images.
     pub vision: bool,
