@@ -8,11 +8,13 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use engine::distributed::follow::{follow, Leader, StepPositions};
 use engine::distributed::share::share_bytes;
 use engine::distributed::{ops, Group, GroupConfig, LocalRing, RankOutput, TensorParallel};
 use engine::model::{self, LoadOptions, WeightFormat};
 use engine::testing::{write_tiny_family, write_tiny_llama, TinyFamily, TinyLlama};
 use engine::weights::QuantSpec;
+use mlx_rs::ops::indexing::{argmax_axis, IndexOp};
 use mlx_rs::{Array, Dtype};
 
 /// Set in a rank's environment: the test whose rank side to run.
@@ -338,4 +340,112 @@ fn tensor_parallel_refuses_a_family_it_cannot_split() {
     let err = model::load_tensor_parallel(dir.path(), &LoadOptions { format: WeightFormat::Float32 }, tp).err().expect("Gemma 3 has no sharded layers");
     assert_eq!(err.code(), "INVALID_REQUEST");
     assert!(err.to_string().contains("the Gemma 3 family cannot be split across processes (tensor parallel) yet"), "{err}");
+}
+
+const TWO_PROMPTS: [[i32; 6]; 2] = [[1, 17, 42, 99, 5, 230], [3, 8, 120, 77, 64, 2]];
+
+/// Greedy decoding of both prompts as one batch of 2 rows, 12 steps; `step`
+/// runs each forward (tokens row-major, rows, positions) and gives the logits.
+fn batched_greedy(mut step: impl FnMut(&[i32], usize, StepPositions) -> Array) -> Vec<Vec<i32>> {
+    let mut out = vec![Vec::new(), Vec::new()];
+    let mut input: Vec<i32> = TWO_PROMPTS.concat();
+    let mut positions = StepPositions::Start(0);
+    for offset in 6..18 {
+        let logits = step(&input, 2, positions);
+        let l = logits.dim(1);
+        let next = argmax_axis(&logits.index((.., (l - 1)..l, ..)), -1, false).unwrap().as_dtype(Dtype::Int32).unwrap();
+        next.eval().unwrap();
+        input = next.reshape(&[2]).unwrap().as_slice::<i32>().to_vec();
+        for (row, &t) in input.iter().enumerate() {
+            out[row].push(t);
+        }
+        positions = StepPositions::Start(offset);
+    }
+    out
+}
+
+#[test]
+fn a_follower_replays_rank_0s_steps_and_the_batch_decodes_as_in_one_process() {
+    const TEST: &str = "a_follower_replays_rank_0s_steps_and_the_batch_decodes_as_in_one_process";
+    if is_rank_of(TEST) {
+        let dir = std::env::var(CHECKPOINT).unwrap();
+        let tp = TensorParallel::new(Group::init(&quick_connect()).expect("join the ring"));
+        let opts = LoadOptions { format: WeightFormat::Float32 };
+        let loaded = model::load_tensor_parallel(Path::new(&dir), &opts, tp.clone()).unwrap();
+        let model = loaded.model.as_ref();
+        if tp.rank() == 0 {
+            let leader = Leader::new(tp.group()).unwrap();
+            let mut cache = leader.new_cache(model, 2).unwrap();
+            let tokens = batched_greedy(|t, rows, p| leader.forward(model, t, rows, p, &mut cache).unwrap());
+            leader.shutdown().unwrap();
+            println!("RANK 0 TOKENS {tokens:?}");
+        } else {
+            println!("RANK 1 FOLLOWED {} forwards", follow(model, tp.group()).unwrap());
+        }
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap();
+    let alone = model::load(dir.path(), &LoadOptions { format: WeightFormat::Float32 }).unwrap();
+    let model = alone.model.as_ref();
+    let mut cache = model.new_cache(2);
+    let want = batched_greedy(|t, rows, p| {
+        let t = Array::from_slice(t, &[rows as i32, (t.len() / rows) as i32]);
+        model.forward(&t, &p.to_positions(), &mut cache).unwrap()
+    });
+    assert_ne!(want[0], want[1], "two different continuations");
+    let ring = LocalRing::new(2).unwrap();
+    let outputs = ring
+        .run_all(
+            |_| {
+                let mut c = rank_command(TEST);
+                c.env(CHECKPOINT, dir.path());
+                c
+            },
+            RING_DEADLINE,
+        )
+        .unwrap();
+    let all = report(&outputs);
+    assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
+    assert!(outputs[0].stdout.contains(&format!("RANK 0 TOKENS {want:?}")), "alone: {want:?}\n{all}");
+    assert!(outputs[1].stdout.contains("RANK 1 FOLLOWED 12 forwards"), "{all}");
+}
+
+#[test]
+fn a_follower_whose_leader_dies_stops_with_a_clear_error() {
+    const TEST: &str = "a_follower_whose_leader_dies_stops_with_a_clear_error";
+    if is_rank_of(TEST) {
+        let dir = std::env::var(CHECKPOINT).unwrap();
+        let tp = TensorParallel::new(Group::init(&quick_connect()).expect("join the ring"));
+        let opts = LoadOptions { format: WeightFormat::Float32 };
+        let loaded = model::load_tensor_parallel(Path::new(&dir), &opts, tp.clone()).unwrap();
+        let model = loaded.model.as_ref();
+        if tp.rank() == 0 {
+            let leader = Leader::new(tp.group()).unwrap();
+            let mut cache = leader.new_cache(model, 1).unwrap();
+            leader.forward(model, &PROMPT.map(|t| t as i32), 1, StepPositions::Start(0), &mut cache).unwrap().eval().unwrap();
+            println!("RANK 0 leaving mid-stream");
+            std::process::exit(7);
+        }
+        let err = follow(model, tp.group()).err().expect("no steps without rank 0");
+        println!("RANK 1 {}: {err}", err.code());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap();
+    let ring = LocalRing::new(2).unwrap();
+    let outputs = ring
+        .run_all(
+            |_| {
+                let mut c = rank_command(TEST);
+                c.env(CHECKPOINT, dir.path());
+                c
+            },
+            RING_DEADLINE,
+        )
+        .unwrap();
+    let all = report(&outputs);
+    assert_eq!(outputs[0].code(), Some(7), "{all}");
+    assert!(outputs[1].succeeded(), "{all}");
+    assert!(outputs[1].stdout.contains("connection to a peer was lost"), "{all}");
 }

@@ -9,6 +9,7 @@
 //!   timeout MLX lacks.
 //! - `ops.rs`: `all_sum`, `all_gather`, `send`, `recv` on MLX arrays.
 //! - `share.rs`: rank 0's bytes to every rank (requests, step plans).
+//! - `follow.rs`: followers replaying rank 0's model steps.
 //! - `launch.rs`: our launcher for local ranks (tests, benchmarks).
 //! - `tensor_parallel.rs`: a rank's share of a tensor-parallel model (the
 //!   sharded layers themselves are in `model/layers.rs`).
@@ -89,6 +90,7 @@
 //! peak; reading byte ranges straight from the file would avoid even that.
 mod ffi_error;
 pub mod env;
+pub mod follow;
 pub mod group;
 pub mod hostfile;
 pub mod launch;

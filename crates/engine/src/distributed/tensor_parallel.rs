@@ -33,6 +33,11 @@ impl TensorParallel {
         self.group.rank()
     }
 
+    /// The group the layers sum over (also the one the steps are shared on).
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+
     /// The number of ranks sharing each sharded layer.
     pub fn size(&self) -> usize {
         self.group.size()
