@@ -179,6 +179,7 @@ fn message_stats(reason: FinishReason, s: &RequestStats) -> MessageStats {
     MessageStats {
         prompt_tokens: ran.then_some(s.prompt_tokens as u64),
         cached_prompt_tokens: ran.then_some(s.cached_prompt_tokens as u64),
+        cached_from_disk_tokens: (ran && s.cached_from_disk_tokens > 0).then_some(s.cached_from_disk_tokens as u64),
         completion_tokens: ran.then_some(s.generated_tokens as u64),
         tokens_per_second: (s.generation_tps > 0.0).then_some(s.generation_tps),
         ttft_ms: ran.then_some(s.time_to_first_token.as_secs_f64() * 1000.0),

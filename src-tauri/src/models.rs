@@ -148,7 +148,8 @@ pub async fn load<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &st
         s.loading = Some(model.name.clone());
     });
     let path = model.path.clone();
-    let config = settings.engine_config();
+    let mut config = settings.engine_config();
+    config.scheduler.prefix_disk = settings.prefix_disk(state.paths.prefix_cache());
     let started = tokio::task::spawn_blocking(move || EngineHandle::start(&path, config)).await;
     let started = match started {
         Ok(r) => r.map_err(AppError::from),

@@ -28,4 +28,9 @@ impl Paths {
     pub fn database(&self) -> PathBuf {
         self.data_dir.join("chats.db")
     }
+
+    /// Finished conversations' KV cache (the engine's prefix cache on disk).
+    pub fn prefix_cache(&self) -> PathBuf {
+        self.data_dir.join("prefix-cache")
+    }
 }

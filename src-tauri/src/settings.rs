@@ -3,6 +3,7 @@
 //! engine starts, so the app compares them with the ones the loaded engine
 //! was started with and says when a restart is needed.
 use engine::batch::SchedulerConfig;
+use engine::cache::prefix_disk::DiskPrefixConfig;
 use engine::cache::KvQuantization;
 use engine::handle::EngineConfig;
 use engine::model::ModelInfo;
@@ -12,6 +13,9 @@ use ts_rs::TS;
 use std::path::PathBuf;
 
 use crate::context::ContextPolicy;
+
+/// The largest disk budget for the prefix cache, in MiB.
+const MAX_PREFIX_DISK_MB: usize = 1 << 20;
 
 /// The store key the settings live under.
 pub const SETTINGS_KEY: &str = "app_settings";
@@ -36,6 +40,9 @@ pub struct Settings {
     pub max_context: usize,
     /// Vision-feature cache size in MiB.
     pub vision_cache_mb: usize,
+    /// Disk space in MiB for finished conversations' KV cache, so a chat
+    /// continued after a restart prefills only its new message; 0 = off.
+    pub prefix_disk_cache_mb: usize,
     pub temperature: f32,
     pub top_p: f32,
     pub top_k: i32,
@@ -64,6 +71,7 @@ impl Default for Settings {
             kv_group_size: 64,
             max_context: 0,
             vision_cache_mb: 512,
+            prefix_disk_cache_mb: 4096,
             temperature: 0.7,
             top_p: 0.95,
             top_k: 0,
@@ -87,6 +95,7 @@ pub struct EngineKnobs {
     pub max_context: usize,
     pub max_running: usize,
     pub vision_cache_mb: usize,
+    pub prefix_disk_cache_mb: usize,
 }
 
 impl Settings {
@@ -116,6 +125,9 @@ impl Settings {
         if self.max_tokens == 0 {
             return Err("max tokens must be at least 1".into());
         }
+        if self.prefix_disk_cache_mb > MAX_PREFIX_DISK_MB {
+            return Err(format!("the conversation cache on disk must be at most {MAX_PREFIX_DISK_MB} MiB (1 TiB)"));
+        }
         if self.max_running == 0 || self.max_running > 64 {
             return Err("running sequences must be between 1 and 64".into());
         }
@@ -135,6 +147,7 @@ impl Settings {
             max_context: self.max_context,
             max_running: self.max_running,
             vision_cache_mb: self.vision_cache_mb,
+            prefix_disk_cache_mb: self.prefix_disk_cache_mb,
         }
     }
 
@@ -156,6 +169,13 @@ impl Settings {
                 ..Default::default()
             },
         }
+    }
+
+    /// The prefix cache's disk tier in `folder` within the setting's budget;
+    /// `None` when the setting is 0 (off).
+    pub fn prefix_disk(&self, folder: PathBuf) -> Option<DiskPrefixConfig> {
+        (self.prefix_disk_cache_mb > 0)
+            .then(|| DiskPrefixConfig { folder, capacity_bytes: (self.prefix_disk_cache_mb as u64) << 20 })
     }
 
     pub fn sampling(&self) -> SamplingParams {
@@ -276,5 +296,15 @@ mod tests {
             Settings { vision_cache_mb: 3, ..Default::default() }.engine_config().scheduler.vision_cache_bytes,
             3 << 20
         );
+    }
+
+    #[test]
+    fn the_disk_budget_is_off_at_zero_and_bounded() {
+        let folder = PathBuf::from("/tmp/prefix");
+        assert!(Settings { prefix_disk_cache_mb: 0, ..Default::default() }.prefix_disk(folder.clone()).is_none());
+        let on = Settings { prefix_disk_cache_mb: 3, ..Default::default() }.prefix_disk(folder.clone()).unwrap();
+        assert_eq!((on.folder, on.capacity_bytes), (folder, 3 << 20));
+        let bad = Settings { prefix_disk_cache_mb: MAX_PREFIX_DISK_MB + 1, ..Default::default() };
+        assert!(bad.validate().unwrap_err().contains("conversation cache on disk"));
     }
 }

@@ -382,6 +382,50 @@ fn settings_and_the_selected_model_survive_a_restart_and_engine_settings_need_on
     assert_eq!(selected.as_deref(), Some("dir:tiny"));
 }
 
+/// The prefix cache's disk tier in the app: a chat's first answer leaves its
+/// KV cache in the data folder, and after a restart the chat's next message
+/// says how many tokens it reused from disk.
+#[test]
+fn a_chat_continued_after_a_restart_reuses_its_cache_from_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_models(dir.path());
+    let chat = {
+        let h = harness(dir.path());
+        h.load_tiny();
+        h.settings(|_| {});
+        let chat = h.new_chat();
+        h.send(chat, "Tell me about the lighthouse keeper and the storm that came in the night.", &[]);
+        let first = h.finished_reply(chat);
+        assert!(first["stats"].get("cached_from_disk_tokens").is_none(), "{first}");
+        chat
+    };
+    let folder = paths(dir.path()).prefix_cache();
+    let files: Vec<_> = walk(&folder).into_iter().filter(|p| p.extension().is_some_and(|x| x == "safetensors")).collect();
+    assert_eq!(files.len(), 1, "the first answer's cache is on disk: {files:?}");
+
+    let h = harness(dir.path());
+    h.load_tiny();
+    h.send(chat, "And then?", &[]);
+    let reply = h.finished_reply(chat);
+    let from_disk = reply["stats"]["cached_from_disk_tokens"].as_u64().unwrap_or(0);
+    assert!(from_disk >= 32, "{reply}");
+    assert_eq!(reply["stats"]["cached_prompt_tokens"].as_u64(), Some(from_disk), "{reply}");
+}
+
+/// Every file under `dir`, recursively.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            all.extend(walk(&path));
+        } else {
+            all.push(path);
+        }
+    }
+    all
+}
+
 #[test]
 fn the_gallery_lists_the_catalog_and_models_on_disk() {
     let dir = tempfile::tempdir().unwrap();

@@ -43,7 +43,8 @@ export function statsLine(stats: MessageStats | null | undefined): string {
   if (stats.tokens_per_second != null) parts.push(`${stats.tokens_per_second.toFixed(1)} tok/s`);
   if (stats.ttft_ms != null) parts.push(`TTFT ${Math.round(stats.ttft_ms)} ms`);
   if (stats.prompt_tokens != null) {
-    const cached = stats.cached_prompt_tokens ? ` (${stats.cached_prompt_tokens} cached)` : '';
+    const fromDisk = stats.cached_from_disk_tokens ? `, reused ${stats.cached_from_disk_tokens} tokens from disk` : '';
+    const cached = stats.cached_prompt_tokens ? ` (${stats.cached_prompt_tokens} cached${fromDisk})` : '';
     parts.push(`prompt ${stats.prompt_tokens} tokens${cached}`);
   }
   if (stats.kv_cache_bytes) parts.push(`KV ${bytes(stats.kv_cache_bytes)}`);

@@ -41,6 +41,7 @@ export const ENGINE: Field[] = [
   { key: 'max_context', label: 'Max context (tokens)', kind: 'number', min: 0, max: 1048576, step: 256, hint: "The longest conversation the model reads at once. 0 uses the model's own limit." },
   { key: 'max_running', label: 'Max running sequences', kind: 'number', min: 1, max: 64, step: 1, hint: 'How many answers (chats and server clients) are written at the same time; more wait their turn.' },
   { key: 'vision_cache_mb', label: 'Vision cache (MiB)', kind: 'number', min: 0, max: 65536, step: 64, hint: 'Memory for pictures already read, so asking again about an image is fast.' },
+  { key: 'prefix_disk_cache_mb', label: 'Conversation cache on disk (MiB)', kind: 'number', min: 0, max: 1048576, step: 256, hint: 'Disk space for what the model has already read of your chats, so a chat continued after a restart starts answering at once. Oldest first out; 0 turns it off.' },
 ];
 
 const SERVER: Field[] = [

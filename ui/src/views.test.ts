@@ -27,6 +27,8 @@ describe('message details', () => {
       .toBe('42 tokens · 31.5 tok/s · TTFT 120 ms · ended: stop');
     expect(statsLine({ completion_tokens: 3, prompt_tokens: 120, cached_prompt_tokens: 100, kv_cache_bytes: 2_450_000 }))
       .toBe('3 tokens · prompt 120 tokens (100 cached) · KV 2.5 MB');
+    expect(statsLine({ prompt_tokens: 4100, cached_prompt_tokens: 4080, cached_from_disk_tokens: 4080 }))
+      .toBe('prompt 4100 tokens (4080 cached, reused 4080 tokens from disk)');
     expect(statsLine(null)).toBe('');
   });
 

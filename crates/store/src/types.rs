@@ -150,6 +150,10 @@ pub struct MessageStats {
     /// Prompt tokens reused from the prompt cache instead of prefilled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_prompt_tokens: Option<u64>,
+    /// Of those, the ones read from the prompt cache's files on disk (a
+    /// chat continued after a restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_from_disk_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_tokens: Option<u64>,
     /// Decode speed.

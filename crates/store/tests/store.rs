@@ -125,6 +125,7 @@ async fn a_reply_streams_and_finishes_with_stats() {
     let stats = MessageStats {
         prompt_tokens: Some(12),
         cached_prompt_tokens: Some(8),
+        cached_from_disk_tokens: Some(6),
         completion_tokens: Some(3),
         tokens_per_second: Some(41.5),
         ttft_ms: Some(88.0),

@@ -3,4 +3,4 @@
 /**
  * The part of the settings an engine is started with.
  */
-export type EngineKnobs = { kv_bits: number, kv_group_size: number, max_context: number, max_running: number, vision_cache_mb: number, };
+export type EngineKnobs = { kv_bits: number, kv_group_size: number, max_context: number, max_running: number, vision_cache_mb: number, prefix_disk_cache_mb: number, };

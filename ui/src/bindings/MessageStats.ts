@@ -9,7 +9,12 @@ export type MessageStats = { prompt_tokens?: number | null,
 /**
  * Prompt tokens reused from the prompt cache instead of prefilled.
  */
-cached_prompt_tokens?: number | null, completion_tokens?: number | null, 
+cached_prompt_tokens?: number | null, 
+/**
+ * Of those, the ones read from the prompt cache's files on disk (a
+ * chat continued after a restart).
+ */
+cached_from_disk_tokens?: number | null, completion_tokens?: number | null, 
 /**
  * Decode speed.
  */

@@ -25,7 +25,12 @@ max_context: number,
 /**
  * Vision-feature cache size in MiB.
  */
-vision_cache_mb: number, temperature: number, top_p: number, top_k: number, min_p: number, repetition_penalty: number, max_tokens: number, 
+vision_cache_mb: number, 
+/**
+ * Disk space in MiB for finished conversations' KV cache, so a chat
+ * continued after a restart prefills only its new message; 0 = off.
+ */
+prefix_disk_cache_mb: number, temperature: number, top_p: number, top_k: number, min_p: number, repetition_penalty: number, max_tokens: number, 
 /**
  * Sent as the first (system) message of every chat; empty for none.
  */
