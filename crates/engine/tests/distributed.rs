@@ -126,12 +126,12 @@ fn a_rank_that_never_starts_is_reported_by_each_side_within_the_timeout() {
         return;
     }
     // Rank 0 accepts first (MLX would wait in accept forever), rank 1 connects
-    // first (MLX would retry for ~30 s): each alone, in its own ring.
-    for alone in [0, 1] {
-        let ring = LocalRing::new(2).unwrap();
-        let out = engine::distributed::launch::wait_all(vec![ring.spawn(alone, rank_command(TEST)).unwrap()], RING_DEADLINE);
-        let out = &out[0];
-        let other = 1 - alone;
+    // first (MLX would retry for ~30 s): each alone in its own ring, both at once.
+    let rings = [LocalRing::new(2).unwrap(), LocalRing::new(2).unwrap()];
+    let alone = vec![rings[0].spawn(0, rank_command(TEST)).unwrap(), rings[1].spawn(1, rank_command(TEST)).unwrap()];
+    let outputs = engine::distributed::launch::wait_all(alone, RING_DEADLINE);
+    for (out, ring) in outputs.iter().zip(&rings) {
+        let (alone, other) = (out.rank, 1 - out.rank);
         assert!(out.succeeded(), "{out}");
         let expected = format!(
             "rank {alone} of 2: the ring did not connect within 3s: rank {other} ({}) did not start or cannot be reached",

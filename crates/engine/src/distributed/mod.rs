@@ -29,7 +29,7 @@
 //!   evaluation blocks with no timeout. Only a watchdog outside the engine
 //!   thread can notice (planned below: a per-step watchdog).
 //!
-//! # Plan: how followers follow rank 0 (not built yet)
+//! # How followers follow rank 0 (`follow.rs` has the first step kinds)
 //! Every forward of a split model is a collective (tensor parallel: an
 //! `all_sum` per sharded-to-all layer; pipeline: hidden states passed rank to
 //! rank), so all ranks must run the same forwards, on the same batch layout,
