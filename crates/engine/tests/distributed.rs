@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use engine::distributed::follow::{follow, Leader, StepPositions};
+use engine::distributed::follow::{follow, Leader, Replica, Step, StepPositions};
 use engine::distributed::share::share_bytes;
 use engine::distributed::{ops, Group, GroupConfig, LocalRing, RankOutput, TensorParallel};
 use engine::model::{self, LoadOptions, WeightFormat};
@@ -342,31 +342,52 @@ fn tensor_parallel_refuses_a_family_it_cannot_split() {
     assert!(err.to_string().contains("the Gemma 3 family cannot be split across processes (tensor parallel) yet"), "{err}");
 }
 
-const TWO_PROMPTS: [[i32; 6]; 2] = [[1, 17, 42, 99, 5, 230], [3, 8, 120, 77, 64, 2]];
+/// The last position's greedy token of each row.
+fn greedy_rows(logits: Array) -> Vec<i32> {
+    let l = logits.dim(1);
+    let next = argmax_axis(&logits.index((.., (l - 1)..l, ..)), -1, false).unwrap().as_dtype(Dtype::Int32).unwrap();
+    let next = next.reshape(&[-1]).unwrap();
+    next.eval().unwrap();
+    next.as_slice::<i32>().to_vec()
+}
 
-/// Greedy decoding of both prompts as one batch of 2 rows, 12 steps; `step`
-/// runs each forward (tokens row-major, rows, positions) and gives the logits.
-fn batched_greedy(mut step: impl FnMut(&[i32], usize, StepPositions) -> Array) -> Vec<Vec<i32>> {
-    let mut out = vec![Vec::new(), Vec::new()];
-    let mut input: Vec<i32> = TWO_PROMPTS.concat();
-    let mut positions = StepPositions::Start(0);
-    for offset in 6..18 {
-        let logits = step(&input, 2, positions);
-        let l = logits.dim(1);
-        let next = argmax_axis(&logits.index((.., (l - 1)..l, ..)), -1, false).unwrap().as_dtype(Dtype::Int32).unwrap();
-        next.eval().unwrap();
-        input = next.reshape(&[2]).unwrap().as_slice::<i32>().to_vec();
-        for (row, &t) in input.iter().enumerate() {
-            out[row].push(t);
-        }
-        positions = StepPositions::Start(offset);
+/// A continuous batch as steps: A is prefilled and decodes alone, B is
+/// prefilled in its own cache and joins mid-decode, A leaves, B decodes on.
+/// `run` runs each step (14 forwards); A's and B's greedy tokens.
+fn join_and_leave(run: &mut dyn FnMut(&Step) -> Option<Array>) -> (Vec<i32>, Vec<i32>) {
+    let forward = |cache, rows, tokens: Vec<i32>, positions| Step::Forward { cache, rows, len: tokens.len() / rows, tokens, positions };
+    let (a, b) = (vec![1, 17, 42, 99, 5, 230], vec![3, 8, 120, 77]);
+    let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+    run(&Step::NewCache { cache: 0, rows: 1 });
+    let mut next = greedy_rows(run(&forward(0, 1, a, StepPositions::Start(0))).unwrap());
+    out_a.push(next[0]);
+    for position in 6..10 {
+        next = greedy_rows(run(&forward(0, 1, next, StepPositions::Start(position))).unwrap());
+        out_a.push(next[0]);
     }
-    out
+    run(&Step::NewCache { cache: 1, rows: 1 });
+    let first_b = greedy_rows(run(&forward(1, 1, b, StepPositions::Start(0))).unwrap());
+    out_b.push(first_b[0]);
+    run(&Step::Join { into: 0, from: 1 });
+    let mut tokens = vec![next[0], first_b[0]];
+    for (len_a, len_b) in (10..14).zip(4..8) {
+        tokens = greedy_rows(run(&forward(0, 2, tokens, StepPositions::PerRow(vec![len_a, len_b]))).unwrap());
+        out_a.push(tokens[0]);
+        out_b.push(tokens[1]);
+    }
+    run(&Step::Filter { cache: 0, keep: vec![1] });
+    let mut next = vec![tokens[1]];
+    for position in 8..12 {
+        next = greedy_rows(run(&forward(0, 1, next, StepPositions::Start(position))).unwrap());
+        out_b.push(next[0]);
+    }
+    run(&Step::Drop { cache: 0 });
+    (out_a, out_b)
 }
 
 #[test]
-fn a_follower_replays_rank_0s_steps_and_the_batch_decodes_as_in_one_process() {
-    const TEST: &str = "a_follower_replays_rank_0s_steps_and_the_batch_decodes_as_in_one_process";
+fn a_follower_replays_rank_0s_joins_and_leaves_and_the_batch_decodes_as_in_one_process() {
+    const TEST: &str = "a_follower_replays_rank_0s_joins_and_leaves_and_the_batch_decodes_as_in_one_process";
     if is_rank_of(TEST) {
         let dir = std::env::var(CHECKPOINT).unwrap();
         let tp = TensorParallel::new(Group::init(&quick_connect()).expect("join the ring"));
@@ -374,9 +395,9 @@ fn a_follower_replays_rank_0s_steps_and_the_batch_decodes_as_in_one_process() {
         let loaded = model::load_tensor_parallel(Path::new(&dir), &opts, tp.clone()).unwrap();
         let model = loaded.model.as_ref();
         if tp.rank() == 0 {
-            let leader = Leader::new(tp.group()).unwrap();
-            let mut cache = leader.new_cache(model, 2).unwrap();
-            let tokens = batched_greedy(|t, rows, p| leader.forward(model, t, rows, p, &mut cache).unwrap());
+            let mut leader = Leader::new(tp.group(), model).unwrap();
+            let tokens = join_and_leave(&mut |step| leader.step(step).unwrap());
+            assert!(leader.replica().cache(0).is_none(), "the batch was dropped");
             leader.shutdown().unwrap();
             println!("RANK 0 TOKENS {tokens:?}");
         } else {
@@ -387,13 +408,11 @@ fn a_follower_replays_rank_0s_steps_and_the_batch_decodes_as_in_one_process() {
     let dir = tempfile::tempdir().unwrap();
     write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap();
     let alone = model::load(dir.path(), &LoadOptions { format: WeightFormat::Float32 }).unwrap();
-    let model = alone.model.as_ref();
-    let mut cache = model.new_cache(2);
-    let want = batched_greedy(|t, rows, p| {
-        let t = Array::from_slice(t, &[rows as i32, (t.len() / rows) as i32]);
-        model.forward(&t, &p.to_positions(), &mut cache).unwrap()
-    });
-    assert_ne!(want[0], want[1], "two different continuations");
+    let mut replica = Replica::new(alone.model.as_ref());
+    let want = join_and_leave(&mut |step| replica.apply(step).unwrap());
+    // The steps are a real continuous batch: each row decodes as it would alone.
+    let alone_ids = |prompt: &[u32]| common::greedy_ids(&alone, prompt, 9).iter().map(|&t| t as i32).collect::<Vec<_>>();
+    assert_eq!(want, (alone_ids(&PROMPT), alone_ids(&[3, 8, 120, 77])));
     let ring = LocalRing::new(2).unwrap();
     let outputs = ring
         .run_all(
@@ -408,7 +427,7 @@ fn a_follower_replays_rank_0s_steps_and_the_batch_decodes_as_in_one_process() {
     let all = report(&outputs);
     assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
     assert!(outputs[0].stdout.contains(&format!("RANK 0 TOKENS {want:?}")), "alone: {want:?}\n{all}");
-    assert!(outputs[1].stdout.contains("RANK 1 FOLLOWED 12 forwards"), "{all}");
+    assert!(outputs[1].stdout.contains("RANK 1 FOLLOWED 14 forwards"), "{all}");
 }
 
 #[test]
@@ -421,9 +440,11 @@ fn a_follower_whose_leader_dies_stops_with_a_clear_error() {
         let loaded = model::load_tensor_parallel(Path::new(&dir), &opts, tp.clone()).unwrap();
         let model = loaded.model.as_ref();
         if tp.rank() == 0 {
-            let leader = Leader::new(tp.group()).unwrap();
-            let mut cache = leader.new_cache(model, 1).unwrap();
-            leader.forward(model, &PROMPT.map(|t| t as i32), 1, StepPositions::Start(0), &mut cache).unwrap().eval().unwrap();
+            let mut leader = Leader::new(tp.group(), model).unwrap();
+            leader.step(&Step::NewCache { cache: 0, rows: 1 }).unwrap();
+            let tokens = PROMPT.map(|t| t as i32).to_vec();
+            let forward = Step::Forward { cache: 0, rows: 1, len: tokens.len(), tokens, positions: StepPositions::Start(0) };
+            leader.step(&forward).unwrap().unwrap().eval().unwrap();
             println!("RANK 0 leaving mid-stream");
             std::process::exit(7);
         }

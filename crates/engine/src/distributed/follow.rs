@@ -1,8 +1,16 @@
-//! Followers replaying rank 0's model steps (the first piece of the plan in
-//! the module notes): rank 0 shares each step before running it, the other
-//! ranks run the same step on their own share of the model and their own
-//! caches. Steps cover one batch cache for now; the scheduler's joins,
-//! leaves, prefill caches and prefix-cache entries are the next kinds.
+//! Followers replaying rank 0's model steps (the module notes say why steps
+//! and not requests): rank 0 shares each [`Step`] before running it; every
+//! rank runs it through the same [`Replica`] code on its own share of the
+//! model and its own caches, so their caches stay identical in shape (rows
+//! joining and leaving together) and their collectives pair up.
+//!
+//! Next: the scheduler drives a [`Leader`] instead of its caches directly;
+//! prefix-cache entries and KV quantization become steps too; a decode
+//! step's sampled tokens travel as an array (an `all_sum` in the graph, as
+//! [`super::share`] does for bytes) so rank 0 never reads them back
+//! mid-step.
+use std::collections::HashMap;
+
 use mlx_rs::Array;
 use serde::{Deserialize, Serialize};
 
@@ -26,70 +34,122 @@ impl StepPositions {
     pub fn to_positions(&self) -> Positions {
         match self {
             StepPositions::Start(p) => Positions::Start(*p),
-            StepPositions::PerRow(starts) => Positions::PerRow(Array::from_slice(starts, &[starts.len() as i32])),
+            StepPositions::PerRow(starts) => Positions::rows(starts),
         }
     }
 }
 
 /// One thing every rank does to its model and caches, in the same order.
+/// Caches are named by ids rank 0 chooses (a sequence's prefill cache, the
+/// running batch).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Step {
-    /// Start a fresh batch cache of `rows` rows (the previous one is dropped).
-    NewCache { rows: usize },
+    /// A fresh cache of `rows` rows named `cache` (replacing any of that name).
+    NewCache { cache: u64, rows: usize },
     /// A forward pass over `tokens` (`rows × len`, row-major) at `positions`,
-    /// appending to the batch cache.
-    Forward { rows: usize, len: usize, tokens: Vec<i32>, positions: StepPositions },
+    /// appending to cache `cache`.
+    Forward { cache: u64, rows: usize, len: usize, tokens: Vec<i32>, positions: StepPositions },
+    /// Cache `from`'s rows appended to cache `into` (rows joining the batch);
+    /// `from` is gone after.
+    Join { into: u64, from: u64 },
+    /// Only rows `keep` of cache `cache` stay, in that order (rows leaving).
+    Filter { cache: u64, keep: Vec<usize> },
+    /// Cache `cache` is dropped.
+    Drop { cache: u64 },
     /// The end: followers return.
     Shutdown,
 }
 
-/// Rank 0's side: each step is shared, then run here.
-pub struct Leader<'g> {
-    group: &'g Group,
+/// A model and its named caches, changed only by steps.
+pub struct Replica<'m> {
+    model: &'m dyn LanguageModel,
+    caches: HashMap<u64, BatchCache>,
 }
 
-impl<'g> Leader<'g> {
-    /// Leads `group` (this must be rank 0).
-    pub fn new(group: &'g Group) -> Result<Leader<'g>> {
+impl<'m> Replica<'m> {
+    pub fn new(model: &'m dyn LanguageModel) -> Replica<'m> {
+        Replica { model, caches: HashMap::new() }
+    }
+
+    /// A cache, to read (rows, offsets, bytes).
+    pub fn cache(&self, id: u64) -> Option<&BatchCache> {
+        self.caches.get(&id)
+    }
+
+    fn take(&mut self, id: u64) -> Result<BatchCache> {
+        self.caches.remove(&id).ok_or_else(|| Error::Distributed(format!("a step names cache {id}, which does not exist")))
+    }
+
+    /// Runs one step; a forward gives its logits `[rows, len, vocab]` (lazy).
+    pub fn apply(&mut self, step: &Step) -> Result<Option<Array>> {
+        match step {
+            Step::NewCache { cache, rows } => {
+                self.caches.insert(*cache, self.model.new_cache(*rows));
+            }
+            Step::Forward { cache, rows, len, tokens, positions } => {
+                if tokens.len() != rows * len {
+                    return Err(Error::InvalidRequest(format!("{} tokens are not {rows} rows of {len}", tokens.len())));
+                }
+                let tokens = Array::from_slice(tokens, &[*rows as i32, *len as i32]);
+                let model = self.model;
+                let cache = self
+                    .caches
+                    .get_mut(cache)
+                    .ok_or_else(|| Error::Distributed(format!("a forward names cache {cache}, which does not exist")))?;
+                return Ok(Some(model.forward(&tokens, &positions.to_positions(), cache)?));
+            }
+            Step::Join { into, from } => {
+                let from = self.take(*from)?;
+                let mut into_cache = self.take(*into)?;
+                into_cache.extend(from)?;
+                self.caches.insert(*into, into_cache);
+            }
+            Step::Filter { cache, keep } => {
+                let c = self
+                    .caches
+                    .get_mut(cache)
+                    .ok_or_else(|| Error::Distributed(format!("a filter names cache {cache}, which does not exist")))?;
+                c.filter(keep)?;
+            }
+            Step::Drop { cache } => {
+                self.take(*cache)?;
+            }
+            Step::Shutdown => {}
+        }
+        Ok(None)
+    }
+}
+
+/// Rank 0's side: each step is shared, then run on its own replica.
+pub struct Leader<'g, 'm> {
+    group: &'g Group,
+    replica: Replica<'m>,
+}
+
+impl<'g, 'm> Leader<'g, 'm> {
+    /// Leads `group` (this must be rank 0) with `model`.
+    pub fn new(group: &'g Group, model: &'m dyn LanguageModel) -> Result<Leader<'g, 'm>> {
         if group.rank() != 0 {
             return Err(Error::Distributed(format!("rank {} cannot lead: rank 0 leads", group.rank())));
         }
-        Ok(Leader { group })
+        Ok(Leader { group, replica: Replica::new(model) })
     }
 
-    fn share(&self, step: &Step) -> Result<()> {
+    /// Shares `step` with the followers, then runs it here.
+    pub fn step(&mut self, step: &Step) -> Result<Option<Array>> {
         let bytes = serde_json::to_vec(step).expect("a step serializes");
-        share_bytes(Some(&bytes), self.group).map(|_| ())
+        share_bytes(Some(&bytes), self.group)?;
+        self.replica.apply(step)
     }
 
-    /// [`Step::NewCache`].
-    pub fn new_cache(&self, model: &dyn LanguageModel, rows: usize) -> Result<BatchCache> {
-        self.share(&Step::NewCache { rows })?;
-        Ok(model.new_cache(rows))
-    }
-
-    /// [`Step::Forward`]: the logits `[rows, len, vocab]`, as `model.forward` gives them.
-    pub fn forward(
-        &self,
-        model: &dyn LanguageModel,
-        tokens: &[i32],
-        rows: usize,
-        positions: StepPositions,
-        cache: &mut BatchCache,
-    ) -> Result<Array> {
-        if rows == 0 || tokens.len() % rows != 0 {
-            return Err(Error::InvalidRequest(format!("{} tokens do not make {rows} rows", tokens.len())));
-        }
-        let len = tokens.len() / rows;
-        let step = Step::Forward { rows, len, tokens: tokens.to_vec(), positions };
-        self.share(&step)?;
-        let Step::Forward { positions, .. } = step else { unreachable!() };
-        model.forward(&Array::from_slice(tokens, &[rows as i32, len as i32]), &positions.to_positions(), cache)
+    /// This rank's replica (its caches).
+    pub fn replica(&self) -> &Replica<'m> {
+        &self.replica
     }
 
     /// [`Step::Shutdown`].
-    pub fn shutdown(self) -> Result<()> {
-        self.share(&Step::Shutdown)
+    pub fn shutdown(mut self) -> Result<()> {
+        self.step(&Step::Shutdown).map(|_| ())
     }
 }
 
@@ -97,25 +157,20 @@ impl<'g> Leader<'g> {
 /// [`Step::Shutdown`]; returns how many forwards it ran. Rank 0 gone (or
 /// any rank) ends it with the collective's error.
 pub fn follow(model: &dyn LanguageModel, group: &Group) -> Result<usize> {
-    let mut cache: Option<BatchCache> = None;
+    let mut replica = Replica::new(model);
     let mut forwards = 0;
     loop {
         let bytes = share_bytes(None, group)?;
         let step: Step = serde_json::from_slice(&bytes)
             .map_err(|e| Error::Distributed(format!("rank 0 sent a step this rank cannot read: {e}")))?;
-        match step {
-            Step::NewCache { rows } => cache = Some(model.new_cache(rows)),
-            Step::Forward { rows, len, tokens, positions } => {
-                let cache = cache
-                    .as_mut()
-                    .ok_or_else(|| Error::Distributed("rank 0 sent a forward before any cache".into()))?;
-                let tokens = Array::from_slice(&tokens, &[rows as i32, len as i32]);
-                // The logits are rank 0's to sample; evaluating them runs this
-                // rank's half of the step's collectives.
-                model.forward(&tokens, &positions.to_positions(), cache)?.eval()?;
-                forwards += 1;
-            }
-            Step::Shutdown => return Ok(forwards),
+        if step == Step::Shutdown {
+            return Ok(forwards);
+        }
+        if let Some(logits) = replica.apply(&step)? {
+            // The logits are rank 0's to sample; evaluating them runs this
+            // rank's half of the step's collectives.
+            logits.eval()?;
+            forwards += 1;
         }
     }
 }

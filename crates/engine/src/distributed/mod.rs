@@ -9,7 +9,8 @@
 //!   timeout MLX lacks.
 //! - `ops.rs`: `all_sum`, `all_gather`, `send`, `recv` on MLX arrays.
 //! - `share.rs`: rank 0's bytes to every rank (requests, step plans).
-//! - `follow.rs`: followers replaying rank 0's model steps.
+//! - `follow.rs`: followers replaying rank 0's model steps (a [`follow::Replica`]
+//!   of the model and its named caches on every rank; forward, join, filter).
 //! - `launch.rs`: our launcher for local ranks (tests, benchmarks).
 //! - `tensor_parallel.rs`: a rank's share of a tensor-parallel model (the
 //!   sharded layers themselves are in `model/layers.rs`).
@@ -54,14 +55,16 @@
 //!   the step (one [`share::share_bytes`] of a small binary or JSON record),
 //!   then runs it locally. Followers loop: receive a step, run it on their
 //!   model and caches, repeat.
-//! - Step kinds: `Forward { batch, tokens [B, L], positions per row }` (a
-//!   prefill chunk or a decode step; followers discard the logits —
-//!   tensor parallel gives every rank the same logits, so only rank 0
-//!   samples), `Join { batch, rows }` / `Leave { batch, rows }` (cache
-//!   extend / filter), `PrefixSave { entry }` / `PrefixRestore { row, entry }`
-//!   (each rank keeps the prefix cache of its own share; entries are created
-//!   by the same steps, so their ids agree without exchanging tensors),
-//!   `Idle` every heartbeat interval while nothing runs, `Shutdown`.
+//! - Step kinds (built: [`follow::Step`]): `NewCache`, `Forward { cache,
+//!   tokens [B, L], positions }` (a prefill chunk or a decode step;
+//!   followers discard the logits — tensor parallel gives every rank the same
+//!   logits, so only rank 0 samples), `Join` / `Filter` (rows joining and
+//!   leaving: cache extend / filter), `Drop`, `Shutdown`. To come:
+//!   `PrefixSave { entry }` / `PrefixRestore { row, entry }` (each rank keeps
+//!   the prefix cache of its own share; entries are created by the same
+//!   steps, so their ids agree without exchanging tensors), KV quantization,
+//!   `Idle` every heartbeat interval while nothing runs, and the decode
+//!   step's sampled tokens as an array collective (no host read-back).
 //! - Images: rank 0 runs the vision tower and shares the spliced embeddings
 //!   as an array (`all_sum` again), or `Forward` carries embeddings instead
 //!   of tokens.
