@@ -2,7 +2,8 @@
 //! types its commands and events send and take (ts-rs). This test writes
 //! them afresh into a temporary folder and fails when the checked-in folder
 //! differs, so a field changed here cannot leave the UI reading an old shape.
-//! `UPDATE_BINDINGS=1 cargo test --test ts_bindings` rewrites the folder.
+//! `UPDATE_BINDINGS=1 cargo test --workspace --all-targets -- checked_in_bindings`
+//! rewrites the folder (the workspace flags, so nothing builds anew).
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -91,6 +92,6 @@ fn checked_in_bindings_match_the_rust_types() {
     assert!(
         stale.is_empty() && extra.is_empty(),
         "ui/src/bindings is out of date (changed or missing: {stale:?}; no longer generated: {extra:?}); \
-         rewrite it with `UPDATE_BINDINGS=1 cargo test --test ts_bindings` and commit it"
+         rewrite it with `UPDATE_BINDINGS=1 cargo test --workspace --all-targets -- checked_in_bindings` and commit it"
     );
 }
