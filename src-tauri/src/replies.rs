@@ -30,7 +30,7 @@ pub struct StartedReply {
 }
 
 /// Sent as `chat-updated` when a reply ends, so lists and other views refresh.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, TS)]
 pub struct ChatUpdated {
     pub chat_id: ChatId,
 }

@@ -28,6 +28,7 @@ fn export_all(cfg: &Config) {
         vlm_chat::chat_file::ExportedChat,
         vlm_chat::generation::StreamEvent,
         vlm_chat::replies::StartedReply,
+        vlm_chat::replies::ChatUpdated,
         vlm_chat::commands::replies::Sent,
         vlm_chat::commands::replies::Outgoing,
         vlm_chat::commands::settings::SettingsView,

@@ -7,6 +7,7 @@ import type { BulkJob } from './bindings/BulkJob';
 import type { BulkRow } from './bindings/BulkRow';
 import type { Chat } from './bindings/Chat';
 import type { ChatSettings } from './bindings/ChatSettings';
+import type { ChatUpdated } from './bindings/ChatUpdated';
 import type { DownloadDone } from './bindings/DownloadDone';
 import type { EngineKnobs } from './bindings/EngineKnobs';
 import type { DownloadEvent } from './bindings/DownloadEvent';
@@ -143,7 +144,7 @@ export const events = {
   downloadProgress: (f: (p: DownloadProgress) => void) => listen<DownloadProgress>('download-progress', (e) => f(e.payload)),
   downloadDone: (f: (d: DownloadDone) => void) => listen<DownloadDone>('download-done', (e) => f(e.payload)),
   serverStatus: (f: (s: ServerStatus) => void) => listen<ServerStatus>('server-status', (e) => f(e.payload)),
-  chatUpdated: (f: (chatId: number) => void) => listen<{ chat_id: number }>('chat-updated', (e) => f(e.payload.chat_id)),
+  chatUpdated: (f: (chatId: number) => void) => listen<ChatUpdated>('chat-updated', (e) => f(e.payload.chat_id)),
   /** A native menu item was chosen; the payload names the action (see menuActions.ts). */
   menuAction: (f: (payload: unknown) => void) => listen<unknown>('menu-action', (e) => f(e.payload)),
   /** Files were opened with the app while it runs: take them with api.takeOpenedFiles. */
