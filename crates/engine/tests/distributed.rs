@@ -24,9 +24,15 @@ const ROLE: &str = "VLM_TEST_RANK_ROLE";
 /// what these take (about a second), far below a CI job's patience.
 const RING_DEADLINE: Duration = Duration::from_secs(60);
 
-/// Short, so the missing-rank tests take seconds.
+/// Short, so the missing-rank test takes seconds.
 fn quick_connect() -> GroupConfig {
     GroupConfig { connect_timeout: Duration::from_secs(3), ..GroupConfig::default() }
+}
+
+/// For rings whose ranks all start: room for a slow start of the second
+/// rank on a loaded 2-core CI machine (they connect in well under a second).
+fn connect() -> GroupConfig {
+    GroupConfig { connect_timeout: Duration::from_secs(30), ..GroupConfig::default() }
 }
 
 /// Whether this process is a rank started for `test` (then the caller runs
@@ -56,7 +62,7 @@ fn values(a: &Array) -> Vec<f32> {
 fn two_ranks_all_sum_all_gather_and_send_recv() {
     const TEST: &str = "two_ranks_all_sum_all_gather_and_send_recv";
     if is_rank_of(TEST) {
-        let group = Group::init(&quick_connect()).expect("join the ring");
+        let group = Group::init(&connect()).expect("join the ring");
         let r = group.rank() as f32;
         assert_eq!(group.size(), 2);
         // rank 0 holds [1, 2, 3], rank 1 [2, 4, 6]
@@ -95,7 +101,7 @@ fn two_ranks_all_sum_all_gather_and_send_recv() {
 fn rank_0_shares_bytes_with_every_rank() {
     const TEST: &str = "rank_0_shares_bytes_with_every_rank";
     if is_rank_of(TEST) {
-        let group = Group::init(&quick_connect()).expect("join the ring");
+        let group = Group::init(&connect()).expect("join the ring");
         // A plan as rank 0 would send it, with bytes ≥ 128 (a sum of u8 must
         // not go through a signed type) and an empty one (no second collective).
         let plan = r#"{"decode":{"rows":[0,2],"tokens":[17,255]}} é"#.as_bytes();
@@ -148,7 +154,7 @@ fn a_rank_that_never_starts_is_reported_by_each_side_within_the_timeout() {
 fn a_rank_that_dies_fails_the_other_ranks_collective_with_a_clear_error() {
     const TEST: &str = "a_rank_that_dies_fails_the_other_ranks_collective_with_a_clear_error";
     if is_rank_of(TEST) {
-        let group = Group::init(&quick_connect()).expect("join the ring");
+        let group = Group::init(&connect()).expect("join the ring");
         if group.rank() == 1 {
             println!("RANK 1 leaving");
             std::process::exit(3);
@@ -195,7 +201,7 @@ const PROMPT: [u32; 6] = [1, 17, 42, 99, 5, 230];
 /// Each rank's greedy tokens after loading its tensor-parallel share.
 fn tensor_parallel_rank(format: WeightFormat) {
     let dir = std::env::var(CHECKPOINT).expect("the parent names the checkpoint");
-    let tp = TensorParallel::new(Group::init(&quick_connect()).expect("join the ring"));
+    let tp = TensorParallel::new(Group::init(&connect()).expect("join the ring"));
     let rank = tp.rank();
     let loaded = model::load_tensor_parallel(Path::new(&dir), &LoadOptions { format }, tp).expect("load my share");
     // Half the KV heads each (the tiny llama has 2).
@@ -301,7 +307,7 @@ fn tensor_parallel_refuses_a_quantized_split_inside_a_group_on_every_rank() {
     const TEST: &str = "tensor_parallel_refuses_a_quantized_split_inside_a_group_on_every_rank";
     if is_rank_of(TEST) {
         let dir = std::env::var(CHECKPOINT).unwrap();
-        let tp = TensorParallel::new(Group::init(&quick_connect()).expect("join the ring"));
+        let tp = TensorParallel::new(Group::init(&connect()).expect("join the ring"));
         let rank = tp.rank();
         let opts = LoadOptions { format: WeightFormat::AsStored };
         let err = model::load_tensor_parallel(Path::new(&dir), &opts, tp).err().expect("o_proj's 64 columns are one group");
@@ -390,7 +396,7 @@ fn a_follower_replays_rank_0s_joins_and_leaves_and_the_batch_decodes_as_in_one_p
     const TEST: &str = "a_follower_replays_rank_0s_joins_and_leaves_and_the_batch_decodes_as_in_one_process";
     if is_rank_of(TEST) {
         let dir = std::env::var(CHECKPOINT).unwrap();
-        let tp = TensorParallel::new(Group::init(&quick_connect()).expect("join the ring"));
+        let tp = TensorParallel::new(Group::init(&connect()).expect("join the ring"));
         let opts = LoadOptions { format: WeightFormat::Float32 };
         let loaded = model::load_tensor_parallel(Path::new(&dir), &opts, tp.clone()).unwrap();
         let model = loaded.model.as_ref();
@@ -435,7 +441,7 @@ fn a_follower_whose_leader_dies_stops_with_a_clear_error() {
     const TEST: &str = "a_follower_whose_leader_dies_stops_with_a_clear_error";
     if is_rank_of(TEST) {
         let dir = std::env::var(CHECKPOINT).unwrap();
-        let tp = TensorParallel::new(Group::init(&quick_connect()).expect("join the ring"));
+        let tp = TensorParallel::new(Group::init(&connect()).expect("join the ring"));
         let opts = LoadOptions { format: WeightFormat::Float32 };
         let loaded = model::load_tensor_parallel(Path::new(&dir), &opts, tp.clone()).unwrap();
         let model = loaded.model.as_ref();
