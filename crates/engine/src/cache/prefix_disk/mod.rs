@@ -246,8 +246,13 @@ impl DiskPrefixCache {
             tracing::debug!(tokens = key.len(), bytes = estimate, "prefix not saved to disk (over budget or writer behind)");
             return;
         }
+        let started = std::time::Instant::now();
         let encoded = match cache.row_contents().and_then(|c| file::encode(&self.model, key, &c)) {
-            Ok(e) => e,
+            Ok(e) => {
+                // the engine thread's share of saving (the copy out of MLX)
+                tracing::debug!(tokens = key.len(), bytes = e.data_bytes(), ms = started.elapsed().as_millis() as u64, "prefix copied for disk");
+                e
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "could not save a prefix to disk");
                 return;
