@@ -51,7 +51,11 @@ export interface EngineStatsView {
   engine: Record<string, unknown> & {
     running: number; waiting: number; kv_cache_bytes: number; active_memory_bytes: number;
     decode_steps: number; kv_quantization: string;
-    prefix_cache?: { hits: number; misses: number; bytes: number; reused_tokens: number };
+    prefix_cache?: {
+      hits: number; misses: number; bytes: number; reused_tokens: number;
+      /** The cache's files on disk, when on (its hits are among `hits` too). */
+      disk?: { hits: number; reused_tokens: number; entries: number; bytes: number; capacity_bytes: number; rejected_files: number } | null;
+    };
     vision_cache?: { hits: number; misses: number; bytes: number; entries: number };
   };
   decode_tps: number;

@@ -20,7 +20,8 @@ export function statusItems(status: EngineStatus | null, stats: EngineStatsView 
     if (e.running > 0) items.push(`${Math.round(stats.decode_tps)} tok/s`);
     items.push(`memory ${bytes(e.active_memory_bytes)}`);
     const reused = e.prefix_cache?.reused_tokens ?? 0;
-    if (reused > 0) items.push(`cache reused ${plural(reused, 'token')}`);
+    const fromDisk = e.prefix_cache?.disk?.reused_tokens ?? 0;
+    if (reused > 0) items.push(`cache reused ${plural(reused, 'token')}${fromDisk > 0 ? ` (${fromDisk} from disk)` : ''}`);
     // the engine reports a vision cache for every model: show it where it
     // means something (a model that sees images, or once it was used)
     const v = e.vision_cache;

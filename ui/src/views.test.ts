@@ -124,6 +124,9 @@ describe('status bar', () => {
     // nothing running: no speed, no waiting count, "idle"
     const idle = statusItems(status, { engine: { ...engine, running: 0, waiting: 0 }, decode_tps: 0, app_replies: 0 }, null);
     expect(idle).toEqual(['Tiny', 'idle', 'memory 180 MB', 'cache reused 340 tokens']);
+    const disk = { ...engine.prefix_cache, disk: { hits: 1, reused_tokens: 300, entries: 2, bytes: 1, capacity_bytes: 2, rejected_files: 0 } };
+    expect(statusItems(status, { engine: { ...engine, prefix_cache: disk }, decode_tps: 0, app_replies: 0 }, null))
+      .toContain('cache reused 340 tokens (300 from disk)');
     const withVision = statusItems(status, { engine: { ...engine, vision_cache: { hits: 3, misses: 1, bytes: 0, entries: 1 } }, decode_tps: 0, app_replies: 0 }, null);
     expect(withVision).toContain('images read 1 · reused 3');
     // a text model's unused vision cache is noise; a vision model's is news even at zero
