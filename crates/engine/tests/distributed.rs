@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use engine::distributed::follow::{follow, Leader, Replica, Step, StepPositions};
 use engine::distributed::share::share_bytes;
-use engine::distributed::{ops, Group, GroupConfig, LocalRing, RankOutput, TensorParallel};
+use engine::distributed::group::is_available;
+use engine::distributed::{ops, Backend, Group, GroupConfig, LocalRing, RankOutput, TensorParallel};
 use engine::model::{self, LoadOptions, WeightFormat};
 use engine::testing::{write_tiny_family, write_tiny_llama, TinyFamily, TinyLlama};
 use engine::weights::QuantSpec;
@@ -475,4 +476,22 @@ fn a_follower_whose_leader_dies_stops_with_a_clear_error() {
     assert_eq!(outputs[0].code(), Some(7), "{all}");
     assert!(outputs[1].succeeded(), "{all}");
     assert!(outputs[1].stdout.contains("connection to a peer was lost"), "{all}");
+}
+
+#[test]
+fn mlx_s_own_messages_reach_our_errors_and_mlx_rs_still_gets_its_own() {
+    // JACCL (RDMA over Thunderbolt) is macOS-only: on this build MLX refuses a
+    // strict start with its own message, which must come through our mlx-c
+    // call's error and not as "MLX gave no message".
+    assert!(is_available(Backend::Ring));
+    let strict_jaccl = GroupConfig { backend: Backend::Jaccl, connect_timeout: Duration::from_secs(5), ..GroupConfig::default() };
+    let err = Group::init(&strict_jaccl).err().expect("no JACCL group here");
+    assert_eq!(err.code(), "DISTRIBUTED_ERROR");
+    if !is_available(Backend::Jaccl) {
+        assert!(err.to_string().contains("Cannot initialize jaccl distributed backend"), "{err}");
+    }
+    assert!(!err.to_string().contains("MLX gave no message"), "{err}");
+    // Our handler passes every message on: mlx-rs's own errors keep theirs.
+    let bad = Array::from_slice(&[1.0f32, 2.0], &[2]).reshape(&[3]).err().expect("2 elements are not 3");
+    assert!(bad.what().contains("reshape"), "{bad}");
 }

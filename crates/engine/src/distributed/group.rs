@@ -79,8 +79,13 @@ impl Group {
     /// cannot join a ring twice anyway: MLX caches the first group).
     pub fn init(config: &GroupConfig) -> Result<Group> {
         ffi_error::install();
-        let env = RankEnv::from_process()?;
-        let Some(env) = env else {
+        // MLX_RANK / MLX_HOSTFILE describe a ring; JACCL reads its own
+        // variables (MLX_IBV_DEVICES, MLX_JACCL_COORDINATOR), left to MLX.
+        let env = match config.backend {
+            Backend::Ring => RankEnv::from_process()?,
+            Backend::Jaccl => None,
+        };
+        if config.backend == Backend::Ring && env.is_none() {
             if config.strict {
                 return Err(Error::Distributed(format!(
                     "no distributed group: {} and {} are not set (start the ranks with mlx.launch or `vlm serve --distributed <hostfile>`)",
@@ -91,7 +96,7 @@ impl Group {
             // MLX gives a group of one without touching the network.
             let raw = init_raw(config.backend, false).map_err(Error::Distributed)?;
             return Ok(Group::from_raw(raw.0));
-        };
+        }
         let (tx, rx) = mpsc::channel();
         let backend = config.backend;
         let strict = config.strict;
@@ -103,21 +108,38 @@ impl Group {
             })
             .map_err(|e| Error::Distributed(format!("cannot start the connecting thread: {e}")))?;
         let raw = match rx.recv_timeout(config.connect_timeout) {
-            Ok(result) => result.map_err(|e| Error::Distributed(format!("rank {} of {}: {e}", env.rank, env.size())))?,
-            Err(mpsc::RecvTimeoutError::Timeout) => return Err(not_connected(&env, config.connect_timeout)),
+            Ok(Ok(raw)) => raw,
+            Ok(Err(mlx)) => {
+                return Err(Error::Distributed(match &env {
+                    Some(env) => format!("rank {} of {}: {mlx}", env.rank, env.size()),
+                    None => mlx,
+                }))
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                return Err(match &env {
+                    Some(env) => not_connected(env, config.connect_timeout),
+                    None => Error::Distributed(format!(
+                        "the {} backend did not connect within {:.0?}",
+                        backend.name(),
+                        config.connect_timeout
+                    )),
+                })
+            }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 return Err(Error::Distributed("the connecting thread ended without an answer".into()))
             }
         };
         let group = Group::from_raw(raw.0);
-        if group.rank != env.rank || group.size != env.size() {
-            return Err(Error::Distributed(format!(
-                "MLX joined as rank {} of {}, the launcher said rank {} of {}",
-                group.rank,
-                group.size,
-                env.rank,
-                env.size()
-            )));
+        if let Some(env) = env {
+            if group.rank != env.rank || group.size != env.size() {
+                return Err(Error::Distributed(format!(
+                    "MLX joined as rank {} of {}, the launcher said rank {} of {}",
+                    group.rank,
+                    group.size,
+                    env.rank,
+                    env.size()
+                )));
+            }
         }
         Ok(group)
     }
