@@ -485,6 +485,7 @@ export class App {
   private showMessages(): void {
     const chat = this.chat;
     const live = chat ? this.streams.get(chat.id) : undefined;
+    this.chatView.ownMaxTokens = chat?.settings?.max_tokens != null;
     this.chatView.show(this.messages, live && !live.finished ? live : null);
     this.composer.setBusy(!!chat && this.streams.isRunning(chat.id));
   }

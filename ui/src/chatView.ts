@@ -103,6 +103,10 @@ export class ChatView {
     this.el = h('div', { class: 'chat-pane' }, this.scroller, this.jump);
   }
 
+  /** The open chat sets its own answer length (Chat settings), so a cut
+   * answer names that setting, not the global one. */
+  ownMaxTokens = false;
+
   show(messages: Message[], live: LiveReply | null): void {
     this.messages = messages;
     this.live = live;
@@ -225,7 +229,7 @@ export class ChatView {
       : m.status === 'error' ? h('div', { class: 'error-note', 'data-testid': 'reply-error', 'data-code': m.error_code ?? '' },
         friendlyError(m.error_code, m.error ?? 'The reply failed.', this.errorContext(m)))
         : cut ? h('div', { class: 'note cut-note', 'data-testid': 'cut-note' },
-          `Cut at the limit of ${m.stats?.completion_tokens ?? 'its'} tokens (Max tokens per answer, in Settings). `,
+          `Cut at the limit of ${m.stats?.completion_tokens ?? 'its'} tokens (Max tokens per answer, in ${this.ownMaxTokens ? 'this chat’s settings' : 'Settings'}). `,
           last ? h('button', { class: 'link inline', 'data-testid': 'continue', onclick: () => this.hooks.continueReply() }, 'Continue') : null)
           : null;
     const stats = statsLine(m.stats);

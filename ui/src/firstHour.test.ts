@@ -69,10 +69,15 @@ describe('a reply cut at the token limit', () => {
     ], null);
     const notes = view.el.querySelectorAll('[data-testid=cut-note]');
     expect(notes.length).toBe(2);
-    expect(notes[1].textContent).toMatch(/limit of 64 tokens/);
+    expect(notes[1].textContent).toMatch(/limit of 64 tokens \(Max tokens per answer, in Settings\)/);
     expect(view.el.querySelectorAll('[data-testid=continue]').length).toBe(1);
     view.el.querySelector<HTMLButtonElement>('[data-testid=continue]')!.click();
     expect(calls).toEqual(['continue']);
+    // a chat with its own answer length names that setting
+    view.ownMaxTokens = true;
+    view.show([msg({ id: 1, content: 'Q' }), msg({ id: 2, role: 'assistant', content: 'A long', stats: cut })], null);
+    expect(view.el.querySelector('[data-testid=cut-note]')!.textContent).toMatch(/in this chat’s settings/);
+    view.ownMaxTokens = false;
     // a reply that ended by itself has no such note
     view.show([msg({ id: 1, content: 'Q' }), msg({ id: 2, role: 'assistant', content: 'Done.', stats: { finish_reason: 'stop' } })], null);
     expect(view.el.querySelector('[data-testid=cut-note]')).toBeNull();
