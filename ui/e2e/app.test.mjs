@@ -2,7 +2,8 @@
 // WebKitWebDriver, on a fresh data folder with the default model:
 // chat with a streamed reply, a real OS drag and drop of an image (refused
 // in the composer for the text-only default model), reload, settings kept,
-// two chats answering at once, a restart that keeps it all, a vision model
+// two chats answering at once, a restart that keeps it all (the first chat
+// going on from its cache on disk), a vision model
 // (a tiny random Qwen2-VL put in the run's Hugging Face cache) loaded from
 // the Models screen that answers about a dropped image, and back on the
 // text-only model the same chat going on with its image left out; answers
@@ -14,7 +15,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { allByTestId, byTestId, dropFile, modelReady, openApp, openPage, root, saveSettings, send, shot, startDriver, statusText, stopDriver, textOf, waitFor, writeTinyVisionModels } from './harness.mjs';
+import { allByTestId, byTestId, clickLoad, dropFile, modelReady, openApp, openPage, root, saveSettings, send, shot, startDriver, statusText, stopDriver, textOf, waitFor, writeTinyVisionModels } from './harness.mjs';
 
 const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-'));
 const hfHome = join(dataDir, 'hf');
@@ -170,6 +171,14 @@ describe('the desktop app', () => {
     await items[items.length - 1].click(); // the oldest: the first chat
     await waitFor(browser, 'its messages', async () => (await allByTestId(browser, 'msg-user')).length === 2);
     await shot(browser, '08-after-restart');
+    // The chat goes on where it was: what the model read of it comes back from disk.
+    await send(browser, 'Thank you.');
+    const lastStats = () => browser.execute(() => {
+      const all = document.querySelectorAll('[data-testid="msg-assistant"] [data-testid="stats"]');
+      return all.length === 3 ? all[2].textContent : null;
+    });
+    await waitFor(browser, 'the answer after the restart', async () => (await lastStats()) !== null && (await allByTestId(browser, 'msg-live')).length === 0);
+    assert.match(await lastStats(), /reused \d+ tokens from disk/);
     await openPage(browser, 'nav-settings', 'setting-system_prompt');
     assert.equal(await (await byTestId(browser, 'setting-system_prompt')).getValue(), 'You are a helpful assistant.');
     await shot(browser, '09-settings-after-restart');
@@ -177,14 +186,16 @@ describe('the desktop app', () => {
 
   it('loads a vision model from the Models screen and answers about a dropped image', async () => {
     await openPage(browser, 'nav-models', 'local-models');
-    const row = () => browser.$(`[data-testid="local-model"][data-model-id="hf:${visionRepo}"]`);
-    await waitFor(browser, 'the vision model on disk', async () => (await row()).isExisting(), 20_000);
+    // read inside the page in one step: the list redraws as the scan comes in
+    const badge = (id) => browser.execute((i) => {
+      const row = document.querySelector(`[data-testid="local-model"][data-model-id="${i}"]`);
+      return row ? (row.querySelector('[data-testid="vision-badge"]')?.textContent.trim() ?? '') : null;
+    }, id);
+    await waitFor(browser, 'the vision model on disk', async () => (await badge(`hf:${visionRepo}`)) !== null, 20_000);
     // the Models screen says which models on disk can see images
-    assert.equal(await textOf(browser, await (await row()).$('[data-testid="vision-badge"]')), 'Vision');
-    const builtIn = await browser.$('[data-testid="local-model"][data-model-id="dir:SmolLM2-135M-Instruct.Q4_1.gguf"]');
-    assert.equal(await builtIn.isExisting(), true, 'the built-in text model is listed');
-    assert.equal(await (await builtIn.$('[data-testid="vision-badge"]')).isExisting(), false);
-    await (await (await row()).$('[data-testid="load-model"]')).click();
+    assert.equal(await badge(`hf:${visionRepo}`), 'Vision');
+    assert.equal(await badge('dir:SmolLM2-135M-Instruct.Q4_1.gguf'), '', 'the built-in text model is listed, without the badge');
+    await clickLoad(browser, `hf:${visionRepo}`);
     const loaded = async () => textOf(browser, await byTestId(browser, 'loaded-model'));
     // named by its repository, not by the snapshot folder (a commit hash) the engine loads from
     await waitFor(browser, 'the vision model to load', async () => (await loaded()).includes(visionRepo) && (await loaded()).includes('Vision'));
@@ -230,8 +241,7 @@ describe('the desktop app', () => {
 
   it('goes on with a chat that holds an image on a model that cannot see it', async () => {
     await openPage(browser, 'nav-models', 'local-models');
-    const builtIn = await browser.$('[data-testid="local-model"][data-model-id="dir:SmolLM2-135M-Instruct.Q4_1.gguf"]');
-    await (await builtIn.$('[data-testid="load-model"]')).click();
+    await clickLoad(browser, 'dir:SmolLM2-135M-Instruct.Q4_1.gguf');
     // loaded, not loading ("Loading SmolLM2…" names it too)
     await waitFor(browser, 'the text model to load', async () => {
       const bar = await byTestId(browser, 'status-bar');
@@ -337,12 +347,7 @@ describe('the desktop app', () => {
       const badge = () => browser.execute((s) => document.querySelector(`${s} [data-testid="vision-badge"]`)?.textContent.trim() ?? null, row);
       await waitFor(browser, `${repo} on disk`, async () => (await badge()) !== null, 20_000);
       assert.equal(await badge(), 'Vision', repo);
-      await waitFor(browser, `${repo}'s load button`, () => browser.execute((s) => {
-        const button = document.querySelector(`${s} [data-testid="load-model"]`);
-        if (!button || button.disabled) return false;
-        button.click();
-        return true;
-      }, row), 20_000);
+      await clickLoad(browser, `hf:${repo}`);
       const loaded = async () => textOf(browser, await byTestId(browser, 'loaded-model'));
       await waitFor(browser, `${repo} to load`, async () => (await loaded()).includes(repo) && (await loaded()).includes('Vision'));
       await (await byTestId(browser, 'nav-chat')).click();

@@ -113,10 +113,21 @@ export function writeTinyVisionModel(hfHome, repo) {
  * waits until it answers. */
 export async function loadModelFromDisk(b, id, name) {
   await openPage(b, 'nav-models', 'local-models');
-  const row = () => b.$(`[data-testid="local-model"][data-model-id="${id}"]`);
-  await waitFor(b, `${id} on disk`, async () => (await row()).isExisting(), 20_000);
-  await (await (await row()).$('[data-testid="load-model"]')).click();
+  await clickLoad(b, id);
   await waitFor(b, `${name} to load`, async () => (await textOf(b, await byTestId(b, 'loaded-model'))).includes(name));
+}
+
+/** Clicks Load on the Models page's row of model `id` once it is there and
+ * enabled. Found and clicked inside the page in one step: the list redraws
+ * as the disk scan and load state come in, and an element handle held
+ * across a redraw goes stale. */
+export async function clickLoad(b, id) {
+  await waitFor(b, `${id}'s load button`, () => b.execute((i) => {
+    const button = document.querySelector(`[data-testid="local-model"][data-model-id="${i}"] [data-testid="load-model"]`);
+    if (!button || button.disabled) return false;
+    button.click();
+    return true;
+  }, id), 20_000);
 }
 
 export const byTestId = (browser, id) => browser.$(`[data-testid="${id}"]`);
