@@ -16,6 +16,7 @@ pub mod context;
 pub mod error;
 pub mod generation;
 pub mod heic;
+pub mod hub_search;
 pub mod hub_token;
 #[cfg(target_os = "macos")]
 mod heic_imageio;
@@ -89,6 +90,9 @@ fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R> {
             commands::models::download_model,
             commands::models::cancel_download,
             commands::models::delete_model,
+            commands::hub_search::search_hub,
+            commands::hub_search::hub_model_details,
+            commands::hub_search::fit_check,
             commands::engine::engine_status,
             commands::engine::engine_stats,
             commands::settings::get_settings,

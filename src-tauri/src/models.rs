@@ -234,15 +234,35 @@ pub struct DownloadEvent {
     pub progress: hub::DownloadProgress,
 }
 
-/// Starts downloading a catalog model into the Hugging Face cache (resuming
-/// any partial files); progress and the end arrive as events. The Hub token
-/// comes from the keychain first (Settings), see `hub_token::hub_config`.
-pub async fn start_download<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &str) -> AppResult<()> {
+/// Where a download id points: a catalog id, or `hf:<owner/name>` for any
+/// repository found by a search (its main branch).
+fn download_source(state: &AppState, id: &str) -> AppResult<(String, String)> {
+    if let Some(repo) = id.strip_prefix("hf:") {
+        hub::repo::validate_repo_id(repo)?;
+        return Ok((repo.to_string(), "main".to_string()));
+    }
     let entry =
         state.catalog.get(id).ok_or_else(|| AppError::new("MODEL_NOT_FOUND", format!("{id} is not in the catalog")))?;
-    let ModelSource::Hub { repo, revision } = entry.source.clone() else {
-        return Err(AppError::new("NOT_DOWNLOADABLE", format!("{id} is installed with the app, not downloaded")));
-    };
+    match entry.source.clone() {
+        ModelSource::Hub { repo, revision } => Ok((repo, revision)),
+        ModelSource::Local { .. } => {
+            Err(AppError::new("NOT_DOWNLOADABLE", format!("{id} is installed with the app, not downloaded")))
+        }
+    }
+}
+
+/// Starts downloading a catalog model, or any Hub repository as `hf:<repo>`,
+/// into the Hugging Face cache (resuming any partial files); `files` keeps
+/// only those (a GGUF repository's one quantization: a search result's
+/// variant). Progress and the end arrive as events. The Hub token
+/// comes from the keychain first (Settings), see `hub_token::hub_config`.
+pub async fn start_download<R: Runtime>(
+    app: &AppHandle<R>,
+    state: &Arc<AppState>,
+    id: &str,
+    files: Option<Vec<String>>,
+) -> AppResult<()> {
+    let (repo, revision) = download_source(state, id)?;
     let client = hub::HubClient::new(crate::hub_token::hub_config().await?)?;
     let cancel = hub::CancellationToken::new();
     {
@@ -267,7 +287,13 @@ pub async fn start_download<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState
     let state = state.clone();
     let id = id.to_string();
     tauri::async_runtime::spawn(async move {
-        let result = client.download(&repo, &revision, &options).await;
+        let result = match &files {
+            None => client.download(&repo, &revision, &options).await,
+            Some(names) => match client.list_files(&repo, &revision).await.and_then(|l| l.select(names)) {
+                Ok(listing) => client.download_listing(&listing, &options).await,
+                Err(e) => Err(e),
+            },
+        };
         state.downloads.lock().unwrap().remove(&id);
         let done = match result {
             Ok(_) => DownloadDone { id, ok: true, cancelled: false, error: None, local_id: Some(format!("hf:{repo}")) },

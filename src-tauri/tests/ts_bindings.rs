@@ -38,6 +38,11 @@ fn export_all(cfg: &Config) {
         vlm_chat::models::DownloadDone,
         vlm_chat::models::DownloadEvent,
         vlm_chat::models::Gallery,
+        vlm_chat::hub_search::FitCheck,
+        vlm_chat::hub_search::FitTarget,
+        hub::SearchQuery,
+        hub::SearchPage,
+        hub::ModelDetails,
         vlm_chat::state::EngineStatus,
         vlm_chat::bulk_jobs::BulkEvent,
     );

@@ -13,6 +13,8 @@ import type { EngineKnobs } from './bindings/EngineKnobs';
 import type { DownloadEvent } from './bindings/DownloadEvent';
 import type { EngineStatus } from './bindings/EngineStatus';
 import type { ExportedChat } from './bindings/ExportedChat';
+import type { FitCheck } from './bindings/FitCheck';
+import type { FitTarget } from './bindings/FitTarget';
 import type { Gallery } from './bindings/Gallery';
 import type { HubTokenView } from './bindings/HubTokenView';
 import type { Message } from './bindings/Message';
@@ -22,6 +24,9 @@ import type { Sent } from './bindings/Sent';
 import type { ServerStatus } from './bindings/ServerStatus';
 import type { Settings } from './bindings/Settings';
 import type { SettingsView } from './bindings/SettingsView';
+import type { ModelDetails } from './bindings/ModelDetails';
+import type { SearchPage } from './bindings/SearchPage';
+import type { SearchQuery } from './bindings/SearchQuery';
 import type { StartedReply } from './bindings/StartedReply';
 import type { StreamEvent } from './bindings/StreamEvent';
 import { Channel, invoke } from '@tauri-apps/api/core';
@@ -35,6 +40,7 @@ export type {
   Message, Outgoing, Preset, Sent, ServerStatus, Settings, SettingsView, StartedReply, StreamEvent,
 };
 export type { ContextPolicy } from './bindings/ContextPolicy';
+export type { FitCheck, FitTarget, ModelDetails, SearchPage, SearchQuery };
 export type { LoadedModel } from './bindings/LoadedModel';
 export type { EngineStatus, Gallery };
 /** A catalog model as the gallery shows it (on disk? downloading?). */
@@ -114,7 +120,13 @@ export const api = {
   listModels: () => invoke<Gallery>('list_models'),
   loadModel: (id: string) => invoke<EngineStatus>('load_model', { id }),
   unloadModel: () => invoke<EngineStatus>('unload_model'),
-  downloadModel: (id: string) => invoke<void>('download_model', { id }),
+  /** A catalog id, or `hf:<repo>` for a search result; `files` keeps one quantization's. */
+  downloadModel: (id: string, files: string[] | null = null) => invoke<void>('download_model', { id, files }),
+  searchHub: (query: SearchQuery) => invoke<SearchPage>('search_hub', { query }),
+  hubModelDetails: (repo: string) => invoke<ModelDetails>('hub_model_details', { repo }),
+  /** Context and KV bits default to Settings' (the model's own context when Settings has none). */
+  fitCheck: (target: FitTarget, context: number | null = null, kvBits: number | null = null) =>
+    invoke<FitCheck>('fit_check', { target, context, kvBits }),
   cancelDownload: (id: string) => invoke<boolean>('cancel_download', { id }),
   deleteModel: (id: string) => invoke<number>('delete_model', { id }),
 

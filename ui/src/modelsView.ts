@@ -9,6 +9,8 @@ import { bytes, percent, rate } from './format';
 import { clear, h } from './dom';
 import { confirmDialog } from './modal';
 import { onMac } from './shortcuts';
+import { fitBlock, HubSearch } from './hubSearch';
+import type { FitCheck } from './bindings/FitCheck';
 
 /** "4-bit (group 64)" (the engine's description) in plain words. */
 export function quantizationWords(q: string | null | undefined): string {
@@ -38,9 +40,14 @@ export class ModelsView {
   /** Downloads that failed, by catalog id: the card says why until a retry. */
   private failures = new Map<string, AppError>();
   private status: EngineStatus | null = null;
+  /** Kept across redraws: its query and results stay while the page redraws. */
+  readonly search: HubSearch;
+  /** The fit of each model on disk (checked once per model before Load). */
+  private fits = new Map<string, FitCheck | AppError | 'checking'>();
 
   constructor(private toast: (m: string) => void) {
     this.el = h('div', { class: 'page models-page', 'data-testid': 'models-page' });
+    this.search = new HubSearch(toast, () => void this.refresh());
   }
 
   async refresh(): Promise<void> {
@@ -58,6 +65,7 @@ export class ModelsView {
   }
 
   onProgress(p: DownloadProgress): void {
+    if (this.search.onProgress(p)) return;
     this.progress.set(p.id, p);
     const bar = this.el.querySelector<HTMLElement>(`[data-download="${CSS.escape(p.id)}"]`);
     if (bar) bar.replaceWith(this.progressBlock(p));
@@ -65,6 +73,7 @@ export class ModelsView {
   }
 
   onDone(d: DownloadDone): void {
+    this.search.onDone(d);
     this.progress.delete(d.id);
     if (!d.ok && !d.cancelled && d.error) this.failures.set(d.id, d.error);
     else this.failures.delete(d.id);
@@ -107,7 +116,8 @@ export class ModelsView {
     const builtIn = this.builtInId();
     // the built-in model is listed once: with the models on disk, when it is there
     const catalog = g.catalog.filter((c) => !(c.is_default && c.local_id));
-    this.el.append(h('h2', {}, 'Gallery'));
+    this.el.append(this.search.el);
+    this.el.append(h('h2', {}, 'Recommended'));
     const grid = h('div', { class: 'model-grid' });
     for (const c of catalog) grid.append(this.catalogCard(c));
     this.el.append(grid);
@@ -167,11 +177,27 @@ export class ModelsView {
           m.vision ? badge('Vision', BADGE_HELP.vision, '', 'vision-badge') : null,
           builtIn ? badge('Built in', BADGE_HELP.builtIn, 'subtle', 'built-in-badge') : null),
         h('div', { class: 'muted small' }, `${m.format.toUpperCase()} · ${m.architecture ?? '?'} · ${bytes(m.size_bytes)} · ${m.path}`),
-        why ? h('div', { class: 'warn-text small' }, why) : null),
+        why ? h('div', { class: 'warn-text small' }, why) : null,
+        m.supported && !m.partial && !m.error ? this.localFit(m) : null),
       h('div', { class: 'row-actions' },
         loaded ? badge('Loaded', BADGE_HELP.loaded, 'ok')
           : m.supported ? h('button', { class: 'primary', 'data-testid': 'load-model', 'aria-label': `Load ${m.name}`, onclick: () => void this.load(m.id) }, 'Load') : null,
         deletable ? h('button', { class: 'danger-text', 'data-testid': 'delete-model', 'aria-label': `Delete ${m.name}`, onclick: () => void this.remove(m) }, 'Delete') : null));
+  }
+
+  /** The fit verdict of a model on disk at the Settings' context and KV bits; checked once. */
+  private localFit(m: LocalModel): HTMLElement | null {
+    if (!this.fits.has(m.id)) {
+      this.fits.set(m.id, 'checking');
+      void api.fitCheck({ kind: 'local', id: m.id })
+        .then((f) => this.fits.set(m.id, f), (e) => this.fits.set(m.id, e as AppError))
+        .then(() => { if (this.el.isConnected) this.render(); });
+      return null;
+    }
+    const fit = this.fits.get(m.id);
+    if (!fit || fit === 'checking') return null;
+    if ('level' in fit) return fitBlock(fit);
+    return h('div', { class: 'muted small', 'data-testid': 'fit-error' }, `No fit estimate: ${fit.message}`);
   }
 
   private async load(id: string): Promise<void> {

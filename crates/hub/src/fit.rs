@@ -22,6 +22,7 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
@@ -41,7 +42,7 @@ const AVAILABLE_SHARE: f64 = 0.9;
 const IMAGE_PATCHES: u64 = 1024;
 
 /// What the estimate needs to know about a model's architecture.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct ModelShape {
     pub layers: u32,
     pub kv_heads: u32,
@@ -59,7 +60,7 @@ pub struct ModelShape {
     pub vision: Option<VisionShape>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct VisionShape {
     pub hidden_size: u32,
     pub heads: u32,
@@ -67,7 +68,7 @@ pub struct VisionShape {
 
 /// The weights as the engine holds them in memory, and a vision projector
 /// kept in a separate file (GGUF `mmproj`; 0 when the tower is in the weights).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, TS)]
 pub struct WeightBytes {
     pub weights: u64,
     pub vision_projector: u64,
@@ -75,7 +76,7 @@ pub struct WeightBytes {
 
 /// How the engine holds quantized weights (its `WeightFormat`): as stored
 /// (Metal), or dequantized to float32 (its default on the CPU backend).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "snake_case")]
 pub enum WeightHolding {
     AsStored,
@@ -93,7 +94,7 @@ impl WeightHolding {
 }
 
 /// The load settings the estimate is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct FitSettings {
     /// Context length in tokens, per sequence.
     pub context: u32,
@@ -103,7 +104,7 @@ pub struct FitSettings {
     pub sequences: u32,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct MemoryEstimate {
     pub weights: u64,
     pub kv_cache: u64,
@@ -112,7 +113,7 @@ pub struct MemoryEstimate {
     pub total: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "lowercase")]
 pub enum FitLevel {
     Green,
@@ -120,7 +121,7 @@ pub enum FitLevel {
     Red,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct FitReport {
     pub level: FitLevel,
     pub estimate: MemoryEstimate,

@@ -27,6 +27,8 @@ pub mod repo;
 pub mod scan;
 pub mod search;
 pub mod support;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod variants;
 
 pub use cache::{disk_usage, HfCache};

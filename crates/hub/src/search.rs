@@ -5,6 +5,7 @@
 use futures::{StreamExt, TryStreamExt};
 use hf_hub::repository::{ModelInfo, RepoTreeEntry};
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 use serde_json::Value;
 
 use crate::client::HubClient;
@@ -16,7 +17,7 @@ use crate::support::{EngineSupport, SupportStatus};
 use crate::variants::{variants, Variant, VariantFormat};
 
 /// How results are ordered (the Hub sorts, largest first).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, TS)]
 #[serde(rename_all = "lowercase")]
 pub enum SortBy {
     #[default]
@@ -38,7 +39,7 @@ impl SortBy {
 }
 
 /// Which weights a result must have (a Hub tag).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, TS)]
 #[serde(rename_all = "lowercase")]
 pub enum FormatFilter {
     #[default]
@@ -47,7 +48,9 @@ pub enum FormatFilter {
     Gguf,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+// the UI sends only what the user set
+#[serde(default)]
 pub struct SearchQuery {
     /// Words matched against the repository name.
     pub text: Option<String>,
@@ -79,7 +82,7 @@ impl Default for SearchQuery {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct SearchPage {
     pub results: Vec<HubModel>,
     /// The Hub has more beyond `limit`.
@@ -87,7 +90,7 @@ pub struct SearchPage {
 }
 
 /// Gated repositories need their terms accepted on the Hub before a download.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "lowercase")]
 pub enum Gated {
     No,
@@ -98,7 +101,7 @@ pub enum Gated {
 }
 
 /// What the Hub's metadata hints at; the engine decides once the model is loaded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, TS)]
 pub struct CapabilityHints {
     pub vision: bool,
     pub thinking: bool,
@@ -106,7 +109,7 @@ pub struct CapabilityHints {
 }
 
 /// A model on the Hub, as the gallery shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct HubModel {
     pub repo: String,
     /// Its page on the Hub (where gated terms are accepted).
@@ -131,7 +134,7 @@ pub struct HubModel {
 }
 
 /// What the gallery shows before a download, and what the fit check needs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct ModelDetails {
     pub model: HubModel,
     pub revision: String,

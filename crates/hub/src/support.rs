@@ -2,9 +2,10 @@
 //! this crate does not depend on the engine, so the app passes the registry
 //! in as an [`EngineSupport`].
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 
 /// What the engine says about an architecture it runs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct Support {
     /// The family's display name ("Qwen2-VL").
     pub family: String,
@@ -21,7 +22,7 @@ pub trait EngineSupport: Send + Sync {
 }
 
 /// The verdict for one model, for the gallery.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct SupportStatus {
     pub supported: bool,
     /// The engine's family, when supported.

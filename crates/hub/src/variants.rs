@@ -3,18 +3,19 @@
 //! repository has one per quantization file (split files together), each
 //! with the vision projector when the repository has one.
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 use serde_json::Value;
 
 use crate::fit::is_projector_name;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "lowercase")]
 pub enum VariantFormat {
     Safetensors,
     Gguf,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct Variant {
     /// "4-bit", "bf16", "Q4_K_M", "IQ2_XXS"…
     pub label: String,

@@ -4,6 +4,7 @@ pub mod attachments;
 pub mod bulk;
 pub mod chats;
 pub mod engine;
+pub mod hub_search;
 pub mod hub_token;
 pub mod links;
 pub mod models;

@@ -31,8 +31,9 @@ pub async fn download_model<R: Runtime>(
     app: AppHandle<R>,
     state: State<'_, Arc<AppState>>,
     id: String,
+    files: Option<Vec<String>>,
 ) -> AppResult<()> {
-    models::start_download(&app, &state, &id).await
+    models::start_download(&app, &state, &id, files).await
 }
 
 #[tauri::command]

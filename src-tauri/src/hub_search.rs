@@ -1,0 +1,151 @@
+//! Search of the Hugging Face Hub and the fit check, for the gallery: the
+//! hub crate does the Hub and the arithmetic; the app brings the engine's
+//! family registry (which architectures run, and why one does not), the
+//! keychain token (`hub_token::hub_config`), the load settings and this
+//! machine's memory.
+use std::sync::Arc;
+
+use hub::{
+    EngineSupport, FitReport, FitSettings, MachineMemory, ModelDetails, SearchPage, SearchQuery, Support,
+    VariantFormat, WeightBytes, WeightHolding,
+};
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+use crate::error::{AppError, AppResult};
+use crate::state::AppState;
+
+/// The engine's family registry, as the hub crate asks it.
+pub struct EngineRegistry;
+
+impl EngineSupport for EngineRegistry {
+    fn model_type(&self, model_type: &str) -> Option<Support> {
+        engine::model::registry::family(model_type).map(support)
+    }
+
+    fn gguf_architecture(&self, architecture: &str) -> Option<Support> {
+        engine::model::registry::family_for_gguf(architecture).map(support)
+    }
+}
+
+fn support(family: &engine::model::registry::Family) -> Support {
+    Support { family: family.name.to_string(), vision: family.vision() }
+}
+
+/// What the fit check is for.
+#[derive(Debug, Clone, Deserialize, TS)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum FitTarget {
+    /// A repository on the Hub, before its download.
+    Hub {
+        repo: String,
+        /// The download choice by its label ("Q4_K_M", "4-bit"); the first
+        /// one when not given.
+        variant: Option<String>,
+    },
+    /// A model on disk, by its gallery id ("hf:owner/name", "dir:tiny").
+    Local { id: String },
+}
+
+/// The fit check's answer.
+#[derive(Debug, Clone, Serialize, TS)]
+pub struct FitCheck {
+    /// The download choice the estimate is for (Hub targets).
+    pub variant: Option<String>,
+    #[serde(flatten)]
+    pub report: FitReport,
+}
+
+/// The load settings the estimate is for: the context asked (else the
+/// Settings limit, else the model's own), KV bits asked (else Settings').
+/// One sequence: a chat at a time is what the gallery promises; more
+/// running sequences each add their KV cache.
+fn fit_settings(state: &AppState, context: Option<u32>, kv_bits: Option<u8>, model_max: Option<u32>) -> AppResult<FitSettings> {
+    let settings = state.settings();
+    let kv_bits = kv_bits.unwrap_or(settings.kv_bits);
+    if ![0, 4, 8].contains(&kv_bits) {
+        return Err(AppError::new("INVALID_SETTINGS", format!("KV bits must be off (0), 8 or 4, not {kv_bits}")));
+    }
+    let from_settings = u32::try_from(settings.max_context).ok().filter(|&c| c > 0);
+    let context = context.or(from_settings).or(model_max).unwrap_or(4096);
+    if context == 0 {
+        return Err(AppError::new("INVALID_SETTINGS", "the context must be at least one token"));
+    }
+    Ok(FitSettings { context, kv_bits: (kv_bits != 0).then_some(kv_bits), sequences: 1 })
+}
+
+/// How the engine will hold the weights (quantized as stored on Metal,
+/// dequantized to float32 on the CPU backend: four bytes a weight).
+fn holding(state: &AppState) -> WeightHolding {
+    match state.settings().engine_config().load.format {
+        engine::model::layers::WeightFormat::AsStored => WeightHolding::AsStored,
+        engine::model::layers::WeightFormat::Float32 => WeightHolding::Float32,
+    }
+}
+
+async fn client() -> AppResult<hub::HubClient> {
+    Ok(hub::HubClient::new(crate::hub_token::hub_config().await?)?)
+}
+
+pub async fn search(query: &SearchQuery) -> AppResult<SearchPage> {
+    Ok(client().await?.search(query, &EngineRegistry).await?)
+}
+
+pub async fn details(repo: &str, revision: Option<&str>) -> AppResult<ModelDetails> {
+    Ok(client().await?.model_details(repo, revision.unwrap_or("main"), &EngineRegistry).await?)
+}
+
+pub async fn fit_check(
+    state: &Arc<AppState>,
+    target: FitTarget,
+    context: Option<u32>,
+    kv_bits: Option<u8>,
+) -> AppResult<FitCheck> {
+    let machine = MachineMemory::detect();
+    match target {
+        FitTarget::Hub { repo, variant } => {
+            let details = details(&repo, None).await?;
+            let shape = details.shape.clone().ok_or_else(|| {
+                let why = details.shape_error.clone().unwrap_or_else(|| "unknown".into());
+                AppError::new("NO_MODEL_SHAPE", format!("cannot estimate {repo}: {why}"))
+            })?;
+            let variants = &details.model.variants;
+            let chosen = match &variant {
+                Some(label) => variants.iter().find(|v| &v.label == label).ok_or_else(|| {
+                    let offered: Vec<&str> = variants.iter().map(|v| v.label.as_str()).collect();
+                    AppError::new("MODEL_NOT_FOUND", format!("{repo} has no {label} download (it has {offered:?})"))
+                })?,
+                None => variants
+                    .first()
+                    .ok_or_else(|| AppError::new("NO_WEIGHTS", format!("{repo} has no safetensors or GGUF weights")))?,
+            };
+            let stored = chosen.weight_bytes.ok_or_else(|| {
+                AppError::new("NO_MODEL_SHAPE", format!("the Hub did not list the sizes of {repo}'s files"))
+            })?;
+            // the Hub counts weights of safetensors only; a GGUF's count is in
+            // its tensor table, which the header read does not reach
+            let parameters = (chosen.format == VariantFormat::Safetensors).then_some(details.model.parameters).flatten();
+            let weights = WeightBytes {
+                weights: holding(state).bytes(stored, parameters),
+                vision_projector: chosen.projector_bytes.unwrap_or(0),
+            };
+            let settings = fit_settings(state, context, kv_bits, shape.max_context)?;
+            let report = hub::check_fit(&shape, &weights, &settings, &machine);
+            Ok(FitCheck { variant: Some(chosen.label.clone()), report })
+        }
+        FitTarget::Local { id } => {
+            let model = crate::models::scan(state)
+                .await
+                .into_iter()
+                .find(|m| m.id == id)
+                .ok_or_else(|| AppError::new("MODEL_NOT_FOUND", format!("no model {id:?} on disk")))?;
+            let holding = holding(state);
+            let path = model.path.clone();
+            let (shape, weights) = tokio::task::spawn_blocking(move || hub::fit::local_model(&path, holding))
+                .await
+                .map_err(|e| AppError::new("FIT_CHECK_FAILED", e.to_string()))??;
+            let settings = fit_settings(state, context, kv_bits, shape.max_context)?;
+            Ok(FitCheck { variant: None, report: hub::check_fit(&shape, &weights, &settings, &machine) })
+        }
+    }
+}
