@@ -1,0 +1,105 @@
+// Search → fit check → download → load → chat, in the real window under
+// Xvfb, against the fake Hugging Face Hub of `hub::testing` run as a process
+// (src-tauri/examples/fake_hub.rs, HF_ENDPOINT): a result the engine runs
+// with its fit verdict, one it lacks with the reason, the download of the
+// first by its `hf:` id, and the downloaded model answering. Elements are
+// read and clicked inside the page (browser.execute): the result list
+// redraws as the fit check and download progress come in.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  allByTestId, byTestId, clickLoad, openApp, openPage, root, send, shot, startDriver, stopDriver, waitFor,
+} from './harness.mjs';
+
+const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-hub-'));
+const TINY = 'test-org/tiny-llama';
+let browser;
+let fakeHub;
+
+/** Starts the fake Hub example and resolves with its endpoint. */
+function startFakeHub() {
+  const binary = process.env.VLM_FAKE_HUB ?? join(root, 'target/debug/examples/fake_hub');
+  fakeHub = spawn(binary, [], { stdio: ['pipe', 'pipe', 'inherit'] });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    fakeHub.stdout.on('data', (d) => {
+      out += d;
+      if (out.includes('\n')) resolve(out.split('\n')[0].trim());
+    });
+    fakeHub.on('exit', (code) => reject(new Error(`${binary} ended (${code}) before it served (built by cargo build --workspace --all-targets)`)));
+  });
+}
+
+/** What a result card says, read inside the page in one step. */
+const card = (b, repo) => b.execute((r) => {
+  const el = document.querySelector(`[data-testid="hub-result"][data-repo="${r}"]`);
+  if (!el) return null;
+  const text = (id) => el.querySelector(`[data-testid="${id}"]`)?.textContent ?? null;
+  return {
+    supported: text('hub-supported'), reason: text('hub-unsupported-reason'), meta: text('hub-meta'),
+    fit: el.querySelector('[data-testid="fit"]')?.getAttribute('data-level') ?? null, fitText: text('fit'),
+    downloads: el.querySelectorAll('[data-testid="hub-download"]').length, downloaded: text('hub-downloaded'),
+    error: text('download-error'),
+  };
+}, repo);
+
+describe('search the Hub, download, load and chat', () => {
+  before(async () => {
+    const endpoint = await startFakeHub();
+    await startDriver({ VLM_DATA_DIR: dataDir, HF_HOME: join(dataDir, 'hf'), HF_ENDPOINT: endpoint, HF_HUB_DISABLE_IMPLICIT_TOKEN: '1' });
+    browser = await openApp();
+  });
+
+  after(async () => {
+    await browser?.deleteSession().catch(() => {});
+    stopDriver();
+    fakeHub?.stdin.end();
+    setTimeout(() => process.exit(process.exitCode ?? 0), 3000).unref();
+  });
+
+  it('finds a model, says whether it runs and fits, downloads it, loads it and chats', async () => {
+    await openPage(browser, 'nav-models', 'hub-search-input');
+    await (await byTestId(browser, 'hub-search-input')).setValue('e');
+    await browser.execute(() => document.querySelector('[data-testid="hub-search-button"]').click());
+
+    await waitFor(browser, 'the fit verdict of the tiny model', async () => (await card(browser, TINY))?.fit != null, 60_000);
+    const tiny = await card(browser, TINY);
+    assert.equal(tiny.supported, 'Runs here · Llama');
+    assert.match(tiny.meta, /↓ 900 · ♥ 12 · license mit/);
+    assert.equal(tiny.fit, 'green', tiny.fitText);
+    assert.match(tiny.fitText, /needs about .* = weights .* \+ KV cache .* at [\d,]+ tokens/);
+    assert.match(tiny.fitText, /largest context that fits: [\d,]+ tokens/);
+    const mamba = await card(browser, 'someone/mamba-130m');
+    assert.match(mamba.reason, /no model family for the mamba architecture/);
+    assert.equal(mamba.downloads, 0, 'an unsupported model offers no download');
+    await shot(browser, '60-hub-search');
+
+    await browser.execute((r) => document.querySelector(`[data-testid="hub-result"][data-repo="${r}"] [data-testid="hub-download"]`).click(), TINY);
+    await waitFor(browser, 'the download to finish', async () => {
+      const c = await card(browser, TINY);
+      if (c?.error) throw new Error(`the download failed: ${c.error}`);
+      return c?.downloaded != null;
+    }, 60_000);
+
+    // on disk now, with its own fit verdict before Load
+    await waitFor(browser, 'the model on disk with its fit', () => browser.execute((id) =>
+      document.querySelector(`[data-testid="local-model"][data-model-id="${id}"] [data-testid="fit"]`) != null, `hf:${TINY}`), 30_000);
+    await clickLoad(browser, `hf:${TINY}`);
+    await waitFor(browser, 'the tiny model to load', () => browser.execute((r) =>
+      (document.querySelector('[data-testid="loaded-model"]')?.textContent ?? '').includes(r), TINY), 60_000);
+    await shot(browser, '61-hub-downloaded-loaded');
+
+    await (await byTestId(browser, 'nav-chat')).click();
+    await (await byTestId(browser, 'new-chat')).click();
+    await send(browser, 'Hello there');
+    await waitFor(browser, 'its answer', async () =>
+      (await allByTestId(browser, 'msg-assistant')).length === 1 && (await allByTestId(browser, 'msg-live')).length === 0, 60_000);
+    const answer = await browser.execute(() => document.querySelector('[data-testid="msg-assistant"] [data-testid="answer"]')?.textContent ?? '');
+    assert.ok(answer.trim().length > 0, 'the downloaded model answered');
+    await shot(browser, '62-hub-model-answers');
+  });
+});
