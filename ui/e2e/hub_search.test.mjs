@@ -12,7 +12,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  allByTestId, byTestId, clickLoad, openApp, openPage, root, send, shot, startDriver, stopDriver, waitFor,
+  allByTestId, axeAudit, byTestId, clickLoad, openApp, openPage, root, send, shot, startDriver, stopDriver, waitFor,
 } from './harness.mjs';
 
 const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-hub-'));
@@ -77,6 +77,8 @@ describe('search the Hub, download, load and chat', () => {
     assert.match(mamba.reason, /no model family for the mamba architecture/);
     assert.equal(mamba.downloads, 0, 'an unsupported model offers no download');
     await shot(browser, '60-hub-search');
+    const serious = await axeAudit(browser, 'hub-search');
+    assert.deepEqual(serious, [], `axe: serious or critical violations on the search results: ${JSON.stringify(serious, null, 1)}`);
 
     await browser.execute((r) => document.querySelector(`[data-testid="hub-result"][data-repo="${r}"] [data-testid="hub-download"]`).click(), TINY);
     await waitFor(browser, 'the download to finish', async () => {

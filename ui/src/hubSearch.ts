@@ -132,7 +132,7 @@ export class HubSearch {
     const failed = this.failures.get(id);
     const gated = m.gated !== 'no';
     let action: HTMLElement | null = null;
-    if (this.done.has(id)) action = h('span', { class: 'badge ok', 'data-testid': 'hub-downloaded' }, 'Downloaded: load it under “On this computer”');
+    if (this.done.has(id)) action = h('span', { class: 'badge', 'data-testid': 'hub-downloaded' }, 'Downloaded: load it under “On this computer”');
     else if (p) action = h('button', { onclick: () => void this.act(() => api.cancelDownload(id)) }, 'Cancel');
     else if (m.support.supported) {
       action = h('div', { class: 'card-actions' }, ...m.variants.map((v) =>
@@ -143,7 +143,7 @@ export class HubSearch {
       h('div', { class: 'title-row' },
         h('h3', { class: 'title' }, m.repo),
         m.support.supported
-          ? badge(`Runs here · ${m.support.family ?? m.architecture ?? ''}`, 'Our engine has this model family.', 'ok', 'hub-supported')
+          ? badge(`Runs here · ${m.support.family ?? m.architecture ?? ''}`, 'Our engine has this model family.', '', 'hub-supported')
           : badge('Not supported', m.support.reason ?? '', 'warn', 'hub-unsupported')),
       m.support.supported ? null : h('div', { class: 'warn-text small', 'data-testid': 'hub-unsupported-reason' }, m.support.reason ?? 'not supported'),
       h('div', { class: 'badges' },
