@@ -69,7 +69,7 @@ describe('Hub search on the Models page', () => {
     expect(gated.querySelector('a')!.getAttribute('href')).toBe('https://huggingface.co/org/m');
     const verdict = gguf.querySelector<HTMLElement>('[data-testid=fit]')!;
     expect(verdict.dataset.level).toBe('yellow');
-    expect(verdict.textContent).toMatch(/Tight/);
+    expect(verdict.querySelector('strong')!.textContent).toBe('Tight: fits only once other programs give memory back (Q4_K_M)');
     expect(verdict.textContent).toMatch(/needs about 2.8 GB = weights 2.0 GB \+ KV cache 500 MB at 4,096 tokens \(8-bit\) \+ runtime 300 MB/);
     expect(verdict.textContent).toMatch(/16.0 GB usable, 8.0 GB free now/);
     expect(gguf.querySelector('[data-testid=fit-max-context]')!.textContent).toBe('largest context that fits: 2,048 tokens');
@@ -116,7 +116,8 @@ describe('Hub search on the Models page', () => {
     view.el.remove();
   });
 
-  it('shows the fit of a model on disk before Load', async () => {
+  it('shows the fit of a model on disk before Load, asked again at each refresh', async () => {
+    let level: 'green' | 'red' = 'green';
     mockIPC((cmd, args) => {
       if (cmd === 'list_models') {
         return { ...emptyGallery, local: [{ id: 'dir:tiny', name: 'tiny', path: '/m/tiny', format: 'safetensors', architecture: 'llama', supported: true,
@@ -124,7 +125,7 @@ describe('Hub search on the Models page', () => {
       }
       if (cmd === 'fit_check') {
         expect(args).toEqual({ target: { kind: 'local', id: 'dir:tiny' }, context: null, kvBits: null });
-        return fit('green', 32768);
+        return { ...fit(level, level === 'green' ? 32768 : null), variant: null };
       }
     });
     const view = new ModelsView(() => {});
@@ -135,6 +136,13 @@ describe('Hub search on the Models page', () => {
     expect(row.querySelector<HTMLElement>('[data-testid=fit]')!.dataset.level).toBe('green');
     expect(row.querySelector('[data-testid=fit-max-context]')!.textContent).toBe('largest context that fits: 32,768 tokens');
     expect(row.querySelector('[data-testid=load-model]')).not.toBeNull();
+    // Settings changed (a longer context, say): the page asks again when it is opened
+    level = 'red';
+    await view.refresh();
+    await tick(); await tick();
+    const again = view.el.querySelector('[data-testid=local-model][data-model-id="dir:tiny"] [data-testid=fit]') as HTMLElement;
+    expect(again.dataset.level).toBe('red');
+    expect(again.querySelector('strong')!.textContent).toBe('Does not fit this machine');
     view.el.remove();
   });
 });

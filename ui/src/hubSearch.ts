@@ -29,7 +29,7 @@ export function fitBlock(fit: FitCheck): HTMLElement {
   const largest = fit.max_green_context == null ? 'no context fits with room to spare'
     : `largest context that fits: ${fit.max_green_context.toLocaleString()} tokens`;
   return h('div', { class: `fit fit-${fit.level}`, 'data-testid': 'fit', 'data-level': fit.level, title: fit.summary },
-    h('strong', {}, FIT_WORDS[fit.level]),
+    h('strong', {}, FIT_WORDS[fit.level], fit.variant ? ` (${fit.variant})` : ''),
     h('div', { class: 'muted small' }, `needs about ${bytes(e.total)} = ${numbers}; this machine: ${bytes(fit.limit_bytes)} usable, ${bytes(fit.available_bytes)} free now`),
     h('div', { class: 'muted small', 'data-testid': 'fit-max-context' }, largest));
 }

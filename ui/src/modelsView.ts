@@ -42,8 +42,11 @@ export class ModelsView {
   private status: EngineStatus | null = null;
   /** Kept across redraws: its query and results stay while the page redraws. */
   readonly search: HubSearch;
-  /** The fit of each model on disk (checked once per model before Load). */
-  private fits = new Map<string, FitCheck | AppError | 'checking'>();
+  /** The fit of each model on disk, with the round it was asked in: each
+   * refresh (opening the page, a download ending) asks again, since Settings
+   * (context, KV bits) and free memory change; the last answer shows meanwhile. */
+  private fits = new Map<string, { round: number; fit: FitCheck | AppError | null }>();
+  private fitRound = 0;
 
   constructor(private toast: (m: string) => void) {
     this.el = h('div', { class: 'page models-page', 'data-testid': 'models-page' });
@@ -51,6 +54,7 @@ export class ModelsView {
   }
 
   async refresh(): Promise<void> {
+    this.fitRound++;
     try {
       this.gallery = await api.listModels();
     } catch (e) {
@@ -187,15 +191,16 @@ export class ModelsView {
 
   /** The fit verdict of a model on disk at the Settings' context and KV bits; checked once. */
   private localFit(m: LocalModel): HTMLElement | null {
-    if (!this.fits.has(m.id)) {
-      this.fits.set(m.id, 'checking');
+    const known = this.fits.get(m.id);
+    if (!known || known.round < this.fitRound) {
+      const round = this.fitRound;
+      this.fits.set(m.id, { round, fit: known?.fit ?? null });
       void api.fitCheck({ kind: 'local', id: m.id })
-        .then((f) => this.fits.set(m.id, f), (e) => this.fits.set(m.id, e as AppError))
+        .then((f) => this.fits.set(m.id, { round, fit: f }), (e) => this.fits.set(m.id, { round, fit: e as AppError }))
         .then(() => { if (this.el.isConnected) this.render(); });
-      return null;
     }
-    const fit = this.fits.get(m.id);
-    if (!fit || fit === 'checking') return null;
+    const fit = known?.fit;
+    if (!fit) return null;
     if ('level' in fit) return fitBlock(fit);
     return h('div', { class: 'muted small', 'data-testid': 'fit-error' }, `No fit estimate: ${fit.message}`);
   }
