@@ -83,6 +83,24 @@ fn holding(state: &AppState) -> WeightHolding {
     }
 }
 
+/// This machine's memory for a model that will replace the loaded one.
+async fn machine(state: &AppState) -> MachineMemory {
+    let detected = MachineMemory::detect();
+    let held = match state.engine.engine() {
+        Some(engine) => engine.stats_async().await.map_or(0, |s| s.active_memory_bytes as u64),
+        None => 0,
+    };
+    after_unload(detected, held)
+}
+
+/// Loading a model unloads the running one, so what the engine holds now
+/// (MLX's active memory) is free for the new one, though the free memory
+/// measured now does not count it: without this, switching between two
+/// models that each fit would look tight.
+pub fn after_unload(machine: MachineMemory, engine_bytes: u64) -> MachineMemory {
+    MachineMemory { available_bytes: machine.available_bytes.saturating_add(engine_bytes).min(machine.total_bytes), ..machine }
+}
+
 async fn client() -> AppResult<hub::HubClient> {
     Ok(hub::HubClient::new(crate::hub_token::hub_config().await?)?)
 }
@@ -101,7 +119,7 @@ pub async fn fit_check(
     context: Option<u32>,
     kv_bits: Option<u8>,
 ) -> AppResult<FitCheck> {
-    let machine = MachineMemory::detect();
+    let machine = machine(state).await;
     match target {
         FitTarget::Hub { repo, variant } => {
             let details = details(&repo, None).await?;
@@ -147,5 +165,19 @@ pub async fn fit_check(
             let settings = fit_settings(state, context, kv_bits, shape.max_context)?;
             Ok(FitCheck { variant: None, report: hub::check_fit(&shape, &weights, &settings, &machine) })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_running_engine_holds_counts_as_free_for_the_next_model() {
+        let machine = MachineMemory { total_bytes: 16 << 30, available_bytes: 4 << 30, gpu_limit_bytes: None };
+        assert_eq!(after_unload(machine, 3 << 30).available_bytes, 7 << 30);
+        assert_eq!(after_unload(machine, 0), machine);
+        // never more than the machine has
+        assert_eq!(after_unload(machine, 20 << 30).available_bytes, 16 << 30);
     }
 }
