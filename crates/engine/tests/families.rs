@@ -9,52 +9,19 @@
 //! reasoning apart. Qwen3.5's recurrent layers in the same batch: padding
 //! never reaches a state, a cancelled row, a chat's second turn resumed
 //! from a prompt checkpoint.
-use std::path::Path;
-
 use engine::batch::{Prompt, Request, SchedulerConfig};
-use engine::generate::{generate, GenerateParams};
 use engine::model;
-use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_family, TinyFamily};
+use engine::testing::TinyFamily;
 use engine::tokenizer::{ChatMessage, TemplateOptions};
 
 mod common;
 
-use common::{Driver, LOAD};
+use common::{family_checkpoint, greedy_no_eos as no_eos, greedy_request as request, salted_prompt as prompt, single_stream_text as alone, Driver, LOAD};
 
 const SEED: u64 = 11;
 
 fn checkpoint(family: TinyFamily) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    write_tiny_family(dir.path(), family, None, SEED).unwrap();
-    dir
-}
-
-/// Ordinary byte tokens, distinct per `salt` from the first token on.
-fn prompt(len: usize, salt: u32) -> Vec<u32> {
-    (0..len as u32).map(|i| 3 + (salt * 31 + i * 7 + i * i) % 250).collect()
-}
-
-/// Greedy, never stopping at EOS: every row runs its full length.
-fn no_eos() -> SamplingParams {
-    SamplingParams { logit_bias: [(2, f32::NEG_INFINITY)].into_iter().collect(), ..SamplingParams::greedy() }
-}
-
-/// The single-stream path (`generate`), independent of the scheduler.
-fn alone(dir: &Path, ids: &[u32], max_tokens: usize) -> String {
-    let m = model::load(dir, &LOAD).unwrap();
-    let mut text = String::new();
-    let params = GenerateParams { max_tokens, sampling: no_eos() };
-    generate(m.model.as_ref(), &m.tokenizer, ids, &params, |t| {
-        text.push_str(t.text);
-        true
-    })
-    .unwrap();
-    text
-}
-
-fn request(ids: &[u32], max_tokens: usize) -> Request {
-    Request::new(Prompt::Tokens(ids.to_vec())).with_max_tokens(max_tokens).with_sampling(no_eos())
+    family_checkpoint(family, SEED)
 }
 
 fn batched_equals_alone(family: TinyFamily) {

@@ -7,49 +7,14 @@
 //! trusted; the folder stays within its budget.
 use std::path::{Path, PathBuf};
 
-use engine::batch::{Prompt, Request, SchedulerConfig};
+use engine::batch::SchedulerConfig;
 use engine::cache::prefix_disk::DiskPrefixConfig;
 use engine::cache::KvQuantization;
-use engine::generate::{generate, GenerateParams};
-use engine::model;
-use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_family, TinyFamily};
+use engine::testing::TinyFamily;
 
 mod common;
 
-use common::{Driver, LOAD};
-
-fn checkpoint(family: TinyFamily, seed: u64) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    write_tiny_family(dir.path(), family, None, seed).unwrap();
-    dir
-}
-
-/// Ordinary byte tokens, distinct per `salt` from the first token on.
-fn prompt(len: usize, salt: u32) -> Vec<u32> {
-    (0..len as u32).map(|i| 3 + (salt * 31 + i * 7 + i * i) % 250).collect()
-}
-
-fn no_eos() -> SamplingParams {
-    SamplingParams { logit_bias: [(2, f32::NEG_INFINITY)].into_iter().collect(), ..SamplingParams::greedy() }
-}
-
-fn request(ids: &[u32], max_tokens: usize) -> Request {
-    Request::new(Prompt::Tokens(ids.to_vec())).with_max_tokens(max_tokens).with_sampling(no_eos())
-}
-
-/// The single-stream path (`generate`), with no cache reused at all.
-fn cold(dir: &Path, ids: &[u32], max_tokens: usize) -> String {
-    let m = model::load(dir, &LOAD).unwrap();
-    let mut text = String::new();
-    let params = GenerateParams { max_tokens, sampling: no_eos() };
-    generate(m.model.as_ref(), &m.tokenizer, ids, &params, |t| {
-        text.push_str(t.text);
-        true
-    })
-    .unwrap();
-    text
-}
+use common::{family_checkpoint as checkpoint, greedy_request as request, salted_prompt as prompt, single_stream_text as cold, Driver};
 
 fn config(folder: &Path, capacity_bytes: u64) -> SchedulerConfig {
     SchedulerConfig {

@@ -5,7 +5,10 @@
 
 use std::path::Path;
 
-use engine::batch::{Event, Request, Scheduler, SchedulerConfig};
+use engine::batch::{Event, Prompt, Request, Scheduler, SchedulerConfig};
+use engine::generate::{generate, GenerateParams};
+use engine::sample::SamplingParams;
+use engine::testing::{write_tiny_family, TinyFamily};
 use engine::cache::BatchCache;
 use engine::handle::Completion;
 use engine::model::{self, LanguageModel, LoadOptions, LoadedModel, Positions, WeightFormat};
@@ -136,3 +139,38 @@ impl Driver {
     }
 }
 
+/// A tiny seeded checkpoint of `family` in a fresh temporary folder.
+pub fn family_checkpoint(family: TinyFamily, seed: u64) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_family(dir.path(), family, None, seed).unwrap();
+    dir
+}
+
+/// Ordinary byte tokens, distinct per `salt` from the first token on.
+pub fn salted_prompt(len: usize, salt: u32) -> Vec<u32> {
+    (0..len as u32).map(|i| 3 + (salt * 31 + i * 7 + i * i) % 250).collect()
+}
+
+/// Greedy, never stopping at EOS: every row runs its full length.
+pub fn greedy_no_eos() -> SamplingParams {
+    SamplingParams { logit_bias: [(2, f32::NEG_INFINITY)].into_iter().collect(), ..SamplingParams::greedy() }
+}
+
+/// A raw-token request under [`greedy_no_eos`].
+pub fn greedy_request(ids: &[u32], max_tokens: usize) -> Request {
+    Request::new(Prompt::Tokens(ids.to_vec())).with_max_tokens(max_tokens).with_sampling(greedy_no_eos())
+}
+
+/// The single-stream path (`generate`) under [`greedy_no_eos`]: no
+/// scheduler, no cache reused.
+pub fn single_stream_text(dir: &Path, ids: &[u32], max_tokens: usize) -> String {
+    let m = model::load(dir, &LOAD).unwrap();
+    let mut text = String::new();
+    let params = GenerateParams { max_tokens, sampling: greedy_no_eos() };
+    generate(m.model.as_ref(), &m.tokenizer, ids, &params, |t| {
+        text.push_str(t.text);
+        true
+    })
+    .unwrap();
+    text
+}
