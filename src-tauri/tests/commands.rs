@@ -2,17 +2,15 @@
 //! a real store in a temp folder and a real tiny engine model written by
 //! `engine::testing::write_tiny_llama`.
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use engine::testing::{write_tiny_llama, write_tiny_qwen2_vl, QwenVlVariant, TinyLlama, TinyQwenVl};
 use serde_json::{json, Value};
-use tauri::ipc::{CallbackFn, InvokeBody};
-use tauri::test::{get_ipc_response, mock_builder, mock_context, noop_assets, INVOKE_KEY};
-use tauri::webview::InvokeRequest;
-use tauri::{App, WebviewWindow, WebviewWindowBuilder};
-use vlm_chat::paths::Paths;
-use vlm_chat::state::AppState;
+use tauri::ipc::InvokeBody;
+
+mod common;
+
+use common::{harness, invoke, paths, Harness};
 
 /// A 1×1 PNG.
 const PNG: &[u8] = &[
@@ -22,61 +20,11 @@ const PNG: &[u8] = &[
     0x60, 0x82,
 ];
 
-struct Harness {
-    _app: App<tauri::test::MockRuntime>,
-    webview: WebviewWindow<tauri::test::MockRuntime>,
-    state: Arc<AppState>,
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        // the engine thread must not be inside MLX when the test process exits
-        self.state.shutdown_blocking();
-    }
-}
-
-fn paths(root: &Path) -> Paths {
-    Paths { data_dir: root.join("data"), models_dir: root.join("models") }
-}
-
 fn tiny_models(root: &Path) {
     write_tiny_llama(&root.join("models").join("tiny"), &TinyLlama::default()).unwrap();
 }
 
-fn harness(root: &Path) -> Harness {
-    let state = tauri::async_runtime::block_on(AppState::open(paths(root))).unwrap();
-    let app = vlm_chat::configure(mock_builder(), state.clone()).build(mock_context(noop_assets())).unwrap();
-    let webview = WebviewWindowBuilder::new(&app, "main", Default::default()).build().unwrap();
-    Harness { _app: app, webview, state }
-}
-
-/// One command through the IPC of `webview` (any thread: the harness itself is not `Sync`).
-fn invoke(webview: &WebviewWindow<tauri::test::MockRuntime>, cmd: &str, body: InvokeBody) -> Result<Value, Value> {
-    let request = InvokeRequest {
-        cmd: cmd.into(),
-        callback: CallbackFn(0),
-        error: CallbackFn(1),
-        url: "tauri://localhost".parse().unwrap(),
-        body,
-        headers: Default::default(),
-        invoke_key: INVOKE_KEY.to_string(),
-    };
-    get_ipc_response(webview, request).map(|b| b.deserialize::<Value>().unwrap())
-}
-
 impl Harness {
-    fn call(&self, cmd: &str, args: Value) -> Result<Value, Value> {
-        self.call_body(cmd, InvokeBody::Json(args))
-    }
-
-    fn call_body(&self, cmd: &str, body: InvokeBody) -> Result<Value, Value> {
-        invoke(&self.webview, cmd, body)
-    }
-
-    fn ok(&self, cmd: &str, args: Value) -> Value {
-        self.call(cmd, args).unwrap_or_else(|e| panic!("{cmd} failed: {e}"))
-    }
-
     fn load_tiny(&self) {
         let status = self.ok("load_model", json!({"id": "dir:tiny"}));
         assert_eq!(status["state"], "ready", "{status}");

@@ -9,18 +9,16 @@
 //! once for this binary (its own process: the other command tests keep
 //! their environment).
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use engine::testing::{write_tiny_llama, TinyLlama};
 use hub::testing::{FakeFile, FakeHub, FakeRepo};
 use serde_json::{json, Value};
-use tauri::ipc::{CallbackFn, InvokeBody};
-use tauri::test::{get_ipc_response, mock_builder, mock_context, noop_assets, INVOKE_KEY};
-use tauri::webview::InvokeRequest;
-use tauri::{App, WebviewWindow, WebviewWindowBuilder};
-use vlm_chat::paths::Paths;
-use vlm_chat::state::AppState;
+
+mod common;
+
+use common::Harness;
 
 const TINY: &str = "test-org/tiny-llama";
 const MAMBA: &str = "someone/mamba-130m";
@@ -75,44 +73,9 @@ fn env() -> &'static Env {
     })
 }
 
-struct Harness {
-    _app: App<tauri::test::MockRuntime>,
-    webview: WebviewWindow<tauri::test::MockRuntime>,
-    state: Arc<AppState>,
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        self.state.shutdown_blocking();
-    }
-}
-
 fn harness(root: &Path) -> Harness {
     env();
-    let paths = Paths { data_dir: root.join("data"), models_dir: root.join("models") };
-    let state = tauri::async_runtime::block_on(AppState::open(paths)).unwrap();
-    let app = vlm_chat::configure(mock_builder(), state.clone()).build(mock_context(noop_assets())).unwrap();
-    let webview = WebviewWindowBuilder::new(&app, "main", Default::default()).build().unwrap();
-    Harness { _app: app, webview, state }
-}
-
-impl Harness {
-    fn call(&self, cmd: &str, args: Value) -> Result<Value, Value> {
-        let request = InvokeRequest {
-            cmd: cmd.into(),
-            callback: CallbackFn(0),
-            error: CallbackFn(1),
-            url: "tauri://localhost".parse().unwrap(),
-            body: InvokeBody::Json(args),
-            headers: Default::default(),
-            invoke_key: INVOKE_KEY.to_string(),
-        };
-        get_ipc_response(&self.webview, request).map(|b| b.deserialize::<Value>().unwrap())
-    }
-
-    fn ok(&self, cmd: &str, args: Value) -> Value {
-        self.call(cmd, args).unwrap_or_else(|e| panic!("{cmd} failed: {e}"))
-    }
+    common::harness(root)
 }
 
 fn result<'a>(page: &'a Value, repo: &str) -> &'a Value {
