@@ -211,21 +211,25 @@ fn tensor_parallel_rank(format: WeightFormat) {
     println!("RANK {rank} TOKENS {ids:?}");
 }
 
+/// Runs test `test`'s rank role on 2 local ranks, each told the checkpoint `dir`.
+fn two_ranks_on_checkpoint(test: &str, dir: &Path) -> Vec<RankOutput> {
+    let ring = LocalRing::new(2).unwrap();
+    ring.run_all(
+        |_| {
+            let mut c = rank_command(test);
+            c.env(CHECKPOINT, dir);
+            c
+        },
+        RING_DEADLINE,
+    )
+    .unwrap()
+}
+
 /// The tiny llama in `dir`, decoded greedily by 2 tensor-parallel ranks and
 /// by this process alone: the same 16 tokens on both ranks and alone.
 fn tensor_parallel_matches_one_process(test: &str, dir: &Path, format: WeightFormat) {
     let alone = common::greedy_ids(&model::load(dir, &LoadOptions { format }).unwrap(), &PROMPT, 16);
-    let ring = LocalRing::new(2).unwrap();
-    let outputs = ring
-        .run_all(
-            |_| {
-                let mut c = rank_command(test);
-                c.env(CHECKPOINT, dir);
-                c
-            },
-            RING_DEADLINE,
-        )
-        .unwrap();
+    let outputs = two_ranks_on_checkpoint(test, dir);
     let all = report(&outputs);
     assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
     for (rank, out) in outputs.iter().enumerate() {
@@ -318,17 +322,7 @@ fn tensor_parallel_refuses_a_quantized_split_inside_a_group_on_every_rank() {
     let dir = tempfile::tempdir().unwrap();
     let spec = TinyLlama { quantize: Some(QuantSpec { group_size: 64, bits: 4 }), ..TinyLlama::default() };
     write_tiny_llama(dir.path(), &spec).unwrap();
-    let ring = LocalRing::new(2).unwrap();
-    let outputs = ring
-        .run_all(
-            |_| {
-                let mut c = rank_command(TEST);
-                c.env(CHECKPOINT, dir.path());
-                c
-            },
-            RING_DEADLINE,
-        )
-        .unwrap();
+    let outputs = two_ranks_on_checkpoint(TEST, dir.path());
     let all = report(&outputs);
     assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
     for (rank, range) in [(0, "0..32"), (1, "32..64")] {
@@ -420,17 +414,7 @@ fn a_follower_replays_rank_0s_joins_and_leaves_and_the_batch_decodes_as_in_one_p
     // The steps are a real continuous batch: each row decodes as it would alone.
     let alone_ids = |prompt: &[u32]| common::greedy_ids(&alone, prompt, 9).iter().map(|&t| t as i32).collect::<Vec<_>>();
     assert_eq!(want, (alone_ids(&PROMPT), alone_ids(&[3, 8, 120, 77])));
-    let ring = LocalRing::new(2).unwrap();
-    let outputs = ring
-        .run_all(
-            |_| {
-                let mut c = rank_command(TEST);
-                c.env(CHECKPOINT, dir.path());
-                c
-            },
-            RING_DEADLINE,
-        )
-        .unwrap();
+    let outputs = two_ranks_on_checkpoint(TEST, dir.path());
     let all = report(&outputs);
     assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
     assert!(outputs[0].stdout.contains(&format!("RANK 0 TOKENS {want:?}")), "alone: {want:?}\n{all}");
@@ -461,17 +445,7 @@ fn a_follower_whose_leader_dies_stops_with_a_clear_error() {
     }
     let dir = tempfile::tempdir().unwrap();
     write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap();
-    let ring = LocalRing::new(2).unwrap();
-    let outputs = ring
-        .run_all(
-            |_| {
-                let mut c = rank_command(TEST);
-                c.env(CHECKPOINT, dir.path());
-                c
-            },
-            RING_DEADLINE,
-        )
-        .unwrap();
+    let outputs = two_ranks_on_checkpoint(TEST, dir.path());
     let all = report(&outputs);
     assert_eq!(outputs[0].code(), Some(7), "{all}");
     assert!(outputs[1].succeeded(), "{all}");
