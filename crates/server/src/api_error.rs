@@ -2,7 +2,8 @@
 //! `{"error": {"message", "type", "code"}}` with the matching status, so SDKs
 //! raise their usual exception types (BadRequestError, NotFoundError, ...).
 use axum::extract::rejection::{BytesRejection, JsonRejection};
-use axum::http::StatusCode;
+use axum::http::header::CONNECTION;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use engine::batch::RequestError;
@@ -170,7 +171,15 @@ impl IntoResponse for ApiError {
         } else {
             tracing::debug!(status = %self.status, code = %self.code, message = %self.message, "request refused");
         }
-        (self.status, Json(self.body())).into_response()
+        let mut response = (self.status, Json(self.body())).into_response();
+        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
+            // The rest of the oversized body is never read, so this connection
+            // cannot carry another request. Saying so keeps a client from
+            // putting it back in its pool and sending the next request into a
+            // socket the server is closing (seen as "incomplete message").
+            response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        response
     }
 }
 
