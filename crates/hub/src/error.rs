@@ -96,6 +96,11 @@ pub enum Error {
     #[error("cannot delete {0}")]
     DeleteNotAllowed(String),
 
+    /// A search asked past the results it pages through ("More results"
+    /// re-reads every page shown before: see `SearchQuery::offset`).
+    #[error("a search shows at most {0} results; narrow it with more words or a filter")]
+    SearchTooDeep(usize),
+
     #[error("I/O error on {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
 }
@@ -123,6 +128,7 @@ impl Error {
             Error::InvalidGguf { .. } => "INVALID_GGUF",
             Error::InvalidConfig { .. } => "INVALID_MODEL_CONFIG",
             Error::DeleteNotAllowed(_) => "DELETE_NOT_ALLOWED",
+            Error::SearchTooDeep(_) => "SEARCH_TOO_DEEP",
             Error::Io { .. } => "IO_ERROR",
         }
     }

@@ -60,9 +60,13 @@ pub struct SearchQuery {
     /// Only models that take images (`image-text-to-text`).
     pub vision_only: bool,
     pub sort: SortBy,
-    /// Results per page; "more" asks again with a larger limit (the Hub's
-    /// order is stable, and hf-hub does not hand out its page cursor).
+    /// Results per page.
     pub limit: usize,
+    /// Results to skip: those of the pages shown already ("More results").
+    /// hf-hub does not hand out the Hub's page cursor, so a later page is
+    /// read from the start (hf-hub follows the Hub's `Link` pages on its
+    /// own) and the shown ones are left out; the Hub's order is stable.
+    pub offset: usize,
     /// Also list each result's files (one more request per result) for the
     /// size of every quantization.
     pub file_sizes: bool,
@@ -77,6 +81,7 @@ impl Default for SearchQuery {
             vision_only: false,
             sort: SortBy::Downloads,
             limit: 20,
+            offset: 0,
             file_sizes: false,
         }
     }
@@ -148,6 +153,8 @@ pub struct ModelDetails {
 /// Bytes of a GGUF file's beginning read for its shape: the header's
 /// architecture keys come before the vocabulary.
 const GGUF_HEADER_PREFIX: u64 = 2 << 20;
+/// The most results a search pages through (the Hub's own page is 1000).
+const MAX_RESULTS: usize = 1000;
 /// Results enriched with file listings at once.
 const LISTING_CONCURRENCY: usize = 8;
 
@@ -155,6 +162,10 @@ impl HubClient {
     /// Models on the Hub matching `query`.
     pub async fn search(&self, query: &SearchQuery, support: &dyn EngineSupport) -> Result<SearchPage> {
         let limit = query.limit.clamp(1, 500);
+        if query.offset + limit > MAX_RESULTS {
+            return Err(Error::SearchTooDeep(MAX_RESULTS));
+        }
+        let offset = query.offset;
         let text = query.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
         let author = query.author.as_deref().map(str::trim).filter(|a| !a.is_empty());
         let tag = match query.format {
@@ -172,11 +183,12 @@ impl HubClient {
             .sort(query.sort.hub_field())
             .full(true)
             .fetch_config(true)
-            // one more than asked: whether there is a next page
-            .limit(limit + 1);
+            // the pages shown, this one, and one more: whether there is a next page
+            .limit(offset + limit + 1);
         let what = "the model search";
         let stream = request.send().map_err(|e| self.error(e, "", what))?;
         let mut infos: Vec<ModelInfo> = stream.try_collect().await.map_err(|e| self.error(e, "", what))?;
+        infos.drain(..offset.min(infos.len()));
         let has_more = infos.len() > limit;
         infos.truncate(limit);
 

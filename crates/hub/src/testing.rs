@@ -102,6 +102,8 @@ struct Shared {
     requests: Mutex<Vec<Recorded>>,
     /// Files whose first download has been cut already.
     cut_done: Mutex<Vec<String>>,
+    /// The most search results one page holds (the real Hub: 1000).
+    search_page_size: Mutex<Option<usize>>,
 }
 
 impl Shared {
@@ -138,6 +140,18 @@ impl FakeHub {
 
     pub fn add_repo(&self, repo: &str, fake: FakeRepo) {
         self.shared.repos.lock().unwrap().push((repo.to_string(), fake));
+    }
+
+    /// Search answers hold at most `size` results a page, the rest behind
+    /// the page's `Link: <…&cursor=…>; rel="next"`, as the real Hub pages
+    /// (at 1000); unset, one page holds all `limit` asks for.
+    pub fn set_search_page_size(&self, size: usize) {
+        *self.shared.search_page_size.lock().unwrap() = Some(size.max(1));
+    }
+
+    /// The search requests received (path and query).
+    pub fn search_requests(&self) -> Vec<String> {
+        self.requests().into_iter().map(|r| r.path).filter(|p| p.starts_with("/api/models?")).collect()
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -249,8 +263,21 @@ async fn search(
         found.sort_by(|a, b| key(&b.1).total_cmp(&key(&a.1)));
     }
     let limit = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(usize::MAX);
-    let results: Vec<serde_json::Value> = found.iter().take(limit).map(|(id, r)| info_json(id, r)).collect();
-    json(serde_json::Value::Array(results))
+    let page = limit.min(shared.search_page_size.lock().unwrap().unwrap_or(usize::MAX));
+    let start: usize = q.get("cursor").and_then(|c| c.parse().ok()).unwrap_or(0);
+    let results: Vec<serde_json::Value> =
+        found.iter().skip(start).take(page).map(|(id, r)| info_json(id, r)).collect();
+    let mut response = json(serde_json::Value::Array(results));
+    let next = start.saturating_add(page);
+    if next < found.len() {
+        // the same query from the next result on, as the real Hub's cursor does
+        let host = headers.get("host").and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
+        let kept = uri.query().unwrap_or("").split('&').filter(|p| !p.is_empty() && !p.starts_with("cursor="));
+        let query: Vec<String> = kept.map(str::to_string).chain([format!("cursor={next}")]).collect();
+        let link = format!("<http://{host}/api/models?{}>; rel=\"next\"", query.join("&"));
+        response.headers_mut().insert("link", link.parse().unwrap());
+    }
+    response
 }
 
 async fn info_main(
