@@ -6,14 +6,22 @@
 //!              4 bytes per weight when it dequantizes to float32 (its CPU default)
 //! + KV cache   2 (K and V) × layers × KV heads × head dim × tokens × bytes per element,
 //!              tokens = the context (a sliding-window layer keeps its window),
-//!              × running sequences; quantized KV stores `bits` per element plus a
-//!              scale and a bias per group of 64, on full-attention layers but the last
-//!              (as the engine does)
+//!              × running sequences; the
+//!              elements are the engine's activation type (float32 on the CPU
+//!              backend, float16 on Metal); quantized KV stores `bits` per element
+//!              plus a scale and a bias per group of 64, on full-attention layers
+//!              but the last (as the engine does)
 //! + vision     a separate projector file (GGUF mmproj), plus the tower's
 //!              activations for one image
 //! + overhead   the runtime (MLX, tokenizer, app) and the activations of one
-//!              prefill chunk and the logits
+//!              prefill chunk: its hidden states, on the CPU backend (MLX's
+//!              attention there is not fused) its attention scores against the
+//!              whole context, the logits, and the KV cache's growth step (it
+//!              grows 256 columns at a time: up to a step beyond the context)
 //! ```
+//!
+//! `crates/engine/tests/fit_measured.rs` checks all but the runtime allowance
+//! against MLX's peak memory for the default model and a small vision model.
 //!
 //! Green: it fits in what is free now with room to spare. Yellow: it fits the
 //! machine, but only once other programs give memory back (or it swaps).
@@ -34,6 +42,13 @@ use crate::memory::MachineMemory;
 pub const RUNTIME_OVERHEAD_BYTES: u64 = 300 << 20;
 /// Tokens the engine prefills at once (the activations it holds meanwhile).
 const PREFILL_CHUNK: u64 = 512;
+/// The engine's KV cache grows by this many columns (`cache::attention_group::STEP`):
+/// a sequence holds up to a step more than its tokens.
+const KV_STEP: u32 = 256;
+/// MLX's CPU backend computes attention unfused, so a prefill chunk's scores
+/// (`chunk × heads × context`, float32) are in memory at once; Metal's fused
+/// kernel never holds them.
+const ATTENTION_SCORES_HELD: bool = !cfg!(target_os = "macos");
 /// A model may use this much of the machine's limit; the system keeps the rest.
 const LIMIT_SHARE: f64 = 0.9;
 /// Green leaves this much of the free memory free.
@@ -56,6 +71,9 @@ pub struct ModelShape {
     /// The longest context the model was trained for, when known.
     pub max_context: Option<u32>,
     /// Bytes per element of the float KV cache (2 for bf16/f16, 4 for f32).
+    // Also the activations': the engine's activation type, which `local_model`
+    // sets from the holding (`WeightHolding::activation_bytes`); from a config
+    // alone, its dtype.
     pub kv_element_bytes: u32,
     pub vision: Option<VisionShape>,
 }
@@ -84,6 +102,18 @@ pub enum WeightHolding {
 }
 
 impl WeightHolding {
+    /// Bytes per element of the activations and the float KV cache, whatever
+    /// the checkpoint's dtype: the engine computes in float32 on the CPU
+    /// backend and in float16 on Metal with the weights as stored
+    /// (`engine::model::loading::activation_dtype`).
+    pub fn activation_bytes(self) -> u32 {
+        if cfg!(target_os = "macos") && self == WeightHolding::AsStored {
+            2
+        } else {
+            4
+        }
+    }
+
     /// Bytes in memory for `stored` bytes on disk holding `parameters` weights.
     pub fn bytes(self, stored: u64, parameters: Option<u64>) -> u64 {
         match (self, parameters) {
@@ -169,7 +199,9 @@ impl ModelShape {
         let vision = config.get("vision_config").filter(|v| v.is_object()).map(|v| {
             let vuint = |keys: &[&str]| keys.iter().find_map(|k| v.get(*k).and_then(Value::as_u64)).unwrap_or(0) as u32;
             VisionShape {
-                hidden_size: vuint(&["hidden_size", "embed_dim", "width"]),
+                // Qwen2-VL's `hidden_size` is the language model's (the merger's
+                // output); its tower is `embed_dim` wide
+                hidden_size: vuint(&["embed_dim", "hidden_size", "width"]),
                 heads: vuint(&["num_attention_heads", "num_heads", "heads"]),
             }
         });
@@ -292,6 +324,8 @@ pub fn check_fit(
 fn estimate(shape: &ModelShape, weights: &WeightBytes, settings: &FitSettings) -> MemoryEstimate {
     let sequences = settings.sequences.max(1) as u64;
     let kv_cache = shape.kv_bytes(settings.context, settings.kv_bits) * sequences;
+    let kv_step = (shape.kv_bytes(settings.context.saturating_add(KV_STEP), settings.kv_bits) * sequences)
+        .saturating_sub(kv_cache);
     let float = shape.kv_element_bytes as u64;
     let vision_activations = shape.vision.as_ref().map_or(0, |v| {
         // one image through the tower: a few hidden-state copies per patch,
@@ -300,9 +334,19 @@ fn estimate(shape: &ModelShape, weights: &WeightBytes, settings: &FitSettings) -
     });
     let vision = weights.vision_projector + vision_activations;
     let prefill = PREFILL_CHUNK.min(settings.context.max(1) as u64);
+    // the last chunk attends to the whole context (a sliding layer to its
+    // window) with every query head (hidden / head dim where the shape does
+    // not say; at least the KV heads)
+    let attended = (0..shape.layers as usize)
+        .map(|layer| shape.windows.get(layer).copied().flatten().map_or(settings.context, |w| w.min(settings.context)))
+        .max()
+        .unwrap_or(settings.context) as u64;
+    let heads = (shape.hidden_size / shape.head_dim.max(1)).max(shape.kv_heads) as u64;
+    let scores = if ATTENTION_SCORES_HELD { prefill * heads * attended * 4 } else { 0 };
     let activations = prefill * (4 * shape.hidden_size as u64 + 2 * shape.intermediate_size as u64) * float
+        + scores
         + shape.vocab_size as u64 * 4 * sequences;
-    let overhead = RUNTIME_OVERHEAD_BYTES + activations;
+    let overhead = RUNTIME_OVERHEAD_BYTES + activations + kv_step;
     MemoryEstimate {
         weights: weights.weights,
         kv_cache,
@@ -332,8 +376,9 @@ pub fn local_model(path: &Path, holding: WeightHolding) -> Result<(ModelShape, W
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if meta.is_file() {
         let metadata = gguf::read_file_metadata(path)?;
-        let shape = ModelShape::from_gguf(&metadata)
+        let mut shape = ModelShape::from_gguf(&metadata)
             .map_err(|reason| Error::InvalidGguf { path: path.to_path_buf(), reason })?;
+        shape.kv_element_bytes = holding.activation_bytes();
         let projector = path.parent().map_or(0, |dir| mmproj_beside(dir, path));
         let weights = holding.bytes(meta.len(), metadata.parameters);
         return Ok((shape, WeightBytes { weights, vision_projector: projector }));
@@ -342,7 +387,8 @@ pub fn local_model(path: &Path, holding: WeightHolding) -> Result<(ModelShape, W
     let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
     let invalid = |reason: String| Error::InvalidConfig { path: config_path.clone(), reason };
     let config: Value = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
-    let shape = ModelShape::from_config(&config).map_err(invalid)?;
+    let mut shape = ModelShape::from_config(&config).map_err(invalid)?;
+    shape.kv_element_bytes = holding.activation_bytes();
     let bits = ["quantization", "quantization_config"]
         .iter()
         .find_map(|k| config.get(*k).and_then(|q| q.get("bits")).and_then(Value::as_u64));
