@@ -43,7 +43,7 @@ pub use api_error::ApiError;
 pub use config::{ServerConfig, DEFAULT_BODY_LIMIT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_PORT};
 pub use error::Error;
 pub use routes::router;
-pub use state::ServerState;
+pub use state::{Reloader, ServerState};
 
 /// Open files a server needs besides its connections: the model's files,
 /// the log, the engine's and the runtime's own descriptors.

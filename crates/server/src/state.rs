@@ -1,6 +1,8 @@
 //! The engine the server talks to, shared by every request and swappable at
 //! run time: the app loads, switches and unloads models while the server runs.
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 
 use engine::handle::{EngineConfig, EngineHandle};
@@ -8,12 +10,19 @@ use engine::model::ModelInfo;
 
 use crate::error::Error;
 
+/// Loads a model into the empty slot for a request that finds none (the
+/// desktop app unloads its model after an idle time and loads it again when
+/// it is needed); answers the engine it put in the slot, or `None`.
+pub type Reloader = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Option<EngineHandle>> + Send>> + Send + Sync>;
+
 /// Cheap to clone; all clones see the same engine slot.
 #[derive(Clone, Default)]
 pub struct ServerState {
     /// `None` while no model is loaded. A std lock is enough: it is held only
     /// to clone or swap the handle, never across an `.await`.
     engine: Arc<RwLock<Option<EngineHandle>>>,
+    /// What a request that finds no model calls before it answers 503.
+    reloader: Arc<RwLock<Option<Reloader>>>,
 }
 
 impl ServerState {
@@ -32,6 +41,21 @@ impl ServerState {
     /// swap does not disturb replies already under way.
     pub fn engine(&self) -> Option<EngineHandle> {
         self.engine.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// The current engine, or the one the reloader loads when there is none
+    /// (see [`Self::set_reloader`]); `None` when neither gives one.
+    pub async fn engine_or_reload(&self) -> Option<EngineHandle> {
+        if let Some(engine) = self.engine() {
+            return Some(engine);
+        }
+        let reloader = self.reloader.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()?;
+        reloader().await
+    }
+
+    /// Sets what a request that finds no model calls (or none).
+    pub fn set_reloader(&self, reloader: Option<Reloader>) {
+        *self.reloader.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = reloader;
     }
 
     /// Puts `engine` in place (or none) and returns the previous one. The

@@ -24,7 +24,7 @@ pub(crate) async fn completions(
     State(context): State<AppContext>,
     ApiJson(body): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let engine = context.state.engine().ok_or_else(ApiError::no_model_loaded)?;
+    let engine = context.state.engine_or_reload().await.ok_or_else(ApiError::no_model_loaded)?;
     let info = engine.model_info();
     if let Some(requested) = body.model.as_deref() {
         if !accepts_model_name(&info.name, &info.path, requested) {
