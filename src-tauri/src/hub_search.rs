@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use crate::error::{AppError, AppResult};
+use crate::settings::Settings;
 use crate::state::AppState;
 
 /// The engine's family registry, as the hub crate asks it.
@@ -56,22 +57,38 @@ pub struct FitCheck {
     pub report: FitReport,
 }
 
+/// What the estimate is asked for; `None` fields take the model's load
+/// settings (its own, else the Settings', see model_settings.rs).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FitAsk {
+    pub context: Option<u32>,
+    pub kv_bits: Option<u8>,
+    pub max_running: Option<usize>,
+}
+
 /// The load settings the estimate is for: the context asked (else the
-/// Settings limit, else the model's own), KV bits asked (else Settings').
-/// One sequence: a chat at a time is what the gallery promises; more
-/// running sequences each add their KV cache.
-fn fit_settings(state: &AppState, context: Option<u32>, kv_bits: Option<u8>, model_max: Option<u32>) -> AppResult<FitSettings> {
-    let settings = state.settings();
-    let kv_bits = kv_bits.unwrap_or(settings.kv_bits);
+/// model's load settings' limit; 0 is the model's own), KV bits and running
+/// sequences asked (else the load settings'). Every running sequence may
+/// fill the context, each with its own KV cache, so all of them count: the
+/// summary says "× N sequences".
+fn fit_settings(base: &Settings, ask: FitAsk, model_max: Option<u32>) -> AppResult<FitSettings> {
+    let kv_bits = ask.kv_bits.unwrap_or(base.kv_bits);
     if ![0, 4, 8].contains(&kv_bits) {
         return Err(AppError::new("INVALID_SETTINGS", format!("KV bits must be off (0), 8 or 4, not {kv_bits}")));
     }
-    let from_settings = u32::try_from(settings.max_context).ok().filter(|&c| c > 0);
-    let context = context.or(from_settings).or(model_max).unwrap_or(4096);
-    if context == 0 {
-        return Err(AppError::new("INVALID_SETTINGS", "the context must be at least one token"));
+    let max_running = ask.max_running.unwrap_or(base.max_running);
+    if max_running == 0 || max_running > 64 {
+        return Err(AppError::new("INVALID_SETTINGS", "running sequences must be between 1 and 64"));
     }
-    Ok(FitSettings { context, kv_bits: (kv_bits != 0).then_some(kv_bits), sequences: 1 })
+    // 0 is the model's own limit, as in the Settings; a limit above the
+    // model's own is the model's own: the engine caps it
+    let limit = ask.context.unwrap_or(u32::try_from(base.max_context).unwrap_or(u32::MAX));
+    let context = match (limit, model_max) {
+        (0, own) => own.unwrap_or(4096),
+        (limit, Some(own)) => limit.min(own),
+        (limit, None) => limit,
+    };
+    Ok(FitSettings { context, kv_bits: (kv_bits != 0).then_some(kv_bits), sequences: max_running as u32 })
 }
 
 /// How the engine will hold the weights (quantized as stored on Metal,
@@ -113,15 +130,11 @@ pub async fn details(repo: &str, revision: Option<&str>) -> AppResult<ModelDetai
     Ok(client().await?.model_details(repo, revision.unwrap_or("main"), &EngineRegistry).await?)
 }
 
-pub async fn fit_check(
-    state: &Arc<AppState>,
-    target: FitTarget,
-    context: Option<u32>,
-    kv_bits: Option<u8>,
-) -> AppResult<FitCheck> {
+pub async fn fit_check(state: &Arc<AppState>, target: FitTarget, ask: FitAsk) -> AppResult<FitCheck> {
     let machine = machine(state).await;
     match target {
         FitTarget::Hub { repo, variant } => {
+            let base = crate::model_settings::effective(state, &format!("hf:{repo}")).await?;
             let details = details(&repo, None).await?;
             let shape = details.shape.clone().ok_or_else(|| {
                 let why = details.shape_error.clone().unwrap_or_else(|| "unknown".into());
@@ -147,7 +160,7 @@ pub async fn fit_check(
                 weights: holding(state).bytes(stored, parameters),
                 vision_projector: chosen.projector_bytes.unwrap_or(0),
             };
-            let settings = fit_settings(state, context, kv_bits, shape.max_context)?;
+            let settings = fit_settings(&base, ask, shape.max_context)?;
             let report = hub::check_fit(&shape, &weights, &settings, &machine);
             Ok(FitCheck { variant: Some(chosen.label.clone()), report })
         }
@@ -162,7 +175,8 @@ pub async fn fit_check(
             let (shape, weights) = tokio::task::spawn_blocking(move || hub::fit::local_model(&path, holding))
                 .await
                 .map_err(|e| AppError::new("FIT_CHECK_FAILED", e.to_string()))??;
-            let settings = fit_settings(state, context, kv_bits, shape.max_context)?;
+            let base = crate::model_settings::effective(state, &id).await?;
+            let settings = fit_settings(&base, ask, shape.max_context)?;
             Ok(FitCheck { variant: None, report: hub::check_fit(&shape, &weights, &settings, &machine) })
         }
     }
@@ -171,6 +185,23 @@ pub async fn fit_check(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_running_sequence_counts_and_the_ask_beats_the_settings() {
+        let base = Settings { max_running: 4, kv_bits: 8, max_context: 2048, ..Default::default() };
+        let s = fit_settings(&base, FitAsk::default(), Some(8192)).unwrap();
+        assert_eq!((s.context, s.kv_bits, s.sequences), (2048, Some(8), 4));
+        let ask = FitAsk { context: Some(512), kv_bits: Some(0), max_running: Some(1) };
+        let s = fit_settings(&base, ask, Some(8192)).unwrap();
+        assert_eq!((s.context, s.kv_bits, s.sequences), (512, None, 1));
+        // a limit above the model's own is the model's own; 0 is the model's own
+        let s = fit_settings(&base, FitAsk::default(), Some(1024)).unwrap();
+        assert_eq!(s.context, 1024);
+        let own = FitAsk { context: Some(0), ..Default::default() };
+        assert_eq!(fit_settings(&base, own, Some(8192)).unwrap().context, 8192);
+        let bad = FitAsk { max_running: Some(0), ..Default::default() };
+        assert_eq!(fit_settings(&base, bad, None).unwrap_err().code, "INVALID_SETTINGS");
+    }
 
     #[test]
     fn what_the_running_engine_holds_counts_as_free_for_the_next_model() {

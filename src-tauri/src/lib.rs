@@ -18,6 +18,7 @@ pub mod generation;
 pub mod heic;
 pub mod hub_search;
 pub mod hub_token;
+pub mod idle;
 #[cfg(target_os = "macos")]
 mod heic_imageio;
 pub mod image_bytes;
@@ -25,6 +26,7 @@ pub mod links;
 #[cfg(target_os = "macos")]
 mod macos_app;
 pub mod menu;
+pub mod model_settings;
 pub mod models;
 pub mod openai_server;
 pub mod opened_files;
@@ -90,6 +92,9 @@ fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R> {
             commands::models::download_model,
             commands::models::cancel_download,
             commands::models::delete_model,
+            commands::model_settings::get_model_load_settings,
+            commands::model_settings::save_model_load_settings,
+            commands::model_settings::forget_model_load_settings,
             commands::hub_search::search_hub,
             commands::hub_search::hub_model_details,
             commands::hub_search::fit_check,
@@ -152,6 +157,7 @@ pub fn run() {
             }
             let handle = app.handle().clone();
             let state = app.state::<Arc<AppState>>().inner().clone();
+            tauri::async_runtime::spawn(idle::watch(handle.clone(), state.clone()));
             tauri::async_runtime::spawn(async move {
                 crate::openai_server::apply(&handle, &state).await;
                 models::load_initial(&handle, &state).await;

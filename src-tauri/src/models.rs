@@ -12,6 +12,7 @@ use ts_rs::TS;
 use tauri::{AppHandle, Emitter, Runtime};
 
 use crate::error::{AppError, AppResult};
+use crate::model_settings::ModelLoadSettings;
 use crate::state::{AppState, EngineStatus, LoadedModel};
 
 pub fn scan_config(state: &AppState) -> ScanConfig {
@@ -43,11 +44,14 @@ pub struct LocalEntry {
     /// Vision, thinking and tools, from the engine's registry.
     #[serde(flatten)]
     pub capabilities: Capabilities,
+    /// The load settings remembered for this model (model_settings.rs);
+    /// `None`: it loads with the Settings'.
+    pub load_settings: Option<ModelLoadSettings>,
 }
 
 fn local_entry(model: LocalModel) -> LocalEntry {
     let capabilities = capabilities(&model.path);
-    LocalEntry { model, capabilities }
+    LocalEntry { model, capabilities, load_settings: None }
 }
 
 /// A catalog entry as the gallery shows it.
@@ -99,9 +103,15 @@ pub async fn gallery(state: &AppState) -> Gallery {
             }
         })
         .collect();
-    let local = tokio::task::spawn_blocking(move || local.into_iter().map(local_entry).collect::<Vec<_>>())
+    let mut local = tokio::task::spawn_blocking(move || local.into_iter().map(local_entry).collect::<Vec<_>>())
         .await
         .unwrap_or_default();
+    for entry in &mut local {
+        entry.load_settings = crate::model_settings::remembered(state, &entry.model.id).await.unwrap_or_else(|e| {
+            tracing::warn!(%e, id = entry.model.id, "a model's load settings cannot be read");
+            None
+        });
+    }
     Gallery {
         disk_bytes: local.iter().map(|m| m.model.size_bytes).sum(),
         catalog,
@@ -117,7 +127,7 @@ pub fn default_model_id(state: &AppState) -> String {
     local_id_of(&state.catalog.default_entry().source)
 }
 
-fn set_status<R: Runtime>(app: &AppHandle<R>, state: &AppState, change: impl FnOnce(&mut EngineStatus)) {
+pub(crate) fn set_status<R: Runtime>(app: &AppHandle<R>, state: &AppState, change: impl FnOnce(&mut EngineStatus)) {
     let status = {
         let mut s = state.status.lock().unwrap();
         change(&mut s);
@@ -127,9 +137,19 @@ fn set_status<R: Runtime>(app: &AppHandle<R>, state: &AppState, change: impl FnO
 }
 
 /// Loads a model by its disk-scan id, replacing the running engine (whose
-/// replies under way end with ENGINE_STOPPED), and remembers the choice.
+/// replies under way end with ENGINE_STOPPED), and remembers the choice. The
+/// model's own load settings (model_settings.rs) apply, else the Settings'.
 pub async fn load<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &str) -> AppResult<EngineStatus> {
     let _one_at_a_time = state.load_lock.lock().await;
+    load_locked(app, state, id).await
+}
+
+/// `load`, with the load lock held by the caller.
+pub(crate) async fn load_locked<R: Runtime>(
+    app: &AppHandle<R>,
+    state: &Arc<AppState>,
+    id: &str,
+) -> AppResult<EngineStatus> {
     let found = scan(state).await.into_iter().find(|m| m.id == id);
     let model = found.ok_or_else(|| AppError::new("MODEL_NOT_FOUND", format!("no model {id:?} on disk")))?;
     if !model.supported {
@@ -142,7 +162,7 @@ pub async fn load<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &st
         });
         return Err(AppError::new("UNSUPPORTED_MODEL", why));
     }
-    let settings = state.settings();
+    let settings = crate::model_settings::effective(state, id).await?;
     set_status(app, state, |s| {
         s.state = "loading";
         s.loading = Some(model.name.clone());
@@ -176,10 +196,12 @@ pub async fn load<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &st
     }
     state.store.set_selected_model(id).await?;
     *state.last_stats.lock().unwrap() = None;
+    state.idle.lock().unwrap().touch(std::time::Instant::now());
     set_status(app, state, |s| {
         s.state = "ready";
         s.loading = None;
         s.error = None;
+        s.idle_unloaded = None;
         s.knobs = Some(settings.engine_knobs());
         s.model = Some(LoadedModel {
             id: id.to_string(),
@@ -195,17 +217,26 @@ pub async fn load<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &st
     Ok(state.status())
 }
 
+/// Unloads the model at the user's word: nothing loads it again by itself.
 pub async fn unload<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>) -> AppResult<EngineStatus> {
     let _one_at_a_time = state.load_lock.lock().await;
+    unload_locked(app, state, false).await;
+    Ok(state.status())
+}
+
+/// Stops the engine, with the load lock held by the caller. `idle`: the
+/// model was unloaded for having been idle, and the next message or server
+/// request loads it again (see idle.rs).
+pub(crate) async fn unload_locked<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, idle: bool) {
     if let Some(previous) = state.engine.set_engine(None) {
         let _ = tokio::task::spawn_blocking(move || previous.shutdown()).await;
     }
     set_status(app, state, |s| {
         s.state = "unloaded";
+        s.idle_unloaded = if idle { s.model.take() } else { None };
         s.model = None;
         s.knobs = None;
     });
-    Ok(state.status())
 }
 
 /// Loads the remembered model (or the default one) at startup.

@@ -46,8 +46,28 @@ fn explain(error: &server::Error, port: u16) -> String {
     }
 }
 
+/// A server request that finds the model unloaded after the idle time loads
+/// it again (idle.rs), as a chat message does.
+fn reloader<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>) -> server::Reloader {
+    let app = app.clone();
+    // weak: the state owns the engine slot that holds this
+    let state = Arc::downgrade(state);
+    Arc::new(move || {
+        let app = app.clone();
+        let state = state.clone();
+        Box::pin(async move {
+            let state = state.upgrade()?;
+            if let Err(e) = crate::idle::wake(&app, &state).await {
+                tracing::warn!(%e, "loading the model again for a server request failed");
+            }
+            state.engine.engine()
+        })
+    })
+}
+
 /// Starts, stops or moves the server to match the settings.
 pub async fn apply<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>) {
+    state.engine.set_reloader(Some(reloader(app, state)));
     let settings = state.settings();
     let mut slot = state.server.lock().await;
     if let Some(old) = slot.take() {

@@ -17,6 +17,9 @@ use crate::context::ContextPolicy;
 /// The largest disk budget for the prefix cache, in MiB.
 const MAX_PREFIX_DISK_MB: usize = 1 << 20;
 
+/// The longest idle time before an unload: a week, in minutes.
+const MAX_IDLE_MINUTES: u32 = 7 * 24 * 60;
+
 /// The store key the settings live under.
 pub const SETTINGS_KEY: &str = "app_settings";
 
@@ -53,6 +56,11 @@ pub struct Settings {
     pub system_prompt: String,
     /// Most sequences decoding at once (chats, server clients).
     pub max_running: usize,
+    /// Unload the model after this many minutes with nothing to do, to give
+    /// its memory back; the next message (or server request) loads it again.
+    /// 0 = never, the default: a model the user loaded stays ready, as it
+    /// did before this setting, and reloading a large one takes a while.
+    pub unload_after_idle_minutes: u32,
     /// Run the OpenAI-compatible server on 127.0.0.1.
     pub server_enabled: bool,
     pub server_port: u16,
@@ -80,6 +88,7 @@ impl Default for Settings {
             max_tokens: 1024,
             system_prompt: String::new(),
             max_running: 8,
+            unload_after_idle_minutes: 0,
             server_enabled: false,
             server_port: server::DEFAULT_PORT,
             server_file_url_folders: Vec::new(),
@@ -130,6 +139,9 @@ impl Settings {
         }
         if self.max_running == 0 || self.max_running > 64 {
             return Err("running sequences must be between 1 and 64".into());
+        }
+        if self.unload_after_idle_minutes > MAX_IDLE_MINUTES {
+            return Err(format!("unload after idle must be at most {MAX_IDLE_MINUTES} minutes (a week); 0 = never"));
         }
         if self.server_port == 0 {
             return Err("the server port must not be 0".into());

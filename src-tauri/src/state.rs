@@ -11,6 +11,7 @@ use store::{ChatId, Store};
 use crate::image_bytes::{ImageBytes, IMAGE_BYTES_KEPT};
 use crate::error::{AppError, AppResult};
 use crate::generation::Generation;
+use crate::idle::IdleClock;
 use crate::paths::Paths;
 use crate::settings::{EngineKnobs, Settings};
 
@@ -47,6 +48,9 @@ pub struct EngineStatus {
     pub knobs: Option<EngineKnobs>,
     /// The last load failure, cleared by the next successful load.
     pub error: Option<AppError>,
+    /// The model unloaded after the idle time (Settings): the next message
+    /// or server request loads it again. Cleared by any load or unload.
+    pub idle_unloaded: Option<LoadedModel>,
 }
 
 pub struct AppState {
@@ -76,6 +80,8 @@ pub struct AppState {
     pub catalog: hub::Catalog,
     /// For the decode-speed estimate: the last stats sample (time, decode steps).
     pub last_stats: Mutex<Option<(std::time::Instant, u64)>>,
+    /// When the engine last did anything, for the unload after an idle time.
+    pub idle: Mutex<IdleClock>,
 }
 
 impl AppState {
@@ -103,6 +109,7 @@ impl AppState {
             server_error: Mutex::new(None),
             catalog: hub::Catalog::builtin()?,
             last_stats: Mutex::new(None),
+            idle: Mutex::new(IdleClock::new(std::time::Instant::now())),
         }))
     }
 

@@ -4,13 +4,13 @@
 use std::path::Path;
 use std::time::Duration;
 
-use engine::testing::{write_tiny_llama, write_tiny_qwen2_vl, QwenVlVariant, TinyLlama, TinyQwenVl};
+use engine::testing::{write_tiny_qwen2_vl, QwenVlVariant, TinyQwenVl};
 use serde_json::{json, Value};
 use tauri::ipc::InvokeBody;
 
 mod common;
 
-use common::{harness, invoke, paths, Harness};
+use common::{harness, invoke, paths, tiny_models, Harness};
 
 /// A 1×1 PNG.
 const PNG: &[u8] = &[
@@ -19,56 +19,6 @@ const PNG: &[u8] = &[
     0xF0, 0x1F, 0, 0x05, 0x00, 0x01, 0xFF, 0x89, 0x99, 0x3D, 0x1D, 0, 0, 0, 0, 0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42,
     0x60, 0x82,
 ];
-
-fn tiny_models(root: &Path) {
-    write_tiny_llama(&root.join("models").join("tiny"), &TinyLlama::default()).unwrap();
-}
-
-impl Harness {
-    fn load_tiny(&self) {
-        let status = self.ok("load_model", json!({"id": "dir:tiny"}));
-        assert_eq!(status["state"], "ready", "{status}");
-        assert_eq!(status["model"]["id"], "dir:tiny");
-    }
-
-    /// Short greedy answers, so the tests do not wait on long ones.
-    fn settings(&self, change: impl FnOnce(&mut Value)) -> Value {
-        let mut s = self.ok("get_settings", json!({}))["settings"].clone();
-        s["temperature"] = json!(0.0);
-        s["max_tokens"] = json!(8);
-        change(&mut s);
-        self.ok("save_settings", json!({"settings": s}))
-    }
-
-    fn new_chat(&self) -> i64 {
-        self.ok("create_chat", json!({}))["id"].as_i64().unwrap()
-    }
-
-    fn send(&self, chat: i64, text: &str, attachments: &[&str]) -> Value {
-        self.ok(
-            "send_message",
-            json!({"chatId": chat, "message": {"text": text, "attachments": attachments}, "onEvent": "__CHANNEL__:7"}),
-        )
-    }
-
-    /// Waits until the chat's last reply is no longer streaming and returns it.
-    /// Bounded by a count, not a clock: it fails only if the reply never ends.
-    fn finished_reply(&self, chat: i64) -> Value {
-        for _ in 0..6000 {
-            let messages = self.ok("list_messages", json!({"chatId": chat}));
-            let last = messages.as_array().unwrap().last().cloned().unwrap();
-            let active = self.ok("active_replies", json!({}));
-            if last["role"] == "assistant"
-                && last["status"] != "streaming"
-                && !active.as_array().unwrap().contains(&json!(chat))
-            {
-                return last;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("the reply in chat {chat} never finished");
-    }
-}
 
 #[test]
 fn chats_are_created_listed_renamed_searched_and_deleted() {

@@ -105,6 +105,15 @@ fn search_says_which_results_the_engine_runs_and_why_not() {
     // a GGUF's architecture is asked of the registry's GGUF imports
     assert_eq!(result(&page, GGUF)["support"]["family"], "Llama");
 
+    // "More results": the next page follows on from the one shown
+    let repos = |page: &Value| -> Vec<String> {
+        page["results"].as_array().unwrap().iter().map(|m| m["repo"].as_str().unwrap().to_string()).collect()
+    };
+    let first = h.ok("search_hub", json!({"query": {"limit": 2}}));
+    assert_eq!((repos(&first), first["has_more"].clone()), (vec![TINY.to_string(), MAMBA.to_string()], json!(true)));
+    let next = h.ok("search_hub", json!({"query": {"limit": 2, "offset": 2}}));
+    assert_eq!((repos(&next), next["has_more"].clone()), (vec![GGUF.to_string()], json!(false)));
+
     // the query's fields are optional: the UI sends what the user set
     let page = h.ok("search_hub", json!({"query": {"text": "mamba", "file_sizes": true}}));
     assert_eq!(page["results"].as_array().unwrap().len(), 1, "{page}");
@@ -123,7 +132,7 @@ fn the_fit_check_gives_the_numbers_before_a_download_and_before_a_load() {
     let shape = &details["shape"];
     assert!(shape["layers"].as_u64().unwrap() > 0, "{details}");
 
-    let fit = h.ok("fit_check", json!({"target": {"kind": "hub", "repo": TINY}, "context": 256, "kvBits": 0}));
+    let fit = h.ok("fit_check", json!({"target": {"kind": "hub", "repo": TINY}, "context": 256, "kvBits": 0, "maxRunning": 1}));
     assert_eq!(fit["level"], "green", "a tiny model fits any machine: {fit}");
     let estimate = &fit["estimate"];
     let sum: u64 = ["weights", "kv_cache", "vision", "overhead"].iter().map(|k| estimate[k].as_u64().unwrap()).sum();
@@ -138,7 +147,7 @@ fn the_fit_check_gives_the_numbers_before_a_download_and_before_a_load() {
     assert!(fit["summary"].as_str().unwrap().contains("KV cache at 256 tokens"), "{fit}");
 
     // 8-bit KV takes less than float KV for the same context
-    let q8 = h.ok("fit_check", json!({"target": {"kind": "hub", "repo": TINY}, "context": 256, "kvBits": 8}));
+    let q8 = h.ok("fit_check", json!({"target": {"kind": "hub", "repo": TINY}, "context": 256, "kvBits": 8, "maxRunning": 1}));
     assert!(q8["estimate"]["kv_cache"].as_u64() < estimate["kv_cache"].as_u64(), "{q8}");
 
     let err = h.call("fit_check", json!({"target": {"kind": "hub", "repo": TINY, "variant": "Q2_K"}})).unwrap_err();
@@ -149,7 +158,10 @@ fn the_fit_check_gives_the_numbers_before_a_download_and_before_a_load() {
     // a model on disk, by its gallery id
     write_tiny_llama(&dir.path().join("models").join("tiny"), &TinyLlama::default()).unwrap();
     let local = h.ok("fit_check", json!({"target": {"kind": "local", "id": "dir:tiny"}, "context": 256}));
-    assert_eq!(local["estimate"]["kv_cache"].as_u64().unwrap(), kv, "{local}");
+    // asked nothing, every running sequence of the Settings' counts
+    let running = h.ok("get_settings", json!({}))["settings"]["max_running"].as_u64().unwrap();
+    assert_eq!(local["settings"]["sequences"].as_u64(), Some(running), "{local}");
+    assert_eq!(local["estimate"]["kv_cache"].as_u64().unwrap(), kv * running, "{local}");
     assert_eq!(local["level"], "green", "{local}");
     let err = h.call("fit_check", json!({"target": {"kind": "local", "id": "dir:nothing"}})).unwrap_err();
     assert_eq!(err["code"], "MODEL_NOT_FOUND", "{err}");

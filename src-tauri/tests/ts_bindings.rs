@@ -40,6 +40,7 @@ fn export_all(cfg: &Config) {
         vlm_chat::models::Gallery,
         vlm_chat::hub_search::FitCheck,
         vlm_chat::hub_search::FitTarget,
+        vlm_chat::model_settings::ModelLoadSettingsView,
         hub::SearchQuery,
         hub::SearchPage,
         hub::ModelDetails,

@@ -17,7 +17,7 @@ afterEach(() => { clearMocks(); document.body.innerHTML = ''; });
 const model = (over: Partial<LoadedModel> = {}): LoadedModel => ({
   id: 'dir:tiny', name: 'Tiny', path: '', architecture: 'llama', quantization: null, quantization_words: null, max_context: 2048, vision: false, thinking: false, tools: false, ...over,
 });
-const status = (m: LoadedModel | null): EngineStatus => ({ state: m ? 'ready' : 'unloaded', loading: null, model: m, knobs: null, error: null });
+const status = (m: LoadedModel | null): EngineStatus => ({ state: m ? 'ready' : 'unloaded', loading: null, model: m, knobs: null, error: null, idle_unloaded: null });
 const msg = (over: Partial<Message>): Message => ({
   id: 1, chat_id: 1, parent_id: null, siblings: [], role: 'user', content: '', reasoning: null, attachments: [], stats: null, model: null,
   status: 'complete', error: null, error_code: null, created_at: 0, updated_at: 0, ...over,
@@ -212,7 +212,7 @@ describe('the models page', () => {
 describe('settings', () => {
   const settings: Settings = {
     thinking: true, thinking_budget: 0, context_policy: 'stop', kv_bits: 0, kv_group_size: 64, max_context: 0, vision_cache_mb: 512, prefix_disk_cache_mb: 4096, temperature: 0.7, top_p: 0.95, top_k: 0,
-    min_p: 0, repetition_penalty: 1, max_tokens: 1024, system_prompt: '', max_running: 8, server_enabled: false, server_port: 8080,
+    min_p: 0, repetition_penalty: 1, max_tokens: 1024, system_prompt: '', max_running: 8, unload_after_idle_minutes: 0, server_enabled: false, server_port: 8080,
     server_file_url_folders: [],
   };
 

@@ -116,7 +116,7 @@ describe('message details', () => {
 
 describe('status bar', () => {
   it('says what the engine does in words a user knows', () => {
-    const status = { state: 'ready' as const, loading: null, model: loaded(false), knobs: null, error: null };
+    const status = { state: 'ready' as const, loading: null, model: loaded(false), knobs: null, error: null, idle_unloaded: null };
     const engine = { running: 2, waiting: 1, kv_cache_bytes: 2_500_000, active_memory_bytes: 180_000_000, decode_steps: 9, kv_quantization: 'off',
       prefix_cache: { hits: 3, misses: 1, bytes: 0, reused_tokens: 340 } };
     const items = statusItems(status, { engine, decode_tps: 14.2, app_replies: 2 }, { running: true, url: 'http://127.0.0.1:8080/v1', error: null });

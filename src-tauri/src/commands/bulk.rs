@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bulk::{AnswerFormat, ExportFormat};
 use store::{BulkJob, BulkJobId, BulkRow};
 use tauri::ipc::Channel;
-use tauri::State;
+use tauri::{AppHandle, Runtime, State};
 
 use crate::bulk_jobs::{self, BulkEvent, BulkRuns, RunPass};
 use crate::error::AppResult;
@@ -38,13 +38,15 @@ pub async fn bulk_job_rows(state: State<'_, Arc<AppState>>, job_id: BulkJobId) -
 /// Runs the job's unanswered rows (`unfinished`: a first run or a resume)
 /// or its failed ones (`failed`); returns at once with the job running.
 #[tauri::command]
-pub async fn run_bulk_job(
+pub async fn run_bulk_job<R: Runtime>(
+    app: AppHandle<R>,
     state: State<'_, Arc<AppState>>,
     runs: State<'_, Arc<BulkRuns>>,
     job_id: BulkJobId,
     pass: RunPass,
     on_event: Channel<BulkEvent>,
 ) -> AppResult<BulkJob> {
+    crate::idle::wake(&app, &state).await?;
     let sink = Arc::new(move |event| {
         let _ = on_event.send(event);
     });

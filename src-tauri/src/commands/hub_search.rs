@@ -6,7 +6,7 @@ use hub::{ModelDetails, SearchPage, SearchQuery};
 use tauri::State;
 
 use crate::error::AppResult;
-use crate::hub_search::{self, FitCheck, FitTarget};
+use crate::hub_search::{self, FitAsk, FitCheck, FitTarget};
 use crate::state::AppState;
 
 #[tauri::command]
@@ -25,6 +25,7 @@ pub async fn fit_check(
     target: FitTarget,
     context: Option<u32>,
     kv_bits: Option<u8>,
+    max_running: Option<usize>,
 ) -> AppResult<FitCheck> {
-    hub_search::fit_check(&state, target, context, kv_bits).await
+    hub_search::fit_check(&state, target, FitAsk { context, kv_bits, max_running }).await
 }

@@ -69,6 +69,7 @@ pub async fn send_message<R: Runtime>(
 ) -> AppResult<Sent> {
     check(&message)?;
     let turn = reserve(&state, chat_id)?;
+    crate::idle::wake(&app, &state).await?;
     check_images(&message, &state)?;
     ensure_chat_model_of(&state, chat_id).await?;
     post_and_answer(&app, &state, &turn, chat_id, message, None, on_event).await
@@ -120,6 +121,7 @@ pub async fn regenerate<R: Runtime>(
     on_event: Channel<StreamEvent>,
 ) -> AppResult<StartedReply> {
     let turn = reserve(&state, chat_id)?;
+    crate::idle::wake(&app, &state).await?;
     state.engine()?;
     let question = match message_id {
         Some(id) => {
@@ -155,6 +157,7 @@ pub async fn edit_and_resend<R: Runtime>(
 ) -> AppResult<Sent> {
     check(&message)?;
     let turn = reserve(&state, chat_id)?;
+    crate::idle::wake(&app, &state).await?;
     check_images(&message, &state)?;
     ensure_chat_model_of(&state, chat_id).await?;
     let original = state.store.get_message(message_id).await?;

@@ -16,19 +16,32 @@ pub struct SettingsView {
     pub restart_needed: bool,
     /// What the loaded model cannot use, in words.
     pub notes: Vec<String>,
+    /// The loaded model's name when it has load settings of its own (context,
+    /// KV bits, running sequences: see the Models page), which it uses
+    /// instead of these.
+    pub model_has_own_load_settings: Option<String>,
 }
 
-fn view(state: &AppState) -> SettingsView {
+/// The settings, and what of them the loaded model uses: its own load
+/// settings (model_settings.rs) stand in for the Settings' three.
+async fn view(state: &AppState) -> AppResult<SettingsView> {
     let settings = state.settings();
     let status = state.status();
-    let restart_needed = status.knobs.as_ref().is_some_and(|k| *k != settings.engine_knobs());
+    let (used, own) = match &status.model {
+        Some(m) => match crate::model_settings::remembered(state, &m.id).await? {
+            Some(own) => (own.over(&settings), Some(m.name.clone())),
+            None => (settings.clone(), None),
+        },
+        None => (settings.clone(), None),
+    };
+    let restart_needed = status.knobs.as_ref().is_some_and(|k| *k != used.engine_knobs());
     let facts = state.engine.engine().map(|e| ModelFacts::of(e.model_info(), status.model.map(|m| m.name)));
-    SettingsView { notes: settings.notes_for(facts.as_ref()), restart_needed, settings }
+    Ok(SettingsView { notes: used.notes_for(facts.as_ref()), restart_needed, settings, model_has_own_load_settings: own })
 }
 
 #[tauri::command]
 pub async fn get_settings(state: State<'_, Arc<AppState>>) -> AppResult<SettingsView> {
-    Ok(view(&state))
+    view(&state).await
 }
 
 #[tauri::command]
@@ -48,7 +61,7 @@ pub async fn save_settings<R: Runtime>(
     if changed || failed {
         crate::openai_server::apply(&app, &state).await;
     }
-    Ok(view(&state))
+    view(&state).await
 }
 
 /// Restarts the engine with the current settings (replies under way end).
@@ -57,5 +70,5 @@ pub async fn restart_engine<R: Runtime>(app: AppHandle<R>, state: State<'_, Arc<
     let id =
         state.status().model.map(|m| m.id).ok_or_else(|| AppError::new("NO_MODEL_LOADED", "No model is loaded."))?;
     crate::models::load(&app, &state, &id).await?;
-    Ok(view(&state))
+    view(&state).await
 }

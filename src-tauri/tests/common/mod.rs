@@ -4,8 +4,9 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use tauri::ipc::{CallbackFn, InvokeBody};
 use tauri::test::{get_ipc_response, mock_builder, mock_context, noop_assets, INVOKE_KEY};
 use tauri::webview::InvokeRequest;
@@ -66,3 +67,55 @@ impl Harness {
         self.call(cmd, args).unwrap_or_else(|e| panic!("{cmd} failed: {e}"))
     }
 }
+
+/// The tiny Llama as `dir:tiny` in the models folder under `root`.
+pub fn tiny_models(root: &Path) {
+    engine::testing::write_tiny_llama(&root.join("models").join("tiny"), &engine::testing::TinyLlama::default()).unwrap();
+}
+
+impl Harness {
+    pub fn load_tiny(&self) {
+        let status = self.ok("load_model", json!({"id": "dir:tiny"}));
+        assert_eq!(status["state"], "ready", "{status}");
+        assert_eq!(status["model"]["id"], "dir:tiny");
+    }
+
+    /// Short greedy answers, so the tests do not wait on long ones.
+    pub fn settings(&self, change: impl FnOnce(&mut Value)) -> Value {
+        let mut s = self.ok("get_settings", json!({}))["settings"].clone();
+        s["temperature"] = json!(0.0);
+        s["max_tokens"] = json!(8);
+        change(&mut s);
+        self.ok("save_settings", json!({"settings": s}))
+    }
+
+    pub fn new_chat(&self) -> i64 {
+        self.ok("create_chat", json!({}))["id"].as_i64().unwrap()
+    }
+
+    pub fn send(&self, chat: i64, text: &str, attachments: &[&str]) -> Value {
+        self.ok(
+            "send_message",
+            json!({"chatId": chat, "message": {"text": text, "attachments": attachments}, "onEvent": "__CHANNEL__:7"}),
+        )
+    }
+
+    /// Waits until the chat's last reply is no longer streaming and returns it.
+    /// Bounded by a count, not a clock: it fails only if the reply never ends.
+    pub fn finished_reply(&self, chat: i64) -> Value {
+        for _ in 0..6000 {
+            let messages = self.ok("list_messages", json!({"chatId": chat}));
+            let last = messages.as_array().unwrap().last().cloned().unwrap();
+            let active = self.ok("active_replies", json!({}));
+            if last["role"] == "assistant"
+                && last["status"] != "streaming"
+                && !active.as_array().unwrap().contains(&json!(chat))
+            {
+                return last;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("the reply in chat {chat} never finished");
+    }
+}
+

@@ -26,4 +26,9 @@ knobs: EngineKnobs | null,
 /**
  * The last load failure, cleared by the next successful load.
  */
-error: AppError | null, };
+error: AppError | null, 
+/**
+ * The model unloaded after the idle time (Settings): the next message
+ * or server request loads it again. Cleared by any load or unload.
+ */
+idle_unloaded: LoadedModel | null, };

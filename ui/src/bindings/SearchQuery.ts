@@ -16,10 +16,16 @@ author: string | null, format: FormatFilter,
  */
 vision_only: boolean, sort: SortBy, 
 /**
- * Results per page; "more" asks again with a larger limit (the Hub's
- * order is stable, and hf-hub does not hand out its page cursor).
+ * Results per page.
  */
 limit: number, 
+/**
+ * Results to skip: those of the pages shown already ("More results").
+ * hf-hub does not hand out the Hub's page cursor, so a later page is
+ * read from the start (hf-hub follows the Hub's `Link` pages on its
+ * own) and the shown ones are left out; the Hub's order is stable.
+ */
+offset: number, 
 /**
  * Also list each result's files (one more request per result) for the
  * size of every quantization.

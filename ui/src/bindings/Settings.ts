@@ -40,6 +40,13 @@ system_prompt: string,
  */
 max_running: number, 
 /**
+ * Unload the model after this many minutes with nothing to do, to give
+ * its memory back; the next message (or server request) loads it again.
+ * 0 = never, the default: a model the user loaded stays ready, as it
+ * did before this setting, and reloading a large one takes a while.
+ */
+unload_after_idle_minutes: number, 
+/**
  * Run the OpenAI-compatible server on 127.0.0.1.
  */
 server_enabled: boolean, server_port: number, 

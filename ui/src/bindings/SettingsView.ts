@@ -9,4 +9,10 @@ restart_needed: boolean,
 /**
  * What the loaded model cannot use, in words.
  */
-notes: Array<string>, };
+notes: Array<string>, 
+/**
+ * The loaded model's name when it has load settings of its own (context,
+ * KV bits, running sequences: see the Models page), which it uses
+ * instead of these.
+ */
+model_has_own_load_settings: string | null, };

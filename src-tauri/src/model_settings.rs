@@ -1,0 +1,128 @@
+//! Load settings remembered per model (context length, KV-cache
+//! quantization, running sequences), as LM Studio keeps them: a model with
+//! its own record loads with it, any other with the global Settings. Each
+//! record is one JSON setting in the store, under `model_load:<gallery id>`.
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+use crate::error::{AppError, AppResult};
+use crate::settings::Settings;
+use crate::state::AppState;
+
+/// The store key of a model's record.
+fn key(id: &str) -> String {
+    format!("model_load:{id}")
+}
+
+/// What one model loads with, in place of the Settings' values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+pub struct ModelLoadSettings {
+    /// Context limit in tokens; 0 means the model's own.
+    pub max_context: usize,
+    /// KV-cache quantization: 0 (off), 8 or 4 bits.
+    pub kv_bits: u8,
+    /// Most sequences decoding at once (chats, server clients).
+    pub max_running: usize,
+}
+
+impl ModelLoadSettings {
+    /// The Settings' values: what a model with no record loads with.
+    pub fn defaults(settings: &Settings) -> Self {
+        ModelLoadSettings {
+            max_context: settings.max_context,
+            kv_bits: settings.kv_bits,
+            max_running: settings.max_running,
+        }
+    }
+
+    /// `settings` with these three values in place of its own.
+    pub fn over(&self, settings: &Settings) -> Settings {
+        Settings { max_context: self.max_context, kv_bits: self.kv_bits, max_running: self.max_running, ..settings.clone() }
+    }
+
+    /// Refuses what the Settings refuse, with the same messages.
+    pub fn validate(&self) -> AppResult<()> {
+        self.over(&Settings::default()).validate().map_err(|m| AppError::new("INVALID_SETTINGS", m))
+    }
+}
+
+/// A model's load settings as the form shows them.
+#[derive(Debug, Clone, Serialize, TS)]
+pub struct ModelLoadSettingsView {
+    /// The gallery id ("dir:tiny", "hf:owner/name").
+    pub id: String,
+    /// What the model loads with: its record, else the defaults.
+    pub settings: ModelLoadSettings,
+    /// The model has a record of its own.
+    pub remembered: bool,
+    /// The Settings' values, which a model without a record follows.
+    pub defaults: ModelLoadSettings,
+    /// The model is loaded with other values than `settings`: they apply
+    /// once it is loaded again.
+    pub reload_needed: bool,
+}
+
+/// The model's record, if it has one.
+pub async fn remembered(state: &AppState, id: &str) -> AppResult<Option<ModelLoadSettings>> {
+    Ok(state.store.get_setting(&key(id)).await?)
+}
+
+/// The settings model `id` loads with: the Settings, with its record's values.
+pub async fn effective(state: &AppState, id: &str) -> AppResult<Settings> {
+    let settings = state.settings();
+    Ok(match remembered(state, id).await? {
+        Some(own) => own.over(&settings),
+        None => settings,
+    })
+}
+
+pub async fn view(state: &AppState, id: &str) -> AppResult<ModelLoadSettingsView> {
+    let defaults = ModelLoadSettings::defaults(&state.settings());
+    let own = remembered(state, id).await?;
+    let settings = own.unwrap_or(defaults);
+    let status = state.status();
+    let loaded_with = status.model.filter(|m| m.id == id).and(status.knobs);
+    let reload_needed = loaded_with.is_some_and(|k| {
+        (k.max_context, k.kv_bits, k.max_running) != (settings.max_context, settings.kv_bits, settings.max_running)
+    });
+    Ok(ModelLoadSettingsView { id: id.to_string(), settings, remembered: own.is_some(), defaults, reload_needed })
+}
+
+pub async fn save(state: &AppState, id: &str, settings: &ModelLoadSettings) -> AppResult<ModelLoadSettingsView> {
+    if id.trim().is_empty() {
+        return Err(AppError::new("MODEL_NOT_FOUND", "no model named"));
+    }
+    settings.validate()?;
+    state.store.set_setting(&key(id), settings).await?;
+    view(state, id).await
+}
+
+/// Forgets the model's record: it follows the Settings again.
+pub async fn forget(state: &AppState, id: &str) -> AppResult<ModelLoadSettingsView> {
+    state.store.delete_setting(&key(id)).await?;
+    view(state, id).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_replaces_only_its_three_values() {
+        let global = Settings { temperature: 0.3, max_context: 4096, kv_bits: 0, max_running: 8, ..Default::default() };
+        let own = ModelLoadSettings { max_context: 1024, kv_bits: 4, max_running: 2 };
+        let merged = own.over(&global);
+        assert_eq!((merged.max_context, merged.kv_bits, merged.max_running), (1024, 4, 2));
+        assert_eq!(merged.temperature, 0.3);
+        assert_eq!(ModelLoadSettings::defaults(&merged), own);
+    }
+
+    #[test]
+    fn values_no_engine_takes_are_refused() {
+        let bad = ModelLoadSettings { max_context: 0, kv_bits: 3, max_running: 1 };
+        assert!(bad.validate().unwrap_err().message.contains("KV bits"));
+        let bad = ModelLoadSettings { max_context: 0, kv_bits: 8, max_running: 0 };
+        assert!(bad.validate().unwrap_err().message.contains("running sequences"));
+        ModelLoadSettings { max_context: 0, kv_bits: 8, max_running: 64 }.validate().unwrap();
+    }
+}
