@@ -18,6 +18,8 @@ import type { FitTarget } from './bindings/FitTarget';
 import type { Gallery } from './bindings/Gallery';
 import type { HubTokenView } from './bindings/HubTokenView';
 import type { Message } from './bindings/Message';
+import type { ModelLoadSettings } from './bindings/ModelLoadSettings';
+import type { ModelLoadSettingsView } from './bindings/ModelLoadSettingsView';
 import type { Outgoing } from './bindings/Outgoing';
 import type { Preset } from './bindings/Preset';
 import type { Sent } from './bindings/Sent';
@@ -40,7 +42,7 @@ export type {
   Message, Outgoing, Preset, Sent, ServerStatus, Settings, SettingsView, StartedReply, StreamEvent,
 };
 export type { ContextPolicy } from './bindings/ContextPolicy';
-export type { FitCheck, FitTarget, ModelDetails, SearchPage, SearchQuery };
+export type { FitCheck, FitTarget, ModelDetails, ModelLoadSettings, ModelLoadSettingsView, SearchPage, SearchQuery };
 export type { LoadedModel } from './bindings/LoadedModel';
 export type { EngineStatus, Gallery };
 /** A catalog model as the gallery shows it (on disk? downloading?). */
@@ -124,9 +126,15 @@ export const api = {
   downloadModel: (id: string, files: string[] | null = null) => invoke<void>('download_model', { id, files }),
   searchHub: (query: SearchQuery) => invoke<SearchPage>('search_hub', { query }),
   hubModelDetails: (repo: string) => invoke<ModelDetails>('hub_model_details', { repo }),
-  /** Context and KV bits default to Settings' (the model's own context when Settings has none). */
-  fitCheck: (target: FitTarget, context: number | null = null, kvBits: number | null = null) =>
-    invoke<FitCheck>('fit_check', { target, context, kvBits }),
+  /** Context, KV bits and running sequences default to the model's load settings (its own, else Settings'). */
+  fitCheck: (target: FitTarget, context: number | null = null, kvBits: number | null = null, maxRunning: number | null = null) =>
+    invoke<FitCheck>('fit_check', { target, context, kvBits, maxRunning }),
+  /** What a model on disk loads with: its own remembered settings, else Settings'. */
+  getModelLoadSettings: (id: string) => invoke<ModelLoadSettingsView>('get_model_load_settings', { id }),
+  saveModelLoadSettings: (id: string, settings: ModelLoadSettings) =>
+    invoke<ModelLoadSettingsView>('save_model_load_settings', { id, settings }),
+  /** The model follows Settings again. */
+  forgetModelLoadSettings: (id: string) => invoke<ModelLoadSettingsView>('forget_model_load_settings', { id }),
   cancelDownload: (id: string) => invoke<boolean>('cancel_download', { id }),
   deleteModel: (id: string) => invoke<number>('delete_model', { id }),
 

@@ -185,8 +185,11 @@ export class App {
     if (!s.model) this.stats = null;
     this.models.setStatus(s);
     this.settings.setStatus(s);
+    // a model unloaded after the idle time answers as before: the next
+    // message loads it again by itself
+    const answering = s.model ?? s.idle_unloaded;
     const state: ModelState = s.state === 'loading' ? { state: 'loading', name: s.loading ?? '' }
-      : s.model ? { state: 'ready', model: s.model } : { state: 'unloaded' };
+      : answering ? { state: 'ready', model: answering } : { state: 'unloaded' };
     this.chatView.setModel(state);
     this.updateComposer();
   }
@@ -195,8 +198,9 @@ export class App {
   private updateComposer(): void {
     const s = this.status;
     const own = this.chat?.settings ?? {};
-    const chatModel = own.model && own.model !== s?.model?.id ? own.model : null;
-    this.composer.setModel(s?.model ? { name: s.model.name, vision: s.model.vision } : null, chatModel);
+    const answering = s?.model ?? s?.idle_unloaded;
+    const chatModel = own.model && own.model !== answering?.id ? own.model : null;
+    this.composer.setModel(answering ? { name: answering.name, vision: answering.vision } : null, chatModel);
     this.composer.showThinking(!!s?.model?.thinking, own.thinking ?? this.globalSettings?.thinking ?? true);
   }
 
@@ -271,7 +275,9 @@ export class App {
 
   private renderHeader(): void {
     clear(this.header);
-    const model = this.status?.state === 'loading' ? `Loading ${this.status.loading}…` : this.status?.model?.name ?? 'No model loaded';
+    const idle = this.status?.idle_unloaded;
+    const model = this.status?.state === 'loading' ? `Loading ${this.status.loading}…`
+      : this.status?.model?.name ?? (idle ? `${idle.name} (unloaded while idle)` : 'No model loaded');
     const hidden = this.el.classList.contains('sidebar-hidden');
     this.header.append(
       h('button', {
@@ -358,7 +364,7 @@ export class App {
   /** Sends from the composer: creates the chat first when none is open. A
    * chat set to a model that is not loaded loads it first, then sends. */
   private async send(message: Outgoing, loadedForChat = false): Promise<boolean> {
-    if (this.status?.state !== 'ready') {
+    if (this.status?.state !== 'ready' && !(this.status?.state === 'unloaded' && this.status.idle_unloaded)) {
       this.toast(this.status?.state === 'loading' ? 'The model is still loading.' : 'Load a model first (Models).');
       return false;
     }

@@ -74,7 +74,7 @@ describe('Hub search on the Models page', () => {
     expect(verdict.textContent).toMatch(/16.0 GB usable, 8.0 GB free now/);
     expect(gguf.querySelector('[data-testid=fit-max-context]')!.textContent).toBe('largest context that fits: 2,048 tokens');
     expect(calls.filter((c) => c.cmd === 'fit_check').map((c) => c.args))
-      .toEqual([{ target: { kind: 'hub', repo: 'ggml-org/Tiny-GGUF', variant: null }, context: null, kvBits: null }]);
+      .toEqual([{ target: { kind: 'hub', repo: 'ggml-org/Tiny-GGUF', variant: null }, context: null, kvBits: null, maxRunning: null }]);
 
     // an unsupported architecture says why, offers no download and is not fit-checked
     const mamba = card('someone/mamba');
@@ -116,15 +116,47 @@ describe('Hub search on the Models page', () => {
     view.el.remove();
   });
 
+  it('pages with More results: the next page follows the shown one, each repository once', async () => {
+    const queries: { offset: number; limit: number; text: string | null }[] = [];
+    mockIPC((cmd, args) => {
+      if (cmd === 'list_models') return emptyGallery;
+      if (cmd === 'search_hub') {
+        const q = (args as { query: { offset: number; limit: number; text: string | null } }).query;
+        queries.push(q);
+        if (q.offset === 0) return { has_more: true, results: [model({ repo: 'a/one' }), model({ repo: 'a/two' })] };
+        // the Hub's order moved: a/two comes again, shown once
+        return { has_more: false, results: [model({ repo: 'a/two' }), model({ repo: 'a/three' })] };
+      }
+      if (cmd === 'fit_check') return fit('green', 4096);
+    });
+    const view = new ModelsView(() => {});
+    document.body.append(view.el);
+    await view.refresh();
+    view.el.querySelector<HTMLInputElement>('[data-testid=hub-search-input]')!.value = 'a';
+    await view.search.search();
+    const repos = () => [...view.el.querySelectorAll<HTMLElement>('[data-testid=hub-result]')].map((e) => e.dataset.repo);
+    expect(repos()).toEqual(['a/one', 'a/two']);
+    view.el.querySelector<HTMLButtonElement>('[data-testid=hub-search-more]')!.click();
+    await tick(); await tick();
+    expect(queries.map((q) => [q.text, q.offset])).toEqual([['a', 0], ['a', 2]]);
+    expect(repos()).toEqual(['a/one', 'a/two', 'a/three']);
+    expect(view.el.querySelector('[data-testid=hub-search-more]')).toBeNull();
+    // a new search starts from the top again
+    await view.search.search();
+    expect(queries[2].offset).toBe(0);
+    expect(repos()).toEqual(['a/one', 'a/two']);
+    view.el.remove();
+  });
+
   it('shows the fit of a model on disk before Load, asked again at each refresh', async () => {
     let level: 'green' | 'red' = 'green';
     mockIPC((cmd, args) => {
       if (cmd === 'list_models') {
         return { ...emptyGallery, local: [{ id: 'dir:tiny', name: 'tiny', path: '/m/tiny', format: 'safetensors', architecture: 'llama', supported: true,
-          size_bytes: 1, partial: false, error: null, location: { kind: 'models_dir' }, vision: false, thinking: false, tools: false }] };
+          size_bytes: 1, partial: false, error: null, location: { kind: 'models_dir' }, vision: false, thinking: false, tools: false, load_settings: null }] };
       }
       if (cmd === 'fit_check') {
-        expect(args).toEqual({ target: { kind: 'local', id: 'dir:tiny' }, context: null, kvBits: null });
+        expect(args).toEqual({ target: { kind: 'local', id: 'dir:tiny' }, context: null, kvBits: null, maxRunning: null });
         return { ...fit(level, level === 'green' ? 32768 : null), variant: null };
       }
     });

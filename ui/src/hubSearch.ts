@@ -6,6 +6,7 @@
 import { api, errorText, type AppError, type DownloadDone, type DownloadProgress } from './api';
 import type { FitCheck } from './bindings/FitCheck';
 import type { HubModel } from './bindings/HubModel';
+import type { SearchQuery } from './bindings/SearchQuery';
 import type { Variant } from './bindings/Variant';
 import { downloadErrorText } from './downloadErrors';
 import { bytes, percent, rate } from './format';
@@ -22,7 +23,7 @@ export function fitBlock(fit: FitCheck): HTMLElement {
   const e = fit.estimate;
   const numbers = [
     `weights ${bytes(e.weights)}`,
-    `KV cache ${bytes(e.kv_cache)} at ${fit.settings.context.toLocaleString()} tokens${fit.settings.kv_bits ? ` (${fit.settings.kv_bits}-bit)` : ''}`,
+    `KV cache ${bytes(e.kv_cache)} at ${fit.settings.context.toLocaleString()} tokens${fit.settings.kv_bits ? ` (${fit.settings.kv_bits}-bit)` : ''}${fit.settings.sequences > 1 ? ` × ${fit.settings.sequences} running sequences` : ''}`,
     e.vision ? `vision ${bytes(e.vision)}` : null,
     `runtime ${bytes(e.overhead)}`,
   ].filter(Boolean).join(' + ');
@@ -41,6 +42,16 @@ function variantText(v: Variant): string {
 const badge = (text: string, title: string, cls = '', testid?: string) =>
   h('span', { class: `badge${cls ? ` ${cls}` : ''}`, title, 'data-testid': testid }, text);
 
+/** Results a page asks for. */
+const PAGE_SIZE = 20;
+
+/** The shown results with a next page after them; a repository the Hub lists
+ * again (its order moved between the two asks) is shown once, where it was. */
+export function appendPage(shown: HubModel[], page: HubModel[]): HubModel[] {
+  const seen = new Set(shown.map((m) => m.repo));
+  return [...shown, ...page.filter((m) => !seen.has(m.repo))];
+}
+
 export class HubSearch {
   readonly el: HTMLElement;
   private input: HTMLInputElement;
@@ -48,10 +59,15 @@ export class HubSearch {
   private visionOnly: HTMLInputElement;
   private list: HTMLElement;
   private results: HubModel[] = [];
+  /** The Hub has results past those shown ("More results"). */
+  private hasMore = false;
   private error: string | null = null;
-  private searching = false;
+  /** A first page is asked ('new'), or the next one ('more'). */
+  private searching: 'new' | 'more' | null = null;
   /** Fit verdicts by repo (or why there is none). */
   private fits = new Map<string, FitCheck | AppError | 'checking'>();
+  /** The search shown, for its next page. */
+  private query: SearchQuery | null = null;
   private progress = new Map<string, DownloadProgress>();
   private failures = new Map<string, AppError>();
   private done = new Set<string>();
@@ -72,21 +88,35 @@ export class HubSearch {
   }
 
   async search(): Promise<void> {
-    const text = this.input.value.trim();
-    this.searching = true;
+    this.query = {
+      text: this.input.value.trim() || null, author: null, format: this.format.value as 'any' | 'mlx' | 'gguf',
+      vision_only: this.visionOnly.checked, sort: 'downloads', limit: PAGE_SIZE, offset: 0, file_sizes: true,
+    };
+    await this.fetch('new');
+  }
+
+  /** The next page of the same search, after the results shown. */
+  async more(): Promise<void> {
+    if (!this.query || this.searching) return;
+    this.query = { ...this.query, offset: this.results.length };
+    await this.fetch('more');
+  }
+
+  private async fetch(kind: 'new' | 'more'): Promise<void> {
+    const query = this.query!;
+    this.searching = kind;
     this.error = null;
     this.render();
     try {
-      const page = await api.searchHub({
-        text: text || null, author: null, format: this.format.value as 'any' | 'mlx' | 'gguf',
-        vision_only: this.visionOnly.checked, sort: 'downloads', limit: 20, file_sizes: true,
-      });
-      this.results = page.results;
+      const page = await api.searchHub(query);
+      this.results = appendPage(kind === 'new' ? [] : this.results, page.results);
+      this.hasMore = page.has_more;
     } catch (e) {
-      this.results = [];
+      if (kind === 'new') this.results = [];
+      this.hasMore = kind === 'more' && this.hasMore;
       this.error = errorText(e);
     }
-    this.searching = false;
+    this.searching = null;
     this.render();
     // the fit of each model the engine runs, before anything is downloaded
     for (const m of this.results) if (m.support.supported && !this.fits.has(m.repo)) void this.checkFit(m);
@@ -120,9 +150,14 @@ export class HubSearch {
 
   private render(): void {
     clear(this.list);
-    if (this.searching) { this.list.append(h('p', { class: 'muted', role: 'status' }, 'Searching…')); return; }
-    if (this.error) { this.list.append(h('p', { class: 'error-note', role: 'alert', 'data-testid': 'hub-search-error' }, this.error)); return; }
+    if (this.searching === 'new') { this.list.append(h('p', { class: 'muted', role: 'status' }, 'Searching…')); return; }
+    if (this.error && this.results.length === 0) { this.list.append(h('p', { class: 'error-note', role: 'alert', 'data-testid': 'hub-search-error' }, this.error)); return; }
     for (const m of this.results) this.list.append(this.card(m));
+    if (this.error) this.list.append(h('p', { class: 'error-note', role: 'alert', 'data-testid': 'hub-search-error' }, this.error));
+    if (this.searching === 'more') this.list.append(h('p', { class: 'muted', role: 'status' }, 'Loading more results…'));
+    else if (this.hasMore) {
+      this.list.append(h('button', { class: 'more-results', 'data-testid': 'hub-search-more', onclick: () => void this.more() }, 'More results'));
+    }
   }
 
   private card(m: HubModel): HTMLElement {

@@ -11,6 +11,8 @@ import { confirmDialog } from './modal';
 import { onMac } from './shortcuts';
 import { fitBlock, HubSearch } from './hubSearch';
 import type { FitCheck } from './bindings/FitCheck';
+import { loadSettingsDialog } from './loadSettingsDialog';
+import { loadSettingsWords } from './loadSettings';
 
 /** "4-bit (group 64)" (the engine's description) in plain words. */
 export function quantizationWords(q: string | null | undefined): string {
@@ -112,7 +114,9 @@ export class ModelsView {
           m?.thinking ? badge('Thinking', BADGE_HELP.thinking, '', 'thinking-badge') : null),
         m ? h('div', { class: 'muted', 'data-testid': 'loaded-details' },
           `${m.quantization_words ?? quantizationWords(m.quantization)} · ${m.architecture} · context ${m.max_context.toLocaleString()} tokens${m.vision ? '' : ' · reads text only'}`) : null,
-        s?.error ? h('div', { class: 'error-note' }, s.error.message) : null),
+        s?.error ? h('div', { class: 'error-note' }, s.error.message) : null,
+        !m && s?.idle_unloaded && s.state !== 'loading' ? h('div', { class: 'muted', 'data-testid': 'idle-unloaded' },
+          `${s.idle_unloaded.name} was unloaded after the idle time (Settings) to free memory; your next message loads it again.`) : null),
       s?.state === 'loading' ? h('div', { class: 'spinner', role: 'progressbar', 'aria-label': 'Loading' }) :
         m ? h('button', { 'data-testid': 'unload-model', onclick: () => void this.act(() => api.unloadModel()) }, 'Unload') : null));
     if (!g) return;
@@ -182,14 +186,18 @@ export class ModelsView {
           builtIn ? badge('Built in', BADGE_HELP.builtIn, 'subtle', 'built-in-badge') : null),
         h('div', { class: 'muted small' }, `${m.format.toUpperCase()} · ${m.architecture ?? '?'} · ${bytes(m.size_bytes)} · ${m.path}`),
         why ? h('div', { class: 'warn-text small' }, why) : null,
+        m.load_settings ? h('div', { class: 'muted small', 'data-testid': 'own-load-settings' },
+          `Loads with its own settings: ${loadSettingsWords(m.load_settings)}`) : null,
         m.supported && !m.partial && !m.error ? this.localFit(m) : null),
       h('div', { class: 'row-actions' },
         loaded ? badge('Loaded', BADGE_HELP.loaded, 'ok')
           : m.supported ? h('button', { class: 'primary', 'data-testid': 'load-model', 'aria-label': `Load ${m.name}`, onclick: () => void this.load(m.id) }, 'Load') : null,
+        m.supported && !m.partial && !m.error ? h('button', { 'data-testid': 'load-settings', 'aria-label': `Load settings of ${m.name}`,
+          title: 'Context, KV-cache quantization and running sequences for this model', onclick: () => void this.editLoadSettings(m, loaded) }, 'Load settings') : null,
         deletable ? h('button', { class: 'danger-text', 'data-testid': 'delete-model', 'aria-label': `Delete ${m.name}`, onclick: () => void this.remove(m) }, 'Delete') : null));
   }
 
-  /** The fit verdict of a model on disk at the Settings' context and KV bits; checked once. */
+  /** The fit verdict of a model on disk at its load settings (its own, else Settings'); asked each refresh. */
   private localFit(m: LocalModel): HTMLElement | null {
     const known = this.fits.get(m.id);
     if (!known || known.round < this.fitRound) {
@@ -203,6 +211,12 @@ export class ModelsView {
     if (!fit) return null;
     if ('level' in fit) return fitBlock(fit);
     return h('div', { class: 'muted small', 'data-testid': 'fit-error' }, `No fit estimate: ${fit.message}`);
+  }
+
+  private async editLoadSettings(m: LocalModel, loaded: boolean): Promise<void> {
+    const outcome = await loadSettingsDialog({ id: m.id, name: m.name }, loaded, this.toast);
+    if (outcome === 'reloaded') this.toast(`Reloaded ${m.name} with its new load settings.`);
+    if (outcome) await this.refresh();
   }
 
   private async load(id: string): Promise<void> {

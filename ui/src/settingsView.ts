@@ -41,6 +41,7 @@ export const ENGINE: Field[] = [
   { key: 'max_context', label: 'Max context (tokens)', kind: 'number', min: 0, max: 1048576, step: 256, hint: "The longest conversation the model reads at once. 0 uses the model's own limit." },
   { key: 'max_running', label: 'Max running sequences', kind: 'number', min: 1, max: 64, step: 1, hint: 'How many answers (chats and server clients) are written at the same time; more wait their turn.' },
   { key: 'vision_cache_mb', label: 'Vision cache (MiB)', kind: 'number', min: 0, max: 65536, step: 64, hint: 'Memory for pictures already read, so asking again about an image is fast.' },
+  { key: 'unload_after_idle_minutes', label: 'Unload after idle (minutes)', kind: 'number', min: 0, max: 10080, step: 5, hint: 'Frees the model’s memory when nothing has been asked for this long; your next message (or a server request) loads it again, and chats stay. 0 never unloads.' },
   { key: 'prefix_disk_cache_mb', label: 'Conversation cache on disk (MiB)', kind: 'number', min: 0, max: 1048576, step: 256, hint: 'Disk space for what the model has already read of your chats, so a chat continued after a restart starts answering at once. Oldest first out; 0 turns it off.' },
 ];
 
@@ -109,6 +110,10 @@ export class SettingsPage {
     this.el.append(this.section('Answers', GENERATION));
     const engine = this.section('Engine', ENGINE);
     engine.append(this.restartBlock(v.restart_needed));
+    if (v.model_has_own_load_settings) {
+      engine.append(h('div', { class: 'note', 'data-testid': 'own-load-settings-note' },
+        `${v.model_has_own_load_settings} loads with its own context, KV-cache quantization and running sequences (Models → Load settings); these here are for models without their own.`));
+    }
     for (const note of v.notes) engine.append(h('div', { class: 'note', 'data-testid': 'settings-note' }, note));
     this.el.append(engine);
     const server = this.section('Local OpenAI server', SERVER);

@@ -8,7 +8,9 @@ import { clear, h } from './dom';
 
 export function statusItems(status: EngineStatus | null, stats: EngineStatsView | null, server: ServerStatus | null): string[] {
   const items: string[] = [];
-  if (!status || status.state === 'unloaded') items.push(status?.error ? `Load failed: ${status.error.message}` : 'No model loaded');
+  if (status?.state === 'unloaded' && status.idle_unloaded && !status.error) {
+    items.push(`${status.idle_unloaded.name} unloaded while idle: your next message loads it again`);
+  } else if (!status || status.state === 'unloaded') items.push(status?.error ? `Load failed: ${status.error.message}` : 'No model loaded');
   else if (status.state === 'loading') items.push(`Loading ${status.loading ?? ''}…`);
   else items.push(status.model?.name ?? 'Ready');
   if (stats) {
