@@ -2,7 +2,8 @@
 // Xvfb, against the fake Hugging Face Hub of `hub::testing` run as a process
 // (src-tauri/examples/fake_hub.rs, HF_ENDPOINT): a result the engine runs
 // with its fit verdict, one it lacks with the reason, the download of the
-// first by its `hf:` id, and the downloaded model answering. Elements are
+// first by its `hf:` id, the downloaded model answering, and its load
+// settings remembered and used for its reload. Elements are
 // read and clicked inside the page (browser.execute): the result list
 // redraws as the fit check and download progress come in.
 import { after, before, describe, it } from 'node:test';
@@ -113,5 +114,45 @@ describe('search the Hub, download, load and chat', () => {
     const answer = await browser.execute(() => document.querySelector('[data-testid="msg-assistant"] [data-testid="answer"]')?.textContent ?? '');
     assert.ok(answer.trim().length > 0, 'the downloaded model answered');
     await shot(browser, '62-hub-model-answers');
+  });
+
+  it('remembers the loaded model\'s load settings, with the fit for them, and reloads it with them', async () => {
+    const id = `hf:${TINY}`;
+    await openPage(browser, 'nav-models', 'local-models');
+    await waitFor(browser, 'its Load settings button', () => browser.execute((i) => {
+      const button = document.querySelector(`[data-testid="local-model"][data-model-id="${i}"] [data-testid="load-settings"]`);
+      button?.click();
+      return button != null;
+    }, id), 20_000);
+    await waitFor(browser, 'the dialog with its fit verdict', () => browser.execute(() =>
+      document.querySelector('[data-testid="load-settings-dialog"] [data-testid="fit"]') != null), 30_000);
+    // two running sequences, KV at 8 bits: the verdict is asked again and counts both
+    await browser.execute(() => {
+      const running = document.querySelector('[data-testid="load-setting-max_running"]');
+      running.value = '2';
+      running.dispatchEvent(new Event('input'));
+      const kv = document.querySelector('[data-testid="load-setting-kv_bits"]');
+      kv.value = '8';
+      kv.dispatchEvent(new Event('change'));
+    });
+    await waitFor(browser, 'the fit for two sequences', () => browser.execute(() =>
+      /× 2 running sequences/.test(document.querySelector('[data-testid="load-settings-dialog"] [data-testid="fit"]')?.textContent ?? '')), 30_000);
+    const fitText = await browser.execute(() => document.querySelector('[data-testid="load-settings-dialog"] [data-testid="fit"]').textContent);
+    assert.match(fitText, /\(8-bit\) × 2 running sequences/);
+    await shot(browser, '63-load-settings');
+    const serious = await axeAudit(browser, 'load-settings');
+    assert.deepEqual(serious, [], `axe: serious or critical violations in the load settings dialog: ${JSON.stringify(serious, null, 1)}`);
+
+    const save = await browser.execute(() => document.querySelector('[data-testid="load-settings-save"]').textContent);
+    assert.equal(save, 'Save and reload', 'the model is loaded: saving reloads it');
+    await browser.execute(() => document.querySelector('[data-testid="load-settings-save"]').click());
+    await waitFor(browser, 'the row to name its own settings', () => browser.execute((i) =>
+      document.querySelector(`[data-testid="local-model"][data-model-id="${i}"] [data-testid="own-load-settings"]`)?.textContent ?? '', id)
+      .then((t) => t.includes('KV 8-bit · 2 at once')), 60_000);
+    await waitFor(browser, 'the model loaded again', () => browser.execute((repo) => {
+      const card = document.querySelector('[data-testid="loaded-model"]')?.textContent ?? '';
+      return card.includes(repo) && !card.includes('Loading');
+    }, TINY), 60_000);
+    await shot(browser, '64-load-settings-saved');
   });
 });

@@ -36,7 +36,7 @@ export async function loadSettingsDialog(model: { id: string; name: string }, lo
     };
     fill(view.settings);
     const problem = h('div', { class: 'error-note', role: 'alert', 'data-testid': 'load-settings-error', hidden: true });
-    const fitBox = h('div', { 'data-testid': 'load-settings-fit', 'aria-live': 'polite' });
+    const fitBox = h('div', { class: 'load-settings-fit', 'data-testid': 'load-settings-fit', 'aria-live': 'polite' });
     const read = () => readLoadForm({ context: context.value, kvBits: kvBits.value, maxRunning: maxRunning.value });
 
     let asked = 0;
