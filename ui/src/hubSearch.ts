@@ -137,6 +137,12 @@ export class HubSearch {
     this.render();
   }
 
+  /** A model's load settings changed (`hf:<repo>` on disk): its verdict here is asked again. */
+  refit(id: string): void {
+    const m = this.results.find((r) => `hf:${r.repo}` === id);
+    if (m?.support.supported) void this.checkFit(m);
+  }
+
   private async checkFit(m: HubModel): Promise<void> {
     this.fits.set(m.repo, 'checking');
     this.render();

@@ -98,6 +98,36 @@ describe('Load settings on the Models page', () => {
     expect(view.el.querySelector('[data-testid=own-load-settings]')!.textContent).toBe('Loads with its own settings: the model’s own context · KV 8-bit · 2 at once');
   });
 
+  it('asks the Hub result’s verdict again once the downloaded model’s settings change', async () => {
+    const hubFits: unknown[] = [];
+    const settings = { max_context: 0, kv_bits: 0, max_running: 8 };
+    mockIPC((cmd, args) => {
+      if (cmd === 'list_models') return { catalog: [], local: [{ ...local(), id: 'hf:org/m', name: 'org/m' }], models_dir: '/m', hf_cache_dir: null, disk_bytes: 1 };
+      if (cmd === 'search_hub') {
+        return { has_more: false, results: [{ repo: 'org/m', url: '', author: 'org', architecture: 'llama', support: { supported: true, family: 'Llama', reason: null },
+          capabilities: { vision: false, thinking: false, tools: false }, pipeline_tag: null, downloads: 0, likes: 0, license: null, gated: 'no',
+          private: false, parameters: null, last_modified: null, variants: [] }] };
+      }
+      if (cmd === 'get_model_load_settings') return { id: 'hf:org/m', settings, remembered: false, defaults: settings, reload_needed: false };
+      if (cmd === 'save_model_load_settings') return { id: 'hf:org/m', settings, remembered: true, defaults: settings, reload_needed: false };
+      if (cmd === 'fit_check') {
+        if ((args as { target: { kind: string } }).target.kind === 'hub') hubFits.push(args);
+        return fit(1);
+      }
+    });
+    const view = new ModelsView(() => {});
+    document.body.append(view.el);
+    await view.refresh();
+    await view.search.search();
+    await settle();
+    expect(hubFits).toHaveLength(1);
+    view.el.querySelector<HTMLButtonElement>('[data-testid=load-settings]')!.click();
+    await settle();
+    document.querySelector<HTMLButtonElement>('[data-testid=load-settings-save]')!.click();
+    await settle();
+    expect(hubFits).toHaveLength(2);
+  });
+
   it('reloads the loaded model when its settings change, and forgets them on Use Settings', async () => {
     const calls: string[] = [];
     const own = { max_context: 1024, kv_bits: 4, max_running: 1 };

@@ -216,7 +216,10 @@ export class ModelsView {
   private async editLoadSettings(m: LocalModel, loaded: boolean): Promise<void> {
     const outcome = await loadSettingsDialog({ id: m.id, name: m.name }, loaded, this.toast);
     if (outcome === 'reloaded') this.toast(`Reloaded ${m.name} with its new load settings.`);
-    if (outcome) await this.refresh();
+    if (outcome) {
+      this.search.refit(m.id);
+      await this.refresh();
+    }
   }
 
   private async load(id: string): Promise<void> {
