@@ -99,6 +99,12 @@ impl Error {
 
 impl From<mlx_rs::error::Exception> for Error {
     fn from(e: mlx_rs::error::Exception) -> Self {
-        Error::Mlx(e.to_string())
+        let message = e.to_string();
+        // MLX's distributed backends prefix their errors ("[ring] connection
+        // to a peer was lost"): a rank of a split model failed, not this one.
+        if message.contains("[ring]") || message.contains("[jaccl]") {
+            return Error::Distributed(format!("another rank of the split model failed: {message}"));
+        }
+        Error::Mlx(message)
     }
 }

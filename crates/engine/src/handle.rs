@@ -22,6 +22,7 @@ use crate::batch::{
     SchedulerConfig, TokenLogprob,
 };
 use crate::error::{Error, Result};
+use crate::distributed::GroupConfig;
 use crate::model::{self, LoadOptions, ModelInfo};
 use crate::tools::ToolCall;
 
@@ -82,6 +83,18 @@ impl EngineHandle {
     /// Starts the engine thread, loads the model there, and returns once it is
     /// ready (or with the load error).
     pub fn start(model_path: &Path, config: EngineConfig) -> Result<Self> {
+        Self::start_in(model_path, config, None)
+    }
+
+    /// [`Self::start`] as rank 0 of a model split across processes: joins
+    /// the group `group` describes and leads it (the other ranks run
+    /// [`crate::distributed::run_follower`]). Requests are served as in one
+    /// process; the prefix cache keeps no disk tier.
+    pub fn start_distributed(model_path: &Path, config: EngineConfig, group: GroupConfig) -> Result<Self> {
+        Self::start_in(model_path, config, Some(group))
+    }
+
+    fn start_in(model_path: &Path, config: EngineConfig, distributed: Option<GroupConfig>) -> Result<Self> {
         let (commands, inbox) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
         let max_prepared_images = config.scheduler.max_prepared_images;
@@ -89,7 +102,18 @@ impl EngineHandle {
         let thread = thread::Builder::new()
             .name("engine".into())
             .spawn(move || {
-                let loaded = match model::load(&path, &config.load) {
+                let mut scheduler_config = config.scheduler;
+                let loaded = match &distributed {
+                    None => model::load(&path, &config.load),
+                    Some(group) => {
+                        if scheduler_config.prefix_disk.take().is_some() {
+                            // Each rank would need its own share on disk, kept in step.
+                            tracing::info!("the prefix cache stays in memory: a split model keeps no disk tier");
+                        }
+                        crate::distributed::load_leader(&path, &config.load, group)
+                    }
+                };
+                let loaded = match loaded {
                     Ok(l) => l,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -97,7 +121,7 @@ impl EngineHandle {
                     }
                 };
                 let info = loaded.info.clone();
-                let scheduler = Scheduler::new(loaded, config.scheduler);
+                let scheduler = Scheduler::new(loaded, scheduler_config);
                 let _ = ready_tx.send(Ok((info, scheduler.preparer())));
                 run(scheduler, inbox);
             })

@@ -8,14 +8,16 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use engine::distributed::follow::{follow, Leader, Replica, Step, StepPositions};
+use engine::batch::SchedulerConfig;
+use engine::cache::KvQuantization;
+use engine::distributed::follow::{Replica, Step};
+use engine::distributed::{load_leader, run_follower, RankEnv};
 use engine::distributed::share::share_bytes;
 use engine::distributed::group::is_available;
 use engine::distributed::{ops, Backend, Group, GroupConfig, LocalRing, RankOutput, TensorParallel};
 use engine::model::{self, LoadOptions, WeightFormat};
 use engine::testing::{write_tiny_family, write_tiny_llama, TinyFamily, TinyLlama};
 use engine::weights::QuantSpec;
-use mlx_rs::ops::indexing::{argmax_axis, IndexOp};
 use mlx_rs::{Array, Dtype};
 
 /// Set in a rank's environment: the test whose rank side to run.
@@ -343,82 +345,78 @@ fn tensor_parallel_refuses_a_family_it_cannot_split() {
     assert!(err.to_string().contains("the Gemma 3 family cannot be split across processes (tensor parallel) yet"), "{err}");
 }
 
-/// The last position's greedy token of each row.
-fn greedy_rows(logits: Array) -> Vec<i32> {
-    let l = logits.dim(1);
-    let next = argmax_axis(&logits.index((.., (l - 1)..l, ..)), -1, false).unwrap().as_dtype(Dtype::Int32).unwrap();
-    let next = next.reshape(&[-1]).unwrap();
-    next.eval().unwrap();
-    next.as_slice::<i32>().to_vec()
+/// A tiny llama whose head dimension (32) takes 8-bit KV quantization in groups of 32.
+fn write_tiny_llama_for_kv_quantization(dir: &Path) {
+    let spec = TinyLlama { hidden: 128, intermediate: 256, ..TinyLlama::default() };
+    write_tiny_llama(dir, &spec).unwrap();
 }
 
-/// A continuous batch as steps: A is prefilled and decodes alone, B is
-/// prefilled in its own cache and joins mid-decode, A leaves, B decodes on.
-/// `run` runs each step (14 forwards); A's and B's greedy tokens.
-fn join_and_leave(run: &mut dyn FnMut(&Step) -> Option<Array>) -> (Vec<i32>, Vec<i32>) {
-    let forward = |cache, rows, tokens: Vec<i32>, positions| Step::Forward { cache, rows, len: tokens.len() / rows, tokens, positions };
-    let (a, b) = (vec![1, 17, 42, 99, 5, 230], vec![3, 8, 120, 77]);
-    let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
-    run(&Step::NewCache { cache: 0, rows: 1 });
-    let mut next = greedy_rows(run(&forward(0, 1, a, StepPositions::Start(0))).unwrap());
-    out_a.push(next[0]);
-    for position in 6..10 {
-        next = greedy_rows(run(&forward(0, 1, next, StepPositions::Start(position))).unwrap());
-        out_a.push(next[0]);
+/// The scheduler of the split-model tests: KV quantization from the first
+/// column and a prefix cache, so both run on every rank.
+fn batch_config() -> SchedulerConfig {
+    SchedulerConfig {
+        max_running: 4,
+        kv_quantization: Some(KvQuantization { bits: 8, group_size: 32, start: 0 }),
+        ..SchedulerConfig::default()
     }
-    run(&Step::NewCache { cache: 1, rows: 1 });
-    let first_b = greedy_rows(run(&forward(1, 1, b, StepPositions::Start(0))).unwrap());
-    out_b.push(first_b[0]);
-    run(&Step::Join { into: 0, from: 1 });
-    let mut tokens = vec![next[0], first_b[0]];
-    for (len_a, len_b) in (10..14).zip(4..8) {
-        tokens = greedy_rows(run(&forward(0, 2, tokens, StepPositions::PerRow(vec![len_a, len_b]))).unwrap());
-        out_a.push(tokens[0]);
-        out_b.push(tokens[1]);
+}
+
+/// A continuous batch through the real scheduler: three requests start
+/// together, a fourth joins mid-decode, all finish at different lengths;
+/// then a fifth continues the first's prompt (a prefix-cache hit). The
+/// five texts, the fifth's cached prompt tokens, and the forward passes run.
+fn batch_with_a_join(driver: &mut common::Driver) -> (Vec<String>, usize, u64) {
+    let prompts: Vec<Vec<u32>> = (0..4).map(|salt| common::salted_prompt(40 + 3 * salt as usize, salt)).collect();
+    let rows: Vec<usize> =
+        prompts[..3].iter().enumerate().map(|(i, p)| driver.submit(common::greedy_request(p, 8 + 3 * i))).collect();
+    for _ in 0..4 {
+        driver.step();
     }
-    run(&Step::Filter { cache: 0, keep: vec![1] });
-    let mut next = vec![tokens[1]];
-    for position in 8..12 {
-        next = greedy_rows(run(&forward(0, 1, next, StepPositions::Start(position))).unwrap());
-        out_b.push(next[0]);
-    }
-    run(&Step::Drop { cache: 0 });
-    (out_a, out_b)
+    let joined = driver.submit(common::greedy_request(&prompts[3], 10));
+    driver.run_to_end();
+    let mut longer = prompts[0].clone();
+    longer.extend(common::salted_prompt(9, 7));
+    let continued = driver.submit(common::greedy_request(&longer, 6));
+    driver.run_to_end();
+    let texts = rows.iter().chain([&joined, &continued]).map(|&i| driver.completion(i).content.clone()).collect();
+    let stats = driver.scheduler.stats();
+    (texts, driver.completion(continued).stats.cached_prompt_tokens, stats.decode_steps + stats.prefill_passes)
 }
 
 #[test]
-fn a_follower_replays_rank_0s_joins_and_leaves_and_the_batch_decodes_as_in_one_process() {
-    const TEST: &str = "a_follower_replays_rank_0s_joins_and_leaves_and_the_batch_decodes_as_in_one_process";
+fn a_split_model_serves_a_continuous_batch_as_one_process_does() {
+    const TEST: &str = "a_split_model_serves_a_continuous_batch_as_one_process_does";
     if is_rank_of(TEST) {
         let dir = std::env::var(CHECKPOINT).unwrap();
-        let tp = TensorParallel::new(Group::init(&connect()).expect("join the ring"));
-        let opts = LoadOptions { format: WeightFormat::Float32 };
-        let loaded = model::load_tensor_parallel(Path::new(&dir), &opts, tp.clone()).unwrap();
-        let model = loaded.model.as_ref();
-        if tp.rank() == 0 {
-            let mut leader = Leader::new(tp.group(), model).unwrap();
-            let tokens = join_and_leave(&mut |step| leader.step(step).unwrap());
-            assert!(leader.replica().cache(0).is_none(), "the batch was dropped");
-            leader.shutdown().unwrap();
-            println!("RANK 0 TOKENS {tokens:?}");
+        let env = RankEnv::from_process().unwrap().expect("started as a rank");
+        if env.rank == 0 {
+            let loaded = load_leader(Path::new(&dir), &common::LOAD, &connect()).unwrap();
+            let mut driver = common::Driver::of(loaded, batch_config());
+            let (texts, cached, forwards) = batch_with_a_join(&mut driver);
+            println!("RANK 0 TEXTS {texts:?} CACHED {cached}");
+            println!("RANK 0 RAN {forwards} forwards");
         } else {
-            println!("RANK 1 FOLLOWED {} forwards", follow(model, tp.group()).unwrap());
+            let followed = run_follower(Path::new(&dir), &common::LOAD, &connect()).unwrap();
+            println!("RANK 1 FOLLOWED {} forwards", followed.forwards);
         }
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap();
-    let alone = model::load(dir.path(), &LoadOptions { format: WeightFormat::Float32 }).unwrap();
-    let mut replica = Replica::new(alone.model.as_ref());
-    let want = join_and_leave(&mut |step| replica.apply(step).unwrap());
-    // The steps are a real continuous batch: each row decodes as it would alone.
-    let alone_ids = |prompt: &[u32]| common::greedy_ids(&alone, prompt, 9).iter().map(|&t| t as i32).collect::<Vec<_>>();
-    assert_eq!(want, (alone_ids(&PROMPT), alone_ids(&[3, 8, 120, 77])));
+    write_tiny_llama_for_kv_quantization(dir.path());
+    let mut alone = common::Driver::new(dir.path(), batch_config());
+    let (texts, cached, forwards) = batch_with_a_join(&mut alone);
+    assert!(cached >= 32, "the fifth request reuses the first's prompt: {cached}");
+    let kv = alone.scheduler.stats().kv_quantization;
+    assert!(!kv.starts_with("off") && !kv.starts_with("not applied"), "{kv}");
+    assert!(texts.iter().all(|t| !t.is_empty()), "{texts:?}");
     let outputs = two_ranks_on_checkpoint(TEST, dir.path());
     let all = report(&outputs);
     assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
-    assert!(outputs[0].stdout.contains(&format!("RANK 0 TOKENS {want:?}")), "alone: {want:?}\n{all}");
-    assert!(outputs[1].stdout.contains("RANK 1 FOLLOWED 14 forwards"), "{all}");
+    assert!(outputs[0].stdout.contains(&format!("RANK 0 TEXTS {texts:?} CACHED {cached}")), "alone: {texts:?} {cached}\n{all}");
+    // Every pass rank 0 ran, rank 1 ran with it (and no other).
+    let ran = outputs[0].stdout.lines().find_map(|l| l.strip_prefix("RANK 0 RAN ")).expect("rank 0's count");
+    assert!(outputs[1].stdout.contains(&format!("RANK 1 FOLLOWED {ran}")), "{all}");
+    assert_eq!(ran, format!("{forwards} forwards"), "alone\n{all}");
 }
 
 #[test]
@@ -426,20 +424,17 @@ fn a_follower_whose_leader_dies_stops_with_a_clear_error() {
     const TEST: &str = "a_follower_whose_leader_dies_stops_with_a_clear_error";
     if is_rank_of(TEST) {
         let dir = std::env::var(CHECKPOINT).unwrap();
-        let tp = TensorParallel::new(Group::init(&connect()).expect("join the ring"));
-        let opts = LoadOptions { format: WeightFormat::Float32 };
-        let loaded = model::load_tensor_parallel(Path::new(&dir), &opts, tp.clone()).unwrap();
-        let model = loaded.model.as_ref();
-        if tp.rank() == 0 {
-            let mut leader = Leader::new(tp.group(), model).unwrap();
-            leader.step(&Step::NewCache { cache: 0, rows: 1 }).unwrap();
-            let tokens = PROMPT.map(|t| t as i32).to_vec();
-            let forward = Step::Forward { cache: 0, rows: 1, len: tokens.len(), tokens, positions: StepPositions::Start(0) };
-            leader.step(&forward).unwrap().unwrap().eval().unwrap();
+        let env = RankEnv::from_process().unwrap().expect("started as a rank");
+        if env.rank == 0 {
+            let loaded = load_leader(Path::new(&dir), &common::LOAD, &connect()).unwrap();
+            let mut driver = common::Driver::of(loaded, SchedulerConfig::default());
+            driver.submit(common::greedy_request(&PROMPT, 20));
+            driver.step();
+            driver.step();
             println!("RANK 0 leaving mid-stream");
             std::process::exit(7);
         }
-        let err = follow(model, tp.group()).err().expect("no steps without rank 0");
+        let err = run_follower(Path::new(&dir), &common::LOAD, &connect()).err().expect("no steps without rank 0");
         println!("RANK 1 {}: {err}", err.code());
         return;
     }
@@ -450,6 +445,74 @@ fn a_follower_whose_leader_dies_stops_with_a_clear_error() {
     assert_eq!(outputs[0].code(), Some(7), "{all}");
     assert!(outputs[1].succeeded(), "{all}");
     assert!(outputs[1].stdout.contains("connection to a peer was lost"), "{all}");
+}
+
+/// Rank 0's side of a split model whose follower dies: one long request
+/// stepped until the scheduler fails (each step's error fails the batch, as
+/// the engine thread does), then one more request, which must fail too, at
+/// once, instead of waiting on the missing rank.
+fn lead_until_the_follower_dies(dir: &Path) {
+    let loaded = load_leader(dir, &common::LOAD, &connect()).unwrap();
+    let mut driver = common::Driver::of(loaded, SchedulerConfig::default());
+    let long = driver.submit(common::greedy_request(&PROMPT, 200));
+    let mut steps = 0;
+    while driver.scheduler.has_work() {
+        steps += 1;
+        if let Err(e) = driver.scheduler.step() {
+            println!("RANK 0 STEP {steps} FAILED {}: {e}", e.code());
+            driver.scheduler.fail_all(&e);
+        }
+        driver.drain();
+    }
+    let error = driver.completion(long).error.clone().expect("the long request fails");
+    println!("RANK 0 REQUEST FAILED {}: {}", error.code, error.message);
+    let next = driver.submit(common::greedy_request(&PROMPT, 4));
+    while driver.scheduler.has_work() {
+        if let Err(e) = driver.scheduler.step() {
+            driver.scheduler.fail_all(&e);
+        }
+        driver.drain();
+    }
+    let error = driver.completion(next).error.clone().expect("no generation without every rank");
+    println!("RANK 0 NEXT FAILED {}: {}", error.code, error.message);
+}
+
+#[test]
+fn a_follower_that_dies_mid_stream_fails_rank_0s_requests_with_a_clear_error() {
+    const TEST: &str = "a_follower_that_dies_mid_stream_fails_rank_0s_requests_with_a_clear_error";
+    if is_rank_of(TEST) {
+        let dir = std::env::var(CHECKPOINT).unwrap();
+        let env = RankEnv::from_process().unwrap().expect("started as a rank");
+        if env.rank == 0 {
+            return lead_until_the_follower_dies(Path::new(&dir));
+        }
+        // A follower that runs a few passes, then dies without a word.
+        let tp = TensorParallel::new(Group::init(&connect()).expect("join the ring"));
+        let loaded = model::load_tensor_parallel(Path::new(&dir), &common::LOAD, tp.clone()).unwrap();
+        let mut replica = Replica::new(loaded.model.as_ref());
+        for _ in 0..6 {
+            let Step::Run { events, forward } = Step::receive(tp.group()).unwrap() else { panic!("shut down early") };
+            for event in &events {
+                replica.apply(event).unwrap();
+            }
+            if let Some(pass) = forward {
+                replica.forward(&pass, tp.group()).unwrap().eval().unwrap();
+            }
+        }
+        println!("RANK 1 dying");
+        std::process::exit(9);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap();
+    let outputs = two_ranks_on_checkpoint(TEST, dir.path());
+    let all = report(&outputs);
+    assert_eq!(outputs[1].code(), Some(9), "{all}");
+    assert!(outputs[0].succeeded(), "{all}");
+    assert!(outputs[0].stdout.contains("RANK 0 REQUEST FAILED DISTRIBUTED_ERROR: distributed: another rank of the split model failed"), "{all}");
+    assert!(outputs[0].stdout.contains("connection to a peer was lost"), "{all}");
+    // No collective is tried again (MLX may wait forever on a broken ring).
+    assert!(outputs[0].stdout.contains("RANK 0 NEXT FAILED DISTRIBUTED_ERROR"), "{all}");
+    assert!(outputs[0].stdout.contains("restart every rank"), "{all}");
 }
 
 #[test]

@@ -205,6 +205,7 @@ impl Scheduler {
             let model = shape.max_context;
             if config.max_context == 0 { model } else { config.max_context.min(model) }
         };
+        let cache = loaded.model.new_cache_with(0, kv_quantization);
         Self {
             preparer: Arc::new(Preparer::new(&loaded, max_context)),
             early_cancels: VecDeque::new(),
@@ -216,7 +217,7 @@ impl Scheduler {
             config,
             waiting: VecDeque::new(),
             running: Vec::new(),
-            cache: BatchCache::new(&layout, 0, kv_quantization),
+            cache,
             cancelled: Vec::new(),
             decode_steps: 0,
             prefill_passes: 0,
@@ -827,12 +828,13 @@ impl Scheduler {
     /// Ends every request with `error` (after a failure the batch's state is
     /// unknown) and starts over with an empty batch.
     pub fn fail_all(&mut self, error: &Error) {
+        self.loaded.model.batch_failed(error);
         let tokenizer = &self.loaded.tokenizer;
         for seq in self.waiting.drain(..).chain(self.running.drain(..)) {
             seq.send_error(error);
             seq.finish(FinishReason::Error, tokenizer);
         }
-        self.cache = BatchCache::new(&self.loaded.model.cache_layout(), 0, self.kv_quantization);
+        self.cache = self.loaded.model.new_cache_with(0, self.kv_quantization);
         if let Some((tokens, _)) = self.in_flight.take() {
             // Its step may have failed; all that matters is that it is over.
             let _ = tokens.eval();

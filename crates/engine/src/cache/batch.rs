@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use mlx_rs::{ops, Array};
 
 use super::attention_group::AttentionGroup;
+use super::mirror::Mirror;
 use super::recurrent::RecurrentStates;
 use super::row_contents::{GroupContents, RowContents};
 use super::{AttentionMask, CacheLayout, KvQuantization, KvView, LayerCache};
@@ -63,6 +64,9 @@ pub struct BatchCache {
     step: Option<StepState>,
     /// After a right-padded pass: its length and real tokens per row, for [`Self::split`].
     last_pass: Option<(i32, Vec<i32>)>,
+    /// Set on rank 0 of a model split across processes: this cache's
+    /// changes are recorded for the other ranks' copies (see [`Mirror`]).
+    mirror: Option<Mirror>,
 }
 
 impl BatchCache {
@@ -114,6 +118,32 @@ impl BatchCache {
             shared_sources,
             step: None,
             last_pass: None,
+            mirror: None,
+        }
+    }
+
+    /// This cache, its changes from now on recorded in `mirror`'s log (a
+    /// fresh cache: the followers create theirs from the mirror's event).
+    pub fn mirrored(mut self, mirror: Mirror) -> Self {
+        self.mirror = Some(mirror);
+        self
+    }
+
+    /// The id other ranks know this cache by, when it is mirrored.
+    pub fn mirror(&self) -> Option<&Mirror> {
+        self.mirror.as_ref()
+    }
+
+    /// The real tokens per row declared for the coming step (a right-padded
+    /// pass), if any; a step with bidirectional spans is refused (images
+    /// are not split across processes).
+    pub fn declared_real_tokens(&self) -> Result<Option<Vec<i32>>> {
+        match &self.step {
+            Some(s) if s.bidirectional.is_some() => {
+                Err(Error::Distributed("image tokens attending both ways cannot be mirrored".into()))
+            }
+            Some(s) => Ok(s.real.clone()),
+            None => Ok(None),
         }
     }
 
@@ -253,13 +283,21 @@ impl BatchCache {
         }
         self.recurrent.filter(keep)?;
         self.offsets = keep.iter().map(|&k| self.offsets[k]).collect();
+        if let Some(m) = &self.mirror {
+            m.filter(keep);
+        }
         Ok(())
     }
 
     /// Appends `other`'s rows (same layout) after this batch's rows.
-    pub fn extend(&mut self, other: BatchCache) -> Result<()> {
+    pub fn extend(&mut self, mut other: BatchCache) -> Result<()> {
         if self.layout != other.layout {
             return Err(Error::Mlx("joining caches of different models".into()));
+        }
+        match (&self.mirror, other.mirror.take()) {
+            (Some(mine), Some(theirs)) => mine.join(theirs),
+            (None, None) => {}
+            _ => return Err(Error::Distributed("joining a mirrored cache and one that is not".into())),
         }
         for (mine, theirs) in self.groups.iter_mut().zip(other.groups) {
             mine.extend(theirs)?;
@@ -282,12 +320,16 @@ impl BatchCache {
     /// One cache per row holding exactly its real tokens (after a
     /// right-padded pass, its padding is left out). The buffers are views:
     /// the next pass, or joining the decode batch, copies them.
-    pub fn split(self) -> Result<Vec<BatchCache>> {
+    pub fn split(mut self) -> Result<Vec<BatchCache>> {
         let (l, real) = match &self.last_pass {
             Some((l, real)) => (*l, real.clone()),
             None => (0, vec![0; self.rows()]),
         };
-        (0..self.rows()).map(|b| self.row(b, l - real[b], false)).collect()
+        let rows: Vec<BatchCache> = (0..self.rows()).map(|b| self.row(b, l - real[b], false)).collect::<Result<_>>()?;
+        match self.mirror.take() {
+            Some(m) => Ok(rows.into_iter().zip(m.split(self.rows())).map(|(r, m)| r.mirrored(m)).collect()),
+            None => Ok(rows),
+        }
     }
 
     /// Row `row` alone, as a detached float copy (what the prefix cache keeps).
@@ -296,7 +338,10 @@ impl BatchCache {
         let arrays: Vec<Array> =
             copy.groups.iter().flat_map(AttentionGroup::arrays).chain(copy.recurrent.arrays()).collect();
         mlx_rs::transforms::eval(&arrays)?;
-        Ok(copy)
+        match &self.mirror {
+            Some(m) => Ok(copy.mirrored(m.snapshot(row))),
+            None => Ok(copy),
+        }
     }
 
     /// Row `row` without its last `right_padding` columns.
@@ -315,6 +360,7 @@ impl BatchCache {
             shared_sources: self.shared_sources.clone(),
             step: None,
             last_pass: None,
+            mirror: None,
         })
     }
 
@@ -373,7 +419,11 @@ impl BatchCache {
 
     /// Whether [`Self::truncate`] to `len` would succeed.
     pub fn can_truncate(&self, len: usize) -> bool {
-        self.clone().truncate(len)
+        assert_eq!(self.rows(), 1, "truncate is for one row");
+        let total = self.offsets[0];
+        let drop = total - len as i32;
+        drop == 0
+            || (drop > 0 && self.recurrent.is_empty() && self.groups.iter().all(|g| g.can_drop_newest(drop, total)))
     }
 
     /// For a one-row cache: keeps only its first `len` tokens, if every layer
@@ -381,22 +431,20 @@ impl BatchCache {
     /// window before `len`; a recurrent state only at its own length).
     /// Returns whether it did.
     pub fn truncate(&mut self, len: usize) -> bool {
-        assert_eq!(self.rows(), 1, "truncate is for one row");
-        let total = self.offsets[0];
-        let drop = total - len as i32;
-        if drop < 0 {
+        if !self.can_truncate(len) {
             return false;
         }
+        let drop = self.offsets[0] - len as i32;
         if drop == 0 {
             return true;
-        }
-        if !self.recurrent.is_empty() || !self.groups.iter().all(|g| g.can_drop_newest(drop, total)) {
-            return false;
         }
         for g in &mut self.groups {
             g.drop_newest(drop);
         }
         self.offsets[0] = len as i32;
+        if let Some(m) = &self.mirror {
+            m.truncate(len);
+        }
         true
     }
 

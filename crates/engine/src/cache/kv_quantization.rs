@@ -1,11 +1,11 @@
 //! KV-cache quantization settings and which layers they apply to.
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{CacheLayout, LayerCache};
 use crate::weights::QuantSpec;
 
 /// KV-cache quantization settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvQuantization {
     /// 4 or 8.
     pub bits: i32,

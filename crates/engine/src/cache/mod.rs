@@ -7,6 +7,7 @@ pub mod batch;
 pub mod kv_quantization;
 pub mod layout;
 pub mod lru;
+pub mod mirror;
 pub mod prefix;
 pub mod prefix_disk;
 pub mod recurrent;

@@ -1,26 +1,27 @@
 //! Followers replaying rank 0's model steps (the module notes say why steps
-//! and not requests): rank 0 shares each [`Step`] before running it; every
-//! rank runs it through the same [`Replica`] code on its own share of the
-//! model and its own caches, so their caches stay identical in shape (rows
-//! joining and leaving together) and their collectives pair up.
-//!
-//! Next: the scheduler drives a [`Leader`] instead of its caches directly;
-//! prefix-cache entries and KV quantization become steps too; a decode
-//! step's sampled tokens travel as an array (an `all_sum` in the graph, as
-//! [`super::share`] does for bytes) so rank 0 never reads them back
-//! mid-step.
+//! and not requests). Rank 0's scheduler runs as in one process over a
+//! [`super::LeaderModel`]; before each forward pass it shares one [`Step`]:
+//! the cache changes since the last one (rows created, joined, split,
+//! filtered, copied and dropped, as [`CacheEvent`]s) and the pass's shape.
+//! Every follower applies them through a [`Replica`] to its own share of the
+//! model and its own caches, so caches stay identical in shape and the
+//! collectives of each pass pair up. The pass's token ids travel inside the
+//! pass itself (an `all_sum` in its graph), so rank 0 never reads its
+//! sampled tokens back to send them.
 use std::collections::HashMap;
 
-use mlx_rs::Array;
+use mlx_rs::{Array, Dtype};
 use serde::{Deserialize, Serialize};
 
 use super::group::Group;
+use super::ops;
 use super::share::share_bytes;
+use crate::cache::mirror::CacheEvent;
 use crate::cache::BatchCache;
 use crate::model::{LanguageModel, Positions};
 use crate::{Error, Result};
 
-/// Where a step's tokens sit, in a form that crosses processes.
+/// Where a pass's tokens sit, in a form that crosses processes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum StepPositions {
     /// Every row starts at this position.
@@ -37,30 +38,72 @@ impl StepPositions {
             StepPositions::PerRow(starts) => Positions::rows(starts),
         }
     }
+
+    /// What can cross: explicit multimodal positions cannot (images are
+    /// not split across processes).
+    pub fn of(positions: &Positions) -> Result<StepPositions> {
+        match positions {
+            Positions::Start(p) => Ok(StepPositions::Start(*p)),
+            Positions::PerRow(starts) => {
+                let starts = starts.as_dtype(Dtype::Int32)?;
+                starts.eval()?;
+                Ok(StepPositions::PerRow(starts.as_slice::<i32>().to_vec()))
+            }
+            Positions::Multimodal(_) => {
+                Err(Error::InvalidRequest("images are not supported with a model split across processes yet".into()))
+            }
+        }
+    }
 }
 
-/// One thing every rank does to its model and caches, in the same order.
-/// Caches are named by ids rank 0 chooses (a sequence's prefill cache, the
-/// running batch).
+/// A forward pass over cache `cache`: `rows × len` tokens (shared inside
+/// the pass) at `positions`; `real`: the real tokens per row of a
+/// right-padded prefill pass.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Forward {
+    pub cache: u64,
+    pub rows: usize,
+    pub len: usize,
+    pub positions: StepPositions,
+    pub real: Option<Vec<i32>>,
+}
+
+/// What rank 0 sends before each forward pass, and once at the end.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Step {
-    /// A fresh cache of `rows` rows named `cache` (replacing any of that name).
-    NewCache { cache: u64, rows: usize },
-    /// A forward pass over `tokens` (`rows × len`, row-major) at `positions`,
-    /// appending to cache `cache`.
-    Forward { cache: u64, rows: usize, len: usize, tokens: Vec<i32>, positions: StepPositions },
-    /// Cache `from`'s rows appended to cache `into` (rows joining the batch);
-    /// `from` is gone after.
-    Join { into: u64, from: u64 },
-    /// Only rows `keep` of cache `cache` stay, in that order (rows leaving).
-    Filter { cache: u64, keep: Vec<usize> },
-    /// Cache `cache` is dropped.
-    Drop { cache: u64 },
+    /// Cache changes, oldest first, then (usually) a forward pass.
+    Run { events: Vec<CacheEvent>, forward: Option<Forward> },
     /// The end: followers return.
     Shutdown,
 }
 
-/// A model and its named caches, changed only by steps.
+impl Step {
+    /// Sends this step from rank 0 to every rank of `group`.
+    pub fn share(&self, group: &Group) -> Result<()> {
+        let bytes = serde_json::to_vec(self).expect("a step serializes");
+        share_bytes(Some(&bytes), group).map(|_| ())
+    }
+
+    /// Receives rank 0's next step.
+    pub fn receive(group: &Group) -> Result<Step> {
+        let bytes = share_bytes(None, group)?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| Error::Distributed(format!("rank 0 sent a step this rank cannot read: {e}")))
+    }
+}
+
+/// A pass's token ids `[rows, len]` int32, as every rank sees them: rank 0
+/// gives its own, the others zeros, summed over the group in the graph.
+pub fn shared_tokens(own: Option<&Array>, rows: usize, len: usize, group: &Group) -> Result<Array> {
+    let shape = [rows as i32, len as i32];
+    let own = match own {
+        Some(tokens) => tokens.as_dtype(Dtype::Int32)?.reshape(&shape)?,
+        None => mlx_rs::ops::zeros_dtype(&shape, Dtype::Int32)?,
+    };
+    ops::all_sum(&own, group)
+}
+
+/// A follower's model and its caches, changed only by steps.
 pub struct Replica<'m> {
     model: &'m dyn LanguageModel,
     caches: HashMap<u64, BatchCache>,
@@ -76,101 +119,108 @@ impl<'m> Replica<'m> {
         self.caches.get(&id)
     }
 
+    /// How many caches this rank holds.
+    pub fn caches(&self) -> usize {
+        self.caches.len()
+    }
+
     fn take(&mut self, id: u64) -> Result<BatchCache> {
-        self.caches.remove(&id).ok_or_else(|| Error::Distributed(format!("a step names cache {id}, which does not exist")))
+        self.caches.remove(&id).ok_or_else(|| missing(id))
     }
 
-    /// Runs one step; a forward gives its logits `[rows, len, vocab]` (lazy).
-    pub fn apply(&mut self, step: &Step) -> Result<Option<Array>> {
-        match step {
-            Step::NewCache { cache, rows } => {
-                self.caches.insert(*cache, self.model.new_cache(*rows));
+    fn get(&mut self, id: u64) -> Result<&mut BatchCache> {
+        self.caches.get_mut(&id).ok_or_else(|| missing(id))
+    }
+
+    fn put(&mut self, id: u64, cache: BatchCache) -> Result<()> {
+        match self.caches.insert(id, cache) {
+            None => Ok(()),
+            Some(_) => Err(Error::Distributed(format!("rank 0 named a new cache {id}, which exists"))),
+        }
+    }
+
+    /// Applies one cache change.
+    pub fn apply(&mut self, event: &CacheEvent) -> Result<()> {
+        match event {
+            CacheEvent::New { cache, rows, quantization } => self.put(*cache, self.model.new_cache_with(*rows, *quantization))?,
+            CacheEvent::Copy { from, into } => {
+                let copy = self.get(*from)?.clone();
+                self.put(*into, copy)?;
             }
-            Step::Forward { cache, rows, len, tokens, positions } => {
-                if tokens.len() != rows * len {
-                    return Err(Error::InvalidRequest(format!("{} tokens are not {rows} rows of {len}", tokens.len())));
+            CacheEvent::Split { from, into } => {
+                let rows = self.take(*from)?.split()?;
+                if rows.len() != into.len() {
+                    return Err(Error::Distributed(format!("cache {from} has {} rows, not {}", rows.len(), into.len())));
                 }
-                let tokens = Array::from_slice(tokens, &[*rows as i32, *len as i32]);
-                let model = self.model;
-                let cache = self
-                    .caches
-                    .get_mut(cache)
-                    .ok_or_else(|| Error::Distributed(format!("a forward names cache {cache}, which does not exist")))?;
-                return Ok(Some(model.forward(&tokens, &positions.to_positions(), cache)?));
+                for (id, row) in into.iter().zip(rows) {
+                    self.put(*id, row)?;
+                }
             }
-            Step::Join { into, from } => {
+            CacheEvent::Snapshot { from, row, into } => {
+                let snapshot = self.get(*from)?.row_snapshot(*row)?;
+                self.put(*into, snapshot)?;
+            }
+            CacheEvent::Join { into, from } => {
                 let from = self.take(*from)?;
-                let mut into_cache = self.take(*into)?;
-                into_cache.extend(from)?;
-                self.caches.insert(*into, into_cache);
+                self.get(*into)?.extend(from)?;
             }
-            Step::Filter { cache, keep } => {
-                let c = self
-                    .caches
-                    .get_mut(cache)
-                    .ok_or_else(|| Error::Distributed(format!("a filter names cache {cache}, which does not exist")))?;
-                c.filter(keep)?;
+            CacheEvent::Filter { cache, keep } => self.get(*cache)?.filter(keep)?,
+            CacheEvent::Truncate { cache, len } => {
+                if !self.get(*cache)?.truncate(*len) {
+                    return Err(Error::Distributed(format!("cache {cache} cannot be cut back to {len} tokens here")));
+                }
             }
-            Step::Drop { cache } => {
-                self.take(*cache)?;
-            }
-            Step::Shutdown => {}
+            CacheEvent::Drop { cache } => drop(self.take(*cache)?),
         }
-        Ok(None)
+        Ok(())
+    }
+
+    /// Runs rank 0's pass on this rank's share: the final hidden states
+    /// (lazy; evaluating them runs this rank's half of the collectives).
+    pub fn forward(&mut self, pass: &Forward, group: &Group) -> Result<Array> {
+        let tokens = shared_tokens(None, pass.rows, pass.len, group)?;
+        let model = self.model;
+        let cache = self.get(pass.cache)?;
+        if cache.rows() != pass.rows {
+            return Err(Error::Distributed(format!("cache {} has {} rows, the pass {}", pass.cache, cache.rows(), pass.rows)));
+        }
+        if let Some(real) = &pass.real {
+            cache.set_real_tokens(real.clone());
+        }
+        model.forward_embeddings(model.embed(&tokens)?, &tokens, &pass.positions.to_positions(), cache)
     }
 }
 
-/// Rank 0's side: each step is shared, then run on its own replica.
-pub struct Leader<'g, 'm> {
-    group: &'g Group,
-    replica: Replica<'m>,
+fn missing(id: u64) -> Error {
+    Error::Distributed(format!("rank 0 named cache {id}, which this rank does not hold"))
 }
 
-impl<'g, 'm> Leader<'g, 'm> {
-    /// Leads `group` (this must be rank 0) with `model`.
-    pub fn new(group: &'g Group, model: &'m dyn LanguageModel) -> Result<Leader<'g, 'm>> {
-        if group.rank() != 0 {
-            return Err(Error::Distributed(format!("rank {} cannot lead: rank 0 leads", group.rank())));
-        }
-        Ok(Leader { group, replica: Replica::new(model) })
-    }
-
-    /// Shares `step` with the followers, then runs it here.
-    pub fn step(&mut self, step: &Step) -> Result<Option<Array>> {
-        let bytes = serde_json::to_vec(step).expect("a step serializes");
-        share_bytes(Some(&bytes), self.group)?;
-        self.replica.apply(step)
-    }
-
-    /// This rank's replica (its caches).
-    pub fn replica(&self) -> &Replica<'m> {
-        &self.replica
-    }
-
-    /// [`Step::Shutdown`].
-    pub fn shutdown(mut self) -> Result<()> {
-        self.step(&Step::Shutdown).map(|_| ())
-    }
+/// What a follower did before rank 0 shut it down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Followed {
+    pub forwards: usize,
+    /// Caches still held at the end (0 when rank 0 dropped all of its own).
+    pub caches_left: usize,
 }
 
 /// A follower's loop: runs rank 0's steps on `model` until
-/// [`Step::Shutdown`]; returns how many forwards it ran. Rank 0 gone (or
-/// any rank) ends it with the collective's error.
-pub fn follow(model: &dyn LanguageModel, group: &Group) -> Result<usize> {
+/// [`Step::Shutdown`]. Rank 0 gone (or any rank) ends it with the
+/// collective's error.
+pub fn follow(model: &dyn LanguageModel, group: &Group) -> Result<Followed> {
     let mut replica = Replica::new(model);
     let mut forwards = 0;
     loop {
-        let bytes = share_bytes(None, group)?;
-        let step: Step = serde_json::from_slice(&bytes)
-            .map_err(|e| Error::Distributed(format!("rank 0 sent a step this rank cannot read: {e}")))?;
-        if step == Step::Shutdown {
-            return Ok(forwards);
-        }
-        if let Some(logits) = replica.apply(&step)? {
-            // The logits are rank 0's to sample; evaluating them runs this
-            // rank's half of the step's collectives.
-            logits.eval()?;
-            forwards += 1;
+        match Step::receive(group)? {
+            Step::Shutdown => return Ok(Followed { forwards, caches_left: replica.caches() }),
+            Step::Run { events, forward } => {
+                for event in &events {
+                    replica.apply(event)?;
+                }
+                if let Some(pass) = forward {
+                    replica.forward(&pass, group)?.eval()?;
+                    forwards += 1;
+                }
+            }
         }
     }
 }

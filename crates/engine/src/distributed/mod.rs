@@ -9,8 +9,12 @@
 //!   timeout MLX lacks.
 //! - `ops.rs`: `all_sum`, `all_gather`, `send`, `recv` on MLX arrays.
 //! - `share.rs`: rank 0's bytes to every rank (requests, step plans).
-//! - `follow.rs`: followers replaying rank 0's model steps (a [`follow::Replica`]
-//!   of the model and its named caches on every rank; forward, join, filter).
+//! - `leader.rs`: rank 0's model ([`LeaderModel`]): the scheduler, unchanged,
+//!   leads the followers through it.
+//! - `follow.rs`: followers replaying rank 0's steps ([`follow::Step`]) on
+//!   their share of the model and their caches ([`follow::Replica`]).
+//! - `rank.rs`: what a process does by its rank ([`load_leader`],
+//!   [`run_follower`]).
 //! - `launch.rs`: our launcher for local ranks (tests, benchmarks).
 //! - `tensor_parallel.rs`: a rank's share of a tensor-parallel model (the
 //!   sharded layers themselves are in `model/layers.rs`).
@@ -42,41 +46,37 @@
 //! is shared once, and the time budget that decides prefill vs decode is
 //! `all_sum`med, so the replicated batch generators make identical decisions.
 //!
-//! Ours should instead have rank 0 share each step's *plan*: our scheduler's
+//! Ours has rank 0 share each step's *plan* instead: our scheduler's
 //! decisions also depend on things that are not inputs of one request
 //! (requests prepared on worker threads arrive in any order; prefill pacing
 //! and the vision tower's blocks run on a clock; cancellations), and
 //! replaying them on every rank would need each of those shared too.
-//! Followers then need no tokenizer, template, sampler or scheduler — only
-//! the model and their caches:
+//! Followers need no tokenizer, template, sampler or scheduler — only the
+//! model and their caches:
 //! - Rank 0 runs the HTTP server, the handle and the scheduler as in one
-//!   process. Where the scheduler calls the model or changes its caches it
-//!   goes through a `Step` sink; on rank 0 in a group that sink first shares
-//!   the step (one [`share::share_bytes`] of a small binary or JSON record),
-//!   then runs it locally. Followers loop: receive a step, run it on their
-//!   model and caches, repeat.
-//! - Step kinds (built: [`follow::Step`]): `NewCache`, `Forward { cache,
-//!   tokens [B, L], positions }` (a prefill chunk or a decode step;
-//!   followers discard the logits — tensor parallel gives every rank the same
-//!   logits, so only rank 0 samples), `Join` / `Filter` (rows joining and
-//!   leaving: cache extend / filter), `Drop`, `Shutdown`. To come:
-//!   `PrefixSave { entry }` / `PrefixRestore { row, entry }` (each rank keeps
-//!   the prefix cache of its own share; entries are created by the same
-//!   steps, so their ids agree without exchanging tensors), KV quantization,
-//!   `Idle` every heartbeat interval while nothing runs, and the decode
-//!   step's sampled tokens as an array collective (no host read-back).
-//! - Images: rank 0 runs the vision tower and shares the spliced embeddings
-//!   as an array (`all_sum` again), or `Forward` carries embeddings instead
-//!   of tokens.
+//!   process, over a [`LeaderModel`]. Every cache it makes is mirrored
+//!   (`crate::cache::mirror`): creating, copying, splitting, joining,
+//!   filtering, cutting back and dropping rows are recorded as events, so
+//!   the prefix cache and KV quantization work on every rank as they do in
+//!   one (each rank keeps its own share of each entry).
+//! - Before each forward pass rank 0 shares one step: the events since the
+//!   last pass and the pass's shape (cache, rows, length, positions, real
+//!   tokens per row) — one [`share::share_bytes`]. The pass's token ids
+//!   travel inside the pass as an `all_sum` (rank 0's ids plus the others'
+//!   zeros), so rank 0 never reads its sampled tokens back to send them.
+//!   Followers evaluate only hidden states: only rank 0 samples.
+//! - Every pass is submitted (`async_eval`) before the next step is shared,
+//!   so every rank runs the collectives in the same order.
+//! - Images are refused for now: the tower would run on rank 0 alone and
+//!   its embeddings would have to travel (an `all_sum` like the tokens).
 //! - Faults: a follower that dies makes rank 0's next collective fail
-//!   ("connection to a peer was lost"): rank 0 fails the running requests
-//!   with DISTRIBUTED_ERROR, reports the rank down and keeps answering
-//!   /health (no more generation without it). A follower that waits longer
-//!   than the heartbeat interval plus a margin for a step treats rank 0 as
-//!   gone and exits with a clear error. A peer alive but stuck blocks a
-//!   collective with no timeout in MLX: a watchdog thread on each rank times
-//!   each step and ends the process (MLX cannot cancel a blocked collective),
-//!   which turns it into the "died" case for the others.
+//!   ("connection to a peer was lost"): the request fails with
+//!   DISTRIBUTED_ERROR, and rank 0 starts no collective again (MLX may wait
+//!   forever on a broken ring), failing later requests at once while the
+//!   server keeps answering. A follower whose rank 0 dies gets the same
+//!   error and exits. Not built: a peer alive but stuck blocks a collective
+//!   with no timeout in MLX; a watchdog thread timing each step would turn
+//!   it into the "died" case.
 //!
 //! # Tensor parallel (built for the llama decoder families)
 //! As mlx-lm's `shard`: q/k/v and MLP gate/up split by output features (each
@@ -97,7 +97,9 @@ pub mod follow;
 pub mod group;
 pub mod hostfile;
 pub mod launch;
+pub mod leader;
 pub mod ops;
+pub mod rank;
 pub mod share;
 pub mod tensor_parallel;
 
@@ -105,4 +107,6 @@ pub use env::RankEnv;
 pub use group::{Backend, Group, GroupConfig};
 pub use hostfile::Hostfile;
 pub use launch::{LocalRing, RankExit, RankOutput, RankProcess};
+pub use leader::LeaderModel;
+pub use rank::{load_leader, run_follower};
 pub use tensor_parallel::TensorParallel;

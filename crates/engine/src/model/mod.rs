@@ -34,7 +34,7 @@ use std::path::PathBuf;
 
 use mlx_rs::Array;
 
-use crate::cache::{BatchCache, CacheLayout};
+use crate::cache::{BatchCache, CacheLayout, KvQuantization};
 use crate::error::Result;
 use crate::tokenizer::Tokenizer;
 pub use layers::WeightFormat;
@@ -107,9 +107,19 @@ pub trait LanguageModel {
         self.logits(&h)
     }
 
+    /// Told when a step failed and the batch was dropped. A model split
+    /// across processes stops there: the other ranks' state is unknown.
+    fn batch_failed(&self, _error: &crate::Error) {}
+
     /// A new cache for `rows` sequences.
     fn new_cache(&self, rows: usize) -> BatchCache {
-        BatchCache::new(&self.cache_layout(), rows, None)
+        self.new_cache_with(rows, None)
+    }
+
+    /// A new cache for `rows` sequences, its keys and values quantized as
+    /// `quantization` says (the decode batch's).
+    fn new_cache_with(&self, rows: usize, quantization: Option<KvQuantization>) -> BatchCache {
+        BatchCache::new(&self.cache_layout(), rows, quantization)
     }
 }
 

@@ -1,0 +1,114 @@
+//! Rank 0's model: its own share of a split model, wrapped so that the
+//! scheduler, unchanged, leads the followers. Every cache it makes is
+//! mirrored (see [`crate::cache::mirror`]); every forward pass first shares
+//! a [`Step`] (the cache changes since the last pass, and the pass's shape)
+//! and takes its token ids through [`shared_tokens`], so every rank runs the
+//! same pass on the same rows.
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use mlx_rs::Array;
+
+use super::follow::{shared_tokens, Forward, Step, StepPositions};
+use super::tensor_parallel::TensorParallel;
+use crate::cache::mirror::{Mirror, MirrorLog};
+use crate::cache::{BatchCache, CacheLayout, KvQuantization};
+use crate::model::{LanguageModel, ModelShape, Positions};
+use crate::{Error, Result};
+
+pub struct LeaderModel {
+    inner: Box<dyn LanguageModel>,
+    tp: TensorParallel,
+    log: Arc<MirrorLog>,
+    /// Why the group stopped, once a step failed. MLX cannot take a ring
+    /// back after a lost peer (a later collective may wait forever), so no
+    /// collective is started again; requests fail at once with this.
+    broken: RefCell<Option<String>>,
+}
+
+impl LeaderModel {
+    /// Leads `tp`'s group (this must be rank 0) with `inner`, this rank's
+    /// share of the model.
+    pub fn new(inner: Box<dyn LanguageModel>, tp: TensorParallel) -> Result<LeaderModel> {
+        if tp.rank() != 0 {
+            return Err(Error::Distributed(format!("rank {} cannot lead: rank 0 leads", tp.rank())));
+        }
+        if inner.vision().is_some() {
+            // Its tower would run on rank 0 alone, and its embeddings cannot travel yet.
+            return Err(Error::InvalidRequest("a vision model cannot be split across processes yet".into()));
+        }
+        Ok(LeaderModel { inner, tp, log: MirrorLog::new(), broken: RefCell::new(None) })
+    }
+
+    /// Shares `step`, unless the group already failed.
+    fn share(&self, step: &Step) -> Result<()> {
+        if let Some(why) = self.broken.borrow().as_ref() {
+            return Err(Error::Distributed(format!(
+                "the model is split across processes and a step failed ({why}): restart every rank"
+            )));
+        }
+        step.share(self.tp.group()).inspect_err(|e| self.batch_failed(e))
+    }
+}
+
+impl Drop for LeaderModel {
+    /// Tells the followers to return.
+    fn drop(&mut self) {
+        if self.broken.borrow().is_none() {
+            if let Err(e) = self.share(&Step::Shutdown) {
+                tracing::warn!(error = %e, "the other ranks could not be told to stop");
+            }
+        }
+    }
+}
+
+impl LanguageModel for LeaderModel {
+    fn shape(&self) -> ModelShape {
+        self.inner.shape()
+    }
+
+    fn cache_layout(&self) -> CacheLayout {
+        self.inner.cache_layout()
+    }
+
+    fn embed(&self, tokens: &Array) -> Result<Array> {
+        self.inner.embed(tokens)
+    }
+
+    /// The pass's `embeddings` are not used: they are those of `tokens` (a
+    /// split model is text only), and the pass embeds the tokens every rank
+    /// shares instead, so that sharing is part of the graph rank 0 runs.
+    fn forward_embeddings(&self, _embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+        let id = cache.mirror().map(Mirror::id).ok_or_else(|| {
+            Error::Distributed("a forward pass over a cache this model did not make (it would not be mirrored)".into())
+        })?;
+        let (rows, len) = match tokens.shape() {
+            [rows, len] => (*rows as usize, *len as usize),
+            shape => return Err(Error::Distributed(format!("a pass's tokens are [rows, len], not {shape:?}"))),
+        };
+        let pass = Forward { cache: id, rows, len, positions: StepPositions::of(positions)?, real: cache.declared_real_tokens()? };
+        self.share(&Step::Run { events: self.log.take(), forward: Some(pass) })?;
+        let tokens = shared_tokens(Some(tokens), rows, len, self.tp.group())?;
+        let hidden = self.inner.forward_embeddings(self.inner.embed(&tokens)?, &tokens, positions, cache)?;
+        // Submitted now, so this pass's collectives run before the next
+        // step is shared, in the order the followers run them.
+        mlx_rs::transforms::async_eval([&hidden])?;
+        Ok(hidden)
+    }
+
+    fn logits(&self, hidden: &Array) -> Result<Array> {
+        self.inner.logits(hidden)
+    }
+
+    fn batch_failed(&self, error: &Error) {
+        let mut broken = self.broken.borrow_mut();
+        if broken.is_none() {
+            tracing::error!(%error, "a step of the split model failed: it serves no more requests");
+            *broken = Some(error.to_string());
+        }
+    }
+
+    fn new_cache_with(&self, rows: usize, quantization: Option<KvQuantization>) -> BatchCache {
+        self.inner.new_cache_with(rows, quantization).mirrored(Mirror::new(&self.log, rows, quantization))
+    }
+}
