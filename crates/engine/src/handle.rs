@@ -22,6 +22,7 @@ use crate::batch::{
     SchedulerConfig, TokenLogprob,
 };
 use crate::error::{Error, Result};
+use crate::distributed::step_watch::StepWatch;
 use crate::distributed::GroupConfig;
 use crate::model::{self, LoadOptions, ModelInfo};
 use crate::tools::ToolCall;
@@ -51,6 +52,8 @@ pub struct EngineHandle {
     /// the vision tower.
     workers: Arc<PrepWorkers>,
     permits: Arc<ImagePermits>,
+    /// A split model's watchdog (see `distributed::step_watch`).
+    watch: Option<Arc<StepWatch>>,
     /// Joined by [`EngineHandle::shutdown`], or when the last handle is
     /// dropped: a process must not exit while the engine thread is inside MLX
     /// (its static destructors would run under it: heap corruption at exit).
@@ -61,10 +64,16 @@ pub struct EngineHandle {
 struct EngineThread {
     commands: mpsc::Sender<Command>,
     join: Mutex<Option<thread::JoinHandle<()>>>,
+    watch: Option<Arc<StepWatch>>,
 }
 
 impl EngineThread {
     fn stop(&self) {
+        if self.watch.as_ref().is_some_and(|w| w.broken().is_some()) {
+            // Blocked in a collective for good: joining would never return.
+            tracing::warn!("leaving the engine thread blocked in its collective");
+            return;
+        }
         let _ = self.commands.send(Command::Shutdown);
         let thread = self.join.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(t) = thread {
@@ -98,6 +107,8 @@ impl EngineHandle {
         let (commands, inbox) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
         let max_prepared_images = config.scheduler.max_prepared_images;
+        let watch = distributed.as_ref().map(|group| StepWatch::new(group.step_timeout));
+        let thread_watch = watch.clone();
         let path: PathBuf = model_path.to_path_buf();
         let thread = thread::Builder::new()
             .name("engine".into())
@@ -123,11 +134,15 @@ impl EngineHandle {
                 let info = loaded.info.clone();
                 let scheduler = Scheduler::new(loaded, scheduler_config);
                 let _ = ready_tx.send(Ok((info, scheduler.preparer())));
-                run(scheduler, inbox);
+                run(scheduler, inbox, thread_watch);
             })
             .map_err(|e| Error::io("engine thread", e))?;
         let (info, preparer) =
             ready_rx.recv().map_err(|_| Error::Mlx("the engine thread died while loading".into()))??;
+        if let Some(watch) = &watch {
+            // Breaking already ended the requests in flight; later ones are refused.
+            StepWatch::spawn_watchdog(watch, |_| ()).map_err(|e| Error::io("step watchdog", e))?;
+        }
         Ok(Self {
             commands: commands.clone(),
             next_id: Arc::new(AtomicU64::new(1)),
@@ -135,7 +150,8 @@ impl EngineHandle {
             preparer,
             workers: Arc::new(PrepWorkers::new()),
             permits: ImagePermits::new(max_prepared_images),
-            thread: Arc::new(EngineThread { commands, join: Mutex::new(Some(thread)) }),
+            thread: Arc::new(EngineThread { commands, join: Mutex::new(Some(thread)), watch: watch.clone() }),
+            watch,
         })
     }
 
@@ -158,6 +174,13 @@ impl EngineHandle {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (events, rx) = unbounded_channel();
         let submitted = std::time::Instant::now();
+        if let Some(watch) = &self.watch {
+            if let Some(error) = watch.broken() {
+                refuse(&events, &error);
+                return RequestStream { id, rx };
+            }
+            watch.track(id, &events);
+        }
         if request.images.is_empty() {
             admit(&self.commands, id, self.preparer.prepare(request, submitted), events);
         } else {
@@ -193,6 +216,9 @@ impl EngineHandle {
     }
 
     fn ask_stats(&self) -> Result<tokio::sync::oneshot::Receiver<EngineStats>> {
+        if let Some(error) = self.watch.as_ref().and_then(|w| w.broken()) {
+            return Err(error);
+        }
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.commands.send(Command::Stats(tx)).map_err(|_| stopped())?;
         Ok(rx)
@@ -219,7 +245,7 @@ impl EngineHandle {
 }
 
 /// The engine thread's loop: take commands between steps; block when idle.
-fn run(mut scheduler: Scheduler, inbox: mpsc::Receiver<Command>) {
+fn run(mut scheduler: Scheduler, inbox: mpsc::Receiver<Command>, watch: Option<Arc<StepWatch>>) {
     let mut stepped_since_idle = false;
     loop {
         let next = if scheduler.has_work() {
@@ -254,7 +280,13 @@ fn run(mut scheduler: Scheduler, inbox: mpsc::Receiver<Command>) {
         // A panic or MLX error inside a step must not take the engine down:
         // the requests in flight end with the error, later ones are served.
         stepped_since_idle = true;
+        if let Some(w) = &watch {
+            w.begin();
+        }
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| scheduler.step()));
+        if let Some(w) = &watch {
+            w.end();
+        }
         let error = match outcome {
             Ok(Ok(())) => continue,
             Ok(Err(e)) => e,

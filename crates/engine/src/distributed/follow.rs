@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::group::Group;
 use super::ops;
 use super::share::share_bytes;
+use super::step_watch::StepWatch;
 use crate::cache::mirror::CacheEvent;
 use crate::cache::BatchCache;
 use crate::model::{LanguageModel, Positions};
@@ -207,6 +208,12 @@ pub struct Followed {
 /// [`Step::Shutdown`]. Rank 0 gone (or any rank) ends it with the
 /// collective's error.
 pub fn follow(model: &dyn LanguageModel, group: &Group) -> Result<Followed> {
+    follow_watched(model, group, None)
+}
+
+/// [`follow`], each forward pass timed by `watch` (waiting for the next
+/// step is not: a follower waits as long as rank 0 has nothing to do).
+pub fn follow_watched(model: &dyn LanguageModel, group: &Group, watch: Option<&StepWatch>) -> Result<Followed> {
     let mut replica = Replica::new(model);
     let mut forwards = 0;
     loop {
@@ -217,7 +224,13 @@ pub fn follow(model: &dyn LanguageModel, group: &Group) -> Result<Followed> {
                     replica.apply(event)?;
                 }
                 if let Some(pass) = forward {
+                    if let Some(w) = watch {
+                        w.begin();
+                    }
                     replica.forward(&pass, group)?.eval()?;
+                    if let Some(w) = watch {
+                        w.end();
+                    }
                     forwards += 1;
                 }
             }

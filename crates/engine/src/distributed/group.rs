@@ -39,13 +39,21 @@ pub struct GroupConfig {
     /// forever for a neighbour that never starts (the accepting side blocks
     /// in `accept`), so without this a missing rank would hang us.
     pub connect_timeout: Duration,
+    /// On rank 0: how long one engine step may wait on the other ranks
+    /// before the group counts as lost (see `step_watch.rs`).
+    pub step_timeout: Duration,
 }
 
 impl Default for GroupConfig {
     fn default() -> Self {
         // Long enough for a peer that is still loading a large model before it
         // joins; short enough that a forgotten machine is reported.
-        GroupConfig { backend: Backend::Ring, strict: true, connect_timeout: Duration::from_secs(120) }
+        GroupConfig {
+            backend: Backend::Ring,
+            strict: true,
+            connect_timeout: Duration::from_secs(120),
+            step_timeout: Duration::from_secs(60),
+        }
     }
 }
 

@@ -15,6 +15,7 @@
 //!   their share of the model and their caches ([`follow::Replica`]).
 //! - `rank.rs`: what a process does by its rank ([`load_leader`],
 //!   [`run_follower`]).
+//! - `step_watch.rs`: rank 0's watchdog over steps stuck in a collective.
 //! - `launch.rs`: our launcher for local ranks (tests, benchmarks).
 //! - `tensor_parallel.rs`: a rank's share of a tensor-parallel model (the
 //!   sharded layers themselves are in `model/layers.rs`).
@@ -74,9 +75,12 @@
 //!   DISTRIBUTED_ERROR, and rank 0 starts no collective again (MLX may wait
 //!   forever on a broken ring), failing later requests at once while the
 //!   server keeps answering. A follower whose rank 0 dies gets the same
-//!   error and exits. Not built: a peer alive but stuck blocks a collective
-//!   with no timeout in MLX; a watchdog thread timing each step would turn
-//!   it into the "died" case.
+//!   error and exits. A peer alive but stuck blocks a collective with no
+//!   timeout in MLX, and so can a dead one in a ring of three or more (the
+//!   survivors wait on each other): on rank 0 a watchdog
+//!   ([`step_watch::StepWatch`]) fails the requests of a step that runs
+//!   past [`GroupConfig::step_timeout`] and refuses new ones, leaving the
+//!   blocked engine thread where it is.
 //!
 //! # Tensor parallel (built for the llama decoder families)
 //! As mlx-lm's `shard`: q/k/v and MLP gate/up split by output features (each
@@ -101,6 +105,7 @@ pub mod leader;
 pub mod ops;
 pub mod rank;
 pub mod share;
+pub mod step_watch;
 pub mod tensor_parallel;
 
 pub use env::RankEnv;

@@ -4,7 +4,8 @@
 //! follows rank 0's steps until rank 0 shuts it down.
 use std::path::Path;
 
-use super::follow::{follow, Followed};
+use super::follow::{follow_watched, Followed};
+use super::step_watch::StepWatch;
 use super::group::{Group, GroupConfig};
 use super::leader::LeaderModel;
 use super::tensor_parallel::TensorParallel;
@@ -30,5 +31,14 @@ pub fn run_follower(path: &Path, opts: &LoadOptions, config: &GroupConfig) -> Re
         return Err(Error::Distributed("rank 0 serves: it does not follow".into()));
     }
     let loaded = model::load_tensor_parallel(path, opts, tp.clone())?;
-    follow(loaded.model.as_ref(), tp.group())
+    let watch = StepWatch::new(config.step_timeout);
+    let rank = tp.rank();
+    StepWatch::spawn_watchdog(&watch, move |error| {
+        // MLX cannot cancel the collective this rank waits in: end the
+        // process, which closes its sockets, so its neighbours fail too.
+        eprintln!("rank {rank}: {error}");
+        std::process::exit(3);
+    })
+    .map_err(|e| Error::io("step watchdog", e))?;
+    follow_watched(loaded.model.as_ref(), tp.group(), Some(&watch))
 }
