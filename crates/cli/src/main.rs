@@ -9,6 +9,7 @@
 //!   vlm bulk --model <vision model> --prompt "…" [--columns a,b | --schema s.json] --out results.csv images/
 mod bench;
 mod bulk_job;
+mod split_model;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -215,6 +216,8 @@ struct ServeArgs {
     /// that has not sent a request yet is closed to make room.
     #[arg(long, default_value_t = server::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
+    #[command(flatten)]
+    split: split_model::SplitArgs,
 }
 
 #[derive(Args)]
@@ -313,6 +316,11 @@ fn resolve_model(spec: &str) -> Result<PathBuf> {
 impl ModelArgs {
     /// Starts the continuous-batching engine on this model.
     fn start_engine(&self) -> Result<EngineHandle> {
+        self.start_engine_in(None)
+    }
+
+    /// [`Self::start_engine`], as rank 0 of `group` when one is given.
+    fn start_engine_in(&self, group: Option<engine::distributed::GroupConfig>) -> Result<EngineHandle> {
         let path = resolve_model(&self.model)?;
         let kv_quantization =
             self.kv_bits.map(|bits| KvQuantization { bits, group_size: self.kv_group_size, start: self.kv_start });
@@ -329,7 +337,11 @@ impl ModelArgs {
             ..Default::default()
         };
         let config = EngineConfig { load: LoadOptions { format: self.format() }, scheduler };
-        let engine = EngineHandle::start(&path, config).with_context(|| format!("loading {}", path.display()))?;
+        let engine = match group {
+            None => EngineHandle::start(&path, config),
+            Some(group) => EngineHandle::start_distributed(&path, config, group),
+        }
+        .with_context(|| format!("loading {}", path.display()))?;
         if kv_quantization.is_some() {
             eprintln!("KV cache quantization: {}", engine.stats()?.kv_quantization);
         }
@@ -574,6 +586,16 @@ fn run_serve(a: ServeArgs) -> Result<()> {
     if a.idle_timeout == 0 || a.max_connections == 0 {
         anyhow::bail!("--idle-timeout and --max-connections must be at least 1");
     }
+    let group = match a.split.role()? {
+        None => None,
+        Some(split_model::Role::Leader(group)) => Some(group),
+        Some(split_model::Role::Follower { rank, group }) => {
+            let followed = engine::distributed::run_follower(&path, &LoadOptions { format: a.model.format() }, &group)
+                .with_context(|| format!("rank {rank} of the split model"))?;
+            eprintln!("rank {rank}: rank 0 stopped after {} forward passes", followed.forwards);
+            return Ok(());
+        }
+    };
     let api_key = a.api_key.or_else(|| std::env::var("VLM_API_KEY").ok()).filter(|k| !k.is_empty());
     let config = server::ServerConfig {
         host: a.host,
@@ -592,7 +614,7 @@ fn run_serve(a: ServeArgs) -> Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     // The port first: a port in use is reported now, not after the model loads.
     let bound = runtime.block_on(server::bind(config))?;
-    let engine = a.model.start_engine()?;
+    let engine = a.model.start_engine_in(group)?;
     let info = engine.model_info().clone();
     let state = server::ServerState::with_engine(engine);
     let stopped: Result<()> = runtime.block_on(async move {

@@ -34,7 +34,12 @@ impl Served {
 
     /// [`Self::start`] with environment variables for the server.
     pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut all = vec!["serve", "--model", "default"];
+        Self::start_on("default", args, env)
+    }
+
+    /// [`Self::start_with`] on `model` (a folder, a .gguf file, `default`).
+    pub fn start_on(model: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut all = vec!["serve", "--model", model];
         if !args.contains(&"--port") {
             all.extend(["--port", "0"]);
         }

@@ -1,0 +1,65 @@
+//! `vlm serve --distributed`: one model split across processes (tensor
+//! parallel over MLX's ring backend). Every rank runs the same command;
+//! rank 0 serves HTTP, the others load their share and follow rank 0 until
+//! it stops (see `engine::distributed`).
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use engine::distributed::env::{HOSTFILE_VAR, RANK_VAR};
+use engine::distributed::{GroupConfig, RankEnv};
+
+#[derive(Args)]
+pub struct SplitArgs {
+    /// Split the model across the processes of MLX's ring hostfile HOSTFILE
+    /// (what `mlx.launch` writes; without a value, the MLX_HOSTFILE it sets).
+    /// Start the same command on every rank: rank 0 serves, the others follow.
+    #[arg(long, value_name = "HOSTFILE", num_args = 0..=1)]
+    distributed: Option<Option<PathBuf>>,
+    /// This process's rank in the hostfile (default: MLX_RANK).
+    #[arg(long, requires = "distributed")]
+    rank: Option<usize>,
+    /// Seconds to wait for the other ranks to join (they may still be loading).
+    #[arg(long, value_name = "SECONDS", default_value_t = 120, requires = "distributed")]
+    join_timeout: u64,
+    /// Seconds one step may wait on the other ranks before rank 0 counts the
+    /// group as lost and fails its requests (a rank stuck, or gone).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, requires = "distributed")]
+    step_timeout: u64,
+}
+
+/// What this process does in a split model.
+pub enum Role {
+    /// Serve, leading the group.
+    Leader(GroupConfig),
+    /// Follow rank 0 as rank `rank`, then exit.
+    Follower { rank: usize, group: GroupConfig },
+}
+
+impl SplitArgs {
+    /// `None` without --distributed (one process).
+    pub fn role(&self) -> Result<Option<Role>> {
+        let Some(hostfile) = &self.distributed else { return Ok(None) };
+        // MLX reads its group from these variables; set before any thread starts.
+        if let Some(path) = hostfile {
+            anyhow::ensure!(path.is_file(), "--distributed {}: no such hostfile", path.display());
+            std::env::set_var(HOSTFILE_VAR, path);
+        }
+        if let Some(rank) = self.rank {
+            std::env::set_var(RANK_VAR, rank.to_string());
+        }
+        let env = RankEnv::from_process()?.with_context(|| {
+            format!("--distributed needs a hostfile and a rank: give them (--distributed <hostfile> --rank <n>) or start with mlx.launch, which sets {HOSTFILE_VAR} and {RANK_VAR}")
+        })?;
+        let group = GroupConfig {
+            connect_timeout: Duration::from_secs(self.join_timeout),
+            step_timeout: Duration::from_secs(self.step_timeout),
+            ..GroupConfig::default()
+        };
+        Ok(Some(match env.rank {
+            0 => Role::Leader(group),
+            rank => Role::Follower { rank, group },
+        }))
+    }
+}
