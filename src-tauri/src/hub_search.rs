@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use hub::{
-    EngineSupport, FitReport, FitSettings, MachineMemory, ModelDetails, SearchPage, SearchQuery, Support,
+    EngineSupport, FitReport, FitSettings, MachineMemory, ModelDetails, ModelShape, SearchPage, SearchQuery, Support,
     VariantFormat, WeightBytes, WeightHolding,
 };
 use serde::{Deserialize, Serialize};
@@ -150,6 +150,9 @@ pub async fn fit_check(state: &Arc<AppState>, target: FitTarget, ask: FitAsk) ->
                     .first()
                     .ok_or_else(|| AppError::new("NO_WEIGHTS", format!("{repo} has no safetensors or GGUF weights")))?,
             };
+            // The KV cache and activations in the engine's type (float32 on
+            // the CPU backend), not the checkpoint's, as for a model on disk.
+            let shape = ModelShape { kv_element_bytes: holding(state).activation_bytes(), ..shape };
             let stored = chosen.weight_bytes.ok_or_else(|| {
                 AppError::new("NO_MODEL_SHAPE", format!("the Hub did not list the sizes of {repo}'s files"))
             })?;
