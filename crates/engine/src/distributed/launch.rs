@@ -64,7 +64,7 @@ impl LocalRing {
         // would look like a hung ring.
         let stdout = drain(child.stdout.take().expect("piped"));
         let stderr = drain(child.stderr.take().expect("piped"));
-        Ok(RankProcess { rank, child, stdout, stderr, started: Instant::now() })
+        Ok(RankProcess { rank, child, stdout: Some(stdout), stderr: Some(stderr), started: Instant::now() })
     }
 
     /// Starts every rank (`command(rank)` builds each one's command) and
@@ -92,31 +92,40 @@ impl Drop for LocalRing {
     }
 }
 
-/// A running rank.
+/// A running rank; dropping it kills it (a failed test leaves no rank behind).
 pub struct RankProcess {
     /// Its rank.
     pub rank: usize,
     child: Child,
-    stdout: JoinHandle<String>,
-    stderr: JoinHandle<String>,
+    /// Taken when it finishes.
+    stdout: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<String>>,
     started: Instant,
 }
 
 impl RankProcess {
     /// Kills it (our own child, by its handle) and reaps it.
-    pub fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    pub fn kill(self) {
+        drop(self)
     }
 
-    fn finish(self, exit: RankExit) -> RankOutput {
+    fn finish(mut self, exit: RankExit) -> RankOutput {
+        let output = |h: Option<JoinHandle<String>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
         RankOutput {
             rank: self.rank,
             exit,
             elapsed: self.started.elapsed(),
-            stdout: self.stdout.join().unwrap_or_default(),
-            stderr: self.stderr.join().unwrap_or_default(),
+            stdout: output(self.stdout.take()),
+            stderr: output(self.stderr.take()),
         }
+    }
+}
+
+impl Drop for RankProcess {
+    fn drop(&mut self) {
+        // Reaped already when it exited by itself: then both are no-ops.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -101,6 +101,10 @@ impl LanguageModel for LeaderModel {
     }
 
     fn batch_failed(&self, error: &Error) {
+        if matches!(error, Error::EngineStopped) {
+            // Stopping is not a failure: the followers are told to stop too.
+            return;
+        }
         let mut broken = self.broken.borrow_mut();
         if broken.is_none() {
             tracing::error!(%error, "a step of the split model failed: it serves no more requests");
