@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
+use std::time::Duration;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
@@ -109,6 +110,7 @@ impl EngineHandle {
         let max_prepared_images = config.scheduler.max_prepared_images;
         let watch = distributed.as_ref().map(|group| StepWatch::new(group.step_timeout));
         let thread_watch = watch.clone();
+        let heartbeat = distributed.as_ref().map(|group| group.heartbeat);
         let path: PathBuf = model_path.to_path_buf();
         let thread = thread::Builder::new()
             .name("engine".into())
@@ -134,7 +136,7 @@ impl EngineHandle {
                 let info = loaded.info.clone();
                 let scheduler = Scheduler::new(loaded, scheduler_config);
                 let _ = ready_tx.send(Ok((info, scheduler.preparer())));
-                run(scheduler, inbox, thread_watch);
+                run(scheduler, inbox, thread_watch, heartbeat);
             })
             .map_err(|e| Error::io("engine thread", e))?;
         let (info, preparer) =
@@ -245,7 +247,13 @@ impl EngineHandle {
 }
 
 /// The engine thread's loop: take commands between steps; block when idle.
-fn run(mut scheduler: Scheduler, inbox: mpsc::Receiver<Command>, watch: Option<Arc<StepWatch>>) {
+/// `watch` and `heartbeat`: set for rank 0 of a split model.
+fn run(
+    mut scheduler: Scheduler,
+    inbox: mpsc::Receiver<Command>,
+    watch: Option<Arc<StepWatch>>,
+    heartbeat: Option<Duration>,
+) {
     let mut stepped_since_idle = false;
     loop {
         let next = if scheduler.has_work() {
@@ -258,9 +266,20 @@ fn run(mut scheduler: Scheduler, inbox: mpsc::Receiver<Command>, watch: Option<A
             if std::mem::take(&mut stepped_since_idle) {
                 scheduler.release_idle_memory();
             }
-            match inbox.recv() {
-                Ok(c) => Some(c),
-                Err(_) => return,
+            match heartbeat {
+                None => match inbox.recv() {
+                    Ok(c) => Some(c),
+                    Err(_) => return,
+                },
+                // A split model's followers hear from rank 0 even while it idles.
+                Some(every) => match inbox.recv_timeout(every) {
+                    Ok(c) => Some(c),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        beat(&mut scheduler, watch.as_deref());
+                        continue;
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                },
             }
         };
         if let Some(command) = next {
@@ -288,11 +307,32 @@ fn run(mut scheduler: Scheduler, inbox: mpsc::Receiver<Command>, watch: Option<A
             w.end();
         }
         let error = match outcome {
+            Ok(Ok(())) if heartbeat.is_some() => {
+                // a step that ran no forward pass shared nothing
+                beat(&mut scheduler, watch.as_deref());
+                continue;
+            }
             Ok(Ok(())) => continue,
             Ok(Err(e)) => e,
             Err(panic) => Error::Mlx(panic_message(&panic)),
         };
         tracing::error!(%error, "engine step failed; failing the requests in flight");
+        scheduler.fail_all(&error);
+    }
+}
+
+/// A split model's heartbeat (see [`Scheduler::heartbeat`]), timed by the
+/// watch like a step; a failure ends the batch as a failed step does.
+fn beat(scheduler: &mut Scheduler, watch: Option<&StepWatch>) {
+    if let Some(w) = watch {
+        w.begin();
+    }
+    let outcome = scheduler.heartbeat();
+    if let Some(w) = watch {
+        w.end();
+    }
+    if let Err(error) = outcome {
+        tracing::error!(%error, "the split model's heartbeat failed");
         scheduler.fail_all(&error);
     }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use engine::batch::SchedulerConfig;
 use engine::cache::KvQuantization;
 use engine::distributed::follow::{Replica, Step};
+use engine::distributed::launch::wait_all;
 use engine::distributed::{load_leader, run_follower, RankEnv};
 use engine::distributed::share::share_bytes;
 use engine::distributed::group::is_available;
@@ -516,6 +517,61 @@ fn a_follower_that_dies_mid_stream_fails_rank_0s_requests_with_a_clear_error() {
     // No collective is tried again (MLX may wait forever on a broken ring).
     assert!(outputs[0].stdout.contains("RANK 0 NEXT FAILED DISTRIBUTED_ERROR"), "{all}");
     assert!(outputs[0].stdout.contains("restart every rank"), "{all}");
+}
+
+/// Short, so the heartbeat test takes seconds: a follower gives rank 0
+/// 4 s for a step plus 1 s between heartbeats.
+fn quick_watch() -> GroupConfig {
+    GroupConfig { step_timeout: Duration::from_secs(4), heartbeat: Duration::from_secs(1), ..connect() }
+}
+
+#[test]
+fn a_follower_outlives_an_idle_rank_0_that_beats_and_leaves_one_that_went_silent() {
+    const TEST: &str = "a_follower_outlives_an_idle_rank_0_that_beats_and_leaves_one_that_went_silent";
+    if is_rank_of(TEST) {
+        let dir = std::env::var(CHECKPOINT).unwrap();
+        let env = RankEnv::from_process().unwrap().expect("started as a rank");
+        if env.rank != 0 {
+            let followed = run_follower(Path::new(&dir), &common::LOAD, &quick_watch());
+            println!("RANK 1 returned {followed:?}"); // not reached: its watch ends the process
+            return;
+        }
+        let loaded = load_leader(Path::new(&dir), &common::LOAD, &quick_watch()).unwrap();
+        let mut driver = common::Driver::of(loaded, SchedulerConfig::default());
+        let first = driver.submit(common::greedy_request(&PROMPT, 4));
+        driver.run_to_end();
+        // Idle past the follower's limit (5 s), beating as the engine thread does.
+        let idle = Instant::now();
+        while idle.elapsed() < Duration::from_secs(7) {
+            driver.scheduler.heartbeat().unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let second = driver.submit(common::greedy_request(&PROMPT, 4));
+        driver.run_to_end();
+        assert_eq!(driver.completion(second).content, driver.completion(first).content);
+        println!("RANK 0 SERVED AFTER IDLING");
+        // Silent now (as if stuck): the follower must give up by itself.
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap();
+    let ring = LocalRing::new(2).unwrap();
+    let spawn = |rank| {
+        let mut c = rank_command(TEST);
+        c.env(CHECKPOINT, dir.path());
+        ring.spawn(rank, c).unwrap()
+    };
+    let (leader, follower) = (spawn(0), spawn(1));
+    let started = Instant::now();
+    let follower = wait_all(vec![follower], RING_DEADLINE).remove(0);
+    let gave_up = started.elapsed();
+    let leader = wait_all(vec![leader], Duration::ZERO).remove(0);
+    let all = format!("{leader}\n{follower}");
+    assert!(leader.stdout.contains("RANK 0 SERVED AFTER IDLING"), "{all}");
+    assert_eq!(follower.code(), Some(3), "{all}");
+    assert!(follower.stderr.contains("stopped answering"), "{all}");
+    assert!(gave_up < Duration::from_secs(45), "the follower waited {gave_up:?}\n{all}");
 }
 
 #[test]

@@ -375,6 +375,12 @@ impl Scheduler {
         }
     }
 
+    /// Lets a split model's followers know rank 0 is alive when no forward
+    /// pass told them lately (see [`crate::model::LanguageModel::heartbeat`]).
+    pub fn heartbeat(&mut self) -> Result<()> {
+        self.loaded.model.heartbeat()
+    }
+
     /// Gives memory back once nothing runs (see [`super::idle_memory`]): the
     /// engine idles until the next [`Self::step`].
     pub fn release_idle_memory(&mut self) {

@@ -211,12 +211,16 @@ pub fn follow(model: &dyn LanguageModel, group: &Group) -> Result<Followed> {
     follow_watched(model, group, None)
 }
 
-/// [`follow`], each forward pass timed by `watch` (waiting for the next
-/// step is not: a follower waits as long as rank 0 has nothing to do).
+/// [`follow`], timed by `watch` from waiting for a step to finishing it:
+/// rank 0 sends at least a heartbeat while it idles (see
+/// [`crate::model::LanguageModel::heartbeat`]).
 pub fn follow_watched(model: &dyn LanguageModel, group: &Group, watch: Option<&StepWatch>) -> Result<Followed> {
     let mut replica = Replica::new(model);
     let mut forwards = 0;
     loop {
+        if let Some(w) = watch {
+            w.begin();
+        }
         match Step::receive(group)? {
             Step::Shutdown => return Ok(Followed { forwards, caches_left: replica.caches() }),
             Step::Run { events, forward } => {
@@ -224,14 +228,11 @@ pub fn follow_watched(model: &dyn LanguageModel, group: &Group, watch: Option<&S
                     replica.apply(event)?;
                 }
                 if let Some(pass) = forward {
-                    if let Some(w) = watch {
-                        w.begin();
-                    }
                     replica.forward(&pass, group)?.eval()?;
-                    if let Some(w) = watch {
-                        w.end();
-                    }
                     forwards += 1;
+                }
+                if let Some(w) = watch {
+                    w.end();
                 }
             }
         }

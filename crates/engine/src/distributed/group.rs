@@ -42,6 +42,9 @@ pub struct GroupConfig {
     /// On rank 0: how long one engine step may wait on the other ranks
     /// before the group counts as lost (see `step_watch.rs`).
     pub step_timeout: Duration,
+    /// How often rank 0 tells its followers it is alive when no step did: a
+    /// follower that hears nothing for `step_timeout + heartbeat` exits.
+    pub heartbeat: Duration,
 }
 
 impl Default for GroupConfig {
@@ -53,6 +56,7 @@ impl Default for GroupConfig {
             strict: true,
             connect_timeout: Duration::from_secs(120),
             step_timeout: Duration::from_secs(60),
+            heartbeat: Duration::from_secs(5),
         }
     }
 }

@@ -4,8 +4,9 @@
 //! a [`Step`] (the cache changes since the last pass, and the pass's shape)
 //! and takes its token ids through [`shared_tokens`], so every rank runs the
 //! same pass on the same rows.
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use mlx_rs::Array;
 
@@ -24,12 +25,16 @@ pub struct LeaderModel {
     /// back after a lost peer (a later collective may wait forever), so no
     /// collective is started again; requests fail at once with this.
     broken: RefCell<Option<String>>,
+    /// How often the followers hear from rank 0 at least, and when they last did.
+    heartbeat: Duration,
+    last_shared: Cell<Instant>,
 }
 
 impl LeaderModel {
     /// Leads `tp`'s group (this must be rank 0) with `inner`, this rank's
     /// share of the model.
-    pub fn new(inner: Box<dyn LanguageModel>, tp: TensorParallel) -> Result<LeaderModel> {
+    /// `heartbeat`: see [`super::GroupConfig::heartbeat`].
+    pub fn new(inner: Box<dyn LanguageModel>, tp: TensorParallel, heartbeat: Duration) -> Result<LeaderModel> {
         if tp.rank() != 0 {
             return Err(Error::Distributed(format!("rank {} cannot lead: rank 0 leads", tp.rank())));
         }
@@ -37,7 +42,14 @@ impl LeaderModel {
             // Its tower would run on rank 0 alone, and its embeddings cannot travel yet.
             return Err(Error::InvalidRequest("a vision model cannot be split across processes yet".into()));
         }
-        Ok(LeaderModel { inner, tp, log: MirrorLog::new(), broken: RefCell::new(None) })
+        Ok(LeaderModel {
+            inner,
+            tp,
+            log: MirrorLog::new(),
+            broken: RefCell::new(None),
+            heartbeat,
+            last_shared: Cell::new(Instant::now()),
+        })
     }
 
     /// Shares `step`, unless the group already failed.
@@ -47,6 +59,7 @@ impl LeaderModel {
                 "the model is split across processes and a step failed ({why}): restart every rank"
             )));
         }
+        self.last_shared.set(Instant::now());
         step.share(self.tp.group()).inspect_err(|e| self.batch_failed(e))
     }
 }
@@ -98,6 +111,14 @@ impl LanguageModel for LeaderModel {
 
     fn logits(&self, hidden: &Array) -> Result<Array> {
         self.inner.logits(hidden)
+    }
+
+    fn heartbeat(&self) -> Result<()> {
+        if self.broken.borrow().is_some() || self.last_shared.get().elapsed() < self.heartbeat {
+            return Ok(());
+        }
+        // Also carries the cache changes since the last pass (rows dropped).
+        self.share(&Step::Run { events: self.log.take(), forward: None })
     }
 
     fn batch_failed(&self, error: &Error) {

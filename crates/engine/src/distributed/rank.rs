@@ -20,7 +20,7 @@ pub fn load_leader(path: &Path, opts: &LoadOptions, config: &GroupConfig) -> Res
         return Err(Error::Distributed(format!("rank {} follows: only rank 0 serves", tp.rank())));
     }
     let LoadedModel { model, tokenizer, preprocessor, info } = model::load_tensor_parallel(path, opts, tp.clone())?;
-    Ok(LoadedModel { model: Box::new(LeaderModel::new(model, tp)?), tokenizer, preprocessor, info })
+    Ok(LoadedModel { model: Box::new(LeaderModel::new(model, tp, config.heartbeat)?), tokenizer, preprocessor, info })
 }
 
 /// Joins the group (as a rank other than 0), loads this rank's share of the
@@ -31,7 +31,8 @@ pub fn run_follower(path: &Path, opts: &LoadOptions, config: &GroupConfig) -> Re
         return Err(Error::Distributed("rank 0 serves: it does not follow".into()));
     }
     let loaded = model::load_tensor_parallel(path, opts, tp.clone())?;
-    let watch = StepWatch::new(config.step_timeout);
+    // Rank 0 speaks at least every heartbeat; a step may take step_timeout.
+    let watch = StepWatch::new(config.step_timeout + config.heartbeat);
     let rank = tp.rank();
     StepWatch::spawn_watchdog(&watch, move |error| {
         // MLX cannot cancel the collective this rank waits in: end the

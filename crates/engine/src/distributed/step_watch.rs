@@ -6,8 +6,9 @@
 //! 3 ranks, one killed). The watch notices a step running past its limit
 //! and declares the engine broken: requests in flight end with the error,
 //! new ones are refused at once, and the blocked thread is left alone. A
-//! follower, which has nothing to keep, times its forward passes the same
-//! way and exits.
+//! follower, which has nothing to keep, times each wait for rank 0's next
+//! step and its pass the same way (rank 0 sends heartbeats while it idles)
+//! and exits.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};

@@ -107,6 +107,12 @@ pub trait LanguageModel {
         self.logits(&h)
     }
 
+    /// Called between steps and while idle: a model split across processes
+    /// tells its followers it is alive, if it has not lately.
+    fn heartbeat(&self) -> crate::Result<()> {
+        Ok(())
+    }
+
     /// Told when a step failed and the batch was dropped. A model split
     /// across processes stops there: the other ranks' state is unknown.
     fn batch_failed(&self, _error: &crate::Error) {}
