@@ -75,7 +75,9 @@
 //!   DISTRIBUTED_ERROR, and rank 0 starts no collective again (MLX may wait
 //!   forever on a broken ring), failing later requests at once while the
 //!   server keeps answering. A follower whose rank 0 dies gets the same
-//!   error and exits. A peer alive but stuck blocks a collective with no
+//!   error and exits; one whose rank 0 goes silent (rank 0 shares an empty
+//!   step at least every [`GroupConfig::heartbeat`], also while idle) exits
+//!   after `step_timeout + heartbeat`. A peer alive but stuck blocks a collective with no
 //!   timeout in MLX, and so can a dead one in a ring of three or more (the
 //!   survivors wait on each other): on rank 0 a watchdog
 //!   ([`step_watch::StepWatch`]) fails the requests of a step that runs
