@@ -57,6 +57,10 @@ pub async fn tick<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, now: In
     if minutes == 0 {
         return Ok(false);
     }
+    // a split model cannot load again in this run (cluster.rs): it stays
+    if crate::cluster::split_model_loaded(state) {
+        return Ok(false);
+    }
     let limit = Duration::from_secs(u64::from(minutes) * 60);
     // one load or unload at a time: a message that wakes the engine waits
     // for this look to end, and this look sees its reply

@@ -11,6 +11,7 @@ pub mod attachment_protocol;
 pub mod bulk_jobs;
 pub mod chat_file;
 pub mod chat_settings;
+pub mod cluster;
 pub mod commands;
 pub mod context;
 pub mod error;
@@ -103,6 +104,7 @@ fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R> {
             commands::settings::get_settings,
             commands::settings::save_settings,
             commands::settings::restart_engine,
+            commands::settings::cluster_status,
             commands::hub_token::hub_token_status,
             commands::hub_token::save_hub_token,
             commands::hub_token::remove_hub_token,

@@ -163,6 +163,23 @@ pub(crate) async fn load_locked<R: Runtime>(
         return Err(AppError::new("UNSUPPORTED_MODEL", why));
     }
     let settings = crate::model_settings::effective(state, id).await?;
+    // Split across machines (Settings' Cluster): this Mac is rank 0. A
+    // second ring in one run is refused here, before anything is stopped.
+    if settings.cluster.enabled && model.path.is_file() {
+        // the engine would refuse it only after the ring joined, which a run
+        // of the app can do once (cluster.rs)
+        return Err(AppError::new(
+            "INVALID_REQUEST",
+            format!(
+                "{} is a .gguf file: a model splits across machines only from a safetensors folder (Llama, Qwen2, Qwen3 families). Turn off Settings → Split models across machines to load it on this Mac alone.",
+                model.name
+            ),
+        ));
+    }
+    let group = match settings.cluster.enabled {
+        true => Some(crate::cluster::begin(state, &settings.cluster, id)?),
+        false => None,
+    };
     set_status(app, state, |s| {
         s.state = "loading";
         s.loading = Some(model.name.clone());
@@ -170,11 +187,22 @@ pub(crate) async fn load_locked<R: Runtime>(
     let path = model.path.clone();
     let mut config = settings.engine_config();
     config.scheduler.prefix_disk = settings.prefix_disk(state.paths.prefix_cache());
-    let started = tokio::task::spawn_blocking(move || EngineHandle::start(&path, config)).await;
+    let split = group.is_some();
+    let started = tokio::task::spawn_blocking(move || match group {
+        None => EngineHandle::start(&path, config),
+        Some(group) => EngineHandle::start_distributed(&path, config, group),
+    })
+    .await;
     let started = match started {
         Ok(r) => r.map_err(AppError::from),
         Err(e) => Err(AppError::new("LOAD_ABORTED", e.to_string())),
     };
+    if split {
+        crate::cluster::finish(state, started.as_ref().map(|_| ()));
+    } else if started.is_ok() {
+        // a split model loaded before is replaced: its ranks stop
+        crate::cluster::left(state);
+    }
     let handle = match started {
         Ok(h) => h,
         Err(e) => {
@@ -231,6 +259,7 @@ pub(crate) async fn unload_locked<R: Runtime>(app: &AppHandle<R>, state: &Arc<Ap
     if let Some(previous) = state.engine.set_engine(None) {
         let _ = tokio::task::spawn_blocking(move || previous.shutdown()).await;
     }
+    crate::cluster::left(state);
     set_status(app, state, |s| {
         s.state = "unloaded";
         s.idle_unloaded = if idle { s.model.take() } else { None };

@@ -132,6 +132,14 @@ pub async fn start_reply<R: Runtime>(
     let store = state.store.clone();
     tauri::async_runtime::spawn(async move {
         let result = pump(store, reply_id, submitted, sink, text).await;
+        // a split model's lost rank shows first in a failed reply (cluster.rs);
+        // noted before the reply counts as over
+        if let Ok(Some(m)) = &result {
+            if m.error_code.as_deref() == Some("DISTRIBUTED_ERROR") {
+                let e = AppError::new("DISTRIBUTED_ERROR", m.error.clone().unwrap_or_default());
+                crate::cluster::note_error(&state, &e);
+            }
+        }
         remove_generation(&state, chat, reply_id);
         match result {
             Ok(Some(_)) => {}

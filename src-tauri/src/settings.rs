@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 use std::path::PathBuf;
 
+use crate::cluster::ClusterSettings;
 use crate::context::ContextPolicy;
 
 /// The largest disk budget for the prefix cache, in MiB.
@@ -67,6 +68,8 @@ pub struct Settings {
     /// Folders whose image files the server's clients may name with `file:`
     /// URLs; empty (the default) refuses `file:` URLs.
     pub server_file_url_folders: Vec<PathBuf>,
+    /// Split models across machines (cluster.rs): off by default.
+    pub cluster: ClusterSettings,
 }
 
 impl Default for Settings {
@@ -92,6 +95,7 @@ impl Default for Settings {
             server_enabled: false,
             server_port: server::DEFAULT_PORT,
             server_file_url_folders: Vec::new(),
+            cluster: ClusterSettings::default(),
         }
     }
 }
@@ -149,6 +153,7 @@ impl Settings {
         if let Some(folder) = self.server_file_url_folders.iter().find(|f| !f.is_absolute() || !f.is_dir()) {
             return Err(format!("{} is not a folder (file: image URLs need full paths of folders)", folder.display()));
         }
+        self.cluster.validate()?;
         Ok(())
     }
 

@@ -82,6 +82,9 @@ pub struct AppState {
     pub last_stats: Mutex<Option<(std::time::Instant, u64)>>,
     /// When the engine last did anything, for the unload after an idle time.
     pub idle: Mutex<IdleClock>,
+    /// The ring of a split model this run joined or tried to join (MLX
+    /// keeps one per process: see cluster.rs).
+    pub cluster: Mutex<Option<crate::cluster::ClusterRun>>,
 }
 
 impl AppState {
@@ -110,6 +113,7 @@ impl AppState {
             catalog: hub::Catalog::builtin()?,
             last_stats: Mutex::new(None),
             idle: Mutex::new(IdleClock::new(std::time::Instant::now())),
+            cluster: Mutex::new(None),
         }))
     }
 

@@ -32,6 +32,7 @@ fn export_all(cfg: &Config) {
         vlm_chat::commands::replies::Sent,
         vlm_chat::commands::replies::Outgoing,
         vlm_chat::commands::settings::SettingsView,
+        vlm_chat::cluster::ClusterStatus,
         vlm_chat::hub_token::HubTokenView,
         vlm_chat::openai_server::ServerStatus,
         vlm_chat::settings::EngineKnobs,

@@ -8,6 +8,7 @@ import type { BulkRow } from './bindings/BulkRow';
 import type { Chat } from './bindings/Chat';
 import type { ChatSettings } from './bindings/ChatSettings';
 import type { ChatUpdated } from './bindings/ChatUpdated';
+import type { ClusterStatus } from './bindings/ClusterStatus';
 import type { DownloadDone } from './bindings/DownloadDone';
 import type { EngineKnobs } from './bindings/EngineKnobs';
 import type { DownloadEvent } from './bindings/DownloadEvent';
@@ -44,7 +45,7 @@ export type {
 export type { ContextPolicy } from './bindings/ContextPolicy';
 export type { FitCheck, FitTarget, ModelDetails, ModelLoadSettings, ModelLoadSettingsView, SearchPage, SearchQuery };
 export type { LoadedModel } from './bindings/LoadedModel';
-export type { EngineStatus, Gallery };
+export type { ClusterStatus, EngineStatus, Gallery };
 /** A catalog model as the gallery shows it (on disk? downloading?). */
 export type { GalleryEntry as CatalogEntry } from './bindings/GalleryEntry';
 /** A model found on disk, with what it can do. */
@@ -144,6 +145,8 @@ export const api = {
   getSettings: () => invoke<SettingsView>('get_settings'),
   saveSettings: (settings: Settings) => invoke<SettingsView>('save_settings', { settings }),
   restartEngine: () => invoke<SettingsView>('restart_engine'),
+  /** Settings' "Split models across machines": a line per rank, as this Mac (rank 0) knows them. */
+  clusterStatus: () => invoke<ClusterStatus>('cluster_status'),
   serverStatus: () => invoke<ServerStatus>('server_status'),
   hubTokenStatus: () => invoke<HubTokenView>('hub_token_status'),
   saveHubToken: (token: string) => invoke<HubTokenView>('save_hub_token', { token }),

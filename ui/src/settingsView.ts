@@ -4,6 +4,7 @@
 // said), the local server (its error next to its switch), and appearance.
 // Every field says in a line what it does.
 import { api, errorText, type ContextPolicy, type EngineStatus, type ServerStatus, type Settings, type SettingsView } from './api';
+import { ClusterSection } from './clusterSection';
 import { clear, h } from './dom';
 import { HubTokenSection } from './hubTokenSection';
 import { applyTheme, themeChoice, type ThemeChoice } from './theme';
@@ -64,6 +65,7 @@ export class SettingsPage {
   private saving: Promise<void> = Promise.resolve();
   private restart: 'idle' | 'running' | { done: string } | { failed: string } = 'idle';
   private hubToken = new HubTokenSection();
+  private cluster: ClusterSection | null = null;
 
   constructor(private toast: (m: string) => void) {
     this.el = h('div', { class: 'page settings-page', 'data-testid': 'settings-page' });
@@ -119,6 +121,9 @@ export class SettingsPage {
     const server = this.section('Local OpenAI server', SERVER);
     server.append(h('div', { class: 'server-state', 'data-testid': 'server-url', role: 'status' }));
     this.el.append(server);
+    this.cluster = new ClusterSection(() => this.draft!, (soon) => { if (soon) this.saveSoon(); else void this.save(); });
+    this.el.append(this.cluster.el);
+    void this.cluster.refresh();
     this.el.append(this.hubToken.el);
     this.el.append(this.appearance());
     this.renderServerState();
@@ -240,6 +245,7 @@ export class SettingsPage {
       if (this.view.restart_needed !== restartWasNeeded) this.redrawRestart();
       this.redrawNotes();
       this.renderServerState();
+      void this.cluster?.refresh();
     } catch (e) {
       this.saveState.textContent = `Not saved: ${errorText(e)}`;
     }

@@ -31,7 +31,15 @@ pub async fn engine_stats(state: State<'_, Arc<AppState>>) -> AppResult<Option<S
     let Some(engine) = state.engine.engine() else {
         return Ok(None);
     };
-    let stats = engine.stats_async().await?;
+    let stats = match engine.stats_async().await {
+        Ok(s) => s,
+        Err(e) => {
+            // a split model's lost rank shows here first (cluster.rs)
+            let e = crate::error::AppError::from(e);
+            crate::cluster::note_error(&state, &e);
+            return Err(e);
+        }
+    };
     let now = Instant::now();
     let decode_tps = {
         let mut last = state.last_stats.lock().unwrap();

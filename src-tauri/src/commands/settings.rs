@@ -72,3 +72,10 @@ pub async fn restart_engine<R: Runtime>(app: AppHandle<R>, state: State<'_, Arc<
     crate::models::load(&app, &state, &id).await?;
     view(&state).await
 }
+
+/// Settings' "Split models across machines": one line per rank, as rank 0
+/// (this Mac) knows them.
+#[tauri::command]
+pub async fn cluster_status(state: State<'_, Arc<AppState>>) -> AppResult<crate::cluster::ClusterStatus> {
+    Ok(crate::cluster::status(&state).await)
+}

@@ -1,0 +1,424 @@
+//! Settings' "Split models across machines": the loaded model split by
+//! tensor parallel over MLX's ring backend, this Mac as rank 0 (it runs the
+//! scheduler and everything above it), the other machines each running
+//! `vlm serve --model <the same folder> --distributed hostfile.json --rank N`.
+//!
+//! What this Mac knows is only what rank 0 knows: whether the ring joined
+//! within the join timeout, and whether a step failed since (the engine
+//! reports DISTRIBUTED_ERROR, and cannot tell which rank was lost).
+//!
+//! MLX keeps one group per process and cannot leave it: once this process
+//! has joined (or tried to join) a ring, loading a split model again (another
+//! model, other settings, after a lost rank or a failed join) needs the app
+//! restarted, and the other ranks too. The app says so instead of trying.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use engine::distributed::env::{HOSTFILE_VAR, RANK_VAR};
+use engine::distributed::{GroupConfig, Hostfile};
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+use crate::error::{AppError, AppResult};
+use crate::paths::Paths;
+use crate::state::AppState;
+
+/// The longest join timeout: an hour, in seconds.
+const MAX_JOIN_TIMEOUT_SECS: u64 = 3600;
+
+/// Where the hostfile written from a list of hosts goes, in the data folder.
+pub const HOSTFILE_NAME: &str = "cluster-hostfile.json";
+
+/// The code of a second split load in one run of the app.
+pub const RESTART_NEEDED: &str = "CLUSTER_RESTART_NEEDED";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(default)]
+pub struct ClusterSettings {
+    /// Split the models loaded from now on across the machines below.
+    pub enabled: bool,
+    /// An MLX ring hostfile (what `mlx.launch` writes: a JSON list, one list
+    /// of "ip:port" per rank, rank 0 = this Mac). Empty: `hosts` is used.
+    pub hostfile: String,
+    /// One "ip:port" per rank, rank 0 = this Mac; the app writes them as a
+    /// hostfile into its data folder (used when `hostfile` is empty).
+    pub hosts: Vec<String>,
+    /// Seconds to wait for the other ranks to join (they may still be loading).
+    #[ts(type = "number")]
+    pub join_timeout_secs: u64,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        ClusterSettings {
+            enabled: false,
+            hostfile: String::new(),
+            hosts: Vec::new(),
+            join_timeout_secs: GroupConfig::default().connect_timeout.as_secs(),
+        }
+    }
+}
+
+impl ClusterSettings {
+    /// The hosts with blank lines left out.
+    fn host_list(&self) -> Vec<&str> {
+        self.hosts.iter().map(|h| h.trim()).filter(|h| !h.is_empty()).collect()
+    }
+
+    /// Rejects what could never form a ring, with a message for the form.
+    /// Checked only when on: a half-typed list may wait while off.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.enabled {
+            return Ok(());
+        }
+        if self.join_timeout_secs == 0 || self.join_timeout_secs > MAX_JOIN_TIMEOUT_SECS {
+            return Err(format!("the join timeout must be between 1 and {MAX_JOIN_TIMEOUT_SECS} seconds"));
+        }
+        self.hostfile_contents().map(|_| ()).map_err(|e| e.message)
+    }
+
+    /// The ring this setting describes, and the file MLX reads it from
+    /// (`None`: it is to be written from the list of hosts).
+    pub fn hostfile_contents(&self) -> AppResult<(Hostfile, Option<PathBuf>)> {
+        let bad = |m: String| AppError::new("INVALID_SETTINGS", m);
+        let path = self.hostfile.trim();
+        let hostfile = if !path.is_empty() {
+            let path = PathBuf::from(path);
+            if !path.is_absolute() || !path.is_file() {
+                return Err(bad(format!("the hostfile {} is not a file (give its full path)", path.display())));
+            }
+            let hostfile = Hostfile::read(&path).map_err(|e| bad(e.to_string()))?;
+            (hostfile, Some(path))
+        } else {
+            let ranks = self
+                .host_list()
+                .iter()
+                .enumerate()
+                .map(|(rank, h)| {
+                    h.parse::<SocketAddr>().map(|a| vec![a]).map_err(|_| {
+                        bad(format!("rank {rank}: {h:?} is not ip:port (MLX's ring needs IP addresses, e.g. 192.168.1.20:5000)"))
+                    })
+                })
+                .collect::<AppResult<Vec<_>>>()?;
+            (Hostfile { ranks }, None)
+        };
+        if hostfile.0.size() < 2 {
+            return Err(bad("a split model needs at least 2 ranks: this Mac (rank 0) and one more".into()));
+        }
+        Ok(hostfile)
+    }
+
+    /// The hostfile MLX is to read: the one named, or the hosts written to
+    /// the data folder.
+    pub fn hostfile_path(&self, paths: &Paths) -> AppResult<(PathBuf, Hostfile)> {
+        let (hostfile, path) = self.hostfile_contents()?;
+        let path = match path {
+            Some(p) => p,
+            None => {
+                std::fs::create_dir_all(&paths.data_dir)
+                    .map_err(|e| AppError::new("IO_ERROR", format!("{}: {e}", paths.data_dir.display())))?;
+                let p = paths.data_dir.join(HOSTFILE_NAME);
+                hostfile.write(&p)?;
+                p
+            }
+        };
+        Ok((path, hostfile))
+    }
+
+    pub fn group_config(&self) -> GroupConfig {
+        GroupConfig { connect_timeout: Duration::from_secs(self.join_timeout_secs), ..GroupConfig::default() }
+    }
+}
+
+/// Where the ring stands, as rank 0 sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum ClusterState {
+    /// Nothing joined yet in this run of the app.
+    #[default]
+    NotJoined,
+    /// A split model is loading: waiting for the other ranks to join.
+    Waiting,
+    /// The ring joined and the split model answers.
+    Joined,
+    /// The ring did not join within the timeout (or the model cannot split).
+    Failed,
+    /// A rank was lost after joining: the engine reports DISTRIBUTED_ERROR.
+    Lost,
+    /// The split model was unloaded or replaced; its ranks have stopped.
+    Left,
+}
+
+/// The ring this run of the app joined or tried to join (MLX keeps one).
+#[derive(Debug, Clone)]
+pub struct ClusterRun {
+    pub hostfile_path: PathBuf,
+    pub hostfile: Hostfile,
+    pub state: ClusterState,
+    pub error: Option<AppError>,
+    /// The model (gallery id) split over it.
+    pub model_id: String,
+}
+
+/// One rank's line in the UI.
+#[derive(Debug, Clone, PartialEq, Serialize, TS)]
+pub struct RankLine {
+    pub rank: usize,
+    /// The addresses it listens on, from the hostfile.
+    pub addresses: Vec<String>,
+    /// Rank 0: this Mac.
+    pub this_mac: bool,
+    /// What rank 0 knows: the ring's state (which rank was lost is not known).
+    pub state: ClusterState,
+}
+
+/// The Cluster setting's status, for Settings.
+#[derive(Debug, Clone, PartialEq, Serialize, TS)]
+pub struct ClusterStatus {
+    pub enabled: bool,
+    pub state: ClusterState,
+    /// One per rank of the ring joined (or of the settings, before any).
+    pub ranks: Vec<RankLine>,
+    /// The hostfile MLX read (or will read).
+    pub hostfile_path: Option<String>,
+    /// Why the ring failed or was lost, or why the settings cannot form one.
+    pub error: Option<AppError>,
+    /// The model split over the ring.
+    pub model_id: Option<String>,
+    /// The settings describe another ring than the one this run joined, or
+    /// the ring cannot be joined again: restart the app (and the other ranks).
+    pub restart_needed: bool,
+}
+
+fn lines(hostfile: &Hostfile, state: ClusterState) -> Vec<RankLine> {
+    hostfile
+        .ranks
+        .iter()
+        .enumerate()
+        .map(|(rank, addrs)| RankLine {
+            rank,
+            addresses: addrs.iter().map(|a| a.to_string()).collect(),
+            this_mac: rank == 0,
+            state,
+        })
+        .collect()
+}
+
+/// The status from the settings and what this run did; pure, for tests.
+pub fn status_of(settings: &ClusterSettings, run: Option<&ClusterRun>) -> ClusterStatus {
+    match run {
+        Some(run) => {
+            let wanted = settings.hostfile_contents().ok().map(|(h, _)| h);
+            let other_ring = settings.enabled && wanted.as_ref() != Some(&run.hostfile);
+            let spent = matches!(run.state, ClusterState::Failed | ClusterState::Lost | ClusterState::Left);
+            ClusterStatus {
+                enabled: settings.enabled,
+                state: run.state,
+                ranks: lines(&run.hostfile, run.state),
+                hostfile_path: Some(run.hostfile_path.display().to_string()),
+                error: run.error.clone(),
+                model_id: Some(run.model_id.clone()),
+                restart_needed: other_ring || (settings.enabled && spent),
+            }
+        }
+        None => {
+            let (ranks, error) = if settings.enabled {
+                match settings.hostfile_contents() {
+                    Ok((h, _)) => (lines(&h, ClusterState::NotJoined), None),
+                    Err(e) => (Vec::new(), Some(e)),
+                }
+            } else {
+                (Vec::new(), None)
+            };
+            ClusterStatus {
+                enabled: settings.enabled,
+                state: ClusterState::NotJoined,
+                ranks,
+                hostfile_path: None,
+                error,
+                model_id: None,
+                restart_needed: false,
+            }
+        }
+    }
+}
+
+/// Before a split load: refuses a second ring in this run, points MLX at
+/// the hostfile as rank 0 and records the ring as waiting.
+pub fn begin(state: &AppState, settings: &ClusterSettings, model_id: &str) -> AppResult<GroupConfig> {
+    let mut run = state.cluster.lock().unwrap();
+    if let Some(run) = run.as_ref() {
+        return Err(AppError::new(
+            RESTART_NEEDED,
+            format!(
+                "This run of the app already joined a ring for a split model ({}; MLX keeps one per process). To load a split model again — another model, other settings, or after a lost rank — quit and reopen the app, and restart `vlm serve --distributed` on the other machines.",
+                match run.state {
+                    ClusterState::Joined => "it is loaded now",
+                    ClusterState::Waiting => "it is joining now",
+                    ClusterState::Lost => "a rank was lost",
+                    ClusterState::Failed => "it did not join",
+                    _ => "since unloaded",
+                }
+            ),
+        ));
+    }
+    let (path, hostfile) = settings.hostfile_path(&state.paths)?;
+    // MLX reads these when the group is joined (on the engine thread, after
+    // this returns); nothing else in the app reads or writes them.
+    std::env::set_var(HOSTFILE_VAR, &path);
+    std::env::set_var(RANK_VAR, "0");
+    *run = Some(ClusterRun {
+        hostfile_path: path,
+        hostfile,
+        state: ClusterState::Waiting,
+        error: None,
+        model_id: model_id.to_string(),
+    });
+    Ok(settings.group_config())
+}
+
+/// After a split load: joined, or failed with the engine's error.
+pub fn finish(state: &AppState, result: Result<(), &AppError>) {
+    if let Some(run) = state.cluster.lock().unwrap().as_mut() {
+        match result {
+            Ok(()) => {
+                run.state = ClusterState::Joined;
+                run.error = None;
+            }
+            Err(e) => {
+                run.state = ClusterState::Failed;
+                run.error = Some(e.clone());
+            }
+        }
+    }
+}
+
+/// The split model was unloaded or replaced: its ranks stop with it.
+pub fn left(state: &AppState) {
+    if let Some(run) = state.cluster.lock().unwrap().as_mut() {
+        if run.state == ClusterState::Joined {
+            run.state = ClusterState::Left;
+        }
+    }
+}
+
+/// Whether the engine loaded now is the split one.
+pub fn split_model_loaded(state: &AppState) -> bool {
+    state.cluster.lock().unwrap().as_ref().is_some_and(|r| matches!(r.state, ClusterState::Joined | ClusterState::Lost))
+}
+
+/// A failure the engine reported: a DISTRIBUTED_ERROR while joined means a
+/// rank was lost.
+pub fn note_error(state: &AppState, error: &AppError) {
+    if error.code != "DISTRIBUTED_ERROR" {
+        return;
+    }
+    if let Some(run) = state.cluster.lock().unwrap().as_mut() {
+        if run.state == ClusterState::Joined {
+            run.state = ClusterState::Lost;
+            run.error = Some(error.clone());
+        }
+    }
+}
+
+/// The status now. Rank 0 learns of a lost rank only when a step fails: a
+/// reply (or the stats of a step stuck past the step timeout) fails with
+/// DISTRIBUTED_ERROR; a rank lost while nothing runs shows at the next
+/// message. While joined, the engine's stats are asked.
+pub async fn status(state: &AppState) -> ClusterStatus {
+    if state.cluster.lock().unwrap().as_ref().is_some_and(|r| r.state == ClusterState::Joined) {
+        if let Some(engine) = state.engine.engine() {
+            if let Err(e) = engine.stats_async().await {
+                note_error(state, &AppError::from(e));
+            }
+        }
+    }
+    let settings = state.settings().cluster;
+    let run = state.cluster.lock().unwrap().clone();
+    status_of(&settings, run.as_ref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn on(hosts: &[&str]) -> ClusterSettings {
+        ClusterSettings { enabled: true, hosts: hosts.iter().map(|h| h.to_string()).collect(), ..Default::default() }
+    }
+
+    #[test]
+    fn off_by_default_and_anything_goes_while_off() {
+        let s = ClusterSettings::default();
+        assert!(!s.enabled);
+        assert_eq!(s.join_timeout_secs, 120);
+        ClusterSettings { hosts: vec!["not a host".into()], ..s }.validate().unwrap();
+    }
+
+    #[test]
+    fn hosts_are_ip_port_one_per_rank_and_at_least_two() {
+        on(&["10.0.0.1:5000", "", " 10.0.0.2:5000 "]).validate().unwrap();
+        let (h, path) = on(&["10.0.0.1:5000", "10.0.0.2:5001"]).hostfile_contents().unwrap();
+        assert!(path.is_none());
+        assert_eq!(h.to_json(), r#"[["10.0.0.1:5000"],["10.0.0.2:5001"]]"#);
+        assert!(on(&["10.0.0.1:5000"]).validate().unwrap_err().contains("at least 2 ranks"));
+        let err = on(&["10.0.0.1:5000", "mac-studio.local:5000"]).validate().unwrap_err();
+        assert!(err.contains("rank 1") && err.contains("not ip:port"), "{err}");
+        let err = ClusterSettings { join_timeout_secs: 0, ..on(&["10.0.0.1:1", "10.0.0.2:1"]) }.validate().unwrap_err();
+        assert!(err.contains("join timeout"), "{err}");
+    }
+
+    #[test]
+    fn a_hostfile_is_read_as_mlx_reads_it_and_wins_over_hosts() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hosts.json");
+        std::fs::write(&file, r#"[["10.0.0.1:5000"], ["10.0.0.2:5000"], ["10.0.0.3:5000"]]"#).unwrap();
+        let s = ClusterSettings { hostfile: file.display().to_string(), ..on(&["1.2.3.4:1"]) };
+        let (h, path) = s.hostfile_contents().unwrap();
+        assert_eq!((h.size(), path.as_deref()), (3, Some(file.as_path())));
+        std::fs::write(&file, "[]").unwrap();
+        assert!(s.validate().unwrap_err().contains("no ranks"));
+        let missing = ClusterSettings { hostfile: dir.path().join("nope.json").display().to_string(), ..s };
+        assert!(missing.validate().unwrap_err().contains("is not a file"));
+    }
+
+    #[test]
+    fn the_hosts_are_written_to_the_data_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths { data_dir: dir.path().join("data"), models_dir: dir.path().join("models") };
+        let (path, h) = on(&["127.0.0.1:5000", "127.0.0.1:5001"]).hostfile_path(&paths).unwrap();
+        assert_eq!(path, paths.data_dir.join(HOSTFILE_NAME));
+        assert_eq!(Hostfile::read(&path).unwrap(), h);
+    }
+
+    #[test]
+    fn the_status_says_what_rank_0_knows_and_when_to_restart() {
+        let s = on(&["10.0.0.1:5000", "10.0.0.2:5000"]);
+        let before = status_of(&s, None);
+        assert_eq!(before.state, ClusterState::NotJoined);
+        assert_eq!(before.ranks.len(), 2);
+        assert!(before.ranks[0].this_mac && !before.ranks[1].this_mac);
+        assert_eq!(before.ranks[1].addresses, vec!["10.0.0.2:5000"]);
+        assert!(!before.restart_needed);
+        assert!(status_of(&on(&["10.0.0.1:5000"]), None).error.unwrap().message.contains("at least 2"));
+
+        let mut run = ClusterRun {
+            hostfile_path: "/tmp/h.json".into(),
+            hostfile: s.hostfile_contents().unwrap().0,
+            state: ClusterState::Joined,
+            error: None,
+            model_id: "dir:tiny".into(),
+        };
+        let joined = status_of(&s, Some(&run));
+        assert_eq!(joined.state, ClusterState::Joined);
+        assert!(joined.ranks.iter().all(|r| r.state == ClusterState::Joined));
+        assert!(!joined.restart_needed);
+        // another ring in the settings: MLX keeps the first one
+        assert!(status_of(&on(&["10.0.0.1:5000", "10.0.0.3:5000"]), Some(&run)).restart_needed);
+        run.state = ClusterState::Lost;
+        let lost = status_of(&s, Some(&run));
+        assert!(lost.restart_needed && lost.ranks.iter().all(|r| r.state == ClusterState::Lost));
+        // turned off: nothing to restart for
+        assert!(!status_of(&ClusterSettings { enabled: false, ..s }, Some(&run)).restart_needed);
+    }
+}

@@ -1,0 +1,121 @@
+// Settings → Split models across machines (src-tauri/src/cluster.rs): this
+// Mac as rank 0 of an MLX ring, the other machines running
+// `vlm serve --distributed`. A line per rank says what rank 0 knows: waiting
+// for the others to join, joined, or lost (the engine cannot tell which rank
+// was lost). MLX joins one ring per app run, so changing the ring, or loading
+// a split model again, needs the app restarted: the section says so.
+import { api, errorText, type Settings } from './api';
+import type { ClusterSettings } from './bindings/ClusterSettings';
+import type { ClusterState } from './bindings/ClusterState';
+import type { ClusterStatus } from './bindings/ClusterStatus';
+import { clear, h } from './dom';
+
+/** How often the rank lines are asked for while the section shows a ring. */
+export const CLUSTER_POLL_MS = 2000;
+
+/** The hosts typed one per line: blank lines left out, spaces trimmed. */
+export function parseHosts(text: string): string[] {
+  return text.split('\n').map((l) => l.trim()).filter((l) => l !== '');
+}
+
+/** A ring state in words. */
+export function stateWords(state: ClusterState): string {
+  switch (state) {
+    case 'not_joined': return 'not joined yet (joins when a model loads)';
+    case 'waiting': return 'waiting to join…';
+    case 'joined': return 'joined';
+    case 'failed': return 'did not join';
+    case 'lost': return 'lost';
+    case 'left': return 'stopped (the split model was unloaded)';
+  }
+}
+
+/** One line per rank: who it is and its state, as rank 0 knows it. */
+export function rankLines(s: ClusterStatus): { rank: number; who: string; state: ClusterState; text: string }[] {
+  return s.ranks.map((r) => {
+    const who = r.this_mac ? 'this Mac' : r.addresses.join(', ');
+    return { rank: r.rank, who, state: r.state, text: `Rank ${r.rank} · ${who} — ${stateWords(r.state)}` };
+  });
+}
+
+/** What to say under the lines (an error, what to do). */
+export function clusterNotes(s: ClusterStatus): string[] {
+  const notes: string[] = [];
+  if (s.state === 'lost') notes.push('A rank stopped answering; this Mac (rank 0) cannot tell which one. Messages fail until the split model loads again.');
+  if (s.error) notes.push(s.error.message);
+  if (s.restart_needed) notes.push('To join a ring again, quit and reopen the app, and restart `vlm serve --distributed` on the other machines.');
+  return notes;
+}
+
+export class ClusterSection {
+  readonly el: HTMLElement;
+  private lines = h('ul', { class: 'cluster-ranks', role: 'status', 'aria-live': 'polite', 'data-testid': 'cluster-ranks' });
+  private notes = h('div', { 'data-testid': 'cluster-notes' });
+  private timer = 0;
+
+  /**
+   * `settings` gives the page's draft; `changed(soon)` saves it (`soon`:
+   * after the typing delay).
+   */
+  constructor(private settings: () => Settings, private changed: (soon: boolean) => void) {
+    const c = this.cluster();
+    const toggle = h('input', { id: 'setting-cluster-enabled', type: 'checkbox', class: 'switch', checked: c.enabled, 'data-testid': 'setting-cluster-enabled', 'aria-describedby': 'cluster-enabled-hint' });
+    toggle.addEventListener('change', () => { this.cluster().enabled = toggle.checked; this.changed(false); });
+    const hostfile = h('input', { id: 'setting-cluster-hostfile', type: 'text', value: c.hostfile, placeholder: '/Users/me/hostfile.json', spellcheck: 'false', 'data-testid': 'setting-cluster-hostfile', 'aria-describedby': 'cluster-hostfile-hint' });
+    hostfile.addEventListener('input', () => { this.cluster().hostfile = hostfile.value; this.changed(true); });
+    const hosts = h('textarea', { id: 'setting-cluster-hosts', rows: 3, spellcheck: 'false', placeholder: '192.168.1.10:5000\n192.168.1.11:5000', 'data-testid': 'setting-cluster-hosts', 'aria-describedby': 'cluster-hosts-hint' });
+    hosts.value = c.hosts.join('\n');
+    hosts.addEventListener('input', () => { this.cluster().hosts = parseHosts(hosts.value); this.changed(true); });
+    const timeout = h('input', { id: 'setting-cluster-timeout', type: 'number', min: 1, max: 3600, step: 1, value: String(c.join_timeout_secs), 'data-testid': 'setting-cluster-timeout', 'aria-describedby': 'cluster-timeout-hint' });
+    timeout.addEventListener('input', () => { if (timeout.value !== '') { this.cluster().join_timeout_secs = Number(timeout.value); this.changed(true); } });
+    const field = (id: string, label: string, hintId: string, hint: string, kind: string, input: HTMLElement) =>
+      h('div', { class: `field field-${kind}` }, h('label', { for: id }, label, h('span', { class: 'hint', id: hintId }, hint)), input);
+    this.el = h('section', { class: 'card settings-section', 'data-testid': 'cluster-section' },
+      h('h2', {}, 'Split models across machines'),
+      field('setting-cluster-enabled', 'Split models across machines', 'cluster-enabled-hint',
+        'A model too large for this Mac runs split across several Macs (Thunderbolt or Ethernet): this Mac is rank 0 and answers; each other Mac runs `vlm serve --model <the same folder> --distributed hostfile.json --rank N`. Llama, Qwen2 and Qwen3 safetensors folders split. Takes effect at the next model load.', 'toggle', toggle),
+      field('setting-cluster-hostfile', 'Hostfile', 'cluster-hostfile-hint',
+        'Full path of an MLX ring hostfile (what mlx.launch writes: one list of "ip:port" per rank, rank 0 = this Mac). Leave empty to use the hosts below.', 'text', hostfile),
+      field('setting-cluster-hosts', 'Hosts', 'cluster-hosts-hint',
+        'Or one "ip:port" per line, one line per rank, this Mac first. The app writes them as a hostfile into its data folder: copy it to the other Macs.', 'text', hosts),
+      field('setting-cluster-timeout', 'Join timeout (seconds)', 'cluster-timeout-hint',
+        'How long loading waits for the other Macs to join (they may still be loading their share). A Mac lost later shows here when the next answer fails: this Mac learns of it only then.', 'number', timeout),
+      h('div', { class: 'note' }, 'MLX joins one ring per run of the app: after changing the ring, or to load a split model again (another model, other settings, after a lost Mac), quit and reopen the app.'),
+      this.lines, this.notes);
+  }
+
+  private cluster(): ClusterSettings {
+    const s = this.settings();
+    // settings saved before the setting existed come back with its defaults;
+    // this keeps a partial record (a test's mock) working too
+    s.cluster ??= { enabled: false, hostfile: '', hosts: [], join_timeout_secs: 120 };
+    return s.cluster;
+  }
+
+  /** Asks for the rank lines now, and again every CLUSTER_POLL_MS while shown. */
+  async refresh(): Promise<void> {
+    window.clearTimeout(this.timer);
+    this.timer = 0;
+    try {
+      this.render(await api.clusterStatus());
+    } catch (e) {
+      clear(this.lines);
+      clear(this.notes);
+      this.notes.append(h('div', { class: 'error-note', role: 'alert' }, errorText(e)));
+    }
+    if (this.el.isConnected) this.timer = window.setTimeout(() => void this.refresh(), CLUSTER_POLL_MS);
+  }
+
+  render(s: ClusterStatus): void {
+    clear(this.lines);
+    clear(this.notes);
+    if (!s.enabled && s.state === 'not_joined') return;
+    for (const l of rankLines(s)) {
+      this.lines.append(h('li', { class: `cluster-rank rank-${l.state}`, 'data-testid': `cluster-rank-${l.rank}`, 'data-state': l.state }, l.text));
+    }
+    for (const n of clusterNotes(s)) {
+      const bad = s.state === 'lost' || s.state === 'failed' || !!s.error;
+      this.notes.append(h('div', { class: bad ? 'error-note' : 'note', 'data-testid': 'cluster-note' }, n));
+    }
+  }
+}
