@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use engine::batch::{Event, Prompt, Request, Scheduler, SchedulerConfig};
-use engine::distributed::follow::{Replica, Step};
 use engine::distributed::{load_leader, Group, GroupConfig, LocalRing, RankEnv, TensorParallel};
 use engine::handle::Completion;
 use engine::model::{self, LoadOptions, LoadedModel, WeightFormat};
@@ -261,34 +260,19 @@ fn serve(args: &Args, loaded: LoadedModel) -> anyhow::Result<Row> {
 }
 
 /// A follower: what `engine::distributed::run_follower` does (join, load
-/// this rank's share, replay rank 0's steps on a `Replica`), without its
-/// watchdog, so the memory can be read around it. Its report line.
+/// this rank's share, follow rank 0's steps until it stops), without its
+/// watchdog and with the memory read after the load. Its report line.
 fn follow(dir: &Path, config: &GroupConfig) -> anyhow::Result<String> {
     let tp = TensorParallel::new(Group::init(config)?);
     let rank = tp.rank();
     let loaded = model::load_tensor_parallel(dir, &OPTS, tp.clone())?;
     let weights = active_memory()?;
     reset_peak_memory()?;
-    let mut replica = Replica::new(loaded.model.as_ref());
-    let mut forwards = 0;
-    loop {
-        match Step::receive(tp.group())? {
-            Step::Shutdown => break,
-            Step::Run { events, forward } => {
-                for event in &events {
-                    replica.apply(event)?;
-                }
-                if let Some(pass) = forward {
-                    replica.forward(&pass, tp.group())?.eval()?;
-                    forwards += 1;
-                }
-            }
-        }
-    }
+    let followed = engine::distributed::follow::follow(loaded.model.as_ref(), tp.group())?;
     // The follower's peak includes the warm-up request (smaller than the 4).
     let peak = peak_memory()?;
     Ok(format!(
-        "{:<18} {:>10} {:>12} {:>12} {:>14} {:>14} {:>10} {:>12}  ({forwards} passes followed)",
+        "{:<18} {:>10} {:>12} {:>12} {:>14} {:>14} {:>10} {:>12}  ({} passes followed)",
         format!("2 ranks, rank {rank}"),
         mb(weights),
         "",
@@ -296,6 +280,7 @@ fn follow(dir: &Path, config: &GroupConfig) -> anyhow::Result<String> {
         "",
         "",
         "",
-        mb(peak)
+        mb(peak),
+        followed.forwards
     ))
 }
