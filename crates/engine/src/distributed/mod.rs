@@ -97,6 +97,8 @@
 //! after load is its share (measured: 379.8 MB alone, 191.0 MB per rank of
 //! 2, `examples/tensor_parallel_bench.rs`), with one tensor above it at the
 //! peak; reading byte ranges straight from the file would avoid even that.
+//! `examples/split_model_bench.rs` measures the serving path (the real
+//! scheduler over a [`LeaderModel`]): memory per rank and its speed.
 mod ffi_error;
 pub mod env;
 pub mod follow;
