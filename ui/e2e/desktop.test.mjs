@@ -87,7 +87,13 @@ describe('the app in its desktop shell', () => {
   it('keeps a Hub token saved in Settings in the system keychain and shows it masked', async () => {
     await openPage(browser, 'nav-settings', 'hub-token-section');
     await waitFor(browser, 'the token state', async () => /No token/.test(await (await byTestId(browser, 'hub-token-state')).getText()), 10_000);
-    await (await byTestId(browser, 'hub-token-input')).setValue(token);
+    // Set, not typed: WebKitWebDriver drops keys under load (a CI run once
+    // saved a few characters of the token, which masked to a bare '…').
+    await browser.execute((t) => {
+      const input = document.querySelector('[data-testid="hub-token-input"]');
+      input.value = t;
+      input.dispatchEvent(new Event('input', { bubbles: true }));
+    }, token);
     await (await byTestId(browser, 'hub-token-save')).click();
     const error = () => byTestId(browser, 'hub-token-error');
     await waitFor(browser, 'the token saved (or an error)', async () =>
