@@ -459,26 +459,26 @@ fn lead_until_the_follower_dies(dir: &Path) {
     let loaded = load_leader(dir, &common::LOAD, &connect()).unwrap();
     let mut driver = common::Driver::of(loaded, SchedulerConfig::default());
     let long = driver.submit(common::greedy_request(&PROMPT, 200));
+    run_failing_steps(&mut driver, "STEP");
+    let error = driver.completion(long).error.clone().expect("the long request fails");
+    println!("RANK 0 REQUEST FAILED {}: {}", error.code, error.message);
+    let next = driver.submit(common::greedy_request(&PROMPT, 4));
+    run_failing_steps(&mut driver, "NEXT STEP");
+    let error = driver.completion(next).error.clone().expect("no generation without every rank");
+    println!("RANK 0 NEXT FAILED {}: {}", error.code, error.message);
+}
+
+/// Steps until nothing is left; a failed step fails the batch, as the engine thread does.
+fn run_failing_steps(driver: &mut common::Driver, what: &str) {
     let mut steps = 0;
     while driver.scheduler.has_work() {
         steps += 1;
         if let Err(e) = driver.scheduler.step() {
-            println!("RANK 0 STEP {steps} FAILED {}: {e}", e.code());
+            println!("RANK 0 {what} {steps} FAILED {}: {e}", e.code());
             driver.scheduler.fail_all(&e);
         }
         driver.drain();
     }
-    let error = driver.completion(long).error.clone().expect("the long request fails");
-    println!("RANK 0 REQUEST FAILED {}: {}", error.code, error.message);
-    let next = driver.submit(common::greedy_request(&PROMPT, 4));
-    while driver.scheduler.has_work() {
-        if let Err(e) = driver.scheduler.step() {
-            driver.scheduler.fail_all(&e);
-        }
-        driver.drain();
-    }
-    let error = driver.completion(next).error.clone().expect("no generation without every rank");
-    println!("RANK 0 NEXT FAILED {}: {}", error.code, error.message);
 }
 
 #[test]
