@@ -1,5 +1,5 @@
-//! `vlm serve --distributed`: one model split across processes (tensor
-//! parallel over MLX's ring backend). Every rank runs the same command;
+//! `vlm serve --distributed`: one model split across processes (tensor or
+//! pipeline parallel over MLX's ring backend). Every rank runs the same command;
 //! rank 0 serves HTTP, the others load their share and follow rank 0 until
 //! it stops (see `engine::distributed`).
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use engine::distributed::env::{HOSTFILE_VAR, RANK_VAR};
-use engine::distributed::{GroupConfig, RankEnv};
+use engine::distributed::{GroupConfig, RankEnv, Split};
 
 #[derive(Args)]
 pub struct SplitArgs {
@@ -27,6 +27,13 @@ pub struct SplitArgs {
     /// group as lost and fails its requests (a rank stuck, or gone).
     #[arg(long, value_name = "SECONDS", default_value_t = 60, requires = "distributed")]
     step_timeout: u64,
+    /// How to split the model: `tensor` (every layer's heads shared out: two
+    /// exchanges per layer, for fast links), `pipeline` (each rank runs a
+    /// range of layers: one exchange per rank, any family, any number of
+    /// ranks; better over Ethernet), or `auto` (tensor where the family has
+    /// it and its heads divide by the ranks). Every rank must say the same.
+    #[arg(long, value_name = "HOW", default_value_t = Split::Auto, requires = "distributed")]
+    split: Split,
 }
 
 /// What this process does in a split model.
@@ -55,6 +62,7 @@ impl SplitArgs {
         let group = GroupConfig {
             connect_timeout: Duration::from_secs(self.join_timeout),
             step_timeout: Duration::from_secs(self.step_timeout),
+            split: self.split,
             ..GroupConfig::default()
         };
         Ok(Some(match env.rank {

@@ -287,7 +287,15 @@ fn run(
                 Command::Admit { id, prepared, events } => scheduler.admit(id, *prepared, events),
                 Command::Cancel(id) => scheduler.cancel(id),
                 Command::Stats(reply) => {
-                    let _ = reply.send(scheduler.stats());
+                    // A split model gathers its ranks' memory: a collective, timed like a step.
+                    if let Some(w) = &watch {
+                        w.begin();
+                    }
+                    let stats = scheduler.stats();
+                    if let Some(w) = &watch {
+                        w.end();
+                    }
+                    let _ = reply.send(stats);
                 }
                 Command::Shutdown => {
                     scheduler.fail_all(&Error::EngineStopped);

@@ -15,9 +15,9 @@ use engine::distributed::launch::wait_all;
 use engine::distributed::{load_leader, run_follower, RankEnv};
 use engine::distributed::share::share_bytes;
 use engine::distributed::group::is_available;
-use engine::distributed::{ops, Backend, Group, GroupConfig, LocalRing, RankOutput, TensorParallel};
+use engine::distributed::{ops, Backend, Group, GroupConfig, LocalRing, RankOutput, Split, TensorParallel};
 use engine::model::{self, LoadOptions, WeightFormat};
-use engine::testing::{write_tiny_family, write_tiny_llama, TinyFamily, TinyLlama};
+use engine::testing::{write_family, write_tiny_family, write_tiny_llama, Dims, TinyFamily, TinyLlama};
 use engine::weights::QuantSpec;
 use mlx_rs::{Array, Dtype};
 
@@ -216,7 +216,12 @@ fn tensor_parallel_rank(format: WeightFormat) {
 
 /// Runs test `test`'s rank role on 2 local ranks, each told the checkpoint `dir`.
 fn two_ranks_on_checkpoint(test: &str, dir: &Path) -> Vec<RankOutput> {
-    let ring = LocalRing::new(2).unwrap();
+    ranks_on_checkpoint(test, dir, 2)
+}
+
+/// Runs test `test`'s rank role on `n` local ranks, each told the checkpoint `dir`.
+fn ranks_on_checkpoint(test: &str, dir: &Path, n: usize) -> Vec<RankOutput> {
+    let ring = LocalRing::new(n).unwrap();
     ring.run_all(
         |_| {
             let mut c = rank_command(test);
@@ -273,6 +278,125 @@ fn tensor_parallel_qwen3_with_its_per_head_norms_matches_one_process() {
     let dir = tempfile::tempdir().unwrap();
     write_tiny_family(dir.path(), TinyFamily::Qwen3, None, 11).unwrap();
     tensor_parallel_matches_one_process(TEST, dir.path(), WeightFormat::Float32);
+}
+
+/// A rank of a model split as `split`: rank 0 leads (its greedy tokens go
+/// through the step sharing that serving uses, so the first stage of a
+/// pipeline embeds rank 0's tokens), the others follow.
+fn split_model_rank(split: Split) {
+    let dir = std::env::var(CHECKPOINT).unwrap();
+    let config = GroupConfig { split, ..connect() };
+    let env = RankEnv::from_process().unwrap().expect("started as a rank");
+    if env.rank == 0 {
+        let loaded = load_leader(Path::new(&dir), &common::LOAD, &config).unwrap();
+        println!("RANK 0 HOLDS {}", loaded.info.share.as_deref().unwrap_or("everything"));
+        println!("RANK 0 TOKENS {:?}", common::greedy_ids(&loaded, &PROMPT, 16));
+    } else {
+        let followed = run_follower(Path::new(&dir), &common::LOAD, &config).unwrap();
+        println!("RANK {} HOLDS {}", env.rank, followed.share.as_deref().unwrap_or("everything"));
+        println!("RANK {} FOLLOWED {} forwards", env.rank, followed.forwards);
+    }
+}
+
+/// The checkpoint in `dir`, decoded greedily by `ranks` pipeline ranks
+/// and by this process alone: the same 16 tokens; every follower ran every
+/// pass (16, one per token); rank `r` held `stages[r]` ("layers 2..4 of 4").
+fn split_model_matches_one_process(test: &str, dir: &Path, stages: &[&str]) {
+    let ranks = stages.len();
+    let alone = common::greedy_ids(&model::load(dir, &common::LOAD).unwrap(), &PROMPT, 16);
+    let outputs = ranks_on_checkpoint(test, dir, ranks);
+    let all = report(&outputs);
+    assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
+    assert!(outputs[0].stdout.contains(&format!("RANK 0 TOKENS {alone:?}")), "alone: {alone:?}\n{all}");
+    for (rank, out) in outputs.iter().enumerate() {
+        let holds = format!("RANK {rank} HOLDS layers {}, pipeline rank {rank} of {ranks}", stages[rank]);
+        assert!(out.stdout.contains(&holds), "{holds}\n{all}");
+        assert!(rank == 0 || out.stdout.contains(&format!("RANK {rank} FOLLOWED 16 forwards")), "{all}");
+    }
+}
+
+#[test]
+fn pipeline_llama_on_two_ranks_gives_the_greedy_tokens_of_one_process() {
+    const TEST: &str = "pipeline_llama_on_two_ranks_gives_the_greedy_tokens_of_one_process";
+    if is_rank_of(TEST) {
+        return split_model_rank(Split::Pipeline);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), &TinyLlama { layers: 4, ..TinyLlama::default() }).unwrap();
+    // The last rank runs the first layers; rank 0 the last ones and the head.
+    split_model_matches_one_process(TEST, dir.path(), &["2..4 of 4", "0..2 of 4"]);
+}
+
+#[test]
+fn pipeline_keeps_4_bit_weights_as_stored() {
+    const TEST: &str = "pipeline_keeps_4_bit_weights_as_stored";
+    if is_rank_of(TEST) {
+        return split_model_rank(Split::Pipeline);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Groups of 64: tensor parallel refuses this one (see below); a pipeline splits whole layers.
+    let spec = TinyLlama { quantize: Some(QuantSpec { group_size: 64, bits: 4 }), ..TinyLlama::default() };
+    write_tiny_llama(dir.path(), &spec).unwrap();
+    split_model_matches_one_process(TEST, dir.path(), &["1..2 of 2", "0..1 of 2"]);
+}
+
+#[test]
+fn pipeline_qwen2_matches_one_process() {
+    const TEST: &str = "pipeline_qwen2_matches_one_process";
+    if is_rank_of(TEST) {
+        return split_model_rank(Split::Pipeline);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_qwen2(dir.path());
+    split_model_matches_one_process(TEST, dir.path(), &["1..2 of 2", "0..1 of 2"]);
+}
+
+#[test]
+fn pipeline_gemma3_with_sliding_layers_on_three_ranks_matches_one_process() {
+    const TEST: &str = "pipeline_gemma3_with_sliding_layers_on_three_ranks_matches_one_process";
+    if is_rank_of(TEST) {
+        return split_model_rank(Split::Pipeline);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_family(dir.path(), TinyFamily::Gemma3, None, 5).unwrap();
+    // The middle rank receives and sends; the prompt is longer than the window.
+    split_model_matches_one_process(TEST, dir.path(), &["3..4 of 4", "1..3 of 4", "0..1 of 4"]);
+}
+
+#[test]
+fn pipeline_gemma4_keeps_kv_shared_layers_with_their_sources() {
+    const TEST: &str = "pipeline_gemma4_keeps_kv_shared_layers_with_their_sources";
+    if is_rank_of(TEST) {
+        return split_model_rank(Split::Pipeline);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // 8 layers, the last 2 reading layers 4 and 5: the stages are 0..4 and 4..8.
+    let dims = Dims { layers: 8, ..Dims::tiny(TinyFamily::Gemma4) };
+    write_family(dir.path(), TinyFamily::Gemma4, dims, None, 9).unwrap();
+    split_model_matches_one_process(TEST, dir.path(), &["4..8 of 8", "0..4 of 8"]);
+}
+
+#[test]
+fn pipeline_qwen3_5_carries_recurrent_layers_on_three_ranks() {
+    const TEST: &str = "pipeline_qwen3_5_carries_recurrent_layers_on_three_ranks";
+    if is_rank_of(TEST) {
+        return split_model_rank(Split::Pipeline);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_family(dir.path(), TinyFamily::Qwen35, None, 3).unwrap();
+    split_model_matches_one_process(TEST, dir.path(), &["3..4 of 4", "1..3 of 4", "0..1 of 4"]);
+}
+
+#[test]
+fn auto_splits_the_default_sized_llama_by_tensor_and_gemma_by_pipeline() {
+    // The choice every rank makes from the files alone.
+    let llama = tempfile::tempdir().unwrap();
+    write_tiny_llama(llama.path(), &TinyLlama::default()).unwrap();
+    assert_eq!(Split::Auto.resolve(llama.path(), 2).unwrap(), Split::Tensor);
+    assert_eq!(Split::Auto.resolve(llama.path(), 3).unwrap(), Split::Pipeline, "4 heads over 3 ranks");
+    let gemma = tempfile::tempdir().unwrap();
+    write_tiny_family(gemma.path(), TinyFamily::Gemma3, None, 5).unwrap();
+    assert_eq!(Split::Auto.resolve(gemma.path(), 2).unwrap(), Split::Pipeline);
 }
 
 /// The tiny llama as a Qwen2 checkpoint: Qwen2 has biases on q/k/v (split
@@ -343,7 +467,7 @@ fn tensor_parallel_refuses_a_family_it_cannot_split() {
     write_tiny_family(dir.path(), TinyFamily::Gemma3, None, 5).unwrap();
     let err = model::load_tensor_parallel(dir.path(), &LoadOptions { format: WeightFormat::Float32 }, tp).err().expect("Gemma 3 has no sharded layers");
     assert_eq!(err.code(), "INVALID_REQUEST");
-    assert!(err.to_string().contains("the Gemma 3 family cannot be split across processes (tensor parallel) yet"), "{err}");
+    assert!(err.to_string().contains("the Gemma 3 family cannot be split across processes (tensor parallel) yet: split it as a pipeline"), "{err}");
 }
 
 /// A tiny llama whose head dimension (32) takes 8-bit KV quantization in groups of 32.
@@ -384,43 +508,161 @@ fn batch_with_a_join(driver: &mut common::Driver) -> (Vec<String>, usize, u64) {
     (texts, driver.completion(continued).stats.cached_prompt_tokens, stats.decode_steps + stats.prefill_passes)
 }
 
+/// Rank side of the batch tests: rank 0 drives [`batch_with_a_join`]
+/// through the real scheduler over its share, split as `split`.
+fn batch_rank(split: Split) {
+    let dir = std::env::var(CHECKPOINT).unwrap();
+    let config = GroupConfig { split, ..connect() };
+    let env = RankEnv::from_process().unwrap().expect("started as a rank");
+    if env.rank == 0 {
+        let loaded = load_leader(Path::new(&dir), &common::LOAD, &config).unwrap();
+        let mut driver = common::Driver::of(loaded, batch_config());
+        let (texts, cached, forwards) = batch_with_a_join(&mut driver);
+        // What the engine thread does when it is stopped: not a failure,
+        // so the follower is still told to stop (it prints its count).
+        driver.scheduler.fail_all(&engine::Error::EngineStopped);
+        println!("RANK 0 TEXTS {texts:?} CACHED {cached}");
+        println!("RANK 0 RAN {forwards} forwards");
+    } else {
+        let followed = run_follower(Path::new(&dir), &common::LOAD, &config).unwrap();
+        println!("RANK {} FOLLOWED {} forwards", env.rank, followed.forwards);
+    }
+}
+
+/// [`batch_with_a_join`] on the checkpoint in `dir`, alone and on
+/// `ranks` ranks (the test's [`batch_rank`]): the same texts, the same
+/// prefix-cache hit, and every follower ran every one of rank 0's passes.
+/// Returns the cached prompt tokens of the fifth request.
+fn batch_matches_one_process(test: &str, dir: &Path, ranks: usize) -> usize {
+    let mut alone = common::Driver::new(dir, batch_config());
+    let (texts, cached, forwards) = batch_with_a_join(&mut alone);
+    let kv = alone.scheduler.stats().kv_quantization;
+    assert!(!kv.starts_with("off") && !kv.starts_with("not applied"), "{kv}");
+    assert!(texts.iter().all(|t| !t.is_empty()), "{texts:?}");
+    let outputs = ranks_on_checkpoint(test, dir, ranks);
+    let all = report(&outputs);
+    assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
+    assert!(outputs[0].stdout.contains(&format!("RANK 0 TEXTS {texts:?} CACHED {cached}")), "alone: {texts:?} {cached}\n{all}");
+    // Every pass rank 0 ran, each follower ran with it (and no other).
+    let ran = outputs[0].stdout.lines().find_map(|l| l.strip_prefix("RANK 0 RAN ")).expect("rank 0's count");
+    assert_eq!(ran, format!("{forwards} forwards"), "alone\n{all}");
+    for rank in 1..ranks {
+        assert!(outputs[rank].stdout.contains(&format!("RANK {rank} FOLLOWED {ran}")), "{all}");
+    }
+    cached
+}
+
 #[test]
 fn a_split_model_serves_a_continuous_batch_as_one_process_does() {
     const TEST: &str = "a_split_model_serves_a_continuous_batch_as_one_process_does";
     if is_rank_of(TEST) {
+        return batch_rank(Split::Tensor);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama_for_kv_quantization(dir.path());
+    let cached = batch_matches_one_process(TEST, dir.path(), 2);
+    assert!(cached >= 32, "the fifth request reuses the first's prompt: {cached}");
+}
+
+#[test]
+fn a_pipeline_serves_a_continuous_batch_as_one_process_does() {
+    const TEST: &str = "a_pipeline_serves_a_continuous_batch_as_one_process_does";
+    if is_rank_of(TEST) {
+        return batch_rank(Split::Pipeline);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama_for_kv_quantization(dir.path());
+    let cached = batch_matches_one_process(TEST, dir.path(), 2);
+    assert!(cached >= 32, "the fifth request reuses the first's prompt: {cached}");
+}
+
+#[test]
+fn a_pipeline_of_qwen3_5_serves_a_continuous_batch_with_its_states_as_one_process_does() {
+    const TEST: &str = "a_pipeline_of_qwen3_5_serves_a_continuous_batch_with_its_states_as_one_process_does";
+    if is_rank_of(TEST) {
+        return batch_rank(Split::Pipeline);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_family(dir.path(), TinyFamily::Qwen35, None, 3).unwrap();
+    // Recurrent states join, leave and are kept at prompt checkpoints on
+    // every rank; the fifth request resumes from one.
+    let cached = batch_matches_one_process(TEST, dir.path(), 2);
+    assert!(cached > 0, "the fifth request resumes from a checkpoint: {cached}");
+}
+
+/// Set in a rank's environment: how the memory test splits its model.
+const SPLIT: &str = "VLM_TEST_SPLIT";
+
+/// Four requests decoding together, their memory looked at mid-decode:
+/// the scheduler's stats then (rank 0's gathers every rank's).
+fn memory_mid_decode(driver: &mut common::Driver) -> engine::batch::EngineStats {
+    for salt in 0..4 {
+        driver.submit(common::greedy_request(&common::salted_prompt(48, salt), 12));
+    }
+    for _ in 0..8 {
+        driver.step();
+    }
+    let stats = driver.scheduler.stats();
+    driver.run_to_end();
+    stats
+}
+
+#[test]
+fn each_of_two_ranks_holds_about_half_the_weights_and_caches_and_rank_0_reports_both() {
+    const TEST: &str = "each_of_two_ranks_holds_about_half_the_weights_and_caches_and_rank_0_reports_both";
+    if is_rank_of(TEST) {
         let dir = std::env::var(CHECKPOINT).unwrap();
-        let env = RankEnv::from_process().unwrap().expect("started as a rank");
-        if env.rank == 0 {
-            let loaded = load_leader(Path::new(&dir), &common::LOAD, &connect()).unwrap();
-            let mut driver = common::Driver::of(loaded, batch_config());
-            let (texts, cached, forwards) = batch_with_a_join(&mut driver);
-            // What the engine thread does when it is stopped: not a failure,
-            // so the follower is still told to stop (it prints its count).
-            driver.scheduler.fail_all(&engine::Error::EngineStopped);
-            println!("RANK 0 TEXTS {texts:?} CACHED {cached}");
-            println!("RANK 0 RAN {forwards} forwards");
+        let split: Split = std::env::var(SPLIT).unwrap().parse().unwrap();
+        let config = GroupConfig { split, ..connect() };
+        if RankEnv::from_process().unwrap().expect("a rank").rank == 0 {
+            let mut driver = common::Driver::of(load_leader(Path::new(&dir), &common::LOAD, &config).unwrap(), batch_config());
+            let ranks = memory_mid_decode(&mut driver).ranks;
+            println!("RANK 0 MEMORY {}", serde_json::to_string(&ranks).unwrap());
         } else {
-            let followed = run_follower(Path::new(&dir), &common::LOAD, &connect()).unwrap();
-            println!("RANK 1 FOLLOWED {} forwards", followed.forwards);
+            run_follower(Path::new(&dir), &common::LOAD, &config).unwrap();
         }
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    write_tiny_llama_for_kv_quantization(dir.path());
+    let spec = TinyLlama { hidden: 256, intermediate: 1024, layers: 4, ..TinyLlama::default() };
+    write_tiny_llama(dir.path(), &spec).unwrap();
+    let weights = std::fs::metadata(dir.path().join("model.safetensors")).unwrap().len() as f64;
     let mut alone = common::Driver::new(dir.path(), batch_config());
-    let (texts, cached, forwards) = batch_with_a_join(&mut alone);
-    assert!(cached >= 32, "the fifth request reuses the first's prompt: {cached}");
-    let kv = alone.scheduler.stats().kv_quantization;
-    assert!(!kv.starts_with("off") && !kv.starts_with("not applied"), "{kv}");
-    assert!(texts.iter().all(|t| !t.is_empty()), "{texts:?}");
-    let outputs = two_ranks_on_checkpoint(TEST, dir.path());
-    let all = report(&outputs);
-    assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
-    assert!(outputs[0].stdout.contains(&format!("RANK 0 TEXTS {texts:?} CACHED {cached}")), "alone: {texts:?} {cached}\n{all}");
-    // Every pass rank 0 ran, rank 1 ran with it (and no other).
-    let ran = outputs[0].stdout.lines().find_map(|l| l.strip_prefix("RANK 0 RAN ")).expect("rank 0's count");
-    assert!(outputs[1].stdout.contains(&format!("RANK 1 FOLLOWED {ran}")), "{all}");
-    assert_eq!(ran, format!("{forwards} forwards"), "alone\n{all}");
+    let stats = memory_mid_decode(&mut alone);
+    assert!(stats.ranks.is_empty(), "one process has no ranks");
+    let caches = (stats.kv_cache_bytes + stats.prefix_cache.bytes) as f64;
+    assert!(caches > 0.0);
+    for split in [Split::Tensor, Split::Pipeline] {
+        let ring = LocalRing::new(2).unwrap();
+        let command = |_| {
+            let mut c = rank_command(TEST);
+            c.env(CHECKPOINT, dir.path()).env(SPLIT, split.name());
+            c
+        };
+        let outputs = ring.run_all(command, RING_DEADLINE).unwrap();
+        let all = report(&outputs);
+        assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
+        let line = outputs[0].stdout.lines().find_map(|l| l.split_once("RANK 0 MEMORY ")).map(|(_, m)| m).expect(&all);
+        let ranks: Vec<serde_json::Value> = serde_json::from_str(line).unwrap();
+        assert_eq!(ranks.len(), 2, "{line}");
+        for (r, rank) in ranks.iter().enumerate() {
+            assert_eq!(rank["rank"], r, "{line}");
+            // Each rank: half the layers (or of each layer), plus its own
+            // copy of the small embeddings and head.
+            let w = rank["weights_bytes"].as_f64().unwrap() / weights;
+            assert!((0.45..0.6).contains(&w), "{split}: rank {r} holds {w:.3} of the weights\n{line}");
+            // Caches: half each by tensor parallel; by pipeline, rank 0 has
+            // the last layer, whose keys and values stay float (KV
+            // quantization skips it), the other rank only quantized ones.
+            let c = rank["kv_bytes"].as_f64().unwrap() / caches;
+            assert!((0.25..0.7).contains(&c), "{split}: rank {r} holds {c:.3} of the caches\n{line}");
+            assert!(rank["active_bytes"].as_u64().unwrap() >= rank["weights_bytes"].as_u64().unwrap(), "{line}");
+        }
+        // Between them, exactly the caches of one process.
+        let total: f64 = ranks.iter().map(|r| r["kv_bytes"].as_f64().unwrap()).sum();
+        assert!((total / caches - 1.0).abs() < 0.01, "{split}: {total} vs {caches} alone\n{line}");
+        println!("{split}: {line}");
+    }
 }
 
 #[test]

@@ -111,6 +111,8 @@ pub struct EngineStats {
     pub kv_quantization: String,
     /// Layers of the batch cache stored quantized right now.
     pub kv_quantized_layers: usize,
+    /// A model split across processes: each rank's memory (empty for one process).
+    pub ranks: Vec<crate::distributed::RankMemory>,
 }
 
 pub struct Scheduler {
@@ -355,11 +357,14 @@ impl Scheduler {
     }
 
     pub fn stats(&self) -> EngineStats {
+        let kv_cache_bytes = self.cache.nbytes()
+            + self.waiting.iter().filter_map(|s| s.prefill_cache.as_ref()).map(BatchCache::nbytes).sum::<usize>();
+        let prefix_cache = self.prefix_cache.stats();
         EngineStats {
             running: self.running.len(),
             waiting: self.waiting.len(),
-            kv_cache_bytes: self.cache.nbytes()
-                + self.waiting.iter().filter_map(|s| s.prefill_cache.as_ref()).map(BatchCache::nbytes).sum::<usize>(),
+            kv_cache_bytes,
+            ranks: self.loaded.model.ranks((kv_cache_bytes + prefix_cache.bytes) as u64),
             active_memory_bytes: mlx_rs::memory::active_memory().unwrap_or(0),
             cached_memory_bytes: mlx_rs::memory::cache_memory().unwrap_or(0),
             peak_memory_bytes: mlx_rs::memory::peak_memory().unwrap_or(0),
@@ -367,7 +372,7 @@ impl Scheduler {
             prefill_passes: self.prefill_passes,
             prefill_chunks: self.prefill_rows,
             prefill_padding_tokens: self.prefill_padding,
-            prefix_cache: self.prefix_cache.stats(),
+            prefix_cache,
             vision_cache: self.vision_cache.stats(),
             images_to_encode: self.waiting.iter().filter_map(|s| s.vision.as_ref()).map(ImageWork::pending).sum(),
             kv_quantization: self.kv_quantization_status.clone(),

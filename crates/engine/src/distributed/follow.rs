@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::group::Group;
 use super::ops;
+use super::rank_memory::RankMemory;
 use super::share::share_bytes;
 use super::step_watch::StepWatch;
 use crate::cache::mirror::CacheEvent;
@@ -74,6 +75,9 @@ pub struct Forward {
 pub enum Step {
     /// Cache changes, oldest first, then (usually) a forward pass.
     Run { events: Vec<CacheEvent>, forward: Option<Forward> },
+    /// Cache changes, then every rank's memory gathered on rank 0
+    /// ([`RankMemory::gather`]).
+    Report { events: Vec<CacheEvent> },
     /// The end: followers return.
     Shutdown,
 }
@@ -123,6 +127,11 @@ impl<'m> Replica<'m> {
     /// How many caches this rank holds.
     pub fn caches(&self) -> usize {
         self.caches.len()
+    }
+
+    /// The bytes every cache this rank holds takes.
+    pub fn cache_bytes(&self) -> u64 {
+        self.caches.values().map(|c| c.nbytes() as u64).sum()
     }
 
     fn take(&mut self, id: u64) -> Result<BatchCache> {
@@ -197,11 +206,13 @@ fn missing(id: u64) -> Error {
 }
 
 /// What a follower did before rank 0 shut it down.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Followed {
     pub forwards: usize,
     /// Caches still held at the end (0 when rank 0 dropped all of its own).
     pub caches_left: usize,
+    /// This rank's part of the model, in words (see `ModelInfo::share`).
+    pub share: Option<String>,
 }
 
 /// A follower's loop: runs rank 0's steps on `model` until
@@ -217,12 +228,14 @@ pub fn follow(model: &dyn LanguageModel, group: &Group) -> Result<Followed> {
 pub fn follow_watched(model: &dyn LanguageModel, group: &Group, watch: Option<&StepWatch>) -> Result<Followed> {
     let mut replica = Replica::new(model);
     let mut forwards = 0;
+    // Called right after the load: what MLX holds is this rank's weights.
+    let weights = mlx_rs::memory::active_memory().unwrap_or(0) as u64;
     loop {
         if let Some(w) = watch {
             w.begin();
         }
         match Step::receive(group)? {
-            Step::Shutdown => return Ok(Followed { forwards, caches_left: replica.caches() }),
+            Step::Shutdown => return Ok(Followed { forwards, caches_left: replica.caches(), share: None }),
             Step::Run { events, forward } => {
                 for event in &events {
                     replica.apply(event)?;
@@ -231,6 +244,15 @@ pub fn follow_watched(model: &dyn LanguageModel, group: &Group, watch: Option<&S
                     replica.forward(&pass, group)?.eval()?;
                     forwards += 1;
                 }
+                if let Some(w) = watch {
+                    w.end();
+                }
+            }
+            Step::Report { events } => {
+                for event in &events {
+                    replica.apply(event)?;
+                }
+                RankMemory::here(group.rank(), weights, replica.cache_bytes()).gather(group)?;
                 if let Some(w) = watch {
                     w.end();
                 }

@@ -45,6 +45,8 @@ pub struct GroupConfig {
     /// How often rank 0 tells its followers it is alive when no step did: a
     /// follower that hears nothing for `step_timeout + heartbeat` exits.
     pub heartbeat: Duration,
+    /// How the model is split across the ranks (every rank must say the same).
+    pub split: super::Split,
 }
 
 impl Default for GroupConfig {
@@ -57,6 +59,7 @@ impl Default for GroupConfig {
             connect_timeout: Duration::from_secs(120),
             step_timeout: Duration::from_secs(60),
             heartbeat: Duration::from_secs(5),
+            split: super::Split::Auto,
         }
     }
 }

@@ -5,13 +5,15 @@
 //! and takes its token ids through [`shared_tokens`], so every rank runs the
 //! same pass on the same rows.
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mlx_rs::Array;
 
 use super::follow::{shared_tokens, Forward, Step, StepPositions};
-use super::tensor_parallel::TensorParallel;
+use super::group::Group;
+use super::rank_memory::RankMemory;
 use crate::cache::mirror::{Mirror, MirrorLog};
 use crate::cache::{BatchCache, CacheLayout, KvQuantization};
 use crate::model::{LanguageModel, ModelShape, Positions};
@@ -19,7 +21,7 @@ use crate::{Error, Result};
 
 pub struct LeaderModel {
     inner: Box<dyn LanguageModel>,
-    tp: TensorParallel,
+    group: Rc<Group>,
     log: Arc<MirrorLog>,
     /// Why the group stopped, once a step failed. MLX cannot take a ring
     /// back after a lost peer (a later collective may wait forever), so no
@@ -28,15 +30,22 @@ pub struct LeaderModel {
     /// How often the followers hear from rank 0 at least, and when they last did.
     heartbeat: Duration,
     last_shared: Cell<Instant>,
+    /// What MLX held once rank 0's share was loaded (its weights).
+    weights_bytes: u64,
+    /// Every rank's memory as last gathered, and when.
+    reported: RefCell<Option<(Instant, Vec<RankMemory>)>>,
 }
 
+/// How often the stats may gather every rank's memory (a collective).
+const REPORT_EVERY: Duration = Duration::from_secs(1);
+
 impl LeaderModel {
-    /// Leads `tp`'s group (this must be rank 0) with `inner`, this rank's
-    /// share of the model.
+    /// Leads `group` (this must be rank 0) with `inner`, this rank's
+    /// share of the model (tensor or pipeline parallel).
     /// `heartbeat`: see [`super::GroupConfig::heartbeat`].
-    pub fn new(inner: Box<dyn LanguageModel>, tp: TensorParallel, heartbeat: Duration) -> Result<LeaderModel> {
-        if tp.rank() != 0 {
-            return Err(Error::Distributed(format!("rank {} cannot lead: rank 0 leads", tp.rank())));
+    pub fn new(inner: Box<dyn LanguageModel>, group: Rc<Group>, heartbeat: Duration) -> Result<LeaderModel> {
+        if group.rank() != 0 {
+            return Err(Error::Distributed(format!("rank {} cannot lead: rank 0 leads", group.rank())));
         }
         if inner.vision().is_some() {
             // Its tower would run on rank 0 alone, and its embeddings cannot travel yet.
@@ -44,11 +53,13 @@ impl LeaderModel {
         }
         Ok(LeaderModel {
             inner,
-            tp,
+            group,
             log: MirrorLog::new(),
             broken: RefCell::new(None),
             heartbeat,
             last_shared: Cell::new(Instant::now()),
+            weights_bytes: mlx_rs::memory::active_memory().unwrap_or(0) as u64,
+            reported: RefCell::new(None),
         })
     }
 
@@ -60,7 +71,7 @@ impl LeaderModel {
             )));
         }
         self.last_shared.set(Instant::now());
-        step.share(self.tp.group()).inspect_err(|e| self.batch_failed(e))
+        step.share(&self.group).inspect_err(|e| self.batch_failed(e))
     }
 }
 
@@ -101,7 +112,7 @@ impl LanguageModel for LeaderModel {
         };
         let pass = Forward { cache: id, rows, len, positions: StepPositions::of(positions)?, real: cache.declared_real_tokens()? };
         self.share(&Step::Run { events: self.log.take(), forward: Some(pass) })?;
-        let tokens = shared_tokens(Some(tokens), rows, len, self.tp.group())?;
+        let tokens = shared_tokens(Some(tokens), rows, len, &self.group)?;
         let hidden = self.inner.forward_embeddings(self.inner.embed(&tokens)?, &tokens, positions, cache)?;
         // Submitted now, so this pass's collectives run before the next
         // step is shared, in the order the followers run them.
@@ -119,6 +130,27 @@ impl LanguageModel for LeaderModel {
         }
         // Also carries the cache changes since the last pass (rows dropped).
         self.share(&Step::Run { events: self.log.take(), forward: None })
+    }
+
+    fn ranks(&self, own_cache_bytes: u64) -> Vec<RankMemory> {
+        let last = self.reported.borrow().clone();
+        let fresh = last.as_ref().is_some_and(|(at, _)| at.elapsed() < REPORT_EVERY);
+        if fresh || self.broken.borrow().is_some() {
+            return last.map(|(_, ranks)| ranks).unwrap_or_default();
+        }
+        let gathered = self.share(&Step::Report { events: self.log.take() }).and_then(|()| {
+            RankMemory::here(0, self.weights_bytes, own_cache_bytes).gather(&self.group)
+        });
+        match gathered {
+            Ok(ranks) => {
+                *self.reported.borrow_mut() = Some((Instant::now(), ranks.clone()));
+                ranks
+            }
+            Err(e) => {
+                self.batch_failed(&e);
+                last.map(|(_, ranks)| ranks).unwrap_or_default()
+            }
+        }
     }
 
     fn batch_failed(&self, error: &Error) {

@@ -45,6 +45,40 @@ pub fn recv_like(like: &Array, src: usize, group: &Group) -> Result<Array> {
     recv(like.shape(), like.dtype(), src, group)
 }
 
+/// `x`, which evaluates only after `after` has: MLX's `depends`. A stage
+/// of a pipeline receives its input with [`recv`], which has no inputs of
+/// its own; the collectives that lead up to the pass (the step's token ids,
+/// shared with an `all_sum`) must still run first, on every rank, in the
+/// same order.
+pub fn after(x: &Array, after: &[&Array]) -> Result<Array> {
+    ffi_error::install();
+    ffi_error::clear();
+    let handles: Vec<mlx_sys::mlx_array> = after.iter().map(|a| a.as_ptr()).collect();
+    // SAFETY: the vectors take their own references to the arrays (freed
+    // below); `res` is filled with a new vector that we free after taking
+    // its one element (a new reference we then own).
+    unsafe {
+        let inputs = mlx_sys::mlx_vector_array_new_value(x.as_ptr());
+        let dependencies = mlx_sys::mlx_vector_array_new_data(handles.as_ptr(), handles.len());
+        let mut res = mlx_sys::mlx_vector_array_new();
+        let status = mlx_sys::mlx_depends(&mut res, inputs, dependencies);
+        mlx_sys::mlx_vector_array_free(inputs);
+        mlx_sys::mlx_vector_array_free(dependencies);
+        if status != 0 {
+            mlx_sys::mlx_vector_array_free(res);
+            return Err(Error::Distributed(ffi_error::take("depends", status)));
+        }
+        let mut out = mlx_sys::mlx_array_new();
+        let status = mlx_sys::mlx_vector_array_get(&mut out, res, 0);
+        mlx_sys::mlx_vector_array_free(res);
+        if status != 0 {
+            mlx_sys::mlx_array_free(out);
+            return Err(Error::Distributed(ffi_error::take("depends", status)));
+        }
+        Ok(Array::from_ptr(out))
+    }
+}
+
 fn peer(rank: usize, group: &Group) -> Result<i32> {
     if rank >= group.size() || rank == group.rank() {
         return Err(Error::Distributed(format!(

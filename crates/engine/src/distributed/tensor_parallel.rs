@@ -25,7 +25,12 @@ pub struct TensorParallel {
 impl TensorParallel {
     /// Tensor parallel over every rank of `group`.
     pub fn new(group: Group) -> TensorParallel {
-        TensorParallel { group: Rc::new(group) }
+        TensorParallel::on(Rc::new(group))
+    }
+
+    /// Tensor parallel over every rank of a group already shared.
+    pub fn on(group: Rc<Group>) -> TensorParallel {
+        TensorParallel { group }
     }
 
     /// This rank.

@@ -16,6 +16,7 @@ use super::layers::{gelu_tanh, Embedding, LayerLoader, Linear, RmsNorm};
 use super::registry::Family;
 use super::rope::{Positions, Rope, RopeScaling, Rotation};
 use super::{LanguageModel, ModelShape};
+use crate::distributed::StageLayers;
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::error::{Error, Result};
 use crate::weights::gguf::GgufImport;
@@ -39,6 +40,7 @@ pub const FAMILY: Family = Family {
         complete_config: Some(complete_gguf_config),
     }),
     image_processor: None,
+    tensor_parallel: false,
 };
 
 /// What llama.cpp assumes for Gemma 3 instead of storing it: a global layer
@@ -188,7 +190,9 @@ pub struct Gemma3 {
     embed_tokens: Embedding,
     /// √hidden, as a bfloat16 value (what the reference multiplies by).
     embed_scale: f32,
+    /// The layers this process runs (all, or its pipeline stage), in order.
     layers: Vec<Block>,
+    stage: StageLayers,
     norm: RmsNorm,
     lm_head: Option<Linear>,
     local_rope: Rope,
@@ -202,8 +206,9 @@ impl Gemma3 {
         let (heads, kv_heads) = (args.num_attention_heads, args.num_key_value_heads);
         let scale = args.query_pre_attn_scalar.unwrap_or(hd as f32).powf(-0.5);
         let embed_tokens = loader.embedding("model.embed_tokens", args.vocab_size, d)?;
-        let mut layers = Vec::with_capacity(args.num_hidden_layers as usize);
-        for i in 0..args.num_hidden_layers {
+        let stage = loader.layer_stage(args.num_hidden_layers as usize, None)?;
+        let mut layers = Vec::with_capacity(stage.layers().len());
+        for i in stage.layers() {
             let p = format!("model.layers.{i}");
             let a = format!("{p}.self_attn");
             let m = format!("{p}.mlp");
@@ -221,7 +226,7 @@ impl Gemma3 {
                     kv_heads,
                     head_dim: hd,
                     scale,
-                    global: args.is_global(i as usize),
+                    global: args.is_global(i),
                 },
                 post_attention_layernorm: gemma_norm(loader, &format!("{p}.post_attention_layernorm"), d, eps)?,
                 pre_feedforward_layernorm: gemma_norm(loader, &format!("{p}.pre_feedforward_layernorm"), d, eps)?,
@@ -242,7 +247,7 @@ impl Gemma3 {
         let local_rope = Rope::new(hd, args.rope_local_base_freq, false, None)?;
         let global_rope = Rope::new(hd, args.rope_theta, false, args.rope_scaling.as_ref())?;
         let embed_scale = half::bf16::from_f32((d as f32).sqrt()).to_f32();
-        Ok(Self { args, embed_tokens, embed_scale, layers, norm, lm_head, local_rope, global_rope })
+        Ok(Self { args, embed_tokens, embed_scale, layers, stage, norm, lm_head, local_rope, global_rope })
     }
 }
 
@@ -293,7 +298,7 @@ fn residual(x: &Array, y: &Array) -> Result<Array> {
 impl LanguageModel for Gemma3 {
     fn shape(&self) -> ModelShape {
         ModelShape {
-            num_layers: self.layers.len(),
+            num_layers: self.stage.total(),
             kv_heads: self.args.num_key_value_heads,
             head_dim: self.args.head_dim,
             vocab_size: self.args.vocab_size,
@@ -303,7 +308,7 @@ impl LanguageModel for Gemma3 {
 
     fn cache_layout(&self) -> CacheLayout {
         let window = self.args.sliding_window.expect("checked at parse") as usize;
-        let kinds = (0..self.layers.len())
+        let kinds = (0..self.stage.total())
             .map(|i| if self.args.is_global(i) { LayerCache::Full } else { LayerCache::Sliding { window } })
             .collect();
         CacheLayout::new(kinds).expect("no shared layers")
@@ -318,7 +323,8 @@ impl LanguageModel for Gemma3 {
         cache.begin_step(h.dim(1))?;
         let local = self.local_rope.prepare(positions)?;
         let global = self.global_rope.prepare(positions)?;
-        for (i, block) in self.layers.iter().enumerate() {
+        h = self.stage.enter(h)?;
+        for (i, block) in self.stage.layers().zip(&self.layers) {
             let rope = if block.self_attn.global { (&self.global_rope, &global) } else { (&self.local_rope, &local) };
             let a = block.self_attn.forward(&block.input_layernorm.forward(&h)?, i, rope, cache)?;
             h = residual(&h, &block.post_attention_layernorm.forward(&a)?)?;
@@ -326,7 +332,7 @@ impl LanguageModel for Gemma3 {
             h = residual(&h, &block.post_feedforward_layernorm.forward(&m)?)?;
         }
         cache.finish_step()?;
-        self.norm.forward(&h)
+        self.stage.leave(h, |h| self.norm.forward(h))
     }
 
     fn logits(&self, hidden: &Array) -> Result<Array> {

@@ -29,6 +29,7 @@ pub const FAMILY: Family = Family {
     build: |_, config, loader| Ok(Box::new(Gemma3Vl::load(config, loader)?)),
     gguf: None,
     image_processor: Some(crate::vision::Gemma3ImageProcessor::shared_from_folder),
+    tensor_parallel: false,
 };
 
 /// `<image_soft_token>` in Gemma 3's vocabulary, when config.json omits it.

@@ -30,6 +30,7 @@ use super::moe::{unstack_gate_up, Experts, GateActivation};
 use super::registry::Family;
 use super::rope::{Positions, Rope, Rotation};
 use super::{LanguageModel, ModelShape};
+use crate::distributed::StageLayers;
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::error::{Error, Result};
 
@@ -39,6 +40,7 @@ pub const FAMILY: Family = Family {
     build: |_, config, loader| Ok(Box::new(Gemma4::load(config, loader)?)),
     gguf: None,
     image_processor: None,
+    tensor_parallel: false,
 };
 
 /// Tensors of the towers a text-only load skips.
@@ -352,7 +354,9 @@ struct PerLayerInputs {
 pub struct Gemma4 {
     args: Gemma4Args,
     embed_tokens: Embedding,
+    /// The layers this process runs (all, or its pipeline stage), in order.
     layers: Vec<Block>,
+    stage: StageLayers,
     norm: RmsNorm,
     lm_head: Option<Linear>,
     per_layer_inputs: Option<PerLayerInputs>,
@@ -367,8 +371,15 @@ impl Gemma4 {
         let embed_tokens = loader.embedding("model.embed_tokens", args.vocab_size, d)?;
         let width = args.hidden_size_per_layer_input;
         let n = args.num_hidden_layers;
-        let mut layers = Vec::with_capacity(n as usize);
+        // KV-shared layers read their sources' keys within the step: one stage.
+        let mut sources = Vec::new();
         for i in 0..n as usize {
+            sources.extend(args.kv_source(i)?);
+        }
+        let together = sources.iter().min().map(|&first| first..n as usize);
+        let stage = loader.layer_stage(n as usize, together)?;
+        let mut layers = Vec::with_capacity(stage.layers().len());
+        for i in stage.layers() {
             let p = format!("model.layers.{i}");
             let a = format!("{p}.self_attn");
             let global = args.is_global(i);
@@ -449,13 +460,13 @@ impl Gemma4 {
         };
         let local_rope = args.rope(false)?;
         let global_rope = args.rope(true)?;
-        Ok(Self { args, embed_tokens, layers, norm, lm_head, per_layer_inputs, local_rope, global_rope })
+        Ok(Self { args, embed_tokens, layers, stage, norm, lm_head, per_layer_inputs, local_rope, global_rope })
     }
 
     /// `[B, L, layers, width]`: each token's per-layer inputs, from its id and
     /// its (scaled) input embedding.
     fn per_layer_inputs(&self, p: &PerLayerInputs, tokens: &Array, h: &Array) -> Result<Array> {
-        let (b, l, layers) = (h.dim(0), h.dim(1), self.layers.len() as i32);
+        let (b, l, layers) = (h.dim(0), h.dim(1), self.stage.total() as i32);
         let scaled = |x: Array, s: f32| -> Result<Array> { Ok(x.multiply(Array::from_f32(s).as_dtype(x.dtype())?)?) };
         let from_ids = p.table.forward_scaled(tokens, (p.width as f32).sqrt())?.reshape(&[b, l, layers, p.width])?;
         let projected = scaled(p.model_projection.forward(h)?, (self.args.hidden_size as f32).powf(-0.5))?
@@ -510,7 +521,7 @@ impl LanguageModel for Gemma4 {
     fn shape(&self) -> ModelShape {
         // KV quantization applies to the global (full-attention) layers.
         ModelShape {
-            num_layers: self.layers.len(),
+            num_layers: self.stage.total(),
             kv_heads: self.args.kv_heads_of(true),
             head_dim: self.args.head_dim_of(true),
             vocab_size: self.args.vocab_size,
@@ -520,7 +531,7 @@ impl LanguageModel for Gemma4 {
 
     fn cache_layout(&self) -> CacheLayout {
         let window = self.args.sliding_window.expect("checked at parse") as usize;
-        let kinds = (0..self.layers.len())
+        let kinds = (0..self.stage.total())
             .map(|i| match self.args.kv_source(i).expect("checked at load") {
                 Some(source) => LayerCache::Shared { source },
                 None if self.args.is_global(i) => LayerCache::Full,
@@ -542,7 +553,8 @@ impl LanguageModel for Gemma4 {
         cache.begin_step(h.dim(1))?;
         let local = self.local_rope.prepare(positions)?;
         let global = self.global_rope.prepare(positions)?;
-        for (i, block) in self.layers.iter().enumerate() {
+        h = self.stage.enter(h)?;
+        for (i, block) in self.stage.layers().zip(&self.layers) {
             let rope = if block.self_attn.global { (&self.global_rope, &global) } else { (&self.local_rope, &local) };
             let a = block.self_attn.forward(&block.input_layernorm.forward(&h)?, i, rope, cache)?;
             h = h.add(block.post_attention_layernorm.forward(&a)?)?;
@@ -563,7 +575,7 @@ impl LanguageModel for Gemma4 {
             }
         }
         cache.finish_step()?;
-        self.norm.forward(&h)
+        self.stage.leave(h, |h| self.norm.forward(h))
     }
 
     fn logits(&self, hidden: &Array) -> Result<Array> {

@@ -28,6 +28,7 @@ pub const FAMILY: Family = Family {
     build: |_, config, loader| load(config, loader),
     gguf: None,
     image_processor: Some(crate::vision::Gemma4ImageProcessor::shared_from_folder),
+    tensor_parallel: false,
 };
 
 /// `<|image|>` in Gemma 4's vocabulary, when config.json omits it.

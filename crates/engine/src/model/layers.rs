@@ -6,7 +6,9 @@ use mlx_rs::{
     Array, Dtype,
 };
 
-use crate::distributed::TensorParallel;
+use std::ops::Range;
+
+use crate::distributed::{Pipeline, StageLayers, TensorParallel};
 use crate::error::Result;
 use crate::weights::{QuantSpec, Quantization, Weights};
 
@@ -44,9 +46,38 @@ pub struct LayerLoader<'a> {
     /// How many layers were loaded split across ranks (a family that asks
     /// for none cannot run tensor parallel).
     pub sharded_layers: usize,
+    /// This rank's place when the model's layers are split into pipeline
+    /// stages; `None` for a whole model. Read by [`Self::layer_stage`].
+    pub pipeline: Option<Pipeline>,
+    /// The stage [`Self::layer_stage`] planned (a family that asks for
+    /// none cannot run pipeline parallel).
+    pub stage: Option<StageLayers>,
 }
 
 impl LayerLoader<'_> {
+    /// The decoder layers (of `num_layers`) this process loads and runs:
+    /// all of them, or its pipeline stage, planned from the bytes of each
+    /// layer's tensors (`keep_together`: layers that must share a stage).
+    /// The other stages' tensors are dropped unread.
+    pub fn layer_stage(&mut self, num_layers: usize, keep_together: Option<Range<usize>>) -> Result<StageLayers> {
+        let Some(pipeline) = self.pipeline.clone() else { return Ok(StageLayers::whole(num_layers)) };
+        let mut bytes = vec![0u64; num_layers];
+        let names: Vec<String> = self.weights.names().map(str::to_string).collect();
+        for name in &names {
+            if let Some(i) = decoder_layer_of(name).filter(|&i| i < num_layers) {
+                bytes[i] += self.weights.nbytes_of(name).unwrap_or(0) as u64;
+            }
+        }
+        let stage = pipeline.stage(&bytes, keep_together)?;
+        for name in &names {
+            if decoder_layer_of(name).is_some_and(|i| !stage.runs(i)) {
+                self.weights.remove(name);
+            }
+        }
+        self.stage = Some(stage.clone());
+        Ok(stage)
+    }
+
     /// A `[out, in]` linear layer at `path` (`path.weight`, optional `path.bias`,
     /// and `path.scales` / `path.biases` when quantized).
     pub fn linear(&mut self, path: &str, in_features: i32, out_features: i32, bias: bool) -> Result<Linear> {
@@ -398,4 +429,31 @@ pub fn gelu_tanh(x: &Array) -> Result<Array> {
     let cube = x.multiply(x)?.multiply(x)?;
     let inner = x.add(cube.multiply(c(0.044715)?)?)?.multiply(c((2.0 / std::f32::consts::PI).sqrt())?)?;
     Ok(x.multiply(c(0.5)?)?.multiply(ops::tanh(&inner)?.add(c(1.0)?)?)?)
+}
+
+/// The decoder layer a tensor belongs to (`….layers.N.…`); `None` for
+/// other tensors, the vision and audio towers' own layers included.
+fn decoder_layer_of(name: &str) -> Option<usize> {
+    if ["vision", "visual", "audio", "mtp."].iter().any(|tower| name.contains(tower)) {
+        return None;
+    }
+    let at = if name.starts_with("layers.") { 0 } else { name.find(".layers.")? + 1 };
+    let rest = &name[at + "layers.".len()..];
+    let digits = rest.split('.').next()?;
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod layer_name_tests {
+    use super::decoder_layer_of;
+
+    #[test]
+    fn decoder_layers_are_found_by_name_and_towers_are_not() {
+        assert_eq!(decoder_layer_of("model.layers.12.mlp.up_proj.weight"), Some(12));
+        assert_eq!(decoder_layer_of("language_model.model.layers.3.self_attn.q_proj.scales"), Some(3));
+        assert_eq!(decoder_layer_of("layers.0.attention.wq.weight"), Some(0));
+        assert_eq!(decoder_layer_of("vision_tower.encoder.layers.1.mlp.fc1.weight"), None);
+        assert_eq!(decoder_layer_of("model.embed_tokens.weight"), None);
+        assert_eq!(decoder_layer_of("model.norm.weight"), None);
+    }
 }

@@ -15,6 +15,7 @@ use super::registry::Family;
 use super::{attention, LanguageModel, ModelShape};
 use crate::weights::gguf::GgufImport;
 use crate::cache::{BatchCache, CacheLayout};
+use crate::distributed::StageLayers;
 use crate::error::{Error, Result};
 
 /// The registry entry: Llama 2/3.x, SmolLM2, Mistral-style dense models.
@@ -31,6 +32,7 @@ pub const FAMILY: Family = Family {
         complete_config: None,
     }),
     image_processor: None,
+    tensor_parallel: true,
 };
 
 /// The config.json fields this family reads (HF names and defaults).
@@ -228,7 +230,9 @@ pub struct Llama {
     /// The KV heads this process keeps (its tensor-parallel share, or all).
     local_kv_heads: i32,
     embed_tokens: Embedding,
+    /// The layers this process runs (all, or its pipeline stage), in order.
     layers: Vec<Block>,
+    stage: StageLayers,
     norm: RmsNorm,
     /// `None` when the output head is tied to the embedding.
     lm_head: Option<Linear>,
@@ -273,8 +277,9 @@ impl Llama {
         };
         let m = &layout.prefix;
         let embed_tokens = loader.embedding(&format!("{m}.embed_tokens"), args.vocab_size, d)?;
-        let mut layers = Vec::with_capacity(args.num_hidden_layers as usize);
-        for i in 0..args.num_hidden_layers {
+        let stage = loader.layer_stage(args.num_hidden_layers as usize, None)?;
+        let mut layers = Vec::with_capacity(stage.layers().len());
+        for i in stage.layers().map(|i| i as i32) {
             let p = format!("{m}.layers.{i}");
             let ab = args.attention_bias;
             let qkv_b = ab || layout.qkv_bias;
@@ -315,7 +320,7 @@ impl Llama {
         } else {
             None
         };
-        Ok(Self { args, local_kv_heads, embed_tokens, layers, norm, lm_head, rope })
+        Ok(Self { args, local_kv_heads, embed_tokens, layers, stage, norm, lm_head, rope })
     }
 }
 
@@ -331,7 +336,7 @@ impl LanguageModel for Llama {
     }
 
     fn cache_layout(&self) -> CacheLayout {
-        CacheLayout::full(self.layers.len())
+        CacheLayout::full(self.stage.total())
     }
 
     fn embed(&self, tokens: &Array) -> Result<Array> {
@@ -350,17 +355,18 @@ impl LanguageModel for Llama {
         cache: &mut BatchCache,
         after_layer: &[Array],
     ) -> Result<Array> {
-        if after_layer.len() > self.layers.len() {
+        if after_layer.len() > self.stage.total() {
             return Err(Error::InvalidRequest(format!(
                 "{} DeepStack levels for a model of {} layers",
                 after_layer.len(),
-                self.layers.len()
+                self.stage.total()
             )));
         }
         cache.begin_step(h.dim(1))?;
         // M-RoPE angles are computed once per step, not once per layer.
         let rotation = self.rope.prepare(positions)?;
-        for (i, block) in self.layers.iter().enumerate() {
+        h = self.stage.enter(h)?;
+        for (i, block) in self.stage.layers().zip(&self.layers) {
             let x = block.input_layernorm.forward(&h)?;
             let a = block.self_attn.forward(&x, i, &self.rope, &rotation, cache)?;
             h = h.add(a)?;
@@ -371,7 +377,7 @@ impl LanguageModel for Llama {
             }
         }
         cache.finish_step()?;
-        self.norm.forward(&h)
+        self.stage.leave(h, |h| self.norm.forward(h))
     }
 
     fn logits(&self, hidden: &Array) -> Result<Array> {

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::layers::{self, WeightFormat};
 use super::registry::{self, Family};
 use super::{Capabilities, LoadedModel, ModelInfo, Positions};
-use crate::distributed::TensorParallel;
+use crate::distributed::{Pipeline, TensorParallel};
 use crate::error::{Error, Result};
 use crate::tokenizer::Tokenizer;
 use crate::weights::{self, Quantization, Weights};
@@ -59,7 +59,7 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let started = std::time::Instant::now();
     let loaded = match resolve(path)? {
         Source::Folder(dir) => load_folder(&dir, opts, None)?,
-        Source::Gguf(file) => load_gguf(&file, opts)?,
+        Source::Gguf(file) => load_gguf(&file, opts, None)?,
     };
     tracing::info!(
         model = %loaded.info.name,
@@ -73,15 +73,37 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     Ok(loaded)
 }
 
+/// This process's share of a model split across processes.
+#[derive(Clone)]
+pub enum Share {
+    /// Its slices of every layer's heads and MLP columns.
+    Tensor(TensorParallel),
+    /// Its stage: a contiguous range of whole layers.
+    Pipeline(Pipeline),
+}
+
 /// Loads this rank's share of a model split across the ranks of `tp`
 /// (tensor parallel: every rank calls this with the same folder and options;
 /// the load ends with a forward pass that is already a collective). Each
 /// rank keeps only its slices of the sharded layers.
 pub fn load_tensor_parallel(path: &Path, opts: &LoadOptions, tp: TensorParallel) -> Result<LoadedModel> {
-    match resolve(path)? {
-        Source::Folder(dir) => load_folder(&dir, opts, Some(tp)),
-        Source::Gguf(file) => Err(Error::InvalidRequest(format!(
-            "{}: tensor parallel loads a safetensors folder, not a .gguf file",
+    load_share(path, opts, Share::Tensor(tp))
+}
+
+/// Loads this rank's pipeline stage of a model (every rank calls this with
+/// the same model and options; the load ends with a forward pass through
+/// every stage). Each rank reads only its own layers' tensors.
+pub fn load_pipeline(path: &Path, opts: &LoadOptions, pipeline: Pipeline) -> Result<LoadedModel> {
+    load_share(path, opts, Share::Pipeline(pipeline))
+}
+
+/// Loads this rank's `share` of a split model.
+pub fn load_share(path: &Path, opts: &LoadOptions, share: Share) -> Result<LoadedModel> {
+    match (resolve(path)?, share) {
+        (Source::Folder(dir), share) => load_folder(&dir, opts, Some(share)),
+        (Source::Gguf(file), Share::Pipeline(p)) => load_gguf(&file, opts, Some(Share::Pipeline(p))),
+        (Source::Gguf(file), Share::Tensor(_)) => Err(Error::InvalidRequest(format!(
+            "{}: tensor parallel loads a safetensors folder, not a .gguf file (split it as a pipeline, or convert it)",
             file.display()
         ))),
     }
@@ -93,7 +115,7 @@ fn read_config(dir: &Path) -> Result<Value> {
     serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(format!("{}: {e}", path.display())))
 }
 
-fn load_folder(dir: &Path, opts: &LoadOptions, tensor_parallel: Option<TensorParallel>) -> Result<LoadedModel> {
+fn load_folder(dir: &Path, opts: &LoadOptions, share: Option<Share>) -> Result<LoadedModel> {
     let config = read_config(dir)?;
     let model_type = registry::model_type(&config)?;
     // Before reading gigabytes of weights.
@@ -105,14 +127,14 @@ fn load_folder(dir: &Path, opts: &LoadOptions, tensor_parallel: Option<TensorPar
     let stored = describe_quantization(&quantization);
     let words = quantization_words(&quantization);
     let parts = Parts { name, path: dir, model_type: &model_type, family, config: &config, stored, words };
-    let mut loaded = finish(parts, &quantization, &mut weights, tokenizer, opts, tensor_parallel)?;
+    let mut loaded = finish(parts, &quantization, &mut weights, tokenizer, opts, share)?;
     if let Some(read_processor) = family.image_processor {
         loaded.preprocessor = Some(read_processor(dir)?);
     }
     Ok(loaded)
 }
 
-fn load_gguf(file: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
+fn load_gguf(file: &Path, opts: &LoadOptions, share: Option<Share>) -> Result<LoadedModel> {
     let mut g = weights::gguf::load(file, opts.format)?;
     let tokenizer = Tokenizer::from_gguf_with(g.tokenizer, g.sentencepiece)?;
     // The file name is what users chose and recognize; `general.name` is often a training-run label.
@@ -129,7 +151,7 @@ fn load_gguf(file: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
         stored: Some(g.stored),
         words: g.quantization_words,
     };
-    let mut loaded = finish(parts, &g.quantization, &mut g.weights, tokenizer, opts, None)?;
+    let mut loaded = finish(parts, &g.quantization, &mut g.weights, tokenizer, opts, share)?;
     if let (Some(note), WeightFormat::AsStored) = (g.converted, opts.format) {
         // Blocks MLX cannot keep were requantized; the rest kept as they are.
         loaded.info.loaded_as = format!("{note}; the other blocks kept quantized");
@@ -154,9 +176,13 @@ fn finish(
     weights: &mut Weights,
     tokenizer: Tokenizer,
     opts: &LoadOptions,
-    tensor_parallel: Option<TensorParallel>,
+    share: Option<Share>,
 ) -> Result<LoadedModel> {
-    let split = tensor_parallel.is_some();
+    let (tensor_parallel, pipeline) = match share.clone() {
+        Some(Share::Tensor(tp)) => (Some(tp), None),
+        Some(Share::Pipeline(p)) => (None, Some(p)),
+        None => (None, None),
+    };
     let mut loader = layers::LayerLoader {
         weights,
         quantization,
@@ -164,14 +190,19 @@ fn finish(
         dtype: activation_dtype(opts.format),
         tensor_parallel,
         sharded_layers: 0,
+        pipeline,
+        stage: None,
     };
     let model = (parts.family.build)(parts.model_type, parts.config, &mut loader)?;
-    if split && loader.sharded_layers == 0 {
-        // Whole on every rank would run, but would not be what was asked for.
-        return Err(Error::InvalidRequest(format!(
-            "the {} family cannot be split across processes (tensor parallel) yet",
-            parts.family.name
-        )));
+    // Whole on every rank would run, but would not be what was asked for.
+    let loader_stage = loader.stage.take();
+    let refused = match (&share, &loader_stage) {
+        (Some(Share::Tensor(_)), _) if loader.sharded_layers == 0 => Some("(tensor parallel) yet: split it as a pipeline"),
+        (Some(Share::Pipeline(_)), None) => Some("(pipeline) yet"),
+        _ => None,
+    };
+    if let Some(how) = refused {
+        return Err(Error::InvalidRequest(format!("the {} family cannot be split across processes {how}", parts.family.name)));
     }
     let leftover = loader.weights.leftover();
     if !leftover.is_empty() {
@@ -200,6 +231,20 @@ fn finish(
         eos_token_ids: tokenizer.eos_ids().to_vec(),
         capabilities: Capabilities::of(tokenizer.chat_template().map(|t| t.source()), model.vision().is_some()),
         has_chat_template: tokenizer.chat_template().is_some(),
+        share: match (&share, &loader_stage) {
+            (Some(Share::Tensor(tp)), _) => {
+                Some(format!("1/{} of each layer's heads and MLP columns, tensor parallel rank {} of {}", tp.size(), tp.rank(), tp.size()))
+            }
+            (Some(Share::Pipeline(p)), Some(stage)) => Some(format!(
+                "layers {}..{} of {}, pipeline rank {} of {}",
+                stage.layers().start,
+                stage.layers().end,
+                stage.total(),
+                p.group().rank(),
+                p.group().size()
+            )),
+            _ => None,
+        },
     };
     Ok(LoadedModel { model, tokenizer: std::sync::Arc::new(tokenizer), preprocessor: None, info })
 }

@@ -38,7 +38,7 @@ use crate::cache::{BatchCache, CacheLayout, KvQuantization};
 use crate::error::Result;
 use crate::tokenizer::Tokenizer;
 pub use layers::WeightFormat;
-pub use loading::{load, load_tensor_parallel, LoadOptions};
+pub use loading::{load, load_pipeline, load_share, load_tensor_parallel, LoadOptions, Share};
 pub use registry::{describe, describe_folder, Family, FolderInfo};
 pub use rope::Positions;
 pub use vision_tower::{VisionEncoding, VisionTower};
@@ -113,6 +113,13 @@ pub trait LanguageModel {
         Ok(())
     }
 
+    /// For a model split across processes: every rank's memory, rank 0's
+    /// caches counted as `own_cache_bytes` (gathered at most once a second;
+    /// the last figures once the group failed). Empty for a whole model.
+    fn ranks(&self, _own_cache_bytes: u64) -> Vec<crate::distributed::RankMemory> {
+        Vec::new()
+    }
+
     /// Told when a step failed and the batch was dropped. A model split
     /// across processes stops there: the other ranks' state is unknown.
     fn batch_failed(&self, _error: &crate::Error) {}
@@ -156,6 +163,9 @@ pub struct ModelInfo {
     pub capabilities: Capabilities,
     /// It has a chat template; a base model without one takes raw text.
     pub has_chat_template: bool,
+    /// This process's part of a model split across processes, in words
+    /// ("layers 4..8 of 8, pipeline rank 0 of 2"); `None` for a whole model.
+    pub share: Option<String>,
 }
 
 impl ModelInfo {

@@ -24,6 +24,7 @@ pub const FAMILY: Family = Family {
         complete_config: None,
     }),
     image_processor: None,
+    tensor_parallel: true,
 };
 
 /// Qwen2's defaults where config.json is silent (transformers' `Qwen2Config`).

@@ -28,6 +28,7 @@ pub const FAMILY: Family = Family {
         complete_config: None,
     }),
     image_processor: None,
+    tensor_parallel: true,
 };
 
 /// The layout of Qwen3's decoder (also Qwen3-MoE's).

@@ -33,6 +33,7 @@ use super::registry::Family;
 use super::rope::{MRopeLayout, Positions, Rope, Rotation};
 use super::{attention, LanguageModel, ModelShape};
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
+use crate::distributed::StageLayers;
 use crate::error::{Error, Result};
 
 pub const FAMILY: Family = Family {
@@ -44,6 +45,7 @@ pub const FAMILY: Family = Family {
     },
     gguf: None,
     image_processor: None,
+    tensor_parallel: false,
 };
 
 /// Tensors a text-only load skips: a vision tower (Hugging Face `visual.`,
@@ -248,7 +250,9 @@ struct Block {
 pub struct Qwen35 {
     args: Qwen35Args,
     embed_tokens: Embedding,
+    /// The layers this process runs (all, or its pipeline stage), in order.
     layers: Vec<Block>,
+    stage: StageLayers,
     norm: RmsNorm,
     lm_head: Option<Linear>,
     rope: Rope,
@@ -282,8 +286,10 @@ impl Qwen35 {
             .find_map(|i| loader.weights.shape_of(&format!("model.layers.{i}.linear_attn.conv1d.weight")))
             .is_some_and(|shape| shape.last() != Some(&1));
         let norms = Norms { plus_one: hf_layout, eps: args.rms_norm_eps };
-        let mut layers = Vec::with_capacity(n);
-        for i in 0..n {
+        // After the layout is read: it may come from another stage's layers.
+        let stage = loader.layer_stage(n, None)?;
+        let mut layers = Vec::with_capacity(stage.layers().len());
+        for i in stage.layers() {
             let p = format!("model.layers.{i}");
             let mixer = if args.is_linear(i) {
                 Mixer::Linear(GatedDeltaNet::load(loader, &format!("{p}.linear_attn"), args.gated_delta_dims(), hf_layout)?)
@@ -336,7 +342,7 @@ impl Qwen35 {
         let lm_head =
             if args.tie_word_embeddings { None } else { Some(loader.linear("lm_head", d, args.vocab_size, false)?) };
         let rope = args.rope()?;
-        Ok(Self { args, embed_tokens, layers, norm, lm_head, rope })
+        Ok(Self { args, embed_tokens, layers, stage, norm, lm_head, rope })
     }
 }
 
@@ -384,7 +390,7 @@ impl LanguageModel for Qwen35 {
     fn shape(&self) -> ModelShape {
         // KV quantization applies to the full-attention layers (the others keep states).
         ModelShape {
-            num_layers: self.layers.len(),
+            num_layers: self.stage.total(),
             kv_heads: self.args.num_key_value_heads,
             head_dim: self.args.head_dim(),
             vocab_size: self.args.vocab_size,
@@ -393,7 +399,7 @@ impl LanguageModel for Qwen35 {
     }
 
     fn cache_layout(&self) -> CacheLayout {
-        let kinds = (0..self.layers.len())
+        let kinds = (0..self.stage.total())
             .map(|i| if self.args.is_linear(i) { LayerCache::Recurrent } else { LayerCache::Full })
             .collect();
         CacheLayout::new(kinds).expect("no shared layers")
@@ -406,7 +412,8 @@ impl LanguageModel for Qwen35 {
     fn forward_embeddings(&self, mut h: Array, _tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
         cache.begin_step(h.dim(1))?;
         let rotation = self.rope.prepare(positions)?;
-        for (i, block) in self.layers.iter().enumerate() {
+        h = self.stage.enter(h)?;
+        for (i, block) in self.stage.layers().zip(&self.layers) {
             let x = block.input_layernorm.forward(&h)?;
             let r = match &block.mixer {
                 Mixer::Linear(net) => net.forward(&x, i, cache)?,
@@ -416,7 +423,7 @@ impl LanguageModel for Qwen35 {
             h = h.add(block.feed_forward.forward(&block.post_attention_layernorm.forward(&h)?)?)?;
         }
         cache.finish_step()?;
-        self.norm.forward(&h)
+        self.stage.leave(h, |h| self.norm.forward(h))
     }
 
     fn logits(&self, hidden: &Array) -> Result<Array> {

@@ -23,6 +23,7 @@ pub const FAMILY: Family = Family {
     build: |_, config, loader| load(config, loader),
     gguf: None,
     image_processor: Some(crate::vision::QwenImageProcessor::shared_from_folder),
+    tensor_parallel: false,
 };
 
 /// `<|image_pad|>` in Qwen3.5's vocabulary, when config.json omits it.

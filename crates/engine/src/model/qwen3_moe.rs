@@ -42,6 +42,7 @@ pub const FAMILY: Family = Family {
         complete_config: None,
     }),
     image_processor: None,
+    tensor_parallel: true,
 };
 
 /// The mixture-of-experts fields of config.json.

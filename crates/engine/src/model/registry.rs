@@ -29,6 +29,9 @@ pub struct Family {
     pub gguf: Option<GgufImport>,
     /// Reads the checkpoint's image processor; `Some` for families that see images.
     pub image_processor: Option<fn(&Path) -> Result<SharedImageProcessor>>,
+    /// Its layers load through the tensor-parallel loaders (heads and MLP
+    /// columns split across processes); every family can run pipeline parallel.
+    pub tensor_parallel: bool,
 }
 
 impl Family {

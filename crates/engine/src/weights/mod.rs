@@ -39,6 +39,11 @@ impl Weights {
         self.tensors.get(name).map(|t| t.shape().to_vec())
     }
 
+    /// The bytes a tensor holds (known without reading it).
+    pub fn nbytes_of(&self, name: &str) -> Option<usize> {
+        self.tensors.get(name).map(Array::nbytes)
+    }
+
     /// Removes and returns a tensor, failing when it is absent.
     pub fn take_any(&mut self, name: &str) -> Result<Array> {
         self.tensors.remove(name).ok_or_else(|| Error::MissingTensor {

@@ -1,4 +1,5 @@
-//! `GET /health`: the server is up; which model it serves and how busy it is.
+//! `GET /health`: the server is up; which model it serves and how busy it
+//! is; for a model split across processes, each rank's memory.
 use std::time::Duration;
 
 use axum::extract::State;
@@ -16,10 +17,16 @@ pub(crate) async fn health(State(context): State<AppContext>) -> Json<Value> {
         return Json(json!({"status": "ok", "model": null}));
     };
     let stats = tokio::time::timeout(STATS_WAIT, engine.stats_async()).await.ok().and_then(Result::ok);
-    Json(json!({
+    let mut health = json!({
         "status": "ok",
         "model": engine.model_info().name,
         "running": stats.as_ref().map(|s| s.running),
         "waiting": stats.as_ref().map(|s| s.waiting),
-    }))
+    });
+    // A model split across processes: what this process holds, and each rank's memory.
+    if let Some(share) = &engine.model_info().share {
+        health["share"] = json!(share);
+        health["ranks"] = json!(stats.as_ref().map(|s| &s.ranks));
+    }
+    Json(health)
 }

@@ -35,6 +35,7 @@ pub const FAMILY: Family = Family {
     build: |model_type, config, loader| Ok(Box::new(Qwen2Vl::load(model_type, config, loader)?)),
     gguf: None,
     image_processor: Some(crate::vision::QwenImageProcessor::shared_from_folder),
+    tensor_parallel: false,
 };
 
 /// Token ids of the Qwen2-VL vocabulary, used when config.json omits them.

@@ -29,6 +29,7 @@ pub const FAMILY: Family = Family {
     build: |model_type, config, loader| Ok(Box::new(Qwen3Vl::load(model_type == "qwen3_vl_moe", config, loader)?)),
     gguf: None,
     image_processor: Some(crate::vision::QwenImageProcessor::shared_from_folder),
+    tensor_parallel: false,
 };
 
 /// `<|image_pad|>` in the Qwen vocabulary, when config.json omits it.
