@@ -2,9 +2,10 @@
 //! `Scheduler` that `vlm serve` runs, stepped here by hand, over one process
 //! and over two ranks on 127.0.0.1 (rank 0 through
 //! `engine::distributed::load_leader`, rank 1 replaying its steps as
-//! `run_follower` does), on a random llama written for the run.
+//! `run_follower` does), split by tensor parallel and then as a pipeline
+//! (`--split`), on a random llama written for the run.
 //!
-//! `cargo run -p engine --example split_model_bench -- [--hidden 1024 …]`
+//! `target/debug/examples/split_model_bench [--hidden 1024 …] [--split tensor,pipeline]`
 //! (it starts its own two ranks: copies of itself with MLX_RANK/MLX_HOSTFILE).
 //!
 //! Per process it prints a table row: weights in memory after load (MLX
@@ -24,9 +25,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use engine::batch::{Event, Prompt, Request, Scheduler, SchedulerConfig};
-use engine::distributed::{load_leader, Group, GroupConfig, LocalRing, RankEnv, TensorParallel};
+use std::rc::Rc;
+
+use engine::distributed::{load_leader, Group, GroupConfig, LocalRing, Pipeline, RankEnv, Split, TensorParallel};
 use engine::handle::Completion;
-use engine::model::{self, LoadOptions, LoadedModel, WeightFormat};
+use engine::model::{self, LoadOptions, LoadedModel, Share, WeightFormat};
 use engine::sample::SamplingParams;
 use engine::testing::{write_tiny_llama, TinyLlama};
 use mlx_rs::memory::{active_memory, peak_memory, reset_peak_memory};
@@ -54,6 +57,9 @@ struct Args {
     /// default: a temporary folder.
     #[arg(long)]
     checkpoint: Option<PathBuf>,
+    /// How to split the model over the 2 ranks, each in turn (tensor, pipeline).
+    #[arg(long, value_delimiter = ',', default_values_t = [Split::Tensor, Split::Pipeline])]
+    split: Vec<Split>,
     /// Set on the ranks this program starts: the checkpoint to load.
     #[arg(long, hide = true)]
     model: Option<PathBuf>,
@@ -65,13 +71,15 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(dir) = &args.model {
         let env = RankEnv::from_process()?.ok_or_else(|| anyhow::anyhow!("started without MLX_RANK/MLX_HOSTFILE"))?;
-        let config = GroupConfig { connect_timeout: Duration::from_secs(60), ..GroupConfig::default() };
+        let split = args.split[0];
+        let config = GroupConfig { connect_timeout: Duration::from_secs(60), split, ..GroupConfig::default() };
         if env.rank == 0 {
             let loaded = load_leader(dir, &OPTS, &config)?;
             let row = serve(&args, loaded)?;
-            println!("RESULT {}", row.line("2 ranks, rank 0"));
+            let label = format!("{split}, rank 0");
+            println!("RESULT {}", row.line(&label));
             println!("TEXTS {:?}", row.texts);
-            println!("DETAIL {}", row.detail("2 ranks, rank 0"));
+            println!("DETAIL {}", row.detail(&label));
         } else {
             println!("RESULT {}", follow(dir, &config)?);
         }
@@ -93,29 +101,33 @@ fn main() -> anyhow::Result<()> {
         args.hidden, args.layers, args.heads, args.kv_heads, args.intermediate, args.prompt, args.decode
     );
     let alone = serve(&args, model::load(dir, &OPTS)?)?;
-    let ring = LocalRing::new(2)?;
-    let outputs = ring.run_all(|_| rank_command(&args, dir), Duration::from_secs(1800))?;
-    println!("{}", Row::header());
-    println!("{}", alone.line("1 process"));
-    for out in &outputs {
-        match out.stdout.lines().find_map(|l| l.strip_prefix("RESULT ")) {
-            Some(line) => println!("{line}"),
-            None => anyhow::bail!("a rank gave no result:\n{out}"),
+    let mut rows = vec![alone.line("1 process")];
+    let mut details = vec![alone.detail("1 process")];
+    for &split in &args.split {
+        let ring = LocalRing::new(2)?;
+        let outputs = ring.run_all(|_| rank_command(&args, dir, split), Duration::from_secs(1800))?;
+        for out in &outputs {
+            match out.stdout.lines().find_map(|l| l.strip_prefix("RESULT ")) {
+                Some(line) => rows.push(line.to_string()),
+                None => anyhow::bail!("a rank gave no result:\n{out}"),
+            }
         }
+        if !outputs[0].stdout.contains(&format!("TEXTS {:?}", alone.texts)) {
+            anyhow::bail!("2 ranks ({split}) wrote other texts than one process:\n{}", outputs[0]);
+        }
+        details.extend(outputs[0].stdout.lines().find_map(|l| l.strip_prefix("DETAIL ")).map(str::to_string));
     }
-    if !outputs[0].stdout.contains(&format!("TEXTS {:?}", alone.texts)) {
-        anyhow::bail!("2 ranks wrote other texts than one process:\n{}", outputs[0]);
+    println!("{}", Row::header());
+    for row in rows.iter().chain(&details) {
+        println!("{row}");
     }
-    println!("{}", alone.detail("1 process"));
-    if let Some(d) = outputs[0].stdout.lines().find_map(|l| l.strip_prefix("DETAIL ")) {
-        println!("{d}");
-    }
-    println!("(2 ranks wrote the texts of one process)");
+    println!("(2 ranks wrote the texts of one process, each split)");
     Ok(())
 }
 
-fn rank_command(args: &Args, dir: &Path) -> Command {
+fn rank_command(args: &Args, dir: &Path, split: Split) -> Command {
     let mut c = Command::new(std::env::current_exe().expect("own path"));
+    c.args(["--split", split.name()]);
     c.args(["--hidden", &args.hidden.to_string(), "--layers", &args.layers.to_string()])
         .args(["--heads", &args.heads.to_string(), "--kv-heads", &args.kv_heads.to_string()])
         .args(["--intermediate", &args.intermediate.to_string(), "--prompt", &args.prompt.to_string()])
@@ -148,14 +160,14 @@ struct Row {
 impl Row {
     fn header() -> String {
         format!(
-            "{:<18} {:>10} {:>12} {:>12} {:>14} {:>14} {:>10} {:>12}",
+            "{:<20} {:>10} {:>12} {:>12} {:>14} {:>14} {:>10} {:>12}",
             "", "weights", "1 req TTFT", "1 req tok/s", "4 req TTFT", "4 req tok/s", "KV (4)", "peak"
         )
     }
 
     fn line(&self, who: &str) -> String {
         format!(
-            "{who:<18} {:>10} {:>9.0} ms {:>12.1} {:>11.0} ms {:>14.1} {:>10} {:>12}",
+            "{who:<20} {:>10} {:>9.0} ms {:>12.1} {:>11.0} ms {:>14.1} {:>10} {:>12}",
             mb(self.weights),
             self.one_ttft.as_secs_f64() * 1e3,
             self.one_tok_s,
@@ -263,17 +275,21 @@ fn serve(args: &Args, loaded: LoadedModel) -> anyhow::Result<Row> {
 /// this rank's share, follow rank 0's steps until it stops), without its
 /// watchdog and with the memory read after the load. Its report line.
 fn follow(dir: &Path, config: &GroupConfig) -> anyhow::Result<String> {
-    let tp = TensorParallel::new(Group::init(config)?);
-    let rank = tp.rank();
-    let loaded = model::load_tensor_parallel(dir, &OPTS, tp.clone())?;
+    let group = Rc::new(Group::init(config)?);
+    let rank = group.rank();
+    let share = match config.split.resolve(dir, group.size())? {
+        Split::Pipeline => Share::Pipeline(Pipeline::new(group.clone())),
+        _ => Share::Tensor(TensorParallel::on(group.clone())),
+    };
+    let loaded = model::load_share(dir, &OPTS, share)?;
     let weights = active_memory()?;
     reset_peak_memory()?;
-    let followed = engine::distributed::follow::follow(loaded.model.as_ref(), tp.group())?;
+    let followed = engine::distributed::follow::follow(loaded.model.as_ref(), &group)?;
     // The follower's peak includes the warm-up request (smaller than the 4).
     let peak = peak_memory()?;
     Ok(format!(
-        "{:<18} {:>10} {:>12} {:>12} {:>14} {:>14} {:>10} {:>12}  ({} passes followed)",
-        format!("2 ranks, rank {rank}"),
+        "{:<20} {:>10} {:>12} {:>12} {:>14} {:>14} {:>10} {:>12}  ({} passes followed)",
+        format!("{}, rank {rank}", config.split),
         mb(weights),
         "",
         "",
