@@ -31,7 +31,7 @@ use engine::distributed::{load_leader, Group, GroupConfig, LocalRing, Pipeline, 
 use engine::handle::Completion;
 use engine::model::{self, LoadOptions, LoadedModel, Share, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_llama, TinyLlama};
+use engine::testing::{write_tiny_llama, write_tiny_qwen2, TinyLlama};
 use mlx_rs::memory::{active_memory, peak_memory, reset_peak_memory};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
@@ -57,6 +57,10 @@ struct Args {
     /// default: a temporary folder.
     #[arg(long)]
     checkpoint: Option<PathBuf>,
+    /// Write the decoder as a Qwen2 checkpoint (biases on Q/K/V): mlx-lm
+    /// 0.32 runs a pipeline for qwen2, not for llama.
+    #[arg(long)]
+    qwen2: bool,
     /// How to split the model over the 2 ranks, each in turn (tensor, pipeline).
     #[arg(long, value_delimiter = ',', default_values_t = [Split::Tensor, Split::Pipeline])]
     split: Vec<Split>,
@@ -95,10 +99,17 @@ fn main() -> anyhow::Result<()> {
         intermediate: args.intermediate,
         ..TinyLlama::default()
     };
-    write_tiny_llama(dir, &spec)?;
+    if args.qwen2 {
+        write_tiny_qwen2(dir, &spec)?;
+    } else {
+        write_tiny_llama(dir, &spec)?;
+    }
     println!(
-        "random llama: hidden {} × {} layers, {} heads ({} KV), MLP {}, float32; {} prompt tokens, {} generated, greedy",
-        args.hidden, args.layers, args.heads, args.kv_heads, args.intermediate, args.prompt, args.decode
+        "random {}: hidden {} × {} layers, {} heads ({} KV), MLP {}, float32; {} prompt tokens, {} generated, greedy",
+        if args.qwen2 { "qwen2" } else { "llama" },
+        args.hidden,
+        args.layers,
+        args.heads, args.kv_heads, args.intermediate, args.prompt, args.decode
     );
     let alone = serve(&args, model::load(dir, &OPTS)?)?;
     let mut rows = vec![alone.line("1 process")];

@@ -233,6 +233,33 @@ pub fn write_tiny_llama(dir: &Path, spec: &TinyLlama) -> Result<i32> {
     Ok(vocab)
 }
 
+/// [`write_tiny_llama`] as a Qwen2 checkpoint: the same decoder with biases
+/// on the Q, K and V projections (random, so they matter). Float only.
+pub fn write_tiny_qwen2(dir: &Path, spec: &TinyLlama) -> Result<i32> {
+    assert!(spec.quantize.is_none(), "a float checkpoint");
+    let vocab = write_tiny_llama(dir, spec)?;
+    let file = dir.join("model.safetensors");
+    let mut tensors = Array::load_safetensors(&file).map_err(|e| Error::Mlx(e.to_string()))?;
+    let mut rng = Rng(spec.seed ^ 0x5157_454e);
+    for i in 0..spec.layers {
+        for proj in ["q_proj", "k_proj", "v_proj"] {
+            let name = format!("model.layers.{i}.self_attn.{proj}");
+            let rows = tensors[&format!("{name}.weight")].dim(0);
+            tensors.insert(format!("{name}.bias"), rng.tensor(&[rows], 0.5, 0.0));
+        }
+    }
+    // Loaded lazily from the file about to be rewritten: read them all first.
+    mlx_rs::transforms::eval(tensors.values())?;
+    Array::save_safetensors(tensors.iter(), &HashMap::new(), &file).map_err(|e| Error::Mlx(e.to_string()))?;
+    let config_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
+    let mut config: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    config["model_type"] = "qwen2".into();
+    config["architectures"] = json!(["Qwen2ForCausalLM"]);
+    std::fs::write(&config_path, config.to_string()).map_err(|e| Error::io(&config_path, e))?;
+    Ok(vocab)
+}
+
 /// Writes `config.json` and `model.safetensors`: with `quantize`, every
 /// matrix in `matrices` (module paths) stored MLX-quantized with float16
 /// scales and biases, and the config's `quantization` block, as

@@ -17,7 +17,7 @@ use engine::distributed::share::share_bytes;
 use engine::distributed::group::is_available;
 use engine::distributed::{ops, Backend, Group, GroupConfig, LocalRing, RankOutput, Split, TensorParallel};
 use engine::model::{self, LoadOptions, WeightFormat};
-use engine::testing::{write_family, write_tiny_family, write_tiny_llama, Dims, TinyFamily, TinyLlama};
+use engine::testing::{write_family, write_tiny_family, write_tiny_llama, write_tiny_qwen2, Dims, TinyFamily, TinyLlama};
 use engine::weights::QuantSpec;
 use mlx_rs::{Array, Dtype};
 
@@ -347,7 +347,7 @@ fn pipeline_qwen2_matches_one_process() {
         return split_model_rank(Split::Pipeline);
     }
     let dir = tempfile::tempdir().unwrap();
-    write_tiny_qwen2(dir.path());
+    write_tiny_qwen2(dir.path(), &TinyLlama::default()).unwrap();
     split_model_matches_one_process(TEST, dir.path(), &["1..2 of 2", "0..1 of 2"]);
 }
 
@@ -399,30 +399,6 @@ fn auto_splits_the_default_sized_llama_by_tensor_and_gemma_by_pipeline() {
     assert_eq!(Split::Auto.resolve(gemma.path(), 2).unwrap(), Split::Pipeline);
 }
 
-/// The tiny llama as a Qwen2 checkpoint: Qwen2 has biases on q/k/v (split
-/// with their rows) and none on o_proj.
-fn write_tiny_qwen2(dir: &Path) {
-    write_tiny_llama(dir, &TinyLlama::default()).unwrap();
-    let file = dir.join("model.safetensors");
-    let mut tensors = Array::load_safetensors(&file).unwrap();
-    let names: Vec<String> = tensors.keys().filter(|n| n.contains("_proj.weight") && !n.contains("o_proj") && n.contains("self_attn")).cloned().collect();
-    for (i, name) in names.iter().enumerate() {
-        let rows = tensors[name].dim(0);
-        let key = mlx_rs::random::key(100 + i as u64).unwrap();
-        let bias = mlx_rs::random::normal::<f32>(&[rows], None, Some(0.5), &key).unwrap();
-        tensors.insert(name.replace(".weight", ".bias"), bias);
-    }
-    assert_eq!(names.len(), 6, "q, k, v of 2 layers: {names:?}");
-    // Loaded lazily from the file about to be rewritten: read them all first.
-    mlx_rs::transforms::eval(tensors.values()).unwrap();
-    Array::save_safetensors(tensors.iter(), &std::collections::HashMap::new(), &file).unwrap();
-    let config_path = dir.join("config.json");
-    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
-    config["model_type"] = "qwen2".into();
-    config["architectures"] = serde_json::json!(["Qwen2ForCausalLM"]);
-    std::fs::write(&config_path, config.to_string()).unwrap();
-}
-
 #[test]
 fn tensor_parallel_qwen2_splits_its_qkv_biases_with_their_rows() {
     const TEST: &str = "tensor_parallel_qwen2_splits_its_qkv_biases_with_their_rows";
@@ -430,7 +406,7 @@ fn tensor_parallel_qwen2_splits_its_qkv_biases_with_their_rows() {
         return tensor_parallel_rank(WeightFormat::Float32);
     }
     let dir = tempfile::tempdir().unwrap();
-    write_tiny_qwen2(dir.path());
+    write_tiny_qwen2(dir.path(), &TinyLlama::default()).unwrap();
     tensor_parallel_matches_one_process(TEST, dir.path(), WeightFormat::Float32);
 }
 
