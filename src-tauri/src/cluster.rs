@@ -1,11 +1,15 @@
-//! Settings' "Split models across machines": the loaded model split by
-//! tensor parallel over MLX's ring backend, this Mac as rank 0 (it runs the
-//! scheduler and everything above it), the other machines each running
-//! `vlm serve --model <the same folder> --distributed hostfile.json --rank N`.
+//! Settings' "Split models across machines": the loaded model split over
+//! MLX's ring backend, this Mac as rank 0 (it runs the scheduler and
+//! everything above it), the other machines each running
+//! `vlm serve --model <the same folder> --distributed hostfile.json --rank N --split <how>`.
+//! How to split (every rank must say the same): pipeline (each rank a range
+//! of layers), tensor parallel (every layer's heads and MLP columns divided),
+//! or auto (tensor where the model allows it, pipeline otherwise).
 //!
 //! What this Mac knows is only what rank 0 knows: whether the ring joined
-//! within the join timeout, and whether a step failed since (the engine
-//! reports DISTRIBUTED_ERROR, and cannot tell which rank was lost).
+//! within the join timeout, whether a step failed since (the engine reports
+//! DISTRIBUTED_ERROR, and cannot tell which rank was lost), and while joined
+//! each rank's memory (the engine gathers it when its stats are asked).
 //!
 //! MLX keeps one group per process and cannot leave it: once this process
 //! has joined (or tried to join) a ring, loading a split model again (another
@@ -16,7 +20,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use engine::distributed::env::{HOSTFILE_VAR, RANK_VAR};
-use engine::distributed::{GroupConfig, Hostfile};
+use engine::distributed::{GroupConfig, Hostfile, RankMemory, Split};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
@@ -33,6 +37,41 @@ pub const HOSTFILE_NAME: &str = "cluster-hostfile.json";
 /// The code of a second split load in one run of the app.
 pub const RESTART_NEEDED: &str = "CLUSTER_RESTART_NEEDED";
 
+/// How a model is split across the ranks (the engine's [`Split`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum ClusterSplit {
+    /// Tensor parallel where the model's family has it and its heads divide
+    /// by the number of ranks; pipeline otherwise.
+    #[default]
+    Auto,
+    /// Every layer split across the ranks: two exchanges per layer, for a
+    /// fast link (Thunderbolt).
+    Tensor,
+    /// Each rank runs a range of layers: one exchange per token per rank,
+    /// every model; fine over Ethernet or Wi-Fi.
+    Pipeline,
+}
+
+impl From<ClusterSplit> for Split {
+    fn from(s: ClusterSplit) -> Split {
+        match s {
+            ClusterSplit::Auto => Split::Auto,
+            ClusterSplit::Tensor => Split::Tensor,
+            ClusterSplit::Pipeline => Split::Pipeline,
+        }
+    }
+}
+
+/// What the other machine of rank `rank` runs to join (the model folder is
+/// the same model at its path there).
+pub fn follower_command(rank: usize, split: ClusterSplit) -> String {
+    format!(
+        "vlm serve --model <the same model folder> --distributed hostfile.json --rank {rank} --split {}",
+        Split::from(split).name()
+    )
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(default)]
 pub struct ClusterSettings {
@@ -47,6 +86,8 @@ pub struct ClusterSettings {
     /// Seconds to wait for the other ranks to join (they may still be loading).
     #[ts(type = "number")]
     pub join_timeout_secs: u64,
+    /// How to split: every rank must run with the same `--split`.
+    pub split: ClusterSplit,
 }
 
 impl Default for ClusterSettings {
@@ -56,6 +97,7 @@ impl Default for ClusterSettings {
             hostfile: String::new(),
             hosts: Vec::new(),
             join_timeout_secs: GroupConfig::default().connect_timeout.as_secs(),
+            split: ClusterSplit::Auto,
         }
     }
 }
@@ -127,7 +169,11 @@ impl ClusterSettings {
     }
 
     pub fn group_config(&self) -> GroupConfig {
-        GroupConfig { connect_timeout: Duration::from_secs(self.join_timeout_secs), ..GroupConfig::default() }
+        GroupConfig {
+            connect_timeout: Duration::from_secs(self.join_timeout_secs),
+            split: self.split.into(),
+            ..GroupConfig::default()
+        }
     }
 }
 
@@ -159,6 +205,12 @@ pub struct ClusterRun {
     pub error: Option<AppError>,
     /// The model (gallery id) split over it.
     pub model_id: String,
+    /// How it was split (as asked: `Auto` stays `Auto`).
+    pub split: ClusterSplit,
+    /// This Mac's share of the model, in the engine's words, once loaded.
+    pub share: Option<String>,
+    /// Each rank's memory as last gathered by the engine (empty before).
+    pub memory: Vec<RankMemory>,
 }
 
 /// One rank's line in the UI.
@@ -171,6 +223,17 @@ pub struct RankLine {
     pub this_mac: bool,
     /// What rank 0 knows: the ring's state (which rank was lost is not known).
     pub state: ClusterState,
+    /// Its share of the model's weights loaded, in bytes, once known.
+    #[ts(type = "number | null")]
+    pub weights_bytes: Option<u64>,
+    /// What its caches (KV, prefix) hold now, in bytes, once known.
+    #[ts(type = "number | null")]
+    pub kv_bytes: Option<u64>,
+    /// Rank 0: its part of the model in words ("layers 4..8 of 8, pipeline
+    /// rank 0 of 2"), once loaded.
+    pub share: Option<String>,
+    /// Another machine's rank: the command it runs to join.
+    pub command: Option<String>,
 }
 
 /// The Cluster setting's status, for Settings.
@@ -186,12 +249,14 @@ pub struct ClusterStatus {
     pub error: Option<AppError>,
     /// The model split over the ring.
     pub model_id: Option<String>,
+    /// How the ring joined splits (or, before any, how the settings would).
+    pub split: ClusterSplit,
     /// The settings describe another ring than the one this run joined, or
     /// the ring cannot be joined again: restart the app (and the other ranks).
     pub restart_needed: bool,
 }
 
-fn lines(hostfile: &Hostfile, state: ClusterState) -> Vec<RankLine> {
+fn lines(hostfile: &Hostfile, state: ClusterState, split: ClusterSplit) -> Vec<RankLine> {
     hostfile
         .ranks
         .iter()
@@ -201,6 +266,10 @@ fn lines(hostfile: &Hostfile, state: ClusterState) -> Vec<RankLine> {
             addresses: addrs.iter().map(|a| a.to_string()).collect(),
             this_mac: rank == 0,
             state,
+            weights_bytes: None,
+            kv_bytes: None,
+            share: None,
+            command: (rank > 0).then(|| follower_command(rank, split)),
         })
         .collect()
 }
@@ -212,20 +281,31 @@ pub fn status_of(settings: &ClusterSettings, run: Option<&ClusterRun>) -> Cluste
             let wanted = settings.hostfile_contents().ok().map(|(h, _)| h);
             let other_ring = settings.enabled && wanted.as_ref() != Some(&run.hostfile);
             let spent = matches!(run.state, ClusterState::Failed | ClusterState::Lost | ClusterState::Left);
+            let mut ranks = lines(&run.hostfile, run.state, run.split);
+            for m in &run.memory {
+                if let Some(line) = ranks.get_mut(m.rank) {
+                    line.weights_bytes = Some(m.weights_bytes);
+                    line.kv_bytes = Some(m.kv_bytes);
+                }
+            }
+            if let Some(line) = ranks.first_mut() {
+                line.share = run.share.clone();
+            }
             ClusterStatus {
                 enabled: settings.enabled,
                 state: run.state,
-                ranks: lines(&run.hostfile, run.state),
+                ranks,
                 hostfile_path: Some(run.hostfile_path.display().to_string()),
                 error: run.error.clone(),
                 model_id: Some(run.model_id.clone()),
+                split: run.split,
                 restart_needed: other_ring || (settings.enabled && spent),
             }
         }
         None => {
             let (ranks, error) = if settings.enabled {
                 match settings.hostfile_contents() {
-                    Ok((h, _)) => (lines(&h, ClusterState::NotJoined), None),
+                    Ok((h, _)) => (lines(&h, ClusterState::NotJoined, settings.split), None),
                     Err(e) => (Vec::new(), Some(e)),
                 }
             } else {
@@ -238,6 +318,7 @@ pub fn status_of(settings: &ClusterSettings, run: Option<&ClusterRun>) -> Cluste
                 hostfile_path: None,
                 error,
                 model_id: None,
+                split: settings.split,
                 restart_needed: false,
             }
         }
@@ -274,6 +355,9 @@ pub fn begin(state: &AppState, settings: &ClusterSettings, model_id: &str) -> Ap
         state: ClusterState::Waiting,
         error: None,
         model_id: model_id.to_string(),
+        split: settings.split,
+        share: None,
+        memory: Vec::new(),
     });
     Ok(settings.group_config())
 }
@@ -322,15 +406,33 @@ pub fn note_error(state: &AppState, error: &AppError) {
     }
 }
 
+/// What the split engine loaded now says: this Mac's share of the model and
+/// each rank's memory as its stats gathered it (kept: a lost ring shows the
+/// last figures).
+fn note_loaded(state: &AppState, share: Option<String>, memory: &[RankMemory]) {
+    if let Some(run) = state.cluster.lock().unwrap().as_mut() {
+        if run.state == ClusterState::Joined {
+            run.share = share;
+            if !memory.is_empty() {
+                run.memory = memory.to_vec();
+            }
+        }
+    }
+}
+
 /// The status now. Rank 0 learns of a lost rank only when a step fails: a
 /// reply (or the stats of a step stuck past the step timeout) fails with
 /// DISTRIBUTED_ERROR; a rank lost while nothing runs shows at the next
-/// message. While joined, the engine's stats are asked.
+/// message. While joined, the engine's stats are asked: they carry each
+/// rank's memory (gathered from the ranks at most once a second).
 pub async fn status(state: &AppState) -> ClusterStatus {
     if state.cluster.lock().unwrap().as_ref().is_some_and(|r| r.state == ClusterState::Joined) {
         if let Some(engine) = state.engine.engine() {
-            if let Err(e) = engine.stats_async().await {
-                note_error(state, &AppError::from(e));
+            // while joined, the engine loaded is the split one (`left`)
+            let share = engine.model_info().share.clone();
+            match engine.stats_async().await {
+                Ok(stats) => note_loaded(state, share, &stats.ranks),
+                Err(e) => note_error(state, &AppError::from(e)),
             }
         }
     }
@@ -352,7 +454,36 @@ mod tests {
         let s = ClusterSettings::default();
         assert!(!s.enabled);
         assert_eq!(s.join_timeout_secs, 120);
+        assert_eq!(s.split, ClusterSplit::Auto);
         ClusterSettings { hosts: vec!["not a host".into()], ..s }.validate().unwrap();
+    }
+
+    #[test]
+    fn the_split_is_saved_reaches_the_group_and_older_settings_load_as_auto() {
+        // a settings file from before the choice existed
+        let old: ClusterSettings =
+            serde_json::from_str(r#"{"enabled":true,"hostfile":"","hosts":["10.0.0.1:5000","10.0.0.2:5000"],"join_timeout_secs":30}"#)
+                .unwrap();
+        assert_eq!((old.split, old.join_timeout_secs), (ClusterSplit::Auto, 30));
+        assert_eq!(old.group_config().split, Split::Auto);
+        let piped = ClusterSettings { split: ClusterSplit::Pipeline, ..old };
+        let json = serde_json::to_value(&piped).unwrap();
+        assert_eq!(json["split"], "pipeline");
+        assert_eq!(serde_json::from_value::<ClusterSettings>(json).unwrap(), piped);
+        let group = piped.group_config();
+        assert_eq!((group.split, group.connect_timeout), (Split::Pipeline, Duration::from_secs(30)));
+        assert_eq!(ClusterSettings { split: ClusterSplit::Tensor, ..piped }.group_config().split, Split::Tensor);
+        assert!(serde_json::from_str::<ClusterSettings>(r#"{"split":"sideways"}"#).is_err());
+    }
+
+    #[test]
+    fn the_other_macs_are_told_the_same_split() {
+        let status = status_of(&ClusterSettings { split: ClusterSplit::Pipeline, ..on(&["10.0.0.1:5000", "10.0.0.2:5000", "10.0.0.3:5000"]) }, None);
+        assert_eq!(status.split, ClusterSplit::Pipeline);
+        assert_eq!(status.ranks[0].command, None, "rank 0 is this Mac");
+        let command = status.ranks[2].command.as_deref().unwrap();
+        assert!(command.ends_with("--distributed hostfile.json --rank 2 --split pipeline"), "{command}");
+        assert!(follower_command(1, ClusterSplit::Auto).ends_with("--rank 1 --split auto"));
     }
 
     #[test]
@@ -408,11 +539,26 @@ mod tests {
             state: ClusterState::Joined,
             error: None,
             model_id: "dir:tiny".into(),
+            split: ClusterSplit::Tensor,
+            share: Some("layers 0..4 of 8, pipeline rank 0 of 2".into()),
+            memory: Vec::new(),
         };
         let joined = status_of(&s, Some(&run));
         assert_eq!(joined.state, ClusterState::Joined);
         assert!(joined.ranks.iter().all(|r| r.state == ClusterState::Joined));
         assert!(!joined.restart_needed);
+        // the run's split, not the settings' (auto here)
+        assert_eq!(joined.split, ClusterSplit::Tensor);
+        assert!(joined.ranks[1].command.as_deref().unwrap().ends_with("--split tensor"));
+        // this Mac's share on its line; memory unknown until gathered
+        assert_eq!(joined.ranks[0].share.as_deref(), Some("layers 0..4 of 8, pipeline rank 0 of 2"));
+        assert_eq!(joined.ranks[1].share, None);
+        assert!(joined.ranks.iter().all(|r| r.weights_bytes.is_none() && r.kv_bytes.is_none()));
+        let m = |rank, weights_bytes, kv_bytes| RankMemory { rank, weights_bytes, kv_bytes, active_bytes: 0, peak_bytes: 0 };
+        run.memory = vec![m(0, 3_900_000_000, 0), m(1, 4_100_000_000, 120_000_000)];
+        let gathered = status_of(&s, Some(&run));
+        assert_eq!((gathered.ranks[0].weights_bytes, gathered.ranks[0].kv_bytes), (Some(3_900_000_000), Some(0)));
+        assert_eq!((gathered.ranks[1].weights_bytes, gathered.ranks[1].kv_bytes), (Some(4_100_000_000), Some(120_000_000)));
         // another ring in the settings: MLX keeps the first one
         assert!(status_of(&on(&["10.0.0.1:5000", "10.0.0.3:5000"]), Some(&run)).restart_needed);
         run.state = ClusterState::Lost;

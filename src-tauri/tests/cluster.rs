@@ -1,7 +1,9 @@
 //! Settings' "Split models across machines" through the app's commands: the
 //! tiny Llama split over two local ranks, this process as rank 0 (the app)
 //! and a copy of this test binary as rank 1 (what `vlm serve --distributed
-//! hostfile.json --rank 1` runs on another Mac: `run_follower`).
+//! hostfile.json --rank 1 --split pipeline` runs on another Mac:
+//! `run_follower`). Split as a pipeline (the setting's choice: the tiny
+//! Llama's heads divide by 2, so auto would have split it by tensor parallel).
 //!
 //! One test in its own binary: MLX keeps one group per process.
 mod common;
@@ -11,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use engine::distributed::env::{HOSTFILE_VAR, RANK_VAR};
-use engine::distributed::{run_follower, GroupConfig, Hostfile};
+use engine::distributed::{run_follower, GroupConfig, Hostfile, Split};
 use engine::model::LoadOptions;
 use serde_json::{json, Value};
 
@@ -30,9 +32,10 @@ fn ask(h: &Harness, text: &str) -> Value {
 #[test]
 fn a_split_model_answers_as_one_process_and_a_lost_rank_is_reported() {
     if let Some(model) = std::env::var_os(FOLLOWER_MODEL) {
-        // rank 1: the app's load options (the defaults), until rank 0 stops
-        // or this process is killed
-        let group = GroupConfig { connect_timeout: Duration::from_secs(60), ..GroupConfig::default() };
+        // rank 1: the app's load options (the defaults) and the same split,
+        // until rank 0 stops or this process is killed
+        let group =
+            GroupConfig { connect_timeout: Duration::from_secs(60), split: Split::Pipeline, ..GroupConfig::default() };
         let followed = run_follower(Path::new(&model), &LoadOptions::default(), &group);
         println!("RANK 1 done: {:?}", followed.map(|f| f.forwards));
         return;
@@ -56,10 +59,15 @@ fn a_split_model_answers_as_one_process_and_a_lost_rank_is_reported() {
     let bad = h.call("save_settings", json!({"settings": {"cluster": {"enabled": true, "hosts": [hosts[0]]}}})).unwrap_err();
     assert!(bad["message"].as_str().unwrap().contains("at least 2 ranks"), "{bad}");
     h.settings(|s| {
-        s["cluster"] = json!({"enabled": true, "hostfile": "", "hosts": hosts, "join_timeout_secs": 60});
+        s["cluster"] = json!({"enabled": true, "hostfile": "", "hosts": hosts, "join_timeout_secs": 60, "split": "pipeline"});
     });
     let waiting = h.ok("cluster_status", json!({}));
     assert_eq!(waiting["state"], "not_joined", "{waiting}");
+    assert_eq!(waiting["split"], "pipeline", "{waiting}");
+    // what to run on the other Mac says the same split
+    let command = waiting["ranks"][1]["command"].as_str().unwrap();
+    assert!(command.ends_with("--rank 1 --split pipeline"), "{command}");
+    assert_eq!(waiting["ranks"][1]["weights_bytes"], Value::Null, "no memory before the ring joins: {waiting}");
     assert_eq!(waiting["ranks"].as_array().unwrap().len(), 2, "{waiting}");
     assert_eq!(waiting["ranks"][0]["this_mac"], true);
     assert_eq!(waiting["ranks"][1]["addresses"], json!([hosts[1]]));
@@ -89,11 +97,27 @@ fn a_split_model_answers_as_one_process_and_a_lost_rank_is_reported() {
     let written = dir.path().join("data").join(vlm_chat::cluster::HOSTFILE_NAME);
     assert_eq!(joined["hostfile_path"], json!(written.display().to_string()));
     assert_eq!(Hostfile::read(&written).unwrap(), ring);
+    // the setting's split reached the group: this Mac holds a stage of layers
+    let share = joined["ranks"][0]["share"].as_str().unwrap_or_else(|| panic!("no share: {joined}"));
+    assert!(share.contains("pipeline rank 0 of 2"), "{share}");
+    assert_eq!(joined["ranks"][1]["share"], Value::Null);
+    // each rank's memory, gathered from both: each holds part of the weights
+    let weights = |r: usize| joined["ranks"][r]["weights_bytes"].as_u64().unwrap_or_else(|| panic!("rank {r}: {joined}"));
+    assert!(weights(0) > 0 && weights(1) > 0, "{joined}");
+    assert!(joined["ranks"][1]["kv_bytes"].is_u64(), "{joined}");
 
     let split = ask(&h, "Hello there, tiny model");
     assert_eq!(split["status"], "complete", "{split}");
     assert_eq!(split["content"], alone["content"], "greedy: the split model answers as one process");
     assert!(!split["content"].as_str().unwrap().is_empty());
+    // the conversation's cache is on both ranks, each for its own layers
+    // (the engine gathers the figures at most once a second)
+    std::thread::sleep(Duration::from_millis(1100));
+    let after = h.ok("cluster_status", json!({}));
+    for r in 0..2 {
+        assert!(after["ranks"][r]["kv_bytes"].as_u64().unwrap() > 0, "rank {r}: {after}");
+        assert_eq!(after["ranks"][r]["weights_bytes"].as_u64(), Some(weights(r)), "{after}");
+    }
 
     // rank 1 goes away: the next message fails clearly, the status says lost
     follower.kill().unwrap();
@@ -106,6 +130,8 @@ fn a_split_model_answers_as_one_process_and_a_lost_rank_is_reported() {
     assert_eq!(lost["ranks"][1]["state"], "lost", "{lost}");
     assert_eq!(lost["error"]["code"], "DISTRIBUTED_ERROR", "{lost}");
     assert_eq!(lost["restart_needed"], true, "{lost}");
+    // the last figures gathered stay (the engine cannot gather any more)
+    assert_eq!(lost["ranks"][1]["weights_bytes"].as_u64(), Some(weights(1)), "{lost}");
 
     // MLX keeps one group per process: a second split load says to restart
     let again = h.call("load_model", json!({"id": "dir:tiny"})).unwrap_err();

@@ -1,19 +1,28 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { clearMocks } from '@tauri-apps/api/mocks';
-import { ClusterSection, clusterNotes, parseHosts, rankLines } from './clusterSection';
+import { ClusterSection, clusterNotes, followerCommand, memoryWords, parseHosts, rankLines } from './clusterSection';
 import type { ClusterStatus } from './bindings/ClusterStatus';
 import type { Settings } from './bindings/Settings';
 
 afterEach(() => { clearMocks(); document.body.innerHTML = ''; });
 
+const COMMAND_1 = 'vlm serve --model <the same model folder> --distributed hostfile.json --rank 1 --split pipeline';
 const status = (over: Partial<ClusterStatus> = {}): ClusterStatus => ({
-  enabled: true, state: 'joined', hostfile_path: '/data/cluster-hostfile.json', error: null, model_id: 'dir:tiny', restart_needed: false,
+  enabled: true, state: 'joined', hostfile_path: '/data/cluster-hostfile.json', error: null, model_id: 'dir:tiny', restart_needed: false, split: 'pipeline',
   ranks: [
-    { rank: 0, addresses: ['10.0.0.1:5000'], this_mac: true, state: over.state ?? 'joined' },
-    { rank: 1, addresses: ['10.0.0.2:5000'], this_mac: false, state: over.state ?? 'joined' },
+    { rank: 0, addresses: ['10.0.0.1:5000'], this_mac: true, state: over.state ?? 'joined', weights_bytes: null, kv_bytes: null, share: null, command: null },
+    { rank: 1, addresses: ['10.0.0.2:5000'], this_mac: false, state: over.state ?? 'joined', weights_bytes: null, kv_bytes: null, share: null, command: COMMAND_1 },
   ],
   ...over,
 });
+
+/** A joined pipeline of two with each rank's memory gathered. */
+const gathered = (): ClusterStatus => {
+  const s = status();
+  Object.assign(s.ranks[0], { weights_bytes: 4_250_000_000, kv_bytes: 0, share: 'layers 14..28 of 28, pipeline rank 0 of 2' });
+  Object.assign(s.ranks[1], { weights_bytes: 3_900_000_000, kv_bytes: 120_000_000 });
+  return s;
+};
 
 describe('cluster setting', () => {
   it('reads one host a line, leaving out blank lines', () => {
@@ -29,6 +38,26 @@ describe('cluster setting', () => {
     expect(rankLines(status({ state: 'waiting' }))[1].text).toBe('Rank 1 · 10.0.0.2:5000 — waiting to join…');
   });
 
+  it('shows each rank’s memory once gathered, and this Mac’s share', () => {
+    expect(memoryWords({ weights_bytes: null, kv_bytes: null })).toBeNull();
+    expect(memoryWords({ weights_bytes: 3_900_000_000, kv_bytes: 120_000_000 })).toBe('3.9 GB weights · 120 MB KV');
+    const lines = rankLines(gathered());
+    expect(lines.map((l) => l.text)).toEqual([
+      'Rank 0 · this Mac — joined · 4.3 GB weights · 0 B KV',
+      'Rank 1 · 10.0.0.2:5000 — joined · 3.9 GB weights · 120 MB KV',
+    ]);
+    expect(lines[0].share).toBe('layers 14..28 of 28, pipeline rank 0 of 2');
+    expect(lines[1].share).toBeNull();
+    // joined: nothing left to run on the other Mac
+    expect(lines[1].command).toBeNull();
+  });
+
+  it('tells the other Macs what to run, with the same split, until they join', () => {
+    expect(followerCommand('N', 'tensor')).toBe('vlm serve --model <the same model folder> --distributed hostfile.json --rank N --split tensor');
+    expect(rankLines(status({ state: 'waiting' }))[1].command).toBe(COMMAND_1);
+    expect(rankLines(status({ state: 'not_joined' }))[0].command).toBeNull();
+  });
+
   it('a lost ring says rank 0 cannot tell which, the error, and to restart', () => {
     const lost = status({ state: 'lost', restart_needed: true, error: { code: 'DISTRIBUTED_ERROR', message: 'distributed: another rank of the split model failed' } });
     const notes = clusterNotes(lost);
@@ -39,7 +68,7 @@ describe('cluster setting', () => {
   });
 
   it('edits the draft and shows the lines with their state', () => {
-    const draft = { cluster: { enabled: false, hostfile: '', hosts: [], join_timeout_secs: 120 } } as unknown as Settings;
+    const draft = { cluster: { enabled: false, hostfile: '', hosts: [], join_timeout_secs: 120, split: 'auto' } } as unknown as Settings;
     const saves: boolean[] = [];
     const section = new ClusterSection(() => draft, (soon) => saves.push(soon));
     document.body.append(section.el);
@@ -52,13 +81,47 @@ describe('cluster setting', () => {
     expect(draft.cluster).toMatchObject({ enabled: true, hosts: ['10.0.0.1:5000', '10.0.0.2:5000'] });
     expect(saves).toEqual([false, true]);
 
+    // how to split: saved at once, and the command for the other Macs follows
+    const split = section.el.querySelector<HTMLSelectElement>('[data-testid=setting-cluster-split]')!;
+    expect(split.value).toBe('auto');
+    expect([...split.options].map((o) => o.textContent)).toEqual(['Auto', 'Tensor parallel', 'Pipeline']);
+    expect(section.el.querySelector('#cluster-split-hint')!.textContent).toMatch(/Pipeline: each Mac runs a range of the model’s layers.*Ethernet or Wi‑Fi.*Thunderbolt.*Auto picks tensor parallel/);
+    expect(section.el.querySelector('[data-testid=cluster-split-command]')!.textContent).toBe('--split auto');
+    split.value = 'pipeline';
+    split.dispatchEvent(new Event('change'));
+    expect(draft.cluster.split).toBe('pipeline');
+    expect(saves).toEqual([false, true, false]);
+    expect(section.el.querySelector('[data-testid=cluster-split-command]')!.textContent).toBe('--split pipeline');
+    expect(section.el.querySelector('#cluster-enabled-hint')!.textContent).toContain('--rank N --split pipeline');
+
+    // waiting: each other Mac's line says what to run there
+    section.render(status({ state: 'waiting' }));
+    expect(section.el.querySelector('[data-testid=cluster-rank-1] [data-testid=cluster-rank-command]')!.textContent).toBe(COMMAND_1);
+    expect(section.el.querySelector('[data-testid=cluster-rank-0] [data-testid=cluster-rank-command]')).toBeNull();
+    // joined: memory on every line, this Mac's share under its own
+    section.render(gathered());
+    expect(section.el.querySelector('[data-testid=cluster-rank-1] [data-testid=cluster-rank-text]')!.textContent).toBe('Rank 1 · 10.0.0.2:5000 — joined · 3.9 GB weights · 120 MB KV');
+    expect(section.el.querySelector('[data-testid=cluster-rank-0] [data-testid=cluster-rank-share]')!.textContent).toBe('Holds layers 14..28 of 28, pipeline rank 0 of 2');
+    expect(section.el.querySelectorAll('[data-testid=cluster-rank-share]').length).toBe(1);
+    expect(section.el.querySelectorAll('[data-testid=cluster-rank-command]').length).toBe(0);
+
     section.render(status({ state: 'lost', error: { code: 'DISTRIBUTED_ERROR', message: 'lost' } }));
     const rank1 = section.el.querySelector<HTMLElement>('[data-testid=cluster-rank-1]')!;
     expect(rank1.dataset.state).toBe('lost');
     expect(rank1.textContent).toBe('Rank 1 · 10.0.0.2:5000 — lost');
+    expect(rank1.querySelector('[data-testid=cluster-rank-command]')).toBeNull();
     expect(section.el.querySelectorAll('[data-testid=cluster-note]').length).toBe(2);
     // off and never joined: no lines
     section.render(status({ enabled: false, state: 'not_joined' }));
     expect(section.el.querySelectorAll('li').length).toBe(0);
+  });
+});
+
+describe('cluster settings saved before the split choice', () => {
+  it('reads as auto', () => {
+    const draft = { cluster: { enabled: true, hostfile: '', hosts: ['10.0.0.1:5000', '10.0.0.2:5000'], join_timeout_secs: 120 } } as unknown as Settings;
+    const section = new ClusterSection(() => draft, () => {});
+    expect(section.el.querySelector<HTMLSelectElement>('[data-testid=setting-cluster-split]')!.value).toBe('auto');
+    expect(draft.cluster.split).toBe('auto');
   });
 });

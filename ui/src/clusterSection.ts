@@ -1,17 +1,47 @@
 // Settings → Split models across machines (src-tauri/src/cluster.rs): this
 // Mac as rank 0 of an MLX ring, the other machines running
-// `vlm serve --distributed`. A line per rank says what rank 0 knows: waiting
-// for the others to join, joined, or lost (the engine cannot tell which rank
-// was lost). MLX joins one ring per app run, so changing the ring, or loading
-// a split model again, needs the app restarted: the section says so.
+// `vlm serve --distributed … --split <how>` (every rank splits the same way:
+// pipeline, tensor parallel, or auto). A line per rank says what rank 0
+// knows: waiting for the others to join, joined (with each rank's memory,
+// and this Mac's share of the model), or lost (the engine cannot tell which
+// rank was lost). MLX joins one ring per app run, so changing the ring, or
+// loading a split model again, needs the app restarted: the section says so.
 import { api, errorText, type Settings } from './api';
 import type { ClusterSettings } from './bindings/ClusterSettings';
+import type { ClusterSplit } from './bindings/ClusterSplit';
 import type { ClusterState } from './bindings/ClusterState';
 import type { ClusterStatus } from './bindings/ClusterStatus';
+import type { RankLine } from './bindings/RankLine';
 import { clear, h } from './dom';
+import { bytes } from './format';
 
 /** How often the rank lines are asked for while the section shows a ring. */
 export const CLUSTER_POLL_MS = 2000;
+
+/** The ways to split, as the choice lists them. */
+export const SPLITS: [ClusterSplit, string][] = [
+  ['auto', 'Auto'],
+  ['tensor', 'Tensor parallel'],
+  ['pipeline', 'Pipeline'],
+];
+
+/** What the split choice means, in plain words. */
+export const SPLIT_HINT = 'Pipeline: each Mac runs a range of the model’s layers, one exchange per token per Mac; works for every model, and is the one for Ethernet or Wi‑Fi. '
+  + 'Tensor parallel: every layer is split across the Macs, two exchanges per layer; needs a fast link (Thunderbolt). '
+  + 'Auto picks tensor parallel when the model allows it, pipeline otherwise.';
+
+/** What another Mac runs to join as rank `rank` (a number, or "N" for any). */
+export function followerCommand(rank: number | 'N', split: ClusterSplit): string {
+  return `vlm serve --model <the same model folder> --distributed hostfile.json --rank ${rank} --split ${split}`;
+}
+
+/** A rank's memory in words, when rank 0 has gathered it: "3.9 GB weights · 120 MB KV". */
+export function memoryWords(r: Pick<RankLine, 'weights_bytes' | 'kv_bytes'>): string | null {
+  const parts: string[] = [];
+  if (r.weights_bytes != null) parts.push(`${bytes(r.weights_bytes)} weights`);
+  if (r.kv_bytes != null) parts.push(`${bytes(r.kv_bytes)} KV`);
+  return parts.length ? parts.join(' · ') : null;
+}
 
 /** The hosts typed one per line: blank lines left out, spaces trimmed. */
 export function parseHosts(text: string): string[] {
@@ -30,11 +60,27 @@ export function stateWords(state: ClusterState): string {
   }
 }
 
-/** One line per rank: who it is and its state, as rank 0 knows it. */
-export function rankLines(s: ClusterStatus): { rank: number; who: string; state: ClusterState; text: string }[] {
+/** What to show for one rank. */
+export interface RankView {
+  rank: number;
+  who: string;
+  state: ClusterState;
+  /** Who, the state and its memory when known. */
+  text: string;
+  /** This Mac's share of the model ("layers 4..8 of 8, pipeline rank 0 of 2"). */
+  share: string | null;
+  /** What to run on that Mac, until the ring has joined. */
+  command: string | null;
+}
+
+/** One line per rank: who it is, its state as rank 0 knows it, its memory. */
+export function rankLines(s: ClusterStatus): RankView[] {
   return s.ranks.map((r) => {
     const who = r.this_mac ? 'this Mac' : r.addresses.join(', ');
-    return { rank: r.rank, who, state: r.state, text: `Rank ${r.rank} · ${who} — ${stateWords(r.state)}` };
+    const memory = memoryWords(r);
+    const text = `Rank ${r.rank} · ${who} — ${stateWords(r.state)}${memory ? ` · ${memory}` : ''}`;
+    const waiting = r.state === 'not_joined' || r.state === 'waiting' || r.state === 'failed';
+    return { rank: r.rank, who, state: r.state, text, share: r.share ?? null, command: waiting ? r.command ?? null : null };
   });
 }
 
@@ -66,18 +112,32 @@ export class ClusterSection {
     const hosts = h('textarea', { id: 'setting-cluster-hosts', rows: 3, spellcheck: 'false', placeholder: '192.168.1.10:5000\n192.168.1.11:5000', 'data-testid': 'setting-cluster-hosts', 'aria-describedby': 'cluster-hosts-hint' });
     hosts.value = c.hosts.join('\n');
     hosts.addEventListener('input', () => { this.cluster().hosts = parseHosts(hosts.value); this.changed(true); });
+    const split = h('select', { id: 'setting-cluster-split', 'data-testid': 'setting-cluster-split', 'aria-describedby': 'cluster-split-hint' },
+      ...SPLITS.map(([value, label]) => h('option', { value, selected: c.split === value }, label)));
+    const sameSplit = h('span', { 'data-testid': 'cluster-split-command' });
+    const enabledCommand = h('code', {});
+    const showSplit = () => {
+      const how = this.cluster().split;
+      sameSplit.textContent = `--split ${how}`;
+      enabledCommand.textContent = followerCommand('N', how);
+    };
+    showSplit();
+    split.addEventListener('change', () => { this.cluster().split = split.value as ClusterSplit; showSplit(); this.changed(false); });
     const timeout = h('input', { id: 'setting-cluster-timeout', type: 'number', min: 1, max: 3600, step: 1, value: String(c.join_timeout_secs), 'data-testid': 'setting-cluster-timeout', 'aria-describedby': 'cluster-timeout-hint' });
     timeout.addEventListener('input', () => { if (timeout.value !== '') { this.cluster().join_timeout_secs = Number(timeout.value); this.changed(true); } });
-    const field = (id: string, label: string, hintId: string, hint: string, kind: string, input: HTMLElement) =>
+    const field = (id: string, label: string, hintId: string, hint: string | HTMLElement, kind: string, input: HTMLElement) =>
       h('div', { class: `field field-${kind}` }, h('label', { for: id }, label, h('span', { class: 'hint', id: hintId }, hint)), input);
     this.el = h('section', { class: 'card settings-section', 'data-testid': 'cluster-section' },
       h('h2', {}, 'Split models across machines'),
       field('setting-cluster-enabled', 'Split models across machines', 'cluster-enabled-hint',
-        'A model too large for this Mac runs split across several Macs (Thunderbolt or Ethernet): this Mac is rank 0 and answers; each other Mac runs `vlm serve --model <the same folder> --distributed hostfile.json --rank N`. Llama, Qwen2 and Qwen3 safetensors folders split. Takes effect at the next model load.', 'toggle', toggle),
+        h('span', {}, 'A model too large for this Mac runs split across several Macs (Thunderbolt, Ethernet or Wi‑Fi): this Mac is rank 0 and answers; each other Mac runs ', enabledCommand,
+          '. Text models split, from a safetensors folder (not vision models, not .gguf files). Takes effect at the next model load.'), 'toggle', toggle),
       field('setting-cluster-hostfile', 'Hostfile', 'cluster-hostfile-hint',
         'Full path of an MLX ring hostfile (what mlx.launch writes: one list of "ip:port" per rank, rank 0 = this Mac). Leave empty to use the hosts below.', 'text', hostfile),
       field('setting-cluster-hosts', 'Hosts', 'cluster-hosts-hint',
         'Or one "ip:port" per line, one line per rank, this Mac first. The app writes them as a hostfile into its data folder: copy it to the other Macs.', 'text', hosts),
+      field('setting-cluster-split', 'How to split', 'cluster-split-hint',
+        h('span', {}, SPLIT_HINT, ' Every Mac must split the same way: run the others with ', sameSplit, '.'), 'select', split),
       field('setting-cluster-timeout', 'Join timeout (seconds)', 'cluster-timeout-hint',
         'How long loading waits for the other Macs to join (they may still be loading their share). A Mac lost later shows here when the next answer fails: this Mac learns of it only then.', 'number', timeout),
       h('div', { class: 'note' }, 'MLX joins one ring per run of the app: after changing the ring, or to load a split model again (another model, other settings, after a lost Mac), quit and reopen the app.'),
@@ -88,7 +148,8 @@ export class ClusterSection {
     const s = this.settings();
     // settings saved before the setting existed come back with its defaults;
     // this keeps a partial record (a test's mock) working too
-    s.cluster ??= { enabled: false, hostfile: '', hosts: [], join_timeout_secs: 120 };
+    s.cluster ??= { enabled: false, hostfile: '', hosts: [], join_timeout_secs: 120, split: 'auto' };
+    s.cluster.split ??= 'auto';
     return s.cluster;
   }
 
@@ -111,7 +172,10 @@ export class ClusterSection {
     clear(this.notes);
     if (!s.enabled && s.state === 'not_joined') return;
     for (const l of rankLines(s)) {
-      this.lines.append(h('li', { class: `cluster-rank rank-${l.state}`, 'data-testid': `cluster-rank-${l.rank}`, 'data-state': l.state }, l.text));
+      this.lines.append(h('li', { class: `cluster-rank rank-${l.state}`, 'data-testid': `cluster-rank-${l.rank}`, 'data-state': l.state },
+        h('span', { 'data-testid': 'cluster-rank-text' }, l.text),
+        l.share ? h('div', { class: 'hint', 'data-testid': 'cluster-rank-share' }, `Holds ${l.share}`) : null,
+        l.command ? h('div', { class: 'hint' }, 'Run there: ', h('code', { 'data-testid': 'cluster-rank-command' }, l.command)) : null));
     }
     for (const n of clusterNotes(s)) {
       const bad = s.state === 'lost' || s.state === 'failed' || !!s.error;

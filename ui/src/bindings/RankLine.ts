@@ -16,4 +16,21 @@ this_mac: boolean,
 /**
  * What rank 0 knows: the ring's state (which rank was lost is not known).
  */
-state: ClusterState, };
+state: ClusterState, 
+/**
+ * Its share of the model's weights loaded, in bytes, once known.
+ */
+weights_bytes: number | null, 
+/**
+ * What its caches (KV, prefix) hold now, in bytes, once known.
+ */
+kv_bytes: number | null, 
+/**
+ * Rank 0: its part of the model in words ("layers 4..8 of 8, pipeline
+ * rank 0 of 2"), once loaded.
+ */
+share: string | null, 
+/**
+ * Another machine's rank: the command it runs to join.
+ */
+command: string | null, };
