@@ -566,6 +566,114 @@ fn a_pipeline_of_qwen3_5_serves_a_continuous_batch_with_its_states_as_one_proces
     assert!(cached > 0, "the fifth request resumes from a checkpoint: {cached}");
 }
 
+/// A PNG of `w × h` pixels in a pattern seeded by `seed`.
+fn png(w: u32, h: u32, seed: u32) -> engine::batch::ImageInput {
+    let img = image::RgbImage::from_fn(w, h, |x, y| {
+        let v = x.wrapping_mul(7 + seed).wrapping_add(y.wrapping_mul(13 + 3 * seed));
+        image::Rgb([(v % 251) as u8, (v / 3 % 241) as u8, (seed * 37 % 256) as u8])
+    });
+    let mut bytes = Vec::new();
+    img.write_to(&mut std::io::Cursor::new(&mut bytes), image::ImageFormat::Png).unwrap();
+    engine::batch::ImageInput::from_bytes(bytes)
+}
+
+/// A greedy chat request with `images` before `text`.
+fn image_request(text: &str, images: &[engine::batch::ImageInput], max_tokens: usize) -> engine::batch::Request {
+    use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
+    let mut parts: Vec<ContentPart> = images.iter().map(|i| ContentPart::Image { image: Some(i.sha256.clone()) }).collect();
+    parts.push(ContentPart::text(text));
+    let message = ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") };
+    let prompt = engine::batch::Prompt::Chat { messages: vec![message], options: TemplateOptions::default() };
+    let mut r = engine::batch::Request::new(prompt).with_max_tokens(max_tokens).with_sampling(common::greedy_no_eos());
+    r.images = images.to_vec();
+    r
+}
+
+/// Two image questions (one with two images) and a text one in one batch:
+/// their texts, and how many images the tower encoded.
+fn vision_batch(driver: &mut common::Driver) -> (Vec<String>, u64) {
+    let asks = [
+        driver.submit(image_request("what is this?", &[png(56, 84, 1)], 6)),
+        driver.submit(image_request("compare them", &[png(84, 56, 2), png(56, 56, 3)], 6)),
+        driver.submit(common::greedy_request(&common::salted_prompt(20, 4), 6)),
+    ];
+    driver.run_to_end();
+    let texts = asks.iter().map(|&i| driver.completion(i).content.clone()).collect();
+    (texts, driver.scheduler.stats().vision_cache.misses)
+}
+
+/// Rank side of the vision tests.
+fn vision_rank(split: Split) {
+    let dir = std::env::var(CHECKPOINT).unwrap();
+    let config = GroupConfig { split, ..connect() };
+    let env = RankEnv::from_process().unwrap().expect("started as a rank");
+    if env.rank == 0 {
+        let loaded = load_leader(Path::new(&dir), &common::LOAD, &config).unwrap();
+        let mut driver = common::Driver::of(loaded, SchedulerConfig::default());
+        let (texts, encoded) = vision_batch(&mut driver);
+        driver.scheduler.fail_all(&engine::Error::EngineStopped);
+        println!("RANK 0 TEXTS {texts:?} ENCODED {encoded}");
+    } else {
+        let followed = run_follower(Path::new(&dir), &common::LOAD, &config).unwrap();
+        println!("RANK {} FOLLOWED {} forwards", env.rank, followed.forwards);
+    }
+}
+
+/// [`vision_batch`] on the vision model in `dir`, alone and on 2 ranks.
+fn vision_matches_one_process(test: &str, dir: &Path) {
+    let mut alone = common::Driver::new(dir, SchedulerConfig::default());
+    let (texts, encoded) = vision_batch(&mut alone);
+    assert_eq!(encoded, 3, "three images through the tower");
+    let outputs = two_ranks_on_checkpoint(test, dir);
+    let all = report(&outputs);
+    assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
+    assert!(outputs[0].stdout.contains(&format!("RANK 0 TEXTS {texts:?} ENCODED 3")), "alone: {texts:?}\n{all}");
+}
+
+#[test]
+fn a_pipeline_of_qwen2_vl_answers_images_with_their_positions_as_one_process() {
+    const TEST: &str = "a_pipeline_of_qwen2_vl_answers_images_with_their_positions_as_one_process";
+    if is_rank_of(TEST) {
+        return vision_rank(Split::Pipeline);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    engine::testing::write_tiny_qwen2_vl(dir.path(), &engine::testing::TinyQwenVl::new(engine::testing::QwenVlVariant::Qwen2Vl)).unwrap();
+    vision_matches_one_process(TEST, dir.path());
+}
+
+#[test]
+fn tensor_parallel_qwen2_vl_answers_images_as_one_process() {
+    const TEST: &str = "tensor_parallel_qwen2_vl_answers_images_as_one_process";
+    if is_rank_of(TEST) {
+        return vision_rank(Split::Tensor);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    engine::testing::write_tiny_qwen2_vl(dir.path(), &engine::testing::TinyQwenVl::new(engine::testing::QwenVlVariant::Qwen2Vl)).unwrap();
+    vision_matches_one_process(TEST, dir.path());
+}
+
+#[test]
+fn a_pipeline_of_gemma3_vl_keeps_image_tokens_attending_both_ways() {
+    const TEST: &str = "a_pipeline_of_gemma3_vl_keeps_image_tokens_attending_both_ways";
+    if is_rank_of(TEST) {
+        return vision_rank(Split::Pipeline);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    engine::testing::write_tiny_gemma3_vl(dir.path(), None, 5).unwrap();
+    vision_matches_one_process(TEST, dir.path());
+}
+
+#[test]
+fn a_pipeline_of_qwen3_vl_carries_its_deepstack_features() {
+    const TEST: &str = "a_pipeline_of_qwen3_vl_carries_its_deepstack_features";
+    if is_rank_of(TEST) {
+        return vision_rank(Split::Pipeline);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    engine::testing::write_tiny_qwen3_vl(dir.path(), None, 5).unwrap();
+    vision_matches_one_process(TEST, dir.path());
+}
+
 /// Set in a rank's environment: how the memory test splits its model.
 const SPLIT: &str = "VLM_TEST_SPLIT";
 

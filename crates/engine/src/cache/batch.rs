@@ -134,16 +134,13 @@ impl BatchCache {
         self.mirror.as_ref()
     }
 
-    /// The real tokens per row declared for the coming step (a right-padded
-    /// pass), if any; a step with bidirectional spans is refused (images
-    /// are not split across processes).
-    pub fn declared_real_tokens(&self) -> Result<Option<Vec<i32>>> {
+    /// What was declared for the coming step: the real tokens per row (a
+    /// right-padded pass) and the spans of image tokens that attend both
+    /// ways, if any (for the other ranks' copies of this cache).
+    pub fn declared_step(&self) -> (Option<Vec<i32>>, Option<Vec<Vec<(i32, i32)>>>) {
         match &self.step {
-            Some(s) if s.bidirectional.is_some() => {
-                Err(Error::Distributed("image tokens attending both ways cannot be mirrored".into()))
-            }
-            Some(s) => Ok(s.real.clone()),
-            None => Ok(None),
+            Some(s) => (s.real.clone(), s.bidirectional.clone()),
+            None => (None, None),
         }
     }
 

@@ -30,19 +30,22 @@ pub enum StepPositions {
     Start(i32),
     /// Row `b` starts at `starts[b]`.
     PerRow(Vec<i32>),
+    /// Explicit M-RoPE positions `[3, rows, len]` (a step with images).
+    Multimodal(Vec<i32>),
 }
 
 impl StepPositions {
     /// As the model takes them.
-    pub fn to_positions(&self) -> Positions {
+    /// As the model takes them, for a pass of `rows × len` tokens.
+    pub fn to_positions(&self, rows: usize, len: usize) -> Positions {
         match self {
             StepPositions::Start(p) => Positions::Start(*p),
             StepPositions::PerRow(starts) => Positions::rows(starts),
+            StepPositions::Multimodal(all) => Positions::Multimodal(Array::from_slice(all, &[3, rows as i32, len as i32])),
         }
     }
 
-    /// What can cross: explicit multimodal positions cannot (images are
-    /// not split across processes).
+    /// Rank 0's positions, read back to cross.
     pub fn of(positions: &Positions) -> Result<StepPositions> {
         match positions {
             Positions::Start(p) => Ok(StepPositions::Start(*p)),
@@ -51,8 +54,10 @@ impl StepPositions {
                 starts.eval()?;
                 Ok(StepPositions::PerRow(starts.as_slice::<i32>().to_vec()))
             }
-            Positions::Multimodal(_) => {
-                Err(Error::InvalidRequest("images are not supported with a model split across processes yet".into()))
+            Positions::Multimodal(all) => {
+                let all = all.as_dtype(Dtype::Int32)?;
+                all.eval()?;
+                Ok(StepPositions::Multimodal(all.as_slice::<i32>().to_vec()))
             }
         }
     }
@@ -61,6 +66,11 @@ impl StepPositions {
 /// A forward pass over cache `cache`: `rows × len` tokens (shared inside
 /// the pass) at `positions`; `real`: the real tokens per row of a
 /// right-padded prefill pass.
+///
+/// A pass of a vision model's prompt also shares, inside the pass, its
+/// input embeddings (image features spliced in by rank 0, whose tower
+/// alone runs) and `deepstack` arrays of features added after the first
+/// layers (Qwen3-VL); `spans`: image tokens that attend both ways (Gemma).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Forward {
     pub cache: u64,
@@ -68,6 +78,12 @@ pub struct Forward {
     pub len: usize,
     pub positions: StepPositions,
     pub real: Option<Vec<i32>>,
+    #[serde(default)]
+    pub embedded: bool,
+    #[serde(default)]
+    pub deepstack: usize,
+    #[serde(default)]
+    pub spans: Option<Vec<Vec<(i32, i32)>>>,
 }
 
 /// What rank 0 sends before each forward pass, and once at the end.
@@ -106,6 +122,63 @@ pub fn shared_tokens(own: Option<&Array>, rows: usize, len: usize, group: &Group
         None => mlx_rs::ops::zeros_dtype(&shape, Dtype::Int32)?,
     };
     ops::all_sum(&own, group)
+}
+
+/// A pass's inputs as every rank sees them, each shared after the one
+/// before (so every rank runs the `all_sum`s in one order): its token ids;
+/// with `embedded`, its input embeddings; then `deepstack` feature arrays
+/// shaped like the embeddings. Rank 0 gives its own (`own`); the others
+/// give `None` and receive.
+pub struct PassInputs {
+    pub tokens: Array,
+    pub embeddings: Option<Array>,
+    pub deepstack: Vec<Array>,
+}
+
+impl PassInputs {
+    pub fn share(
+        model: &dyn LanguageModel,
+        pass: &Forward,
+        own: Option<(&Array, &Array, &[Array])>,
+        group: &Group,
+    ) -> Result<PassInputs> {
+        let tokens = shared_tokens(own.map(|(t, _, _)| t), pass.rows, pass.len, group)?;
+        let mut last = tokens.clone();
+        let mut next = |mine: Option<&Array>, like: &Array| -> Result<Array> {
+            let mine = match mine {
+                Some(m) => m.as_dtype(like.dtype())?,
+                None => mlx_rs::ops::zeros_like(like)?,
+            };
+            let shared = ops::all_sum(&ops::after(&mine, &[&last])?, group)?;
+            last = shared.clone();
+            Ok(shared)
+        };
+        if !pass.embedded {
+            return Ok(PassInputs { tokens, embeddings: None, deepstack: Vec::new() });
+        }
+        // The shape and dtype of the embeddings, from the shared tokens.
+        let like = model.embed(&tokens)?;
+        let embeddings = next(own.map(|(_, e, _)| e), &like)?;
+        let deepstack =
+            (0..pass.deepstack).map(|i| next(own.map(|(_, _, d)| &d[i]), &like)).collect::<Result<Vec<_>>>()?;
+        // A stage may run none of the layers a DeepStack array is added
+        // after; its share must still run, so the pass starts after it.
+        let embeddings = match deepstack.last() {
+            Some(last) => ops::after(&embeddings, &[last])?,
+            None => embeddings,
+        };
+        Ok(PassInputs { tokens, embeddings: Some(embeddings), deepstack })
+    }
+
+    /// The pass on `model`: from the shared embeddings, or from the shared
+    /// tokens' own.
+    pub fn forward(self, model: &dyn LanguageModel, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+        let embeddings = match self.embeddings {
+            Some(e) => e,
+            None => model.embed(&self.tokens)?,
+        };
+        model.forward_embeddings_adding(embeddings, &self.tokens, positions, cache, &self.deepstack)
+    }
 }
 
 /// A follower's model and its caches, changed only by steps.
@@ -188,8 +261,8 @@ impl<'m> Replica<'m> {
     /// Runs rank 0's pass on this rank's share: the final hidden states
     /// (lazy; evaluating them runs this rank's half of the collectives).
     pub fn forward(&mut self, pass: &Forward, group: &Group) -> Result<Array> {
-        let tokens = shared_tokens(None, pass.rows, pass.len, group)?;
         let model = self.model;
+        let inputs = PassInputs::share(model, pass, None, group)?;
         let cache = self.get(pass.cache)?;
         if cache.rows() != pass.rows {
             return Err(Error::Distributed(format!("cache {} has {} rows, the pass {}", pass.cache, cache.rows(), pass.rows)));
@@ -197,7 +270,10 @@ impl<'m> Replica<'m> {
         if let Some(real) = &pass.real {
             cache.set_real_tokens(real.clone());
         }
-        model.forward_embeddings(model.embed(&tokens)?, &tokens, &pass.positions.to_positions(), cache)
+        if let Some(spans) = &pass.spans {
+            cache.set_bidirectional_spans(spans.clone());
+        }
+        inputs.forward(model, &pass.positions.to_positions(pass.rows, pass.len), cache)
     }
 }
 

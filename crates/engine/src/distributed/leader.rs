@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use mlx_rs::Array;
 
-use super::follow::{shared_tokens, Forward, Step, StepPositions};
+use super::follow::{Forward, PassInputs, Step, StepPositions};
 use super::group::Group;
 use super::rank_memory::RankMemory;
 use crate::cache::mirror::{Mirror, MirrorLog};
@@ -46,10 +46,6 @@ impl LeaderModel {
     pub fn new(inner: Box<dyn LanguageModel>, group: Rc<Group>, heartbeat: Duration) -> Result<LeaderModel> {
         if group.rank() != 0 {
             return Err(Error::Distributed(format!("rank {} cannot lead: rank 0 leads", group.rank())));
-        }
-        if inner.vision().is_some() {
-            // Its tower would run on rank 0 alone, and its embeddings cannot travel yet.
-            return Err(Error::InvalidRequest("a vision model cannot be split across processes yet".into()));
         }
         Ok(LeaderModel {
             inner,
@@ -99,10 +95,22 @@ impl LanguageModel for LeaderModel {
         self.inner.embed(tokens)
     }
 
-    /// The pass's `embeddings` are not used: they are those of `tokens` (a
-    /// split model is text only), and the pass embeds the tokens every rank
-    /// shares instead, so that sharing is part of the graph rank 0 runs.
-    fn forward_embeddings(&self, _embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+    fn forward_embeddings(&self, embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+        self.forward_embeddings_adding(embeddings, tokens, positions, cache, &[])
+    }
+
+    /// Shares the pass, then runs it on inputs every rank shares inside the
+    /// pass: the token ids (every rank embeds them), or for a vision model's
+    /// prompt the embeddings themselves (image features spliced in here,
+    /// where the tower runs) and any DeepStack features.
+    fn forward_embeddings_adding(
+        &self,
+        embeddings: Array,
+        tokens: &Array,
+        positions: &Positions,
+        cache: &mut BatchCache,
+        after_layer: &[Array],
+    ) -> Result<Array> {
         let id = cache.mirror().map(Mirror::id).ok_or_else(|| {
             Error::Distributed("a forward pass over a cache this model did not make (it would not be mirrored)".into())
         })?;
@@ -110,14 +118,33 @@ impl LanguageModel for LeaderModel {
             [rows, len] => (*rows as usize, *len as usize),
             shape => return Err(Error::Distributed(format!("a pass's tokens are [rows, len], not {shape:?}"))),
         };
-        let pass = Forward { cache: id, rows, len, positions: StepPositions::of(positions)?, real: cache.declared_real_tokens()? };
-        self.share(&Step::Run { events: self.log.take(), forward: Some(pass) })?;
-        let tokens = shared_tokens(Some(tokens), rows, len, &self.group)?;
-        let hidden = self.inner.forward_embeddings(self.inner.embed(&tokens)?, &tokens, positions, cache)?;
+        let (real, spans) = cache.declared_step();
+        // A decode pass (one token per row) never carries image features.
+        let embedded = self.inner.vision().is_some() && (len > 1 || !after_layer.is_empty());
+        let pass = Forward {
+            cache: id,
+            rows,
+            len,
+            positions: StepPositions::of(positions)?,
+            real,
+            embedded,
+            deepstack: if embedded { after_layer.len() } else { 0 },
+            spans,
+        };
+        self.share(&Step::Run { events: self.log.take(), forward: Some(pass.clone()) })?;
+        let own = (tokens, &embeddings, after_layer);
+        let inputs = PassInputs::share(self.inner.as_ref(), &pass, Some(own), &self.group)?;
+        let hidden = inputs.forward(self.inner.as_ref(), positions, cache)?;
         // Submitted now, so this pass's collectives run before the next
         // step is shared, in the order the followers run them.
         mlx_rs::transforms::async_eval([&hidden])?;
         Ok(hidden)
+    }
+
+    fn vision(&self) -> Option<&dyn crate::model::VisionTower> {
+        // The tower runs here only: its features reach the other ranks in
+        // the pass's embeddings.
+        self.inner.vision()
     }
 
     fn logits(&self, hidden: &Array) -> Result<Array> {
