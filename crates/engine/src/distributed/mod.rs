@@ -17,8 +17,12 @@
 //!   [`run_follower`]).
 //! - `step_watch.rs`: rank 0's watchdog over steps stuck in a collective.
 //! - `launch.rs`: our launcher for local ranks (tests, benchmarks).
+//! - `split.rs`: how a model is split ([`Split`]: tensor, pipeline, auto).
 //! - `tensor_parallel.rs`: a rank's share of a tensor-parallel model (the
 //!   sharded layers themselves are in `model/layers.rs`).
+//! - `pipeline.rs`: a rank's stage of a pipeline-parallel model (the
+//!   layers it runs; hidden states in and out).
+//! - `rank_memory.rs`: every rank's memory, gathered on rank 0.
 //! - `ffi_error.rs`: MLX's error messages for our own mlx-c calls.
 //!
 //! # What MLX's ring backend does and does not do (0.32, measured here)
@@ -68,8 +72,11 @@
 //!   Followers evaluate only hidden states: only rank 0 samples.
 //! - Every pass is submitted (`async_eval`) before the next step is shared,
 //!   so every rank runs the collectives in the same order.
-//! - Images are refused for now: the tower would run on rank 0 alone and
-//!   its embeddings would have to travel (an `all_sum` like the tokens).
+//! - Images: the tower runs on rank 0 alone; a prompt pass of a vision
+//!   model shares its embeddings (features spliced in) and any DeepStack
+//!   features after the tokens, each an `all_sum` chained after the one
+//!   before, so every rank runs them in one order whichever layers it has
+//!   (`follow::PassInputs`).
 //! - Faults: a follower that dies makes rank 0's next collective fail
 //!   ("connection to a peer was lost"): the request fails with
 //!   DISTRIBUTED_ERROR, and rank 0 starts no collective again (MLX may wait
@@ -83,6 +90,8 @@
 //!   ([`step_watch::StepWatch`]) fails the requests of a step that runs
 //!   past [`GroupConfig::step_timeout`] and refuses new ones, leaving the
 //!   blocked engine thread where it is.
+//!
+//! # Pipeline parallel (every family): see `pipeline.rs`
 //!
 //! # Tensor parallel (built for the llama decoder families)
 //! As mlx-lm's `shard`: q/k/v and MLP gate/up split by output features (each
