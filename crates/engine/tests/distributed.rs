@@ -781,8 +781,8 @@ fn a_follower_whose_leader_dies_stops_with_a_clear_error() {
 /// stepped until the scheduler fails (each step's error fails the batch, as
 /// the engine thread does), then one more request, which must fail too, at
 /// once, instead of waiting on the missing rank.
-fn lead_until_the_follower_dies(dir: &Path) {
-    let loaded = load_leader(dir, &common::LOAD, &connect()).unwrap();
+fn lead_until_the_follower_dies(dir: &Path, split: Split) {
+    let loaded = load_leader(dir, &common::LOAD, &GroupConfig { split, ..connect() }).unwrap();
     let mut driver = common::Driver::of(loaded, SchedulerConfig::default());
     let long = driver.submit(common::greedy_request(&PROMPT, 200));
     run_failing_steps(&mut driver, "STEP");
@@ -807,34 +807,39 @@ fn run_failing_steps(driver: &mut common::Driver, what: &str) {
     }
 }
 
-#[test]
-fn a_follower_that_dies_mid_stream_fails_rank_0s_requests_with_a_clear_error() {
-    const TEST: &str = "a_follower_that_dies_mid_stream_fails_rank_0s_requests_with_a_clear_error";
-    if is_rank_of(TEST) {
-        let dir = std::env::var(CHECKPOINT).unwrap();
-        let env = RankEnv::from_process().unwrap().expect("started as a rank");
-        if env.rank == 0 {
-            return lead_until_the_follower_dies(Path::new(&dir));
-        }
-        // A follower that runs a few passes, then dies without a word.
-        let tp = TensorParallel::new(Group::init(&connect()).expect("join the ring"));
-        let loaded = model::load_tensor_parallel(Path::new(&dir), &common::LOAD, tp.clone()).unwrap();
-        let mut replica = Replica::new(loaded.model.as_ref());
-        for _ in 0..6 {
-            let Step::Run { events, forward } = Step::receive(tp.group()).unwrap() else { panic!("shut down early") };
-            for event in &events {
-                replica.apply(event).unwrap();
-            }
-            if let Some(pass) = forward {
-                replica.forward(&pass, tp.group()).unwrap().eval().unwrap();
-            }
-        }
-        println!("RANK 1 dying");
-        std::process::exit(9);
+/// Rank side of the dying-follower tests: rank 0 leads; rank 1 runs a few
+/// passes on its share (split as `split`), then dies without a word.
+fn die_mid_stream_rank(split: Split) {
+    let dir = std::env::var(CHECKPOINT).unwrap();
+    let env = RankEnv::from_process().unwrap().expect("started as a rank");
+    if env.rank == 0 {
+        return lead_until_the_follower_dies(Path::new(&dir), split);
     }
+    let group = std::rc::Rc::new(Group::init(&connect()).expect("join the ring"));
+    let share = match split {
+        Split::Pipeline => model::Share::Pipeline(engine::distributed::Pipeline::new(group.clone())),
+        _ => model::Share::Tensor(TensorParallel::on(group.clone())),
+    };
+    let loaded = model::load_share(Path::new(&dir), &common::LOAD, share).unwrap();
+    let mut replica = Replica::new(loaded.model.as_ref());
+    for _ in 0..6 {
+        let Step::Run { events, forward } = Step::receive(&group).unwrap() else { panic!("shut down early") };
+        for event in &events {
+            replica.apply(event).unwrap();
+        }
+        if let Some(pass) = forward {
+            replica.forward(&pass, &group).unwrap().eval().unwrap();
+        }
+    }
+    println!("RANK 1 dying");
+    std::process::exit(9);
+}
+
+/// The dying-follower test's checks on rank 0's output.
+fn follower_died(test: &str) {
     let dir = tempfile::tempdir().unwrap();
     write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap();
-    let outputs = two_ranks_on_checkpoint(TEST, dir.path());
+    let outputs = two_ranks_on_checkpoint(test, dir.path());
     let all = report(&outputs);
     assert_eq!(outputs[1].code(), Some(9), "{all}");
     assert!(outputs[0].succeeded(), "{all}");
@@ -843,6 +848,25 @@ fn a_follower_that_dies_mid_stream_fails_rank_0s_requests_with_a_clear_error() {
     // No collective is tried again (MLX may wait forever on a broken ring).
     assert!(outputs[0].stdout.contains("RANK 0 NEXT FAILED DISTRIBUTED_ERROR"), "{all}");
     assert!(outputs[0].stdout.contains("restart every rank"), "{all}");
+}
+
+#[test]
+fn a_follower_that_dies_mid_stream_fails_rank_0s_requests_with_a_clear_error() {
+    const TEST: &str = "a_follower_that_dies_mid_stream_fails_rank_0s_requests_with_a_clear_error";
+    if is_rank_of(TEST) {
+        return die_mid_stream_rank(Split::Tensor);
+    }
+    follower_died(TEST);
+}
+
+#[test]
+fn a_pipeline_stage_that_dies_mid_stream_fails_rank_0s_requests_with_a_clear_error() {
+    // Rank 0 waits on the dead stage's hidden states (a recv), not on a sum.
+    const TEST: &str = "a_pipeline_stage_that_dies_mid_stream_fails_rank_0s_requests_with_a_clear_error";
+    if is_rank_of(TEST) {
+        return die_mid_stream_rank(Split::Pipeline);
+    }
+    follower_died(TEST);
 }
 
 /// Short, so the heartbeat test takes seconds: a follower gives rank 0
