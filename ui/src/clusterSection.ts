@@ -114,7 +114,7 @@ export class ClusterSection {
     hosts.addEventListener('input', () => { this.cluster().hosts = parseHosts(hosts.value); this.changed(true); });
     const split = h('select', { id: 'setting-cluster-split', 'data-testid': 'setting-cluster-split', 'aria-describedby': 'cluster-split-hint' },
       ...SPLITS.map(([value, label]) => h('option', { value, selected: c.split === value }, label)));
-    const sameSplit = h('span', { 'data-testid': 'cluster-split-command' });
+    const sameSplit = h('code', { 'data-testid': 'cluster-split-command' });
     const enabledCommand = h('code', {});
     const showSplit = () => {
       const how = this.cluster().split;
