@@ -333,14 +333,15 @@ pub fn begin(state: &AppState, settings: &ClusterSettings, model_id: &str) -> Ap
         return Err(AppError::new(
             RESTART_NEEDED,
             format!(
-                "This run of the app already joined a ring for a split model ({}; MLX keeps one per process). To load a split model again — another model, other settings, or after a lost rank — quit and reopen the app, and restart `vlm serve --distributed` on the other machines.",
+                "This run of the app already joined a ring for a split model ({}; MLX keeps one per process). To load a split model again — another model, other settings, or after a lost rank — quit and reopen the app, and restart `vlm serve --distributed … --split {}` on the other machines.",
                 match run.state {
                     ClusterState::Joined => "it is loaded now",
                     ClusterState::Waiting => "it is joining now",
                     ClusterState::Lost => "a rank was lost",
                     ClusterState::Failed => "it did not join",
                     _ => "since unloaded",
-                }
+                },
+                Split::from(settings.split).name()
             ),
         ));
     }

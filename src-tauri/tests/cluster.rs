@@ -136,5 +136,6 @@ fn a_split_model_answers_as_one_process_and_a_lost_rank_is_reported() {
     // MLX keeps one group per process: a second split load says to restart
     let again = h.call("load_model", json!({"id": "dir:tiny"})).unwrap_err();
     assert_eq!(again["code"], vlm_chat::cluster::RESTART_NEEDED, "{again}");
-    assert!(again["message"].as_str().unwrap().contains("quit and reopen the app"), "{again}");
+    let message = again["message"].as_str().unwrap();
+    assert!(message.contains("quit and reopen the app") && message.contains("--split pipeline"), "{again}");
 }

@@ -64,6 +64,7 @@ describe('cluster setting', () => {
     expect(notes[0]).toContain('cannot tell which');
     expect(notes[1]).toContain('another rank of the split model failed');
     expect(notes[2]).toContain('quit and reopen the app');
+    expect(notes[2]).toContain('--split pipeline');
     expect(clusterNotes(status())).toEqual([]);
   });
 

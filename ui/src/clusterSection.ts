@@ -89,7 +89,7 @@ export function clusterNotes(s: ClusterStatus): string[] {
   const notes: string[] = [];
   if (s.state === 'lost') notes.push('A rank stopped answering; this Mac (rank 0) cannot tell which one. Messages fail until the split model loads again.');
   if (s.error) notes.push(s.error.message);
-  if (s.restart_needed) notes.push('To join a ring again, quit and reopen the app, and restart `vlm serve --distributed` on the other machines.');
+  if (s.restart_needed) notes.push(`To join a ring again, quit and reopen the app, and restart \`vlm serve --distributed … --split ${s.split}\` on the other machines.`);
   return notes;
 }
 
