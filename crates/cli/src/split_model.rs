@@ -34,6 +34,11 @@ pub struct SplitArgs {
     /// it and its heads divide by the ranks). Every rank must say the same.
     #[arg(long, value_name = "HOW", default_value_t = Split::Auto, requires = "distributed")]
     split: Split,
+    /// Gigabytes this machine offers the model (default: its memory, or on a
+    /// Mac the GPU's working set). A pipeline gives each machine layers in
+    /// proportion, and refuses a share that does not fit.
+    #[arg(long, value_name = "GB", requires = "distributed")]
+    rank_memory: Option<f64>,
 }
 
 /// What this process does in a split model.
@@ -48,6 +53,9 @@ impl SplitArgs {
     /// `None` without --distributed (one process).
     pub fn role(&self) -> Result<Option<Role>> {
         let Some(hostfile) = &self.distributed else { return Ok(None) };
+        if let Some(gb) = self.rank_memory {
+            anyhow::ensure!(gb.is_finite() && gb > 0.0, "--rank-memory {gb}: give the gigabytes this machine offers the model");
+        }
         // MLX reads its group from these variables; set before any thread starts.
         if let Some(path) = hostfile {
             anyhow::ensure!(path.is_file(), "--distributed {}: no such hostfile", path.display());
@@ -63,6 +71,10 @@ impl SplitArgs {
             connect_timeout: Duration::from_secs(self.join_timeout),
             step_timeout: Duration::from_secs(self.step_timeout),
             split: self.split,
+            stage_memory: Some(match self.rank_memory {
+                Some(gb) => (gb * 1e9) as u64,
+                None => hub::memory::MachineMemory::detect().limit_bytes(),
+            }),
             ..GroupConfig::default()
         };
         Ok(Some(match env.rank {

@@ -289,7 +289,7 @@ fn follow(dir: &Path, config: &GroupConfig) -> anyhow::Result<String> {
     let group = Rc::new(Group::init(config)?);
     let rank = group.rank();
     let share = match config.split.resolve(dir, group.size())? {
-        Split::Pipeline => Share::Pipeline(Pipeline::new(group.clone())),
+        Split::Pipeline => Share::Pipeline(Pipeline::new(group.clone(), config.stage_memory)),
         _ => Share::Tensor(TensorParallel::on(group.clone())),
     };
     let loaded = model::load_share(dir, &OPTS, share)?;

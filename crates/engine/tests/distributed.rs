@@ -285,7 +285,8 @@ fn tensor_parallel_qwen3_with_its_per_head_norms_matches_one_process() {
 /// pipeline embeds rank 0's tokens), the others follow.
 fn split_model_rank(split: Split) {
     let dir = std::env::var(CHECKPOINT).unwrap();
-    let config = GroupConfig { split, ..connect() };
+    let stage_memory = std::env::var(STAGE_MEMORY).ok().map(|m| m.parse().unwrap());
+    let config = GroupConfig { split, stage_memory, ..connect() };
     let env = RankEnv::from_process().unwrap().expect("started as a rank");
     if env.rank == 0 {
         let loaded = load_leader(Path::new(&dir), &common::LOAD, &config).unwrap();
@@ -295,6 +296,59 @@ fn split_model_rank(split: Split) {
         let followed = run_follower(Path::new(&dir), &common::LOAD, &config).unwrap();
         println!("RANK {} HOLDS {}", env.rank, followed.share.as_deref().unwrap_or("everything"));
         println!("RANK {} FOLLOWED {} forwards", env.rank, followed.forwards);
+    }
+}
+
+/// Set in a rank's environment: the memory it offers a pipeline stage (bytes).
+const STAGE_MEMORY: &str = "VLM_TEST_STAGE_MEMORY";
+
+#[test]
+fn a_rank_that_offers_more_memory_runs_more_layers() {
+    const TEST: &str = "a_rank_that_offers_more_memory_runs_more_layers";
+    if is_rank_of(TEST) {
+        return split_model_rank(Split::Pipeline);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), &TinyLlama { layers: 4, ..TinyLlama::default() }).unwrap();
+    // Rank 0 offers 3 times rank 1's memory: 3 of the 4 layers.
+    let offers = ["30000000", "10000000"];
+    let ring = LocalRing::new(2).unwrap();
+    let command = |rank: usize| {
+        let mut c = rank_command(TEST);
+        c.env(CHECKPOINT, dir.path()).env(STAGE_MEMORY, offers[rank]);
+        c
+    };
+    let outputs = ring.run_all(command, RING_DEADLINE).unwrap();
+    let all = report(&outputs);
+    assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
+    assert!(outputs[0].stdout.contains("RANK 0 HOLDS layers 1..4 of 4, pipeline rank 0 of 2"), "{all}");
+    assert!(outputs[1].stdout.contains("RANK 1 HOLDS layers 0..1 of 4, pipeline rank 1 of 2"), "{all}");
+    let alone = common::greedy_ids(&model::load(dir.path(), &common::LOAD).unwrap(), &PROMPT, 16);
+    assert!(outputs[0].stdout.contains(&format!("RANK 0 TOKENS {alone:?}")), "alone: {alone:?}\n{all}");
+}
+
+#[test]
+fn a_stage_bigger_than_its_rank_s_memory_is_refused_on_every_rank() {
+    const TEST: &str = "a_stage_bigger_than_its_rank_s_memory_is_refused_on_every_rank";
+    if is_rank_of(TEST) {
+        let dir = std::env::var(CHECKPOINT).unwrap();
+        let group = std::rc::Rc::new(Group::init(&connect()).expect("join the ring"));
+        let rank = group.rank();
+        // 100 kB each: a layer of this llama alone is about 200 kB.
+        let pipeline = engine::distributed::Pipeline::new(group, Some(100_000));
+        let err = model::load_pipeline(Path::new(&dir), &common::LOAD, pipeline).err().expect("too little memory");
+        println!("RANK {rank} {}: {err}", err.code());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), &TinyLlama { layers: 4, hidden: 128, intermediate: 256, ..TinyLlama::default() }).unwrap();
+    let outputs = two_ranks_on_checkpoint(TEST, dir.path());
+    let all = report(&outputs);
+    assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
+    for rank in 0..2 {
+        let want = format!("RANK {rank} INVALID_MODEL_CONFIG: invalid model config: rank 1's layers 0..2 need");
+        assert!(outputs[rank].stdout.contains(&want), "{want}\n{all}");
+        assert!(outputs[rank].stdout.contains("and it offers 0.0 GB: add a machine"), "{all}");
     }
 }
 
@@ -817,7 +871,7 @@ fn die_mid_stream_rank(split: Split) {
     }
     let group = std::rc::Rc::new(Group::init(&connect()).expect("join the ring"));
     let share = match split {
-        Split::Pipeline => model::Share::Pipeline(engine::distributed::Pipeline::new(group.clone())),
+        Split::Pipeline => model::Share::Pipeline(engine::distributed::Pipeline::new(group.clone(), None)),
         _ => model::Share::Tensor(TensorParallel::on(group.clone())),
     };
     let loaded = model::load_share(Path::new(&dir), &common::LOAD, share).unwrap();

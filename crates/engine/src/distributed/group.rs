@@ -47,6 +47,10 @@ pub struct GroupConfig {
     pub heartbeat: Duration,
     /// How the model is split across the ranks (every rank must say the same).
     pub split: super::Split,
+    /// The memory this rank offers the model, in bytes: a pipeline sizes
+    /// each rank's stage in proportion (equal stages unless every rank
+    /// says), and refuses a stage whose weights exceed it.
+    pub stage_memory: Option<u64>,
 }
 
 impl Default for GroupConfig {
@@ -60,6 +64,7 @@ impl Default for GroupConfig {
             step_timeout: Duration::from_secs(60),
             heartbeat: Duration::from_secs(5),
             split: super::Split::Auto,
+            stage_memory: None,
         }
     }
 }

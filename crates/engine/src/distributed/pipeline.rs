@@ -6,6 +6,11 @@
 //! rank per pass instead of two `all_sum`s per layer: the better split over
 //! Ethernet, where each message costs a round trip.
 //!
+//! Each stage's share of the bytes follows the memory its rank offers
+//! ([`super::GroupConfig::stage_memory`], gathered from every rank at load):
+//! a Mac with twice the memory runs twice the layers; a stage whose weights
+//! alone exceed its rank's memory is refused at load, on every rank.
+//!
 //! Stages run in reverse rank order, as in mlx-lm: the last rank holds the
 //! first layers and rank 0 the last ones, so the final hidden states end on
 //! rank 0, which alone computes logits and samples. Each rank sends only to
@@ -31,12 +36,17 @@ use crate::{Error, Result};
 #[derive(Clone)]
 pub struct Pipeline {
     group: Rc<Group>,
+    /// The bytes this rank offers the model; `None`: unknown (every rank
+    /// then gets an equal share).
+    memory: Option<u64>,
 }
 
 impl Pipeline {
-    /// A pipeline over every rank of `group`.
-    pub fn new(group: Rc<Group>) -> Pipeline {
-        Pipeline { group }
+    /// A pipeline over every rank of `group`, each rank's stage sized in
+    /// proportion to the memory it offers (`memory`; equal shares unless
+    /// every rank says).
+    pub fn new(group: Rc<Group>, memory: Option<u64>) -> Pipeline {
+        Pipeline { group, memory }
     }
 
     pub fn group(&self) -> &Rc<Group> {
@@ -52,16 +62,40 @@ impl Pipeline {
     /// bytes; `keep_together`: layers that must run on one rank (Gemma 4's
     /// KV-shared layers and the layers they read).
     pub fn stage(&self, layer_bytes: &[u64], keep_together: Option<Range<usize>>) -> Result<StageLayers> {
-        let stages = plan(layer_bytes, self.group.size(), keep_together)?;
+        let size = self.group.size();
+        // Every rank's offer, by rank (a collective: every rank loads alike).
+        let own = [self.memory.unwrap_or(0) as i64];
+        let all = ops::all_gather(&Array::from_slice(&own, &[1]), &self.group)?;
+        all.eval()?;
+        let memory: Vec<u64> = all.as_slice::<i64>().iter().map(|&m| m.max(0) as u64).collect();
+        let known = memory.iter().all(|&m| m > 0);
+        let shares: Vec<f64> =
+            (0..size).map(|stage| if known { memory[size - 1 - stage] as f64 } else { 1.0 }).collect();
+        let stages = plan(layer_bytes, &shares, keep_together)?;
+        if known {
+            for (stage, layers) in stages.iter().enumerate() {
+                let rank = size - 1 - stage;
+                let need: u64 = layer_bytes[layers.clone()].iter().sum();
+                if need > memory[rank] {
+                    return Err(Error::InvalidConfig(format!(
+                        "rank {rank}'s layers {}..{} need {:.1} GB of weights, and it offers {:.1} GB: add a machine, or free memory on that one",
+                        layers.start,
+                        layers.end,
+                        need as f64 / 1e9,
+                        memory[rank] as f64 / 1e9
+                    )));
+                }
+            }
+        }
         let layers = stages[self.stage_of(self.group.rank())].clone();
         Ok(StageLayers { layers, total: layer_bytes.len(), link: Some(self.clone()) })
     }
 }
 
-/// Contiguous ranges of layers, one per stage, in order, each near an equal
-/// share of the bytes (each holds at least one layer).
-pub fn plan(layer_bytes: &[u64], stages: usize, keep_together: Option<Range<usize>>) -> Result<Vec<Range<usize>>> {
-    let n = layer_bytes.len();
+/// Contiguous ranges of layers, one per stage, in order: stage `s` near
+/// `shares[s] / sum(shares)` of the bytes (each holds at least one layer).
+pub fn plan(layer_bytes: &[u64], shares: &[f64], keep_together: Option<Range<usize>>) -> Result<Vec<Range<usize>>> {
+    let (n, stages) = (layer_bytes.len(), shares.len());
     if stages == 0 || n < stages {
         return Err(Error::InvalidConfig(format!("{n} layers cannot be split into {stages} pipeline stages")));
     }
@@ -70,9 +104,10 @@ pub fn plan(layer_bytes: &[u64], stages: usize, keep_together: Option<Range<usiz
         prefix[i + 1] = prefix[i] + b.max(&1);
     }
     let total = prefix[n] as f64;
+    let all_shares: f64 = shares.iter().sum();
     let mut bounds = vec![0usize];
     for k in 1..stages {
-        let target = total * k as f64 / stages as f64;
+        let target = total * shares[..k].iter().sum::<f64>() / all_shares;
         // Room for the stages before and after: one layer each at least.
         let (low, high) = (bounds[k - 1] + 1, n - (stages - k));
         let mut best = (low..=high)
@@ -162,25 +197,32 @@ mod tests {
 
     #[test]
     fn stages_split_by_bytes_not_by_count() {
-        assert_eq!(plan(&[1; 8], 2, None).unwrap(), vec![0..4, 4..8]);
-        assert_eq!(plan(&[1; 9], 3, None).unwrap(), vec![0..3, 3..6, 6..9]);
+        assert_eq!(plan(&[1; 8], &[1.0; 2], None).unwrap(), vec![0..4, 4..8]);
+        assert_eq!(plan(&[1; 9], &[1.0; 3], None).unwrap(), vec![0..3, 3..6, 6..9]);
         // A heavy first layer: the first stage takes fewer layers.
-        assert_eq!(plan(&[6, 1, 1, 1, 1, 1, 1], 2, None).unwrap(), vec![0..1, 1..7]);
+        assert_eq!(plan(&[6, 1, 1, 1, 1, 1, 1], &[1.0; 2], None).unwrap(), vec![0..1, 1..7]);
         // Every stage keeps a layer, however heavy the last one.
-        assert_eq!(plan(&[1, 1, 100], 3, None).unwrap(), vec![0..1, 1..2, 2..3]);
+        assert_eq!(plan(&[1, 1, 100], &[1.0; 3], None).unwrap(), vec![0..1, 1..2, 2..3]);
+    }
+
+    #[test]
+    fn a_stage_with_more_memory_runs_more_layers() {
+        // 64 GB and 32 GB: two thirds and one third.
+        assert_eq!(plan(&[1; 12], &[64.0, 32.0], None).unwrap(), vec![0..8, 8..12]);
+        assert_eq!(plan(&[1; 12], &[16.0, 32.0, 16.0], None).unwrap(), vec![0..3, 3..9, 9..12]);
     }
 
     #[test]
     fn layers_kept_together_stay_on_one_stage() {
-        assert_eq!(plan(&[1; 8], 2, Some(2..8)).unwrap(), vec![0..2, 2..8]);
-        assert_eq!(plan(&[1; 8], 2, Some(5..8)).unwrap(), vec![0..4, 4..8]);
-        let err = plan(&[1; 4], 2, Some(0..4)).unwrap_err();
+        assert_eq!(plan(&[1; 8], &[1.0; 2], Some(2..8)).unwrap(), vec![0..2, 2..8]);
+        assert_eq!(plan(&[1; 8], &[1.0; 2], Some(5..8)).unwrap(), vec![0..4, 4..8]);
+        let err = plan(&[1; 4], &[1.0; 2], Some(0..4)).unwrap_err();
         assert!(err.to_string().contains("layers 0..4 must run on one rank"), "{err}");
     }
 
     #[test]
     fn fewer_layers_than_stages_is_refused() {
-        let err = plan(&[1; 2], 3, None).unwrap_err();
+        let err = plan(&[1; 2], &[1.0; 3], None).unwrap_err();
         assert!(err.to_string().contains("2 layers cannot be split into 3 pipeline stages"), "{err}");
     }
 }

@@ -21,7 +21,7 @@ use crate::{Error, Result};
 fn join_and_load(path: &Path, opts: &LoadOptions, config: &GroupConfig) -> Result<(Rc<Group>, LoadedModel)> {
     let group = Rc::new(Group::init(config)?);
     let share = match config.split.resolve(path, group.size())? {
-        Split::Pipeline => Share::Pipeline(Pipeline::new(group.clone())),
+        Split::Pipeline => Share::Pipeline(Pipeline::new(group.clone(), config.stage_memory)),
         Split::Tensor | Split::Auto => Share::Tensor(TensorParallel::on(group.clone())),
     };
     let how = match share {
