@@ -131,7 +131,7 @@ export class ClusterSection {
       h('h2', {}, 'Split models across machines'),
       field('setting-cluster-enabled', 'Split models across machines', 'cluster-enabled-hint',
         h('span', {}, 'A model too large for this Mac runs split across several Macs (Thunderbolt, Ethernet or Wi‑Fi): this Mac is rank 0 and answers; each other Mac runs ', enabledCommand,
-          '. Text models split, from a safetensors folder (not vision models, not .gguf files). Takes effect at the next model load.'), 'toggle', toggle),
+          '. Models split from a safetensors folder (text and vision; the app does not split a .gguf file). Takes effect at the next model load.'), 'toggle', toggle),
       field('setting-cluster-hostfile', 'Hostfile', 'cluster-hostfile-hint',
         'Full path of an MLX ring hostfile (what mlx.launch writes: one list of "ip:port" per rank, rank 0 = this Mac). Leave empty to use the hosts below.', 'text', hostfile),
       field('setting-cluster-hosts', 'Hosts', 'cluster-hosts-hint',
