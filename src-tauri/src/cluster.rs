@@ -172,6 +172,8 @@ impl ClusterSettings {
         GroupConfig {
             connect_timeout: Duration::from_secs(self.join_timeout_secs),
             split: self.split.into(),
+            // A pipeline gives each Mac layers in proportion to its memory.
+            stage_memory: Some(hub::MachineMemory::detect().limit_bytes()),
             ..GroupConfig::default()
         }
     }

@@ -165,13 +165,14 @@ pub(crate) async fn load_locked<R: Runtime>(
     let settings = crate::model_settings::effective(state, id).await?;
     // Split across machines (Settings' Cluster): this Mac is rank 0. A
     // second ring in one run is refused here, before anything is stopped.
-    if settings.cluster.enabled && model.path.is_file() {
+    let tensor_split = settings.cluster.group_config().split == engine::distributed::Split::Tensor;
+    if settings.cluster.enabled && model.path.is_file() && tensor_split {
         // the engine would refuse it only after the ring joined, which a run
         // of the app can do once (cluster.rs)
         return Err(AppError::new(
             "INVALID_REQUEST",
             format!(
-                "{} is a .gguf file: a model splits across machines only from a safetensors folder (Llama, Qwen2, Qwen3 families). Turn off Settings → Split models across machines to load it on this Mac alone.",
+                "{} is a .gguf file: tensor parallel splits a safetensors folder (Llama, Qwen2, Qwen3 families). Choose Pipeline or Auto in Settings → Split models across machines, or turn it off to load it on this Mac alone.",
                 model.name
             ),
         ));

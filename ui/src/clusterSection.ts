@@ -131,7 +131,7 @@ export class ClusterSection {
       h('h2', {}, 'Split models across machines'),
       field('setting-cluster-enabled', 'Split models across machines', 'cluster-enabled-hint',
         h('span', {}, 'A model too large for this Mac runs split across several Macs (Thunderbolt, Ethernet or Wi‑Fi): this Mac is rank 0 and answers; each other Mac runs ', enabledCommand,
-          '. Models split from a safetensors folder (text and vision; the app does not split a .gguf file). Takes effect at the next model load.'), 'toggle', toggle),
+          '. Any model splits as a pipeline, text or vision, a .gguf file too, each Mac running layers in proportion to its memory; tensor parallel needs a safetensors folder of a Llama, Qwen2 or Qwen3 model. Takes effect at the next model load.'), 'toggle', toggle),
       field('setting-cluster-hostfile', 'Hostfile', 'cluster-hostfile-hint',
         'Full path of an MLX ring hostfile (what mlx.launch writes: one list of "ip:port" per rank, rank 0 = this Mac). Leave empty to use the hosts below.', 'text', hostfile),
       field('setting-cluster-hosts', 'Hosts', 'cluster-hosts-hint',

@@ -155,6 +155,27 @@ fn a_rank_that_never_starts_is_reported_by_each_side_within_the_timeout() {
 }
 
 #[test]
+fn a_rank_whose_hostfile_line_is_not_its_address_says_so() {
+    const TEST: &str = "a_rank_whose_hostfile_line_is_not_its_address_says_so";
+    if is_rank_of(TEST) {
+        let err = Group::init(&quick_connect()).err().expect("rank 0 cannot listen there");
+        println!("CODE {}: {err}", err.code());
+        return;
+    }
+    // Rank 0's line names an address of no machine here (TEST-NET-1).
+    let dir = tempfile::tempdir().unwrap();
+    let hostfile = dir.path().join("hostfile.json");
+    std::fs::write(&hostfile, r#"[["192.0.2.1:47801"], ["127.0.0.1:47802"]]"#).unwrap();
+    let output = rank_command(TEST).env("MLX_RANK", "0").env("MLX_HOSTFILE", &hostfile).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let want = format!(
+        "CODE DISTRIBUTED_ERROR: distributed: rank 0 of 2: cannot listen on 192.0.2.1:47801 ([ring] Couldn't bind socket (error: 99)): is that address this machine's? Rank 0 is line 1 of {}",
+        hostfile.display()
+    );
+    assert!(stdout.contains(&want), "{want}\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+}
+
+#[test]
 fn a_rank_that_dies_fails_the_other_ranks_collective_with_a_clear_error() {
     const TEST: &str = "a_rank_that_dies_fails_the_other_ranks_collective_with_a_clear_error";
     if is_rank_of(TEST) {

@@ -50,8 +50,27 @@ pub(crate) fn clear() {
     LAST.with(|last| last.borrow_mut().take());
 }
 
-/// The message of the call that just failed on this thread.
+/// The message of the call that just failed on this thread, without the
+/// mlx-c source location it ends with (" at /…/distributed_group.cpp:39").
 pub(crate) fn take(what: &str, status: i32) -> String {
-    LAST.with(|last| last.borrow_mut().take())
-        .unwrap_or_else(|| format!("{what} failed with status {status} (MLX gave no message)"))
+    let message = LAST.with(|last| last.borrow_mut().take())
+        .unwrap_or_else(|| format!("{what} failed with status {status} (MLX gave no message)"));
+    without_location(&message).to_string()
+}
+
+fn without_location(message: &str) -> &str {
+    match message.rfind(" at /") {
+        Some(at) if message[at..].contains(".cpp:") || message[at..].contains(".h:") => &message[..at],
+        _ => message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_source_location_is_left_out() {
+        let raw = "[ring] Couldn't bind socket (error: 99) at /root/.cargo/registry/src/x/mlx-c/mlx/c/distributed_group.cpp:39";
+        assert_eq!(super::without_location(raw), "[ring] Couldn't bind socket (error: 99)");
+        assert_eq!(super::without_location("connection to a peer was lost"), "connection to a peer was lost");
+    }
 }

@@ -131,6 +131,16 @@ impl Group {
             Ok(Ok(raw)) => raw,
             Ok(Err(mlx)) => {
                 return Err(Error::Distributed(match &env {
+                    // Each rank listens on its own line of the hostfile.
+                    Some(env) if mlx.contains("Couldn't bind") => format!(
+                        "rank {} of {}: cannot listen on {} ({mlx}): is that address this machine's? Rank {} is line {} of {}",
+                        env.rank,
+                        env.size(),
+                        env.hostfile.ranks[env.rank].iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "),
+                        env.rank,
+                        env.rank + 1,
+                        env.hostfile_path.display()
+                    ),
                     Some(env) => format!("rank {} of {}: {mlx}", env.rank, env.size()),
                     None => mlx,
                 }))
