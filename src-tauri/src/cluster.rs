@@ -423,18 +423,25 @@ fn note_loaded(state: &AppState, share: Option<String>, memory: &[RankMemory]) {
     }
 }
 
-/// The status now. Rank 0 learns of a lost rank only when a step fails: a
-/// reply (or the stats of a step stuck past the step timeout) fails with
-/// DISTRIBUTED_ERROR; a rank lost while nothing runs shows at the next
-/// message. While joined, the engine's stats are asked: they carry each
-/// rank's memory (gathered from the ranks at most once a second).
+/// The status now. Rank 0 learns of a lost rank when a collective fails: a
+/// reply fails with DISTRIBUTED_ERROR, or the engine's stats, asked here
+/// while joined, gather each rank's memory (at most once a second) and
+/// find the ring broken (`split_error`), also while nothing runs; a rank
+/// stuck rather than gone shows once a step or the gathering runs past the
+/// step timeout.
 pub async fn status(state: &AppState) -> ClusterStatus {
     if state.cluster.lock().unwrap().as_ref().is_some_and(|r| r.state == ClusterState::Joined) {
         if let Some(engine) = state.engine.engine() {
             // while joined, the engine loaded is the split one (`left`)
             let share = engine.model_info().share.clone();
             match engine.stats_async().await {
-                Ok(stats) => note_loaded(state, share, &stats.ranks),
+                Ok(stats) => {
+                    note_loaded(state, share, &stats.ranks);
+                    // Gathering the ranks' memory found the ring broken.
+                    if let Some(why) = stats.split_error {
+                        note_error(state, &AppError::new("DISTRIBUTED_ERROR", why));
+                    }
+                }
                 Err(e) => note_error(state, &AppError::from(e)),
             }
         }

@@ -119,9 +119,14 @@ fn a_split_model_answers_as_one_process_and_a_lost_rank_is_reported() {
         assert_eq!(after["ranks"][r]["weights_bytes"].as_u64(), Some(weights(r)), "{after}");
     }
 
-    // rank 1 goes away: the next message fails clearly, the status says lost
+    // rank 1 goes away: the status says lost before any message is sent
+    // (gathering the ranks' memory finds the ring broken), and the next
+    // message fails clearly
     follower.kill().unwrap();
     follower.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    let lost = h.ok("cluster_status", json!({}));
+    assert_eq!(lost["state"], "lost", "without a message: {lost}");
     let failed = ask(&h, "Are you still there?");
     assert_eq!(failed["status"], "error", "{failed}");
     assert_eq!(failed["error_code"], "DISTRIBUTED_ERROR", "{failed}");

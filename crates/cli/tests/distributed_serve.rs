@@ -92,6 +92,8 @@ async fn the_default_model_split_over_three_ranks_answers_as_one_process_and_out
     // Rank 0 keeps answering: /health, and a request, refused at once.
     let health = client.get(format!("{}/health", leader.url)).send().await.unwrap();
     assert_eq!(health.status(), 200);
+    let health: Value = health.json().await.unwrap();
+    assert!(health["split_error"].as_str().is_some_and(|e| !e.is_empty()), "a rank was lost: {health}");
     let refused = client
         .post(leader.chat_url())
         .json(&json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}))
@@ -133,6 +135,7 @@ async fn the_default_gguf_split_as_a_pipeline_over_two_ranks_answers_as_one_proc
 
     let health: Value = client.get(format!("{}/health", leader.url)).send().await.unwrap().json().await.unwrap();
     assert_eq!(health["share"], "layers 15..30 of 30, pipeline rank 0 of 2", "{health}");
+    assert!(health["split_error"].is_null(), "{health}");
     let ranks = health["ranks"].as_array().unwrap_or_else(|| panic!("{health}"));
     assert_eq!(ranks.len(), 2, "{health}");
     for (r, rank) in ranks.iter().enumerate() {

@@ -867,6 +867,8 @@ fn lead_until_the_follower_dies(dir: &Path, split: Split) {
     run_failing_steps(&mut driver, "NEXT STEP");
     let error = driver.completion(next).error.clone().expect("no generation without every rank");
     println!("RANK 0 NEXT FAILED {}: {}", error.code, error.message);
+    let stats = driver.scheduler.stats();
+    println!("RANK 0 STATS SAY {:?}", stats.split_error.as_deref().map(|e| e.contains("connection to a peer was lost")));
 }
 
 /// Steps until nothing is left; a failed step fails the batch, as the engine thread does.
@@ -923,6 +925,8 @@ fn follower_died(test: &str) {
     // No collective is tried again (MLX may wait forever on a broken ring).
     assert!(outputs[0].stdout.contains("RANK 0 NEXT FAILED DISTRIBUTED_ERROR"), "{all}");
     assert!(outputs[0].stdout.contains("restart every rank"), "{all}");
+    // The stats say so too (what /health and the app's cluster status show).
+    assert!(outputs[0].stdout.contains("RANK 0 STATS SAY Some(true)"), "{all}");
 }
 
 #[test]

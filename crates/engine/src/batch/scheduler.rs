@@ -113,6 +113,9 @@ pub struct EngineStats {
     pub kv_quantized_layers: usize,
     /// A model split across processes: each rank's memory (empty for one process).
     pub ranks: Vec<crate::distributed::RankMemory>,
+    /// A model split across processes whose group failed (a rank lost):
+    /// why. It serves no more requests.
+    pub split_error: Option<String>,
 }
 
 pub struct Scheduler {
@@ -365,6 +368,8 @@ impl Scheduler {
             waiting: self.waiting.len(),
             kv_cache_bytes,
             ranks: self.loaded.model.ranks((kv_cache_bytes + prefix_cache.bytes) as u64),
+            // After `ranks`: gathering them may be what finds a rank lost.
+            split_error: self.loaded.model.split_failure(),
             active_memory_bytes: mlx_rs::memory::active_memory().unwrap_or(0),
             cached_memory_bytes: mlx_rs::memory::cache_memory().unwrap_or(0),
             peak_memory_bytes: mlx_rs::memory::peak_memory().unwrap_or(0),

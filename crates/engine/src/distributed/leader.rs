@@ -180,6 +180,10 @@ impl LanguageModel for LeaderModel {
         }
     }
 
+    fn split_failure(&self) -> Option<String> {
+        self.broken.borrow().clone()
+    }
+
     fn batch_failed(&self, error: &Error) {
         if matches!(error, Error::EngineStopped) {
             // Stopping is not a failure: the followers are told to stop too.

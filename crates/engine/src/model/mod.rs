@@ -120,6 +120,12 @@ pub trait LanguageModel {
         Vec::new()
     }
 
+    /// For a model split across processes whose group failed: why (it
+    /// serves no more requests). `None` otherwise.
+    fn split_failure(&self) -> Option<String> {
+        None
+    }
+
     /// Told when a step failed and the batch was dropped. A model split
     /// across processes stops there: the other ranks' state is unknown.
     fn batch_failed(&self, _error: &crate::Error) {}

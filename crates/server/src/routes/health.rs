@@ -16,7 +16,13 @@ pub(crate) async fn health(State(context): State<AppContext>) -> Json<Value> {
     let Some(engine) = context.state.engine() else {
         return Json(json!({"status": "ok", "model": null}));
     };
-    let stats = tokio::time::timeout(STATS_WAIT, engine.stats_async()).await.ok().and_then(Result::ok);
+    let answer = tokio::time::timeout(STATS_WAIT, engine.stats_async()).await.ok();
+    // A split model's engine stuck past its step timeout answers no stats: it says why.
+    let refused = match &answer {
+        Some(Err(e)) if e.code() == "DISTRIBUTED_ERROR" => Some(e.to_string()),
+        _ => None,
+    };
+    let stats = answer.and_then(Result::ok);
     let mut health = json!({
         "status": "ok",
         "model": engine.model_info().name,
@@ -27,6 +33,7 @@ pub(crate) async fn health(State(context): State<AppContext>) -> Json<Value> {
     if let Some(share) = &engine.model_info().share {
         health["share"] = json!(share);
         health["ranks"] = json!(stats.as_ref().map(|s| &s.ranks));
+        health["split_error"] = json!(stats.as_ref().and_then(|s| s.split_error.clone()).or(refused));
     }
     Json(health)
 }
