@@ -627,6 +627,35 @@ fn a_pipeline_serves_a_continuous_batch_as_one_process_does() {
     assert!(cached >= 32, "the fifth request reuses the first's prompt: {cached}");
 }
 
+/// Qwen2 (biases on Q/K/V) with heads of 32, which 8-bit KV quantizes.
+fn write_qwen2_for_kv_quantization(dir: &Path) {
+    write_tiny_qwen2(dir, &TinyLlama { hidden: 128, intermediate: 256, ..TinyLlama::default() }).unwrap();
+}
+
+#[test]
+fn a_tensor_parallel_qwen2_serves_a_continuous_batch_as_one_process_does() {
+    const TEST: &str = "a_tensor_parallel_qwen2_serves_a_continuous_batch_as_one_process_does";
+    if is_rank_of(TEST) {
+        return batch_rank(Split::Tensor);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_qwen2_for_kv_quantization(dir.path());
+    let cached = batch_matches_one_process(TEST, dir.path(), 2);
+    assert!(cached >= 32, "the fifth request reuses the first's prompt: {cached}");
+}
+
+#[test]
+fn a_pipeline_of_qwen2_serves_a_continuous_batch_as_one_process_does() {
+    const TEST: &str = "a_pipeline_of_qwen2_serves_a_continuous_batch_as_one_process_does";
+    if is_rank_of(TEST) {
+        return batch_rank(Split::Pipeline);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_qwen2_for_kv_quantization(dir.path());
+    let cached = batch_matches_one_process(TEST, dir.path(), 2);
+    assert!(cached >= 32, "the fifth request reuses the first's prompt: {cached}");
+}
+
 #[test]
 fn a_pipeline_of_qwen3_5_serves_a_continuous_batch_with_its_states_as_one_process_does() {
     const TEST: &str = "a_pipeline_of_qwen3_5_serves_a_continuous_batch_with_its_states_as_one_process_does";
