@@ -161,12 +161,12 @@ impl PassInputs {
         let embeddings = next(own.map(|(_, e, _)| e), &like)?;
         let deepstack =
             (0..pass.deepstack).map(|i| next(own.map(|(_, _, d)| &d[i]), &like)).collect::<Result<Vec<_>>>()?;
-        // A stage may run none of the layers a DeepStack array is added
-        // after; its share must still run, so the pass starts after it.
-        let embeddings = match deepstack.last() {
-            Some(last) => ops::after(&embeddings, &[last])?,
-            None => embeddings,
-        };
+        // Every shared input must run on every rank, whatever layers it
+        // has: the first stage starts from the embeddings, a later one after
+        // the tokens (`StageLayers::enter`), so both wait for the last.
+        let last = deepstack.last().unwrap_or(&embeddings).clone();
+        let embeddings = ops::after(&embeddings, &[&last])?;
+        let tokens = ops::after(&tokens, &[&last])?;
         Ok(PassInputs { tokens, embeddings: Some(embeddings), deepstack })
     }
 

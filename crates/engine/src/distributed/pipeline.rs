@@ -17,9 +17,10 @@
 //! its ring neighbour `rank - 1`. The token ids reach the first stage inside
 //! the pass (the `all_sum` every split model already uses).
 //!
-//! Every rank keeps the embeddings (the first stage embeds; the others take
-//! the shape of their input from them, and rank 0's tied output head is the
-//! same table) and the final norm; each keeps only its own layers' caches
+//! The embedding table is read only where it is used (MLX loads lazily):
+//! by the first stage, which embeds, and by rank 0 when its output head is
+//! tied to it; the other stages take only the shape of their input from it.
+//! Each rank keeps only its own layers' caches
 //! (the cache layout stays the whole model's, so rows, columns and
 //! quantization match rank 0's; the other layers' slots stay empty).
 use std::ops::Range;
@@ -168,13 +169,16 @@ impl StageLayers {
     }
 
     /// The hidden states this stage starts from: `embedded` on the first
-    /// stage, else the previous stage's output (received after `embedded`
-    /// is computed, so the collectives that lead to it run first everywhere).
-    pub fn enter(&self, embedded: Array) -> Result<Array> {
+    /// stage, else the previous stage's output, shaped like `embedded` and
+    /// received after the pass's shared `tokens` (so the collectives that
+    /// lead to them run first on every rank). A later stage never computes
+    /// `embedded`, so it never reads the embedding table (with an untied
+    /// output head, rank 0 holds none of it).
+    pub fn enter(&self, embedded: Array, tokens: &Array) -> Result<Array> {
         match &self.link {
             Some(p) if p.stage_of(p.group.rank()) > 0 => {
                 let received = ops::recv_like(&embedded, p.group.rank() + 1, &p.group)?;
-                ops::after(&received, &[&embedded])
+                ops::after(&received, &[tokens])
             }
             _ => Ok(embedded),
         }

@@ -319,11 +319,11 @@ impl LanguageModel for Gemma3 {
         Ok(h.multiply(Array::from_f32(self.embed_scale).as_dtype(h.dtype())?)?)
     }
 
-    fn forward_embeddings(&self, mut h: Array, _tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+    fn forward_embeddings(&self, mut h: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
         cache.begin_step(h.dim(1))?;
         let local = self.local_rope.prepare(positions)?;
         let global = self.global_rope.prepare(positions)?;
-        h = self.stage.enter(h)?;
+        h = self.stage.enter(h, tokens)?;
         for (i, block) in self.stage.layers().zip(&self.layers) {
             let rope = if block.self_attn.global { (&self.global_rope, &global) } else { (&self.local_rope, &local) };
             let a = block.self_attn.forward(&block.input_layernorm.forward(&h)?, i, rope, cache)?;

@@ -553,7 +553,7 @@ impl LanguageModel for Gemma4 {
         cache.begin_step(h.dim(1))?;
         let local = self.local_rope.prepare(positions)?;
         let global = self.global_rope.prepare(positions)?;
-        h = self.stage.enter(h)?;
+        h = self.stage.enter(h, tokens)?;
         for (i, block) in self.stage.layers().zip(&self.layers) {
             let rope = if block.self_attn.global { (&self.global_rope, &global) } else { (&self.local_rope, &local) };
             let a = block.self_attn.forward(&block.input_layernorm.forward(&h)?, i, rope, cache)?;

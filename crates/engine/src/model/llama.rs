@@ -350,7 +350,7 @@ impl LanguageModel for Llama {
     fn forward_embeddings_adding(
         &self,
         mut h: Array,
-        _tokens: &Array,
+        tokens: &Array,
         positions: &Positions,
         cache: &mut BatchCache,
         after_layer: &[Array],
@@ -365,7 +365,7 @@ impl LanguageModel for Llama {
         cache.begin_step(h.dim(1))?;
         // M-RoPE angles are computed once per step, not once per layer.
         let rotation = self.rope.prepare(positions)?;
-        h = self.stage.enter(h)?;
+        h = self.stage.enter(h, tokens)?;
         for (i, block) in self.stage.layers().zip(&self.layers) {
             let x = block.input_layernorm.forward(&h)?;
             let a = block.self_attn.forward(&x, i, &self.rope, &rotation, cache)?;

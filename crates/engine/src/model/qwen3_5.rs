@@ -409,10 +409,10 @@ impl LanguageModel for Qwen35 {
         self.embed_tokens.forward(tokens)
     }
 
-    fn forward_embeddings(&self, mut h: Array, _tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+    fn forward_embeddings(&self, mut h: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
         cache.begin_step(h.dim(1))?;
         let rotation = self.rope.prepare(positions)?;
-        h = self.stage.enter(h)?;
+        h = self.stage.enter(h, tokens)?;
         for (i, block) in self.stage.layers().zip(&self.layers) {
             let x = block.input_layernorm.forward(&h)?;
             let r = match &block.mixer {
