@@ -21,15 +21,15 @@
 //! per rank. Timings are printed, never asserted.
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use engine::batch::{Event, Prompt, Request, Scheduler, SchedulerConfig};
-use std::rc::Rc;
-
-use engine::distributed::{load_leader, Group, GroupConfig, LocalRing, Pipeline, RankEnv, Split, TensorParallel};
+use engine::distributed::rank::share_of;
+use engine::distributed::{load_leader, Group, GroupConfig, LocalRing, RankEnv, Split};
 use engine::handle::Completion;
-use engine::model::{self, LoadOptions, LoadedModel, Share, WeightFormat};
+use engine::model::{self, LoadOptions, LoadedModel, WeightFormat};
 use engine::sample::SamplingParams;
 use engine::testing::{write_tiny_llama, write_tiny_qwen2, TinyLlama};
 use mlx_rs::memory::{active_memory, peak_memory, reset_peak_memory};
@@ -288,11 +288,7 @@ fn serve(args: &Args, loaded: LoadedModel) -> anyhow::Result<Row> {
 fn follow(dir: &Path, config: &GroupConfig) -> anyhow::Result<String> {
     let group = Rc::new(Group::init(config)?);
     let rank = group.rank();
-    let share = match config.split.resolve(dir, group.size())? {
-        Split::Pipeline => Share::Pipeline(Pipeline::new(group.clone(), config.stage_memory)),
-        _ => Share::Tensor(TensorParallel::on(group.clone())),
-    };
-    let loaded = model::load_share(dir, &OPTS, share)?;
+    let loaded = model::load_share(dir, &OPTS, share_of(dir, config, &group)?)?;
     let weights = active_memory()?;
     reset_peak_memory()?;
     let followed = engine::distributed::follow::follow(loaded.model.as_ref(), &group)?;

@@ -922,10 +922,7 @@ fn die_mid_stream_rank(split: Split) {
         return lead_until_the_follower_dies(Path::new(&dir), split);
     }
     let group = std::rc::Rc::new(Group::init(&connect()).expect("join the ring"));
-    let share = match split {
-        Split::Pipeline => model::Share::Pipeline(engine::distributed::Pipeline::new(group.clone(), None)),
-        _ => model::Share::Tensor(TensorParallel::on(group.clone())),
-    };
+    let share = engine::distributed::rank::share_of(Path::new(&dir), &GroupConfig { split, ..connect() }, &group).unwrap();
     let loaded = model::load_share(Path::new(&dir), &common::LOAD, share).unwrap();
     let mut replica = Replica::new(loaded.model.as_ref());
     for _ in 0..6 {

@@ -164,9 +164,11 @@ impl PassInputs {
         // Every shared input must run on every rank, whatever layers it
         // has: the first stage starts from the embeddings, a later one after
         // the tokens (`StageLayers::enter`), so both wait for the last.
-        let last = deepstack.last().unwrap_or(&embeddings).clone();
-        let embeddings = ops::after(&embeddings, &[&last])?;
-        let tokens = ops::after(&tokens, &[&last])?;
+        let embeddings = match deepstack.last() {
+            Some(last) => ops::after(&embeddings, &[last])?,
+            None => embeddings,
+        };
+        let tokens = ops::after(&tokens, &[deepstack.last().unwrap_or(&embeddings)])?;
         Ok(PassInputs { tokens, embeddings: Some(embeddings), deepstack })
     }
 
@@ -310,29 +312,25 @@ pub fn follow_watched(model: &dyn LanguageModel, group: &Group, watch: Option<&S
         if let Some(w) = watch {
             w.begin();
         }
-        match Step::receive(group)? {
-            Step::Shutdown => return Ok(Followed { forwards, caches_left: replica.caches(), share: None }),
-            Step::Run { events, forward } => {
-                for event in &events {
-                    replica.apply(event)?;
-                }
-                if let Some(pass) = forward {
-                    replica.forward(&pass, group)?.eval()?;
-                    forwards += 1;
-                }
-                if let Some(w) = watch {
-                    w.end();
-                }
+        let step = Step::receive(group)?;
+        let (Step::Run { events, .. } | Step::Report { events }) = &step else {
+            return Ok(Followed { forwards, caches_left: replica.caches(), share: None });
+        };
+        for event in events {
+            replica.apply(event)?;
+        }
+        match step {
+            Step::Run { forward: Some(pass), .. } => {
+                replica.forward(&pass, group)?.eval()?;
+                forwards += 1;
             }
-            Step::Report { events } => {
-                for event in &events {
-                    replica.apply(event)?;
-                }
+            Step::Report { .. } => {
                 RankMemory::here(group.rank(), weights, replica.cache_bytes()).gather(group)?;
-                if let Some(w) = watch {
-                    w.end();
-                }
             }
+            _ => {}
+        }
+        if let Some(w) = watch {
+            w.end();
         }
     }
 }

@@ -119,7 +119,8 @@ impl LanguageModel for LeaderModel {
             shape => return Err(Error::Distributed(format!("a pass's tokens are [rows, len], not {shape:?}"))),
         };
         let (real, spans) = cache.declared_step();
-        // A decode pass (one token per row) never carries image features.
+        // A decode pass (one token per row) never carries image features;
+        // DeepStack features come only with a prompt's.
         let embedded = self.inner.vision().is_some() && (len > 1 || !after_layer.is_empty());
         let pass = Forward {
             cache: id,
@@ -128,7 +129,7 @@ impl LanguageModel for LeaderModel {
             positions: StepPositions::of(positions)?,
             real,
             embedded,
-            deepstack: if embedded { after_layer.len() } else { 0 },
+            deepstack: after_layer.len(),
             spans,
         };
         self.share(&Step::Run { events: self.log.take(), forward: Some(pass.clone()) })?;

@@ -20,18 +20,18 @@ use crate::{Error, Result};
 /// [`Split::Auto`] the same way, from the model's files).
 fn join_and_load(path: &Path, opts: &LoadOptions, config: &GroupConfig) -> Result<(Rc<Group>, LoadedModel)> {
     let group = Rc::new(Group::init(config)?);
-    let share = match config.split.resolve(path, group.size())? {
-        Split::Pipeline => Share::Pipeline(Pipeline::new(group.clone(), config.stage_memory)),
-        Split::Tensor | Split::Auto => Share::Tensor(TensorParallel::on(group.clone())),
-    };
-    let how = match share {
-        Share::Pipeline(_) => "pipeline",
-        Share::Tensor(_) => "tensor parallel",
-    };
-    tracing::info!(rank = group.rank(), ranks = group.size(), split = how, "loading this rank's share of the model");
-    let loaded = model::load_share(path, opts, share)?;
+    let loaded = model::load_share(path, opts, share_of(path, config, &group)?)?;
     tracing::info!(share = loaded.info.share.as_deref().unwrap_or("whole"), "loaded this rank's share");
     Ok((group, loaded))
+}
+
+/// This rank's share of the model at `path` in `group`, split as
+/// `config.split` says ([`Split::Auto`] resolved from the model's files).
+pub fn share_of(path: &Path, config: &GroupConfig, group: &Rc<Group>) -> Result<Share> {
+    Ok(match config.split.resolve(path, group.size())? {
+        Split::Pipeline => Share::Pipeline(Pipeline::new(group.clone(), config.stage_memory)),
+        Split::Tensor | Split::Auto => Share::Tensor(TensorParallel::on(group.clone())),
+    })
 }
 
 /// Joins the group `config` describes (this must be rank 0) and loads this
