@@ -6,6 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --app
+# A clean clone gains nothing from incremental caches, and they cost disk: a
+# fresh clone's target/ was 15 GB with them. A build that runs out of disk
+# fails in odd places, so say up front how much there is.
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
+echo "test: $(df -h --output=avail . | tail -1 | tr -d ' ') free on the disk of $PWD" >&2
 npm --prefix ui run -s build
 status=0
 # One BLAS thread per test process: OpenBLAS 0.3.21 (Debian's) can deadlock

@@ -6,12 +6,11 @@
 // CSP violation.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { byTestId, openApp, shot, startDriver, stopDriver, waitFor } from './harness.mjs';
+import { byTestId, openApp, shot, startDriver, stopDriver, tempFolder, waitFor } from './harness.mjs';
 
-const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-rendering-'));
+const dataDir = tempFolder('vlm-e2e-rendering-');
 let browser;
 
 const ANSWER = [
@@ -41,7 +40,7 @@ const ANSWER = [
 ].join('\n');
 
 function chatFile() {
-  const folder = mkdtempSync(join(tmpdir(), 'vlm-e2e-chatfile-'));
+  const folder = tempFolder('vlm-e2e-chatfile-');
   const t = Date.now();
   const message = (id, parent, role, content) => ({
     id, parent_id: parent, role, content, status: 'complete', created_at: t, updated_at: t,

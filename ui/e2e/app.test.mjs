@@ -12,12 +12,14 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { allByTestId, byTestId, clickLoad, dropFile, modelReady, openApp, openPage, root, saveSettings, send, shot, startDriver, statusText, stopDriver, textOf, waitFor, writeTinyVisionModels } from './harness.mjs';
+import {
+  allByTestId, byTestId, clickLoad, dropFile, modelReady, openApp, openPage, root, saveSettings, send, shot,
+  startDriver, statusText, stopDriver, tempFolder, textOf, waitFor, writeTinyVisionModels,
+} from './harness.mjs';
 
-const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-'));
+const dataDir = tempFolder('vlm-e2e-');
 const hfHome = join(dataDir, 'hf');
 let browser;
 

@@ -7,12 +7,14 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { allByTestId, byTestId, dropFile, loadModelFromDisk, modelReady, openApp, openPage, shot, startDriver, stopDriver, textOf, waitFor, writeTinyVisionModel } from './harness.mjs';
+import {
+  allByTestId, byTestId, dropFile, loadModelFromDisk, modelReady, openApp, openPage, shot, startDriver, stopDriver,
+  tempFolder, textOf, waitFor, writeTinyVisionModel,
+} from './harness.mjs';
 
-const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-bulk-'));
+const dataDir = tempFolder('vlm-e2e-bulk-');
 const hfHome = join(dataDir, 'hf');
 const visionRepo = 'e2e/Tiny-Qwen2-VL';
 const colours = ['#d33', '#3a3', '#33d', '#dd3', '#3dd'];

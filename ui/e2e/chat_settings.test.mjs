@@ -10,12 +10,11 @@
 // redraw would go stale.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { byTestId, modelReady, openApp, saveSettings, send, shot, startDriver, stopDriver, waitFor } from './harness.mjs';
+import {
+  byTestId, modelReady, openApp, saveSettings, send, shot, startDriver, stopDriver, tempFolder, waitFor,
+} from './harness.mjs';
 
-const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-chat-settings-'));
+const dataDir = tempFolder('vlm-e2e-chat-settings-');
 let browser;
 
 // Longer than any default system prompt, so a prompt with it is visibly longer.

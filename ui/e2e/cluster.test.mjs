@@ -10,12 +10,13 @@
 // drops typed keys under load (see desktop.test.mjs).
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { appPids, byTestId, openApp, openPage, shot, startDriver, stopDriver, waitFor } from './harness.mjs';
+import {
+  appPids, byTestId, openApp, openPage, shot, startDriver, stopDriver, tempFolder, waitFor,
+} from './harness.mjs';
 
-const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-cluster-'));
+const dataDir = tempFolder('vlm-e2e-cluster-');
 const hfHome = join(dataDir, 'hf');
 mkdirSync(hfHome, { recursive: true });
 const HOSTS = ['192.168.1.10:5000', '192.168.1.11:5000'];

@@ -4,14 +4,12 @@
 // stopped before its end.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import {
-  allByTestId, appPids, byTestId, modelReady, openApp, saveSettings, shot, startDriver, stopDriver, textOf, waitFor,
+  allByTestId, appPids, byTestId, modelReady, openApp, saveSettings, shot, startDriver, stopDriver, tempFolder,
+  textOf, waitFor,
 } from './harness.mjs';
 
-const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-crash-'));
+const dataDir = tempFolder('vlm-e2e-crash-');
 let browser;
 
 /** Letters and digits only: the rendered Markdown's line breaks and spacing aside. */

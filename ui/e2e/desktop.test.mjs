@@ -10,15 +10,14 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
-  allByTestId, appBinary, appEnv, appPids, appWindowGeometry, byTestId, openApp, openPage, shot, shots, startDriver, stopDriver,
-  waitFor, xkeys,
+  allByTestId, appBinary, appEnv, appPids, appWindowGeometry, byTestId, openApp, openPage, shot, shots, startDriver,
+  stopDriver, tempFolder, waitFor, xkeys,
 } from './harness.mjs';
 
-const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-desktop-'));
+const dataDir = tempFolder('vlm-e2e-desktop-');
 const configDir = join(dataDir, 'config');
 const photo = join(dataDir, 'photo.png');
 const secondPhoto = join(dataDir, 'second.png');

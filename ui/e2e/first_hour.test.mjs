@@ -11,13 +11,12 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, statSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
   allByTestId, axeAudit, byTestId, dropFile, here, modelReady, openApp, openPage, saveSettings, send, shot,
-  startDriver, statusText, stopDriver, textOf, waitFor as waitUntil, xkeys,
+  startDriver, statusText, stopDriver, tempFolder, textOf, waitFor as waitUntil, xkeys,
 } from './harness.mjs';
 
 /** waitFor that leaves a screenshot of the window when it times out, to see why. */
@@ -30,7 +29,7 @@ async function waitFor(b, what, predicate, timeout) {
   }
 }
 
-const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-first-'));
+const dataDir = tempFolder('vlm-e2e-first-');
 const log = join(dataDir, 'vlm-chat.log');
 let browser;
 
@@ -355,6 +354,11 @@ describe('the first hour', () => {
     // no model loaded: the empty chat says so and leads to Models
     await openPage(browser, 'nav-models', 'unload-model');
     await (await byTestId(browser, 'unload-model')).click();
+    // unloading ends the engine thread, which can be slow on a loaded 2-core
+    // machine: a fresh-clone run once timed out on the no-model chat below.
+    // Waiting for the unload first gives it time and tells which step was slow.
+    await waitFor(browser, 'the model to unload',
+      async () => (await browser.$$('[data-testid="unload-model"]')).length === 0, 60_000);
     await (await byTestId(browser, 'nav-chat')).click();
     await (await byTestId(browser, 'new-chat')).click();
     await waitFor(browser, 'the no-model chat', async () => /No model is loaded/.test(await textOf(browser, await byTestId(browser, 'empty-chat'))), 10_000);

@@ -1,7 +1,9 @@
 // Starts the real app through tauri-driver (WebKitWebDriver) with its own
 // data folder, and helpers to find things, wait and take screenshots.
 import { spawn, execFileSync } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs';
+import {
+  cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -13,6 +15,22 @@ export const appBinary = process.env.VLM_APP_BIN ?? join(root, 'target/debug/vlm
 const driverBinary = process.env.TAURI_DRIVER ?? join(root, '.tools/bin/tauri-driver');
 export const shots = join(root, 'screenshots');
 mkdirSync(shots, { recursive: true });
+
+const tempFolders = [];
+/** A new folder under the system's temp folder, removed when this suite's
+ * process ends: a whole e2e run used to leave about 70 MB a suite behind
+ * (data folders with their models), gigabytes on a machine that runs it often. */
+export function tempFolder(prefix) {
+  const folder = mkdtempSync(join(tmpdir(), prefix));
+  tempFolders.push(folder);
+  return folder;
+}
+process.on('exit', () => {
+  for (const folder of tempFolders) {
+    // an app the suite could not stop may still write there: what stays, stays
+    try { rmSync(folder, { recursive: true, force: true, maxRetries: 3 }); } catch { /* left behind */ }
+  }
+});
 
 let driver = null;
 let keyring = null;
@@ -26,7 +44,7 @@ let appEnvironment = null;
  * the app's one-instance name on the bus is never seen by another run. */
 export async function startDriver(env) {
   if (driver) return;
-  const config = mkdtempSync(join(tmpdir(), 'vlm-e2e-config-'));
+  const config = tempFolder('vlm-e2e-config-');
   const bus = await privateKeyring();
   appEnvironment = { ...process.env, XDG_CONFIG_HOME: config, DBUS_SESSION_BUS_ADDRESS: bus, ...env };
   driver = spawn(driverBinary, ['--port', '4444', '--native-port', '4445'], {
@@ -93,7 +111,7 @@ export async function openApp(args = []) {
  * `cargo test --all-targets` builds. */
 export function writeTinyVisionModels(hfHome, repos) {
   const writer = process.env.VLM_TINY_VL_WRITER ?? join(root, 'target/debug/examples/write_tiny_vl_model');
-  const out = mkdtempSync(join(tmpdir(), 'vlm-e2e-vl-'));
+  const out = tempFolder('vlm-e2e-vl-');
   execFileSync(writer, [out]);
   for (const [repo, family] of repos) {
     const folder = join(hfHome, 'hub', `models--${repo.replace('/', '--')}`);

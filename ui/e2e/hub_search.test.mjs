@@ -9,14 +9,12 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  allByTestId, axeAudit, byTestId, openApp, openPage, root, send, shot, startDriver, stopDriver, waitFor,
+  allByTestId, axeAudit, byTestId, openApp, openPage, root, send, shot, startDriver, stopDriver, tempFolder, waitFor,
 } from './harness.mjs';
 
-const dataDir = mkdtempSync(join(tmpdir(), 'vlm-e2e-hub-'));
+const dataDir = tempFolder('vlm-e2e-hub-');
 const TINY = 'test-org/tiny-llama';
 let browser;
 let fakeHub;
