@@ -795,21 +795,71 @@ fn memory_mid_decode(driver: &mut common::Driver) -> engine::batch::EngineStats 
     stats
 }
 
+/// A rank of a memory test: rank 0 prints every rank's memory mid-decode.
+fn memory_rank() {
+    let dir = std::env::var(CHECKPOINT).unwrap();
+    let split: Split = std::env::var(SPLIT).unwrap().parse().unwrap();
+    let config = GroupConfig { split, ..connect() };
+    if RankEnv::from_process().unwrap().expect("a rank").rank == 0 {
+        let mut driver = common::Driver::of(load_leader(Path::new(&dir), &common::LOAD, &config).unwrap(), batch_config());
+        let ranks = memory_mid_decode(&mut driver).ranks;
+        println!("RANK 0 MEMORY {}", serde_json::to_string(&ranks).unwrap());
+    } else {
+        run_follower(Path::new(&dir), &common::LOAD, &config).unwrap();
+    }
+}
+
+/// Every rank's memory as rank 0 reports it, the checkpoint at `dir` split
+/// over 2 ranks as `split`.
+fn memory_of_two_ranks(test: &str, dir: &Path, split: Split) -> Vec<serde_json::Value> {
+    let ring = LocalRing::new(2).unwrap();
+    let command = |_| {
+        let mut c = rank_command(test);
+        c.env(CHECKPOINT, dir).env(SPLIT, split.name());
+        c
+    };
+    let outputs = ring.run_all(command, RING_DEADLINE).unwrap();
+    let all = report(&outputs);
+    assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
+    let line = outputs[0].stdout.lines().find_map(|l| l.split_once("RANK 0 MEMORY ")).map(|(_, m)| m).expect(&all);
+    let ranks: Vec<serde_json::Value> = serde_json::from_str(line).unwrap();
+    assert_eq!(ranks.len(), 2, "{line}");
+    ranks
+}
+
+#[test]
+fn a_pipeline_of_gemma4_splits_its_per_layer_embeddings_with_the_layers() {
+    const TEST: &str = "a_pipeline_of_gemma4_splits_its_per_layer_embeddings_with_the_layers";
+    if is_rank_of(TEST) {
+        return memory_rank();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dims = Dims { layers: 8, ..Dims::tiny(TinyFamily::Gemma4) };
+    write_family(dir.path(), TinyFamily::Gemma4, dims, None, 9).unwrap();
+    let weights = std::fs::metadata(dir.path().join("model.safetensors")).unwrap().len() as f64;
+    let table = weights_of(dir.path(), "model.embed_tokens_per_layer.weight") as f64;
+    let ranks = memory_of_two_ranks(TEST, dir.path(), Split::Pipeline);
+    let held: Vec<f64> = ranks.iter().map(|r| r["weights_bytes"].as_f64().unwrap()).collect();
+    // Both ranks hold the (small) token embeddings and norms; the per-layer
+    // table (15% of this checkpoint) and its projection only once between them.
+    let twice = held.iter().sum::<f64>() - weights;
+    println!("checkpoint {weights} bytes, per-layer table {table}; ranks hold {held:?}, {twice} bytes twice");
+    assert!(twice < table / 2.0, "{twice} bytes held twice, the per-layer table has {table}: {ranks:?}");
+    for (r, w) in held.iter().enumerate() {
+        assert!((0.4..0.65).contains(&(w / weights)), "rank {r} holds {:.3} of the weights: {ranks:?}", w / weights);
+    }
+}
+
+/// The bytes of tensor `name` in the checkpoint at `dir`.
+fn weights_of(dir: &Path, name: &str) -> usize {
+    engine::weights::safetensors::load_folder(dir).unwrap().nbytes_of(name).unwrap()
+}
+
 #[test]
 fn each_of_two_ranks_holds_about_half_the_weights_and_caches_and_rank_0_reports_both() {
     const TEST: &str = "each_of_two_ranks_holds_about_half_the_weights_and_caches_and_rank_0_reports_both";
     if is_rank_of(TEST) {
-        let dir = std::env::var(CHECKPOINT).unwrap();
-        let split: Split = std::env::var(SPLIT).unwrap().parse().unwrap();
-        let config = GroupConfig { split, ..connect() };
-        if RankEnv::from_process().unwrap().expect("a rank").rank == 0 {
-            let mut driver = common::Driver::of(load_leader(Path::new(&dir), &common::LOAD, &config).unwrap(), batch_config());
-            let ranks = memory_mid_decode(&mut driver).ranks;
-            println!("RANK 0 MEMORY {}", serde_json::to_string(&ranks).unwrap());
-        } else {
-            run_follower(Path::new(&dir), &common::LOAD, &config).unwrap();
-        }
-        return;
+        return memory_rank();
     }
     let dir = tempfile::tempdir().unwrap();
     let spec = TinyLlama { hidden: 256, intermediate: 1024, layers: 4, ..TinyLlama::default() };
@@ -821,18 +871,8 @@ fn each_of_two_ranks_holds_about_half_the_weights_and_caches_and_rank_0_reports_
     let caches = (stats.kv_cache_bytes + stats.prefix_cache.bytes) as f64;
     assert!(caches > 0.0);
     for split in [Split::Tensor, Split::Pipeline] {
-        let ring = LocalRing::new(2).unwrap();
-        let command = |_| {
-            let mut c = rank_command(TEST);
-            c.env(CHECKPOINT, dir.path()).env(SPLIT, split.name());
-            c
-        };
-        let outputs = ring.run_all(command, RING_DEADLINE).unwrap();
-        let all = report(&outputs);
-        assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
-        let line = outputs[0].stdout.lines().find_map(|l| l.split_once("RANK 0 MEMORY ")).map(|(_, m)| m).expect(&all);
-        let ranks: Vec<serde_json::Value> = serde_json::from_str(line).unwrap();
-        assert_eq!(ranks.len(), 2, "{line}");
+        let ranks = memory_of_two_ranks(TEST, dir.path(), split);
+        let line = serde_json::to_string(&ranks).unwrap();
         for (r, rank) in ranks.iter().enumerate() {
             assert_eq!(rank["rank"], r, "{line}");
             // Each rank: half the layers (or of each layer), plus its own

@@ -23,6 +23,7 @@
 use mlx_rs::{fast, ops, ops::indexing::IndexOp, Array};
 use serde::Deserialize;
 use serde_json::Value;
+use std::ops::Range;
 
 use super::attention;
 use super::layers::{gelu_tanh, Embedding, LayerLoader, Linear, RmsNorm};
@@ -343,9 +344,13 @@ impl MoeBranch {
     }
 }
 
-/// The per-layer token embeddings and how they are mixed with the input.
+/// The per-layer token embeddings and how they are mixed with the input:
+/// the columns of this process's layers only (its pipeline stage's).
 struct PerLayerInputs {
     table: Embedding,
+    /// The columns still to take from the table's rows (a quantized table
+    /// whose groups straddle the stage's columns is held whole).
+    table_columns: Option<Range<i32>>,
     model_projection: Linear,
     projection_norm: RmsNorm,
     width: i32,
@@ -443,9 +448,18 @@ impl Gemma4 {
         }
         let per_layer_inputs = if width > 0 {
             let vocab = args.vocab_size_per_layer_input.unwrap_or(args.vocab_size);
+            // Each layer reads its own `width` columns: a pipeline stage keeps
+            // its layers' columns only. The table (vocab x layers x width,
+            // 262144 x layers x 256 in the E2B and E4B checkpoints) is their
+            // biggest tensor, so it splits with the layers.
+            let first = stage.layers().start as i32 * width;
+            let columns = first..first + stage.layers().len() as i32 * width;
+            let (table, table_columns) =
+                loader.embedding_columns("model.embed_tokens_per_layer", vocab, n * width, columns.clone())?;
             Some(PerLayerInputs {
-                table: loader.embedding("model.embed_tokens_per_layer", vocab, n * width)?,
-                model_projection: loader.linear("model.per_layer_model_projection", d, n * width, false)?,
+                table,
+                table_columns,
+                model_projection: loader.linear_rows("model.per_layer_model_projection", d, n * width, columns)?,
                 projection_norm: loader.rms_norm("model.per_layer_projection_norm", width, eps)?,
                 width,
             })
@@ -463,12 +477,16 @@ impl Gemma4 {
         Ok(Self { args, embed_tokens, layers, stage, norm, lm_head, per_layer_inputs, local_rope, global_rope })
     }
 
-    /// `[B, L, layers, width]`: each token's per-layer inputs, from its id and
-    /// its (scaled) input embedding.
+    /// `[B, L, layers, width]`: each token's per-layer inputs for this
+    /// process's layers, from its id and its (scaled) input embedding.
     fn per_layer_inputs(&self, p: &PerLayerInputs, tokens: &Array, h: &Array) -> Result<Array> {
-        let (b, l, layers) = (h.dim(0), h.dim(1), self.stage.total() as i32);
+        let (b, l, layers) = (h.dim(0), h.dim(1), self.stage.layers().len() as i32);
         let scaled = |x: Array, s: f32| -> Result<Array> { Ok(x.multiply(Array::from_f32(s).as_dtype(x.dtype())?)?) };
-        let from_ids = p.table.forward_scaled(tokens, (p.width as f32).sqrt())?.reshape(&[b, l, layers, p.width])?;
+        let mut from_ids = p.table.forward_scaled(tokens, (p.width as f32).sqrt())?;
+        if let Some(columns) = &p.table_columns {
+            from_ids = from_ids.index((.., .., columns.clone()));
+        }
+        let from_ids = from_ids.reshape(&[b, l, layers, p.width])?;
         let projected = scaled(p.model_projection.forward(h)?, (self.args.hidden_size as f32).powf(-0.5))?
             .reshape(&[b, l, layers, p.width])?;
         let projected = p.projection_norm.forward(&projected)?;
@@ -566,7 +584,7 @@ impl LanguageModel for Gemma4 {
             }
             h = h.add(block.post_feedforward_layernorm.forward(&m)?)?;
             if let (Some(gate), Some(inputs)) = (&block.per_layer, &per_layer) {
-                let input = inputs.index((.., .., i as i32, ..));
+                let input = inputs.index((.., .., (i - self.stage.layers().start) as i32, ..));
                 let g = gelu_tanh(&gate.input_gate.forward(&h)?)?.multiply(&input)?;
                 h = h.add(gate.norm.forward(&gate.projection.forward(&g)?)?)?;
             }

@@ -133,6 +133,42 @@ impl LayerLoader<'_> {
         Ok(Embedding { table: self.matrix(path, vocab, dim)?, dtype: self.dtype })
     }
 
+    /// Columns `columns` of the `[vocab, dim]` embedding table at `path`, in
+    /// memory of their own (a pipeline stage's part of a table whose columns
+    /// belong to the layers, as Gemma 4's per-layer embeddings). A quantized
+    /// table whose groups straddle the part's ends stays whole; the columns
+    /// still to take from its rows are returned with it.
+    pub fn embedding_columns(
+        &mut self,
+        path: &str,
+        vocab: i32,
+        dim: i32,
+        columns: Range<i32>,
+    ) -> Result<(Embedding, Option<Range<i32>>)> {
+        let table = self.matrix(path, vocab, dim)?;
+        if columns == (0..dim) {
+            return Ok((Embedding { table, dtype: self.dtype }, None));
+        }
+        let splits = match &table {
+            Matrix::Float(_) => true,
+            Matrix::Quantized(q) => columns.start % q.spec.group_size == 0 && columns.end % q.spec.group_size == 0,
+        };
+        Ok(if splits {
+            (Embedding { table: table.split(1, columns)?, dtype: self.dtype }, None)
+        } else {
+            (Embedding { table, dtype: self.dtype }, Some(columns))
+        })
+    }
+
+    /// Output features `rows` of the linear layer at `path` (no bias), in
+    /// memory of their own: a pipeline stage's part of a projection whose
+    /// outputs belong to the layers.
+    pub fn linear_rows(&mut self, path: &str, in_features: i32, out_features: i32, rows: Range<i32>) -> Result<Linear> {
+        let weight = self.matrix(path, out_features, in_features)?;
+        let weight = if rows == (0..out_features) { weight } else { weight.split(0, rows)? };
+        Ok(Linear { weight, bias: None })
+    }
+
     pub fn rms_norm(&mut self, path: &str, dim: i32, eps: f32) -> Result<RmsNorm> {
         Ok(RmsNorm { weight: self.float(&format!("{path}.weight"), &[dim])?, eps })
     }
@@ -455,5 +491,74 @@ mod layer_name_tests {
         assert_eq!(decoder_layer_of("vision_tower.encoder.layers.1.mlp.fc1.weight"), None);
         assert_eq!(decoder_layer_of("model.embed_tokens.weight"), None);
         assert_eq!(decoder_layer_of("model.norm.weight"), None);
+    }
+}
+
+#[cfg(test)]
+mod stage_part_tests {
+    use std::collections::HashMap;
+
+    use mlx_rs::{ops, ops::indexing::IndexOp, random, Array, Dtype};
+    use serde_json::json;
+
+    use super::{LayerLoader, Matrix, WeightFormat};
+    use crate::weights::{Quantization, Weights};
+
+    /// One 4-bit `[8, 256]` table in groups of 64, and the config that says so.
+    fn quantized_table() -> (Weights, Quantization) {
+        let table = random::normal::<f32>(&[8, 256], None, None, Some(&random::key(7).unwrap())).unwrap();
+        let (w, s, b) = ops::quantize(&table, 64, 4).unwrap();
+        let tensors = HashMap::from([
+            ("t.weight".to_string(), w),
+            ("t.scales".to_string(), s),
+            ("t.biases".to_string(), b),
+        ]);
+        let quantization = Quantization::from_config(&json!({"quantization": {"group_size": 64, "bits": 4}})).unwrap();
+        (Weights::new(tensors, "test"), quantization)
+    }
+
+    fn loader<'a>(weights: &'a mut Weights, quantization: &'a Quantization) -> LayerLoader<'a> {
+        LayerLoader {
+            weights,
+            quantization,
+            format: WeightFormat::AsStored,
+            dtype: Dtype::Float32,
+            tensor_parallel: None,
+            sharded_layers: 0,
+            pipeline: None,
+            stage: None,
+        }
+    }
+
+    /// The embeddings of every id, columns `columns` only, as the loader's part gives them.
+    fn rows_of_part(columns: std::ops::Range<i32>) -> (Array, Array, bool) {
+        let (mut weights, quantization) = quantized_table();
+        let whole = loader(&mut weights, &quantization).embedding("t", 8, 256).unwrap();
+        let ids = Array::from_slice(&(0..8).collect::<Vec<i32>>(), &[8]);
+        let expected = whole.forward(&ids).unwrap().index((.., columns.clone()));
+        let (mut weights, quantization) = quantized_table();
+        let (part, still) = loader(&mut weights, &quantization).embedding_columns("t", 8, 256, columns).unwrap();
+        let held_whole = matches!(&part.table, Matrix::Quantized(q) if q.scales.dim(1) == 4);
+        let mut rows = part.forward(&ids).unwrap();
+        if let Some(c) = still {
+            rows = rows.index((.., c));
+        }
+        (rows, expected, held_whole)
+    }
+
+    #[test]
+    fn a_stage_keeps_only_its_columns_of_a_quantized_table_at_group_boundaries() {
+        let (rows, expected, held_whole) = rows_of_part(64..192);
+        assert!(!held_whole, "two of the four groups are enough");
+        assert_eq!(rows.shape(), &[8, 128]);
+        assert!(rows.eq_values(&expected).unwrap());
+    }
+
+    #[test]
+    fn a_part_that_straddles_groups_keeps_the_table_whole_and_takes_the_columns_from_its_rows() {
+        let (rows, expected, held_whole) = rows_of_part(32..160);
+        assert!(held_whole);
+        assert_eq!(rows.shape(), &[8, 128]);
+        assert!(rows.eq_values(&expected).unwrap());
     }
 }
