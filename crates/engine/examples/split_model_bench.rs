@@ -13,7 +13,8 @@
 //! first token (from submission; the mean of the 4) and decode tok/s (1
 //! request: its own; 4: all their tokens after the first over the time from
 //! the last first token to the end), and the peak memory while serving
-//! (weights + KV + a pass's buffers; MLX's peak, reset after load). Rank 0
+//! (weights + KV + a pass's buffers; MLX's peak, reset after load), and
+//! the peak while loading (the weights and what reading them took). Rank 0
 //! also checks that the texts are those of one process (greedy).
 //!
 //! On one machine both ranks share its cores and the `all_sum`s cross
@@ -78,6 +79,7 @@ fn main() -> anyhow::Result<()> {
         let split = args.split[0];
         let config = GroupConfig { connect_timeout: Duration::from_secs(60), split, ..GroupConfig::default() };
         if env.rank == 0 {
+            reset_peak_memory()?;
             let loaded = load_leader(dir, &OPTS, &config)?;
             let row = serve(&args, loaded)?;
             let label = format!("{split}, rank 0");
@@ -111,6 +113,7 @@ fn main() -> anyhow::Result<()> {
         args.layers,
         args.heads, args.kv_heads, args.intermediate, args.prompt, args.decode
     );
+    reset_peak_memory()?;
     let alone = serve(&args, model::load(dir, &OPTS)?)?;
     let mut rows = vec![alone.line("1 process")];
     let mut details = vec![alone.detail("1 process")];
@@ -154,6 +157,8 @@ fn mb(bytes: usize) -> String {
 /// One process's figures.
 struct Row {
     weights: usize,
+    /// MLX's peak while loading: the weights and what reading them needed on top.
+    load_peak: usize,
     one_ttft: Duration,
     one_tok_s: f64,
     four_ttft: Duration,
@@ -171,15 +176,16 @@ struct Row {
 impl Row {
     fn header() -> String {
         format!(
-            "{:<20} {:>10} {:>12} {:>12} {:>14} {:>14} {:>10} {:>12}",
-            "", "weights", "1 req TTFT", "1 req tok/s", "4 req TTFT", "4 req tok/s", "KV (4)", "peak"
+            "{:<20} {:>10} {:>10} {:>12} {:>12} {:>14} {:>14} {:>10} {:>12}",
+            "", "weights", "load peak", "1 req TTFT", "1 req tok/s", "4 req TTFT", "4 req tok/s", "KV (4)", "peak"
         )
     }
 
     fn line(&self, who: &str) -> String {
         format!(
-            "{who:<20} {:>10} {:>9.0} ms {:>12.1} {:>11.0} ms {:>14.1} {:>10} {:>12}",
+            "{who:<20} {:>10} {:>10} {:>9.0} ms {:>12.1} {:>11.0} ms {:>14.1} {:>10} {:>12}",
             mb(self.weights),
+            mb(self.load_peak),
             self.one_ttft.as_secs_f64() * 1e3,
             self.one_tok_s,
             self.four_ttft.as_secs_f64() * 1e3,
@@ -251,6 +257,7 @@ fn run_batch(scheduler: &mut Scheduler, next_id: &mut u64, requests: Vec<Request
 /// quantization), on `loaded`: a warm-up request, 1 request, 4 at once.
 fn serve(args: &Args, loaded: LoadedModel) -> anyhow::Result<Row> {
     let weights = active_memory()?;
+    let load_peak = peak_memory()?;
     let mut scheduler = Scheduler::new(loaded, SchedulerConfig::default());
     let mut id = 0;
     run_batch(&mut scheduler, &mut id, vec![request(prompt(16, 99), 4)])?;
@@ -267,6 +274,7 @@ fn serve(args: &Args, loaded: LoadedModel) -> anyhow::Result<Row> {
     let decode_time = (ended - submitted).saturating_sub(last_first).as_secs_f64();
     let row = Row {
         weights,
+        load_peak,
         one_ttft: one[0].stats.time_to_first_token,
         one_tok_s: one[0].stats.generation_tps,
         four_ttft: four.iter().map(|c| c.stats.time_to_first_token).sum::<Duration>() / 4,
@@ -288,16 +296,19 @@ fn serve(args: &Args, loaded: LoadedModel) -> anyhow::Result<Row> {
 fn follow(dir: &Path, config: &GroupConfig) -> anyhow::Result<String> {
     let group = Rc::new(Group::init(config)?);
     let rank = group.rank();
+    reset_peak_memory()?;
     let loaded = model::load_share(dir, &OPTS, share_of(dir, config, &group)?)?;
     let weights = active_memory()?;
+    let load_peak = peak_memory()?;
     reset_peak_memory()?;
     let followed = engine::distributed::follow::follow(loaded.model.as_ref(), &group)?;
     // The follower's peak includes the warm-up request (smaller than the 4).
     let peak = peak_memory()?;
     Ok(format!(
-        "{:<20} {:>10} {:>12} {:>12} {:>14} {:>14} {:>10} {:>12}  ({} passes followed)",
+        "{:<20} {:>10} {:>10} {:>12} {:>12} {:>14} {:>14} {:>10} {:>12}  ({} passes followed)",
         format!("{}, rank {rank}", config.split),
         mb(weights),
+        mb(load_peak),
         "",
         "",
         "",

@@ -101,11 +101,12 @@
 //! KV heads must divide by the number of ranks. [`crate::model::load_tensor_parallel`]
 //! loads a rank's share; the sharded layers are `LayerLoader::linear_all_to_sharded`
 //! / `linear_sharded_to_all` in `model/layers.rs`, so any family that loads
-//! through them is split correctly (others refuse). Each rank reads a sharded
-//! tensor whole (lazily, one at a time) and keeps a copy of its slice: memory
-//! after load is its share (measured: 379.8 MB alone, 191.0 MB per rank of
-//! 2, `examples/tensor_parallel_bench.rs`), with one tensor above it at the
-//! peak; reading byte ranges straight from the file would avoid even that.
+//! through them is split correctly (others refuse). Each rank reads only its
+//! part of a sharded tensor from the safetensors file (`Weights::take_part`:
+//! one read for rows, one per row for columns): memory after load is its
+//! share (measured: 379.8 MB alone, 191.0 MB per rank of 2,
+//! `examples/split_model_bench.rs`), and the peak while loading 195.3 MB
+//! (206.0 MB when each rank read the whole tensor and kept a copy of its part).
 //! `examples/split_model_bench.rs` measures the serving path (the real
 //! scheduler over a [`LeaderModel`]): memory per rank and its speed.
 mod ffi_error;

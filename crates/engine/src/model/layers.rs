@@ -99,10 +99,10 @@ impl LayerLoader<'_> {
             return self.linear(path, in_features, out_features, bias);
         };
         let rows = tp.share(&format!("{path}'s output features"), out_features)?;
-        let weight = self.matrix(path, out_features, in_features)?.split(0, rows.clone())?;
+        let weight = self.matrix_part(path, out_features, in_features, 0, rows.clone())?;
         let bias = if bias {
-            let b = self.float(&format!("{path}.bias"), &[out_features])?;
-            Some(own_copy(&b.index(rows))?)
+            let b = self.weights.take_part(&format!("{path}.bias"), &[out_features], 0, rows)?;
+            Some(if b.dtype() == self.dtype { b } else { b.as_dtype(self.dtype)? })
         } else {
             None
         };
@@ -119,7 +119,7 @@ impl LayerLoader<'_> {
             return Ok(Projection::Whole(self.linear(path, in_features, out_features, bias)?));
         };
         let cols = tp.share(&format!("{path}'s input features"), in_features)?;
-        let weight = self.matrix(path, out_features, in_features)?.split(1, cols)?;
+        let weight = self.matrix_part(path, out_features, in_features, 1, cols)?;
         let bias = if bias {
             Some(self.float(&format!("{path}.bias"), &[out_features])?)
         } else {
@@ -145,27 +145,25 @@ impl LayerLoader<'_> {
         dim: i32,
         columns: Range<i32>,
     ) -> Result<(Embedding, Option<Range<i32>>)> {
-        let table = self.matrix(path, vocab, dim)?;
-        if columns == (0..dim) {
-            return Ok((Embedding { table, dtype: self.dtype }, None));
+        let straddles = |gs: i32| columns.start % gs != 0 || columns.end % gs != 0;
+        let quantized = self.weights.contains(&format!("{path}.scales"));
+        if columns == (0..dim) || quantized && straddles(self.quantized_spec(path)?.group_size) {
+            let table = self.matrix(path, vocab, dim)?;
+            let still = (columns != (0..dim)).then_some(columns);
+            return Ok((Embedding { table, dtype: self.dtype }, still));
         }
-        let splits = match &table {
-            Matrix::Float(_) => true,
-            Matrix::Quantized(q) => columns.start % q.spec.group_size == 0 && columns.end % q.spec.group_size == 0,
-        };
-        Ok(if splits {
-            (Embedding { table: table.split(1, columns)?, dtype: self.dtype }, None)
-        } else {
-            (Embedding { table, dtype: self.dtype }, Some(columns))
-        })
+        Ok((Embedding { table: self.matrix_part(path, vocab, dim, 1, columns)?, dtype: self.dtype }, None))
     }
 
     /// Output features `rows` of the linear layer at `path` (no bias), in
     /// memory of their own: a pipeline stage's part of a projection whose
     /// outputs belong to the layers.
     pub fn linear_rows(&mut self, path: &str, in_features: i32, out_features: i32, rows: Range<i32>) -> Result<Linear> {
-        let weight = self.matrix(path, out_features, in_features)?;
-        let weight = if rows == (0..out_features) { weight } else { weight.split(0, rows)? };
+        let weight = if rows == (0..out_features) {
+            self.matrix(path, out_features, in_features)?
+        } else {
+            self.matrix_part(path, out_features, in_features, 0, rows)?
+        };
         Ok(Linear { weight, bias: None })
     }
 
@@ -182,9 +180,7 @@ impl LayerLoader<'_> {
         if !self.weights.contains(&scales_name) {
             return Ok(ExpertMatrices::Float(self.float(&w_name, &[experts, rows, cols])?));
         }
-        let spec = self.quantization.for_module(path).ok_or_else(|| {
-            crate::Error::InvalidConfig(format!("{path} is stored quantized but config.json has no quantization for it"))
-        })?;
+        let spec = self.quantized_spec(path)?;
         let weight = self.weights.take(&w_name, &[experts, rows, spec.packed_cols(cols)])?;
         let scales = self.weights.take(&scales_name, &[experts, rows, spec.groups(cols)])?;
         let biases = self.weights.take(&format!("{path}.biases"), &[experts, rows, spec.groups(cols)])?;
@@ -208,20 +204,53 @@ impl LayerLoader<'_> {
         if !self.weights.contains(&scales_name) {
             return Ok(Matrix::Float(self.float(&w_name, &[rows, cols])?));
         }
-        // Quantized: a missing per-module spec means the checkpoint and its
-        // config disagree; the scales' shape then tells the group size.
-        let spec = match self.quantization.for_module(path) {
-            Some(spec) => spec,
-            None => {
-                return Err(crate::Error::InvalidConfig(format!(
-                    "{path} is stored quantized but config.json has no quantization for it"
-                )))
-            }
-        };
+        let spec = self.quantized_spec(path)?;
         let weight = self.weights.take(&w_name, &[rows, spec.packed_cols(cols)])?;
         let scales = self.weights.take(&scales_name, &[rows, spec.groups(cols)])?;
         let biases = self.weights.take(&format!("{path}.biases"), &[rows, spec.groups(cols)])?;
-        let q = QuantizedMatrix { weight, scales, biases, spec };
+        self.as_format(QuantizedMatrix { weight, scales, biases, spec })
+    }
+
+    /// This rank's part `range` of the rows (`axis` 0) or columns (`axis` 1)
+    /// of the `[rows, cols]` matrix at `path`, in memory of its own, read
+    /// from the file in part where it can be ([`Weights::take_part`]). A
+    /// quantized matrix splits along its groups: columns only at group
+    /// boundaries.
+    fn matrix_part(&mut self, path: &str, rows: i32, cols: i32, axis: usize, range: Range<i32>) -> Result<Matrix> {
+        let w_name = format!("{path}.weight");
+        let scales_name = format!("{path}.scales");
+        if !self.weights.contains(&scales_name) {
+            let t = self.weights.take_part(&w_name, &[rows, cols], axis, range)?;
+            return Ok(Matrix::Float(if t.dtype() == self.dtype { t } else { t.as_dtype(self.dtype)? }));
+        }
+        let spec = self.quantized_spec(path)?;
+        let (packed, groups) = if axis == 0 {
+            (range.clone(), range)
+        } else {
+            let gs = spec.group_size;
+            if range.start % gs != 0 || range.end % gs != 0 {
+                return Err(crate::Error::InvalidConfig(format!(
+                    "a quantized matrix splits only at its groups of {gs} columns, not at columns {range:?}"
+                )));
+            }
+            (spec.packed_cols(range.start)..spec.packed_cols(range.end), spec.groups(range.start)..spec.groups(range.end))
+        };
+        let weight = self.weights.take_part(&w_name, &[rows, spec.packed_cols(cols)], axis, packed)?;
+        let scales = self.weights.take_part(&scales_name, &[rows, spec.groups(cols)], axis, groups.clone())?;
+        let biases = self.weights.take_part(&format!("{path}.biases"), &[rows, spec.groups(cols)], axis, groups)?;
+        self.as_format(QuantizedMatrix { weight, scales, biases, spec })
+    }
+
+    /// The quantization of the module at `path`, stored quantized: a missing
+    /// spec means the checkpoint and its config disagree.
+    fn quantized_spec(&self, path: &str) -> Result<QuantSpec> {
+        self.quantization.for_module(path).ok_or_else(|| {
+            crate::Error::InvalidConfig(format!("{path} is stored quantized but config.json has no quantization for it"))
+        })
+    }
+
+    /// `q` as this load wants it: kept quantized, or dequantized to float32.
+    fn as_format(&self, q: QuantizedMatrix) -> Result<Matrix> {
         Ok(match self.format {
             WeightFormat::AsStored => Matrix::Quantized(q),
             WeightFormat::Float32 => Matrix::Float(q.dequantize_f32()?),
@@ -277,39 +306,6 @@ impl Matrix {
                 let s = q.scales.take_axis(ids, 0)?;
                 let b = q.biases.take_axis(ids, 0)?;
                 ops::dequantize(&w, &s, &b, q.spec.group_size, q.spec.bits)?
-            }
-        })
-    }
-
-    /// This rank's part `range` of the rows (`axis` 0) or columns (`axis` 1),
-    /// in memory of its own. A quantized matrix is split along its groups:
-    /// columns only at group boundaries.
-    fn split(self, axis: i32, range: std::ops::Range<i32>) -> Result<Matrix> {
-        let part = |t: &Array, r: std::ops::Range<i32>| -> Result<Array> {
-            own_copy(&if axis == 0 { t.index((r, ..)) } else { t.index((.., r)) })
-        };
-        Ok(match self {
-            Matrix::Float(w) => Matrix::Float(part(&w, range)?),
-            Matrix::Quantized(q) if axis == 0 => Matrix::Quantized(QuantizedMatrix {
-                weight: part(&q.weight, range.clone())?,
-                scales: part(&q.scales, range.clone())?,
-                biases: part(&q.biases, range)?,
-                spec: q.spec,
-            }),
-            Matrix::Quantized(q) => {
-                let gs = q.spec.group_size;
-                if range.start % gs != 0 || range.end % gs != 0 {
-                    return Err(crate::Error::InvalidConfig(format!(
-                        "a quantized matrix splits only at its groups of {gs} columns, not at columns {range:?}"
-                    )));
-                }
-                let (start, end) = (range.start, range.end);
-                Matrix::Quantized(QuantizedMatrix {
-                    weight: part(&q.weight, q.spec.packed_cols(start)..q.spec.packed_cols(end))?,
-                    scales: part(&q.scales, q.spec.groups(start)..q.spec.groups(end))?,
-                    biases: part(&q.biases, q.spec.groups(start)..q.spec.groups(end))?,
-                    spec: q.spec,
-                })
             }
         })
     }
@@ -395,14 +391,6 @@ impl Projection {
             }
         }
     }
-}
-
-/// A copy of `t` in memory of its own. A slice of a loaded tensor is a view
-/// that keeps the whole tensor alive: each rank would hold the full model.
-fn own_copy(t: &Array) -> Result<Array> {
-    let t = t.contiguous()?;
-    t.eval()?;
-    Ok(t.deep_clone())
 }
 
 #[derive(Debug, Clone)]

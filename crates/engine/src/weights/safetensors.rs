@@ -9,9 +9,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use mlx_rs::Array;
+use mlx_rs::{Array, Dtype};
 
-use super::Weights;
+use super::{StoredAt, Weights};
 use crate::error::{Error, Result};
 
 /// Loads every `*.safetensors` file in `dir` into one map (sharded checkpoints
@@ -19,8 +19,10 @@ use crate::error::{Error, Result};
 pub fn load_folder(dir: &Path) -> Result<Weights> {
     let files = shard_files(dir)?;
     let mut tensors = HashMap::new();
+    let mut stored = HashMap::new();
     for file in &files {
-        validate(file)?;
+        let header = validate(file)?;
+        stored.extend(locations(file, &header));
         let loaded = Array::load_safetensors(file).map_err(|e| Error::CorruptWeights {
             path: file.clone(),
             reason: e.to_string(),
@@ -32,7 +34,35 @@ pub fn load_folder(dir: &Path) -> Result<Weights> {
     } else {
         format!("{} safetensors files in {}", files.len(), dir.display())
     };
-    Ok(Weights::new(tensors, source))
+    Ok(Weights::new(tensors, source).with_stored(stored))
+}
+
+/// A validated header: where the data starts, and each tensor's entry.
+pub struct Header {
+    data_start: u64,
+    entries: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Where each tensor of `file` lies, for the dtypes MLX reads as they are.
+fn locations(file: &Path, header: &Header) -> HashMap<String, StoredAt> {
+    let dtype_of = |name: &str| match name {
+        "F32" => Some(Dtype::Float32),
+        "F16" => Some(Dtype::Float16),
+        "BF16" => Some(Dtype::Bfloat16),
+        "U32" => Some(Dtype::Uint32),
+        "I32" => Some(Dtype::Int32),
+        "U8" => Some(Dtype::Uint8),
+        _ => None,
+    };
+    header
+        .entries
+        .iter()
+        .filter_map(|(name, entry)| {
+            let dtype = dtype_of(entry.get("dtype")?.as_str()?)?;
+            let start = entry.get("data_offsets")?.get(0)?.as_u64()?;
+            Some((name.clone(), StoredAt { file: file.to_path_buf(), offset: header.data_start + start, dtype }))
+        })
+        .collect()
 }
 
 fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -54,7 +84,7 @@ fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// Checks the 8-byte header length, the JSON header, and that the file is as
 /// long as the header's largest data offset says.
-pub fn validate(path: &Path) -> Result<()> {
+pub fn validate(path: &Path) -> Result<Header> {
     let corrupt = |reason: String| Error::CorruptWeights { path: path.to_path_buf(), reason };
     let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
     let file_len = f.metadata().map_err(|e| Error::io(path, e))?.len();
@@ -84,5 +114,7 @@ pub fn validate(path: &Path) -> Result<()> {
             "truncated: the file has {file_len} of {expected} bytes"
         )));
     }
-    Ok(())
+    let mut entries = obj.clone();
+    entries.remove("__metadata__");
+    Ok(Header { data_start: 8 + header_len, entries })
 }
