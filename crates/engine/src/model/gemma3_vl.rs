@@ -96,8 +96,7 @@ fn gather_names(loader: &mut LayerLoader) {
     for name in names {
         if let Some(rest) = name.strip_prefix("model.") {
             if rest.starts_with("vision_tower.") || rest.starts_with("multi_modal_projector.") {
-                let t = loader.weights.remove(&name).expect("listed above");
-                loader.weights.insert(rest.to_string(), t);
+                loader.weights.rename(&name, rest);
             }
         }
     }

@@ -50,8 +50,7 @@ fn load(config: &Value, loader: &mut LayerLoader) -> Result<Box<dyn LanguageMode
     for name in names {
         if let Some(rest) = name.strip_prefix("model.") {
             if ["vision_tower.", "embed_vision.", "audio_tower.", "embed_audio."].iter().any(|t| rest.starts_with(t)) {
-                let t = loader.weights.remove(&name).expect("listed above");
-                loader.weights.insert(rest.to_string(), t);
+                loader.weights.rename(&name, rest);
             }
         }
     }

@@ -23,8 +23,7 @@ pub fn keep_language_model(loader: &mut LayerLoader, towers: &[&str], family: &s
             loader.weights.remove(&name);
             skipped += 1;
         } else if let Some((from, to)) = RENAME.iter().find(|(from, _)| name.starts_with(from)) {
-            let t = loader.weights.remove(&name).expect("listed above");
-            loader.weights.insert(format!("{to}{}", &name[from.len()..]), t);
+            loader.weights.rename(&name, format!("{to}{}", &name[from.len()..]));
         }
     }
     if skipped > 0 {

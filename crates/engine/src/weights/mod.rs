@@ -111,6 +111,19 @@ impl Weights {
         self.tensors.insert(name, t);
     }
 
+    /// Moves tensor `from` to name `to` (a family's naming scheme), keeping
+    /// where its file holds it. False when there is no `from`.
+    pub fn rename(&mut self, from: &str, to: impl Into<String>) -> bool {
+        let to = to.into();
+        let Some(t) = self.tensors.remove(from) else { return false };
+        match self.stored.remove(from) {
+            Some(at) => self.stored.insert(to.clone(), at),
+            None => self.stored.remove(&to),
+        };
+        self.tensors.insert(to, t);
+        true
+    }
+
     pub fn remove(&mut self, name: &str) -> Option<Array> {
         self.stored.remove(name);
         self.tensors.remove(name)
@@ -197,7 +210,9 @@ mod part_tests {
     fn a_part_of_rows_or_columns_is_read_from_the_file() {
         for dtype in [Dtype::Float32, Dtype::Bfloat16, Dtype::Uint32] {
             let (dir, t) = folder(dtype);
-            let rows = load_folder(dir.path()).unwrap().take_part("t", &[4, 6], 0, 1..3).unwrap();
+            let mut weights = load_folder(dir.path()).unwrap();
+            assert!(weights.stored.contains_key("t"), "where the file holds it is known");
+            let rows = weights.take_part("t", &[4, 6], 0, 1..3).unwrap();
             assert!(rows.eq_values(&t.index((1..3, ..))).unwrap(), "{dtype:?}");
             let columns = load_folder(dir.path()).unwrap().take_part("t", &[4, 6], 1, 2..5).unwrap();
             assert_eq!(columns.shape(), &[4, 3]);
@@ -213,6 +228,21 @@ mod part_tests {
         weights.insert("t", doubled.clone());
         let part = weights.take_part("t", &[4, 6], 1, 0..2).unwrap();
         assert!(part.eq_values(&doubled.index((.., 0..2))).unwrap());
+    }
+
+    #[test]
+    fn a_renamed_tensor_is_still_read_in_part_and_a_replaced_one_is_not() {
+        let (dir, t) = folder(Dtype::Float32);
+        let mut weights = load_folder(dir.path()).unwrap();
+        assert!(weights.rename("t", "model.t"));
+        assert!(!weights.rename("t", "again"));
+        assert!(weights.stored.contains_key("model.t") && !weights.stored.contains_key("t"));
+        let part = weights.take_part("model.t", &[4, 6], 0, 2..4).unwrap();
+        assert!(part.eq_values(&t.index((2..4, ..))).unwrap());
+        let mut weights = load_folder(dir.path()).unwrap();
+        weights.insert("u", t.clone());
+        assert!(weights.rename("u", "t"), "over the stored one");
+        assert!(!weights.stored.contains_key("t"));
     }
 
     #[test]

@@ -168,9 +168,7 @@ fn rename_weights(loader: &mut LayerLoader) {
     let names: Vec<String> = loader.weights.names().map(str::to_owned).collect();
     for name in names {
         if let Some((from, to)) = MAP.iter().find(|(from, _)| name.starts_with(from)) {
-            let renamed = format!("{to}{}", &name[from.len()..]);
-            let t = loader.weights.remove(&name).expect("listed above");
-            loader.weights.insert(renamed, t);
+            loader.weights.rename(&name, format!("{to}{}", &name[from.len()..]));
         }
     }
 }

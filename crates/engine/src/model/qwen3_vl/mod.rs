@@ -70,8 +70,7 @@ pub fn gather_tower(loader: &mut LayerLoader) {
     let names: Vec<String> = loader.weights.names().map(str::to_owned).collect();
     for name in names {
         if let Some(from) = SCHEMES.iter().find(|p| name.starts_with(*p)) {
-            let t = loader.weights.remove(&name).expect("listed above");
-            loader.weights.insert(format!("{TOWER}.{}", &name[from.len()..]), t);
+            loader.weights.rename(&name, format!("{TOWER}.{}", &name[from.len()..]));
         }
     }
 }
