@@ -146,11 +146,8 @@ impl LayerLoader<'_> {
         columns: Range<i32>,
     ) -> Result<(Embedding, Option<Range<i32>>)> {
         let straddles = |gs: i32| columns.start % gs != 0 || columns.end % gs != 0;
-        let quantized = self.weights.contains(&format!("{path}.scales"));
-        if columns == (0..dim) || quantized && straddles(self.quantized_spec(path)?.group_size) {
-            let table = self.matrix(path, vocab, dim)?;
-            let still = (columns != (0..dim)).then_some(columns);
-            return Ok((Embedding { table, dtype: self.dtype }, still));
+        if self.weights.contains(&format!("{path}.scales")) && straddles(self.quantized_spec(path)?.group_size) {
+            return Ok((Embedding { table: self.matrix(path, vocab, dim)?, dtype: self.dtype }, Some(columns)));
         }
         Ok((Embedding { table: self.matrix_part(path, vocab, dim, 1, columns)?, dtype: self.dtype }, None))
     }
@@ -159,12 +156,7 @@ impl LayerLoader<'_> {
     /// memory of their own: a pipeline stage's part of a projection whose
     /// outputs belong to the layers.
     pub fn linear_rows(&mut self, path: &str, in_features: i32, out_features: i32, rows: Range<i32>) -> Result<Linear> {
-        let weight = if rows == (0..out_features) {
-            self.matrix(path, out_features, in_features)?
-        } else {
-            self.matrix_part(path, out_features, in_features, 0, rows)?
-        };
-        Ok(Linear { weight, bias: None })
+        Ok(Linear { weight: self.matrix_part(path, out_features, in_features, 0, rows)?, bias: None })
     }
 
     pub fn rms_norm(&mut self, path: &str, dim: i32, eps: f32) -> Result<RmsNorm> {
@@ -215,8 +207,11 @@ impl LayerLoader<'_> {
     /// of the `[rows, cols]` matrix at `path`, in memory of its own, read
     /// from the file in part where it can be ([`Weights::take_part`]). A
     /// quantized matrix splits along its groups: columns only at group
-    /// boundaries.
+    /// boundaries. The whole of it (one process) is [`Self::matrix`].
     fn matrix_part(&mut self, path: &str, rows: i32, cols: i32, axis: usize, range: Range<i32>) -> Result<Matrix> {
+        if range == (0..[rows, cols][axis]) {
+            return self.matrix(path, rows, cols);
+        }
         let w_name = format!("{path}.weight");
         let scales_name = format!("{path}.scales");
         if !self.weights.contains(&scales_name) {

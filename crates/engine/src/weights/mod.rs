@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::path::PathBuf;
 
-use mlx_rs::{ops::indexing::IndexOp, Array, Dtype};
+use mlx_rs::{ops::indexing::IndexOp, Array};
 
 use crate::error::{Error, Result};
 pub use quantization::{QuantSpec, Quantization};
@@ -32,7 +32,6 @@ pub struct StoredAt {
     pub file: PathBuf,
     /// Of its first byte, from the file's start.
     pub offset: u64,
-    pub dtype: Dtype,
 }
 
 impl Weights {
@@ -95,7 +94,7 @@ impl Weights {
         }
         match at {
             // the lazy `whole` is dropped unread
-            Some(at) => read_part(&at, whole.item_size(), expected, axis, range).map_err(|e| Error::io(&at.file, e)),
+            Some(at) => read_part(&at, &whole, axis, range).map_err(|e| Error::io(&at.file, e)),
             None => {
                 let part = if axis == 0 { whole.index(range) } else { whole.index((.., range)) };
                 own_copy(&part)
@@ -150,11 +149,12 @@ pub fn own_copy(t: &Array) -> Result<Array> {
     Ok(t.deep_clone())
 }
 
-/// Reads part `range` of dimension `axis` (0 or 1) of the tensor of shape
-/// `shape` (of `item`-byte values) stored at `at`: one read for rows, one
-/// per row for columns.
-fn read_part(at: &StoredAt, item: usize, shape: &[i32], axis: usize, range: Range<i32>) -> std::io::Result<Array> {
+/// Reads part `range` of dimension `axis` (0 or 1) of `whole` (still
+/// unread: its shape and dtype) from where the file stores it, `at`: one
+/// read for rows, one per row for columns.
+fn read_part(at: &StoredAt, whole: &Array, axis: usize, range: Range<i32>) -> std::io::Result<Array> {
     use std::os::unix::fs::FileExt;
+    let (shape, item) = (whole.shape(), whole.item_size());
     let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
     let (start, len) = (range.start as usize, range.len());
     let file = std::fs::File::open(&at.file)?;
@@ -174,8 +174,8 @@ fn read_part(at: &StoredAt, item: usize, shape: &[i32], axis: usize, range: Rang
         }
         buf
     };
-    // SAFETY: `bytes` holds exactly `part_shape` items of `dtype`; MLX copies them.
-    Ok(unsafe { Array::from_raw_data(bytes.as_ptr().cast(), &part_shape, at.dtype) })
+    // SAFETY: `bytes` holds exactly `part_shape` items of the dtype; MLX copies them.
+    Ok(unsafe { Array::from_raw_data(bytes.as_ptr().cast(), &part_shape, whole.dtype()) })
 }
 
 pub fn check_shape(name: &str, t: &Array, expected: &[i32]) -> Result<()> {

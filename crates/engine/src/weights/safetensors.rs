@@ -9,7 +9,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use mlx_rs::{Array, Dtype};
+use mlx_rs::Array;
 
 use super::{StoredAt, Weights};
 use crate::error::{Error, Result};
@@ -43,24 +43,15 @@ pub struct Header {
     entries: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Where each tensor of `file` lies, for the dtypes MLX reads as they are.
+/// Where each tensor of `file` lies (its bytes are laid out as MLX holds
+/// the array it loads, so a part of them is a part of the array).
 fn locations(file: &Path, header: &Header) -> HashMap<String, StoredAt> {
-    let dtype_of = |name: &str| match name {
-        "F32" => Some(Dtype::Float32),
-        "F16" => Some(Dtype::Float16),
-        "BF16" => Some(Dtype::Bfloat16),
-        "U32" => Some(Dtype::Uint32),
-        "I32" => Some(Dtype::Int32),
-        "U8" => Some(Dtype::Uint8),
-        _ => None,
-    };
     header
         .entries
         .iter()
         .filter_map(|(name, entry)| {
-            let dtype = dtype_of(entry.get("dtype")?.as_str()?)?;
             let start = entry.get("data_offsets")?.get(0)?.as_u64()?;
-            Some((name.clone(), StoredAt { file: file.to_path_buf(), offset: header.data_start + start, dtype }))
+            Some((name.clone(), StoredAt { file: file.to_path_buf(), offset: header.data_start + start }))
         })
         .collect()
 }
