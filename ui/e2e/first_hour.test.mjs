@@ -248,8 +248,19 @@ describe('the first hour', () => {
     }
     assert.ok(id, 'a model to download');
     const error = () => browser.$(`[data-testid="catalog-model"][data-model-id="${id}"] [data-testid="download-error"]`);
-    await waitFor(browser, 'the download error', async () => (await error()).isExisting(), 60_000);
-    assert.match(await textOf(browser, await error()), /No connection to Hugging Face/);
+    // The card re-renders while the download's state settles: an element
+    // found a moment ago can be gone when its text is read (a fresh-clone run
+    // failed on "stale element"), so look it up again until it says why.
+    let reason = '';
+    await waitFor(browser, 'the download error', async () => {
+      try {
+        reason = (await (await error()).isExisting()) ? await textOf(browser, await error()) : '';
+      } catch {
+        reason = ''; // replaced between the lookup and the read
+      }
+      return reason !== '';
+    }, 60_000);
+    assert.match(reason, /No connection to Hugging Face/);
     await new Promise((r) => setTimeout(r, 6500)); // the old toast vanished after 6 s
     assert.equal(await (await error()).isExisting(), true, 'the reason stays on the card');
     assert.equal(await (await browser.$(`[data-testid="catalog-model"][data-model-id="${id}"] [data-testid="retry-download"]`)).isExisting(), true);
