@@ -57,6 +57,10 @@ export class App {
   /** Finished replies are read out from here (a polite live region, visually hidden). */
   private announcer = h('div', { class: 'sr-only', role: 'status', 'aria-live': 'polite', 'data-testid': 'announcer' });
   private dropOverlay = h('div', { class: 'drop-overlay', hidden: true }, h('div', {}, 'Drop images to attach'));
+  /** What the chat not created yet (the empty "New chat") sets for itself:
+   * it is created by its first message, so settings alone add no empty chat
+   * to the sidebar. */
+  private unsavedSettings: ChatSettings | null = null;
   /** Chats answering at the last stream event, to redraw the sidebar only when that changes. */
   private answering = '';
 
@@ -134,6 +138,8 @@ export class App {
     await events.downloadProgress((p) => this.models.onProgress(p));
     await events.downloadDone((d) => {
       this.models.onDone(d);
+      // a model that sees images may be on disk now: the composer's offer names it
+      void this.composer.refreshOffer();
       if (d.ok) this.toast(`Downloaded ${d.id}`);
     });
     await events.serverStatus((s) => { this.server = s; this.settings.setServer(s); this.renderStatus(); });
@@ -197,17 +203,29 @@ export class App {
   /** The composer's model line and thinking switch, for the open chat. */
   private updateComposer(): void {
     const s = this.status;
-    const own = this.chat?.settings ?? {};
+    const own = this.ownSettings() ?? {};
     const answering = s?.model ?? s?.idle_unloaded;
     const chatModel = own.model && own.model !== answering?.id ? own.model : null;
     this.composer.setModel(answering ? { name: answering.name, vision: answering.vision } : null, chatModel);
     this.composer.showThinking(!!s?.model?.thinking, own.thinking ?? this.globalSettings?.thinking ?? true);
   }
 
-  /** Changes the open chat's own settings (a new chat if none is open). */
+  /** The open chat's own settings (the unsaved ones of a chat not created yet). */
+  private ownSettings(): ChatSettings | null {
+    return this.chat ? this.chat.settings : this.unsavedSettings;
+  }
+
+  /** Changes the open chat's own settings (kept for the first message when no chat is open). */
   private async updateChatSettings(change: (own: ChatSettings) => ChatSettings): Promise<void> {
     try {
-      const chat = this.chat ?? await api.createChat();
+      const chat = this.chat;
+      if (!chat) {
+        const next = change(this.unsavedSettings ?? {});
+        this.unsavedSettings = Object.values(next).some((v) => v !== null && v !== undefined) ? next : null;
+        if (this.page === 'chat') this.renderHeader();
+        this.updateComposer();
+        return;
+      }
       const updated = await api.setChatSettings(chat.id, change(chat.settings ?? {}));
       if (!this.chat || this.chat.id === updated.id) this.chat = updated;
       // the header's "Chat settings •" says whether the chat sets anything itself
@@ -228,7 +246,7 @@ export class App {
         ...gallery.local.filter((m) => m.supported && !m.partial).map((m) => ({ id: m.id, name: m.name })),
       ];
       const chosen = await chatSettingsDialog({
-        own: this.chat?.settings ?? {}, global: view.settings, answerFormat: this.chat?.answer_format ?? null, models, presets,
+        own: this.ownSettings() ?? {}, global: view.settings, answerFormat: this.chat?.answer_format ?? null, models, presets,
       }, (m) => this.toast(m));
       if (chosen) await this.updateChatSettings(() => chosen);
     } catch (e) {
@@ -287,7 +305,7 @@ export class App {
       }, icon('sidebar', 18)),
       h('h1', { class: 'chat-title-main', 'data-testid': 'chat-title' }, this.chat?.title || 'New chat'),
       h('button', { class: 'chat-settings-button', 'data-testid': 'open-chat-settings', title: 'This chat’s settings: system prompt, model, thinking, sampling, context', onclick: () => void this.openChatSettings() },
-        this.chat?.settings ? 'Chat settings •' : 'Chat settings'),
+        this.ownSettings() ? 'Chat settings •' : 'Chat settings'),
       h('button', { class: 'model-pill', title: 'Change model', onclick: () => this.go('models') }, model));
     if (this.chat) {
       this.header.insertBefore(h('button', { class: 'chat-settings-button', 'data-testid': 'export-chat', title: 'Save this chat as Markdown and JSON (every branch), with its images', onclick: () => void this.exportChat() }, 'Export'), this.header.lastChild);
@@ -312,7 +330,8 @@ export class App {
     if (this.chat && this.chat.id !== chat?.id) this.streams.settle(this.chat.id);
     this.chat = chat;
     this.editing = null;
-    this.composer.endEdit();
+    // each chat keeps its own unsent text and images
+    this.composer.switchTo(chat?.id ?? 'new');
     this.composer.showAnswerFormat(chat?.answer_format ?? null);
     this.updateComposer();
     this.showPage();
@@ -324,6 +343,7 @@ export class App {
   /** The sidebar deleted a chat: its reply (if any) is gone with it. */
   private chatDeleted(chatId: number): void {
     this.streams.abandon(chatId);
+    this.composer.forget(chatId);
     if (this.chat?.id === chatId) void this.openChat(null);
   }
 
@@ -351,6 +371,7 @@ export class App {
     try {
       const chat = this.chat ?? await api.createChat();
       const updated = await api.setAnswerFormat(chat.id, format);
+      if (!this.chat) this.composer.adopt(updated.id);
       if (!this.chat || this.chat.id === updated.id) this.chat = updated;
       this.composer.showAnswerFormat(updated.answer_format);
       void this.sidebar.refresh();
@@ -372,7 +393,10 @@ export class App {
     try {
       if (!chat) {
         chat = await api.createChat();
+        if (this.unsavedSettings) chat = await api.setChatSettings(chat.id, this.unsavedSettings);
+        this.unsavedSettings = null;
         this.chat = chat;
+        this.composer.adopt(chat.id);
       }
       const chatId = chat.id;
       const handler = this.streams.begin(chatId);
@@ -491,7 +515,7 @@ export class App {
   private showMessages(): void {
     const chat = this.chat;
     const live = chat ? this.streams.get(chat.id) : undefined;
-    this.chatView.ownMaxTokens = chat?.settings?.max_tokens != null;
+    this.chatView.ownMaxTokens = this.ownSettings()?.max_tokens != null;
     this.chatView.show(this.messages, live && !live.finished ? live : null);
     this.composer.setBusy(!!chat && this.streams.isRunning(chat.id));
   }

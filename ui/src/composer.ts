@@ -3,7 +3,11 @@
 // window drops arrive through addPaths from main.ts. Under the box: which
 // model answers and whether it sees images. A model that reads text only
 // never gets a new image: the box says so and offers a model that sees them.
+// Each chat keeps its own draft (text and images; see drafts.ts). Each image
+// is checked as it is attached (the app decodes it): a bad file is named,
+// marked and never sent.
 import { api, attachmentUrl, errorText, type Attachment, type Outgoing } from './api';
+import { Drafts, fileName, type Draft, type DraftKey } from './drafts';
 import { AnswerFormatPanel, describeFormat, type AnswerFormat } from './answerFormat';
 import { clear, h } from './dom';
 import { icon } from './icons';
@@ -42,7 +46,14 @@ export class Composer {
   private formatLine: HTMLElement;
   private formatPanel: AnswerFormatPanel;
   private answerFormat: AnswerFormat | null = null;
-  private attachments: Attachment[] = [];
+  private rejectedLine: HTMLElement;
+  private drafts = new Drafts();
+  /** The open chat's draft; the box's text is written into it when the chat changes. */
+  private draft: Draft = this.drafts.get('new');
+  /** The draft as it was before an edit began, put back when the edit ends. */
+  private beforeEdit: Draft | null = null;
+  /** Counts offers being worked out: only the latest may show. */
+  private offerSeq = 0;
   private busy = false;
   private pending = 0;
   private model: ComposerModel | null = null;
@@ -60,6 +71,7 @@ export class Composer {
     this.input.addEventListener('input', () => this.autosize());
     this.input.addEventListener('paste', (e) => this.onPaste(e));
     this.thumbs = h('div', { class: 'thumbs', 'data-testid': 'composer-thumbs' });
+    this.rejectedLine = h('div', { class: 'thumb-errors', 'data-testid': 'composer-rejected', hidden: true });
     this.sendButton = h('button', { class: 'send primary', title: 'Send (Enter)', 'data-testid': 'send', onclick: () => void this.submit() }, 'Send');
     this.stopButton = h('button', { class: 'stop', title: 'Stop (Esc)', 'data-testid': 'stop', onclick: () => { this.hooks.stop(); this.input.focus(); } }, icon('stop', 14), 'Stop');
     this.editBanner = h('div', { class: 'edit-banner', hidden: true });
@@ -76,6 +88,7 @@ export class Composer {
       this.offer,
       this.formatPanel.el,
       this.thumbs,
+      this.rejectedLine,
       h('div', { class: 'composer-row' }, this.attachButton, this.formatButton, this.input, this.stopButton, this.sendButton),
       h('div', { class: 'composer-foot' },
         h('span', {}, this.thinkingButton, this.modelLine, this.formatLine),
@@ -131,22 +144,58 @@ export class Composer {
   /** Fills the box for editing a message you sent; `onCancel` leaves edit
    * mode. `earlier`: not the last one (the banner says what follows it stays). */
   startEdit(text: string, attachments: Attachment[], onCancel: () => void, earlier = false): void {
+    this.beforeEdit ??= { text: this.input.value, attachments: this.draft.attachments, rejected: this.draft.rejected };
     this.input.value = text;
-    this.attachments = [...attachments];
+    this.draft.attachments = [...attachments];
+    this.draft.rejected = [];
     this.renderThumbs();
     clear(this.editBanner);
     this.editBanner.append(
       h('span', { 'data-testid': 'edit-banner-text' }, earlier
         ? 'Editing an earlier message: sending starts a new branch from it (‹ › goes back to this one and what followed).'
         : 'Editing your last message: sending starts a new branch (‹ › goes back to this one).'),
-      h('button', { class: 'link', onclick: () => { this.endEdit(); onCancel(); } }, 'Cancel'));
+      h('button', { class: 'link', onclick: () => { this.cancelEdit(); onCancel(); } }, 'Cancel'));
     this.editBanner.hidden = false;
     this.autosize();
     this.input.focus();
   }
 
+  /** Leaves edit mode; the draft from before the edit comes back. */
   endEdit(): void {
     this.editBanner.hidden = true;
+    const before = this.beforeEdit;
+    this.beforeEdit = null;
+    if (!before) return;
+    this.draft.attachments = before.attachments;
+    this.draft.rejected = before.rejected;
+    this.input.value = before.text;
+    this.renderThumbs();
+    this.autosize();
+  }
+
+  /** Leaves edit mode without sending (the same as endEdit: what was there before comes back). */
+  cancelEdit(): void {
+    this.endEdit();
+  }
+
+  /** Shows another chat's draft, keeping this one's (an edit under way is given up). */
+  switchTo(key: DraftKey): void {
+    this.endEdit();
+    this.draft.text = this.input.value;
+    this.draft = this.drafts.get(key);
+    this.input.value = this.draft.text;
+    this.renderThumbs();
+    this.autosize();
+  }
+
+  /** The new chat's draft is now that chat's (it was created by sending). */
+  adopt(key: number): void {
+    this.drafts.move('new', key);
+  }
+
+  /** A deleted chat's draft goes with it. */
+  forget(key: DraftKey): void {
+    this.drafts.forget(key);
   }
 
   focus(): void {
@@ -162,24 +211,29 @@ export class Composer {
   }
 
   async addPaths(paths: string[]): Promise<void> {
-    for (const path of paths) await this.addWith(() => api.addAttachmentPath(path));
+    for (const path of paths) await this.addWith(() => api.addAttachmentPath(path), fileName(path));
   }
 
   private sendsImages(): boolean {
     return !this.model || this.model.vision;
   }
 
-  private async addWith(store: () => Promise<Attachment | null>): Promise<void> {
+  /** Stores an image into the draft it was attached to (the chat may
+   * change meanwhile). A file refused by the app is kept in the draft by
+   * `name`, marked; with no name (the clipboard could not be read) it is a toast. */
+  private async addWith(store: () => Promise<Attachment | null>, name: string | null): Promise<void> {
+    const draft = this.draft;
     this.pending++;
     this.updateSendable();
     try {
       const a = await store();
-      if (a && !this.attachments.some((x) => x.sha256 === a.sha256)) this.attachments.push(a);
-      this.renderThumbs();
+      if (a && !draft.attachments.some((x) => x.sha256 === a.sha256)) draft.attachments.push(a);
     } catch (e) {
-      this.hooks.toast(errorText(e));
+      if (name === null) this.hooks.toast(errorText(e));
+      else draft.rejected.push({ name, reason: errorText(e) });
     } finally {
       this.pending--;
+      if (draft === this.draft) this.renderThumbs();
       this.updateSendable();
     }
   }
@@ -203,7 +257,7 @@ export class Composer {
     const files = [...(data?.files ?? [])].filter((f) => f.type.startsWith('image/'));
     if (files.length > 0) {
       e.preventDefault();
-      for (const f of files) void this.addWith(async () => api.addAttachmentBytes(new Uint8Array(await f.arrayBuffer())));
+      for (const f of files) void this.addWith(async () => api.addAttachmentBytes(new Uint8Array(await f.arrayBuffer())), f.name || 'The pasted image');
       return;
     }
     // WebKitGTK hands the page no file for a copied picture: with no text
@@ -216,26 +270,46 @@ export class Composer {
         } catch (err) {
           throw new Error(`Pasting an image is not available here (${errorText(err)}). Drop the file on the window or use the picture button.`);
         }
-      });
+      }, null);
     }
   }
 
   private renderThumbs(): void {
     clear(this.thumbs);
-    for (const a of this.attachments) {
-      this.thumbs.append(h('div', { class: 'thumb', 'data-testid': 'composer-thumb', 'data-sha': a.sha256 },
-        h('img', { src: attachmentUrl(a.sha256), alt: 'Attached image' }),
+    clear(this.rejectedLine);
+    const draft = this.draft;
+    for (const a of draft.attachments) {
+      const img = h('img', { src: attachmentUrl(a.sha256), alt: 'Attached image' });
+      const thumb = h('div', { class: 'thumb', 'data-testid': 'composer-thumb', 'data-sha': a.sha256 }, img,
         h('button', { class: 'remove', title: 'Remove', 'aria-label': 'Remove image', 'data-testid': 'remove-thumb',
-          onclick: () => { this.attachments = this.attachments.filter((x) => x !== a); this.renderThumbs(); } }, '×')));
+          onclick: () => { draft.attachments = draft.attachments.filter((x) => x !== a); this.renderThumbs(); } }, '×'));
+      // never a blank square: a picture the web view cannot show is marked
+      img.addEventListener('error', () => thumb.classList.add('bad'));
+      this.thumbs.append(thumb);
     }
-    this.thumbs.hidden = this.attachments.length === 0;
+    for (const r of draft.rejected) {
+      this.thumbs.append(h('div', { class: 'thumb bad', 'data-testid': 'composer-thumb-bad', title: `${r.name}: ${r.reason}`, role: 'img', 'aria-label': `${r.name}, not attached` },
+        h('span', { class: 'thumb-mark', 'aria-hidden': 'true' }, '!'),
+        h('span', { class: 'thumb-name' }, r.name),
+        h('button', { class: 'remove', title: 'Remove', 'aria-label': `Remove ${r.name}`, 'data-testid': 'remove-thumb',
+          onclick: () => { draft.rejected = draft.rejected.filter((x) => x !== r); this.renderThumbs(); } }, '×')));
+      this.rejectedLine.append(h('div', {}, h('strong', {}, r.name), ` is not attached: ${r.reason}`));
+    }
+    this.thumbs.hidden = draft.attachments.length + draft.rejected.length === 0;
+    this.rejectedLine.hidden = draft.rejected.length === 0;
     this.updateSendable();
     void this.renderOffer();
   }
 
+  /** The models on disk changed (a download ended, one was deleted): the offer names what is there now. */
+  refreshOffer(): Promise<void> {
+    return this.renderOffer();
+  }
+
   /** With images and a model that cannot see them: say so, and offer one that can. */
   private async renderOffer(): Promise<void> {
-    const show = !this.sendsImages() && (this.attachments.length > 0 || this.offerWanted);
+    const seq = ++this.offerSeq;
+    const show = !this.sendsImages() && (this.draft.attachments.length > 0 || this.offerWanted);
     if (!show) {
       this.offer.hidden = true;
       this.offerWanted = false;
@@ -244,7 +318,8 @@ export class Composer {
     const model = this.model!;
     let candidates: { id: string; name: string }[] = [];
     try { candidates = await this.hooks.visionModels(); } catch { /* the Models button still helps */ }
-    if (this.sendsImages()) return; // a vision model loaded meanwhile
+    // the model or the images changed meanwhile: a later call says what holds now
+    if (seq !== this.offerSeq) return;
     clear(this.offer);
     this.offer.append(
       h('span', {}, `${model.name} cannot see images, so they cannot be sent to it.`),
@@ -264,9 +339,10 @@ export class Composer {
 
   private async submit(): Promise<void> {
     if (this.busy || this.pending > 0) return;
+    const draft = this.draft;
     const text = this.input.value.trim();
-    if (!text && this.attachments.length === 0) return;
-    if (this.attachments.length > 0 && !this.sendsImages()) {
+    if (!text && draft.attachments.length === 0) return;
+    if (draft.attachments.length > 0 && !this.sendsImages()) {
       // refused here, before anything is stored: the text and images stay
       await this.renderOffer();
       this.offer.classList.remove('nudge');
@@ -274,20 +350,23 @@ export class Composer {
       this.offer.classList.add('nudge');
       return;
     }
-    const message = { text, attachments: this.attachments.map((a) => a.sha256) };
+    // the files refused as they were attached are not sent, and go with the message
+    const message = { text, attachments: draft.attachments.map((a) => a.sha256) };
     // cleared at once, as chat apps do; put back if sending fails
-    const kept = { value: this.input.value, attachments: this.attachments };
+    const kept = { text: this.input.value, attachments: draft.attachments, rejected: draft.rejected };
     this.input.value = '';
-    this.attachments = [];
+    Object.assign(draft, { text: '', attachments: [], rejected: [] });
     this.renderThumbs();
     this.autosize();
     if (await this.hooks.send(message)) {
-      this.endEdit();
+      if (draft === this.draft) this.endEdit();
     } else {
-      this.input.value = kept.value;
-      this.attachments = kept.attachments;
-      this.renderThumbs();
-      this.autosize();
+      Object.assign(draft, kept);
+      if (draft === this.draft) {
+        this.input.value = kept.text;
+        this.renderThumbs();
+        this.autosize();
+      }
     }
   }
 }
