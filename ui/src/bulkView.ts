@@ -5,6 +5,7 @@
 import { api, attachmentUrl, errorText, type BulkEvent, type BulkJob, type BulkRow } from './api';
 import { readFormat, type AnswerFormat } from './answerFormat';
 import { answerColumns, counts, fieldCell, progressLine } from './bulkTable';
+import { whyCannotRun, type BulkModel } from './bulkReadiness';
 import { clear, h } from './dom';
 import { confirmDialog } from './modal';
 
@@ -19,7 +20,12 @@ export class BulkView {
   private job: BulkJob | null = null;
   private rows: BulkRow[] = [];
   private eta: number | null = null;
-  private exported = '';
+  /** The last export's path, of the job it is of (another job does not show it). */
+  private exported: { jobId: number; path: string } | null = null;
+  private model: BulkModel | null = null;
+  private runButton: HTMLButtonElement;
+  /** Why Run is off (no model, one that reads text only), beside it. */
+  private runBlocked = h('div', { class: 'muted small bulk-run-blocked', 'data-testid': 'bulk-run-blocked', role: 'status', hidden: true });
   /** Jobs whose run streams to this page; one running elsewhere (started
    * before a reload) is followed by reading its rows again every second. */
   private streaming = new Set<number>();
@@ -44,6 +50,7 @@ export class BulkView {
     this.fields = h('input', { type: 'text', placeholder: 'colour, objects, mood', 'aria-label': 'Column names', 'data-testid': 'bulk-format-fields' });
     this.schema = h('textarea', { rows: 4, placeholder: '{"type": "object", "properties": {…}}', 'aria-label': 'JSON schema', 'data-testid': 'bulk-format-schema' });
     this.maxTokens = h('input', { type: 'number', min: 1, max: 8192, value: 256, 'aria-label': 'Most tokens per answer', 'data-testid': 'bulk-max-tokens' });
+    this.runButton = h('button', { class: 'primary', 'data-testid': 'bulk-run', onclick: () => void this.createAndRun() }, 'Run');
     const form = h('div', { class: 'card bulk-form' },
       this.dropped,
       h('div', { class: 'bulk-form-row' },
@@ -53,7 +60,8 @@ export class BulkView {
       h('div', { class: 'bulk-form-row' },
         h('label', {}, 'Answer as ', this.kind),
         h('label', {}, 'Most tokens ', this.maxTokens),
-        h('button', { class: 'primary', 'data-testid': 'bulk-run', onclick: () => void this.createAndRun() }, 'Run')),
+        this.runButton),
+      this.runBlocked,
       this.fields,
       this.schema,
       this.formError);
@@ -65,6 +73,16 @@ export class BulkView {
       this.jobPane);
     this.syncFormat();
     this.renderDropped();
+  }
+
+  /** The model that would answer (null: none loaded): Run is off, saying why, for one that cannot see images. */
+  setModel(model: BulkModel | null): void {
+    this.model = model;
+    const why = whyCannotRun(model);
+    this.runButton.disabled = why !== null;
+    this.runBlocked.textContent = why ?? '';
+    this.runBlocked.hidden = why === null;
+    this.renderJob();
   }
 
   /** Dropped files and folders (a folder's images are taken when the job is made). */
@@ -110,6 +128,7 @@ export class BulkView {
   }
 
   private async createAndRun(): Promise<void> {
+    if (whyCannotRun(this.model)) return;
     const prompt = this.prompt.value.trim();
     if (!this.paths.length) return this.showFormError('Drop some images (or a folder) first.');
     if (!prompt) return this.showFormError('Write the question to ask about every image.');
@@ -183,8 +202,9 @@ export class BulkView {
 
   private async export(format: 'csv' | 'jsonl'): Promise<void> {
     if (!this.job) return;
+    const jobId = this.job.id;
     try {
-      this.exported = await api.exportBulkJob(this.job.id, format);
+      this.exported = { jobId, path: await api.exportBulkJob(jobId, format) };
     } catch (e) {
       this.opts.toast(errorText(e));
     }
@@ -206,7 +226,6 @@ export class BulkView {
       await api.deleteBulkJob(job.id);
       this.job = null;
       this.rows = [];
-      this.exported = '';
       clear(this.jobPane);
       await this.refresh();
     } catch (e) {
@@ -221,11 +240,13 @@ export class BulkView {
     this.follow(job);
     const running = job.status === 'running';
     const { done, failed, left } = counts(this.rows);
+    const blocked = whyCannotRun(this.model);
     const bar = h('progress', { max: this.rows.length, value: done + failed, 'aria-label': 'Images answered', 'data-testid': 'bulk-progress' });
     const actions = h('div', { class: 'bulk-actions' },
       running ? h('button', { 'data-testid': 'bulk-cancel', onclick: () => void api.cancelBulkJob(job.id) }, 'Cancel') : null,
-      !running && left > 0 ? h('button', { class: 'primary', 'data-testid': 'bulk-resume', onclick: () => void this.run('unfinished') }, job.status === 'ready' ? 'Run' : 'Resume') : null,
-      !running && this.rows.some((r) => r.status === 'failed' && r.image) ? h('button', { 'data-testid': 'bulk-retry', onclick: () => void this.run('failed') }, 'Retry failed') : null,
+      // one "Run" on the page (the form's): a job that never ran is started here
+      !running && left > 0 ? h('button', { class: 'primary', 'data-testid': 'bulk-resume', disabled: blocked !== null, title: blocked ?? '', onclick: () => void this.run('unfinished') }, job.status === 'ready' ? 'Start' : 'Resume') : null,
+      !running && this.rows.some((r) => r.status === 'failed' && r.image) ? h('button', { 'data-testid': 'bulk-retry', disabled: blocked !== null, title: blocked ?? '', onclick: () => void this.run('failed') }, 'Retry failed') : null,
       h('button', { 'data-testid': 'bulk-export-csv', onclick: () => void this.export('csv') }, 'Export CSV'),
       h('button', { 'data-testid': 'bulk-export-jsonl', onclick: () => void this.export('jsonl') }, 'Export JSON Lines'),
       running ? null : h('button', { class: 'link', 'data-testid': 'bulk-delete', onclick: () => void this.remove(job) }, 'Delete'));
@@ -236,7 +257,7 @@ export class BulkView {
         actions),
       h('div', { class: 'bulk-progress-row' }, bar,
         h('span', { class: 'small', 'data-testid': 'bulk-progress-text', role: 'status' }, progressLine(done, failed, this.rows.length, running ? this.eta : null))),
-      h('div', { class: 'ok-note', 'data-testid': 'bulk-exported', hidden: !this.exported }, `Saved to ${this.exported}`),
+      ...(this.exported?.jobId === job.id ? [h('div', { class: 'ok-note', 'data-testid': 'bulk-exported' }, `Saved to ${this.exported.path}`)] : []),
       this.table(job));
   }
 
@@ -250,7 +271,7 @@ export class BulkView {
       h('td', { class: `bulk-status bulk-${r.status}` }, r.status),
       ...(r.status === 'failed'
         ? [h('td', { class: 'bulk-error', colspan: (columns ?? ['a']).length, title: r.error_code ?? '' }, r.error ?? r.error_code ?? 'failed')]
-        : (columns ? columns.map((c) => h('td', {}, fieldCell(r.fields, c))) : [h('td', { class: 'bulk-answer' }, r.answer)])),
+        : (columns ? columns.map((c) => h('td', {}, clamped(fieldCell(r.fields, c)))) : [h('td', { class: 'bulk-answer' }, clamped(r.answer))])),
       h('td', { class: 'small muted' }, r.status === 'done' ? `${r.prompt_tokens} → ${r.generated_tokens}` : ''),
       h('td', { class: 'small muted' }, r.status === 'done' ? `${r.seconds.toFixed(1)} s` : ''))));
     return h('div', { class: 'bulk-table-wrap' }, h('table', { class: 'bulk-table', 'data-testid': 'bulk-table' }, h('thead', {}, head), body));
@@ -259,4 +280,22 @@ export class BulkView {
 
 function pending() {
   return { status: 'pending' as const, answer: '', fields: null, error_code: null, error: null, prompt_tokens: 0, generated_tokens: 0, seconds: 0 };
+}
+
+/** A long answer shows its first lines; a click (or Enter) shows it whole,
+ * another folds it again: one long answer no longer makes a row a page tall. */
+export function clamped(text: string): HTMLElement {
+  const cell = h('div', { class: 'bulk-clamp', title: 'Click to show it whole' }, text);
+  if (text.length <= 160 && text.split('\n').length <= 3) return cell;
+  cell.tabIndex = 0;
+  cell.setAttribute('role', 'button');
+  cell.setAttribute('aria-expanded', 'false');
+  const toggle = () => {
+    const open = !cell.classList.contains('expanded');
+    cell.classList.toggle('expanded', open);
+    cell.setAttribute('aria-expanded', String(open));
+  };
+  cell.addEventListener('click', toggle);
+  cell.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); toggle(); } });
+  return cell;
 }

@@ -56,11 +56,15 @@ export function chatSettingsDialog(ctx: ChatSettingsContext, toast: (m: string) 
     };
     fill(ctx.own);
 
-    const presetSelect = h('select', { 'aria-label': 'Preset', 'data-testid': 'preset-select' },
-      h('option', { value: '' }, ctx.presets.length ? 'Apply a preset…' : 'No presets yet'),
-      ...ctx.presets.map((p) => h('option', { value: p.id }, p.name)));
+    const presets = [...ctx.presets];
+    const presetSelect = h('select', { 'aria-label': 'Preset', 'data-testid': 'preset-select' });
+    // the list is drawn again when a preset is saved here (it said "No presets yet" after one was)
+    const listPresets = () => presetSelect.replaceChildren(
+      h('option', { value: '' }, presets.length ? 'Apply a preset…' : 'No presets yet'),
+      ...presets.map((p) => h('option', { value: p.id }, p.name)));
+    listPresets();
     presetSelect.addEventListener('change', () => {
-      const p = ctx.presets.find((x) => String(x.id) === presetSelect.value);
+      const p = presets.find((x) => String(x.id) === presetSelect.value);
       if (p) fill(p.settings);
     });
     const presetName = h('input', { type: 'text', placeholder: 'Preset name', 'aria-label': 'Preset name', 'data-testid': 'preset-name' });
@@ -69,6 +73,11 @@ export function chatSettingsDialog(ctx: ChatSettingsContext, toast: (m: string) 
         const saved = await api.savePreset(presetName.value, readForm(form), ctx.answerFormat);
         toast(`Saved the preset “${saved.name}”.`);
         presetName.value = '';
+        // saved again under the same name: it replaces the old one in the list
+        const at = presets.findIndex((p) => p.id === saved.id || p.name === saved.name);
+        if (at >= 0) presets.splice(at, 1, saved);
+        else presets.push(saved);
+        listPresets();
       } catch (e) { toast(errorText(e)); }
     } }, 'Save as preset');
 

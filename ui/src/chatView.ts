@@ -5,6 +5,7 @@
 // every message you sent (a new branch), the actions on the last turn
 // (regenerate, continue a reply cut at the token limit), a "jump to latest"
 // button when scrolled up, and an empty chat that says what to do.
+import { copyWithFeedback } from './copyFeedback';
 import { attachmentUrl, type LoadedModel, type Message, type MessageStats } from './api';
 import { clear, h } from './dom';
 import { bytes } from './format';
@@ -236,7 +237,7 @@ export class ChatView {
     const leftOut = m.stats?.left_out_messages;
     const leftOutNote = leftOut ? h('div', { class: 'note left-out-note', 'data-testid': 'left-out-note' },
       `${leftOut} earlier message${leftOut === 1 ? ' was' : 's were'} left out to fit the model’s context (this chat’s setting).`) : null;
-    const copy = h('button', { class: 'link', 'data-testid': 'copy-reply', onclick: () => void navigator.clipboard?.writeText(m.content) }, 'Copy');
+    const copy: HTMLButtonElement = h('button', { class: 'link', 'data-testid': 'copy-reply', 'aria-live': 'polite', onclick: () => void copyWithFeedback(copy, m.content) }, 'Copy');
     return h('div', { class: `msg assistant${last ? ' last' : ''}`, 'data-testid': 'msg-assistant', 'data-id': m.id },
       h('div', { class: 'msg-model' }, m.model ?? ''),
       thinking,

@@ -202,7 +202,7 @@ export class Composer {
     this.input.focus();
   }
 
-  /** Sends `text` as it is (a starter prompt, Continue), leaving what is
+  /** Sends `text` as it is (a starter prompt), leaving what is
    * being typed in the box alone. */
   async sendText(text: string): Promise<void> {
     if (this.busy) return;

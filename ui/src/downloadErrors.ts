@@ -1,5 +1,6 @@
-// A failed download in plain words, chosen by the hub's stable error code
-// (crates/hub/src/error.rs), never by the wording of its message.
+// A failed download or Hub search in plain words, chosen by the hub's
+// stable error code (crates/hub/src/error.rs), never by the wording of its
+// message (offline, that is a raw "dns error…" naming the URL twice).
 import type { AppError } from './api';
 
 export function downloadErrorText(error: AppError): string {
@@ -23,5 +24,20 @@ export function downloadErrorText(error: AppError): string {
       return 'This model is already downloading.';
     default:
       return `The download failed: ${error.message}`;
+  }
+}
+
+/** A failed Hub search (anything a command rejected with) in plain words. */
+export function searchErrorText(e: unknown): string {
+  const error = e && typeof e === 'object' && 'code' in e ? (e as AppError) : null;
+  switch (error?.code) {
+    case 'NETWORK_ERROR':
+      return 'No connection to Hugging Face. Check that this computer is online, then search again. Models already on this computer work offline.';
+    case 'HTTP_ERROR':
+      return 'Hugging Face answered with an error. Try again in a while.';
+    case 'AUTH_REQUIRED':
+      return 'Hugging Face refused the search: check the token in Settings → Hugging Face.';
+    default:
+      return `The search failed: ${error?.message ?? String(e)}`;
   }
 }

@@ -3,6 +3,7 @@
 // it touches the DOM. A streaming reply is rendered block by block
 // (MarkdownBlocks): blocks that did not change keep their DOM, so the cost
 // of an update stays flat however long the answer grows.
+import { copyWithFeedback } from './copyFeedback';
 import DOMPurify from 'dompurify';
 import { Marked, type Token } from 'marked';
 // highlight.js's "common" set: the ~36 languages people ask about most
@@ -50,10 +51,7 @@ function wireCopyButtons(el: HTMLElement): void {
   for (const button of el.querySelectorAll<HTMLButtonElement>('button.copy-code')) {
     button.addEventListener('click', () => {
       const code = button.closest('.code-block')?.querySelector('code')?.textContent ?? '';
-      void navigator.clipboard?.writeText(code).then(
-        () => { button.textContent = 'Copied'; setTimeout(() => (button.textContent = 'Copy'), 1200); },
-        () => { button.textContent = 'Copy failed'; },
-      );
+      void copyWithFeedback(button, code);
     });
   }
 }
