@@ -73,7 +73,7 @@ async function expectSaved(when) {
   assert.match(s.enabledHint, /--rank N --split pipeline/, when);
   // After a restart the app loads its default model split (a .gguf splits
   // as a pipeline), and the other address is not there: the join fails.
-  const rank0 = when === 'after a restart' ? /^Rank 0 · this Mac — did not join/ : /^Rank 0 · this Mac — not joined yet/;
+  const rank0 = when === 'after a restart' ? /^Rank 0 · this computer — did not join/ : /^Rank 0 · this computer — not joined yet/;
   assert.match(s.ranks[0].text, rank0, when);
   assert.equal(s.ranks[0].command, null, `${when}: rank 0 is this Mac`);
   assert.match(s.ranks[1].text, /^Rank 1 · 192\.168\.1\.11:5000 — /, when);
@@ -98,7 +98,8 @@ describe('split models across machines', () => {
     await openSection();
     const fresh = await shown();
     assert.deepEqual([fresh.enabled, fresh.hosts, fresh.split], [false, '', 'auto']);
-    assert.match(fresh.splitHint, /Pipeline: each Mac runs a range of the model’s layers/);
+    // on Linux the section speaks of machines, not Macs
+    assert.match(fresh.splitHint, /Pipeline: each machine runs a range of the model’s layers/);
     assert.match(fresh.splitHint, /Thunderbolt/);
     assert.match(fresh.splitHint, /Auto picks tensor parallel when the model allows it/);
     assert.deepEqual(fresh.ranks, [], 'off: no rank lines');

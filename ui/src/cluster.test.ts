@@ -1,8 +1,11 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { clearMocks } from '@tauri-apps/api/mocks';
-import { ClusterSection, clusterNotes, followerCommand, memoryWords, parseHosts, rankLines } from './clusterSection';
+import { ClusterSection, clusterNotes, followerCommand, machineWords, memoryWords, noMachinesWarning, parseHosts, rankLines } from './clusterSection';
 import type { ClusterStatus } from './bindings/ClusterStatus';
 import type { Settings } from './bindings/Settings';
+
+/** The words on a Mac (the suite runs where the user agent is not one). */
+const mac = machineWords(true);
 
 afterEach(() => { clearMocks(); document.body.innerHTML = ''; });
 
@@ -31,17 +34,17 @@ describe('cluster setting', () => {
   });
 
   it('says a line per rank: this Mac first, the others by address', () => {
-    expect(rankLines(status()).map((l) => l.text)).toEqual([
+    expect(rankLines(status(), mac).map((l) => l.text)).toEqual([
       'Rank 0 · this Mac — joined',
       'Rank 1 · 10.0.0.2:5000 — joined',
     ]);
-    expect(rankLines(status({ state: 'waiting' }))[1].text).toBe('Rank 1 · 10.0.0.2:5000 — waiting to join…');
+    expect(rankLines(status({ state: 'waiting' }), mac)[1].text).toBe('Rank 1 · 10.0.0.2:5000 — waiting to join…');
   });
 
   it('shows each rank’s memory once gathered, and this Mac’s share', () => {
     expect(memoryWords({ weights_bytes: null, kv_bytes: null })).toBeNull();
     expect(memoryWords({ weights_bytes: 3_900_000_000, kv_bytes: 120_000_000 })).toBe('3.9 GB weights · 120 MB KV');
-    const lines = rankLines(gathered());
+    const lines = rankLines(gathered(), mac);
     expect(lines.map((l) => l.text)).toEqual([
       'Rank 0 · this Mac — joined · 4.3 GB weights · 0 B KV',
       'Rank 1 · 10.0.0.2:5000 — joined · 3.9 GB weights · 120 MB KV',
@@ -54,13 +57,13 @@ describe('cluster setting', () => {
 
   it('tells the other Macs what to run, with the same split, until they join', () => {
     expect(followerCommand('N', 'tensor')).toBe('vlm serve --model <the same model folder> --distributed hostfile.json --rank N --split tensor');
-    expect(rankLines(status({ state: 'waiting' }))[1].command).toBe(COMMAND_1);
-    expect(rankLines(status({ state: 'not_joined' }))[0].command).toBeNull();
+    expect(rankLines(status({ state: 'waiting' }), mac)[1].command).toBe(COMMAND_1);
+    expect(rankLines(status({ state: 'not_joined' }), mac)[0].command).toBeNull();
   });
 
   it('a lost ring says rank 0 cannot tell which, the error, and to restart', () => {
     const lost = status({ state: 'lost', restart_needed: true, error: { code: 'DISTRIBUTED_ERROR', message: 'distributed: another rank of the split model failed' } });
-    const notes = clusterNotes(lost);
+    const notes = clusterNotes(lost, mac);
     expect(notes[0]).toContain('cannot tell which');
     expect(notes[1]).toContain('another rank of the split model failed');
     expect(notes[2]).toContain('quit and reopen the app');
@@ -71,7 +74,7 @@ describe('cluster setting', () => {
   it('edits the draft and shows the lines with their state', () => {
     const draft = { cluster: { enabled: false, hostfile: '', hosts: [], join_timeout_secs: 120, split: 'auto' } } as unknown as Settings;
     const saves: boolean[] = [];
-    const section = new ClusterSection(() => draft, (soon) => saves.push(soon));
+    const section = new ClusterSection(() => draft, (soon) => saves.push(soon), mac);
     document.body.append(section.el);
     const toggle = section.el.querySelector<HTMLInputElement>('[data-testid=setting-cluster-enabled]')!;
     toggle.checked = true;
@@ -124,5 +127,41 @@ describe('cluster settings saved before the split choice', () => {
     const section = new ClusterSection(() => draft, () => {});
     expect(section.el.querySelector<HTMLSelectElement>('[data-testid=setting-cluster-split]')!.value).toBe('auto');
     expect(draft.cluster.split).toBe('auto');
+  });
+});
+
+describe('the words for machines', () => {
+  it('say "this computer" and a Linux home folder off a Mac, "this Mac" on one', () => {
+    const linux = machineWords(false);
+    const draft = { cluster: { enabled: false, hostfile: '', hosts: [], join_timeout_secs: 120, split: 'auto' } } as unknown as Settings;
+    const section = new ClusterSection(() => draft, () => {}, linux);
+    const text = section.el.textContent!;
+    expect(text).not.toMatch(/Mac/);
+    expect(text).toContain('this computer is rank 0');
+    expect(section.el.querySelector<HTMLInputElement>('[data-testid=setting-cluster-hostfile]')!.placeholder).toBe('/home/me/hostfile.json');
+    expect(rankLines(status(), linux)[0].text).toBe('Rank 0 · this computer — joined');
+    const onMacSection = new ClusterSection(() => draft, () => {}, mac);
+    expect(onMacSection.el.querySelector<HTMLInputElement>('[data-testid=setting-cluster-hostfile]')!.placeholder).toBe('/Users/me/hostfile.json');
+  });
+
+  it('warn when the ring is turned on with no other machine, until one is listed', () => {
+    const draft = { cluster: { enabled: false, hostfile: '', hosts: [], join_timeout_secs: 120, split: 'auto' } } as unknown as Settings;
+    const section = new ClusterSection(() => draft, () => {}, machineWords(false));
+    document.body.append(section.el);
+    const warning = section.el.querySelector<HTMLElement>('[data-testid=cluster-no-hosts]')!;
+    expect(warning.hidden).toBe(true);
+    const toggle = section.el.querySelector<HTMLInputElement>('[data-testid=setting-cluster-enabled]')!;
+    toggle.checked = true;
+    toggle.dispatchEvent(new Event('change'));
+    expect(warning.hidden).toBe(false);
+    expect(warning.textContent).toMatch(/^No other machines yet/);
+    const hosts = section.el.querySelector<HTMLTextAreaElement>('[data-testid=setting-cluster-hosts]')!;
+    hosts.value = '10.0.0.1:5000';
+    hosts.dispatchEvent(new Event('input'));
+    expect(warning.textContent).toMatch(/^Only one host is listed/);
+    hosts.value = '10.0.0.1:5000\n10.0.0.2:5000';
+    hosts.dispatchEvent(new Event('input'));
+    expect(warning.hidden).toBe(true);
+    expect(noMachinesWarning({ enabled: true, hostfile: '/home/me/ring.json', hosts: [] })).toBeNull();
   });
 });

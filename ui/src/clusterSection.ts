@@ -1,5 +1,5 @@
 // Settings → Split models across machines (src-tauri/src/cluster.rs): this
-// Mac as rank 0 of an MLX ring, the other machines running
+// Mac (this computer, elsewhere) as rank 0 of an MLX ring, the other machines running
 // `vlm serve --distributed … --split <how>` (every rank splits the same way:
 // pipeline, tensor parallel, or auto). A line per rank says what rank 0
 // knows: waiting for the others to join, joined (with each rank's memory,
@@ -14,6 +14,24 @@ import type { ClusterStatus } from './bindings/ClusterStatus';
 import type { RankLine } from './bindings/RankLine';
 import { clear, h } from './dom';
 import { bytes } from './format';
+import { onMac } from './shortcuts';
+
+/** How the section names machines: "this Mac" on a Mac, "this computer"
+ * elsewhere (a Linux user was told of "this Mac" and "/Users/me"). */
+export interface MachineWords { thisOne: string; one: string; many: string; home: string }
+
+export function machineWords(mac = onMac()): MachineWords {
+  return mac ? { thisOne: 'this Mac', one: 'Mac', many: 'Macs', home: '/Users/me' }
+    : { thisOne: 'this computer', one: 'machine', many: 'machines', home: '/home/me' };
+}
+
+/** The warning for a ring turned on with no other machine in it. */
+export function noMachinesWarning(c: Pick<ClusterSettings, 'enabled' | 'hostfile' | 'hosts'>, w: MachineWords = machineWords()): string | null {
+  if (!c.enabled || c.hostfile.trim() !== '' || c.hosts.length > 1) return null;
+  return c.hosts.length === 1
+    ? `Only one host is listed: add a line for each other ${w.one} (${w.thisOne} first), or nothing is split.`
+    : `No other ${w.many} yet: list them under Hosts (${w.thisOne} first) or give a hostfile, or nothing is split.`;
+}
 
 /** How often the rank lines are asked for while the section shows a ring. */
 export const CLUSTER_POLL_MS = 2000;
@@ -26,11 +44,13 @@ export const SPLITS: [ClusterSplit, string][] = [
 ];
 
 /** What the split choice means, in plain words. */
-export const SPLIT_HINT = 'Pipeline: each Mac runs a range of the model’s layers, one exchange per token per Mac; works for every model, and is the one for Ethernet or Wi‑Fi. '
-  + 'Tensor parallel: every layer is split across the Macs, two exchanges per layer; needs a fast link (Thunderbolt). '
-  + 'Auto picks tensor parallel when the model allows it, pipeline otherwise.';
+export function splitHint(w: MachineWords = machineWords()): string {
+  return `Pipeline: each ${w.one} runs a range of the model’s layers, one exchange per token per ${w.one}; works for every model, and is the one for Ethernet or Wi‑Fi. `
+    + `Tensor parallel: every layer is split across the ${w.many}, two exchanges per layer; needs a fast link (Thunderbolt). `
+    + 'Auto picks tensor parallel when the model allows it, pipeline otherwise.';
+}
 
-/** What another Mac runs to join as rank `rank` (a number, or "N" for any). */
+/** What another machine runs to join as rank `rank` (a number, or "N" for any). */
 export function followerCommand(rank: number | 'N', split: ClusterSplit): string {
   return `vlm serve --model <the same model folder> --distributed hostfile.json --rank ${rank} --split ${split}`;
 }
@@ -74,9 +94,9 @@ export interface RankView {
 }
 
 /** One line per rank: who it is, its state as rank 0 knows it, its memory. */
-export function rankLines(s: ClusterStatus): RankView[] {
+export function rankLines(s: ClusterStatus, w: MachineWords = machineWords()): RankView[] {
   return s.ranks.map((r) => {
-    const who = r.this_mac ? 'this Mac' : r.addresses.join(', ');
+    const who = r.this_mac ? w.thisOne : r.addresses.join(', ');
     const memory = memoryWords(r);
     const text = `Rank ${r.rank} · ${who} — ${stateWords(r.state)}${memory ? ` · ${memory}` : ''}`;
     const waiting = r.state === 'not_joined' || r.state === 'waiting' || r.state === 'failed';
@@ -85,9 +105,9 @@ export function rankLines(s: ClusterStatus): RankView[] {
 }
 
 /** What to say under the lines (an error, what to do). */
-export function clusterNotes(s: ClusterStatus): string[] {
+export function clusterNotes(s: ClusterStatus, w: MachineWords = machineWords()): string[] {
   const notes: string[] = [];
-  if (s.state === 'lost') notes.push('A rank stopped answering; this Mac (rank 0) cannot tell which one. Messages fail until the split model loads again.');
+  if (s.state === 'lost') notes.push(`A rank stopped answering; ${w.thisOne} (rank 0) cannot tell which one. Messages fail until the split model loads again.`);
   if (s.error) notes.push(s.error.message);
   if (s.restart_needed) notes.push(`To join a ring again, quit and reopen the app, and restart \`vlm serve --distributed … --split ${s.split}\` on the other machines.`);
   return notes;
@@ -103,15 +123,17 @@ export class ClusterSection {
    * `settings` gives the page's draft; `changed(soon)` saves it (`soon`:
    * after the typing delay).
    */
-  constructor(private settings: () => Settings, private changed: (soon: boolean) => void) {
+  private warning = h('div', { class: 'warn-note', role: 'alert', 'data-testid': 'cluster-no-hosts', hidden: true });
+
+  constructor(private settings: () => Settings, private changed: (soon: boolean) => void, private w: MachineWords = machineWords()) {
     const c = this.cluster();
     const toggle = h('input', { id: 'setting-cluster-enabled', type: 'checkbox', class: 'switch', checked: c.enabled, 'data-testid': 'setting-cluster-enabled', 'aria-describedby': 'cluster-enabled-hint' });
-    toggle.addEventListener('change', () => { this.cluster().enabled = toggle.checked; this.changed(false); });
-    const hostfile = h('input', { id: 'setting-cluster-hostfile', type: 'text', value: c.hostfile, placeholder: '/Users/me/hostfile.json', spellcheck: 'false', 'data-testid': 'setting-cluster-hostfile', 'aria-describedby': 'cluster-hostfile-hint' });
-    hostfile.addEventListener('input', () => { this.cluster().hostfile = hostfile.value; this.changed(true); });
+    toggle.addEventListener('change', () => { this.cluster().enabled = toggle.checked; this.warn(); this.changed(false); });
+    const hostfile = h('input', { id: 'setting-cluster-hostfile', type: 'text', value: c.hostfile, placeholder: `${w.home}/hostfile.json`, spellcheck: 'false', 'data-testid': 'setting-cluster-hostfile', 'aria-describedby': 'cluster-hostfile-hint' });
+    hostfile.addEventListener('input', () => { this.cluster().hostfile = hostfile.value; this.warn(); this.changed(true); });
     const hosts = h('textarea', { id: 'setting-cluster-hosts', rows: 3, spellcheck: 'false', placeholder: '192.168.1.10:5000\n192.168.1.11:5000', 'data-testid': 'setting-cluster-hosts', 'aria-describedby': 'cluster-hosts-hint' });
     hosts.value = c.hosts.join('\n');
-    hosts.addEventListener('input', () => { this.cluster().hosts = parseHosts(hosts.value); this.changed(true); });
+    hosts.addEventListener('input', () => { this.cluster().hosts = parseHosts(hosts.value); this.warn(); this.changed(true); });
     const split = h('select', { id: 'setting-cluster-split', 'data-testid': 'setting-cluster-split', 'aria-describedby': 'cluster-split-hint' },
       ...SPLITS.map(([value, label]) => h('option', { value, selected: c.split === value }, label)));
     const sameSplit = h('code', { 'data-testid': 'cluster-split-command' });
@@ -130,18 +152,27 @@ export class ClusterSection {
     this.el = h('section', { class: 'card settings-section', 'data-testid': 'cluster-section' },
       h('h2', {}, 'Split models across machines'),
       field('setting-cluster-enabled', 'Split models across machines', 'cluster-enabled-hint',
-        h('span', {}, 'A model too large for this Mac runs split across several Macs (Thunderbolt, Ethernet or Wi‑Fi): this Mac is rank 0 and answers; each other Mac runs ', enabledCommand,
-          '. Any model splits as a pipeline, text or vision, a .gguf file too, each Mac running layers in proportion to its memory; tensor parallel needs a safetensors folder of a Llama, Qwen2 or Qwen3 model. Takes effect at the next model load.'), 'toggle', toggle),
+        h('span', {}, `A model too large for ${w.thisOne} runs split across several ${w.many} (Thunderbolt, Ethernet or Wi‑Fi): ${w.thisOne} is rank 0 and answers; each other ${w.one} runs `, enabledCommand,
+          `. Any model splits as a pipeline, text or vision, a .gguf file too, each ${w.one} running layers in proportion to its memory; tensor parallel needs a safetensors folder of a Llama, Qwen2 or Qwen3 model. Takes effect at the next model load.`), 'toggle', toggle),
+      this.warning,
       field('setting-cluster-hostfile', 'Hostfile', 'cluster-hostfile-hint',
-        'Full path of an MLX ring hostfile (what mlx.launch writes: one list of "ip:port" per rank, rank 0 = this Mac). Leave empty to use the hosts below.', 'text', hostfile),
+        `Full path of an MLX ring hostfile (what mlx.launch writes: one list of "ip:port" per rank, rank 0 = ${w.thisOne}). Leave empty to use the hosts below.`, 'text', hostfile),
       field('setting-cluster-hosts', 'Hosts', 'cluster-hosts-hint',
-        'Or one "ip:port" per line, one line per rank, this Mac first. The app writes them as a hostfile into its data folder: copy it to the other Macs.', 'text', hosts),
+        `Or one "ip:port" per line, one line per rank, ${w.thisOne} first. The app writes them as a hostfile into its data folder: copy it to the other ${w.many}.`, 'text', hosts),
       field('setting-cluster-split', 'How to split', 'cluster-split-hint',
-        h('span', {}, SPLIT_HINT, ' Every Mac must split the same way: run the others with ', sameSplit, '.'), 'select', split),
+        h('span', {}, splitHint(w), ` Every ${w.one} must split the same way: run the others with `, sameSplit, '.'), 'select', split),
       field('setting-cluster-timeout', 'Join timeout (seconds)', 'cluster-timeout-hint',
-        'How long loading waits for the other Macs to join (they may still be loading their share). A Mac lost later shows here when the next answer fails: this Mac learns of it only then.', 'number', timeout),
-      h('div', { class: 'note' }, 'MLX joins one ring per run of the app: after changing the ring, or to load a split model again (another model, other settings, after a lost Mac), quit and reopen the app.'),
+        `How long loading waits for the other ${w.many} to join (they may still be loading their share). A ${w.one} lost later shows here when the next answer fails: ${w.thisOne} learns of it only then.`, 'number', timeout),
+      h('div', { class: 'note' }, `MLX joins one ring per run of the app: after changing the ring, or to load a split model again (another model, other settings, after a lost ${w.one}), quit and reopen the app.`),
       this.lines, this.notes);
+    this.warn();
+  }
+
+  /** Says so beside the switch when the ring is on with no other machine in it. */
+  private warn(): void {
+    const text = noMachinesWarning(this.cluster(), this.w);
+    this.warning.textContent = text ?? '';
+    this.warning.hidden = text === null;
   }
 
   private cluster(): ClusterSettings {
@@ -171,13 +202,13 @@ export class ClusterSection {
     clear(this.lines);
     clear(this.notes);
     if (!s.enabled && s.state === 'not_joined') return;
-    for (const l of rankLines(s)) {
+    for (const l of rankLines(s, this.w)) {
       this.lines.append(h('li', { class: `cluster-rank rank-${l.state}`, 'data-testid': `cluster-rank-${l.rank}`, 'data-state': l.state },
         h('span', { 'data-testid': 'cluster-rank-text' }, l.text),
         l.share ? h('div', { class: 'hint', 'data-testid': 'cluster-rank-share' }, `Holds ${l.share}`) : null,
         l.command ? h('div', { class: 'hint' }, 'Run there: ', h('code', { 'data-testid': 'cluster-rank-command' }, l.command)) : null));
     }
-    for (const n of clusterNotes(s)) {
+    for (const n of clusterNotes(s, this.w)) {
       const bad = s.state === 'lost' || s.state === 'failed' || !!s.error;
       this.notes.append(h('div', { class: bad ? 'error-note' : 'note', 'data-testid': 'cluster-note' }, n));
     }

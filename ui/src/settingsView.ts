@@ -109,6 +109,8 @@ export class SettingsPage {
     this.el.append(h('div', { class: 'settings-head' }, h('h1', {}, 'Settings'), this.saveState));
     if (!this.view || !this.draft) return;
     const v = this.view;
+    // how the app looks comes first: it was the last thing on a long page
+    this.el.append(this.appearance());
     this.el.append(this.section('Answers', GENERATION));
     const engine = this.section('Engine', ENGINE);
     engine.append(this.restartBlock(v.restart_needed));
@@ -125,7 +127,6 @@ export class SettingsPage {
     this.el.append(this.cluster.el);
     void this.cluster.refresh();
     this.el.append(this.hubToken.el);
-    this.el.append(this.appearance());
     this.renderServerState();
   }
 
@@ -200,14 +201,26 @@ export class SettingsPage {
       sel.addEventListener('change', () => { (d as unknown as Record<string, unknown>)[f.key] = numeric ? Number(sel.value) : sel.value; void this.save(); });
       input = sel;
     } else if (f.kind === 'number') {
-      const num = h('input', { id, type: 'number', min: f.min, max: f.max, step: f.step, value: String(d[f.key]), 'data-testid': id, 'aria-describedby': hintId });
+      const num = h('input', { id, type: 'number', min: f.min, max: f.max, step: f.step, value: String(d[f.key]), 'data-testid': id, 'aria-describedby': `${hintId} ${id}-error` });
+      const problem = h('div', { class: 'field-error', id: `${id}-error`, 'data-testid': `${id}-error`, role: 'alert', hidden: true });
       num.addEventListener('input', () => {
         if (num.value === '') return; // half-typed: wait for a number
+        // a value the app would refuse is marked on the field itself, and not saved
+        const wrong = numberProblem(f, num.value);
+        num.setAttribute('aria-invalid', wrong ? 'true' : 'false');
+        problem.textContent = wrong ?? '';
+        problem.hidden = !wrong;
+        if (wrong) {
+          window.clearTimeout(this.timer);
+          this.timer = 0;
+          this.saveState.textContent = `Not saved: ${f.label} — ${wrong}`;
+          return;
+        }
         (d[f.key] as number) = Number(num.value);
         this.saveSoon();
       });
       num.addEventListener('change', () => this.flush());
-      input = num;
+      input = h('div', { class: 'field-input' }, num, problem);
     } else {
       const area = h('textarea', { id, rows: 3, 'data-testid': id, placeholder: 'You are a helpful assistant.', 'aria-describedby': hintId });
       area.value = String(d[f.key]);
@@ -278,4 +291,13 @@ export class SettingsPage {
     this.redrawRestart();
     this.redrawNotes();
   }
+}
+
+/** What is wrong with `raw` for number field `f`, in words for beside the field; null when it is fine. */
+export function numberProblem(f: { min: number; max: number; step: number }, raw: string): string | null {
+  const n = Number(raw);
+  if (raw.trim() === '' || !Number.isFinite(n)) return 'Enter a number.';
+  if (n < f.min || n > f.max) return `Must be between ${f.min} and ${f.max}.`;
+  if (Number.isInteger(f.step) && !Number.isInteger(n)) return 'Must be a whole number.';
+  return null;
 }
