@@ -10,7 +10,7 @@ use std::path::Path;
 const APP_COMMANDS: &[&str] = &[
     "list_chats", "create_chat", "rename_chat", "set_answer_format", "set_chat_settings", "export_chat",
     "import_chat", "list_presets", "save_preset", "delete_preset", "delete_chat", "list_messages",
-    "send_message", "stop_reply", "regenerate", "edit_and_resend", "choose_branch", "delete_branch",
+    "send_message", "stop_reply", "regenerate", "continue_reply", "edit_and_resend", "choose_branch", "delete_branch",
     "active_replies", "attach_reply", "add_attachment_path", "add_attachment_bytes", "paste_clipboard_image",
     "take_opened_files", "open_link", "list_models", "load_model", "unload_model", "download_model",
     "cancel_download", "delete_model", "get_model_load_settings", "save_model_load_settings",

@@ -97,9 +97,16 @@ fn io_error(path: &Path, e: std::io::Error) -> AppError {
 /// never over an earlier export) and returns where.
 pub async fn export_chat(store: &Store, chat: ChatId, exports: &Path) -> AppResult<ExportedChat> {
     let record = store.get_chat(chat).await?;
+    export_chat_as(store, chat, exports, &format!("{}-{}", slug(&record.title), chat.0)).await
+}
+
+/// Writes `chat` into a new folder `name` in `parent` (where the user's
+/// save dialog said), never over anything there: `name-2`… when taken.
+pub async fn export_chat_as(store: &Store, chat: ChatId, parent: &Path, name: &str) -> AppResult<ExportedChat> {
+    let record = store.get_chat(chat).await?;
     let all = store.list_all_messages(chat).await?;
     let shown = store.list_messages(chat).await?;
-    let folder = free_folder(exports, &format!("{}-{}", slug(&record.title), chat.0));
+    let folder = free_folder(parent, name);
     let images = folder.join("images");
     tokio::fs::create_dir_all(&images).await.map_err(|e| io_error(&images, e))?;
     for a in all.iter().flat_map(|m| &m.attachments) {

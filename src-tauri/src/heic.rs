@@ -7,34 +7,41 @@
 use std::path::Path;
 
 use store::{Attachment, Store};
-use tokio::io::AsyncReadExt;
 
 use crate::error::AppResult;
 
 /// Stores the image file at `path` (a drop, the file picker, a file opened
 /// with the app), a HEIC photo converted where the system can.
 pub async fn import_image(store: &Store, path: &Path) -> AppResult<Attachment> {
-    if file_is_heif(path).await {
-        let size = tokio::fs::metadata(path).await.map(|m| m.len()).unwrap_or(u64::MAX);
-        if size <= store::MAX_ATTACHMENT_BYTES {
-            if let Ok(bytes) = tokio::fs::read(path).await {
-                return add_image(store, &bytes).await;
-            }
-        }
+    let io = |source| store::Error::Io { path: path.to_path_buf(), source };
+    // the size before reading: a mistaken drop of a video is not read whole
+    let size = tokio::fs::metadata(path).await.map_err(io)?.len();
+    if size > store::MAX_ATTACHMENT_BYTES {
+        return Err(store::Error::AttachmentTooLarge { size, max: store::MAX_ATTACHMENT_BYTES }.into());
     }
-    // the store checks the size, reads the file and says what is wrong
-    Ok(store.import_attachment(path).await?)
+    let bytes = tokio::fs::read(path).await.map_err(io)?;
+    add_image(store, &bytes).await
 }
 
 /// Stores image bytes (a paste, a file), a HEIC photo converted where the
-/// system can; elsewhere the store refuses it, saying why.
+/// system can; elsewhere the store refuses it, saying why. Each image is
+/// decoded whole first (image_check.rs): a damaged one is refused here,
+/// not in the message it would be sent with.
 pub async fn add_image(store: &Store, bytes: &[u8]) -> AppResult<Attachment> {
     if store::is_heif(bytes) {
         if let Some(jpeg) = system_jpeg(bytes).await? {
-            return Ok(store.add_attachment(&jpeg).await?);
+            return store_checked(store, jpeg).await;
         }
     }
-    Ok(store.add_attachment(bytes).await?)
+    store_checked(store, bytes.to_vec()).await
+}
+
+async fn store_checked(store: &Store, bytes: Vec<u8>) -> AppResult<Attachment> {
+    // decoding a 12 MP photo takes a moment: off the async threads
+    let bytes = tokio::task::spawn_blocking(move || crate::image_check::check_decodes(&bytes).map(|()| bytes))
+        .await
+        .map_err(|e| crate::error::AppError::new(crate::image_check::IMAGE_UNREADABLE, e.to_string()))??;
+    Ok(store.add_attachment(&bytes).await?)
 }
 
 /// The HEIC photo as JPEG, by ImageIO (off the async threads: a 12 MP
@@ -56,32 +63,11 @@ async fn system_jpeg(_heic: &[u8]) -> AppResult<Option<Vec<u8>>> {
     Ok(None)
 }
 
-/// Whether the file starts like a HEIF image (its first 12 bytes).
-async fn file_is_heif(path: &Path) -> bool {
-    let mut head = [0u8; 12];
-    match tokio::fs::File::open(path).await {
-        Ok(mut f) => f.read_exact(&mut head).await.is_ok() && store::is_heif(&head),
-        Err(_) => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const HEIC_HEAD: &[u8] = b"\0\0\0\x18ftypheic\0\0\0\0mif1heic\0\0\0\0";
-
-    #[tokio::test]
-    async fn a_heic_file_is_recognised_by_its_first_bytes() {
-        let dir = tempfile::tempdir().unwrap();
-        let heic = dir.path().join("IMG_0001.HEIC");
-        std::fs::write(&heic, HEIC_HEAD).unwrap();
-        let short = dir.path().join("short");
-        std::fs::write(&short, b"\0\0\0\x18ftyp").unwrap();
-        assert!(file_is_heif(&heic).await);
-        assert!(!file_is_heif(&short).await);
-        assert!(!file_is_heif(&dir.path().join("missing")).await);
-    }
 
     /// Not on a Mac: the clear error, from both ways in, and nothing stored.
     #[cfg(not(target_os = "macos"))]

@@ -23,10 +23,12 @@ pub mod idle;
 #[cfg(target_os = "macos")]
 mod heic_imageio;
 pub mod image_bytes;
+pub mod image_check;
 pub mod links;
 #[cfg(target_os = "macos")]
 mod macos_app;
 pub mod menu;
+pub mod model_defaults;
 pub mod model_settings;
 pub mod models;
 pub mod openai_server;
@@ -34,6 +36,7 @@ pub mod opened_files;
 pub mod paths;
 pub mod prompt;
 pub mod replies;
+pub mod second_launch;
 pub mod settings;
 pub mod state;
 
@@ -77,6 +80,7 @@ fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R> {
             commands::replies::send_message,
             commands::replies::stop_reply,
             commands::replies::regenerate,
+            commands::replies::continue_reply,
             commands::replies::edit_and_resend,
             commands::replies::choose_branch,
             commands::replies::delete_branch,
@@ -167,7 +171,9 @@ pub fn run() {
             Ok(())
         })
         .build(tauri::generate_context!())
-        .expect("error while building the app");
+        // a launch whose hand-off to a closing app failed starts again
+        // instead of panicking (second_launch.rs)
+        .unwrap_or_else(|e| second_launch::handle_build_error(&e.to_string()));
     // only now, as the one instance: opening the store also deletes
     // attachments no message uses, which would take the pictures waiting in
     // the running app's composer

@@ -28,6 +28,20 @@ pub fn openable_link(href: &str) -> Result<Url, AppError> {
     Ok(url)
 }
 
+pub const OPENER_FAILED: &str = "OPENER_FAILED";
+
+/// The system could not open `url` (no browser, the launcher failed): a
+/// plain message with the link to copy, never the launcher's own error
+/// (that goes to the log).
+pub fn could_not_open(url: &Url, launcher_error: &str) -> AppError {
+    tracing::warn!(url = %shorten(url.as_str()), error = launcher_error, "the system could not open a link");
+    let what = if url.scheme() == "mailto" { "No mail app" } else { "No browser" };
+    AppError::new(
+        OPENER_FAILED,
+        format!("{what} could be opened for this link. Copy it and open it yourself: {}", shorten(url.as_str())),
+    )
+}
+
 /// A long link cut for a message.
 fn shorten(href: &str) -> String {
     match href.char_indices().nth(60) {
@@ -38,6 +52,17 @@ fn shorten(href: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_link_the_system_cannot_open_is_said_plainly_without_the_launchers_error() {
+        let raw = "Failed to launch 'xdg-open': No such file or directory (os error 2)";
+        let e = super::could_not_open(&super::Url::parse("https://example.com/a?b=c").unwrap(), raw);
+        assert_eq!(e.code, super::OPENER_FAILED);
+        assert_eq!(e.message, "No browser could be opened for this link. Copy it and open it yourself: https://example.com/a?b=c");
+        let e = super::could_not_open(&super::Url::parse("mailto:me@example.com").unwrap(), raw);
+        assert!(e.message.starts_with("No mail app could be opened"), "{}", e.message);
+        assert!(!e.message.contains("xdg-open") && !e.message.contains("os error"), "{}", e.message);
+    }
+
     use super::*;
 
     #[test]

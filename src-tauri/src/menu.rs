@@ -131,6 +131,8 @@ pub fn build<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<Menu<R>> {
         name: Some(app.package_info().name.clone()),
         version: Some(app.package_info().version.to_string()),
         comments: Some("Chat with vision-language models on this computer.".into()),
+        // without it GTK's About shows a broken-image icon
+        icon: app.default_window_icon().cloned(),
         ..Default::default()
     };
 

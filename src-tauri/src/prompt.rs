@@ -5,7 +5,9 @@
 //! cannot see, each image becomes a short text placeholder: one picture sent
 //! earlier must not make every later turn of the chat fail (the app refuses a
 //! *new* message with images for such a model before it is stored). The
-//! chat's answer format, if any, constrains the reply.
+//! chat's answer format, if any, constrains the reply. Continue extends an
+//! answer cut at its limit: the conversation then ends with that answer as
+//! the model's own unfinished turn (see [`continue_last_answer`]).
 use engine::batch::{ImageInput, Prompt, Request};
 use engine::model::Capabilities;
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
@@ -103,4 +105,25 @@ fn with_placeholders(images: usize, text: &str) -> String {
         out.push_str(text);
     }
     out
+}
+
+/// Makes `request` extend the conversation's last message, an answer cut at
+/// its token limit, instead of starting a new answer: the model is to go on
+/// from its own last token (transformers' `continue_final_message`: the
+/// template rendered without a generation prompt, cut right after the last
+/// message's text, so its end-of-turn is not there).
+///
+/// The engine's template options have no such switch yet (asked of the
+/// engine's owner: `TemplateOptions::continue_final_message`). Until they
+/// do, the request stays as it is: the cut answer closes its turn and the
+/// model answers on in a new one, whose text the app appends to the same
+/// stored message; no "Continue." is sent or shown. The line to change is
+/// marked below.
+pub fn continue_last_answer(request: &mut Request) {
+    let Prompt::Chat { messages, options: _ } = &mut request.prompt else { return };
+    // only a conversation that ends with an answer is continued
+    if !matches!(messages.last(), Some(m) if m.role == "assistant") {
+        return;
+    }
+    // with the engine's switch: options.add_generation_prompt = false; options.continue_final_message = true;
 }

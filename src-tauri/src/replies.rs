@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use ts_rs::TS;
-use engine::batch::{Event, ImageInput};
+use engine::batch::{Event, ImageInput, Request};
 use engine::handle::EngineHandle;
 use store::{ChatId, Message, MessageId, ReplyId, Role};
 use tauri::{AppHandle, Emitter, Runtime};
@@ -19,7 +19,7 @@ use crate::context::{
     answer_room, context_limit, fewest_to_leave_out, leave_out, most_left_out, ContextPolicy, CONTEXT_LENGTH_EXCEEDED,
 };
 use crate::generation::{pump, Generation, Sink, StreamEvent, Submitted};
-use crate::prompt::{build_request, build_request_text};
+use crate::prompt::{build_request, build_request_text, continue_last_answer};
 use crate::settings::Settings;
 use crate::state::AppState;
 
@@ -92,6 +92,16 @@ pub async fn ensure_chat_model_of(state: &AppState, chat: ChatId) -> AppResult<(
     ensure_chat_model(state, &ChatSettings::from_stored(record.settings.as_ref())?)
 }
 
+/// What a reply writes: a new answer under a question, or more of an
+/// answer already there (Continue on one cut at its token limit).
+#[derive(Debug, Clone, Copy)]
+enum ReplyTo {
+    /// A new answer to this user message.
+    Question(MessageId),
+    /// This answer, extended in place.
+    Extend(MessageId),
+}
+
 /// Starts a reply to `parent` (a user message): the earlier answers to it,
 /// if any, stay as siblings of the new one. `_turn` is the chat's
 /// reservation, taken before anything of the turn was stored.
@@ -103,19 +113,63 @@ pub async fn start_reply<R: Runtime>(
     parent: MessageId,
     sink: Sink,
 ) -> AppResult<StartedReply> {
+    start(app, state, chat, ReplyTo::Question(parent), sink).await
+}
+
+/// Extends `answer` (the chat's answer cut at its token limit) in place: the
+/// model goes on from where it stopped and the new text is appended to the
+/// same stored message (see prompt::continue_last_answer).
+pub async fn continue_reply<R: Runtime>(
+    app: &AppHandle<R>,
+    state: Arc<AppState>,
+    _turn: &Reservation<'_>,
+    chat: ChatId,
+    answer: MessageId,
+    sink: Sink,
+) -> AppResult<StartedReply> {
+    start(app, state, chat, ReplyTo::Extend(answer), sink).await
+}
+
+async fn start<R: Runtime>(
+    app: &AppHandle<R>,
+    state: Arc<AppState>,
+    chat: ChatId,
+    to: ReplyTo,
+    sink: Sink,
+) -> AppResult<StartedReply> {
     let engine = state.engine()?;
     let model = state.status().model.map(|m| m.name).unwrap_or_else(|| engine.model_info().name.clone());
-    let messages = state.store.path_to(chat, parent).await?;
+    let messages = match to {
+        ReplyTo::Question(parent) => state.store.path_to(chat, parent).await?,
+        ReplyTo::Extend(answer) => {
+            let messages = state.store.path_to(chat, answer).await?;
+            let last = messages.last().filter(|m| m.role == Role::Assistant && !m.content.is_empty());
+            if !last.is_some_and(|m| matches!(m.status, store::MessageStatus::Complete | store::MessageStatus::Interrupted)) {
+                return Err(AppError::new("NOT_CONTINUABLE", "Only a finished answer can be continued."));
+            }
+            messages
+        }
+    };
     let record = state.store.get_chat(chat).await?;
     let answer_format = record.answer_format.as_ref().map(AnswerFormat::from_stored).transpose()?;
     let own = ChatSettings::from_stored(record.settings.as_ref())?;
     ensure_chat_model(&state, &own)?;
-    let settings = own.over(&state.settings());
-    let submitted = submit_fitted(&state, &engine, &messages, &settings, answer_format.as_ref()).await?;
+    let model_id = state.status().model.map(|m| m.id).unwrap_or_default();
+    let settings = own.over(&crate::model_defaults::for_model(&state.settings(), &model_id, &crate::models::default_model_id(&state)));
+    let continuing = matches!(to, ReplyTo::Extend(_));
+    let submitted = submit_fitted(&state, &engine, &messages, &settings, answer_format.as_ref(), continuing).await?;
     let stream = &submitted.stream;
-    let reply_id = state.store.begin_reply_under(chat, parent, &model).await?;
+    // an extended answer's text so far is its stored text: saves write the whole of it
+    let (reply_id, so_far) = match to {
+        ReplyTo::Question(parent) => (state.store.begin_reply_under(chat, parent, &model).await?, None),
+        ReplyTo::Extend(answer) => {
+            let m = messages.last().expect("checked above");
+            let so_far = (m.content.clone(), m.reasoning.clone().unwrap_or_default());
+            (state.store.reopen_reply(chat, answer).await?, Some(so_far))
+        }
+    };
     let sink = Arc::new(Mutex::new(sink));
-    let text = Arc::new(Mutex::new((String::new(), String::new())));
+    let text = Arc::new(Mutex::new(so_far.clone().unwrap_or_default()));
     let generation = Generation {
         chat_id: chat,
         request_id: stream.id,
@@ -127,6 +181,10 @@ pub async fn start_reply<R: Runtime>(
     };
     state.generations.lock().unwrap().insert(chat, generation);
     (sink.lock().unwrap().clone())(StreamEvent::Started { chat_id: chat, reply_id, model: model.clone() });
+    if let Some((content, reasoning)) = so_far {
+        // the UI shows the answer growing from where it was cut
+        (sink.lock().unwrap().clone())(StreamEvent::Snapshot { content, reasoning });
+    }
 
     let app = app.clone();
     let store = state.store.clone();
@@ -163,11 +221,18 @@ async fn submit_fitted(
     messages: &[Message],
     settings: &Settings,
     answer_format: Option<&AnswerFormat>,
+    continuing: bool,
 ) -> AppResult<Submitted> {
     let capabilities = engine.model_info().capabilities;
     let policy = settings.context_policy;
+    let shape = |mut request: Request| {
+        if continuing {
+            continue_last_answer(&mut request);
+        }
+        request
+    };
     if policy == ContextPolicy::Stop {
-        let request = build_request(messages, settings, capabilities, answer_format, &state.image_bytes).await?;
+        let request = shape(build_request(messages, settings, capabilities, answer_format, &state.image_bytes).await?);
         return Ok(Submitted { stream: engine.submit(request), first: None, left_out: 0 });
     }
     let most = most_left_out(messages, policy);
@@ -180,7 +245,7 @@ async fn submit_fitted(
         let all = build_request(messages, settings, capabilities, answer_format, &state.image_bytes).await?;
         let images: HashMap<String, ImageInput> = all.images.into_iter().map(|i| (i.sha256.clone(), i)).collect();
         let count = |kept: &[Message]| -> AppResult<usize> {
-            let mut request = build_request_text(kept, settings, capabilities, answer_format)?;
+            let mut request = shape(build_request_text(kept, settings, capabilities, answer_format)?);
             if capabilities.vision {
                 let user = kept.iter().filter(|m| m.role == Role::User);
                 request.images = user.flat_map(|m| &m.attachments).filter_map(|a| images.get(&a.sha256).cloned()).collect();
@@ -205,7 +270,7 @@ async fn submit_fitted(
     }
     loop {
         let (kept, left_out) = leave_out(messages, policy, drop);
-        let request = build_request(&kept, settings, capabilities, answer_format, &state.image_bytes).await?;
+        let request = shape(build_request(&kept, settings, capabilities, answer_format, &state.image_bytes).await?);
         let mut stream = engine.submit(request);
         let first = stream.recv().await;
         let too_long = matches!(&first, Some(Event::Error(e)) if e.code == CONTEXT_LENGTH_EXCEEDED);

@@ -87,7 +87,9 @@ impl Default for Settings {
             top_p: 0.95,
             top_k: 0,
             min_p: 0.0,
-            repetition_penalty: 1.0,
+            // LM Studio's default: small models stop going round in circles
+            // (model_defaults.rs adds a shorter limit for the built-in one)
+            repetition_penalty: 1.1,
             max_tokens: 1024,
             system_prompt: String::new(),
             max_running: 8,

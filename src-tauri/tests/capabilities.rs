@@ -27,7 +27,8 @@ fn every_registered_command_is_a_permission_and_granted() {
     let commands: BTreeSet<String> =
         granted.iter().filter_map(|p| p.strip_prefix("allow-")).map(|c| c.replace('-', "_")).collect();
     assert_eq!(commands, registered, "capabilities/default.json grants");
-    // beyond the app's commands: listening to events and the open dialog, no more
+    // beyond the app's commands: listening to events and the open and save
+    // dialogs (a chat is exported where the user says), no more
     let others: Vec<&String> = granted.iter().filter(|p| !p.starts_with("allow-")).collect();
-    assert_eq!(others, ["core:event:allow-listen", "core:event:allow-unlisten", "dialog:allow-open"]);
+    assert_eq!(others, ["core:event:allow-listen", "core:event:allow-unlisten", "dialog:allow-open", "dialog:allow-save"]);
 }

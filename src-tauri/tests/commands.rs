@@ -103,6 +103,41 @@ fn a_reply_streams_into_the_store_with_stats_and_titles_the_chat() {
     assert_eq!(back[1]["id"], first, "the old branch remembers its shown answer");
 }
 
+/// Continue on an answer cut at its token limit extends that answer: the
+/// same stored message grows, no "Continue." is sent, no new answer starts.
+#[test]
+fn continue_extends_the_cut_answer_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_models(dir.path());
+    let h = harness(dir.path());
+    h.load_tiny();
+    h.settings(|s| s["max_tokens"] = json!(3));
+    let chat = h.new_chat();
+    h.send(chat, "Tell me a long story about the sea", &[]);
+    let cut = h.finished_reply(chat);
+    assert_eq!(cut["stats"]["finish_reason"], "length", "{cut}");
+    let started = h.ok("continue_reply", json!({"chatId": chat, "messageId": cut["id"], "onEvent": "__CHANNEL__:10"}));
+    assert_eq!(started["reply_id"], cut["id"]);
+    let more = h.finished_reply(chat);
+    assert_eq!(more["id"], cut["id"], "the same message: {more}");
+    assert_eq!(more["status"], "complete", "{more}");
+    assert!(more["stats"]["completion_tokens"].as_u64().unwrap() >= 1, "{more}");
+    let (before, after) = (cut["content"].as_str().unwrap(), more["content"].as_str().unwrap());
+    assert!(after.starts_with(before), "{before:?} → {after:?}");
+    let messages = h.ok("list_messages", json!({"chatId": chat}));
+    let roles: Vec<&str> = messages.as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant"], "nothing new was posted: {messages}");
+    assert_eq!(messages[1]["siblings"], json!([cut["id"]]), "no new answer beside it");
+
+    // a question is not an answer to continue; another chat's answer is not this chat's
+    let question = messages[0]["id"].clone();
+    let e = h.call("continue_reply", json!({"chatId": chat, "messageId": question, "onEvent": "__CHANNEL__:11"})).unwrap_err();
+    assert_eq!(e["code"], "NOT_CONTINUABLE", "{e}");
+    let other = h.new_chat();
+    let e = h.call("continue_reply", json!({"chatId": other, "messageId": cut["id"], "onEvent": "__CHANNEL__:12"})).unwrap_err();
+    assert_eq!(e["code"], "MESSAGE_NOT_FOUND", "{e}");
+}
+
 /// Only the shown branch is sent: an answer on a branch forked at the top
 /// has a shorter prompt than one at the end of the old, longer branch.
 #[test]
@@ -191,6 +226,17 @@ fn an_image_is_stored_from_a_path_or_from_bytes() {
     assert_eq!(from_path["mime"], "image/png");
     let not_image = h.call_body("add_attachment_bytes", InvokeBody::Raw(b"hello".to_vec())).unwrap_err();
     assert_eq!(not_image["code"], "NOT_AN_IMAGE");
+    // a PNG cut short starts like a PNG: it is decoded as it is attached and
+    // refused then, by path and by bytes, and nothing is stored for it
+    let stored = std::fs::read_dir(h.state.store.attachments_dir()).unwrap().count();
+    let cut = dir.path().join("cut.png");
+    std::fs::write(&cut, &PNG[..PNG.len() / 2]).unwrap();
+    let refused = h.call("add_attachment_path", json!({"path": cut})).unwrap_err();
+    assert_eq!(refused["code"], "IMAGE_UNREADABLE", "{refused}");
+    assert!(refused["message"].as_str().unwrap().starts_with("this PNG image cannot be read"), "{refused}");
+    let refused = h.call_body("add_attachment_bytes", InvokeBody::Raw(broken_png())).unwrap_err();
+    assert_eq!(refused["code"], "IMAGE_UNREADABLE", "{refused}");
+    assert_eq!(std::fs::read_dir(h.state.store.attachments_dir()).unwrap().count(), stored);
     // without the clipboard plugin (the mock runtime has none) paste says it cannot read the clipboard
     let paste = h.call("paste_clipboard_image", json!({})).unwrap_err();
     assert_eq!(paste["code"], "CLIPBOARD_UNAVAILABLE", "{paste}");
@@ -245,8 +291,12 @@ fn a_vision_model_sees_an_image_reuses_its_features_and_names_a_bad_one() {
     let vision = h.ok("engine_stats", json!({}))["engine"]["vision_cache"].clone();
     assert_eq!((vision["hits"].as_u64(), vision["misses"].as_u64()), (Some(1), Some(1)), "{vision}");
 
-    // an image the engine cannot decode fails the reply with INVALID_IMAGE
-    let bad = h.call_body("add_attachment_bytes", InvokeBody::Raw(broken_png())).unwrap();
+    // a damaged image is refused as it is attached; one stored before
+    // attachments were decoded (by an older version) fails only its reply,
+    // with INVALID_IMAGE
+    let refused = h.call_body("add_attachment_bytes", InvokeBody::Raw(broken_png())).unwrap_err();
+    assert_eq!(refused["code"], "IMAGE_UNREADABLE", "{refused}");
+    let bad = serde_json::to_value(tauri::async_runtime::block_on(h.state.store.add_attachment(&broken_png())).unwrap()).unwrap();
     let other = h.new_chat();
     h.send(other, "And this one?", &[bad["sha256"].as_str().unwrap()]);
     let failed = h.finished_reply(other);
@@ -856,6 +906,16 @@ fn a_chat_exports_to_markdown_and_json_and_imports_back_the_same() {
     assert!(!markdown.contains("boom"), "the hidden failed branch is not in the Markdown");
     let folder = json_path.parent().unwrap();
     assert_eq!(std::fs::read_dir(folder.join("images")).unwrap().count(), 1);
+    // where the save dialog said: a new folder of the name typed, never over what is there
+    let chosen = dir.path().join("Documents").join("Dot chat");
+    let saved = h.ok("export_chat", json!({"chatId": chat, "destination": chosen}));
+    assert_eq!(std::path::PathBuf::from(saved["folder"].as_str().unwrap()), chosen);
+    assert!(chosen.join("chat.json").is_file() && chosen.join("chat.md").is_file());
+    assert_eq!(std::fs::read_dir(chosen.join("images")).unwrap().count(), 1);
+    let again = h.ok("export_chat", json!({"chatId": chat, "destination": chosen}));
+    assert_eq!(std::path::PathBuf::from(again["folder"].as_str().unwrap()), chosen.with_file_name("Dot chat-2"));
+    let nowhere = h.call("export_chat", json!({"chatId": chat, "destination": "Dot chat"})).unwrap_err();
+    assert_eq!(nowhere["code"], "INVALID_INPUT", "{nowhere}");
 
     let imported = h.ok("import_chat", json!({"path": json_path}));
     let copy = imported["id"].as_i64().unwrap();

@@ -12,10 +12,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import {
-  allByTestId, byTestId, clickLoad, dropFile, modelReady, openApp, openPage, root, saveSettings, send, shot,
+  allByTestId, answerSaveDialog, byTestId, clickLoad, dropFile, modelReady, openApp, openPage, root, saveSettings, send, shot,
   startDriver, statusText, stopDriver, tempFolder, textOf, waitFor, writeTinyVisionModels,
 } from './harness.mjs';
 
@@ -146,7 +146,8 @@ describe('the desktop app', () => {
 
   it('answers in two chats at once', async () => {
     // long answers, so the first is still running when the second starts
-    await saveSettings(browser, { max_tokens: '160' });
+    // (counting repeats itself by design: no repetition penalty)
+    await saveSettings(browser, { max_tokens: '160', repetition_penalty: '1' });
     await (await byTestId(browser, 'nav-chat')).click();
     await (await byTestId(browser, 'new-chat')).click();
     await send(browser, 'Count from 1 to 300, one number per line.');
@@ -326,13 +327,20 @@ describe('the desktop app', () => {
     assert.equal(await (await allByTestId(browser, 'msg-assistant'))[0].getAttribute('data-id'), ids[1]);
     await shot(browser, '17-edit-branches');
 
+    // Export asks where, in the system's save dialog, offering the chat's title
     await (await byTestId(browser, 'export-chat')).click();
+    const folder = join(dataDir, 'saved exports', 'Colours chat');
+    mkdirSync(dirname(folder), { recursive: true });
+    await answerSaveDialog(browser, 'Export the chat to a new folder', folder);
     await waitFor(browser, 'the export', async () => {
-      for (const toast of await allByTestId(browser, 'toast')) if ((await textOf(browser, toast)).startsWith('Exported to')) return true;
+      for (const toast of await allByTestId(browser, 'toast')) if ((await textOf(browser, toast)).startsWith(`Exported to ${folder}`)) return true;
       return false;
-    }, 10_000);
-    const exports = join(dataDir, 'exports');
-    const folder = join(exports, readdirSync(exports).find((f) => f.startsWith('name-a-colour')));
+    }, 20_000);
+    // the toast is not over the message box's Send button
+    const [toastBox, sendBox] = await browser.execute(() => [document.querySelector('[data-testid=toast]'), document.querySelector('[data-testid=send]')]
+      .map((e) => { const r = e.getBoundingClientRect(); return { top: r.top, bottom: r.bottom, left: r.left, right: r.right }; }));
+    assert.ok(toastBox.bottom <= sendBox.top || toastBox.top >= sendBox.bottom || toastBox.right <= sendBox.left || toastBox.left >= sendBox.right, 'the toast leaves Send free');
+    await shot(browser, '17b-exported');
     const markdown = readFileSync(join(folder, 'chat.md'), 'utf8');
     assert.match(markdown, /## You\n\nName a colour\.\n[\s\S]*## You\n\nAnd another one\?/);
     const file = JSON.parse(readFileSync(join(folder, 'chat.json'), 'utf8'));
@@ -363,6 +371,14 @@ describe('the desktop app', () => {
       assert.equal(model, repo);
     }
     await shot(browser, '18-vision-family-reply');
+    // the picture sent opens larger on a click; Escape closes it
+    await (await byTestId(browser, 'msg-image-open')).click();
+    await waitFor(browser, 'the larger picture', async () => (await byTestId(browser, 'image-viewer')).isDisplayed(), 5_000);
+    const [shown, page] = await browser.execute(() => [document.querySelector('[data-testid="image-viewer"] img').getBoundingClientRect().width, document.querySelector('[data-testid="msg-image"]').getBoundingClientRect().width]);
+    assert.ok(shown > page, `larger: ${shown} > ${page}`);
+    await shot(browser, '18b-image-viewer');
+    await browser.keys(['Escape']);
+    await waitFor(browser, 'the viewer to close', async () => !(await (await byTestId(browser, 'image-viewer')).isExisting()), 5_000);
   });
 });
 

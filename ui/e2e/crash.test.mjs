@@ -29,8 +29,9 @@ describe('the app killed mid-reply', () => {
 
   it('keeps the partial reply, marked interrupted, after kill -9 and a restart', async () => {
     await modelReady(browser);
-    // greedy, with room to count for a long while
-    await saveSettings(browser, { temperature: '0', max_tokens: '2000' });
+    // greedy, with room to count for a long while (counting repeats itself
+    // by design: no repetition penalty)
+    await saveSettings(browser, { temperature: '0', max_tokens: '2000', repetition_penalty: '1' });
     await (await byTestId(browser, 'nav-chat')).click();
 
     const input = await byTestId(browser, 'composer-input');

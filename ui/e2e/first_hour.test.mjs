@@ -11,7 +11,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { readFileSync, statSync } from 'node:fs';
+import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import {
@@ -107,15 +107,21 @@ describe('the first hour', () => {
     // the status bar caught up with the end of the reply
     await waitFor(browser, 'the status bar to say idle', async () => (await statusText(browser)).includes('idle'), 5_000);
     assert.match(await statusText(browser), /memory \d/);
+    // Continue extends the cut answer in place: no "Continue." is sent, no second answer
+    const answerText = async () => textOf(browser, (await browser.$$('[data-testid="msg-assistant"] [data-testid="answer"]'))[0]);
+    const cut = await answerText();
     await (await byTestId(browser, 'continue')).click();
-    await waitFor(browser, 'the continued reply', async () => (await answers(browser)) === 2 && (await ready(browser)));
-    assert.equal((await allByTestId(browser, 'msg-user')).length, 2);
+    await waitFor(browser, 'the continued reply', async () => (await ready(browser)) && (await answerText()).length > cut.length);
+    assert.equal(await answers(browser), 1);
+    assert.equal((await allByTestId(browser, 'msg-user')).length, 1);
+    assert.ok((await answerText()).startsWith(cut.trimEnd()), 'the answer grew from where it was cut');
     await shot(browser, '21-chat');
     await noSeriousViolations(browser, 'chat');
   });
 
   it('works from the keyboard', async () => {
-    await saveSettings(browser, { max_tokens: '400' });
+    // counting repeats itself by design: no repetition penalty
+    await saveSettings(browser, { max_tokens: '400', repetition_penalty: '1' });
     // Ctrl+N: a new chat
     await browser.keys(['Control', 'n']);
     await browser.keys(['Control']);
@@ -150,6 +156,27 @@ describe('the first hour', () => {
     await waitFor(browser, 'the first chat to open', async () => /rainbow/i.test(await textOf(browser, await byTestId(browser, 'chat-title'))), 5_000);
     // its actions show when focused; Tab never lands on something invisible
     assert.deepEqual(await tabStopsAreVisible(browser, 40), []);
+    // the chat list is one Tab stop (F2 and Delete act on the focused chat): Tab leaves it at once
+    await browser.execute(() => document.querySelector('[data-testid="chat-open"][tabindex="0"]').focus());
+    await browser.keys(['Tab']);
+    assert.notEqual(await browser.execute(() => document.activeElement?.closest('[data-testid="chat-list"]') !== null), true, 'Tab left the chat list');
+
+    // 800 px wide: the sidebar folds away, the title and the status bar are whole
+    const size = await browser.getWindowSize();
+    await browser.setWindowSize(800, 640);
+    await waitFor(browser, 'the sidebar to fold', async () => !(await (await byTestId(browser, 'new-chat')).isDisplayed()), 5_000);
+    const cut = await browser.execute(() => [...document.querySelectorAll('[data-testid="chat-title"], [data-testid="status-bar"]')]
+      .filter((e) => e.scrollWidth > e.clientWidth + 1).map((e) => e.getAttribute('data-testid')));
+    assert.deepEqual(cut, [], 'nothing cut at 800 px');
+    await shot(browser, '21b-800px');
+    // shown on demand, over the chat; choosing a chat folds it again
+    await (await byTestId(browser, 'toggle-sidebar')).click();
+    await waitFor(browser, 'the sidebar over the chat', async () => (await byTestId(browser, 'new-chat')).isDisplayed(), 5_000);
+    await shot(browser, '21c-800px-sidebar');
+    await (await allByTestId(browser, 'chat-open'))[0].click();
+    await waitFor(browser, 'the sidebar to fold again', async () => !(await (await byTestId(browser, 'new-chat')).isDisplayed()), 5_000);
+    await browser.setWindowSize(size.width, size.height);
+    await waitFor(browser, 'the sidebar back', async () => (await byTestId(browser, 'new-chat')).isDisplayed(), 5_000);
     // Ctrl+Shift+S hides and shows the sidebar; Ctrl+, opens Settings
     await browser.keys(['Control', 'Shift', 's']);
     await browser.keys(['Control', 'Shift']);
@@ -171,6 +198,17 @@ describe('the first hour', () => {
     await (await byTestId(browser, 'offer-models')).click();
     await (await byTestId(browser, 'models-page')).waitForExist({ timeout: 5_000 });
     await (await byTestId(browser, 'nav-chat')).click();
+    await (await byTestId(browser, 'remove-thumb')).click();
+
+    // a picture cut short (a broken download) is refused as it is attached: named and marked, never sent
+    const cut = join(dataDir, 'cut short.png');
+    const whole = readFileSync(png);
+    writeFileSync(cut, whole.subarray(0, Math.floor(whole.length / 2)));
+    await dropFile(cut);
+    await waitFor(browser, 'the marked thumbnail', async () => (await allByTestId(browser, 'composer-thumb-bad')).length === 1, 30_000);
+    assert.match(await textOf(browser, await byTestId(browser, 'composer-rejected')), /cut short\.png is not attached: this PNG image cannot be read/);
+    assert.equal((await allByTestId(browser, 'composer-thumb')).length, 0);
+    await shot(browser, '22a-bad-image-marked');
     await (await byTestId(browser, 'remove-thumb')).click();
 
     // paste: the X clipboard holds a picture (WebKitGTK gives the page no file for it)

@@ -176,6 +176,21 @@ export function xkeys(...keys) {
   execFileSync('xdotool', ['key', '--clearmodifiers', ...keys]);
 }
 
+/** Answers the app's native save dialog (GTK's file chooser, which WebDriver
+ * cannot reach) on the real X keyboard: the dialog titled `title` is found,
+ * `path` typed into its name field (GTK takes a full path there) and saved. */
+export async function answerSaveDialog(browser, title, path) {
+  let id = '';
+  await waitFor(browser, `the "${title}" dialog`, async () => {
+    try { id = execFileSync('xdotool', ['search', '--onlyvisible', '--name', title]).toString().trim().split('\n')[0]; } catch { id = ''; }
+    return id !== '';
+  }, 20_000);
+  execFileSync('xdotool', ['windowactivate', '--sync', id]);
+  execFileSync('xdotool', ['key', '--clearmodifiers', 'ctrl+a']);
+  execFileSync('xdotool', ['type', '--delay', '10', path]);
+  execFileSync('xdotool', ['key', 'Return']);
+}
+
 /** The parent process id, from /proc/PID/stat ("pid (name) state ppid ..."). */
 function parentOf(pid) {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');

@@ -81,8 +81,8 @@ export const api = {
   listChats: (query?: string) => invoke<Chat[]>('list_chats', { query: query ?? null }),
   /** A new chat; from a preset, with its settings and answer format. */
   createChat: (presetId?: number) => invoke<Chat>('create_chat', { presetId: presetId ?? null }),
-  /** Writes the chat (chat.json with every branch, chat.md with the shown one, images beside) to a new folder. */
-  exportChat: (chatId: number) => invoke<ExportedChat>('export_chat', { chatId }),
+  /** Writes the chat (chat.json with every branch, chat.md with the shown one, images beside) to a new folder at `destination`. */
+  exportChat: (chatId: number, destination: string) => invoke<ExportedChat>('export_chat', { chatId, destination }),
   /** Adds the chat in an exported chat.json as a new chat. */
   importChat: (path: string) => invoke<Chat>('import_chat', { path }),
   setChatSettings: (chatId: number, settings: ChatSettings) => invoke<Chat>('set_chat_settings', { chatId, settings }),
@@ -101,6 +101,9 @@ export const api = {
   /** A new answer beside `messageId` (a reply), or beside the shown branch's last answer when null. */
   regenerate: (chatId: number, messageId: number | null, onEvent: (e: StreamEvent) => void) =>
     invoke<StartedReply>('regenerate', { chatId, messageId, onEvent: channel(onEvent) }),
+  /** Extends `messageId`, an answer cut at its token limit, in place: the model goes on from where it stopped. */
+  continueReply: (chatId: number, messageId: number, onEvent: (e: StreamEvent) => void) =>
+    invoke<StartedReply>('continue_reply', { chatId, messageId, onEvent: channel(onEvent) }),
   editAndResend: (chatId: number, messageId: number, message: Outgoing, onEvent: (e: StreamEvent) => void) =>
     invoke<Sent>('edit_and_resend', { chatId, messageId, message, onEvent: channel(onEvent) }),
   /** Shows the branch through `messageId`; returns the chat's shown messages. */

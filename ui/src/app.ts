@@ -12,6 +12,8 @@ import { clear, h } from './dom';
 import { confirmDialog } from './modal';
 import { icon } from './icons';
 import { menuAction, type MenuAction } from './menuActions';
+import { modelLabel } from './modelNames';
+import { exportName } from './exportName';
 import { ModelsView } from './modelsView';
 import { SettingsPage } from './settingsView';
 import { onMac, shortcutFor, shortcutLabel } from './shortcuts';
@@ -23,12 +25,17 @@ export interface Platform {
   pickFiles(): Promise<string[]>;
   /** An exported chat.json to import; null when cancelled. */
   pickChatFile(): Promise<string | null>;
+  /** Where to export a chat (a save dialog: the path of a new folder, `name` offered); null when cancelled. */
+  pickExportFolder(name: string): Promise<string | null>;
   onDrop(handlers: { over(on: boolean): void; drop(paths: string[]): void }): void;
 }
 
 type Page = 'chat' | 'bulk' | 'models' | 'settings';
 
 const SIDEBAR_KEY = 'vlm-sidebar-hidden';
+
+/** Below this width the sidebar folds away by itself (see styles.css's .narrow). */
+export const NARROW_WIDTH = 900;
 
 export class App {
   readonly el: HTMLElement;
@@ -61,6 +68,9 @@ export class App {
    * it is created by its first message, so settings alone add no empty chat
    * to the sidebar. */
   private unsavedSettings: ChatSettings | null = null;
+  private narrow = typeof window.matchMedia === 'function' ? window.matchMedia(`(max-width: ${NARROW_WIDTH}px)`) : null;
+  /** Gallery names by model id: a model is never shown by its internal id. */
+  private modelNames = new Map<string, string>();
   /** Chats answering at the last stream event, to redraw the sidebar only when that changes. */
   private answering = '';
 
@@ -82,7 +92,7 @@ export class App {
       edit: (m) => this.edit(m),
       switchBranch: (id) => void this.switchBranch(id),
       deleteBranch: (m) => void this.deleteBranch(m),
-      continueReply: () => void this.composer.sendText('Continue.'),
+      continueReply: () => void this.continueReply(),
       sendStarter: (text) => void this.composer.sendText(text),
       openModels: () => this.go('models'),
     });
@@ -111,6 +121,9 @@ export class App {
       this.announcer,
       this.dropOverlay);
     this.setSidebarHidden(localStorage.getItem(SIDEBAR_KEY) === '1');
+    // a narrow window (800 px) folds the sidebar away: the chat keeps its width
+    this.narrow?.addEventListener('change', () => this.fitWidth());
+    this.fitWidth();
     this.streams.subscribe((chatId, live) => {
       const answering = this.streams.runningChats().sort().join(',');
       if (answering !== this.answering) {
@@ -140,6 +153,7 @@ export class App {
       this.models.onDone(d);
       // a model that sees images may be on disk now: the composer's offer names it
       void this.composer.refreshOffer();
+      void this.loadModelNames();
       if (d.ok) this.toast(`Downloaded ${d.id}`);
     });
     await events.serverStatus((s) => { this.server = s; this.settings.setServer(s); this.renderStatus(); });
@@ -161,6 +175,7 @@ export class App {
     });
     this.setStatus(await api.engineStatus());
     await this.loadGlobalSettings();
+    void this.loadModelNames();
     this.server = await api.serverStatus();
     // replies that kept running while the page reloaded
     for (const chatId of await api.activeReplies()) {
@@ -197,6 +212,9 @@ export class App {
     const state: ModelState = s.state === 'loading' ? { state: 'loading', name: s.loading ?? '' }
       : answering ? { state: 'ready', model: answering } : { state: 'unloaded' };
     this.chatView.setModel(state);
+    // a bulk job asks about images: Run is off, saying why, without a model that sees them
+    this.bulk.setModel(s.state === 'loading' ? { name: s.loading ?? 'The model', vision: false, loading: true }
+      : answering ? { name: answering.name, vision: answering.vision } : null);
     this.updateComposer();
   }
 
@@ -205,7 +223,7 @@ export class App {
     const s = this.status;
     const own = this.ownSettings() ?? {};
     const answering = s?.model ?? s?.idle_unloaded;
-    const chatModel = own.model && own.model !== answering?.id ? own.model : null;
+    const chatModel = own.model && own.model !== answering?.id ? modelLabel(own.model, this.modelNames) : null;
     this.composer.setModel(answering ? { name: answering.name, vision: answering.vision } : null, chatModel);
     this.composer.showThinking(!!s?.model?.thinking, own.thinking ?? this.globalSettings?.thinking ?? true);
   }
@@ -248,6 +266,8 @@ export class App {
       const chosen = await chatSettingsDialog({
         own: this.ownSettings() ?? {}, global: view.settings, answerFormat: this.chat?.answer_format ?? null, models, presets,
       }, (m) => this.toast(m));
+      // a preset saved in the dialog shows in the sidebar's "New chat from a preset…"
+      void this.sidebar.refresh();
       if (chosen) await this.updateChatSettings(() => chosen);
     } catch (e) {
       this.toast(errorText(e));
@@ -314,8 +334,26 @@ export class App {
 
   private setSidebarHidden(hidden: boolean): void {
     this.el.classList.toggle('sidebar-hidden', hidden);
-    localStorage.setItem(SIDEBAR_KEY, hidden ? '1' : '0');
+    // what the user chose for a wide window is kept; a narrow one folds it by itself
+    if (!this.el.classList.contains('narrow')) localStorage.setItem(SIDEBAR_KEY, hidden ? '1' : '0');
     if (this.page === 'chat') this.renderHeader();
+  }
+
+  /** Below NARROW_WIDTH the sidebar is folded away (shown over the chat
+   * when asked for); above it, as the user left it. */
+  private fitWidth(): void {
+    const narrow = !!this.narrow?.matches;
+    this.el.classList.toggle('narrow', narrow);
+    this.setSidebarHidden(narrow || localStorage.getItem(SIDEBAR_KEY) === '1');
+  }
+
+  /** The gallery's names of the models on disk, for what names a model by id. */
+  private async loadModelNames(): Promise<void> {
+    try {
+      const gallery = await api.listModels();
+      this.modelNames = new Map(gallery.local.map((m) => [m.id, m.name]));
+      this.updateComposer();
+    } catch { /* ids are made readable meanwhile (modelLabel) */ }
   }
 
   private async loadGlobalSettings(): Promise<void> {
@@ -325,6 +363,8 @@ export class App {
 
   private async openChat(chat: Chat | null): Promise<void> {
     if (this.page === 'settings') this.settings.flush();
+    // over a narrow window the sidebar folds away once a chat is chosen
+    if (this.el.classList.contains('narrow')) this.setSidebarHidden(true);
     this.page = 'chat';
     this.renderNav();
     if (this.chat && this.chat.id !== chat?.id) this.streams.settle(this.chat.id);
@@ -424,7 +464,7 @@ export class App {
     } catch (e) {
       const wanted = chat?.settings?.model;
       if (!loadedForChat && wanted && (e as { code?: string })?.code === 'CHAT_MODEL_NOT_LOADED') {
-        this.toast(`Loading ${wanted} for this chat…`);
+        this.toast(`Loading ${modelLabel(wanted, this.modelNames)} for this chat…`);
         try {
           const status = await api.loadModel(wanted);
           this.setStatus(status);
@@ -461,6 +501,27 @@ export class App {
     // the new answer takes the old one's place once it is stored
     const question = this.messages.map((m) => m.role).lastIndexOf('user');
     this.messages = this.messages.slice(0, question + 1);
+    this.showMessages();
+  }
+
+  /** Continue on the last answer, cut at its token limit: the same answer
+   * grows in place (the model goes on from where it stopped). */
+  private async continueReply(): Promise<void> {
+    const chat = this.chat;
+    const answer = this.messages[this.messages.length - 1];
+    if (!chat || answer?.role !== 'assistant' || this.streams.isRunning(chat.id)) return;
+    const handler = this.streams.begin(chat.id);
+    try {
+      await api.continueReply(chat.id, answer.id, handler);
+    } catch (e) {
+      this.streams.abandon(chat.id);
+      this.toast(errorText(e));
+      return;
+    }
+    if (this.chat?.id !== chat.id) return;
+    if (!this.streams.isRunning(chat.id)) return void this.reloadMessages(); // it already ended
+    // the live reply (from the answer's text so far) takes the answer's place
+    this.messages = this.messages.filter((m) => m.id !== answer.id);
     this.showMessages();
   }
 
@@ -568,7 +629,9 @@ export class App {
   private async exportChat(): Promise<void> {
     if (!this.chat) return;
     try {
-      const done = await api.exportChat(this.chat.id);
+      const destination = await this.platform.pickExportFolder(exportName(this.chat.title));
+      if (!destination) return;
+      const done = await api.exportChat(this.chat.id, destination);
       this.toast(`Exported to ${done.folder} (chat.md, chat.json and the images).`);
     } catch (e) {
       this.toast(errorText(e));

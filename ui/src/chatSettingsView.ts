@@ -3,6 +3,7 @@
 // happens when the chat outgrows the context. A field left empty follows the
 // app's Settings (its value shows as the placeholder). Presets: apply one,
 // or save these settings (with the chat's answer format) under a name.
+import { modelLabel } from './modelNames';
 import { api, errorText, type ChatSettings, type Preset, type Settings } from './api';
 import type { AnswerFormat } from './answerFormat';
 import { h } from './dom';
@@ -106,7 +107,8 @@ function fields(own: ChatSettings, ctx: ChatSettingsContext): HTMLElement[] {
   const model = h('select', { name: 'model', 'data-testid': 'chat-setting-model' },
     h('option', { value: '' }, 'The loaded model (Settings)'),
     ...ctx.models.map((m) => h('option', { value: m.id, selected: own.model === m.id }, m.name)));
-  if (own.model && !ctx.models.some((m) => m.id === own.model)) model.append(h('option', { value: own.model, selected: true }, own.model));
+  // a model no longer on disk is still named, never shown by its internal id
+  if (own.model && !ctx.models.some((m) => m.id === own.model)) model.append(h('option', { value: own.model, selected: true }, `${modelLabel(own.model, new Map())} (not on disk)`));
   const thinking = h('select', { name: 'thinking', 'data-testid': 'chat-setting-thinking' },
     h('option', { value: '' }, `As Settings (${g.thinking ? 'on' : 'off'})`),
     h('option', { value: 'on', selected: own.thinking === true }, 'On'),

@@ -6,6 +6,7 @@
 // (regenerate, continue a reply cut at the token limit), a "jump to latest"
 // button when scrolled up, and an empty chat that says what to do.
 import { copyWithFeedback } from './copyFeedback';
+import { openImageViewer } from './imageViewer';
 import { attachmentUrl, type LoadedModel, type Message, type MessageStats } from './api';
 import { clear, h } from './dom';
 import { bytes } from './format';
@@ -204,7 +205,11 @@ export class ChatView {
   private user(m: Message, last: boolean): HTMLElement {
     return h('div', { class: `msg user${last ? ' last' : ''}`, 'data-testid': 'msg-user', 'data-id': m.id },
       m.attachments.length ? h('div', { class: 'msg-images' },
-        ...m.attachments.map((a) => h('img', { src: attachmentUrl(a.sha256), alt: 'Image you sent', 'data-testid': 'msg-image' }))) : null,
+        // each opens larger on a click (Enter or Space from the keyboard)
+        ...m.attachments.map((a, i) => h('button', {
+          class: 'msg-image-open', 'aria-label': `Show image ${i + 1} larger`, 'data-testid': 'msg-image-open',
+          onclick: () => openImageViewer(attachmentUrl(a.sha256), `Image ${i + 1} you sent`),
+        }, h('img', { src: attachmentUrl(a.sha256), alt: 'Image you sent', 'data-testid': 'msg-image' })))) : null,
       m.content ? h('div', { class: 'bubble' }, m.content) : null,
       // the actions row is always there, so the layout does not jump when a reply ends
       h('div', { class: 'msg-actions' },

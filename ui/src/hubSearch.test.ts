@@ -96,7 +96,7 @@ describe('Hub search on the Models page', () => {
     mockIPC((cmd) => {
       if (cmd === 'list_models') return emptyGallery;
       if (cmd === 'search_hub') {
-        if (fail) throw { code: 'OFFLINE', message: 'cannot reach the Hub' };
+        if (fail) throw { code: 'NETWORK_ERROR', message: 'https://huggingface.co/api/models: dns error (https://huggingface.co/api/models)' };
         return { has_more: false, results: [model({ repo: 'big/model' })] };
       }
       if (cmd === 'fit_check') return fit('red', null);
@@ -105,7 +105,7 @@ describe('Hub search on the Models page', () => {
     document.body.append(view.el);
     await view.refresh();
     await view.search.search();
-    expect(view.el.querySelector('[data-testid=hub-search-error]')!.textContent).toBe('cannot reach the Hub');
+    expect(view.el.querySelector('[data-testid=hub-search-error]')!.textContent).toMatch(/^No connection to Hugging Face\./);
     fail = false;
     await view.search.search();
     await tick(); await tick();

@@ -8,7 +8,7 @@ import type { FitCheck } from './bindings/FitCheck';
 import type { HubModel } from './bindings/HubModel';
 import type { SearchQuery } from './bindings/SearchQuery';
 import type { Variant } from './bindings/Variant';
-import { downloadErrorText } from './downloadErrors';
+import { downloadErrorText, searchErrorText } from './downloadErrors';
 import { bytes, percent, rate } from './format';
 import { clear, h } from './dom';
 
@@ -114,7 +114,7 @@ export class HubSearch {
     } catch (e) {
       if (kind === 'new') this.results = [];
       this.hasMore = kind === 'more' && this.hasMore;
-      this.error = errorText(e);
+      this.error = searchErrorText(e);
     }
     this.searching = null;
     this.render();

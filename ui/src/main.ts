@@ -1,6 +1,6 @@
 // Entry point: the real platform (Tauri's file dialog and window drops).
 import { getCurrentWebview } from '@tauri-apps/api/webview';
-import { open } from '@tauri-apps/plugin-dialog';
+import { open, save } from '@tauri-apps/plugin-dialog';
 import { api } from './api';
 import { App } from './app';
 import { interceptLinks } from './links';
@@ -16,8 +16,12 @@ const app = new App({
     return Array.isArray(picked) ? picked : [picked];
   },
   async pickChatFile() {
-    const picked = await open({ multiple: false, filters: [{ name: 'Exported chat', extensions: ['json'] }] });
+    const picked = await open({ multiple: false, title: 'Import a chat (the chat.json of an export)', filters: [{ name: 'Exported chat (chat.json)', extensions: ['json'] }] });
     return typeof picked === 'string' ? picked : null;
+  },
+  async pickExportFolder(name) {
+    // the name typed becomes a folder: chat.md, chat.json and images/ go in it
+    return await save({ title: 'Export the chat to a new folder', defaultPath: name }) ?? null;
   },
   onDrop({ over, drop }) {
     void getCurrentWebview().onDragDropEvent((event) => {

@@ -1,7 +1,10 @@
 // The chat list: by last message, newest first, search by title or text,
 // rename in place, delete after confirmation, a dot on chats that are
-// generating. Each entry is a button (Tab reaches it, Enter opens it); its
-// rename and delete buttons show on hover and on keyboard focus.
+// generating. The list is one Tab stop (a roving tabindex: the open chat,
+// else the first): arrow keys, Home and End move between chats, Enter opens
+// one, F2 renames it and Delete deletes it; the rename and delete buttons
+// show on hover and on keyboard focus, for the mouse (each chat used to
+// take three Tab stops).
 import { api, errorText, type Chat, type Preset } from './api';
 import { clear, h } from './dom';
 import { confirmDialog } from './modal';
@@ -82,6 +85,23 @@ export class Sidebar {
       return;
     }
     for (const chat of this.chats) this.list.append(this.item(chat));
+    // one Tab stop for the list: the open chat, else the first
+    const opens = [...this.list.querySelectorAll<HTMLButtonElement>('.chat-open')];
+    const current = opens.find((b) => b.getAttribute('aria-current') === 'page') ?? opens[0];
+    for (const b of opens) b.tabIndex = b === current ? 0 : -1;
+  }
+
+  /** Arrow keys, Home and End move the focus (and the list's Tab stop) between chats. */
+  private moveFocus(from: HTMLButtonElement, key: string): boolean {
+    const opens = [...this.list.querySelectorAll<HTMLButtonElement>('.chat-open')];
+    const at = opens.indexOf(from);
+    const to = key === 'ArrowDown' ? opens[Math.min(at + 1, opens.length - 1)]
+      : key === 'ArrowUp' ? opens[Math.max(at - 1, 0)]
+        : key === 'Home' ? opens[0] : key === 'End' ? opens[opens.length - 1] : undefined;
+    if (!to) return false;
+    for (const b of opens) b.tabIndex = b === to ? 0 : -1;
+    to.focus();
+    return true;
   }
 
   private item(chat: Chat): HTMLElement {
@@ -113,17 +133,23 @@ export class Sidebar {
     return h('div', { class: `chat-item${selected ? ' selected' : ''}${running ? ' running' : ''}`, 'data-chat-id': chat.id, 'data-testid': 'chat-item' },
       h('button', {
         class: 'chat-open', 'data-testid': 'chat-open', 'aria-current': selected ? 'page' : undefined,
-        title: `${title} (F2 renames)`,
+        title: `${title} (F2 renames, Delete deletes)`, 'aria-keyshortcuts': 'F2 Delete',
         onclick: () => this.hooks.select(chat),
         ondblclick: startRename,
-        onkeydown: (e: Event) => { const k = (e as KeyboardEvent).key; if (k === 'F2') startRename(e); if (k === 'Delete') { e.stopPropagation(); void this.remove(chat); } },
+        onkeydown: (e: Event) => {
+          const k = (e as KeyboardEvent).key;
+          if (k === 'F2') startRename(e);
+          if (k === 'Delete') { e.stopPropagation(); void this.remove(chat); }
+          if (this.moveFocus(e.currentTarget as HTMLButtonElement, k)) e.preventDefault();
+        },
       },
       h('span', { class: 'chat-title' }, title),
       h('span', { class: 'chat-time', 'data-testid': 'chat-time' }, running ? 'answering…' : relativeTime(chat.updated_at))),
       running ? h('span', { class: 'busy-dot', title: 'Answering', 'aria-hidden': 'true' }) : null,
       h('div', { class: 'chat-actions' },
-        h('button', { class: 'icon', title: 'Rename', 'aria-label': `Rename “${title}”`, 'data-testid': 'rename-chat', onclick: startRename }, icon('pencil', 14)),
-        h('button', { class: 'icon', title: 'Delete', 'aria-label': `Delete “${title}”`, 'data-testid': 'delete-chat',
+        // not Tab stops: F2 and Delete on the chat do the same from the keyboard
+        h('button', { class: 'icon', tabindex: -1, title: 'Rename (F2)', 'aria-label': `Rename “${title}”`, 'data-testid': 'rename-chat', onclick: startRename }, icon('pencil', 14)),
+        h('button', { class: 'icon', tabindex: -1, title: 'Delete (Delete key)', 'aria-label': `Delete “${title}”`, 'data-testid': 'delete-chat',
           onclick: (e: Event) => { e.stopPropagation(); void this.remove(chat); } }, icon('trash', 14))));
   }
 

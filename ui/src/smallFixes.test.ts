@@ -77,3 +77,23 @@ describe('the export dialog', () => {
     expect(exportName('x'.repeat(100)).length).toBe(60);
   });
 });
+
+describe('a sent picture', () => {
+  it('opens larger; Escape closes it (before the page’s Esc stops a reply) and the focus comes back', async () => {
+    const { openImageViewer } = await import('./imageViewer');
+    const button = document.createElement('button');
+    document.body.append(button);
+    button.focus();
+    const pageKeys: string[] = [];
+    document.addEventListener('keydown', (e) => pageKeys.push(e.key));
+    openImageViewer('att://localhost/abc', 'Image 1 you sent');
+    const viewer = document.querySelector<HTMLElement>('[data-testid=image-viewer]')!;
+    expect(viewer.getAttribute('role')).toBe('dialog');
+    expect(viewer.querySelector('img')!.getAttribute('src')).toBe('att://localhost/abc');
+    expect(document.activeElement).toBe(document.querySelector('[data-testid=image-viewer-close]'));
+    document.dispatchEvent(new KeyboardEvent('keydown', { key: 'Escape', bubbles: true }));
+    expect(document.querySelector('[data-testid=image-viewer]')).toBeNull();
+    expect(pageKeys).toEqual([]);
+    expect(document.activeElement).toBe(button);
+  });
+});

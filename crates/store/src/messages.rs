@@ -193,6 +193,32 @@ impl Store {
         insert_reply(tx, chat, Some(parent), model).await
     }
 
+    /// Opens a finished answer again to extend it in place (Continue on an
+    /// answer cut at its token limit): the message is `streaming` again and
+    /// takes [`Store::update_reply`] and [`Store::finish_reply`] with its
+    /// whole text, old and new. Only a complete or interrupted answer of
+    /// `chat` can be continued.
+    pub async fn reopen_reply(&self, chat: ChatId, message: MessageId) -> Result<ReplyId> {
+        let reopened: Option<i64> = sqlx::query_scalar(
+            "UPDATE messages SET status = 'streaming', updated_at = ?1
+             WHERE id = ?2 AND chat_id = ?3 AND role = 'assistant' AND status IN ('complete', 'interrupted')
+             RETURNING id",
+        )
+        .bind(now_ms())
+        .bind(message.0)
+        .bind(chat.0)
+        .fetch_optional(&self.pool)
+        .await?;
+        match reopened {
+            Some(id) => Ok(ReplyId(MessageId(id))),
+            None => match self.get_message(message).await {
+                Ok(m) if m.chat_id == chat => {
+                    Err(Error::InvalidInput("only a finished answer can be continued".into()))
+                }
+                _ => Err(Error::MessageNotFound(message)),
+            },
+        }
+    }
 
     /// Saves the text so far (the whole text, not a delta). The app calls
     /// this about once a second, so a crash loses at most that much.

@@ -156,3 +156,28 @@ async fn a_failed_reply_is_a_branch_like_any_other() {
     assert_eq!(shown.last().unwrap().siblings.len(), 2);
     assert_eq!(store.active_leaf(chat).await.unwrap(), Some(ok.id));
 }
+
+/// Continue on an answer cut at its limit: the same message is extended in
+/// place (no new sibling, no new message), and only a finished answer of the
+/// chat can be reopened.
+#[tokio::test]
+async fn a_finished_answer_is_reopened_and_extended_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let chat = store.create_chat().await.unwrap().id;
+    let question = store.add_message(chat, &NewMessage::user("Tell me about the Pacific")).await.unwrap();
+    let cut = answer(&store, chat, "It is the largest").await;
+    let reply = store.reopen_reply(chat, cut.id).await.unwrap();
+    assert_eq!(reply.0, cut.id);
+    // open twice is refused: it is streaming now
+    let again = store.reopen_reply(chat, cut.id).await.unwrap_err();
+    assert_eq!(again.code(), "INVALID_INPUT");
+    store.update_reply(reply, "It is the largest ocean", "").await.unwrap();
+    let done = store.finish_reply(reply, "It is the largest ocean on Earth.", "", None, ReplyOutcome::Complete).await.unwrap();
+    assert_eq!((done.id, done.siblings.len()), (cut.id, 1));
+    assert_eq!(path(&store, chat).await, ["Tell me about the Pacific", "It is the largest ocean on Earth."]);
+    // a question, or another chat's answer, is not an answer of this chat to continue
+    assert_eq!(store.reopen_reply(chat, question.id).await.unwrap_err().code(), "INVALID_INPUT");
+    let other = store.create_chat().await.unwrap().id;
+    assert_eq!(store.reopen_reply(other, cut.id).await.unwrap_err().code(), "MESSAGE_NOT_FOUND");
+}

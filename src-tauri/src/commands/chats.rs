@@ -7,7 +7,7 @@ use tauri::State;
 use crate::answer_format::AnswerFormat;
 use crate::chat_file::ExportedChat;
 use crate::chat_settings::ChatSettings;
-use crate::error::AppResult;
+use crate::error::{AppError, AppResult};
 use crate::state::AppState;
 
 #[tauri::command]
@@ -81,10 +81,24 @@ pub async fn list_messages(state: State<'_, Arc<AppState>>, chat_id: ChatId) -> 
 }
 
 /// Writes the chat (every branch as JSON, the shown one as Markdown, its
-/// images beside them) to a new folder in the app's exports folder.
+/// images beside them) to a new folder: where the save dialog said, named
+/// as the user typed (never over anything there).
 #[tauri::command]
-pub async fn export_chat(state: State<'_, Arc<AppState>>, chat_id: ChatId) -> AppResult<ExportedChat> {
-    crate::chat_file::export_chat(&state.store, chat_id, &state.paths.data_dir.join("exports")).await
+pub async fn export_chat(
+    state: State<'_, Arc<AppState>>,
+    chat_id: ChatId,
+    destination: Option<std::path::PathBuf>,
+) -> AppResult<ExportedChat> {
+    // the save dialog's path names the new folder; without one (older
+    // callers) it goes under exports/ in the data folder
+    let Some(destination) = destination else {
+        return crate::chat_file::export_chat(&state.store, chat_id, &state.paths.data_dir.join("exports")).await;
+    };
+    let parent = destination.parent().filter(|p| !p.as_os_str().is_empty());
+    let (Some(parent), Some(name)) = (parent, destination.file_name().and_then(|n| n.to_str())) else {
+        return Err(AppError::new("INVALID_INPUT", "Choose where to save the exported chat."));
+    };
+    crate::chat_file::export_chat_as(&state.store, chat_id, parent, name).await
 }
 
 /// Adds the chat in an exported `chat.json` (and its images) as a new chat.

@@ -5,7 +5,7 @@ use tauri::{AppHandle, Manager, Runtime};
 use tauri_plugin_opener::Opener;
 
 use crate::error::{AppError, AppResult};
-use crate::links::openable_link;
+use crate::links::{could_not_open, openable_link};
 
 #[tauri::command]
 pub async fn open_link<R: Runtime>(app: AppHandle<R>, href: String) -> AppResult<()> {
@@ -13,7 +13,5 @@ pub async fn open_link<R: Runtime>(app: AppHandle<R>, href: String) -> AppResult
     let Some(opener) = app.try_state::<Opener<R>>() else {
         return Err(AppError::new("OPENER_UNAVAILABLE", "links cannot be opened from this window"));
     };
-    opener
-        .open_url(url.as_str(), None::<&str>)
-        .map_err(|e| AppError::new("OPENER_FAILED", format!("The link could not be opened: {e}")))
+    opener.open_url(url.as_str(), None::<&str>).map_err(|e| could_not_open(&url, &e.to_string()))
 }

@@ -13,7 +13,9 @@ use tauri::{AppHandle, Runtime, State};
 
 use crate::error::{AppError, AppResult};
 use crate::generation::{Sink, StreamEvent};
-use crate::replies::{ensure_chat_model_of, ensure_idle, reserve, start_reply, Reservation, StartedReply};
+use crate::replies::{
+    continue_reply as continue_reply_in, ensure_chat_model_of, ensure_idle, reserve, start_reply, Reservation, StartedReply,
+};
 use crate::state::AppState;
 
 fn sink(channel: Channel<StreamEvent>) -> Sink {
@@ -141,6 +143,27 @@ pub async fn regenerate<R: Runtime>(
         }
     };
     start_reply(&app, state.inner().clone(), &turn, chat_id, question, sink(on_event)).await
+}
+
+/// Continue on an answer cut at its token limit: the model goes on from
+/// where it stopped, and the text is appended to the same stored message
+/// (no "Continue." is sent, no new answer is started).
+#[tauri::command]
+pub async fn continue_reply<R: Runtime>(
+    app: AppHandle<R>,
+    state: State<'_, Arc<AppState>>,
+    chat_id: ChatId,
+    message_id: MessageId,
+    on_event: Channel<StreamEvent>,
+) -> AppResult<StartedReply> {
+    let turn = reserve(&state, chat_id)?;
+    crate::idle::wake(&app, &state).await?;
+    ensure_chat_model_of(&state, chat_id).await?;
+    let answer = state.store.get_message(message_id).await?;
+    if answer.chat_id != chat_id {
+        return Err(store::Error::MessageNotFound(message_id).into());
+    }
+    continue_reply_in(&app, state.inner().clone(), &turn, chat_id, message_id, sink(on_event)).await
 }
 
 /// Sends an edited copy of any user message of the chat: it becomes a

@@ -35,8 +35,14 @@ async fn view(state: &AppState) -> AppResult<SettingsView> {
         None => (settings.clone(), None),
     };
     let restart_needed = status.knobs.as_ref().is_some_and(|k| *k != used.engine_knobs());
+    // what the loaded model answers with where the user left the defaults
+    let defaults_note = status.model.as_ref().and_then(|m| {
+        crate::model_defaults::note(&settings, &m.id, &m.name, &crate::models::default_model_id(state))
+    });
     let facts = state.engine.engine().map(|e| ModelFacts::of(e.model_info(), status.model.map(|m| m.name)));
-    Ok(SettingsView { notes: used.notes_for(facts.as_ref()), restart_needed, settings, model_has_own_load_settings: own })
+    let mut notes = used.notes_for(facts.as_ref());
+    notes.extend(defaults_note);
+    Ok(SettingsView { notes, restart_needed, settings, model_has_own_load_settings: own })
 }
 
 #[tauri::command]
