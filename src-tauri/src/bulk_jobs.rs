@@ -82,10 +82,14 @@ pub async fn create_job(
     if let Some(f) = format {
         f.validate()?;
     }
-    let files = tokio::task::spawn_blocking(move || bulk::collect_images(&paths))
+    let collected = tokio::task::spawn_blocking(move || bulk::collect_images(&paths))
         .await
         .map_err(|e| AppError::new("IO_ERROR", e.to_string()))?
         .map_err(|e| AppError::new("FILE_UNREADABLE", e.to_string()))?;
+    for skipped in &collected.skipped {
+        tracing::warn!(path = %skipped.path.display(), why = %skipped.why, "a dropped folder's entry is not read");
+    }
+    let files = collected.images;
     if files.is_empty() {
         return Err(AppError::new("NO_IMAGES", "No images there: drop image files or a folder that holds some."));
     }

@@ -5,6 +5,9 @@
 //! job asked for named fields — then error_code, error, prompt_tokens,
 //! generated_tokens, seconds. CSV cells are text (a field's number or list is
 //! written as JSON); JSON Lines keeps each answer's JSON as it was.
+//!
+//! CSV cells that a spreadsheet would run as a formula get a guard quote (see
+//! [`guard_cell`]); reading strips exactly the quotes the writer added.
 use std::io::{self, Read, Write};
 use std::path::Path;
 
@@ -77,14 +80,15 @@ pub fn write_csv(rows: &[Row], columns: &Columns, out: impl Write) -> io::Result
     header.extend(TRAILING);
     w.write_record(&header)?;
     for row in rows {
-        let mut record = vec![row.name.clone(), row.status.as_str().to_string()];
+        let guard = |s: String| guard_cell(&s).into_owned();
+        let mut record = vec![guard(row.name.clone()), row.status.as_str().to_string()];
         match columns {
-            Columns::Answer => record.push(row.answer.clone()),
-            Columns::Fields(names) => record.extend(names.iter().map(|n| cell(row.fields.as_ref(), n))),
+            Columns::Answer => record.push(guard(row.answer.clone())),
+            Columns::Fields(names) => record.extend(names.iter().map(|n| guard(cell(row.fields.as_ref(), n)))),
         }
         record.extend([
-            row.error_code.clone().unwrap_or_default(),
-            row.error.clone().unwrap_or_default(),
+            guard(row.error_code.clone().unwrap_or_default()),
+            guard(row.error.clone().unwrap_or_default()),
             row.prompt_tokens.to_string(),
             row.generated_tokens.to_string(),
             row.seconds.to_string(),
@@ -92,6 +96,45 @@ pub fn write_csv(rows: &[Row], columns: &Columns, out: impl Write) -> io::Result
         w.write_record(&record)?;
     }
     w.flush()
+}
+
+/// What makes a spreadsheet read a cell as a formula (OWASP's CSV injection
+/// list): `=`, `+`, `-`, `@`, and a tab or carriage return before one.
+const FORMULA_STARTS: [char; 6] = ['=', '+', '-', '@', '\t', '\r'];
+
+/// A cell that would start a formula: a formula character after any number of
+/// apostrophes. The apostrophes count so that a cell which genuinely starts
+/// with `'=` is quoted too, and reading strips one quote from exactly the
+/// cells the writer quoted: a leading apostrophe elsewhere (`'tis`) is text
+/// and is left alone both ways.
+fn starts_formula(cell: &str) -> bool {
+    cell.trim_start_matches('\'').starts_with(FORMULA_STARTS)
+}
+
+/// A plain number such as `-3` or `-1.5e3` is no formula, and a spreadsheet
+/// should keep it a number, so it is written as it is.
+fn is_plain_number(cell: &str) -> bool {
+    cell.bytes().all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b)) && cell.parse::<f64>().is_ok()
+}
+
+/// The cell as written to CSV: with a leading `'` when a spreadsheet would
+/// otherwise run it as a formula (`=HYPERLINK(…)` in a file name or an
+/// answer). The `'` shows in the spreadsheet; JSON Lines keeps the text exact.
+pub fn guard_cell(cell: &str) -> std::borrow::Cow<'_, str> {
+    if starts_formula(cell) && !is_plain_number(cell) {
+        format!("'{cell}").into()
+    } else {
+        cell.into()
+    }
+}
+
+/// The inverse of [`guard_cell`]: one `'` off a cell of the form
+/// `'…'<formula character>…`, every other cell as it is.
+pub fn unguard_cell(cell: &str) -> &str {
+    match cell.strip_prefix('\'') {
+        Some(rest) if starts_formula(rest) => rest,
+        _ => cell,
+    }
 }
 
 pub fn write_jsonl(rows: &[Row], mut out: impl Write) -> io::Result<()> {
@@ -121,7 +164,7 @@ pub fn read_csv(input: impl Read) -> io::Result<Vec<Row>> {
     let mut rows = Vec::new();
     for record in r.records() {
         let record = record?;
-        let get = |i: usize| record.get(i).unwrap_or("").to_string();
+        let get = |i: usize| unguard_cell(record.get(i).unwrap_or("")).to_string();
         let number = |i: usize| get(i).parse::<usize>().map_err(|e| bad(format!("line {}: {e}", rows.len() + 2)));
         let status = RowStatus::parse(&get(1)).ok_or_else(|| bad(format!("unknown status {:?}", get(1))))?;
         let tail = 2 + answer_count;
@@ -224,6 +267,45 @@ mod tests {
         assert!(text.starts_with("name,status,colour,shape,error_code"), "{text}");
         assert!(text.contains("a.png,done,red,square,,,0,0,0\n"), "{text}");
         assert_eq!(read_csv(&csv[..]).unwrap(), rows);
+    }
+
+    #[test]
+    fn formula_cells_are_quoted_and_read_back_exactly() {
+        let tricky = [
+            "=HYPERLINK(\"http://evil\",\"x\")", "+1+1", "-2+3", "@SUM(A1)", "\t=1", "\r=1",
+            "'=already quoted", "''+two", "'tis plain", "'", "-", "-3", "-1.5e3", "+7", "plain", "",
+        ];
+        for text in tricky {
+            let written = guard_cell(text);
+            let quoted = written != text;
+            assert_eq!(quoted, starts_formula(text) && !is_plain_number(text), "{text:?} -> {written:?}");
+            assert!(!written.starts_with(FORMULA_STARTS) || is_plain_number(&written), "{text:?} still a formula: {written:?}");
+            assert_eq!(unguard_cell(&written), text, "{text:?} round trip");
+        }
+        assert_eq!(guard_cell("'tis"), "'tis", "an apostrophe before text is text");
+        assert_eq!(guard_cell("-3"), "-3", "a negative number stays a number");
+
+        let mut row = Row::failed("=cmd|' /C calc'!A0.png", "@CODE", "-bad", 0.0);
+        row.answer = "+answer".into();
+        let fields = Columns::for_format(Some(&AnswerFormat::fields_from_list("colour")));
+        let mut done = Row::pending("'=x.png");
+        done.status = RowStatus::Done;
+        done.fields = Some(json!({"colour": "=red"}));
+        done.answer = r#"{"colour":"=red"}"#.into();
+        let mut csv = Vec::new();
+        write_csv(&[row.clone()], &Columns::Answer, &mut csv).unwrap();
+        let text = String::from_utf8(csv.clone()).unwrap();
+        assert!(text.contains("'=cmd|"), "{text}");
+        assert!(text.contains("'+answer,'@CODE,'-bad"), "{text}");
+        assert_eq!(read_csv(&csv[..]).unwrap(), vec![row.clone()]);
+        let mut csv = Vec::new();
+        write_csv(&[done.clone()], &fields, &mut csv).unwrap();
+        let text = String::from_utf8(csv.clone()).unwrap();
+        assert!(text.contains("''=x.png,done,'=red,"), "{text}");
+        assert_eq!(read_csv(&csv[..]).unwrap(), vec![done]);
+        let mut jsonl = Vec::new();
+        write_jsonl(&[row.clone()], &mut jsonl).unwrap();
+        assert!(String::from_utf8(jsonl).unwrap().contains("\"name\":\"=cmd|"), "JSON Lines stays exact");
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub mod runner;
 pub use answer_format::{AnswerFormat, FormatError};
 pub use cancel::CancelToken;
 pub use export::{Columns, ExportFormat};
-pub use items::{collect_images, ImageSource, Item};
+pub use items::{collect_images, Collected, ImageSource, Item, Skipped};
 pub use job::JobSpec;
 pub use progress::Progress;
 pub use row::{Pass, Row, RowStatus};

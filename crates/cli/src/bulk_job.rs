@@ -77,7 +77,11 @@ fn earlier_answers(out: &Path) -> Result<HashMap<String, Row>> {
 
 pub fn run(a: BulkArgs) -> Result<()> {
     let format = answer_format(&a)?;
-    let paths = bulk::collect_images(&a.images)?;
+    let collected = bulk::collect_images(&a.images)?;
+    for skipped in &collected.skipped {
+        eprintln!("skipped {}: {}", skipped.path.display(), skipped.why);
+    }
+    let paths = collected.images;
     if paths.is_empty() {
         bail!("no images found in {}", a.images.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
     }
