@@ -12,7 +12,7 @@ mod bulk_job;
 mod split_model;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -194,10 +194,13 @@ struct ServeArgs {
     /// Port to listen on (0 picks a free one; stdout says which).
     #[arg(long, default_value_t = server::DEFAULT_PORT)]
     port: u16,
-    /// Require `Authorization: Bearer <key>`. Also read from VLM_API_KEY, which
-    /// keeps the key out of the process list.
+    /// Require `Authorization: Bearer <key>`. Prefer VLM_API_KEY or
+    /// --api-key-file: a key given here shows in the process list (`ps`).
     #[arg(long)]
     api_key: Option<String>,
+    /// Read the API key from this file (its first line); wins over VLM_API_KEY.
+    #[arg(long, value_name = "PATH", conflicts_with = "api_key")]
+    api_key_file: Option<PathBuf>,
     /// Allow browser pages of any origin to call the API.
     #[arg(long)]
     cors: bool,
@@ -212,6 +215,10 @@ struct ServeArgs {
     /// many seconds (a new one, or a kept-alive one between requests).
     #[arg(long, value_name = "SECONDS", default_value_t = server::DEFAULT_IDLE_TIMEOUT.as_secs())]
     idle_timeout: u64,
+    /// Answer 408 and close the connection when a request body has not
+    /// arrived this many seconds after its header.
+    #[arg(long, value_name = "SECONDS", default_value_t = server::DEFAULT_BODY_TIMEOUT.as_secs())]
+    body_timeout: u64,
     /// Most connections open at once; at the limit, the oldest connection
     /// that has not sent a request yet is closed to make room.
     #[arg(long, default_value_t = server::DEFAULT_MAX_CONNECTIONS)]
@@ -574,6 +581,30 @@ fn run_vision_bench(a: &BenchArgs, image: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// Longer than any API key by far; a file this big is not a key file.
+const MAX_API_KEY_FILE_BYTES: u64 = 4096;
+
+/// The API key: `--api-key`, else the first line of `--api-key-file`, else
+/// `VLM_API_KEY`. The file is checked before it is read: a FIFO would block
+/// the start for ever, a large file is the wrong file.
+fn api_key(flag: Option<String>, file: Option<&Path>) -> Result<Option<String>> {
+    if let Some(path) = file {
+        let meta = std::fs::metadata(path).with_context(|| format!("--api-key-file {}", path.display()))?;
+        anyhow::ensure!(meta.is_file(), "--api-key-file {}: not a regular file", path.display());
+        anyhow::ensure!(
+            meta.len() <= MAX_API_KEY_FILE_BYTES,
+            "--api-key-file {}: {} bytes; a key file holds one line",
+            path.display(),
+            meta.len()
+        );
+        let text = std::fs::read_to_string(path).with_context(|| format!("--api-key-file {}", path.display()))?;
+        let key = text.lines().next().unwrap_or("").trim();
+        anyhow::ensure!(!key.is_empty(), "--api-key-file {}: the file is empty", path.display());
+        return Ok(Some(key.to_owned()));
+    }
+    Ok(flag.or_else(|| std::env::var("VLM_API_KEY").ok()).filter(|k| !k.is_empty()))
+}
+
 /// How long open requests get to end after SIGTERM or Ctrl-C, once the
 /// engine has stopped them, before the process exits anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -583,9 +614,10 @@ fn run_serve(a: ServeArgs) -> Result<()> {
     for folder in &a.file_url_folders {
         anyhow::ensure!(folder.is_dir(), "--allow-file-urls {}: not a folder", folder.display());
     }
-    if a.idle_timeout == 0 || a.max_connections == 0 {
-        anyhow::bail!("--idle-timeout and --max-connections must be at least 1");
+    if a.idle_timeout == 0 || a.body_timeout == 0 || a.max_connections == 0 {
+        anyhow::bail!("--idle-timeout, --body-timeout and --max-connections must be at least 1");
     }
+    let api_key = api_key(a.api_key.clone(), a.api_key_file.as_deref())?;
     let group = match a.split.role()? {
         None => None,
         Some(split_model::Role::Leader(group)) => Some(group),
@@ -596,7 +628,6 @@ fn run_serve(a: ServeArgs) -> Result<()> {
             return Ok(());
         }
     };
-    let api_key = a.api_key.or_else(|| std::env::var("VLM_API_KEY").ok()).filter(|k| !k.is_empty());
     let config = server::ServerConfig {
         host: a.host,
         port: a.port,
@@ -605,6 +636,7 @@ fn run_serve(a: ServeArgs) -> Result<()> {
         models_dir: a.models_dir.or_else(|| path.parent().map(PathBuf::from)),
         file_url_folders: a.file_url_folders,
         idle_timeout: Duration::from_secs(a.idle_timeout),
+        body_timeout: Duration::from_secs(a.body_timeout),
         max_connections: a.max_connections,
         ..Default::default()
     };

@@ -14,6 +14,8 @@ struct Case {
     body: Body,
     status: u16,
     code: &'static str,
+    /// What the error message must say ("" to check only that it says something).
+    says: &'static str,
 }
 
 enum Body {
@@ -35,7 +37,8 @@ fn with(field: &str, value: Value) -> Value {
 }
 
 fn cases() -> Vec<Case> {
-    let case = |name, body, status, code| Case { name, body, status, code };
+    let case = |name, body, status, code| Case { name, body, status, code, says: "" };
+    let saying = |name, body, code, says| Case { name, body, status: 400, code, says };
     // SmolLM2's context is 8192 tokens; a prompt of more than 32 bytes per
     // token of it is refused before templating.
     let megabytes_of_text = "lighthouse ".repeat(100_000);
@@ -77,6 +80,30 @@ fn cases() -> Vec<Case> {
             400,
             "invalid_image",
         ),
+        saying(
+            "unknown field in a message",
+            Body::Json(json!({"messages": [{"role": "user", "content": "hi", "images": ["a.png"]}]})),
+            "invalid_value",
+            "messages[0].images is not supported",
+        ),
+        saying(
+            "unknown field in stream_options",
+            Body::Json(with("stream_options", json!({"include_usage": true, "include_everything": true}))),
+            "invalid_value",
+            "stream_options.include_everything is not supported",
+        ),
+        saying(
+            "200 000 stop strings",
+            Body::Json(with("stop", json!(vec!["zq"; 200_000]))),
+            "invalid_value",
+            "at most 16 stop strings",
+        ),
+        saying(
+            "a 300-byte stop string",
+            Body::Json(with("stop", json!(["x".repeat(300)]))),
+            "invalid_value",
+            "at most 256 bytes",
+        ),
         case("unknown model", Body::Json(with("model", json!("gpt-4o"))), 404, "model_not_found"),
         case("unknown route", Body::Get("/v1/nothing-here"), 404, "not_found"),
         case("GET on a POST route", Body::Get("/v1/chat/completions"), 405, "method_not_allowed"),
@@ -109,11 +136,25 @@ async fn bad_input_gets_its_documented_error_and_the_server_keeps_answering() {
         println!("{:<40} {:>6} {:<26} {:>9.1}", case.name, status, body["error"]["code"].as_str().unwrap_or("-"), took.as_secs_f64() * 1e3);
         assert_eq!(status, case.status, "{}: {body}", case.name);
         assert_eq!(body["error"]["code"], case.code, "{}: {body}", case.name);
-        assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{}: {body}", case.name);
+        assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty() && m.contains(case.says)), "{}: {body}", case.name);
         // bounded, not timed: refusing must not hang
         assert!(took < Duration::from_secs(30), "{}: {took:?}", case.name);
         chat_ok(&client, &served, &hello()).await;
     }
+
+    // Not errors: OpenAI's own message fields, as a client sends back the
+    // assistant message it was given, 16 stop strings, and a stream option
+    // that changes nothing here.
+    let echoed = json!({
+        "messages": [
+            {"role": "user", "content": "Say hello.", "name": "ann"},
+            {"role": "assistant", "content": "Hello", "refusal": null, "annotations": [], "audio": null, "function_call": null},
+            {"role": "user", "content": "Again."}
+        ],
+        "max_tokens": 2, "temperature": 0, "stop": vec!["zq"; 16],
+        "stream_options": {"include_usage": true, "include_obfuscation": false},
+    });
+    chat_ok(&client, &served, &echoed).await;
 
     // Not an error: a lone UTF-16 surrogate (what JavaScript's JSON.stringify
     // writes for a string cut in the middle of an emoji) is read as U+FFFD.

@@ -36,14 +36,21 @@ async fn file_urls_keys_and_host_names() {
     std::os::unix::fs::symlink("/dev/zero", allowed.join("zero.png")).unwrap();
     assert!(std::process::Command::new("mkfifo").arg(allowed.join("fifo.png")).status().unwrap().success());
     let allowed_arg = allowed.to_str().unwrap();
+    // The key from a file (kept out of `ps`), which wins over the environment's.
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, "sekrit\n").unwrap();
     // /dev is allowed too, so that its devices are refused for what they are, not for where.
-    let served =
-        Served::start_with(&["--allow-file-urls", allowed_arg, "--allow-file-urls", "/dev"], &[("VLM_API_KEY", "sekrit")]);
+    let served = Served::start_with(
+        &["--allow-file-urls", allowed_arg, "--allow-file-urls", "/dev", "--api-key-file", key_file.to_str().unwrap()],
+        &[("VLM_API_KEY", "from-the-environment")],
+    );
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", served.pid())).unwrap();
+    assert!(!String::from_utf8_lossy(&cmdline).contains("sekrit"), "the key is not in the process list");
     let client = reqwest::Client::new();
     let post = |body: Value| client.post(served.chat_url()).bearer_auth("sekrit").json(&body).send();
 
     // The API key: missing or wrong → 401 with the scheme to use; /health stays open.
-    for key in [None, Some("guess")] {
+    for key in [None, Some("guess"), Some("from-the-environment")] {
         let mut request = client.post(served.chat_url()).json(&common::hello());
         if let Some(key) = key {
             request = request.bearer_auth(key);
@@ -102,6 +109,30 @@ async fn file_urls_keys_and_host_names() {
     assert!(body["error"]["message"].as_str().unwrap().contains("image"), "{body}");
 }
 
+/// A key file that is a FIFO, empty or huge stops `vlm serve` at once with
+/// the reason (a FIFO would block its start for ever).
+#[test]
+fn a_bad_api_key_file_is_refused_before_the_model_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    let huge = dir.path().join("huge");
+    std::fs::write(&huge, "k".repeat(10_000)).unwrap();
+    for (file, says) in [(&fifo, "not a regular file"), (&empty, "the file is empty"), (&huge, "a key file holds one line")] {
+        let started = Instant::now();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vlm"))
+            .args(["serve", "--model", "default", "--port", "0", "--api-key-file", file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{says}: {stderr}");
+        assert!(stderr.contains(says), "{says}: {stderr}");
+        assert!(started.elapsed() < Duration::from_secs(30), "{says}: {:?}", started.elapsed());
+    }
+}
+
 async fn chat_ok_with_key(client: &reqwest::Client, served: &Served) {
     let response = client.post(served.chat_url()).bearer_auth("sekrit").json(&common::hello()).send().await.unwrap();
     assert_eq!(response.status(), 200);
@@ -111,15 +142,24 @@ async fn chat_ok_with_key(client: &reqwest::Client, served: &Served) {
 /// 1,100 of them are open (more than the usual 1,024 open files), the
 /// server's open files stay within its connection limit, and the idle ones —
 /// new, half a header, or kept alive after a request — are closed after the
-/// idle timeout.
+/// idle timeout. A body that trickles in gets 408 and its connection closed
+/// after the body timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_connection_flood_does_not_lock_clients_out() {
     const FLOOD: usize = 1_100;
     const MAX_CONNECTIONS: usize = 64;
     const IDLE_SECS: u64 = 3;
+    const BODY_SECS: u64 = 2;
     let own_limit = rlimit::increase_nofile_limit(FLOOD as u64 + 256).unwrap();
     assert!(own_limit as usize > FLOOD + 64, "this test needs {} open files, the limit is {own_limit}", FLOOD + 64);
-    let served = Served::start(&["--max-connections", &MAX_CONNECTIONS.to_string(), "--idle-timeout", &IDLE_SECS.to_string()]);
+    let served = Served::start(&[
+        "--max-connections",
+        &MAX_CONNECTIONS.to_string(),
+        "--idle-timeout",
+        &IDLE_SECS.to_string(),
+        "--body-timeout",
+        &BODY_SECS.to_string(),
+    ]);
     let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
     chat_ok(&client, &served, &common::hello()).await;
     let files_before = served.open_files();
@@ -188,4 +228,40 @@ async fn an_idle_connection_flood_does_not_lock_clients_out() {
         assert_ne!(outcome, "still open", "{what}");
         assert!(waited > 1.0, "{what}: closed at once, not by the idle timeout");
     }
+
+    // A complete header, then a body one byte at a time (each byte well
+    // within the idle timeout): 408 and closed after the body timeout.
+    let mut slow = connect();
+    slow.write_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n",
+    )
+    .unwrap();
+    slow.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let started = Instant::now();
+    let (mut answer, mut sent) = (Vec::new(), 0);
+    let outcome = loop {
+        // the read's timeout paces the trickle: a byte every 300 ms until the server answers
+        if answer.is_empty() && sent < 1000 && slow.write_all(b" ").is_ok() {
+            sent += 1;
+        }
+        let mut buf = [0u8; 1024];
+        match slow.read(&mut buf) {
+            Ok(0) => break "closed",
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                if started.elapsed() > Duration::from_secs(BODY_SECS * 5) {
+                    break "still open";
+                }
+            }
+            Err(_) => break "reset",
+        }
+    };
+    let waited = started.elapsed().as_secs_f64();
+    let answer = String::from_utf8_lossy(&answer);
+    println!("trickled body: {sent} bytes sent, connection {outcome} after {waited:.1} s (body timeout {BODY_SECS} s)");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{outcome}: {answer}");
+    assert!(answer.contains("request_timeout") && answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
+    assert_ne!(outcome, "still open");
+    assert!(waited >= BODY_SECS as f64 && sent >= 5, "answered after {waited:.1} s, {sent} bytes: not by the body timeout");
+    chat_ok(&client, &served, &common::hello()).await;
 }

@@ -99,12 +99,105 @@ impl Error {
 
 impl From<mlx_rs::error::Exception> for Error {
     fn from(e: mlx_rs::error::Exception) -> Self {
-        let message = e.to_string();
+        let message = without_source_paths(&e.to_string());
         // MLX's distributed backends prefix their errors ("[ring] connection
         // to a peer was lost"): a rank of a split model failed, not this one.
         if message.contains("[ring]") || message.contains("[jaccl]") {
             return Error::Distributed(format!("another rank of the split model failed: {message}"));
         }
         Error::Mlx(message)
+    }
+}
+
+/// Source files MLX and mlx-c raise their errors from.
+const SOURCE_EXTENSIONS: [&str; 10] = ["c", "cc", "cpp", "cxx", "h", "hpp", "m", "mm", "metal", "rs"];
+
+/// `/…/file.cpp:123` (a line, maybe a column): where in a source file.
+fn is_source_location(token: &str) -> bool {
+    let Some(name) = token.strip_prefix('/').map(|t| t.rsplit('/').next().unwrap_or(t)) else { return false };
+    let mut parts = name.split(':');
+    let file = parts.next().unwrap_or("");
+    let lines: Vec<&str> = parts.collect();
+    let has_line = !lines.is_empty() && lines.iter().all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()));
+    has_line && file.rsplit_once('.').is_some_and(|(_, ext)| SOURCE_EXTENSIONS.contains(&ext))
+}
+
+/// An MLX message without the build machine's source paths. mlx-c ends its
+/// messages with where they were raised (" at /root/.cargo/registry/src/
+/// index.crates.io-…/mlx-sys-…/mlx-c/mlx/c/ops.cpp:123"), which reached 500
+/// responses and `/health`: it says nothing a client can act on and tells
+/// how and where the binary was built. " at <location>" goes; a source path
+/// anywhere else keeps only its file name and line.
+pub fn without_source_paths(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(start) = rest.find('/') {
+        let before = &rest[..start];
+        let opens = before.chars().next_back().is_none_or(|c| c.is_whitespace() || "([{'\"".contains(c));
+        let len = rest[start..].find(|c: char| c.is_whitespace() || ")]}'\"".contains(c)).unwrap_or(rest.len() - start);
+        let token = &rest[start..start + len];
+        let path = token.trim_end_matches(['.', ',', ';']);
+        if opens && is_source_location(path) {
+            match before.strip_suffix(" at ") {
+                Some(kept) => out.push_str(kept),
+                None => {
+                    out.push_str(before);
+                    out.push_str(path.rsplit('/').next().unwrap_or(path));
+                }
+            }
+            out.push_str(&token[path.len()..]);
+        } else {
+            out.push_str(&rest[..start + len]);
+        }
+        rest = &rest[start + len..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod source_path_tests {
+    use super::without_source_paths;
+
+    #[test]
+    fn build_paths_leave_mlx_messages() {
+        let registry = "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/mlx-sys-0.2.0/src/mlx-c";
+        let cases = [
+            (
+                format!("[broadcast_shapes] Shapes (1,4,8,16) and (1,2,8,16) cannot be broadcast. at {registry}/mlx/c/ops.cpp:1234"),
+                "[broadcast_shapes] Shapes (1,4,8,16) and (1,2,8,16) cannot be broadcast.".to_string(),
+            ),
+            (
+                format!("[ring] connection to a peer was lost at {registry}/mlx/c/distributed_group.cpp:39:7."),
+                "[ring] connection to a peer was lost.".to_string(),
+            ),
+            (
+                format!("[load] failed ({registry}/mlx/io/load.cpp:88) then at /home/ci/mlx/mlx/io.h:12"),
+                "[load] failed (load.cpp:88) then".to_string(),
+            ),
+            (
+                "first at /a/b.cpp:1, second at /c/d.cc:2".to_string(),
+                "first, second".to_string(),
+            ),
+        ];
+        for (raw, clean) in cases {
+            let got = without_source_paths(&raw);
+            assert_eq!(got, clean, "{raw}");
+            assert!(!got.contains("/root") && !got.contains(".cargo"), "{got}");
+        }
+    }
+
+    #[test]
+    fn other_slashes_and_paths_stay() {
+        for text in [
+            "a/b is 1/2 of the shape",
+            "cannot open /models/qwen/model.safetensors",
+            "at /some/folder: not found",
+            "ratio 3/4 at 12:30",
+            "see https://github.com/ml-explore/mlx/issues/1.cpp:3",
+            "",
+        ] {
+            assert_eq!(without_source_paths(text), text);
+        }
     }
 }

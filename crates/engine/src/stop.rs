@@ -51,6 +51,30 @@
 //!   catches it.
 use crate::tools::ToolCallStyle;
 
+/// Most stop strings one request may give. OpenAI allows 4; a few more are
+/// harmless, but every stop string is searched for at every piece of text of
+/// its row, on the engine thread that every stream waits on (200,000 of them
+/// doubled another client's token gap).
+pub const MAX_STOP_STRINGS: usize = 16;
+/// The longest stop string, in bytes: the matcher holds back up to this much
+/// answer text while a stop string could still be completing.
+pub const MAX_STOP_BYTES: usize = 256;
+
+/// Stop strings a request may use: at most [`MAX_STOP_STRINGS`], each
+/// non-empty and at most [`MAX_STOP_BYTES`] long. `Err` names the limit.
+pub fn check_stop_strings(stops: &[String]) -> Result<(), String> {
+    if stops.len() > MAX_STOP_STRINGS {
+        return Err(format!("at most {MAX_STOP_STRINGS} stop strings are allowed, got {}", stops.len()));
+    }
+    if stops.iter().any(String::is_empty) {
+        return Err("stop strings must not be empty".into());
+    }
+    if let Some((i, long)) = stops.iter().enumerate().find(|(_, s)| s.len() > MAX_STOP_BYTES) {
+        return Err(format!("stop strings may be at most {MAX_STOP_BYTES} bytes long; stop[{i}] is {} bytes", long.len()));
+    }
+    Ok(())
+}
+
 /// The pair of strings around a reasoning block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThinkingTags {
@@ -511,6 +535,19 @@ impl StreamMatcher {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn stop_strings_are_limited_in_count_and_length() {
+        use super::{check_stop_strings, MAX_STOP_BYTES, MAX_STOP_STRINGS};
+        let many = vec!["x".to_string(); MAX_STOP_STRINGS];
+        assert_eq!(check_stop_strings(&many), Ok(()));
+        let too_many = vec!["x".to_string(); MAX_STOP_STRINGS + 1];
+        assert!(check_stop_strings(&too_many).unwrap_err().contains("at most 16 stop strings"));
+        assert!(check_stop_strings(&["a".into(), String::new()]).unwrap_err().contains("must not be empty"));
+        assert_eq!(check_stop_strings(&["é".repeat(MAX_STOP_BYTES / 2)]), Ok(()));
+        let err = check_stop_strings(&["ok".into(), "x".repeat(MAX_STOP_BYTES + 1)]).unwrap_err();
+        assert!(err.contains("at most 256 bytes long; stop[1] is 257 bytes"), "{err}");
+    }
+
     use super::*;
 
     fn think_cfg() -> MatcherConfig {

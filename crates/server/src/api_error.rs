@@ -136,6 +136,16 @@ impl ApiError {
         }
     }
 
+    /// The body did not arrive in time (408); the connection is closed.
+    pub fn body_timeout(limit: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            "request_timeout",
+            format!("the request body did not arrive within {} s", limit.as_secs_f64()),
+        )
+    }
+
     /// The request was cancelled inside the engine (by the app, not by this client).
     pub fn cancelled() -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "cancelled", "the request was cancelled")
@@ -172,8 +182,8 @@ impl IntoResponse for ApiError {
             tracing::debug!(status = %self.status, code = %self.code, message = %self.message, "request refused");
         }
         let mut response = (self.status, Json(self.body())).into_response();
-        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
-            // The rest of the oversized body is never read, so this connection
+        if matches!(self.status, StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT) {
+            // The rest of the oversized (or late) body is never read, so this connection
             // cannot carry another request. Saying so keeps a client from
             // putting it back in its pool and sending the next request into a
             // socket the server is closing (seen as "incomplete message").

@@ -20,6 +20,13 @@ pub const DEFAULT_BODY_LIMIT: usize = 32 * 1024 * 1024;
 /// Node) keep an idle connection, so they close it first.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a request body may take to arrive, from its header on. The
+/// header timeout ([`DEFAULT_IDLE_TIMEOUT`]) does not cover the body, and a
+/// client trickling one byte every few seconds would otherwise hold its
+/// connection (and a slot of the connection limit) for ever. A whole 32 MiB
+/// body fits in a minute at 4.5 Mbit/s; on loopback it takes milliseconds.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The most connections open at once. Well under the usual 1,024 open files,
 /// which a server also needs for its model and logs.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
@@ -46,6 +53,9 @@ pub struct ServerConfig {
     pub file_url_folders: Vec<PathBuf>,
     /// See [`DEFAULT_IDLE_TIMEOUT`].
     pub idle_timeout: Duration,
+    /// See [`DEFAULT_BODY_TIMEOUT`]: past it the request gets 408 and the
+    /// connection is closed.
+    pub body_timeout: Duration,
     /// See [`DEFAULT_MAX_CONNECTIONS`]. At the limit, the oldest connection
     /// that has not sent a request yet is closed to make room, so a flood of
     /// idle connections cannot lock real clients (or `/health`) out.
@@ -67,6 +77,7 @@ impl Default for ServerConfig {
             body_limit: DEFAULT_BODY_LIMIT,
             file_url_folders: Vec::new(),
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             default_sampling: SamplingParams::default(),
         }

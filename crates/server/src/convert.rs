@@ -133,6 +133,9 @@ pub fn prepare(
         (false, _) => None,
     };
     refuse_unsupported(&body.other)?;
+    if let Some(options) = &body.stream_options {
+        refuse_unknown("stream_options", &options.other, &STREAM_OPTION_FIELDS)?;
+    }
     let constraint = response_format(body.response_format.as_ref())?;
     let max_tokens = match body.max_completion_tokens.or(body.max_tokens) {
         Some(n) if n < 1 => return Err(ApiError::invalid_param(format!("max_tokens must be at least 1, got {n}"))),
@@ -195,6 +198,25 @@ fn refuse_unsupported(other: &Map<String, Value>) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+/// `stream_options` fields that change nothing here: `include_obfuscation`
+/// pads OpenAI's chunks against a side channel of its own network.
+const STREAM_OPTION_FIELDS: [&str; 1] = ["include_obfuscation"];
+
+/// Message fields of OpenAI's that carry nothing the template shows, accepted
+/// so that a client can send back the assistant message it was given:
+/// `refusal` (the reply's refusal text) and `annotations` (its citations).
+const MESSAGE_BOOKKEEPING_FIELDS: [&str; 2] = ["refusal", "annotations"];
+
+/// Refuses any field of an object nested in the request (`at`) other than
+/// `harmless` ones, or null: as at the top level, a field that would be
+/// ignored is named instead (`messages[0].images`).
+fn refuse_unknown(at: &str, other: &Map<String, Value>, harmless: &[&str]) -> Result<(), ApiError> {
+    match other.iter().find(|(name, value)| !value.is_null() && !harmless.contains(&name.as_str())) {
+        Some((name, _)) => Err(ApiError::invalid_param(format!("{at}.{name} is not supported by this server"))),
+        None => Ok(()),
+    }
 }
 
 /// OpenAI's `response_format` (and our regex / Lark extensions) as the
@@ -290,9 +312,8 @@ fn stop_strings(stop: Option<&Value>) -> Result<Vec<String>, ApiError> {
             .ok_or_else(|| ApiError::invalid_param("stop must be a string or a list of strings"))?,
         Some(_) => return Err(ApiError::invalid_param("stop must be a string or a list of strings")),
     };
-    if stops.iter().any(String::is_empty) {
-        return Err(ApiError::invalid_param("stop strings must not be empty"));
-    }
+    // the engine checks the same; here the client gets the 400 before a stream starts
+    engine::stop::check_stop_strings(&stops).map_err(ApiError::invalid_param)?;
     Ok(stops)
 }
 
@@ -303,6 +324,7 @@ fn message(
     images: &mut Vec<ImageInput>,
 ) -> Result<ChatMessage, ApiError> {
     let at = |what: &str| format!("messages[{index}]{what}");
+    refuse_unknown(&at(""), &m.other, &MESSAGE_BOOKKEEPING_FIELDS)?;
     let role = match m.role.as_str() {
         // OpenAI's newer name for the system prompt; chat templates know only "system".
         "developer" => "system".to_owned(),

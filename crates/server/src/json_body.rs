@@ -4,6 +4,11 @@
 //! emoji (a streamed reply stopped mid-character, a `slice` of user text)
 //! serializes as `"\ud83d"`, which strict JSON parsers refuse. Such an
 //! escape becomes U+FFFD (�), as a lossy UTF-8 decoder would do.
+//!
+//! The body must arrive within the router's [`BodyTimeout`]: the listener's
+//! header timeout does not cover it.
+use std::time::Duration;
+
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::header::CONTENT_TYPE;
@@ -12,6 +17,11 @@ use axum::Json;
 use serde::de::DeserializeOwned;
 
 use crate::api_error::ApiError;
+
+/// How long a request's body may take to arrive (a request extension the
+/// router adds, from [`crate::ServerConfig::body_timeout`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyTimeout(pub Duration);
 
 /// `Json<T>` whose rejections (syntax, schema, size, content type) come back
 /// in OpenAI's error shape instead of axum's plain text.
@@ -28,8 +38,12 @@ where
         if !is_json(request.headers()) {
             return Err(ApiError::unsupported_media_type());
         }
+        let limit = request.extensions().get::<BodyTimeout>().map_or(crate::DEFAULT_BODY_TIMEOUT, |t| t.0);
         // Honors the body limit (413) as axum's own `Json` does.
-        let bytes = Bytes::from_request(request, state).await.map_err(ApiError::from_body_rejection)?;
+        let bytes = tokio::time::timeout(limit, Bytes::from_request(request, state))
+            .await
+            .map_err(|_| ApiError::body_timeout(limit))?
+            .map_err(ApiError::from_body_rejection)?;
         match Json::<T>::from_bytes(&bytes) {
             Ok(Json(value)) => Ok(Self(value)),
             Err(rejection) => match replace_lone_surrogates(&bytes) {

@@ -40,7 +40,9 @@ mod state;
 use std::net::SocketAddr;
 
 pub use api_error::ApiError;
-pub use config::{ServerConfig, DEFAULT_BODY_LIMIT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_PORT};
+pub use config::{
+    ServerConfig, DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_PORT,
+};
 pub use error::Error;
 pub use routes::router;
 pub use state::{Reloader, ServerState};
@@ -84,9 +86,10 @@ impl BoundServer {
         };
         let app = router(&config, state);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(listen::serve(listener, app, limits, stopped));
+        let (closed_tx, closed) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(listen::serve(listener, app, limits, stopped, closed_tx));
         tracing::info!(%addr, "OpenAI-compatible server listening");
-        RunningServer { addr, stop: Some(stop), task }
+        RunningServer { addr, stop: Some(stop), closed: Some(closed), task }
     }
 }
 
@@ -118,6 +121,8 @@ pub struct RunningServer {
     addr: SocketAddr,
     /// `None` once [`Self::stop_accepting`] was called.
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Fires once the listening socket is closed.
+    closed: Option<tokio::sync::oneshot::Receiver<()>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -135,6 +140,16 @@ impl RunningServer {
         }
     }
 
+    /// [`Self::stop_accepting`], and returns once the listening socket is
+    /// closed: its port can then be bound again (a server restarted on the
+    /// same port with other settings), while open connections finish.
+    pub async fn close_listener(&mut self) {
+        self.stop_accepting();
+        if let Some(closed) = self.closed.take() {
+            let _ = closed.await;
+        }
+    }
+
     /// Stops accepting and waits until the open connections are done.
     pub async fn shutdown(mut self) -> Result<(), Error> {
         self.stop_accepting();
@@ -145,7 +160,7 @@ impl RunningServer {
     /// once every connection has closed.
     pub async fn wait(self) -> Result<(), Error> {
         // Keeping the sender alive: dropping it would read as a stop.
-        let Self { stop: _stop, task, .. } = self;
+        let Self { stop: _stop, closed: _closed, task, .. } = self;
         task.await.map_err(|e| Error::Serve(std::io::Error::other(e)))
     }
 }

@@ -27,8 +27,15 @@ pub(crate) struct Limits {
 }
 
 /// Serves `app` on `listener` until `stop` fires (or its sender is dropped),
-/// then waits for the open connections to finish.
-pub(crate) async fn serve(listener: TcpListener, app: Router, limits: Limits, mut stop: oneshot::Receiver<()>) {
+/// then closes the listening socket (and says so on `closed`, so the port can
+/// be bound again at once) and waits for the open connections to finish.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    mut stop: oneshot::Receiver<()>,
+    closed: oneshot::Sender<()>,
+) {
     let connections = Arc::new(Connections::new());
     let (shutdown, _) = watch::channel(false);
     let mut http = http1::Builder::new();
@@ -51,6 +58,7 @@ pub(crate) async fn serve(listener: TcpListener, app: Router, limits: Limits, mu
         spawn_connection(stream, app.clone(), http.clone(), connections.clone(), shutdown.subscribe());
     }
     drop(listener);
+    let _ = closed.send(());
     shutdown.send_replace(true);
     let mut open = connections.count.subscribe();
     let _ = open.wait_for(|n| *n == 0).await;

@@ -79,6 +79,9 @@ pub struct ChatCompletionRequest {
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: bool,
+    /// Everything else the client sent, checked by name.
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -97,6 +100,10 @@ pub struct RequestMessage {
     /// Thinking of an earlier assistant turn (some templates show it again).
     #[serde(default, alias = "reasoning")]
     pub reasoning_content: Option<String>,
+    /// Everything else the client sent, checked by name (a misspelled or
+    /// invented field such as `images` is refused, not silently dropped).
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
 }
 
 /// A whole (non-streamed) reply.

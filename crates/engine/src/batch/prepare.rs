@@ -106,9 +106,7 @@ impl Preparer {
             return Err(Error::InvalidRequest("max_tokens must be at least 1".into()));
         }
         req.sampling.validate(self.vocab_size as i32)?;
-        if req.stop.iter().any(String::is_empty) {
-            return Err(Error::InvalidRequest("stop strings must not be empty".into()));
-        }
+        crate::stop::check_stop_strings(&req.stop).map_err(Error::InvalidRequest)?;
         // Before the template renders: a text-only template may choke on image parts.
         if !req.images.is_empty() && self.vision.is_none() {
             return Err(not_a_vision_model(&self.model_name));

@@ -11,14 +11,14 @@ use std::sync::Arc;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
 use axum::routing::{get, post};
-use axum::{middleware, Router};
+use axum::{middleware, Extension, Router};
 use engine::sample::SamplingParams;
 use tower_http::cors::{AllowHeaders, Any, CorsLayer};
 
 use crate::api_error::ApiError;
 use crate::config::ServerConfig;
 use crate::file_urls::FileUrlPolicy;
-pub(crate) use crate::json_body::ApiJson;
+pub(crate) use crate::json_body::{ApiJson, BodyTimeout};
 use crate::state::ServerState;
 
 /// What every handler sees.
@@ -59,7 +59,8 @@ pub fn router(config: &ServerConfig, state: ServerState) -> Router {
         .fallback(|uri: Uri| async move { ApiError::route_not_found(uri.path()) })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(context)
-        .layer(DefaultBodyLimit::max(config.body_limit));
+        .layer(DefaultBodyLimit::max(config.body_limit))
+        .layer(Extension(BodyTimeout(config.body_timeout)));
     if config.host.is_loopback() {
         app = app.layer(middleware::from_fn(crate::loopback::require_loopback_host));
     }
