@@ -3,9 +3,11 @@
 //! `chat.md` (the shown branch, for reading) and `images/<sha256>.<ext>`
 //! (each image once, named by its content, linked from both).
 //!
-//! Import trusts nothing in the folder: the JSON must be this format, image
-//! names must stay inside the folder, each image must hash to its name, and
-//! the chat is added in one transaction, so a bad file adds no chat.
+//! Import trusts nothing in the folder: the JSON must be this format with
+//! settings and an answer format the app accepts, images must be regular
+//! files inside the folder (no links, FIFOs or devices, each within the
+//! attachment limit) that hash to their names, and all of it is checked
+//! before anything is stored, so a bad file adds nothing (see [`import_chat`]).
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -14,7 +16,10 @@ use store::{
     Chat, ChatId, ImportedChat, ImportedMessage, Message, MessageStats, MessageStatus, Role, Store, Timestamp,
 };
 
+use crate::answer_format::AnswerFormat;
+use crate::chat_settings::ChatSettings;
 use crate::error::{AppError, AppResult};
+use crate::regular_file::Links;
 
 /// What `format` says in every chat file.
 pub const FORMAT: &str = "vlm-chat";
@@ -196,12 +201,55 @@ pub fn to_markdown(chat: &Chat, shown: &[Message]) -> String {
 }
 
 /// Reads the chat file at `path` (and the images beside it) into a new chat.
+///
+/// Nothing is stored until everything is checked: the file (a regular file,
+/// of bounded size), its format, settings and answer format, its message
+/// tree, and every image (inside the folder, a regular file and no link, of
+/// an image's size, hashing to the name the file gives it). Then the images
+/// are stored and the chat added in one transaction; should that fail, the
+/// images it stored are taken back.
 pub async fn import_chat(store: &Store, path: &Path) -> AppResult<Chat> {
-    let size = tokio::fs::metadata(path).await.map_err(|e| io_error(path, e))?.len();
-    if size > MAX_FILE_BYTES {
-        return Err(invalid(format!("{} is {size} bytes: too large for a chat file", path.display())));
+    let file = read_chat_file(path).await?;
+    check_contents(&file).map_err(|m| invalid(format!("{}: {m}", path.display())))?;
+    let folder = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let images = check_images(&folder, &file).await?;
+
+    let mut new_images = Vec::new();
+    let stored = async {
+        for image in &images {
+            if !store.has_attachment(&image.sha256).await? {
+                new_images.push(image.sha256.clone());
+            }
+            store_image(store, image).await?;
+        }
+        let chat = to_imported(file);
+        store.import_chat(&chat).await.map_err(|e| match e {
+            store::Error::InvalidInput(m) => invalid(m),
+            other => other.into(),
+        })
     }
-    let bytes = tokio::fs::read(path).await.map_err(|e| io_error(path, e))?;
+    .await;
+    if stored.is_err() && !new_images.is_empty() {
+        if let Err(e) = store.remove_unused_attachments(&new_images).await {
+            tracing::warn!(%e, "a failed import's images stay until the next start");
+        }
+    }
+    stored
+}
+
+/// The most bytes of images one imported chat may bring: each image is at
+/// most the app's attachment limit, and a chat of more than this is not one
+/// a person assembled by hand (it would fill the data folder).
+const MAX_IMPORT_IMAGE_BYTES: u64 = 1 << 30;
+
+/// The chat file itself: a regular file (a link the user picked is
+/// followed), at most [`MAX_FILE_BYTES`], of this format and version.
+async fn read_chat_file(path: &Path) -> AppResult<ChatFile> {
+    let owned = path.to_path_buf();
+    let bytes = tokio::task::spawn_blocking(move || crate::regular_file::read(&owned, MAX_FILE_BYTES, Links::Follow))
+        .await
+        .map_err(|e| AppError::new("IO_ERROR", e.to_string()))?
+        .map_err(|why| invalid(format!("{} cannot be imported: {why}", path.display())))?;
     let file: ChatFile = serde_json::from_slice(&bytes)
         .map_err(|e| invalid(format!("{} is not a chat file this app can read: {e}", path.display())))?;
     if file.format != FORMAT || file.version != VERSION {
@@ -212,30 +260,137 @@ pub async fn import_chat(store: &Store, path: &Path) -> AppResult<Chat> {
             file.version
         )));
     }
-    let folder = path.parent().unwrap_or(Path::new("."));
-    let mut messages = Vec::with_capacity(file.messages.len());
+    Ok(file)
+}
+
+/// The chat's settings and answer format as the app checks them when they
+/// are set (a misspelled key or a temperature of 99 would fail every reply
+/// later), and its message tree as the store will need it (each id once,
+/// parents first, the shown message among them).
+fn check_contents(file: &ChatFile) -> Result<(), String> {
+    let settings = ChatSettings::from_stored(file.settings.as_ref()).map_err(|e| format!("its settings: {}", e.message))?;
+    settings.validate().map_err(|e| format!("its settings: {}", e.message))?;
+    if let Some(format) = file.answer_format.as_ref().filter(|f| !f.is_null()) {
+        let format = AnswerFormat::from_stored(format).map_err(|e| format!("its answer format: {e}"))?;
+        format.validate().map_err(|e| format!("its answer format: {e}"))?;
+    }
+    let mut seen = std::collections::HashSet::new();
     for m in &file.messages {
-        let mut attachments = Vec::with_capacity(m.images.len());
-        for image in &m.images {
-            attachments.push(store_image(store, folder, image).await?);
+        if let Some(parent) = m.parent_id.filter(|p| !seen.contains(p)) {
+            return Err(format!("message {} comes before its parent {parent}, or its parent is missing", m.id));
         }
-        messages.push(ImportedMessage {
+        if !seen.insert(m.id) {
+            return Err(format!("message {} appears twice", m.id));
+        }
+    }
+    match file.shown {
+        Some(shown) if !seen.contains(&shown) => Err(format!("the shown message {shown} is not in the chat")),
+        _ => Ok(()),
+    }
+}
+
+/// An image of the file, checked: where it is and what it hashes to.
+struct CheckedImage {
+    path: PathBuf,
+    sha256: String,
+}
+
+/// Every image the file names, once each, checked without storing any.
+async fn check_images(folder: &Path, file: &ChatFile) -> AppResult<Vec<CheckedImage>> {
+    let mut checked: Vec<CheckedImage> = Vec::new();
+    let mut total: u64 = 0;
+    for image in file.messages.iter().flat_map(|m| &m.images) {
+        let path = image_path(folder, image)?;
+        if checked.iter().any(|c| c.path == path && c.sha256 == image.sha256) {
+            continue;
+        }
+        let (sha256, size) = hash_image(&path, image).await?;
+        total += size;
+        if total > MAX_IMPORT_IMAGE_BYTES {
+            return Err(invalid(format!(
+                "the chat's images are more than {} MB together; this app imports at most that",
+                MAX_IMPORT_IMAGE_BYTES / 1_000_000
+            )));
+        }
+        if sha256 != image.sha256 {
+            return Err(invalid(format!("image {} is not the image the chat names (its content changed)", image.file)));
+        }
+        checked.push(CheckedImage { path, sha256 });
+    }
+    Ok(checked)
+}
+
+/// Where an image named in the file is: a relative path of plain names,
+/// inside the folder once every link on the way is resolved.
+fn image_path(folder: &Path, image: &FileImage) -> AppResult<PathBuf> {
+    let outside = || invalid(format!("image {:?} is not a file inside the chat's folder", image.file));
+    let relative = Path::new(&image.file);
+    if relative.as_os_str().is_empty() || relative.components().any(|c| !matches!(c, Component::Normal(_))) {
+        return Err(outside());
+    }
+    let path = folder.join(relative);
+    // the folders on the way may be links: where they lead must still be inside
+    let (Ok(root), Some(Ok(parent))) = (folder.canonicalize(), path.parent().map(Path::canonicalize)) else {
+        return Err(invalid(format!("image {}: its folder cannot be found", image.file)));
+    };
+    if !parent.starts_with(&root) {
+        return Err(outside());
+    }
+    Ok(path)
+}
+
+/// Reads one image (a regular file, not a link, within the attachment
+/// limit) and hashes it as the store would; returns the hash and size.
+async fn hash_image(path: &Path, image: &FileImage) -> AppResult<(String, u64)> {
+    let owned = path.to_path_buf();
+    let read = tokio::task::spawn_blocking(move || {
+        let bytes = crate::regular_file::read(&owned, store::MAX_ATTACHMENT_BYTES, Links::Refuse)?;
+        let size = bytes.len() as u64;
+        store::attachment_sha256(&bytes).map(|sha| (sha, size)).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| AppError::new("IO_ERROR", e.to_string()))?;
+    read.map_err(|why| invalid(format!("image {}: {why}", image.file)))
+}
+
+/// Stores a checked image; it must still hash to what it did when checked.
+async fn store_image(store: &Store, image: &CheckedImage) -> AppResult<()> {
+    let owned = image.path.clone();
+    let bytes = tokio::task::spawn_blocking(move || {
+        crate::regular_file::read(&owned, store::MAX_ATTACHMENT_BYTES, Links::Refuse)
+    })
+    .await
+    .map_err(|e| AppError::new("IO_ERROR", e.to_string()))?
+    .map_err(|why| invalid(format!("image {}: {why}", image.path.display())))?;
+    let stored = store.add_attachment(&bytes).await?;
+    if stored.sha256 != image.sha256 {
+        return Err(invalid(format!("image {} changed while the chat was imported", image.path.display())));
+    }
+    Ok(())
+}
+
+/// The checked file as the store's import takes it.
+fn to_imported(file: ChatFile) -> ImportedChat {
+    let messages = file
+        .messages
+        .into_iter()
+        .map(|m| ImportedMessage {
             key: m.id,
             parent: m.parent_id,
             role: m.role,
-            content: m.content.clone(),
-            reasoning: m.reasoning.clone(),
-            stats: m.stats.clone(),
-            model: m.model.clone(),
+            content: m.content,
+            reasoning: m.reasoning,
+            stats: m.stats,
+            model: m.model,
             status: m.status,
-            error: m.error.clone(),
-            error_code: m.error_code.clone(),
+            error: m.error,
+            error_code: m.error_code,
             created_at: m.created_at,
             updated_at: m.updated_at,
-            attachments,
-        });
-    }
-    let chat = ImportedChat {
+            attachments: m.images.into_iter().map(|i| i.sha256).collect(),
+        })
+        .collect();
+    ImportedChat {
         title: file.title,
         created_at: file.created_at,
         updated_at: file.updated_at,
@@ -243,26 +398,7 @@ pub async fn import_chat(store: &Store, path: &Path) -> AppResult<Chat> {
         settings: file.settings,
         messages,
         shown: file.shown,
-    };
-    store.import_chat(&chat).await.map_err(|e| match e {
-        store::Error::InvalidInput(m) => invalid(m),
-        other => other.into(),
-    })
-}
-
-/// Stores one image of the file; it must be inside the folder and hash to its name.
-async fn store_image(store: &Store, folder: &Path, image: &FileImage) -> AppResult<String> {
-    let relative = Path::new(&image.file);
-    if relative.components().any(|c| !matches!(c, Component::Normal(_))) {
-        return Err(invalid(format!("image {:?} is not a file inside the chat's folder", image.file)));
     }
-    let path = folder.join(relative);
-    let bytes = tokio::fs::read(&path).await.map_err(|e| invalid(format!("image {}: {e}", path.display())))?;
-    let stored = store.add_attachment(&bytes).await?;
-    if stored.sha256 != image.sha256 {
-        return Err(invalid(format!("image {} is not the image the chat names (its content changed)", image.file)));
-    }
-    Ok(stored.sha256)
 }
 
 /// A file-name-safe short form of a title.

@@ -35,8 +35,10 @@ pub mod openai_server;
 pub mod opened_files;
 pub mod paths;
 pub mod prompt;
+pub mod regular_file;
 pub mod replies;
 pub mod second_launch;
+pub mod server_key;
 pub mod settings;
 pub mod state;
 

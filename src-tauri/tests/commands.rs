@@ -873,7 +873,9 @@ fn tree_shape(h: &Harness, chat: i64) -> Vec<(Option<usize>, String, String, Vec
 
 /// Export → import gives the same tree (every branch), the same shown
 /// branch, the same contents and images; the Markdown reads the shown
-/// branch; a corrupt file or a changed image is refused and adds nothing.
+/// branch; a corrupt file, a changed image, an image that is a FIFO or a
+/// link, or settings the app would refuse are refused at once and add
+/// nothing — no chat, no image row, no image file — and a good import works after.
 #[test]
 fn a_chat_exports_to_markdown_and_json_and_imports_back_the_same() {
     use store::{NewMessage, ReplyOutcome};
@@ -931,19 +933,62 @@ fn a_chat_exports_to_markdown_and_json_and_imports_back_the_same() {
 
     let chats = || h.ok("list_chats", json!({})).as_array().unwrap().len();
     let count = chats();
+    let stored_files = || std::fs::read_dir(dir.path().join("data/attachments")).unwrap().count();
+    let files_before = stored_files();
+    let refused = |path: &std::path::Path, says: &str| {
+        let started = std::time::Instant::now();
+        let err = h.call("import_chat", json!({"path": path})).unwrap_err();
+        assert_eq!(err["code"], "INVALID_CHAT_FILE", "{says}: {err}");
+        assert!(err["message"].as_str().unwrap().contains(says), "{says}: {err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "{says}: refused, not waited on");
+    };
+    let mkfifo = |path: &std::path::Path| {
+        assert!(std::process::Command::new("mkfifo").arg(path).status().unwrap().success());
+    };
     // a corrupt file
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, "{\"format\": \"vlm-chat\", \"version\": 1, \"title\": ").unwrap();
-    let err = h.call("import_chat", json!({"path": bad})).unwrap_err();
-    assert_eq!(err["code"], "INVALID_CHAT_FILE", "{err}");
-    // an image that is not the one the file names
+    refused(&bad, "not a chat file");
+    // a chat file that is a FIFO: refused at once, never read
+    let fifo_json = dir.path().join("fifo.json");
+    mkfifo(&fifo_json);
+    refused(&fifo_json, "FIFO");
+    // settings or an answer format the app would refuse, named
+    let good_text = std::fs::read_to_string(&json_path).unwrap();
+    let mut file: Value = serde_json::from_str(&good_text).unwrap();
+    for (field, value, says) in [
+        ("settings", json!({"temprature": 0.5}), "temprature"),
+        ("settings", json!({"temperature": 99}), "temperature must be between 0 and 5"),
+        ("answer_format", json!({"kind": "fields", "names": []}), "its answer format: Name at least one field"),
+        ("answer_format", json!({"kind": "yaml"}), "its answer format"),
+    ] {
+        let mut wrong = file.clone();
+        wrong[field] = value;
+        std::fs::write(&json_path, wrong.to_string()).unwrap();
+        refused(&json_path, says);
+    }
+    std::fs::write(&json_path, &good_text).unwrap();
+    // an image that is not the one the file names: not even the changed image is stored
     let image = std::fs::read_dir(folder.join("images")).unwrap().next().unwrap().unwrap().path();
-    std::fs::write(&image, b"\x89PNG\r\n\x1a\n another picture").unwrap();
-    let err = h.call("import_chat", json!({"path": json_path})).unwrap_err();
-    assert_eq!(err["code"], "INVALID_CHAT_FILE", "{err}");
-    assert!(err["message"].as_str().unwrap().contains("changed"), "{err}");
+    let original = std::fs::read(&image).unwrap();
+    let changed = b"\x89PNG\r\n\x1a\n another picture";
+    std::fs::write(&image, changed).unwrap();
+    refused(&json_path, "changed");
+    let changed_sha = store::attachment_sha256(changed).unwrap();
+    assert!(!tauri::async_runtime::block_on(store.has_attachment(&changed_sha)).unwrap(), "the changed image was stored");
+    // an image that is a FIFO, or a link (to a file outside the folder)
+    std::fs::remove_file(&image).unwrap();
+    mkfifo(&image);
+    refused(&json_path, "FIFO");
+    std::fs::remove_file(&image).unwrap();
+    let outside = dir.path().join("outside.png");
+    std::fs::write(&outside, &original).unwrap();
+    std::os::unix::fs::symlink(&outside, &image).unwrap();
+    refused(&json_path, "symbolic link");
+    std::fs::remove_file(&image).unwrap();
+    std::fs::write(&image, &original).unwrap();
+    assert_eq!(stored_files(), files_before, "no image file was left by a refused import");
     // a file naming an image outside its folder
-    let mut file: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
     file["messages"][0]["images"][0]["file"] = json!("../../data/chats.db");
     std::fs::write(&json_path, file.to_string()).unwrap();
     let err = h.call("import_chat", json!({"path": json_path})).unwrap_err();
@@ -955,6 +1000,11 @@ fn a_chat_exports_to_markdown_and_json_and_imports_back_the_same() {
     let err = h.call("import_chat", json!({"path": json_path})).unwrap_err();
     assert_eq!(err["code"], "INVALID_CHAT_FILE", "{err}");
     assert_eq!(chats(), count, "nothing was added by the bad files");
+    assert_eq!(stored_files(), files_before);
+    // and the good file still imports
+    std::fs::write(&json_path, &good_text).unwrap();
+    h.ok("import_chat", json!({"path": json_path}));
+    assert_eq!(chats(), count + 1);
 }
 
 /// Two sends to one chat at the same moment: the busy check and the start of

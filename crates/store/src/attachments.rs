@@ -93,19 +93,7 @@ impl Store {
     /// same bytes stored twice give the same record and one file. Reference it
     /// from a message by `sha256` in [`crate::NewMessage::attachments`].
     pub async fn add_attachment(&self, bytes: &[u8]) -> Result<Attachment> {
-        if bytes.len() as u64 > MAX_ATTACHMENT_BYTES {
-            return Err(Error::AttachmentTooLarge { size: bytes.len() as u64, max: MAX_ATTACHMENT_BYTES });
-        }
-        if is_heif(bytes) {
-            return Err(Error::HeicUnsupported);
-        }
-        let format = detect_image(bytes).ok_or_else(|| {
-            Error::NotAnImage(match bytes.len() {
-                0 => "the file is empty".to_string(),
-                _ => "unrecognised file signature".to_string(),
-            })
-        })?;
-        let sha256 = hex(&Sha256::digest(bytes));
+        let (format, sha256) = check_attachment(bytes)?;
         let path = self.attachments_dir.join(format!("{sha256}.{}", format.extension()));
 
         let _guard = self.attachment_lock.lock().await;
@@ -125,6 +113,21 @@ impl Store {
         .execute(&self.pool)
         .await?;
         Ok(Attachment { sha256, mime: format.mime().to_string(), size: bytes.len() as u64, path })
+    }
+
+    /// Whether an attachment with this sha256 is stored.
+    pub async fn has_attachment(&self, sha256: &str) -> Result<bool> {
+        let known = sqlx::query_scalar::<_, i64>("SELECT 1 FROM attachments WHERE sha256 = ?1")
+            .bind(sha256)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(known.is_some())
+    }
+
+    /// Deletes those of `sha256s` that no message or bulk job uses, rows and
+    /// files (an import that failed after storing its images takes them back).
+    pub async fn remove_unused_attachments(&self, sha256s: &[String]) -> Result<CleanupReport> {
+        self.remove_unreferenced_attachments(Some(sha256s)).await
     }
 
     /// Reads an image file (a drop or a file picker) and stores it like
@@ -206,6 +209,30 @@ impl Store {
         }
         Ok(report)
     }
+}
+
+/// The checks [`Store::add_attachment`] makes (size, HEIF, a known image
+/// signature), and the sha256 (hex) it would store `bytes` under.
+fn check_attachment(bytes: &[u8]) -> Result<(ImageFormat, String)> {
+    if bytes.len() as u64 > MAX_ATTACHMENT_BYTES {
+        return Err(Error::AttachmentTooLarge { size: bytes.len() as u64, max: MAX_ATTACHMENT_BYTES });
+    }
+    if is_heif(bytes) {
+        return Err(Error::HeicUnsupported);
+    }
+    let format = detect_image(bytes).ok_or_else(|| {
+        Error::NotAnImage(match bytes.len() {
+            0 => "the file is empty".to_string(),
+            _ => "unrecognised file signature".to_string(),
+        })
+    })?;
+    Ok((format, hex(&Sha256::digest(bytes))))
+}
+
+/// The sha256 (hex) [`Store::add_attachment`] would store `bytes` under, after
+/// the same checks, writing nothing: an import checks every image first.
+pub fn attachment_sha256(bytes: &[u8]) -> Result<String> {
+    check_attachment(bytes).map(|(_, sha256)| sha256)
 }
 
 /// Best effort: a file that cannot be removed now is found again by the next

@@ -1,8 +1,9 @@
 //! A whole chat added at once (an import): its record, every message of
 //! every branch with its parent, and which branch is shown, in one
 //! transaction, so a bad file adds nothing. Attachments must be stored first
-//! (`add_attachment`); a file stored for an import that then fails is left
-//! without a message and goes at the next start (`cleanup_orphans`).
+//! (`add_attachment`); an import that then fails takes back those it stored
+//! (`remove_unused_attachments`), or they go at the next start
+//! (`cleanup_orphans`).
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};

@@ -34,7 +34,7 @@ mod title;
 mod tree;
 mod types;
 
-pub use attachments::{detect_image, is_heif, ImageFormat, MAX_ATTACHMENT_BYTES};
+pub use attachments::{attachment_sha256, detect_image, is_heif, ImageFormat, MAX_ATTACHMENT_BYTES};
 pub use bulk::{BulkJob, BulkJobId, BulkJobStatus, BulkRow, BulkRowResult, BulkRowStatus, NewBulkImage, NewBulkJob};
 pub use error::{Error, Result};
 pub use import::{ImportedChat, ImportedMessage};
