@@ -15,7 +15,8 @@ const APP_COMMANDS: &[&str] = &[
     "take_opened_files", "open_link", "list_models", "load_model", "unload_model", "download_model",
     "cancel_download", "delete_model", "get_model_load_settings", "save_model_load_settings",
     "forget_model_load_settings", "search_hub", "hub_model_details", "fit_check", "engine_status", "engine_stats", "get_settings", "save_settings",
-    "restart_engine", "cluster_status", "hub_token_status", "save_hub_token", "remove_hub_token", "server_status", "list_bulk_jobs",
+    "restart_engine", "cluster_status", "hub_token_status", "save_hub_token", "remove_hub_token", "server_status", "server_api_key_status",
+    "save_server_api_key", "remove_server_api_key", "list_bulk_jobs",
     "create_bulk_job", "bulk_job_rows", "run_bulk_job", "cancel_bulk_job", "export_bulk_job", "delete_bulk_job",
 ];
 

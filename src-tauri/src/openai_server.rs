@@ -1,7 +1,8 @@
 //! The local OpenAI-compatible server (crates/server) on 127.0.0.1, serving
 //! whatever model the app has loaded (it shares the app's engine slot).
-//! Started and stopped to match the settings; its state goes out as the
-//! `server-status` event.
+//! Started and stopped to match the settings, with the API key of
+//! server_key.rs when one is set; its state goes out as the `server-status`
+//! event.
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
@@ -70,26 +71,40 @@ pub async fn apply<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>) {
     state.engine.set_reloader(Some(reloader(app, state)));
     let settings = state.settings();
     let mut slot = state.server.lock().await;
-    if let Some(old) = slot.take() {
+    if let Some(mut old) = slot.take() {
+        // its port is free once this returns, for a server on the same port
+        // with other settings (an API key, folders)
+        old.close_listener().await;
         // a streaming client may keep it open a while: do not wait for it
         tauri::async_runtime::spawn(async move {
-            let _ = old.shutdown().await;
+            let _ = old.wait().await;
         });
     }
     let mut error = None;
     if settings.server_enabled {
-        let config = server::ServerConfig {
-            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
-            port: settings.server_port,
-            default_sampling: settings.sampling(),
-            file_url_folders: settings.server_file_url_folders.clone(),
-            ..Default::default()
-        };
-        match server::serve(config, state.engine.clone()).await {
-            Ok(running) => *slot = Some(running),
+        // a key that is required but cannot be read keeps the server off:
+        // serving without it would open what the user closed
+        match crate::server_key::for_server(&state.store, &hub::Keychain::app().server_api_key()).await {
             Err(e) => {
-                tracing::error!(%e, port = settings.server_port, "the local OpenAI server could not start");
-                error = Some(explain(&e, settings.server_port));
+                tracing::error!(%e, "the local OpenAI server's API key cannot be read; the server stays off");
+                error = Some(format!("The server's API key cannot be read, so the server stays off: {}", e.message));
+            }
+            Ok(api_key) => {
+                let config = server::ServerConfig {
+                    host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                    port: settings.server_port,
+                    api_key,
+                    default_sampling: settings.sampling(),
+                    file_url_folders: settings.server_file_url_folders.clone(),
+                    ..Default::default()
+                };
+                match server::serve(config, state.engine.clone()).await {
+                    Ok(running) => *slot = Some(running),
+                    Err(e) => {
+                        tracing::error!(%e, port = settings.server_port, "the local OpenAI server could not start");
+                        error = Some(explain(&e, settings.server_port));
+                    }
+                }
             }
         }
     }

@@ -35,6 +35,7 @@ fn export_all(cfg: &Config) {
         vlm_chat::cluster::ClusterStatus,
         vlm_chat::hub_token::HubTokenView,
         vlm_chat::openai_server::ServerStatus,
+        vlm_chat::server_key::ServerKeyView,
         vlm_chat::settings::EngineKnobs,
         vlm_chat::models::DownloadDone,
         vlm_chat::models::DownloadEvent,

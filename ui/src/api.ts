@@ -24,6 +24,7 @@ import type { ModelLoadSettingsView } from './bindings/ModelLoadSettingsView';
 import type { Outgoing } from './bindings/Outgoing';
 import type { Preset } from './bindings/Preset';
 import type { Sent } from './bindings/Sent';
+import type { ServerKeyView } from './bindings/ServerKeyView';
 import type { ServerStatus } from './bindings/ServerStatus';
 import type { Settings } from './bindings/Settings';
 import type { SettingsView } from './bindings/SettingsView';
@@ -40,7 +41,7 @@ import { listen, type UnlistenFn } from '@tauri-apps/api/event';
 // the rest of the UI keeps importing them from here.
 export type {
   AnswerFormat, AppError, Attachment, BulkEvent, BulkJob, BulkRow, Chat, ChatSettings, DownloadDone, EngineKnobs, ExportedChat, HubTokenView,
-  Message, Outgoing, Preset, Sent, ServerStatus, Settings, SettingsView, StartedReply, StreamEvent,
+  Message, Outgoing, Preset, Sent, ServerKeyView, ServerStatus, Settings, SettingsView, StartedReply, StreamEvent,
 };
 export type { ContextPolicy } from './bindings/ContextPolicy';
 export type { FitCheck, FitTarget, ModelDetails, ModelLoadSettings, ModelLoadSettingsView, SearchPage, SearchQuery };
@@ -151,6 +152,9 @@ export const api = {
   /** Settings' "Split models across machines": a line per rank, as this Mac (rank 0) knows them. */
   clusterStatus: () => invoke<ClusterStatus>('cluster_status'),
   serverStatus: () => invoke<ServerStatus>('server_status'),
+  serverApiKeyStatus: () => invoke<ServerKeyView>('server_api_key_status'),
+  saveServerApiKey: (key: string) => invoke<ServerKeyView>('save_server_api_key', { key }),
+  removeServerApiKey: () => invoke<ServerKeyView>('remove_server_api_key'),
   hubTokenStatus: () => invoke<HubTokenView>('hub_token_status'),
   saveHubToken: (token: string) => invoke<HubTokenView>('save_hub_token', { token }),
   removeHubToken: () => invoke<HubTokenView>('remove_hub_token'),

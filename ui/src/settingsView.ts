@@ -7,6 +7,7 @@ import { api, errorText, type ContextPolicy, type EngineStatus, type ServerStatu
 import { ClusterSection } from './clusterSection';
 import { clear, h } from './dom';
 import { HubTokenSection } from './hubTokenSection';
+import { ServerKeySection } from './serverKeySection';
 import { applyTheme, themeChoice, type ThemeChoice } from './theme';
 
 type Field = { key: keyof Settings; label: string; hint: string } & (
@@ -65,6 +66,7 @@ export class SettingsPage {
   private saving: Promise<void> = Promise.resolve();
   private restart: 'idle' | 'running' | { done: string } | { failed: string } = 'idle';
   private hubToken = new HubTokenSection();
+  private serverKey = new ServerKeySection(() => void this.refreshServer());
   private cluster: ClusterSection | null = null;
 
   constructor(private toast: (m: string) => void) {
@@ -81,6 +83,15 @@ export class SettingsPage {
     }
     this.render();
     await this.hubToken.refresh();
+    await this.serverKey.refresh();
+  }
+
+  private async refreshServer(): Promise<void> {
+    try {
+      this.setServer(await api.serverStatus());
+    } catch (e) {
+      this.toast(errorText(e));
+    }
   }
 
   setServer(s: ServerStatus): void {
@@ -121,6 +132,7 @@ export class SettingsPage {
     for (const note of v.notes) engine.append(h('div', { class: 'note', 'data-testid': 'settings-note' }, note));
     this.el.append(engine);
     const server = this.section('Local OpenAI server', SERVER);
+    server.append(this.serverKey.el);
     server.append(h('div', { class: 'server-state', 'data-testid': 'server-url', role: 'status' }));
     this.el.append(server);
     this.cluster = new ClusterSection(() => this.draft!, (soon) => { if (soon) this.saveSoon(); else void this.save(); });

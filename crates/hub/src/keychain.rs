@@ -1,6 +1,7 @@
-//! The Hugging Face token the user gives the app (Settings), kept in the OS
-//! keychain through the `keyring` crate — never in the app's database, which
-//! is a plain file any backup or sync tool copies.
+//! The Hugging Face token the user gives the app (Settings), and the API key
+//! of the app's own OpenAI server, kept in the OS keychain through the
+//! `keyring` crate — never in the app's database, which is a plain file any
+//! backup or sync tool copies.
 //!
 //! Where it lives: on macOS the login Keychain; on Linux the Secret Service
 //! (GNOME Keyring, KWallet, KeePassXC) over the session D-Bus. Not the
@@ -16,32 +17,42 @@ use crate::error::{Error, Result};
 /// The service name the app's entry is filed under (the app identifier, so
 /// the user recognises it in Keychain Access or Seahorse).
 pub const APP_SERVICE: &str = "dev.vlm.chat";
-/// The account name of the entry.
-const ACCOUNT: &str = "huggingface-token";
+/// The account name of the Hub token's entry.
+const HUB_TOKEN: &str = "huggingface-token";
+/// The account name of the app's OpenAI server's API key.
+const SERVER_API_KEY: &str = "openai-server-api-key";
 /// Longer than any Hub token (37 characters today) by far; a paste of a
 /// whole page is refused instead of stored.
 const MAX_TOKEN_LEN: usize = 512;
 
-/// One entry of the OS keychain that holds a Hub token.
+/// One entry of the OS keychain: the Hub token, or (see
+/// [`Keychain::server_api_key`]) the app server's API key.
 #[derive(Debug, Clone)]
 pub struct Keychain {
     /// The keychain service the entry is filed under.
     service: String,
+    /// Which secret of the service.
+    account: &'static str,
 }
 
 impl Keychain {
-    /// The app's own entry.
+    /// The app's own Hub token entry.
     pub fn app() -> Keychain {
-        Keychain { service: APP_SERVICE.to_string() }
+        Keychain::with_service(APP_SERVICE)
     }
 
-    /// An entry under another service name (tests keep clear of the app's).
+    /// A Hub token entry under another service name (tests keep clear of the app's).
     pub fn with_service(service: impl Into<String>) -> Keychain {
-        Keychain { service: service.into() }
+        Keychain { service: service.into(), account: HUB_TOKEN }
+    }
+
+    /// The same service's entry for the API key of the app's OpenAI server.
+    pub fn server_api_key(&self) -> Keychain {
+        Keychain { service: self.service.clone(), account: SERVER_API_KEY }
     }
 
     fn entry(&self) -> Result<keyring::Entry> {
-        keyring::Entry::new(&self.service, ACCOUNT).map_err(unavailable)
+        keyring::Entry::new(&self.service, self.account).map_err(unavailable)
     }
 
     /// The stored token; `None` when none was saved.
@@ -56,7 +67,7 @@ impl Keychain {
     /// Checks and saves `token` (surrounding whitespace from a paste is
     /// dropped), replacing any saved before. Returns what was saved.
     pub fn store(&self, token: &str) -> Result<String> {
-        let token = validate(token)?;
+        let token = validate(token, self.account == HUB_TOKEN)?;
         self.entry()?.set_password(&token).map_err(unavailable)?;
         Ok(token)
     }
@@ -85,20 +96,26 @@ pub fn mask(token: &str) -> String {
     format!("{prefix}…{tail}")
 }
 
-/// A token that can go into an `Authorization` header, or why not.
-fn validate(token: &str) -> Result<String> {
+/// A token that can go into an `Authorization` header, or why not; a Hub
+/// token's messages say where to get a good one.
+fn validate(token: &str, hub: bool) -> Result<String> {
     let token = token.trim();
     let invalid = |why: &str| Err(Error::InvalidToken(why.to_string()));
     if token.is_empty() {
         return invalid("the token is empty");
     }
     if token.len() > MAX_TOKEN_LEN {
-        return invalid(&format!("the token is {} characters long; a Hugging Face token is about 40", token.len()));
+        let usual = if hub { "a Hugging Face token is about 40" } else { "at most 512 are kept" };
+        return invalid(&format!("the token is {} characters long; {usual}", token.len()));
     }
     if let Some(c) = token.chars().find(|c| !c.is_ascii_graphic()) {
-        return invalid(&format!(
-            "the token contains {c:?}; a Hugging Face token has only letters, digits and '_' (copy it again from huggingface.co/settings/tokens)"
-        ));
+        return invalid(&if hub {
+            format!(
+                "the token contains {c:?}; a Hugging Face token has only letters, digits and '_' (copy it again from huggingface.co/settings/tokens)"
+            )
+        } else {
+            format!("the key contains {c:?}; a key goes into an HTTP header: letters, digits and punctuation only")
+        });
     }
     Ok(token.to_string())
 }
@@ -125,13 +142,14 @@ mod tests {
             ("hf_abc def", "contains ' '"),
             ("hf_abcé", "contains 'é'"),
         ] {
-            let err = validate(token).unwrap_err();
+            let err = validate(token, true).unwrap_err();
             assert_eq!(err.code(), "INVALID_TOKEN");
             assert!(err.to_string().contains(why), "{token:?}: {err}");
         }
         let long = "hf_".to_string() + &"a".repeat(600);
-        assert!(validate(&long).unwrap_err().to_string().contains("603 characters"));
-        assert_eq!(validate("  hf_AbC123xyz\n").unwrap(), "hf_AbC123xyz");
+        assert!(validate(&long, true).unwrap_err().to_string().contains("603 characters"));
+        assert_eq!(validate("  hf_AbC123xyz\n", true).unwrap(), "hf_AbC123xyz");
+        assert!(validate("my key", false).unwrap_err().to_string().contains("HTTP header"));
     }
 
     #[test]
