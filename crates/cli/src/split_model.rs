@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use engine::distributed::env::{HOSTFILE_VAR, RANK_VAR};
-use engine::distributed::{GroupConfig, RankEnv, Split};
+use engine::distributed::{GroupConfig, RankEnv, RingSecret, Split};
 
 #[derive(Args)]
 pub struct SplitArgs {
@@ -39,6 +39,11 @@ pub struct SplitArgs {
     /// proportion, and refuses a share that does not fit.
     #[arg(long, value_name = "GB", requires = "distributed")]
     rank_memory: Option<f64>,
+    /// A file holding the ring's shared secret (at least 16 bytes; the same
+    /// on every rank). Only ranks that prove it reach MLX's ring sockets;
+    /// VLM_RING_SECRET is read when this is not given.
+    #[arg(long, value_name = "FILE", requires = "distributed")]
+    ring_secret_file: Option<PathBuf>,
 }
 
 /// What this process does in a split model.
@@ -67,7 +72,12 @@ impl SplitArgs {
         let env = RankEnv::from_process()?.with_context(|| {
             format!("--distributed needs a hostfile and a rank: give them (--distributed <hostfile> --rank <n>) or start with mlx.launch, which sets {HOSTFILE_VAR} and {RANK_VAR}")
         })?;
+        let ring_secret = match &self.ring_secret_file {
+            Some(path) => Some(RingSecret::from_file(path).with_context(|| format!("--ring-secret-file {}", path.display()))?),
+            None => None,
+        };
         let group = GroupConfig {
+            ring_secret,
             connect_timeout: Duration::from_secs(self.join_timeout),
             step_timeout: Duration::from_secs(self.step_timeout),
             split: self.split,

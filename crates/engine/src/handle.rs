@@ -170,8 +170,8 @@ impl EngineHandle {
 
     /// Queues a request; its events arrive on the returned stream. A text
     /// request is prepared here (template and tokens: milliseconds); one
-    /// with images goes to a preparation worker, so this never waits for
-    /// image decoding.
+    /// with images or a grammar to compile goes to a preparation worker, so
+    /// this never waits for image decoding or a grammar compiler.
     pub fn submit(&self, request: Request) -> RequestStream {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (events, rx) = unbounded_channel();
@@ -183,7 +183,8 @@ impl EngineHandle {
             }
             watch.track(id, &events);
         }
-        if request.images.is_empty() {
+        let quick = request.images.is_empty() && request.constraint.is_none() && !request.require_tool_call;
+        if quick {
             admit(&self.commands, id, self.preparer.prepare(request, submitted), events);
         } else {
             let (commands, preparer, permits) = (self.commands.clone(), self.preparer.clone(), self.permits.clone());
@@ -196,10 +197,10 @@ impl EngineHandle {
                 if job_events.is_closed() {
                     return; // the caller went away while it waited for a worker
                 }
-                let permit = permits.acquire(request.images.len());
+                let permit = (!request.images.is_empty()).then(|| permits.acquire(request.images.len()));
                 let prepared = preparer.prepare(request, submitted).map(|mut p| {
                     if let Some(images) = &mut p.images {
-                        images.permit = Some(permit);
+                        images.permit = permit;
                     }
                     p
                 });

@@ -101,6 +101,59 @@ fn two_ranks_all_sum_all_gather_and_send_recv() {
     assert!(outputs[1].stdout.contains(&format!("RANK 1 sum=[3.0, 6.0, 9.0] {gathered} received=[0.5, -1.25, 3.0, 8.0]")), "{all}");
 }
 
+/// MLX's ring takes whoever connects first to a rank's port: 4 KB of random
+/// bytes once joined as rank 1 and broke the group. With a shared secret
+/// the ring gate refuses the stranger (and says so), and the real rank 1
+/// joins after it.
+#[test]
+fn a_stranger_at_a_ring_port_is_refused_and_the_ranks_with_the_secret_join() {
+    const TEST: &str = "a_stranger_at_a_ring_port_is_refused_and_the_ranks_with_the_secret_join";
+    const SECRET: &str = "a test secret of more than 16 bytes";
+    if is_rank_of(TEST) {
+        let group = Group::init(&connect()).expect("join the ring");
+        let mine = Array::from_slice(&[1.0 + group.rank() as f32], &[1]);
+        println!("RANK {} sum={:?}", group.rank(), values(&ops::all_sum(&mine, &group).unwrap()));
+        return;
+    }
+    let ring = LocalRing::new(2).unwrap();
+    let secret_command = |_| {
+        let mut c = rank_command(TEST);
+        c.env(engine::distributed::ring_gate::SECRET_VAR, SECRET);
+        c
+    };
+    let rank0 = ring.spawn(0, secret_command(0)).unwrap();
+    // The stranger reaches rank 0's port before rank 1 exists.
+    let port = ring.hostfile.ranks[0][0];
+    let started = Instant::now();
+    let mut stranger = loop {
+        match std::net::TcpStream::connect(port) {
+            Ok(s) => break s,
+            Err(_) if started.elapsed() < Duration::from_secs(20) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("rank 0 never listened on {port}: {e}"),
+        }
+    };
+    use std::io::{Read, Write};
+    let junk: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    stranger.write_all(&junk).unwrap();
+    // Refused: the gate closes the connection (an end or a reset, not the
+    // silence of a socket that MLX took as its neighbour).
+    stranger.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut heard = Vec::new();
+    match stranger.read_to_end(&mut heard) {
+        Ok(_) => {}
+        Err(e) => assert!(
+            !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+            "the stranger's connection stayed open: {e}"
+        ),
+    }
+    let rank1 = ring.spawn(1, secret_command(1)).unwrap();
+    let outputs = wait_all(vec![rank0, rank1], RING_DEADLINE);
+    let all = report(&outputs);
+    assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
+    let ours = |r: usize| outputs.iter().any(|o| o.stdout.contains(&format!("RANK {r} sum=[3.0]")));
+    assert!(ours(0) && ours(1), "{all}");
+}
+
 #[test]
 fn rank_0_shares_bytes_with_every_rank() {
     const TEST: &str = "rank_0_shares_bytes_with_every_rank";

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use engine::batch::SchedulerConfig;
-use engine::cache::prefix_disk::DiskPrefixConfig;
+use engine::cache::prefix_disk::{file, DiskPrefixConfig};
 use engine::cache::KvQuantization;
 use engine::testing::TinyFamily;
 
@@ -123,7 +123,7 @@ fn cut_damaged_and_foreign_files_are_deleted_and_the_prompt_prefilled_in_full() 
     let first = prompt(50, 6);
     let next = [first.clone(), prompt(10, 7)].concat();
     let want = cold(dir.path(), &next, 6);
-    let damage: [(&str, fn(&Path)); 3] = [
+    let damage: [(&str, fn(&Path)); 5] = [
         ("cut in half", |f| {
             let len = std::fs::metadata(f).unwrap().len();
             std::fs::OpenOptions::new().write(true).open(f).unwrap().set_len(len / 2).unwrap();
@@ -135,6 +135,28 @@ fn cut_damaged_and_foreign_files_are_deleted_and_the_prompt_prefilled_in_full() 
             std::fs::write(f, bytes).unwrap();
         }),
         ("not a cache file at all", |f| std::fs::write(f, b"hello").unwrap()),
+        // Passes its checksum (written by our own encoder) but holds other
+        // head counts and sizes than the model's: once, every later request
+        // sharing its opening tokens failed with a shape error.
+        ("written for other shapes, its checksum matching", |f| {
+            let header = file::read_header(f).unwrap();
+            let (key, mut contents) = file::decode(&std::fs::read(f).unwrap(), &header.model).unwrap();
+            let reshape = |a: &mut mlx_rs::Array| {
+                let s = a.shape().to_vec();
+                *a = a.reshape(&[s[0], s[1] * 2, s[2], s[3] / 2]).unwrap();
+            };
+            for (k, v) in contents.groups.iter_mut().flat_map(|g| g.layers.iter_mut().flatten()) {
+                reshape(k);
+                reshape(v);
+            }
+            file::encode(&header.model, &key, &contents).unwrap().write(f).unwrap();
+        }),
+        // A FIFO blocks whoever opens it until a writer comes: the engine
+        // once hung on one for good (SIGTERM could not stop it).
+        ("a FIFO under its name", |f| {
+            std::fs::remove_file(f).unwrap();
+            assert!(std::process::Command::new("mkfifo").arg(f).status().unwrap().success());
+        }),
     ];
     for (what, damage) in damage {
         let folder = tempfile::tempdir().unwrap();

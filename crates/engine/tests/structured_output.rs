@@ -191,6 +191,55 @@ fn bad_schemas_and_grammars_are_refused_clearly_and_the_engine_goes_on() {
     assert!(driver.completion(fine).content.contains("Paris"));
 }
 
+/// `d_i` an object whose one required property refers to `d_{i+1}` (the
+/// hardening report's schema: 300 links once overflowed the engine's stack).
+fn ref_chain(links: usize) -> Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..links {
+        let next = if i + 1 < links { json!({"$ref": format!("#/$defs/d{}", i + 1)}) } else { json!({"enum": ["end"]}) };
+        defs.insert(format!("d{i}"), json!({"type": "object", "properties": {"n": next}, "required": ["n"], "additionalProperties": false}));
+    }
+    json!({"$defs": defs, "$ref": "#/$defs/d0"})
+}
+
+#[test]
+fn hostile_grammars_are_refused_by_their_limit_and_deep_legal_ones_compile_off_the_engine_thread() {
+    let mut driver = Driver::of(load(), SchedulerConfig::default());
+    let mut nested_any_of = json!({"type": "integer"});
+    for _ in 0..400 {
+        nested_any_of = json!({"anyOf": [nested_any_of, {"type": "null"}]});
+    }
+    let rule_chain = {
+        let rules: String = (0..1000).map(|i| format!("r{i}: r{}\n", i + 1)).collect();
+        format!("start: r0\n{rules}r1000: \"ok\"\n")
+    };
+    let refused = [
+        (Constraint::JsonSchema(ref_chain(300)), "at most 256 are allowed"),
+        (Constraint::JsonSchema(nested_any_of), "at most 256 are allowed"),
+        (Constraint::Regex(format!("{}a{}", "(".repeat(2000), ")".repeat(2000))), "at most 256 are allowed"),
+        (Constraint::Lark(format!("start: \"{}\"", "a".repeat(70_000))), "at most 65536 are allowed"),
+    ];
+    let ids: Vec<usize> = refused.iter().map(|(c, _)| driver.submit(ask("hi", 8).with_constraint(c.clone()))).collect();
+    // Within the limits: the deepest chain allowed and a 1000-rule grammar
+    // compile on their own thread's stack and are followed to the end.
+    let deep = driver.submit(ask("Fill in the form.", 400).with_constraint(Constraint::JsonSchema(ref_chain(40))));
+    let rules = driver.submit(ask("Say ok.", 8).with_constraint(Constraint::Lark(rule_chain)));
+    let fine = driver.submit(ask("What is the capital of France?", 8));
+    driver.run_to_end();
+    for (&i, (constraint, needle)) in ids.iter().zip(&refused) {
+        let c = driver.completion(i);
+        assert_eq!(c.finish_reason, Some(FinishReason::Error), "{}", constraint.kind());
+        let e = c.error.as_ref().expect("an error");
+        assert_eq!(e.code, "INVALID_REQUEST", "{}", constraint.kind());
+        assert!(e.message.contains(needle), "{}: {}", constraint.kind(), e.message);
+    }
+    let deep = driver.completion(deep);
+    assert_eq!(deep.finish_reason, Some(FinishReason::Stop), "{:?}", deep.error);
+    assert_valid(&deep.content, &ref_chain(40));
+    assert_eq!(driver.completion(rules).content, "ok");
+    assert!(driver.completion(fine).content.contains("Paris"));
+}
+
 /// A ChatML template that thinks (opens `<think>` in the prompt) and offers
 /// tools in the Hermes format, as Qwen3's does.
 const THINKING_TOOLS_TEMPLATE: &str = "{% if tools %}<|im_start|>system\nTools: {{ tools | tojson }}. \

@@ -69,7 +69,8 @@ pub fn accepts_model_name(name: &str, path: &Path, requested: &str) -> bool {
 
 /// Refuses a prompt whose text cannot fit the context (see
 /// [`MAX_BYTES_PER_TOKEN`]): the message texts, earlier thinking and tool
-/// calls, and the tool definitions, which all go through the template. Each
+/// calls, the tool definitions and the template variables, which all go
+/// through the template. Each
 /// message also counts as one token at least (its role marker), so a flood
 /// of empty messages is refused too.
 pub fn check_prompt_size(body: &ChatCompletionRequest, limits: ModelLimits) -> Result<(), ApiError> {
@@ -81,6 +82,9 @@ pub fn check_prompt_size(body: &ChatCompletionRequest, limits: ModelLimits) -> R
         _ => 0,
     };
     let mut bytes: usize = body.tools.iter().flatten().map(json_len).sum();
+    // Template variables reach the template too (the engine refuses the
+    // reserved ones by name, and bounds the rest).
+    bytes += body.chat_template_kwargs.iter().flatten().map(|(k, v)| k.len() + json_len(v)).sum::<usize>();
     for m in &body.messages {
         bytes += MAX_BYTES_PER_TOKEN;
         bytes += m.content.as_ref().map_or(0, text_len);

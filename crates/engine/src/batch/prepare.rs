@@ -3,17 +3,21 @@
 //! resized and cut into patches. None of it touches MLX, so it runs on the
 //! caller's thread (text) or a preparation worker (images, see
 //! [`super::prep_workers`]), and a burst of image requests never stops the
-//! streams that are decoding. What needs MLX (the vision tower, the
-//! sampler's random key, a grammar's token masks) is left to the engine.
-use std::sync::Arc;
+//! streams that are decoding. A grammar (structured output, a required
+//! tool call) is compiled here too, within bounds (see [`crate::constraint`]).
+//! What needs MLX (the vision tower, the sampler's random key, a grammar's
+//! token masks) is left to the engine.
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use super::image_permits::ImagePermit;
 use super::request::{ImageInput, Prompt, Request};
 use crate::cache::{image_slot_key, text_key, KeyToken};
+use crate::constraint::{self, tool_call_grammar, CompiledGrammar, GrammarVocabulary};
 use crate::error::{Error, Result};
 use crate::model::LoadedModel;
 use crate::stop::{thinking_tags_for_template, tool_call_tags_for_template, MatcherConfig, StreamMatcher};
+use crate::tools::ToolCallStyle;
 use crate::tokenizer::{prompt_opens_thinking, Tokenizer};
 use crate::vision::{ImagePatches, SharedImageProcessor, VisionFeatureCache};
 
@@ -30,6 +34,9 @@ pub struct Preparer {
     vocab_size: u32,
     max_context: usize,
     template: String,
+    /// llguidance's view of the vocabulary, built on the first constrained
+    /// request (a trie over every token: tens of milliseconds for 262k).
+    grammar_vocabulary: OnceLock<std::result::Result<Arc<GrammarVocabulary>, String>>,
 }
 
 /// A request ready for the scheduler.
@@ -44,6 +51,9 @@ pub struct PreparedRequest {
     pub close_thinking: Vec<u32>,
     /// The request offers tools (tool calls are parsed out of the reply).
     pub offers_tools: bool,
+    /// The compiled grammar the answer must follow (a response format or a
+    /// required tool call).
+    pub grammar: Option<CompiledGrammar>,
     /// `max_tokens` clamped to the context left after the prompt.
     pub max_tokens: usize,
     pub submitted: Instant,
@@ -87,6 +97,7 @@ impl Preparer {
             vocab_size: loaded.model.shape().vocab_size as u32,
             max_context,
             template: loaded.tokenizer.chat_template().map(|t| t.source().to_string()).unwrap_or_default(),
+            grammar_vocabulary: OnceLock::new(),
         }
     }
 
@@ -114,22 +125,28 @@ impl Preparer {
         if !req.images.is_empty() && !matches!(req.prompt, Prompt::Chat { .. }) {
             return Err(Error::InvalidRequest("images need a chat prompt (their places come from the messages)".into()));
         }
-        // The images first: a family that writes each image's tokens into the
-        // prompt text needs their sizes (Gemma 4's vary with the image).
+        if let Prompt::Chat { options, .. } = &req.prompt {
+            options.check_extra()?;
+        }
+        // Each image's slots from its header first: a family that writes an
+        // image's tokens into the prompt text needs them (Gemma 4's vary with
+        // the image), and a prompt that cannot fit the context is refused
+        // before a pixel is decoded (20 large PNGs once took 15 s and 1.85 GB
+        // to be told they were too many).
         let inputs = std::mem::take(&mut req.images);
+        let header_slots = self.slots_from_headers(&inputs)?;
+        let (mut prompt, opens_thinking, thinking_enabled, offers_tools) = self.prompt_tokens(&req.prompt, &header_slots)?;
+        let tokens_with_images = self.tokens_with_images(&prompt, &header_slots);
+        if tokens_with_images >= self.max_context {
+            return Err(Error::ContextLengthExceeded { prompt_tokens: tokens_with_images, max_context: self.max_context });
+        }
         let patches = self.image_patches(&inputs)?;
-        let (prompt, opens_thinking, thinking_enabled, offers_tools) = match &req.prompt {
-            Prompt::Tokens(ids) => (ids.clone(), false, false, false),
-            Prompt::Text(text) => (tokenizer.encode(text, tokenizer.add_bos())?, false, false, false),
-            Prompt::Chat { messages, options } => {
-                let rendered = tokenizer.apply_chat_template(messages, options)?;
-                let slots: Vec<usize> = patches.iter().map(|p| p.slots).collect();
-                let expanded = self.vision.as_ref().and_then(|(p, _)| p.expand_prompt_text(&rendered, &slots));
-                let ids = tokenizer.encode(expanded.as_deref().unwrap_or(&rendered), false)?;
-                let tools = options.tools.as_ref().is_some_and(|t| !t.is_empty());
-                (ids, prompt_opens_thinking(&rendered), options.enable_thinking != Some(false), tools)
-            }
-        };
+        let slots: Vec<usize> = patches.iter().map(|p| p.slots).collect();
+        if slots != header_slots {
+            // A header that told another size than the decoded image (the
+            // decoder has the last word): the prompt is built again with it.
+            prompt = self.prompt_tokens(&req.prompt, &slots)?.0;
+        }
         let (prompt, images) = self.prepare_images(prompt, &inputs, patches)?;
         drop(inputs); // the file bytes are not needed past here
         if prompt.is_empty() {
@@ -158,7 +175,55 @@ impl Preparer {
             tool_call: if offers_tools { tool_call_tags_for_template(&self.template) } else { None },
         });
         let max_tokens = req.max_tokens.min(self.max_context - prompt.len());
-        Ok(PreparedRequest { request: req, prompt, images, matcher, close_thinking, offers_tools, max_tokens, submitted })
+        let grammar = self.compile_grammar(&req, offers_tools)?;
+        Ok(PreparedRequest {
+            request: req,
+            prompt,
+            images,
+            matcher,
+            close_thinking,
+            offers_tools,
+            grammar,
+            max_tokens,
+            submitted,
+        })
+    }
+
+    /// The vocabulary grammars compile against (built once, on first use).
+    pub fn grammar_vocabulary(&self) -> Result<Arc<GrammarVocabulary>> {
+        self.grammar_vocabulary
+            .get_or_init(|| GrammarVocabulary::new(&self.tokenizer).map(Arc::new).map_err(|e| e.to_string()))
+            .clone()
+            .map_err(Error::Tokenizer)
+    }
+
+    /// Compiles the grammar the request's answer must follow, if any.
+    fn compile_grammar(&self, req: &Request, offers_tools: bool) -> Result<Option<CompiledGrammar>> {
+        match (&req.constraint, req.require_tool_call) {
+            (Some(_), true) => {
+                Err(Error::InvalidRequest("a required tool call cannot also have a response format".into()))
+            }
+            (Some(c), false) => Ok(Some(constraint::compile(c, self.grammar_vocabulary()?)?)),
+            (None, true) => Ok(Some(self.tool_call_grammar(req, offers_tools)?)),
+            (None, false) => Ok(None),
+        }
+    }
+
+    /// The grammar of a required tool call, in the template's format.
+    fn tool_call_grammar(&self, req: &Request, offers_tools: bool) -> Result<CompiledGrammar> {
+        let tools = match &req.prompt {
+            Prompt::Chat { options, .. } if offers_tools => options.tools.clone().unwrap_or_default(),
+            _ => return Err(Error::InvalidRequest("a required tool call needs tools in a chat request".into())),
+        };
+        let Some(style) = ToolCallStyle::for_template(&self.template) else {
+            return Err(Error::InvalidRequest(format!(
+                "{}'s chat template has no tool-call format, so a tool call cannot be required",
+                self.model_name
+            )));
+        };
+        let vocabulary = self.grammar_vocabulary()?;
+        let lark = tool_call_grammar(style, &tools, req.parallel_tool_calls, |t| vocabulary.is_special_token(t))?;
+        constraint::compile_tool_calls(lark, vocabulary)
     }
 
     /// The prompt tokens `req` would take, image slots included, without
@@ -166,23 +231,52 @@ impl Preparer {
     /// needs to fit a conversation into the context. Errors as
     /// [`Self::prepare`] would give for the prompt and the images' headers.
     pub fn count_prompt_tokens(&self, req: &Request) -> Result<usize> {
+        if let Prompt::Chat { options, .. } = &req.prompt {
+            options.check_extra()?;
+        }
+        let slots = self.slots_from_headers(&req.images)?;
+        let (prompt, ..) = self.prompt_tokens(&req.prompt, &slots)?;
+        Ok(self.tokens_with_images(&prompt, &slots))
+    }
+
+    /// The prompt's tokens (a chat rendered by the template, images' slots
+    /// written into the text by a family that does so), whether the prompt
+    /// opens a thinking block, whether thinking is on, and whether the
+    /// request offers tools.
+    fn prompt_tokens(&self, prompt: &Prompt, slots: &[usize]) -> Result<(Vec<u32>, bool, bool, bool)> {
         let tokenizer = &self.tokenizer;
-        let Prompt::Chat { messages, options } = &req.prompt else {
-            return Ok(match &req.prompt {
-                Prompt::Tokens(ids) => ids.len(),
-                Prompt::Text(text) => tokenizer.encode(text, tokenizer.add_bos())?.len(),
-                Prompt::Chat { .. } => unreachable!(),
-            });
-        };
-        let rendered = tokenizer.apply_chat_template(messages, options)?;
-        let Some((processor, image_token)) = &self.vision else {
-            if !req.images.is_empty() {
-                return Err(not_a_vision_model(&self.model_name));
+        Ok(match prompt {
+            Prompt::Tokens(ids) => (ids.clone(), false, false, false),
+            Prompt::Text(text) => (tokenizer.encode(text, tokenizer.add_bos())?, false, false, false),
+            Prompt::Chat { messages, options } => {
+                let expand = |rendered: &str| self.vision.as_ref().and_then(|(p, _)| p.expand_prompt_text(rendered, slots));
+                let (rendered, ids) = tokenizer.render_and_encode(messages, options, expand)?;
+                let tools = options.tools.as_ref().is_some_and(|t| !t.is_empty());
+                (ids, prompt_opens_thinking(&rendered), options.enable_thinking != Some(false), tools)
             }
-            return Ok(tokenizer.encode(&rendered, false)?.len());
+        })
+    }
+
+    /// The prompt's length once each image placeholder becomes its slots.
+    fn tokens_with_images(&self, prompt: &[u32], slots: &[usize]) -> usize {
+        match &self.vision {
+            Some((processor, image_token)) if !slots.is_empty() && !processor.expands_in_text() => {
+                let placeholders = prompt.iter().filter(|&&t| t == *image_token).count();
+                prompt.len() - placeholders + slots.iter().take(placeholders).sum::<usize>()
+            }
+            _ => prompt.len(),
+        }
+    }
+
+    /// Each image's slots from its header's size, without decoding it.
+    fn slots_from_headers(&self, images: &[ImageInput]) -> Result<Vec<usize>> {
+        let Some((processor, _)) = &self.vision else {
+            if images.is_empty() {
+                return Ok(Vec::new());
+            }
+            return Err(not_a_vision_model(&self.model_name));
         };
-        let slots = req
-            .images
+        images
             .iter()
             .enumerate()
             .map(|(i, image)| {
@@ -190,14 +284,7 @@ impl Preparer {
                 let (width, height) = crate::vision::preprocess::displayed_size(&image.bytes).map_err(invalid)?;
                 Ok(processor.num_image_tokens(processor.grid_for_size(height, width).map_err(invalid)?))
             })
-            .collect::<Result<Vec<usize>>>()?;
-        if let Some(expanded) = processor.expand_prompt_text(&rendered, &slots) {
-            return Ok(tokenizer.encode(&expanded, false)?.len());
-        }
-        let tokens = tokenizer.encode(&rendered, false)?;
-        let placeholders = tokens.iter().filter(|&&t| t == *image_token).count();
-        // Each placeholder becomes its image's slots.
-        Ok(tokens.len() - placeholders + slots.iter().take(placeholders).sum::<usize>())
+            .collect()
     }
 
     /// Decodes, resizes and cuts each image into patches (none for a request

@@ -21,12 +21,11 @@ use super::logprobs::{PendingLogprobs, TokenNames, MAX_TOP_LOGPROBS};
 use super::pacing::Pacing;
 use super::prefill::{self, PassRow};
 use super::prepare::{PreparedRequest, Preparer};
-use super::request::{Event, FinishReason, Prompt, Request, RequestId};
+use super::request::{Event, FinishReason, Request, RequestId};
 use super::sequence::{Sequence, SequenceParts};
-use crate::cache::prefix_disk::{fingerprint::model_fingerprint, DiskPrefixCache, DiskPrefixConfig};
+use crate::cache::prefix_disk::{fingerprint::model_fingerprint, signature::KvSignature, DiskPrefixCache, DiskPrefixConfig};
 use crate::cache::{BatchCache, KvQuantization, PrefixCache, PrefixCacheStats};
-use crate::constraint::{tool_call_grammar, ConstrainedDecoder, ConstraintVocabulary};
-use crate::tools::ToolCallStyle;
+use crate::constraint::{ConstrainedDecoder, LogitsMasker};
 use crate::error::{Error, Result};
 use crate::generate::PREFILL_CHUNK;
 use crate::model::{LoadedModel, Positions};
@@ -144,7 +143,7 @@ pub struct Scheduler {
     /// Memory was given back ([`Self::release_idle_memory`]) and no step ran since.
     idle: bool,
     /// Built on the first request with a constraint (structured output).
-    constraint_vocabulary: Option<std::sync::Arc<ConstraintVocabulary>>,
+    logits_masker: Option<std::sync::Arc<LogitsMasker>>,
     /// Built on the first request for log-probabilities.
     token_names: Option<std::sync::Arc<TokenNames>>,
     /// Prepares requests; shared with the threads that submit them.
@@ -179,7 +178,15 @@ fn prefix_cache(loaded: &LoadedModel, config: &SchedulerConfig) -> PrefixCache {
     let memory = PrefixCache::new(config.prefix_cache_bytes);
     let Some(disk) = config.prefix_disk.as_ref().filter(|_| config.prefix_cache_bytes > 0) else { return memory };
     let model = model_fingerprint(&loaded.info.path, &loaded.info.architecture);
-    match DiskPrefixCache::open(disk, &model, &loaded.model.cache_layout()) {
+    let layout = loaded.model.cache_layout();
+    let signature = match KvSignature::probe(loaded.model.as_ref(), &layout) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "prefix cache stays in memory only: the model's cache could not be probed");
+            return memory;
+        }
+    };
+    match DiskPrefixCache::open(disk, &model, &layout, signature) {
         Ok(d) => memory.with_disk(d),
         Err(e) => {
             tracing::warn!(folder = %disk.folder.display(), error = %e, "prefix cache stays in memory only");
@@ -232,7 +239,7 @@ impl Scheduler {
             kv_quantization,
             kv_quantization_status,
             idle: false,
-            constraint_vocabulary: None,
+            logits_masker: None,
             token_names: None,
         }
     }
@@ -283,18 +290,14 @@ impl Scheduler {
         }
     }
 
-    /// What a prepared request needs from the engine thread: its grammar,
-    /// log-probability names and sampler (MLX objects).
+    /// What a prepared request needs from the engine thread: its grammar's
+    /// mask, log-probability names and sampler (MLX objects).
     fn sequence_for(&mut self, id: RequestId, p: PreparedRequest, events: UnboundedSender<Event>) -> Result<Sequence> {
-        let req = &p.request;
-        let constraint = match (&req.constraint, req.require_tool_call) {
-            (Some(_), true) => {
-                return Err(Error::InvalidRequest("a required tool call cannot also have a response format".into()))
-            }
-            (Some(c), false) => Some(ConstrainedDecoder::new(c, self.constraint_vocabulary()?)?),
-            (None, true) => Some(self.tool_call_constraint(req, p.offers_tools)?),
-            (None, false) => None,
+        let constraint = match p.grammar {
+            Some(grammar) => Some(ConstrainedDecoder::new(grammar, self.logits_masker()?)),
+            None => None,
         };
+        let req = &p.request;
         let logprobs = match req.logprobs {
             Some(top) if top > MAX_TOP_LOGPROBS => {
                 return Err(Error::InvalidRequest(format!("top_logprobs must be at most {MAX_TOP_LOGPROBS}, got {top}")))
@@ -319,40 +322,21 @@ impl Scheduler {
         Ok(Sequence::new(id, p.prompt, parts))
     }
 
-    /// The grammar of a required tool call, in the template's format.
-    fn tool_call_constraint(&mut self, req: &Request, offers_tools: bool) -> Result<ConstrainedDecoder> {
-        let preparer = self.preparer.clone();
-        let template = preparer.template();
-        let tools = match &req.prompt {
-            Prompt::Chat { options, .. } if offers_tools => options.tools.clone().unwrap_or_default(),
-            _ => return Err(Error::InvalidRequest("a required tool call needs tools in a chat request".into())),
-        };
-        let Some(style) = ToolCallStyle::for_template(template) else {
-            return Err(Error::InvalidRequest(format!(
-                "{}'s chat template has no tool-call format, so a tool call cannot be required",
-                self.loaded.info.name
-            )));
-        };
-        let vocabulary = self.constraint_vocabulary()?;
-        let lark = tool_call_grammar(style, &tools, req.parallel_tool_calls, |t| vocabulary.is_special_token(t))?;
-        ConstrainedDecoder::for_tool_calls(lark, vocabulary)
-    }
-
     /// Every token's bytes, built on the first request for log-probabilities.
     fn token_names(&mut self) -> std::sync::Arc<TokenNames> {
         let tokenizer = &self.loaded.tokenizer;
         self.token_names.get_or_insert_with(|| std::sync::Arc::new(TokenNames::new(tokenizer))).clone()
     }
 
-    /// llguidance's view of the vocabulary, built on the first constrained
-    /// request (a trie over every token: tens of milliseconds for 262k).
-    fn constraint_vocabulary(&mut self) -> Result<std::sync::Arc<ConstraintVocabulary>> {
-        if self.constraint_vocabulary.is_none() {
+    /// Turns grammar bitmasks into logits masks; built on the first
+    /// constrained request, over the vocabulary the preparer compiled against.
+    fn logits_masker(&mut self) -> Result<std::sync::Arc<LogitsMasker>> {
+        if self.logits_masker.is_none() {
             let width = self.loaded.model.shape().vocab_size as usize;
-            let vocabulary = ConstraintVocabulary::new(&self.loaded.tokenizer, width)?;
-            self.constraint_vocabulary = Some(std::sync::Arc::new(vocabulary));
+            let vocabulary = self.preparer.grammar_vocabulary()?;
+            self.logits_masker = Some(std::sync::Arc::new(LogitsMasker::new(vocabulary, width)));
         }
-        Ok(self.constraint_vocabulary.clone().expect("just built"))
+        Ok(self.logits_masker.clone().expect("just built"))
     }
 
     pub fn cancel(&mut self, id: RequestId) {

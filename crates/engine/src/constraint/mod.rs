@@ -2,10 +2,12 @@
 //! any JSON object, a regular expression or a Lark grammar. The grammar
 //! engine is `llguidance` (Earley parser + token trie, the library behind
 //! structured output in several servers); this module builds its view of
-//! our vocabulary ([`ConstraintVocabulary`], once per loaded model) and keeps
-//! one parser per constrained sequence ([`ConstrainedDecoder`]), which gives
-//! the set of tokens allowed next as a mask applied to that row's logits
-//! before sampling. Rows without a constraint pay nothing.
+//! our vocabulary ([`GrammarVocabulary`], once per loaded model), compiles a
+//! request's grammar within bounds before it reaches the engine thread
+//! ([`compile`], [`limits`]), and keeps one parser per constrained sequence
+//! ([`ConstrainedDecoder`]), which gives the set of tokens allowed next as a
+//! mask applied to that row's logits before sampling ([`LogitsMasker`]).
+//! Rows without a constraint pay nothing.
 //!
 //! What we use of llguidance: JSON schema compilation (`$ref`s through its
 //! `referencing` feature; compact separators, no free whitespace — small
@@ -14,13 +16,18 @@
 //! tokens by name), `Matcher` (mask, consume, stop). Not used: rayon
 //! (masks of a step are computed in turn: one per constrained row), token
 //! healing/backtracking, fast-forward tokens.
+mod compile;
 mod decoder;
+pub mod limits;
+mod logits_mask;
 mod tool_calls;
 mod vocabulary;
 
+pub use compile::{compile, compile_tool_calls, CompiledGrammar, COMPILE_TIME_LIMIT};
 pub use decoder::ConstrainedDecoder;
+pub use logits_mask::LogitsMasker;
 pub use tool_calls::tool_call_grammar;
-pub use vocabulary::ConstraintVocabulary;
+pub use vocabulary::GrammarVocabulary;
 pub(crate) use vocabulary::token_bytes;
 
 use serde_json::{json, Value};

@@ -1,32 +1,25 @@
 //! Our vocabulary as llguidance sees it: every token's bytes (special tokens
-//! marked so no grammar text can produce them), a tokenizer for the strings
-//! a grammar forces, and the device-side pieces that turn a token bitmask
-//! into a logits mask.
+//! marked so no grammar text can produce them) and a tokenizer for the
+//! strings a grammar forces. No MLX here: grammars are compiled with it off
+//! the engine thread (see [`super::compile`]); the device side of a mask is
+//! [`super::LogitsMasker`].
 use std::sync::Arc;
 
-use llguidance::toktrie::{SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
+use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 use llguidance::ParserFactory;
-use mlx_rs::{ops, Array};
 
 use crate::error::{Error, Result};
 use crate::tokenizer::Tokenizer;
 
 /// Built once per loaded model, on the first constrained request.
-pub struct ConstraintVocabulary {
+pub struct GrammarVocabulary {
     factory: ParserFactory,
-    /// The model's end-of-turn tokens: all allowed where the grammar allows
-    /// its end (llguidance knows one EOS token).
+    /// The model's end-of-turn tokens (llguidance knows one EOS token).
     eos_ids: Vec<u32>,
-    /// Width of the logits (the model's vocabulary may be padded past the
-    /// tokenizer's).
-    logits_width: usize,
-    /// For token t: the bitmask word holding it, and 2^(t mod 32).
-    word_of_token: Array,
-    bit_of_token: Array,
 }
 
-impl ConstraintVocabulary {
-    pub fn new(tokenizer: &Tokenizer, logits_width: usize) -> Result<Self> {
+impl GrammarVocabulary {
+    pub fn new(tokenizer: &Tokenizer) -> Result<Self> {
         let fail = |what: String| Error::Tokenizer(format!("structured output cannot use this vocabulary: {what}"));
         let mut words = token_bytes(tokenizer).map_err(fail)?;
         let n = words.len().max(tokenizer.vocab_size());
@@ -44,10 +37,7 @@ impl ConstraintVocabulary {
         let env: TokEnv = Arc::new(Vocabulary { trie, tokenizer: tokenizer.hf().clone() });
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| fail(e.to_string()))?;
         factory.quiet();
-        let ids: Vec<u32> = (0..logits_width as u32).collect();
-        let word_of_token = Array::from_slice(&ids.iter().map(|t| t / 32).collect::<Vec<_>>(), &[logits_width as i32]);
-        let bit_of_token = Array::from_slice(&ids.iter().map(|t| 1u32 << (t % 32)).collect::<Vec<_>>(), &[logits_width as i32]);
-        Ok(Self { factory, eos_ids, logits_width, word_of_token, bit_of_token })
+        Ok(Self { factory, eos_ids })
     }
 
     pub(crate) fn factory(&self) -> &ParserFactory {
@@ -58,27 +48,9 @@ impl ConstraintVocabulary {
         self.factory.tok_env().tok_trie().eos_token()
     }
 
-    /// `[1, logits_width]` bool: true where `allowed` has the token. The
-    /// grammar's end stands for every end-of-turn token of the model; ids
-    /// past the tokenizer's vocabulary are never allowed.
-    pub(crate) fn logits_mask(&self, allowed: &SimpleVob) -> Result<Array> {
-        let eos = self.eos_token();
-        let end_allowed = allowed.is_allowed(eos);
-        let mut words: Vec<u32> = allowed.as_slice().to_vec();
-        words.resize(self.logits_width.div_ceil(32), 0);
-        for &id in &self.eos_ids {
-            let (w, bit) = ((id / 32) as usize, 1u32 << (id % 32));
-            if w < words.len() {
-                if end_allowed { words[w] |= bit } else { words[w] &= !bit }
-            }
-        }
-        let n = words.len() as i32;
-        let words = Array::from_slice(&words, &[n]);
-        // (word & bit) != 0, written with the ops mlx-rs has: word / bit is odd.
-        let picked = words.take_axis(&self.word_of_token, 0)?;
-        let shifted = ops::floor_divide(&picked, &self.bit_of_token)?;
-        let set = ops::remainder(&shifted, Array::from_slice(&[2u32], &[1]))?;
-        Ok(set.eq(Array::from_slice(&[1u32], &[1]))?.reshape(&[1, self.logits_width as i32])?)
+    /// The model's end-of-turn tokens: all allowed where the grammar allows its end.
+    pub(crate) fn eos_ids(&self) -> &[u32] {
+        &self.eos_ids
     }
 
     /// Whether `text` is one special token (a tag a grammar must name as a token).

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::env::RankEnv;
 use super::ffi_error;
+use super::ring_gate::{is_loopback_only, RingGate, RingSecret, SECRET_VAR};
 use crate::{Error, Result};
 
 /// Which MLX backend carries the messages.
@@ -47,6 +48,9 @@ pub struct GroupConfig {
     pub heartbeat: Duration,
     /// How the model is split across the ranks (every rank must say the same).
     pub split: super::Split,
+    /// The secret every rank proves before MLX sees its connection (see
+    /// `ring_gate.rs`); without one, [`super::ring_gate::SECRET_VAR`] is read.
+    pub ring_secret: Option<super::ring_gate::RingSecret>,
     /// The memory this rank offers the model, in bytes: a pipeline sizes
     /// each rank's stage in proportion (equal stages unless every rank
     /// says), and refuses a stage whose weights exceed it.
@@ -64,6 +68,7 @@ impl Default for GroupConfig {
             step_timeout: Duration::from_secs(60),
             heartbeat: Duration::from_secs(5),
             split: super::Split::Auto,
+            ring_secret: None,
             stage_memory: None,
         }
     }
@@ -117,6 +122,25 @@ impl Group {
             let raw = init_raw(config.backend, false).map_err(Error::Distributed)?;
             return Ok(Group::from_raw(raw.0));
         }
+        // With a secret, MLX joins through the gate (it reads a hostfile of
+        // the gate's loopback ports while the gate holds the real ones).
+        let secret = match &config.ring_secret {
+            Some(s) => Some(s.clone()),
+            None => RingSecret::from_process()?,
+        };
+        let gate = match (&env, secret) {
+            (Some(env), Some(secret)) => Some(RingGate::open(env, &secret, config.connect_timeout)?),
+            (Some(env), None) if !is_loopback_only(&env.hostfile) => {
+                tracing::warn!(
+                    "the ring's ports accept whoever connects first: set {SECRET_VAR} (the same secret on every rank) to admit only the ranks"
+                );
+                None
+            }
+            _ => None,
+        };
+        if let Some(gate) = &gate {
+            std::env::set_var(super::env::HOSTFILE_VAR, gate.mlx_hostfile());
+        }
         let (tx, rx) = mpsc::channel();
         let backend = config.backend;
         let strict = config.strict;
@@ -127,7 +151,14 @@ impl Group {
                 let _ = tx.send(init_raw(backend, strict));
             })
             .map_err(|e| Error::Distributed(format!("cannot start the connecting thread: {e}")))?;
-        let raw = match rx.recv_timeout(config.connect_timeout) {
+        let joined = rx.recv_timeout(config.connect_timeout);
+        if let (Some(env), Some(_)) = (&env, &gate) {
+            // MLX has read the gate's hostfile; the launcher's is the one
+            // anything later should see.
+            std::env::set_var(super::env::HOSTFILE_VAR, &env.hostfile_path);
+        }
+        drop(gate);
+        let raw = match joined {
             Ok(Ok(raw)) => raw,
             Ok(Err(mlx)) => {
                 return Err(Error::Distributed(match &env {

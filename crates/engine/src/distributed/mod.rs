@@ -24,6 +24,8 @@
 //!   layers it runs; hidden states in and out).
 //! - `rank_memory.rs`: every rank's memory, gathered on rank 0.
 //! - `ffi_error.rs`: MLX's error messages for our own mlx-c calls.
+//! - `ring_gate.rs`: with a shared secret, only ranks that prove it reach
+//!   MLX's ring sockets (MLX itself takes whoever connects first).
 //!
 //! # What MLX's ring backend does and does not do (0.32, measured here)
 //! - Ranks form a ring: rank `r` connects to `r + 1` and accepts `r - 1`
@@ -120,6 +122,7 @@ pub mod ops;
 pub mod pipeline;
 pub mod rank;
 pub mod rank_memory;
+pub mod ring_gate;
 pub mod share;
 pub mod split;
 pub mod step_watch;
@@ -133,5 +136,6 @@ pub use leader::LeaderModel;
 pub use pipeline::{Pipeline, StageLayers};
 pub use rank::{load_leader, run_follower};
 pub use rank_memory::RankMemory;
+pub use ring_gate::RingSecret;
 pub use split::Split;
 pub use tensor_parallel::TensorParallel;

@@ -177,6 +177,48 @@ impl Default for TemplateOptions {
     }
 }
 
+/// Template variables a request may not set through [`TemplateOptions::extra`]:
+/// the conversation and tools (they would skip every check made on them)
+/// and what the model's own tokenizer defines.
+const RESERVED_VARIABLES: [&str; 8] = [
+    "messages",
+    "tools",
+    "documents",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+    "pad_token",
+    "unk_token",
+];
+
+/// Bytes of [`TemplateOptions::extra`] (as JSON): template switches and short
+/// values such as a date, never content.
+pub const MAX_EXTRA_VARIABLE_BYTES: usize = 16 * 1024;
+
+impl TemplateOptions {
+    /// Refuses extra variables that would replace the conversation, the
+    /// tools or a special token (any `*_token`), and extra variables larger
+    /// than [`MAX_EXTRA_VARIABLE_BYTES`].
+    pub fn check_extra(&self) -> Result<()> {
+        if let Some(name) = self
+            .extra
+            .keys()
+            .find(|k| RESERVED_VARIABLES.contains(&k.as_str()) || k.ends_with("_token"))
+        {
+            return Err(Error::InvalidRequest(format!(
+                "the template variable {name:?} cannot be set by a request (it comes from the conversation or the model)"
+            )));
+        }
+        let bytes = serde_json::to_string(&self.extra).map_or(usize::MAX, |s| s.len());
+        if bytes > MAX_EXTRA_VARIABLE_BYTES {
+            return Err(Error::InvalidRequest(format!(
+                "the extra template variables are {bytes} bytes; at most {MAX_EXTRA_VARIABLE_BYTES} are allowed"
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// The special-token strings a template may print (`{{ bos_token }}`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SpecialTokenStrings {
@@ -629,6 +671,24 @@ fn python_float_repr(f: f64) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn extra_variables_cannot_replace_the_conversation_or_a_special_token() {
+        let with = |name: &str, value: serde_json::Value| {
+            let mut opts = TemplateOptions::default();
+            opts.extra.insert(name.into(), value);
+            opts.check_extra()
+        };
+        for name in ["messages", "tools", "documents", "add_generation_prompt", "eos_token", "image_token"] {
+            let err = with(name, json!([])).unwrap_err().to_string();
+            assert!(err.contains(&format!("{name:?}")), "{name}: {err}");
+        }
+        with("date_string", json!("26 Nov 2026")).unwrap();
+        with("reasoning_effort", json!("high")).unwrap();
+        let big = with("notes", json!("x".repeat(MAX_EXTRA_VARIABLE_BYTES))).unwrap_err().to_string();
+        assert!(big.contains("at most 16384"), "{big}");
+    }
+
     use super::*;
     use serde_json::json;
 

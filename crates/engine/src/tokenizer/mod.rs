@@ -9,8 +9,10 @@
 mod chat_template;
 mod detokenize;
 mod gguf;
+mod literal_text;
 
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{json, Value as Json};
 
@@ -19,6 +21,7 @@ pub use chat_template::{
     SpecialTokenStrings, TemplateOptions,
 };
 pub use detokenize::StreamDetokenizer;
+use literal_text::LiteralText;
 
 use crate::error::{Error, Result};
 
@@ -95,6 +98,8 @@ pub struct Tokenizer {
     /// Why the model's template could not be compiled: loading still works
     /// for plain completion, chat requests get this error.
     chat_template_error: Option<String>,
+    /// Keeps special tokens typed in messages as text (built on first need).
+    literal_text: Arc<OnceLock<Option<LiteralText>>>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -189,6 +194,7 @@ impl Tokenizer {
             special,
             chat_template: None,
             chat_template_error: None,
+            literal_text: Arc::default(),
         };
         tokenizer.add_eos_ids(&eos_ids);
         if let Some(source) = template_source {
@@ -224,6 +230,7 @@ impl Tokenizer {
             special,
             chat_template: None,
             chat_template_error: None,
+            literal_text: Arc::default(),
         };
         tokenizer.add_eos_ids(&meta.eos_id.into_iter().collect::<Vec<_>>());
         if let Some(source) = &meta.chat_template {
@@ -367,8 +374,30 @@ impl Tokenizer {
         messages: &[ChatMessage],
         opts: &TemplateOptions,
     ) -> Result<Vec<u32>> {
-        let prompt = self.apply_chat_template(messages, opts)?;
-        self.encode(&prompt, false)
+        Ok(self.render_and_encode(messages, opts, |_| None)?.1)
+    }
+
+    /// Renders a conversation and encodes it; `expand` may rewrite the
+    /// rendered text first (a family that writes image slots into it).
+    /// Special tokens typed inside the messages stay text (see
+    /// [`literal_text`]). Returns the rendered text too.
+    pub fn render_and_encode(
+        &self,
+        messages: &[ChatMessage],
+        opts: &TemplateOptions,
+        expand: impl Fn(&str) -> Option<String>,
+    ) -> Result<(String, Vec<u32>)> {
+        let guarded = LiteralText::get(&self.literal_text, &self.inner)
+            .and_then(|literal| Some((literal, literal.guard(messages)?)));
+        let Some((literal, (messages, literals))) = guarded else {
+            let rendered = self.apply_chat_template(messages, opts)?;
+            let ids = self.encode(expand(&rendered).as_deref().unwrap_or(&rendered), false)?;
+            return Ok((rendered, ids));
+        };
+        let rendered = self.apply_chat_template(&messages, opts)?;
+        let text = expand(&rendered);
+        let ids = literal.encode(&self.inner, text.as_deref().unwrap_or(&rendered), &literals, |t| self.encode(t, false))?;
+        Ok((rendered, ids))
     }
 
     /// Writes `tokenizer.json` and `tokenizer_config.json` into `dir` so the

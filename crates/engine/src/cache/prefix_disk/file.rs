@@ -2,8 +2,10 @@
 //! cache's arrays ([`RowContents::named_arrays`]) and whose metadata says
 //! what they are — the format version, the model's fingerprint, the prefix
 //! key, the token count, the attention groups' windows and columns — plus a
-//! CRC-32 of the tensor data, so a file damaged on disk is refused, never
-//! trusted.
+//! CRC-32 of all of it (key, layout, every tensor's name, type, shape and
+//! data), so a file damaged on disk is refused, never trusted. What the
+//! arrays must look like for the loaded model is checked apart
+//! ([`super::signature`]).
 //!
 //! [`encode`] copies the arrays' bytes out of MLX on the engine thread;
 //! [`Encoded::write`] runs on the writer thread and touches no MLX object.
@@ -23,7 +25,7 @@ use crate::error::{Error, Result};
 
 /// Bumped whenever the layout of these files changes: older files are then
 /// stale and deleted.
-pub const FORMAT: &str = "vlm-prefix-cache/1";
+pub const FORMAT: &str = "vlm-prefix-cache/2";
 
 /// What the metadata says about the arrays (besides the format and checks).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -127,9 +129,23 @@ fn bytes_of(a: &Array) -> Result<Vec<u8>> {
     }
 }
 
-fn crc_of<'a>(data: impl Iterator<Item = &'a [u8]>) -> String {
+/// The checksum of a file: its key and layout as written in the metadata,
+/// then each tensor (sorted by name) as name, type, shape and data. An edit
+/// of the header's shapes fails it as surely as a flipped data bit.
+fn crc_of<'a>(key: &str, layout: &str, tensors: impl Iterator<Item = (&'a str, safetensors::Dtype, &'a [usize], &'a [u8])>) -> String {
     let mut crc = crc32fast::Hasher::new();
-    data.for_each(|d| crc.update(d));
+    for text in [key, layout] {
+        crc.update(&(text.len() as u64).to_le_bytes());
+        crc.update(text.as_bytes());
+    }
+    for (name, dtype, shape, data) in tensors {
+        crc.update(&(name.len() as u64).to_le_bytes());
+        crc.update(name.as_bytes());
+        crc.update(format!("{dtype:?}").as_bytes());
+        crc.update(&(shape.len() as u64).to_le_bytes());
+        shape.iter().for_each(|&d| crc.update(&(d as u64).to_le_bytes()));
+        crc.update(data);
+    }
     format!("{:08x}", crc.finalize())
 }
 
@@ -163,12 +179,14 @@ pub fn encode(model: &str, key: &[KeyToken], contents: &RowContents) -> Result<E
             .collect(),
         recurrent: contents.recurrent.iter().map(|s| s.as_ref().map_or(0, Vec::len)).collect(),
     };
+    let (key, layout) = (key_text(key), serde_json::to_string(&layout).expect("plain data"));
+    let crc = crc_of(&key, &layout, tensors.iter().map(|(n, t)| (n.as_str(), t.dtype, t.shape.as_slice(), t.bytes.as_slice())));
     let metadata = HashMap::from([
         ("format".to_string(), FORMAT.to_string()),
         ("model".to_string(), model.to_string()),
-        ("key".to_string(), key_text(key)),
-        ("layout".to_string(), serde_json::to_string(&layout).expect("plain data")),
-        ("crc32".to_string(), crc_of(tensors.iter().map(|(_, t)| t.bytes.as_slice()))),
+        ("key".to_string(), key),
+        ("layout".to_string(), layout),
+        ("crc32".to_string(), crc),
     ]);
     Ok(Encoded { tensors, metadata })
 }
@@ -207,14 +225,16 @@ pub fn decode(bytes: &[u8], model: &str) -> std::result::Result<(Vec<KeyToken>, 
     if field("model")? != model {
         return Err(bad("belongs to another model".into()));
     }
-    let key = parse_key(&field("key")?).ok_or_else(|| bad("has an unreadable key".into()))?;
-    let layout: Layout = serde_json::from_str(&field("layout")?).map_err(|e| bad(format!("has a bad layout: {e}")))?;
+    let (key_field, layout_field) = (field("key")?, field("layout")?);
     let mut names = file.names();
     names.sort();
-    let tensors: Vec<_> = names.iter().map(|n| file.tensor(n).expect("listed")).collect();
-    if crc_of(tensors.iter().map(|t| t.data())) != field("crc32")? {
-        return Err(bad("fails its checksum (damaged on disk)".into()));
+    let tensors: Vec<_> = names.iter().map(|n| (*n, file.tensor(n).expect("listed"))).collect();
+    let crc = crc_of(&key_field, &layout_field, tensors.iter().map(|(n, t)| (*n, t.dtype(), t.shape(), t.data())));
+    if crc != field("crc32")? {
+        return Err(bad("fails its checksum (damaged or edited on disk)".into()));
     }
+    let key = parse_key(&key_field).ok_or_else(|| bad("has an unreadable key".into()))?;
+    let layout: Layout = serde_json::from_str(&layout_field).map_err(|e| bad(format!("has a bad layout: {e}")))?;
     if key.len() != layout.tokens as usize {
         return Err(bad(format!("keys {} tokens but holds {}", key.len(), layout.tokens)));
     }
@@ -296,5 +316,28 @@ mod tests {
         assert!(back.recurrent[1].is_none());
         let other = decode(&bytes, "model-b").err().expect("another model's file is refused");
         assert!(other.0.contains("another model"), "{}", other.0);
+    }
+
+    /// A header edited to other shapes of the same size (the data still
+    /// fits them, so safetensors accepts it) fails the checksum.
+    #[test]
+    fn an_edited_header_fails_the_checksum() {
+        let keys = arange(&[1, 2, 7, 8], Dtype::Float32);
+        let contents = RowContents {
+            tokens: 7,
+            groups: vec![GroupContents { window: None, columns: 7, layers: vec![Some((keys.clone(), keys))] }],
+            recurrent: vec![],
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("row.safetensors");
+        encode("m", &[1, 2, 3, 4, 5, 6, 7], &contents).unwrap().write(&path).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let header = String::from_utf8(bytes[8..8 + n].to_vec()).unwrap();
+        assert!(header.contains("[1,2,7,8]"), "{header}");
+        let edited = header.replacen("[1,2,7,8]", "[1,8,7,2]", 1);
+        bytes[8..8 + n].copy_from_slice(edited.as_bytes());
+        let rejected = decode(&bytes, "m").err().expect("an edited header is refused");
+        assert!(rejected.0.contains("checksum"), "{}", rejected.0);
     }
 }

@@ -9,10 +9,12 @@
 //!   file's header; a prompt whose key matches an indexed prefix further than
 //!   anything in memory loads that file (lazily: only then), checks it, and
 //!   the memory tier keeps it from then on.
-//! - A file that cannot be used (cut, damaged, another format, a layout that
-//!   does not fit the model) is deleted with a log line, never trusted.
+//! - A file that cannot be used (cut, damaged, edited, another format, a
+//!   layout or array shapes that do not fit the model, not a regular file)
+//!   is deleted with a log line, never trusted.
 pub mod file;
 pub mod fingerprint;
+pub mod signature;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -23,6 +25,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::{BatchCache, CacheLayout, KeyToken};
+use signature::KvSignature;
 use writer::{Job, Writer};
 
 /// Where the disk tier lives and how much it may take.
@@ -82,6 +85,8 @@ pub struct DiskPrefixCache {
     folder: PathBuf,
     model: String,
     layout: CacheLayout,
+    /// What every loaded file's arrays must look like.
+    signature: KvSignature,
     capacity_bytes: u64,
     shared: Arc<Shared>,
     writer: Writer,
@@ -93,13 +98,24 @@ pub struct DiskPrefixCache {
 impl DiskPrefixCache {
     /// Opens (creating) the model's folder and indexes its files. `model` is
     /// the model's fingerprint ([`fingerprint::model_fingerprint`]).
-    pub fn open(config: &DiskPrefixConfig, model: &str, layout: &CacheLayout) -> std::io::Result<Self> {
+    pub fn open(config: &DiskPrefixConfig, model: &str, layout: &CacheLayout, signature: KvSignature) -> std::io::Result<Self> {
         let folder = config.folder.join(model);
         std::fs::create_dir_all(&folder)?;
         let mut index = Vec::new();
         let mut rejected_files = 0;
         for entry in std::fs::read_dir(&folder)?.flatten() {
             let path = entry.path();
+            // Only regular files are opened: a FIFO would block the engine
+            // forever (not even SIGTERM could stop it), a link could point
+            // anywhere. Anything else under one of our names is removed.
+            let regular = entry.file_type().is_ok_and(|t| t.is_file());
+            let ours = matches!(path.extension().and_then(|x| x.to_str()), Some("tmp" | "safetensors"));
+            if ours && !regular {
+                tracing::warn!(path = %path.display(), "not a regular file in the prefix cache: removed");
+                let _ = std::fs::remove_file(&path);
+                rejected_files += 1;
+                continue;
+            }
             match path.extension().and_then(|x| x.to_str()) {
                 // a write cut by a crash or a kill
                 Some("tmp") => {
@@ -136,6 +152,7 @@ impl DiskPrefixCache {
             folder,
             model: model.to_string(),
             layout: layout.clone(),
+            signature,
             capacity_bytes: config.capacity_bytes,
             shared,
             hits: 0,
@@ -198,6 +215,10 @@ impl DiskPrefixCache {
 
     /// Reads and checks one file; an unusable one is deleted.
     fn load(&mut self, path: &Path) -> Option<DiskHit> {
+        if !std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
+            // Replaced since it was indexed: a FIFO here would block forever.
+            return self.reject(path, "it is not a regular file".into());
+        }
         let bytes = match std::fs::read(path) {
             Ok(b) => b,
             Err(e) => {
@@ -207,9 +228,10 @@ impl DiskPrefixCache {
                 return None;
             }
         };
-        let loaded = file::decode(&bytes, &self.model)
-            .map_err(|e| e.0)
-            .and_then(|(key, contents)| Ok((key, BatchCache::from_row_contents(&self.layout, contents).map_err(|e| e.to_string())?)));
+        let loaded = file::decode(&bytes, &self.model).map_err(|e| e.0).and_then(|(key, contents)| {
+            self.signature.check(&contents).map_err(|why| format!("it {why}"))?;
+            Ok((key, BatchCache::from_row_contents(&self.layout, contents).map_err(|e| e.to_string())?))
+        });
         match loaded {
             Ok((key, cache)) if self.path_of(&key) == path => Some(DiskHit { key, cache }),
             Ok(_) => self.reject(path, "its key does not match its name".into()),
