@@ -13,7 +13,7 @@ const APP_COMMANDS: &[&str] = &[
     "send_message", "stop_reply", "regenerate", "continue_reply", "edit_and_resend", "choose_branch", "delete_branch",
     "active_replies", "attach_reply", "add_attachment_path", "add_attachment_bytes", "paste_clipboard_image",
     "take_opened_files", "open_link", "list_models", "load_model", "unload_model", "download_model",
-    "cancel_download", "delete_model", "get_model_load_settings", "save_model_load_settings",
+    "cancel_download", "delete_model", "add_model", "remove_added_model", "model_candidates", "get_model_load_settings", "save_model_load_settings",
     "forget_model_load_settings", "search_hub", "hub_model_details", "fit_check", "engine_status", "engine_stats", "get_settings", "save_settings",
     "restart_engine", "cluster_status", "hub_token_status", "save_hub_token", "remove_hub_token", "server_status", "server_api_key_status",
     "save_server_api_key", "remove_server_api_key", "list_bulk_jobs",

@@ -68,9 +68,9 @@ pub struct FitAsk {
 
 /// The load settings the estimate is for: the context asked (else the
 /// model's load settings' limit; 0 is the model's own), KV bits and running
-/// sequences asked (else the load settings'). Every running sequence may
-/// fill the context, each with its own KV cache, so all of them count: the
-/// summary says "× N sequences".
+/// sequences asked (else the load settings'). The verdict is for one chat
+/// under them (one answer, up to `hub::fit::CHAT_CONTEXT` tokens); every
+/// running sequence filling the context is the report's worst case.
 fn fit_settings(base: &Settings, ask: FitAsk, model_max: Option<u32>) -> AppResult<FitSettings> {
     let kv_bits = ask.kv_bits.unwrap_or(base.kv_bits);
     if ![0, 4, 8].contains(&kv_bits) {

@@ -6,6 +6,7 @@
 //! Bulk jobs (one prompt over many images) run through `bulk_jobs.rs`, their
 //! rows streamed over a `Channel` too. The menu bar (menu.rs) sends its
 //! actions to the web UI; macOS's own app conventions live in macos_app.rs.
+pub mod added_models;
 pub mod answer_format;
 pub mod attachment_protocol;
 pub mod bulk_jobs;
@@ -99,6 +100,9 @@ fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R> {
             commands::models::download_model,
             commands::models::cancel_download,
             commands::models::delete_model,
+            commands::models::add_model,
+            commands::models::remove_added_model,
+            commands::models::model_candidates,
             commands::model_settings::get_model_load_settings,
             commands::model_settings::save_model_load_settings,
             commands::model_settings::forget_model_load_settings,

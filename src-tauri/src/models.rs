@@ -15,17 +15,19 @@ use crate::error::{AppError, AppResult};
 use crate::model_settings::ModelLoadSettings;
 use crate::state::{AppState, EngineStatus, LoadedModel};
 
-pub fn scan_config(state: &AppState) -> ScanConfig {
+/// Where the gallery looks: the Hugging Face cache, the models folder and
+/// the models the user added from elsewhere (added_models.rs).
+pub async fn scan_config(state: &AppState) -> ScanConfig {
     ScanConfig {
         hf_cache: hub::HfCache::from_env(),
         models_dir: Some(state.paths.models_dir.clone()),
-        gguf_files: Vec::new(),
+        user_paths: crate::added_models::paths(state).await,
         supported: engine::model::registry::supported_model_types().iter().map(|s| s.to_string()).collect(),
     }
 }
 
 pub async fn scan(state: &AppState) -> Vec<LocalModel> {
-    let config = scan_config(state);
+    let config = scan_config(state).await;
     tokio::task::spawn_blocking(move || config.scan()).await.unwrap_or_default()
 }
 
@@ -395,7 +397,7 @@ pub async fn delete(state: &Arc<AppState>, id: &str) -> AppResult<u64> {
         .into_iter()
         .find(|m| m.id == id)
         .ok_or_else(|| AppError::new("MODEL_NOT_FOUND", format!("no model {id:?} on disk")))?;
-    let config = scan_config(state);
+    let config = scan_config(state).await;
     let freed = tokio::task::spawn_blocking(move || config.delete(&model))
         .await
         .map_err(|e| AppError::new("DELETE_FAILED", e.to_string()))??;

@@ -1087,3 +1087,59 @@ fn each_vision_family_shows_its_badge_loads_and_answers_an_image() {
         assert!(tokens(&reply) >= tokens(&plain) + 4, "{architecture}: {} vs {} prompt tokens", tokens(&reply), tokens(&plain));
     }
 }
+
+#[test]
+fn a_model_folder_from_anywhere_is_checked_added_kept_after_a_restart_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = dir.path().join("my models/tiny llama");
+    engine::testing::write_tiny_llama(&elsewhere, &engine::testing::TinyLlama::default()).unwrap();
+    let id = format!("file:{}", elsewhere.display());
+    {
+        let h = harness(dir.path());
+        // dropped paths: the folder goes to the models flow, an image to the chat
+        let image = dir.path().join("cat.png");
+        std::fs::write(&image, PNG).unwrap();
+        let candidates = h.ok("model_candidates", json!({"paths": [image, elsewhere]}));
+        assert_eq!(candidates, json!([elsewhere]));
+
+        assert_eq!(h.ok("add_model", json!({"path": elsewhere})), json!(id));
+        // twice is once
+        assert_eq!(h.ok("add_model", json!({"path": elsewhere})), json!(id));
+        let status = h.ok("load_model", json!({"id": id}));
+        assert_eq!((status["state"].clone(), status["model"]["name"].clone()), (json!("ready"), json!("tiny llama")));
+
+        // not a model: what is missing is named, nothing is added
+        let empty = dir.path().join("holiday photos");
+        std::fs::create_dir_all(&empty).unwrap();
+        let err = h.call("add_model", json!({"path": empty})).unwrap_err();
+        assert_eq!(err["code"], "NOT_A_MODEL", "{err}");
+        assert!(err["message"].as_str().unwrap().contains("holiday photos is not a model folder: it has no config.json"), "{err}");
+        // an architecture the engine's registry does not run
+        let mamba = dir.path().join("mamba");
+        std::fs::create_dir_all(&mamba).unwrap();
+        std::fs::write(mamba.join("config.json"), r#"{"model_type": "mamba"}"#).unwrap();
+        std::fs::write(mamba.join("model.safetensors"), b"").unwrap();
+        std::fs::write(mamba.join("tokenizer.json"), b"{}").unwrap();
+        let err = h.call("add_model", json!({"path": mamba})).unwrap_err();
+        assert_eq!(err["code"], "UNSUPPORTED_MODEL", "{err}");
+        assert!(err["message"].as_str().unwrap().contains("mamba"), "{err}");
+        let err = h.call("add_model", json!({"path": dir.path().join("cat.png")})).unwrap_err();
+        assert_eq!(err["code"], "NOT_A_MODEL", "{err}");
+        let local = h.ok("list_models", json!({}))["local"].clone();
+        let added: Vec<&Value> = local.as_array().unwrap().iter().filter(|m| m["location"]["kind"] == "user_file").collect();
+        assert_eq!(added.len(), 1, "{local}");
+        assert_eq!((added[0]["id"].clone(), added[0]["supported"].clone()), (json!(id), json!(true)));
+    }
+    // after a restart it is still there
+    let h = harness(dir.path());
+    let listed = |h: &Harness| h.ok("list_models", json!({}))["local"].as_array().unwrap().iter().any(|m| m["id"] == id);
+    assert!(listed(&h));
+    // a folder of the models folder is found anyway: its own id, not a second entry
+    tiny_models(dir.path());
+    assert_eq!(h.ok("add_model", json!({"path": dir.path().join("models/tiny")})), json!("dir:tiny"));
+    // removed from the list, the files stay
+    h.ok("remove_added_model", json!({"id": id}));
+    assert!(!listed(&h));
+    assert!(elsewhere.join("config.json").exists());
+    assert_eq!(h.call("remove_added_model", json!({"id": id})).unwrap_err()["code"], "MODEL_NOT_FOUND");
+}

@@ -158,10 +158,13 @@ fn the_fit_check_gives_the_numbers_before_a_download_and_before_a_load() {
     // a model on disk, by its gallery id
     write_tiny_llama(&dir.path().join("models").join("tiny"), &TinyLlama::default()).unwrap();
     let local = h.ok("fit_check", json!({"target": {"kind": "local", "id": "dir:tiny"}, "context": 256}));
-    // asked nothing, every running sequence of the Settings' counts
+    // asked nothing: the verdict is one chat's, every running sequence of
+    // the Settings' is the worst case
     let running = h.ok("get_settings", json!({}))["settings"]["max_running"].as_u64().unwrap();
-    assert_eq!(local["settings"]["sequences"].as_u64(), Some(running), "{local}");
-    assert_eq!(local["estimate"]["kv_cache"].as_u64().unwrap(), kv * running, "{local}");
+    assert_eq!(local["settings"]["sequences"].as_u64(), Some(1), "{local}");
+    assert_eq!(local["estimate"]["kv_cache"].as_u64().unwrap(), kv, "{local}");
+    assert_eq!(local["worst"]["settings"]["sequences"].as_u64(), Some(running), "{local}");
+    assert_eq!(local["worst"]["estimate"]["kv_cache"].as_u64().unwrap(), kv * running, "{local}");
     assert_eq!(local["level"], "green", "{local}");
     let err = h.call("fit_check", json!({"target": {"kind": "local", "id": "dir:nothing"}})).unwrap_err();
     assert_eq!(err["code"], "MODEL_NOT_FOUND", "{err}");

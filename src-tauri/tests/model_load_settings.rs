@@ -125,16 +125,19 @@ fn the_fit_check_counts_every_running_sequence() {
     let one = fit(json!({"context": 256, "kvBits": 0, "maxRunning": 1}));
     assert_eq!(one["settings"]["sequences"], 1, "{one}");
     assert!(!one["summary"].as_str().unwrap().contains("sequences"), "{one}");
+    // the verdict is one chat's; three sequences at once are the worst case
     let three = fit(json!({"context": 256, "kvBits": 0, "maxRunning": 3}));
-    assert_eq!(kv(&three), 3 * kv(&one), "{three}");
-    assert!(three["summary"].as_str().unwrap().contains("× 3 sequences"), "{three}");
+    assert_eq!(kv(&three), kv(&one), "{three}");
+    assert_eq!(three["worst"]["estimate"]["kv_cache"].as_u64().unwrap(), 3 * kv(&one), "{three}");
+    assert!(three["summary"].as_str().unwrap().contains("(3 running sequences × 256 tokens)"), "{three}");
 
     // asked nothing: the model's own record, else the Settings
     h.settings(|s| s["max_running"] = json!(5));
-    assert_eq!(fit(json!({"context": 256}))["settings"]["sequences"], 5);
+    assert_eq!(fit(json!({"context": 256}))["worst"]["settings"]["sequences"], 5);
     h.remember("dir:tiny", json!({"max_context": 128, "kv_bits": 8, "max_running": 2})).unwrap();
     let remembered = fit(json!({}));
-    assert_eq!(remembered["settings"], json!({"context": 128, "kv_bits": 8, "sequences": 2}), "{remembered}");
+    assert_eq!(remembered["worst"]["settings"], json!({"context": 128, "kv_bits": 8, "sequences": 2}), "{remembered}");
+    assert_eq!(remembered["settings"], json!({"context": 128, "kv_bits": 8, "sequences": 1}), "{remembered}");
 
     let err = h.call("fit_check", json!({"target": {"kind": "local", "id": "dir:tiny"}, "maxRunning": 0})).unwrap_err();
     assert_eq!(err["code"], "INVALID_SETTINGS", "{err}");

@@ -58,6 +58,10 @@ describe('the app killed mid-reply', () => {
 
     browser = await openApp();
     await modelReady(browser);
+    // after a restart the header names the model the status bar names (issue 29: "No model loaded")
+    const pill = await textOf(browser, await byTestId(browser, 'model-pill'));
+    const bar = await textOf(browser, await byTestId(browser, 'status-bar'));
+    assert.ok(pill !== 'No model loaded' && bar.includes(pill), `header "${pill}", status bar "${bar}"`);
     await waitFor(browser, 'the chat', async () => (await allByTestId(browser, 'chat-item')).length === 1, 30_000);
     await (await allByTestId(browser, 'chat-item'))[0].click();
     await waitFor(browser, 'the saved reply', async () => (await allByTestId(browser, 'msg-assistant')).length === 1);

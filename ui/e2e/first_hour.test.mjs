@@ -11,11 +11,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { readFileSync, statSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import {
-  allByTestId, axeAudit, byTestId, dropFile, here, modelReady, openApp, openPage, saveSettings, send, shot,
+  allByTestId, axeAudit, byTestId, dropFile, here, modelReady, root, openApp, openPage, saveSettings, send, shot,
   startDriver, statusText, stopDriver, tempFolder, textOf, waitFor as waitUntil, xkeys,
 } from './harness.mjs';
 
@@ -89,6 +89,8 @@ describe('the first hour', () => {
   it('first launch suggests what to do, and a reply cut at the limit offers Continue', async () => {
     await modelReady(browser);
     await waitFor(browser, 'the starters', async () => (await allByTestId(browser, 'starter')).length >= 3, 20_000);
+    // the header names the model the status bar and the composer name (issue 29: it said "No model loaded")
+    assert.match(await textOf(browser, await byTestId(browser, 'model-pill')), /SmolLM2/);
     assert.match(await textOf(browser, await byTestId(browser, 'empty-hint')), /reads text/);
     assert.match(await textOf(browser, await byTestId(browser, 'composer-model')), /SmolLM2.* · reads text only/i);
     await shot(browser, '20-first-launch');
@@ -271,6 +273,9 @@ describe('the first hour', () => {
   it('shows the models on this computer and keeps a failed download’s reason on its card', async () => {
     await openPage(browser, 'nav-models', 'local-models');
     assert.match(await textOf(browser, await byTestId(browser, 'models-page')), /On this computer/);
+    // My models come first, the catalog last
+    const headings = await browser.execute(() => [...document.querySelectorAll('.models-page h2')].map((e) => e.textContent));
+    assert.deepEqual([headings[0], headings.at(-1)], ['My models', 'Recommended']);
     const builtIn = await browser.$('[data-testid="local-model"][data-model-id="dir:SmolLM2-135M-Instruct.Q4_1.gguf"]');
     assert.equal(await (await builtIn.$('[data-testid="built-in-badge"]')).isExisting(), true);
     assert.equal(await (await builtIn.$('[data-testid="delete-model"]')).isExisting(), false);
@@ -304,6 +309,31 @@ describe('the first hour', () => {
     assert.equal(await (await browser.$(`[data-testid="catalog-model"][data-model-id="${id}"] [data-testid="retry-download"]`)).isExisting(), true);
     await shot(browser, '24-models');
     await noSeriousViolations(browser, 'models');
+  });
+
+  it('adds a model folder dropped on the window, and says what a folder that is not a model lacks', async () => {
+    // dropped on the chat, a folder goes to the models flow (it used to be
+    // attached and fail as "Is a directory")
+    await (await byTestId(browser, 'nav-chat')).click();
+    const out = tempFolder('vlm-e2e-add-');
+    execFileSync(process.env.VLM_TINY_VL_WRITER ?? join(root, 'target/debug/examples/write_tiny_vl_model'), [out]);
+    const model = join(out, 'Tiny Qwen3-VL');
+    cpSync(join(out, 'qwen3_vl', 'float'), model, { recursive: true });
+    await dropFile(model);
+    const row = `[data-testid="local-model"][data-model-id="file:${model}"]`;
+    await waitFor(browser, 'the added model', async () => (await browser.$$(row)).length === 1, 20_000);
+    assert.equal(await (await browser.$(`${row} [data-testid="added-badge"]`)).isExisting(), true);
+    assert.equal((await browser.$$(`${row} [data-testid="load-model"]`)).length, 1, 'the engine runs it: Load');
+    const toasts = await browser.execute(() => [...document.querySelectorAll('[data-testid=toast]')].map((t) => t.textContent));
+    assert.ok(!toasts.some((t) => /directory/i.test(t)), `no attachment error: ${toasts}`);
+    // a folder that is not a model: what it lacks, and nothing added
+    const photos = join(out, 'holiday photos');
+    mkdirSync(photos);
+    await dropFile(photos);
+    await waitFor(browser, 'the reason', async () => (await allByTestId(browser, 'add-model-error')).length === 1, 20_000);
+    assert.match(await textOf(browser, await byTestId(browser, 'add-model-error')), /holiday photos is not a model folder: it has no config\.json/);
+    assert.equal((await browser.$$(`[data-testid="local-model"][data-model-id="file:${photos}"]`)).length, 0);
+    await shot(browser, '25-models-added');
   });
 
   it('gets the small things right', async () => {

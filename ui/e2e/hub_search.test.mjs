@@ -124,7 +124,8 @@ describe('search the Hub, download, load and chat', () => {
     }, id), 20_000);
     await waitFor(browser, 'the dialog with its fit verdict', () => browser.execute(() =>
       document.querySelector('[data-testid="load-settings-dialog"] [data-testid="fit"]') != null), 30_000);
-    // two running sequences, KV at 8 bits: the verdict is asked again and counts both
+    // two running sequences, KV at 8 bits: the verdict (one chat's) is asked
+    // again, and its worst case counts both
     await browser.execute(() => {
       const running = document.querySelector('[data-testid="load-setting-max_running"]');
       running.value = '2';
@@ -134,9 +135,10 @@ describe('search the Hub, download, load and chat', () => {
       kv.dispatchEvent(new Event('change'));
     });
     await waitFor(browser, 'the fit for two sequences', () => browser.execute(() =>
-      /× 2 running sequences/.test(document.querySelector('[data-testid="load-settings-dialog"] [data-testid="fit"]')?.textContent ?? '')), 30_000);
+      /At most, 2 answers at once/.test(document.querySelector('[data-testid="load-settings-dialog"] [data-testid="fit"]')?.textContent ?? '')), 30_000);
     const fitText = await browser.execute(() => document.querySelector('[data-testid="load-settings-dialog"] [data-testid="fit"]').textContent);
-    assert.match(fitText, /\(8-bit\) × 2 running sequences/);
+    assert.match(fitText, /a chat needs about .* KV cache .* at [\d,]+ tokens \(8-bit\)/);
+    assert.match(fitText, /At most, 2 answers at once at [\d,]+ tokens each: about [\d.]+ [MG]B \((fits|tight)\)/);
     await shot(browser, '63-load-settings');
     const serious = await axeAudit(browser, 'load-settings');
     assert.deepEqual(serious, [], `axe: serious or critical violations in the load settings dialog: ${JSON.stringify(serious, null, 1)}`);

@@ -142,6 +142,12 @@ export const api = {
   forgetModelLoadSettings: (id: string) => invoke<ModelLoadSettingsView>('forget_model_load_settings', { id }),
   cancelDownload: (id: string) => invoke<boolean>('cancel_download', { id }),
   deleteModel: (id: string) => invoke<number>('delete_model', { id }),
+  /** Adds a model folder or `.gguf` file from anywhere on disk (checked first); returns its gallery id. */
+  addModel: (path: string) => invoke<string>('add_model', { path }),
+  /** Takes an added model off the gallery; its files stay. */
+  removeAddedModel: (id: string) => invoke<void>('remove_added_model', { id }),
+  /** Of dropped paths, the folders and `.gguf` files: models to add, not images for the chat. */
+  modelCandidates: (paths: string[]) => invoke<string[]>('model_candidates', { paths }),
 
   engineStatus: () => invoke<EngineStatus>('engine_status'),
   engineStats: () => invoke<EngineStatsView | null>('engine_stats'),

@@ -5,15 +5,17 @@
 import { api, errorText, events, type Chat, type ChatSettings, type EngineStatsView, type EngineStatus, type Message, type Outgoing, type ServerStatus, type Settings } from './api';
 import { chatSettingsDialog } from './chatSettingsView';
 import { BulkView } from './bulkView';
-import { ChatView, type ModelState } from './chatView';
+import { ChatView } from './chatView';
 import { Composer } from './composer';
 import type { AnswerFormat } from './answerFormat';
 import { clear, h } from './dom';
+import { bytes } from './format';
 import { confirmDialog } from './modal';
 import { icon } from './icons';
 import { menuAction, type MenuAction } from './menuActions';
 import { modelLabel } from './modelNames';
 import { exportName } from './exportName';
+import { answeringModel, chatModelState, headerLabel, modelView } from './modelState';
 import { ModelsView } from './modelsView';
 import { SettingsPage } from './settingsView';
 import { onMac, shortcutFor, shortcutLabel } from './shortcuts';
@@ -27,6 +29,8 @@ export interface Platform {
   pickChatFile(): Promise<string | null>;
   /** Where to export a chat (a save dialog: the path of a new folder, `name` offered); null when cancelled. */
   pickExportFolder(name: string): Promise<string | null>;
+  /** A model to add ("Add model…"): a folder, or a `.gguf` file; null when cancelled. */
+  pickModel(kind: 'folder' | 'gguf'): Promise<string | null>;
   onDrop(handlers: { over(on: boolean): void; drop(paths: string[]): void }): void;
 }
 
@@ -107,7 +111,7 @@ export class App {
       setAnswerFormat: (format) => this.setAnswerFormat(format),
       setThinking: (on) => this.updateChatSettings((own) => ({ ...own, thinking: on })),
     });
-    this.models = new ModelsView(toast);
+    this.models = new ModelsView(toast, (kind) => platform.pickModel(kind));
     this.bulk = new BulkView({ pickFiles: () => platform.pickFiles(), toast });
     this.settings = new SettingsPage(toast);
     this.header = h('header', { class: 'chat-header' });
@@ -129,6 +133,7 @@ export class App {
       if (answering !== this.answering) {
         this.answering = answering;
         this.sidebar.redraw();
+        this.renderStatus(); // "starting an answer" before the engine runs it
       }
       if (live.finished) {
         this.announce(live.finished);
@@ -147,7 +152,7 @@ export class App {
     this.renderNav();
     this.showPage();
     await this.reloadMessages();
-    await events.engineStatus((s) => { this.setStatus(s); this.renderStatus(); this.renderHeader(); });
+    await events.engineStatus((s) => this.setStatus(s));
     await events.downloadProgress((p) => this.models.onProgress(p));
     await events.downloadDone((d) => {
       this.models.onDone(d);
@@ -164,13 +169,16 @@ export class App {
     });
     await events.filesOpened(() => void this.openFiles());
     this.platform.onDrop({
-      over: (on) => { this.dropOverlay.hidden = !on; },
+      over: (on) => {
+        this.dropOverlay.hidden = !on;
+        (this.dropOverlay.firstChild as HTMLElement).textContent = this.page === 'models'
+          ? 'Drop a model folder or a .gguf file to add it' : 'Drop images to attach';
+      },
       drop: (paths) => {
         this.dropOverlay.hidden = true;
-        // on the Bulk page a drop is the job's images; anywhere else, the chat's
+        // on the Bulk page a drop is the job's images (a folder: its images)
         if (this.page === 'bulk') return this.bulk.addPaths(paths);
-        if (this.page !== 'chat') this.go('chat');
-        void this.composer.addPaths(paths);
+        void this.dropped(paths);
       },
     });
     this.setStatus(await api.engineStatus());
@@ -200,6 +208,28 @@ export class App {
     await this.composer.addPaths(paths);
   }
 
+  /** Paths dropped outside the Bulk page: model folders and `.gguf` files
+   * are added on the Models page (never attached to the chat: a folder there
+   * failed as "Is a directory"); images go to the chat's composer. */
+  private async dropped(paths: string[]): Promise<void> {
+    let models: string[] = [];
+    try { models = await api.modelCandidates(paths); } catch (e) { this.toast(errorText(e)); }
+    const images = paths.filter((p) => !models.includes(p));
+    if (models.length > 0) {
+      if (this.page !== 'models') this.go('models');
+      await this.models.addPaths(models);
+    }
+    if (images.length > 0 && this.page !== 'models') {
+      if (this.page !== 'chat') this.go('chat');
+      await this.composer.addPaths(images);
+    } else if (images.length > 0) {
+      this.toast(`Not a model: ${images.map((p) => p.split(/[\\/]/).pop()).join(', ')}. Drop images on a chat; here, a model folder or a .gguf file.`);
+    }
+  }
+
+  /** The one place a new engine status arrives: every view that names the
+   * model (header, status bar, composer, empty chat, Models, Settings) is
+   * told at once, from the same reading of it (modelState.ts). */
   private setStatus(s: EngineStatus): void {
     this.status = s;
     // the figures were the engine's that just went away
@@ -208,21 +238,42 @@ export class App {
     this.settings.setStatus(s);
     // a model unloaded after the idle time answers as before: the next
     // message loads it again by itself
-    const answering = s.model ?? s.idle_unloaded;
-    const state: ModelState = s.state === 'loading' ? { state: 'loading', name: s.loading ?? '' }
-      : answering ? { state: 'ready', model: answering } : { state: 'unloaded' };
-    this.chatView.setModel(state);
+    const view = modelView(s);
+    this.chatView.setModel(chatModelState(view));
     // a bulk job asks about images: Run is off, saying why, without a model that sees them
-    this.bulk.setModel(s.state === 'loading' ? { name: s.loading ?? 'The model', vision: false, loading: true }
+    const answering = answeringModel(view);
+    this.bulk.setModel(view.kind === 'loading' ? { name: view.name, vision: false, loading: true }
       : answering ? { name: answering.name, vision: answering.vision } : null);
     this.updateComposer();
+    if (this.page === 'chat') this.renderHeader();
+    this.renderStatus();
+    if (view.kind === 'none' || view.kind === 'failed') void this.suggestModel();
+  }
+
+  /** With no model, the empty chat suggests the recommended model that
+   * fits this machine best: Load when it is on disk, else Download. */
+  private async suggestModel(): Promise<void> {
+    const best = await this.models.suggestion().catch(() => null);
+    if (!best || this.status?.model || this.status?.state === 'loading') return this.chatView.setSuggestion(null);
+    const onDisk = best.local_id;
+    this.chatView.setSuggestion({
+      name: best.display_name,
+      detail: onDisk ? 'on this computer, fits' : `fits, ${bytes(best.size_bytes)} download`,
+      action: onDisk ? `Load ${best.display_name}` : `Download ${best.display_name}`,
+      use: () => void (async () => {
+        try {
+          if (onDisk) await api.loadModel(onDisk);
+          else { await api.downloadModel(best.id); this.go('models'); }
+        } catch (e) { this.toast(errorText(e)); }
+      })(),
+    });
   }
 
   /** The composer's model line and thinking switch, for the open chat. */
   private updateComposer(): void {
     const s = this.status;
     const own = this.ownSettings() ?? {};
-    const answering = s?.model ?? s?.idle_unloaded;
+    const answering = answeringModel(modelView(s));
     const chatModel = own.model && own.model !== answering?.id ? modelLabel(own.model, this.modelNames) : null;
     this.composer.setModel(answering ? { name: answering.name, vision: answering.vision } : null, chatModel);
     this.composer.showThinking(!!s?.model?.thinking, own.thinking ?? this.globalSettings?.thinking ?? true);
@@ -313,9 +364,7 @@ export class App {
 
   private renderHeader(): void {
     clear(this.header);
-    const idle = this.status?.idle_unloaded;
-    const model = this.status?.state === 'loading' ? `Loading ${this.status.loading}…`
-      : this.status?.model?.name ?? (idle ? `${idle.name} (unloaded while idle)` : 'No model loaded');
+    const model = headerLabel(modelView(this.status));
     const hidden = this.el.classList.contains('sidebar-hidden');
     this.header.append(
       h('button', {
@@ -326,7 +375,7 @@ export class App {
       h('h1', { class: 'chat-title-main', 'data-testid': 'chat-title' }, this.chat?.title || 'New chat'),
       h('button', { class: 'chat-settings-button', 'data-testid': 'open-chat-settings', title: 'This chat’s settings: system prompt, model, thinking, sampling, context', onclick: () => void this.openChatSettings() },
         this.ownSettings() ? 'Chat settings •' : 'Chat settings'),
-      h('button', { class: 'model-pill', title: 'Change model', onclick: () => this.go('models') }, model));
+      h('button', { class: 'model-pill', 'data-testid': 'model-pill', title: 'Change model', onclick: () => this.go('models') }, model));
     if (this.chat) {
       this.header.insertBefore(h('button', { class: 'chat-settings-button', 'data-testid': 'export-chat', title: 'Save this chat as Markdown and JSON (every branch), with its images', onclick: () => void this.exportChat() }, 'Export'), this.header.lastChild);
     }
@@ -667,7 +716,7 @@ export class App {
   }
 
   private renderStatus(): void {
-    this.statusBar.render(this.status, this.stats, this.server);
+    this.statusBar.render(this.status, this.stats, this.server, this.streams.runningChats().length);
   }
 
   toast(message: string): void {

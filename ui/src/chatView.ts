@@ -32,6 +32,10 @@ export interface ChatViewHooks {
 }
 
 /** What the chat knows about the engine: nothing loaded, loading, or the model. */
+/** A model to suggest: its name, a detail ("fits, ≈ 3.0 GB download") and
+ * its button ("Download", "Load"). */
+export interface Suggestion { name: string; detail: string; action: string; use: () => void }
+
 export type ModelState = { state: 'unloaded' } | { state: 'loading'; name: string } | { state: 'ready'; model: LoadedModel };
 
 /** A streaming reply is redrawn at most this often (ms): ~15 times a second. */
@@ -117,6 +121,16 @@ export class ChatView {
     this.scrollToEnd();
   }
 
+  /** The model a first launch with none loaded suggests (the best fit of
+   * the catalog, see recommend.ts), with what its button does. */
+  private suggestion: Suggestion | null = null;
+
+  setSuggestion(s: Suggestion | null): void {
+    const changed = JSON.stringify(s) !== JSON.stringify(this.suggestion) || s?.use !== this.suggestion?.use;
+    this.suggestion = s;
+    if (changed && this.model.state === 'unloaded') this.render();
+  }
+
   /** The engine's model changed: the empty chat, the note on images and
    * failed replies are explained with it. */
   setModel(model: ModelState): void {
@@ -177,10 +191,13 @@ export class ChatView {
   private emptyChat(): HTMLElement {
     const m = this.model;
     if (m.state === 'unloaded') {
+      const s = this.suggestion;
       return h('div', { class: 'empty-chat', 'data-testid': 'empty-chat' },
         h('h1', {}, 'No model is loaded'),
         h('p', {}, 'Load a model to start chatting.'),
-        h('button', { class: 'primary', 'data-testid': 'empty-open-models', onclick: () => this.hooks.openModels() }, 'Choose a model in Models'));
+        s ? h('p', { 'data-testid': 'suggested-model' }, `Suggested for this computer: ${s.name} (${s.detail}). `,
+          h('button', { class: 'primary', 'data-testid': 'use-suggested-model', onclick: () => s.use() }, s.action)) : null,
+        h('button', { class: s ? '' : 'primary', 'data-testid': 'empty-open-models', onclick: () => this.hooks.openModels() }, 'Choose a model in Models'));
     }
     if (m.state === 'loading') {
       return h('div', { class: 'empty-chat', 'data-testid': 'empty-chat' },

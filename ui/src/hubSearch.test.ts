@@ -18,6 +18,8 @@ const fit = (level: 'green' | 'yellow' | 'red', maxGreen: number | null): FitChe
   estimate: { weights: 2_000_000_000, kv_cache: 500_000_000, vision: 0, overhead: 300_000_000, total: 2_800_000_000 },
   settings: { context: 4096, kv_bits: 8, sequences: 1 }, limit_bytes: 16_000_000_000, available_bytes: 8_000_000_000,
   max_green_context: maxGreen, summary: 'needs about 2.8 GB',
+  // one chat at the load settings: the worst case is the verdict itself
+  worst: { level, estimate: { weights: 2_000_000_000, kv_cache: 500_000_000, vision: 0, overhead: 300_000_000, total: 2_800_000_000 }, settings: { context: 4096, kv_bits: 8, sequences: 1 } },
 });
 
 const emptyGallery = { catalog: [], local: [], models_dir: '/m', hf_cache_dir: null, disk_bytes: 0 };

@@ -9,31 +9,9 @@ import type { HubModel } from './bindings/HubModel';
 import type { SearchQuery } from './bindings/SearchQuery';
 import type { Variant } from './bindings/Variant';
 import { downloadErrorText, searchErrorText } from './downloadErrors';
+import { fitBlock } from './fitVerdict';
 import { bytes, percent, rate } from './format';
 import { clear, h } from './dom';
-
-const FIT_WORDS = {
-  green: 'Fits this machine',
-  yellow: 'Tight: fits only once other programs give memory back',
-  red: 'Does not fit this machine',
-} as const;
-
-/** The fit verdict with its numbers (shared with the models on disk). */
-export function fitBlock(fit: FitCheck): HTMLElement {
-  const e = fit.estimate;
-  const numbers = [
-    `weights ${bytes(e.weights)}`,
-    `KV cache ${bytes(e.kv_cache)} at ${fit.settings.context.toLocaleString()} tokens${fit.settings.kv_bits ? ` (${fit.settings.kv_bits}-bit)` : ''}${fit.settings.sequences > 1 ? ` × ${fit.settings.sequences} running sequences` : ''}`,
-    e.vision ? `vision ${bytes(e.vision)}` : null,
-    `runtime ${bytes(e.overhead)}`,
-  ].filter(Boolean).join(' + ');
-  const largest = fit.max_green_context == null ? 'no context fits with room to spare'
-    : `largest context that fits: ${fit.max_green_context.toLocaleString()} tokens`;
-  return h('div', { class: `fit fit-${fit.level}`, 'data-testid': 'fit', 'data-level': fit.level, title: fit.summary },
-    h('strong', {}, FIT_WORDS[fit.level], fit.variant ? ` (${fit.variant})` : ''),
-    h('div', { class: 'muted small' }, `needs about ${bytes(e.total)} = ${numbers}; this machine: ${bytes(fit.limit_bytes)} usable, ${bytes(fit.available_bytes)} free now`),
-    h('div', { class: 'muted small', 'data-testid': 'fit-max-context' }, largest));
-}
 
 function variantText(v: Variant): string {
   return v.bytes == null ? v.label : `${v.label} ${bytes(v.bytes)}`;

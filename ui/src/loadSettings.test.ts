@@ -10,11 +10,16 @@ afterEach(() => { clearMocks(); document.body.innerHTML = ''; });
 const tick = () => new Promise((r) => setTimeout(r, 0));
 const settle = async () => { for (let i = 0; i < 6; i++) await tick(); };
 
+/** One chat's verdict (green), with `sequences` at once as the worst case (red past 2). */
 const fit = (sequences: number): FitCheck => ({
-  variant: null, level: sequences > 2 ? 'red' : 'green',
-  estimate: { weights: 1_000_000_000, kv_cache: sequences * 100_000_000, vision: 0, overhead: 200_000_000, total: 1_200_000_000 + sequences * 100_000_000 },
-  settings: { context: 2048, kv_bits: 8, sequences }, limit_bytes: 8_000_000_000, available_bytes: 4_000_000_000,
+  variant: null, level: 'green',
+  estimate: { weights: 1_000_000_000, kv_cache: 100_000_000, vision: 0, overhead: 200_000_000, total: 1_300_000_000 },
+  settings: { context: 2048, kv_bits: 8, sequences: 1 }, limit_bytes: 8_000_000_000, available_bytes: 4_000_000_000,
   max_green_context: 2048, summary: '',
+  worst: {
+    level: sequences > 2 ? 'red' : 'green', settings: { context: 2048, kv_bits: 8, sequences },
+    estimate: { weights: 1_000_000_000, kv_cache: sequences * 100_000_000, vision: 0, overhead: 200_000_000, total: 1_200_000_000 + sequences * 100_000_000 },
+  },
 });
 
 const local = (over: { load_settings?: ModelLoadSettings | null } = {}) => ({
@@ -66,8 +71,10 @@ describe('Load settings on the Models page', () => {
     expect(dialog.querySelector('h2')!.textContent).toBe('Load settings · tiny');
     expect(dialog.querySelector('.hint')!.textContent).toMatch(/follows Settings/);
     expect(dialog.querySelector<HTMLButtonElement>('[data-testid=load-settings-forget]')!.disabled).toBe(true);
-    // the verdict for the values shown: every running sequence counted
-    expect(dialog.querySelector('[data-testid=load-settings-fit] [data-testid=fit]')!.textContent).toMatch(/× 8 running sequences/);
+    // the verdict for the values shown: one chat's, every running sequence counted as the worst case
+    const worst = () => dialog.querySelector<HTMLElement>('[data-testid=load-settings-fit] [data-testid=fit-worst]')!;
+    expect(worst().textContent).toBe('At most, 8 answers at once at 2,048 tokens each: about 2.0 GB (does not fit)');
+    expect(worst().dataset.level).toBe('red');
 
     const running = dialog.querySelector<HTMLInputElement>('[data-testid=load-setting-max_running]')!;
     running.value = '2';
@@ -79,7 +86,7 @@ describe('Load settings on the Models page', () => {
     expect(asked).toEqual({ target: { kind: 'local', id: 'dir:tiny' }, context: 0, kvBits: 8, maxRunning: 2 });
     const verdict = dialog.querySelector<HTMLElement>('[data-testid=load-settings-fit] [data-testid=fit]')!;
     expect(verdict.dataset.level).toBe('green');
-    expect(verdict.textContent).toMatch(/× 2 running sequences/);
+    expect(worst().textContent).toMatch(/^At most, 2 answers at once at 2,048 tokens each: about 1\.4 GB \(fits\)$/);
 
     // a value no engine takes is said in the dialog, and not sent
     running.value = '0';

@@ -4,7 +4,7 @@
 // Settings" forgets them. For the loaded model, saving reloads it.
 import { api, errorText, type AppError, type FitCheck, type ModelLoadSettings, type ModelLoadSettingsView } from './api';
 import { clear, h } from './dom';
-import { fitBlock } from './hubSearch';
+import { fitBlock } from './fitVerdict';
 import { readLoadForm } from './loadSettings';
 
 /** Typing in a field asks the fit again this long after the last key. */

@@ -23,6 +23,12 @@ const app = new App({
     // the name typed becomes a folder: chat.md, chat.json and images/ go in it
     return await save({ title: 'Export the chat to a new folder', defaultPath: name }) ?? null;
   },
+  async pickModel(kind) {
+    const picked = kind === 'folder'
+      ? await open({ directory: true, multiple: false, title: 'Add a model folder (with config.json)' })
+      : await open({ multiple: false, title: 'Add a .gguf model file', filters: [{ name: 'GGUF model', extensions: ['gguf'] }] });
+    return typeof picked === 'string' ? picked : null;
+  },
   onDrop({ over, drop }) {
     void getCurrentWebview().onDragDropEvent((event) => {
       const p = event.payload;

@@ -38,7 +38,7 @@ async function startedApp(opened: string[] = []) {
     }
   }, { shouldMockEvents: true });
   const pickChatFile = vi.fn(async () => null);
-  const app = new App({ pickFiles: async () => [], pickChatFile, pickExportFolder: async () => null, onDrop: () => {} });
+  const app = new App({ pickFiles: async () => [], pickChatFile, pickExportFolder: async () => null, pickModel: async () => null, onDrop: () => {} });
   document.body.append(app.el);
   await app.start();
   return { app, calls, pickChatFile };

@@ -5,17 +5,19 @@
 import type { EngineStatsView, EngineStatus, ServerStatus } from './api';
 import { bytes } from './format';
 import { clear, h } from './dom';
+import { modelView, statusLabel } from './modelState';
 
-export function statusItems(status: EngineStatus | null, stats: EngineStatsView | null, server: ServerStatus | null): string[] {
-  const items: string[] = [];
-  if (status?.state === 'unloaded' && status.idle_unloaded && !status.error) {
-    items.push(`${status.idle_unloaded.name} unloaded while idle: your next message loads it again`);
-  } else if (!status || status.state === 'unloaded') items.push(status?.error ? `Load failed: ${status.error.message}` : 'No model loaded');
-  else if (status.state === 'loading') items.push(`Loading ${status.loading ?? ''}…`);
-  else items.push(status.model?.name ?? 'Ready');
+/** `starting`: replies this window has started that the engine does not
+ * run yet (their prompt is being prepared): the engine alone would say
+ * "idle" while a reply is starting. */
+export function statusItems(status: EngineStatus | null, stats: EngineStatsView | null, server: ServerStatus | null, starting = 0): string[] {
+  const items: string[] = [statusLabel(modelView(status))];
   if (stats) {
     const e = stats.engine;
-    if (e.running === 0 && e.waiting === 0) items.push('idle');
+    // the app's replies under way (its own count, or this window's) that
+    // the engine has not admitted yet are being prepared
+    const preparing = Math.max(starting, stats.app_replies ?? 0);
+    if (e.running === 0 && e.waiting === 0) items.push(preparing > 0 ? `starting ${plural(preparing, 'answer')}` : 'idle');
     else items.push(`${e.running} answering`);
     if (e.waiting > 0) items.push(`${e.waiting} waiting`);
     // a speed only means something while answers are being written
@@ -40,14 +42,14 @@ function plural(n: number, one: string, many = `${one}s`): string {
 export class StatusBar {
   readonly el = h('footer', { class: 'status-bar', 'data-testid': 'status-bar' });
 
-  render(status: EngineStatus | null, stats: EngineStatsView | null, server: ServerStatus | null): void {
+  render(status: EngineStatus | null, stats: EngineStatsView | null, server: ServerStatus | null, starting = 0): void {
     clear(this.el);
     const state = status?.state ?? 'unloaded';
     this.el.dataset.engine = state;
     this.el.dataset.stats = stats ? 'yes' : 'no';
     const dot = state === 'ready' ? 'ok' : state === 'loading' ? 'busy' : 'off';
     this.el.append(h('span', { class: `dot ${dot}`, 'aria-hidden': 'true' }));
-    const items = statusItems(status, stats, server);
+    const items = statusItems(status, stats, server, starting);
     items.forEach((item, i) => {
       if (i > 0) this.el.append(h('span', { class: 'sep', 'aria-hidden': 'true' }, '·'));
       this.el.append(h('span', { class: 'status-item' }, item));

@@ -192,6 +192,27 @@ mod tests {
     }
 
     #[test]
+    fn the_catalog_leads_with_current_models_that_see_images() {
+        let catalog = Catalog::builtin().unwrap();
+        let hub: Vec<&CatalogEntry> =
+            catalog.models.iter().filter(|m| matches!(m.source, ModelSource::Hub { .. })).collect();
+        // the first dozen downloads all see images: Qwen3.5, Gemma 4, Qwen3-VL, Gemma 3
+        let lead = &hub[..12];
+        assert!(lead.iter().all(|m| m.vision), "{:?}", lead.iter().map(|m| &m.id).collect::<Vec<_>>());
+        for arch in ["qwen3_5", "gemma4", "qwen3_vl", "gemma3"] {
+            assert!(lead.iter().any(|m| m.architecture == arch), "no {arch} among the first");
+        }
+        // mlx-community's 4-bit repos, named as it names them
+        for m in lead {
+            let ModelSource::Hub { repo, .. } = &m.source else { unreachable!() };
+            assert!(repo.starts_with("mlx-community/") && repo.ends_with("-4bit") && m.bits == 4, "{repo}");
+            assert_eq!(&m.id, repo);
+        }
+        // small text models stay for slow machines (and the tests' offline download)
+        assert!(hub.iter().any(|m| !m.vision && m.size_bytes < 300_000_000));
+    }
+
+    #[test]
     fn support_follows_the_list_passed_in() {
         let catalog = Catalog::builtin().unwrap();
         let models = catalog.with_support(&["llama"]);

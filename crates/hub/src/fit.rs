@@ -27,6 +27,15 @@
 //! machine, but only once other programs give memory back (or it swaps).
 //! Red: it does not fit this machine at these settings. The largest green
 //! context is given with the numbers.
+//!
+//! The verdict is for a normal chat: one answer at a time, at most
+//! [`CHAT_CONTEXT`] tokens (less when the model or its load settings allow
+//! less). The engine's KV cache grows with the tokens a sequence holds, so
+//! that is what a chat costs; counting every running sequence at the full
+//! context rated Gemma 3 270M (253 MB) "tight, needs 11.3 GB" (8 × 32k,
+//! issue 29). That worst case — every sequence the load settings allow,
+//! each filling the whole context — is still computed and said as a detail
+//! ([`FitReport::worst`]).
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -55,6 +64,9 @@ const LIMIT_SHARE: f64 = 0.9;
 const AVAILABLE_SHARE: f64 = 0.9;
 /// Patches of one image for the vision estimate (448×448 at 14-pixel patches).
 const IMAGE_PATCHES: u64 = 1024;
+/// The context of a normal chat for the verdict: long enough for a long
+/// conversation with a few images, and what most chats never outgrow.
+pub const CHAT_CONTEXT: u32 = 8192;
 
 /// What the estimate needs to know about a model's architecture.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
@@ -153,17 +165,38 @@ pub enum FitLevel {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct FitReport {
+    /// The verdict for a normal chat: one answer at [`FitReport::settings`].
     pub level: FitLevel,
     pub estimate: MemoryEstimate,
+    /// One sequence, at the load settings' context up to [`CHAT_CONTEXT`].
     pub settings: FitSettings,
     /// The most a model may use here (the GPU working set on macOS, else RAM).
     pub limit_bytes: u64,
+    /// Free now, reclaimable memory included (see memory.rs).
     pub available_bytes: u64,
-    /// The largest context (with the same KV bits and sequences) that is
-    /// green, up to the model's own maximum; `None` when none is.
+    /// The largest context one answer can fill (with the same KV bits) and
+    /// stay green, up to the model's own maximum; `None` when none is.
     pub max_green_context: Option<u32>,
+    /// Every sequence the load settings run at once, each at the full context.
+    pub worst: FitCase,
     /// The numbers in words, for the UI.
     pub summary: String,
+}
+
+/// The estimate and verdict at one set of load settings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, TS)]
+pub struct FitCase {
+    pub level: FitLevel,
+    pub estimate: MemoryEstimate,
+    pub settings: FitSettings,
+}
+
+impl FitSettings {
+    /// A normal chat under these load settings: one answer, at their
+    /// context up to [`CHAT_CONTEXT`].
+    pub fn chat(&self) -> FitSettings {
+        FitSettings { context: self.context.min(CHAT_CONTEXT), kv_bits: self.kv_bits, sequences: 1 }
+    }
 }
 
 impl ModelShape {
@@ -271,23 +304,26 @@ impl ModelShape {
     }
 }
 
-/// The estimate at `settings`, against `machine`. Pure: the numbers in, a verdict out.
+/// The verdict for a normal chat under the load settings `settings` (see
+/// [`FitSettings::chat`]), and the worst case at `settings` themselves,
+/// against `machine`. Pure: the numbers in, a verdict out.
 pub fn check_fit(
     shape: &ModelShape,
     weights: &WeightBytes,
     settings: &FitSettings,
     machine: &MachineMemory,
 ) -> FitReport {
-    let estimate = estimate(shape, weights, settings);
     let limit = machine.limit_bytes();
     let available = machine.available_bytes.min(limit);
-    let level = level_of(estimate.total, limit, available);
+    let case = |settings: FitSettings| {
+        let estimate = estimate(shape, weights, &settings);
+        FitCase { level: level_of(estimate.total, limit, available), estimate, settings }
+    };
+    let chat = case(settings.chat());
+    let worst = case(*settings);
     // monotonic in the context: the largest green one by bisection
     let top = shape.max_context.unwrap_or(1 << 20).max(1);
-    let green = |context: u32| {
-        let at = FitSettings { context, ..*settings };
-        level_of(self::estimate(shape, weights, &at).total, limit, available) == FitLevel::Green
-    };
+    let green = |context: u32| case(FitSettings { context, ..chat.settings }).level == FitLevel::Green;
     let max_green_context = green(1).then(|| {
         let (mut lo, mut hi) = (1u32, top);
         while lo < hi {
@@ -300,23 +336,31 @@ pub fn check_fit(
         }
         lo
     });
-    let summary = format!(
-        "needs about {} ({} weights, {} KV cache at {} tokens{}) of {} usable, {} free now",
-        gb(estimate.total),
-        gb(estimate.weights),
-        gb(estimate.kv_cache),
-        settings.context,
-        if settings.sequences > 1 { format!(" × {} sequences", settings.sequences) } else { String::new() },
+    let mut summary = format!(
+        "a chat needs about {} ({} weights, {} KV cache at {} tokens) of {} usable, {} free now",
+        gb(chat.estimate.total),
+        gb(chat.estimate.weights),
+        gb(chat.estimate.kv_cache),
+        chat.settings.context,
         gb(limit),
         gb(available),
     );
+    if worst.settings != chat.settings {
+        summary += &format!(
+            "; at most {} ({} running sequences × {} tokens)",
+            gb(worst.estimate.total),
+            worst.settings.sequences,
+            worst.settings.context
+        );
+    }
     FitReport {
-        level,
-        estimate,
-        settings: *settings,
+        level: chat.level,
+        estimate: chat.estimate,
+        settings: chat.settings,
         limit_bytes: limit,
         available_bytes: available,
         max_green_context,
+        worst,
         summary,
     }
 }
@@ -559,10 +603,16 @@ mod tests {
         assert_eq!(e.total, e.weights + e.kv_cache + e.vision + e.overhead);
         assert_eq!(e.kv_cache, 114_688 * 8192);
         assert!(report.summary.contains("8192 tokens"), "{}", report.summary);
+        // one sequence at the chat's context: the worst case is the chat
+        assert_eq!(report.worst.settings, report.settings);
+        assert!(!report.summary.contains("at most"), "{}", report.summary);
 
-        // the whole 128k context: 14 GiB of KV cache, beyond 90% of 16 GiB
+        // the whole 128k context: 14 GiB of KV cache, beyond 90% of 16 GiB —
+        // the worst case; a chat still holds 8192 tokens
         let full = check_fit(&shape, &weights, &settings(131_072), &machine(16, 12));
-        assert_eq!(full.level, FitLevel::Red);
+        assert_eq!((full.level, full.worst.level), (FitLevel::Green, FitLevel::Red));
+        assert_eq!(full.estimate, e);
+        assert_eq!(full.worst.estimate.kv_cache, 114_688 * 131_072);
         // fits the machine but not what is free now
         let busy = check_fit(&shape, &weights, &settings(8192), &machine(16, 2));
         assert_eq!(busy.level, FitLevel::Yellow);
@@ -570,14 +620,16 @@ mod tests {
         // the largest green context is green, one token more is not
         let max = report.max_green_context.unwrap();
         assert!(max > 8192 && max < 131_072, "{max}");
-        assert_eq!(check_fit(&shape, &weights, &settings(max), &machine(16, 12)).level, FitLevel::Green);
-        assert_ne!(check_fit(&shape, &weights, &settings(max + 1), &machine(16, 12)).level, FitLevel::Green);
+        // (for one answer: the worst case of one sequence at that context)
+        assert_eq!(check_fit(&shape, &weights, &settings(max), &machine(16, 12)).worst.level, FitLevel::Green);
+        assert_ne!(check_fit(&shape, &weights, &settings(max + 1), &machine(16, 12)).worst.level, FitLevel::Green);
         // quantized KV reaches further
         let q8 = FitSettings { kv_bits: Some(8), ..settings(8192) };
         assert!(check_fit(&shape, &weights, &q8, &machine(16, 12)).max_green_context.unwrap() > max);
-        // two sequences need twice the cache
-        let two = FitSettings { sequences: 2, ..settings(8192) };
-        assert_eq!(check_fit(&shape, &weights, &two, &machine(16, 12)).estimate.kv_cache, 2 * e.kv_cache);
+        // two sequences need twice the cache in the worst case; a chat is one
+        let two = check_fit(&shape, &weights, &FitSettings { sequences: 2, ..settings(8192) }, &machine(16, 12));
+        assert_eq!((two.worst.estimate.kv_cache, two.estimate.kv_cache), (2 * e.kv_cache, e.kv_cache));
+        assert_eq!((two.settings.sequences, two.worst.settings.sequences), (1, 2));
         // weights alone too big: no context is green
         let huge = WeightBytes { weights: 15 * GIB, vision_projector: 0 };
         let none = check_fit(&shape, &huge, &settings(1024), &machine(16, 12));
@@ -585,6 +637,52 @@ mod tests {
         // the model's own maximum caps the answer
         let roomy = check_fit(&shape, &weights, &settings(1024), &machine(1024, 1000));
         assert_eq!(roomy.max_green_context, Some(131_072));
+    }
+
+    #[test]
+    fn a_small_model_is_rated_for_one_chat_with_the_worst_case_as_a_detail() {
+        // Gemma 3 270M as issue 29 met it: 268M weights held as float32 on
+        // the CPU, every layer counted at the full context (this file reads
+        // no per-family layer kinds yet), 8 running sequences at its 32k
+        // context, on a 24.7 GB machine.
+        let shape = ModelShape {
+            layers: 18,
+            kv_heads: 1,
+            head_dim: 256,
+            windows: Vec::new(),
+            hidden_size: 640,
+            intermediate_size: 2048,
+            vocab_size: 262_144,
+            max_context: Some(32_768),
+            kv_element_bytes: 4,
+            vision: None,
+        };
+        let weights = WeightBytes { weights: 268_098_176 * 4, vision_projector: 0 };
+        let load = FitSettings { context: 32_768, kv_bits: None, sequences: 8 };
+        let total = 24_684_096 * 1024;
+        let at = |free: u64| MachineMemory { total_bytes: total, available_bytes: free, gpu_limit_bytes: None };
+
+        // what the app said then, with 7.7 GB "free": the 8 × 32k worst case
+        // as the verdict, 11.3 GB, tight
+        let then = check_fit(&shape, &weights, &load, &at(7_700_000_000));
+        assert_eq!(gb(then.worst.estimate.total), "11.3 GB");
+        assert_eq!(then.worst.estimate.kv_cache, 18 * 2 * 256 * 4 * 32_768 * 8); // 9.7 GB of KV cache
+        assert_eq!(then.worst.level, FitLevel::Yellow);
+        // the verdict now: one answer at 8192 tokens, 0.3 GB of KV cache
+        assert_eq!(then.settings, FitSettings { context: 8192, kv_bits: None, sequences: 1 });
+        assert_eq!(then.estimate.kv_cache, 18 * 2 * 256 * 4 * 8192);
+        assert_eq!(gb(then.estimate.total), "1.7 GB");
+        assert_eq!(then.level, FitLevel::Green);
+        assert!(then.summary.starts_with("a chat needs about 1.7 GB"), "{}", then.summary);
+        assert!(then.summary.ends_with("at most 11.3 GB (8 running sequences × 32768 tokens)"), "{}", then.summary);
+        // with the 23.6 GB the system called available, even the worst case is green
+        let now = check_fit(&shape, &weights, &load, &at(23_600_000_000));
+        assert_eq!((now.level, now.worst.level), (FitLevel::Green, FitLevel::Green));
+        // one answer may fill the model's whole context
+        assert_eq!(now.max_green_context, Some(32_768));
+        // load settings with a shorter context: the chat is at that context
+        let short = check_fit(&shape, &weights, &FitSettings { context: 2048, ..load }, &at(7_700_000_000));
+        assert_eq!((short.settings.context, short.worst.settings.context), (2048, 2048));
     }
 
     #[test]

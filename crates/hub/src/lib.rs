@@ -37,7 +37,7 @@ pub use client::{HubClient, HubConfig, DEFAULT_ENDPOINT};
 pub use download::{CancellationToken, DownloadOptions, DownloadedModel, RetryPolicy};
 pub use error::{Error, Result};
 pub use fit::{
-    check_fit, check_local_model, FitLevel, FitReport, FitSettings, MemoryEstimate, ModelShape, WeightBytes,
+    check_fit, check_local_model, FitCase, FitLevel, FitReport, FitSettings, MemoryEstimate, ModelShape, WeightBytes,
     WeightHolding,
 };
 pub use keychain::Keychain;

@@ -1,5 +1,5 @@
 //! Models already on disk: the Hugging Face cache, the app's models folder
-//! and GGUF files the user added by path. Scanning never fails because of one
+//! and the folders and GGUF files the user added by path ("Add model…"). Scanning never fails because of one
 //! bad model: an unreadable config or GGUF is listed with an error string, an
 //! architecture the engine lacks is listed as unsupported.
 use std::path::{Path, PathBuf};
@@ -19,8 +19,8 @@ pub struct ScanConfig {
     pub hf_cache: Option<HfCache>,
     /// The app's own models folder: subfolders with a config.json, and `.gguf` files.
     pub models_dir: Option<PathBuf>,
-    /// GGUF files the user added from elsewhere.
-    pub gguf_files: Vec<PathBuf>,
+    /// Model folders and GGUF files the user added from elsewhere.
+    pub user_paths: Vec<PathBuf>,
     /// Architectures (config.json `model_type` / GGUF `general.architecture`)
     /// the engine implements.
     pub supported: Vec<String>,
@@ -42,7 +42,7 @@ pub enum Location {
         /// The entry's name in the folder.
         entry: String,
     },
-    /// A file the user pointed us to; never deleted by us.
+    /// A folder or file the user pointed us to; never deleted by us.
     UserFile,
 }
 
@@ -88,8 +88,8 @@ impl ScanConfig {
         if let Some(dir) = &self.models_dir {
             models.extend(scan_models_dir(dir));
         }
-        for file in &self.gguf_files {
-            models.push(gguf_model(format!("file:{}", file.display()), file, Location::UserFile));
+        for path in &self.user_paths {
+            models.push(user_model(path));
         }
         for m in &mut models {
             m.supported = m.error.is_none()
@@ -222,31 +222,52 @@ fn scan_models_dir(dir: &Path) -> Vec<LocalModel> {
         let path = entry.path();
         let location = Location::ModelsDir { entry: name.clone() };
         if path.is_dir() && path.join("config.json").exists() {
-            let mut model = LocalModel {
-                id: format!("dir:{name}"),
-                name: name.clone(),
-                location,
-                size_bytes: disk_usage(&path).unwrap_or(0),
-                path: path.clone(),
-                format: ModelFormat::Folder,
-                architecture: None,
-                supported: false,
-                partial: false,
-                error: None,
-            };
-            match config_architecture(&path) {
-                Ok(arch) => model.architecture = Some(arch),
-                Err(e) => model.error = Some(e.to_string()),
-            }
-            if model.error.is_none() {
-                model.error = check_snapshot(&path);
-            }
-            models.push(model);
+            models.push(folder_model(format!("dir:{name}"), name, &path, location));
         } else if is_gguf(&path) {
             models.push(gguf_model(format!("dir:{name}"), &path, location));
         }
     }
     models
+}
+
+/// A folder or `.gguf` file the user added, as `file:<path>`. One that is
+/// gone (moved, an unplugged disk) stays listed with why, so it can be
+/// removed from the list; the scan never drops it silently.
+fn user_model(path: &Path) -> LocalModel {
+    let id = format!("file:{}", path.display());
+    if path.is_dir() {
+        let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let mut model = folder_model(id, name, path, Location::UserFile);
+        if model.error.is_none() && !path.join("config.json").exists() {
+            model.error = Some("no config.json in the folder".into());
+        }
+        return model;
+    }
+    gguf_model(id, path, Location::UserFile)
+}
+
+/// A model folder (config.json and safetensors) with its architecture, or why it cannot be used.
+fn folder_model(id: String, name: String, path: &Path, location: Location) -> LocalModel {
+    let mut model = LocalModel {
+        id,
+        name,
+        location,
+        size_bytes: disk_usage(path).unwrap_or(0),
+        path: path.to_path_buf(),
+        format: ModelFormat::Folder,
+        architecture: None,
+        supported: false,
+        partial: false,
+        error: None,
+    };
+    match config_architecture(path) {
+        Ok(arch) => model.architecture = Some(arch),
+        Err(e) => model.error = Some(e.to_string()),
+    }
+    if model.error.is_none() {
+        model.error = check_snapshot(path);
+    }
+    model
 }
 
 fn gguf_model(id: String, file: &Path, location: Location) -> LocalModel {

@@ -83,7 +83,7 @@ fn scans_the_cache_the_models_folder_and_added_files() {
     let scan = ScanConfig {
         hf_cache: Some(HfCache::new(&cache)),
         models_dir: Some(models_dir.clone()),
-        gguf_files: vec![default_model(), root.path().join("moved-away.gguf")],
+        user_paths: vec![default_model(), root.path().join("moved-away.gguf")],
         supported: vec!["llama".into(), "qwen2".into()],
     };
     let models = scan.scan();
@@ -151,9 +151,15 @@ fn deleting_stays_inside_the_managed_folders() {
     let outside = root.path().join("precious.gguf");
     write_gguf(&outside, 3, &[("general.architecture", GgufValue::Str("llama".into()))]);
 
+    // a model folder the user added from elsewhere ("Add model…")
+    let added = root.path().join("elsewhere/My Model");
+    std::fs::create_dir_all(&added).unwrap();
+    std::fs::write(added.join("config.json"), br#"{"model_type": "llama"}"#).unwrap();
+    std::fs::write(added.join("model.safetensors"), vec![1u8; 500]).unwrap();
+
     let scan = ScanConfig {
         models_dir: Some(models_dir.clone()),
-        gguf_files: vec![outside.clone()],
+        user_paths: vec![outside.clone(), added.clone()],
         supported: vec!["llama".into()],
         ..ScanConfig::default()
     };
@@ -164,6 +170,11 @@ fn deleting_stays_inside_the_managed_folders() {
     let user_file = by_id(&models, &format!("file:{}", outside.display()));
     assert_eq!(scan.delete(user_file).unwrap_err().code(), "DELETE_NOT_ALLOWED");
     assert!(outside.exists());
+    let user_folder = by_id(&models, &format!("file:{}", added.display()));
+    assert_eq!((user_folder.name.as_str(), user_folder.format, user_folder.supported), ("My Model", ModelFormat::Folder, true));
+    assert_eq!(user_folder.location, Location::UserFile);
+    assert_eq!(scan.delete(user_folder).unwrap_err().code(), "DELETE_NOT_ALLOWED");
+    assert!(added.join("model.safetensors").exists());
 
     // an entry forged by the UI cannot reach outside the models folder
     let mut forged = mine.clone();
@@ -173,5 +184,6 @@ fn deleting_stays_inside_the_managed_folders() {
 
     assert_eq!(scan.delete(mine).unwrap(), mine.size_bytes);
     assert!(!models_dir.join("mine").exists());
-    assert_eq!(scan.scan().len(), 1);
+    // what the user added stays: the GGUF file and the folder
+    assert_eq!(scan.scan().len(), 2);
 }

@@ -21,7 +21,9 @@ pub struct StatsView {
     /// Decode steps per second since the last poll times the rows decoding
     /// now: an estimate of tokens per second across all sequences.
     pub decode_tps: f64,
-    /// Replies this app is generating now.
+    /// Replies this app is generating now, those being set up (message
+    /// stored, prompt being built: the engine does not run them yet, and the
+    /// status bar says "starting" rather than "idle") included.
     pub app_replies: usize,
 }
 
@@ -59,6 +61,12 @@ pub async fn engine_stats(state: State<'_, Arc<AppState>>) -> AppResult<Option<S
     Ok(Some(StatsView {
         engine: serde_json::to_value(&stats).unwrap_or_default(),
         decode_tps,
-        app_replies: state.generations.lock().unwrap().len(),
+        // by chat: one moving from `starting` to `generations` counts once;
+        // `generations` locked before `starting`, as everywhere else
+        app_replies: {
+            let generations = state.generations.lock().unwrap();
+            let starting = state.starting.lock().unwrap();
+            starting.iter().filter(|c| !generations.contains_key(c)).count() + generations.len()
+        },
     }))
 }
