@@ -185,7 +185,8 @@ export async function answerSaveDialog(browser, title, path) {
     try { id = execFileSync('xdotool', ['search', '--onlyvisible', '--name', title]).toString().trim().split('\n')[0]; } catch { id = ''; }
     return id !== '';
   }, 20_000);
-  execFileSync('xdotool', ['windowactivate', '--sync', id]);
+  // focus, not activate: Xvfb runs no window manager
+  execFileSync('xdotool', ['windowfocus', '--sync', id]);
   execFileSync('xdotool', ['key', '--clearmodifiers', 'ctrl+a']);
   execFileSync('xdotool', ['type', '--delay', '10', path]);
   execFileSync('xdotool', ['key', 'Return']);
