@@ -108,22 +108,17 @@ fn with_placeholders(images: usize, text: &str) -> String {
 }
 
 /// Makes `request` extend the conversation's last message, an answer cut at
-/// its token limit, instead of starting a new answer: the model is to go on
-/// from its own last token (transformers' `continue_final_message`: the
-/// template rendered without a generation prompt, cut right after the last
-/// message's text, so its end-of-turn is not there).
-///
-/// The engine's template options have no such switch yet (asked of the
-/// engine's owner: `TemplateOptions::continue_final_message`). Until they
-/// do, the request stays as it is: the cut answer closes its turn and the
-/// model answers on in a new one, whose text the app appends to the same
-/// stored message; no "Continue." is sent or shown. The line to change is
-/// marked below.
+/// its token limit, instead of starting a new answer: the model goes on from
+/// its own last token (the engine's `TemplateOptions::continue_final_message`,
+/// as transformers': the template rendered without a generation prompt, cut
+/// right after the last message's text, so its end-of-turn is not there).
+/// The app appends what comes to the same stored message; no "Continue." is
+/// sent or shown.
 pub fn continue_last_answer(request: &mut Request) {
-    let Prompt::Chat { messages, options: _ } = &mut request.prompt else { return };
+    let Prompt::Chat { messages, options } = &mut request.prompt else { return };
     // only a conversation that ends with an answer is continued
     if !matches!(messages.last(), Some(m) if m.role == "assistant") {
         return;
     }
-    // with the engine's switch: options.add_generation_prompt = false; options.continue_final_message = true;
+    options.continue_final_message = true;
 }

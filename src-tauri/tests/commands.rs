@@ -124,6 +124,11 @@ fn continue_extends_the_cut_answer_in_place() {
     assert!(more["stats"]["completion_tokens"].as_u64().unwrap() >= 1, "{more}");
     let (before, after) = (cut["content"].as_str().unwrap(), more["content"].as_str().unwrap());
     assert!(after.starts_with(before), "{before:?} → {after:?}");
+    // The model went on from its own last token: the prompt is the first
+    // one plus the cut answer's text (a token covers a byte at least), with
+    // no end of turn and no new turn opened (4 tokens more at least).
+    let prompt_tokens = |m: &Value| m["stats"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt_tokens(&more) <= prompt_tokens(&cut) + before.len() as u64, "{cut} → {more}");
     let messages = h.ok("list_messages", json!({"chatId": chat}));
     let roles: Vec<&str> = messages.as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(roles, ["user", "assistant"], "nothing new was posted: {messages}");

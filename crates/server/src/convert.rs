@@ -164,7 +164,7 @@ pub fn prepare(
         return Err(ApiError::invalid_param("response_format cannot be combined with a required tool_choice"));
     }
     let (enable_thinking, extra) = thinking(body.chat_template_kwargs, body.reasoning_effort.as_deref())?;
-    let options = TemplateOptions { add_generation_prompt: true, enable_thinking, tools, documents: None, extra };
+    let options = TemplateOptions { enable_thinking, tools, extra, ..TemplateOptions::default() };
     let request = Request {
         prompt: Prompt::Chat { messages, options },
         images,

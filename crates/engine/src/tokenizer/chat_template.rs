@@ -163,6 +163,11 @@ pub struct TemplateOptions {
     /// Any other template variables (`date_string`, `reasoning_effort`,
     /// `tools_in_user_message`, ...). They override the defaults above.
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// The last message is an assistant's answer that was cut: the prompt
+    /// ends right after its text (no end of turn, no generation prompt), so
+    /// the model continues it from its own last token (transformers'
+    /// `continue_final_message`).
+    pub continue_final_message: bool,
 }
 
 impl Default for TemplateOptions {
@@ -173,6 +178,7 @@ impl Default for TemplateOptions {
             tools: None,
             documents: None,
             extra: serde_json::Map::new(),
+            continue_final_message: false,
         }
     }
 }
@@ -280,7 +286,7 @@ impl ChatTemplate {
         ctx.insert("messages".into(), alias_reasoning(to_json(messages)?));
         ctx.insert(
             "add_generation_prompt".into(),
-            opts.add_generation_prompt.into(),
+            (opts.add_generation_prompt && !opts.continue_final_message).into(),
         );
         ctx.insert("tools".into(), to_json(&opts.tools)?);
         ctx.insert("documents".into(), to_json(&opts.documents)?);
@@ -305,10 +311,37 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(template_error)?;
-        template
+        let rendered = template
             .render(Value::from_serialize(&ctx))
-            .map_err(template_error)
+            .map_err(template_error)?;
+        if opts.continue_final_message {
+            return cut_after_final_answer(rendered, messages);
+        }
+        Ok(rendered)
     }
+}
+
+/// The rendered conversation cut right after the last message's text (what
+/// follows it is the template's end of turn), as transformers does: the
+/// last occurrence of the text, trimmed as templates trim it.
+fn cut_after_final_answer(mut rendered: String, messages: &[ChatMessage]) -> Result<String> {
+    let Some(last) = messages.last().filter(|m| m.role == "assistant") else {
+        return Err(Error::InvalidRequest(
+            "only an answer can be continued: the conversation must end with an assistant message".into(),
+        ));
+    };
+    let text = last.content.text();
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(Error::InvalidRequest("the answer to continue is empty".into()));
+    }
+    let Some(at) = rendered.rfind(text) else {
+        return Err(Error::ChatTemplate(
+            "the chat template changed the answer's text, so it cannot be continued".into(),
+        ));
+    };
+    rendered.truncate(at + text.len());
+    Ok(rendered)
 }
 
 /// transformers also passes a message's reasoning as `thinking`, the name
@@ -671,6 +704,21 @@ fn python_float_repr(f: f64) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_cut_answer_is_continued_from_its_last_character() {
+        let t = ChatTemplate::new(&fixture("smollm2.jinja")).unwrap();
+        let sp = special("<|im_start|>", "<|im_end|>");
+        let messages =
+            [ChatMessage::system("Be brief."), ChatMessage::user("Hi"), ChatMessage::assistant("Hello! The sea is ")];
+        let opts = TemplateOptions { continue_final_message: true, ..Default::default() };
+        assert_eq!(
+            t.render(&messages, &opts, &sp).unwrap(),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello! The sea is"
+        );
+        let err = t.render(&messages[..2], &opts, &sp).unwrap_err().to_string();
+        assert!(err.contains("must end with an assistant message"), "{err}");
+    }
 
     #[test]
     fn extra_variables_cannot_replace_the_conversation_or_a_special_token() {
