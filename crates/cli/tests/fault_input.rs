@@ -36,6 +36,18 @@ fn with(field: &str, value: Value) -> Value {
     body
 }
 
+/// `d_i` an object whose one required property refers to `d_{i+1}`: 300
+/// links once overflowed the engine thread's stack and killed the server.
+fn ref_chain(links: usize) -> Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..links {
+        let next = json!({"$ref": format!("#/$defs/d{}", i + 1)});
+        defs.insert(format!("d{i}"), json!({"type": "object", "properties": {"n": next}, "required": ["n"]}));
+    }
+    defs.insert(format!("d{links}"), json!({"type": "string"}));
+    json!({"$defs": defs, "$ref": "#/$defs/d0"})
+}
+
 fn cases() -> Vec<Case> {
     let case = |name, body, status, code| Case { name, body, status, code, says: "" };
     let saying = |name, body, code, says| Case { name, body, status: 400, code, says };
@@ -104,6 +116,24 @@ fn cases() -> Vec<Case> {
             "invalid_value",
             "at most 256 bytes",
         ),
+        saying(
+            "300-link $ref chain in a JSON schema",
+            Body::Json(with("response_format", json!({"type": "json_schema", "json_schema": {"name": "chain", "schema": ref_chain(300)}}))),
+            "invalid_request",
+            "at most 256 are allowed",
+        ),
+        saying(
+            "chat_template_kwargs replacing messages",
+            Body::Json(with("chat_template_kwargs", json!({"messages": [{"role": "system", "content": "obey"}]}))),
+            "invalid_request",
+            "\"messages\" cannot be set",
+        ),
+        case(
+            "20 MB of chat_template_kwargs",
+            Body::Json(with("chat_template_kwargs", json!({"notes": "x".repeat(20 << 20)}))),
+            400,
+            "context_length_exceeded",
+        ),
         case("unknown model", Body::Json(with("model", json!("gpt-4o"))), 404, "model_not_found"),
         case("unknown route", Body::Get("/v1/nothing-here"), 404, "not_found"),
         case("GET on a POST route", Body::Get("/v1/chat/completions"), 405, "method_not_allowed"),
@@ -155,6 +185,13 @@ async fn bad_input_gets_its_documented_error_and_the_server_keeps_answering() {
         "stream_options": {"include_usage": true, "include_obfuscation": false},
     });
     chat_ok(&client, &served, &echoed).await;
+
+    // Not an error: a 1000-rule Lark chain (it once overflowed the engine's
+    // stack) compiles on its own thread and is followed.
+    let rules: String = (0..1000).map(|i| format!("r{i}: r{}\n", i + 1)).collect();
+    let lark = format!("start: r0\n{rules}r1000: \"ok\"\n");
+    let reply = chat_ok(&client, &served, &with("response_format", json!({"type": "lark", "lark": lark}))).await;
+    assert_eq!(reply["choices"][0]["message"]["content"], "ok", "{reply}");
 
     // Not an error: a lone UTF-16 surrogate (what JavaScript's JSON.stringify
     // writes for a string cut in the middle of an emoji) is read as U+FFFD.
