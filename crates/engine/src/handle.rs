@@ -49,8 +49,8 @@ pub struct EngineHandle {
     next_id: Arc<AtomicU64>,
     info: Arc<ModelInfo>,
     preparer: Arc<Preparer>,
-    /// Image requests are prepared here, at most `permits` images ahead of
-    /// the vision tower.
+    /// Image requests are prepared here, at most `permits` bytes of patches
+    /// ahead of the vision tower.
     workers: Arc<PrepWorkers>,
     permits: Arc<ImagePermits>,
     /// A split model's watchdog (see `distributed::step_watch`).
@@ -107,7 +107,7 @@ impl EngineHandle {
     fn start_in(model_path: &Path, config: EngineConfig, distributed: Option<GroupConfig>) -> Result<Self> {
         let (commands, inbox) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
-        let max_prepared_images = config.scheduler.max_prepared_images;
+        let max_prepared_image_bytes = config.scheduler.max_prepared_image_bytes;
         let watch = distributed.as_ref().map(|group| StepWatch::new(group.step_timeout));
         let thread_watch = watch.clone();
         let heartbeat = distributed.as_ref().map(|group| group.heartbeat);
@@ -151,7 +151,7 @@ impl EngineHandle {
             info: Arc::new(info),
             preparer,
             workers: Arc::new(PrepWorkers::new()),
-            permits: ImagePermits::new(max_prepared_images),
+            permits: ImagePermits::new(max_prepared_image_bytes),
             thread: Arc::new(EngineThread { commands, join: Mutex::new(Some(thread)), watch: watch.clone() }),
             watch,
         })
@@ -197,10 +197,11 @@ impl EngineHandle {
                 if job_events.is_closed() {
                     return; // the caller went away while it waited for a worker
                 }
-                let permit = (!request.images.is_empty()).then(|| permits.acquire(request.images.len()));
                 let prepared = preparer.prepare(request, submitted).map(|mut p| {
                     if let Some(images) = &mut p.images {
-                        images.permit = permit;
+                        // Waits here while the engine has too many bytes of
+                        // patches waiting for the tower.
+                        images.permit = Some(permits.acquire(images.patch_bytes()));
                     }
                     p
                 });

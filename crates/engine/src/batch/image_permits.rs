@@ -1,8 +1,12 @@
-//! A bound on images prepared but not yet encoded. Preparation workers
-//! decode and cut images into patches (float32: megabytes each) faster than
-//! the vision tower encodes them; 200 dropped photos must not all sit in
-//! memory as patches. A worker takes a request's permits before decoding
-//! its images and the engine gives them back once it has encoded them.
+//! A bound on the bytes of image patches prepared but not yet encoded.
+//! Preparation workers decode and cut images into patches (float32:
+//! megabytes each, hundreds for a 12-megapixel image at a processor's
+//! largest size) faster than the vision tower encodes them; 200 dropped
+//! photos must not all sit in memory as patches. A worker takes permits for
+//! a request's patch bytes once it has cut them, before handing them on (it
+//! waits there while the engine is behind), and the engine gives them back
+//! once it has encoded them: at most the capacity waits for the tower, plus
+//! the one request each worker is preparing.
 use std::sync::{Arc, Condvar, Mutex};
 
 pub struct ImagePermits {
@@ -23,12 +27,12 @@ impl ImagePermits {
         Arc::new(Self { available: Mutex::new(capacity), freed: Condvar::new(), capacity })
     }
 
-    /// Waits until `images` permits are free and takes them, all at once (a
-    /// worker never holds some while waiting for more, so two requests
-    /// cannot wait on each other). A request with more images than the
+    /// Waits until `units` permits (bytes) are free and takes them, all at
+    /// once (a worker never holds some while waiting for more, so two
+    /// requests cannot wait on each other). A request larger than the
     /// capacity takes all of it.
-    pub fn acquire(self: &Arc<Self>, images: usize) -> ImagePermit {
-        let count = images.clamp(1, self.capacity);
+    pub fn acquire(self: &Arc<Self>, units: usize) -> ImagePermit {
+        let count = units.clamp(1, self.capacity);
         let mut available = self.available.lock().unwrap_or_else(|p| p.into_inner());
         while *available < count {
             available = self.freed.wait(available).unwrap_or_else(|p| p.into_inner());

@@ -70,6 +70,13 @@ pub struct PreparedImages {
     pub permit: Option<ImagePermit>,
 }
 
+impl PreparedImages {
+    /// Bytes the images' patches take (what their permit counts).
+    pub fn patch_bytes(&self) -> usize {
+        self.images.iter().map(|i| std::mem::size_of_val(i.patches.data.as_slice())).sum()
+    }
+}
+
 pub struct PreparedImage {
     /// The vision-feature cache's key.
     pub cache_key: String,

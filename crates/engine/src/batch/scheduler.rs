@@ -49,9 +49,10 @@ pub struct SchedulerConfig {
     pub kv_quantization: Option<KvQuantization>,
     /// Bytes of vision-tower output kept per image for reuse (0 = off).
     pub vision_cache_bytes: usize,
-    /// Most images decoded into patches and waiting for the vision tower
-    /// (preparation waits for the engine beyond this: bounds memory).
-    pub max_prepared_images: usize,
+    /// Most bytes of image patches decoded and waiting for the vision tower
+    /// (preparation waits for the engine beyond this: bounds the memory a
+    /// burst of images takes, see [`super::image_permits`]).
+    pub max_prepared_image_bytes: usize,
     /// While replies stream, give each step's prefill and vision work about
     /// one decode step's time instead of the whole `prefill_budget` (see
     /// [`super::pacing`]). Off by default so a scheduler stepped by hand does
@@ -69,7 +70,7 @@ impl Default for SchedulerConfig {
             prefix_disk: None,
             kv_quantization: None,
             vision_cache_bytes: 256 << 20,
-            max_prepared_images: 32,
+            max_prepared_image_bytes: 1 << 30,
             pace_to_decode: false,
         }
     }
