@@ -276,20 +276,27 @@ describe('the first hour', () => {
     // My models come first, the catalog last
     const headings = await browser.execute(() => [...document.querySelectorAll('.models-page h2')].map((e) => e.textContent));
     assert.deepEqual([headings[0], headings.at(-1)], ['My models', 'Recommended']);
-    const builtIn = await browser.$('[data-testid="local-model"][data-model-id="dir:SmolLM2-135M-Instruct.Q4_1.gguf"]');
-    assert.equal(await (await builtIn.$('[data-testid="built-in-badge"]')).isExisting(), true);
-    assert.equal(await (await builtIn.$('[data-testid="delete-model"]')).isExisting(), false);
+    // The page re-renders as each card's fit verdict arrives: whole
+    // selectors, looked up at the moment they are used, never an element
+    // found earlier (a busy run failed on a stale card).
+    const builtIn = '[data-testid="local-model"][data-model-id="dir:SmolLM2-135M-Instruct.Q4_1.gguf"]';
+    assert.equal(await (await browser.$(`${builtIn} [data-testid="built-in-badge"]`)).isExisting(), true);
+    assert.equal(await (await browser.$(`${builtIn} [data-testid="delete-model"]`)).isExisting(), false);
     assert.equal((await browser.$$('[data-testid="catalog-model"][data-model-id="smollm2-135m-instruct-q4_1"]')).length, 0, 'the built-in model is listed once');
     assert.match(await textOf(browser, await byTestId(browser, 'loaded-details')), /^\d+-bit|full precision/);
-    let id = null;
-    for (const card of await allByTestId(browser, 'catalog-model')) {
-      const download = await card.$('[data-testid="download"]');
-      if (!(await download.isExisting())) continue;
-      id = await card.getAttribute('data-model-id');
-      await download.click();
-      break;
-    }
+    const id = await browser.execute(() => {
+      const card = [...document.querySelectorAll('[data-testid="catalog-model"]')].find((c) => c.querySelector('[data-testid="download"]'));
+      return card ? card.getAttribute('data-model-id') : null;
+    });
     assert.ok(id, 'a model to download');
+    await waitFor(browser, 'the download to start', async () => {
+      try {
+        await (await browser.$(`[data-testid="catalog-model"][data-model-id="${id}"] [data-testid="download"]`)).click();
+        return true;
+      } catch {
+        return false; // the card was redrawn between the lookup and the click
+      }
+    }, 20_000);
     const error = () => browser.$(`[data-testid="catalog-model"][data-model-id="${id}"] [data-testid="download-error"]`);
     // The card re-renders while the download's state settles: an element
     // found a moment ago can be gone when its text is read (a fresh-clone run
