@@ -108,10 +108,6 @@ impl Preparer {
         }
     }
 
-    pub fn template(&self) -> &str {
-        &self.template
-    }
-
     pub fn model_name(&self) -> &str {
         &self.model_name
     }
