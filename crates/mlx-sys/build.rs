@@ -70,11 +70,8 @@ fn cargo_home() -> Option<PathBuf> {
 fn registry_entries(kind: &str, name: &str) -> Vec<PathBuf> {
     let Some(home) = cargo_home() else { return vec![] };
     let Ok(dirs) = fs::read_dir(home.join("registry").join(kind)) else { return vec![] };
-    let mut found: Vec<PathBuf> = dirs
-        .flatten()
-        .map(|e| e.path().join(name))
-        .filter(|p| p.exists())
-        .collect();
+    let mut found: Vec<PathBuf> =
+        dirs.flatten().map(|e| e.path().join(name)).filter(|p| p.exists()).collect();
     found.sort();
     found
 }
@@ -402,7 +399,14 @@ fn generate_bindings(mlx_c: &Path, prelude: &Path) {
 }
 
 fn main() {
-    for v in ["MLX_C_SRC", "MLX_DIR", "MLX_PYTHON", "CARGO_HOME", "MLX_SYS_NO_AUTO_FETCH", "MLX_SYS_OPENBLAS"] {
+    for v in [
+        "MLX_C_SRC",
+        "MLX_DIR",
+        "MLX_PYTHON",
+        "CARGO_HOME",
+        "MLX_SYS_NO_AUTO_FETCH",
+        "MLX_SYS_OPENBLAS",
+    ] {
         println!("cargo:rerun-if-env-changed={v}");
     }
     println!("cargo:rerun-if-changed=build.rs");

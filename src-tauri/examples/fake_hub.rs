@@ -17,7 +17,11 @@ fn main() {
     for entry in std::fs::read_dir(&model).expect("the tiny model's folder").flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
         let content = std::fs::read(entry.path()).expect("a file of the tiny model");
-        files.push(if name.ends_with(".safetensors") { FakeFile::lfs(&name, content) } else { FakeFile::new(&name, content) });
+        files.push(if name.ends_with(".safetensors") {
+            FakeFile::lfs(&name, content)
+        } else {
+            FakeFile::new(&name, content)
+        });
     }
     let mut tiny = FakeRepo::new(files);
     tiny.info = json!({"downloads": 900, "likes": 12, "tags": ["mlx", "license:mit"], "config": {"model_type": "llama"}});
@@ -27,7 +31,8 @@ fn main() {
     ]);
     mamba.info = json!({"downloads": 100, "tags": ["mlx"], "config": {"model_type": "mamba"}});
 
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
     let hub = runtime.block_on(FakeHub::start());
     hub.add_repo("test-org/tiny-llama", tiny);
     hub.add_repo("someone/mamba-130m", mamba);

@@ -15,11 +15,15 @@ const KEY: &str = "added_models";
 /// The paths added so far (an unreadable record is logged and read as none:
 /// the gallery still shows everything else).
 pub async fn paths(state: &AppState) -> Vec<PathBuf> {
-    state.store.get_setting::<Vec<PathBuf>>(KEY).await.unwrap_or_else(|e| {
-        tracing::warn!(%e, "the list of added models cannot be read");
-        None
-    })
-    .unwrap_or_default()
+    state
+        .store
+        .get_setting::<Vec<PathBuf>>(KEY)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(%e, "the list of added models cannot be read");
+            None
+        })
+        .unwrap_or_default()
 }
 
 /// Checks `path` and adds it to the list; returns the model's gallery id
@@ -60,14 +64,18 @@ pub async fn remove(state: &AppState, id: &str) -> AppResult<()> {
 /// Blocking file I/O.
 pub fn check(path: &Path) -> AppResult<PathBuf> {
     let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| AppError::new("MODEL_NOT_FOUND", format!("{shown}: {e}")))?;
-    let path = std::fs::canonicalize(path).map_err(|e| AppError::new("MODEL_NOT_FOUND", format!("{shown}: {e}")))?;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| AppError::new("MODEL_NOT_FOUND", format!("{shown}: {e}")))?;
+    let path = std::fs::canonicalize(path)
+        .map_err(|e| AppError::new("MODEL_NOT_FOUND", format!("{shown}: {e}")))?;
     let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
     if meta.is_file() {
         if !is_gguf(&path) {
             return Err(AppError::new(
                 "NOT_A_MODEL",
-                format!("{name} is not a model: add a model folder (with config.json) or a .gguf file."),
+                format!(
+                    "{name} is not a model: add a model folder (with config.json) or a .gguf file."
+                ),
             ));
         }
     } else {
@@ -92,7 +100,8 @@ pub fn check(path: &Path) -> AppResult<PathBuf> {
         }
     }
     // the engine's family registry says whether it runs this architecture
-    let info = engine::model::describe(&path).map_err(|e| AppError::new("NOT_A_MODEL", format!("{name}: {e}")))?;
+    let info = engine::model::describe(&path)
+        .map_err(|e| AppError::new("NOT_A_MODEL", format!("{name}: {e}")))?;
     if let Some(why) = info.unsupported_reason {
         return Err(AppError::new("UNSUPPORTED_MODEL", format!("{name}: {why}")));
     }
@@ -133,7 +142,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = check(dir.path()).unwrap_err();
         assert_eq!(err.code, "NOT_A_MODEL");
-        assert!(err.message.contains("it has no config.json, weights (*.safetensors) and tokenizer.json"), "{err}");
+        assert!(
+            err.message
+                .contains("it has no config.json, weights (*.safetensors) and tokenizer.json"),
+            "{err}"
+        );
         std::fs::write(dir.path().join("config.json"), "{}").unwrap();
         std::fs::write(dir.path().join("model.safetensors"), "").unwrap();
         let err = check(dir.path()).unwrap_err();

@@ -12,7 +12,8 @@ const EXTENSIONS: &[(&str, &str)] =
 
 pub fn respond(attachments_dir: &Path, uri_path: &str) -> Response<Vec<u8>> {
     let name = uri_path.trim_start_matches('/');
-    let valid = name.len() == 64 && name.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let valid =
+        name.len() == 64 && name.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     if valid {
         for (ext, mime) in EXTENSIONS {
             if let Ok(bytes) = std::fs::read(attachments_dir.join(format!("{name}.{ext}"))) {

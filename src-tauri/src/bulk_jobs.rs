@@ -11,8 +11,10 @@ use std::sync::{Arc, Mutex};
 use bulk::export::{self, Columns, ExportFormat};
 use bulk::{AnswerFormat, CancelToken, ImageSource, Item, JobSpec, RunConfig};
 use serde::{Deserialize, Serialize};
+use store::{
+    BulkJob, BulkJobId, BulkJobStatus, BulkRowResult, BulkRowStatus, NewBulkImage, NewBulkJob,
+};
 use ts_rs::TS;
-use store::{BulkJob, BulkJobId, BulkJobStatus, BulkRowResult, BulkRowStatus, NewBulkImage, NewBulkJob};
 
 use crate::error::{AppError, AppResult};
 use crate::state::AppState;
@@ -91,11 +93,17 @@ pub async fn create_job(
     }
     let files = collected.images;
     if files.is_empty() {
-        return Err(AppError::new("NO_IMAGES", "No images there: drop image files or a folder that holds some."));
+        return Err(AppError::new(
+            "NO_IMAGES",
+            "No images there: drop image files or a folder that holds some.",
+        ));
     }
     let mut images = Vec::with_capacity(files.len());
     for file in files {
-        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| file.display().to_string());
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| file.display().to_string());
         // a HEIC photo is converted where the system can, as in a chat
         let image = match crate::heic::import_image(&state.store, &file).await {
             Ok(a) => Ok(a.sha256),
@@ -103,8 +111,17 @@ pub async fn create_job(
         };
         images.push(NewBulkImage { name, image });
     }
-    let answer_format = format.map(|f| serde_json::to_value(f).expect("an answer format serializes"));
-    Ok(state.store.create_bulk_job(&NewBulkJob { prompt: prompt.to_string(), answer_format, max_tokens, images }).await?)
+    let answer_format =
+        format.map(|f| serde_json::to_value(f).expect("an answer format serializes"));
+    Ok(state
+        .store
+        .create_bulk_job(&NewBulkJob {
+            prompt: prompt.to_string(),
+            answer_format,
+            max_tokens,
+            images,
+        })
+        .await?)
 }
 
 fn stored_format(job: &BulkJob) -> AppResult<Option<AnswerFormat>> {
@@ -150,11 +167,24 @@ fn from_store(name: &str, r: &BulkRowResult) -> bulk::Row {
 
 /// Starts a run of the job on the loaded model in the background; its rows
 /// go to `sink` (and the store) as they finish. Returns the job, running.
-pub async fn start_run(state: Arc<AppState>, runs: Arc<BulkRuns>, id: BulkJobId, pass: RunPass, sink: BulkSink) -> AppResult<BulkJob> {
+pub async fn start_run(
+    state: Arc<AppState>,
+    runs: Arc<BulkRuns>,
+    id: BulkJobId,
+    pass: RunPass,
+    sink: BulkSink,
+) -> AppResult<BulkJob> {
     let engine = state.engine()?;
     if !engine.model_info().capabilities.vision {
-        let name = state.status().model.map(|m| m.name).unwrap_or_else(|| engine.model_info().name.clone());
-        return Err(AppError::new("MODEL_CANNOT_SEE_IMAGES", format!("{name} cannot see images. Load a model that sees images in Models.")));
+        let name = state
+            .status()
+            .model
+            .map(|m| m.name)
+            .unwrap_or_else(|| engine.model_info().name.clone());
+        return Err(AppError::new(
+            "MODEL_CANNOT_SEE_IMAGES",
+            format!("{name} cannot see images. Load a model that sees images in Models."),
+        ));
     }
     let job = state.store.get_bulk_job(id).await?;
     let format = stored_format(&job)?;
@@ -173,7 +203,11 @@ pub async fn start_run(state: Arc<AppState>, runs: Arc<BulkRuns>, id: BulkJobId,
         };
         state.store.reset_bulk_rows(id, &again).await?;
         let rows = state.store.bulk_rows(id).await?;
-        let model = state.status().model.map(|m| m.name).unwrap_or_else(|| engine.model_info().name.clone());
+        let model = state
+            .status()
+            .model
+            .map(|m| m.name)
+            .unwrap_or_else(|| engine.model_info().name.clone());
         let job = state.store.set_bulk_job_status(id, BulkJobStatus::Running, Some(&model)).await?;
         AppResult::Ok((rows, job))
     }
@@ -190,12 +224,18 @@ pub async fn start_run(state: Arc<AppState>, runs: Arc<BulkRuns>, id: BulkJobId,
         .filter(|r| r.result.status == BulkRowStatus::Pending)
         .filter_map(|r| {
             let image = r.image.as_ref()?;
-            Some(Item { index: r.position as usize, name: r.name.clone(), source: ImageSource::Path(image.path.clone()) })
+            Some(Item {
+                index: r.position as usize,
+                name: r.name.clone(),
+                source: ImageSource::Path(image.path.clone()),
+            })
         })
         .collect();
-    let spec = JobSpec { format, max_tokens: job.max_tokens as usize, ..JobSpec::new(job.prompt.clone()) };
+    let spec =
+        JobSpec { format, max_tokens: job.max_tokens as usize, ..JobSpec::new(job.prompt.clone()) };
     // the running engine's batch size (a changed setting applies at the next restart)
-    let max_running = state.status().knobs.map(|k| k.max_running).unwrap_or_else(|| state.settings().max_running);
+    let max_running =
+        state.status().knobs.map(|k| k.max_running).unwrap_or_else(|| state.settings().max_running);
     let config = RunConfig::for_batch(max_running);
     let (mut done, mut failed) = (job.done as usize, job.failed as usize);
 
@@ -220,7 +260,13 @@ pub async fn start_run(state: Arc<AppState>, runs: Arc<BulkRuns>, id: BulkJobId,
                     BulkRowStatus::Failed => failed += 1,
                     _ => {}
                 }
-                saver_sink(BulkEvent::Row { position: update.index as u32, row: result, done, failed, eta_seconds: eta });
+                saver_sink(BulkEvent::Row {
+                    position: update.index as u32,
+                    row: result,
+                    done,
+                    failed,
+                    eta_seconds: eta,
+                });
             }
         });
         bulk::run(&engine, &spec, items, config, &cancel, |update, progress| {
@@ -232,7 +278,11 @@ pub async fn start_run(state: Arc<AppState>, runs: Arc<BulkRuns>, id: BulkJobId,
         drop(engine);
         let status = match state.store.bulk_rows(id).await {
             _ if cancel.is_cancelled() => BulkJobStatus::Cancelled,
-            Ok(rows) if rows.iter().any(|r| matches!(r.result.status, BulkRowStatus::Pending | BulkRowStatus::Cancelled)) => {
+            Ok(rows)
+                if rows.iter().any(|r| {
+                    matches!(r.result.status, BulkRowStatus::Pending | BulkRowStatus::Cancelled)
+                }) =>
+            {
                 BulkJobStatus::Interrupted
             }
             _ => BulkJobStatus::Finished,
@@ -248,12 +298,20 @@ pub async fn start_run(state: Arc<AppState>, runs: Arc<BulkRuns>, id: BulkJobId,
 
 /// Writes the job's table to the app's exports folder (CSV or JSON Lines)
 /// and returns the file's path.
-pub async fn export_job(state: &AppState, id: BulkJobId, format: ExportFormat) -> AppResult<PathBuf> {
+pub async fn export_job(
+    state: &AppState,
+    id: BulkJobId,
+    format: ExportFormat,
+) -> AppResult<PathBuf> {
     let job = state.store.get_bulk_job(id).await?;
     let columns = Columns::for_format(stored_format(&job)?.as_ref());
-    let rows: Vec<bulk::Row> = state.store.bulk_rows(id).await?.iter().map(|r| from_store(&r.name, &r.result)).collect();
+    let rows: Vec<bulk::Row> =
+        state.store.bulk_rows(id).await?.iter().map(|r| from_store(&r.name, &r.result)).collect();
     let dir = state.paths.data_dir.join("exports");
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let path = dir.join(format!("bulk-{id}-{stamp}.{}", format.extension()));
     let written = path.clone();
     tokio::task::spawn_blocking(move || {

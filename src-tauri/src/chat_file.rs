@@ -11,10 +11,11 @@
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 use store::{
-    Chat, ChatId, ImportedChat, ImportedMessage, Message, MessageStats, MessageStatus, Role, Store, Timestamp,
+    Chat, ChatId, ImportedChat, ImportedMessage, Message, MessageStats, MessageStatus, Role, Store,
+    Timestamp,
 };
+use ts_rs::TS;
 
 use crate::answer_format::AnswerFormat;
 use crate::chat_settings::ChatSettings;
@@ -107,7 +108,12 @@ pub async fn export_chat(store: &Store, chat: ChatId, exports: &Path) -> AppResu
 
 /// Writes `chat` into a new folder `name` in `parent` (where the user's
 /// save dialog said), never over anything there: `name-2`… when taken.
-pub async fn export_chat_as(store: &Store, chat: ChatId, parent: &Path, name: &str) -> AppResult<ExportedChat> {
+pub async fn export_chat_as(
+    store: &Store,
+    chat: ChatId,
+    parent: &Path,
+    name: &str,
+) -> AppResult<ExportedChat> {
     let record = store.get_chat(chat).await?;
     let all = store.list_all_messages(chat).await?;
     let shown = store.list_messages(chat).await?;
@@ -115,7 +121,8 @@ pub async fn export_chat_as(store: &Store, chat: ChatId, parent: &Path, name: &s
     let images = folder.join("images");
     tokio::fs::create_dir_all(&images).await.map_err(|e| io_error(&images, e))?;
     for a in all.iter().flat_map(|m| &m.attachments) {
-        let name = a.path.file_name().map(PathBuf::from).unwrap_or_else(|| PathBuf::from(&a.sha256));
+        let name =
+            a.path.file_name().map(PathBuf::from).unwrap_or_else(|| PathBuf::from(&a.sha256));
         let to = images.join(name);
         if !to.exists() {
             tokio::fs::copy(&a.path, &to).await.map_err(|e| io_error(&a.path, e))?;
@@ -126,12 +133,18 @@ pub async fn export_chat_as(store: &Store, chat: ChatId, parent: &Path, name: &s
     let text = serde_json::to_string_pretty(&file).expect("a chat file serializes");
     tokio::fs::write(&json, text).await.map_err(|e| io_error(&json, e))?;
     let markdown = folder.join("chat.md");
-    tokio::fs::write(&markdown, to_markdown(&record, &shown)).await.map_err(|e| io_error(&markdown, e))?;
+    tokio::fs::write(&markdown, to_markdown(&record, &shown))
+        .await
+        .map_err(|e| io_error(&markdown, e))?;
     Ok(ExportedChat { folder, json, markdown })
 }
 
 fn image_file(m: &store::Attachment) -> String {
-    let name = m.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| m.sha256.clone());
+    let name = m
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| m.sha256.clone());
     format!("images/{name}")
 }
 
@@ -160,7 +173,11 @@ pub fn to_file(chat: &Chat, messages: &[Message], shown: Option<i64>) -> ChatFil
                 error_code: m.error_code.clone(),
                 created_at: m.created_at,
                 updated_at: m.updated_at,
-                images: m.attachments.iter().map(|a| FileImage { sha256: a.sha256.clone(), file: image_file(a) }).collect(),
+                images: m
+                    .attachments
+                    .iter()
+                    .map(|a| FileImage { sha256: a.sha256.clone(), file: image_file(a) })
+                    .collect(),
             })
             .collect(),
     }
@@ -192,7 +209,8 @@ pub fn to_markdown(chat: &Chat, shown: &[Message]) -> String {
             out.push('\n');
         }
         match m.status {
-            MessageStatus::Error => out.push_str(&format!("\n*The reply failed: {}*\n", m.error.as_deref().unwrap_or(""))),
+            MessageStatus::Error => out
+                .push_str(&format!("\n*The reply failed: {}*\n", m.error.as_deref().unwrap_or(""))),
             MessageStatus::Interrupted => out.push_str("\n*Stopped before the end.*\n"),
             _ => {}
         }
@@ -246,12 +264,15 @@ const MAX_IMPORT_IMAGE_BYTES: u64 = 1 << 30;
 /// followed), at most [`MAX_FILE_BYTES`], of this format and version.
 async fn read_chat_file(path: &Path) -> AppResult<ChatFile> {
     let owned = path.to_path_buf();
-    let bytes = tokio::task::spawn_blocking(move || crate::regular_file::read(&owned, MAX_FILE_BYTES, Links::Follow))
-        .await
-        .map_err(|e| AppError::new("IO_ERROR", e.to_string()))?
-        .map_err(|why| invalid(format!("{} cannot be imported: {why}", path.display())))?;
-    let file: ChatFile = serde_json::from_slice(&bytes)
-        .map_err(|e| invalid(format!("{} is not a chat file this app can read: {e}", path.display())))?;
+    let bytes = tokio::task::spawn_blocking(move || {
+        crate::regular_file::read(&owned, MAX_FILE_BYTES, Links::Follow)
+    })
+    .await
+    .map_err(|e| AppError::new("IO_ERROR", e.to_string()))?
+    .map_err(|why| invalid(format!("{} cannot be imported: {why}", path.display())))?;
+    let file: ChatFile = serde_json::from_slice(&bytes).map_err(|e| {
+        invalid(format!("{} is not a chat file this app can read: {e}", path.display()))
+    })?;
     if file.format != FORMAT || file.version != VERSION {
         return Err(invalid(format!(
             "{} is a {:?} file of version {}; this app reads {FORMAT:?} version {VERSION}",
@@ -268,23 +289,30 @@ async fn read_chat_file(path: &Path) -> AppResult<ChatFile> {
 /// later), and its message tree as the store will need it (each id once,
 /// parents first, the shown message among them).
 fn check_contents(file: &ChatFile) -> Result<(), String> {
-    let settings = ChatSettings::from_stored(file.settings.as_ref()).map_err(|e| format!("its settings: {}", e.message))?;
+    let settings = ChatSettings::from_stored(file.settings.as_ref())
+        .map_err(|e| format!("its settings: {}", e.message))?;
     settings.validate().map_err(|e| format!("its settings: {}", e.message))?;
     if let Some(format) = file.answer_format.as_ref().filter(|f| !f.is_null()) {
-        let format = AnswerFormat::from_stored(format).map_err(|e| format!("its answer format: {e}"))?;
+        let format =
+            AnswerFormat::from_stored(format).map_err(|e| format!("its answer format: {e}"))?;
         format.validate().map_err(|e| format!("its answer format: {e}"))?;
     }
     let mut seen = std::collections::HashSet::new();
     for m in &file.messages {
         if let Some(parent) = m.parent_id.filter(|p| !seen.contains(p)) {
-            return Err(format!("message {} comes before its parent {parent}, or its parent is missing", m.id));
+            return Err(format!(
+                "message {} comes before its parent {parent}, or its parent is missing",
+                m.id
+            ));
         }
         if !seen.insert(m.id) {
             return Err(format!("message {} appears twice", m.id));
         }
     }
     match file.shown {
-        Some(shown) if !seen.contains(&shown) => Err(format!("the shown message {shown} is not in the chat")),
+        Some(shown) if !seen.contains(&shown) => {
+            Err(format!("the shown message {shown} is not in the chat"))
+        }
         _ => Ok(()),
     }
 }
@@ -313,7 +341,10 @@ async fn check_images(folder: &Path, file: &ChatFile) -> AppResult<Vec<CheckedIm
             )));
         }
         if sha256 != image.sha256 {
-            return Err(invalid(format!("image {} is not the image the chat names (its content changed)", image.file)));
+            return Err(invalid(format!(
+                "image {} is not the image the chat names (its content changed)",
+                image.file
+            )));
         }
         checked.push(CheckedImage { path, sha256 });
     }
@@ -323,14 +354,19 @@ async fn check_images(folder: &Path, file: &ChatFile) -> AppResult<Vec<CheckedIm
 /// Where an image named in the file is: a relative path of plain names,
 /// inside the folder once every link on the way is resolved.
 fn image_path(folder: &Path, image: &FileImage) -> AppResult<PathBuf> {
-    let outside = || invalid(format!("image {:?} is not a file inside the chat's folder", image.file));
+    let outside =
+        || invalid(format!("image {:?} is not a file inside the chat's folder", image.file));
     let relative = Path::new(&image.file);
-    if relative.as_os_str().is_empty() || relative.components().any(|c| !matches!(c, Component::Normal(_))) {
+    if relative.as_os_str().is_empty()
+        || relative.components().any(|c| !matches!(c, Component::Normal(_)))
+    {
         return Err(outside());
     }
     let path = folder.join(relative);
     // the folders on the way may be links: where they lead must still be inside
-    let (Ok(root), Some(Ok(parent))) = (folder.canonicalize(), path.parent().map(Path::canonicalize)) else {
+    let (Ok(root), Some(Ok(parent))) =
+        (folder.canonicalize(), path.parent().map(Path::canonicalize))
+    else {
         return Err(invalid(format!("image {}: its folder cannot be found", image.file)));
     };
     if !parent.starts_with(&root) {
@@ -364,7 +400,10 @@ async fn store_image(store: &Store, image: &CheckedImage) -> AppResult<()> {
     .map_err(|why| invalid(format!("image {}: {why}", image.path.display())))?;
     let stored = store.add_attachment(&bytes).await?;
     if stored.sha256 != image.sha256 {
-        return Err(invalid(format!("image {} changed while the chat was imported", image.path.display())));
+        return Err(invalid(format!(
+            "image {} changed while the chat was imported",
+            image.path.display()
+        )));
     }
     Ok(())
 }
@@ -405,14 +444,24 @@ fn to_imported(file: ChatFile) -> ImportedChat {
 fn slug(title: &str) -> String {
     let s: String = title
         .chars()
-        .flat_map(|c| if c.is_alphanumeric() { c.to_lowercase().collect::<Vec<_>>() } else { vec!['-'] })
+        .flat_map(|c| {
+            if c.is_alphanumeric() {
+                c.to_lowercase().collect::<Vec<_>>()
+            } else {
+                vec!['-']
+            }
+        })
         .collect::<String>()
         .split('-')
         .filter(|p| !p.is_empty())
         .take(8)
         .collect::<Vec<_>>()
         .join("-");
-    if s.is_empty() { "chat".into() } else { s.chars().take(60).collect() }
+    if s.is_empty() {
+        "chat".into()
+    } else {
+        s.chars().take(60).collect()
+    }
 }
 
 /// `base` under `dir`, or `base-2`, `base-3`… if taken.

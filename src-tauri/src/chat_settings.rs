@@ -65,9 +65,14 @@ impl ChatSettings {
 
     /// Refuses values no reply could run with, as the app's settings do.
     pub fn validate(&self) -> AppResult<()> {
-        self.over(&Settings::default()).validate().map_err(|m| AppError::new("INVALID_SETTINGS", m))?;
+        self.over(&Settings::default())
+            .validate()
+            .map_err(|m| AppError::new("INVALID_SETTINGS", m))?;
         if self.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
-            return Err(AppError::new("INVALID_SETTINGS", "a chat's model cannot be an empty name"));
+            return Err(AppError::new(
+                "INVALID_SETTINGS",
+                "a chat's model cannot be an empty name",
+            ));
         }
         Ok(())
     }
@@ -77,13 +82,15 @@ impl ChatSettings {
     pub fn from_stored(stored: Option<&serde_json::Value>) -> AppResult<ChatSettings> {
         match stored {
             None | Some(serde_json::Value::Null) => Ok(ChatSettings::default()),
-            Some(v) => serde_json::from_value(v.clone())
-                .map_err(|e| AppError::new("INVALID_SETTINGS", format!("this chat's settings do not read: {e}"))),
+            Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
+                AppError::new("INVALID_SETTINGS", format!("this chat's settings do not read: {e}"))
+            }),
         }
     }
 
     pub fn to_stored(&self) -> Option<serde_json::Value> {
-        (self != &ChatSettings::default()).then(|| serde_json::to_value(self).expect("chat settings serialize"))
+        (self != &ChatSettings::default())
+            .then(|| serde_json::to_value(self).expect("chat settings serialize"))
     }
 }
 
@@ -93,10 +100,19 @@ mod tests {
 
     #[test]
     fn unset_fields_follow_the_app_and_set_ones_win() {
-        let global = Settings { temperature: 0.7, system_prompt: "Be brief.".into(), thinking: true, ..Default::default() };
-        let chat = ChatSettings { temperature: Some(0.1), thinking: Some(false), ..Default::default() };
+        let global = Settings {
+            temperature: 0.7,
+            system_prompt: "Be brief.".into(),
+            thinking: true,
+            ..Default::default()
+        };
+        let chat =
+            ChatSettings { temperature: Some(0.1), thinking: Some(false), ..Default::default() };
         let s = chat.over(&global);
-        assert_eq!((s.temperature, s.thinking, s.system_prompt.as_str()), (0.1, false, "Be brief."));
+        assert_eq!(
+            (s.temperature, s.thinking, s.system_prompt.as_str()),
+            (0.1, false, "Be brief.")
+        );
         assert_eq!(s.top_p, global.top_p);
         // an empty system prompt is a choice: none
         let none = ChatSettings { system_prompt: Some(String::new()), ..Default::default() };
@@ -109,7 +125,8 @@ mod tests {
         assert!(ChatSettings { top_p: Some(0.0), ..Default::default() }.validate().is_err());
         assert!(ChatSettings { model: Some(" ".into()), ..Default::default() }.validate().is_err());
         ChatSettings { temperature: Some(0.0), ..Default::default() }.validate().unwrap();
-        let err = ChatSettings::from_stored(Some(&serde_json::json!({"temprature": 1}))).unwrap_err();
+        let err =
+            ChatSettings::from_stored(Some(&serde_json::json!({"temprature": 1}))).unwrap_err();
         assert_eq!(err.code, "INVALID_SETTINGS");
         assert_eq!(ChatSettings::from_stored(None).unwrap(), ChatSettings::default());
         assert_eq!(ChatSettings::default().to_stored(), None);

@@ -115,7 +115,9 @@ impl ClusterSettings {
             return Ok(());
         }
         if self.join_timeout_secs == 0 || self.join_timeout_secs > MAX_JOIN_TIMEOUT_SECS {
-            return Err(format!("the join timeout must be between 1 and {MAX_JOIN_TIMEOUT_SECS} seconds"));
+            return Err(format!(
+                "the join timeout must be between 1 and {MAX_JOIN_TIMEOUT_SECS} seconds"
+            ));
         }
         self.hostfile_contents().map(|_| ()).map_err(|e| e.message)
     }
@@ -128,7 +130,10 @@ impl ClusterSettings {
         let hostfile = if !path.is_empty() {
             let path = PathBuf::from(path);
             if !path.is_absolute() || !path.is_file() {
-                return Err(bad(format!("the hostfile {} is not a file (give its full path)", path.display())));
+                return Err(bad(format!(
+                    "the hostfile {} is not a file (give its full path)",
+                    path.display()
+                )));
             }
             let hostfile = Hostfile::read(&path).map_err(|e| bad(e.to_string()))?;
             (hostfile, Some(path))
@@ -146,7 +151,9 @@ impl ClusterSettings {
             (Hostfile { ranks }, None)
         };
         if hostfile.0.size() < 2 {
-            return Err(bad("a split model needs at least 2 ranks: this Mac (rank 0) and one more".into()));
+            return Err(bad(
+                "a split model needs at least 2 ranks: this Mac (rank 0) and one more".into(),
+            ));
         }
         Ok(hostfile)
     }
@@ -158,8 +165,9 @@ impl ClusterSettings {
         let path = match path {
             Some(p) => p,
             None => {
-                std::fs::create_dir_all(&paths.data_dir)
-                    .map_err(|e| AppError::new("IO_ERROR", format!("{}: {e}", paths.data_dir.display())))?;
+                std::fs::create_dir_all(&paths.data_dir).map_err(|e| {
+                    AppError::new("IO_ERROR", format!("{}: {e}", paths.data_dir.display()))
+                })?;
                 let p = paths.data_dir.join(HOSTFILE_NAME);
                 hostfile.write(&p)?;
                 p
@@ -282,7 +290,8 @@ pub fn status_of(settings: &ClusterSettings, run: Option<&ClusterRun>) -> Cluste
         Some(run) => {
             let wanted = settings.hostfile_contents().ok().map(|(h, _)| h);
             let other_ring = settings.enabled && wanted.as_ref() != Some(&run.hostfile);
-            let spent = matches!(run.state, ClusterState::Failed | ClusterState::Lost | ClusterState::Left);
+            let spent =
+                matches!(run.state, ClusterState::Failed | ClusterState::Lost | ClusterState::Left);
             let mut ranks = lines(&run.hostfile, run.state, run.split);
             for m in &run.memory {
                 if let Some(line) = ranks.get_mut(m.rank) {
@@ -329,7 +338,11 @@ pub fn status_of(settings: &ClusterSettings, run: Option<&ClusterRun>) -> Cluste
 
 /// Before a split load: refuses a second ring in this run, points MLX at
 /// the hostfile as rank 0 and records the ring as waiting.
-pub fn begin(state: &AppState, settings: &ClusterSettings, model_id: &str) -> AppResult<GroupConfig> {
+pub fn begin(
+    state: &AppState,
+    settings: &ClusterSettings,
+    model_id: &str,
+) -> AppResult<GroupConfig> {
     let mut run = state.cluster.lock().unwrap();
     if let Some(run) = run.as_ref() {
         return Err(AppError::new(
@@ -392,7 +405,12 @@ pub fn left(state: &AppState) {
 
 /// Whether the engine loaded now is the split one.
 pub fn split_model_loaded(state: &AppState) -> bool {
-    state.cluster.lock().unwrap().as_ref().is_some_and(|r| matches!(r.state, ClusterState::Joined | ClusterState::Lost))
+    state
+        .cluster
+        .lock()
+        .unwrap()
+        .as_ref()
+        .is_some_and(|r| matches!(r.state, ClusterState::Joined | ClusterState::Lost))
 }
 
 /// A failure the engine reported: a DISTRIBUTED_ERROR while joined means a
@@ -456,7 +474,11 @@ mod tests {
     use super::*;
 
     fn on(hosts: &[&str]) -> ClusterSettings {
-        ClusterSettings { enabled: true, hosts: hosts.iter().map(|h| h.to_string()).collect(), ..Default::default() }
+        ClusterSettings {
+            enabled: true,
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -481,18 +503,33 @@ mod tests {
         assert_eq!(json["split"], "pipeline");
         assert_eq!(serde_json::from_value::<ClusterSettings>(json).unwrap(), piped);
         let group = piped.group_config();
-        assert_eq!((group.split, group.connect_timeout), (Split::Pipeline, Duration::from_secs(30)));
-        assert_eq!(ClusterSettings { split: ClusterSplit::Tensor, ..piped }.group_config().split, Split::Tensor);
+        assert_eq!(
+            (group.split, group.connect_timeout),
+            (Split::Pipeline, Duration::from_secs(30))
+        );
+        assert_eq!(
+            ClusterSettings { split: ClusterSplit::Tensor, ..piped }.group_config().split,
+            Split::Tensor
+        );
         assert!(serde_json::from_str::<ClusterSettings>(r#"{"split":"sideways"}"#).is_err());
     }
 
     #[test]
     fn the_other_macs_are_told_the_same_split() {
-        let status = status_of(&ClusterSettings { split: ClusterSplit::Pipeline, ..on(&["10.0.0.1:5000", "10.0.0.2:5000", "10.0.0.3:5000"]) }, None);
+        let status = status_of(
+            &ClusterSettings {
+                split: ClusterSplit::Pipeline,
+                ..on(&["10.0.0.1:5000", "10.0.0.2:5000", "10.0.0.3:5000"])
+            },
+            None,
+        );
         assert_eq!(status.split, ClusterSplit::Pipeline);
         assert_eq!(status.ranks[0].command, None, "rank 0 is this Mac");
         let command = status.ranks[2].command.as_deref().unwrap();
-        assert!(command.ends_with("--distributed hostfile.json --rank 2 --split pipeline"), "{command}");
+        assert!(
+            command.ends_with("--distributed hostfile.json --rank 2 --split pipeline"),
+            "{command}"
+        );
         assert!(follower_command(1, ClusterSplit::Auto).ends_with("--rank 1 --split auto"));
     }
 
@@ -505,7 +542,9 @@ mod tests {
         assert!(on(&["10.0.0.1:5000"]).validate().unwrap_err().contains("at least 2 ranks"));
         let err = on(&["10.0.0.1:5000", "mac-studio.local:5000"]).validate().unwrap_err();
         assert!(err.contains("rank 1") && err.contains("not ip:port"), "{err}");
-        let err = ClusterSettings { join_timeout_secs: 0, ..on(&["10.0.0.1:1", "10.0.0.2:1"]) }.validate().unwrap_err();
+        let err = ClusterSettings { join_timeout_secs: 0, ..on(&["10.0.0.1:1", "10.0.0.2:1"]) }
+            .validate()
+            .unwrap_err();
         assert!(err.contains("join timeout"), "{err}");
     }
 
@@ -513,20 +552,23 @@ mod tests {
     fn a_hostfile_is_read_as_mlx_reads_it_and_wins_over_hosts() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("hosts.json");
-        std::fs::write(&file, r#"[["10.0.0.1:5000"], ["10.0.0.2:5000"], ["10.0.0.3:5000"]]"#).unwrap();
+        std::fs::write(&file, r#"[["10.0.0.1:5000"], ["10.0.0.2:5000"], ["10.0.0.3:5000"]]"#)
+            .unwrap();
         let s = ClusterSettings { hostfile: file.display().to_string(), ..on(&["1.2.3.4:1"]) };
         let (h, path) = s.hostfile_contents().unwrap();
         assert_eq!((h.size(), path.as_deref()), (3, Some(file.as_path())));
         std::fs::write(&file, "[]").unwrap();
         assert!(s.validate().unwrap_err().contains("no ranks"));
-        let missing = ClusterSettings { hostfile: dir.path().join("nope.json").display().to_string(), ..s };
+        let missing =
+            ClusterSettings { hostfile: dir.path().join("nope.json").display().to_string(), ..s };
         assert!(missing.validate().unwrap_err().contains("is not a file"));
     }
 
     #[test]
     fn the_hosts_are_written_to_the_data_folder() {
         let dir = tempfile::tempdir().unwrap();
-        let paths = Paths { data_dir: dir.path().join("data"), models_dir: dir.path().join("models") };
+        let paths =
+            Paths { data_dir: dir.path().join("data"), models_dir: dir.path().join("models") };
         let (path, h) = on(&["127.0.0.1:5000", "127.0.0.1:5001"]).hostfile_path(&paths).unwrap();
         assert_eq!(path, paths.data_dir.join(HOSTFILE_NAME));
         assert_eq!(Hostfile::read(&path).unwrap(), h);
@@ -541,7 +583,11 @@ mod tests {
         assert!(before.ranks[0].this_mac && !before.ranks[1].this_mac);
         assert_eq!(before.ranks[1].addresses, vec!["10.0.0.2:5000"]);
         assert!(!before.restart_needed);
-        assert!(status_of(&on(&["10.0.0.1:5000"]), None).error.unwrap().message.contains("at least 2"));
+        assert!(status_of(&on(&["10.0.0.1:5000"]), None)
+            .error
+            .unwrap()
+            .message
+            .contains("at least 2"));
 
         let mut run = ClusterRun {
             hostfile_path: "/tmp/h.json".into(),
@@ -561,14 +607,29 @@ mod tests {
         assert_eq!(joined.split, ClusterSplit::Tensor);
         assert!(joined.ranks[1].command.as_deref().unwrap().ends_with("--split tensor"));
         // this Mac's share on its line; memory unknown until gathered
-        assert_eq!(joined.ranks[0].share.as_deref(), Some("layers 0..4 of 8, pipeline rank 0 of 2"));
+        assert_eq!(
+            joined.ranks[0].share.as_deref(),
+            Some("layers 0..4 of 8, pipeline rank 0 of 2")
+        );
         assert_eq!(joined.ranks[1].share, None);
         assert!(joined.ranks.iter().all(|r| r.weights_bytes.is_none() && r.kv_bytes.is_none()));
-        let m = |rank, weights_bytes, kv_bytes| RankMemory { rank, weights_bytes, kv_bytes, active_bytes: 0, peak_bytes: 0 };
+        let m = |rank, weights_bytes, kv_bytes| RankMemory {
+            rank,
+            weights_bytes,
+            kv_bytes,
+            active_bytes: 0,
+            peak_bytes: 0,
+        };
         run.memory = vec![m(0, 3_900_000_000, 0), m(1, 4_100_000_000, 120_000_000)];
         let gathered = status_of(&s, Some(&run));
-        assert_eq!((gathered.ranks[0].weights_bytes, gathered.ranks[0].kv_bytes), (Some(3_900_000_000), Some(0)));
-        assert_eq!((gathered.ranks[1].weights_bytes, gathered.ranks[1].kv_bytes), (Some(4_100_000_000), Some(120_000_000)));
+        assert_eq!(
+            (gathered.ranks[0].weights_bytes, gathered.ranks[0].kv_bytes),
+            (Some(3_900_000_000), Some(0))
+        );
+        assert_eq!(
+            (gathered.ranks[1].weights_bytes, gathered.ranks[1].kv_bytes),
+            (Some(4_100_000_000), Some(120_000_000))
+        );
         // another ring in the settings: MLX keeps the first one
         assert!(status_of(&on(&["10.0.0.1:5000", "10.0.0.3:5000"]), Some(&run)).restart_needed);
         run.state = ClusterState::Lost;

@@ -9,8 +9,8 @@
 //! word: a prompt it refuses as too long loses one more exchange and is sent
 //! again.
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 use store::{Message, Role};
+use ts_rs::TS;
 
 use crate::error::AppError;
 
@@ -33,14 +33,21 @@ pub const CONTEXT_LENGTH_EXCEEDED: &str = "CONTEXT_LENGTH_EXCEEDED";
 /// and how many were: whole exchanges go (what is kept starts with a
 /// message of the user, as chat templates expect), never the first
 /// exchange under `TruncateMiddle`, never the last question or what follows it.
-pub fn leave_out(messages: &[Message], policy: ContextPolicy, drop: usize) -> (Vec<Message>, usize) {
+pub fn leave_out(
+    messages: &[Message],
+    policy: ContextPolicy,
+    drop: usize,
+) -> (Vec<Message>, usize) {
     let question = messages.iter().rposition(|m| m.role == Role::User).unwrap_or(0);
     let start = match policy {
         ContextPolicy::Stop => return (messages.to_vec(), 0),
         ContextPolicy::RollingWindow => 0,
         // after the first user message and its answers
         ContextPolicy::TruncateMiddle => match messages.iter().position(|m| m.role == Role::User) {
-            Some(first) => messages[first + 1..].iter().position(|m| m.role == Role::User).map_or(messages.len(), |n| first + 1 + n),
+            Some(first) => messages[first + 1..]
+                .iter()
+                .position(|m| m.role == Role::User)
+                .map_or(messages.len(), |n| first + 1 + n),
             None => 0,
         },
     };
@@ -93,7 +100,11 @@ pub fn answer_room(max_tokens: usize, context: usize) -> usize {
 /// The context the running engine allows: the engine setting it was started
 /// with, within the model's own limit (0: the model's).
 pub fn context_limit(engine_setting: usize, model_limit: usize) -> usize {
-    if engine_setting == 0 { model_limit } else { engine_setting.min(model_limit) }
+    if engine_setting == 0 {
+        model_limit
+    } else {
+        engine_setting.min(model_limit)
+    }
 }
 
 impl From<&engine::batch::RequestError> for AppError {

@@ -7,8 +7,8 @@ use std::time::Duration;
 use engine::batch::{Event, FinishReason, RequestId, RequestStats};
 use engine::handle::{EngineHandle, RequestStream};
 use serde::Serialize;
-use ts_rs::TS;
 use store::{ChatId, Message, MessageStats, ReplyId, ReplyOutcome, Store};
+use ts_rs::TS;
 
 use crate::error::AppError;
 
@@ -60,7 +60,11 @@ impl Generation {
     /// Points the events at a new sink, after sending it the text so far.
     pub fn attach(&self, sink: Sink) {
         let (content, reasoning) = self.text.lock().unwrap().clone();
-        sink(StreamEvent::Started { chat_id: self.chat_id, reply_id: self.reply_id, model: self.model.clone() });
+        sink(StreamEvent::Started {
+            chat_id: self.chat_id,
+            reply_id: self.reply_id,
+            model: self.model.clone(),
+        });
         sink(StreamEvent::Snapshot { content, reasoning });
         *self.sink.lock().unwrap() = sink;
     }
@@ -164,7 +168,8 @@ pub async fn pump(
     let (content, reasoning) = text.lock().unwrap().clone();
     let mut stats = message_stats(reason, &stats);
     stats.left_out_messages = (left_out > 0).then_some(left_out as u64);
-    let message = match store.finish_reply(reply, &content, &reasoning, Some(&stats), outcome).await {
+    let message = match store.finish_reply(reply, &content, &reasoning, Some(&stats), outcome).await
+    {
         Ok(m) => m,
         Err(e) if reply_gone(&e) => return Ok(None),
         Err(e) => return Err(e.into()),
@@ -179,7 +184,8 @@ fn message_stats(reason: FinishReason, s: &RequestStats) -> MessageStats {
     MessageStats {
         prompt_tokens: ran.then_some(s.prompt_tokens as u64),
         cached_prompt_tokens: ran.then_some(s.cached_prompt_tokens as u64),
-        cached_from_disk_tokens: (ran && s.cached_from_disk_tokens > 0).then_some(s.cached_from_disk_tokens as u64),
+        cached_from_disk_tokens: (ran && s.cached_from_disk_tokens > 0)
+            .then_some(s.cached_from_disk_tokens as u64),
         completion_tokens: ran.then_some(s.generated_tokens as u64),
         tokens_per_second: (s.generation_tps > 0.0).then_some(s.generation_tps),
         ttft_ms: ran.then_some(s.time_to_first_token.as_secs_f64() * 1000.0),

@@ -17,7 +17,9 @@ pub async fn import_image(store: &Store, path: &Path) -> AppResult<Attachment> {
     // the size before reading: a mistaken drop of a video is not read whole
     let size = tokio::fs::metadata(path).await.map_err(io)?.len();
     if size > store::MAX_ATTACHMENT_BYTES {
-        return Err(store::Error::AttachmentTooLarge { size, max: store::MAX_ATTACHMENT_BYTES }.into());
+        return Err(
+            store::Error::AttachmentTooLarge { size, max: store::MAX_ATTACHMENT_BYTES }.into()
+        );
     }
     let bytes = tokio::fs::read(path).await.map_err(io)?;
     add_image(store, &bytes).await
@@ -38,9 +40,13 @@ pub async fn add_image(store: &Store, bytes: &[u8]) -> AppResult<Attachment> {
 
 async fn store_checked(store: &Store, bytes: Vec<u8>) -> AppResult<Attachment> {
     // decoding a 12 MP photo takes a moment: off the async threads
-    let bytes = tokio::task::spawn_blocking(move || crate::image_check::check_decodes(&bytes).map(|()| bytes))
-        .await
-        .map_err(|e| crate::error::AppError::new(crate::image_check::IMAGE_UNREADABLE, e.to_string()))??;
+    let bytes = tokio::task::spawn_blocking(move || {
+        crate::image_check::check_decodes(&bytes).map(|()| bytes)
+    })
+    .await
+    .map_err(|e| {
+        crate::error::AppError::new(crate::image_check::IMAGE_UNREADABLE, e.to_string())
+    })??;
     Ok(store.add_attachment(&bytes).await?)
 }
 
@@ -77,9 +83,16 @@ mod tests {
         let store = Store::open(dir.path().join("chats.sqlite")).await.unwrap();
         let heic = dir.path().join("IMG_0001.HEIC");
         std::fs::write(&heic, HEIC_HEAD).unwrap();
-        for e in [import_image(&store, &heic).await.unwrap_err(), add_image(&store, HEIC_HEAD).await.unwrap_err()] {
+        for e in [
+            import_image(&store, &heic).await.unwrap_err(),
+            add_image(&store, HEIC_HEAD).await.unwrap_err(),
+        ] {
             assert_eq!(e.code, "HEIC_UNSUPPORTED");
-            assert!(e.message.contains("HEIC photos are not supported on this system"), "{}", e.message);
+            assert!(
+                e.message.contains("HEIC photos are not supported on this system"),
+                "{}",
+                e.message
+            );
         }
         assert_eq!(std::fs::read_dir(store.attachments_dir()).unwrap().count(), 0);
     }

@@ -14,7 +14,11 @@ extern "C" {
     fn CFDataCreateMutable(allocator: CFTypeRef, capacity: CFIndex) -> CFTypeRef;
     fn CFDataGetLength(data: CFTypeRef) -> CFIndex;
     fn CFDataGetBytePtr(data: CFTypeRef) -> *const u8;
-    fn CFStringCreateWithCString(allocator: CFTypeRef, c_str: *const c_char, encoding: u32) -> CFTypeRef;
+    fn CFStringCreateWithCString(
+        allocator: CFTypeRef,
+        c_str: *const c_char,
+        encoding: u32,
+    ) -> CFTypeRef;
     fn CFRelease(cf: CFTypeRef);
 }
 
@@ -22,8 +26,18 @@ extern "C" {
 extern "C" {
     fn CGImageSourceCreateWithData(data: CFTypeRef, options: CFTypeRef) -> CFTypeRef;
     fn CGImageSourceGetCount(source: CFTypeRef) -> usize;
-    fn CGImageDestinationCreateWithData(data: CFTypeRef, uti: CFTypeRef, count: usize, options: CFTypeRef) -> CFTypeRef;
-    fn CGImageDestinationAddImageFromSource(dest: CFTypeRef, source: CFTypeRef, index: usize, properties: CFTypeRef);
+    fn CGImageDestinationCreateWithData(
+        data: CFTypeRef,
+        uti: CFTypeRef,
+        count: usize,
+        options: CFTypeRef,
+    ) -> CFTypeRef;
+    fn CGImageDestinationAddImageFromSource(
+        dest: CFTypeRef,
+        source: CFTypeRef,
+        index: usize,
+        properties: CFTypeRef,
+    );
     fn CGImageDestinationFinalize(dest: CFTypeRef) -> bool;
 }
 
@@ -48,14 +62,17 @@ impl Drop for Owned {
 /// read it.
 pub fn to_jpeg(heic: &[u8]) -> Option<Vec<u8>> {
     unsafe {
-        let input = Owned::new(CFDataCreate(std::ptr::null(), heic.as_ptr(), heic.len() as CFIndex))?;
+        let input =
+            Owned::new(CFDataCreate(std::ptr::null(), heic.as_ptr(), heic.len() as CFIndex))?;
         let source = Owned::new(CGImageSourceCreateWithData(input.0, std::ptr::null()))?;
         if CGImageSourceGetCount(source.0) == 0 {
             return None;
         }
         let output = Owned::new(CFDataCreateMutable(std::ptr::null(), 0))?;
-        let jpeg = Owned::new(CFStringCreateWithCString(std::ptr::null(), c"public.jpeg".as_ptr(), UTF8))?;
-        let dest = Owned::new(CGImageDestinationCreateWithData(output.0, jpeg.0, 1, std::ptr::null()))?;
+        let jpeg =
+            Owned::new(CFStringCreateWithCString(std::ptr::null(), c"public.jpeg".as_ptr(), UTF8))?;
+        let dest =
+            Owned::new(CGImageDestinationCreateWithData(output.0, jpeg.0, 1, std::ptr::null()))?;
         CGImageDestinationAddImageFromSource(dest.0, source.0, 0, std::ptr::null());
         if !CGImageDestinationFinalize(dest.0) {
             return None;

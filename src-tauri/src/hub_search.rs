@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use hub::{
-    EngineSupport, FitReport, FitSettings, MachineMemory, ModelDetails, ModelShape, SearchPage, SearchQuery, Support,
-    VariantFormat, WeightBytes, WeightHolding,
+    EngineSupport, FitReport, FitSettings, MachineMemory, ModelDetails, ModelShape, SearchPage,
+    SearchQuery, Support, VariantFormat, WeightBytes, WeightHolding,
 };
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
@@ -74,11 +74,17 @@ pub struct FitAsk {
 fn fit_settings(base: &Settings, ask: FitAsk, model_max: Option<u32>) -> AppResult<FitSettings> {
     let kv_bits = ask.kv_bits.unwrap_or(base.kv_bits);
     if ![0, 4, 8].contains(&kv_bits) {
-        return Err(AppError::new("INVALID_SETTINGS", format!("KV bits must be off (0), 8 or 4, not {kv_bits}")));
+        return Err(AppError::new(
+            "INVALID_SETTINGS",
+            format!("KV bits must be off (0), 8 or 4, not {kv_bits}"),
+        ));
     }
     let max_running = ask.max_running.unwrap_or(base.max_running);
     if max_running == 0 || max_running > 64 {
-        return Err(AppError::new("INVALID_SETTINGS", "running sequences must be between 1 and 64"));
+        return Err(AppError::new(
+            "INVALID_SETTINGS",
+            "running sequences must be between 1 and 64",
+        ));
     }
     // 0 is the model's own limit, as in the Settings; a limit above the
     // model's own is the model's own: the engine caps it
@@ -88,7 +94,11 @@ fn fit_settings(base: &Settings, ask: FitAsk, model_max: Option<u32>) -> AppResu
         (limit, Some(own)) => limit.min(own),
         (limit, None) => limit,
     };
-    Ok(FitSettings { context, kv_bits: (kv_bits != 0).then_some(kv_bits), sequences: max_running as u32 })
+    Ok(FitSettings {
+        context,
+        kv_bits: (kv_bits != 0).then_some(kv_bits),
+        sequences: max_running as u32,
+    })
 }
 
 /// How the engine will hold the weights (quantized as stored on Metal,
@@ -115,7 +125,13 @@ async fn machine(state: &AppState) -> MachineMemory {
 /// measured now does not count it: without this, switching between two
 /// models that each fit would look tight.
 pub fn after_unload(machine: MachineMemory, engine_bytes: u64) -> MachineMemory {
-    MachineMemory { available_bytes: machine.available_bytes.saturating_add(engine_bytes).min(machine.total_bytes), ..machine }
+    MachineMemory {
+        available_bytes: machine
+            .available_bytes
+            .saturating_add(engine_bytes)
+            .min(machine.total_bytes),
+        ..machine
+    }
 }
 
 async fn client() -> AppResult<hub::HubClient> {
@@ -130,7 +146,11 @@ pub async fn details(repo: &str, revision: Option<&str>) -> AppResult<ModelDetai
     Ok(client().await?.model_details(repo, revision.unwrap_or("main"), &EngineRegistry).await?)
 }
 
-pub async fn fit_check(state: &Arc<AppState>, target: FitTarget, ask: FitAsk) -> AppResult<FitCheck> {
+pub async fn fit_check(
+    state: &Arc<AppState>,
+    target: FitTarget,
+    ask: FitAsk,
+) -> AppResult<FitCheck> {
     let machine = machine(state).await;
     match target {
         FitTarget::Hub { repo, variant } => {
@@ -144,21 +164,32 @@ pub async fn fit_check(state: &Arc<AppState>, target: FitTarget, ask: FitAsk) ->
             let chosen = match &variant {
                 Some(label) => variants.iter().find(|v| &v.label == label).ok_or_else(|| {
                     let offered: Vec<&str> = variants.iter().map(|v| v.label.as_str()).collect();
-                    AppError::new("MODEL_NOT_FOUND", format!("{repo} has no {label} download (it has {offered:?})"))
+                    AppError::new(
+                        "MODEL_NOT_FOUND",
+                        format!("{repo} has no {label} download (it has {offered:?})"),
+                    )
                 })?,
-                None => variants
-                    .first()
-                    .ok_or_else(|| AppError::new("NO_WEIGHTS", format!("{repo} has no safetensors or GGUF weights")))?,
+                None => variants.first().ok_or_else(|| {
+                    AppError::new(
+                        "NO_WEIGHTS",
+                        format!("{repo} has no safetensors or GGUF weights"),
+                    )
+                })?,
             };
             // The KV cache and activations in the engine's type (float32 on
             // the CPU backend), not the checkpoint's, as for a model on disk.
             let shape = ModelShape { kv_element_bytes: holding(state).activation_bytes(), ..shape };
             let stored = chosen.weight_bytes.ok_or_else(|| {
-                AppError::new("NO_MODEL_SHAPE", format!("the Hub did not list the sizes of {repo}'s files"))
+                AppError::new(
+                    "NO_MODEL_SHAPE",
+                    format!("the Hub did not list the sizes of {repo}'s files"),
+                )
             })?;
             // the Hub counts weights of safetensors only; a GGUF's count is in
             // its tensor table, which the header read does not reach
-            let parameters = (chosen.format == VariantFormat::Safetensors).then_some(details.model.parameters).flatten();
+            let parameters = (chosen.format == VariantFormat::Safetensors)
+                .then_some(details.model.parameters)
+                .flatten();
             let weights = WeightBytes {
                 weights: holding(state).bytes(stored, parameters),
                 vision_projector: chosen.projector_bytes.unwrap_or(0),
@@ -168,19 +199,22 @@ pub async fn fit_check(state: &Arc<AppState>, target: FitTarget, ask: FitAsk) ->
             Ok(FitCheck { variant: Some(chosen.label.clone()), report })
         }
         FitTarget::Local { id } => {
-            let model = crate::models::scan(state)
-                .await
-                .into_iter()
-                .find(|m| m.id == id)
-                .ok_or_else(|| AppError::new("MODEL_NOT_FOUND", format!("no model {id:?} on disk")))?;
+            let model =
+                crate::models::scan(state).await.into_iter().find(|m| m.id == id).ok_or_else(
+                    || AppError::new("MODEL_NOT_FOUND", format!("no model {id:?} on disk")),
+                )?;
             let holding = holding(state);
             let path = model.path.clone();
-            let (shape, weights) = tokio::task::spawn_blocking(move || hub::fit::local_model(&path, holding))
-                .await
-                .map_err(|e| AppError::new("FIT_CHECK_FAILED", e.to_string()))??;
+            let (shape, weights) =
+                tokio::task::spawn_blocking(move || hub::fit::local_model(&path, holding))
+                    .await
+                    .map_err(|e| AppError::new("FIT_CHECK_FAILED", e.to_string()))??;
             let base = crate::model_settings::effective(state, &id).await?;
             let settings = fit_settings(&base, ask, shape.max_context)?;
-            Ok(FitCheck { variant: None, report: hub::check_fit(&shape, &weights, &settings, &machine) })
+            Ok(FitCheck {
+                variant: None,
+                report: hub::check_fit(&shape, &weights, &settings, &machine),
+            })
         }
     }
 }
@@ -208,7 +242,11 @@ mod tests {
 
     #[test]
     fn what_the_running_engine_holds_counts_as_free_for_the_next_model() {
-        let machine = MachineMemory { total_bytes: 16 << 30, available_bytes: 4 << 30, gpu_limit_bytes: None };
+        let machine = MachineMemory {
+            total_bytes: 16 << 30,
+            available_bytes: 4 << 30,
+            gpu_limit_bytes: None,
+        };
         assert_eq!(after_unload(machine, 3 << 30).available_bytes, 7 << 30);
         assert_eq!(after_unload(machine, 0), machine);
         // never more than the machine has

@@ -25,9 +25,16 @@ pub struct HubTokenView {
 /// Reads the keychain into what the page shows. Blocking.
 pub fn view(keychain: &hub::Keychain) -> HubTokenView {
     match keychain.read() {
-        Ok(Some(token)) => HubTokenView { set: true, masked: Some(hub::keychain::mask(&token)), fallback: None, error: None },
+        Ok(Some(token)) => HubTokenView {
+            set: true,
+            masked: Some(hub::keychain::mask(&token)),
+            fallback: None,
+            error: None,
+        },
         Ok(None) => HubTokenView { set: false, masked: None, fallback: fallback(), error: None },
-        Err(e) => HubTokenView { set: false, masked: None, fallback: fallback(), error: Some(e.into()) },
+        Err(e) => {
+            HubTokenView { set: false, masked: None, fallback: fallback(), error: Some(e.into()) }
+        }
     }
 }
 
@@ -54,7 +61,11 @@ fn fallback() -> Option<String> {
     }
     let file = std::env::var_os("HF_TOKEN_PATH").map(std::path::PathBuf::from).or_else(|| {
         let hf_home = std::env::var_os("HF_HOME").map(std::path::PathBuf::from);
-        hf_home.or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache/huggingface")))
+        hf_home
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .map(|h| std::path::Path::new(&h).join(".cache/huggingface"))
+            })
             .map(|home| home.join("token"))
     })?;
     file.is_file().then(|| format!("the token of `hf auth login` ({})", file.display()))
@@ -67,11 +78,14 @@ fn fallback() -> Option<String> {
 /// and Settings shows it, and a model that needed the token fails with its
 /// own clear AUTH_REQUIRED / GATED message.
 pub async fn hub_config() -> AppResult<hub::HubConfig> {
-    let config = hub::HubConfig::from_env()
-        .ok_or_else(|| AppError::new("NO_HF_CACHE", "cannot find a home folder for the Hugging Face cache"))?;
+    let config = hub::HubConfig::from_env().ok_or_else(|| {
+        AppError::new("NO_HF_CACHE", "cannot find a home folder for the Hugging Face cache")
+    })?;
     let without = config.clone();
-    let with_token =
-        tauri::async_runtime::spawn_blocking(move || config.with_keychain_token(&hub::Keychain::app())).await;
+    let with_token = tauri::async_runtime::spawn_blocking(move || {
+        config.with_keychain_token(&hub::Keychain::app())
+    })
+    .await;
     Ok(match with_token {
         Ok(Ok(config)) => config,
         Ok(Err(e)) => {

@@ -52,7 +52,11 @@ impl IdleClock {
 
 /// Looks at the engine at `now`; unloads the model if it has been idle for
 /// the Settings' time. Returns whether it unloaded.
-pub async fn tick<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, now: Instant) -> AppResult<bool> {
+pub async fn tick<R: Runtime>(
+    app: &AppHandle<R>,
+    state: &Arc<AppState>,
+    now: Instant,
+) -> AppResult<bool> {
     let minutes = state.settings().unload_after_idle_minutes;
     if minutes == 0 {
         return Ok(false);
@@ -128,7 +132,10 @@ mod tests {
         // the counter moved between two looks: active at the second
         let later = start + Duration::from_secs(50);
         assert!(!clock.idle_for(later, 9, false, LIMIT));
-        assert!(!clock.idle_for(start + LIMIT, 9, false, LIMIT), "only 10 s since the work was seen");
+        assert!(
+            !clock.idle_for(start + LIMIT, 9, false, LIMIT),
+            "only 10 s since the work was seen"
+        );
         assert!(clock.idle_for(later + LIMIT, 9, false, LIMIT));
 
         // a long reply that has not yet moved the counters is still not idle

@@ -33,8 +33,11 @@ pub fn check_decodes(bytes: &[u8]) -> AppResult<()> {
     };
     // the decoders are pure Rust over untrusted input: a panic is a bug in
     // them, but still this file's failure and nothing else's
-    let decoded = std::panic::catch_unwind(|| decode(bytes, format)).unwrap_or_else(|_| Err("corrupt data".into()));
-    decoded.map_err(|reason| AppError::new(IMAGE_UNREADABLE, format!("this {name} image cannot be read: {reason}")))
+    let decoded = std::panic::catch_unwind(|| decode(bytes, format))
+        .unwrap_or_else(|_| Err("corrupt data".into()));
+    decoded.map_err(|reason| {
+        AppError::new(IMAGE_UNREADABLE, format!("this {name} image cannot be read: {reason}"))
+    })
 }
 
 fn decode(bytes: &[u8], format: ImageFormat) -> Result<(), String> {
@@ -50,7 +53,10 @@ fn decode(bytes: &[u8], format: ImageFormat) -> Result<(), String> {
         return Err("it has no pixels (0 wide or high)".into());
     }
     if u64::from(w) * u64::from(h) > MAX_PIXELS {
-        return Err(format!("it is {w}×{h} pixels, more than the {} million a picture may have", MAX_PIXELS / 1_000_000));
+        return Err(format!(
+            "it is {w}×{h} pixels, more than the {} million a picture may have",
+            MAX_PIXELS / 1_000_000
+        ));
     }
     image::DynamicImage::from_decoder(decoder).map_err(describe)?;
     Ok(())
@@ -72,7 +78,9 @@ mod tests {
     use super::*;
 
     fn png(width: u32, height: u32) -> Vec<u8> {
-        let image = image::RgbImage::from_fn(width, height, |x, y| image::Rgb([(x * 7) as u8, (y * 13) as u8, 90]));
+        let image = image::RgbImage::from_fn(width, height, |x, y| {
+            image::Rgb([(x * 7) as u8, (y * 13) as u8, 90])
+        });
         let mut out = Cursor::new(Vec::new());
         image.write_to(&mut out, ImageFormat::Png).unwrap();
         out.into_inner()

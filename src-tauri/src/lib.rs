@@ -18,11 +18,11 @@ pub mod context;
 pub mod error;
 pub mod generation;
 pub mod heic;
+#[cfg(target_os = "macos")]
+mod heic_imageio;
 pub mod hub_search;
 pub mod hub_token;
 pub mod idle;
-#[cfg(target_os = "macos")]
-mod heic_imageio;
 pub mod image_bytes;
 pub mod image_check;
 pub mod links;
@@ -52,7 +52,10 @@ use crate::state::AppState;
 
 /// The commands and the `att://` protocol on a builder of any runtime (the
 /// real one, or the mock runtime in tests), with `state` managed.
-pub fn configure<R: Runtime>(builder: tauri::Builder<R>, state: Arc<AppState>) -> tauri::Builder<R> {
+pub fn configure<R: Runtime>(
+    builder: tauri::Builder<R>,
+    state: Arc<AppState>,
+) -> tauri::Builder<R> {
     with_commands(builder.manage(state))
 }
 
@@ -217,7 +220,9 @@ pub fn run() {
 fn single_instance<R: Runtime>(paths: &Paths) -> tauri::plugin::TauriPlugin<R> {
     tauri_plugin_single_instance::Builder::new()
         .dbus_id(instance_id(&paths.data_dir))
-        .callback(|app, args, cwd| opened_files::second_launch(app, args, std::path::Path::new(&cwd)))
+        .callback(|app, args, cwd| {
+            opened_files::second_launch(app, args, std::path::Path::new(&cwd))
+        })
         .build()
 }
 
@@ -262,7 +267,10 @@ mod tests {
         assert_ne!(id, instance_id(b.path()));
         // a valid D-Bus well-known name: elements of [A-Za-z0-9_], none starting with a digit
         for element in id.split('.') {
-            assert!(!element.is_empty() && !element.starts_with(|c: char| c.is_ascii_digit()), "{id}");
+            assert!(
+                !element.is_empty() && !element.starts_with(|c: char| c.is_ascii_digit()),
+                "{id}"
+            );
             assert!(element.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{id}");
         }
         assert!(id.len() + ".SingleInstance".len() <= 255);

@@ -16,7 +16,10 @@ pub const LINK_REFUSED: &str = "LINK_REFUSED";
 pub fn openable_link(href: &str) -> Result<Url, AppError> {
     let href = href.trim();
     let url = Url::parse(href).map_err(|_| {
-        AppError::new(LINK_REFUSED, format!("“{}” is not a full web address, so it was not opened.", shorten(href)))
+        AppError::new(
+            LINK_REFUSED,
+            format!("“{}” is not a full web address, so it was not opened.", shorten(href)),
+        )
     })?;
     // the parser lowers the scheme: "HTTPS:" and "https:" are one
     if !OPENABLE_SCHEMES.contains(&url.scheme()) {
@@ -38,7 +41,10 @@ pub fn could_not_open(url: &Url, launcher_error: &str) -> AppError {
     let what = if url.scheme() == "mailto" { "No mail app" } else { "No browser" };
     AppError::new(
         OPENER_FAILED,
-        format!("{what} could be opened for this link. Copy it and open it yourself: {}", shorten(url.as_str())),
+        format!(
+            "{what} could be opened for this link. Copy it and open it yourself: {}",
+            shorten(url.as_str())
+        ),
     )
 }
 
@@ -55,19 +61,29 @@ mod tests {
     #[test]
     fn a_link_the_system_cannot_open_is_said_plainly_without_the_launchers_error() {
         let raw = "Failed to launch 'xdg-open': No such file or directory (os error 2)";
-        let e = super::could_not_open(&super::Url::parse("https://example.com/a?b=c").unwrap(), raw);
+        let e =
+            super::could_not_open(&super::Url::parse("https://example.com/a?b=c").unwrap(), raw);
         assert_eq!(e.code, super::OPENER_FAILED);
         assert_eq!(e.message, "No browser could be opened for this link. Copy it and open it yourself: https://example.com/a?b=c");
         let e = super::could_not_open(&super::Url::parse("mailto:me@example.com").unwrap(), raw);
         assert!(e.message.starts_with("No mail app could be opened"), "{}", e.message);
-        assert!(!e.message.contains("xdg-open") && !e.message.contains("os error"), "{}", e.message);
+        assert!(
+            !e.message.contains("xdg-open") && !e.message.contains("os error"),
+            "{}",
+            e.message
+        );
     }
 
     use super::*;
 
     #[test]
     fn web_and_mail_links_open() {
-        for href in ["https://example.com/a?b=c#d", "http://localhost:8080/", "mailto:someone@example.com", "  https://example.com  "] {
+        for href in [
+            "https://example.com/a?b=c#d",
+            "http://localhost:8080/",
+            "mailto:someone@example.com",
+            "  https://example.com  ",
+        ] {
             assert!(openable_link(href).is_ok(), "{href}");
         }
         assert_eq!(openable_link("HTTPS://Example.com").unwrap().as_str(), "https://example.com/");
@@ -99,6 +115,9 @@ mod tests {
             assert!(e.message.contains("not a full web address"), "{href}: {}", e.message);
         }
         let long = format!("relative/{}", "x".repeat(200));
-        assert!(openable_link(&long).unwrap_err().message.contains('…'), "a long link is cut in the message");
+        assert!(
+            openable_link(&long).unwrap_err().message.contains('…'),
+            "a long link is cut in the message"
+        );
     }
 }

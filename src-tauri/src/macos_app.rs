@@ -9,7 +9,9 @@ use tauri::{AppHandle, Manager, RunEvent, WindowEvent};
 /// The run-loop events the Mac conventions need; others are left alone.
 pub fn on_run_event(app: &AppHandle, event: &RunEvent) {
     match event {
-        RunEvent::WindowEvent { label, event: WindowEvent::CloseRequested { api, .. }, .. } if label == "main" => {
+        RunEvent::WindowEvent { label, event: WindowEvent::CloseRequested { api, .. }, .. }
+            if label == "main" =>
+        {
             if let Some(window) = app.get_webview_window(label) {
                 api.prevent_close();
                 let _ = window.hide();

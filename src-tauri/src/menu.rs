@@ -161,7 +161,9 @@ pub fn build<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<Menu<R>> {
         .item(&item(MenuAction::ImportChat)?)
         .item(&item(MenuAction::ExportChat)?);
     if !mac {
-        file = file.separator().item(&MenuItemBuilder::with_id(QUIT_ID, "Quit").accelerator("CmdOrCtrl+Q").build(app)?);
+        file = file.separator().item(
+            &MenuItemBuilder::with_id(QUIT_ID, "Quit").accelerator("CmdOrCtrl+Q").build(app)?,
+        );
     }
 
     let mut edit = SubmenuBuilder::new(app, "Edit");
@@ -240,7 +242,11 @@ mod tests {
     fn the_web_ui_lists_every_action() {
         let ui = include_str!("../../ui/src/menuActions.ts");
         for action in MenuAction::ALL {
-            assert!(ui.contains(&format!("'{}'", action.id())), "ui/src/menuActions.ts lacks '{}'", action.id());
+            assert!(
+                ui.contains(&format!("'{}'", action.id())),
+                "ui/src/menuActions.ts lacks '{}'",
+                action.id()
+            );
         }
     }
 
@@ -265,6 +271,9 @@ mod tests {
         }
         // Linux has its own Quit item; a Mac the system's
         assert_eq!(found.iter().any(|id| id == QUIT_ID), cfg!(not(target_os = "macos")));
-        assert_eq!(found.len(), MenuAction::ALL.len() + usize::from(cfg!(not(target_os = "macos"))));
+        assert_eq!(
+            found.len(),
+            MenuAction::ALL.len() + usize::from(cfg!(not(target_os = "macos")))
+        );
     }
 }

@@ -25,7 +25,12 @@ pub fn for_model(settings: &Settings, model_id: &str, built_in_id: &str) -> Sett
 }
 
 /// Settings' note on what the loaded model does differently, or `None`.
-pub fn note(settings: &Settings, model_id: &str, model_name: &str, built_in_id: &str) -> Option<String> {
+pub fn note(
+    settings: &Settings,
+    model_id: &str,
+    model_name: &str,
+    built_in_id: &str,
+) -> Option<String> {
     let used = for_model(settings, model_id, built_in_id);
     (used.max_tokens != settings.max_tokens).then(|| {
         format!(
@@ -47,7 +52,10 @@ mod tests {
         let defaults = Settings::default();
         assert_eq!(for_model(&defaults, BUILT_IN, BUILT_IN).max_tokens, BUILT_IN_MAX_TOKENS);
         // any other model keeps Settings' limit
-        assert_eq!(for_model(&defaults, "hf:Qwen/Qwen3-VL-2B", BUILT_IN).max_tokens, defaults.max_tokens);
+        assert_eq!(
+            for_model(&defaults, "hf:Qwen/Qwen3-VL-2B", BUILT_IN).max_tokens,
+            defaults.max_tokens
+        );
         // the user's own limit wins, shorter or longer
         for chosen in [200, 4096] {
             let mine = Settings { max_tokens: chosen, ..Default::default() };
@@ -64,7 +72,15 @@ mod tests {
         let n = note(&defaults, BUILT_IN, "SmolLM2 135M", BUILT_IN).unwrap();
         assert!(n.starts_with("SmolLM2 135M answers at most 512 tokens"), "{n}");
         assert_eq!(note(&defaults, "dir:other", "Other", BUILT_IN), None);
-        assert_eq!(note(&Settings { max_tokens: 300, ..Default::default() }, BUILT_IN, "SmolLM2", BUILT_IN), None);
+        assert_eq!(
+            note(
+                &Settings { max_tokens: 300, ..Default::default() },
+                BUILT_IN,
+                "SmolLM2",
+                BUILT_IN
+            ),
+            None
+        );
     }
 
     #[test]

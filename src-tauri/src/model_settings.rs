@@ -37,7 +37,12 @@ impl ModelLoadSettings {
 
     /// `settings` with these three values in place of its own.
     pub fn over(&self, settings: &Settings) -> Settings {
-        Settings { max_context: self.max_context, kv_bits: self.kv_bits, max_running: self.max_running, ..settings.clone() }
+        Settings {
+            max_context: self.max_context,
+            kv_bits: self.kv_bits,
+            max_running: self.max_running,
+            ..settings.clone()
+        }
     }
 
     /// Refuses what the Settings refuse, with the same messages.
@@ -83,12 +88,23 @@ pub async fn view(state: &AppState, id: &str) -> AppResult<ModelLoadSettingsView
     let status = state.status();
     let loaded_with = status.model.filter(|m| m.id == id).and(status.knobs);
     let reload_needed = loaded_with.is_some_and(|k| {
-        (k.max_context, k.kv_bits, k.max_running) != (settings.max_context, settings.kv_bits, settings.max_running)
+        (k.max_context, k.kv_bits, k.max_running)
+            != (settings.max_context, settings.kv_bits, settings.max_running)
     });
-    Ok(ModelLoadSettingsView { id: id.to_string(), settings, remembered: own.is_some(), defaults, reload_needed })
+    Ok(ModelLoadSettingsView {
+        id: id.to_string(),
+        settings,
+        remembered: own.is_some(),
+        defaults,
+        reload_needed,
+    })
 }
 
-pub async fn save(state: &AppState, id: &str, settings: &ModelLoadSettings) -> AppResult<ModelLoadSettingsView> {
+pub async fn save(
+    state: &AppState,
+    id: &str,
+    settings: &ModelLoadSettings,
+) -> AppResult<ModelLoadSettingsView> {
     if id.trim().is_empty() {
         return Err(AppError::new("MODEL_NOT_FOUND", "no model named"));
     }
@@ -109,7 +125,13 @@ mod tests {
 
     #[test]
     fn a_record_replaces_only_its_three_values() {
-        let global = Settings { temperature: 0.3, max_context: 4096, kv_bits: 0, max_running: 8, ..Default::default() };
+        let global = Settings {
+            temperature: 0.3,
+            max_context: 4096,
+            kv_bits: 0,
+            max_running: 8,
+            ..Default::default()
+        };
         let own = ModelLoadSettings { max_context: 1024, kv_bits: 4, max_running: 2 };
         let merged = own.over(&global);
         assert_eq!((merged.max_context, merged.kv_bits, merged.max_running), (1024, 4, 2));

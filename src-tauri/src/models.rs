@@ -8,8 +8,8 @@ use engine::handle::EngineHandle;
 use engine::model::Capabilities;
 use hub::{CatalogModel, LocalModel, ModelSource, ScanConfig};
 use serde::Serialize;
-use ts_rs::TS;
 use tauri::{AppHandle, Emitter, Runtime};
+use ts_rs::TS;
 
 use crate::error::{AppError, AppResult};
 use crate::model_settings::ModelLoadSettings;
@@ -22,7 +22,10 @@ pub async fn scan_config(state: &AppState) -> ScanConfig {
         hf_cache: hub::HfCache::from_env(),
         models_dir: Some(state.paths.models_dir.clone()),
         user_paths: crate::added_models::paths(state).await,
-        supported: engine::model::registry::supported_model_types().iter().map(|s| s.to_string()).collect(),
+        supported: engine::model::registry::supported_model_types()
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
     }
 }
 
@@ -105,14 +108,16 @@ pub async fn gallery(state: &AppState) -> Gallery {
             }
         })
         .collect();
-    let mut local = tokio::task::spawn_blocking(move || local.into_iter().map(local_entry).collect::<Vec<_>>())
-        .await
-        .unwrap_or_default();
+    let mut local =
+        tokio::task::spawn_blocking(move || local.into_iter().map(local_entry).collect::<Vec<_>>())
+            .await
+            .unwrap_or_default();
     for entry in &mut local {
-        entry.load_settings = crate::model_settings::remembered(state, &entry.model.id).await.unwrap_or_else(|e| {
-            tracing::warn!(%e, id = entry.model.id, "a model's load settings cannot be read");
-            None
-        });
+        entry.load_settings =
+            crate::model_settings::remembered(state, &entry.model.id).await.unwrap_or_else(|e| {
+                tracing::warn!(%e, id = entry.model.id, "a model's load settings cannot be read");
+                None
+            });
     }
     Gallery {
         disk_bytes: local.iter().map(|m| m.model.size_bytes).sum(),
@@ -129,7 +134,11 @@ pub fn default_model_id(state: &AppState) -> String {
     local_id_of(&state.catalog.default_entry().source)
 }
 
-pub(crate) fn set_status<R: Runtime>(app: &AppHandle<R>, state: &AppState, change: impl FnOnce(&mut EngineStatus)) {
+pub(crate) fn set_status<R: Runtime>(
+    app: &AppHandle<R>,
+    state: &AppState,
+    change: impl FnOnce(&mut EngineStatus),
+) {
     let status = {
         let mut s = state.status.lock().unwrap();
         change(&mut s);
@@ -141,7 +150,11 @@ pub(crate) fn set_status<R: Runtime>(app: &AppHandle<R>, state: &AppState, chang
 /// Loads a model by its disk-scan id, replacing the running engine (whose
 /// replies under way end with ENGINE_STOPPED), and remembers the choice. The
 /// model's own load settings (model_settings.rs) apply, else the Settings'.
-pub async fn load<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, id: &str) -> AppResult<EngineStatus> {
+pub async fn load<R: Runtime>(
+    app: &AppHandle<R>,
+    state: &Arc<AppState>,
+    id: &str,
+) -> AppResult<EngineStatus> {
     let _one_at_a_time = state.load_lock.lock().await;
     load_locked(app, state, id).await
 }
@@ -153,7 +166,8 @@ pub(crate) async fn load_locked<R: Runtime>(
     id: &str,
 ) -> AppResult<EngineStatus> {
     let found = scan(state).await.into_iter().find(|m| m.id == id);
-    let model = found.ok_or_else(|| AppError::new("MODEL_NOT_FOUND", format!("no model {id:?} on disk")))?;
+    let model = found
+        .ok_or_else(|| AppError::new("MODEL_NOT_FOUND", format!("no model {id:?} on disk")))?;
     if !model.supported {
         let why = model.error.clone().unwrap_or_else(|| {
             format!(
@@ -249,7 +263,10 @@ pub(crate) async fn load_locked<R: Runtime>(
 }
 
 /// Unloads the model at the user's word: nothing loads it again by itself.
-pub async fn unload<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>) -> AppResult<EngineStatus> {
+pub async fn unload<R: Runtime>(
+    app: &AppHandle<R>,
+    state: &Arc<AppState>,
+) -> AppResult<EngineStatus> {
     let _one_at_a_time = state.load_lock.lock().await;
     unload_locked(app, state, false).await;
     Ok(state.status())
@@ -258,7 +275,11 @@ pub async fn unload<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>) -> Ap
 /// Stops the engine, with the load lock held by the caller. `idle`: the
 /// model was unloaded for having been idle, and the next message or server
 /// request loads it again (see idle.rs).
-pub(crate) async fn unload_locked<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>, idle: bool) {
+pub(crate) async fn unload_locked<R: Runtime>(
+    app: &AppHandle<R>,
+    state: &Arc<AppState>,
+    idle: bool,
+) {
     if let Some(previous) = state.engine.set_engine(None) {
         let _ = tokio::task::spawn_blocking(move || previous.shutdown()).await;
     }
@@ -304,13 +325,16 @@ fn download_source(state: &AppState, id: &str) -> AppResult<(String, String)> {
         hub::repo::validate_repo_id(repo)?;
         return Ok((repo.to_string(), "main".to_string()));
     }
-    let entry =
-        state.catalog.get(id).ok_or_else(|| AppError::new("MODEL_NOT_FOUND", format!("{id} is not in the catalog")))?;
+    let entry = state
+        .catalog
+        .get(id)
+        .ok_or_else(|| AppError::new("MODEL_NOT_FOUND", format!("{id} is not in the catalog")))?;
     match entry.source.clone() {
         ModelSource::Hub { repo, revision } => Ok((repo, revision)),
-        ModelSource::Local { .. } => {
-            Err(AppError::new("NOT_DOWNLOADABLE", format!("{id} is installed with the app, not downloaded")))
-        }
+        ModelSource::Local { .. } => Err(AppError::new(
+            "NOT_DOWNLOADABLE",
+            format!("{id} is installed with the app, not downloaded"),
+        )),
     }
 }
 
@@ -331,7 +355,10 @@ pub async fn start_download<R: Runtime>(
     {
         let mut downloads = state.downloads.lock().unwrap();
         if downloads.contains_key(id) {
-            return Err(AppError::new("ALREADY_DOWNLOADING", format!("{id} is already downloading")));
+            return Err(AppError::new(
+                "ALREADY_DOWNLOADING",
+                format!("{id} is already downloading"),
+            ));
         }
         downloads.insert(id.to_string(), cancel.clone());
     }
@@ -340,8 +367,10 @@ pub async fn start_download<R: Runtime>(
     let options = hub::DownloadOptions {
         cancel: cancel.clone(),
         on_progress: Some(Arc::new(move |p: &hub::DownloadProgress| {
-            let _ =
-                progress_app.emit("download-progress", DownloadEvent { id: progress_id.clone(), progress: p.clone() });
+            let _ = progress_app.emit(
+                "download-progress",
+                DownloadEvent { id: progress_id.clone(), progress: p.clone() },
+            );
         })),
         progress_interval: std::time::Duration::from_millis(250),
         ..Default::default()
@@ -352,14 +381,22 @@ pub async fn start_download<R: Runtime>(
     tauri::async_runtime::spawn(async move {
         let result = match &files {
             None => client.download(&repo, &revision, &options).await,
-            Some(names) => match client.list_files(&repo, &revision).await.and_then(|l| l.select(names)) {
-                Ok(listing) => client.download_listing(&listing, &options).await,
-                Err(e) => Err(e),
-            },
+            Some(names) => {
+                match client.list_files(&repo, &revision).await.and_then(|l| l.select(names)) {
+                    Ok(listing) => client.download_listing(&listing, &options).await,
+                    Err(e) => Err(e),
+                }
+            }
         };
         state.downloads.lock().unwrap().remove(&id);
         let done = match result {
-            Ok(_) => DownloadDone { id, ok: true, cancelled: false, error: None, local_id: Some(format!("hf:{repo}")) },
+            Ok(_) => DownloadDone {
+                id,
+                ok: true,
+                cancelled: false,
+                error: None,
+                local_id: Some(format!("hf:{repo}")),
+            },
             Err(e) => DownloadDone {
                 id,
                 ok: false,
@@ -390,7 +427,10 @@ pub async fn delete(state: &Arc<AppState>, id: &str) -> AppResult<u64> {
         return Err(AppError::new("MODEL_IN_USE", "Unload the model before deleting it."));
     }
     if id == default_model_id(state) {
-        return Err(AppError::new("BUILT_IN_MODEL", "The built-in model comes with the app and cannot be deleted."));
+        return Err(AppError::new(
+            "BUILT_IN_MODEL",
+            "The built-in model comes with the app and cannot be deleted.",
+        ));
     }
     let model = scan(state)
         .await

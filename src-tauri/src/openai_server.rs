@@ -7,8 +7,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use serde::Serialize;
-use ts_rs::TS;
 use tauri::{AppHandle, Emitter, Runtime};
+use ts_rs::TS;
 
 use crate::state::AppState;
 
@@ -24,9 +24,15 @@ pub struct ServerStatus {
 pub async fn status(state: &AppState) -> ServerStatus {
     let running = state.server.lock().await;
     match running.as_ref() {
-        Some(s) => ServerStatus { running: true, url: Some(format!("http://{}/v1", s.addr())), error: None },
+        Some(s) => ServerStatus {
+            running: true,
+            url: Some(format!("http://{}/v1", s.addr())),
+            error: None,
+        },
         // enabled but not running: why, until the next attempt
-        None => ServerStatus { error: state.server_error.lock().unwrap().clone(), ..Default::default() },
+        None => {
+            ServerStatus { error: state.server_error.lock().unwrap().clone(), ..Default::default() }
+        }
     }
 }
 
@@ -84,10 +90,15 @@ pub async fn apply<R: Runtime>(app: &AppHandle<R>, state: &Arc<AppState>) {
     if settings.server_enabled {
         // a key that is required but cannot be read keeps the server off:
         // serving without it would open what the user closed
-        match crate::server_key::for_server(&state.store, &hub::Keychain::app().server_api_key()).await {
+        match crate::server_key::for_server(&state.store, &hub::Keychain::app().server_api_key())
+            .await
+        {
             Err(e) => {
                 tracing::error!(%e, "the local OpenAI server's API key cannot be read; the server stays off");
-                error = Some(format!("The server's API key cannot be read, so the server stays off: {}", e.message));
+                error = Some(format!(
+                    "The server's API key cannot be read, so the server stays off: {}",
+                    e.message
+                ));
             }
             Ok(api_key) => {
                 let config = server::ServerConfig {

@@ -19,7 +19,9 @@ impl Paths {
             .or(platform_data_dir)
             .unwrap_or_else(|| PathBuf::from("vlm-chat-data"));
         let models_dir = match hub::default_model::locate() {
-            Ok(file) => file.parent().map(Path::to_path_buf).unwrap_or_else(|| data_dir.join("models")),
+            Ok(file) => {
+                file.parent().map(Path::to_path_buf).unwrap_or_else(|| data_dir.join("models"))
+            }
             Err(_) => data_dir.join("models"),
         };
         Paths { data_dir, models_dir }

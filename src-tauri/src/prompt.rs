@@ -35,7 +35,10 @@ pub async fn build_request(
         // in the order the template's image parts come
         for a in messages.iter().filter(|m| m.role == Role::User).flat_map(|m| &m.attachments) {
             let bytes = image_bytes.get(&a.sha256, &a.path).await.map_err(|e| {
-                AppError::new("ATTACHMENT_NOT_FOUND", format!("image {} is gone: {e}", a.path.display()))
+                AppError::new(
+                    "ATTACHMENT_NOT_FOUND",
+                    format!("image {} is gone: {e}", a.path.display()),
+                )
             })?;
             // stored under the sha256 of their bytes: no need to hash them again
             images.push(ImageInput { bytes, sha256: a.sha256.clone() });
@@ -66,19 +69,26 @@ pub fn build_request_text(
                     continue;
                 }
                 if !model.vision {
-                    chat.push(ChatMessage::user(with_placeholders(m.attachments.len(), &m.content)));
+                    chat.push(ChatMessage::user(with_placeholders(
+                        m.attachments.len(),
+                        &m.content,
+                    )));
                     continue;
                 }
                 // attachments are named by the sha256 of their bytes: the engine's image key
-                let mut parts: Vec<ContentPart> =
-                    m.attachments.iter().map(|a| ContentPart::Image { image: Some(a.sha256.clone()) }).collect();
+                let mut parts: Vec<ContentPart> = m
+                    .attachments
+                    .iter()
+                    .map(|a| ContentPart::Image { image: Some(a.sha256.clone()) })
+                    .collect();
                 if !m.content.is_empty() {
                     parts.push(ContentPart::text(m.content.as_str()));
                 }
                 chat.push(ChatMessage::user(MessageContent::Parts(parts)));
             }
             Role::Assistant => {
-                let usable = matches!(m.status, MessageStatus::Complete | MessageStatus::Interrupted);
+                let usable =
+                    matches!(m.status, MessageStatus::Complete | MessageStatus::Interrupted);
                 if usable && !m.content.is_empty() {
                     chat.push(ChatMessage::assistant(m.content.as_str()));
                 }
@@ -87,7 +97,8 @@ pub fn build_request_text(
             Role::Tool => {}
         }
     }
-    let options = TemplateOptions { enable_thinking: Some(settings.thinking), ..Default::default() };
+    let options =
+        TemplateOptions { enable_thinking: Some(settings.thinking), ..Default::default() };
     let mut request = Request::new(Prompt::Chat { messages: chat, options })
         .with_max_tokens(settings.max_tokens)
         .with_sampling(settings.sampling());

@@ -51,7 +51,8 @@ pub fn open(path: &Path, max: u64, links: Links) -> Result<(File, u64), String> 
     if links == Links::Refuse {
         flags |= libc::O_NOFOLLOW;
     }
-    let file = OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(|e| e.to_string())?;
+    let file =
+        OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(|e| e.to_string())?;
     let meta = file.metadata().map_err(|e| e.to_string())?;
     if !meta.is_file() {
         return Err(format!("it is {}, not a file", kind(&meta)));
@@ -84,10 +85,16 @@ mod tests {
         let d = dir.path();
         std::fs::write(d.join("a.txt"), b"hello").unwrap();
         std::os::unix::fs::symlink(d.join("a.txt"), d.join("link")).unwrap();
-        assert!(std::process::Command::new("mkfifo").arg(d.join("fifo")).status().unwrap().success());
+        assert!(std::process::Command::new("mkfifo")
+            .arg(d.join("fifo"))
+            .status()
+            .unwrap()
+            .success());
 
         assert_eq!(read(&d.join("a.txt"), 5, Links::Refuse).unwrap(), b"hello");
-        assert!(read(&d.join("a.txt"), 4, Links::Refuse).unwrap_err().contains("5 bytes, more than the 4 allowed"));
+        assert!(read(&d.join("a.txt"), 4, Links::Refuse)
+            .unwrap_err()
+            .contains("5 bytes, more than the 4 allowed"));
         assert_eq!(read(&d.join("link"), 5, Links::Follow).unwrap(), b"hello");
         assert!(read(&d.join("link"), 5, Links::Refuse).unwrap_err().contains("symbolic link"));
         // returns at once: never waits for a writer

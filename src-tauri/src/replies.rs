@@ -5,19 +5,20 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
-use ts_rs::TS;
 use engine::batch::{Event, ImageInput, Request};
 use engine::handle::EngineHandle;
+use serde::Serialize;
 use store::{ChatId, Message, MessageId, ReplyId, Role};
 use tauri::{AppHandle, Emitter, Runtime};
+use ts_rs::TS;
 
 use crate::answer_format::AnswerFormat;
 use crate::chat_settings::ChatSettings;
-use crate::error::{AppError, AppResult};
 use crate::context::{
-    answer_room, context_limit, fewest_to_leave_out, leave_out, most_left_out, ContextPolicy, CONTEXT_LENGTH_EXCEEDED,
+    answer_room, context_limit, fewest_to_leave_out, leave_out, most_left_out, ContextPolicy,
+    CONTEXT_LENGTH_EXCEEDED,
 };
+use crate::error::{AppError, AppResult};
 use crate::generation::{pump, Generation, Sink, StreamEvent, Submitted};
 use crate::prompt::{build_request, build_request_text, continue_last_answer};
 use crate::settings::Settings;
@@ -138,14 +139,24 @@ async fn start<R: Runtime>(
     sink: Sink,
 ) -> AppResult<StartedReply> {
     let engine = state.engine()?;
-    let model = state.status().model.map(|m| m.name).unwrap_or_else(|| engine.model_info().name.clone());
+    let model =
+        state.status().model.map(|m| m.name).unwrap_or_else(|| engine.model_info().name.clone());
     let messages = match to {
         ReplyTo::Question(parent) => state.store.path_to(chat, parent).await?,
         ReplyTo::Extend(answer) => {
             let messages = state.store.path_to(chat, answer).await?;
-            let last = messages.last().filter(|m| m.role == Role::Assistant && !m.content.is_empty());
-            if !last.is_some_and(|m| matches!(m.status, store::MessageStatus::Complete | store::MessageStatus::Interrupted)) {
-                return Err(AppError::new("NOT_CONTINUABLE", "Only a finished answer can be continued."));
+            let last =
+                messages.last().filter(|m| m.role == Role::Assistant && !m.content.is_empty());
+            if !last.is_some_and(|m| {
+                matches!(
+                    m.status,
+                    store::MessageStatus::Complete | store::MessageStatus::Interrupted
+                )
+            }) {
+                return Err(AppError::new(
+                    "NOT_CONTINUABLE",
+                    "Only a finished answer can be continued.",
+                ));
             }
             messages
         }
@@ -155,13 +166,21 @@ async fn start<R: Runtime>(
     let own = ChatSettings::from_stored(record.settings.as_ref())?;
     ensure_chat_model(&state, &own)?;
     let model_id = state.status().model.map(|m| m.id).unwrap_or_default();
-    let settings = own.over(&crate::model_defaults::for_model(&state.settings(), &model_id, &crate::models::default_model_id(&state)));
+    let settings = own.over(&crate::model_defaults::for_model(
+        &state.settings(),
+        &model_id,
+        &crate::models::default_model_id(&state),
+    ));
     let continuing = matches!(to, ReplyTo::Extend(_));
-    let submitted = submit_fitted(&state, &engine, &messages, &settings, answer_format.as_ref(), continuing).await?;
+    let submitted =
+        submit_fitted(&state, &engine, &messages, &settings, answer_format.as_ref(), continuing)
+            .await?;
     let stream = &submitted.stream;
     // an extended answer's text so far is its stored text: saves write the whole of it
     let (reply_id, so_far) = match to {
-        ReplyTo::Question(parent) => (state.store.begin_reply_under(chat, parent, &model).await?, None),
+        ReplyTo::Question(parent) => {
+            (state.store.begin_reply_under(chat, parent, &model).await?, None)
+        }
         ReplyTo::Extend(answer) => {
             let m = messages.last().expect("checked above");
             let so_far = (m.content.clone(), m.reasoning.clone().unwrap_or_default());
@@ -180,7 +199,11 @@ async fn start<R: Runtime>(
         text: text.clone(),
     };
     state.generations.lock().unwrap().insert(chat, generation);
-    (sink.lock().unwrap().clone())(StreamEvent::Started { chat_id: chat, reply_id, model: model.clone() });
+    (sink.lock().unwrap().clone())(StreamEvent::Started {
+        chat_id: chat,
+        reply_id,
+        model: model.clone(),
+    });
     if let Some((content, reasoning)) = so_far {
         // the UI shows the answer growing from where it was cut
         (sink.lock().unwrap().clone())(StreamEvent::Snapshot { content, reasoning });
@@ -232,7 +255,10 @@ async fn submit_fitted(
         request
     };
     if policy == ContextPolicy::Stop {
-        let request = shape(build_request(messages, settings, capabilities, answer_format, &state.image_bytes).await?);
+        let request = shape(
+            build_request(messages, settings, capabilities, answer_format, &state.image_bytes)
+                .await?,
+        );
         return Ok(Submitted { stream: engine.submit(request), first: None, left_out: 0 });
     }
     let most = most_left_out(messages, policy);
@@ -242,13 +268,20 @@ async fn submit_fitted(
         let limit = context_limit(knobs, engine.model_info().shape.max_context);
         let budget = limit.saturating_sub(answer_room(settings.max_tokens, limit));
         // Every image of the chat once (from the app's cache); counting reads their headers only.
-        let all = build_request(messages, settings, capabilities, answer_format, &state.image_bytes).await?;
-        let images: HashMap<String, ImageInput> = all.images.into_iter().map(|i| (i.sha256.clone(), i)).collect();
+        let all =
+            build_request(messages, settings, capabilities, answer_format, &state.image_bytes)
+                .await?;
+        let images: HashMap<String, ImageInput> =
+            all.images.into_iter().map(|i| (i.sha256.clone(), i)).collect();
         let count = |kept: &[Message]| -> AppResult<usize> {
-            let mut request = shape(build_request_text(kept, settings, capabilities, answer_format)?);
+            let mut request =
+                shape(build_request_text(kept, settings, capabilities, answer_format)?);
             if capabilities.vision {
                 let user = kept.iter().filter(|m| m.role == Role::User);
-                request.images = user.flat_map(|m| &m.attachments).filter_map(|a| images.get(&a.sha256).cloned()).collect();
+                request.images = user
+                    .flat_map(|m| &m.attachments)
+                    .filter_map(|a| images.get(&a.sha256).cloned())
+                    .collect();
             }
             Ok(engine.count_prompt_tokens(&request)?)
         };
@@ -270,7 +303,9 @@ async fn submit_fitted(
     }
     loop {
         let (kept, left_out) = leave_out(messages, policy, drop);
-        let request = shape(build_request(&kept, settings, capabilities, answer_format, &state.image_bytes).await?);
+        let request = shape(
+            build_request(&kept, settings, capabilities, answer_format, &state.image_bytes).await?,
+        );
         let mut stream = engine.submit(request);
         let first = stream.recv().await;
         let too_long = matches!(&first, Some(Event::Error(e)) if e.code == CONTEXT_LENGTH_EXCEEDED);

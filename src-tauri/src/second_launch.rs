@@ -46,7 +46,10 @@ pub fn after_build_error(error: &str, retries: u32) -> AfterBuildError {
         };
     }
     // the other app is closing: a little longer each time
-    AfterBuildError::StartAgain { wait: Duration::from_millis(200 * u64::from(retries + 1)), retry: retries + 1 }
+    AfterBuildError::StartAgain {
+        wait: Duration::from_millis(200 * u64::from(retries + 1)),
+        retry: retries + 1,
+    }
 }
 
 /// The tries so far, from this process's environment.
@@ -121,9 +124,13 @@ mod tests {
 
     #[test]
     fn after_the_last_try_or_for_any_other_error_it_exits_saying_why() {
-        let AfterBuildError::Exit { message } = after_build_error(NO_REPLY, MAX_RETRIES) else { panic!("gave up") };
+        let AfterBuildError::Exit { message } = after_build_error(NO_REPLY, MAX_RETRIES) else {
+            panic!("gave up")
+        };
         assert!(message.contains("neither answers nor closes"), "{message}");
-        let AfterBuildError::Exit { message } = after_build_error("failed to create the window: no display", 0) else {
+        let AfterBuildError::Exit { message } =
+            after_build_error("failed to create the window: no display", 0)
+        else {
             panic!("not a hand-off")
         };
         assert_eq!(message, "vlm-chat could not start: failed to create the window: no display");

@@ -36,7 +36,9 @@ pub async fn view(store: &Store, keychain: &hub::Keychain) -> AppResult<ServerKe
     }
     let keychain = keychain.clone();
     Ok(match blocking(move || Ok(keychain.read()?)).await {
-        Ok(Some(key)) => ServerKeyView { set: true, masked: Some(hub::keychain::mask(&key)), error: None },
+        Ok(Some(key)) => {
+            ServerKeyView { set: true, masked: Some(hub::keychain::mask(&key)), error: None }
+        }
         Ok(None) => ServerKeyView { set: true, masked: None, error: Some(missing()) },
         Err(e) => ServerKeyView { set: true, masked: None, error: Some(e) },
     })
@@ -60,7 +62,9 @@ pub async fn save(store: &Store, keychain: &hub::Keychain, key: &str) -> AppResu
     let (entry, key) = (keychain.clone(), key.to_string());
     blocking(move || {
         entry.store(&key).map_err(|e| match e {
-            hub::Error::InvalidToken(why) => AppError::new("INVALID_API_KEY", format!("not a usable API key: {why}")),
+            hub::Error::InvalidToken(why) => {
+                AppError::new("INVALID_API_KEY", format!("not a usable API key: {why}"))
+            }
             other => other.into(),
         })
     })
@@ -87,6 +91,10 @@ fn missing() -> AppError {
 }
 
 /// The keychain blocks (D-Bus, or a Keychain prompt on macOS).
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> AppResult<T> + Send + 'static) -> AppResult<T> {
-    tauri::async_runtime::spawn_blocking(f).await.map_err(|e| AppError::new("KEYCHAIN_UNAVAILABLE", e.to_string()))?
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> AppResult<T> + Send + 'static,
+) -> AppResult<T> {
+    tauri::async_runtime::spawn_blocking(f)
+        .await
+        .map_err(|e| AppError::new("KEYCHAIN_UNAVAILABLE", e.to_string()))?
 }

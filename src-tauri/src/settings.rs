@@ -9,8 +9,8 @@ use engine::handle::EngineConfig;
 use engine::model::ModelInfo;
 use engine::sample::SamplingParams;
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 use std::path::PathBuf;
+use ts_rs::TS;
 
 use crate::cluster::ClusterSettings;
 use crate::context::ContextPolicy;
@@ -141,19 +141,28 @@ impl Settings {
             return Err("max tokens must be at least 1".into());
         }
         if self.prefix_disk_cache_mb > MAX_PREFIX_DISK_MB {
-            return Err(format!("the conversation cache on disk must be at most {MAX_PREFIX_DISK_MB} MiB (1 TiB)"));
+            return Err(format!(
+                "the conversation cache on disk must be at most {MAX_PREFIX_DISK_MB} MiB (1 TiB)"
+            ));
         }
         if self.max_running == 0 || self.max_running > 64 {
             return Err("running sequences must be between 1 and 64".into());
         }
         if self.unload_after_idle_minutes > MAX_IDLE_MINUTES {
-            return Err(format!("unload after idle must be at most {MAX_IDLE_MINUTES} minutes (a week); 0 = never"));
+            return Err(format!(
+                "unload after idle must be at most {MAX_IDLE_MINUTES} minutes (a week); 0 = never"
+            ));
         }
         if self.server_port == 0 {
             return Err("the server port must not be 0".into());
         }
-        if let Some(folder) = self.server_file_url_folders.iter().find(|f| !f.is_absolute() || !f.is_dir()) {
-            return Err(format!("{} is not a folder (file: image URLs need full paths of folders)", folder.display()));
+        if let Some(folder) =
+            self.server_file_url_folders.iter().find(|f| !f.is_absolute() || !f.is_dir())
+        {
+            return Err(format!(
+                "{} is not a folder (file: image URLs need full paths of folders)",
+                folder.display()
+            ));
         }
         self.cluster.validate()?;
         Ok(())
@@ -193,8 +202,10 @@ impl Settings {
     /// The prefix cache's disk tier in `folder` within the setting's budget;
     /// `None` when the setting is 0 (off).
     pub fn prefix_disk(&self, folder: PathBuf) -> Option<DiskPrefixConfig> {
-        (self.prefix_disk_cache_mb > 0)
-            .then(|| DiskPrefixConfig { folder, capacity_bytes: (self.prefix_disk_cache_mb as u64) << 20 })
+        (self.prefix_disk_cache_mb > 0).then(|| DiskPrefixConfig {
+            folder,
+            capacity_bytes: (self.prefix_disk_cache_mb as u64) << 20,
+        })
     }
 
     pub fn sampling(&self) -> SamplingParams {
@@ -215,12 +226,18 @@ impl Settings {
         let Some(model) = model else { return notes };
         if let Some(q) = self.engine_config().scheduler.kv_quantization {
             if q.unsupported_reason(model.head_dim).is_some() {
-                let fitting: Vec<String> =
-                    [32, 64, 128].iter().filter(|g| model.head_dim % **g == 0).map(|g| g.to_string()).collect();
+                let fitting: Vec<String> = [32, 64, 128]
+                    .iter()
+                    .filter(|g| model.head_dim % **g == 0)
+                    .map(|g| g.to_string())
+                    .collect();
                 let what_to_do = if fitting.is_empty() {
                     "turn KV-cache quantization off: it cannot apply to this model".to_string()
                 } else {
-                    format!("set KV group size to {} (or turn KV-cache quantization off)", fitting.join(" or "))
+                    format!(
+                        "set KV group size to {} (or turn KV-cache quantization off)",
+                        fitting.join(" or ")
+                    )
                 };
                 notes.push(format!(
                     "KV-cache quantization does not apply to {}: its attention heads have {} values, which a group size                      of {} does not divide. To use it, {what_to_do}, then restart the engine.",
@@ -280,7 +297,10 @@ mod tests {
     #[test]
     fn file_url_folders_must_be_folders() {
         let dir = tempfile::tempdir().unwrap();
-        let ok = Settings { server_file_url_folders: vec![dir.path().to_path_buf()], ..Default::default() };
+        let ok = Settings {
+            server_file_url_folders: vec![dir.path().to_path_buf()],
+            ..Default::default()
+        };
         ok.validate().unwrap();
         for bad in [dir.path().join("missing"), PathBuf::from("relative")] {
             let s = Settings { server_file_url_folders: vec![bad.clone()], ..Default::default() };
@@ -290,11 +310,19 @@ mod tests {
 
     #[test]
     fn notes_name_the_model_as_the_user_knows_it_and_say_what_to_do() {
-        let model = ModelFacts { name: "mlx-community/Qwen2-VL-2B".into(), head_dim: 80, max_context: 4096 };
+        let model = ModelFacts {
+            name: "mlx-community/Qwen2-VL-2B".into(),
+            head_dim: 80,
+            max_context: 4096,
+        };
         let s = Settings { kv_bits: 8, kv_group_size: 64, max_context: 8192, ..Default::default() };
         let notes = s.notes_for(Some(&model));
         assert_eq!(notes.len(), 2, "{notes:?}");
-        assert!(notes[0].starts_with("KV-cache quantization does not apply to mlx-community/Qwen2-VL-2B"), "{notes:?}");
+        assert!(
+            notes[0]
+                .starts_with("KV-cache quantization does not apply to mlx-community/Qwen2-VL-2B"),
+            "{notes:?}"
+        );
         // 80 is divided by none of 32, 64, 128: the way out is to turn it off
         assert!(notes[0].contains("turn KV-cache quantization off"), "{notes:?}");
         assert!(notes[1].contains("own limit of 4096"), "{notes:?}");
@@ -302,7 +330,9 @@ mod tests {
         let s = Settings { kv_bits: 4, kv_group_size: 128, ..Default::default() };
         let notes = s.notes_for(Some(&model));
         assert!(notes[0].contains("set KV group size to 32 or 64"), "{notes:?}");
-        assert!(Settings { kv_bits: 4, kv_group_size: 64, ..Default::default() }.notes_for(Some(&model)).is_empty());
+        assert!(Settings { kv_bits: 4, kv_group_size: 64, ..Default::default() }
+            .notes_for(Some(&model))
+            .is_empty());
     }
 
     #[test]
@@ -312,7 +342,10 @@ mod tests {
         assert_eq!((q.bits, q.group_size), (4, 32));
         assert!(Settings::default().engine_config().scheduler.kv_quantization.is_none());
         assert_eq!(
-            Settings { vision_cache_mb: 3, ..Default::default() }.engine_config().scheduler.vision_cache_bytes,
+            Settings { vision_cache_mb: 3, ..Default::default() }
+                .engine_config()
+                .scheduler
+                .vision_cache_bytes,
             3 << 20
         );
     }
@@ -320,8 +353,12 @@ mod tests {
     #[test]
     fn the_disk_budget_is_off_at_zero_and_bounded() {
         let folder = PathBuf::from("/tmp/prefix");
-        assert!(Settings { prefix_disk_cache_mb: 0, ..Default::default() }.prefix_disk(folder.clone()).is_none());
-        let on = Settings { prefix_disk_cache_mb: 3, ..Default::default() }.prefix_disk(folder.clone()).unwrap();
+        assert!(Settings { prefix_disk_cache_mb: 0, ..Default::default() }
+            .prefix_disk(folder.clone())
+            .is_none());
+        let on = Settings { prefix_disk_cache_mb: 3, ..Default::default() }
+            .prefix_disk(folder.clone())
+            .unwrap();
         assert_eq!((on.folder, on.capacity_bytes), (folder, 3 << 20));
         let bad = Settings { prefix_disk_cache_mb: MAX_PREFIX_DISK_MB + 1, ..Default::default() };
         assert!(bad.validate().unwrap_err().contains("conversation cache on disk"));

@@ -5,13 +5,13 @@ use std::sync::{Arc, Mutex};
 
 use engine::handle::EngineHandle;
 use serde::Serialize;
-use ts_rs::TS;
 use store::{ChatId, Store};
+use ts_rs::TS;
 
-use crate::image_bytes::{ImageBytes, IMAGE_BYTES_KEPT};
 use crate::error::{AppError, AppResult};
 use crate::generation::Generation;
 use crate::idle::IdleClock;
+use crate::image_bytes::{ImageBytes, IMAGE_BYTES_KEPT};
 use crate::paths::Paths;
 use crate::settings::{EngineKnobs, Settings};
 
@@ -94,9 +94,14 @@ impl AppState {
         let store = Store::open(paths.database()).await?;
         let cleaned = store.cleanup_orphans().await?;
         if cleaned.files_removed > 0 {
-            tracing::info!(files = cleaned.files_removed, bytes = cleaned.bytes_freed, "removed orphan attachments");
+            tracing::info!(
+                files = cleaned.files_removed,
+                bytes = cleaned.bytes_freed,
+                "removed orphan attachments"
+            );
         }
-        let settings: Settings = store.get_setting(crate::settings::SETTINGS_KEY).await?.unwrap_or_default();
+        let settings: Settings =
+            store.get_setting(crate::settings::SETTINGS_KEY).await?.unwrap_or_default();
         Ok(Arc::new(AppState {
             store,
             paths,
@@ -126,7 +131,9 @@ impl AppState {
     }
 
     pub fn engine(&self) -> AppResult<EngineHandle> {
-        self.engine.engine().ok_or_else(|| AppError::new("NO_MODEL_LOADED", "No model is loaded. Pick one in Models."))
+        self.engine.engine().ok_or_else(|| {
+            AppError::new("NO_MODEL_LOADED", "No model is loaded. Pick one in Models.")
+        })
     }
 
     /// Stops everything that runs on the engine, then the engine itself.

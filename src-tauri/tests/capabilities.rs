@@ -16,19 +16,40 @@ fn every_registered_command_is_a_permission_and_granted() {
     let registered: BTreeSet<String> = {
         let start = lib.find("generate_handler![").unwrap();
         let body = &lib[start..start + lib[start..].find(']').unwrap()];
-        body.split("commands::").skip(1).map(|c| c.split("::").nth(1).unwrap().trim_end_matches([',', ' ', '\n']).to_string()).collect()
+        body.split("commands::")
+            .skip(1)
+            .map(|c| c.split("::").nth(1).unwrap().trim_end_matches([',', ' ', '\n']).to_string())
+            .collect()
     };
     assert!(registered.len() > 40, "{registered:?}");
-    let manifest = quoted_names_after(include_str!("../build.rs"), "const APP_COMMANDS: &[&str] = &[", "];");
+    let manifest =
+        quoted_names_after(include_str!("../build.rs"), "const APP_COMMANDS: &[&str] = &[", "];");
     assert_eq!(manifest, registered, "build.rs APP_COMMANDS");
 
-    let capability: serde_json::Value = serde_json::from_str(include_str!("../capabilities/default.json")).unwrap();
-    let granted: BTreeSet<String> = capability["permissions"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect();
-    let commands: BTreeSet<String> =
-        granted.iter().filter_map(|p| p.strip_prefix("allow-")).map(|c| c.replace('-', "_")).collect();
+    let capability: serde_json::Value =
+        serde_json::from_str(include_str!("../capabilities/default.json")).unwrap();
+    let granted: BTreeSet<String> = capability["permissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap().to_string())
+        .collect();
+    let commands: BTreeSet<String> = granted
+        .iter()
+        .filter_map(|p| p.strip_prefix("allow-"))
+        .map(|c| c.replace('-', "_"))
+        .collect();
     assert_eq!(commands, registered, "capabilities/default.json grants");
     // beyond the app's commands: listening to events and the open and save
     // dialogs (a chat is exported where the user says), no more
     let others: Vec<&String> = granted.iter().filter(|p| !p.starts_with("allow-")).collect();
-    assert_eq!(others, ["core:event:allow-listen", "core:event:allow-unlisten", "dialog:allow-open", "dialog:allow-save"]);
+    assert_eq!(
+        others,
+        [
+            "core:event:allow-listen",
+            "core:event:allow-unlisten",
+            "dialog:allow-open",
+            "dialog:allow-save"
+        ]
+    );
 }

@@ -34,8 +34,11 @@ fn a_split_model_answers_as_one_process_and_a_lost_rank_is_reported() {
     if let Some(model) = std::env::var_os(FOLLOWER_MODEL) {
         // rank 1: the app's load options (the defaults) and the same split,
         // until rank 0 stops or this process is killed
-        let group =
-            GroupConfig { connect_timeout: Duration::from_secs(60), split: Split::Pipeline, ..GroupConfig::default() };
+        let group = GroupConfig {
+            connect_timeout: Duration::from_secs(60),
+            split: Split::Pipeline,
+            ..GroupConfig::default()
+        };
         let followed = run_follower(Path::new(&model), &LoadOptions::default(), &group);
         println!("RANK 1 done: {:?}", followed.map(|f| f.forwards));
         return;
@@ -50,13 +53,22 @@ fn a_split_model_answers_as_one_process_and_a_lost_rank_is_reported() {
 
     // off by default: no ranks
     let off = h.ok("cluster_status", json!({}));
-    assert_eq!((off["enabled"].clone(), off["state"].clone()), (json!(false), json!("not_joined")), "{off}");
+    assert_eq!(
+        (off["enabled"].clone(), off["state"].clone()),
+        (json!(false), json!("not_joined")),
+        "{off}"
+    );
 
     // a list of hosts, rank 0 = this process; rank 1 reads its own copy of
     // the same ring, as another Mac would
     let ring = Hostfile::local(2).unwrap();
     let hosts: Vec<String> = ring.ranks.iter().map(|r| r[0].to_string()).collect();
-    let bad = h.call("save_settings", json!({"settings": {"cluster": {"enabled": true, "hosts": [hosts[0]]}}})).unwrap_err();
+    let bad = h
+        .call(
+            "save_settings",
+            json!({"settings": {"cluster": {"enabled": true, "hosts": [hosts[0]]}}}),
+        )
+        .unwrap_err();
     assert!(bad["message"].as_str().unwrap().contains("at least 2 ranks"), "{bad}");
     h.settings(|s| {
         s["cluster"] = json!({"enabled": true, "hostfile": "", "hosts": hosts, "join_timeout_secs": 60, "split": "pipeline"});
@@ -67,7 +79,11 @@ fn a_split_model_answers_as_one_process_and_a_lost_rank_is_reported() {
     // what to run on the other Mac says the same split
     let command = waiting["ranks"][1]["command"].as_str().unwrap();
     assert!(command.ends_with("--rank 1 --split pipeline"), "{command}");
-    assert_eq!(waiting["ranks"][1]["weights_bytes"], Value::Null, "no memory before the ring joins: {waiting}");
+    assert_eq!(
+        waiting["ranks"][1]["weights_bytes"],
+        Value::Null,
+        "no memory before the ring joins: {waiting}"
+    );
     assert_eq!(waiting["ranks"].as_array().unwrap().len(), 2, "{waiting}");
     assert_eq!(waiting["ranks"][0]["this_mac"], true);
     assert_eq!(waiting["ranks"][1]["addresses"], json!([hosts[1]]));
@@ -98,17 +114,23 @@ fn a_split_model_answers_as_one_process_and_a_lost_rank_is_reported() {
     assert_eq!(joined["hostfile_path"], json!(written.display().to_string()));
     assert_eq!(Hostfile::read(&written).unwrap(), ring);
     // the setting's split reached the group: this Mac holds a stage of layers
-    let share = joined["ranks"][0]["share"].as_str().unwrap_or_else(|| panic!("no share: {joined}"));
+    let share =
+        joined["ranks"][0]["share"].as_str().unwrap_or_else(|| panic!("no share: {joined}"));
     assert!(share.contains("pipeline rank 0 of 2"), "{share}");
     assert_eq!(joined["ranks"][1]["share"], Value::Null);
     // each rank's memory, gathered from both: each holds part of the weights
-    let weights = |r: usize| joined["ranks"][r]["weights_bytes"].as_u64().unwrap_or_else(|| panic!("rank {r}: {joined}"));
+    let weights = |r: usize| {
+        joined["ranks"][r]["weights_bytes"].as_u64().unwrap_or_else(|| panic!("rank {r}: {joined}"))
+    };
     assert!(weights(0) > 0 && weights(1) > 0, "{joined}");
     assert!(joined["ranks"][1]["kv_bytes"].is_u64(), "{joined}");
 
     let split = ask(&h, "Hello there, tiny model");
     assert_eq!(split["status"], "complete", "{split}");
-    assert_eq!(split["content"], alone["content"], "greedy: the split model answers as one process");
+    assert_eq!(
+        split["content"], alone["content"],
+        "greedy: the split model answers as one process"
+    );
     assert!(!split["content"].as_str().unwrap().is_empty());
     // the conversation's cache is on both ranks, each for its own layers
     // (the engine gathers the figures at most once a second)
@@ -142,5 +164,8 @@ fn a_split_model_answers_as_one_process_and_a_lost_rank_is_reported() {
     let again = h.call("load_model", json!({"id": "dir:tiny"})).unwrap_err();
     assert_eq!(again["code"], vlm_chat::cluster::RESTART_NEEDED, "{again}");
     let message = again["message"].as_str().unwrap();
-    assert!(message.contains("quit and reopen the app") && message.contains("--split pipeline"), "{again}");
+    assert!(
+        message.contains("quit and reopen the app") && message.contains("--split pipeline"),
+        "{again}"
+    );
 }

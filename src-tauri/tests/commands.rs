@@ -14,10 +14,10 @@ use common::{harness, invoke, paths, tiny_models, Harness};
 
 /// A 1×1 PNG.
 const PNG: &[u8] = &[
-    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 0x0D, 0x49, 0x48, 0x44, 0x52, 0, 0, 0, 1, 0, 0, 0, 1, 8,
-    6, 0, 0, 0, 0x1F, 0x15, 0xC4, 0x89, 0, 0, 0, 0x0D, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9C, 0x63, 0xF8, 0xCF, 0xC0,
-    0xF0, 0x1F, 0, 0x05, 0x00, 0x01, 0xFF, 0x89, 0x99, 0x3D, 0x1D, 0, 0, 0, 0, 0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42,
-    0x60, 0x82,
+    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 0x0D, 0x49, 0x48, 0x44, 0x52, 0, 0, 0,
+    1, 0, 0, 0, 1, 8, 6, 0, 0, 0, 0x1F, 0x15, 0xC4, 0x89, 0, 0, 0, 0x0D, 0x49, 0x44, 0x41, 0x54,
+    0x78, 0x9C, 0x63, 0xF8, 0xCF, 0xC0, 0xF0, 0x1F, 0, 0x05, 0x00, 0x01, 0xFF, 0x89, 0x99, 0x3D,
+    0x1D, 0, 0, 0, 0, 0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82,
 ];
 
 #[test]
@@ -31,7 +31,8 @@ fn chats_are_created_listed_renamed_searched_and_deleted() {
     std::thread::sleep(Duration::from_millis(3));
     h.ok("rename_chat", json!({"chatId": a, "title": "Holiday photos"}));
     let listed = h.ok("list_chats", json!({}));
-    let ids: Vec<i64> = listed.as_array().unwrap().iter().map(|c| c["id"].as_i64().unwrap()).collect();
+    let ids: Vec<i64> =
+        listed.as_array().unwrap().iter().map(|c| c["id"].as_i64().unwrap()).collect();
     assert_eq!(ids, vec![b, a], "a rename does not move a chat to the top");
     let found = h.ok("list_chats", json!({"query": "holiday"}));
     assert_eq!(found.as_array().unwrap().len(), 1);
@@ -49,7 +50,10 @@ fn sending_without_a_model_says_so() {
     let h = harness(dir.path());
     let chat = h.new_chat();
     let err = h
-        .call("send_message", json!({"chatId": chat, "message": {"text": "hi"}, "onEvent": "__CHANNEL__:1"}))
+        .call(
+            "send_message",
+            json!({"chatId": chat, "message": {"text": "hi"}, "onEvent": "__CHANNEL__:1"}),
+        )
         .unwrap_err();
     assert_eq!(err["code"], "NO_MODEL_LOADED", "{err}");
 }
@@ -68,7 +72,10 @@ fn a_reply_streams_into_the_store_with_stats_and_titles_the_chat() {
     let reply = h.finished_reply(chat);
     assert_eq!(reply["status"], "complete", "{reply}");
     assert!(reply["stats"]["completion_tokens"].as_u64().unwrap() >= 1, "{reply}");
-    assert!(["stop", "length"].contains(&reply["stats"]["finish_reason"].as_str().unwrap()), "{reply}");
+    assert!(
+        ["stop", "length"].contains(&reply["stats"]["finish_reason"].as_str().unwrap()),
+        "{reply}"
+    );
     let chats = h.ok("list_chats", json!({}));
     assert_eq!(chats[0]["title"], "Hello there, tiny model");
 
@@ -94,7 +101,8 @@ fn a_reply_streams_into_the_store_with_stats_and_titles_the_chat() {
     );
     h.finished_reply(chat);
     let messages = h.ok("list_messages", json!({"chatId": chat}));
-    let roles: Vec<&str> = messages.as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    let roles: Vec<&str> =
+        messages.as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(roles, ["user", "assistant"]);
     assert_eq!(messages[0]["content"], "Edited question");
     assert_eq!(messages[0]["siblings"], json!([user_id, messages[0]["id"]]));
@@ -116,7 +124,10 @@ fn continue_extends_the_cut_answer_in_place() {
     h.send(chat, "Tell me a long story about the sea", &[]);
     let cut = h.finished_reply(chat);
     assert_eq!(cut["stats"]["finish_reason"], "length", "{cut}");
-    let started = h.ok("continue_reply", json!({"chatId": chat, "messageId": cut["id"], "onEvent": "__CHANNEL__:10"}));
+    let started = h.ok(
+        "continue_reply",
+        json!({"chatId": chat, "messageId": cut["id"], "onEvent": "__CHANNEL__:10"}),
+    );
     assert_eq!(started["reply_id"], cut["id"]);
     let more = h.finished_reply(chat);
     assert_eq!(more["id"], cut["id"], "the same message: {more}");
@@ -130,16 +141,27 @@ fn continue_extends_the_cut_answer_in_place() {
     let prompt_tokens = |m: &Value| m["stats"]["prompt_tokens"].as_u64().unwrap();
     assert!(prompt_tokens(&more) <= prompt_tokens(&cut) + before.len() as u64, "{cut} → {more}");
     let messages = h.ok("list_messages", json!({"chatId": chat}));
-    let roles: Vec<&str> = messages.as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    let roles: Vec<&str> =
+        messages.as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(roles, ["user", "assistant"], "nothing new was posted: {messages}");
     assert_eq!(messages[1]["siblings"], json!([cut["id"]]), "no new answer beside it");
 
     // a question is not an answer to continue; another chat's answer is not this chat's
     let question = messages[0]["id"].clone();
-    let e = h.call("continue_reply", json!({"chatId": chat, "messageId": question, "onEvent": "__CHANNEL__:11"})).unwrap_err();
+    let e = h
+        .call(
+            "continue_reply",
+            json!({"chatId": chat, "messageId": question, "onEvent": "__CHANNEL__:11"}),
+        )
+        .unwrap_err();
     assert_eq!(e["code"], "NOT_CONTINUABLE", "{e}");
     let other = h.new_chat();
-    let e = h.call("continue_reply", json!({"chatId": other, "messageId": cut["id"], "onEvent": "__CHANNEL__:12"})).unwrap_err();
+    let e = h
+        .call(
+            "continue_reply",
+            json!({"chatId": other, "messageId": cut["id"], "onEvent": "__CHANNEL__:12"}),
+        )
+        .unwrap_err();
     assert_eq!(e["code"], "MESSAGE_NOT_FOUND", "{e}");
 }
 
@@ -164,10 +186,18 @@ fn the_prompt_is_the_branch_answered_and_branches_can_be_deleted() {
     );
     let short = h.finished_reply(chat);
     let short_prompt = short["stats"]["prompt_tokens"].as_u64().expect("the reply ran");
-    assert!(short_prompt < long_prompt, "the fork's prompt ({short_prompt}) has only its own branch (the old one: {long_prompt})");
+    assert!(
+        short_prompt < long_prompt,
+        "the fork's prompt ({short_prompt}) has only its own branch (the old one: {long_prompt})"
+    );
 
     // a regenerate of an answer on a hidden branch is refused for a user message
-    let err = h.call("regenerate", json!({"chatId": chat, "messageId": first["user"]["id"], "onEvent": "__CHANNEL__:4"})).unwrap_err();
+    let err = h
+        .call(
+            "regenerate",
+            json!({"chatId": chat, "messageId": first["user"]["id"], "onEvent": "__CHANNEL__:4"}),
+        )
+        .unwrap_err();
     assert_eq!(err["code"], "NOT_A_REPLY", "{err}");
 
     // deleting the new branch shows the old one again, whole
@@ -209,7 +239,10 @@ fn two_chats_answer_at_once() {
     h.send(a, "First chat", &[]);
     h.send(b, "Second chat", &[]);
     // a chat answering refuses a second message until it is done
-    let busy = h.call("send_message", json!({"chatId": a, "message": {"text": "again"}, "onEvent": "__CHANNEL__:3"}));
+    let busy = h.call(
+        "send_message",
+        json!({"chatId": a, "message": {"text": "again"}, "onEvent": "__CHANNEL__:3"}),
+    );
     let ra = h.finished_reply(a);
     let rb = h.finished_reply(b);
     assert_eq!(ra["status"], "complete", "{ra}");
@@ -229,7 +262,8 @@ fn an_image_is_stored_from_a_path_or_from_bytes() {
     let from_bytes = h.call_body("add_attachment_bytes", InvokeBody::Raw(PNG.to_vec())).unwrap();
     assert_eq!(from_path["sha256"], from_bytes["sha256"], "same bytes, same attachment");
     assert_eq!(from_path["mime"], "image/png");
-    let not_image = h.call_body("add_attachment_bytes", InvokeBody::Raw(b"hello".to_vec())).unwrap_err();
+    let not_image =
+        h.call_body("add_attachment_bytes", InvokeBody::Raw(b"hello".to_vec())).unwrap_err();
     assert_eq!(not_image["code"], "NOT_AN_IMAGE");
     // a PNG cut short starts like a PNG: it is decoded as it is attached and
     // refused then, by path and by bytes, and nothing is stored for it
@@ -238,7 +272,10 @@ fn an_image_is_stored_from_a_path_or_from_bytes() {
     std::fs::write(&cut, &PNG[..PNG.len() / 2]).unwrap();
     let refused = h.call("add_attachment_path", json!({"path": cut})).unwrap_err();
     assert_eq!(refused["code"], "IMAGE_UNREADABLE", "{refused}");
-    assert!(refused["message"].as_str().unwrap().starts_with("this PNG image cannot be read"), "{refused}");
+    assert!(
+        refused["message"].as_str().unwrap().starts_with("this PNG image cannot be read"),
+        "{refused}"
+    );
     let refused = h.call_body("add_attachment_bytes", InvokeBody::Raw(broken_png())).unwrap_err();
     assert_eq!(refused["code"], "IMAGE_UNREADABLE", "{refused}");
     assert_eq!(std::fs::read_dir(h.state.store.attachments_dir()).unwrap().count(), stored);
@@ -259,7 +296,11 @@ fn broken_png() -> Vec<u8> {
 fn a_vision_model_sees_an_image_reuses_its_features_and_names_a_bad_one() {
     let dir = tempfile::tempdir().unwrap();
     tiny_models(dir.path());
-    write_tiny_qwen2_vl(&dir.path().join("models").join("tiny-vl"), &TinyQwenVl::new(QwenVlVariant::Qwen2Vl)).unwrap();
+    write_tiny_qwen2_vl(
+        &dir.path().join("models").join("tiny-vl"),
+        &TinyQwenVl::new(QwenVlVariant::Qwen2Vl),
+    )
+    .unwrap();
     let h = harness(dir.path());
 
     // the gallery says which local models can see images (config.json's vision tower)
@@ -275,18 +316,25 @@ fn a_vision_model_sees_an_image_reuses_its_features_and_names_a_bad_one() {
     assert_eq!(status["model"]["vision"], true, "{status}");
     h.settings(|_| {});
     let image = std::fs::read(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/engine/tests/fixtures/images/qwen_parity_320x240.png"),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../crates/engine/tests/fixtures/images/qwen_parity_320x240.png"),
     )
     .unwrap();
-    let sha =
-        h.call_body("add_attachment_bytes", InvokeBody::Raw(image)).unwrap()["sha256"].as_str().unwrap().to_string();
+    let sha = h.call_body("add_attachment_bytes", InvokeBody::Raw(image)).unwrap()["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let chat = h.new_chat();
     h.send(chat, "What is in this picture?", &[&sha]);
     let first = h.finished_reply(chat);
     assert_eq!(first["status"], "complete", "{first}");
     assert_eq!(first["error_code"], Value::Null);
     let vision = h.ok("engine_stats", json!({}))["engine"]["vision_cache"].clone();
-    assert_eq!((vision["hits"].as_u64(), vision["misses"].as_u64()), (Some(0), Some(1)), "{vision}");
+    assert_eq!(
+        (vision["hits"].as_u64(), vision["misses"].as_u64()),
+        (Some(0), Some(1)),
+        "{vision}"
+    );
 
     // the image stays in the history: the next turn sends it again, and the
     // engine takes its features from the cache instead of encoding it anew
@@ -294,14 +342,21 @@ fn a_vision_model_sees_an_image_reuses_its_features_and_names_a_bad_one() {
     let second = h.finished_reply(chat);
     assert_eq!(second["status"], "complete", "{second}");
     let vision = h.ok("engine_stats", json!({}))["engine"]["vision_cache"].clone();
-    assert_eq!((vision["hits"].as_u64(), vision["misses"].as_u64()), (Some(1), Some(1)), "{vision}");
+    assert_eq!(
+        (vision["hits"].as_u64(), vision["misses"].as_u64()),
+        (Some(1), Some(1)),
+        "{vision}"
+    );
 
     // a damaged image is refused as it is attached; one stored before
     // attachments were decoded (by an older version) fails only its reply,
     // with INVALID_IMAGE
     let refused = h.call_body("add_attachment_bytes", InvokeBody::Raw(broken_png())).unwrap_err();
     assert_eq!(refused["code"], "IMAGE_UNREADABLE", "{refused}");
-    let bad = serde_json::to_value(tauri::async_runtime::block_on(h.state.store.add_attachment(&broken_png())).unwrap()).unwrap();
+    let bad = serde_json::to_value(
+        tauri::async_runtime::block_on(h.state.store.add_attachment(&broken_png())).unwrap(),
+    )
+    .unwrap();
     let other = h.new_chat();
     h.send(other, "And this one?", &[bad["sha256"].as_str().unwrap()]);
     let failed = h.finished_reply(other);
@@ -347,13 +402,20 @@ fn a_chat_continued_after_a_restart_reuses_its_cache_from_disk() {
         h.load_tiny();
         h.settings(|_| {});
         let chat = h.new_chat();
-        h.send(chat, "Tell me about the lighthouse keeper and the storm that came in the night.", &[]);
+        h.send(
+            chat,
+            "Tell me about the lighthouse keeper and the storm that came in the night.",
+            &[],
+        );
         let first = h.finished_reply(chat);
         assert!(first["stats"].get("cached_from_disk_tokens").is_none(), "{first}");
         chat
     };
     let folder = paths(dir.path()).prefix_cache();
-    let files: Vec<_> = walk(&folder).into_iter().filter(|p| p.extension().is_some_and(|x| x == "safetensors")).collect();
+    let files: Vec<_> = walk(&folder)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
     assert_eq!(files.len(), 1, "the first answer's cache is on disk: {files:?}");
 
     let h = harness(dir.path());
@@ -384,7 +446,8 @@ fn the_gallery_lists_the_catalog_and_models_on_disk() {
     let dir = tempfile::tempdir().unwrap();
     tiny_models(dir.path());
     std::fs::create_dir_all(dir.path().join("models/odd")).unwrap();
-    std::fs::write(dir.path().join("models/odd/config.json"), r#"{"model_type": "mamba"}"#).unwrap();
+    std::fs::write(dir.path().join("models/odd/config.json"), r#"{"model_type": "mamba"}"#)
+        .unwrap();
     let h = harness(dir.path());
     let g = h.ok("list_models", json!({}));
     let local = g["local"].as_array().unwrap();
@@ -435,7 +498,8 @@ fn gallery_and_status_show_the_registry_capabilities() {
     let dir = tempfile::tempdir().unwrap();
     tiny_models(dir.path());
     let qwen3 = dir.path().join("models/tiny-qwen3");
-    engine::testing::write_tiny_family(&qwen3, engine::testing::TinyFamily::Qwen3, None, 11).unwrap();
+    engine::testing::write_tiny_family(&qwen3, engine::testing::TinyFamily::Qwen3, None, 11)
+        .unwrap();
     let config = qwen3.join("tokenizer_config.json");
     let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
     cfg["chat_template"] = "{% for m in messages %}{{ m.content }}{% endfor %}\
@@ -445,21 +509,31 @@ fn gallery_and_status_show_the_registry_capabilities() {
     let h = harness(dir.path());
     let g = h.ok("list_models", json!({}));
     let local = g["local"].as_array().unwrap();
-    let entry = |id: &str| local.iter().find(|m| m["id"] == id).unwrap_or_else(|| panic!("{id} listed")).clone();
+    let entry = |id: &str| {
+        local.iter().find(|m| m["id"] == id).unwrap_or_else(|| panic!("{id} listed")).clone()
+    };
     let (q, l) = (entry("dir:tiny-qwen3"), entry("dir:tiny"));
-    assert_eq!((q["supported"].clone(), q["thinking"].clone(), q["vision"].clone()), (json!(true), json!(true), json!(false)));
+    assert_eq!(
+        (q["supported"].clone(), q["thinking"].clone(), q["vision"].clone()),
+        (json!(true), json!(true), json!(false))
+    );
     assert_eq!((l["thinking"].clone(), l["vision"].clone()), (json!(false), json!(false)));
     let status = h.ok("load_model", json!({"id": "dir:tiny-qwen3"}));
     assert_eq!(status["model"]["architecture"], "qwen3", "{status}");
     assert_eq!(status["model"]["thinking"], true, "{status}");
     assert_eq!(status["model"]["vision"], false, "{status}");
     let catalog = g["catalog"].as_array().unwrap();
-    let moe = catalog.iter().find(|m| m["architecture"] == "qwen3_moe").expect("Qwen3-MoE in the catalog");
+    let moe = catalog
+        .iter()
+        .find(|m| m["architecture"] == "qwen3_moe")
+        .expect("Qwen3-MoE in the catalog");
     assert_eq!(moe["supported"], true);
-    let gemma4 = catalog.iter().find(|m| m["architecture"] == "gemma4").expect("Gemma 4 in the catalog");
+    let gemma4 =
+        catalog.iter().find(|m| m["architecture"] == "gemma4").expect("Gemma 4 in the catalog");
     assert_eq!(gemma4["supported"], true);
     assert_eq!(gemma4["vision"], true, "Gemma 4 sees images");
-    let qwen35 = catalog.iter().find(|m| m["architecture"] == "qwen3_5").expect("Qwen3.5 in the catalog");
+    let qwen35 =
+        catalog.iter().find(|m| m["architecture"] == "qwen3_5").expect("Qwen3.5 in the catalog");
     assert_eq!(qwen35["supported"], true);
     assert_eq!(qwen35["vision"], true, "Qwen3.5 sees images");
 }
@@ -477,8 +551,10 @@ fn an_image_earlier_in_a_chat_does_not_fail_later_turns_on_a_model_that_cannot_s
     let h = harness(dir.path());
     h.load_tiny();
     h.settings(|_| {});
-    let sha =
-        h.call_body("add_attachment_bytes", InvokeBody::Raw(PNG.to_vec())).unwrap()["sha256"].as_str().unwrap().to_string();
+    let sha = h.call_body("add_attachment_bytes", InvokeBody::Raw(PNG.to_vec())).unwrap()["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let chat = h.new_chat();
 
     // a new message with an image is refused before anything is stored
@@ -489,27 +565,50 @@ fn an_image_earlier_in_a_chat_does_not_fail_later_turns_on_a_model_that_cannot_s
         )
         .unwrap_err();
     assert_eq!(refused["code"], "MODEL_CANNOT_SEE_IMAGES", "{refused}");
-    assert!(refused["message"].as_str().unwrap().starts_with("tiny cannot see images"), "{refused}");
+    assert!(
+        refused["message"].as_str().unwrap().starts_with("tiny cannot see images"),
+        "{refused}"
+    );
     assert_eq!(h.ok("list_messages", json!({"chatId": chat})), json!([]));
 
     // a chat where an image was sent earlier (to a model that saw it)
     let store = h.state.store.clone();
     let messages = tauri::async_runtime::block_on(async {
-        store.add_message(ChatId(chat), &NewMessage::user("What is this?").with_attachments([sha.clone()])).await.unwrap();
+        store
+            .add_message(
+                ChatId(chat),
+                &NewMessage::user("What is this?").with_attachments([sha.clone()]),
+            )
+            .await
+            .unwrap();
         let reply = store.begin_reply(ChatId(chat), "a vision model").await.unwrap();
         store.finish_reply(reply, "A small dot.", "", None, ReplyOutcome::Complete).await.unwrap();
         store.list_messages(ChatId(chat)).await.unwrap()
     });
     // for a model without vision the image becomes a placeholder in the history
     let text_only = Capabilities::default();
-    let request = tauri::async_runtime::block_on(build_request(&messages, &Settings::default(), text_only, None, &h.state.image_bytes)).unwrap();
+    let request = tauri::async_runtime::block_on(build_request(
+        &messages,
+        &Settings::default(),
+        text_only,
+        None,
+        &h.state.image_bytes,
+    ))
+    .unwrap();
     assert!(request.images.is_empty());
     let Prompt::Chat { messages: sent, .. } = &request.prompt else { panic!("a chat prompt") };
     let first = serde_json::to_value(&sent[0]).unwrap();
     assert_eq!(first["content"], json!(format!("{IMAGE_PLACEHOLDER}\nWhat is this?")), "{first}");
     // a model that sees keeps the image
     let sees = Capabilities { vision: true, ..Default::default() };
-    let request = tauri::async_runtime::block_on(build_request(&messages, &Settings::default(), sees, None, &h.state.image_bytes)).unwrap();
+    let request = tauri::async_runtime::block_on(build_request(
+        &messages,
+        &Settings::default(),
+        sees,
+        None,
+        &h.state.image_bytes,
+    ))
+    .unwrap();
     assert_eq!(request.images.len(), 1);
 
     // and the next turn, text only, is answered instead of failing on the old image
@@ -556,7 +655,10 @@ fn the_server_says_why_it_cannot_start_on_a_taken_port() {
     assert_eq!(status["running"], true, "{status}");
     assert_eq!(status["error"], Value::Null, "{status}");
     h.settings(|s| s["server_enabled"] = json!(false));
-    assert_eq!(h.ok("server_status", json!({})), json!({"running": false, "url": null, "error": null}));
+    assert_eq!(
+        h.ok("server_status", json!({})),
+        json!({"running": false, "url": null, "error": null})
+    );
 }
 
 #[test]
@@ -568,7 +670,8 @@ fn the_built_in_model_cannot_be_deleted() {
     let built_in = models.join("SmolLM2-135M-Instruct.Q4_1.gguf");
     std::fs::write(&built_in, b"GGUF not really").unwrap();
     let h = harness(dir.path());
-    let err = h.call("delete_model", json!({"id": "dir:SmolLM2-135M-Instruct.Q4_1.gguf"})).unwrap_err();
+    let err =
+        h.call("delete_model", json!({"id": "dir:SmolLM2-135M-Instruct.Q4_1.gguf"})).unwrap_err();
     assert_eq!(err["code"], "BUILT_IN_MODEL", "{err}");
     assert!(built_in.exists());
 }
@@ -618,7 +721,8 @@ fn a_chat_answers_in_the_json_format_it_is_set_to_and_keeps_it() {
     let reply = h.finished_reply(chat);
     assert_eq!(reply["status"], "complete", "{reply}");
     assert_eq!(reply["stats"]["finish_reason"], "stop", "{reply}");
-    let answer: Value = serde_json::from_str(reply["content"].as_str().unwrap()).unwrap_or_else(|e| panic!("{e}: {reply}"));
+    let answer: Value = serde_json::from_str(reply["content"].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {reply}"));
     let keys: Vec<&String> = answer.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["city", "country"], "{answer}");
     assert!(["Paris", "Rome"].contains(&answer["city"].as_str().unwrap()), "{answer}");
@@ -628,7 +732,12 @@ fn a_chat_answers_in_the_json_format_it_is_set_to_and_keeps_it() {
     // Kept with the chat, listed with it; bad formats are refused; None is free text again.
     let listed = h.ok("list_chats", json!({}));
     assert_eq!(listed[0]["answer_format"], format);
-    let bad = h.call("set_answer_format", json!({"chatId": chat, "format": {"kind": "fields", "names": []}})).unwrap_err();
+    let bad = h
+        .call(
+            "set_answer_format",
+            json!({"chatId": chat, "format": {"kind": "fields", "names": []}}),
+        )
+        .unwrap_err();
     assert_eq!(bad["code"], "INVALID_ANSWER_FORMAT");
     let cleared = h.ok("set_answer_format", json!({"chatId": chat, "format": null}));
     assert!(cleared["answer_format"].is_null());
@@ -657,10 +766,15 @@ fn row_statuses(h: &Harness, job: i64) -> Vec<String> {
 fn a_bulk_job_runs_exports_and_after_a_crash_resumes_only_its_unanswered_rows() {
     let dir = tempfile::tempdir().unwrap();
     tiny_models(dir.path());
-    write_tiny_qwen2_vl(&dir.path().join("models").join("tiny-vl"), &TinyQwenVl::new(QwenVlVariant::Qwen2Vl)).unwrap();
+    write_tiny_qwen2_vl(
+        &dir.path().join("models").join("tiny-vl"),
+        &TinyQwenVl::new(QwenVlVariant::Qwen2Vl),
+    )
+    .unwrap();
     let photos = dir.path().join("photos");
     std::fs::create_dir(&photos).unwrap();
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/engine/tests/fixtures/images");
+    let fixtures =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/engine/tests/fixtures/images");
     for name in ["pre_photo.jpg", "pre_gray.jpg", "qwen_parity_182x126.png", "pre_lossy.webp"] {
         std::fs::copy(fixtures.join(name), photos.join(name)).unwrap();
     }
@@ -669,16 +783,31 @@ fn a_bulk_job_runs_exports_and_after_a_crash_resumes_only_its_unanswered_rows() 
     let h = harness(dir.path());
     // a model that cannot see is refused before anything runs
     h.load_tiny();
-    let job = h.ok("create_bulk_job", json!({"prompt": "What is this?", "format": null, "maxTokens": 4, "paths": [photos]}));
+    let job = h.ok(
+        "create_bulk_job",
+        json!({"prompt": "What is this?", "format": null, "maxTokens": 4, "paths": [photos]}),
+    );
     let id = job["id"].as_i64().unwrap();
-    assert_eq!((job["total"].as_u64(), job["failed"].as_u64(), job["status"].as_str()), (Some(5), Some(1), Some("ready")));
-    let refused = h.call("run_bulk_job", json!({"jobId": id, "pass": "unfinished", "onEvent": "__CHANNEL__:9"})).unwrap_err();
+    assert_eq!(
+        (job["total"].as_u64(), job["failed"].as_u64(), job["status"].as_str()),
+        (Some(5), Some(1), Some("ready"))
+    );
+    let refused = h
+        .call(
+            "run_bulk_job",
+            json!({"jobId": id, "pass": "unfinished", "onEvent": "__CHANNEL__:9"}),
+        )
+        .unwrap_err();
     assert_eq!(refused["code"], "MODEL_CANNOT_SEE_IMAGES", "{refused}");
 
     assert_eq!(h.ok("load_model", json!({"id": "dir:tiny-vl"}))["state"], "ready");
     h.ok("run_bulk_job", json!({"jobId": id, "pass": "unfinished", "onEvent": "__CHANNEL__:9"}));
     let finished = bulk_job_settled(&h, id);
-    assert_eq!((finished["status"].as_str(), finished["done"].as_u64()), (Some("finished"), Some(4)), "{finished}");
+    assert_eq!(
+        (finished["status"].as_str(), finished["done"].as_u64()),
+        (Some("finished"), Some(4)),
+        "{finished}"
+    );
     assert_eq!(row_statuses(&h, id), ["done", "done", "done", "done", "failed"]);
     let rows = h.ok("bulk_job_rows", json!({"jobId": id}));
     assert_eq!(rows[4]["error_code"], "NOT_AN_IMAGE", "{}", rows[4]);
@@ -689,7 +818,16 @@ fn a_bulk_job_runs_exports_and_after_a_crash_resumes_only_its_unanswered_rows() 
     let path = Path::new(path.as_str().unwrap());
     assert!(path.starts_with(dir.path().join("data").join("exports")), "{}", path.display());
     let exported = bulk::export::read_file(path).unwrap();
-    assert_eq!(exported.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["pre_gray.jpg", "pre_lossy.webp", "pre_photo.jpg", "qwen_parity_182x126.png", "z_notes.png"]);
+    assert_eq!(
+        exported.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+        [
+            "pre_gray.jpg",
+            "pre_lossy.webp",
+            "pre_photo.jpg",
+            "qwen_parity_182x126.png",
+            "z_notes.png"
+        ]
+    );
     assert_eq!(exported[0].answer, rows[0]["answer"].as_str().unwrap());
 
     // A crash while two rows were being answered: the job was running, they were pending.
@@ -707,15 +845,27 @@ fn a_bulk_job_runs_exports_and_after_a_crash_resumes_only_its_unanswered_rows() 
     let h = harness(dir.path());
     let jobs = h.ok("list_bulk_jobs", json!({}));
     assert_eq!(jobs[0]["status"], "interrupted", "{jobs}");
-    assert_eq!(h.ok("bulk_job_rows", json!({"jobId": id}))[0], kept, "done rows survive the restart");
+    assert_eq!(
+        h.ok("bulk_job_rows", json!({"jobId": id}))[0],
+        kept,
+        "done rows survive the restart"
+    );
     assert_eq!(h.ok("load_model", json!({"id": "dir:tiny-vl"}))["state"], "ready");
     h.ok("run_bulk_job", json!({"jobId": id, "pass": "unfinished", "onEvent": "__CHANNEL__:9"}));
     assert_eq!(bulk_job_settled(&h, id)["status"], "finished");
     assert_eq!(row_statuses(&h, id), ["done", "done", "done", "done", "failed"]);
     // the fresh engine encoded exactly the two images that were pending
     let vision = h.ok("engine_stats", json!({}))["engine"]["vision_cache"].clone();
-    assert_eq!((vision["hits"].as_u64(), vision["misses"].as_u64()), (Some(0), Some(2)), "{vision}");
-    assert_eq!(h.ok("bulk_job_rows", json!({"jobId": id}))[0], kept, "a resume leaves done rows alone");
+    assert_eq!(
+        (vision["hits"].as_u64(), vision["misses"].as_u64()),
+        (Some(0), Some(2)),
+        "{vision}"
+    );
+    assert_eq!(
+        h.ok("bulk_job_rows", json!({"jobId": id}))[0],
+        kept,
+        "a resume leaves done rows alone"
+    );
 
     // retry-failed has nothing to run for a file that was never an image
     h.ok("run_bulk_job", json!({"jobId": id, "pass": "failed", "onEvent": "__CHANNEL__:9"}));
@@ -728,24 +878,52 @@ fn a_bulk_job_runs_exports_and_after_a_crash_resumes_only_its_unanswered_rows() 
 #[test]
 fn a_running_bulk_job_cancels_at_once_and_cannot_be_deleted_while_it_runs() {
     let dir = tempfile::tempdir().unwrap();
-    write_tiny_qwen2_vl(&dir.path().join("models").join("tiny-vl"), &TinyQwenVl::new(QwenVlVariant::Qwen2Vl)).unwrap();
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/engine/tests/fixtures/images");
-    let images: Vec<_> = ["pre_photo.jpg", "pre_gray.jpg", "qwen_parity_182x126.png"].iter().map(|n| fixtures.join(n)).collect();
+    write_tiny_qwen2_vl(
+        &dir.path().join("models").join("tiny-vl"),
+        &TinyQwenVl::new(QwenVlVariant::Qwen2Vl),
+    )
+    .unwrap();
+    let fixtures =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/engine/tests/fixtures/images");
+    let images: Vec<_> = ["pre_photo.jpg", "pre_gray.jpg", "qwen_parity_182x126.png"]
+        .iter()
+        .map(|n| fixtures.join(n))
+        .collect();
     let h = harness(dir.path());
     assert_eq!(h.ok("load_model", json!({"id": "dir:tiny-vl"}))["state"], "ready");
     // long answers: the run is still going when the cancel arrives
     let job = h.ok("create_bulk_job", json!({"prompt": "Describe it at length.", "format": null, "maxTokens": 4000, "paths": images}));
     let id = job["id"].as_i64().unwrap();
-    assert_eq!(h.ok("run_bulk_job", json!({"jobId": id, "pass": "unfinished", "onEvent": "__CHANNEL__:9"}))["status"], "running");
-    let again = h.call("run_bulk_job", json!({"jobId": id, "pass": "unfinished", "onEvent": "__CHANNEL__:9"})).unwrap_err();
+    assert_eq!(
+        h.ok(
+            "run_bulk_job",
+            json!({"jobId": id, "pass": "unfinished", "onEvent": "__CHANNEL__:9"})
+        )["status"],
+        "running"
+    );
+    let again = h
+        .call(
+            "run_bulk_job",
+            json!({"jobId": id, "pass": "unfinished", "onEvent": "__CHANNEL__:9"}),
+        )
+        .unwrap_err();
     assert_eq!(again["code"], "BULK_JOB_RUNNING");
-    assert_eq!(h.call("delete_bulk_job", json!({"jobId": id})).unwrap_err()["code"], "BULK_JOB_RUNNING");
+    assert_eq!(
+        h.call("delete_bulk_job", json!({"jobId": id})).unwrap_err()["code"],
+        "BULK_JOB_RUNNING"
+    );
     assert_eq!(h.ok("cancel_bulk_job", json!({"jobId": id})), true);
     assert_eq!(bulk_job_settled(&h, id)["status"], "cancelled");
     let statuses = row_statuses(&h, id);
     // (a random tiny model may end an answer early: that row is done, not cancelled)
-    assert!(statuses.iter().all(|s| s == "cancelled" || s == "pending" || s == "done"), "{statuses:?}");
-    assert!(statuses.iter().any(|s| s != "done"), "the cancel came while answers were under way: {statuses:?}");
+    assert!(
+        statuses.iter().all(|s| s == "cancelled" || s == "pending" || s == "done"),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.iter().any(|s| s != "done"),
+        "the cancel came while answers were under way: {statuses:?}"
+    );
     assert_eq!(h.ok("cancel_bulk_job", json!({"jobId": id})), false, "nothing runs any more");
     h.ok("delete_bulk_job", json!({"jobId": id}));
 }
@@ -772,17 +950,25 @@ fn a_chat_answers_with_its_own_settings_and_presets_start_chats() {
     h.send(own, "Hello", &[]);
     let own_reply = h.finished_reply(own);
     let tokens = |r: &Value| r["stats"]["prompt_tokens"].as_u64().expect("the reply ran");
-    assert!(tokens(&own_reply) > tokens(&plain_reply), "the chat's system prompt was sent: {own_reply}");
+    assert!(
+        tokens(&own_reply) > tokens(&plain_reply),
+        "the chat's system prompt was sent: {own_reply}"
+    );
     assert!(own_reply["stats"]["completion_tokens"].as_u64().unwrap() <= 2, "{own_reply}");
 
-    let err = h.call("set_chat_settings", json!({"chatId": own, "settings": {"temperature": 9.0}})).unwrap_err();
+    let err = h
+        .call("set_chat_settings", json!({"chatId": own, "settings": {"temperature": 9.0}}))
+        .unwrap_err();
     assert_eq!(err["code"], "INVALID_SETTINGS", "{err}");
 
     // a chat set to a model that is not loaded: refused, and the message is not stored
     h.ok("set_chat_settings", json!({"chatId": own, "settings": {"model": "dir:elsewhere"}}));
     let before = h.ok("list_messages", json!({"chatId": own})).as_array().unwrap().len();
     let err = h
-        .call("send_message", json!({"chatId": own, "message": {"text": "again"}, "onEvent": "__CHANNEL__:2"}))
+        .call(
+            "send_message",
+            json!({"chatId": own, "message": {"text": "again"}, "onEvent": "__CHANNEL__:2"}),
+        )
         .unwrap_err();
     assert_eq!(err["code"], "CHAT_MODEL_NOT_LOADED", "{err}");
     assert_eq!(h.ok("list_messages", json!({"chatId": own})).as_array().unwrap().len(), before);
@@ -829,17 +1015,25 @@ fn a_chat_that_outgrows_the_context_stops_or_leaves_out_older_messages_as_set() 
             failed = Some(reply);
             break;
         }
-        assert_eq!(reply["stats"].get("left_out_messages"), None, "stop leaves nothing out: {reply}");
+        assert_eq!(
+            reply["stats"].get("left_out_messages"),
+            None,
+            "stop leaves nothing out: {reply}"
+        );
     }
     let failed = failed.expect("the chat outgrew a context of 200 tokens");
     assert_eq!(failed["error_code"], "CONTEXT_LENGTH_EXCEEDED", "{failed}");
 
     // the same question under a rolling window: answered, older messages left out
-    h.ok("set_chat_settings", json!({"chatId": chat, "settings": {"context_policy": "rolling_window"}}));
+    h.ok(
+        "set_chat_settings",
+        json!({"chatId": chat, "settings": {"context_policy": "rolling_window"}}),
+    );
     h.ok("regenerate", json!({"chatId": chat, "onEvent": "__CHANNEL__:5"}));
     let answered = h.finished_reply(chat);
     assert_eq!(answered["status"], "complete", "{answered}");
-    let left_out = answered["stats"]["left_out_messages"].as_u64().expect("the reply says what was left out");
+    let left_out =
+        answered["stats"]["left_out_messages"].as_u64().expect("the reply says what was left out");
     assert!(left_out >= 2 && left_out % 2 == 0, "whole exchanges: {answered}");
     assert!(answered["stats"]["prompt_tokens"].as_u64().unwrap() < 200, "{answered}");
     // the failed answer is kept beside it
@@ -847,7 +1041,10 @@ fn a_chat_that_outgrows_the_context_stops_or_leaves_out_older_messages_as_set() 
 
     // truncating the middle: every turn answers, the later ones leaving out the middle
     let middle = h.new_chat();
-    h.ok("set_chat_settings", json!({"chatId": middle, "settings": {"context_policy": "truncate_middle"}}));
+    h.ok(
+        "set_chat_settings",
+        json!({"chatId": middle, "settings": {"context_policy": "truncate_middle"}}),
+    );
     let mut most = 0;
     for _ in 0..4 {
         h.send(middle, LONG_TURN, &[]);
@@ -861,7 +1058,8 @@ fn a_chat_that_outgrows_the_context_stops_or_leaves_out_older_messages_as_set() 
 /// A chat's tree as (parent's index, role, content, images, status), by
 /// position: the same for two chats whatever their ids.
 fn tree_shape(h: &Harness, chat: i64) -> Vec<(Option<usize>, String, String, Vec<String>, String)> {
-    let all = tauri::async_runtime::block_on(h.state.store.list_all_messages(store::ChatId(chat))).unwrap();
+    let all = tauri::async_runtime::block_on(h.state.store.list_all_messages(store::ChatId(chat)))
+        .unwrap();
     let index = |id: store::MessageId| all.iter().position(|m| m.id == id);
     all.iter()
         .map(|m| {
@@ -891,8 +1089,14 @@ fn a_chat_exports_to_markdown_and_json_and_imports_back_the_same() {
         let chat = store.create_chat().await.unwrap().id;
         store.set_chat_settings(chat, Some(&json!({"temperature": 0.1}))).await.unwrap();
         let image = store.add_attachment(PNG).await.unwrap();
-        let q = store.add_message(chat, &NewMessage::user("What is this?").with_attachments([image.sha256])).await.unwrap();
-        for (text, outcome) in [("A dot.", ReplyOutcome::Complete), ("", ReplyOutcome::Failed { code: "MLX_ERROR".into(), message: "boom".into() })] {
+        let q = store
+            .add_message(chat, &NewMessage::user("What is this?").with_attachments([image.sha256]))
+            .await
+            .unwrap();
+        for (text, outcome) in [
+            ("A dot.", ReplyOutcome::Complete),
+            ("", ReplyOutcome::Failed { code: "MLX_ERROR".into(), message: "boom".into() }),
+        ] {
             let r = store.begin_reply_under(chat, q.id, "tiny").await.unwrap();
             store.finish_reply(r, text, "thinking it over", None, outcome).await.unwrap();
         }
@@ -903,13 +1107,24 @@ fn a_chat_exports_to_markdown_and_json_and_imports_back_the_same() {
         store.finish_reply(r, "Black.", "", None, ReplyOutcome::Complete).await.unwrap();
         chat.0
     });
-    let shown_before: Vec<String> = h.ok("list_messages", json!({"chatId": chat})).as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap().to_string()).collect();
+    let shown_before: Vec<String> = h
+        .ok("list_messages", json!({"chatId": chat}))
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect();
 
     let exported = h.ok("export_chat", json!({"chatId": chat}));
     let json_path = std::path::PathBuf::from(exported["json"].as_str().unwrap());
     let markdown = std::fs::read_to_string(exported["markdown"].as_str().unwrap()).unwrap();
     assert!(markdown.contains("## You\n\n![image](images/"), "{markdown}");
-    assert!(markdown.contains("A dot.") && markdown.contains("Black.") && markdown.contains("<summary>Thinking</summary>"), "{markdown}");
+    assert!(
+        markdown.contains("A dot.")
+            && markdown.contains("Black.")
+            && markdown.contains("<summary>Thinking</summary>"),
+        "{markdown}"
+    );
     assert!(!markdown.contains("boom"), "the hidden failed branch is not in the Markdown");
     let folder = json_path.parent().unwrap();
     assert_eq!(std::fs::read_dir(folder.join("images")).unwrap().count(), 1);
@@ -920,8 +1135,12 @@ fn a_chat_exports_to_markdown_and_json_and_imports_back_the_same() {
     assert!(chosen.join("chat.json").is_file() && chosen.join("chat.md").is_file());
     assert_eq!(std::fs::read_dir(chosen.join("images")).unwrap().count(), 1);
     let again = h.ok("export_chat", json!({"chatId": chat, "destination": chosen}));
-    assert_eq!(std::path::PathBuf::from(again["folder"].as_str().unwrap()), chosen.with_file_name("Dot chat-2"));
-    let nowhere = h.call("export_chat", json!({"chatId": chat, "destination": "Dot chat"})).unwrap_err();
+    assert_eq!(
+        std::path::PathBuf::from(again["folder"].as_str().unwrap()),
+        chosen.with_file_name("Dot chat-2")
+    );
+    let nowhere =
+        h.call("export_chat", json!({"chatId": chat, "destination": "Dot chat"})).unwrap_err();
     assert_eq!(nowhere["code"], "INVALID_INPUT", "{nowhere}");
 
     let imported = h.ok("import_chat", json!({"path": json_path}));
@@ -929,7 +1148,13 @@ fn a_chat_exports_to_markdown_and_json_and_imports_back_the_same() {
     assert_ne!(copy, chat);
     assert_eq!(imported["settings"], json!({"temperature": 0.1}));
     assert_eq!(tree_shape(&h, copy), tree_shape(&h, chat));
-    let shown_after: Vec<String> = h.ok("list_messages", json!({"chatId": copy})).as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap().to_string()).collect();
+    let shown_after: Vec<String> = h
+        .ok("list_messages", json!({"chatId": copy}))
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(shown_after, shown_before);
     // the imported chat's images are the app's own: deleting the original keeps them
     h.ok("delete_chat", json!({"chatId": chat}));
@@ -945,7 +1170,10 @@ fn a_chat_exports_to_markdown_and_json_and_imports_back_the_same() {
         let err = h.call("import_chat", json!({"path": path})).unwrap_err();
         assert_eq!(err["code"], "INVALID_CHAT_FILE", "{says}: {err}");
         assert!(err["message"].as_str().unwrap().contains(says), "{says}: {err}");
-        assert!(started.elapsed() < std::time::Duration::from_secs(10), "{says}: refused, not waited on");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{says}: refused, not waited on"
+        );
     };
     let mkfifo = |path: &std::path::Path| {
         assert!(std::process::Command::new("mkfifo").arg(path).status().unwrap().success());
@@ -964,7 +1192,11 @@ fn a_chat_exports_to_markdown_and_json_and_imports_back_the_same() {
     for (field, value, says) in [
         ("settings", json!({"temprature": 0.5}), "temprature"),
         ("settings", json!({"temperature": 99}), "temperature must be between 0 and 5"),
-        ("answer_format", json!({"kind": "fields", "names": []}), "its answer format: Name at least one field"),
+        (
+            "answer_format",
+            json!({"kind": "fields", "names": []}),
+            "its answer format: Name at least one field",
+        ),
         ("answer_format", json!({"kind": "yaml"}), "its answer format"),
     ] {
         let mut wrong = file.clone();
@@ -980,7 +1212,10 @@ fn a_chat_exports_to_markdown_and_json_and_imports_back_the_same() {
     std::fs::write(&image, changed).unwrap();
     refused(&json_path, "changed");
     let changed_sha = store::attachment_sha256(changed).unwrap();
-    assert!(!tauri::async_runtime::block_on(store.has_attachment(&changed_sha)).unwrap(), "the changed image was stored");
+    assert!(
+        !tauri::async_runtime::block_on(store.has_attachment(&changed_sha)).unwrap(),
+        "the changed image was stored"
+    );
     // an image that is a FIFO, or a link (to a file outside the folder)
     std::fs::remove_file(&image).unwrap();
     mkfifo(&image);
@@ -1053,7 +1288,9 @@ fn two_quick_sends_to_one_chat_cannot_both_start() {
 /// image dropped in gets an answer (one model after another in one app).
 #[test]
 fn each_vision_family_shows_its_badge_loads_and_answers_an_image() {
-    use engine::testing::{write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl};
+    use engine::testing::{
+        write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,
+    };
     let dir = tempfile::tempdir().unwrap();
     let models = dir.path().join("models");
     write_tiny_qwen35_vl(&models.join("tiny-qwen3_5"), None, 35).unwrap();
@@ -1063,18 +1300,33 @@ fn each_vision_family_shows_its_badge_loads_and_answers_an_image() {
     let h = harness(dir.path());
     h.settings(|_| {});
     let image = std::fs::read(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/engine/tests/fixtures/images/qwen_parity_320x240.png"),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../crates/engine/tests/fixtures/images/qwen_parity_320x240.png"),
     )
     .unwrap();
-    let sha =
-        h.call_body("add_attachment_bytes", InvokeBody::Raw(image)).unwrap()["sha256"].as_str().unwrap().to_string();
+    let sha = h.call_body("add_attachment_bytes", InvokeBody::Raw(image)).unwrap()["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let gallery = h.ok("list_models", json!({}));
-    for (folder, architecture) in
-        [("tiny-qwen3_5", "qwen3_5"), ("tiny-qwen3_vl", "qwen3_vl"), ("tiny-gemma3", "gemma3"), ("tiny-gemma4", "gemma4")]
-    {
+    for (folder, architecture) in [
+        ("tiny-qwen3_5", "qwen3_5"),
+        ("tiny-qwen3_vl", "qwen3_vl"),
+        ("tiny-gemma3", "gemma3"),
+        ("tiny-gemma4", "gemma4"),
+    ] {
         let id = format!("dir:{folder}");
-        let entry = gallery["local"].as_array().unwrap().iter().find(|m| m["id"] == id.as_str()).expect("found");
-        assert_eq!((entry["vision"].as_bool(), entry["supported"].as_bool()), (Some(true), Some(true)), "{entry}");
+        let entry = gallery["local"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == id.as_str())
+            .expect("found");
+        assert_eq!(
+            (entry["vision"].as_bool(), entry["supported"].as_bool()),
+            (Some(true), Some(true)),
+            "{entry}"
+        );
         let status = h.ok("load_model", json!({"id": id}));
         assert_eq!(status["state"], "ready", "{status}");
         assert_eq!(status["model"]["architecture"], architecture, "{status}");
@@ -1083,13 +1335,21 @@ fn each_vision_family_shows_its_badge_loads_and_answers_an_image() {
         h.send(chat, "What is in this picture?", &[&sha]);
         let reply = h.finished_reply(chat);
         assert_eq!(reply["status"], "complete", "{architecture}: {reply}");
-        assert!(!reply["content"].as_str().unwrap_or_default().is_empty(), "{architecture}: {reply}");
+        assert!(
+            !reply["content"].as_str().unwrap_or_default().is_empty(),
+            "{architecture}: {reply}"
+        );
         // The same question without the image: the image's tokens were in the prompt.
         let text_only = h.new_chat();
         h.send(text_only, "What is in this picture?", &[]);
         let plain = h.finished_reply(text_only);
         let tokens = |m: &Value| m["stats"]["prompt_tokens"].as_u64().unwrap_or(0);
-        assert!(tokens(&reply) >= tokens(&plain) + 4, "{architecture}: {} vs {} prompt tokens", tokens(&reply), tokens(&plain));
+        assert!(
+            tokens(&reply) >= tokens(&plain) + 4,
+            "{architecture}: {} vs {} prompt tokens",
+            tokens(&reply),
+            tokens(&plain)
+        );
     }
 }
 
@@ -1111,14 +1371,23 @@ fn a_model_folder_from_anywhere_is_checked_added_kept_after_a_restart_and_remove
         // twice is once
         assert_eq!(h.ok("add_model", json!({"path": elsewhere})), json!(id));
         let status = h.ok("load_model", json!({"id": id}));
-        assert_eq!((status["state"].clone(), status["model"]["name"].clone()), (json!("ready"), json!("tiny llama")));
+        assert_eq!(
+            (status["state"].clone(), status["model"]["name"].clone()),
+            (json!("ready"), json!("tiny llama"))
+        );
 
         // not a model: what is missing is named, nothing is added
         let empty = dir.path().join("holiday photos");
         std::fs::create_dir_all(&empty).unwrap();
         let err = h.call("add_model", json!({"path": empty})).unwrap_err();
         assert_eq!(err["code"], "NOT_A_MODEL", "{err}");
-        assert!(err["message"].as_str().unwrap().contains("holiday photos is not a model folder: it has no config.json"), "{err}");
+        assert!(
+            err["message"]
+                .as_str()
+                .unwrap()
+                .contains("holiday photos is not a model folder: it has no config.json"),
+            "{err}"
+        );
         // an architecture the engine's registry does not run
         let mamba = dir.path().join("mamba");
         std::fs::create_dir_all(&mamba).unwrap();
@@ -1131,20 +1400,36 @@ fn a_model_folder_from_anywhere_is_checked_added_kept_after_a_restart_and_remove
         let err = h.call("add_model", json!({"path": dir.path().join("cat.png")})).unwrap_err();
         assert_eq!(err["code"], "NOT_A_MODEL", "{err}");
         let local = h.ok("list_models", json!({}))["local"].clone();
-        let added: Vec<&Value> = local.as_array().unwrap().iter().filter(|m| m["location"]["kind"] == "user_file").collect();
+        let added: Vec<&Value> = local
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["location"]["kind"] == "user_file")
+            .collect();
         assert_eq!(added.len(), 1, "{local}");
-        assert_eq!((added[0]["id"].clone(), added[0]["supported"].clone()), (json!(id), json!(true)));
+        assert_eq!(
+            (added[0]["id"].clone(), added[0]["supported"].clone()),
+            (json!(id), json!(true))
+        );
     }
     // after a restart it is still there
     let h = harness(dir.path());
-    let listed = |h: &Harness| h.ok("list_models", json!({}))["local"].as_array().unwrap().iter().any(|m| m["id"] == id);
+    let listed = |h: &Harness| {
+        h.ok("list_models", json!({}))["local"].as_array().unwrap().iter().any(|m| m["id"] == id)
+    };
     assert!(listed(&h));
     // a folder of the models folder is found anyway: its own id, not a second entry
     tiny_models(dir.path());
-    assert_eq!(h.ok("add_model", json!({"path": dir.path().join("models/tiny")})), json!("dir:tiny"));
+    assert_eq!(
+        h.ok("add_model", json!({"path": dir.path().join("models/tiny")})),
+        json!("dir:tiny")
+    );
     // removed from the list, the files stay
     h.ok("remove_added_model", json!({"id": id}));
     assert!(!listed(&h));
     assert!(elsewhere.join("config.json").exists());
-    assert_eq!(h.call("remove_added_model", json!({"id": id})).unwrap_err()["code"], "MODEL_NOT_FOUND");
+    assert_eq!(
+        h.call("remove_added_model", json!({"id": id})).unwrap_err()["code"],
+        "MODEL_NOT_FOUND"
+    );
 }

@@ -9,7 +9,9 @@ fn policy() -> BTreeMap<String, Vec<String>> {
     let conf: serde_json::Value = serde_json::from_str(include_str!("../tauri.conf.json")).unwrap();
     let csp = conf["app"]["security"]["csp"].as_object().expect("a CSP as an object of directives");
     csp.iter()
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap().split_whitespace().map(str::to_string).collect()))
+        .map(|(k, v)| {
+            (k.clone(), v.as_str().unwrap().split_whitespace().map(str::to_string).collect())
+        })
         .collect()
 }
 

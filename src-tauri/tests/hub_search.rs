@@ -43,9 +43,14 @@ fn env() -> &'static Env {
         for entry in std::fs::read_dir(&model).unwrap().flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
             let content = std::fs::read(entry.path()).unwrap();
-            files.push(if name.ends_with(".safetensors") { FakeFile::lfs(&name, content) } else { FakeFile::new(&name, content) });
+            files.push(if name.ends_with(".safetensors") {
+                FakeFile::lfs(&name, content)
+            } else {
+                FakeFile::new(&name, content)
+            });
         }
-        let config: Value = serde_json::from_slice(&std::fs::read(model.join("config.json")).unwrap()).unwrap();
+        let config: Value =
+            serde_json::from_slice(&std::fs::read(model.join("config.json")).unwrap()).unwrap();
         let mut tiny = FakeRepo::new(files);
         tiny.info = json!({"downloads": 900, "likes": 12, "tags": ["mlx", "license:mit"],
                            "config": {"model_type": config["model_type"]}});
@@ -79,7 +84,12 @@ fn harness(root: &Path) -> Harness {
 }
 
 fn result<'a>(page: &'a Value, repo: &str) -> &'a Value {
-    page["results"].as_array().unwrap().iter().find(|m| m["repo"] == repo).unwrap_or_else(|| panic!("no {repo} in {page}"))
+    page["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["repo"] == repo)
+        .unwrap_or_else(|| panic!("no {repo} in {page}"))
 }
 
 #[test]
@@ -87,7 +97,8 @@ fn search_says_which_results_the_engine_runs_and_why_not() {
     let dir = tempfile::tempdir().unwrap();
     let h = harness(dir.path());
     let page = h.ok("search_hub", json!({"query": {}}));
-    let order: Vec<&str> = page["results"].as_array().unwrap().iter().map(|m| m["repo"].as_str().unwrap()).collect();
+    let order: Vec<&str> =
+        page["results"].as_array().unwrap().iter().map(|m| m["repo"].as_str().unwrap()).collect();
     assert_eq!(order, [TINY, MAMBA, GGUF], "by downloads");
 
     let tiny = result(&page, TINY);
@@ -107,10 +118,18 @@ fn search_says_which_results_the_engine_runs_and_why_not() {
 
     // "More results": the next page follows on from the one shown
     let repos = |page: &Value| -> Vec<String> {
-        page["results"].as_array().unwrap().iter().map(|m| m["repo"].as_str().unwrap().to_string()).collect()
+        page["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["repo"].as_str().unwrap().to_string())
+            .collect()
     };
     let first = h.ok("search_hub", json!({"query": {"limit": 2}}));
-    assert_eq!((repos(&first), first["has_more"].clone()), (vec![TINY.to_string(), MAMBA.to_string()], json!(true)));
+    assert_eq!(
+        (repos(&first), first["has_more"].clone()),
+        (vec![TINY.to_string(), MAMBA.to_string()], json!(true))
+    );
     let next = h.ok("search_hub", json!({"query": {"limit": 2, "offset": 2}}));
     assert_eq!((repos(&next), next["has_more"].clone()), (vec![GGUF.to_string()], json!(false)));
 
@@ -118,7 +137,11 @@ fn search_says_which_results_the_engine_runs_and_why_not() {
     let page = h.ok("search_hub", json!({"query": {"text": "mamba", "file_sizes": true}}));
     assert_eq!(page["results"].as_array().unwrap().len(), 1, "{page}");
     let config_len = json!({"model_type": "mamba"}).to_string().len() as u64;
-    assert_eq!(page["results"][0]["variants"][0]["bytes"], 10_000 + config_len, "sizes from the file listing: {page}");
+    assert_eq!(
+        page["results"][0]["variants"][0]["bytes"],
+        10_000 + config_len,
+        "sizes from the file listing: {page}"
+    );
 
     let err = h.call("hub_model_details", json!({"repo": "nobody/nothing"})).unwrap_err();
     assert_eq!(err["code"], "NOT_FOUND", "{err}");
@@ -135,7 +158,10 @@ fn the_fit_check_gives_the_numbers_before_a_download_and_before_a_load() {
     let fit = h.ok("fit_check", json!({"target": {"kind": "hub", "repo": TINY}, "context": 256, "kvBits": 0, "maxRunning": 1}));
     assert_eq!(fit["level"], "green", "a tiny model fits any machine: {fit}");
     let estimate = &fit["estimate"];
-    let sum: u64 = ["weights", "kv_cache", "vision", "overhead"].iter().map(|k| estimate[k].as_u64().unwrap()).sum();
+    let sum: u64 = ["weights", "kv_cache", "vision", "overhead"]
+        .iter()
+        .map(|k| estimate[k].as_u64().unwrap())
+        .sum();
     assert_eq!(estimate["total"].as_u64().unwrap(), sum, "{fit}");
     // K and V for every layer and KV head, at the checkpoint's float width (the tiny model is float32), 256 tokens
     let dim = |k: &str| shape[k].as_u64().unwrap();
@@ -150,14 +176,19 @@ fn the_fit_check_gives_the_numbers_before_a_download_and_before_a_load() {
     let q8 = h.ok("fit_check", json!({"target": {"kind": "hub", "repo": TINY}, "context": 256, "kvBits": 8, "maxRunning": 1}));
     assert!(q8["estimate"]["kv_cache"].as_u64() < estimate["kv_cache"].as_u64(), "{q8}");
 
-    let err = h.call("fit_check", json!({"target": {"kind": "hub", "repo": TINY, "variant": "Q2_K"}})).unwrap_err();
+    let err = h
+        .call("fit_check", json!({"target": {"kind": "hub", "repo": TINY, "variant": "Q2_K"}}))
+        .unwrap_err();
     assert_eq!(err["code"], "MODEL_NOT_FOUND", "{err}");
-    let err = h.call("fit_check", json!({"target": {"kind": "hub", "repo": TINY}, "kvBits": 3})).unwrap_err();
+    let err = h
+        .call("fit_check", json!({"target": {"kind": "hub", "repo": TINY}, "kvBits": 3}))
+        .unwrap_err();
     assert_eq!(err["code"], "INVALID_SETTINGS", "{err}");
 
     // a model on disk, by its gallery id
     write_tiny_llama(&dir.path().join("models").join("tiny"), &TinyLlama::default()).unwrap();
-    let local = h.ok("fit_check", json!({"target": {"kind": "local", "id": "dir:tiny"}, "context": 256}));
+    let local =
+        h.ok("fit_check", json!({"target": {"kind": "local", "id": "dir:tiny"}, "context": 256}));
     // asked nothing: the verdict is one chat's, every running sequence of
     // the Settings' is the worst case
     let running = h.ok("get_settings", json!({}))["settings"]["max_running"].as_u64().unwrap();
@@ -166,7 +197,8 @@ fn the_fit_check_gives_the_numbers_before_a_download_and_before_a_load() {
     assert_eq!(local["worst"]["settings"]["sequences"].as_u64(), Some(running), "{local}");
     assert_eq!(local["worst"]["estimate"]["kv_cache"].as_u64().unwrap(), kv * running, "{local}");
     assert_eq!(local["level"], "green", "{local}");
-    let err = h.call("fit_check", json!({"target": {"kind": "local", "id": "dir:nothing"}})).unwrap_err();
+    let err =
+        h.call("fit_check", json!({"target": {"kind": "local", "id": "dir:nothing"}})).unwrap_err();
     assert_eq!(err["code"], "MODEL_NOT_FOUND", "{err}");
 }
 
@@ -180,7 +212,12 @@ fn a_search_result_downloads_by_its_hf_id_loads_and_answers() {
     let mut found = None;
     for _ in 0..1500 {
         let gallery = h.ok("list_models", json!({}));
-        found = gallery["local"].as_array().unwrap().iter().find(|m| m["id"] == id && m["partial"] == false).cloned();
+        found = gallery["local"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == id && m["partial"] == false)
+            .cloned();
         if found.is_some() && h.state.downloads.lock().unwrap().is_empty() {
             break;
         }

@@ -33,7 +33,10 @@ fn an_idle_model_is_unloaded_and_the_next_message_loads_it_again() {
     tiny_models(dir.path());
     let h = harness(dir.path());
     h.settings(|s| s["unload_after_idle_minutes"] = json!(1));
-    h.ok("save_model_load_settings", json!({"id": "dir:tiny", "settings": {"max_context": 0, "kv_bits": 0, "max_running": 2}}));
+    h.ok(
+        "save_model_load_settings",
+        json!({"id": "dir:tiny", "settings": {"max_context": 0, "kv_bits": 0, "max_running": 2}}),
+    );
     h.load_tiny();
     let chat = h.new_chat();
     h.send(chat, "Hello", &[]);
@@ -48,7 +51,10 @@ fn an_idle_model_is_unloaded_and_the_next_message_loads_it_again() {
     let status = h.status();
     assert_eq!(status["state"], "unloaded", "{status}");
     assert_eq!(status["model"], Value::Null);
-    assert_eq!(status["idle_unloaded"]["id"], "dir:tiny", "the UI can say which model sleeps: {status}");
+    assert_eq!(
+        status["idle_unloaded"]["id"], "dir:tiny",
+        "the UI can say which model sleeps: {status}"
+    );
     assert_eq!(h.ok("engine_stats", json!({})), Value::Null, "the engine is gone");
     assert!(!h.idle_tick(start + 3 * MINUTE), "nothing left to unload");
 
@@ -57,7 +63,11 @@ fn an_idle_model_is_unloaded_and_the_next_message_loads_it_again() {
     h.send(chat, "Hello again", &[]);
     assert_eq!(h.finished_reply(chat)["status"], "complete");
     let status = h.status();
-    assert_eq!((status["state"].clone(), status["model"]["id"].clone()), (json!("ready"), json!("dir:tiny")), "{status}");
+    assert_eq!(
+        (status["state"].clone(), status["model"]["id"].clone()),
+        (json!("ready"), json!("dir:tiny")),
+        "{status}"
+    );
     assert_eq!(status["idle_unloaded"], Value::Null);
     assert_eq!(status["knobs"]["max_running"], 2, "loaded again with its own load settings");
     assert_eq!(h.ok("list_messages", json!({"chatId": chat})).as_array().unwrap().len(), 4);
@@ -105,11 +115,18 @@ fn a_reply_under_way_or_the_setting_at_never_keeps_the_model() {
         assert!(looks < 100_000, "the reply never ended");
     }
     let reply = h.finished_reply(chat);
-    assert_eq!((reply["status"].clone(), reply["error_code"].clone()), (json!("complete"), Value::Null), "{reply}");
+    assert_eq!(
+        (reply["status"].clone(), reply["error_code"].clone()),
+        (json!("complete"), Value::Null),
+        "{reply}"
+    );
     // once it has ended, the model goes within two looks: the first may
     // still see the last of its work
     if h.status()["state"] == "ready" {
-        assert!(h.idle_tick(at + 2 * MINUTE) || h.idle_tick(at + 4 * MINUTE), "after {looks} looks");
+        assert!(
+            h.idle_tick(at + 2 * MINUTE) || h.idle_tick(at + 4 * MINUTE),
+            "after {looks} looks"
+        );
     }
     assert_eq!(h.status()["idle_unloaded"]["id"], "dir:tiny");
 }
@@ -127,7 +144,11 @@ fn post(port: u16, path: &str, body: &Value) -> (u16, Value) {
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
     let status = answer.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let json = answer.split("\r\n\r\n").nth(1).and_then(|b| serde_json::from_str(b).ok()).unwrap_or(Value::Null);
+    let json = answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .and_then(|b| serde_json::from_str(b).ok())
+        .unwrap_or(Value::Null);
     (status, json)
 }
 
@@ -149,7 +170,8 @@ fn a_server_request_loads_the_idle_model_again() {
     assert!(h.idle_tick(start + 6 * MINUTE));
     assert_eq!(h.status()["state"], "unloaded");
 
-    let request = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0});
+    let request =
+        json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0});
     let (code, body) = post(port, "/v1/chat/completions", &request);
     assert_eq!(code, 200, "{body}");
     assert!(body["choices"][0]["message"]["content"].is_string(), "{body}");

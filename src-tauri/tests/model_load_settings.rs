@@ -11,8 +11,11 @@ mod common;
 use common::{harness, tiny_models, Harness};
 
 fn second_model(root: &Path) {
-    engine::testing::write_tiny_llama(&root.join("models").join("other"), &engine::testing::TinyLlama::default())
-        .unwrap();
+    engine::testing::write_tiny_llama(
+        &root.join("models").join("other"),
+        &engine::testing::TinyLlama::default(),
+    )
+    .unwrap();
 }
 
 impl Harness {
@@ -46,20 +49,33 @@ fn a_model_loads_with_its_own_settings_and_others_with_the_defaults() {
 
     // nothing remembered: the Settings' values
     let view = h.load_settings("dir:tiny");
-    assert_eq!((view["remembered"].clone(), view["settings"].clone()), (json!(false), defaults.clone()), "{view}");
+    assert_eq!(
+        (view["remembered"].clone(), view["settings"].clone()),
+        (json!(false), defaults.clone()),
+        "{view}"
+    );
     assert_eq!(view["defaults"], defaults);
 
     let own = json!({"max_context": 96, "kv_bits": 8, "max_running": 2});
     let view = h.remember("dir:tiny", own.clone()).unwrap();
-    assert_eq!((view["remembered"].clone(), view["settings"].clone()), (json!(true), own.clone()), "{view}");
-    for bad in [json!({"max_context": 0, "kv_bits": 3, "max_running": 1}), json!({"max_context": 0, "kv_bits": 0, "max_running": 0})] {
+    assert_eq!(
+        (view["remembered"].clone(), view["settings"].clone()),
+        (json!(true), own.clone()),
+        "{view}"
+    );
+    for bad in [
+        json!({"max_context": 0, "kv_bits": 3, "max_running": 1}),
+        json!({"max_context": 0, "kv_bits": 0, "max_running": 0}),
+    ] {
         let err = h.remember("dir:tiny", bad).unwrap_err();
         assert_eq!(err["code"], "INVALID_SETTINGS", "{err}");
     }
     assert_eq!(h.load_settings("dir:tiny")["settings"], own, "a refused record changes nothing");
     // the Models page sees which models have their own
     let gallery = h.ok("list_models", json!({}));
-    let entry = |id: &str| gallery["local"].as_array().unwrap().iter().find(|m| m["id"] == id).cloned().unwrap();
+    let entry = |id: &str| {
+        gallery["local"].as_array().unwrap().iter().find(|m| m["id"] == id).cloned().unwrap()
+    };
     assert_eq!(entry("dir:tiny")["load_settings"], own, "{gallery}");
     assert_eq!(entry("dir:other")["load_settings"], Value::Null);
 
@@ -106,7 +122,11 @@ fn the_record_outlives_the_app() {
     }
     let h = harness(dir.path());
     let view = h.load_settings("dir:tiny");
-    assert_eq!((view["remembered"].clone(), view["settings"].clone()), (json!(true), own.clone()), "{view}");
+    assert_eq!(
+        (view["remembered"].clone(), view["settings"].clone()),
+        (json!(true), own.clone()),
+        "{view}"
+    );
     h.load_tiny();
     assert_eq!(h.knobs(), own);
 }
@@ -129,16 +149,29 @@ fn the_fit_check_counts_every_running_sequence() {
     let three = fit(json!({"context": 256, "kvBits": 0, "maxRunning": 3}));
     assert_eq!(kv(&three), kv(&one), "{three}");
     assert_eq!(three["worst"]["estimate"]["kv_cache"].as_u64().unwrap(), 3 * kv(&one), "{three}");
-    assert!(three["summary"].as_str().unwrap().contains("(3 running sequences × 256 tokens)"), "{three}");
+    assert!(
+        three["summary"].as_str().unwrap().contains("(3 running sequences × 256 tokens)"),
+        "{three}"
+    );
 
     // asked nothing: the model's own record, else the Settings
     h.settings(|s| s["max_running"] = json!(5));
     assert_eq!(fit(json!({"context": 256}))["worst"]["settings"]["sequences"], 5);
     h.remember("dir:tiny", json!({"max_context": 128, "kv_bits": 8, "max_running": 2})).unwrap();
     let remembered = fit(json!({}));
-    assert_eq!(remembered["worst"]["settings"], json!({"context": 128, "kv_bits": 8, "sequences": 2}), "{remembered}");
-    assert_eq!(remembered["settings"], json!({"context": 128, "kv_bits": 8, "sequences": 1}), "{remembered}");
+    assert_eq!(
+        remembered["worst"]["settings"],
+        json!({"context": 128, "kv_bits": 8, "sequences": 2}),
+        "{remembered}"
+    );
+    assert_eq!(
+        remembered["settings"],
+        json!({"context": 128, "kv_bits": 8, "sequences": 1}),
+        "{remembered}"
+    );
 
-    let err = h.call("fit_check", json!({"target": {"kind": "local", "id": "dir:tiny"}, "maxRunning": 0})).unwrap_err();
+    let err = h
+        .call("fit_check", json!({"target": {"kind": "local", "id": "dir:tiny"}, "maxRunning": 0}))
+        .unwrap_err();
     assert_eq!(err["code"], "INVALID_SETTINGS", "{err}");
 }

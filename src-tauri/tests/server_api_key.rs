@@ -37,7 +37,8 @@ fn models_status(port: u16, key: Option<&str>) -> String {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let auth = key.map(|k| format!("Authorization: Bearer {k}\r\n")).unwrap_or_default();
-    write!(s, "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n").unwrap();
+    write!(s, "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n")
+        .unwrap();
     let mut response = String::new();
     s.read_to_string(&mut response).unwrap();
     response.lines().next().unwrap_or_default().to_string()
@@ -53,7 +54,10 @@ fn the_app_server_requires_the_key_saved_in_the_keychain() {
         s["server_enabled"] = json!(true);
         s["server_port"] = json!(port);
     });
-    assert_eq!(h.ok("server_api_key_status", json!({})), json!({"set": false, "masked": null, "error": null}));
+    assert_eq!(
+        h.ok("server_api_key_status", json!({})),
+        json!({"set": false, "masked": null, "error": null})
+    );
     assert!(models_status(port, None).contains("200"), "no key: open to this machine");
 
     // a key that cannot go into a header is refused, and nothing changes
@@ -64,10 +68,16 @@ fn the_app_server_requires_the_key_saved_in_the_keychain() {
     let key = "local-secret-key-1234WXYZ";
     let view = h.ok("save_server_api_key", json!({"key": key}));
     assert_eq!(view, json!({"set": true, "masked": "…WXYZ", "error": null}));
-    assert!(!serde_json::to_string(&h.ok("get_settings", json!({}))).unwrap().contains(key), "never in the settings");
+    assert!(
+        !serde_json::to_string(&h.ok("get_settings", json!({}))).unwrap().contains(key),
+        "never in the settings"
+    );
     for file in ["chats.db", "chats.db-wal"] {
         let bytes = std::fs::read(dir.path().join("data").join(file)).unwrap_or_default();
-        assert!(!bytes.windows(key.len()).any(|w| w == key.as_bytes()), "never in the database ({file})");
+        assert!(
+            !bytes.windows(key.len()).any(|w| w == key.as_bytes()),
+            "never in the database ({file})"
+        );
     }
     assert_eq!(h.ok("server_status", json!({}))["running"], true);
     assert!(models_status(port, None).contains("401"), "without the key");

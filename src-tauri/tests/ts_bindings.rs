@@ -96,7 +96,8 @@ fn checked_in_bindings_match_the_rust_types() {
     }
 
     let checked_in = files(&bindings_dir());
-    let stale: Vec<_> = generated.iter().filter(|(p, t)| checked_in.get(*p) != Some(*t)).map(|(p, _)| p).collect();
+    let stale: Vec<_> =
+        generated.iter().filter(|(p, t)| checked_in.get(*p) != Some(*t)).map(|(p, _)| p).collect();
     let extra: Vec<_> = checked_in.keys().filter(|p| !generated.contains_key(*p)).collect();
     assert!(
         stale.is_empty() && extra.is_empty(),

@@ -5,8 +5,8 @@
 //! shape, and a bulk job's table gets one column per named field.
 use engine::constraint::Constraint;
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 use serde_json::{json, Map, Value};
+use ts_rs::TS;
 
 /// The stable code of every refusal below.
 pub const INVALID_ANSWER_FORMAT: &str = "INVALID_ANSWER_FORMAT";
@@ -44,7 +44,12 @@ impl AnswerFormat {
     /// Named fields from "city, country" (commas or new lines), as the app's
     /// panel and `vlm bulk --columns` take them.
     pub fn fields_from_list(list: &str) -> Self {
-        let names = list.split([',', '\n']).map(str::trim).filter(|n| !n.is_empty()).map(String::from).collect();
+        let names = list
+            .split([',', '\n'])
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(String::from)
+            .collect();
         AnswerFormat::Fields { names }
     }
 
@@ -66,7 +71,9 @@ impl AnswerFormat {
                 Ok(())
             }
             AnswerFormat::Schema { schema } if schema.is_object() => Ok(()),
-            AnswerFormat::Schema { .. } => refuse("A JSON schema is an object, such as {\"type\": \"object\", …}."),
+            AnswerFormat::Schema { .. } => {
+                refuse("A JSON schema is an object, such as {\"type\": \"object\", …}.")
+            }
         }
     }
 
@@ -84,7 +91,9 @@ impl AnswerFormat {
     pub fn columns(&self) -> Option<Vec<String>> {
         match self {
             AnswerFormat::Json => None,
-            AnswerFormat::Fields { names } => Some(names.iter().map(|n| n.trim().to_string()).collect()),
+            AnswerFormat::Fields { names } => {
+                Some(names.iter().map(|n| n.trim().to_string()).collect())
+            }
             AnswerFormat::Schema { schema } => {
                 let properties = schema.get("properties")?.as_object()?;
                 (!properties.is_empty()).then(|| properties.keys().cloned().collect())
@@ -101,7 +110,8 @@ impl AnswerFormat {
 
 /// An object with the named string fields, all required, nothing else.
 fn fields_schema(names: &[String]) -> Value {
-    let properties: Map<String, Value> = names.iter().map(|n| (n.trim().to_string(), json!({"type": "string"}))).collect();
+    let properties: Map<String, Value> =
+        names.iter().map(|n| (n.trim().to_string(), json!({"type": "string"}))).collect();
     let required: Vec<&str> = names.iter().map(|n| n.trim()).collect();
     json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false})
 }

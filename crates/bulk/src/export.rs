@@ -84,7 +84,9 @@ pub fn write_csv(rows: &[Row], columns: &Columns, out: impl Write) -> io::Result
         let mut record = vec![guard(row.name.clone()), row.status.as_str().to_string()];
         match columns {
             Columns::Answer => record.push(guard(row.answer.clone())),
-            Columns::Fields(names) => record.extend(names.iter().map(|n| guard(cell(row.fields.as_ref(), n)))),
+            Columns::Fields(names) => {
+                record.extend(names.iter().map(|n| guard(cell(row.fields.as_ref(), n))))
+            }
         }
         record.extend([
             guard(row.error_code.clone().unwrap_or_default()),
@@ -156,7 +158,9 @@ pub fn read_csv(input: impl Read) -> io::Result<Vec<Row>> {
     let mut r = csv::Reader::from_reader(input);
     let header: Vec<String> = r.headers()?.iter().map(String::from).collect();
     let answer_count = header.len().checked_sub(LEADING.len() + TRAILING.len()).filter(|n| *n > 0);
-    let Some(answer_count) = answer_count.filter(|_| header[..2] == LEADING && header[header.len() - 5..] == TRAILING) else {
+    let Some(answer_count) =
+        answer_count.filter(|_| header[..2] == LEADING && header[header.len() - 5..] == TRAILING)
+    else {
         return Err(bad(format!("not a results file: its columns are {}", header.join(","))));
     };
     let answer_names = &header[2..2 + answer_count];
@@ -165,8 +169,11 @@ pub fn read_csv(input: impl Read) -> io::Result<Vec<Row>> {
     for record in r.records() {
         let record = record?;
         let get = |i: usize| unguard_cell(record.get(i).unwrap_or("")).to_string();
-        let number = |i: usize| get(i).parse::<usize>().map_err(|e| bad(format!("line {}: {e}", rows.len() + 2)));
-        let status = RowStatus::parse(&get(1)).ok_or_else(|| bad(format!("unknown status {:?}", get(1))))?;
+        let number = |i: usize| {
+            get(i).parse::<usize>().map_err(|e| bad(format!("line {}: {e}", rows.len() + 2)))
+        };
+        let status =
+            RowStatus::parse(&get(1)).ok_or_else(|| bad(format!("unknown status {:?}", get(1))))?;
         let tail = 2 + answer_count;
         let optional = |s: String| (!s.is_empty()).then_some(s);
         let mut row = Row {
@@ -181,8 +188,11 @@ pub fn read_csv(input: impl Read) -> io::Result<Vec<Row>> {
         if whole_answer {
             row.answer = get(2);
         } else if status == RowStatus::Done {
-            let fields: Map<String, Value> =
-                answer_names.iter().enumerate().map(|(i, n)| (n.clone(), Value::String(get(2 + i)))).collect();
+            let fields: Map<String, Value> = answer_names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.clone(), Value::String(get(2 + i))))
+                .collect();
             row.answer = Value::Object(fields.clone()).to_string();
             row.fields = Some(Value::Object(fields));
         }
@@ -205,7 +215,8 @@ pub fn read_jsonl(input: impl Read) -> io::Result<Vec<Row>> {
 /// written beside and renamed over: an export cut short never replaces a
 /// complete one (a resume reads it back).
 pub fn write_file(path: &Path, rows: &[Row], columns: &Columns) -> io::Result<()> {
-    let name = path.file_name().ok_or_else(|| bad(format!("{} is not a file name", path.display())))?;
+    let name =
+        path.file_name().ok_or_else(|| bad(format!("{} is not a file name", path.display())))?;
     let partial = path.with_file_name(format!(".{}.partial", name.to_string_lossy()));
     let mut file = io::BufWriter::new(std::fs::File::create(&partial)?);
     match ExportFormat::for_path(path) {
@@ -237,7 +248,11 @@ mod tests {
         done.prompt_tokens = 41;
         done.generated_tokens = 8;
         done.seconds = 0.125;
-        vec![done, Row::failed("b.png", "INVALID_IMAGE", "cannot decode: bad, \"data\"", 0.002), Row::pending("c.png")]
+        vec![
+            done,
+            Row::failed("b.png", "INVALID_IMAGE", "cannot decode: bad, \"data\"", 0.002),
+            Row::pending("c.png"),
+        ]
     }
 
     #[test]
@@ -245,7 +260,9 @@ mod tests {
         let rows = sample();
         let mut csv = Vec::new();
         write_csv(&rows, &Columns::Answer, &mut csv).unwrap();
-        assert!(String::from_utf8_lossy(&csv).starts_with("name,status,answer,error_code,error,prompt_tokens,generated_tokens,seconds\n"));
+        assert!(String::from_utf8_lossy(&csv).starts_with(
+            "name,status,answer,error_code,error,prompt_tokens,generated_tokens,seconds\n"
+        ));
         assert_eq!(read_csv(&csv[..]).unwrap(), rows);
         let mut jsonl = Vec::new();
         write_jsonl(&rows, &mut jsonl).unwrap();
@@ -272,14 +289,35 @@ mod tests {
     #[test]
     fn formula_cells_are_quoted_and_read_back_exactly() {
         let tricky = [
-            "=HYPERLINK(\"http://evil\",\"x\")", "+1+1", "-2+3", "@SUM(A1)", "\t=1", "\r=1",
-            "'=already quoted", "''+two", "'tis plain", "'", "-", "-3", "-1.5e3", "+7", "plain", "",
+            "=HYPERLINK(\"http://evil\",\"x\")",
+            "+1+1",
+            "-2+3",
+            "@SUM(A1)",
+            "\t=1",
+            "\r=1",
+            "'=already quoted",
+            "''+two",
+            "'tis plain",
+            "'",
+            "-",
+            "-3",
+            "-1.5e3",
+            "+7",
+            "plain",
+            "",
         ];
         for text in tricky {
             let written = guard_cell(text);
             let quoted = written != text;
-            assert_eq!(quoted, starts_formula(text) && !is_plain_number(text), "{text:?} -> {written:?}");
-            assert!(!written.starts_with(FORMULA_STARTS) || is_plain_number(&written), "{text:?} still a formula: {written:?}");
+            assert_eq!(
+                quoted,
+                starts_formula(text) && !is_plain_number(text),
+                "{text:?} -> {written:?}"
+            );
+            assert!(
+                !written.starts_with(FORMULA_STARTS) || is_plain_number(&written),
+                "{text:?} still a formula: {written:?}"
+            );
             assert_eq!(unguard_cell(&written), text, "{text:?} round trip");
         }
         assert_eq!(guard_cell("'tis"), "'tis", "an apostrophe before text is text");
@@ -305,7 +343,10 @@ mod tests {
         assert_eq!(read_csv(&csv[..]).unwrap(), vec![done]);
         let mut jsonl = Vec::new();
         write_jsonl(&[row.clone()], &mut jsonl).unwrap();
-        assert!(String::from_utf8(jsonl).unwrap().contains("\"name\":\"=cmd|"), "JSON Lines stays exact");
+        assert!(
+            String::from_utf8(jsonl).unwrap().contains("\"name\":\"=cmd|"),
+            "JSON Lines stays exact"
+        );
     }
 
     #[test]
@@ -324,6 +365,10 @@ mod tests {
         }
         let jsonl = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
         assert!(jsonl.starts_with("{\"name\":"), "{jsonl}");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "no partial file left behind");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            2,
+            "no partial file left behind"
+        );
     }
 }

@@ -52,7 +52,10 @@ impl ImageSource {
                 // a file swapped for a FIFO since it was collected would block the read for ever
                 if !meta.is_file() {
                     let kind = special_kind(&meta.file_type()).unwrap_or("not a regular file");
-                    return Err(ReadError { code: "FILE_UNREADABLE", message: format!("{} is {kind}", path.display()) });
+                    return Err(ReadError {
+                        code: "FILE_UNREADABLE",
+                        message: format!("{} is {kind}", path.display()),
+                    });
                 }
                 let size = meta.len();
                 if size > MAX_IMAGE_FILE_BYTES {
@@ -116,8 +119,10 @@ fn special_kind(kind: &std::fs::FileType) -> Option<&'static str> {
 /// an image's too: a link named `a.png` to `notes.txt`, to a FIFO or out to
 /// a device is not an image of the folder. `Err` says why it is skipped.
 fn follow_link(link: &Path) -> Result<(), String> {
-    let target = std::fs::canonicalize(link).map_err(|e| format!("a link that leads nowhere ({e})"))?;
-    let meta = std::fs::metadata(&target).map_err(|e| format!("a link to {} ({e})", target.display()))?;
+    let target =
+        std::fs::canonicalize(link).map_err(|e| format!("a link that leads nowhere ({e})"))?;
+    let meta =
+        std::fs::metadata(&target).map_err(|e| format!("a link to {} ({e})", target.display()))?;
     if let Some(kind) = special_kind(&meta.file_type()) {
         return Err(format!("a link to {kind} ({})", target.display()));
     }
@@ -167,7 +172,9 @@ pub fn collect_images(paths: &[PathBuf]) -> std::io::Result<Collected> {
     for path in paths {
         // follows a link: the user named it
         let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
-            ErrorKind::NotFound => Error::new(ErrorKind::NotFound, format!("{} does not exist", path.display())),
+            ErrorKind::NotFound => {
+                Error::new(ErrorKind::NotFound, format!("{} does not exist", path.display()))
+            }
             _ => Error::new(e.kind(), format!("{}: {e}", path.display())),
         })?;
         if meta.is_dir() {
@@ -178,7 +185,10 @@ pub fn collect_images(paths: &[PathBuf]) -> std::io::Result<Collected> {
             let kind = special_kind(&meta.file_type()).unwrap_or("not a regular file");
             return Err(Error::new(
                 ErrorKind::InvalidInput,
-                format!("{} is {kind}, not an image file: name image files or folders", path.display()),
+                format!(
+                    "{} is {kind}, not an image file: name image files or folders",
+                    path.display()
+                ),
             ));
         }
     }
@@ -228,8 +238,14 @@ mod tests {
 
         // named: refused at once (before any model loads), saying what it is
         let err = collect_images(&[d.join("a.png"), d.join("pipe.png")]).unwrap_err();
-        assert!(err.to_string().contains("pipe.png is a FIFO (named pipe), not an image file"), "{err}");
-        assert!(collect_images(&[PathBuf::from("/dev/null")]).unwrap_err().to_string().contains("is a device"));
+        assert!(
+            err.to_string().contains("pipe.png is a FIFO (named pipe), not an image file"),
+            "{err}"
+        );
+        assert!(collect_images(&[PathBuf::from("/dev/null")])
+            .unwrap_err()
+            .to_string()
+            .contains("is a device"));
 
         let found = collect_images(&[d.to_path_buf()]).unwrap();
         assert_eq!(found.images, vec![d.join("a.png"), d.join("image-link.jpg")]);
@@ -244,11 +260,17 @@ mod tests {
         assert!(skipped[0].1.contains("leads nowhere"), "{skipped:?}");
         assert!(skipped[1].1.contains("a link to a FIFO"), "{skipped:?}");
         assert!(skipped[2].1.contains("a FIFO (named pipe), not an image file"), "{skipped:?}");
-        assert!(skipped[3].1.contains("notes.txt, which is not named like an image"), "{skipped:?}");
+        assert!(
+            skipped[3].1.contains("notes.txt, which is not named like an image"),
+            "{skipped:?}"
+        );
         assert!(skipped[4].1.contains("a link to a device"), "{skipped:?}");
 
         // a file swapped for a FIFO after it was collected fails its row, never blocks
-        assert_eq!(ImageSource::Path(d.join("pipe.png")).read().unwrap_err().code, "FILE_UNREADABLE");
+        assert_eq!(
+            ImageSource::Path(d.join("pipe.png")).read().unwrap_err().code,
+            "FILE_UNREADABLE"
+        );
     }
 
     #[test]
@@ -258,6 +280,9 @@ mod tests {
         let f = std::fs::File::create(&big).unwrap();
         f.set_len(MAX_IMAGE_FILE_BYTES + 1).unwrap();
         assert_eq!(ImageSource::Path(big).read().unwrap_err().code, "FILE_TOO_LARGE");
-        assert_eq!(ImageSource::Path(dir.path().join("gone.png")).read().unwrap_err().code, "FILE_UNREADABLE");
+        assert_eq!(
+            ImageSource::Path(dir.path().join("gone.png")).read().unwrap_err().code,
+            "FILE_UNREADABLE"
+        );
     }
 }

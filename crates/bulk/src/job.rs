@@ -24,16 +24,26 @@ pub struct JobSpec {
 
 impl JobSpec {
     pub fn new(prompt: impl Into<String>) -> Self {
-        Self { prompt: prompt.into(), format: None, max_tokens: DEFAULT_MAX_TOKENS, sampling: SamplingParams::default() }
+        Self {
+            prompt: prompt.into(),
+            format: None,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            sampling: SamplingParams::default(),
+        }
     }
 
     /// One user turn: the image, then the prompt (the order vision chat
     /// templates expect, and the app's chats use).
     pub fn request_for(&self, image: ImageInput) -> Request {
-        let parts = vec![ContentPart::Image { image: Some(image.sha256.clone()) }, ContentPart::text(self.prompt.as_str())];
+        let parts = vec![
+            ContentPart::Image { image: Some(image.sha256.clone()) },
+            ContentPart::text(self.prompt.as_str()),
+        ];
         let message = ChatMessage::user(MessageContent::Parts(parts));
         let prompt = Prompt::Chat { messages: vec![message], options: TemplateOptions::default() };
-        let mut request = Request::new(prompt).with_max_tokens(self.max_tokens).with_sampling(self.sampling.clone());
+        let mut request = Request::new(prompt)
+            .with_max_tokens(self.max_tokens)
+            .with_sampling(self.sampling.clone());
         // nobody watches a row stream: the batch gets the machine's full throughput
         request.interactive = false;
         request.images = vec![image];
@@ -75,7 +85,10 @@ impl JobSpec {
                     // A constrained answer is valid JSON unless the token
                     // limit cut it before it closed.
                     let why = if reply.finish_reason == Some(FinishReason::Length) {
-                        format!("the answer reached the {}-token limit before its JSON closed", self.max_tokens)
+                        format!(
+                            "the answer reached the {}-token limit before its JSON closed",
+                            self.max_tokens
+                        )
                     } else {
                         format!("the answer is not JSON: {e}")
                     };
@@ -125,21 +138,34 @@ mod tests {
     fn answers_become_done_failed_or_cancelled_rows() {
         let text = JobSpec::new("p");
         let done = text.row_from("a.png", reply("red", FinishReason::Stop), 1.23456);
-        assert_eq!((done.status, done.answer.as_str(), done.prompt_tokens, done.seconds), (RowStatus::Done, "red", 40, 1.235));
+        assert_eq!(
+            (done.status, done.answer.as_str(), done.prompt_tokens, done.seconds),
+            (RowStatus::Done, "red", 40, 1.235)
+        );
 
         let mut failed = reply("", FinishReason::Error);
-        failed.error = Some(RequestError { code: "INVALID_IMAGE".into(), message: "cannot decode".into() });
+        failed.error =
+            Some(RequestError { code: "INVALID_IMAGE".into(), message: "cannot decode".into() });
         let row = text.row_from("b.png", failed, 0.1);
-        assert_eq!((row.status, row.error_code.as_deref()), (RowStatus::Failed, Some("INVALID_IMAGE")));
+        assert_eq!(
+            (row.status, row.error_code.as_deref()),
+            (RowStatus::Failed, Some("INVALID_IMAGE"))
+        );
 
-        assert_eq!(text.row_from("c", reply("", FinishReason::Cancelled), 0.0).status, RowStatus::Cancelled);
+        assert_eq!(
+            text.row_from("c", reply("", FinishReason::Cancelled), 0.0).status,
+            RowStatus::Cancelled
+        );
 
         let mut json = JobSpec::new("p");
         json.format = Some(AnswerFormat::Json);
         let row = json.row_from("d", reply(r#" {"colour": "red"} "#, FinishReason::Stop), 0.0);
         assert_eq!(row.fields, Some(serde_json::json!({"colour": "red"})));
         let cut = json.row_from("e", reply(r#"{"colour": "re"#, FinishReason::Length), 0.0);
-        assert_eq!((cut.status, cut.error_code.as_deref()), (RowStatus::Failed, Some("ANSWER_NOT_JSON")));
+        assert_eq!(
+            (cut.status, cut.error_code.as_deref()),
+            (RowStatus::Failed, Some("ANSWER_NOT_JSON"))
+        );
         assert_eq!(cut.answer, r#"{"colour": "re"#, "the cut answer is kept to show");
     }
 }

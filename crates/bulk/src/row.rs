@@ -26,7 +26,9 @@ impl RowStatus {
     }
 
     pub fn parse(text: &str) -> Option<Self> {
-        [RowStatus::Pending, RowStatus::Done, RowStatus::Failed, RowStatus::Cancelled].into_iter().find(|s| s.as_str() == text)
+        [RowStatus::Pending, RowStatus::Done, RowStatus::Failed, RowStatus::Cancelled]
+            .into_iter()
+            .find(|s| s.as_str() == text)
     }
 }
 
@@ -73,7 +75,12 @@ impl Row {
         }
     }
 
-    pub fn failed(name: impl Into<String>, code: &str, message: impl Into<String>, seconds: f64) -> Self {
+    pub fn failed(
+        name: impl Into<String>,
+        code: &str,
+        message: impl Into<String>,
+        seconds: f64,
+    ) -> Self {
         Row {
             status: RowStatus::Failed,
             error_code: Some(code.to_string()),

@@ -93,12 +93,23 @@ async fn run_one(
     let seconds = || started.elapsed().as_secs_f64();
     let source = item.source.clone();
     // reading a photo and hashing it (the vision cache's key) is blocking work
-    let image = tokio::task::spawn_blocking(move || source.read().map(ImageInput::from_bytes)).await;
+    let image =
+        tokio::task::spawn_blocking(move || source.read().map(ImageInput::from_bytes)).await;
     let image = match image {
         Ok(Ok(image)) => image,
-        Ok(Err(e)) => return Some(RowUpdate { index: item.index, row: Row::failed(&item.name, e.code, e.message, seconds()) }),
+        Ok(Err(e)) => {
+            return Some(RowUpdate {
+                index: item.index,
+                row: Row::failed(&item.name, e.code, e.message, seconds()),
+            })
+        }
         Err(e) => {
-            let row = Row::failed(&item.name, "FILE_UNREADABLE", format!("reading the image failed: {e}"), seconds());
+            let row = Row::failed(
+                &item.name,
+                "FILE_UNREADABLE",
+                format!("reading the image failed: {e}"),
+                seconds(),
+            );
             return Some(RowUpdate { index: item.index, row });
         }
     };

@@ -61,9 +61,11 @@ fn fixture(max_running: usize) -> Fixture {
     let model = tempfile::tempdir().unwrap();
     write_tiny_qwen2_vl(model.path(), &TinyQwenVl::new(QwenVlVariant::Qwen2Vl)).unwrap();
     let scheduler = SchedulerConfig { max_running, ..Default::default() };
-    let engine =
-        EngineHandle::start(model.path(), EngineConfig { load: LoadOptions { format: WeightFormat::AsStored }, scheduler })
-            .unwrap();
+    let engine = EngineHandle::start(
+        model.path(),
+        EngineConfig { load: LoadOptions { format: WeightFormat::AsStored }, scheduler },
+    )
+    .unwrap();
     let images = tempfile::tempdir().unwrap();
     let paths = write_images(images.path());
     Fixture { _model: model, _images: images, engine, paths }
@@ -72,7 +74,8 @@ fn fixture(max_running: usize) -> Fixture {
 /// The job: greedy, with EOS banned so random weights answer full length
 /// (an empty answer would make every comparison trivially equal).
 fn job(engine: &EngineHandle) -> JobSpec {
-    let ban_eos = engine.model_info().eos_token_ids.iter().map(|&t| (t, f32::NEG_INFINITY)).collect();
+    let ban_eos =
+        engine.model_info().eos_token_ids.iter().map(|&t| (t, f32::NEG_INFINITY)).collect();
     JobSpec {
         max_tokens: MAX_TOKENS,
         sampling: SamplingParams { logit_bias: ban_eos, ..Default::default() },
@@ -92,10 +95,22 @@ fn items(paths: &[PathBuf], indices: impl IntoIterator<Item = usize>) -> Vec<Ite
 }
 
 /// Runs `items` and fills their rows of `table`; returns how many requests reached the engine.
-async fn run_into(table: &mut [Row], f: &Fixture, items: Vec<Item>, config: RunConfig, cancel: &CancelToken, cancel_after: Option<usize>) -> usize {
+async fn run_into(
+    table: &mut [Row],
+    f: &Fixture,
+    items: Vec<Item>,
+    config: RunConfig,
+    cancel: &CancelToken,
+    cancel_after: Option<usize>,
+) -> usize {
     let job = job(&f.engine);
     let summary = run(&f.engine, &job, items, config, cancel, |update, progress| {
-        assert_eq!(table[update.index].status, RowStatus::Pending, "row {} reported twice", update.index);
+        assert_eq!(
+            table[update.index].status,
+            RowStatus::Pending,
+            "row {} reported twice",
+            update.index
+        );
         table[update.index] = update.row.clone();
         if cancel_after.is_some_and(|n| progress.done >= n) {
             cancel.cancel();
@@ -126,26 +141,46 @@ fn empty_table(paths: &[PathBuf]) -> Vec<Row> {
 async fn thirty_images_answer_as_if_asked_one_by_one_and_broken_files_fail_alone() {
     let f = fixture(4);
     let mut table = empty_table(&f.paths);
-    let submitted =
-        run_into(&mut table, &f, items(&f.paths, 0..IMAGES), RunConfig::for_batch(4), &CancelToken::default(), None).await;
+    let submitted = run_into(
+        &mut table,
+        &f,
+        items(&f.paths, 0..IMAGES),
+        RunConfig::for_batch(4),
+        &CancelToken::default(),
+        None,
+    )
+    .await;
     assert_eq!(submitted, IMAGES, "every file, broken or not, is read and handed to the engine");
 
     for (i, row) in table.iter().enumerate() {
         if i == TRUNCATED || i == NOT_AN_IMAGE {
             assert_eq!(row.status, RowStatus::Failed, "row {i}");
-            assert_eq!(row.error_code.as_deref(), Some("INVALID_IMAGE"), "row {i}: {:?}", row.error);
-            assert!(row.error.as_deref().is_some_and(|m| m.contains("image")), "row {i}: {:?}", row.error);
+            assert_eq!(
+                row.error_code.as_deref(),
+                Some("INVALID_IMAGE"),
+                "row {i}: {:?}",
+                row.error
+            );
+            assert!(
+                row.error.as_deref().is_some_and(|m| m.contains("image")),
+                "row {i}: {:?}",
+                row.error
+            );
             continue;
         }
         assert_eq!(row.status, RowStatus::Done, "row {i}: {:?}", row.error);
         let alone = ask_alone(&f, &f.paths[i]).await;
         assert!(alone.error.is_none(), "{:?}", alone.error);
-        assert_eq!(row.answer, alone.content, "row {i}: batched answer differs from the answer alone");
+        assert_eq!(
+            row.answer, alone.content,
+            "row {i}: batched answer differs from the answer alone"
+        );
         assert_eq!(row.generated_tokens, MAX_TOKENS, "row {i}");
         assert_eq!(row.prompt_tokens, alone.stats.prompt_tokens, "row {i}");
         assert!(row.seconds > 0.0, "row {i}");
     }
-    let answers: std::collections::HashSet<&str> = table.iter().map(|r| r.answer.as_str()).collect();
+    let answers: std::collections::HashSet<&str> =
+        table.iter().map(|r| r.answer.as_str()).collect();
     assert!(answers.len() >= 5, "different images should get different answers: {answers:?}");
 
     // The table exports and reads back the same, both ways.
@@ -164,11 +199,20 @@ async fn a_cancelled_job_resumes_with_only_the_rows_it_had_not_answered() {
     let config = RunConfig::for_batch(2);
     let cancel = CancelToken::default();
     let mut table = empty_table(&f.paths);
-    let first = run_into(&mut table, &f, items(&f.paths, 0..IMAGES), config, &cancel, Some(10)).await;
-    let done_before: Vec<usize> = (0..IMAGES).filter(|&i| table[i].status == RowStatus::Done).collect();
-    assert!(done_before.len() >= 10 && done_before.len() < 20, "cancel after 10 done: {} done", done_before.len());
+    let first =
+        run_into(&mut table, &f, items(&f.paths, 0..IMAGES), config, &cancel, Some(10)).await;
+    let done_before: Vec<usize> =
+        (0..IMAGES).filter(|&i| table[i].status == RowStatus::Done).collect();
+    assert!(
+        done_before.len() >= 10 && done_before.len() < 20,
+        "cancel after 10 done: {} done",
+        done_before.len()
+    );
     assert!(first < IMAGES, "the cancel stopped submitting: {first} submitted");
-    assert!(table.iter().any(|r| r.status == RowStatus::Pending), "rows never started stay pending");
+    assert!(
+        table.iter().any(|r| r.status == RowStatus::Pending),
+        "rows never started stay pending"
+    );
     let kept: Vec<Row> = done_before.iter().map(|&i| table[i].clone()).collect();
 
     // Resume: the unanswered rows only, each reported once (run_into checks).
@@ -178,7 +222,15 @@ async fn a_cancelled_job_resumes_with_only_the_rows_it_had_not_answered() {
     for &i in &rest {
         table[i] = Row::pending(table[i].name.clone());
     }
-    let resumed = run_into(&mut table, &f, items(&f.paths, rest.clone()), config, &CancelToken::default(), None).await;
+    let resumed = run_into(
+        &mut table,
+        &f,
+        items(&f.paths, rest.clone()),
+        config,
+        &CancelToken::default(),
+        None,
+    )
+    .await;
     assert_eq!(resumed, rest.len(), "the resume submits exactly the unanswered rows");
     for (&i, row) in done_before.iter().zip(&kept) {
         assert_eq!(&table[i], row, "a done row is kept as it was");
@@ -192,7 +244,15 @@ async fn a_cancelled_job_resumes_with_only_the_rows_it_had_not_answered() {
     for &i in &failed_rows {
         table[i] = Row::pending(table[i].name.clone());
     }
-    let retried = run_into(&mut table, &f, items(&f.paths, failed_rows), config, &CancelToken::default(), None).await;
+    let retried = run_into(
+        &mut table,
+        &f,
+        items(&f.paths, failed_rows),
+        config,
+        &CancelToken::default(),
+        None,
+    )
+    .await;
     assert_eq!(retried, 2);
     assert_eq!(bulk::row::counts(&table), (IMAGES - 2, 2));
     f.engine.shutdown();
@@ -229,9 +289,14 @@ async fn a_huge_a_missing_and_an_unreadable_image_fail_their_rows_and_the_job_go
     let items = vec![
         Item { index: 0, name: "huge.png".into(), source: ImageSource::Bytes(huge_png().into()) },
         Item { index: 1, name: "good.png".into(), source: ImageSource::Bytes(good.into()) },
-        Item { index: 2, name: "gone.png".into(), source: ImageSource::Path(dir.path().join("gone.png")) },
+        Item {
+            index: 2,
+            name: "gone.png".into(),
+            source: ImageSource::Path(dir.path().join("gone.png")),
+        },
     ];
-    let mut table = vec![Row::pending("huge.png"), Row::pending("good.png"), Row::pending("gone.png")];
+    let mut table =
+        vec![Row::pending("huge.png"), Row::pending("good.png"), Row::pending("gone.png")];
     run_into(&mut table, &f, items, RunConfig::for_batch(2), &CancelToken::default(), None).await;
     assert_eq!(table[0].status, RowStatus::Failed);
     assert_eq!(table[0].error_code.as_deref(), Some("INVALID_IMAGE"), "{:?}", table[0].error);

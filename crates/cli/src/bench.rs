@@ -1,10 +1,10 @@
 //! Speed measurements printed by `vlm bench` (never asserted in tests).
 use serde::Serialize;
 
-use engine::Result;
 use engine::generate::{generate, GenerateParams};
 use engine::model::LoadedModel;
 use engine::sample::SamplingParams;
+use engine::Result;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
@@ -34,11 +34,18 @@ pub fn synthetic_prompt(n: usize, vocab: usize, avoid: &[u32]) -> Vec<u32> {
 /// Single-stream prompt and decode speed: one warm-up run, then `runs`
 /// measured ones. End-of-sequence tokens are banned so every run decodes
 /// exactly `gen_tokens`.
-pub fn single_stream(loaded: &LoadedModel, prompt_tokens: usize, gen_tokens: usize, runs: usize) -> Result<BenchReport> {
+pub fn single_stream(
+    loaded: &LoadedModel,
+    prompt_tokens: usize,
+    gen_tokens: usize,
+    runs: usize,
+) -> Result<BenchReport> {
     let tokenizer = &loaded.tokenizer;
     let vocab = loaded.model.shape().vocab_size as usize;
     let specials: Vec<u32> = (0..vocab as u32)
-        .filter(|&id| tokenizer.is_eos(id) || tokenizer.id_to_token(id).is_some_and(|t| t.starts_with("<|")))
+        .filter(|&id| {
+            tokenizer.is_eos(id) || tokenizer.id_to_token(id).is_some_and(|t| t.starts_with("<|"))
+        })
         .collect();
     let prompt = synthetic_prompt(prompt_tokens, vocab, &specials);
     let params = GenerateParams {
@@ -91,7 +98,11 @@ pub struct BatchReport {
 
 /// A prompt of `prompt_tokens` ordinary tokens (the low ids of a vocabulary
 /// hold the specials); `salt` shifts the sequence so prompts differ.
-fn bench_prompt(handle: &engine::handle::EngineHandle, prompt_tokens: usize, salt: u64) -> Vec<u32> {
+fn bench_prompt(
+    handle: &engine::handle::EngineHandle,
+    prompt_tokens: usize,
+    salt: u64,
+) -> Vec<u32> {
     let vocab = handle.model_info().shape.vocab_size as usize;
     let mut prompt = synthetic_prompt(prompt_tokens + salt as usize, vocab - vocab / 8, &[]);
     prompt.drain(..salt as usize);
@@ -99,11 +110,20 @@ fn bench_prompt(handle: &engine::handle::EngineHandle, prompt_tokens: usize, sal
 }
 
 /// Greedy, with end-of-sequence banned so every request decodes `gen_tokens`.
-fn bench_request(handle: &engine::handle::EngineHandle, prompt: Vec<u32>, gen_tokens: usize) -> engine::batch::Request {
+fn bench_request(
+    handle: &engine::handle::EngineHandle,
+    prompt: Vec<u32>,
+    gen_tokens: usize,
+) -> engine::batch::Request {
     engine::batch::Request::new(engine::batch::Prompt::Tokens(prompt))
         .with_max_tokens(gen_tokens)
         .with_sampling(SamplingParams {
-            logit_bias: handle.model_info().eos_token_ids.iter().map(|&id| (id, f32::NEG_INFINITY)).collect(),
+            logit_bias: handle
+                .model_info()
+                .eos_token_ids
+                .iter()
+                .map(|&id| (id, f32::NEG_INFINITY))
+                .collect(),
             ..Default::default()
         })
 }
@@ -142,7 +162,13 @@ pub fn engine_batch_spread(
     constraint: Option<&engine::constraint::Constraint>,
 ) -> Result<BatchReport> {
     let prompts: Vec<Vec<u32>> = (0..concurrency)
-        .map(|i| bench_prompt(handle, spread_prompt_len(i, concurrency, min_prompt_tokens, prompt_tokens), i as u64))
+        .map(|i| {
+            bench_prompt(
+                handle,
+                spread_prompt_len(i, concurrency, min_prompt_tokens, prompt_tokens),
+                i as u64,
+            )
+        })
         .collect();
     run_batch(handle, prompts, gen_tokens, constraint)
 }
@@ -213,9 +239,15 @@ pub fn vision_decode(
     let image = engine::batch::ImageInput::from_bytes(image.to_vec());
     let requests = (0..concurrency)
         .map(|i| {
-            let mut request = image_request(&image, &format!("Describe this image. ({i})"), gen_tokens);
+            let mut request =
+                image_request(&image, &format!("Describe this image. ({i})"), gen_tokens);
             request.sampling = SamplingParams {
-                logit_bias: handle.model_info().eos_token_ids.iter().map(|&id| (id, f32::NEG_INFINITY)).collect(),
+                logit_bias: handle
+                    .model_info()
+                    .eos_token_ids
+                    .iter()
+                    .map(|&id| (id, f32::NEG_INFINITY))
+                    .collect(),
                 ..Default::default()
             };
             request
@@ -225,13 +257,19 @@ pub fn vision_decode(
 }
 
 /// A chat request: one user message of `image` then `text`.
-fn image_request(image: &engine::batch::ImageInput, text: &str, max_tokens: usize) -> engine::batch::Request {
+fn image_request(
+    image: &engine::batch::ImageInput,
+    text: &str,
+    max_tokens: usize,
+) -> engine::batch::Request {
     use engine::batch::{Prompt, Request};
     use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
-    let parts = vec![ContentPart::Image { image: Some(image.sha256.clone()) }, ContentPart::text(text)];
+    let parts =
+        vec![ContentPart::Image { image: Some(image.sha256.clone()) }, ContentPart::text(text)];
     let message = ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") };
     let mut request =
-        Request::new(Prompt::Chat { messages: vec![message], options: TemplateOptions::default() }).with_max_tokens(max_tokens);
+        Request::new(Prompt::Chat { messages: vec![message], options: TemplateOptions::default() })
+            .with_max_tokens(max_tokens);
     request.images = vec![image.clone()];
     request
 }
@@ -322,9 +360,15 @@ pub struct JoinReport {
     pub join_steps_beyond_prefill: f64,
 }
 
-pub fn join_latency(handle: &engine::handle::EngineHandle, running: usize, prompt_tokens: usize) -> Result<JoinReport> {
+pub fn join_latency(
+    handle: &engine::handle::EngineHandle,
+    running: usize,
+    prompt_tokens: usize,
+) -> Result<JoinReport> {
     use std::time::{Duration, Instant};
-    let background: Vec<_> = (0..running).map(|i| handle.submit(bench_request(handle, bench_prompt(handle, 32, i as u64), 100_000))).collect();
+    let background: Vec<_> = (0..running)
+        .map(|i| handle.submit(bench_request(handle, bench_prompt(handle, 32, i as u64), 100_000)))
+        .collect();
     // Let the batch settle into decoding, then time its steps.
     std::thread::sleep(Duration::from_millis(500));
     let s0 = handle.stats()?;
@@ -334,7 +378,8 @@ pub fn join_latency(handle: &engine::handle::EngineHandle, running: usize, promp
     let step = t0.elapsed().as_secs_f64() / (s1.decode_steps - s0.decode_steps).max(1) as f64;
 
     let submitted = Instant::now();
-    let mut joining = handle.submit(bench_request(handle, bench_prompt(handle, prompt_tokens, 99), 2));
+    let mut joining =
+        handle.submit(bench_request(handle, bench_prompt(handle, prompt_tokens, 99), 2));
     let _first = joining.recv_blocking();
     let join = submitted.elapsed().as_secs_f64();
     let c = joining.collect_blocking();
@@ -364,14 +409,20 @@ pub struct Turn2Report {
 
 /// A first turn whose user message is `history_words` words long, then a
 /// short second question; runs both turns on `handle` and reports turn 2.
-pub fn chat_turn2(handle: &engine::handle::EngineHandle, history_words: usize) -> Result<Turn2Report> {
+pub fn chat_turn2(
+    handle: &engine::handle::EngineHandle,
+    history_words: usize,
+) -> Result<Turn2Report> {
     let chat = chat_first_turn(handle, history_words)?;
     chat_next_turn(handle, chat)
 }
 
 /// The first turn of the benchmark chat (a system prompt, a user message of
 /// `history_words` words, the reply): the conversation so far.
-pub fn chat_first_turn(handle: &engine::handle::EngineHandle, history_words: usize) -> Result<Vec<engine::tokenizer::ChatMessage>> {
+pub fn chat_first_turn(
+    handle: &engine::handle::EngineHandle,
+    history_words: usize,
+) -> Result<Vec<engine::tokenizer::ChatMessage>> {
     use engine::tokenizer::ChatMessage;
     let words = ["river", "mountain", "lantern", "orchard", "signal", "harbor", "meadow", "copper"];
     let long: Vec<&str> = (0..history_words).map(|i| words[i % words.len()]).collect();
@@ -385,7 +436,10 @@ pub fn chat_first_turn(handle: &engine::handle::EngineHandle, history_words: usi
 }
 
 /// The chat's next question after `chat`, timed.
-pub fn chat_next_turn(handle: &engine::handle::EngineHandle, mut chat: Vec<engine::tokenizer::ChatMessage>) -> Result<Turn2Report> {
+pub fn chat_next_turn(
+    handle: &engine::handle::EngineHandle,
+    mut chat: Vec<engine::tokenizer::ChatMessage>,
+) -> Result<Turn2Report> {
     chat.push(engine::tokenizer::ChatMessage::user("Which word came first?"));
     let c = ask_chat(handle, chat)?;
     Ok(Turn2Report {
@@ -395,7 +449,10 @@ pub fn chat_next_turn(handle: &engine::handle::EngineHandle, mut chat: Vec<engin
     })
 }
 
-fn ask_chat(handle: &engine::handle::EngineHandle, messages: Vec<engine::tokenizer::ChatMessage>) -> Result<engine::handle::Completion> {
+fn ask_chat(
+    handle: &engine::handle::EngineHandle,
+    messages: Vec<engine::tokenizer::ChatMessage>,
+) -> Result<engine::handle::Completion> {
     use engine::batch::{Prompt, Request};
     let prompt = Prompt::Chat { messages, options: engine::tokenizer::TemplateOptions::default() };
     let c = handle.submit(Request::new(prompt).with_max_tokens(16)).collect_blocking();
@@ -438,7 +495,12 @@ pub fn chat_after_restart(
     let without_disk = chat_next_turn(&without, chat)?;
     without.shutdown();
     let _ = std::fs::remove_dir_all(&folder);
-    Ok(RestartReport { prompt_tokens: with_disk.prompt_tokens, with_disk, without_disk, file_bytes })
+    Ok(RestartReport {
+        prompt_tokens: with_disk.prompt_tokens,
+        with_disk,
+        without_disk,
+        file_bytes,
+    })
 }
 
 /// Bytes of the files under `folder` and its subfolders.
@@ -474,12 +536,20 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
-pub fn vision_encode(loaded: &LoadedModel, image: &[u8], runs: usize) -> Result<VisionEncodeReport> {
+pub fn vision_encode(
+    loaded: &LoadedModel,
+    image: &[u8],
+    runs: usize,
+) -> Result<VisionEncodeReport> {
     use std::time::Instant;
 
     use engine::vision::{CachedFeatures, VisionFeatureCache};
-    let (Some(vision), Some(preprocessor)) = (loaded.model.vision(), loaded.preprocessor.as_ref()) else {
-        return Err(engine::Error::InvalidRequest(format!("{} is not a vision model", loaded.info.name)));
+    let (Some(vision), Some(preprocessor)) = (loaded.model.vision(), loaded.preprocessor.as_ref())
+    else {
+        return Err(engine::Error::InvalidRequest(format!(
+            "{} is not a vision model",
+            loaded.info.name
+        )));
     };
     let runs = runs.max(1);
     let (mut pre, mut tower, mut hit) = (Vec::new(), Vec::new(), Vec::new());
@@ -532,11 +602,16 @@ pub struct VisionTtftReport {
     pub first_prompt_tps: f64,
 }
 
-pub fn vision_ttft(handle: &engine::handle::EngineHandle, image: &[u8]) -> Result<VisionTtftReport> {
+pub fn vision_ttft(
+    handle: &engine::handle::EngineHandle,
+    image: &[u8],
+) -> Result<VisionTtftReport> {
     use engine::batch::{ImageInput, Prompt, Request};
     // A short text request first, so the first ask pays no first-use costs
     // of the engine (the reference's timings come after a warm-up too).
-    let warm = handle.submit(Request::new(Prompt::Tokens(bench_prompt(handle, 16, 0))).with_max_tokens(2)).collect_blocking();
+    let warm = handle
+        .submit(Request::new(Prompt::Tokens(bench_prompt(handle, 16, 0))).with_max_tokens(2))
+        .collect_blocking();
     if let Some(e) = warm.error {
         return Err(engine::Error::InvalidRequest(e.message));
     }

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bulk::export::{self, Columns};
-use bulk::{AnswerFormat, CancelToken, ImageSource, Item, JobSpec, Pass, Row, RowStatus, RunConfig};
+use bulk::{
+    AnswerFormat, CancelToken, ImageSource, Item, JobSpec, Pass, Row, RowStatus, RunConfig,
+};
 use clap::Args;
 use engine::sample::SamplingParams;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -53,8 +55,10 @@ const SAVE_EVERY: Duration = Duration::from_secs(2);
 
 fn answer_format(a: &BulkArgs) -> Result<Option<AnswerFormat>> {
     let format = if let Some(path) = &a.schema {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let schema = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let schema = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
         Some(AnswerFormat::Schema { schema })
     } else {
         a.columns.as_deref().map(AnswerFormat::fields_from_list)
@@ -70,9 +74,17 @@ fn earlier_answers(out: &Path) -> Result<HashMap<String, Row>> {
     if !out.exists() {
         return Ok(HashMap::new());
     }
-    let rows = export::read_file(out)
-        .with_context(|| format!("{} exists but cannot be read as a results table (move it away to start over)", out.display()))?;
-    Ok(rows.into_iter().filter(|r| r.status == RowStatus::Done).map(|r| (r.name.clone(), r)).collect())
+    let rows = export::read_file(out).with_context(|| {
+        format!(
+            "{} exists but cannot be read as a results table (move it away to start over)",
+            out.display()
+        )
+    })?;
+    Ok(rows
+        .into_iter()
+        .filter(|r| r.status == RowStatus::Done)
+        .map(|r| (r.name.clone(), r))
+        .collect())
 }
 
 pub fn run(a: BulkArgs) -> Result<()> {
@@ -83,11 +95,17 @@ pub fn run(a: BulkArgs) -> Result<()> {
     }
     let paths = collected.images;
     if paths.is_empty() {
-        bail!("no images found in {}", a.images.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+        bail!(
+            "no images found in {}",
+            a.images.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
     }
     let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
     let mut earlier = earlier_answers(&a.out)?;
-    let mut table: Vec<Row> = names.iter().map(|n| earlier.remove(n).unwrap_or_else(|| Row::pending(n.as_str()))).collect();
+    let mut table: Vec<Row> = names
+        .iter()
+        .map(|n| earlier.remove(n).unwrap_or_else(|| Row::pending(n.as_str())))
+        .collect();
     let kept = table.iter().filter(|r| r.status == RowStatus::Done).count();
     if kept > 0 {
         eprintln!(
@@ -112,17 +130,24 @@ pub fn run(a: BulkArgs) -> Result<()> {
     let columns = Columns::for_format(format.as_ref());
     let items: Vec<Item> = (0..table.len())
         .filter(|&i| table[i].needs(Pass::AllButDone))
-        .map(|i| Item { index: i, name: names[i].clone(), source: ImageSource::Path(paths[i].clone()) })
+        .map(|i| Item {
+            index: i,
+            name: names[i].clone(),
+            source: ImageSource::Path(paths[i].clone()),
+        })
         .collect();
     let to_run = items.len();
 
     let bar = ProgressBar::new(table.len() as u64).with_position(kept as u64);
     bar.set_style(
-        ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len}{msg}").expect("a valid template").progress_chars("█▉ "),
+        ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len}{msg}")
+            .expect("a valid template")
+            .progress_chars("█▉ "),
     );
     bar.set_message(format!(" · {}", info.name));
 
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let cancel = CancelToken::default();
     let (summary, took) = runtime.block_on(async {
         let on_ctrl_c = cancel.clone();
@@ -138,7 +163,11 @@ pub fn run(a: BulkArgs) -> Result<()> {
             table[update.index] = update.row.clone();
             bar.inc(1);
             let eta = progress.eta().map(|d| format!(" · ETA {}", clock(d))).unwrap_or_default();
-            let failed = if progress.failed > 0 { format!(" · {} failed", progress.failed) } else { String::new() };
+            let failed = if progress.failed > 0 {
+                format!(" · {} failed", progress.failed)
+            } else {
+                String::new()
+            };
             bar.set_message(format!("{failed}{eta}"));
             if last_save.elapsed() >= SAVE_EVERY {
                 if let Err(e) = export::write_file(&a.out, &table, &columns) {
@@ -160,7 +189,8 @@ pub fn run(a: BulkArgs) -> Result<()> {
     }
     let interrupted = cancel.is_cancelled();
     engine.shutdown();
-    export::write_file(&a.out, &table, &columns).with_context(|| format!("writing {}", a.out.display()))?;
+    export::write_file(&a.out, &table, &columns)
+        .with_context(|| format!("writing {}", a.out.display()))?;
 
     let failed: Vec<&Row> = table.iter().filter(|r| r.status == RowStatus::Failed).collect();
     const SHOWN: usize = 10;

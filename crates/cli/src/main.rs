@@ -101,7 +101,8 @@ impl ModelArgs {
 
     fn load(&self) -> Result<LoadedModel> {
         let path = resolve_model(&self.model)?;
-        model::load(&path, &LoadOptions { format: self.format() }).with_context(|| format!("loading {}", path.display()))
+        model::load(&path, &LoadOptions { format: self.format() })
+            .with_context(|| format!("loading {}", path.display()))
     }
 }
 
@@ -155,9 +156,12 @@ struct GenerateArgs {
 /// The answer format asked for on the command line, if any.
 fn answer_constraint(a: &GenerateArgs) -> Result<Option<engine::constraint::Constraint>> {
     use engine::constraint::Constraint;
-    let read = |p: &PathBuf| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
+    let read = |p: &PathBuf| {
+        std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+    };
     Ok(if let Some(path) = &a.json_schema {
-        let schema = serde_json::from_str(&read(path)?).with_context(|| format!("{} is not JSON", path.display()))?;
+        let schema = serde_json::from_str(&read(path)?)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
         Some(Constraint::JsonSchema(schema))
     } else if a.json {
         Some(Constraint::JsonObject)
@@ -327,10 +331,16 @@ impl ModelArgs {
     }
 
     /// [`Self::start_engine`], as rank 0 of `group` when one is given.
-    fn start_engine_in(&self, group: Option<engine::distributed::GroupConfig>) -> Result<EngineHandle> {
+    fn start_engine_in(
+        &self,
+        group: Option<engine::distributed::GroupConfig>,
+    ) -> Result<EngineHandle> {
         let path = resolve_model(&self.model)?;
-        let kv_quantization =
-            self.kv_bits.map(|bits| KvQuantization { bits, group_size: self.kv_group_size, start: self.kv_start });
+        let kv_quantization = self.kv_bits.map(|bits| KvQuantization {
+            bits,
+            group_size: self.kv_group_size,
+            start: self.kv_start,
+        });
         let scheduler = SchedulerConfig {
             kv_quantization,
             max_running: self.max_running,
@@ -371,7 +381,8 @@ fn stream_reply(engine: &EngineHandle, request: Request) -> Completion {
             Event::Reasoning(t) => eprint!("\x1b[2m{t}\x1b[0m"),
             Event::ToolCall(call) => println!("[tool call] {}({})", call.name, call.arguments),
             Event::Error(e) => eprintln!("error: {} ({})", e.message, e.code),
-            Event::Logprob(_) | Event::Accepted | Event::Queued { .. } | Event::Finished { .. } => {}
+            Event::Logprob(_) | Event::Accepted | Event::Queued { .. } | Event::Finished { .. } => {
+            }
         }
         if reply.absorb(event) {
             break;
@@ -389,7 +400,10 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     let engine = a.model.start_engine()?;
     let base_model = !engine.model_info().has_chat_template;
     if base_model && !a.raw {
-        eprintln!("{} has no chat template (a base model): the prompt goes in as raw text", engine.model_info().name);
+        eprintln!(
+            "{} has no chat template (a base model): the prompt goes in as raw text",
+            engine.model_info().name
+        );
     }
     let prompt = if a.raw || (base_model && images.is_empty()) {
         Prompt::Text(a.prompt.clone())
@@ -399,7 +413,10 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
             messages.push(ChatMessage::system(system.as_str()));
         }
         messages.push(user_message(&a.prompt, &images));
-        Prompt::Chat { messages, options: TemplateOptions { enable_thinking: a.think, ..Default::default() } }
+        Prompt::Chat {
+            messages,
+            options: TemplateOptions { enable_thinking: a.think, ..Default::default() },
+        }
     };
     let sampling = SamplingParams {
         temperature: a.temp,
@@ -442,7 +459,8 @@ fn run_chat(a: ChatArgs) -> Result<()> {
         "{} is ready. Type a message; /image PATH attaches an image to the next one, /reset starts over, /exit or Ctrl-D quits.",
         engine.model_info().name
     );
-    let mut history: Vec<ChatMessage> = a.system.iter().map(|s| ChatMessage::system(s.as_str())).collect();
+    let mut history: Vec<ChatMessage> =
+        a.system.iter().map(|s| ChatMessage::system(s.as_str())).collect();
     // Every image of the conversation so far, in the order the messages show them.
     let mut history_images: Vec<ImageInput> = Vec::new();
     let mut attached: Vec<ImageInput> = Vec::new();
@@ -478,9 +496,12 @@ fn run_chat(a: ChatArgs) -> Result<()> {
             continue;
         }
         history.push(user_message(line, &attached));
-        let mut request = Request::new(Prompt::Chat { messages: history.clone(), options: TemplateOptions::default() })
-            .with_max_tokens(a.max_tokens)
-            .with_sampling(sampling.clone());
+        let mut request = Request::new(Prompt::Chat {
+            messages: history.clone(),
+            options: TemplateOptions::default(),
+        })
+        .with_max_tokens(a.max_tokens)
+        .with_sampling(sampling.clone());
         request.images = history_images.iter().chain(&attached).cloned().collect();
         let reply = stream_reply(&engine, request);
         println!();
@@ -516,7 +537,11 @@ fn run_chat(a: ChatArgs) -> Result<()> {
 fn read_images(paths: &[PathBuf]) -> Result<Vec<ImageInput>> {
     paths
         .iter()
-        .map(|p| Ok(ImageInput::from_bytes(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?)))
+        .map(|p| {
+            Ok(ImageInput::from_bytes(
+                std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
+            ))
+        })
         .collect()
 }
 
@@ -540,7 +565,10 @@ fn run_vision_bench(a: &BenchArgs, image: &std::path::Path) -> Result<()> {
     let path = resolve_model(&a.model.model)?;
     let start = |prefix_cache_bytes: usize| {
         let scheduler = SchedulerConfig { prefix_cache_bytes, ..Default::default() };
-        EngineHandle::start(&path, EngineConfig { load: LoadOptions { format: a.model.format() }, scheduler })
+        EngineHandle::start(
+            &path,
+            EngineConfig { load: LoadOptions { format: a.model.format() }, scheduler },
+        )
     };
     // The vision cache alone: the repeat still prefills its whole prompt.
     let engine = start(0)?;
@@ -565,15 +593,29 @@ fn run_vision_bench(a: &BenchArgs, image: &std::path::Path) -> Result<()> {
         return Ok(());
     }
     println!("model              {name}");
-    println!("image              {} → grid {:?}, {} image tokens", image.display(), encode.grid, encode.image_tokens);
-    println!("encode on a miss   {:.4} s (preprocess {:.4} s + vision tower {:.4} s)",
-        encode.miss_secs, encode.preprocess_secs, encode.tower_secs);
+    println!(
+        "image              {} → grid {:?}, {} image tokens",
+        image.display(),
+        encode.grid,
+        encode.image_tokens
+    );
+    println!(
+        "encode on a miss   {:.4} s (preprocess {:.4} s + vision tower {:.4} s)",
+        encode.miss_secs, encode.preprocess_secs, encode.tower_secs
+    );
     println!("encode on a hit    {:.6} s ({:.0}x faster)", encode.hit_secs, encode.hit_speedup);
-    println!("TTFT, first ask    {:.3} s ({} prompt tokens; prefill alone {:.1} tok/s)",
-        vision_only.first_ttft_secs, vision_only.prompt_tokens, vision_only.first_prompt_tps);
-    println!("TTFT, same image   {:.3} s with the vision cache (whole prompt prefilled again)", vision_only.repeat_ttft_secs);
-    println!("TTFT, same image   {:.3} s with the prefix cache too ({} of {} prompt tokens reused)",
-        both.repeat_ttft_secs, both.repeat_cached_tokens, both.prompt_tokens);
+    println!(
+        "TTFT, first ask    {:.3} s ({} prompt tokens; prefill alone {:.1} tok/s)",
+        vision_only.first_ttft_secs, vision_only.prompt_tokens, vision_only.first_prompt_tps
+    );
+    println!(
+        "TTFT, same image   {:.3} s with the vision cache (whole prompt prefilled again)",
+        vision_only.repeat_ttft_secs
+    );
+    println!(
+        "TTFT, same image   {:.3} s with the prefix cache too ({} of {} prompt tokens reused)",
+        both.repeat_ttft_secs, both.repeat_cached_tokens, both.prompt_tokens
+    );
     for b in &decode {
         println!("decode x{:<2} images  aggregate {:.1} tok/s, per request {:.1} tok/s ({} tokens each, prompts {} tokens)",
             b.concurrency, b.aggregate_decode_tps, b.per_request_decode_tps, b.gen_tokens, b.prompt_tokens);
@@ -589,7 +631,8 @@ const MAX_API_KEY_FILE_BYTES: u64 = 4096;
 /// the start for ever, a large file is the wrong file.
 fn api_key(flag: Option<String>, file: Option<&Path>) -> Result<Option<String>> {
     if let Some(path) = file {
-        let meta = std::fs::metadata(path).with_context(|| format!("--api-key-file {}", path.display()))?;
+        let meta = std::fs::metadata(path)
+            .with_context(|| format!("--api-key-file {}", path.display()))?;
         anyhow::ensure!(meta.is_file(), "--api-key-file {}: not a regular file", path.display());
         anyhow::ensure!(
             meta.len() <= MAX_API_KEY_FILE_BYTES,
@@ -597,7 +640,8 @@ fn api_key(flag: Option<String>, file: Option<&Path>) -> Result<Option<String>> 
             path.display(),
             meta.len()
         );
-        let text = std::fs::read_to_string(path).with_context(|| format!("--api-key-file {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--api-key-file {}", path.display()))?;
         let key = text.lines().next().unwrap_or("").trim();
         anyhow::ensure!(!key.is_empty(), "--api-key-file {}: the file is empty", path.display());
         return Ok(Some(key.to_owned()));
@@ -622,8 +666,12 @@ fn run_serve(a: ServeArgs) -> Result<()> {
         None => None,
         Some(split_model::Role::Leader(group)) => Some(group),
         Some(split_model::Role::Follower { rank, group }) => {
-            let followed = engine::distributed::run_follower(&path, &LoadOptions { format: a.model.format() }, &group)
-                .with_context(|| format!("rank {rank} of the split model"))?;
+            let followed = engine::distributed::run_follower(
+                &path,
+                &LoadOptions { format: a.model.format() },
+                &group,
+            )
+            .with_context(|| format!("rank {rank} of the split model"))?;
             eprintln!("rank {rank}: rank 0 stopped after {} forward passes", followed.forwards);
             return Ok(());
         }
@@ -655,7 +703,10 @@ fn run_serve(a: ServeArgs) -> Result<()> {
         // One line on stdout, for scripts that start us on port 0.
         println!("listening on http://{} ({})", running.addr(), info.name);
         let signal = stop_signal.received().await;
-        tracing::warn!(signal, "stopping: no new requests; requests under way end with engine_stopped");
+        tracing::warn!(
+            signal,
+            "stopping: no new requests; requests under way end with engine_stopped"
+        );
         running.stop_accepting();
         if let Some(engine) = state.unload() {
             // Ends every request in flight: each stream gets its error event and [DONE].
@@ -684,7 +735,10 @@ impl StopSignal {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{signal, SignalKind};
-            Ok(Self { terminate: signal(SignalKind::terminate())?, interrupt: signal(SignalKind::interrupt())? })
+            Ok(Self {
+                terminate: signal(SignalKind::terminate())?,
+                interrupt: signal(SignalKind::interrupt())?,
+            })
         }
         #[cfg(not(unix))]
         Ok(Self {})
@@ -736,11 +790,21 @@ fn run_bench(a: BenchArgs) -> Result<()> {
         let handle = a.model.start_engine()?;
         let min_prompt = a.min_prompt_tokens.unwrap_or(a.prompt_tokens);
         let schema = bench::long_answer_schema();
-        let batch = |n: usize, gen_tokens: usize, constrained: bool| match (a.shared_prompt, constrained) {
-            (true, false) => Ok(bench::engine_batch_shared_prompt(&handle, n, a.prompt_tokens, gen_tokens)?),
-            (true, true) => anyhow::bail!("--structured does not combine with --shared-prompt"),
-            (false, c) => Ok(bench::engine_batch_spread(&handle, n, min_prompt, a.prompt_tokens, gen_tokens, c.then_some(&schema))?),
-        };
+        let batch =
+            |n: usize, gen_tokens: usize, constrained: bool| match (a.shared_prompt, constrained) {
+                (true, false) => {
+                    Ok(bench::engine_batch_shared_prompt(&handle, n, a.prompt_tokens, gen_tokens)?)
+                }
+                (true, true) => anyhow::bail!("--structured does not combine with --shared-prompt"),
+                (false, c) => Ok(bench::engine_batch_spread(
+                    &handle,
+                    n,
+                    min_prompt,
+                    a.prompt_tokens,
+                    gen_tokens,
+                    c.then_some(&schema),
+                )?),
+            };
         // Warm-up, as the single-stream figures had (and llguidance's vocabulary).
         batch(1, 8, a.structured)?;
         for &n in a.concurrency.iter().filter(|&&n| n > 0) {
@@ -761,7 +825,10 @@ fn run_bench(a: BenchArgs) -> Result<()> {
         with_cache.shutdown();
         let path = resolve_model(&a.model.model)?;
         let scheduler = SchedulerConfig { prefix_cache_bytes: 0, ..Default::default() };
-        let without = EngineHandle::start(&path, EngineConfig { load: LoadOptions { format: a.model.format() }, scheduler })?;
+        let without = EngineHandle::start(
+            &path,
+            EngineConfig { load: LoadOptions { format: a.model.format() }, scheduler },
+        )?;
         let cold = bench::chat_turn2(&without, words)?;
         without.shutdown();
         turn2 = Some((warm, cold));
@@ -770,9 +837,13 @@ fn run_bench(a: BenchArgs) -> Result<()> {
     if let Some(words) = a.restart_words {
         let path = resolve_model(&a.model.model)?;
         let start = |folder: Option<&std::path::Path>| {
-            let prefix_disk = folder.map(|f| DiskPrefixConfig { folder: f.to_path_buf(), capacity_bytes: 8 << 30 });
+            let prefix_disk = folder
+                .map(|f| DiskPrefixConfig { folder: f.to_path_buf(), capacity_bytes: 8 << 30 });
             let scheduler = SchedulerConfig { prefix_disk, ..Default::default() };
-            EngineHandle::start(&path, EngineConfig { load: LoadOptions { format: a.model.format() }, scheduler })
+            EngineHandle::start(
+                &path,
+                EngineConfig { load: LoadOptions { format: a.model.format() }, scheduler },
+            )
         };
         restart = Some(bench::chat_after_restart(start, words)?);
     }
@@ -782,7 +853,11 @@ fn run_bench(a: BenchArgs) -> Result<()> {
         return Ok(());
     }
     println!("model              {}", info.name);
-    println!("weights            {:?} (stored: {})", info.format, info.stored_quantization.as_deref().unwrap_or("float"));
+    println!(
+        "weights            {:?} (stored: {})",
+        info.format,
+        info.stored_quantization.as_deref().unwrap_or("float")
+    );
     if let Some(single) = single {
         println!("single-stream      prompt {:.1} tok/s ({} tokens), decode {:.1} tok/s ({} tokens), peak {:.0} MB",
             single.prompt_tps, a.prompt_tokens, single.decode_tps, a.gen_tokens, single.peak_memory_bytes as f64 / 1e6);

@@ -59,7 +59,10 @@ impl SplitArgs {
     pub fn role(&self) -> Result<Option<Role>> {
         let Some(hostfile) = &self.distributed else { return Ok(None) };
         if let Some(gb) = self.rank_memory {
-            anyhow::ensure!(gb.is_finite() && gb > 0.0, "--rank-memory {gb}: give the gigabytes this machine offers the model");
+            anyhow::ensure!(
+                gb.is_finite() && gb > 0.0,
+                "--rank-memory {gb}: give the gigabytes this machine offers the model"
+            );
         }
         // MLX reads its group from these variables; set before any thread starts.
         if let Some(path) = hostfile {
@@ -73,7 +76,10 @@ impl SplitArgs {
             format!("--distributed needs a hostfile and a rank: give them (--distributed <hostfile> --rank <n>) or start with mlx.launch, which sets {HOSTFILE_VAR} and {RANK_VAR}")
         })?;
         let ring_secret = match &self.ring_secret_file {
-            Some(path) => Some(RingSecret::from_file(path).with_context(|| format!("--ring-secret-file {}", path.display()))?),
+            Some(path) => Some(
+                RingSecret::from_file(path)
+                    .with_context(|| format!("--ring-secret-file {}", path.display()))?,
+            ),
             None => None,
         };
         let group = GroupConfig {

@@ -42,7 +42,8 @@ fn images(dir: &Path) {
         std::fs::copy(Path::new(FIXTURES).join(name), dir.join(name)).unwrap();
     }
     std::fs::write(dir.join("z_notes.png"), "not a picture").unwrap();
-    std::fs::write(dir.join("readme.txt"), "not in the job: a folder is read for image files").unwrap();
+    std::fs::write(dir.join("readme.txt"), "not in the job: a folder is read for image files")
+        .unwrap();
     // skipped, and said so: reading a FIFO would hang the job; a link to a text file is no image
     mkfifo(&dir.join("pipe.png"));
     std::os::unix::fs::symlink(dir.join("readme.txt"), dir.join("link.png")).unwrap();
@@ -69,30 +70,48 @@ fn a_folder_becomes_a_table_and_a_second_run_asks_only_what_is_missing() {
         folder.to_str().unwrap(),
         FORMULA_NAME,
     ];
-    std::fs::copy(Path::new(FIXTURES).join("pre_photo.jpg"), work.path().join(FORMULA_NAME)).unwrap();
+    std::fs::copy(Path::new(FIXTURES).join("pre_photo.jpg"), work.path().join(FORMULA_NAME))
+        .unwrap();
 
     let first = vlm_bulk_in(work.path(), &args);
     assert!(first.status.success(), "a failed row does not fail the command");
     let stderr = String::from_utf8_lossy(&first.stderr);
     assert!(stderr.contains("5 done, 1 failed"), "{stderr}");
     assert!(stderr.contains("pipe.png: a FIFO (named pipe), not an image file"), "{stderr}");
-    assert!(stderr.contains("link.png: a link to") && stderr.contains("readme.txt, which is not named like an image"), "{stderr}");
+    assert!(
+        stderr.contains("link.png: a link to")
+            && stderr.contains("readme.txt, which is not named like an image"),
+        "{stderr}"
+    );
     let rows = bulk::export::read_file(&out).unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r.name.rsplit('/').next().unwrap()).collect();
     assert_eq!(
         names,
-        ["pre_gray.jpg", "pre_lossy.webp", "pre_photo.jpg", "qwen_parity_182x126.png", "z_notes.png", FORMULA_NAME]
+        [
+            "pre_gray.jpg",
+            "pre_lossy.webp",
+            "pre_photo.jpg",
+            "qwen_parity_182x126.png",
+            "z_notes.png",
+            FORMULA_NAME
+        ]
     );
     assert_eq!(rows[4].status, RowStatus::Failed);
     assert_eq!(rows[4].error_code.as_deref(), Some("INVALID_IMAGE"));
-    assert!(rows.iter().enumerate().all(|(i, r)| i == 4 || (r.status == RowStatus::Done && r.prompt_tokens > 0)));
+    assert!(rows
+        .iter()
+        .enumerate()
+        .all(|(i, r)| i == 4 || (r.status == RowStatus::Done && r.prompt_tokens > 0)));
     let csv = std::fs::read_to_string(&out).unwrap();
     assert!(csv.contains("\"'=HYPERLINK(\"\"evil.example\"\","), "the formula is quoted: {csv}");
 
     let again = vlm_bulk_in(work.path(), &args);
     assert!(again.status.success());
     let stderr = String::from_utf8_lossy(&again.stderr);
-    assert!(stderr.contains("already holds 5 of these 6 images' answers"), "the quoted name reads back: {stderr}");
+    assert!(
+        stderr.contains("already holds 5 of these 6 images' answers"),
+        "the quoted name reads back: {stderr}"
+    );
     assert!(stderr.contains("(1 asked this run)"), "{stderr}");
     let rows_again = bulk::export::read_file(&out).unwrap();
     assert_eq!(rows_again[..4], rows[..4], "done rows are kept as they were (their timings too)");
@@ -104,17 +123,30 @@ fn usage_errors_exit_non_zero_before_loading_a_model() {
     let work = tempfile::tempdir().unwrap();
     let out = work.path().join("r.csv");
     let out = out.to_str().unwrap();
-    let missing = vlm_bulk(&["--model", "/no/model", "--prompt", "p", "--out", out, "/no/such/folder"]);
+    let missing =
+        vlm_bulk(&["--model", "/no/model", "--prompt", "p", "--out", out, "/no/such/folder"]);
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/no/such/folder does not exist"));
-    let bad_columns = vlm_bulk(&["--model", "/no/model", "--prompt", "p", "--columns", " , ", "--out", out, FIXTURES]);
+    let bad_columns = vlm_bulk(&[
+        "--model",
+        "/no/model",
+        "--prompt",
+        "p",
+        "--columns",
+        " , ",
+        "--out",
+        out,
+        FIXTURES,
+    ]);
     assert!(!bad_columns.status.success());
     assert!(String::from_utf8_lossy(&bad_columns.stderr).contains("Name at least one field"));
     // a named FIFO is refused by name at once: reading it would block for ever
     let fifo = work.path().join("pipe.png");
     mkfifo(&fifo);
-    let named_fifo = vlm_bulk(&["--model", "/no/model", "--prompt", "p", "--out", out, fifo.to_str().unwrap()]);
+    let named_fifo =
+        vlm_bulk(&["--model", "/no/model", "--prompt", "p", "--out", out, fifo.to_str().unwrap()]);
     assert!(!named_fifo.status.success());
-    assert!(String::from_utf8_lossy(&named_fifo.stderr).contains("pipe.png is a FIFO (named pipe), not an image file"));
+    assert!(String::from_utf8_lossy(&named_fifo.stderr)
+        .contains("pipe.png is a FIFO (named pipe), not an image file"));
     assert!(!Path::new(out).exists());
 }

@@ -15,10 +15,12 @@ use engine::distributed::launch::wait_all;
 use engine::distributed::{LocalRing, RankProcess};
 use serde_json::{json, Value};
 
-const QUESTIONS: [&str; 4] = ["Name three colors.", "What is 2+2?", "Write a haiku about rain.", "Who wrote Hamlet?"];
+const QUESTIONS: [&str; 4] =
+    ["Name three colors.", "What is 2+2?", "Write a haiku about rain.", "Who wrote Hamlet?"];
 
 fn default_model() -> std::path::PathBuf {
-    let gguf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let gguf =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(gguf.is_file(), "{} is missing: run scripts/setup.sh", gguf.display());
     gguf
 }
@@ -41,7 +43,12 @@ async fn answers(client: &reqwest::Client, served: &Served) -> Vec<String> {
     let mut texts = Vec::new();
     for response in futures_util::future::join_all(asks).await {
         let reply: Value = response.expect("the server answers").json().await.unwrap();
-        texts.push(reply["choices"][0]["message"]["content"].as_str().unwrap_or_else(|| panic!("{reply}")).to_owned());
+        texts.push(
+            reply["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{reply}"))
+                .to_owned(),
+        );
     }
     texts
 }
@@ -52,14 +59,24 @@ fn follower(ring: &LocalRing, rank: usize, model: &str) -> RankProcess {
 
 fn follower_with(ring: &LocalRing, rank: usize, model: &str, extra: &[&str]) -> RankProcess {
     let mut command = Command::new(env!("CARGO_BIN_EXE_vlm"));
-    command.args(["serve", "--model", model, "--port", "0", "--distributed", "--step-timeout", "10"]);
+    command.args([
+        "serve",
+        "--model",
+        model,
+        "--port",
+        "0",
+        "--distributed",
+        "--step-timeout",
+        "10",
+    ]);
     command.args(extra);
     command.env("OPENBLAS_NUM_THREADS", "1");
     ring.spawn(rank, command).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_default_model_split_over_three_ranks_answers_as_one_process_and_outlives_a_lost_rank() {
+async fn the_default_model_split_over_three_ranks_answers_as_one_process_and_outlives_a_lost_rank()
+{
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("smollm2");
     default_model_as_folder(&model);
@@ -73,7 +90,11 @@ async fn the_default_model_split_over_three_ranks_answers_as_one_process_and_out
     let ring = LocalRing::new(3).unwrap();
     let mut followers: Vec<RankProcess> = (1..3).map(|rank| follower(&ring, rank, model)).collect();
     let hostfile = ring.hostfile_path().to_str().unwrap().to_owned();
-    let leader = Served::start_on(model, &["--distributed", "--step-timeout", "10"], &[("MLX_RANK", "0"), ("MLX_HOSTFILE", &hostfile)]);
+    let leader = Served::start_on(
+        model,
+        &["--distributed", "--step-timeout", "10"],
+        &[("MLX_RANK", "0"), ("MLX_HOSTFILE", &hostfile)],
+    );
     let got = answers(&client, &leader).await;
     assert_eq!(got, want, "split over 3 ranks vs one process");
     println!("3 ranks answered as one process: {got:?}");
@@ -85,7 +106,9 @@ async fn the_default_model_split_over_three_ranks_answers_as_one_process_and_out
         assert_ne!(reader.next().await.as_deref(), Some("[DONE]"));
     }
     followers.pop().expect("rank 2").kill();
-    let end = tokio::time::timeout(Duration::from_secs(60), read_to_end(&mut reader)).await.expect("the stream ends");
+    let end = tokio::time::timeout(Duration::from_secs(60), read_to_end(&mut reader))
+        .await
+        .expect("the stream ends");
     assert_eq!(end.error.as_deref(), Some("distributed_error"), "{end:?}\n{}", leader.log());
     assert!(end.done, "{end:?}");
 
@@ -93,7 +116,10 @@ async fn the_default_model_split_over_three_ranks_answers_as_one_process_and_out
     let health = client.get(format!("{}/health", leader.url)).send().await.unwrap();
     assert_eq!(health.status(), 200);
     let health: Value = health.json().await.unwrap();
-    assert!(health["split_error"].as_str().is_some_and(|e| !e.is_empty()), "a rank was lost: {health}");
+    assert!(
+        health["split_error"].as_str().is_some_and(|e| !e.is_empty()),
+        "a rank was lost: {health}"
+    );
     let refused = client
         .post(leader.chat_url())
         .json(&json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}))
@@ -107,13 +133,16 @@ async fn the_default_model_split_over_three_ranks_answers_as_one_process_and_out
 
     // Rank 1 lost its neighbour too: it stops by itself (by the ring's error,
     // or, stuck waiting on rank 0, by its own step watch), saying so.
-    let rank1 = tokio::task::spawn_blocking(move || wait_all(followers, Duration::from_secs(60))).await.unwrap();
+    let rank1 = tokio::task::spawn_blocking(move || wait_all(followers, Duration::from_secs(60)))
+        .await
+        .unwrap();
     assert!(!rank1[0].succeeded(), "{}", rank1[0]);
     assert!(rank1[0].stderr.contains("of the split model"), "{}", rank1[0]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_default_gguf_split_as_a_pipeline_over_two_ranks_answers_as_one_process_and_reports_each_rank() {
+async fn the_default_gguf_split_as_a_pipeline_over_two_ranks_answers_as_one_process_and_reports_each_rank(
+) {
     let gguf = default_model();
     let model = gguf.to_str().unwrap();
     let client = reqwest::Client::new();
@@ -133,21 +162,32 @@ async fn the_default_gguf_split_as_a_pipeline_over_two_ranks_answers_as_one_proc
     let got = answers(&client, &leader).await;
     assert_eq!(got, want, "a pipeline of 2 ranks vs one process");
 
-    let health: Value = client.get(format!("{}/health", leader.url)).send().await.unwrap().json().await.unwrap();
+    let health: Value =
+        client.get(format!("{}/health", leader.url)).send().await.unwrap().json().await.unwrap();
     assert_eq!(health["share"], "layers 15..30 of 30, pipeline rank 0 of 2", "{health}");
     assert!(health["split_error"].is_null(), "{health}");
     let ranks = health["ranks"].as_array().unwrap_or_else(|| panic!("{health}"));
     assert_eq!(ranks.len(), 2, "{health}");
     for (r, rank) in ranks.iter().enumerate() {
         assert_eq!(rank["rank"], r, "{health}");
-        assert!(rank["weights_bytes"].as_u64().unwrap() > 20_000_000, "each rank holds real weights: {health}");
+        assert!(
+            rank["weights_bytes"].as_u64().unwrap() > 20_000_000,
+            "each rank holds real weights: {health}"
+        );
     }
 
     // Stopping rank 0 (SIGTERM) stops the follower cleanly: told, not lost.
     let mut leader = leader;
     leader.signal(libc::SIGTERM);
-    assert!(leader.wait_exit(Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", leader.log());
-    let followed = tokio::task::spawn_blocking(move || wait_all(vec![follower], Duration::from_secs(60))).await.unwrap();
+    assert!(
+        leader.wait_exit(Duration::from_secs(30)).is_some_and(|s| s.success()),
+        "{}",
+        leader.log()
+    );
+    let followed =
+        tokio::task::spawn_blocking(move || wait_all(vec![follower], Duration::from_secs(60)))
+            .await
+            .unwrap();
     assert!(followed[0].succeeded(), "{}", followed[0]);
     assert!(followed[0].stderr.contains("rank 0 stopped after"), "{}", followed[0]);
 }

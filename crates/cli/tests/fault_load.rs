@@ -47,8 +47,9 @@ struct Round {
 async fn round(served: &Served, client: &reqwest::Client) -> (Round, f64) {
     let mut random = XorShift(0x5eed_1234_abcd_0001);
     // (request index, leave after this many events, or stay)
-    let plan: Vec<(usize, Option<usize>)> =
-        (0..REQUESTS).map(|i| (i, (random.next() % 3 == 0).then(|| 1 + (random.next() % 4) as usize))).collect();
+    let plan: Vec<(usize, Option<usize>)> = (0..REQUESTS)
+        .map(|i| (i, (random.next() % 3 == 0).then(|| 1 + (random.next() % 4) as usize)))
+        .collect();
     let stats = Round::default();
     let started = Instant::now();
     futures_util::stream::iter(plan)
@@ -95,7 +96,10 @@ async fn two_hundred_streams_with_a_third_hanging_up() {
     let mut rss = Vec::new();
     for n in 1..=3 {
         let (stats, secs) = round(&served, &client).await;
-        assert!(wait_idle(&client, &served, Duration::from_secs(30)).await, "requests still running after round {n}");
+        assert!(
+            wait_idle(&client, &served, Duration::from_secs(30)).await,
+            "requests still running after round {n}"
+        );
         let finished = stats.finished.load(Ordering::Relaxed);
         let left = stats.left.load(Ordering::Relaxed);
         assert_eq!(finished + left, REQUESTS);

@@ -34,20 +34,35 @@ async fn file_urls_keys_and_host_names() {
     std::fs::write(outside.join("secret.txt"), b"secret").unwrap();
     std::os::unix::fs::symlink(outside.join("secret.txt"), allowed.join("escape.png")).unwrap();
     std::os::unix::fs::symlink("/dev/zero", allowed.join("zero.png")).unwrap();
-    assert!(std::process::Command::new("mkfifo").arg(allowed.join("fifo.png")).status().unwrap().success());
+    assert!(std::process::Command::new("mkfifo")
+        .arg(allowed.join("fifo.png"))
+        .status()
+        .unwrap()
+        .success());
     let allowed_arg = allowed.to_str().unwrap();
     // The key from a file (kept out of `ps`), which wins over the environment's.
     let key_file = dir.path().join("key");
     std::fs::write(&key_file, "sekrit\n").unwrap();
     // /dev is allowed too, so that its devices are refused for what they are, not for where.
     let served = Served::start_with(
-        &["--allow-file-urls", allowed_arg, "--allow-file-urls", "/dev", "--api-key-file", key_file.to_str().unwrap()],
+        &[
+            "--allow-file-urls",
+            allowed_arg,
+            "--allow-file-urls",
+            "/dev",
+            "--api-key-file",
+            key_file.to_str().unwrap(),
+        ],
         &[("VLM_API_KEY", "from-the-environment")],
     );
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", served.pid())).unwrap();
-    assert!(!String::from_utf8_lossy(&cmdline).contains("sekrit"), "the key is not in the process list");
+    assert!(
+        !String::from_utf8_lossy(&cmdline).contains("sekrit"),
+        "the key is not in the process list"
+    );
     let client = reqwest::Client::new();
-    let post = |body: Value| client.post(served.chat_url()).bearer_auth("sekrit").json(&body).send();
+    let post =
+        |body: Value| client.post(served.chat_url()).bearer_auth("sekrit").json(&body).send();
 
     // The API key: missing or wrong → 401 with the scheme to use; /health stays open.
     for key in [None, Some("guess"), Some("from-the-environment")] {
@@ -66,7 +81,12 @@ async fn file_urls_keys_and_host_names() {
     assert_eq!(post(common::hello()).await.unwrap().status(), 200);
 
     // A host name other than loopback's (DNS rebinding) → 403.
-    let rebound = client.get(format!("{}/health", served.url)).header("host", "evil.example").send().await.unwrap();
+    let rebound = client
+        .get(format!("{}/health", served.url))
+        .header("host", "evil.example")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(rebound.status(), 403);
     assert_eq!(rebound.json::<Value>().await.unwrap()["error"]["code"], "host_not_allowed");
 
@@ -120,10 +140,22 @@ fn a_bad_api_key_file_is_refused_before_the_model_loads() {
     std::fs::write(&empty, "\n").unwrap();
     let huge = dir.path().join("huge");
     std::fs::write(&huge, "k".repeat(10_000)).unwrap();
-    for (file, says) in [(&fifo, "not a regular file"), (&empty, "the file is empty"), (&huge, "a key file holds one line")] {
+    for (file, says) in [
+        (&fifo, "not a regular file"),
+        (&empty, "the file is empty"),
+        (&huge, "a key file holds one line"),
+    ] {
         let started = Instant::now();
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_vlm"))
-            .args(["serve", "--model", "default", "--port", "0", "--api-key-file", file.to_str().unwrap()])
+            .args([
+                "serve",
+                "--model",
+                "default",
+                "--port",
+                "0",
+                "--api-key-file",
+                file.to_str().unwrap(),
+            ])
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -134,7 +166,13 @@ fn a_bad_api_key_file_is_refused_before_the_model_loads() {
 }
 
 async fn chat_ok_with_key(client: &reqwest::Client, served: &Served) {
-    let response = client.post(served.chat_url()).bearer_auth("sekrit").json(&common::hello()).send().await.unwrap();
+    let response = client
+        .post(served.chat_url())
+        .bearer_auth("sekrit")
+        .json(&common::hello())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 200);
 }
 
@@ -151,7 +189,11 @@ async fn an_idle_connection_flood_does_not_lock_clients_out() {
     const IDLE_SECS: u64 = 3;
     const BODY_SECS: u64 = 2;
     let own_limit = rlimit::increase_nofile_limit(FLOOD as u64 + 256).unwrap();
-    assert!(own_limit as usize > FLOOD + 64, "this test needs {} open files, the limit is {own_limit}", FLOOD + 64);
+    assert!(
+        own_limit as usize > FLOOD + 64,
+        "this test needs {} open files, the limit is {own_limit}",
+        FLOOD + 64
+    );
     let served = Served::start(&[
         "--max-connections",
         &MAX_CONNECTIONS.to_string(),
@@ -177,7 +219,8 @@ async fn an_idle_connection_flood_does_not_lock_clients_out() {
     let flood_secs = started.elapsed().as_secs_f64();
     let files_during = served.open_files();
     let started = Instant::now();
-    let health = client.get(format!("{}/health", served.url)).timeout(Duration::from_secs(30)).send().await;
+    let health =
+        client.get(format!("{}/health", served.url)).timeout(Duration::from_secs(30)).send().await;
     let health_ms = started.elapsed().as_secs_f64() * 1e3;
     let started = Instant::now();
     chat_ok(&client, &served, &common::hello()).await;
@@ -208,7 +251,11 @@ async fn an_idle_connection_flood_does_not_lock_clients_out() {
     kept.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
     let mut response = [0u8; 1024];
     let n = kept.read(&mut response).unwrap();
-    assert!(response[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&response[..n]));
+    assert!(
+        response[..n].starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&response[..n])
+    );
     let started = Instant::now();
     for (what, mut s) in [("silent", silent), ("half a header", half), ("kept alive", kept)] {
         let mut buf = [0u8; 1024];
@@ -217,14 +264,21 @@ async fn an_idle_connection_flood_does_not_lock_clients_out() {
             match s.read(&mut buf) {
                 Ok(0) => break "closed",
                 Ok(_) => continue,
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
                     break "still open"
                 }
                 Err(_) => break "reset",
             }
         };
         let waited = started.elapsed().as_secs_f64();
-        println!("{what:<14} connection {outcome} after {waited:.1} s (idle timeout {IDLE_SECS} s)");
+        println!(
+            "{what:<14} connection {outcome} after {waited:.1} s (idle timeout {IDLE_SECS} s)"
+        );
         assert_ne!(outcome, "still open", "{what}");
         assert!(waited > 1.0, "{what}: closed at once, not by the idle timeout");
     }
@@ -248,7 +302,12 @@ async fn an_idle_connection_flood_does_not_lock_clients_out() {
         match slow.read(&mut buf) {
             Ok(0) => break "closed",
             Ok(n) => answer.extend_from_slice(&buf[..n]),
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
                 if started.elapsed() > Duration::from_secs(BODY_SECS * 5) {
                     break "still open";
                 }
@@ -260,8 +319,15 @@ async fn an_idle_connection_flood_does_not_lock_clients_out() {
     let answer = String::from_utf8_lossy(&answer);
     println!("trickled body: {sent} bytes sent, connection {outcome} after {waited:.1} s (body timeout {BODY_SECS} s)");
     assert!(answer.starts_with("HTTP/1.1 408"), "{outcome}: {answer}");
-    assert!(answer.contains("request_timeout") && answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
+    assert!(
+        answer.contains("request_timeout")
+            && answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
     assert_ne!(outcome, "still open");
-    assert!(waited >= BODY_SECS as f64 && sent >= 5, "answered after {waited:.1} s, {sent} bytes: not by the body timeout");
+    assert!(
+        waited >= BODY_SECS as f64 && sent >= 5,
+        "answered after {waited:.1} s, {sent} bytes: not by the body timeout"
+    );
     chat_ok(&client, &served, &common::hello()).await;
 }

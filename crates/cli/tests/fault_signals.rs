@@ -20,7 +20,8 @@ async fn streams_end_properly_on(signal: i32, name: &str) {
     let client = reqwest::Client::new();
     let mut readers = Vec::new();
     for _ in 0..STREAMS {
-        let response = client.post(served.chat_url()).json(&endless_stream(4000)).send().await.unwrap();
+        let response =
+            client.post(served.chat_url()).json(&endless_stream(4000)).send().await.unwrap();
         assert_eq!(response.status(), 200);
         readers.push(SseReader::new(response));
     }
@@ -134,7 +135,9 @@ async fn after_sigterm_a_restarted_server_resumes_the_chat_from_its_disk_cache()
     let reply = common::chat_ok(&client, &first, &body(&messages)).await;
     let first_prompt = reply["usage"]["prompt_tokens"].as_u64().unwrap();
     first.signal(libc::SIGTERM);
-    let status = tokio::task::spawn_blocking(move || first.wait_exit(Duration::from_secs(30))).await.unwrap();
+    let status = tokio::task::spawn_blocking(move || first.wait_exit(Duration::from_secs(30)))
+        .await
+        .unwrap();
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
 
     messages.push(reply["choices"][0]["message"].clone());
@@ -142,10 +145,19 @@ async fn after_sigterm_a_restarted_server_resumes_the_chat_from_its_disk_cache()
     let second = Served::start(&args);
     let resumed = common::chat_ok(&client, &second, &body(&messages)).await;
     let cached = resumed["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
-    assert!(cached >= first_prompt, "{cached} of the first turn's {first_prompt} prompt tokens reused: {resumed}");
+    assert!(
+        cached >= first_prompt,
+        "{cached} of the first turn's {first_prompt} prompt tokens reused: {resumed}"
+    );
     drop(second);
     let cold = Served::start(&[]);
     let reference = common::chat_ok(&client, &cold, &body(&messages)).await;
-    assert_eq!(reference["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0), 0);
-    assert_eq!(resumed["choices"][0]["message"]["content"], reference["choices"][0]["message"]["content"]);
+    assert_eq!(
+        reference["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
+        0
+    );
+    assert_eq!(
+        resumed["choices"][0]["message"]["content"],
+        reference["choices"][0]["message"]["content"]
+    );
 }

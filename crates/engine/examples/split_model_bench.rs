@@ -75,9 +75,14 @@ const OPTS: LoadOptions = LoadOptions { format: WeightFormat::Float32 };
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(dir) = &args.model {
-        let env = RankEnv::from_process()?.ok_or_else(|| anyhow::anyhow!("started without MLX_RANK/MLX_HOSTFILE"))?;
+        let env = RankEnv::from_process()?
+            .ok_or_else(|| anyhow::anyhow!("started without MLX_RANK/MLX_HOSTFILE"))?;
         let split = args.split[0];
-        let config = GroupConfig { connect_timeout: Duration::from_secs(60), split, ..GroupConfig::default() };
+        let config = GroupConfig {
+            connect_timeout: Duration::from_secs(60),
+            split,
+            ..GroupConfig::default()
+        };
         if env.rank == 0 {
             reset_peak_memory()?;
             let loaded = load_leader(dir, &OPTS, &config)?;
@@ -119,7 +124,8 @@ fn main() -> anyhow::Result<()> {
     let mut details = vec![alone.detail("1 process")];
     for &split in &args.split {
         let ring = LocalRing::new(2)?;
-        let outputs = ring.run_all(|_| rank_command(&args, dir, split), Duration::from_secs(1800))?;
+        let outputs =
+            ring.run_all(|_| rank_command(&args, dir, split), Duration::from_secs(1800))?;
         for out in &outputs {
             match out.stdout.lines().find_map(|l| l.strip_prefix("RESULT ")) {
                 Some(line) => rows.push(line.to_string()),
@@ -129,7 +135,9 @@ fn main() -> anyhow::Result<()> {
         if !outputs[0].stdout.contains(&format!("TEXTS {:?}", alone.texts)) {
             anyhow::bail!("2 ranks ({split}) wrote other texts than one process:\n{}", outputs[0]);
         }
-        details.extend(outputs[0].stdout.lines().find_map(|l| l.strip_prefix("DETAIL ")).map(str::to_string));
+        details.extend(
+            outputs[0].stdout.lines().find_map(|l| l.strip_prefix("DETAIL ")).map(str::to_string),
+        );
     }
     println!("{}", Row::header());
     for row in rows.iter().chain(&details) {
@@ -144,7 +152,12 @@ fn rank_command(args: &Args, dir: &Path, split: Split) -> Command {
     c.args(["--split", split.name()]);
     c.args(["--hidden", &args.hidden.to_string(), "--layers", &args.layers.to_string()])
         .args(["--heads", &args.heads.to_string(), "--kv-heads", &args.kv_heads.to_string()])
-        .args(["--intermediate", &args.intermediate.to_string(), "--prompt", &args.prompt.to_string()])
+        .args([
+            "--intermediate",
+            &args.intermediate.to_string(),
+            "--prompt",
+            &args.prompt.to_string(),
+        ])
         .args(["--decode", &args.decode.to_string(), "--model"])
         .arg(dir);
     c
@@ -177,7 +190,15 @@ impl Row {
     fn header() -> String {
         format!(
             "{:<20} {:>10} {:>10} {:>12} {:>12} {:>14} {:>14} {:>10} {:>12}",
-            "", "weights", "load peak", "1 req TTFT", "1 req tok/s", "4 req TTFT", "4 req tok/s", "KV (4)", "peak"
+            "",
+            "weights",
+            "load peak",
+            "1 req TTFT",
+            "1 req tok/s",
+            "4 req TTFT",
+            "4 req tok/s",
+            "KV (4)",
+            "peak"
         )
     }
 
@@ -196,7 +217,8 @@ impl Row {
     }
 
     fn detail(&self, who: &str) -> String {
-        let ttfts: Vec<String> = self.four_ttfts.iter().map(|t| format!("{:.0}", t.as_secs_f64() * 1e3)).collect();
+        let ttfts: Vec<String> =
+            self.four_ttfts.iter().map(|t| format!("{:.0}", t.as_secs_f64() * 1e3)).collect();
         format!(
             "{who}: the 4's TTFT {} ms; {} prefill passes, {} decode steps",
             ttfts.join(" / "),
@@ -214,13 +236,20 @@ fn prompt(len: usize, salt: usize) -> Vec<u32> {
 
 /// Greedy, never stopping at EOS (id 2), so every request runs its length.
 fn request(ids: Vec<u32>, max_tokens: usize) -> Request {
-    let sampling = SamplingParams { logit_bias: [(2, f32::NEG_INFINITY)].into_iter().collect(), ..SamplingParams::greedy() };
+    let sampling = SamplingParams {
+        logit_bias: [(2, f32::NEG_INFINITY)].into_iter().collect(),
+        ..SamplingParams::greedy()
+    };
     Request::new(Prompt::Tokens(ids)).with_max_tokens(max_tokens).with_sampling(sampling)
 }
 
 /// Submits `requests` at once and steps the scheduler until they finish;
 /// their completions and when the batch ended.
-fn run_batch(scheduler: &mut Scheduler, next_id: &mut u64, requests: Vec<Request>) -> anyhow::Result<(Vec<Completion>, Instant, Instant)> {
+fn run_batch(
+    scheduler: &mut Scheduler,
+    next_id: &mut u64,
+    requests: Vec<Request>,
+) -> anyhow::Result<(Vec<Completion>, Instant, Instant)> {
     let mut rows: Vec<(UnboundedReceiver<Event>, Completion)> = Vec::new();
     let submitted = Instant::now();
     for r in requests {
@@ -262,10 +291,14 @@ fn serve(args: &Args, loaded: LoadedModel) -> anyhow::Result<Row> {
     let mut id = 0;
     run_batch(&mut scheduler, &mut id, vec![request(prompt(16, 99), 4)])?;
     reset_peak_memory()?;
-    let (one, _, _) = run_batch(&mut scheduler, &mut id, vec![request(prompt(args.prompt, 0), args.decode)])?;
+    let (one, _, _) =
+        run_batch(&mut scheduler, &mut id, vec![request(prompt(args.prompt, 0), args.decode)])?;
     let mid = scheduler.stats();
-    let (four, submitted, ended) =
-        run_batch(&mut scheduler, &mut id, (1..=4).map(|s| request(prompt(args.prompt, s), args.decode)).collect())?;
+    let (four, submitted, ended) = run_batch(
+        &mut scheduler,
+        &mut id,
+        (1..=4).map(|s| request(prompt(args.prompt, s), args.decode)).collect(),
+    )?;
     let peak = peak_memory()?;
     let after = scheduler.stats();
     // Every request has its first token by then; the rest is decode.
@@ -282,7 +315,10 @@ fn serve(args: &Args, loaded: LoadedModel) -> anyhow::Result<Row> {
         peak,
         kv: four.iter().map(|c| c.stats.kv_cache_bytes).sum(),
         four_ttfts: four.iter().map(|c| c.stats.time_to_first_token).collect(),
-        four_passes: (after.prefill_passes - mid.prefill_passes, after.decode_steps - mid.decode_steps),
+        four_passes: (
+            after.prefill_passes - mid.prefill_passes,
+            after.decode_steps - mid.decode_steps,
+        ),
         texts: one.iter().chain(&four).map(|c| c.content.clone()).collect(),
     };
     // Dropping the scheduler drops its LeaderModel, which tells followers to stop.

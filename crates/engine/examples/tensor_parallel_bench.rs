@@ -48,7 +48,13 @@ fn main() -> anyhow::Result<()> {
         // A rank: join, load its share, run, report one line.
         let tp = TensorParallel::new(Group::init(&GroupConfig::default())?);
         let rank = tp.rank();
-        let (report, _) = run(&args, || Ok(model::load_tensor_parallel(dir, &LoadOptions { format: WeightFormat::Float32 }, tp.clone())?))?;
+        let (report, _) = run(&args, || {
+            Ok(model::load_tensor_parallel(
+                dir,
+                &LoadOptions { format: WeightFormat::Float32 },
+                tp.clone(),
+            )?)
+        })?;
         println!("RESULT rank {rank}: {report}");
         return Ok(());
     }
@@ -63,7 +69,8 @@ fn main() -> anyhow::Result<()> {
         ..TinyLlama::default()
     };
     write_tiny_llama(dir, &spec)?;
-    let (alone, alone_tokens) = run(&args, || Ok(model::load(dir, &LoadOptions { format: WeightFormat::Float32 })?))?;
+    let (alone, alone_tokens) =
+        run(&args, || Ok(model::load(dir, &LoadOptions { format: WeightFormat::Float32 })?))?;
     println!("1 process : {alone}");
     let ring = LocalRing::new(2)?;
     let outputs = ring.run_all(|_| rank_command(&args, dir), Duration::from_secs(600))?;
@@ -83,14 +90,22 @@ fn rank_command(args: &Args, dir: &Path) -> Command {
     let mut c = Command::new(std::env::current_exe().expect("own path"));
     c.args(["--hidden", &args.hidden.to_string(), "--layers", &args.layers.to_string()])
         .args(["--heads", &args.heads.to_string(), "--kv-heads", &args.kv_heads.to_string()])
-        .args(["--intermediate", &args.intermediate.to_string(), "--prompt", &args.prompt.to_string()])
+        .args([
+            "--intermediate",
+            &args.intermediate.to_string(),
+            "--prompt",
+            &args.prompt.to_string(),
+        ])
         .args(["--decode", &args.decode.to_string(), "--model"])
         .arg(dir);
     c
 }
 
 /// Loads, then prefill + greedy decode; the report line and the tokens.
-fn run(args: &Args, load: impl FnOnce() -> anyhow::Result<LoadedModel>) -> anyhow::Result<(String, Vec<i32>)> {
+fn run(
+    args: &Args,
+    load: impl FnOnce() -> anyhow::Result<LoadedModel>,
+) -> anyhow::Result<(String, Vec<i32>)> {
     let loaded = load()?;
     let weights = mlx_rs::memory::active_memory()?;
     let model = loaded.model.as_ref();
@@ -98,13 +113,18 @@ fn run(args: &Args, load: impl FnOnce() -> anyhow::Result<LoadedModel>) -> anyho
     let prompt: Vec<i32> = (0..args.prompt as i32).map(|i| (i * 7 + 3) % vocab).collect();
     let mut cache = model.new_cache(1);
     let started = Instant::now();
-    let mut next = greedy(model.forward(&Array::from_slice(&prompt, &[1, prompt.len() as i32]), &Positions::Start(0), &mut cache)?)?;
+    let mut next = greedy(model.forward(
+        &Array::from_slice(&prompt, &[1, prompt.len() as i32]),
+        &Positions::Start(0),
+        &mut cache,
+    )?)?;
     let ttft = started.elapsed();
     let mut tokens = vec![next];
     let decoding = Instant::now();
     for i in 0..args.decode {
         let position = Positions::Start((prompt.len() + i) as i32);
-        next = greedy(model.forward(&Array::from_slice(&[next], &[1, 1]), &position, &mut cache)?)?;
+        next =
+            greedy(model.forward(&Array::from_slice(&[next], &[1, 1]), &position, &mut cache)?)?;
         tokens.push(next);
     }
     let tok_s = args.decode as f64 / decoding.elapsed().as_secs_f64();

@@ -8,7 +8,9 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use engine::testing::{write_family, write_tiny_family, write_tiny_llama, Dims, TinyFamily, TinyLlama};
+use engine::testing::{
+    write_family, write_tiny_family, write_tiny_llama, Dims, TinyFamily, TinyLlama,
+};
 use engine::weights::QuantSpec;
 
 #[derive(Parser)]
@@ -50,9 +52,15 @@ fn main() -> anyhow::Result<()> {
     }
     let q4 = QuantSpec { group_size: 32, bits: 4 };
     write_tiny_llama(&out.join("llama/float"), &TinyLlama::default())?;
-    write_tiny_llama(&out.join("llama/q4"), &TinyLlama { quantize: Some(q4), ..TinyLlama::default() })?;
+    write_tiny_llama(
+        &out.join("llama/q4"),
+        &TinyLlama { quantize: Some(q4), ..TinyLlama::default() },
+    )?;
     write_tiny_llama(&out.join("llama3_rope/float"), &TinyLlama::llama3_rope())?;
-    write_tiny_llama(&out.join("llama3_rope/q4"), &TinyLlama { quantize: Some(q4), ..TinyLlama::llama3_rope() })?;
+    write_tiny_llama(
+        &out.join("llama3_rope/q4"),
+        &TinyLlama { quantize: Some(q4), ..TinyLlama::llama3_rope() },
+    )?;
     for family in TinyFamily::ALL {
         let dir = out.join(family.name());
         write_tiny_family(&dir.join("float"), family, None, SEED)?;

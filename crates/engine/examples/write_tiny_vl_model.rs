@@ -14,9 +14,10 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use engine::testing::{
-    write_gemma3_vl, write_gemma4_vl, write_qwen35_vl, write_qwen3_vl, write_tiny_gemma3_vl, write_tiny_gemma4_vl,
-    write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe, Gemma3VlDims, Gemma4VlDims, Qwen35VlDims, Qwen3VlDims,
-    QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims,
+    write_gemma3_vl, write_gemma4_vl, write_qwen35_vl, write_qwen3_vl, write_tiny_gemma3_vl,
+    write_tiny_gemma4_vl, write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,
+    write_tiny_qwen3_vl_moe, Gemma3VlDims, Gemma4VlDims, Qwen35VlDims, Qwen3VlDims, QwenVlNames,
+    QwenVlVariant, TinyQwenVl, VlDims,
 };
 use engine::weights::QuantSpec;
 
@@ -51,19 +52,24 @@ fn main() -> anyhow::Result<()> {
     if args.bench {
         match family {
             "qwen2_vl" => {
-                let spec = TinyQwenVl { dims: VlDims::bench(), ..TinyQwenVl::new(QwenVlVariant::Qwen2Vl) };
+                let spec =
+                    TinyQwenVl { dims: VlDims::bench(), ..TinyQwenVl::new(QwenVlVariant::Qwen2Vl) };
                 write_tiny_qwen2_vl(&out, &spec)?;
             }
             "qwen3_5" => _ = write_qwen35_vl(&out, &Qwen35VlDims::bench(), None, QWEN35_SEED)?,
             "qwen3_vl" => _ = write_qwen3_vl(&out, &Qwen3VlDims::bench(), None, QWEN3_VL_SEED)?,
             "gemma3" => _ = write_gemma3_vl(&out, &Gemma3VlDims::bench(), None, GEMMA3_SEED)?,
             "gemma4" => _ = write_gemma4_vl(&out, &Gemma4VlDims::bench(), None, GEMMA4_SEED)?,
-            other => anyhow::bail!("--bench {other}: one of qwen2_vl, qwen3_5, qwen3_vl, gemma3, gemma4"),
+            other => {
+                anyhow::bail!("--bench {other}: one of qwen2_vl, qwen3_5, qwen3_vl, gemma3, gemma4")
+            }
         }
         println!("{}", out.display());
         return Ok(());
     }
-    for (variant, name) in [(QwenVlVariant::Qwen2Vl, "qwen2_vl"), (QwenVlVariant::Qwen25Vl, "qwen2_5_vl")] {
+    for (variant, name) in
+        [(QwenVlVariant::Qwen2Vl, "qwen2_vl"), (QwenVlVariant::Qwen25Vl, "qwen2_5_vl")]
+    {
         write_tiny_qwen2_vl(&out.join(name).join("float"), &TinyQwenVl::new(variant))?;
         let q4 = TinyQwenVl {
             names: QwenVlNames::MlxCommunity,
@@ -73,15 +79,35 @@ fn main() -> anyhow::Result<()> {
         write_tiny_qwen2_vl(&out.join(name).join("q4"), &q4)?;
     }
     write_tiny_qwen35_vl(&out.join("qwen3_5").join("float"), None, QWEN35_SEED)?;
-    write_tiny_qwen35_vl(&out.join("qwen3_5").join("q4"), Some(QuantSpec { group_size: 32, bits: 4 }), QWEN35_SEED)?;
+    write_tiny_qwen35_vl(
+        &out.join("qwen3_5").join("q4"),
+        Some(QuantSpec { group_size: 32, bits: 4 }),
+        QWEN35_SEED,
+    )?;
     write_tiny_qwen3_vl(&out.join("qwen3_vl").join("float"), None, QWEN3_VL_SEED)?;
-    write_tiny_qwen3_vl(&out.join("qwen3_vl").join("q4"), Some(QuantSpec { group_size: 32, bits: 4 }), QWEN3_VL_SEED)?;
+    write_tiny_qwen3_vl(
+        &out.join("qwen3_vl").join("q4"),
+        Some(QuantSpec { group_size: 32, bits: 4 }),
+        QWEN3_VL_SEED,
+    )?;
     write_tiny_qwen3_vl_moe(&out.join("qwen3_vl_moe").join("float"), None, QWEN3_VL_SEED)?;
-    write_tiny_qwen3_vl_moe(&out.join("qwen3_vl_moe").join("q4"), Some(QuantSpec { group_size: 32, bits: 4 }), QWEN3_VL_SEED)?;
+    write_tiny_qwen3_vl_moe(
+        &out.join("qwen3_vl_moe").join("q4"),
+        Some(QuantSpec { group_size: 32, bits: 4 }),
+        QWEN3_VL_SEED,
+    )?;
     write_tiny_gemma3_vl(&out.join("gemma3").join("float"), None, GEMMA3_SEED)?;
-    write_tiny_gemma3_vl(&out.join("gemma3").join("q4"), Some(QuantSpec { group_size: 32, bits: 4 }), GEMMA3_SEED)?;
+    write_tiny_gemma3_vl(
+        &out.join("gemma3").join("q4"),
+        Some(QuantSpec { group_size: 32, bits: 4 }),
+        GEMMA3_SEED,
+    )?;
     write_tiny_gemma4_vl(&out.join("gemma4").join("float"), None, GEMMA4_SEED)?;
-    write_tiny_gemma4_vl(&out.join("gemma4").join("q4"), Some(QuantSpec { group_size: 32, bits: 4 }), GEMMA4_SEED)?;
+    write_tiny_gemma4_vl(
+        &out.join("gemma4").join("q4"),
+        Some(QuantSpec { group_size: 32, bits: 4 }),
+        GEMMA4_SEED,
+    )?;
     println!("{}", out.display());
     Ok(())
 }

@@ -103,22 +103,28 @@ impl From<mlx_rs::error::Exception> for Error {
         // MLX's distributed backends prefix their errors ("[ring] connection
         // to a peer was lost"): a rank of a split model failed, not this one.
         if message.contains("[ring]") || message.contains("[jaccl]") {
-            return Error::Distributed(format!("another rank of the split model failed: {message}"));
+            return Error::Distributed(format!(
+                "another rank of the split model failed: {message}"
+            ));
         }
         Error::Mlx(message)
     }
 }
 
 /// Source files MLX and mlx-c raise their errors from.
-const SOURCE_EXTENSIONS: [&str; 10] = ["c", "cc", "cpp", "cxx", "h", "hpp", "m", "mm", "metal", "rs"];
+const SOURCE_EXTENSIONS: [&str; 10] =
+    ["c", "cc", "cpp", "cxx", "h", "hpp", "m", "mm", "metal", "rs"];
 
 /// `/…/file.cpp:123` (a line, maybe a column): where in a source file.
 fn is_source_location(token: &str) -> bool {
-    let Some(name) = token.strip_prefix('/').map(|t| t.rsplit('/').next().unwrap_or(t)) else { return false };
+    let Some(name) = token.strip_prefix('/').map(|t| t.rsplit('/').next().unwrap_or(t)) else {
+        return false;
+    };
     let mut parts = name.split(':');
     let file = parts.next().unwrap_or("");
     let lines: Vec<&str> = parts.collect();
-    let has_line = !lines.is_empty() && lines.iter().all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()));
+    let has_line = !lines.is_empty()
+        && lines.iter().all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()));
     has_line && file.rsplit_once('.').is_some_and(|(_, ext)| SOURCE_EXTENSIONS.contains(&ext))
 }
 
@@ -133,8 +139,11 @@ pub fn without_source_paths(message: &str) -> String {
     let mut rest = message;
     while let Some(start) = rest.find('/') {
         let before = &rest[..start];
-        let opens = before.chars().next_back().is_none_or(|c| c.is_whitespace() || "([{'\"".contains(c));
-        let len = rest[start..].find(|c: char| c.is_whitespace() || ")]}'\"".contains(c)).unwrap_or(rest.len() - start);
+        let opens =
+            before.chars().next_back().is_none_or(|c| c.is_whitespace() || "([{'\"".contains(c));
+        let len = rest[start..]
+            .find(|c: char| c.is_whitespace() || ")]}'\"".contains(c))
+            .unwrap_or(rest.len() - start);
         let token = &rest[start..start + len];
         let path = token.trim_end_matches(['.', ',', ';']);
         if opens && is_source_location(path) {
@@ -161,7 +170,8 @@ mod source_path_tests {
 
     #[test]
     fn build_paths_leave_mlx_messages() {
-        let registry = "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/mlx-sys-0.2.0/src/mlx-c";
+        let registry =
+            "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/mlx-sys-0.2.0/src/mlx-c";
         let cases = [
             (
                 format!("[broadcast_shapes] Shapes (1,4,8,16) and (1,2,8,16) cannot be broadcast. at {registry}/mlx/c/ops.cpp:1234"),

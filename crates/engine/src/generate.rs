@@ -46,7 +46,8 @@ impl GenerationStats {
 
     /// Decode speed: tokens after the first, over the time they took.
     pub fn generation_tps(&self) -> f64 {
-        self.generated_tokens.saturating_sub(1) as f64 / self.generation_time.as_secs_f64().max(1e-9)
+        self.generated_tokens.saturating_sub(1) as f64
+            / self.generation_time.as_secs_f64().max(1e-9)
     }
 }
 
@@ -79,7 +80,11 @@ pub fn prefill(model: &dyn LanguageModel, cache: &mut BatchCache, prompt: &[u32]
 /// Runs one chunk of a single sequence's prompt through the model, appending
 /// to `cache` (one row); returns the (lazy) hidden state of its last
 /// position, `[1, 1, D]`.
-pub fn prefill_chunk(model: &dyn LanguageModel, cache: &mut BatchCache, chunk: &[u32]) -> Result<Array> {
+pub fn prefill_chunk(
+    model: &dyn LanguageModel,
+    cache: &mut BatchCache,
+    chunk: &[u32],
+) -> Result<Array> {
     let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
     let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
     let positions = Positions::Start(cache.offsets()[0]);
@@ -88,7 +93,11 @@ pub fn prefill_chunk(model: &dyn LanguageModel, cache: &mut BatchCache, chunk: &
 }
 
 /// One decode step of a single sequence: `token` `[1, 1]` → logits `[1, vocab]`.
-pub fn decode_step(model: &dyn LanguageModel, cache: &mut BatchCache, token: &Array) -> Result<Array> {
+pub fn decode_step(
+    model: &dyn LanguageModel,
+    cache: &mut BatchCache,
+    token: &Array,
+) -> Result<Array> {
     let positions = Positions::Start(cache.offsets()[0]);
     Ok(model.forward(token, &positions, cache)?.reshape(&[1, -1])?)
 }

@@ -19,12 +19,12 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use crate::batch::image_permits::ImagePermits;
 use crate::batch::prep_workers::PrepWorkers;
 use crate::batch::{
-    EngineStats, Event, FinishReason, PreparedRequest, Preparer, Request, RequestError, RequestId, RequestStats, Scheduler,
-    SchedulerConfig, TokenLogprob,
+    EngineStats, Event, FinishReason, PreparedRequest, Preparer, Request, RequestError, RequestId,
+    RequestStats, Scheduler, SchedulerConfig, TokenLogprob,
 };
-use crate::error::{Error, Result};
 use crate::distributed::step_watch::StepWatch;
 use crate::distributed::GroupConfig;
+use crate::error::{Error, Result};
 use crate::model::{self, LoadOptions, ModelInfo};
 use crate::tools::ToolCall;
 
@@ -36,7 +36,11 @@ pub struct EngineConfig {
 
 enum Command {
     // Boxed: a request is far larger than the other commands.
-    Admit { id: RequestId, prepared: Box<Result<PreparedRequest>>, events: tokio::sync::mpsc::UnboundedSender<Event> },
+    Admit {
+        id: RequestId,
+        prepared: Box<Result<PreparedRequest>>,
+        events: tokio::sync::mpsc::UnboundedSender<Event>,
+    },
     Cancel(RequestId),
     Stats(tokio::sync::oneshot::Sender<EngineStats>),
     Shutdown,
@@ -100,11 +104,19 @@ impl EngineHandle {
     /// the group `group` describes and leads it (the other ranks run
     /// [`crate::distributed::run_follower`]). Requests are served as in one
     /// process; the prefix cache keeps no disk tier.
-    pub fn start_distributed(model_path: &Path, config: EngineConfig, group: GroupConfig) -> Result<Self> {
+    pub fn start_distributed(
+        model_path: &Path,
+        config: EngineConfig,
+        group: GroupConfig,
+    ) -> Result<Self> {
         Self::start_in(model_path, config, Some(group))
     }
 
-    fn start_in(model_path: &Path, config: EngineConfig, distributed: Option<GroupConfig>) -> Result<Self> {
+    fn start_in(
+        model_path: &Path,
+        config: EngineConfig,
+        distributed: Option<GroupConfig>,
+    ) -> Result<Self> {
         let (commands, inbox) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
         let max_prepared_image_bytes = config.scheduler.max_prepared_image_bytes;
@@ -139,8 +151,9 @@ impl EngineHandle {
                 run(scheduler, inbox, thread_watch, heartbeat);
             })
             .map_err(|e| Error::io("engine thread", e))?;
-        let (info, preparer) =
-            ready_rx.recv().map_err(|_| Error::Mlx("the engine thread died while loading".into()))??;
+        let (info, preparer) = ready_rx
+            .recv()
+            .map_err(|_| Error::Mlx("the engine thread died while loading".into()))??;
         if let Some(watch) = &watch {
             // Breaking already ended the requests in flight; later ones are refused.
             StepWatch::spawn_watchdog(watch, |_| ()).map_err(|e| Error::io("step watchdog", e))?;
@@ -152,7 +165,11 @@ impl EngineHandle {
             preparer,
             workers: Arc::new(PrepWorkers::new()),
             permits: ImagePermits::new(max_prepared_image_bytes),
-            thread: Arc::new(EngineThread { commands, join: Mutex::new(Some(thread)), watch: watch.clone() }),
+            thread: Arc::new(EngineThread {
+                commands,
+                join: Mutex::new(Some(thread)),
+                watch: watch.clone(),
+            }),
             watch,
         })
     }
@@ -183,11 +200,13 @@ impl EngineHandle {
             }
             watch.track(id, &events);
         }
-        let quick = request.images.is_empty() && request.constraint.is_none() && !request.require_tool_call;
+        let quick =
+            request.images.is_empty() && request.constraint.is_none() && !request.require_tool_call;
         if quick {
             admit(&self.commands, id, self.preparer.prepare(request, submitted), events);
         } else {
-            let (commands, preparer, permits) = (self.commands.clone(), self.preparer.clone(), self.permits.clone());
+            let (commands, preparer, permits) =
+                (self.commands.clone(), self.preparer.clone(), self.permits.clone());
             let job_events = events.clone();
             let queued = self.workers.run(move |stopping| {
                 if stopping {
@@ -348,7 +367,12 @@ fn beat(scheduler: &mut Scheduler, watch: Option<&StepWatch>) {
 }
 
 /// Sends a prepared request (or its preparation error) to the engine thread.
-fn admit(commands: &mpsc::Sender<Command>, id: RequestId, prepared: Result<PreparedRequest>, events: EventSender) {
+fn admit(
+    commands: &mpsc::Sender<Command>,
+    id: RequestId,
+    prepared: Result<PreparedRequest>,
+    events: EventSender,
+) {
     if let Err(e) = &prepared {
         // Refused before it reached the engine: no need to wake it.
         refuse(&events, e);
@@ -362,7 +386,8 @@ fn admit(commands: &mpsc::Sender<Command>, id: RequestId, prepared: Result<Prepa
 
 fn refuse(events: &EventSender, e: &Error) {
     let _ = events.send(Event::Error(RequestError::from(e)));
-    let _ = events.send(Event::Finished { reason: FinishReason::Error, stats: RequestStats::default() });
+    let _ = events
+        .send(Event::Finished { reason: FinishReason::Error, stats: RequestStats::default() });
 }
 
 type EventSender = tokio::sync::mpsc::UnboundedSender<Event>;

@@ -6,7 +6,10 @@
 use std::collections::BTreeMap;
 
 use mlx_rs::{
-    ops::{self, indexing::{argmax_axis, put_along_axis, take_along_axis, IndexOp}},
+    ops::{
+        self,
+        indexing::{argmax_axis, put_along_axis, take_along_axis, IndexOp},
+    },
     random, Array,
 };
 use serde::{Deserialize, Serialize};
@@ -77,10 +80,16 @@ impl SamplingParams {
         if !self.repetition_penalty.is_finite() || self.repetition_penalty <= 0.0 {
             return bad(format!("repetition_penalty must be > 0, got {}", self.repetition_penalty));
         }
-        if let Some((&id, _)) = self.logit_bias.iter().find(|(&id, _)| id as i64 >= vocab_size as i64) {
-            return bad(format!("logit_bias names token {id}, outside the vocabulary of {vocab_size}"));
+        if let Some((&id, _)) =
+            self.logit_bias.iter().find(|(&id, _)| id as i64 >= vocab_size as i64)
+        {
+            return bad(format!(
+                "logit_bias names token {id}, outside the vocabulary of {vocab_size}"
+            ));
         }
-        if let Some((id, b)) = self.logit_bias.iter().find(|(_, b)| !b.is_finite() && **b != f32::NEG_INFINITY) {
+        if let Some((id, b)) =
+            self.logit_bias.iter().find(|(_, b)| !b.is_finite() && **b != f32::NEG_INFINITY)
+        {
             return bad(format!("logit_bias for token {id} is {b}"));
         }
         Ok(())
@@ -128,7 +137,12 @@ impl Sampler {
     /// lazy `[1]` int32 array. `pending` is the previous sampled token when it
     /// has not been read back yet (decoding queues a step ahead); it counts as
     /// history for the repetition penalty.
-    pub fn sample(&mut self, logits: &Array, history: &[u32], pending: Option<&Array>) -> Result<Array> {
+    pub fn sample(
+        &mut self,
+        logits: &Array,
+        history: &[u32],
+        pending: Option<&Array>,
+    ) -> Result<Array> {
         let mut logits = logits.as_dtype(mlx_rs::Dtype::Float32)?;
         if self.params.repetition_penalty != 1.0 && !(history.is_empty() && pending.is_none()) {
             logits = self.penalize_repeats(&logits, history, pending)?;
@@ -156,7 +170,12 @@ impl Sampler {
         Ok(random::categorical(&logprobs, -1, None, &sub)?.as_dtype(mlx_rs::Dtype::Int32)?)
     }
 
-    fn penalize_repeats(&self, logits: &Array, history: &[u32], pending: Option<&Array>) -> Result<Array> {
+    fn penalize_repeats(
+        &self,
+        logits: &Array,
+        history: &[u32],
+        pending: Option<&Array>,
+    ) -> Result<Array> {
         let window = self.params.repetition_context.saturating_sub(pending.is_some() as usize);
         let start = history.len().saturating_sub(window);
         let mut ids: Vec<i32> = history[start..].iter().map(|&t| t as i32).collect();
@@ -170,7 +189,8 @@ impl Sampler {
         let seen = take_along_axis(logits, &ids, -1)?;
         let p = Array::from_f32(self.params.repetition_penalty);
         // A penalty shrinks positive logits and grows negative ones.
-        let penalized = ops::select(seen.lt(Array::from_f32(0.0))?, seen.multiply(&p)?, seen.divide(&p)?)?;
+        let penalized =
+            ops::select(seen.lt(Array::from_f32(0.0))?, seen.multiply(&p)?, seen.divide(&p)?)?;
         Ok(put_along_axis(logits, &ids, &penalized, -1)?)
     }
 }
@@ -242,7 +262,8 @@ mod tests {
     #[test]
     fn top_p_keeps_only_the_nucleus() {
         // probabilities ~ [0.0003, 0.5, 0.0001, 0.5]: top_p 0.6 keeps ids 1 and 3
-        let p = SamplingParams { temperature: 1.0, top_p: 0.6, seed: Some(1), ..Default::default() };
+        let p =
+            SamplingParams { temperature: 1.0, top_p: 0.6, seed: Some(1), ..Default::default() };
         let mut s = Sampler::new(p).unwrap();
         let l = logits(&[-5.0, 3.0, -6.0, 3.0]);
         let draws: Vec<i32> = (0..60).map(|_| draw(&mut s, &l)).collect();
@@ -252,7 +273,8 @@ mod tests {
 
     #[test]
     fn min_p_drops_unlikely_tokens() {
-        let p = SamplingParams { temperature: 1.0, min_p: 0.5, seed: Some(2), ..Default::default() };
+        let p =
+            SamplingParams { temperature: 1.0, min_p: 0.5, seed: Some(2), ..Default::default() };
         let mut s = Sampler::new(p).unwrap();
         let l = logits(&[0.0, 2.0, 1.9, -3.0]);
         for _ in 0..40 {
@@ -270,7 +292,10 @@ mod tests {
         let da: Vec<i32> = (0..30).map(|_| draw(&mut a, &l)).collect();
         let db: Vec<i32> = (0..30).map(|_| draw(&mut b, &l)).collect();
         assert_eq!(da, db);
-        assert!(da.iter().collect::<std::collections::HashSet<_>>().len() > 1, "not random: {da:?}");
+        assert!(
+            da.iter().collect::<std::collections::HashSet<_>>().len() > 1,
+            "not random: {da:?}"
+        );
     }
 
     #[test]
@@ -283,7 +308,8 @@ mod tests {
 
         let mut bias = BTreeMap::new();
         bias.insert(0, 10.0);
-        let mut s = Sampler::new(SamplingParams { logit_bias: bias, ..Default::default() }).unwrap();
+        let mut s =
+            Sampler::new(SamplingParams { logit_bias: bias, ..Default::default() }).unwrap();
         assert_eq!(draw(&mut s, &logits(&[1.0, 3.0, 2.0])), 0);
     }
 
@@ -295,7 +321,8 @@ mod tests {
         assert!(SamplingParams { min_p: 1.5, ..Default::default() }.validate(v).is_err());
         let mut bias = BTreeMap::new();
         bias.insert(99, 1.0);
-        let err = SamplingParams { logit_bias: bias, ..Default::default() }.validate(v).unwrap_err();
+        let err =
+            SamplingParams { logit_bias: bias, ..Default::default() }.validate(v).unwrap_err();
         assert_eq!(err.code(), "INVALID_REQUEST");
         assert!(SamplingParams::default().validate(v).is_ok());
     }

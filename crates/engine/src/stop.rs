@@ -64,13 +64,19 @@ pub const MAX_STOP_BYTES: usize = 256;
 /// non-empty and at most [`MAX_STOP_BYTES`] long. `Err` names the limit.
 pub fn check_stop_strings(stops: &[String]) -> Result<(), String> {
     if stops.len() > MAX_STOP_STRINGS {
-        return Err(format!("at most {MAX_STOP_STRINGS} stop strings are allowed, got {}", stops.len()));
+        return Err(format!(
+            "at most {MAX_STOP_STRINGS} stop strings are allowed, got {}",
+            stops.len()
+        ));
     }
     if stops.iter().any(String::is_empty) {
         return Err("stop strings must not be empty".into());
     }
     if let Some((i, long)) = stops.iter().enumerate().find(|(_, s)| s.len() > MAX_STOP_BYTES) {
-        return Err(format!("stop strings may be at most {MAX_STOP_BYTES} bytes long; stop[{i}] is {} bytes", long.len()));
+        return Err(format!(
+            "stop strings may be at most {MAX_STOP_BYTES} bytes long; stop[{i}] is {} bytes",
+            long.len()
+        ));
     }
     Ok(())
 }
@@ -87,18 +93,12 @@ pub struct ThinkingTags {
 impl ThinkingTags {
     /// `<think>` … `</think>`: Qwen3, QwQ, DeepSeek-R1 and its distills, SmolLM3.
     pub fn think() -> Self {
-        ThinkingTags {
-            open: "<think>".into(),
-            close: "</think>".into(),
-        }
+        ThinkingTags { open: "<think>".into(), close: "</think>".into() }
     }
 
     /// Gemma 4's thought channel: `<|channel>thought` … `<channel|>`.
     pub fn gemma4_channel() -> Self {
-        ThinkingTags {
-            open: "<|channel>thought".into(),
-            close: "<channel|>".into(),
-        }
+        ThinkingTags { open: "<|channel>thought".into(), close: "<channel|>".into() }
     }
 }
 
@@ -125,11 +125,7 @@ impl ToolCallTags {
 
     /// `<|python_tag|>{…}` until the end, or a bare JSON answer: Llama 3.1+.
     pub fn llama3() -> Self {
-        ToolCallTags {
-            open: "<|python_tag|>".into(),
-            close: None,
-            bare_json: true,
-        }
+        ToolCallTags { open: "<|python_tag|>".into(), close: None, bare_json: true }
     }
 
     pub fn for_style(style: ToolCallStyle) -> Self {
@@ -236,11 +232,7 @@ impl StreamMatcher {
     pub fn new(mut cfg: MatcherConfig) -> Self {
         // An empty pattern would match everywhere.
         cfg.stop_strings.retain(|s| !s.is_empty());
-        if cfg
-            .thinking
-            .as_ref()
-            .is_some_and(|t| t.open.is_empty() || t.close.is_empty())
-        {
+        if cfg.thinking.as_ref().is_some_and(|t| t.open.is_empty() || t.close.is_empty()) {
             cfg.thinking = None;
         }
         if cfg.tool_call.as_ref().is_some_and(|t| t.open.is_empty()) {
@@ -252,11 +244,7 @@ impl StreamMatcher {
         let reasoning = cfg.starts_in_reasoning && cfg.thinking.is_some();
         let json_probe = !reasoning && cfg.tool_call.as_ref().is_some_and(|t| t.bare_json);
         StreamMatcher {
-            state: if reasoning {
-                State::Reasoning
-            } else {
-                State::Content
-            },
+            state: if reasoning { State::Reasoning } else { State::Content },
             skip_ws: reasoning,
             json_probe,
             cfg,
@@ -433,11 +421,8 @@ impl StreamMatcher {
             Hit::CloseThink => self.enter_content(),
             Hit::OpenTool => {
                 self.state = State::ToolCall;
-                self.tool_until_end = self
-                    .cfg
-                    .tool_call
-                    .as_ref()
-                    .is_some_and(|t| t.close.is_none());
+                self.tool_until_end =
+                    self.cfg.tool_call.as_ref().is_some_and(|t| t.close.is_none());
                 self.tool_buf.clear();
                 self.skip_ws = false;
                 self.json_probe = false;
@@ -467,30 +452,15 @@ impl StreamMatcher {
         let in_tool = self.state == State::ToolCall && !self.tool_until_end;
         let think = self.cfg.thinking.as_ref();
         let tool = self.cfg.tool_call.as_ref();
-        let stops = self
-            .cfg
-            .stop_strings
-            .iter()
-            .filter(move |_| content)
-            .map(|s| (s.as_str(), Hit::Stop));
-        let open_think = think
-            .filter(|_| content)
-            .map(|t| (t.open.as_str(), Hit::OpenThink));
-        let close_think = think
-            .filter(|_| content || reasoning)
-            .map(|t| (t.close.as_str(), Hit::CloseThink));
-        let open_tool = tool
-            .filter(|_| content)
-            .map(|t| (t.open.as_str(), Hit::OpenTool));
-        let close_tool = tool
-            .filter(|_| in_tool)
-            .and_then(|t| t.close.as_deref())
-            .map(|c| (c, Hit::CloseTool));
-        stops
-            .chain(open_think)
-            .chain(close_think)
-            .chain(open_tool)
-            .chain(close_tool)
+        let stops =
+            self.cfg.stop_strings.iter().filter(move |_| content).map(|s| (s.as_str(), Hit::Stop));
+        let open_think = think.filter(|_| content).map(|t| (t.open.as_str(), Hit::OpenThink));
+        let close_think =
+            think.filter(|_| content || reasoning).map(|t| (t.close.as_str(), Hit::CloseThink));
+        let open_tool = tool.filter(|_| content).map(|t| (t.open.as_str(), Hit::OpenTool));
+        let close_tool =
+            tool.filter(|_| in_tool).and_then(|t| t.close.as_deref()).map(|c| (c, Hit::CloseTool));
+        stops.chain(open_think).chain(close_think).chain(open_tool).chain(close_tool)
     }
 
     /// The leftmost complete match in `pending`; at equal positions the longest.
@@ -542,7 +512,9 @@ mod tests {
         assert_eq!(check_stop_strings(&many), Ok(()));
         let too_many = vec!["x".to_string(); MAX_STOP_STRINGS + 1];
         assert!(check_stop_strings(&too_many).unwrap_err().contains("at most 16 stop strings"));
-        assert!(check_stop_strings(&["a".into(), String::new()]).unwrap_err().contains("must not be empty"));
+        assert!(check_stop_strings(&["a".into(), String::new()])
+            .unwrap_err()
+            .contains("must not be empty"));
         assert_eq!(check_stop_strings(&["é".repeat(MAX_STOP_BYTES / 2)]), Ok(()));
         let err = check_stop_strings(&["ok".into(), "x".repeat(MAX_STOP_BYTES + 1)]).unwrap_err();
         assert!(err.contains("at most 256 bytes long; stop[1] is 257 bytes"), "{err}");
@@ -551,10 +523,7 @@ mod tests {
     use super::*;
 
     fn think_cfg() -> MatcherConfig {
-        MatcherConfig {
-            thinking: Some(ThinkingTags::think()),
-            ..Default::default()
-        }
+        MatcherConfig { thinking: Some(ThinkingTags::think()), ..Default::default() }
     }
 
     fn stop_cfg(stops: &[&str]) -> MatcherConfig {
@@ -604,11 +573,7 @@ mod tests {
             .filter(|&i| text.is_char_boundary(i))
             .map(|i| vec![&text[..i], &text[i..]])
             .collect();
-        splits.push(
-            text.char_indices()
-                .map(|(i, c)| &text[i..i + c.len_utf8()])
-                .collect(),
-        );
+        splits.push(text.char_indices().map(|(i, c)| &text[i..i + c.len_utf8()]).collect());
         splits
     }
 
@@ -632,19 +597,13 @@ mod tests {
         assert_all_splits(
             &think_cfg(),
             "<think>\nplan A\n\nstep 2\n</think>\n\nThe answer is 4.\n\nDone.",
-            &[
-                reasoning("plan A\n\nstep 2"),
-                content("The answer is 4.\n\nDone."),
-            ],
+            &[reasoning("plan A\n\nstep 2"), content("The answer is 4.\n\nDone.")],
         );
     }
 
     #[test]
     fn starts_in_reasoning_when_the_prompt_opened_think() {
-        let cfg = MatcherConfig {
-            starts_in_reasoning: true,
-            ..think_cfg()
-        };
+        let cfg = MatcherConfig { starts_in_reasoning: true, ..think_cfg() };
         assert!(StreamMatcher::new(cfg.clone()).in_reasoning());
         assert_all_splits(
             &cfg,
@@ -655,10 +614,7 @@ mod tests {
 
     #[test]
     fn starts_in_reasoning_needs_thinking_tags() {
-        let cfg = MatcherConfig {
-            starts_in_reasoning: true,
-            ..Default::default()
-        };
+        let cfg = MatcherConfig { starts_in_reasoning: true, ..Default::default() };
         let mut m = StreamMatcher::new(cfg);
         assert!(!m.in_reasoning());
         assert_eq!(m.push("hi"), [content("hi")]);
@@ -676,17 +632,11 @@ mod tests {
     #[test]
     fn unclosed_think_at_the_end_stays_reasoning() {
         let mut m = StreamMatcher::new(think_cfg());
-        assert_eq!(
-            m.push("<think>\nstill thinking"),
-            [reasoning("still thinking")]
-        );
+        assert_eq!(m.push("<think>\nstill thinking"), [reasoning("still thinking")]);
         assert!(m.in_reasoning());
         assert_eq!(m.push(" hard </th"), [reasoning(" hard")]);
         assert_eq!(m.finish(), [reasoning(" </th")]);
-        assert_eq!(
-            m.reasoning_chars(),
-            "still thinking hard </th".chars().count()
-        );
+        assert_eq!(m.reasoning_chars(), "still thinking hard </th".chars().count());
     }
 
     #[test]
@@ -735,11 +685,7 @@ mod tests {
 
     #[test]
     fn stop_string_at_every_split_position() {
-        assert_all_splits(
-            &stop_cfg(&["END"]),
-            "abcENDxyz",
-            &[content("abc"), Segment::Stop],
-        );
+        assert_all_splits(&stop_cfg(&["END"]), "abcENDxyz", &[content("abc"), Segment::Stop]);
         assert_all_splits(&stop_cfg(&["END"]), "ENDxyz", &[Segment::Stop]);
     }
 
@@ -764,38 +710,24 @@ mod tests {
     #[test]
     fn multibyte_text_and_stops() {
         let cfg = stop_cfg(&["。終"]);
-        assert_all_splits(
-            &cfg,
-            "答えは４です。終わり",
-            &[content("答えは４です"), Segment::Stop],
-        );
+        assert_all_splits(&cfg, "答えは４です。終わり", &[content("答えは４です"), Segment::Stop]);
         assert_all_splits(&cfg, "é。é", &[content("é。é")]);
     }
 
     #[test]
     fn stops_match_in_content_only() {
-        let cfg = MatcherConfig {
-            stop_strings: vec!["\n\n".into()],
-            ..think_cfg()
-        };
+        let cfg = MatcherConfig { stop_strings: vec!["\n\n".into()], ..think_cfg() };
         assert_all_splits(
             &cfg,
             "<think>\nstep 1\n\nstep 2\n</think>\n\nAnswer.\n\nIgnored",
-            &[
-                reasoning("step 1\n\nstep 2"),
-                content("Answer."),
-                Segment::Stop,
-            ],
+            &[reasoning("step 1\n\nstep 2"), content("Answer."), Segment::Stop],
         );
     }
 
     #[test]
     fn close_reasoning_for_a_thinking_budget() {
         let mut m = StreamMatcher::new(think_cfg());
-        assert_eq!(
-            m.push("<think>long thought </thi"),
-            [reasoning("long thought")]
-        );
+        assert_eq!(m.push("<think>long thought </thi"), [reasoning("long thought")]);
         assert_eq!(m.close_reasoning(), [reasoning(" </thi")]);
         assert!(!m.in_reasoning());
         // The engine then feeds "</think>" to the model; its text is dropped.
@@ -804,10 +736,7 @@ mod tests {
     }
 
     fn hermes_cfg() -> MatcherConfig {
-        MatcherConfig {
-            tool_call: Some(ToolCallTags::hermes()),
-            ..think_cfg()
-        }
+        MatcherConfig { tool_call: Some(ToolCallTags::hermes()), ..think_cfg() }
     }
 
     #[test]
@@ -828,10 +757,7 @@ mod tests {
 
     #[test]
     fn stop_strings_do_not_match_inside_a_tool_call() {
-        let cfg = MatcherConfig {
-            stop_strings: vec!["END".into()],
-            ..hermes_cfg()
-        };
+        let cfg = MatcherConfig { stop_strings: vec!["END".into()], ..hermes_cfg() };
         assert_all_splits(
             &cfg,
             "<tool_call>{\"name\": \"say\", \"arguments\": {\"w\": \"END\"}}</tool_call>x END y",
@@ -862,10 +788,7 @@ mod tests {
     }
 
     fn llama_cfg() -> MatcherConfig {
-        MatcherConfig {
-            tool_call: Some(ToolCallTags::llama3()),
-            ..Default::default()
-        }
+        MatcherConfig { tool_call: Some(ToolCallTags::llama3()), ..Default::default() }
     }
 
     #[test]
@@ -883,10 +806,7 @@ mod tests {
         assert_eq!(m.push("\n"), []);
         assert_eq!(m.push("{\"name\": \"f\", "), []);
         assert_eq!(m.push("\"parameters\": {}}"), []);
-        assert_eq!(
-            m.finish(),
-            [tool("\n{\"name\": \"f\", \"parameters\": {}}")]
-        );
+        assert_eq!(m.finish(), [tool("\n{\"name\": \"f\", \"parameters\": {}}")]);
     }
 
     #[test]
@@ -902,10 +822,7 @@ mod tests {
 
     #[test]
     fn bare_json_after_thinking() {
-        let cfg = MatcherConfig {
-            tool_call: Some(ToolCallTags::llama3()),
-            ..think_cfg()
-        };
+        let cfg = MatcherConfig { tool_call: Some(ToolCallTags::llama3()), ..think_cfg() };
         assert_all_splits(
             &cfg,
             "<think>use f</think>\n{\"name\": \"f\"}",
@@ -918,19 +835,10 @@ mod tests {
         let qwen3 = include_str!("../tests/fixtures/templates/qwen3.jinja");
         let llama = include_str!("../tests/fixtures/templates/llama-3.2-instruct.jinja");
         let smollm2 = include_str!("../tests/fixtures/templates/smollm2.jinja");
-        assert_eq!(
-            thinking_tags_for_template(qwen3),
-            Some(ThinkingTags::think())
-        );
-        assert_eq!(
-            tool_call_tags_for_template(qwen3),
-            Some(ToolCallTags::hermes())
-        );
+        assert_eq!(thinking_tags_for_template(qwen3), Some(ThinkingTags::think()));
+        assert_eq!(tool_call_tags_for_template(qwen3), Some(ToolCallTags::hermes()));
         assert_eq!(thinking_tags_for_template(llama), None);
-        assert_eq!(
-            tool_call_tags_for_template(llama),
-            Some(ToolCallTags::llama3())
-        );
+        assert_eq!(tool_call_tags_for_template(llama), Some(ToolCallTags::llama3()));
         assert_eq!(thinking_tags_for_template(smollm2), None);
         assert_eq!(tool_call_tags_for_template(smollm2), None);
         // DeepSeek-R1 only strips the block from history.
@@ -944,7 +852,8 @@ mod tests {
 
     #[test]
     fn gemma4_thought_channel_is_reasoning() {
-        let cfg = MatcherConfig { thinking: Some(ThinkingTags::gemma4_channel()), ..Default::default() };
+        let cfg =
+            MatcherConfig { thinking: Some(ThinkingTags::gemma4_channel()), ..Default::default() };
         assert_all_splits(
             &cfg,
             "<|channel>thought\nThe user greets me.<channel|>Hello!",

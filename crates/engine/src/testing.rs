@@ -22,17 +22,23 @@ use serde_json::json;
 use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
 use crate::weights::QuantSpec;
-pub use gguf_writer::{write_gguf, GgufTensor, GgufValue};
 pub use families::{write_family, write_tiny_family, Dims, TinyFamily};
-pub use gemma3_vl::{write_gemma3_vl, write_tiny_gemma3_vl, Gemma3VlDims, GEMMA3_CHAT_TEMPLATE, GEMMA3_VL_WINDOW};
-pub use gemma4_vl::{write_gemma4_vl, write_tiny_gemma4_vl, Gemma4VlDims, GEMMA4_CHAT_TEMPLATE, GEMMA4_VL_SOFT_TOKENS};
+pub use gemma3_vl::{
+    write_gemma3_vl, write_tiny_gemma3_vl, Gemma3VlDims, GEMMA3_CHAT_TEMPLATE, GEMMA3_VL_WINDOW,
+};
+pub use gemma4_vl::{
+    write_gemma4_vl, write_tiny_gemma4_vl, Gemma4VlDims, GEMMA4_CHAT_TEMPLATE,
+    GEMMA4_VL_SOFT_TOKENS,
+};
+pub use gguf_writer::{write_gguf, GgufTensor, GgufValue};
 pub use qwen3_vl::{
-    write_qwen35_vl, write_qwen3_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe, Qwen35VlDims, Qwen3VlDims, QwenTowerDims,
-    QWEN35_MAX_PIXELS, QWEN35_MIN_PIXELS,
+    write_qwen35_vl, write_qwen3_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,
+    write_tiny_qwen3_vl_moe, Qwen35VlDims, Qwen3VlDims, QwenTowerDims, QWEN35_MAX_PIXELS,
+    QWEN35_MIN_PIXELS,
 };
 pub use qwen_vl::{
-    qwen_byte_level_meta, write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims, QWEN_SPECIAL_TOKENS,
-    QWEN_VL_CHAT_TEMPLATE,
+    qwen_byte_level_meta, write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims,
+    QWEN_SPECIAL_TOKENS, QWEN_VL_CHAT_TEMPLATE,
 };
 
 /// Shape and storage of a tiny llama.
@@ -128,7 +134,8 @@ pub fn byte_chars() -> Vec<char> {
 /// bytes, and a few merges, including ones that build part of a multi-byte
 /// character (so characters span tokens of uneven length).
 pub fn byte_level_meta() -> GgufTokenizerMeta {
-    let mut tokens = vec!["<|endoftext|>".to_owned(), "<|im_start|>".to_owned(), "<|im_end|>".to_owned()];
+    let mut tokens =
+        vec!["<|endoftext|>".to_owned(), "<|im_start|>".to_owned(), "<|im_end|>".to_owned()];
     let mut token_types = vec![3, 3, 3];
     let table = byte_chars();
     tokens.extend(table.iter().map(|c| c.to_string()));
@@ -145,7 +152,8 @@ pub fn byte_level_meta() -> GgufTokenizerMeta {
         (&[0xF0], &[0x9F]),
         (&[0xE4], &[0xB8]),
     ];
-    let merges: Vec<(String, String)> = byte_merges.iter().map(|(a, b)| (chars(a), chars(b))).collect();
+    let merges: Vec<(String, String)> =
+        byte_merges.iter().map(|(a, b)| (chars(a), chars(b))).collect();
     for (a, b) in &merges {
         let merged = format!("{a}{b}");
         if !tokens.contains(&merged) {
@@ -185,30 +193,72 @@ pub fn write_tiny_llama(dir: &Path, spec: &TinyLlama) -> Result<i32> {
     let mut rng = Rng(spec.seed);
     let mut tensors: HashMap<String, Array> = HashMap::new();
     let mut matrices: Vec<String> = Vec::new();
-    let mut put = |name: String, t: Array, is_matrix: bool, tensors: &mut HashMap<String, Array>| {
-        if is_matrix {
-            matrices.push(name.trim_end_matches(".weight").to_string());
-        }
-        tensors.insert(name, t);
-    };
-    put("model.embed_tokens.weight".into(), rng.tensor(&[vocab, spec.hidden], 0.5, 0.0), true, &mut tensors);
-    let (d, h, kv, ff) = (spec.hidden, spec.heads * head_dim, spec.kv_heads * head_dim, spec.intermediate);
+    let mut put =
+        |name: String, t: Array, is_matrix: bool, tensors: &mut HashMap<String, Array>| {
+            if is_matrix {
+                matrices.push(name.trim_end_matches(".weight").to_string());
+            }
+            tensors.insert(name, t);
+        };
+    put(
+        "model.embed_tokens.weight".into(),
+        rng.tensor(&[vocab, spec.hidden], 0.5, 0.0),
+        true,
+        &mut tensors,
+    );
+    let (d, h, kv, ff) =
+        (spec.hidden, spec.heads * head_dim, spec.kv_heads * head_dim, spec.intermediate);
     for i in 0..spec.layers {
         let p = format!("model.layers.{i}");
         let w = 1.0 / (d as f32).sqrt();
         put(format!("{p}.input_layernorm.weight"), rng.tensor(&[d], 0.1, 1.0), false, &mut tensors);
-        put(format!("{p}.post_attention_layernorm.weight"), rng.tensor(&[d], 0.1, 1.0), false, &mut tensors);
-        put(format!("{p}.self_attn.q_proj.weight"), rng.tensor(&[h, d], w, 0.0), true, &mut tensors);
-        put(format!("{p}.self_attn.k_proj.weight"), rng.tensor(&[kv, d], w, 0.0), true, &mut tensors);
-        put(format!("{p}.self_attn.v_proj.weight"), rng.tensor(&[kv, d], w, 0.0), true, &mut tensors);
-        put(format!("{p}.self_attn.o_proj.weight"), rng.tensor(&[d, h], w, 0.0), true, &mut tensors);
+        put(
+            format!("{p}.post_attention_layernorm.weight"),
+            rng.tensor(&[d], 0.1, 1.0),
+            false,
+            &mut tensors,
+        );
+        put(
+            format!("{p}.self_attn.q_proj.weight"),
+            rng.tensor(&[h, d], w, 0.0),
+            true,
+            &mut tensors,
+        );
+        put(
+            format!("{p}.self_attn.k_proj.weight"),
+            rng.tensor(&[kv, d], w, 0.0),
+            true,
+            &mut tensors,
+        );
+        put(
+            format!("{p}.self_attn.v_proj.weight"),
+            rng.tensor(&[kv, d], w, 0.0),
+            true,
+            &mut tensors,
+        );
+        put(
+            format!("{p}.self_attn.o_proj.weight"),
+            rng.tensor(&[d, h], w, 0.0),
+            true,
+            &mut tensors,
+        );
         put(format!("{p}.mlp.gate_proj.weight"), rng.tensor(&[ff, d], w, 0.0), true, &mut tensors);
         put(format!("{p}.mlp.up_proj.weight"), rng.tensor(&[ff, d], w, 0.0), true, &mut tensors);
-        put(format!("{p}.mlp.down_proj.weight"), rng.tensor(&[d, ff], 1.0 / (ff as f32).sqrt(), 0.0), true, &mut tensors);
+        put(
+            format!("{p}.mlp.down_proj.weight"),
+            rng.tensor(&[d, ff], 1.0 / (ff as f32).sqrt(), 0.0),
+            true,
+            &mut tensors,
+        );
     }
     put("model.norm.weight".into(), rng.tensor(&[d], 0.1, 1.0), false, &mut tensors);
     if !spec.tie_embeddings {
-        put("lm_head.weight".into(), rng.tensor(&[vocab, d], 1.0 / (d as f32).sqrt(), 0.0), true, &mut tensors);
+        put(
+            "lm_head.weight".into(),
+            rng.tensor(&[vocab, d], 1.0 / (d as f32).sqrt(), 0.0),
+            true,
+            &mut tensors,
+        );
     }
 
     let mut config = json!({
@@ -250,10 +300,12 @@ pub fn write_tiny_qwen2(dir: &Path, spec: &TinyLlama) -> Result<i32> {
     }
     // Loaded lazily from the file about to be rewritten: read them all first.
     mlx_rs::transforms::eval(tensors.values())?;
-    Array::save_safetensors(tensors.iter(), &HashMap::new(), &file).map_err(|e| Error::Mlx(e.to_string()))?;
+    Array::save_safetensors(tensors.iter(), &HashMap::new(), &file)
+        .map_err(|e| Error::Mlx(e.to_string()))?;
     let config_path = dir.join("config.json");
     let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
-    let mut config: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    let mut config: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(e.to_string()))?;
     config["model_type"] = "qwen2".into();
     config["architectures"] = json!(["Qwen2ForCausalLM"]);
     std::fs::write(&config_path, config.to_string()).map_err(|e| Error::io(&config_path, e))?;

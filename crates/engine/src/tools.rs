@@ -104,10 +104,7 @@ pub fn parse_tool_calls(raw: &str) -> Result<Vec<ToolCall>, ToolCallParseError> 
             }
             Ok(calls)
         })
-        .map_err(|reason| ToolCallParseError {
-            raw: raw.to_owned(),
-            reason,
-        })
+        .map_err(|reason| ToolCallParseError { raw: raw.to_owned(), reason })
 }
 
 /// Like [`parse_tool_calls`] for a block that must hold exactly one call.
@@ -154,11 +151,7 @@ fn call_from_value(value: Value) -> std::result::Result<ToolCall, String> {
     }
     let name = match obj.remove("name") {
         Some(Value::String(name)) if !name.trim().is_empty() => name.trim().to_owned(),
-        Some(other) => {
-            return Err(format!(
-                "\"name\" must be a non-empty string, found {other}"
-            ))
-        }
+        Some(other) => return Err(format!("\"name\" must be a non-empty string, found {other}")),
         None => return Err("the tool call has no \"name\"".to_owned()),
     };
     let args = obj.remove("arguments").or_else(|| obj.remove("parameters"));
@@ -168,23 +161,13 @@ fn call_from_value(value: Value) -> std::result::Result<ToolCall, String> {
         // Some models write the arguments as a JSON string, as OpenAI sends them.
         Some(Value::String(s)) => match serde_json::from_str::<Value>(&s) {
             Ok(Value::Object(map)) => object_to_string(&map),
-            _ => {
-                return Err(format!(
-                    "the arguments of {name:?} are not a JSON object: {s:?}"
-                ))
-            }
+            _ => return Err(format!("the arguments of {name:?} are not a JSON object: {s:?}")),
         },
         Some(other) => {
-            return Err(format!(
-                "the arguments of {name:?} are not a JSON object: {other}"
-            ))
+            return Err(format!("the arguments of {name:?} are not a JSON object: {other}"))
         }
     };
-    Ok(ToolCall {
-        id: new_call_id(),
-        name,
-        arguments,
-    })
+    Ok(ToolCall { id: new_call_id(), name, arguments })
 }
 
 fn object_to_string(map: &Map<String, Value>) -> String {
@@ -247,10 +230,7 @@ mod tests {
     type Parsed = Result<Vec<ToolCall>, ToolCallParseError>;
 
     fn name_args(calls: &[ToolCall]) -> Vec<(&str, &str)> {
-        calls
-            .iter()
-            .map(|c| (c.name.as_str(), c.arguments.as_str()))
-            .collect()
+        calls.iter().map(|c| (c.name.as_str(), c.arguments.as_str())).collect()
     }
 
     #[test]
@@ -293,10 +273,7 @@ mod tests {
         assert_eq!(calls.len(), 1);
         assert_eq!(
             name_args(&calls[0]),
-            [(
-                "get_current_weather",
-                r#"{"location":"Paris, France","unit":"celsius"}"#
-            )]
+            [("get_current_weather", r#"{"location":"Paris, France","unit":"celsius"}"#)]
         );
         assert!(calls[0][0].id.starts_with("call_"));
     }
@@ -344,10 +321,7 @@ mod tests {
         let calls: Vec<ToolCall> = calls.into_iter().flat_map(|c| c.unwrap()).collect();
         assert_eq!(
             name_args(&calls),
-            [
-                ("get_weather", r#"{"city":"Tokyo"}"#),
-                ("get_weather", r#"{"city":"Osaka"}"#)
-            ]
+            [("get_weather", r#"{"city":"Tokyo"}"#), ("get_weather", r#"{"city":"Osaka"}"#)]
         );
         assert_ne!(calls[0].id, calls[1].id);
     }
@@ -389,15 +363,9 @@ mod tests {
             "\n{'name': 'get_weather', 'arguments': {'city': 'Paris'}}\n"
         );
         // A call cut off by max_tokens never closes: it is content already.
-        let out = [
-            "<tool_call>",
-            "\n{\"name\": \"get_weather\", \"arguments\": {\"ci",
-        ];
+        let out = ["<tool_call>", "\n{\"name\": \"get_weather\", \"arguments\": {\"ci"];
         let (content, _, calls) = route(&out, ToolCallTags::hermes());
-        assert_eq!(
-            content,
-            "\n{\"name\": \"get_weather\", \"arguments\": {\"ci"
-        );
+        assert_eq!(content, "\n{\"name\": \"get_weather\", \"arguments\": {\"ci");
         assert!(calls.is_empty());
     }
 
@@ -435,10 +403,7 @@ mod tests {
         let calls = calls.into_iter().next().unwrap().unwrap();
         assert_eq!(
             name_args(&calls),
-            [(
-                "get_weather",
-                r#"{"city":"San Francisco","unit":"fahrenheit"}"#
-            )]
+            [("get_weather", r#"{"city":"San Francisco","unit":"fahrenheit"}"#)]
         );
     }
 
@@ -474,10 +439,7 @@ mod tests {
         let calls = calls.into_iter().next().unwrap().unwrap();
         assert_eq!(
             name_args(&calls),
-            [
-                ("get_weather", r#"{"city":"Rome"}"#),
-                ("get_time", r#"{"tz":"Europe/Rome"}"#)
-            ]
+            [("get_weather", r#"{"city":"Rome"}"#), ("get_time", r#"{"tz":"Europe/Rome"}"#)]
         );
     }
 
@@ -491,16 +453,11 @@ mod tests {
     fn lenient_shapes() {
         let p = |raw: &str| {
             parse_tool_calls(raw).map(|c| {
-                c.iter()
-                    .map(|c| format!("{} {}", c.name, c.arguments))
-                    .collect::<Vec<_>>()
+                c.iter().map(|c| format!("{} {}", c.name, c.arguments)).collect::<Vec<_>>()
             })
         };
         // Arguments as a JSON string, as OpenAI sends them.
-        assert_eq!(
-            p(r#"{"name": "f", "arguments": "{\"a\": 1}"}"#).unwrap(),
-            ["f {\"a\":1}"]
-        );
+        assert_eq!(p(r#"{"name": "f", "arguments": "{\"a\": 1}"}"#).unwrap(), ["f {\"a\":1}"]);
         // "parameters" in the Hermes format, missing and null arguments.
         assert_eq!(
             p(r#"{"name": "f", "parameters": {"a": [1, 2]}}"#).unwrap(),
@@ -513,19 +470,10 @@ mod tests {
             p(r#"{"type": "function", "function": {"name": "f", "arguments": {}}}"#).unwrap(),
             ["f {}"]
         );
-        assert_eq!(
-            p(r#"[{"name": "f"}, {"name": "g"}]"#).unwrap(),
-            ["f {}", "g {}"]
-        );
+        assert_eq!(p(r#"[{"name": "f"}, {"name": "g"}]"#).unwrap(), ["f {}", "g {}"]);
         // Blank- or ';'-separated objects in one block.
-        assert_eq!(
-            p("{\"name\": \"f\"}\n{\"name\": \"g\"}").unwrap(),
-            ["f {}", "g {}"]
-        );
-        assert_eq!(
-            p("{\"name\": \"f\"};{\"name\": \"g\"};").unwrap(),
-            ["f {}", "g {}"]
-        );
+        assert_eq!(p("{\"name\": \"f\"}\n{\"name\": \"g\"}").unwrap(), ["f {}", "g {}"]);
+        assert_eq!(p("{\"name\": \"f\"};{\"name\": \"g\"};").unwrap(), ["f {}", "g {}"]);
     }
 
     #[test]
@@ -554,9 +502,7 @@ mod tests {
     fn ids_are_unique() {
         let ids: std::collections::HashSet<String> = (0..1000).map(|_| new_call_id()).collect();
         assert_eq!(ids.len(), 1000);
-        assert!(ids
-            .iter()
-            .all(|id| id.starts_with("call_") && id.len() >= 19));
+        assert!(ids.iter().all(|id| id.starts_with("call_") && id.len() >= 19));
     }
 
     #[test]
@@ -569,9 +515,6 @@ mod tests {
             ToolCallStyle::for_template("{{- '<|python_tag|>' + tool_call.name }}"),
             Some(ToolCallStyle::Llama3)
         );
-        assert_eq!(
-            ToolCallStyle::for_template("<|im_start|>{{ m.content }}"),
-            None
-        );
+        assert_eq!(ToolCallStyle::for_template("<|im_start|>{{ m.content }}"), None);
     }
 }

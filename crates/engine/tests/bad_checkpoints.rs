@@ -12,7 +12,8 @@ const LOAD: LoadOptions = LoadOptions { format: WeightFormat::AsStored };
 
 fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) {
     let path = dir.join("config.json");
-    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     edit(config.as_object_mut().unwrap());
     std::fs::write(&path, config.to_string()).unwrap();
 }
@@ -56,7 +57,10 @@ fn config_fields_a_family_needs_are_named() {
     }
     let dir = family(TinyFamily::Gemma3);
     edit_config(dir.path(), |c| {
-        c.insert("layer_types".into(), serde_json::json!(["sliding_attention", "chunked_attention"]));
+        c.insert(
+            "layer_types".into(),
+            serde_json::json!(["sliding_attention", "chunked_attention"]),
+        );
     });
     assert!(load_error(dir.path()).to_string().contains("layer_types"));
 }
@@ -71,7 +75,10 @@ fn an_unknown_model_type_lists_the_supported_ones() {
     let e = load_error(dir.path());
     assert_eq!(e.code(), "UNSUPPORTED_ARCHITECTURE");
     let text = e.to_string();
-    assert!(text.contains("qwen3_next") && text.contains("gemma3_text") && text.contains("qwen3_moe"), "{text}");
+    assert!(
+        text.contains("qwen3_next") && text.contains("gemma3_text") && text.contains("qwen3_moe"),
+        "{text}"
+    );
 }
 
 /// A quantization block that does not match the tensors: the tensor whose
@@ -122,9 +129,15 @@ fn a_failed_load_leaves_nothing_in_memory() {
 fn write_gguf(path: &Path, arch: &str, tensors: &[(&str, &[usize], u32, Vec<u8>)]) {
     let tensors: Vec<GgufTensor> = tensors
         .iter()
-        .map(|(name, shape, kind, data)| GgufTensor { name: name.to_string(), shape: shape.to_vec(), kind: *kind, data: data.clone() })
+        .map(|(name, shape, kind, data)| GgufTensor {
+            name: name.to_string(),
+            shape: shape.to_vec(),
+            kind: *kind,
+            data: data.clone(),
+        })
         .collect();
-    testing::write_gguf(path, &[("general.architecture", GgufValue::Str(arch.into()))], &tensors).unwrap();
+    testing::write_gguf(path, &[("general.architecture", GgufValue::Str(arch.into()))], &tensors)
+        .unwrap();
 }
 
 #[test]

@@ -50,17 +50,26 @@ fn single(dir: &Path, ids: &[u32], max_tokens: usize, sampling: &SamplingParams)
 }
 
 fn request(ids: &[u32], max_tokens: usize, sampling: &SamplingParams) -> Request {
-    Request::new(Prompt::Tokens(ids.to_vec())).with_max_tokens(max_tokens).with_sampling(sampling.clone())
+    Request::new(Prompt::Tokens(ids.to_vec()))
+        .with_max_tokens(max_tokens)
+        .with_sampling(sampling.clone())
 }
 
 fn no_eos() -> SamplingParams {
     // Random weights may pick EOS early; banning it makes every run long.
-    SamplingParams { logit_bias: [(2, f32::NEG_INFINITY)].into_iter().collect(), ..Default::default() }
+    SamplingParams {
+        logit_bias: [(2, f32::NEG_INFINITY)].into_iter().collect(),
+        ..Default::default()
+    }
 }
 
 fn assert_finished(c: &Completion) {
     assert!(c.error.is_none(), "{:?}", c.error);
-    assert!(matches!(c.finish_reason, Some(FinishReason::Stop | FinishReason::Length)), "{:?}", c.finish_reason);
+    assert!(
+        matches!(c.finish_reason, Some(FinishReason::Stop | FinishReason::Length)),
+        "{:?}",
+        c.finish_reason
+    );
 }
 
 /// Stepped by hand: the four share one prefill pass (which gives each its
@@ -73,7 +82,8 @@ fn four_identical_prompts_batched_equal_single() {
     let dir = tiny_model();
     let ids = prompt(12, 1);
     let expected = single(dir.path(), &ids, 24, &no_eos());
-    let mut driver = Driver::new(dir.path(), SchedulerConfig { max_running: 8, ..Default::default() });
+    let mut driver =
+        Driver::new(dir.path(), SchedulerConfig { max_running: 8, ..Default::default() });
     let rows: Vec<usize> = (0..4).map(|_| driver.submit(request(&ids, 24, &no_eos()))).collect();
     driver.run_to_end();
     for row in rows {
@@ -91,11 +101,14 @@ fn four_identical_prompts_batched_equal_single() {
 #[test]
 fn different_prompts_of_different_lengths_batched_equal_single() {
     let dir = tiny_model();
-    let cases: Vec<(Vec<u32>, usize)> = vec![(prompt(3, 2), 20), (prompt(17, 3), 9), (prompt(40, 4), 25), (prompt(8, 5), 14)];
+    let cases: Vec<(Vec<u32>, usize)> =
+        vec![(prompt(3, 2), 20), (prompt(17, 3), 9), (prompt(40, 4), 25), (prompt(8, 5), 14)];
     for sampling in [SamplingParams::greedy(), no_eos()] {
-        let expected: Vec<String> = cases.iter().map(|(p, n)| single(dir.path(), p, *n, &sampling)).collect();
+        let expected: Vec<String> =
+            cases.iter().map(|(p, n)| single(dir.path(), p, *n, &sampling)).collect();
         let engine = start(dir.path(), 8);
-        let streams: Vec<_> = cases.iter().map(|(p, n)| engine.submit(request(p, *n, &sampling))).collect();
+        let streams: Vec<_> =
+            cases.iter().map(|(p, n)| engine.submit(request(p, *n, &sampling))).collect();
         for (s, want) in streams.into_iter().zip(&expected) {
             let c = s.collect_blocking();
             assert_finished(&c);
@@ -136,7 +149,10 @@ fn staggered_arrivals_with_a_cancellation_equal_single() {
         generated += c.stats.generated_tokens;
         if i == 2 {
             assert_eq!(c.finish_reason, Some(FinishReason::Cancelled));
-            assert!(expected[2].starts_with(&c.content), "the cancelled text is a prefix of its full answer");
+            assert!(
+                expected[2].starts_with(&c.content),
+                "the cancelled text is a prefix of its full answer"
+            );
             assert!(c.stats.generated_tokens < n);
         } else {
             assert_finished(&c);
@@ -145,13 +161,17 @@ fn staggered_arrivals_with_a_cancellation_equal_single() {
     }
     // The requests shared decode steps: far fewer steps than tokens.
     let steps = engine.stats().unwrap().decode_steps as usize;
-    assert!(steps < generated * 2 / 3, "{steps} decode steps for {generated} tokens: requests did not batch");
+    assert!(
+        steps < generated * 2 / 3,
+        "{steps} decode steps for {generated} tokens: requests did not batch"
+    );
 }
 
 #[test]
 fn seeded_sampling_is_the_same_batched_and_alone() {
     let dir = tiny_model();
-    let sampling = SamplingParams { temperature: 0.8, top_p: 0.95, seed: Some(1234), ..Default::default() };
+    let sampling =
+        SamplingParams { temperature: 0.8, top_p: 0.95, seed: Some(1234), ..Default::default() };
     let ids = prompt(9, 7);
     let expected = single(dir.path(), &ids, 20, &sampling);
     let engine = start(dir.path(), 8);
@@ -207,7 +227,10 @@ fn bad_requests_get_clear_errors_and_the_engine_keeps_serving() {
     let zero = engine.submit(request(&prompt(5, 1), 0, &no_eos())).collect_blocking();
     assert_eq!(zero.error.unwrap().code, "INVALID_REQUEST");
     let hot = SamplingParams { temperature: -1.0, ..Default::default() };
-    assert_eq!(engine.submit(request(&prompt(5, 1), 4, &hot)).collect_blocking().error.unwrap().code, "INVALID_REQUEST");
+    assert_eq!(
+        engine.submit(request(&prompt(5, 1), 4, &hot)).collect_blocking().error.unwrap().code,
+        "INVALID_REQUEST"
+    );
     let bad_token = engine.submit(request(&[3, 99_999], 4, &no_eos())).collect_blocking();
     assert_eq!(bad_token.error.unwrap().code, "INVALID_REQUEST");
 
@@ -224,7 +247,8 @@ fn bad_requests_get_clear_errors_and_the_engine_keeps_serving() {
 fn two_hundred_random_requests_with_cancellations_leave_memory_at_baseline() {
     let dir = tiny_model();
     // No prefix cache: it keeps finished sequences on purpose.
-    let engine = start_with(dir.path(), SchedulerConfig { prefix_cache_bytes: 0, ..Default::default() });
+    let engine =
+        start_with(dir.path(), SchedulerConfig { prefix_cache_bytes: 0, ..Default::default() });
     // Warm up once so allocator caches and lazily built kernels exist.
     assert_finished(&engine.submit(request(&prompt(10, 0), 4, &no_eos())).collect_blocking());
     let baseline = engine.stats().unwrap().active_memory_bytes;
@@ -267,7 +291,10 @@ fn two_hundred_random_requests_with_cancellations_leave_memory_at_baseline() {
     // Tolerance: 1 MiB above the warm baseline (the tiny model's whole KV for
     // 8 rows is ~0.3 MiB; a leak of cached batches would exceed it).
     let grown = stats.active_memory_bytes.saturating_sub(baseline);
-    println!("active memory: baseline {baseline} B, after 200 requests {} B", stats.active_memory_bytes);
+    println!(
+        "active memory: baseline {baseline} B, after 200 requests {} B",
+        stats.active_memory_bytes
+    );
     assert!(grown < 1 << 20, "active memory grew by {grown} bytes");
     // Idle, the engine keeps no freed buffers: MLX's cache went back to the system.
     assert_eq!(stats.cached_memory_bytes, 0, "an idle engine holds MLX's buffer cache");

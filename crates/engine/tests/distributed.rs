@@ -11,13 +11,18 @@ use std::time::{Duration, Instant};
 use engine::batch::SchedulerConfig;
 use engine::cache::KvQuantization;
 use engine::distributed::follow::{Replica, Step};
-use engine::distributed::launch::wait_all;
-use engine::distributed::{load_leader, run_follower, RankEnv};
-use engine::distributed::share::share_bytes;
 use engine::distributed::group::is_available;
-use engine::distributed::{ops, Backend, Group, GroupConfig, LocalRing, RankOutput, Split, TensorParallel};
+use engine::distributed::launch::wait_all;
+use engine::distributed::share::share_bytes;
+use engine::distributed::{load_leader, run_follower, RankEnv};
+use engine::distributed::{
+    ops, Backend, Group, GroupConfig, LocalRing, RankOutput, Split, TensorParallel,
+};
 use engine::model::{self, LoadOptions, WeightFormat};
-use engine::testing::{write_family, write_tiny_family, write_tiny_llama, write_tiny_qwen2, Dims, TinyFamily, TinyLlama};
+use engine::testing::{
+    write_family, write_tiny_family, write_tiny_llama, write_tiny_qwen2, Dims, TinyFamily,
+    TinyLlama,
+};
 use engine::weights::QuantSpec;
 use mlx_rs::{Array, Dtype};
 
@@ -78,7 +83,9 @@ fn two_ranks_all_sum_all_gather_and_send_recv() {
         // Rank 0 sends bf16 (the dtype of real hidden states) to rank 1,
         // which answers with its int32 rank-specific reply.
         let got = if group.rank() == 0 {
-            let x = Array::from_slice(&[0.5f32, -1.25, 3.0, 8.0], &[2, 2]).as_dtype(Dtype::Bfloat16).unwrap();
+            let x = Array::from_slice(&[0.5f32, -1.25, 3.0, 8.0], &[2, 2])
+                .as_dtype(Dtype::Bfloat16)
+                .unwrap();
             ops::send(&x, 1, &group).unwrap().eval().unwrap();
             values(&ops::recv(&[3], Dtype::Int32, 1, &group).unwrap())
         } else {
@@ -97,8 +104,18 @@ fn two_ranks_all_sum_all_gather_and_send_recv() {
     let all = report(&outputs);
     assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
     let gathered = "gathered=[1.0, 2.0, 3.0, 2.0, 4.0, 6.0]";
-    assert!(outputs[0].stdout.contains(&format!("RANK 0 sum=[3.0, 6.0, 9.0] {gathered} received=[7.0, 8.0, 9.0]")), "{all}");
-    assert!(outputs[1].stdout.contains(&format!("RANK 1 sum=[3.0, 6.0, 9.0] {gathered} received=[0.5, -1.25, 3.0, 8.0]")), "{all}");
+    assert!(
+        outputs[0]
+            .stdout
+            .contains(&format!("RANK 0 sum=[3.0, 6.0, 9.0] {gathered} received=[7.0, 8.0, 9.0]")),
+        "{all}"
+    );
+    assert!(
+        outputs[1].stdout.contains(&format!(
+            "RANK 1 sum=[3.0, 6.0, 9.0] {gathered} received=[0.5, -1.25, 3.0, 8.0]"
+        )),
+        "{all}"
+    );
 }
 
 /// MLX's ring takes whoever connects first to a rank's port: 4 KB of random
@@ -128,7 +145,9 @@ fn a_stranger_at_a_ring_port_is_refused_and_the_ranks_with_the_secret_join() {
     let mut stranger = loop {
         match std::net::TcpStream::connect(port) {
             Ok(s) => break s,
-            Err(_) if started.elapsed() < Duration::from_secs(20) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) if started.elapsed() < Duration::from_secs(20) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
             Err(e) => panic!("rank 0 never listened on {port}: {e}"),
         }
     };
@@ -175,7 +194,12 @@ fn rank_0_shares_bytes_with_every_rank() {
     let outputs = ring.run_all(|_| rank_command(TEST), RING_DEADLINE).unwrap();
     let all = report(&outputs);
     assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
-    assert!(outputs[0].stdout.contains("RANK 0 shared; speaking out of turn: distributed: rank 0 has no message to share"), "{all}");
+    assert!(
+        outputs[0].stdout.contains(
+            "RANK 0 shared; speaking out of turn: distributed: rank 0 has no message to share"
+        ),
+        "{all}"
+    );
     assert!(outputs[1].stdout.contains("RANK 1 shared; speaking out of turn: distributed: rank 1 has a message to share: only rank 0 has one"), "{all}");
 }
 
@@ -191,7 +215,10 @@ fn a_rank_that_never_starts_is_reported_by_each_side_within_the_timeout() {
     // Rank 0 accepts first (MLX would wait in accept forever), rank 1 connects
     // first (MLX would retry for ~30 s): each alone in its own ring, both at once.
     let rings = [LocalRing::new(2).unwrap(), LocalRing::new(2).unwrap()];
-    let alone = vec![rings[0].spawn(0, rank_command(TEST)).unwrap(), rings[1].spawn(1, rank_command(TEST)).unwrap()];
+    let alone = vec![
+        rings[0].spawn(0, rank_command(TEST)).unwrap(),
+        rings[1].spawn(1, rank_command(TEST)).unwrap(),
+    ];
     let outputs = engine::distributed::launch::wait_all(alone, RING_DEADLINE);
     for (out, ring) in outputs.iter().zip(&rings) {
         let (alone, other) = (out.rank, 1 - out.rank);
@@ -219,13 +246,18 @@ fn a_rank_whose_hostfile_line_is_not_its_address_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let hostfile = dir.path().join("hostfile.json");
     std::fs::write(&hostfile, r#"[["192.0.2.1:47801"], ["127.0.0.1:47802"]]"#).unwrap();
-    let output = rank_command(TEST).env("MLX_RANK", "0").env("MLX_HOSTFILE", &hostfile).output().unwrap();
+    let output =
+        rank_command(TEST).env("MLX_RANK", "0").env("MLX_HOSTFILE", &hostfile).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let want = format!(
         "CODE DISTRIBUTED_ERROR: distributed: rank 0 of 2: cannot listen on 192.0.2.1:47801 ([ring] Couldn't bind socket (error: 99)): is that address this machine's? Rank 0 is line 1 of {}",
         hostfile.display()
     );
-    assert!(stdout.contains(&want), "{want}\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        stdout.contains(&want),
+        "{want}\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 #[test]
@@ -281,7 +313,8 @@ fn tensor_parallel_rank(format: WeightFormat) {
     let dir = std::env::var(CHECKPOINT).expect("the parent names the checkpoint");
     let tp = TensorParallel::new(Group::init(&connect()).expect("join the ring"));
     let rank = tp.rank();
-    let loaded = model::load_tensor_parallel(Path::new(&dir), &LoadOptions { format }, tp).expect("load my share");
+    let loaded = model::load_tensor_parallel(Path::new(&dir), &LoadOptions { format }, tp)
+        .expect("load my share");
     // Half the KV heads each (the tiny llama has 2).
     assert_eq!(loaded.model.shape().kv_heads, 1);
     let ids = common::greedy_ids(&loaded, &PROMPT, 16);
@@ -310,12 +343,16 @@ fn ranks_on_checkpoint(test: &str, dir: &Path, n: usize) -> Vec<RankOutput> {
 /// The tiny llama in `dir`, decoded greedily by 2 tensor-parallel ranks and
 /// by this process alone: the same 16 tokens on both ranks and alone.
 fn tensor_parallel_matches_one_process(test: &str, dir: &Path, format: WeightFormat) {
-    let alone = common::greedy_ids(&model::load(dir, &LoadOptions { format }).unwrap(), &PROMPT, 16);
+    let alone =
+        common::greedy_ids(&model::load(dir, &LoadOptions { format }).unwrap(), &PROMPT, 16);
     let outputs = two_ranks_on_checkpoint(test, dir);
     let all = report(&outputs);
     assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
     for (rank, out) in outputs.iter().enumerate() {
-        assert!(out.stdout.contains(&format!("RANK {rank} TOKENS {alone:?}")), "alone: {alone:?}\n{all}");
+        assert!(
+            out.stdout.contains(&format!("RANK {rank} TOKENS {alone:?}")),
+            "alone: {alone:?}\n{all}"
+        );
     }
 }
 
@@ -338,7 +375,8 @@ fn tensor_parallel_keeps_4_bit_weights_quantized_split_at_their_groups() {
     }
     let dir = tempfile::tempdir().unwrap();
     // o_proj's 64 input columns split in 2 groups of 32, down_proj's 128 in 2 × 2.
-    let spec = TinyLlama { quantize: Some(QuantSpec { group_size: 32, bits: 4 }), ..TinyLlama::default() };
+    let spec =
+        TinyLlama { quantize: Some(QuantSpec { group_size: 32, bits: 4 }), ..TinyLlama::default() };
     write_tiny_llama(dir.path(), &spec).unwrap();
     tensor_parallel_matches_one_process(TEST, dir.path(), WeightFormat::AsStored);
 }
@@ -395,10 +433,19 @@ fn a_rank_that_offers_more_memory_runs_more_layers() {
     let outputs = ring.run_all(command, RING_DEADLINE).unwrap();
     let all = report(&outputs);
     assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
-    assert!(outputs[0].stdout.contains("RANK 0 HOLDS layers 1..4 of 4, pipeline rank 0 of 2"), "{all}");
-    assert!(outputs[1].stdout.contains("RANK 1 HOLDS layers 0..1 of 4, pipeline rank 1 of 2"), "{all}");
+    assert!(
+        outputs[0].stdout.contains("RANK 0 HOLDS layers 1..4 of 4, pipeline rank 0 of 2"),
+        "{all}"
+    );
+    assert!(
+        outputs[1].stdout.contains("RANK 1 HOLDS layers 0..1 of 4, pipeline rank 1 of 2"),
+        "{all}"
+    );
     let alone = common::greedy_ids(&model::load(dir.path(), &common::LOAD).unwrap(), &PROMPT, 16);
-    assert!(outputs[0].stdout.contains(&format!("RANK 0 TOKENS {alone:?}")), "alone: {alone:?}\n{all}");
+    assert!(
+        outputs[0].stdout.contains(&format!("RANK 0 TOKENS {alone:?}")),
+        "alone: {alone:?}\n{all}"
+    );
 }
 
 #[test]
@@ -410,17 +457,25 @@ fn a_stage_bigger_than_its_rank_s_memory_is_refused_on_every_rank() {
         let rank = group.rank();
         // 100 kB each: a layer of this llama alone is about 200 kB.
         let pipeline = engine::distributed::Pipeline::new(group, Some(100_000));
-        let err = model::load_pipeline(Path::new(&dir), &common::LOAD, pipeline).err().expect("too little memory");
+        let err = model::load_pipeline(Path::new(&dir), &common::LOAD, pipeline)
+            .err()
+            .expect("too little memory");
         println!("RANK {rank} {}: {err}", err.code());
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    write_tiny_llama(dir.path(), &TinyLlama { layers: 4, hidden: 128, intermediate: 256, ..TinyLlama::default() }).unwrap();
+    write_tiny_llama(
+        dir.path(),
+        &TinyLlama { layers: 4, hidden: 128, intermediate: 256, ..TinyLlama::default() },
+    )
+    .unwrap();
     let outputs = two_ranks_on_checkpoint(TEST, dir.path());
     let all = report(&outputs);
     assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
     for rank in 0..2 {
-        let want = format!("RANK {rank} INVALID_MODEL_CONFIG: invalid model config: rank 1's layers 0..2 need");
+        let want = format!(
+            "RANK {rank} INVALID_MODEL_CONFIG: invalid model config: rank 1's layers 0..2 need"
+        );
         assert!(outputs[rank].stdout.contains(&want), "{want}\n{all}");
         assert!(outputs[rank].stdout.contains("and it offers 0.0 GB: add a machine"), "{all}");
     }
@@ -435,11 +490,18 @@ fn split_model_matches_one_process(test: &str, dir: &Path, stages: &[&str]) {
     let outputs = ranks_on_checkpoint(test, dir, ranks);
     let all = report(&outputs);
     assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
-    assert!(outputs[0].stdout.contains(&format!("RANK 0 TOKENS {alone:?}")), "alone: {alone:?}\n{all}");
+    assert!(
+        outputs[0].stdout.contains(&format!("RANK 0 TOKENS {alone:?}")),
+        "alone: {alone:?}\n{all}"
+    );
     for (rank, out) in outputs.iter().enumerate() {
-        let holds = format!("RANK {rank} HOLDS layers {}, pipeline rank {rank} of {ranks}", stages[rank]);
+        let holds =
+            format!("RANK {rank} HOLDS layers {}, pipeline rank {rank} of {ranks}", stages[rank]);
         assert!(out.stdout.contains(&holds), "{holds}\n{all}");
-        assert!(rank == 0 || out.stdout.contains(&format!("RANK {rank} FOLLOWED 16 forwards")), "{all}");
+        assert!(
+            rank == 0 || out.stdout.contains(&format!("RANK {rank} FOLLOWED 16 forwards")),
+            "{all}"
+        );
     }
 }
 
@@ -463,7 +525,8 @@ fn pipeline_keeps_4_bit_weights_as_stored() {
     }
     let dir = tempfile::tempdir().unwrap();
     // Groups of 64: tensor parallel refuses this one (see below); a pipeline splits whole layers.
-    let spec = TinyLlama { quantize: Some(QuantSpec { group_size: 64, bits: 4 }), ..TinyLlama::default() };
+    let spec =
+        TinyLlama { quantize: Some(QuantSpec { group_size: 64, bits: 4 }), ..TinyLlama::default() };
     write_tiny_llama(dir.path(), &spec).unwrap();
     split_model_matches_one_process(TEST, dir.path(), &["1..2 of 2", "0..1 of 2"]);
 }
@@ -521,7 +584,11 @@ fn auto_splits_the_default_sized_llama_by_tensor_and_gemma_by_pipeline() {
     let llama = tempfile::tempdir().unwrap();
     write_tiny_llama(llama.path(), &TinyLlama::default()).unwrap();
     assert_eq!(Split::Auto.resolve(llama.path(), 2).unwrap(), Split::Tensor);
-    assert_eq!(Split::Auto.resolve(llama.path(), 3).unwrap(), Split::Pipeline, "4 heads over 3 ranks");
+    assert_eq!(
+        Split::Auto.resolve(llama.path(), 3).unwrap(),
+        Split::Pipeline,
+        "4 heads over 3 ranks"
+    );
     let gemma = tempfile::tempdir().unwrap();
     write_tiny_family(gemma.path(), TinyFamily::Gemma3, None, 5).unwrap();
     assert_eq!(Split::Auto.resolve(gemma.path(), 2).unwrap(), Split::Pipeline);
@@ -546,12 +613,15 @@ fn tensor_parallel_refuses_a_quantized_split_inside_a_group_on_every_rank() {
         let tp = TensorParallel::new(Group::init(&connect()).expect("join the ring"));
         let rank = tp.rank();
         let opts = LoadOptions { format: WeightFormat::AsStored };
-        let err = model::load_tensor_parallel(Path::new(&dir), &opts, tp).err().expect("o_proj's 64 columns are one group");
+        let err = model::load_tensor_parallel(Path::new(&dir), &opts, tp)
+            .err()
+            .expect("o_proj's 64 columns are one group");
         println!("RANK {rank} {}: {err}", err.code());
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let spec = TinyLlama { quantize: Some(QuantSpec { group_size: 64, bits: 4 }), ..TinyLlama::default() };
+    let spec =
+        TinyLlama { quantize: Some(QuantSpec { group_size: 64, bits: 4 }), ..TinyLlama::default() };
     write_tiny_llama(dir.path(), &spec).unwrap();
     let outputs = two_ranks_on_checkpoint(TEST, dir.path());
     let all = report(&outputs);
@@ -566,10 +636,15 @@ fn tensor_parallel_refuses_a_quantized_split_inside_a_group_on_every_rank() {
 fn tensor_parallel_refuses_a_family_it_cannot_split() {
     // A group of one (no launcher in the harness's own process) is enough:
     // the refusal comes from the loader, before any collective.
-    let tp = TensorParallel::new(Group::init(&GroupConfig { strict: false, ..GroupConfig::default() }).unwrap());
+    let tp = TensorParallel::new(
+        Group::init(&GroupConfig { strict: false, ..GroupConfig::default() }).unwrap(),
+    );
     let dir = tempfile::tempdir().unwrap();
     write_tiny_family(dir.path(), TinyFamily::Gemma3, None, 5).unwrap();
-    let err = model::load_tensor_parallel(dir.path(), &LoadOptions { format: WeightFormat::Float32 }, tp).err().expect("Gemma 3 has no sharded layers");
+    let err =
+        model::load_tensor_parallel(dir.path(), &LoadOptions { format: WeightFormat::Float32 }, tp)
+            .err()
+            .expect("Gemma 3 has no sharded layers");
     assert_eq!(err.code(), "INVALID_REQUEST");
     assert!(err.to_string().contains("the Gemma 3 family cannot be split across processes (tensor parallel) yet: split it as a pipeline"), "{err}");
 }
@@ -595,9 +670,13 @@ fn batch_config() -> SchedulerConfig {
 /// then a fifth continues the first's prompt (a prefix-cache hit). The
 /// five texts, the fifth's cached prompt tokens, and the forward passes run.
 fn batch_with_a_join(driver: &mut common::Driver) -> (Vec<String>, usize, u64) {
-    let prompts: Vec<Vec<u32>> = (0..4).map(|salt| common::salted_prompt(40 + 3 * salt as usize, salt)).collect();
-    let rows: Vec<usize> =
-        prompts[..3].iter().enumerate().map(|(i, p)| driver.submit(common::greedy_request(p, 8 + 3 * i))).collect();
+    let prompts: Vec<Vec<u32>> =
+        (0..4).map(|salt| common::salted_prompt(40 + 3 * salt as usize, salt)).collect();
+    let rows: Vec<usize> = prompts[..3]
+        .iter()
+        .enumerate()
+        .map(|(i, p)| driver.submit(common::greedy_request(p, 8 + 3 * i)))
+        .collect();
     for _ in 0..4 {
         driver.step();
     }
@@ -607,9 +686,17 @@ fn batch_with_a_join(driver: &mut common::Driver) -> (Vec<String>, usize, u64) {
     longer.extend(common::salted_prompt(9, 7));
     let continued = driver.submit(common::greedy_request(&longer, 6));
     driver.run_to_end();
-    let texts = rows.iter().chain([&joined, &continued]).map(|&i| driver.completion(i).content.clone()).collect();
+    let texts = rows
+        .iter()
+        .chain([&joined, &continued])
+        .map(|&i| driver.completion(i).content.clone())
+        .collect();
     let stats = driver.scheduler.stats();
-    (texts, driver.completion(continued).stats.cached_prompt_tokens, stats.decode_steps + stats.prefill_passes)
+    (
+        texts,
+        driver.completion(continued).stats.cached_prompt_tokens,
+        stats.decode_steps + stats.prefill_passes,
+    )
 }
 
 /// Rank side of the batch tests: rank 0 drives [`batch_with_a_join`]
@@ -646,9 +733,16 @@ fn batch_matches_one_process(test: &str, dir: &Path, ranks: usize) -> usize {
     let outputs = ranks_on_checkpoint(test, dir, ranks);
     let all = report(&outputs);
     assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
-    assert!(outputs[0].stdout.contains(&format!("RANK 0 TEXTS {texts:?} CACHED {cached}")), "alone: {texts:?} {cached}\n{all}");
+    assert!(
+        outputs[0].stdout.contains(&format!("RANK 0 TEXTS {texts:?} CACHED {cached}")),
+        "alone: {texts:?} {cached}\n{all}"
+    );
     // Every pass rank 0 ran, each follower ran with it (and no other).
-    let ran = outputs[0].stdout.lines().find_map(|l| l.strip_prefix("RANK 0 RAN ")).expect("rank 0's count");
+    let ran = outputs[0]
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RANK 0 RAN "))
+        .expect("rank 0's count");
     assert_eq!(ran, format!("{forwards} forwards"), "alone\n{all}");
     for rank in 1..ranks {
         assert!(outputs[rank].stdout.contains(&format!("RANK {rank} FOLLOWED {ran}")), "{all}");
@@ -682,7 +776,8 @@ fn a_pipeline_serves_a_continuous_batch_as_one_process_does() {
 
 /// Qwen2 (biases on Q/K/V) with heads of 32, which 8-bit KV quantizes.
 fn write_qwen2_for_kv_quantization(dir: &Path) {
-    write_tiny_qwen2(dir, &TinyLlama { hidden: 128, intermediate: 256, ..TinyLlama::default() }).unwrap();
+    write_tiny_qwen2(dir, &TinyLlama { hidden: 128, intermediate: 256, ..TinyLlama::default() })
+        .unwrap();
 }
 
 #[test]
@@ -711,7 +806,8 @@ fn a_pipeline_of_qwen2_serves_a_continuous_batch_as_one_process_does() {
 
 #[test]
 fn a_pipeline_of_qwen3_5_serves_a_continuous_batch_with_its_states_as_one_process_does() {
-    const TEST: &str = "a_pipeline_of_qwen3_5_serves_a_continuous_batch_with_its_states_as_one_process_does";
+    const TEST: &str =
+        "a_pipeline_of_qwen3_5_serves_a_continuous_batch_with_its_states_as_one_process_does";
     if is_rank_of(TEST) {
         return batch_rank(Split::Pipeline);
     }
@@ -735,13 +831,23 @@ fn png(w: u32, h: u32, seed: u32) -> engine::batch::ImageInput {
 }
 
 /// A greedy chat request with `images` before `text`.
-fn image_request(text: &str, images: &[engine::batch::ImageInput], max_tokens: usize) -> engine::batch::Request {
+fn image_request(
+    text: &str,
+    images: &[engine::batch::ImageInput],
+    max_tokens: usize,
+) -> engine::batch::Request {
     use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
-    let mut parts: Vec<ContentPart> = images.iter().map(|i| ContentPart::Image { image: Some(i.sha256.clone()) }).collect();
+    let mut parts: Vec<ContentPart> =
+        images.iter().map(|i| ContentPart::Image { image: Some(i.sha256.clone()) }).collect();
     parts.push(ContentPart::text(text));
     let message = ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") };
-    let prompt = engine::batch::Prompt::Chat { messages: vec![message], options: TemplateOptions::default() };
-    let mut r = engine::batch::Request::new(prompt).with_max_tokens(max_tokens).with_sampling(common::greedy_no_eos());
+    let prompt = engine::batch::Prompt::Chat {
+        messages: vec![message],
+        options: TemplateOptions::default(),
+    };
+    let mut r = engine::batch::Request::new(prompt)
+        .with_max_tokens(max_tokens)
+        .with_sampling(common::greedy_no_eos());
     r.images = images.to_vec();
     r
 }
@@ -784,7 +890,10 @@ fn vision_matches_one_process(test: &str, dir: &Path) {
     let outputs = two_ranks_on_checkpoint(test, dir);
     let all = report(&outputs);
     assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
-    assert!(outputs[0].stdout.contains(&format!("RANK 0 TEXTS {texts:?} ENCODED 3")), "alone: {texts:?}\n{all}");
+    assert!(
+        outputs[0].stdout.contains(&format!("RANK 0 TEXTS {texts:?} ENCODED 3")),
+        "alone: {texts:?}\n{all}"
+    );
 }
 
 #[test]
@@ -794,7 +903,11 @@ fn a_pipeline_of_qwen2_vl_answers_images_with_their_positions_as_one_process() {
         return vision_rank(Split::Pipeline);
     }
     let dir = tempfile::tempdir().unwrap();
-    engine::testing::write_tiny_qwen2_vl(dir.path(), &engine::testing::TinyQwenVl::new(engine::testing::QwenVlVariant::Qwen2Vl)).unwrap();
+    engine::testing::write_tiny_qwen2_vl(
+        dir.path(),
+        &engine::testing::TinyQwenVl::new(engine::testing::QwenVlVariant::Qwen2Vl),
+    )
+    .unwrap();
     vision_matches_one_process(TEST, dir.path());
 }
 
@@ -805,7 +918,11 @@ fn tensor_parallel_qwen2_vl_answers_images_as_one_process() {
         return vision_rank(Split::Tensor);
     }
     let dir = tempfile::tempdir().unwrap();
-    engine::testing::write_tiny_qwen2_vl(dir.path(), &engine::testing::TinyQwenVl::new(engine::testing::QwenVlVariant::Qwen2Vl)).unwrap();
+    engine::testing::write_tiny_qwen2_vl(
+        dir.path(),
+        &engine::testing::TinyQwenVl::new(engine::testing::QwenVlVariant::Qwen2Vl),
+    )
+    .unwrap();
     vision_matches_one_process(TEST, dir.path());
 }
 
@@ -854,7 +971,10 @@ fn memory_rank() {
     let split: Split = std::env::var(SPLIT).unwrap().parse().unwrap();
     let config = GroupConfig { split, ..connect() };
     if RankEnv::from_process().unwrap().expect("a rank").rank == 0 {
-        let mut driver = common::Driver::of(load_leader(Path::new(&dir), &common::LOAD, &config).unwrap(), batch_config());
+        let mut driver = common::Driver::of(
+            load_leader(Path::new(&dir), &common::LOAD, &config).unwrap(),
+            batch_config(),
+        );
         let ranks = memory_mid_decode(&mut driver).ranks;
         println!("RANK 0 MEMORY {}", serde_json::to_string(&ranks).unwrap());
     } else {
@@ -874,7 +994,12 @@ fn memory_of_two_ranks(test: &str, dir: &Path, split: Split) -> Vec<serde_json::
     let outputs = ring.run_all(command, RING_DEADLINE).unwrap();
     let all = report(&outputs);
     assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
-    let line = outputs[0].stdout.lines().find_map(|l| l.split_once("RANK 0 MEMORY ")).map(|(_, m)| m).expect(&all);
+    let line = outputs[0]
+        .stdout
+        .lines()
+        .find_map(|l| l.split_once("RANK 0 MEMORY "))
+        .map(|(_, m)| m)
+        .expect(&all);
     let ranks: Vec<serde_json::Value> = serde_json::from_str(line).unwrap();
     assert_eq!(ranks.len(), 2, "{line}");
     ranks
@@ -897,9 +1022,16 @@ fn a_pipeline_of_gemma4_splits_its_per_layer_embeddings_with_the_layers() {
     // table (15% of this checkpoint) and its projection only once between them.
     let twice = held.iter().sum::<f64>() - weights;
     println!("checkpoint {weights} bytes, per-layer table {table}; ranks hold {held:?}, {twice} bytes twice");
-    assert!(twice < table / 2.0, "{twice} bytes held twice, the per-layer table has {table}: {ranks:?}");
+    assert!(
+        twice < table / 2.0,
+        "{twice} bytes held twice, the per-layer table has {table}: {ranks:?}"
+    );
     for (r, w) in held.iter().enumerate() {
-        assert!((0.4..0.65).contains(&(w / weights)), "rank {r} holds {:.3} of the weights: {ranks:?}", w / weights);
+        assert!(
+            (0.4..0.65).contains(&(w / weights)),
+            "rank {r} holds {:.3} of the weights: {ranks:?}",
+            w / weights
+        );
     }
 }
 
@@ -910,7 +1042,8 @@ fn weights_of(dir: &Path, name: &str) -> usize {
 
 #[test]
 fn each_of_two_ranks_holds_about_half_the_weights_and_caches_and_rank_0_reports_both() {
-    const TEST: &str = "each_of_two_ranks_holds_about_half_the_weights_and_caches_and_rank_0_reports_both";
+    const TEST: &str =
+        "each_of_two_ranks_holds_about_half_the_weights_and_caches_and_rank_0_reports_both";
     if is_rank_of(TEST) {
         return memory_rank();
     }
@@ -931,13 +1064,22 @@ fn each_of_two_ranks_holds_about_half_the_weights_and_caches_and_rank_0_reports_
             // Each rank: half the layers (or of each layer), plus its own
             // copy of the small embeddings and head.
             let w = rank["weights_bytes"].as_f64().unwrap() / weights;
-            assert!((0.45..0.6).contains(&w), "{split}: rank {r} holds {w:.3} of the weights\n{line}");
+            assert!(
+                (0.45..0.6).contains(&w),
+                "{split}: rank {r} holds {w:.3} of the weights\n{line}"
+            );
             // Caches: half each by tensor parallel; by pipeline, rank 0 has
             // the last layer, whose keys and values stay float (KV
             // quantization skips it), the other rank only quantized ones.
             let c = rank["kv_bytes"].as_f64().unwrap() / caches;
-            assert!((0.25..0.7).contains(&c), "{split}: rank {r} holds {c:.3} of the caches\n{line}");
-            assert!(rank["active_bytes"].as_u64().unwrap() >= rank["weights_bytes"].as_u64().unwrap(), "{line}");
+            assert!(
+                (0.25..0.7).contains(&c),
+                "{split}: rank {r} holds {c:.3} of the caches\n{line}"
+            );
+            assert!(
+                rank["active_bytes"].as_u64().unwrap() >= rank["weights_bytes"].as_u64().unwrap(),
+                "{line}"
+            );
         }
         // Between them, exactly the caches of one process.
         let total: f64 = ranks.iter().map(|r| r["kv_bytes"].as_f64().unwrap()).sum();
@@ -961,7 +1103,9 @@ fn a_follower_whose_leader_dies_stops_with_a_clear_error() {
             println!("RANK 0 leaving mid-stream");
             std::process::exit(7);
         }
-        let err = run_follower(Path::new(&dir), &common::LOAD, &connect()).err().expect("no steps without rank 0");
+        let err = run_follower(Path::new(&dir), &common::LOAD, &connect())
+            .err()
+            .expect("no steps without rank 0");
         println!("RANK 1 {}: {err}", err.code());
         return;
     }
@@ -990,7 +1134,10 @@ fn lead_until_the_follower_dies(dir: &Path, split: Split) {
     let error = driver.completion(next).error.clone().expect("no generation without every rank");
     println!("RANK 0 NEXT FAILED {}: {}", error.code, error.message);
     let stats = driver.scheduler.stats();
-    println!("RANK 0 STATS SAY {:?}", stats.split_error.as_deref().map(|e| e.contains("connection to a peer was lost")));
+    println!(
+        "RANK 0 STATS SAY {:?}",
+        stats.split_error.as_deref().map(|e| e.contains("connection to a peer was lost"))
+    );
 }
 
 /// Steps until nothing is left; a failed step fails the batch, as the engine thread does.
@@ -1015,11 +1162,18 @@ fn die_mid_stream_rank(split: Split) {
         return lead_until_the_follower_dies(Path::new(&dir), split);
     }
     let group = std::rc::Rc::new(Group::init(&connect()).expect("join the ring"));
-    let share = engine::distributed::rank::share_of(Path::new(&dir), &GroupConfig { split, ..connect() }, &group).unwrap();
+    let share = engine::distributed::rank::share_of(
+        Path::new(&dir),
+        &GroupConfig { split, ..connect() },
+        &group,
+    )
+    .unwrap();
     let loaded = model::load_share(Path::new(&dir), &common::LOAD, share).unwrap();
     let mut replica = Replica::new(loaded.model.as_ref());
     for _ in 0..6 {
-        let Step::Run { events, forward } = Step::receive(&group).unwrap() else { panic!("shut down early") };
+        let Step::Run { events, forward } = Step::receive(&group).unwrap() else {
+            panic!("shut down early")
+        };
         for event in &events {
             replica.apply(event).unwrap();
         }
@@ -1060,7 +1214,8 @@ fn a_follower_that_dies_mid_stream_fails_rank_0s_requests_with_a_clear_error() {
 #[test]
 fn a_pipeline_stage_that_dies_mid_stream_fails_rank_0s_requests_with_a_clear_error() {
     // Rank 0 waits on the dead stage's hidden states (a recv), not on a sum.
-    const TEST: &str = "a_pipeline_stage_that_dies_mid_stream_fails_rank_0s_requests_with_a_clear_error";
+    const TEST: &str =
+        "a_pipeline_stage_that_dies_mid_stream_fails_rank_0s_requests_with_a_clear_error";
     if is_rank_of(TEST) {
         return die_mid_stream_rank(Split::Pipeline);
     }
@@ -1070,12 +1225,17 @@ fn a_pipeline_stage_that_dies_mid_stream_fails_rank_0s_requests_with_a_clear_err
 /// Short, so the heartbeat test takes seconds: a follower gives rank 0
 /// 4 s for a step plus 1 s between heartbeats.
 fn quick_watch() -> GroupConfig {
-    GroupConfig { step_timeout: Duration::from_secs(4), heartbeat: Duration::from_secs(1), ..connect() }
+    GroupConfig {
+        step_timeout: Duration::from_secs(4),
+        heartbeat: Duration::from_secs(1),
+        ..connect()
+    }
 }
 
 #[test]
 fn a_follower_outlives_an_idle_rank_0_that_beats_and_leaves_one_that_went_silent() {
-    const TEST: &str = "a_follower_outlives_an_idle_rank_0_that_beats_and_leaves_one_that_went_silent";
+    const TEST: &str =
+        "a_follower_outlives_an_idle_rank_0_that_beats_and_leaves_one_that_went_silent";
     if is_rank_of(TEST) {
         let dir = std::env::var(CHECKPOINT).unwrap();
         let env = RankEnv::from_process().unwrap().expect("started as a rank");
@@ -1128,7 +1288,11 @@ fn mlx_s_own_messages_reach_our_errors_and_mlx_rs_still_gets_its_own() {
     // strict start with its own message, which must come through our mlx-c
     // call's error and not as "MLX gave no message".
     assert!(is_available(Backend::Ring));
-    let strict_jaccl = GroupConfig { backend: Backend::Jaccl, connect_timeout: Duration::from_secs(5), ..GroupConfig::default() };
+    let strict_jaccl = GroupConfig {
+        backend: Backend::Jaccl,
+        connect_timeout: Duration::from_secs(5),
+        ..GroupConfig::default()
+    };
     let err = Group::init(&strict_jaccl).err().expect("no JACCL group here");
     assert_eq!(err.code(), "DISTRIBUTED_ERROR");
     if !is_available(Backend::Jaccl) {
@@ -1136,6 +1300,7 @@ fn mlx_s_own_messages_reach_our_errors_and_mlx_rs_still_gets_its_own() {
     }
     assert!(!err.to_string().contains("MLX gave no message"), "{err}");
     // Our handler passes every message on: mlx-rs's own errors keep theirs.
-    let bad = Array::from_slice(&[1.0f32, 2.0], &[2]).reshape(&[3]).err().expect("2 elements are not 3");
+    let bad =
+        Array::from_slice(&[1.0f32, 2.0], &[2]).reshape(&[3]).err().expect("2 elements are not 3");
     assert!(bad.what().contains("reshape"), "{bad}");
 }

@@ -16,7 +16,10 @@ use engine::tokenizer::{ChatMessage, TemplateOptions};
 
 mod common;
 
-use common::{family_checkpoint, greedy_no_eos as no_eos, greedy_request as request, salted_prompt as prompt, single_stream_text as alone, Driver, LOAD};
+use common::{
+    family_checkpoint, greedy_no_eos as no_eos, greedy_request as request, salted_prompt as prompt,
+    single_stream_text as alone, Driver, LOAD,
+};
 
 const SEED: u64 = 11;
 
@@ -36,14 +39,22 @@ fn batched_equals_alone(family: TinyFamily) {
     for _ in 0..8 {
         driver.step();
     }
-    assert!(driver.scheduler.stats().decode_steps > 0, "the first rows are decoding when the last one joins");
+    assert!(
+        driver.scheduler.stats().decode_steps > 0,
+        "the first rows are decoding when the last one joins"
+    );
     rows.push(driver.submit(request(&late.0, late.1)));
     driver.run_to_end();
     for (row, (ids, n)) in rows.into_iter().zip(early.iter().chain([&late])) {
         let c = driver.completion(row);
         assert!(c.error.is_none(), "{:?}", c.error);
         assert_eq!(c.stats.generated_tokens, *n);
-        assert_eq!(c.content, alone(dir.path(), ids, *n), "{family:?}: prompt of {} tokens", ids.len());
+        assert_eq!(
+            c.content,
+            alone(dir.path(), ids, *n),
+            "{family:?}: prompt of {} tokens",
+            ids.len()
+        );
     }
     assert!(driver.scheduler.stats().prefill_chunks > 4, "prompts were prefilled in chunks");
 
@@ -150,8 +161,16 @@ fn qwen35_second_turn_resumes_from_the_prompt_checkpoint() {
     let row = driver.submit(request(&second, 8));
     driver.run_to_end();
     let c = driver.completion(row);
-    assert_eq!(c.stats.cached_prompt_tokens, first.len(), "resumed from the first prompt's checkpoint");
-    assert_eq!(c.stats.prompt_tokens - c.stats.cached_prompt_tokens, 23, "only the new turn is prefilled");
+    assert_eq!(
+        c.stats.cached_prompt_tokens,
+        first.len(),
+        "resumed from the first prompt's checkpoint"
+    );
+    assert_eq!(
+        c.stats.prompt_tokens - c.stats.cached_prompt_tokens,
+        23,
+        "only the new turn is prefilled"
+    );
     assert_eq!(c.content, alone(dir.path(), &second, 8));
 }
 
@@ -201,16 +220,20 @@ fn qwen35_thinking_on_and_off_in_one_batch() {
 fn thinking_on_and_off_in_one_batch(family: TinyFamily) {
     let dir = checkpoint(family);
     let path = dir.path().join("tokenizer_config.json");
-    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     cfg["chat_template"] = THINKING_TEMPLATE.into();
     std::fs::write(&path, cfg.to_string()).unwrap();
     let loaded = model::load(dir.path(), &LOAD).unwrap();
     assert!(loaded.info.capabilities.thinking, "the template thinks");
     let chat = |thinking: bool| {
         let options = TemplateOptions { enable_thinking: Some(thinking), ..Default::default() };
-        let mut r = Request::new(Prompt::Chat { messages: vec![ChatMessage::user("hello there")], options })
-            .with_max_tokens(30)
-            .with_sampling(no_eos());
+        let mut r = Request::new(Prompt::Chat {
+            messages: vec![ChatMessage::user("hello there")],
+            options,
+        })
+        .with_max_tokens(30)
+        .with_sampling(no_eos());
         // Random weights never close the block themselves: the budget does.
         r.thinking_budget = Some(8);
         r
@@ -232,7 +255,10 @@ fn thinking_on_and_off_in_one_batch(family: TinyFamily) {
     assert!((8..30).contains(&reasoning), "{reasoning} reasoning tokens");
     for (i, thinking) in [true, false].into_iter().enumerate() {
         let solo = run(vec![chat(thinking)]).remove(0);
-        assert_eq!((&solo.reasoning, &solo.content), (&together[i].reasoning, &together[i].content));
+        assert_eq!(
+            (&solo.reasoning, &solo.content),
+            (&together[i].reasoning, &together[i].content)
+        );
     }
 }
 
@@ -245,9 +271,13 @@ fn a_multimodal_gemma4_checkpoint_loads_its_language_model() {
     let text = checkpoint(TinyFamily::Gemma4);
     let expected = alone(text.path(), &prompt(20, 7), 12);
     let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(text.path().join("config.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(text.path().join("config.json")).unwrap())
+            .unwrap();
     let tensors = mlx_rs::Array::load_safetensors(text.path().join("model.safetensors")).unwrap();
-    for (prefix, lm_head) in [("model.language_model.", "lm_head."), ("language_model.model.", "language_model.lm_head.")] {
+    for (prefix, lm_head) in [
+        ("model.language_model.", "lm_head."),
+        ("language_model.model.", "language_model.lm_head."),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         for file in ["tokenizer.json", "tokenizer_config.json"] {
             std::fs::copy(text.path().join(file), dir.path().join(file)).unwrap();
@@ -262,7 +292,8 @@ fn a_multimodal_gemma4_checkpoint_loads_its_language_model() {
         let tower = mlx_rs::Array::from_slice(&[0.5f32; 8], &[2, 4]);
         renamed.insert("model.vision_tower.patch_embedder.weight".into(), tower.clone());
         renamed.insert("model.embed_vision.embedding_projection.weight".into(), tower);
-        mlx_rs::Array::save_safetensors(renamed.iter(), None, dir.path().join("model.safetensors")).unwrap();
+        mlx_rs::Array::save_safetensors(renamed.iter(), None, dir.path().join("model.safetensors"))
+            .unwrap();
         let multimodal = serde_json::json!({
             "model_type": "gemma4",
             "architectures": ["Gemma4ForConditionalGeneration"],

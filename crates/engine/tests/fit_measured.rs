@@ -40,7 +40,10 @@ use engine::model::{self, LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
 use engine::testing::{write_tiny_qwen2_vl, QwenVlVariant, TinyQwenVl, VlDims};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
-use hub::fit::{check_fit, local_model, FitSettings, MemoryEstimate, ModelShape, WeightHolding, RUNTIME_OVERHEAD_BYTES};
+use hub::fit::{
+    check_fit, local_model, FitSettings, MemoryEstimate, ModelShape, WeightHolding,
+    RUNTIME_OVERHEAD_BYTES,
+};
 use hub::MachineMemory;
 use mlx_rs::memory;
 
@@ -86,8 +89,16 @@ fn measure(path: &Path, format: WeightFormat, mut request: Request) -> Measured 
     let loaded = model::load(path, &LoadOptions { format }).unwrap();
     let after_load = memory::active_memory().unwrap().saturating_sub(empty);
     let load_peak = memory::peak_memory().unwrap().saturating_sub(empty);
-    request.sampling.logit_bias.extend(loaded.info.eos_token_ids.iter().map(|&t| (t, f32::NEG_INFINITY)));
-    let config = SchedulerConfig { max_running: 1, prefix_cache_bytes: 0, vision_cache_bytes: 0, ..Default::default() };
+    request
+        .sampling
+        .logit_bias
+        .extend(loaded.info.eos_token_ids.iter().map(|&t| (t, f32::NEG_INFINITY)));
+    let config = SchedulerConfig {
+        max_running: 1,
+        prefix_cache_bytes: 0,
+        vision_cache_bytes: 0,
+        ..Default::default()
+    };
     let mut driver = Driver::of(loaded, config);
     let max_tokens = request.max_tokens;
     let i = driver.submit(request);
@@ -126,7 +137,11 @@ fn compare(name: &str, shape: &ModelShape, estimate: &MemoryEstimate, m: &Measur
     let activations = estimate.overhead - RUNTIME_OVERHEAD_BYTES;
     println!("{name} at {} tokens of context:", m.context);
     println!("  weights      estimated {:>10}   measured {:>10} (active after the request; after the load {})", mib(estimate.weights), mib(m.weights), mib(m.after_load));
-    println!("  KV cache     estimated {:>10}   measured {:>10} (the scheduler's cache at its fullest)", mib(estimate.kv_cache), mib(m.kv_cache));
+    println!(
+        "  KV cache     estimated {:>10}   measured {:>10} (the scheduler's cache at its fullest)",
+        mib(estimate.kv_cache),
+        mib(m.kv_cache)
+    );
     println!("  vision       estimated {:>10}", mib(estimate.vision));
     println!("  activations  estimated {:>10} (a prefill chunk's, the logits, the KV cache's growth step)", mib(activations));
     println!(
@@ -143,21 +158,34 @@ fn compare(name: &str, shape: &ModelShape, estimate: &MemoryEstimate, m: &Measur
     );
     let error = (model_bytes as f64 - m.peak as f64) / m.peak as f64;
     println!("  estimate vs measured peak: {:+.1}%", error * 100.0);
-    assert!(error.abs() <= TOLERANCE, "{name}: the estimate is {:+.1}% off the measured peak", error * 100.0);
+    assert!(
+        error.abs() <= TOLERANCE,
+        "{name}: the estimate is {:+.1}% off the measured peak",
+        error * 100.0
+    );
     // the parts that are not guesses: the weights as held, and the KV cache
     // between the context and a growth step (256 columns) beyond it
     let weights_error = (estimate.weights as f64 - m.weights as f64) / m.weights as f64;
-    assert!(weights_error.abs() <= 0.02, "{name}: the weights are {:+.1}% off", weights_error * 100.0);
+    assert!(
+        weights_error.abs() <= 0.02,
+        "{name}: the weights are {:+.1}% off",
+        weights_error * 100.0
+    );
     let context = m.context as u32;
     let (kv_low, kv_high) = (shape.kv_bytes(context, None), shape.kv_bytes(context + 256, None));
     assert_eq!(estimate.kv_cache, kv_low);
-    assert!((kv_low..=kv_high).contains(&(m.kv_cache as u64)), "{name}: KV cache {} not in {kv_low}..={kv_high}", m.kv_cache);
+    assert!(
+        (kv_low..=kv_high).contains(&(m.kv_cache as u64)),
+        "{name}: KV cache {} not in {kv_low}..={kv_high}",
+        m.kv_cache
+    );
 }
 
 #[test]
 fn the_default_model_s_estimate_matches_what_it_holds() {
     let _one = MLX.lock().unwrap_or_else(|e| e.into_inner());
-    let path = hub::default_model::locate().expect("run scripts/setup.sh to install the default model");
+    let path =
+        hub::default_model::locate().expect("run scripts/setup.sh to install the default model");
     let format = WeightFormat::Float32;
     // 2040 prompt tokens and 9 generated: 2048 KV columns, a multiple of the cache's 256-column step
     let request = common::greedy_request(&common::salted_prompt(2040, 1), 9);
@@ -172,7 +200,9 @@ fn the_default_model_s_estimate_matches_what_it_holds() {
 
 /// 448×448 pixels: 32×32 patches of 14, as the estimate's one image.
 fn image_448() -> ImageInput {
-    let img = image::RgbImage::from_fn(448, 448, |x, y| image::Rgb([(x % 251) as u8, (y % 241) as u8, ((x * y) % 239) as u8]));
+    let img = image::RgbImage::from_fn(448, 448, |x, y| {
+        image::Rgb([(x % 251) as u8, (y % 241) as u8, ((x * y) % 239) as u8])
+    });
     let mut png = Vec::new();
     img.write_to(&mut Cursor::new(&mut png), image::ImageFormat::Png).unwrap();
     ImageInput::from_bytes(png)
@@ -197,15 +227,21 @@ fn a_small_vision_model_s_estimate_matches_what_it_holds() {
         max_pixels: 448 * 448,
     };
     let dir = tempfile::tempdir().unwrap();
-    write_tiny_qwen2_vl(dir.path(), &TinyQwenVl { dims, ..TinyQwenVl::new(QwenVlVariant::Qwen2Vl) }).unwrap();
+    write_tiny_qwen2_vl(
+        dir.path(),
+        &TinyQwenVl { dims, ..TinyQwenVl::new(QwenVlVariant::Qwen2Vl) },
+    )
+    .unwrap();
 
     let image = image_448();
     // byte-level tokens: the text and the image's 256 tokens fill about 2048 columns
     let text: String = (0..1729).map(|i| (b'a' + (i * 7 % 26) as u8) as char).collect();
-    let parts = vec![ContentPart::Image { image: Some(image.sha256.clone()) }, ContentPart::text(&text)];
+    let parts =
+        vec![ContentPart::Image { image: Some(image.sha256.clone()) }, ContentPart::text(&text)];
     let message = ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") };
     let prompt = Prompt::Chat { messages: vec![message], options: TemplateOptions::default() };
-    let mut request = Request::new(prompt).with_max_tokens(8).with_sampling(SamplingParams::greedy());
+    let mut request =
+        Request::new(prompt).with_max_tokens(8).with_sampling(SamplingParams::greedy());
     request.images = vec![image];
     let format = WeightFormat::Float32;
     let m = measure(dir.path(), format, request);

@@ -28,7 +28,8 @@ fn gguf() -> PathBuf {
 
 fn golden() -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens/gemma3_270m_mlx_lm.json");
-    serde_json::from_str(&std::fs::read_to_string(&path).expect("golden file")).expect("golden JSON")
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("golden file"))
+        .expect("golden JSON")
 }
 
 fn ids(v: &Value) -> Vec<u32> {
@@ -59,7 +60,9 @@ fn every_block_type_dequantizes_as_ggml_does() {
         let t = file.tensors.iter().find(|t| t.name == name).unwrap();
         assert_eq!(t.kind.name(), case["type"].as_str().unwrap());
         let values = dequantize(t.kind, &file.read(t).unwrap()).unwrap();
-        for (at, want) in case["at"].as_array().unwrap().iter().zip(case["values"].as_array().unwrap()) {
+        for (at, want) in
+            case["at"].as_array().unwrap().iter().zip(case["values"].as_array().unwrap())
+        {
             let (at, want) = (at.as_u64().unwrap() as usize, want.as_f64().unwrap());
             // Float32 arithmetic in another order than numpy's: an ulp or so.
             let got = values[at] as f64;
@@ -69,7 +72,10 @@ fn every_block_type_dequantizes_as_ggml_does() {
         let squares: f64 = values.iter().map(|&v| (v as f64) * (v as f64)).sum();
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1.0);
         assert!(close(sum, case["sum"].as_f64().unwrap()), "{name}: sum {sum}");
-        assert!(close(squares, case["sum_of_squares"].as_f64().unwrap()), "{name}: sum of squares {squares}");
+        assert!(
+            close(squares, case["sum_of_squares"].as_f64().unwrap()),
+            "{name}: sum of squares {squares}"
+        );
     }
 }
 
@@ -87,7 +93,11 @@ fn answers(model: &Path, max_running: usize, prompts: &[(Vec<u32>, usize)]) -> V
     let streams: Vec<_> = prompts
         .iter()
         .map(|(ids, n)| {
-            engine.submit(Request::new(Prompt::Tokens(ids.clone())).with_max_tokens(*n).with_sampling(greedy.clone()))
+            engine.submit(
+                Request::new(Prompt::Tokens(ids.clone()))
+                    .with_max_tokens(*n)
+                    .with_sampling(greedy.clone()),
+            )
         })
         .collect();
     let out = streams
@@ -124,7 +134,8 @@ fn greedy_continuations_match_mlx_lm_on_the_converted_folder_single_and_batched(
     println!("five prompts, {} tokens each: identical to mlx-lm, single and batched", prompts[0].1);
 
     // The GGUF (K-quants dequantized at load) is the same model.
-    let info = engine::model::load(&gguf(), &LoadOptions { format: WeightFormat::Float32 }).unwrap().info;
+    let info =
+        engine::model::load(&gguf(), &LoadOptions { format: WeightFormat::Float32 }).unwrap().info;
     assert_eq!(info.family, "Gemma 3");
     assert_eq!(info.cache_layout, "3 full, 15 sliding-window (512)");
     assert_eq!(info.loaded_as, "dequantized to float32");

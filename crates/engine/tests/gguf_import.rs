@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use engine::model;
-use engine::testing::{byte_level_meta, write_gguf, write_tiny_family, GgufTensor, GgufValue, TinyFamily};
+use engine::testing::{
+    byte_level_meta, write_gguf, write_tiny_family, GgufTensor, GgufValue, TinyFamily,
+};
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
 
@@ -19,7 +21,11 @@ use common::{forward_fresh, greedy_ids, max_abs_diff, tokens, LOAD};
 
 /// Hugging Face module names → llama.cpp's, for the tensors a Qwen3 has.
 fn gguf_name(hf: &str) -> String {
-    let top = [("model.embed_tokens.weight", "token_embd.weight"), ("model.norm.weight", "output_norm.weight"), ("lm_head.weight", "output.weight")];
+    let top = [
+        ("model.embed_tokens.weight", "token_embd.weight"),
+        ("model.norm.weight", "output_norm.weight"),
+        ("lm_head.weight", "output.weight"),
+    ];
     if let Some((_, g)) = top.iter().find(|(h, _)| *h == hf) {
         return g.to_string();
     }
@@ -39,14 +45,18 @@ fn gguf_name(hf: &str) -> String {
         ("mlp.down_proj", "ffn_down"),
     ];
     let (name, suffix) = module.rsplit_once('.').unwrap();
-    let (_, g) = blocks.iter().find(|(h, _)| *h == name).unwrap_or_else(|| panic!("unexpected tensor {hf}"));
+    let (_, g) =
+        blocks.iter().find(|(h, _)| *h == name).unwrap_or_else(|| panic!("unexpected tensor {hf}"));
     format!("blk.{layer}.{g}.{suffix}")
 }
 
 fn write_qwen3_gguf(folder: &Path, out: &Path) {
-    let config: Value = serde_json::from_str(&std::fs::read_to_string(folder.join("config.json")).unwrap()).unwrap();
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("config.json")).unwrap())
+            .unwrap();
     let int = |k: &str| GgufValue::U32(config[k].as_u64().unwrap_or_else(|| panic!("{k}")) as u32);
-    let float = |k: &str| GgufValue::F32(config[k].as_f64().unwrap_or_else(|| panic!("{k}")) as f32);
+    let float =
+        |k: &str| GgufValue::F32(config[k].as_f64().unwrap_or_else(|| panic!("{k}")) as f32);
     let tokenizer = byte_level_meta();
     let metadata = vec![
         ("general.architecture", GgufValue::Str("qwen3".into())),
@@ -71,7 +81,8 @@ fn write_qwen3_gguf(folder: &Path, out: &Path) {
         ("tokenizer.ggml.add_bos_token", GgufValue::Bool(false)),
         ("tokenizer.chat_template", GgufValue::Str(tokenizer.chat_template.clone().unwrap())),
     ];
-    let weights: HashMap<String, Array> = Array::load_safetensors(folder.join("model.safetensors")).unwrap();
+    let weights: HashMap<String, Array> =
+        Array::load_safetensors(folder.join("model.safetensors")).unwrap();
     let mut names: Vec<&String> = weights.keys().collect();
     names.sort();
     let tensors: Vec<GgufTensor> = names
@@ -101,7 +112,11 @@ fn a_qwen3_gguf_loads_as_the_folder_it_was_written_from() {
 
     let text = "hello world, héllo 🙂";
     let ids = from_folder.tokenizer.encode(text, false).unwrap();
-    assert_eq!(from_gguf.tokenizer.encode(text, false).unwrap(), ids, "the GGUF vocabulary tokenizes alike");
+    assert_eq!(
+        from_gguf.tokenizer.encode(text, false).unwrap(),
+        ids,
+        "the GGUF vocabulary tokenizes alike"
+    );
 
     let prompt: Vec<u32> = (0..24).map(|i| 3 + (i * 37 + 11) % 250).collect();
     let a = forward_fresh(from_folder.model.as_ref(), &tokens(&prompt));

@@ -43,7 +43,8 @@ fn png(w: u32, h: u32, seed: u32) -> ImageInput {
 /// `eos`: token ids banned (random weights may pick EOS at once; banning it
 /// makes every reply full length).
 fn request(text: &str, images: &[ImageInput], max_tokens: usize, eos: &[u32]) -> Request {
-    let mut parts: Vec<ContentPart> = images.iter().map(|i| ContentPart::Image { image: Some(i.sha256.clone()) }).collect();
+    let mut parts: Vec<ContentPart> =
+        images.iter().map(|i| ContentPart::Image { image: Some(i.sha256.clone()) }).collect();
     parts.push(ContentPart::text(text));
     let message = ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") };
     let prompt = Prompt::Chat { messages: vec![message], options: TemplateOptions::default() };
@@ -70,14 +71,19 @@ fn images_are_encoded_in_pieces_within_the_step_budget_while_streams_decode() {
     let dir = tiny_model();
     let mut d = Driver::new(dir.path(), config(6, BUDGET));
     let eos = d.scheduler.loaded().info.eos_token_ids.clone();
-    let texts: Vec<usize> = (0..4).map(|i| d.submit(request(&format!("story number {i}"), &[], 60, &eos))).collect();
+    let texts: Vec<usize> =
+        (0..4).map(|i| d.submit(request(&format!("story number {i}"), &[], 60, &eos))).collect();
     while d.scheduler.last_step().decoded_rows < 4 {
         d.step();
     }
 
     let images = images();
-    let image_requests: Vec<usize> =
-        images.iter().map(|img| d.submit(request("what is in this picture?", std::slice::from_ref(img), 6, &eos))).collect();
+    let image_requests: Vec<usize> = images
+        .iter()
+        .map(|img| {
+            d.submit(request("what is in this picture?", std::slice::from_ref(img), 6, &eos))
+        })
+        .collect();
     // Admission did no vision work: every image still waits for the tower.
     let stats = d.scheduler.stats();
     assert_eq!(stats.images_to_encode, 8);
@@ -97,7 +103,10 @@ fn images_are_encoded_in_pieces_within_the_step_budget_while_streams_decode() {
             report.prefill_tokens
         );
         if report.running_before > 0 {
-            assert!(report.decoded_rows > 0, "a step with running streams decoded nothing: {report:?}");
+            assert!(
+                report.decoded_rows > 0,
+                "a step with running streams decoded nothing: {report:?}"
+            );
         }
         if report.vision_cost > 0 {
             vision_steps += 1;
@@ -111,8 +120,14 @@ fn images_are_encoded_in_pieces_within_the_step_budget_while_streams_decode() {
 
     // Pieces: the images needed more budget than one step has, and got it
     // over several steps.
-    assert!(vision_total > BUDGET, "the test images must need more than one step ({vision_total} units)");
-    assert!(vision_steps >= vision_total.div_ceil(BUDGET), "{vision_steps} steps for {vision_total} units");
+    assert!(
+        vision_total > BUDGET,
+        "the test images must need more than one step ({vision_total} units)"
+    );
+    assert!(
+        vision_steps >= vision_total.div_ceil(BUDGET),
+        "{vision_steps} steps for {vision_total} units"
+    );
     // Every text stream got one token in every step from its first to its last.
     for (k, &t) in texts.iter().enumerate() {
         let c = d.completion(t);
@@ -128,11 +143,19 @@ fn images_are_encoded_in_pieces_within_the_step_budget_while_streams_decode() {
     // (a budget larger than any image) and alone.
     for (img, &r) in images.iter().zip(&image_requests) {
         let mut alone = Driver::new(dir.path(), config(6, 4096));
-        let i = alone.submit(request("what is in this picture?", std::slice::from_ref(img), 6, &eos));
+        let i =
+            alone.submit(request("what is in this picture?", std::slice::from_ref(img), 6, &eos));
         alone.run_to_end();
         let (batched, alone) = (d.completion(r), alone.completion(i));
-        assert!(batched.error.is_none() && alone.error.is_none(), "{:?} {:?}", batched.error, alone.error);
-        let ids = |c: &engine::handle::Completion| c.logprobs.iter().map(|l| l.token.id).collect::<Vec<_>>();
+        assert!(
+            batched.error.is_none() && alone.error.is_none(),
+            "{:?} {:?}",
+            batched.error,
+            alone.error
+        );
+        let ids = |c: &engine::handle::Completion| {
+            c.logprobs.iter().map(|l| l.token.id).collect::<Vec<_>>()
+        };
         assert_eq!(ids(batched), ids(alone));
         assert_eq!(ids(batched).len(), 6);
     }
@@ -143,13 +166,19 @@ fn waiting_requests_are_told_their_place_in_line_and_accepted_first() {
     let dir = tiny_model();
     let mut d = Driver::new(dir.path(), config(2, 512));
     let eos = d.scheduler.loaded().info.eos_token_ids.clone();
-    let running: Vec<usize> = (0..2).map(|i| d.submit(request(&format!("story {i}"), &[], 12, &eos))).collect();
-    let queued: Vec<usize> = (0..3).map(|i| d.submit(request(&format!("question {i}"), &[], 4, &eos))).collect();
+    let running: Vec<usize> =
+        (0..2).map(|i| d.submit(request(&format!("story {i}"), &[], 12, &eos))).collect();
+    let queued: Vec<usize> =
+        (0..3).map(|i| d.submit(request(&format!("question {i}"), &[], 4, &eos))).collect();
     d.run_to_end();
     for &r in &running {
         let c = d.completion(r);
         assert!(c.accepted);
-        assert!(c.queue_positions.is_empty(), "a request that found a free slot waited: {:?}", c.queue_positions);
+        assert!(
+            c.queue_positions.is_empty(),
+            "a request that found a free slot waited: {:?}",
+            c.queue_positions
+        );
     }
     for (k, &q) in queued.iter().enumerate() {
         let c = d.completion(q);
@@ -190,7 +219,12 @@ fn a_cancelled_image_request_frees_its_place_before_its_images_are_encoded() {
 fn pacing_applies_only_around_interactive_streams() {
     let dir = tiny_model();
     for interactive in [false, true] {
-        let config = SchedulerConfig { max_running: 4, prefill_budget: 2048, pace_to_decode: true, ..SchedulerConfig::default() };
+        let config = SchedulerConfig {
+            max_running: 4,
+            prefill_budget: 2048,
+            pace_to_decode: true,
+            ..SchedulerConfig::default()
+        };
         let mut d = Driver::new(dir.path(), config);
         let eos = d.scheduler.loaded().info.eos_token_ids.clone();
         for i in 0..2 {
@@ -208,9 +242,15 @@ fn pacing_applies_only_around_interactive_streams() {
         d.step();
         let prefilled = d.scheduler.last_step().prefill_tokens;
         if interactive {
-            assert!(prefilled < 1000, "paced around watched streams, yet {prefilled} tokens in one step");
+            assert!(
+                prefilled < 1000,
+                "paced around watched streams, yet {prefilled} tokens in one step"
+            );
         } else {
-            assert!(prefilled >= 1500, "nobody watches the running rows, yet only {prefilled} tokens in one step");
+            assert!(
+                prefilled >= 1500,
+                "nobody watches the running rows, yet only {prefilled} tokens in one step"
+            );
         }
     }
 }

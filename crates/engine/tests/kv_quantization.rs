@@ -111,18 +111,26 @@ fn quantization_that_cannot_apply_is_reported_not_silent() {
     let dir = tempfile::tempdir().unwrap();
     write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap(); // head_dim 16
     let scheduler = SchedulerConfig { kv_quantization: Some(q(8, 32)), ..Default::default() };
-    let engine = EngineHandle::start(dir.path(), EngineConfig { load: LoadOptions::default(), scheduler }).unwrap();
+    let engine =
+        EngineHandle::start(dir.path(), EngineConfig { load: LoadOptions::default(), scheduler })
+            .unwrap();
     let status = engine.stats().unwrap().kv_quantization;
     assert!(status.starts_with("not applied") && status.contains("16"), "{status}");
     // It still serves.
-    let c = engine.submit(Request::new(Prompt::Tokens(vec![5, 6, 7])).with_max_tokens(3)).collect_blocking();
+    let c = engine
+        .submit(Request::new(Prompt::Tokens(vec![5, 6, 7])).with_max_tokens(3))
+        .collect_blocking();
     assert!(c.error.is_none());
 
     let dir = tempfile::tempdir().unwrap();
-    write_tiny_llama(dir.path(), &TinyLlama { heads: 2, kv_heads: 1, ..TinyLlama::default() }).unwrap(); // head_dim 32
+    write_tiny_llama(dir.path(), &TinyLlama { heads: 2, kv_heads: 1, ..TinyLlama::default() })
+        .unwrap(); // head_dim 32
     let scheduler = SchedulerConfig { kv_quantization: Some(q(4, 32)), ..Default::default() };
-    let engine = EngineHandle::start(dir.path(), EngineConfig { load: LoadOptions::default(), scheduler }).unwrap();
-    let mut s = engine.submit(Request::new(Prompt::Tokens(vec![5, 6, 7, 8, 9])).with_max_tokens(50));
+    let engine =
+        EngineHandle::start(dir.path(), EngineConfig { load: LoadOptions::default(), scheduler })
+            .unwrap();
+    let mut s =
+        engine.submit(Request::new(Prompt::Tokens(vec![5, 6, 7, 8, 9])).with_max_tokens(50));
     let _ = s.recv_blocking();
     let stats = engine.stats().unwrap();
     assert!(stats.kv_quantization.starts_with("4-bit"), "{}", stats.kv_quantization);
@@ -139,10 +147,15 @@ fn each_request_reports_the_kv_bytes_of_its_own_tokens() {
     let head_dim = 32.0;
     for quantization in [None, Some(q(8, 32)), Some(q(4, 32))] {
         let scheduler = SchedulerConfig { kv_quantization: quantization, ..Default::default() };
-        let engine = EngineHandle::start(dir.path(), EngineConfig { load: LoadOptions::default(), scheduler }).unwrap();
+        let engine = EngineHandle::start(
+            dir.path(),
+            EngineConfig { load: LoadOptions::default(), scheduler },
+        )
+        .unwrap();
         // Two prompts of different lengths decode together, so the shorter is left-padded.
         let short = engine.submit(Request::new(Prompt::Tokens(vec![5, 6, 7])).with_max_tokens(12));
-        let long = engine.submit(Request::new(Prompt::Tokens((5..45).collect())).with_max_tokens(12));
+        let long =
+            engine.submit(Request::new(Prompt::Tokens((5..45).collect())).with_max_tokens(12));
         for c in [short.collect_blocking(), long.collect_blocking()] {
             assert!(c.error.is_none());
             let st = &c.stats;
@@ -154,13 +167,17 @@ fn each_request_reports_the_kv_bytes_of_its_own_tokens() {
             let per_column = match quantization {
                 None => 2.0 * 2.0 * float_vector, // K and V, 2 float layers
                 Some(kq) => {
-                    let packed = head_dim * kq.bits as f64 / 8.0 + head_dim / kq.group_size as f64 * 2.0 * 4.0;
+                    let packed = head_dim * kq.bits as f64 / 8.0
+                        + head_dim / kq.group_size as f64 * 2.0 * 4.0;
                     2.0 * (packed + float_vector) // a quantized layer and the float last one
                 }
             };
             let want = per_column * columns;
             let got = st.kv_cache_bytes as f64;
-            assert!((got - want).abs() / want < 0.01, "{quantization:?}: {got} bytes, expected {want}");
+            assert!(
+                (got - want).abs() / want < 0.01,
+                "{quantization:?}: {got} bytes, expected {want}"
+            );
         }
         engine.shutdown();
     }
@@ -183,25 +200,31 @@ fn each_request_reports_the_kv_bytes_of_its_own_tokens() {
 fn quantized_kv_follows_mlx_lm_s_greedy_tokens_on_the_default_model() {
     let path = hub::default_model::locate().expect("run scripts/setup.sh");
     let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens/kv_quant_mlx_lm.json"))
-            .unwrap(),
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens/kv_quant_mlx_lm.json"),
+        )
+        .unwrap(),
     )
     .unwrap();
     let ids = |v: &serde_json::Value| -> Vec<u32> {
         v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
     };
     let prompts: Vec<Vec<u32>> = golden["prompts"].as_array().unwrap().iter().map(ids).collect();
-    let loaded = engine::model::load(&path, &LoadOptions { format: WeightFormat::Float32 }).unwrap();
+    let loaded =
+        engine::model::load(&path, &LoadOptions { format: WeightFormat::Float32 }).unwrap();
     let model = loaded.model.as_ref();
     let layout = model.cache_layout();
     // Every setting's tokens, teacher-forced; returns the steps where ours differ.
-    let follow = |kv: Option<KvQuantization>, greedy: &serde_json::Value| -> Vec<(usize, usize, f32)> {
+    let follow = |kv: Option<KvQuantization>,
+                  greedy: &serde_json::Value|
+     -> Vec<(usize, usize, f32)> {
         let mut near_ties = Vec::new();
         for (p, (prompt, theirs)) in prompts.iter().zip(greedy.as_array().unwrap()).enumerate() {
             // As the engine does: the prompt prefilled in a float cache of
             // its own, which then joins the (quantizing) decode batch.
             let mut prefill = BatchCache::new(&layout, 1, None);
-            let mut logits = common::rows(&common::forward_cached(model, &mut prefill, &common::tokens(prompt)));
+            let mut logits =
+                common::rows(&common::forward_cached(model, &mut prefill, &common::tokens(prompt)));
             let mut cache = BatchCache::new(&layout, 0, kv);
             cache.extend(prefill).unwrap();
             let mut input = None;

@@ -9,17 +9,25 @@ use engine::model::{self, LoadOptions, LoadedModel, WeightFormat};
 use engine::sample::SamplingParams;
 
 fn load() -> LoadedModel {
-    let path = hub::default_model::locate().expect("run scripts/setup.sh to install the default model");
+    let path =
+        hub::default_model::locate().expect("run scripts/setup.sh to install the default model");
     model::load(&path, &LoadOptions { format: WeightFormat::Float32 }).unwrap()
 }
 
 fn ask(loaded: &LoadedModel, text: &str, top: usize) -> (Vec<u32>, Request) {
     let prompt = loaded.tokenizer.encode(text, false).unwrap();
-    let mut r = Request::new(Prompt::Tokens(prompt.clone())).with_max_tokens(8).with_sampling(SamplingParams {
-        // every request runs its 8 tokens
-        logit_bias: loaded.tokenizer.eos_ids().iter().map(|&id| (id, f32::NEG_INFINITY)).collect(),
-        ..Default::default()
-    });
+    let mut r = Request::new(Prompt::Tokens(prompt.clone())).with_max_tokens(8).with_sampling(
+        SamplingParams {
+            // every request runs its 8 tokens
+            logit_bias: loaded
+                .tokenizer
+                .eos_ids()
+                .iter()
+                .map(|&id| (id, f32::NEG_INFINITY))
+                .collect(),
+            ..Default::default()
+        },
+    );
     r.logprobs = Some(top);
     (prompt, r)
 }
@@ -53,7 +61,12 @@ fn each_token_gets_its_log_probability_and_the_most_likely_alternatives() {
     for (n, lp) in c.logprobs.iter().enumerate() {
         let expected = log_softmax(&logits[prompt.len() - 1 + n]);
         let id = lp.token.id as usize;
-        assert!((lp.logprob - expected[id]).abs() < 1e-4, "token {n}: {} vs {}", lp.logprob, expected[id]);
+        assert!(
+            (lp.logprob - expected[id]).abs() < 1e-4,
+            "token {n}: {} vs {}",
+            lp.logprob,
+            expected[id]
+        );
         assert_eq!(lp.top.len(), 3);
         // greedy: the chosen token is the most likely one, alternatives in order
         assert_eq!(lp.top[0].0.id, lp.token.id, "token {n}");
@@ -85,12 +98,18 @@ fn log_probabilities_are_the_same_alone_and_batched() {
         assert!((x.logprob - y.logprob).abs() < 1e-4, "{} vs {}", x.logprob, y.logprob);
     }
     assert_eq!(driver.completion(beside).logprobs.len(), 8);
-    assert!(driver.completion(beside).logprobs.iter().all(|lp| lp.top.is_empty()), "top_logprobs 0");
+    assert!(
+        driver.completion(beside).logprobs.iter().all(|lp| lp.top.is_empty()),
+        "top_logprobs 0"
+    );
     assert!(driver.completion(plain).logprobs.is_empty(), "none asked for");
 
     let mut too_many = ask(&load(), "x", 0).1;
     too_many.logprobs = Some(21);
     let i = driver.submit(too_many);
     driver.run_to_end();
-    assert_eq!(driver.completion(i).error.as_ref().map(|e| e.code.as_str()), Some("INVALID_REQUEST"));
+    assert_eq!(
+        driver.completion(i).error.as_ref().map(|e| e.code.as_str()),
+        Some("INVALID_REQUEST")
+    );
 }

@@ -56,7 +56,8 @@ impl TempDir {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!("parity-mlx-lm-{tag}-{}-{nanos}", std::process::id()));
+        let dir = std::env::temp_dir()
+            .join(format!("parity-mlx-lm-{tag}-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("create temp dir");
         Self(dir)
     }
@@ -98,7 +99,8 @@ impl Tiny {
 }
 
 fn golden(tiny: Tiny, variant: &str) -> Golden {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/goldens/tiny_{}_mlx_lm.json", tiny.name()));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/goldens/tiny_{}_mlx_lm.json", tiny.name()));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let json: Value = serde_json::from_str(&text).expect("golden JSON");
     let ids = |v: &Value| -> Vec<u32> {
@@ -111,16 +113,29 @@ fn golden(tiny: Tiny, variant: &str) -> Golden {
             .as_array()
             .expect("logits rows")
             .iter()
-            .map(|row| row.as_array().expect("row").iter().map(|x| x.as_f64().expect("float") as f32).collect())
+            .map(|row| {
+                row.as_array()
+                    .expect("row")
+                    .iter()
+                    .map(|x| x.as_f64().expect("float") as f32)
+                    .collect()
+            })
             .collect(),
         greedy: ids(&v["greedy_ids"]),
     }
 }
 
-fn write_and_load(tiny: Tiny, dir: &Path, quantize: Option<QuantSpec>, format: WeightFormat) -> LoadedModel {
+fn write_and_load(
+    tiny: Tiny,
+    dir: &Path,
+    quantize: Option<QuantSpec>,
+    format: WeightFormat,
+) -> LoadedModel {
     match tiny {
         Tiny::Llama => write_tiny_llama(dir, &TinyLlama { quantize, ..TinyLlama::default() }),
-        Tiny::Llama3Rope => write_tiny_llama(dir, &TinyLlama { quantize, ..TinyLlama::llama3_rope() }),
+        Tiny::Llama3Rope => {
+            write_tiny_llama(dir, &TinyLlama { quantize, ..TinyLlama::llama3_rope() })
+        }
         Tiny::Family(f) => write_tiny_family(dir, f, quantize, FAMILY_SEED),
     }
     .expect("write the tiny checkpoint");
@@ -138,7 +153,10 @@ fn check(tiny: Tiny, quantize: Option<QuantSpec>, format: WeightFormat, tol: f32
     let tmp = TempDir::new(&format!("{}-{format:?}", variant.replace('/', "-")));
     let loaded = write_and_load(tiny, &tmp.0, quantize, format);
     let vocab = loaded.model.shape().vocab_size as usize;
-    assert!(golden.prompt.iter().all(|&t| (t as usize) < vocab), "golden prompt outside the vocabulary");
+    assert!(
+        golden.prompt.iter().all(|&t| (t as usize) < vocab),
+        "golden prompt outside the vocabulary"
+    );
 
     let ours = rows(&forward_fresh(loaded.model.as_ref(), &tokens(&golden.prompt)));
     assert_eq!(ours.len(), golden.logits.len(), "positions");
@@ -148,7 +166,10 @@ fn check(tiny: Tiny, quantize: Option<QuantSpec>, format: WeightFormat, tol: f32
         assert_eq!(a.len(), b.len(), "vocab size at position {pos}");
         for (j, (x, y)) in a.iter().zip(b).enumerate() {
             let d = (x - y).abs();
-            assert!(d.is_finite(), "{variant} {format:?}: non-finite logit at position {pos}, token {j}");
+            assert!(
+                d.is_finite(),
+                "{variant} {format:?}: non-finite logit at position {pos}, token {j}"
+            );
             if d > max_diff {
                 max_diff = d;
                 worst = (pos, j);
@@ -195,9 +216,17 @@ fn llama3_rope_scaling_matches_mlx_lm() {
     let unscaled = write_and_load(Tiny::Llama, &tmp.0, None, WeightFormat::AsStored);
     let golden = golden(Tiny::Llama3Rope, "float");
     let ours = rows(&forward_fresh(unscaled.model.as_ref(), &tokens(&golden.prompt)));
-    let diff = ours.iter().flatten().zip(golden.logits.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+    let diff = ours
+        .iter()
+        .flatten()
+        .zip(golden.logits.iter().flatten())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
     println!("without the scaling: max |logit diff| {diff:.3e}");
-    assert!(diff > 100.0 * SAME_COMPUTATION_TOL, "the scaling changes nothing measurable ({diff:.3e})");
+    assert!(
+        diff > 100.0 * SAME_COMPUTATION_TOL,
+        "the scaling changes nothing measurable ({diff:.3e})"
+    );
 }
 
 #[test]

@@ -27,7 +27,10 @@ mod common;
 
 use engine::cache::BatchCache;
 use engine::model::{load, LoadOptions, LoadedModel, Positions, WeightFormat};
-use engine::testing::{write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe, QwenVlNames, QwenVlVariant, TinyQwenVl};
+use engine::testing::{
+    write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe,
+    QwenVlNames, QwenVlVariant, TinyQwenVl,
+};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use engine::weights::QuantSpec;
 use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype};
@@ -85,7 +88,8 @@ impl TempDir {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!("parity-mlx-vlm-{tag}-{}-{nanos}", std::process::id()));
+        let dir = std::env::temp_dir()
+            .join(format!("parity-mlx-vlm-{tag}-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("create temp dir");
         Self(dir)
     }
@@ -112,20 +116,15 @@ const QWEN3_VL_GOLDENS: &str = "qwen3_vl_mlx_vlm";
 fn goldens(stem: &str) -> Goldens {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens");
     let json_path = dir.join(format!("{stem}.json"));
-    let text = std::fs::read_to_string(&json_path).unwrap_or_else(|e| panic!("{}: {e}", json_path.display()));
-    let arrays = Array::load_safetensors(dir.join(format!("{stem}.safetensors"))).expect("golden arrays");
-    Goldens {
-        json: serde_json::from_str(&text).expect("golden JSON"),
-        arrays,
-    }
+    let text = std::fs::read_to_string(&json_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", json_path.display()));
+    let arrays =
+        Array::load_safetensors(dir.join(format!("{stem}.safetensors"))).expect("golden arrays");
+    Goldens { json: serde_json::from_str(&text).expect("golden JSON"), arrays }
 }
 
 fn ints(v: &Value) -> Vec<i64> {
-    v.as_array()
-        .expect("a list")
-        .iter()
-        .map(|x| x.as_i64().expect("an integer"))
-        .collect()
+    v.as_array().expect("a list").iter().map(|x| x.as_i64().expect("an integer")).collect()
 }
 
 /// How a tiny folder is written and how mlx-vlm's template places images.
@@ -178,10 +177,7 @@ struct ModelUnderTest {
     tol: f32,
 }
 
-const Q4: QuantSpec = QuantSpec {
-    group_size: 64,
-    bits: 4,
-};
+const Q4: QuantSpec = QuantSpec { group_size: 64, bits: 4 };
 
 fn float(variant: QwenVlVariant, golden: &'static str) -> ModelUnderTest {
     ModelUnderTest {
@@ -192,18 +188,18 @@ fn float(variant: QwenVlVariant, golden: &'static str) -> ModelUnderTest {
     }
 }
 
-fn q4(variant: QwenVlVariant, golden: &'static str, format: WeightFormat, tol: f32) -> ModelUnderTest {
+fn q4(
+    variant: QwenVlVariant,
+    golden: &'static str,
+    format: WeightFormat,
+    tol: f32,
+) -> ModelUnderTest {
     let spec = TinyQwenVl {
         names: QwenVlNames::MlxCommunity,
         quantize: Some(Q4),
         ..TinyQwenVl::new(variant)
     };
-    ModelUnderTest {
-        golden,
-        folder: Folder::Qwen2(spec),
-        format,
-        tol,
-    }
+    ModelUnderTest { golden, folder: Folder::Qwen2(spec), format, tol }
 }
 
 fn max_abs_diff(ours: &Array, theirs: &Array, what: &str) -> f32 {
@@ -283,22 +279,26 @@ fn splice_rows(base: Array, ids: &[u32], image_token: u32, features: &Array) -> 
         })
         .collect();
     assert_eq!(k, features.dim(0), "one feature per image slot");
-    rows.take_axis(Array::from_slice(&pick, &[l]), 0)
-        .unwrap()
-        .reshape(&[1, l, -1])
-        .unwrap()
+    rows.take_axis(Array::from_slice(&pick, &[l]), 0).unwrap().reshape(&[1, l, -1]).unwrap()
 }
 
 /// Splits the tower's features `[F, D · levels]` into the input features
 /// `[F, D]` and DeepStack additions `[1, L, D]` (zero at text positions).
-fn split_levels(features: Array, levels: usize, ids: &[u32], image_token: u32) -> (Array, Vec<Array>) {
+fn split_levels(
+    features: Array,
+    levels: usize,
+    ids: &[u32],
+    image_token: u32,
+) -> (Array, Vec<Array>) {
     if levels == 1 {
         return (features, Vec::new());
     }
     let d = features.dim(1) / levels as i32;
     let level = |k: i32| features.index((.., k * d..(k + 1) * d));
     let zeros = ops::zeros::<f32>(&[ids.len() as i32, d]).unwrap();
-    let additions = (1..levels as i32).map(|k| splice_rows(zeros.clone(), ids, image_token, &level(k))).collect();
+    let additions = (1..levels as i32)
+        .map(|k| splice_rows(zeros.clone(), ids, image_token, &level(k)))
+        .collect();
     (level(0), additions)
 }
 
@@ -320,15 +320,15 @@ fn run(
     };
     let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
     let ids = Array::from_slice(&ids, &[1, ids.len() as i32]);
-    let hidden = model.forward_embeddings_adding(embeddings, &ids, &positions, cache, deepstack).expect("forward");
+    let hidden = model
+        .forward_embeddings_adding(embeddings, &ids, &positions, cache, deepstack)
+        .expect("forward");
     model.logits(&hidden).expect("logits").as_dtype(Dtype::Float32).unwrap()
 }
 
 fn argmax_last(logits: &Array) -> u32 {
     let l = logits.dim(1);
-    ops::indexing::argmax_axis(logits.index((0, l - 1, ..)), -1, None)
-        .unwrap()
-        .item_exact::<u32>()
+    ops::indexing::argmax_axis(logits.index((0, l - 1, ..)), -1, None).unwrap().item_exact::<u32>()
 }
 
 fn log_softmax(x: &Array) -> Array {
@@ -356,7 +356,9 @@ fn check(m: ModelUnderTest) {
     let text = goldens.json["text"].as_str().expect("prompt text");
     let names = match &m.folder {
         Folder::Qwen2(spec) => format!("{:?}", spec.names),
-        Folder::Qwen35(q) | Folder::Qwen3Vl(q) | Folder::Qwen3VlMoe(q) => (if q.is_some() { "mlx-community" } else { "Hugging Face" }).to_string(),
+        Folder::Qwen35(q) | Folder::Qwen3Vl(q) | Folder::Qwen3VlMoe(q) => {
+            (if q.is_some() { "mlx-community" } else { "Hugging Face" }).to_string()
+        }
     };
     let tag = format!("{} ({names}, {:?})", m.golden, m.format);
     let mut measured = Measured::default();
@@ -367,12 +369,7 @@ fn check(m: ModelUnderTest) {
             .unwrap()
             .iter()
             .map(|g| {
-                ints(g)
-                    .iter()
-                    .map(|&x| x as i32)
-                    .collect::<Vec<_>>()
-                    .try_into()
-                    .expect("t, h, w")
+                ints(g).iter().map(|&x| x as i32).collect::<Vec<_>>().try_into().expect("t, h, w")
             })
             .collect();
         let what = |s: &str| format!("{tag} {case}: {s}");
@@ -383,12 +380,7 @@ fn check(m: ModelUnderTest) {
             .tokenizer
             .apply_chat_template(&messages, &TemplateOptions::default())
             .expect("template");
-        assert_eq!(
-            rendered,
-            rec["prompt_text"].as_str().unwrap(),
-            "{}",
-            what("rendered prompt")
-        );
+        assert_eq!(rendered, rec["prompt_text"].as_str().unwrap(), "{}", what("rendered prompt"));
         let counts: Vec<usize> = grids.iter().map(|&g| preprocessor.num_image_tokens(g)).collect();
         let ids = expand_placeholders(
             &loaded.tokenizer.encode(&rendered, false).unwrap(),
@@ -409,12 +401,23 @@ fn check(m: ModelUnderTest) {
             let ours: Vec<Array> = files
                 .iter()
                 .map(|f| {
-                    let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests/fixtures/images", f.as_str().unwrap()].iter().collect();
-                    preprocessor.preprocess(&std::fs::read(path).unwrap()).expect("preprocess").pixels
+                    let path: PathBuf =
+                        [env!("CARGO_MANIFEST_DIR"), "tests/fixtures/images", f.as_str().unwrap()]
+                            .iter()
+                            .collect();
+                    preprocessor
+                        .preprocess(&std::fs::read(path).unwrap())
+                        .expect("preprocess")
+                        .pixels
                 })
                 .collect();
             let ours = ops::concatenate(&ours, 0).unwrap();
-            assert_eq!(max_abs_diff(&ours, pixels, &what("pixels")), 0.0, "{}", what("pixel values bit-exact"));
+            assert_eq!(
+                max_abs_diff(&ours, pixels, &what("pixels")),
+                0.0,
+                "{}",
+                what("pixel values bit-exact")
+            );
             let mut start = 0;
             let mut parts = Vec::new();
             for &g in &grids {
@@ -426,18 +429,14 @@ fn check(m: ModelUnderTest) {
             let ours = ops::concatenate(&parts, 0).unwrap();
             let key = format!("{}.{case}.vision", m.golden.replace('/', "."));
             let d = max_abs_diff(&ours, &goldens.arrays[&key], &what("vision output"));
-            assert!(
-                d <= m.tol,
-                "{}: max |diff| {d:.3e} > {:.0e}",
-                what("vision output"),
-                m.tol
-            );
+            assert!(d <= m.tol, "{}: max |diff| {d:.3e} > {:.0e}", what("vision output"), m.tol);
             measured.vision = measured.vision.max(d);
             Some(ours)
         };
 
         // M-RoPE positions and delta, exactly.
-        let (positions, delta) = vision.rope_positions(&ids, &grids).expect("positions").expect("M-RoPE positions");
+        let (positions, delta) =
+            vision.rope_positions(&ids, &grids).expect("positions").expect("M-RoPE positions");
         assert_eq!(delta as i64, rec["delta"].as_i64().unwrap(), "{}", what("rope delta"));
         let flat: Vec<i64> = rec["positions"].as_array().unwrap().iter().flat_map(ints).collect();
         positions.eval().unwrap();
@@ -477,7 +476,8 @@ fn check(m: ModelUnderTest) {
         let golden_greedy: Vec<u32> = ints(&rec["greedy_ids"]).iter().map(|&x| x as u32).collect();
         let golden_logprobs = &goldens.arrays[&format!("{key}.greedy_logprobs")];
         let mut cache = loaded.model.new_cache(1);
-        let mut step_logits = run(&loaded, embeddings, &ids, positions.as_ref(), 0, &mut cache, &deepstack);
+        let mut step_logits =
+            run(&loaded, embeddings, &ids, positions.as_ref(), 0, &mut cache, &deepstack);
         let mut greedy = Vec::new();
         for step in 0..golden_greedy.len() {
             let last = step_logits.index((0, step_logits.dim(1) - 1, ..));
@@ -510,22 +510,12 @@ fn qwen2_vl_float_matches_mlx_vlm() {
 
 #[test]
 fn qwen2_vl_q4_as_stored_matches_mlx_vlm() {
-    check(q4(
-        QwenVlVariant::Qwen2Vl,
-        "qwen2_vl/q4",
-        WeightFormat::AsStored,
-        FLOAT16_TABLES_TOL,
-    ));
+    check(q4(QwenVlVariant::Qwen2Vl, "qwen2_vl/q4", WeightFormat::AsStored, FLOAT16_TABLES_TOL));
 }
 
 #[test]
 fn qwen2_vl_q4_dequantized_matches_mlx_vlm() {
-    check(q4(
-        QwenVlVariant::Qwen2Vl,
-        "qwen2_vl/q4",
-        WeightFormat::Float32,
-        DEQUANTIZED_TOL,
-    ));
+    check(q4(QwenVlVariant::Qwen2Vl, "qwen2_vl/q4", WeightFormat::Float32, DEQUANTIZED_TOL));
 }
 
 #[test]
@@ -535,22 +525,12 @@ fn qwen2_5_vl_float_matches_mlx_vlm() {
 
 #[test]
 fn qwen2_5_vl_q4_as_stored_matches_mlx_vlm() {
-    check(q4(
-        QwenVlVariant::Qwen25Vl,
-        "qwen2_5_vl/q4",
-        WeightFormat::AsStored,
-        FLOAT16_TABLES_TOL,
-    ));
+    check(q4(QwenVlVariant::Qwen25Vl, "qwen2_5_vl/q4", WeightFormat::AsStored, FLOAT16_TABLES_TOL));
 }
 
 #[test]
 fn qwen2_5_vl_q4_dequantized_matches_mlx_vlm() {
-    check(q4(
-        QwenVlVariant::Qwen25Vl,
-        "qwen2_5_vl/q4",
-        WeightFormat::Float32,
-        DEQUANTIZED_TOL,
-    ));
+    check(q4(QwenVlVariant::Qwen25Vl, "qwen2_5_vl/q4", WeightFormat::Float32, DEQUANTIZED_TOL));
 }
 
 #[test]
@@ -640,10 +620,9 @@ fn qwen3_vl_moe_q4_as_stored_matches_mlx_vlm() {
 /// names wrongly, so only our loader is checked on them.
 #[test]
 fn transformers_452_names_load_the_same_model() {
-    for (variant, golden) in [
-        (QwenVlVariant::Qwen2Vl, "qwen2_vl/float"),
-        (QwenVlVariant::Qwen25Vl, "qwen2_5_vl/float"),
-    ] {
+    for (variant, golden) in
+        [(QwenVlVariant::Qwen2Vl, "qwen2_vl/float"), (QwenVlVariant::Qwen25Vl, "qwen2_5_vl/float")]
+    {
         let mut m = float(variant, golden);
         let Folder::Qwen2(spec) = &mut m.folder else { unreachable!() };
         spec.names = QwenVlNames::Transformers452;
@@ -659,9 +638,11 @@ fn transformers_452_names_load_the_same_model() {
 fn qwen2_text_model_matches_the_vl_language_model() {
     let goldens = goldens(QWEN2_GOLDENS);
     let tmp = TempDir::new("qwen2-text");
-    write_tiny_qwen2_vl(&tmp.0, &TinyQwenVl::new(QwenVlVariant::Qwen2Vl)).expect("write tiny model");
+    write_tiny_qwen2_vl(&tmp.0, &TinyQwenVl::new(QwenVlVariant::Qwen2Vl))
+        .expect("write tiny model");
     let config_path = tmp.0.join("config.json");
-    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
     let root = config.as_object_mut().unwrap();
     root.insert("model_type".into(), "qwen2".into());
     root.insert("architectures".into(), serde_json::json!(["Qwen2ForCausalLM"]));
@@ -669,13 +650,8 @@ fn qwen2_text_model_matches_the_vl_language_model() {
         root.remove(key);
     }
     std::fs::write(&config_path, serde_json::to_string(&config).unwrap()).unwrap();
-    let loaded = load(
-        &tmp.0,
-        &LoadOptions {
-            format: WeightFormat::AsStored,
-        },
-    )
-    .expect("load as qwen2");
+    let loaded =
+        load(&tmp.0, &LoadOptions { format: WeightFormat::AsStored }).expect("load as qwen2");
     assert!(
         loaded.model.vision().is_none() && loaded.preprocessor.is_none(),
         "a text model has no tower"
@@ -683,7 +659,9 @@ fn qwen2_text_model_matches_the_vl_language_model() {
 
     let rec = &goldens.json["models"]["qwen2_vl/float"]["text"];
     let ids: Vec<u32> = ints(&rec["prompt_ids"]).iter().map(|&x| x as u32).collect();
-    let logits = common::forward_fresh(loaded.model.as_ref(), &common::tokens(&ids)).as_dtype(Dtype::Float32).unwrap();
+    let logits = common::forward_fresh(loaded.model.as_ref(), &common::tokens(&ids))
+        .as_dtype(Dtype::Float32)
+        .unwrap();
     let d = max_abs_diff(
         &logits.index(0),
         &goldens.arrays["qwen2_vl.float.text.logits"],

@@ -108,12 +108,14 @@ struct Goldens {
 fn goldens(stem: &str) -> Goldens {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens");
     let text = std::fs::read_to_string(dir.join(format!("{stem}.json"))).expect("golden JSON");
-    let arrays = Array::load_safetensors(dir.join(format!("{stem}.safetensors"))).expect("golden arrays");
+    let arrays =
+        Array::load_safetensors(dir.join(format!("{stem}.safetensors"))).expect("golden arrays");
     Goldens { json: serde_json::from_str(&text).unwrap(), arrays }
 }
 
 fn fixture(name: &str) -> Vec<u8> {
-    let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests", "fixtures", "images", name].iter().collect();
+    let path: PathBuf =
+        [env!("CARGO_MANIFEST_DIR"), "tests", "fixtures", "images", name].iter().collect();
     std::fs::read(path).unwrap()
 }
 
@@ -123,7 +125,15 @@ fn ids(v: &Value) -> Vec<u32> {
 
 fn max_abs_diff(ours: &Array, theirs: &Array, what: &str) -> f32 {
     assert_eq!(ours.shape(), theirs.shape(), "{what}: shape");
-    let d = ours.as_dtype(Dtype::Float32).unwrap().subtract(theirs).unwrap().abs().unwrap().max(None).unwrap();
+    let d = ours
+        .as_dtype(Dtype::Float32)
+        .unwrap()
+        .subtract(theirs)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max(None)
+        .unwrap();
     let d = d.item_exact::<f32>();
     assert!(d.is_finite(), "{what}: non-finite difference");
     d
@@ -157,12 +167,21 @@ fn runs(tokens: &[u32], token: u32) -> Vec<(i32, i32)> {
     out
 }
 
-fn splice(loaded: &LoadedModel, tokens: &[u32], image_token: u32, features: Option<&Array>) -> Array {
+fn splice(
+    loaded: &LoadedModel,
+    tokens: &[u32],
+    image_token: u32,
+    features: Option<&Array>,
+) -> Array {
     let l = tokens.len() as i32;
     let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
     let text = loaded.model.embed(&Array::from_slice(&ids, &[1, l])).unwrap();
     let Some(features) = features else { return text };
-    let rows = ops::concatenate(&[text.reshape(&[l, -1]).unwrap(), features.as_dtype(text.dtype()).unwrap()], 0).unwrap();
+    let rows = ops::concatenate(
+        &[text.reshape(&[l, -1]).unwrap(), features.as_dtype(text.dtype()).unwrap()],
+        0,
+    )
+    .unwrap();
     let mut k = 0;
     let pick: Vec<i32> = tokens
         .iter()
@@ -182,7 +201,13 @@ fn splice(loaded: &LoadedModel, tokens: &[u32], image_token: u32, features: Opti
 
 /// Runs a step as the engine does: a prompt pass (`spans` given) declares its
 /// images' spans and gives the model its ids as the tower says.
-fn run(loaded: &LoadedModel, embeddings: Array, tokens: &[u32], spans: Option<Vec<(i32, i32)>>, cache: &mut BatchCache) -> Array {
+fn run(
+    loaded: &LoadedModel,
+    embeddings: Array,
+    tokens: &[u32],
+    spans: Option<Vec<(i32, i32)>>,
+    cache: &mut BatchCache,
+) -> Array {
     let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
     let mut ids = Array::from_slice(&ids, &[1, ids.len() as i32]);
     if let Some(spans) = spans {
@@ -198,7 +223,13 @@ fn log_softmax(x: &Array) -> Array {
     x.subtract(ops::logsumexp_axis(x, -1, true).unwrap()).unwrap()
 }
 
-fn check(family: &Family, golden_key: &str, quantize: Option<QuantSpec>, format: WeightFormat, tol: f32) {
+fn check(
+    family: &Family,
+    golden_key: &str,
+    quantize: Option<QuantSpec>,
+    format: WeightFormat,
+    tol: f32,
+) {
     let goldens = goldens(family.goldens);
     let golden = &goldens.json["models"][golden_key];
     assert!(golden.is_object(), "no goldens for {golden_key}");
@@ -212,8 +243,12 @@ fn check(family: &Family, golden_key: &str, quantize: Option<QuantSpec>, format:
     let (mut vision_diff, mut logits_diff, mut decode_diff) = (0f32, 0f32, 0f32);
     for (case, rec) in golden.as_object().unwrap() {
         let what = |s: &str| format!("{golden_key} ({format:?}) {case}: {s}");
-        let files: Vec<String> =
-            goldens.json["cases"][case].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
+        let files: Vec<String> = goldens.json["cases"][case]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap().to_string())
+            .collect();
 
         let mut parts: Vec<ContentPart> = files.iter().map(|_| ContentPart::image()).collect();
         if family.images_first {
@@ -221,12 +256,20 @@ fn check(family: &Family, golden_key: &str, quantize: Option<QuantSpec>, format:
         } else {
             parts.insert(0, ContentPart::text(text));
         }
-        let message = if files.is_empty() { ChatMessage::user(text) } else { ChatMessage::user(MessageContent::Parts(parts)) };
-        let rendered = loaded.tokenizer.apply_chat_template(&[message], &TemplateOptions::default()).unwrap();
+        let message = if files.is_empty() {
+            ChatMessage::user(text)
+        } else {
+            ChatMessage::user(MessageContent::Parts(parts))
+        };
+        let rendered =
+            loaded.tokenizer.apply_chat_template(&[message], &TemplateOptions::default()).unwrap();
         assert_eq!(rendered, rec["prompt_text"].as_str().unwrap(), "{}", what("rendered prompt"));
-        let reference: Vec<(Array, [i32; 3])> = (0..files.len()).map(|i| (family.patches)(&goldens, case, i)).collect();
+        let reference: Vec<(Array, [i32; 3])> =
+            (0..files.len()).map(|i| (family.patches)(&goldens, case, i)).collect();
         let slots: Vec<usize> = reference.iter().map(|(_, grid)| (family.slots)(*grid)).collect();
-        let expanded = processor.expand_prompt_text(&rendered, &slots).expect("Gemma expands images in the text");
+        let expanded = processor
+            .expand_prompt_text(&rendered, &slots)
+            .expect("Gemma expands images in the text");
         let tokens = loaded.tokenizer.encode(&expanded, false).unwrap();
         assert_eq!(tokens, ids(&rec["prompt_ids"]), "{}", what("prompt ids"));
 
@@ -238,11 +281,20 @@ fn check(family: &Family, golden_key: &str, quantize: Option<QuantSpec>, format:
             for (file, (theirs, grid)) in files.iter().zip(&reference) {
                 let ours = processor.preprocess(&fixture(file)).unwrap();
                 assert_eq!(ours.grid, *grid, "{}", what("grid"));
-                assert_eq!(max_abs_diff(&ours.pixels, theirs, &what("pixels")), 0.0, "{}", what("pixel values bit-exact"));
+                assert_eq!(
+                    max_abs_diff(&ours.pixels, theirs, &what("pixels")),
+                    0.0,
+                    "{}",
+                    what("pixel values bit-exact")
+                );
                 parts.push(vision.encode(theirs, *grid).unwrap());
             }
             let ours = ops::concatenate(&parts, 0).unwrap();
-            let d = max_abs_diff(&ours, &goldens.arrays[&format!("{}.{case}.vision", golden_key.replace('/', "."))], &what("features"));
+            let d = max_abs_diff(
+                &ours,
+                &goldens.arrays[&format!("{}.{case}.vision", golden_key.replace('/', "."))],
+                &what("features"),
+            );
             assert!(d <= tol, "{}: {d:.3e} > {tol:.0e}", what("features"));
             vision_diff = vision_diff.max(d);
             Some(ours)
@@ -251,8 +303,18 @@ fn check(family: &Family, golden_key: &str, quantize: Option<QuantSpec>, format:
         let key = format!("{}.{case}", golden_key.replace('/', "."));
         let spans = runs(&tokens, image_token);
         let embeddings = splice(&loaded, &tokens, image_token, features.as_ref());
-        let logits = run(&loaded, embeddings.clone(), &tokens, Some(spans.clone()), &mut loaded.model.new_cache(1));
-        let d = max_abs_diff(&logits.index(0), &goldens.arrays[&format!("{key}.logits")], &what("logits"));
+        let logits = run(
+            &loaded,
+            embeddings.clone(),
+            &tokens,
+            Some(spans.clone()),
+            &mut loaded.model.new_cache(1),
+        );
+        let d = max_abs_diff(
+            &logits.index(0),
+            &goldens.arrays[&format!("{key}.logits")],
+            &what("logits"),
+        );
         assert!(d <= tol, "{}: {d:.3e} > {tol:.0e}", what("logits"));
         logits_diff = logits_diff.max(d);
 
@@ -264,7 +326,11 @@ fn check(family: &Family, golden_key: &str, quantize: Option<QuantSpec>, format:
         let mut greedy = Vec::new();
         for i in 0..want.len() {
             let last = step.index((0, step.dim(1) - 1, ..));
-            let d = max_abs_diff(&log_softmax(&last), &golden_logprobs.index(i as i32), &what("decode log-probs"));
+            let d = max_abs_diff(
+                &log_softmax(&last),
+                &golden_logprobs.index(i as i32),
+                &what("decode log-probs"),
+            );
             assert!(d <= tol, "{} step {i}: {d:.3e} > {tol:.0e}", what("decode log-probs"));
             decode_diff = decode_diff.max(d);
             let next = ops::indexing::argmax_axis(&last, -1, None).unwrap().item_exact::<u32>();
@@ -325,6 +391,10 @@ fn causal_image_tokens_would_not_match() {
     let image_token = loaded.model.vision().unwrap().image_token_id();
     let embeddings = splice(&loaded, &tokens, image_token, Some(&features));
     let causal = run(&loaded, embeddings, &tokens, None, &mut loaded.model.new_cache(1));
-    let d = max_abs_diff(&causal.index(0), &goldens.arrays["gemma3.float.large.logits"], "causal logits");
+    let d = max_abs_diff(
+        &causal.index(0),
+        &goldens.arrays["gemma3.float.large.logits"],
+        "causal logits",
+    );
     assert!(d > 1e-3, "causal image tokens gave the bidirectional logits ({d:.3e})");
 }

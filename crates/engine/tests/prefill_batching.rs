@@ -12,7 +12,9 @@ use engine::generate::{generate, GenerateParams};
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{self, LoadOptions};
 use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_llama, write_tiny_qwen2_vl, QwenVlVariant, TinyLlama, TinyQwenVl};
+use engine::testing::{
+    write_tiny_llama, write_tiny_qwen2_vl, QwenVlVariant, TinyLlama, TinyQwenVl,
+};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 
 mod common;
@@ -32,11 +34,16 @@ fn prompt(len: usize, salt: u32) -> Vec<u32> {
 
 fn no_eos() -> SamplingParams {
     // Random weights may pick EOS early; banning it makes every run full length.
-    SamplingParams { logit_bias: [(2, f32::NEG_INFINITY)].into_iter().collect(), ..Default::default() }
+    SamplingParams {
+        logit_bias: [(2, f32::NEG_INFINITY)].into_iter().collect(),
+        ..Default::default()
+    }
 }
 
 fn request(ids: &[u32], max_tokens: usize, sampling: &SamplingParams) -> Request {
-    Request::new(Prompt::Tokens(ids.to_vec())).with_max_tokens(max_tokens).with_sampling(sampling.clone())
+    Request::new(Prompt::Tokens(ids.to_vec()))
+        .with_max_tokens(max_tokens)
+        .with_sampling(sampling.clone())
 }
 
 /// The reference: the single-stream path, alone.
@@ -54,19 +61,30 @@ fn single(dir: &Path, ids: &[u32], max_tokens: usize, sampling: &SamplingParams)
 
 fn assert_finished(c: &Completion) {
     assert!(c.error.is_none(), "{:?}", c.error);
-    assert!(matches!(c.finish_reason, Some(FinishReason::Stop | FinishReason::Length)), "{:?}", c.finish_reason);
+    assert!(
+        matches!(c.finish_reason, Some(FinishReason::Stop | FinishReason::Length)),
+        "{:?}",
+        c.finish_reason
+    );
 }
 
 #[test]
 fn prompts_of_different_lengths_share_passes_and_equal_each_alone() {
     let dir = tiny_llama();
-    let cases: Vec<(Vec<u32>, usize)> =
-        vec![(prompt(30, 2), 20), (prompt(40, 3), 9), (prompt(36, 4), 25), (prompt(24, 5), 14), (prompt(100, 6), 12)];
+    let cases: Vec<(Vec<u32>, usize)> = vec![
+        (prompt(30, 2), 20),
+        (prompt(40, 3), 9),
+        (prompt(36, 4), 25),
+        (prompt(24, 5), 14),
+        (prompt(100, 6), 12),
+    ];
     let seeded = SamplingParams { temperature: 0.8, top_p: 0.95, seed: Some(1234), ..no_eos() };
     for sampling in [SamplingParams::greedy(), no_eos(), seeded] {
-        let expected: Vec<String> = cases.iter().map(|(p, n)| single(dir.path(), p, *n, &sampling)).collect();
+        let expected: Vec<String> =
+            cases.iter().map(|(p, n)| single(dir.path(), p, *n, &sampling)).collect();
         let mut d = Driver::new(dir.path(), SchedulerConfig::default());
-        let ids: Vec<usize> = cases.iter().map(|(p, n)| d.submit(request(p, *n, &sampling))).collect();
+        let ids: Vec<usize> =
+            cases.iter().map(|(p, n)| d.submit(request(p, *n, &sampling))).collect();
         d.step();
         // The four short ones share a pass 40 wide (130 of 160 tokens real);
         // the 100-token one would leave it under 3/4 real and gets its own.
@@ -107,7 +125,11 @@ fn a_row_resuming_from_a_prefix_hit_shares_a_pass_with_fresh_rows() {
     d.run_to_end();
     let c = d.completion(r);
     assert_finished(c);
-    assert!(c.stats.cached_prompt_tokens >= first.len(), "the first prompt was reused: {:?}", c.stats);
+    assert!(
+        c.stats.cached_prompt_tokens >= first.len(),
+        "the first prompt was reused: {:?}",
+        c.stats
+    );
     assert!(c.stats.cached_prompt_tokens < resumed.len());
     assert_eq!(c.content, single(dir.path(), &resumed, 16, &no_eos()));
     for (i, p) in o.into_iter().zip(&others) {
@@ -124,7 +146,8 @@ fn a_chunked_long_prompt_shares_passes_with_short_ones_arriving_later() {
     let early = [prompt(400, 21), prompt(450, 22)];
     let late = [prompt(380, 23), prompt(500, 24)];
     // Room for three 512-token rows a step: the long prompt's chunks leave room for short rows.
-    let mut d = Driver::new(dir.path(), SchedulerConfig { prefill_budget: 1536, ..Default::default() });
+    let mut d =
+        Driver::new(dir.path(), SchedulerConfig { prefill_budget: 1536, ..Default::default() });
     let l = d.submit(request(&long, 10, &no_eos()));
     let e: Vec<usize> = early.iter().map(|p| d.submit(request(p, 30, &no_eos()))).collect();
     d.step();
@@ -156,7 +179,8 @@ fn a_row_cancelled_mid_prefill_leaves_the_others_as_they_would_be_alone() {
     let long = prompt(600, 32);
     // A small budget: the long prompt takes a trimmed chunk beside the short
     // ones (3 rows × 85 ≤ 256), then would need several more steps.
-    let mut d = Driver::new(dir.path(), SchedulerConfig { prefill_budget: 256, ..Default::default() });
+    let mut d =
+        Driver::new(dir.path(), SchedulerConfig { prefill_budget: 256, ..Default::default() });
     let s: Vec<usize> = short.iter().map(|p| d.submit(request(p, 20, &no_eos()))).collect();
     let l = d.submit(request(&long, 20, &no_eos()));
     d.step();
@@ -181,7 +205,8 @@ fn a_row_cancelled_mid_prefill_leaves_the_others_as_they_would_be_alone() {
 }
 
 fn fixture(name: &str) -> ImageInput {
-    let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests", "fixtures", "images", name].iter().collect();
+    let path: PathBuf =
+        [env!("CARGO_MANIFEST_DIR"), "tests", "fixtures", "images", name].iter().collect();
     ImageInput::from_bytes(std::fs::read(&path).unwrap())
 }
 
@@ -231,8 +256,10 @@ fn image_and_text_rows_in_one_pass_equal_each_alone() {
     )
     .unwrap();
     let eos = alone_engine.model_info().eos_token_ids.clone();
-    let alone: Vec<Completion> =
-        mixed_requests(&eos).into_iter().map(|r| alone_engine.submit(r).collect_blocking()).collect();
+    let alone: Vec<Completion> = mixed_requests(&eos)
+        .into_iter()
+        .map(|r| alone_engine.submit(r).collect_blocking())
+        .collect();
     alone_engine.shutdown();
     for c in &alone {
         assert!(c.error.is_none(), "{:?}", c.error);
@@ -245,11 +272,16 @@ fn image_and_text_rows_in_one_pass_equal_each_alone() {
     let longest = alone.iter().map(|c| c.stats.prompt_tokens).max().unwrap();
     // room for the images' vision-tower work too: it comes out of the same step budget
     let budget = 4 * longest + 1024;
-    let mut d = Driver::new(dir.path(), SchedulerConfig { prefill_budget: budget, ..Default::default() });
+    let mut d =
+        Driver::new(dir.path(), SchedulerConfig { prefill_budget: budget, ..Default::default() });
     let ids: Vec<usize> = mixed_requests(&eos).into_iter().map(|r| d.submit(r)).collect();
     d.step();
     let stats = d.scheduler.stats();
-    assert_eq!((stats.prefill_passes, stats.prefill_chunks), (1, 4), "text and image rows share one pass");
+    assert_eq!(
+        (stats.prefill_passes, stats.prefill_chunks),
+        (1, 4),
+        "text and image rows share one pass"
+    );
     d.run_to_end();
     for (i, want) in ids.into_iter().zip(&alone) {
         let got = d.completion(i);
@@ -271,7 +303,10 @@ fn default_model_questions_prefilled_together_answer_as_each_alone() {
         "Why is the sky blue?",
     ];
     let chat = |q: &str| {
-        let prompt = Prompt::Chat { messages: vec![ChatMessage::user(q)], options: TemplateOptions::default() };
+        let prompt = Prompt::Chat {
+            messages: vec![ChatMessage::user(q)],
+            options: TemplateOptions::default(),
+        };
         Request::new(prompt).with_max_tokens(32)
     };
     let loaded = model::load(&path, &LoadOptions::default()).unwrap();

@@ -19,7 +19,10 @@ fn start(dir: &std::path::Path, prefix_cache_bytes: usize) -> EngineHandle {
 }
 
 fn no_eos() -> SamplingParams {
-    SamplingParams { logit_bias: [(2, f32::NEG_INFINITY)].into_iter().collect(), ..Default::default() }
+    SamplingParams {
+        logit_bias: [(2, f32::NEG_INFINITY)].into_iter().collect(),
+        ..Default::default()
+    }
 }
 
 fn chat(messages: Vec<ChatMessage>) -> Request {
@@ -35,7 +38,10 @@ fn ask(engine: &EngineHandle, req: Request) -> Completion {
 }
 
 fn turns(first_reply: &str) -> (Vec<ChatMessage>, Vec<ChatMessage>) {
-    let turn1 = vec![ChatMessage::system("You are terse."), ChatMessage::user("hello there, how are you today?")];
+    let turn1 = vec![
+        ChatMessage::system("You are terse."),
+        ChatMessage::user("hello there, how are you today?"),
+    ];
     let mut turn2 = turn1.clone();
     turn2.push(ChatMessage::assistant(first_reply));
     turn2.push(ChatMessage::user("and tomorrow?"));
@@ -98,7 +104,11 @@ fn a_different_conversation_reuses_only_the_shared_template_prefix() {
     let b = ask(&engine, chat(vec![ChatMessage::user("second question about dogs")]));
     // "<|im_start|>user\n" + "first question about " ~ at most the shared text.
     let shared = "<|im_start|>user\n".len() + "question about ".len() + 8;
-    assert!(b.stats.cached_prompt_tokens < shared, "reused {} tokens", b.stats.cached_prompt_tokens);
+    assert!(
+        b.stats.cached_prompt_tokens < shared,
+        "reused {} tokens",
+        b.stats.cached_prompt_tokens
+    );
     assert!(a.stats.prompt_tokens > 0);
 }
 

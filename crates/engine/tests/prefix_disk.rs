@@ -14,7 +14,10 @@ use engine::testing::TinyFamily;
 
 mod common;
 
-use common::{family_checkpoint as checkpoint, greedy_request as request, salted_prompt as prompt, single_stream_text as cold, Driver};
+use common::{
+    family_checkpoint as checkpoint, greedy_request as request, salted_prompt as prompt,
+    single_stream_text as cold, Driver,
+};
 
 fn config(folder: &Path, capacity_bytes: u64) -> SchedulerConfig {
     SchedulerConfig {
@@ -49,7 +52,9 @@ fn first_session(dir: &Path, config: SchedulerConfig, first: &[u32]) {
 #[test]
 fn a_chat_continued_after_a_restart_prefills_only_its_new_message() {
     // (family, prompt tokens a restart must reuse at least)
-    for (family, first_len) in [(TinyFamily::Qwen3, 60), (TinyFamily::Gemma3, 60), (TinyFamily::Qwen35, 60)] {
+    for (family, first_len) in
+        [(TinyFamily::Qwen3, 60), (TinyFamily::Gemma3, 60), (TinyFamily::Qwen35, 60)]
+    {
         let dir = checkpoint(family, 11);
         let folder = tempfile::tempdir().unwrap();
         let first = prompt(first_len, 1);
@@ -62,13 +67,28 @@ fn a_chat_continued_after_a_restart_prefills_only_its_new_message() {
         let row = driver.submit(request(&next, 8));
         driver.run_to_end();
         let c = driver.completion(row);
-        assert!(c.stats.cached_prompt_tokens >= first.len(), "{family:?}: reused {}", c.stats.cached_prompt_tokens);
-        assert_eq!(c.stats.cached_from_disk_tokens, c.stats.cached_prompt_tokens, "{family:?}: from disk");
+        assert!(
+            c.stats.cached_prompt_tokens >= first.len(),
+            "{family:?}: reused {}",
+            c.stats.cached_prompt_tokens
+        );
+        assert_eq!(
+            c.stats.cached_from_disk_tokens, c.stats.cached_prompt_tokens,
+            "{family:?}: from disk"
+        );
         if family == TinyFamily::Qwen35 {
             // a recurrent state resumes only at its prompt checkpoint
-            assert_eq!(c.stats.prompt_tokens - c.stats.cached_prompt_tokens, 23, "only the new message is prefilled");
+            assert_eq!(
+                c.stats.prompt_tokens - c.stats.cached_prompt_tokens,
+                23,
+                "only the new message is prefilled"
+            );
         }
-        assert_eq!(c.content, cold(dir.path(), &next, 8), "{family:?}: the same greedy answer as a cold prefill");
+        assert_eq!(
+            c.content,
+            cold(dir.path(), &next, 8),
+            "{family:?}: the same greedy answer as a cold prefill"
+        );
         let disk = driver.scheduler.stats().prefix_cache.disk.expect("the disk tier is on");
         assert_eq!(disk.hits, 1, "{family:?}");
         assert_eq!(disk.rejected_files, 0, "{family:?}");
@@ -76,7 +96,11 @@ fn a_chat_continued_after_a_restart_prefills_only_its_new_message() {
         // The loaded prefix stays in memory: a third request does not read the file again.
         let row = driver.submit(request(&next, 4));
         driver.run_to_end();
-        assert_eq!(driver.completion(row).stats.cached_from_disk_tokens, 0, "{family:?}: served from memory");
+        assert_eq!(
+            driver.completion(row).stats.cached_from_disk_tokens,
+            0,
+            "{family:?}: served from memory"
+        );
         assert!(driver.completion(row).stats.cached_prompt_tokens >= first.len());
     }
 }
@@ -94,7 +118,8 @@ fn a_quantized_cache_resumes_from_disk_as_from_memory() {
     let first = prompt(70, 4);
     let next = [first.clone(), prompt(20, 5)].concat();
     // From memory: one scheduler answers both turns (no disk tier).
-    let mut memory = Driver::new(dir.path(), SchedulerConfig { prefix_disk: None, ..quantized(folder.path()) });
+    let mut memory =
+        Driver::new(dir.path(), SchedulerConfig { prefix_disk: None, ..quantized(folder.path()) });
     memory.submit(request(&first, 10));
     memory.run_to_end();
     let row = memory.submit(request(&next, 10));
@@ -110,7 +135,10 @@ fn a_quantized_cache_resumes_from_disk_as_from_memory() {
     while restarted.scheduler.stats().running == 0 {
         restarted.step();
     }
-    assert!(restarted.scheduler.stats().kv_quantized_layers > 0, "the batch stores its KV quantized");
+    assert!(
+        restarted.scheduler.stats().kv_quantized_layers > 0,
+        "the batch stores its KV quantized"
+    );
     restarted.run_to_end();
     let from_disk = restarted.completion(row);
     assert_eq!(from_disk.stats.cached_from_disk_tokens, from_memory.stats.cached_prompt_tokens);
@@ -140,7 +168,8 @@ fn cut_damaged_and_foreign_files_are_deleted_and_the_prompt_prefilled_in_full() 
         // sharing its opening tokens failed with a shape error.
         ("written for other shapes, its checksum matching", |f| {
             let header = file::read_header(f).unwrap();
-            let (key, mut contents) = file::decode(&std::fs::read(f).unwrap(), &header.model).unwrap();
+            let (key, mut contents) =
+                file::decode(&std::fs::read(f).unwrap(), &header.model).unwrap();
             let reshape = |a: &mut mlx_rs::Array| {
                 let s = a.shape().to_vec();
                 *a = a.reshape(&[s[0], s[1] * 2, s[2], s[3] / 2]).unwrap();

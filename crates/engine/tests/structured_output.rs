@@ -13,13 +13,15 @@ use engine::tokenizer::{ChatMessage, TemplateOptions};
 use serde_json::{json, Value};
 
 fn load() -> LoadedModel {
-    let path = hub::default_model::locate().expect("run scripts/setup.sh to install the default model");
+    let path =
+        hub::default_model::locate().expect("run scripts/setup.sh to install the default model");
     model::load(&path, &LoadOptions { format: WeightFormat::Float32 }).unwrap()
 }
 
 fn ask(question: &str, max_tokens: usize) -> Request {
     let messages = vec![ChatMessage::user(question)];
-    Request::new(Prompt::Chat { messages, options: TemplateOptions::default() }).with_max_tokens(max_tokens)
+    Request::new(Prompt::Chat { messages, options: TemplateOptions::default() })
+        .with_max_tokens(max_tokens)
 }
 
 /// Every object closed to other keys, as OpenAI's strict mode requires of
@@ -46,46 +48,77 @@ fn strict(mut schema: Value) -> Value {
 /// bounded numbers, optional fields, `anyOf`, `$ref`s.
 fn schemas() -> Vec<(&'static str, Value)> {
     let schemas = vec![
-        ("Give the capital of France.", json!({
+        (
+            "Give the capital of France.",
+            json!({
             "type": "object", "properties": {"country": {"type": "string"}, "capital": {"type": "string"}},
-            "required": ["country", "capital"], "additionalProperties": false})),
-        ("Describe a person named Ada, aged 36.", json!({
+            "required": ["country", "capital"], "additionalProperties": false}),
+        ),
+        (
+            "Describe a person named Ada, aged 36.",
+            json!({
             "type": "object",
             "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
-            "required": ["name", "age"]})),
-        ("List three fruits.", json!({
+            "required": ["name", "age"]}),
+        ),
+        (
+            "List three fruits.",
+            json!({
             "type": "object", "properties": {"fruits": {"type": "array", "items": {"type": "string", "maxLength": 16}, "minItems": 3, "maxItems": 3}},
-            "required": ["fruits"]})),
-        ("Is the sky green? Answer with a verdict.", json!({
-            "type": "object", "properties": {"verdict": {"enum": ["yes", "no", "unsure"]}}, "required": ["verdict"]})),
-        ("Rate pizza from 1 to 5.", json!({
+            "required": ["fruits"]}),
+        ),
+        (
+            "Is the sky green? Answer with a verdict.",
+            json!({
+            "type": "object", "properties": {"verdict": {"enum": ["yes", "no", "unsure"]}}, "required": ["verdict"]}),
+        ),
+        (
+            "Rate pizza from 1 to 5.",
+            json!({
             "type": "object", "properties": {"score": {"type": "number", "minimum": 1, "maximum": 5}, "comment": {"type": "string", "maxLength": 40}},
-            "required": ["score"]})),
-        ("Give a book with its author.", json!({
+            "required": ["score"]}),
+        ),
+        (
+            "Give a book with its author.",
+            json!({
             "type": "object",
             "properties": {"book": {"type": "object", "properties": {"title": {"type": "string", "maxLength": 40},
                 "author": {"type": "object", "properties": {"first": {"type": "string", "maxLength": 20}, "last": {"type": "string", "maxLength": 20}},
                            "required": ["first", "last"]}}, "required": ["title", "author"]}},
-            "required": ["book"]})),
-        ("Give an id, either a number or a code.", json!({
+            "required": ["book"]}),
+        ),
+        (
+            "Give an id, either a number or a code.",
+            json!({
             "type": "object", "properties": {"id": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": "^[A-Z]{3}$"}]}},
-            "required": ["id"]})),
-        ("Give two points on a line.", json!({
+            "required": ["id"]}),
+        ),
+        (
+            "Give two points on a line.",
+            json!({
             "$defs": {"point": {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}, "required": ["x", "y"]}},
-            "type": "object", "properties": {"a": {"$ref": "#/$defs/point"}, "b": {"$ref": "#/$defs/point"}}, "required": ["a", "b"]})),
-        ("Is water wet?", json!({
+            "type": "object", "properties": {"a": {"$ref": "#/$defs/point"}, "b": {"$ref": "#/$defs/point"}}, "required": ["a", "b"]}),
+        ),
+        (
+            "Is water wet?",
+            json!({
             "type": "object", "properties": {"answer": {"type": "boolean"}, "confidence": {"type": "number", "minimum": 0, "maximum": 1}},
-            "required": ["answer", "confidence"]})),
-        ("Name a colour and its hex code.", json!({
+            "required": ["answer", "confidence"]}),
+        ),
+        (
+            "Name a colour and its hex code.",
+            json!({
             "type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "hex": {"type": "string", "pattern": "^#[0-9a-f]{6}$"},
             "tags": {"type": "array", "items": {"enum": ["warm", "cool", "neutral"]}, "maxItems": 2}},
-            "required": ["name", "hex"]})),
+            "required": ["name", "hex"]}),
+        ),
     ];
     schemas.into_iter().map(|(q, s)| (q, strict(s))).collect()
 }
 
 fn assert_valid(answer: &str, schema: &Value) {
-    let value: Value = serde_json::from_str(answer).unwrap_or_else(|e| panic!("not JSON ({e}): {answer:?}"));
+    let value: Value =
+        serde_json::from_str(answer).unwrap_or_else(|e| panic!("not JSON ({e}): {answer:?}"));
     let validator = jsonschema::validator_for(schema).expect("a valid schema");
     let errors: Vec<String> = validator.iter_errors(&value).map(|e| e.to_string()).collect();
     assert!(errors.is_empty(), "{answer} breaks its schema: {errors:?}");
@@ -109,7 +142,9 @@ fn every_answer_follows_its_schema_alone_and_batched_with_free_rows() {
 
     let constrained: Vec<usize> = schemas
         .iter()
-        .map(|(q, schema)| driver.submit(ask(q, 160).with_constraint(Constraint::JsonSchema(schema.clone()))))
+        .map(|(q, schema)| {
+            driver.submit(ask(q, 160).with_constraint(Constraint::JsonSchema(schema.clone())))
+        })
         .collect();
     let free: Vec<usize> = free_questions.iter().map(|q| driver.submit(ask(q, 24))).collect();
     driver.run_to_end();
@@ -117,43 +152,72 @@ fn every_answer_follows_its_schema_alone_and_batched_with_free_rows() {
     for (&i, (question, schema)) in constrained.iter().zip(&schemas) {
         let c = driver.completion(i);
         assert!(c.error.is_none(), "{question}: {:?}", c.error);
-        assert_eq!(c.finish_reason, Some(FinishReason::Stop), "{question}: ended by {:?}: {}", c.finish_reason, c.content);
+        assert_eq!(
+            c.finish_reason,
+            Some(FinishReason::Stop),
+            "{question}: ended by {:?}: {}",
+            c.finish_reason,
+            c.content
+        );
         println!("{question} → {}", c.content);
         assert_valid(&c.content, schema);
     }
     for (&i, expected) in free.iter().zip(&alone) {
-        assert_eq!(&driver.completion(i).content, expected, "a free row changed beside constrained ones");
+        assert_eq!(
+            &driver.completion(i).content,
+            expected,
+            "a free row changed beside constrained ones"
+        );
     }
 }
 
 #[test]
 fn json_mode_regex_and_lark_grammars_hold() {
     let mut driver = Driver::of(load(), SchedulerConfig::default());
-    let object = driver.submit(ask("Describe the Eiffel Tower.", 120).with_constraint(Constraint::JsonObject));
-    let date = driver.submit(ask("When did the Berlin wall fall?", 30).with_constraint(Constraint::Regex(r"\d{4}-\d{2}-\d{2}".into())));
+    let object = driver
+        .submit(ask("Describe the Eiffel Tower.", 120).with_constraint(Constraint::JsonObject));
+    let date = driver.submit(
+        ask("When did the Berlin wall fall?", 30)
+            .with_constraint(Constraint::Regex(r"\d{4}-\d{2}-\d{2}".into())),
+    );
     let lark = r#"
         start: answer " because " reason "."
         answer: "yes" | "no"
         reason: /[a-z ]{1,40}/
     "#;
-    let grammar = driver.submit(ask("Is the sun hot?", 60).with_constraint(Constraint::Lark(lark.into())));
+    let grammar =
+        driver.submit(ask("Is the sun hot?", 60).with_constraint(Constraint::Lark(lark.into())));
     driver.run_to_end();
 
     let c = driver.completion(object);
     assert_eq!(c.finish_reason, Some(FinishReason::Stop), "{:?} {:?}", c.error, c.content);
-    let value: Value = serde_json::from_str(&c.content).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", c.content));
+    let value: Value = serde_json::from_str(&c.content)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", c.content));
     assert!(value.is_object(), "{value}");
 
     let c = driver.completion(date);
     assert_eq!(c.finish_reason, Some(FinishReason::Stop), "{:?} {:?}", c.error, c.content);
     let d = c.content.as_bytes();
-    assert!(d.len() == 10 && d[4] == b'-' && d[7] == b'-' && c.content.replace('-', "").bytes().all(|b| b.is_ascii_digit()), "{:?}", c.content);
+    assert!(
+        d.len() == 10
+            && d[4] == b'-'
+            && d[7] == b'-'
+            && c.content.replace('-', "").bytes().all(|b| b.is_ascii_digit()),
+        "{:?}",
+        c.content
+    );
 
     let c = driver.completion(grammar);
     assert_eq!(c.finish_reason, Some(FinishReason::Stop), "{:?} {:?}", c.error, c.content);
-    let (answer, rest) = c.content.split_once(" because ").unwrap_or_else(|| panic!("{:?}", c.content));
+    let (answer, rest) =
+        c.content.split_once(" because ").unwrap_or_else(|| panic!("{:?}", c.content));
     assert!(["yes", "no"].contains(&answer), "{:?}", c.content);
-    assert!(rest.ends_with('.') && rest[..rest.len() - 1].bytes().all(|b| b.is_ascii_lowercase() || b == b' '), "{:?}", c.content);
+    assert!(
+        rest.ends_with('.')
+            && rest[..rest.len() - 1].bytes().all(|b| b.is_ascii_lowercase() || b == b' '),
+        "{:?}",
+        c.content
+    );
 }
 
 #[test]
@@ -172,12 +236,21 @@ fn a_budget_too_small_ends_at_the_length_with_what_was_generated() {
 fn bad_schemas_and_grammars_are_refused_clearly_and_the_engine_goes_on() {
     let mut driver = Driver::of(load(), SchedulerConfig::default());
     let bad = [
-        (Constraint::JsonSchema(json!({"type": "object", "properties": {"a": {"type": "no-such-type"}}})), "invalid JSON schema"),
-        (Constraint::JsonSchema(json!({"type": "integer", "minimum": 5, "maximum": 1})), "invalid JSON schema"),
+        (
+            Constraint::JsonSchema(
+                json!({"type": "object", "properties": {"a": {"type": "no-such-type"}}}),
+            ),
+            "invalid JSON schema",
+        ),
+        (
+            Constraint::JsonSchema(json!({"type": "integer", "minimum": 5, "maximum": 1})),
+            "invalid JSON schema",
+        ),
         (Constraint::Regex("(unclosed".into()), "invalid regular expression"),
         (Constraint::Lark("start: missing_rule".into()), "invalid Lark grammar"),
     ];
-    let ids: Vec<usize> = bad.iter().map(|(c, _)| driver.submit(ask("hi", 8).with_constraint(c.clone()))).collect();
+    let ids: Vec<usize> =
+        bad.iter().map(|(c, _)| driver.submit(ask("hi", 8).with_constraint(c.clone()))).collect();
     let fine = driver.submit(ask("What is the capital of France?", 8));
     driver.run_to_end();
     for (&i, (constraint, needle)) in ids.iter().zip(&bad) {
@@ -196,7 +269,11 @@ fn bad_schemas_and_grammars_are_refused_clearly_and_the_engine_goes_on() {
 fn ref_chain(links: usize) -> Value {
     let mut defs = serde_json::Map::new();
     for i in 0..links {
-        let next = if i + 1 < links { json!({"$ref": format!("#/$defs/d{}", i + 1)}) } else { json!({"enum": ["end"]}) };
+        let next = if i + 1 < links {
+            json!({"$ref": format!("#/$defs/d{}", i + 1)})
+        } else {
+            json!({"enum": ["end"]})
+        };
         defs.insert(format!("d{i}"), json!({"type": "object", "properties": {"n": next}, "required": ["n"], "additionalProperties": false}));
     }
     json!({"$defs": defs, "$ref": "#/$defs/d0"})
@@ -216,13 +293,24 @@ fn hostile_grammars_are_refused_by_their_limit_and_deep_legal_ones_compile_off_t
     let refused = [
         (Constraint::JsonSchema(ref_chain(300)), "at most 256 are allowed"),
         (Constraint::JsonSchema(nested_any_of), "at most 256 are allowed"),
-        (Constraint::Regex(format!("{}a{}", "(".repeat(2000), ")".repeat(2000))), "at most 256 are allowed"),
-        (Constraint::Lark(format!("start: \"{}\"", "a".repeat(70_000))), "at most 65536 are allowed"),
+        (
+            Constraint::Regex(format!("{}a{}", "(".repeat(2000), ")".repeat(2000))),
+            "at most 256 are allowed",
+        ),
+        (
+            Constraint::Lark(format!("start: \"{}\"", "a".repeat(70_000))),
+            "at most 65536 are allowed",
+        ),
     ];
-    let ids: Vec<usize> = refused.iter().map(|(c, _)| driver.submit(ask("hi", 8).with_constraint(c.clone()))).collect();
+    let ids: Vec<usize> = refused
+        .iter()
+        .map(|(c, _)| driver.submit(ask("hi", 8).with_constraint(c.clone())))
+        .collect();
     // Within the limits: the deepest chain allowed and a 1000-rule grammar
     // compile on their own thread's stack and are followed to the end.
-    let deep = driver.submit(ask("Fill in the form.", 400).with_constraint(Constraint::JsonSchema(ref_chain(40))));
+    let deep = driver.submit(
+        ask("Fill in the form.", 400).with_constraint(Constraint::JsonSchema(ref_chain(40))),
+    );
     let rules = driver.submit(ask("Say ok.", 8).with_constraint(Constraint::Lark(rule_chain)));
     let fine = driver.submit(ask("What is the capital of France?", 8));
     driver.run_to_end();
@@ -252,7 +340,8 @@ Call one as <tool_call>\n{\"name\": ..., \"arguments\": ...}\n</tool_call><|im_e
 /// anything, so whatever they answer under a grammar is the grammar's doing.
 fn tiny_thinking_qwen3() -> (tempfile::TempDir, LoadedModel) {
     let dir = tempfile::tempdir().unwrap();
-    engine::testing::write_tiny_family(dir.path(), engine::testing::TinyFamily::Qwen3, None, 5).unwrap();
+    engine::testing::write_tiny_family(dir.path(), engine::testing::TinyFamily::Qwen3, None, 5)
+        .unwrap();
     let path = dir.path().join("tokenizer_config.json");
     let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     cfg["chat_template"] = THINKING_TOOLS_TEMPLATE.into();
@@ -263,7 +352,8 @@ fn tiny_thinking_qwen3() -> (tempfile::TempDir, LoadedModel) {
 
 fn chat(thinking: bool, tools: Option<Vec<Value>>) -> Request {
     let options = TemplateOptions { enable_thinking: Some(thinking), tools, ..Default::default() };
-    Request::new(Prompt::Chat { messages: vec![ChatMessage::user("weather?")], options }).with_max_tokens(200)
+    Request::new(Prompt::Chat { messages: vec![ChatMessage::user("weather?")], options })
+        .with_max_tokens(200)
 }
 
 #[test]
@@ -301,8 +391,12 @@ fn a_required_tool_call_is_always_a_valid_call() {
     ];
     let mut driver = Driver::of(loaded, SchedulerConfig::default());
     let required = |parallel: bool, seed: u64| {
-        let mut r = chat(false, Some(tools.clone()))
-            .with_sampling(engine::sample::SamplingParams { temperature: 1.0, seed: Some(seed), ..Default::default() });
+        let mut r =
+            chat(false, Some(tools.clone())).with_sampling(engine::sample::SamplingParams {
+                temperature: 1.0,
+                seed: Some(seed),
+                ..Default::default()
+            });
         r.require_tool_call = true;
         r.parallel_tool_calls = parallel;
         r
@@ -319,7 +413,10 @@ fn a_required_tool_call_is_always_a_valid_call() {
             assert_eq!(c.tool_calls.len(), 1, "parallel_tool_calls false: {c:?}");
         }
         for call in &c.tool_calls {
-            let tool = tools.iter().find(|t| t["function"]["name"] == call.name.as_str()).unwrap_or_else(|| panic!("{call:?}"));
+            let tool = tools
+                .iter()
+                .find(|t| t["function"]["name"] == call.name.as_str())
+                .unwrap_or_else(|| panic!("{call:?}"));
             let args: Value = serde_json::from_str(&call.arguments).unwrap();
             let validator = jsonschema::validator_for(&tool["function"]["parameters"]).unwrap();
             assert!(validator.is_valid(&args), "{call:?}");
@@ -332,5 +429,8 @@ fn a_required_tool_call_is_always_a_valid_call() {
     no_tools.require_tool_call = true;
     let i = driver.submit(no_tools);
     driver.run_to_end();
-    assert_eq!(driver.completion(i).error.as_ref().map(|e| e.code.as_str()), Some("INVALID_REQUEST"));
+    assert_eq!(
+        driver.completion(i).error.as_ref().map(|e| e.code.as_str()),
+        Some("INVALID_REQUEST")
+    );
 }

@@ -18,17 +18,22 @@ fn engine_with_template(template: Option<&str>) -> (tempfile::TempDir, EngineHan
     write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap();
     if let Some(t) = template {
         let path = dir.path().join("tokenizer_config.json");
-        let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let mut cfg: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         cfg["chat_template"] = t.into();
         std::fs::write(&path, cfg.to_string()).unwrap();
     }
-    let config = EngineConfig { load: LoadOptions { format: WeightFormat::AsStored }, ..Default::default() };
+    let config =
+        EngineConfig { load: LoadOptions { format: WeightFormat::AsStored }, ..Default::default() };
     let handle = EngineHandle::start(dir.path(), config).unwrap();
     (dir, handle)
 }
 
 fn no_eos() -> SamplingParams {
-    SamplingParams { logit_bias: [(2, f32::NEG_INFINITY)].into_iter().collect(), ..Default::default() }
+    SamplingParams {
+        logit_bias: [(2, f32::NEG_INFINITY)].into_iter().collect(),
+        ..Default::default()
+    }
 }
 
 fn chat(enable_thinking: Option<bool>) -> Prompt {
@@ -41,7 +46,9 @@ fn chat(enable_thinking: Option<bool>) -> Prompt {
 #[test]
 fn a_prompt_that_opens_think_streams_reasoning_apart_from_the_answer() {
     let (_dir, engine) = engine_with_template(Some(THINKING_TEMPLATE));
-    let c = engine.submit(Request::new(chat(None)).with_max_tokens(20).with_sampling(no_eos())).collect_blocking();
+    let c = engine
+        .submit(Request::new(chat(None)).with_max_tokens(20).with_sampling(no_eos()))
+        .collect_blocking();
     assert!(c.error.is_none(), "{:?}", c.error);
     // Random weights never write </think>: everything stays reasoning.
     assert!(!c.reasoning.is_empty());
@@ -58,13 +65,18 @@ fn a_thinking_budget_closes_thinking_and_the_answer_follows() {
     assert!(c.error.is_none(), "{:?}", c.error);
     assert!(!c.reasoning.is_empty(), "no reasoning");
     assert!(!c.content.is_empty(), "thinking was not closed by the budget");
-    assert!(!c.content.contains("think>") && !c.reasoning.contains("think>"), "a tag leaked: {c:?}");
+    assert!(
+        !c.content.contains("think>") && !c.reasoning.contains("think>"),
+        "a tag leaked: {c:?}"
+    );
 }
 
 #[test]
 fn thinking_off_sends_everything_to_the_answer() {
     let (_dir, engine) = engine_with_template(Some(THINKING_TEMPLATE));
-    let c = engine.submit(Request::new(chat(Some(false))).with_max_tokens(20).with_sampling(no_eos())).collect_blocking();
+    let c = engine
+        .submit(Request::new(chat(Some(false))).with_max_tokens(20).with_sampling(no_eos()))
+        .collect_blocking();
     assert!(c.error.is_none(), "{:?}", c.error);
     assert_eq!(c.reasoning, "");
     assert!(!c.content.is_empty());

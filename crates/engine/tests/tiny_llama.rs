@@ -115,8 +115,9 @@ fn a_prompt_longer_than_the_context_is_a_clean_error() {
     let spec = TinyLlama { max_context: 64, ..TinyLlama::default() };
     write_tiny_llama(dir.path(), &spec).unwrap();
     let m = load(dir.path(), WeightFormat::AsStored).unwrap();
-    let err = generate(m.model.as_ref(), &m.tokenizer, &prompt(80), &GenerateParams::default(), |_| true)
-        .unwrap_err();
+    let err =
+        generate(m.model.as_ref(), &m.tokenizer, &prompt(80), &GenerateParams::default(), |_| true)
+            .unwrap_err();
     assert_eq!(err.code(), "CONTEXT_LENGTH_EXCEEDED");
     let msg = err.to_string();
     assert!(msg.contains("80") && msg.contains("64"), "{msg}");
@@ -163,12 +164,20 @@ fn a_wrong_shape_is_named_with_both_shapes() {
     let dir = tempfile::tempdir().unwrap();
     write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap();
     edit_weights(dir.path(), |t| {
-        t.insert("model.layers.0.self_attn.k_proj.weight".into(), mlx_rs::ops::zeros::<f32>(&[16, 64]).unwrap());
+        t.insert(
+            "model.layers.0.self_attn.k_proj.weight".into(),
+            mlx_rs::ops::zeros::<f32>(&[16, 64]).unwrap(),
+        );
     });
     let err = load(dir.path(), WeightFormat::AsStored).err().expect("must fail");
     assert_eq!(err.code(), "TENSOR_SHAPE_MISMATCH");
     let msg = err.to_string();
-    assert!(msg.contains("model.layers.0.self_attn.k_proj.weight") && msg.contains("[16, 64]") && msg.contains("[32, 64]"), "{msg}");
+    assert!(
+        msg.contains("model.layers.0.self_attn.k_proj.weight")
+            && msg.contains("[16, 64]")
+            && msg.contains("[32, 64]"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -176,7 +185,10 @@ fn a_wrong_shape_in_a_quantized_checkpoint_is_named() {
     let dir = tempfile::tempdir().unwrap();
     write_tiny_llama(dir.path(), &q4()).unwrap();
     edit_weights(dir.path(), |t| {
-        t.insert("model.layers.0.mlp.down_proj.scales".into(), mlx_rs::ops::zeros::<f32>(&[64, 3]).unwrap());
+        t.insert(
+            "model.layers.0.mlp.down_proj.scales".into(),
+            mlx_rs::ops::zeros::<f32>(&[64, 3]).unwrap(),
+        );
     });
     let err = load(dir.path(), WeightFormat::AsStored).err().expect("must fail");
     assert_eq!(err.code(), "TENSOR_SHAPE_MISMATCH");

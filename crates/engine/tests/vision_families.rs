@@ -24,7 +24,8 @@ use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
 use engine::testing::{
-    write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe,
+    write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,
+    write_tiny_qwen3_vl_moe,
 };
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions, Tokenizer};
 
@@ -94,7 +95,8 @@ const FAMILIES: &[Family] = &[
 ];
 
 fn fixture(name: &str) -> ImageInput {
-    let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests", "fixtures", "images", name].iter().collect();
+    let path: PathBuf =
+        [env!("CARGO_MANIFEST_DIR"), "tests", "fixtures", "images", name].iter().collect();
     ImageInput::from_bytes(std::fs::read(&path).unwrap())
 }
 
@@ -110,7 +112,12 @@ fn start(dir: &Path, scheduler: SchedulerConfig) -> EngineHandle {
 }
 
 fn no_caches() -> SchedulerConfig {
-    SchedulerConfig { max_running: 1, prefix_cache_bytes: 0, vision_cache_bytes: 0, ..Default::default() }
+    SchedulerConfig {
+        max_running: 1,
+        prefix_cache_bytes: 0,
+        vision_cache_bytes: 0,
+        ..Default::default()
+    }
 }
 
 /// A user message: the images, then the text.
@@ -119,7 +126,8 @@ fn user(text: &str, images: &[ImageInput]) -> ChatMessage {
 }
 
 fn user_in_order(text: &str, images: &[ImageInput], images_first: bool) -> ChatMessage {
-    let mut parts: Vec<ContentPart> = images.iter().map(|i| ContentPart::Image { image: Some(i.sha256.clone()) }).collect();
+    let mut parts: Vec<ContentPart> =
+        images.iter().map(|i| ContentPart::Image { image: Some(i.sha256.clone()) }).collect();
     if images_first {
         parts.push(ContentPart::text(text));
     } else {
@@ -130,9 +138,15 @@ fn user_in_order(text: &str, images: &[ImageInput], images_first: bool) -> ChatM
 
 /// A chat request over `messages` carrying `images` (all the conversation's,
 /// in order), EOS banned so every run is full length.
-fn chat(messages: Vec<ChatMessage>, images: &[ImageInput], max_tokens: usize, engine: &EngineHandle) -> Request {
+fn chat(
+    messages: Vec<ChatMessage>,
+    images: &[ImageInput],
+    max_tokens: usize,
+    engine: &EngineHandle,
+) -> Request {
     let prompt = Prompt::Chat { messages, options: TemplateOptions::default() };
-    let ban_eos = engine.model_info().eos_token_ids.iter().map(|&t| (t, f32::NEG_INFINITY)).collect();
+    let ban_eos =
+        engine.model_info().eos_token_ids.iter().map(|&t| (t, f32::NEG_INFINITY)).collect();
     let mut request = Request::new(prompt)
         .with_max_tokens(max_tokens)
         .with_sampling(SamplingParams { logit_bias: ban_eos, ..Default::default() });
@@ -163,8 +177,10 @@ fn mixed_requests(engine: &EngineHandle) -> Vec<Request> {
 #[test]
 fn engine_answers_equal_mlx_vlm_greedy_tokens() {
     for family in FAMILIES {
-        let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests", "goldens", family.goldens].iter().collect();
-        let goldens: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let path: PathBuf =
+            [env!("CARGO_MANIFEST_DIR"), "tests", "goldens", family.goldens].iter().collect();
+        let goldens: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let dir = folder(family);
         let tokenizer = Tokenizer::from_folder(dir.path()).unwrap();
         let engine = start(dir.path(), SchedulerConfig::default());
@@ -173,9 +189,16 @@ fn engine_answers_equal_mlx_vlm_greedy_tokens() {
         let mut streams = Vec::new();
         for case in model.as_object().unwrap().keys() {
             let files = &goldens["cases"][case];
-            let images: Vec<ImageInput> = files.as_array().unwrap().iter().map(|f| fixture(f.as_str().unwrap())).collect();
-            let want: Vec<u32> = model[case]["greedy_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
-            let message = user_in_order(goldens["text"].as_str().unwrap(), &images, family.images_first);
+            let images: Vec<ImageInput> =
+                files.as_array().unwrap().iter().map(|f| fixture(f.as_str().unwrap())).collect();
+            let want: Vec<u32> = model[case]["greedy_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect();
+            let message =
+                user_in_order(goldens["text"].as_str().unwrap(), &images, family.images_first);
             let mut request = chat(vec![message], &images, want.len(), &engine);
             request.sampling = SamplingParams::default(); // plain greedy, as the reference decoded
             let prompt_len = model[case]["prompt_ids"].as_array().unwrap().len();
@@ -186,7 +209,10 @@ fn engine_answers_equal_mlx_vlm_greedy_tokens() {
             let got = stream.collect_blocking();
             let what = format!("{} {case}", family.name);
             assert!(got.error.is_none(), "{what}: {:?}", got.error);
-            assert_eq!(got.stats.prompt_tokens, prompt_len, "{what}: prompt length after placeholder expansion");
+            assert_eq!(
+                got.stats.prompt_tokens, prompt_len,
+                "{what}: prompt length after placeholder expansion"
+            );
             let answer = match want.iter().position(|t| eos.contains(t)) {
                 Some(end) => &want[..end],
                 None => &want[..],
@@ -203,14 +229,20 @@ fn image_and_text_requests_batched_equal_each_alone() {
     for family in FAMILIES {
         let dir = folder(family);
         let alone_engine = start(dir.path(), no_caches());
-        let alone: Vec<Completion> =
-            mixed_requests(&alone_engine).into_iter().map(|r| finished(alone_engine.submit(r).collect_blocking())).collect();
+        let alone: Vec<Completion> = mixed_requests(&alone_engine)
+            .into_iter()
+            .map(|r| finished(alone_engine.submit(r).collect_blocking()))
+            .collect();
         alone_engine.shutdown();
         // Two images' slots outweigh the shorter text of the two-image request.
-        assert!(alone[2].stats.prompt_tokens > alone[1].stats.prompt_tokens, "image slots were expanded");
+        assert!(
+            alone[2].stats.prompt_tokens > alone[1].stats.prompt_tokens,
+            "image slots were expanded"
+        );
 
         let engine = start(dir.path(), SchedulerConfig::default());
-        let streams: Vec<_> = mixed_requests(&engine).into_iter().map(|r| engine.submit(r)).collect();
+        let streams: Vec<_> =
+            mixed_requests(&engine).into_iter().map(|r| engine.submit(r)).collect();
         for (stream, want) in streams.into_iter().zip(&alone) {
             let got = finished(stream.collect_blocking());
             assert_eq!(got.content, want.content, "{}", family.name);
@@ -218,7 +250,16 @@ fn image_and_text_requests_batched_equal_each_alone() {
         // An image request joining a batch that is already decoding.
         let long = engine.submit(ask("a long text-only answer please", &[], 40, &engine));
         std::thread::sleep(Duration::from_millis(100));
-        let joined = finished(engine.submit(ask("what is in this picture?", &[fixture("qwen_parity_182x126.png")], 10, &engine)).collect_blocking());
+        let joined = finished(
+            engine
+                .submit(ask(
+                    "what is in this picture?",
+                    &[fixture("qwen_parity_182x126.png")],
+                    10,
+                    &engine,
+                ))
+                .collect_blocking(),
+        );
         finished(long.collect_blocking());
         assert_eq!(joined.content, alone[1].content, "{}: joined mid-decode", family.name);
         engine.shutdown();
@@ -231,7 +272,9 @@ fn a_second_turn_about_the_same_image_resumes_from_the_prefix_cache() {
         let dir = folder(family);
         let image = fixture("qwen_parity_320x240.png");
         let engine = start(dir.path(), SchedulerConfig::default());
-        let first = finished(engine.submit(ask("what is this?", &[image.clone()], 8, &engine)).collect_blocking());
+        let first = finished(
+            engine.submit(ask("what is this?", &[image.clone()], 8, &engine)).collect_blocking(),
+        );
         let turn2 = |engine: &EngineHandle| {
             let messages = vec![
                 user("what is this?", &[image.clone()]),
@@ -265,14 +308,24 @@ fn kv_quantization_with_images_batched_equals_alone() {
         let dir = folder(family);
         // From the first column, so the images' own rows are quantized too.
         let kv = Some(KvQuantization { bits: 8, group_size: 32, start: 0 });
-        let alone_engine = start(dir.path(), SchedulerConfig { kv_quantization: kv, ..no_caches() });
-        let alone: Vec<Completion> =
-            mixed_requests(&alone_engine).into_iter().map(|r| finished(alone_engine.submit(r).collect_blocking())).collect();
+        let alone_engine =
+            start(dir.path(), SchedulerConfig { kv_quantization: kv, ..no_caches() });
+        let alone: Vec<Completion> = mixed_requests(&alone_engine)
+            .into_iter()
+            .map(|r| finished(alone_engine.submit(r).collect_blocking()))
+            .collect();
         alone_engine.shutdown();
-        let engine = start(dir.path(), SchedulerConfig { kv_quantization: kv, ..Default::default() });
-        let streams: Vec<_> = mixed_requests(&engine).into_iter().map(|r| engine.submit(r)).collect();
+        let engine =
+            start(dir.path(), SchedulerConfig { kv_quantization: kv, ..Default::default() });
+        let streams: Vec<_> =
+            mixed_requests(&engine).into_iter().map(|r| engine.submit(r)).collect();
         for (stream, want) in streams.into_iter().zip(&alone) {
-            assert_eq!(finished(stream.collect_blocking()).content, want.content, "{} with 8-bit KV", family.name);
+            assert_eq!(
+                finished(stream.collect_blocking()).content,
+                want.content,
+                "{} with 8-bit KV",
+                family.name
+            );
         }
         engine.shutdown();
     }
@@ -283,12 +336,15 @@ fn prefill_in_small_chunks_equals_one_pass() {
     for family in FAMILIES {
         let dir = folder(family);
         let whole_engine = start(dir.path(), no_caches());
-        let whole: Vec<Completion> =
-            mixed_requests(&whole_engine).into_iter().map(|r| finished(whole_engine.submit(r).collect_blocking())).collect();
+        let whole: Vec<Completion> = mixed_requests(&whole_engine)
+            .into_iter()
+            .map(|r| finished(whole_engine.submit(r).collect_blocking()))
+            .collect();
         whole_engine.shutdown();
         // Budgets whose chunk ends fall inside images (and, for Gemma 3, get moved).
         for budget in [7, 17, 33] {
-            let engine = start(dir.path(), SchedulerConfig { prefill_budget: budget, ..no_caches() });
+            let engine =
+                start(dir.path(), SchedulerConfig { prefill_budget: budget, ..no_caches() });
             for (request, want) in mixed_requests(&engine).into_iter().zip(&whole) {
                 let got = finished(engine.submit(request).collect_blocking());
                 assert_eq!(got.content, want.content, "{}: prefill budget {budget}", family.name);
@@ -311,7 +367,8 @@ fn odd_images_are_answered_and_bad_ones_fail_only_their_request() {
     for family in FAMILIES {
         let dir = folder(family);
         let engine = start(dir.path(), SchedulerConfig::default());
-        let running = engine.submit(ask("keep going", &[fixture("qwen_parity_182x126.png")], 30, &engine));
+        let running =
+            engine.submit(ask("keep going", &[fixture("qwen_parity_182x126.png")], 30, &engine));
         let odd = [
             ("1×1", png(1, 1)),
             ("one pixel wide", png(1, 150)),
@@ -325,7 +382,9 @@ fn odd_images_are_answered_and_bad_ones_fail_only_their_request() {
             assert!(c.error.is_none(), "{} {name}: {:?}", family.name, c.error);
         }
         for (name, bytes) in [("empty", Vec::new()), ("not an image", b"plain text".to_vec())] {
-            let c = engine.submit(ask("what is this?", &[ImageInput::from_bytes(bytes)], 3, &engine)).collect_blocking();
+            let c = engine
+                .submit(ask("what is this?", &[ImageInput::from_bytes(bytes)], 3, &engine))
+                .collect_blocking();
             let e = c.error.unwrap_or_else(|| panic!("{} {name}: no error", family.name));
             assert_eq!(e.code, "INVALID_IMAGE", "{} {name}: {}", family.name, e.message);
         }
@@ -335,7 +394,11 @@ fn odd_images_are_answered_and_bad_ones_fail_only_their_request() {
         // Room for a text turn, not for eight images' tokens.
         let small = start(dir.path(), SchedulerConfig { max_context: 80, ..Default::default() });
         let images = vec![fixture("qwen_parity_320x240.png"); 8];
-        let e = small.submit(ask("what is this?", &images, 4, &small)).collect_blocking().error.expect("refused");
+        let e = small
+            .submit(ask("what is this?", &images, 4, &small))
+            .collect_blocking()
+            .error
+            .expect("refused");
         assert_eq!(e.code, "CONTEXT_LENGTH_EXCEEDED", "{}: {}", family.name, e.message);
         finished(small.submit(ask("still here?", &[], 4, &small)).collect_blocking());
         small.shutdown();
@@ -352,10 +415,10 @@ fn counted_prompt_tokens_are_what_the_engine_prefills() {
             let done = finished(engine.submit(request).collect_blocking());
             assert_eq!(counted, done.stats.prompt_tokens, "{}", family.name);
         }
-        let broken = ask("what is this?", &[ImageInput::from_bytes(b"plain text".to_vec())], 3, &engine);
+        let broken =
+            ask("what is this?", &[ImageInput::from_bytes(b"plain text".to_vec())], 3, &engine);
         let e = engine.count_prompt_tokens(&broken).expect_err("a non-image has no size");
         assert!(e.to_string().contains("#1"), "{e}");
         engine.shutdown();
     }
 }
-

@@ -56,8 +56,11 @@ fn tolerance_steps(image: &str) -> f32 {
 
 #[test]
 fn pixels_match_the_reference_goldens() {
-    let meta: Value = serde_json::from_str(&std::fs::read_to_string(goldens().join("pre_goldens.json")).unwrap()).unwrap();
-    let tensors: HashMap<String, Array> = Array::load_safetensors(goldens().join("pre_pixels.safetensors")).unwrap();
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(goldens().join("pre_goldens.json")).unwrap())
+            .unwrap();
+    let tensors: HashMap<String, Array> =
+        Array::load_safetensors(goldens().join("pre_pixels.safetensors")).unwrap();
     let entries = meta["entries"].as_array().unwrap();
     assert!(entries.len() >= 10, "goldens cover every fixture");
     let mut failures = Vec::new();
@@ -68,8 +71,11 @@ fn pixels_match_the_reference_goldens() {
     for e in entries {
         let (cname, image) = (e["config"].as_str().unwrap(), e["image"].as_str().unwrap());
         let proc_ = processor_from("preprocessor_config.json", &meta["configs"][cname]);
-        let out = proc_.preprocess(&read_fixture(image)).unwrap_or_else(|err| panic!("{cname}/{image}: {err}"));
-        let want_grid: Vec<i32> = e["grid"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect();
+        let out = proc_
+            .preprocess(&read_fixture(image))
+            .unwrap_or_else(|err| panic!("{cname}/{image}: {err}"));
+        let want_grid: Vec<i32> =
+            e["grid"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect();
         assert_eq!(out.grid.to_vec(), want_grid, "{cname}/{image}: grid");
         let golden = &tensors[e["tensor"].as_str().unwrap()];
         golden.eval().unwrap();
@@ -97,8 +103,13 @@ fn pixels_match_the_reference_goldens() {
             100.0 * differing as f64 / ours.len() as f64
         );
         // 1e-3: a step recomputed from float32 differences is not an exact integer
-        if max_u8 > tolerance_steps(image) + 1e-3 || (tolerance_steps(image) == 0.0 && max_abs != 0.0) {
-            failures.push(format!("{cname}/{image}: max Δ {max_u8} steps (|Δ| {max_abs}) > {}", tolerance_steps(image)));
+        if max_u8 > tolerance_steps(image) + 1e-3
+            || (tolerance_steps(image) == 0.0 && max_abs != 0.0)
+        {
+            failures.push(format!(
+                "{cname}/{image}: max Δ {max_u8} steps (|Δ| {max_abs}) > {}",
+                tolerance_steps(image)
+            ));
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
@@ -204,8 +215,16 @@ fn from_folder_falls_back_to_processor_config_and_defaults() {
 
     // both: processor_config.json's image_processor overrides, as in the reference
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("preprocessor_config.json"), r#"{"min_pixels": 1, "max_pixels": 2000}"#).unwrap();
-    std::fs::write(dir.path().join("processor_config.json"), r#"{"image_processor": {"max_pixels": 3000}}"#).unwrap();
+    std::fs::write(
+        dir.path().join("preprocessor_config.json"),
+        r#"{"min_pixels": 1, "max_pixels": 2000}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("processor_config.json"),
+        r#"{"image_processor": {"max_pixels": 3000}}"#,
+    )
+    .unwrap();
     let p = QwenImageProcessor::from_folder(dir.path()).unwrap();
     assert_eq!((p.min_pixels, p.max_pixels), (1, 3000));
 
@@ -259,7 +278,10 @@ fn truncated_png_and_jpeg_are_invalid() {
     let p = QwenImageProcessor::default();
     let png = read_fixture("pre_half_even.png");
     let reason = invalid_reason(&p, &png[..png.len() / 2]);
-    assert!(reason.contains("PNG") && (reason.contains("truncated") || reason.contains("corrupt")), "{reason}");
+    assert!(
+        reason.contains("PNG") && (reason.contains("truncated") || reason.contains("corrupt")),
+        "{reason}"
+    );
     // cut inside the header
     let reason = invalid_reason(&p, &png[..20]);
     assert!(reason.contains("PNG"), "{reason}");
@@ -296,7 +318,10 @@ fn unsupported_formats_are_named() {
     let mut tiff = b"II*\x00\x08\x00\x00\x00".to_vec();
     tiff.extend([0u8; 64]);
     let reason = invalid_reason(&p, &tiff);
-    assert!(reason.contains("TIFF") && reason.contains("not supported") && reason.contains("PNG, JPEG"), "{reason}");
+    assert!(
+        reason.contains("TIFF") && reason.contains("not supported") && reason.contains("PNG, JPEG"),
+        "{reason}"
+    );
     // SVG is XML text
     let svg = br#"<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><rect width="10" height="10"/></svg>"#;
     let reason = invalid_reason(&p, svg);
@@ -436,7 +461,14 @@ fn mangled_files_never_panic() {
         rng
     };
     let (mut ok, mut invalid) = (0, 0);
-    for name in ["pre_photo.jpg", "pre_alpha.png", "pre_anim.gif", "pre_lossy.webp", "pre_lossless.webp", "pre_half_even_small.bmp"] {
+    for name in [
+        "pre_photo.jpg",
+        "pre_alpha.png",
+        "pre_anim.gif",
+        "pre_lossy.webp",
+        "pre_lossless.webp",
+        "pre_half_even_small.bmp",
+    ] {
         let file = read_fixture(name);
         for i in 0..60 {
             let mut bytes = file.clone();
@@ -464,7 +496,12 @@ fn alpha_is_dropped_not_composited() {
     // pre_alpha.png's first 10 columns are fully transparent over coloured pixels;
     // the reference keeps those colours (PIL convert("RGB")), so they are not black
     // or white after preprocessing (composited over black they would be 0).
-    let p = QwenImageProcessor { min_pixels: 64 * 48, max_pixels: 64 * 48 * 4, patch_size: 14, ..Default::default() };
+    let p = QwenImageProcessor {
+        min_pixels: 64 * 48,
+        max_pixels: 64 * 48 * 4,
+        patch_size: 14,
+        ..Default::default()
+    };
     let out = p.preprocess(&read_fixture("pre_alpha.png")).unwrap();
     out.pixels.eval().unwrap();
     let v = out.pixels.as_slice::<f32>();

@@ -38,7 +38,9 @@ impl HfCache {
     /// `None` only without any of these and no home folder.
     pub fn from_env() -> Option<HfCache> {
         let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
-        let any = ["HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HOME"].iter().any(|v| set(v));
+        let any = ["HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HOME"]
+            .iter()
+            .any(|v| set(v));
         // without any of them hf-hub would pick a folder under /tmp
         any.then(|| HfCache::new(hf_hub::resolve_cache_dir()))
     }
@@ -62,8 +64,10 @@ impl HfCache {
             .map_err(|e| Error::Network(format!("cannot set up the Hub client: {e}")))?;
         // hf-hub's scan is async in name only (it reads with std::fs), so a
         // plain executor runs it, from a blocking thread or inside a runtime
-        futures::executor::block_on(client.scan_cache().send())
-            .map_err(|e| Error::Io { path: self.root.clone(), source: std::io::Error::other(e.to_string()) })
+        futures::executor::block_on(client.scan_cache().send()).map_err(|e| Error::Io {
+            path: self.root.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })
     }
 
     /// Deletes a repository from the cache (all revisions, partial downloads
@@ -130,7 +134,8 @@ pub(crate) async fn link_snapshot(snapshot: &Path, name: &str, blob: &str) -> Re
         tokio::fs::create_dir_all(parent).await.map_err(|e| Error::io(parent, e))?;
     }
     let depth = name.split('/').count();
-    let target: PathBuf = std::iter::repeat_n("..", depth + 1).collect::<PathBuf>().join("blobs").join(blob);
+    let target: PathBuf =
+        std::iter::repeat_n("..", depth + 1).collect::<PathBuf>().join("blobs").join(blob);
     if tokio::fs::symlink_metadata(&link).await.is_ok() {
         tokio::fs::remove_file(&link).await.map_err(|e| Error::io(&link, e))?;
     }

@@ -99,7 +99,8 @@ impl Catalog {
 
     /// Parses and validates catalog JSON.
     pub fn from_json(text: &str) -> Result<Catalog> {
-        let catalog: Catalog = serde_json::from_str(text).map_err(|e| Error::InvalidCatalog(e.to_string()))?;
+        let catalog: Catalog =
+            serde_json::from_str(text).map_err(|e| Error::InvalidCatalog(e.to_string()))?;
         catalog.validate()?;
         Ok(catalog)
     }
@@ -151,8 +152,13 @@ impl Catalog {
             if m.context_length == 0 {
                 return bad(&m.id, "context_length must be positive".into());
             }
-            if m.architecture.is_empty() || !m.architecture.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return bad(&m.id, format!("architecture {:?} is not a model_type", m.architecture));
+            if m.architecture.is_empty()
+                || !m.architecture.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            {
+                return bad(
+                    &m.id,
+                    format!("architecture {:?} is not a model_type", m.architecture),
+                );
             }
             match &m.source {
                 ModelSource::Hub { repo, revision } => {
@@ -164,14 +170,19 @@ impl Catalog {
                         return bad(&m.id, "a local file is a bare file name".into());
                     }
                     validate_file_name(file).or_else(|e| bad(&m.id, e.to_string()))?;
-                    if sha256.len() != 64 || !sha256.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()) {
+                    if sha256.len() != 64
+                        || !sha256.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+                    {
                         return bad(&m.id, "sha256 must be 64 lowercase hex digits".into());
                     }
                 }
             }
         }
         if !ids.contains(self.default.as_str()) {
-            return Err(Error::InvalidCatalog(format!("default model {:?} is not in the catalog", self.default)));
+            return Err(Error::InvalidCatalog(format!(
+                "default model {:?} is not in the catalog",
+                self.default
+            )));
         }
         Ok(())
     }
@@ -198,14 +209,21 @@ mod tests {
             catalog.models.iter().filter(|m| matches!(m.source, ModelSource::Hub { .. })).collect();
         // the first dozen downloads all see images: Qwen3.5, Gemma 4, Qwen3-VL, Gemma 3
         let lead = &hub[..12];
-        assert!(lead.iter().all(|m| m.vision), "{:?}", lead.iter().map(|m| &m.id).collect::<Vec<_>>());
+        assert!(
+            lead.iter().all(|m| m.vision),
+            "{:?}",
+            lead.iter().map(|m| &m.id).collect::<Vec<_>>()
+        );
         for arch in ["qwen3_5", "gemma4", "qwen3_vl", "gemma3"] {
             assert!(lead.iter().any(|m| m.architecture == arch), "no {arch} among the first");
         }
         // mlx-community's 4-bit repos, named as it names them
         for m in lead {
             let ModelSource::Hub { repo, .. } = &m.source else { unreachable!() };
-            assert!(repo.starts_with("mlx-community/") && repo.ends_with("-4bit") && m.bits == 4, "{repo}");
+            assert!(
+                repo.starts_with("mlx-community/") && repo.ends_with("-4bit") && m.bits == 4,
+                "{repo}"
+            );
             assert_eq!(&m.id, repo);
         }
         // small text models stay for slow machines (and the tests' offline download)
@@ -232,7 +250,10 @@ mod tests {
     #[test]
     fn a_minimal_entry_parses() {
         let catalog = Catalog::from_json(&one(GOOD)).unwrap();
-        assert_eq!(catalog.models[0].source, ModelSource::Hub { repo: "org/a".into(), revision: "main".into() });
+        assert_eq!(
+            catalog.models[0].source,
+            ModelSource::Hub { repo: "org/a".into(), revision: "main".into() }
+        );
     }
 
     #[test]

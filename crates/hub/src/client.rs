@@ -99,7 +99,9 @@ impl HubClient {
         if let Some(token) = config.token.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
             builder = builder.token(token);
         }
-        let hf = builder.build().map_err(|e| Error::Network(format!("cannot set up the Hub client: {e}")))?;
+        let hf = builder
+            .build()
+            .map_err(|e| Error::Network(format!("cannot set up the Hub client: {e}")))?;
         Ok(HubClient { hf, cache: config.cache })
     }
 
@@ -128,30 +130,38 @@ impl HubClient {
         let auth = |status: reqwest::StatusCode, error_code: Option<&str>| match error_code {
             // the Hub answers 401 for a repository that does not exist *or*
             // is private (so as not to reveal it), and says which
-            Some("RepoNotFound" | "RevisionNotFound" | "EntryNotFound") => {
-                Error::NotFound(format!("{what} (if it is private, a Hugging Face token with access is needed)"))
-            }
-            Some("GatedRepo") => {
-                Error::Gated { repo: repo.to_string(), status: status.as_u16(), url: self.repo_url(repo) }
-            }
+            Some("RepoNotFound" | "RevisionNotFound" | "EntryNotFound") => Error::NotFound(
+                format!("{what} (if it is private, a Hugging Face token with access is needed)"),
+            ),
+            Some("GatedRepo") => Error::Gated {
+                repo: repo.to_string(),
+                status: status.as_u16(),
+                url: self.repo_url(repo),
+            },
             _ => Error::AuthRequired { what: what.to_string(), status: status.as_u16() },
         };
         match e {
             HFError::AuthRequired { context } | HFError::Forbidden { context } => {
                 auth(context.status, context.error_code.as_deref())
             }
-            HFError::RepoNotFound { .. } | HFError::RevisionNotFound { .. } | HFError::EntryNotFound { .. } => {
-                Error::NotFound(what.to_string())
+            HFError::RepoNotFound { .. }
+            | HFError::RevisionNotFound { .. }
+            | HFError::EntryNotFound { .. } => Error::NotFound(what.to_string()),
+            HFError::RateLimited { .. } => {
+                Error::Network(format!("{what}: the Hub asks to slow down (HTTP 429)"))
             }
-            HFError::RateLimited { .. } => Error::Network(format!("{what}: the Hub asks to slow down (HTTP 429)")),
             HFError::Http { context } => match context.status.as_u16() {
                 // hf-hub's paginated listings report every status as Http
                 401 | 403 => auth(context.status, context.error_code.as_deref()),
                 404 => Error::NotFound(what.to_string()),
                 status => Error::Http { status, url: context.url },
             },
-            HFError::Json(e) => Error::InvalidListing(format!("{what}: not the expected JSON: {e}")),
-            HFError::MalformedResponse { what: missing, .. } => Error::InvalidListing(format!("{what}: {missing}")),
+            HFError::Json(e) => {
+                Error::InvalidListing(format!("{what}: not the expected JSON: {e}"))
+            }
+            HFError::MalformedResponse { what: missing, .. } => {
+                Error::InvalidListing(format!("{what}: {missing}"))
+            }
             // transport failures, Xet transfers, I/O under hf-hub: worth a retry
             other => Error::Network(format!("{what}: {}", error_chain(&other))),
         }

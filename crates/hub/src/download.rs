@@ -49,7 +49,11 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        RetryPolicy { attempts: 5, initial_delay: Duration::from_millis(500), max_delay: Duration::from_secs(15) }
+        RetryPolicy {
+            attempts: 5,
+            initial_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(15),
+        }
     }
 }
 
@@ -116,18 +120,30 @@ impl HubClient {
     /// Downloads every file of `repo` at `revision` into the cache and
     /// returns the snapshot folder. Files already in the cache are not
     /// fetched again; partial files are resumed.
-    pub async fn download(&self, repo: &str, revision: &str, options: &DownloadOptions) -> Result<DownloadedModel> {
+    pub async fn download(
+        &self,
+        repo: &str,
+        revision: &str,
+        options: &DownloadOptions,
+    ) -> Result<DownloadedModel> {
         let listing = with_cancel(&options.cancel, self.list_files(repo, revision)).await?;
         self.download_listing(&listing, options).await
     }
 
     /// Downloads the files of a listing (all of them, or the subset
     /// [`RepoListing::select`] kept) into the cache.
-    pub async fn download_listing(&self, listing: &RepoListing, options: &DownloadOptions) -> Result<DownloadedModel> {
+    pub async fn download_listing(
+        &self,
+        listing: &RepoListing,
+        options: &DownloadOptions,
+    ) -> Result<DownloadedModel> {
         validate_repo_id(&listing.repo)?;
         validate_revision(&listing.revision)?;
         if !is_commit_hash(&listing.commit) {
-            return Err(Error::InvalidListing(format!("commit {:?} is not a commit id", listing.commit)));
+            return Err(Error::InvalidListing(format!(
+                "commit {:?} is not a commit id",
+                listing.commit
+            )));
         }
         for file in &listing.files {
             validate_file_name(&file.name)?;
@@ -146,9 +162,11 @@ impl HubClient {
         let mut files: Vec<&RepoFile> = listing.files.iter().collect();
         files.sort_by_key(|f| (f.size, f.name.clone()));
 
-        let mut progress = Tracker::new(listing, options.on_progress.clone(), options.progress_interval);
+        let mut progress =
+            Tracker::new(listing, options.on_progress.clone(), options.progress_interval);
         for file in &files {
-            progress.bytes_done += existing_bytes(&blobs.join(file.hash.blob_name()), file.size).await;
+            progress.bytes_done +=
+                existing_bytes(&blobs.join(file.hash.blob_name()), file.size).await;
         }
         progress.emit(true);
 
@@ -156,8 +174,11 @@ impl HubClient {
             let blob = blobs.join(file.hash.blob_name());
             progress.start_file(file);
             if !blob_is_complete(&blob, file.size).await {
-                let _lock =
-                    with_cancel(&options.cancel, self.cache.lock_blob(&listing.repo, file.hash.blob_name())).await?;
+                let _lock = with_cancel(
+                    &options.cancel,
+                    self.cache.lock_blob(&listing.repo, file.hash.blob_name()),
+                )
+                .await?;
                 // another process may have finished it while we waited
                 if !blob_is_complete(&blob, file.size).await {
                     self.fetch_file(listing, file, &blob, options, &mut progress).await?;
@@ -201,7 +222,10 @@ impl HubClient {
         let mut delay = options.retry.initial_delay;
         while part.len < file.size {
             let before = part.len;
-            let attempt = with_cancel(&options.cancel, self.fetch_attempt(listing, file, &mut part, progress));
+            let attempt = with_cancel(
+                &options.cancel,
+                self.fetch_attempt(listing, file, &mut part, progress),
+            );
             match attempt.await {
                 Ok(()) => {}
                 Err(e) if !is_transient(&e) => {
@@ -292,7 +316,9 @@ fn is_transient(e: &Error) -> bool {
 /// `.incomplete` file it now is, so its bytes are not fetched again.
 async fn adopt_old_part_file(blob: &Path, part_path: &Path) {
     let old = blob.with_extension("part");
-    if tokio::fs::try_exists(&old).await.unwrap_or(false) && !tokio::fs::try_exists(part_path).await.unwrap_or(true) {
+    if tokio::fs::try_exists(&old).await.unwrap_or(false)
+        && !tokio::fs::try_exists(part_path).await.unwrap_or(true)
+    {
         let _ = tokio::fs::rename(&old, part_path).await;
     }
 }
@@ -315,7 +341,10 @@ async fn blob_is_complete(blob: &Path, size: u64) -> bool {
 }
 
 /// Runs `work` unless `cancel` fires first.
-async fn with_cancel<T>(cancel: &CancellationToken, work: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+async fn with_cancel<T>(
+    cancel: &CancellationToken,
+    work: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
     tokio::select! {
         biased;
         _ = cancel.cancelled() => Err(Error::Cancelled),

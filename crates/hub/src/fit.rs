@@ -39,8 +39,8 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 use serde_json::Value;
+use ts_rs::TS;
 
 use crate::error::{Error, Result};
 use crate::gguf::{self, Metadata};
@@ -206,8 +206,11 @@ impl ModelShape {
         let text = config.get("text_config").filter(|t| t.is_object());
         let get = |key: &str| text.and_then(|t| t.get(key)).or_else(|| config.get(key));
         let uint = |key: &str| get(key).and_then(Value::as_u64).and_then(|v| u32::try_from(v).ok());
-        let layers = uint("num_hidden_layers").or_else(|| uint("n_layer")).ok_or("no num_hidden_layers")?;
-        let heads = uint("num_attention_heads").or_else(|| uint("n_head")).ok_or("no num_attention_heads")?;
+        let layers =
+            uint("num_hidden_layers").or_else(|| uint("n_layer")).ok_or("no num_hidden_layers")?;
+        let heads = uint("num_attention_heads")
+            .or_else(|| uint("n_head"))
+            .ok_or("no num_attention_heads")?;
         let hidden_size = uint("hidden_size").or_else(|| uint("n_embd")).ok_or("no hidden_size")?;
         if layers == 0 || heads == 0 || hidden_size == 0 {
             return Err("layers, heads and hidden size must be positive".into());
@@ -215,9 +218,12 @@ impl ModelShape {
         let kv_heads = uint("num_key_value_heads").filter(|&k| k > 0).unwrap_or(heads);
         let head_dim = uint("head_dim").filter(|&d| d > 0).unwrap_or(hidden_size / heads);
         let window = uint("sliding_window").filter(|&w| w > 0);
-        let pattern = uint("sliding_window_pattern").or_else(|| uint("_sliding_window_pattern")).filter(|&p| p > 0);
-        let layer_types: Option<Vec<&str>> =
-            get("layer_types").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect());
+        let pattern = uint("sliding_window_pattern")
+            .or_else(|| uint("_sliding_window_pattern"))
+            .filter(|&p| p > 0);
+        let layer_types: Option<Vec<&str>> = get("layer_types")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect());
         // only windows the config spells out per layer count: a bare
         // `sliding_window` (Mistral's) is not applied by every family, and
         // counting it would promise memory the engine then uses
@@ -228,9 +234,14 @@ impl ModelShape {
             (Some(w), _, Some(p)) => (0..layers).map(|i| (i % p != p - 1).then_some(w)).collect(),
             _ => Vec::new(),
         };
-        let dtype = get("torch_dtype").or_else(|| get("dtype")).and_then(Value::as_str).unwrap_or("bfloat16");
+        let dtype = get("torch_dtype")
+            .or_else(|| get("dtype"))
+            .and_then(Value::as_str)
+            .unwrap_or("bfloat16");
         let vision = config.get("vision_config").filter(|v| v.is_object()).map(|v| {
-            let vuint = |keys: &[&str]| keys.iter().find_map(|k| v.get(*k).and_then(Value::as_u64)).unwrap_or(0) as u32;
+            let vuint = |keys: &[&str]| {
+                keys.iter().find_map(|k| v.get(*k).and_then(Value::as_u64)).unwrap_or(0) as u32
+            };
             VisionShape {
                 // Qwen2-VL's `hidden_size` is the language model's (the merger's
                 // output); its tower is `embed_dim` wide
@@ -255,10 +266,13 @@ impl ModelShape {
     /// From a GGUF header (llama.cpp's `<arch>.*` keys).
     pub fn from_gguf(metadata: &Metadata) -> std::result::Result<ModelShape, String> {
         let arch = metadata.string("general.architecture").ok_or("no general.architecture")?;
-        let uint = |key: &str| metadata.uint(&format!("{arch}.{key}")).and_then(|v| u32::try_from(v).ok());
+        let uint =
+            |key: &str| metadata.uint(&format!("{arch}.{key}")).and_then(|v| u32::try_from(v).ok());
         let layers = uint("block_count").filter(|&n| n > 0).ok_or("no block_count")?;
-        let heads = uint("attention.head_count").filter(|&n| n > 0).ok_or("no attention.head_count")?;
-        let hidden_size = uint("embedding_length").filter(|&n| n > 0).ok_or("no embedding_length")?;
+        let heads =
+            uint("attention.head_count").filter(|&n| n > 0).ok_or("no attention.head_count")?;
+        let hidden_size =
+            uint("embedding_length").filter(|&n| n > 0).ok_or("no embedding_length")?;
         let window = uint("attention.sliding_window").filter(|&w| w > 0);
         let pattern = uint("attention.sliding_window_pattern").filter(|&p| p > 0);
         let windows = match (window, pattern) {
@@ -268,7 +282,9 @@ impl ModelShape {
         Ok(ModelShape {
             layers,
             kv_heads: uint("attention.head_count_kv").filter(|&k| k > 0).unwrap_or(heads),
-            head_dim: uint("attention.key_length").filter(|&d| d > 0).unwrap_or(hidden_size / heads),
+            head_dim: uint("attention.key_length")
+                .filter(|&d| d > 0)
+                .unwrap_or(hidden_size / heads),
             windows,
             hidden_size,
             intermediate_size: uint("feed_forward_length").unwrap_or(hidden_size * 4),
@@ -295,7 +311,9 @@ impl ModelShape {
                 let last = layer + 1 == self.layers as usize;
                 let bytes = match kv_bits {
                     // the engine quantizes full-attention layers but the last
-                    Some(bits) if window.is_none() && !last => bits as f64 / 8.0 + 2.0 * float / group,
+                    Some(bits) if window.is_none() && !last => {
+                        bits as f64 / 8.0 + 2.0 * float / group
+                    }
                     _ => float,
                 };
                 (per_token_float * tokens * bytes).ceil() as u64
@@ -323,7 +341,8 @@ pub fn check_fit(
     let worst = case(*settings);
     // monotonic in the context: the largest green one by bisection
     let top = shape.max_context.unwrap_or(1 << 20).max(1);
-    let green = |context: u32| case(FitSettings { context, ..chat.settings }).level == FitLevel::Green;
+    let green =
+        |context: u32| case(FitSettings { context, ..chat.settings }).level == FitLevel::Green;
     let max_green_context = green(1).then(|| {
         let (mut lo, mut hi) = (1u32, top);
         while lo < hi {
@@ -368,13 +387,15 @@ pub fn check_fit(
 fn estimate(shape: &ModelShape, weights: &WeightBytes, settings: &FitSettings) -> MemoryEstimate {
     let sequences = settings.sequences.max(1) as u64;
     let kv_cache = shape.kv_bytes(settings.context, settings.kv_bits) * sequences;
-    let kv_step = (shape.kv_bytes(settings.context.saturating_add(KV_STEP), settings.kv_bits) * sequences)
+    let kv_step = (shape.kv_bytes(settings.context.saturating_add(KV_STEP), settings.kv_bits)
+        * sequences)
         .saturating_sub(kv_cache);
     let float = shape.kv_element_bytes as u64;
     let vision_activations = shape.vision.as_ref().map_or(0, |v| {
         // one image through the tower: a few hidden-state copies per patch,
         // and one layer's attention scores
-        IMAGE_PATCHES * v.hidden_size as u64 * float * 8 + IMAGE_PATCHES * IMAGE_PATCHES * v.heads as u64 * 4
+        IMAGE_PATCHES * v.hidden_size as u64 * float * 8
+            + IMAGE_PATCHES * IMAGE_PATCHES * v.heads as u64 * 4
     });
     let vision = weights.vision_projector + vision_activations;
     let prefill = PREFILL_CHUNK.min(settings.context.max(1) as u64);
@@ -382,14 +403,22 @@ fn estimate(shape: &ModelShape, weights: &WeightBytes, settings: &FitSettings) -
     // window) with every query head (hidden / head dim where the shape does
     // not say; at least the KV heads)
     let attended = (0..shape.layers as usize)
-        .map(|layer| shape.windows.get(layer).copied().flatten().map_or(settings.context, |w| w.min(settings.context)))
+        .map(|layer| {
+            shape
+                .windows
+                .get(layer)
+                .copied()
+                .flatten()
+                .map_or(settings.context, |w| w.min(settings.context))
+        })
         .max()
         .unwrap_or(settings.context) as u64;
     let heads = (shape.hidden_size / shape.head_dim.max(1)).max(shape.kv_heads) as u64;
     let scores = if ATTENTION_SCORES_HELD { prefill * heads * attended * 4 } else { 0 };
-    let activations = prefill * (4 * shape.hidden_size as u64 + 2 * shape.intermediate_size as u64) * float
-        + scores
-        + shape.vocab_size as u64 * 4 * sequences;
+    let activations =
+        prefill * (4 * shape.hidden_size as u64 + 2 * shape.intermediate_size as u64) * float
+            + scores
+            + shape.vocab_size as u64 * 4 * sequences;
     let overhead = RUNTIME_OVERHEAD_BYTES + activations + kv_step;
     MemoryEstimate {
         weights: weights.weights,
@@ -486,10 +515,13 @@ fn safetensors_parameters(path: &Path, bits: Option<u64>) -> Option<u64> {
     let header: serde_json::Map<String, Value> = serde_json::from_slice(&header).ok()?;
     let mut total = 0u64;
     for (name, tensor) in &header {
-        if name == "__metadata__" || (bits.is_some() && (name.ends_with(".scales") || name.ends_with(".biases"))) {
+        if name == "__metadata__"
+            || (bits.is_some() && (name.ends_with(".scales") || name.ends_with(".biases")))
+        {
             continue;
         }
-        let elements: u64 = tensor.get("shape")?.as_array()?.iter().map(Value::as_u64).product::<Option<u64>>()?;
+        let elements: u64 =
+            tensor.get("shape")?.as_array()?.iter().map(Value::as_u64).product::<Option<u64>>()?;
         let packed = bits.filter(|_| tensor.get("dtype").and_then(Value::as_str) == Some("U32"));
         total += packed.map_or(elements, |b| elements * 32 / b.max(1));
     }
@@ -503,7 +535,9 @@ fn mmproj_beside(dir: &Path, model: &Path) -> u64 {
     entries
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p != model && is_projector_name(&p.file_name().unwrap_or_default().to_string_lossy()))
+        .filter(|p| {
+            p != model && is_projector_name(&p.file_name().unwrap_or_default().to_string_lossy())
+        })
         .filter_map(|p| std::fs::metadata(&p).ok().map(|m| m.len()))
         .min()
         .unwrap_or(0)
@@ -523,7 +557,11 @@ mod tests {
     const GIB: u64 = 1 << 30;
 
     fn machine(total_gib: u64, free_gib: u64) -> MachineMemory {
-        MachineMemory { total_bytes: total_gib * GIB, available_bytes: free_gib * GIB, gpu_limit_bytes: None }
+        MachineMemory {
+            total_bytes: total_gib * GIB,
+            available_bytes: free_gib * GIB,
+            gpu_limit_bytes: None,
+        }
     }
 
     /// Llama-3.2-3B's shape.
@@ -548,7 +586,8 @@ mod tests {
         assert_eq!(shape.kv_bytes(8192, None), 114_688 * 8192);
         // 8-bit: 1 byte + a bf16 scale and bias per 64 → 1.0625, on 27 of 28 layers
         let per_layer_token = 2 * 8 * 128;
-        let expected = (per_layer_token as f64 * 8192.0 * 1.0625).ceil() as u64 * 27 + per_layer_token * 8192 * 2;
+        let expected = (per_layer_token as f64 * 8192.0 * 1.0625).ceil() as u64 * 27
+            + per_layer_token * 8192 * 2;
         assert_eq!(shape.kv_bytes(8192, Some(8)), expected);
         assert!(shape.kv_bytes(8192, Some(4)) < shape.kv_bytes(8192, Some(8)));
     }
@@ -569,8 +608,9 @@ mod tests {
         assert_eq!(shape.kv_bytes(100, None), per_layer_token * 12 * 100);
         // layer_types says the same per layer
         let mut listed = config.clone();
-        let types: Vec<&str> =
-            (0..12).map(|i| if i % 6 == 5 { "full_attention" } else { "sliding_attention" }).collect();
+        let types: Vec<&str> = (0..12)
+            .map(|i| if i % 6 == 5 { "full_attention" } else { "sliding_attention" })
+            .collect();
         listed["layer_types"] = json!(types);
         listed.as_object_mut().unwrap().remove("sliding_window_pattern");
         assert_eq!(ModelShape::from_config(&listed).unwrap().windows, shape.windows);
@@ -588,9 +628,14 @@ mod tests {
             "vision_config": {"hidden_size": 1152, "num_attention_heads": 16}, "torch_dtype": "float32"
         }))
         .unwrap();
-        assert_eq!((shape.layers, shape.kv_heads, shape.head_dim, shape.kv_element_bytes), (34, 4, 256, 4));
+        assert_eq!(
+            (shape.layers, shape.kv_heads, shape.head_dim, shape.kv_element_bytes),
+            (34, 4, 256, 4)
+        );
         assert_eq!(shape.vision, Some(VisionShape { hidden_size: 1152, heads: 16 }));
-        assert!(ModelShape::from_config(&json!({"model_type": "x"})).unwrap_err().contains("num_hidden_layers"));
+        assert!(ModelShape::from_config(&json!({"model_type": "x"}))
+            .unwrap_err()
+            .contains("num_hidden_layers"));
     }
 
     #[test]
@@ -621,14 +666,30 @@ mod tests {
         let max = report.max_green_context.unwrap();
         assert!(max > 8192 && max < 131_072, "{max}");
         // (for one answer: the worst case of one sequence at that context)
-        assert_eq!(check_fit(&shape, &weights, &settings(max), &machine(16, 12)).worst.level, FitLevel::Green);
-        assert_ne!(check_fit(&shape, &weights, &settings(max + 1), &machine(16, 12)).worst.level, FitLevel::Green);
+        assert_eq!(
+            check_fit(&shape, &weights, &settings(max), &machine(16, 12)).worst.level,
+            FitLevel::Green
+        );
+        assert_ne!(
+            check_fit(&shape, &weights, &settings(max + 1), &machine(16, 12)).worst.level,
+            FitLevel::Green
+        );
         // quantized KV reaches further
         let q8 = FitSettings { kv_bits: Some(8), ..settings(8192) };
-        assert!(check_fit(&shape, &weights, &q8, &machine(16, 12)).max_green_context.unwrap() > max);
+        assert!(
+            check_fit(&shape, &weights, &q8, &machine(16, 12)).max_green_context.unwrap() > max
+        );
         // two sequences need twice the cache in the worst case; a chat is one
-        let two = check_fit(&shape, &weights, &FitSettings { sequences: 2, ..settings(8192) }, &machine(16, 12));
-        assert_eq!((two.worst.estimate.kv_cache, two.estimate.kv_cache), (2 * e.kv_cache, e.kv_cache));
+        let two = check_fit(
+            &shape,
+            &weights,
+            &FitSettings { sequences: 2, ..settings(8192) },
+            &machine(16, 12),
+        );
+        assert_eq!(
+            (two.worst.estimate.kv_cache, two.estimate.kv_cache),
+            (2 * e.kv_cache, e.kv_cache)
+        );
         assert_eq!((two.settings.sequences, two.worst.settings.sequences), (1, 2));
         // weights alone too big: no context is green
         let huge = WeightBytes { weights: 15 * GIB, vision_projector: 0 };
@@ -660,7 +721,11 @@ mod tests {
         let weights = WeightBytes { weights: 268_098_176 * 4, vision_projector: 0 };
         let load = FitSettings { context: 32_768, kv_bits: None, sequences: 8 };
         let total = 24_684_096 * 1024;
-        let at = |free: u64| MachineMemory { total_bytes: total, available_bytes: free, gpu_limit_bytes: None };
+        let at = |free: u64| MachineMemory {
+            total_bytes: total,
+            available_bytes: free,
+            gpu_limit_bytes: None,
+        };
 
         // what the app said then, with 7.7 GB "free": the 8 × 32k worst case
         // as the verdict, 11.3 GB, tight
@@ -674,14 +739,19 @@ mod tests {
         assert_eq!(gb(then.estimate.total), "1.7 GB");
         assert_eq!(then.level, FitLevel::Green);
         assert!(then.summary.starts_with("a chat needs about 1.7 GB"), "{}", then.summary);
-        assert!(then.summary.ends_with("at most 11.3 GB (8 running sequences × 32768 tokens)"), "{}", then.summary);
+        assert!(
+            then.summary.ends_with("at most 11.3 GB (8 running sequences × 32768 tokens)"),
+            "{}",
+            then.summary
+        );
         // with the 23.6 GB the system called available, even the worst case is green
         let now = check_fit(&shape, &weights, &load, &at(23_600_000_000));
         assert_eq!((now.level, now.worst.level), (FitLevel::Green, FitLevel::Green));
         // one answer may fill the model's whole context
         assert_eq!(now.max_green_context, Some(32_768));
         // load settings with a shorter context: the chat is at that context
-        let short = check_fit(&shape, &weights, &FitSettings { context: 2048, ..load }, &at(7_700_000_000));
+        let short =
+            check_fit(&shape, &weights, &FitSettings { context: 2048, ..load }, &at(7_700_000_000));
         assert_eq!((short.settings.context, short.worst.settings.context), (2048, 2048));
     }
 
@@ -700,8 +770,12 @@ mod tests {
     fn a_vision_projector_and_tower_count() {
         let mut shape = llama_3b();
         let weights = WeightBytes { weights: 2 * GIB, vision_projector: 600 << 20 };
-        let text_only =
-            check_fit(&shape, &WeightBytes { vision_projector: 0, ..weights }, &settings(4096), &machine(16, 12));
+        let text_only = check_fit(
+            &shape,
+            &WeightBytes { vision_projector: 0, ..weights },
+            &settings(4096),
+            &machine(16, 12),
+        );
         assert_eq!(text_only.estimate.vision, 0);
         shape.vision = Some(VisionShape { hidden_size: 1280, heads: 16 });
         let report = check_fit(&shape, &weights, &settings(4096), &machine(16, 12));
@@ -721,7 +795,10 @@ mod tests {
         m.values.insert("llama.context_length".into(), int(8192));
         m.values.insert("tokenizer.ggml.tokens".into(), gguf::MetaValue::Array { len: 49152 });
         let shape = ModelShape::from_gguf(&m).unwrap();
-        assert_eq!((shape.layers, shape.kv_heads, shape.head_dim, shape.vocab_size), (30, 3, 64, 49152));
+        assert_eq!(
+            (shape.layers, shape.kv_heads, shape.head_dim, shape.vocab_size),
+            (30, 3, 64, 49152)
+        );
         assert_eq!(shape.max_context, Some(8192));
         m.values.remove("llama.block_count");
         assert!(ModelShape::from_gguf(&m).unwrap_err().contains("block_count"));

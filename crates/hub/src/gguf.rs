@@ -28,8 +28,10 @@ const TYPE_ARRAY: u32 = 9;
 
 /// `general.architecture` of a GGUF file ("llama", "qwen2", …).
 pub fn read_architecture(path: &Path) -> Result<String> {
-    read_string_value(path, "general.architecture")?
-        .ok_or_else(|| Error::InvalidGguf { path: path.to_path_buf(), reason: "no general.architecture key".into() })
+    read_string_value(path, "general.architecture")?.ok_or_else(|| Error::InvalidGguf {
+        path: path.to_path_buf(),
+        reason: "no general.architecture key".into(),
+    })
 }
 
 /// The string value of `key`, or `None` if the metadata has no such key.
@@ -37,7 +39,9 @@ pub fn read_architecture(path: &Path) -> Result<String> {
 pub fn read_string_value(path: &Path, key: &str) -> Result<Option<String>> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
     let mut reader = Reader { inner: BufReader::new(file), wide: true };
-    reader.find_string(key).map_err(|reason| Error::InvalidGguf { path: path.to_path_buf(), reason })
+    reader
+        .find_string(key)
+        .map_err(|reason| Error::InvalidGguf { path: path.to_path_buf(), reason })
 }
 
 /// One metadata value: scalars as they are, arrays by their length only.
@@ -89,7 +93,8 @@ impl Metadata {
 /// Every metadata value of a GGUF file.
 pub fn read_file_metadata(path: &Path) -> Result<Metadata> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    read_metadata(BufReader::new(file)).map_err(|reason| Error::InvalidGguf { path: path.to_path_buf(), reason })
+    read_metadata(BufReader::new(file))
+        .map_err(|reason| Error::InvalidGguf { path: path.to_path_buf(), reason })
 }
 
 /// Every metadata value of GGUF bytes (a whole file or its beginning).
@@ -267,7 +272,8 @@ impl<R: Read> Reader<R> {
     }
 
     fn skip(&mut self, n: u64) -> Parse<()> {
-        let skipped = std::io::copy(&mut (&mut self.inner).take(n), &mut std::io::sink()).map_err(|e| e.to_string())?;
+        let skipped = std::io::copy(&mut (&mut self.inner).take(n), &mut std::io::sink())
+            .map_err(|e| e.to_string())?;
         if skipped < n {
             return Err(TRUNCATED.into());
         }

@@ -37,14 +37,16 @@ pub use client::{HubClient, HubConfig, DEFAULT_ENDPOINT};
 pub use download::{CancellationToken, DownloadOptions, DownloadedModel, RetryPolicy};
 pub use error::{Error, Result};
 pub use fit::{
-    check_fit, check_local_model, FitCase, FitLevel, FitReport, FitSettings, MemoryEstimate, ModelShape, WeightBytes,
-    WeightHolding,
+    check_fit, check_local_model, FitCase, FitLevel, FitReport, FitSettings, MemoryEstimate,
+    ModelShape, WeightBytes, WeightHolding,
 };
 pub use keychain::Keychain;
 pub use listing::{FileHash, RepoFile, RepoListing};
 pub use memory::MachineMemory;
 pub use progress::{DownloadProgress, ProgressFn};
 pub use scan::{LocalModel, Location, ModelFormat, ScanConfig};
-pub use search::{CapabilityHints, FormatFilter, Gated, HubModel, ModelDetails, SearchPage, SearchQuery, SortBy};
+pub use search::{
+    CapabilityHints, FormatFilter, Gated, HubModel, ModelDetails, SearchPage, SearchQuery, SortBy,
+};
 pub use support::{EngineSupport, Support, SupportStatus};
 pub use variants::{Variant, VariantFormat};

@@ -82,7 +82,8 @@ impl FileHash {
             FileHash::Sha256(h) => (h, 64),
             FileHash::GitBlob(h) => (h, 40),
         };
-        if hex.len() == len && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        if hex.len() == len && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
             Ok(())
         } else {
             Err(Error::InvalidListing(format!("bad hash {hex:?}")))
@@ -107,7 +108,12 @@ impl HubClient {
         validate_revision(revision)?;
         let what = format!("{repo}@{revision}");
         let handle = self.model(repo);
-        let info = handle.info().revision(revision).send().await.map_err(|e| self.error(e, repo, &what))?;
+        let info = handle
+            .info()
+            .revision(revision)
+            .send()
+            .await
+            .map_err(|e| self.error(e, repo, &what))?;
         let commit = info
             .sha
             .filter(|c| is_commit_hash(c))
@@ -120,12 +126,18 @@ impl HubClient {
             .recursive(true)
             .send()
             .map_err(|e| self.error(e, repo, &what))?;
-        let entries: Vec<RepoTreeEntry> = tree.try_collect().await.map_err(|e| self.error(e, repo, &what))?;
+        let entries: Vec<RepoTreeEntry> =
+            tree.try_collect().await.map_err(|e| self.error(e, repo, &what))?;
         let mut tree_files = Vec::new();
         for entry in entries {
             if let RepoTreeEntry::File { path, size, oid, lfs, .. } = entry {
                 validate_file_name(&path)?;
-                tree_files.push(TreeFile { name: path, size, git_blob: oid, lfs: lfs.map(|l| l.sha256) });
+                tree_files.push(TreeFile {
+                    name: path,
+                    size,
+                    git_blob: oid,
+                    lfs: lfs.map(|l| l.sha256),
+                });
             }
         }
 
@@ -146,7 +158,8 @@ impl HubClient {
                     FileHash::Sha256(meta.etag.to_ascii_lowercase())
                 }
             };
-            hash.validate().map_err(|e| Error::InvalidListing(format!("{what}: {}: {e}", f.name)))?;
+            hash.validate()
+                .map_err(|e| Error::InvalidListing(format!("{what}: {}: {e}", f.name)))?;
             files.push(RepoFile { name: f.name, size: f.size, hash });
         }
         Ok(RepoListing { repo: repo.to_string(), revision: revision.to_string(), commit, files })

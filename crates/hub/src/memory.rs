@@ -31,7 +31,11 @@ impl MachineMemory {
     /// This machine now.
     pub fn detect() -> MachineMemory {
         let (total, available) = os_memory().unwrap_or_else(sysinfo_memory);
-        MachineMemory { total_bytes: total, available_bytes: available.min(total), gpu_limit_bytes: gpu_working_set(total) }
+        MachineMemory {
+            total_bytes: total,
+            available_bytes: available.min(total),
+            gpu_limit_bytes: gpu_working_set(total),
+        }
     }
 
     /// The GPU limit as MLX reports it (`max_recommended_working_set_size`),
@@ -93,9 +97,12 @@ fn linux_memory(read: ReadFile) -> Option<(u64, u64)> {
         .or_else(|| Some(field("MemFree")? + field("Inactive(file)").unwrap_or(0)))?
         .min(total);
     let own = read(Path::new("/proc/self/cgroup")).unwrap_or_default();
-    Some(cgroup_levels(read, &own).iter().filter(|l| l.limit < total).fold((total, available), |(t, a), l| {
-        (t.min(l.limit), a.min(l.free()))
-    }))
+    Some(
+        cgroup_levels(read, &own)
+            .iter()
+            .filter(|l| l.limit < total)
+            .fold((total, available), |(t, a), l| (t.min(l.limit), a.min(l.free()))),
+    )
 }
 
 /// One cgroup from this process's up to the root, with a memory limit.
@@ -130,12 +137,21 @@ fn cgroup_levels(read: ReadFile, own: &str) -> Vec<CgroupLevel> {
         controllers.split(',').any(|c| c == "memory").then_some(path)
     });
     let stat = |dir: &Path, key: &str| {
-        read(&dir.join("memory.stat"))?.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        read(&dir.join("memory.stat"))?
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
     };
     let number = |path: PathBuf| read(&path).and_then(|t| t.trim().parse::<u64>().ok());
     // "max" (v2) and v1's page-rounded i64::MAX are no limit
-    let walk = |root: &Path, own: Option<&str>, limit: &str, usage: &str, inactive: &str| -> Vec<CgroupLevel> {
-        let joined = own.map(|p| root.join(p.trim_start_matches('/'))).filter(|d| read(&d.join(usage)).is_some());
+    let walk = |root: &Path,
+                own: Option<&str>,
+                limit: &str,
+                usage: &str,
+                inactive: &str|
+     -> Vec<CgroupLevel> {
+        let joined = own
+            .map(|p| root.join(p.trim_start_matches('/')))
+            .filter(|d| read(&d.join(usage)).is_some());
         let start = joined.unwrap_or_else(|| root.to_path_buf());
         start
             .ancestors()
@@ -153,7 +169,13 @@ fn cgroup_levels(read: ReadFile, own: &str) -> Vec<CgroupLevel> {
     if v2.is_some() && read(&v2_root.join("cgroup.controllers")).is_some() {
         return walk(v2_root, v2, "memory.max", "memory.current", "inactive_file");
     }
-    walk(Path::new("/sys/fs/cgroup/memory"), v1, "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+    walk(
+        Path::new("/sys/fs/cgroup/memory"),
+        v1,
+        "memory.limit_in_bytes",
+        "memory.usage_in_bytes",
+        "total_inactive_file",
+    )
 }
 
 /// Page counts from macOS's VM statistics (`host_statistics64`, what
@@ -236,14 +258,19 @@ mod tests {
 
     #[test]
     fn the_gpu_limit_bounds_what_a_model_may_use() {
-        let m = MachineMemory { total_bytes: 16 << 30, available_bytes: 8 << 30, gpu_limit_bytes: None };
+        let m = MachineMemory {
+            total_bytes: 16 << 30,
+            available_bytes: 8 << 30,
+            gpu_limit_bytes: None,
+        };
         assert_eq!(m.limit_bytes(), 16 << 30);
         assert_eq!(m.with_gpu_limit(11 << 30).limit_bytes(), 11 << 30);
     }
 
     /// A file system of the given files only.
     fn files(list: &[(&str, String)]) -> impl Fn(&Path) -> Option<String> {
-        let map: HashMap<PathBuf, String> = list.iter().map(|(p, t)| (PathBuf::from(p), t.clone())).collect();
+        let map: HashMap<PathBuf, String> =
+            list.iter().map(|(p, t)| (PathBuf::from(p), t.clone())).collect();
         move |p: &Path| map.get(p).cloned()
     }
 
@@ -264,11 +291,18 @@ mod tests {
             ("/proc/self/cgroup", "4:memory:/process_api/abc\n1:cpu:/\n0::/\n".into()),
             ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n".into()),
             ("/sys/fs/cgroup/memory/memory.usage_in_bytes", "16900000000\n".into()),
-            ("/sys/fs/cgroup/memory/memory.stat", "cache 22061056\ntotal_inactive_file 12000000000\n".into()),
+            (
+                "/sys/fs/cgroup/memory/memory.stat",
+                "cache 22061056\ntotal_inactive_file 12000000000\n".into(),
+            ),
         ]);
         let (total, available) = linux_memory(&read).unwrap();
         assert_eq!(total, 24_684_096 * 1024);
-        assert_eq!(available, 23_046_875 * 1024, "MemAvailable, 23.6 GB: no limit, so the cgroup changes nothing");
+        assert_eq!(
+            available,
+            23_046_875 * 1024,
+            "MemAvailable, 23.6 GB: no limit, so the cgroup changes nothing"
+        );
         assert_eq!(format!("{:.1}", available as f64 / 1e9), "23.6");
     }
 
@@ -282,7 +316,10 @@ mod tests {
             ("/sys/fs/cgroup/cgroup.controllers", "cpu memory\n".into()),
             ("/sys/fs/cgroup/app.slice/vlm.scope/memory.max", format!("{}\n", 8 * GIB)),
             ("/sys/fs/cgroup/app.slice/vlm.scope/memory.current", format!("{}\n", 7 * GIB)),
-            ("/sys/fs/cgroup/app.slice/vlm.scope/memory.stat", format!("anon 100\nfile 200\ninactive_file {}\n", 3 * GIB)),
+            (
+                "/sys/fs/cgroup/app.slice/vlm.scope/memory.stat",
+                format!("anon 100\nfile 200\ninactive_file {}\n", 3 * GIB),
+            ),
             ("/sys/fs/cgroup/app.slice/memory.max", "max\n".into()),
             ("/sys/fs/cgroup/app.slice/memory.current", format!("{}\n", 9 * GIB)),
         ]);
@@ -313,14 +350,18 @@ mod tests {
     #[test]
     fn no_meminfo_no_reading_and_an_old_kernel_adds_its_file_cache() {
         assert_eq!(linux_memory(&files(&[])), None);
-        let old = files(&[("/proc/meminfo", "MemTotal: 1000 kB\nMemFree: 300 kB\nInactive(file): 200 kB\n".into())]);
+        let old = files(&[(
+            "/proc/meminfo",
+            "MemTotal: 1000 kB\nMemFree: 300 kB\nInactive(file): 200 kB\n".into(),
+        )]);
         assert_eq!(linux_memory(&old), Some((1000 * 1024, 500 * 1024)));
     }
 
     #[test]
     fn on_a_mac_free_inactive_and_purgeable_pages_are_available() {
         // 16 KiB pages: 100k free, 300k inactive, 20k purgeable = 6.9 GB
-        let pages = VmPages { page_size: 16384, free: 100_000, inactive: 300_000, purgeable: 20_000 };
+        let pages =
+            VmPages { page_size: 16384, free: 100_000, inactive: 300_000, purgeable: 20_000 };
         assert_eq!(mac_available(pages), 420_000 * 16384);
     }
 }

@@ -46,7 +46,11 @@ pub(crate) struct Tracker {
 const SPEED_WINDOW: Duration = Duration::from_secs(5);
 
 impl Tracker {
-    pub(crate) fn new(listing: &RepoListing, callback: Option<ProgressFn>, interval: Duration) -> Tracker {
+    pub(crate) fn new(
+        listing: &RepoListing,
+        callback: Option<ProgressFn>,
+        interval: Duration,
+    ) -> Tracker {
         Tracker {
             event: DownloadProgress {
                 repo: listing.repo.clone(),
@@ -106,7 +110,8 @@ impl Tracker {
         }
         let (t0, f0) = self.samples[0];
         let elapsed = now.duration_since(t0).as_secs_f64();
-        self.event.bytes_per_second = if elapsed > 0.0 { (self.fetched - f0) as f64 / elapsed } else { 0.0 };
+        self.event.bytes_per_second =
+            if elapsed > 0.0 { (self.fetched - f0) as f64 / elapsed } else { 0.0 };
         self.event.bytes_done = self.bytes_done;
         self.event.file_bytes_done = self.file_bytes_done;
         if let Some(callback) = &self.callback {

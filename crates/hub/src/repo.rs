@@ -28,7 +28,9 @@ pub fn validate_repo_id(repo: &str) -> Result<()> {
 pub fn validate_revision(revision: &str) -> Result<()> {
     let ok = !revision.is_empty()
         && revision.len() <= 255
-        && revision.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'))
+        && revision
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'))
         && revision.split('/').all(|part| !part.is_empty() && part != "." && part != "..");
     if ok {
         Ok(())
@@ -69,10 +71,16 @@ mod tests {
 
     #[test]
     fn repo_ids() {
-        for ok in ["mlx-community/Qwen2.5-VL-3B-Instruct-4bit", "a/b", "HuggingFaceTB/SmolLM2-135M-Instruct"] {
+        for ok in [
+            "mlx-community/Qwen2.5-VL-3B-Instruct-4bit",
+            "a/b",
+            "HuggingFaceTB/SmolLM2-135M-Instruct",
+        ] {
             validate_repo_id(ok).unwrap();
         }
-        for bad in ["", "a", "a/b/c", "/a", "a/", "../a", "a/..", "a--b/c", "a/b c", "a/.hidden", "a/b\\c"] {
+        for bad in
+            ["", "a", "a/b/c", "/a", "a/", "../a", "a/..", "a--b/c", "a/b c", "a/.hidden", "a/b\\c"]
+        {
             assert_eq!(validate_repo_id(bad).unwrap_err().code(), "INVALID_REPO_ID", "{bad}");
         }
     }

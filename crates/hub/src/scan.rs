@@ -96,7 +96,9 @@ impl ScanConfig {
                 && !m.partial
                 && m.architecture.as_ref().is_some_and(|a| self.supported.iter().any(|s| s == a));
         }
-        models.sort_by(|a, b| a.name.to_lowercase().cmp(&b.name.to_lowercase()).then(a.id.cmp(&b.id)));
+        models.sort_by(|a, b| {
+            a.name.to_lowercase().cmp(&b.name.to_lowercase()).then(a.id.cmp(&b.id))
+        });
         models
     }
 
@@ -107,11 +109,17 @@ impl ScanConfig {
     pub fn delete(&self, model: &LocalModel) -> Result<u64> {
         match &model.location {
             Location::HfCache { repo, .. } => {
-                let cache = self.hf_cache.as_ref().ok_or_else(|| Error::DeleteNotAllowed(model.id.clone()))?;
+                let cache = self
+                    .hf_cache
+                    .as_ref()
+                    .ok_or_else(|| Error::DeleteNotAllowed(model.id.clone()))?;
                 cache.delete_repo(repo)
             }
             Location::ModelsDir { entry } => {
-                let dir = self.models_dir.as_ref().ok_or_else(|| Error::DeleteNotAllowed(model.id.clone()))?;
+                let dir = self
+                    .models_dir
+                    .as_ref()
+                    .ok_or_else(|| Error::DeleteNotAllowed(model.id.clone()))?;
                 let single = Path::new(entry).components().count() == 1
                     && !entry.contains(['/', '\\'])
                     && entry != "."
@@ -302,8 +310,8 @@ fn gguf_model(id: String, file: &Path, location: Location) -> LocalModel {
 fn config_architecture(folder: &Path) -> Result<String> {
     let path = folder.join("config.json");
     let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-    let config: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| Error::InvalidConfig { path: path.clone(), reason: e.to_string() })?;
+    let config: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::InvalidConfig { path: path.clone(), reason: e.to_string() })?;
     config
         .get("model_type")
         .and_then(|t| t.as_str())
@@ -327,7 +335,9 @@ fn check_snapshot(folder: &Path) -> Option<String> {
             match std::fs::metadata(&path) {
                 Ok(meta) if meta.is_dir() => stack.push(path),
                 Ok(_) => has_weights |= path.extension().is_some_and(|e| e == "safetensors"),
-                Err(_) => missing.push(path.strip_prefix(folder).unwrap_or(&path).display().to_string()),
+                Err(_) => {
+                    missing.push(path.strip_prefix(folder).unwrap_or(&path).display().to_string())
+                }
             }
         }
     }

@@ -5,8 +5,8 @@
 use futures::{StreamExt, TryStreamExt};
 use hf_hub::repository::{ModelInfo, RepoTreeEntry};
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 use serde_json::Value;
+use ts_rs::TS;
 
 use crate::client::HubClient;
 use crate::error::{Error, Result};
@@ -160,7 +160,11 @@ const LISTING_CONCURRENCY: usize = 8;
 
 impl HubClient {
     /// Models on the Hub matching `query`.
-    pub async fn search(&self, query: &SearchQuery, support: &dyn EngineSupport) -> Result<SearchPage> {
+    pub async fn search(
+        &self,
+        query: &SearchQuery,
+        support: &dyn EngineSupport,
+    ) -> Result<SearchPage> {
         let limit = query.limit.clamp(1, 500);
         if query.offset + limit > MAX_RESULTS {
             return Err(Error::SearchTooDeep(MAX_RESULTS));
@@ -187,7 +191,8 @@ impl HubClient {
             .limit(offset + limit + 1);
         let what = "the model search";
         let stream = request.send().map_err(|e| self.error(e, "", what))?;
-        let mut infos: Vec<ModelInfo> = stream.try_collect().await.map_err(|e| self.error(e, "", what))?;
+        let mut infos: Vec<ModelInfo> =
+            stream.try_collect().await.map_err(|e| self.error(e, "", what))?;
         infos.drain(..offset.min(infos.len()));
         let has_more = infos.len() > limit;
         infos.truncate(limit);
@@ -215,12 +220,19 @@ impl HubClient {
 
     /// One model with its files and sizes, its shape for the fit check, and
     /// whether the engine runs it.
-    pub async fn model_details(&self, repo: &str, revision: &str, support: &dyn EngineSupport) -> Result<ModelDetails> {
+    pub async fn model_details(
+        &self,
+        repo: &str,
+        revision: &str,
+        support: &dyn EngineSupport,
+    ) -> Result<ModelDetails> {
         validate_repo_id(repo)?;
         validate_revision(revision)?;
         let (info, files) = self.listed(repo, Some(revision)).await?;
-        let commit =
-            info.sha.clone().ok_or_else(|| Error::InvalidListing(format!("{repo}@{revision}: no commit sha")))?;
+        let commit = info
+            .sha
+            .clone()
+            .ok_or_else(|| Error::InvalidListing(format!("{repo}@{revision}: no commit sha")))?;
         let mut model = self.describe(&info, Some(&files), support);
         let (shape, config) = self.shape(repo, &commit, &model).await;
         if let Some(config) = config {
@@ -237,15 +249,32 @@ impl HubClient {
     }
 
     /// The repo's info and every file with its size.
-    async fn listed(&self, repo: &str, revision: Option<&str>) -> Result<(ModelInfo, Vec<(String, Option<u64>)>)> {
+    async fn listed(
+        &self,
+        repo: &str,
+        revision: Option<&str>,
+    ) -> Result<(ModelInfo, Vec<(String, Option<u64>)>)> {
         validate_repo_id(repo)?;
         let what = format!("{repo}@{}", revision.unwrap_or("main"));
         let handle = self.model(repo);
-        let info = handle.info().maybe_revision(revision).send().await.map_err(|e| self.error(e, repo, &what))?;
-        let commit = info.sha.clone().ok_or_else(|| Error::InvalidListing(format!("{what}: no commit sha")))?;
-        let tree =
-            handle.list_tree().revision(commit).recursive(true).send().map_err(|e| self.error(e, repo, &what))?;
-        let entries: Vec<RepoTreeEntry> = tree.try_collect().await.map_err(|e| self.error(e, repo, &what))?;
+        let info = handle
+            .info()
+            .maybe_revision(revision)
+            .send()
+            .await
+            .map_err(|e| self.error(e, repo, &what))?;
+        let commit = info
+            .sha
+            .clone()
+            .ok_or_else(|| Error::InvalidListing(format!("{what}: no commit sha")))?;
+        let tree = handle
+            .list_tree()
+            .revision(commit)
+            .recursive(true)
+            .send()
+            .map_err(|e| self.error(e, repo, &what))?;
+        let entries: Vec<RepoTreeEntry> =
+            tree.try_collect().await.map_err(|e| self.error(e, repo, &what))?;
         let files = entries
             .into_iter()
             .filter_map(|e| match e {
@@ -268,7 +297,10 @@ impl HubClient {
             Err(e) => return (Err(e), None),
         };
         if let Some(config) = config {
-            return (ModelShape::from_config(&config).map_err(|e| format!("config.json: {e}")), Some(config));
+            return (
+                ModelShape::from_config(&config).map_err(|e| format!("config.json: {e}")),
+                Some(config),
+            );
         }
         (self.gguf_shape(repo, commit, model).await, None)
     }
@@ -279,10 +311,9 @@ impl HubClient {
         commit: &str,
         model: &HubModel,
     ) -> std::result::Result<Option<Value>, String> {
-        let listed = model
-            .variants
-            .iter()
-            .any(|v| v.format == VariantFormat::Safetensors && v.files.iter().any(|f| f == "config.json"));
+        let listed = model.variants.iter().any(|v| {
+            v.format == VariantFormat::Safetensors && v.files.iter().any(|f| f == "config.json")
+        });
         if !listed {
             return Ok(None);
         }
@@ -295,10 +326,17 @@ impl HubClient {
             .send()
             .await
             .map_err(|e| self.error(e, repo, &what).to_string())?;
-        serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("config.json is not JSON: {e}"))
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| format!("config.json is not JSON: {e}"))
     }
 
-    async fn gguf_shape(&self, repo: &str, commit: &str, model: &HubModel) -> std::result::Result<ModelShape, String> {
+    async fn gguf_shape(
+        &self,
+        repo: &str,
+        commit: &str,
+        model: &HubModel,
+    ) -> std::result::Result<ModelShape, String> {
         let variant = model
             .variants
             .iter()
@@ -334,7 +372,8 @@ impl HubClient {
         let config = info.config.as_ref();
         let variants = variants(&names, config);
         let model_type = config.and_then(|c| c.get("model_type")).and_then(Value::as_str);
-        let gguf_arch = info.gguf.as_ref().and_then(|g| g.get("architecture")).and_then(Value::as_str);
+        let gguf_arch =
+            info.gguf.as_ref().and_then(|g| g.get("architecture")).and_then(Value::as_str);
         let has = |format| variants.iter().any(|v: &Variant| v.format == format);
         let (architecture, status) = if has(VariantFormat::Safetensors) {
             (model_type, model_type.map(|t| support.model_type(t)))
@@ -350,12 +389,12 @@ impl HubClient {
         let engine_vision = status.as_ref().and_then(Option::as_ref).is_some_and(|s| s.vision);
         let support_status = match (architecture, status) {
             (_, Some(Some(s))) => SupportStatus::supported(s),
-            (Some(arch), Some(None)) => {
-                SupportStatus::unsupported(format!("this app's engine has no model family for the {arch} architecture"))
-            }
-            (None, _) if !variants.is_empty() => {
-                SupportStatus::unsupported("the Hub does not say which architecture this is (no model_type)")
-            }
+            (Some(arch), Some(None)) => SupportStatus::unsupported(format!(
+                "this app's engine has no model family for the {arch} architecture"
+            )),
+            (None, _) if !variants.is_empty() => SupportStatus::unsupported(
+                "the Hub does not say which architecture this is (no model_type)",
+            ),
             _ => SupportStatus::unsupported("no safetensors or GGUF weights in this repository"),
         };
         let tags: &[String] = info.tags.as_deref().unwrap_or_default();
@@ -367,16 +406,27 @@ impl HubClient {
                 || has_tag("image-text-to-text")
                 || has_tag("vision")
                 || model_type.is_some_and(|t| t.ends_with("_vl")),
-            thinking: template.as_deref().is_some_and(|t| t.contains("<think>") || t.contains("enable_thinking"))
+            thinking: template
+                .as_deref()
+                .is_some_and(|t| t.contains("<think>") || t.contains("enable_thinking"))
                 || has_tag("reasoning")
                 || has_tag("thinking"),
-            tools: template.as_deref().is_some_and(|t| t.contains("tools") || t.contains("<tool_call>"))
+            tools: template
+                .as_deref()
+                .is_some_and(|t| t.contains("tools") || t.contains("<tool_call>"))
                 || has_tag("tool-use")
                 || has_tag("function-calling"),
         };
-        let license = tags.iter().find_map(|t| t.strip_prefix("license:")).map(str::to_string).or_else(|| {
-            info.card_data.as_ref().and_then(|c| c.get("license")).and_then(Value::as_str).map(str::to_string)
-        });
+        let license =
+            tags.iter().find_map(|t| t.strip_prefix("license:")).map(str::to_string).or_else(
+                || {
+                    info.card_data
+                        .as_ref()
+                        .and_then(|c| c.get("license"))
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                },
+            );
         let gated = match info.gated.as_ref() {
             Some(Value::String(s)) if s == "manual" => Gated::Manual,
             Some(Value::String(_)) | Some(Value::Bool(true)) => Gated::Auto,
@@ -385,7 +435,10 @@ impl HubClient {
         HubModel {
             repo: info.id.clone(),
             url: self.repo_url(&info.id),
-            author: info.author.clone().or_else(|| info.id.split_once('/').map(|(a, _)| a.to_string())),
+            author: info
+                .author
+                .clone()
+                .or_else(|| info.id.split_once('/').map(|(a, _)| a.to_string())),
             architecture: architecture.map(str::to_string),
             support: support_status,
             capabilities,
@@ -411,12 +464,19 @@ fn chat_template(info: &ModelInfo) -> Option<String> {
         .and_then(|c| c.get("tokenizer_config"))
         .and_then(|t| t.get("chat_template"))
         .map(|t| match t {
-            Value::Array(named) => {
-                named.iter().filter_map(|n| n.get("template").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
-            }
+            Value::Array(named) => named
+                .iter()
+                .filter_map(|n| n.get("template").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n"),
             other => other.as_str().unwrap_or_default().to_string(),
         });
-    let from_gguf = info.gguf.as_ref().and_then(|g| g.get("chat_template")).and_then(Value::as_str).map(str::to_string);
+    let from_gguf = info
+        .gguf
+        .as_ref()
+        .and_then(|g| g.get("chat_template"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
     match (from_config, from_gguf) {
         (None, None) => None,
         (a, b) => Some(format!("{}\n{}", a.unwrap_or_default(), b.unwrap_or_default())),

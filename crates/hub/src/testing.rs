@@ -151,7 +151,11 @@ impl FakeHub {
 
     /// The search requests received (path and query).
     pub fn search_requests(&self) -> Vec<String> {
-        self.requests().into_iter().map(|r| r.path).filter(|p| p.starts_with("/api/models?")).collect()
+        self.requests()
+            .into_iter()
+            .map(|r| r.path)
+            .filter(|p| p.starts_with("/api/models?"))
+            .collect()
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -178,7 +182,10 @@ fn record(shared: &Shared, method: &Method, uri: &Uri, headers: &HeaderMap) {
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
+    headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
 }
 
 /// Metadata access: a private repo needs its token, a gated one does not.
@@ -215,7 +222,10 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn json(value: serde_json::Value) -> Response {
-    Response::builder().header("content-type", "application/json").body(Body::from(value.to_string())).unwrap()
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(value.to_string()))
+        .unwrap()
 }
 
 /// The info endpoint's answer (and one search result).
@@ -246,15 +256,21 @@ async fn search(
     record(&shared, &method, &uri, &headers);
     let repos = shared.repos.lock().unwrap().clone();
     let has_tag = |r: &FakeRepo, tag: &str| {
-        r.info.get("tags").and_then(|t| t.as_array()).is_some_and(|t| t.iter().any(|x| x.as_str() == Some(tag)))
+        r.info
+            .get("tags")
+            .and_then(|t| t.as_array())
+            .is_some_and(|t| t.iter().any(|x| x.as_str() == Some(tag)))
     };
     let mut found: Vec<(String, FakeRepo)> = repos
         .into_iter()
-        .filter(|(id, _)| q.get("search").is_none_or(|s| id.to_lowercase().contains(&s.to_lowercase())))
+        .filter(|(id, _)| {
+            q.get("search").is_none_or(|s| id.to_lowercase().contains(&s.to_lowercase()))
+        })
         .filter(|(id, _)| q.get("author").is_none_or(|a| id.split('/').next() == Some(a.as_str())))
         .filter(|(_, r)| q.get("filter").is_none_or(|f| has_tag(r, f)))
         .filter(|(_, r)| {
-            q.get("pipeline_tag").is_none_or(|p| r.info.get("pipeline_tag").and_then(|v| v.as_str()) == Some(p))
+            q.get("pipeline_tag")
+                .is_none_or(|p| r.info.get("pipeline_tag").and_then(|v| v.as_str()) == Some(p))
         })
         .filter(|(_, r)| r.token.is_none() || r.gated)
         .collect();
@@ -272,8 +288,13 @@ async fn search(
     if next < found.len() {
         // the same query from the next result on, as the real Hub's cursor does
         let host = headers.get("host").and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
-        let kept = uri.query().unwrap_or("").split('&').filter(|p| !p.is_empty() && !p.starts_with("cursor="));
-        let query: Vec<String> = kept.map(str::to_string).chain([format!("cursor={next}")]).collect();
+        let kept = uri
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .filter(|p| !p.is_empty() && !p.starts_with("cursor="));
+        let query: Vec<String> =
+            kept.map(str::to_string).chain([format!("cursor={next}")]).collect();
         let link = format!("<http://{host}/api/models?{}>; rel=\"next\"", query.join("&"));
         response.headers_mut().insert("link", link.parse().unwrap());
     }
@@ -300,7 +321,14 @@ async fn info_at(
     info(&shared, &method, &uri, &format!("{owner}/{name}"), &rev, &headers)
 }
 
-fn info(shared: &Shared, method: &Method, uri: &Uri, id: &str, rev: &str, headers: &HeaderMap) -> Response {
+fn info(
+    shared: &Shared,
+    method: &Method,
+    uri: &Uri,
+    id: &str,
+    rev: &str,
+    headers: &HeaderMap,
+) -> Response {
     record(shared, method, uri, headers);
     let Some(repo) = shared.repo(id) else {
         return hub_error(StatusCode::NOT_FOUND, "RepoNotFound", "no such repo");
@@ -350,7 +378,9 @@ async fn tree(
         entries.push(e);
     }
     for name in &repo.extra_listed_names {
-        entries.push(serde_json::json!({"type": "file", "oid": git_blob_id(b"x"), "size": 1, "path": name}));
+        entries.push(
+            serde_json::json!({"type": "file", "oid": git_blob_id(b"x"), "size": 1, "path": name}),
+        );
     }
     json(serde_json::Value::Array(entries))
 }
@@ -369,8 +399,12 @@ async fn resolve(
     if let Some(token) = &repo.token {
         match bearer(&headers) {
             Some(t) if t == token => {}
-            None if repo.gated => return hub_error(StatusCode::UNAUTHORIZED, "GatedRepo", "please log in"),
-            Some(_) if repo.gated => return hub_error(StatusCode::FORBIDDEN, "GatedRepo", "ask for access"),
+            None if repo.gated => {
+                return hub_error(StatusCode::UNAUTHORIZED, "GatedRepo", "please log in")
+            }
+            Some(_) if repo.gated => {
+                return hub_error(StatusCode::FORBIDDEN, "GatedRepo", "ask for access")
+            }
             _ => return status(StatusCode::UNAUTHORIZED),
         }
     }
@@ -395,11 +429,12 @@ async fn resolve(
     let (start, end) = match range {
         None => (0, total),
         Some(range) => {
-            let parsed = range.strip_prefix("bytes=").and_then(|r| r.split_once('-')).and_then(|(s, e)| {
-                let start: usize = s.parse().ok()?;
-                let end = if e.is_empty() { total } else { e.parse::<usize>().ok()? + 1 };
-                Some((start, end.min(total)))
-            });
+            let parsed =
+                range.strip_prefix("bytes=").and_then(|r| r.split_once('-')).and_then(|(s, e)| {
+                    let start: usize = s.parse().ok()?;
+                    let end = if e.is_empty() { total } else { e.parse::<usize>().ok()? + 1 };
+                    Some((start, end.min(total)))
+                });
             let Some((start, end)) = parsed else {
                 return status(StatusCode::BAD_REQUEST);
             };
@@ -447,22 +482,28 @@ fn body_stream(bytes: Vec<u8>, cut_after: Option<usize>, slow_chunks: Option<usi
     let pieces: Vec<Bytes> = bytes[..send].chunks(chunk).map(Bytes::copy_from_slice).collect();
     let cut = cut_after.is_some();
     let delay = slow_chunks.map(|_| Duration::from_millis(20));
-    let stream = futures_util::stream::unfold((pieces.into_iter(), cut), move |(mut pieces, cut)| async move {
-        match pieces.next() {
-            Some(piece) => {
-                if let Some(delay) = delay {
-                    tokio::time::sleep(delay).await;
+    let stream = futures_util::stream::unfold(
+        (pieces.into_iter(), cut),
+        move |(mut pieces, cut)| async move {
+            match pieces.next() {
+                Some(piece) => {
+                    if let Some(delay) = delay {
+                        tokio::time::sleep(delay).await;
+                    }
+                    Some((Ok::<Bytes, std::io::Error>(piece), (pieces, cut)))
                 }
-                Some((Ok::<Bytes, std::io::Error>(piece), (pieces, cut)))
+                None if cut => {
+                    // give the client time to read what was sent, then break the connection
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Some((
+                        Err(std::io::Error::other("connection cut by the test")),
+                        (pieces, false),
+                    ))
+                }
+                None => None,
             }
-            None if cut => {
-                // give the client time to read what was sent, then break the connection
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                Some((Err(std::io::Error::other("connection cut by the test")), (pieces, false)))
-            }
-            None => None,
-        }
-    });
+        },
+    );
     Body::from_stream(stream)
 }
 

@@ -3,8 +3,8 @@
 //! repository has one per quantization file (split files together), each
 //! with the vision projector when the repository has one.
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 use serde_json::Value;
+use ts_rs::TS;
 
 use crate::fit::is_projector_name;
 
@@ -43,7 +43,8 @@ pub fn variants(files: &[(String, Option<u64>)], config: Option<&Value>) -> Vec<
     };
     let mut out = Vec::new();
 
-    let weights: Vec<&String> = files.iter().map(|(n, _)| n).filter(|n| n.ends_with(".safetensors")).collect();
+    let weights: Vec<&String> =
+        files.iter().map(|(n, _)| n).filter(|n| n.ends_with(".safetensors")).collect();
     if !weights.is_empty() {
         let keep: Vec<&String> = files
             .iter()
@@ -63,9 +64,13 @@ pub fn variants(files: &[(String, Option<u64>)], config: Option<&Value>) -> Vec<
         });
     }
 
-    let ggufs: Vec<&String> =
-        files.iter().map(|(n, _)| n).filter(|n| n.to_ascii_lowercase().ends_with(".gguf")).collect();
-    let mut projectors: Vec<&String> = ggufs.iter().copied().filter(|n| is_projector_name(file_name(n))).collect();
+    let ggufs: Vec<&String> = files
+        .iter()
+        .map(|(n, _)| n)
+        .filter(|n| n.to_ascii_lowercase().ends_with(".gguf"))
+        .collect();
+    let mut projectors: Vec<&String> =
+        ggufs.iter().copied().filter(|n| is_projector_name(file_name(n))).collect();
     // one projector serves every quantization: f16 when there is a choice
     projectors.sort_by_key(|n| (!n.to_ascii_lowercase().contains("f16"), n.len(), (*n).clone()));
     let projector = projectors.first().copied();
@@ -154,10 +159,13 @@ fn is_quant_token(t: &str) -> bool {
     if matches!(t, "F16" | "BF16" | "F32" | "FP16" | "MXFP4" | "MXFP4_MOE") {
         return true;
     }
-    let rest = t.strip_prefix("IQ").or_else(|| t.strip_prefix("TQ")).or_else(|| t.strip_prefix('Q'));
+    let rest =
+        t.strip_prefix("IQ").or_else(|| t.strip_prefix("TQ")).or_else(|| t.strip_prefix('Q'));
     rest.is_some_and(|r| {
         let mut parts = r.split('_');
-        parts.next().is_some_and(|bits| !bits.is_empty() && bits.bytes().all(|b| b.is_ascii_digit()))
+        parts
+            .next()
+            .is_some_and(|bits| !bits.is_empty() && bits.bytes().all(|b| b.is_ascii_digit()))
             && parts.all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric()))
     })
 }
@@ -201,7 +209,10 @@ mod tests {
         assert_eq!(v.len(), 2, "{v:?}");
         let q4 = v.iter().find(|v| v.label == "Q4_K_M").unwrap();
         assert_eq!(q4.files, vec!["model-Q4_K_M.gguf", "mmproj-model-f16.gguf"]);
-        assert_eq!((q4.bytes, q4.weight_bytes, q4.projector_bytes), (Some(460), Some(400), Some(60)));
+        assert_eq!(
+            (q4.bytes, q4.weight_bytes, q4.projector_bytes),
+            (Some(460), Some(400), Some(60))
+        );
         let q8 = v.iter().find(|v| v.label == "Q8_0").unwrap();
         assert_eq!((q8.bytes, q8.weight_bytes), (Some(660), Some(600)));
         assert!(v.iter().all(|v| v.format == VariantFormat::Gguf));

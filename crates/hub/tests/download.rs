@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{FakeFile, FakeHub, FakeRepo};
-use hub::{DownloadOptions, DownloadProgress, HfCache, HubClient, HubConfig, RetryPolicy, ScanConfig};
+use hub::{
+    DownloadOptions, DownloadProgress, HfCache, HubClient, HubConfig, RetryPolicy, ScanConfig,
+};
 
 const REPO: &str = "test-org/tiny-model";
 
@@ -40,7 +42,9 @@ fn recording_options() -> (DownloadOptions, Arc<Mutex<Vec<DownloadProgress>>>) {
     let events = Arc::new(Mutex::new(Vec::new()));
     let sink = events.clone();
     let options = DownloadOptions {
-        on_progress: Some(Arc::new(move |p: &DownloadProgress| sink.lock().unwrap().push(p.clone()))),
+        on_progress: Some(Arc::new(move |p: &DownloadProgress| {
+            sink.lock().unwrap().push(p.clone())
+        })),
         progress_interval: Duration::ZERO,
         retry: RetryPolicy {
             attempts: 3,
@@ -99,7 +103,11 @@ async fn downloads_a_repo_into_the_hf_cache_with_progress() {
     assert!(weights_blob.is_file());
     let config_blob = repo_dir.join("blobs").join(common::git_blob_id(&repo.files[0].content));
     assert!(config_blob.is_file());
-    assert!(!files_under(&repo_dir).iter().any(|f| f.ends_with(".incomplete")), "{:?}", files_under(&repo_dir));
+    assert!(
+        !files_under(&repo_dir).iter().any(|f| f.ends_with(".incomplete")),
+        "{:?}",
+        files_under(&repo_dir)
+    );
     // the lock files huggingface_hub would take
     let locks = files_under(&cache.path().join(".locks/models--test-org--tiny-model"));
     assert!(locks.iter().any(|l| l.ends_with(".lock")), "{locks:?}");
@@ -110,21 +118,25 @@ async fn downloads_a_repo_into_the_hf_cache_with_progress() {
     assert!(events.iter().all(|e| e.bytes_total == total && e.files_total == 3 && e.repo == REPO));
     assert!(events.windows(2).all(|w| w[1].bytes_done >= w[0].bytes_done), "not monotonic");
     assert!(events.windows(2).all(|w| w[1].files_done >= w[0].files_done));
-    assert!(events.iter().all(|e| e.file_bytes_done <= e.file_bytes_total && e.bytes_done <= e.bytes_total));
+    assert!(events
+        .iter()
+        .all(|e| e.file_bytes_done <= e.file_bytes_total && e.bytes_done <= e.bytes_total));
     let last = events.last().unwrap();
     assert_eq!((last.bytes_done, last.files_done), (total, 3));
     assert_eq!(events[0].bytes_done, 0);
-    assert!(events
-        .iter()
-        .any(|e| e.file == "model.safetensors" && e.file_bytes_done > 0 && e.file_bytes_done < 300_000));
+    assert!(events.iter().any(|e| e.file == "model.safetensors"
+        && e.file_bytes_done > 0
+        && e.file_bytes_done < 300_000));
 
     // a second download finds everything in the cache
     let requests_before = hub.requests().len();
     let again = client.download(REPO, "main", &DownloadOptions::default()).await.unwrap();
     assert_eq!(again.bytes_fetched, 0);
     // only the listing again: info, tree, and a HEAD for the LFS file's SHA-256
-    let again_requests: Vec<_> =
-        hub.requests()[requests_before..].iter().map(|r| r.method.clone() + " " + &r.path).collect();
+    let again_requests: Vec<_> = hub.requests()[requests_before..]
+        .iter()
+        .map(|r| r.method.clone() + " " + &r.path)
+        .collect();
     assert_eq!(again_requests.len(), 3, "{again_requests:?}");
     assert!(again_requests.iter().all(|r| !r.starts_with("GET /test-org")), "{again_requests:?}");
 
@@ -158,7 +170,10 @@ async fn a_cut_connection_resumes_with_a_range_request() {
     let (options, events) = recording_options();
 
     let done = client(&hub, cache.path(), None).download(REPO, "main", &options).await.unwrap();
-    assert_eq!(std::fs::read(done.snapshot_dir.join("model.safetensors")).unwrap(), repo.files[2].content);
+    assert_eq!(
+        std::fs::read(done.snapshot_dir.join("model.safetensors")).unwrap(),
+        repo.files[2].content
+    );
 
     let requests = hub.file_requests("model.safetensors");
     assert_eq!(requests.len(), 2, "{requests:?}");
@@ -205,7 +220,10 @@ async fn a_cancelled_download_resumes_on_the_next_call() {
     // "restart": a new call with a fresh token picks up the part file
     let (options, events) = recording_options();
     let done = client.download(REPO, "main", &options).await.unwrap();
-    assert_eq!(std::fs::read(done.snapshot_dir.join("model.safetensors")).unwrap(), repo.files[2].content);
+    assert_eq!(
+        std::fs::read(done.snapshot_dir.join("model.safetensors")).unwrap(),
+        repo.files[2].content
+    );
     let last = hub.file_requests("model.safetensors").last().unwrap().clone();
     assert_eq!(last.range.as_deref(), Some(format!("bytes={kept}-299999").as_str()));
     assert_eq!(done.bytes_fetched, 300_000 - kept);
@@ -255,7 +273,10 @@ async fn not_found_and_auth_errors_are_told_apart() {
     assert!(err.to_string().contains("config.json"), "{err}");
     let err = anonymous.download("test-org/private", "main", &options).await.unwrap_err();
     assert_eq!(err.code(), "AUTH_REQUIRED", "{err}");
-    let err = client(&hub, cache.path(), Some("hf_wrong")).list_files("test-org/private", "main").await.unwrap_err();
+    let err = client(&hub, cache.path(), Some("hf_wrong"))
+        .list_files("test-org/private", "main")
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), "AUTH_REQUIRED", "{err}");
 
     let signed_in = client(&hub, cache.path(), Some("hf_secret"));
@@ -274,7 +295,8 @@ async fn a_listing_with_an_unsafe_name_is_rejected_before_anything_is_written() 
         hub.add_repo(&name, repo);
         let cache = tempfile::tempdir().unwrap();
         let (options, _) = recording_options();
-        let err = client(&hub, cache.path(), None).download(&name, "main", &options).await.unwrap_err();
+        let err =
+            client(&hub, cache.path(), None).download(&name, "main", &options).await.unwrap_err();
         assert_eq!(err.code(), "UNSAFE_FILE_NAME", "{evil}: {err}");
         assert!(files_under(cache.path()).is_empty(), "{evil}: {:?}", files_under(cache.path()));
     }
@@ -351,7 +373,10 @@ async fn a_gated_repo_without_access_says_so_and_where_to_accept_its_terms() {
     let (options, _) = recording_options();
 
     for (token, status) in [(None, 401), (Some("hf_not_granted"), 403)] {
-        let err = client(&hub, cache.path(), token).download("test-org/gated", "main", &options).await.unwrap_err();
+        let err = client(&hub, cache.path(), token)
+            .download("test-org/gated", "main", &options)
+            .await
+            .unwrap_err();
         assert_eq!(err.code(), "GATED", "{err}");
         match &err {
             hub::Error::Gated { repo, status: s, url } => {
@@ -365,11 +390,20 @@ async fn a_gated_repo_without_access_says_so_and_where_to_accept_its_terms() {
     }
     // nothing of it was written
     let blobs = cache.path().join("models--test-org--gated/blobs");
-    assert!(files_under(&blobs).iter().all(|f| f.ends_with(".incomplete")), "{:?}", files_under(&blobs));
+    assert!(
+        files_under(&blobs).iter().all(|f| f.ends_with(".incomplete")),
+        "{:?}",
+        files_under(&blobs)
+    );
 
-    let done =
-        client(&hub, cache.path(), Some("hf_granted")).download("test-org/gated", "main", &options).await.unwrap();
-    assert_eq!(std::fs::read(done.snapshot_dir.join("model.safetensors")).unwrap(), repo.files[2].content);
+    let done = client(&hub, cache.path(), Some("hf_granted"))
+        .download("test-org/gated", "main", &options)
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(done.snapshot_dir.join("model.safetensors")).unwrap(),
+        repo.files[2].content
+    );
 }
 
 #[tokio::test]
@@ -381,10 +415,17 @@ async fn a_partial_file_from_an_older_version_is_resumed_not_refetched() {
     let blobs = cache.path().join("models--test-org--tiny-model/blobs");
     std::fs::create_dir_all(&blobs).unwrap();
     let weights = &repo.files[2].content;
-    std::fs::write(blobs.join(format!("{}.part", common::sha256_hex(weights))), &weights[..120_000]).unwrap();
+    std::fs::write(
+        blobs.join(format!("{}.part", common::sha256_hex(weights))),
+        &weights[..120_000],
+    )
+    .unwrap();
     let (options, _) = recording_options();
     let done = client(&hub, cache.path(), None).download(REPO, "main", &options).await.unwrap();
     assert_eq!(std::fs::read(done.snapshot_dir.join("model.safetensors")).unwrap(), *weights);
-    assert_eq!(hub.file_requests("model.safetensors")[0].range.as_deref(), Some("bytes=120000-299999"));
+    assert_eq!(
+        hub.file_requests("model.safetensors")[0].range.as_deref(),
+        Some("bytes=120000-299999")
+    );
     assert!(!files_under(&blobs).iter().any(|f| f.ends_with(".part")));
 }

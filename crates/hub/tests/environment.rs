@@ -34,7 +34,8 @@ async fn endpoint_token_file_and_cache_come_from_the_environment() {
     assert_eq!(config.cache.root(), cache);
     let client = HubClient::new(config).unwrap();
     assert_eq!(client.endpoint(), hub.endpoint);
-    let done = client.download("test-org/private", "main", &DownloadOptions::default()).await.unwrap();
+    let done =
+        client.download("test-org/private", "main", &DownloadOptions::default()).await.unwrap();
     assert!(done.snapshot_dir.starts_with(&cache), "{done:?}");
     let fetched = hub.file_requests("model.safetensors");
     assert_eq!(fetched[0].authorization.as_deref(), Some("Bearer hf_from_the_token_file"));
@@ -42,7 +43,8 @@ async fn endpoint_token_file_and_cache_come_from_the_environment() {
     // a token the app holds (from the keychain) wins over the file
     let mut config = HubConfig::from_env().unwrap();
     config.token = Some("hf_from_the_keychain".into());
-    let err = HubClient::new(config).unwrap().list_files("test-org/private", "main").await.unwrap_err();
+    let err =
+        HubClient::new(config).unwrap().list_files("test-org/private", "main").await.unwrap_err();
     assert_eq!(err.code(), "AUTH_REQUIRED", "{err}");
     let last = hub.requests().last().unwrap().clone();
     assert_eq!(last.authorization.as_deref(), Some("Bearer hf_from_the_keychain"));

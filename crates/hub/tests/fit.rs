@@ -27,7 +27,9 @@ fn the_default_model_s_shape_comes_from_its_gguf_header() {
     assert!((134_000_000 * 4..135_000_000 * 4).contains(&float.weights), "{}", float.weights);
 
     let settings = FitSettings { context: 8192, kv_bits: None, sequences: 1 };
-    let report = check_local_model(&path, WeightHolding::AsStored, &settings, &MachineMemory::detect()).unwrap();
+    let report =
+        check_local_model(&path, WeightHolding::AsStored, &settings, &MachineMemory::detect())
+            .unwrap();
     // 30 × 2 × 3 × 64 × bytes of the engine's activation type per token
     // (float32, but float16 on Metal with the weights as stored)
     let element = if cfg!(target_os = "macos") { 2 } else { 4 };

@@ -38,7 +38,10 @@ fn reads_version_1_with_32_bit_lengths() {
     write_gguf(
         &path,
         1,
-        &[("tokenizer.ggml.tokens", tokens(10)), ("general.architecture", GgufValue::Str("llama".into()))],
+        &[
+            ("tokenizer.ggml.tokens", tokens(10)),
+            ("general.architecture", GgufValue::Str("llama".into())),
+        ],
     );
     assert_eq!(read_architecture(&path).unwrap(), "llama");
 }
@@ -50,7 +53,10 @@ fn malformed_files_are_errors_not_panics() {
     write_gguf(
         &good,
         3,
-        &[("tokenizer.ggml.tokens", tokens(50)), ("general.architecture", GgufValue::Str("llama".into()))],
+        &[
+            ("tokenizer.ggml.tokens", tokens(50)),
+            ("general.architecture", GgufValue::Str("llama".into())),
+        ],
     );
     let bytes = std::fs::read(&good).unwrap();
 
@@ -86,7 +92,8 @@ fn malformed_files_are_errors_not_panics() {
 /// The default model, installed by scripts/setup.sh before the tests run.
 #[test]
 fn the_default_model_is_llama() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(path.is_file(), "{} is missing: run scripts/setup.sh", path.display());
     assert_eq!(read_architecture(&path).unwrap(), "llama");
 }

@@ -11,7 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
 use common::{FakeFile, FakeHub, FakeRepo};
-use hub::{DownloadOptions, EngineSupport, HfCache, HubClient, HubConfig, Keychain, SearchQuery, Support};
+use hub::{
+    DownloadOptions, EngineSupport, HfCache, HubClient, HubConfig, Keychain, SearchQuery, Support,
+};
 
 /// What a shell exported for some other tool; the keychain's token must win.
 const ENV_TOKEN: &str = "hf_exported_in_a_shell_for_another_account";
@@ -64,15 +66,26 @@ fn a_token_round_trips_through_the_os_keychain() {
     assert_eq!(saved, "hf_FirstTokenFirstTokenFirstToken01");
     assert_eq!(keychain.read().unwrap().as_deref(), Some("hf_FirstTokenFirstTokenFirstToken01"));
     // read again through a fresh handle: it is in the store, not in memory
-    assert_eq!(test_keychain("round-trip").read().unwrap().as_deref(), Some("hf_FirstTokenFirstTokenFirstToken01"));
+    assert_eq!(
+        test_keychain("round-trip").read().unwrap().as_deref(),
+        Some("hf_FirstTokenFirstTokenFirstToken01")
+    );
     assert_eq!(test_keychain("someone-else").read().unwrap(), None, "entries are per service");
 
     keychain.store("hf_SecondTokenSecondTokenSecondTok02").unwrap();
-    assert_eq!(keychain.read().unwrap().as_deref(), Some("hf_SecondTokenSecondTokenSecondTok02"), "replaced");
+    assert_eq!(
+        keychain.read().unwrap().as_deref(),
+        Some("hf_SecondTokenSecondTokenSecondTok02"),
+        "replaced"
+    );
 
     let err = keychain.store("hf_with space").unwrap_err();
     assert_eq!(err.code(), "INVALID_TOKEN", "{err}");
-    assert_eq!(keychain.read().unwrap().as_deref(), Some("hf_SecondTokenSecondTokenSecondTok02"), "a bad token changes nothing");
+    assert_eq!(
+        keychain.read().unwrap().as_deref(),
+        Some("hf_SecondTokenSecondTokenSecondTok02"),
+        "a bad token changes nothing"
+    );
 
     assert!(keychain.remove().unwrap());
     assert_eq!(keychain.read().unwrap(), None);
@@ -103,7 +116,11 @@ async fn the_hub_client_sends_the_keychain_token_for_search_info_and_downloads()
     private.token = Some(TOKEN.into());
     hub.add_repo("test-org/private", private);
     let cache = tempfile::tempdir().unwrap();
-    let config = || HubConfig { endpoint: Some(hub.endpoint.clone()), token: None, cache: HfCache::new(cache.path()) };
+    let config = || HubConfig {
+        endpoint: Some(hub.endpoint.clone()),
+        token: None,
+        cache: HfCache::new(cache.path()),
+    };
 
     let keychain = test_keychain("bearer");
     keychain.store(TOKEN).unwrap();
@@ -119,7 +136,12 @@ async fn the_hub_client_sends_the_keychain_token_for_search_info_and_downloads()
         assert!(!sent.is_empty(), "no request for {kind}: {requests:?}");
         for r in sent {
             // the keychain's token, not HF_TOKEN's
-            assert_eq!(r.authorization.as_deref(), Some(format!("Bearer {TOKEN}").as_str()), "{}", r.path);
+            assert_eq!(
+                r.authorization.as_deref(),
+                Some(format!("Bearer {TOKEN}").as_str()),
+                "{}",
+                r.path
+            );
         }
     }
 
@@ -131,5 +153,10 @@ async fn the_hub_client_sends_the_keychain_token_for_search_info_and_downloads()
     assert_eq!(err.code(), "AUTH_REQUIRED", "{err}");
     let after = &hub.requests()[before..];
     assert!(!after.is_empty());
-    assert!(after.iter().all(|r| r.authorization.as_deref() == Some(format!("Bearer {ENV_TOKEN}").as_str())), "{after:?}");
+    assert!(
+        after
+            .iter()
+            .all(|r| r.authorization.as_deref() == Some(format!("Bearer {ENV_TOKEN}").as_str())),
+        "{after:?}"
+    );
 }

@@ -46,17 +46,33 @@ fn scans_the_cache_the_models_folder_and_added_files() {
     let root = tempfile::tempdir().unwrap();
     let cache = root.path().join("hf/hub");
     let weights: &[u8] = b"not really safetensors";
-    cached_repo(&cache, "org/good", &[("config.json", br#"{"model_type": "llama"}"#), ("model.safetensors", weights)]);
+    cached_repo(
+        &cache,
+        "org/good",
+        &[("config.json", br#"{"model_type": "llama"}"#), ("model.safetensors", weights)],
+    );
     cached_repo(
         &cache,
         "org/vision",
         &[("config.json", br#"{"model_type": "qwen2_5_vl"}"#), ("model.safetensors", weights)],
     );
-    cached_repo(&cache, "org/broken", &[("config.json", b"{not json"), ("model.safetensors", weights)]);
-    cached_repo(&cache, "org/no-type", &[("config.json", br#"{"hidden_size": 8}"#), ("model.safetensors", weights)]);
+    cached_repo(
+        &cache,
+        "org/broken",
+        &[("config.json", b"{not json"), ("model.safetensors", weights)],
+    );
+    cached_repo(
+        &cache,
+        "org/no-type",
+        &[("config.json", br#"{"hidden_size": 8}"#), ("model.safetensors", weights)],
+    );
     cached_repo(&cache, "org/no-weights", &[("config.json", br#"{"model_type": "llama"}"#)]);
     let gguf = gguf_bytes(root.path(), "qwen2");
-    cached_repo(&cache, "org/quantized-GGUF", &[("model-Q4_K_M.gguf", &gguf), ("README.md", b"# hi")]);
+    cached_repo(
+        &cache,
+        "org/quantized-GGUF",
+        &[("model-Q4_K_M.gguf", &gguf), ("README.md", b"# hi")],
+    );
     cached_repo(&cache, "org/readme-only", &[("README.md", b"# not a model")]);
     // a download that has not finished: a part file and no snapshot yet
     let partial = cache.join("models--org--partial/blobs");
@@ -95,7 +111,10 @@ fn scans_the_cache_the_models_folder_and_added_files() {
     assert!(good.supported && good.error.is_none() && !good.partial);
     assert_eq!(good.format, ModelFormat::Folder);
     assert_eq!(good.path, cache.join("models--org--good/snapshots").join(COMMIT));
-    assert_eq!(good.location, Location::HfCache { repo: "org/good".into(), commit: Some(COMMIT.into()) });
+    assert_eq!(
+        good.location,
+        Location::HfCache { repo: "org/good".into(), commit: Some(COMMIT.into()) }
+    );
     assert!(good.size_bytes >= weights.len() as u64);
 
     let vision = by_id(&models, "hf:org/vision");
@@ -171,7 +190,10 @@ fn deleting_stays_inside_the_managed_folders() {
     assert_eq!(scan.delete(user_file).unwrap_err().code(), "DELETE_NOT_ALLOWED");
     assert!(outside.exists());
     let user_folder = by_id(&models, &format!("file:{}", added.display()));
-    assert_eq!((user_folder.name.as_str(), user_folder.format, user_folder.supported), ("My Model", ModelFormat::Folder, true));
+    assert_eq!(
+        (user_folder.name.as_str(), user_folder.format, user_folder.supported),
+        ("My Model", ModelFormat::Folder, true)
+    );
     assert_eq!(user_folder.location, Location::UserFile);
     assert_eq!(scan.delete(user_folder).unwrap_err().code(), "DELETE_NOT_ALLOWED");
     assert!(added.join("model.safetensors").exists());

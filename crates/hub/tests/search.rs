@@ -8,8 +8,8 @@ use std::path::Path;
 
 use common::{write_gguf, FakeFile, FakeHub, FakeRepo, GgufValue};
 use hub::{
-    check_fit, EngineSupport, FitLevel, FitSettings, FormatFilter, Gated, HfCache, HubClient, HubConfig, HubModel,
-    MachineMemory, SearchQuery, SortBy, Support, VariantFormat, WeightBytes,
+    check_fit, EngineSupport, FitLevel, FitSettings, FormatFilter, Gated, HfCache, HubClient,
+    HubConfig, HubModel, MachineMemory, SearchQuery, SortBy, Support, VariantFormat, WeightBytes,
 };
 use serde_json::json;
 
@@ -61,7 +61,10 @@ fn gguf_file(dir: &Path, extra: usize) -> Vec<u8> {
             ("llama.attention.head_count_kv", GgufValue::U32(3)),
             ("llama.embedding_length", GgufValue::U32(576)),
             ("llama.context_length", GgufValue::U32(8192)),
-            ("tokenizer.ggml.tokens", GgufValue::StrArray((0..500).map(|i| format!("t{i}")).collect())),
+            (
+                "tokenizer.ggml.tokens",
+                GgufValue::StrArray((0..500).map(|i| format!("t{i}")).collect()),
+            ),
         ],
     );
     let mut content = std::fs::read(&path).unwrap();
@@ -130,7 +133,12 @@ async fn fake_hub(dir: &Path) -> FakeHub {
 
 fn client(hub: &FakeHub, cache: &Path) -> HubClient {
     common::no_ambient_token();
-    HubClient::new(HubConfig { endpoint: Some(hub.endpoint.clone()), token: None, cache: HfCache::new(cache) }).unwrap()
+    HubClient::new(HubConfig {
+        endpoint: Some(hub.endpoint.clone()),
+        token: None,
+        cache: HfCache::new(cache),
+    })
+    .unwrap()
 }
 
 fn find<'a>(results: &'a [HubModel], repo: &str) -> &'a HubModel {
@@ -156,7 +164,11 @@ async fn search_results_say_what_the_engine_runs_and_what_the_hub_knows() {
     assert_eq!(vl.architecture.as_deref(), Some("qwen2_5_vl"));
     assert!(vl.support.supported && vl.support.reason.is_none());
     assert_eq!(vl.support.family.as_deref(), Some("Qwen2-VL"));
-    assert!(vl.capabilities.vision && vl.capabilities.tools && !vl.capabilities.thinking, "{:?}", vl.capabilities);
+    assert!(
+        vl.capabilities.vision && vl.capabilities.tools && !vl.capabilities.thinking,
+        "{:?}",
+        vl.capabilities
+    );
     assert_eq!((vl.downloads, vl.likes), (500, 20));
     assert_eq!(vl.license.as_deref(), Some("apache-2.0"));
     assert_eq!(vl.gated, Gated::No);
@@ -205,12 +217,17 @@ async fn search_filters_pages_and_sizes() {
     let gguf_only = SearchQuery { format: FormatFilter::Gguf, ..SearchQuery::default() };
     let page = client.search(&gguf_only, &Registry).await.unwrap();
     assert_eq!(page.results.iter().map(|m| m.repo.as_str()).collect::<Vec<_>>(), [GGUF]);
-    let vision = SearchQuery { vision_only: true, author: Some("mlx-community".into()), ..SearchQuery::default() };
+    let vision = SearchQuery {
+        vision_only: true,
+        author: Some("mlx-community".into()),
+        ..SearchQuery::default()
+    };
     let page = client.search(&vision, &Registry).await.unwrap();
     assert_eq!(page.results.iter().map(|m| m.repo.as_str()).collect::<Vec<_>>(), [VL]);
 
     // with the file listings: the size on disk of each quantization
-    let sized = SearchQuery { format: FormatFilter::Gguf, file_sizes: true, ..SearchQuery::default() };
+    let sized =
+        SearchQuery { format: FormatFilter::Gguf, file_sizes: true, ..SearchQuery::default() };
     let page = client.search(&sized, &Registry).await.unwrap();
     let gguf = &page.results[0];
     let q4 = gguf.variants.iter().find(|v| v.label == "Q4_K_M").unwrap();
@@ -234,13 +251,17 @@ async fn details_give_sizes_and_the_shape_for_the_fit_check() {
     let config_len = vl_config().to_string().len() as u64;
     assert_eq!(variant.bytes, Some(50_000 + config_len + br#"{"version": "1.0"}"#.len() as u64));
     let shape = details.shape.as_ref().expect("shape from config.json");
-    assert_eq!((shape.layers, shape.kv_heads, shape.head_dim, shape.max_context), (4, 2, 32, Some(4096)));
+    assert_eq!(
+        (shape.layers, shape.kv_heads, shape.head_dim, shape.max_context),
+        (4, 2, 32, Some(4096))
+    );
     assert!(shape.vision.is_some());
 
     // the fit check from what the details hold
     let weights = WeightBytes { weights: variant.weight_bytes.unwrap(), vision_projector: 0 };
     let settings = FitSettings { context: 4096, kv_bits: None, sequences: 1 };
-    let machine = MachineMemory { total_bytes: 8 << 30, available_bytes: 4 << 30, gpu_limit_bytes: None };
+    let machine =
+        MachineMemory { total_bytes: 8 << 30, available_bytes: 4 << 30, gpu_limit_bytes: None };
     let report = check_fit(shape, &weights, &settings, &machine);
     assert_eq!(report.level, FitLevel::Green);
     assert_eq!(report.estimate.kv_cache, 2 * 4 * 2 * 32 * 2 * 4096);

@@ -24,7 +24,10 @@ impl EngineSupport for NoEngine {
 async fn seven_models() -> FakeHub {
     let hub = FakeHub::start().await;
     for i in 0..7 {
-        let mut repo = FakeRepo::new(vec![FakeFile::new("config.json", json!({"model_type": "llama"}).to_string())]);
+        let mut repo = FakeRepo::new(vec![FakeFile::new(
+            "config.json",
+            json!({"model_type": "llama"}).to_string(),
+        )]);
         repo.info = json!({"downloads": 1000 - i, "tags": ["mlx"]});
         hub.add_repo(&format!("org/m{i}"), repo);
     }
@@ -33,7 +36,12 @@ async fn seven_models() -> FakeHub {
 
 fn client(hub: &FakeHub, cache: &std::path::Path) -> HubClient {
     common::no_ambient_token();
-    HubClient::new(HubConfig { endpoint: Some(hub.endpoint.clone()), token: None, cache: HfCache::new(cache) }).unwrap()
+    HubClient::new(HubConfig {
+        endpoint: Some(hub.endpoint.clone()),
+        token: None,
+        cache: HfCache::new(cache),
+    })
+    .unwrap()
 }
 
 async fn repos(client: &HubClient, offset: usize) -> (Vec<String>, bool) {
@@ -50,8 +58,14 @@ async fn later_pages_follow_on_without_repeats_and_the_last_says_so() {
     hub.set_search_page_size(2);
     let client = client(&hub, dir.path());
 
-    assert_eq!(repos(&client, 0).await, (vec!["org/m0".into(), "org/m1".into(), "org/m2".into()], true));
-    assert_eq!(repos(&client, 3).await, (vec!["org/m3".into(), "org/m4".into(), "org/m5".into()], true));
+    assert_eq!(
+        repos(&client, 0).await,
+        (vec!["org/m0".into(), "org/m1".into(), "org/m2".into()], true)
+    );
+    assert_eq!(
+        repos(&client, 3).await,
+        (vec!["org/m3".into(), "org/m4".into(), "org/m5".into()], true)
+    );
     assert_eq!(repos(&client, 6).await, (vec!["org/m6".into()], false));
     assert_eq!(repos(&client, 9).await, (vec![], false), "past the end: nothing, and no more");
 

@@ -29,4 +29,5 @@ extern "C" {
 }
 #[cfg(mlx_sys_openblas)]
 #[used]
-static MLX_SYS_KEEP_OPENBLAS: unsafe extern "C" fn() -> ::std::os::raw::c_int = openblas_get_num_threads;
+static MLX_SYS_KEEP_OPENBLAS: unsafe extern "C" fn() -> ::std::os::raw::c_int =
+    openblas_get_num_threads;

@@ -39,7 +39,12 @@ pub struct ErrorDetail<'a> {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, kind: &'static str, code: impl Into<String>, message: impl Into<String>) -> Self {
+    fn new(
+        status: StatusCode,
+        kind: &'static str,
+        code: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
         Self { status, message: message.into(), kind, code: code.into() }
     }
 
@@ -68,7 +73,12 @@ impl ApiError {
     }
 
     pub fn no_model_loaded() -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "model_not_loaded", "no model is loaded")
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "model_not_loaded",
+            "no model is loaded",
+        )
     }
 
     pub fn unauthorized() -> Self {
@@ -90,7 +100,12 @@ impl ApiError {
     }
 
     pub fn route_not_found(path: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", format!("no route for {path}"))
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "not_found",
+            format!("no route for {path}"),
+        )
     }
 
     pub fn method_not_allowed() -> Self {
@@ -129,9 +144,12 @@ impl ApiError {
     pub fn from_body_rejection(rejection: BytesRejection) -> Self {
         let message = rejection.body_text();
         match rejection.status() {
-            StatusCode::PAYLOAD_TOO_LARGE => {
-                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", "request_too_large", message)
-            }
+            StatusCode::PAYLOAD_TOO_LARGE => Self::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                "request_too_large",
+                message,
+            ),
             status => Self::new(status, "invalid_request_error", "invalid_request", message),
         }
     }
@@ -148,12 +166,22 @@ impl ApiError {
 
     /// The request was cancelled inside the engine (by the app, not by this client).
     pub fn cancelled() -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "cancelled", "the request was cancelled")
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "cancelled",
+            "the request was cancelled",
+        )
     }
 
     /// The engine ended the stream without finishing the request.
     pub fn engine_stopped() -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "engine_stopped", "the engine has stopped")
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "engine_stopped",
+            "the engine has stopped",
+        )
     }
 
     /// Maps the engine's stable codes (see `engine::Error::code`) to statuses:
@@ -161,16 +189,34 @@ impl ApiError {
     pub fn from_engine(error: &RequestError) -> Self {
         let code = error.code.to_ascii_lowercase();
         match error.code.as_str() {
-            "CONTEXT_LENGTH_EXCEEDED" | "INVALID_REQUEST" | "INVALID_IMAGE" | "CHAT_TEMPLATE_ERROR" => {
-                Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", code, error.message.clone())
-            }
-            "ENGINE_STOPPED" => Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", code, error.message.clone()),
-            _ => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", code, error.message.clone()),
+            "CONTEXT_LENGTH_EXCEEDED"
+            | "INVALID_REQUEST"
+            | "INVALID_IMAGE"
+            | "CHAT_TEMPLATE_ERROR" => Self::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                code,
+                error.message.clone(),
+            ),
+            "ENGINE_STOPPED" => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                code,
+                error.message.clone(),
+            ),
+            _ => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                code,
+                error.message.clone(),
+            ),
         }
     }
 
     pub fn body(&self) -> ErrorBody<'_> {
-        ErrorBody { error: ErrorDetail { message: &self.message, kind: self.kind, code: &self.code } }
+        ErrorBody {
+            error: ErrorDetail { message: &self.message, kind: self.kind, code: &self.code },
+        }
     }
 }
 
@@ -200,16 +246,21 @@ impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
         let message = rejection.body_text();
         match rejection.status() {
-            StatusCode::PAYLOAD_TOO_LARGE => {
-                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", "request_too_large", message)
-            }
+            StatusCode::PAYLOAD_TOO_LARGE => Self::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                "request_too_large",
+                message,
+            ),
             StatusCode::UNSUPPORTED_MEDIA_TYPE => Self::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "invalid_request_error",
                 "unsupported_media_type",
                 message,
             ),
-            _ => Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_json", message),
+            _ => {
+                Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_json", message)
+            }
         }
     }
 }

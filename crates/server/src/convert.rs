@@ -73,18 +73,28 @@ pub fn accepts_model_name(name: &str, path: &Path, requested: &str) -> bool {
 /// through the template. Each
 /// message also counts as one token at least (its role marker), so a flood
 /// of empty messages is refused too.
-pub fn check_prompt_size(body: &ChatCompletionRequest, limits: ModelLimits) -> Result<(), ApiError> {
+pub fn check_prompt_size(
+    body: &ChatCompletionRequest,
+    limits: ModelLimits,
+) -> Result<(), ApiError> {
     let max_bytes = limits.max_context.saturating_mul(MAX_BYTES_PER_TOKEN);
     let json_len = |v: &Value| serde_json::to_string(v).map_or(0, |s| s.len());
     let text_len = |v: &Value| match v {
         Value::String(s) => s.len(),
-        Value::Array(parts) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).map(str::len).sum(),
+        Value::Array(parts) => {
+            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).map(str::len).sum()
+        }
         _ => 0,
     };
     let mut bytes: usize = body.tools.iter().flatten().map(json_len).sum();
     // Template variables reach the template too (the engine refuses the
     // reserved ones by name, and bounds the rest).
-    bytes += body.chat_template_kwargs.iter().flatten().map(|(k, v)| k.len() + json_len(v)).sum::<usize>();
+    bytes += body
+        .chat_template_kwargs
+        .iter()
+        .flatten()
+        .map(|(k, v)| k.len() + json_len(v))
+        .sum::<usize>();
     for m in &body.messages {
         bytes += MAX_BYTES_PER_TOKEN;
         bytes += m.content.as_ref().map_or(0, text_len);
@@ -130,9 +140,13 @@ pub fn prepare(
     }
     let logprobs = match (body.logprobs.unwrap_or(false), body.top_logprobs) {
         (_, Some(n)) if !(0..=MAX_TOP_LOGPROBS as i64).contains(&n) => {
-            return Err(ApiError::invalid_param(format!("top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {n}")))
+            return Err(ApiError::invalid_param(format!(
+                "top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {n}"
+            )))
         }
-        (false, Some(n)) if n > 0 => return Err(ApiError::invalid_param("top_logprobs needs logprobs: true")),
+        (false, Some(n)) if n > 0 => {
+            return Err(ApiError::invalid_param("top_logprobs needs logprobs: true"))
+        }
         (true, n) => Some(n.unwrap_or(0) as usize),
         (false, _) => None,
     };
@@ -142,7 +156,9 @@ pub fn prepare(
     }
     let constraint = response_format(body.response_format.as_ref())?;
     let max_tokens = match body.max_completion_tokens.or(body.max_tokens) {
-        Some(n) if n < 1 => return Err(ApiError::invalid_param(format!("max_tokens must be at least 1, got {n}"))),
+        Some(n) if n < 1 => {
+            return Err(ApiError::invalid_param(format!("max_tokens must be at least 1, got {n}")))
+        }
         Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
         // Up to the context, as OpenAI does; the engine stops at the context's end.
         None => limits.max_context,
@@ -158,12 +174,17 @@ pub fn prepare(
         .collect::<Result<Vec<_>, _>>()?;
     let (tools, require_tool_call) = offered_tools(body.tools, body.tool_choice.as_ref())?;
     if require_tool_call && tools.is_none() {
-        return Err(ApiError::invalid_param("tool_choice requires a tool call, but tools is empty"));
+        return Err(ApiError::invalid_param(
+            "tool_choice requires a tool call, but tools is empty",
+        ));
     }
     if require_tool_call && constraint.is_some() {
-        return Err(ApiError::invalid_param("response_format cannot be combined with a required tool_choice"));
+        return Err(ApiError::invalid_param(
+            "response_format cannot be combined with a required tool_choice",
+        ));
     }
-    let (enable_thinking, extra) = thinking(body.chat_template_kwargs, body.reasoning_effort.as_deref())?;
+    let (enable_thinking, extra) =
+        thinking(body.chat_template_kwargs, body.reasoning_effort.as_deref())?;
     let options = TemplateOptions { enable_thinking, tools, extra, ..TemplateOptions::default() };
     let request = Request {
         prompt: Prompt::Chat { messages, options },
@@ -196,7 +217,8 @@ fn refuse_unsupported(other: &Map<String, Value>) -> Result<(), ApiError> {
     for (name, value) in other {
         let harmless = BOOKKEEPING_FIELDS.contains(&name.as_str())
             || value.is_null()
-            || (matches!(name.as_str(), "presence_penalty" | "frequency_penalty") && value.as_f64() == Some(0.0));
+            || (matches!(name.as_str(), "presence_penalty" | "frequency_penalty")
+                && value.as_f64() == Some(0.0));
         if !harmless {
             return Err(ApiError::invalid_param(format!("{name} is not supported by this server")));
         }
@@ -217,8 +239,11 @@ const MESSAGE_BOOKKEEPING_FIELDS: [&str; 2] = ["refusal", "annotations"];
 /// `harmless` ones, or null: as at the top level, a field that would be
 /// ignored is named instead (`messages[0].images`).
 fn refuse_unknown(at: &str, other: &Map<String, Value>, harmless: &[&str]) -> Result<(), ApiError> {
-    match other.iter().find(|(name, value)| !value.is_null() && !harmless.contains(&name.as_str())) {
-        Some((name, _)) => Err(ApiError::invalid_param(format!("{at}.{name} is not supported by this server"))),
+    match other.iter().find(|(name, value)| !value.is_null() && !harmless.contains(&name.as_str()))
+    {
+        Some((name, _)) => {
+            Err(ApiError::invalid_param(format!("{at}.{name} is not supported by this server")))
+        }
         None => Ok(()),
     }
 }
@@ -228,7 +253,8 @@ fn refuse_unknown(at: &str, other: &Map<String, Value>, harmless: &[&str]) -> Re
 fn response_format(format: Option<&Value>) -> Result<Option<Constraint>, ApiError> {
     let Some(format) = format.filter(|f| !f.is_null()) else { return Ok(None) };
     let bad = |m: &str| ApiError::invalid_param(format!("response_format{m}"));
-    let kind = format.get("type").and_then(Value::as_str).ok_or_else(|| bad(".type is required"))?;
+    let kind =
+        format.get("type").and_then(Value::as_str).ok_or_else(|| bad(".type is required"))?;
     let text = |field: &str| {
         format
             .get(field)
@@ -265,7 +291,9 @@ fn sampling(
     let mut s = defaults.clone();
     if let Some(t) = body.temperature {
         if !TEMPERATURE_RANGE.contains(&t) {
-            return Err(ApiError::invalid_param(format!("temperature must be between 0 and 2, got {t}")));
+            return Err(ApiError::invalid_param(format!(
+                "temperature must be between 0 and 2, got {t}"
+            )));
         }
         s.temperature = t;
     }
@@ -290,11 +318,13 @@ fn sampling(
     }
     if let Some(bias) = &body.logit_bias {
         for (key, value) in bias {
-            let id: u32 = key
-                .parse()
-                .map_err(|_| ApiError::invalid_param(format!("logit_bias keys must be token ids, got {key:?}")))?;
+            let id: u32 = key.parse().map_err(|_| {
+                ApiError::invalid_param(format!("logit_bias keys must be token ids, got {key:?}"))
+            })?;
             let b = value.as_f64().filter(|b| LOGIT_BIAS_RANGE.contains(b)).ok_or_else(|| {
-                ApiError::invalid_param(format!("logit_bias[{key:?}] must be a number in [-100, 100]"))
+                ApiError::invalid_param(format!(
+                    "logit_bias[{key:?}] must be a number in [-100, 100]"
+                ))
             })?;
             s.logit_bias.insert(id, b as f32);
         }
@@ -314,7 +344,9 @@ fn stop_strings(stop: Option<&Value>) -> Result<Vec<String>, ApiError> {
             .map(|v| v.as_str().map(str::to_owned))
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| ApiError::invalid_param("stop must be a string or a list of strings"))?,
-        Some(_) => return Err(ApiError::invalid_param("stop must be a string or a list of strings")),
+        Some(_) => {
+            return Err(ApiError::invalid_param("stop must be a string or a list of strings"))
+        }
     };
     // the engine checks the same; here the client gets the 400 before a stream starts
     engine::stop::check_stop_strings(&stops).map_err(ApiError::invalid_param)?;
@@ -342,7 +374,9 @@ fn message(
     };
     let content = match m.content {
         None | Some(Value::Null) if role == "assistant" => MessageContent::Text(String::new()),
-        None | Some(Value::Null) => return Err(ApiError::invalid_param(format!("{}: content is required", at("")))),
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid_param(format!("{}: content is required", at(""))))
+        }
         Some(value) => content(&at(".content"), value, files, images)?,
     };
     let tool_calls = match m.tool_calls {
@@ -384,7 +418,11 @@ fn content(
     let parts = match content {
         Value::String(s) => return Ok(MessageContent::Text(s)),
         Value::Array(parts) => parts,
-        _ => return Err(ApiError::invalid_param(format!("{at}: content must be a string or a list of parts"))),
+        _ => {
+            return Err(ApiError::invalid_param(format!(
+                "{at}: content must be a string or a list of parts"
+            )))
+        }
     };
     let mut out: Vec<ContentPart> = Vec::new();
     for (j, part) in parts.iter().enumerate() {
@@ -395,11 +433,16 @@ fn content(
                     Some(ContentPart::Text { text }) => text.push_str(t),
                     _ => out.push(ContentPart::text(t)),
                 },
-                None => return Err(ApiError::invalid_param(format!("{at}: a text part needs \"text\""))),
+                None => {
+                    return Err(ApiError::invalid_param(format!(
+                        "{at}: a text part needs \"text\""
+                    )))
+                }
             },
             Some(kind @ ("image_url" | "input_image" | "image")) => {
-                let url = image_url(part, kind)
-                    .ok_or_else(|| ApiError::invalid_param(format!("{at}: an image part needs an image URL")))?;
+                let url = image_url(part, kind).ok_or_else(|| {
+                    ApiError::invalid_param(format!("{at}: an image part needs an image URL"))
+                })?;
                 let image = ImageInput::from_bytes(image_bytes(&at, url, files)?);
                 out.push(ContentPart::Image { image: Some(image.sha256.clone()) });
                 images.push(image);
@@ -411,9 +454,15 @@ fn content(
                 )));
             }
             Some(other) => {
-                return Err(ApiError::invalid_param(format!("{at}: content parts of type {other:?} are not supported")))
+                return Err(ApiError::invalid_param(format!(
+                    "{at}: content parts of type {other:?} are not supported"
+                )))
             }
-            None => return Err(ApiError::invalid_param(format!("{at}: a content part needs a \"type\""))),
+            None => {
+                return Err(ApiError::invalid_param(format!(
+                    "{at}: a content part needs a \"type\""
+                )))
+            }
         }
     }
     Ok(match out.as_slice() {
@@ -437,15 +486,17 @@ fn image_url<'a>(part: &'a Value, kind: &str) -> Option<&'a str> {
 fn image_bytes(at: &str, url: &str, files: &FileImages) -> Result<Vec<u8>, ApiError> {
     use base64::Engine as _;
     if let Some(rest) = url.strip_prefix("data:") {
-        let (meta, data) = rest
-            .split_once(',')
-            .ok_or_else(|| ApiError::invalid_image(format!("{at}: a data URL needs a comma before its data")))?;
+        let (meta, data) = rest.split_once(',').ok_or_else(|| {
+            ApiError::invalid_image(format!("{at}: a data URL needs a comma before its data"))
+        })?;
         if !meta.ends_with(";base64") {
-            return Err(ApiError::invalid_image(format!("{at}: only base64 data URLs are supported")));
+            return Err(ApiError::invalid_image(format!(
+                "{at}: only base64 data URLs are supported"
+            )));
         }
-        return base64::engine::general_purpose::STANDARD
-            .decode(data.trim())
-            .map_err(|e| ApiError::invalid_image(format!("{at}: the data URL is not valid base64: {e}")));
+        return base64::engine::general_purpose::STANDARD.decode(data.trim()).map_err(|e| {
+            ApiError::invalid_image(format!("{at}: the data URL is not valid base64: {e}"))
+        });
     }
     if url.starts_with("file:") {
         // `file_image_urls` found every one; a miss would be a bug here, not the client's.
@@ -463,20 +514,20 @@ fn image_bytes(at: &str, url: &str, files: &FileImages) -> Result<Vec<u8>, ApiEr
 /// `arguments` as a JSON string, but templates print it with `tojson` or
 /// iterate over it, as transformers documents, so it goes in as an object.
 fn template_tool_call(at: &str, call: Value) -> Result<Value, ApiError> {
-    let function = call
-        .get("function")
-        .filter(|f| f.is_object())
-        .ok_or_else(|| ApiError::invalid_param(format!("{at}: a tool call needs a \"function\" object")))?;
-    let name = function
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::invalid_param(format!("{at}.function: a tool call needs a \"name\"")))?;
+    let function = call.get("function").filter(|f| f.is_object()).ok_or_else(|| {
+        ApiError::invalid_param(format!("{at}: a tool call needs a \"function\" object"))
+    })?;
+    let name = function.get("name").and_then(Value::as_str).ok_or_else(|| {
+        ApiError::invalid_param(format!("{at}.function: a tool call needs a \"name\""))
+    })?;
     let arguments = match function.get("arguments") {
         None | Some(Value::Null) => json!({}),
         Some(Value::String(s)) if s.trim().is_empty() => json!({}),
         // A string that is not JSON is passed on as it is: the template shows
         // what the client sent rather than the request failing.
-        Some(Value::String(s)) => serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone())),
+        Some(Value::String(s)) => {
+            serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
+        }
         Some(other) => other.clone(),
     };
     let mut out = Map::new();
@@ -491,7 +542,10 @@ fn template_tool_call(at: &str, call: Value) -> Result<Value, ApiError> {
 /// The tools the template shows the model, after `tool_choice`. `"none"`
 /// hides them; `"required"` cannot be enforced (no constrained decoding), so
 /// it offers them like `"auto"`; naming one function offers only that one.
-fn offered_tools(tools: Option<Vec<Value>>, choice: Option<&Value>) -> Result<(Option<Vec<Value>>, bool), ApiError> {
+fn offered_tools(
+    tools: Option<Vec<Value>>,
+    choice: Option<&Value>,
+) -> Result<(Option<Vec<Value>>, bool), ApiError> {
     let tools = tools.unwrap_or_default();
     for (i, tool) in tools.iter().enumerate() {
         let kind = tool.get("type").and_then(Value::as_str);
@@ -515,10 +569,15 @@ fn offered_tools(tools: Option<Vec<Value>>, choice: Option<&Value>) -> Result<(O
             })?;
             let named: Vec<Value> = tools
                 .into_iter()
-                .filter(|t| t.get("function").and_then(|f| f.get("name")).and_then(Value::as_str) == Some(wanted))
+                .filter(|t| {
+                    t.get("function").and_then(|f| f.get("name")).and_then(Value::as_str)
+                        == Some(wanted)
+                })
                 .collect();
             if named.is_empty() {
-                return Err(ApiError::invalid_param(format!("tool_choice names {wanted:?}, which is not in tools")));
+                return Err(ApiError::invalid_param(format!(
+                    "tool_choice names {wanted:?}, which is not in tools"
+                )));
             }
             (named, true)
         }
@@ -541,7 +600,11 @@ fn thinking(
     let explicit = match extra.remove("enable_thinking") {
         None | Some(Value::Null) => None,
         Some(Value::Bool(b)) => Some(b),
-        Some(_) => return Err(ApiError::invalid_param("chat_template_kwargs.enable_thinking must be true or false")),
+        Some(_) => {
+            return Err(ApiError::invalid_param(
+                "chat_template_kwargs.enable_thinking must be true or false",
+            ))
+        }
     };
     let from_effort = match effort {
         None => None,
@@ -581,7 +644,9 @@ mod tests {
     #[test]
     fn the_loaded_model_answers_to_its_names() {
         let path = Path::new("/models/tiny-model.gguf");
-        for name in ["default", "Tiny Model", "/models/tiny-model.gguf", "tiny-model.gguf", "tiny-model"] {
+        for name in
+            ["default", "Tiny Model", "/models/tiny-model.gguf", "tiny-model.gguf", "tiny-model"]
+        {
             assert!(accepts_model_name("Tiny Model", path, name), "{name}");
         }
         assert!(!accepts_model_name("Tiny Model", path, "gpt-4o"));
@@ -599,7 +664,10 @@ mod tests {
         .unwrap();
         let s = &p.request.sampling;
         assert_eq!(p.request.max_tokens, 7, "max_completion_tokens wins");
-        assert_eq!((s.temperature, s.top_p, s.top_k, s.min_p, s.repetition_penalty), (0.5, 0.9, 40, 0.05, 1.1));
+        assert_eq!(
+            (s.temperature, s.top_p, s.top_k, s.min_p, s.repetition_penalty),
+            (0.5, 0.9, 40, 0.05, 1.1)
+        );
         assert_eq!(s.seed, Some(u64::MAX));
         assert_eq!(s.logit_bias.get(&2), Some(&-100.0));
         assert_eq!(s.logit_bias.get(&17), Some(&3.5));
@@ -618,22 +686,52 @@ mod tests {
     fn bad_parameters_are_refused_with_their_name() {
         let bad = [
             (json!({"messages": []}), "messages"),
-            (json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}), "max_tokens"),
-            (json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}), "max_tokens"),
-            (json!({"messages": [{"role": "user", "content": "x"}], "temperature": -1}), "temperature"),
-            (json!({"messages": [{"role": "user", "content": "x"}], "temperature": 2.5}), "temperature"),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}),
+                "max_tokens",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}),
+                "max_tokens",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "temperature": -1}),
+                "temperature",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "temperature": 2.5}),
+                "temperature",
+            ),
             (json!({"messages": [{"role": "user", "content": "x"}], "top_k": -1}), "top_k"),
-            (json!({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"a": 1}}), "logit_bias"),
-            (json!({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"1": 500}}), "logit_bias"),
-            (json!({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"9999": 1}}), "logit_bias"),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"a": 1}}),
+                "logit_bias",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"1": 500}}),
+                "logit_bias",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"9999": 1}}),
+                "logit_bias",
+            ),
             (json!({"messages": [{"role": "user", "content": "x"}], "stop": ["a", ""]}), "stop"),
             (json!({"messages": [{"role": "user", "content": "x"}], "stop": 3}), "stop"),
             (json!({"messages": [{"role": "wizard", "content": "x"}]}), "role"),
             (json!({"messages": [{"role": "user"}]}), "content"),
             (json!({"messages": [{"role": "user", "content": "x"}], "n": 2}), "n = 1"),
-            (json!({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "max"}), "reasoning_effort"),
-            (json!({"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes"}), "tool_choice"),
-            (json!({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}), "tools[0]"),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "max"}),
+                "reasoning_effort",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes"}),
+                "tool_choice",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}),
+                "tools[0]",
+            ),
         ];
         for (body, needle) in bad {
             let e = request(body.clone()).expect_err(&body.to_string());
@@ -644,25 +742,47 @@ mod tests {
 
     #[test]
     fn response_formats_become_constraints() {
-        let with = |format: Value| request(json!({"messages": [{"role": "user", "content": "x"}], "response_format": format}));
+        let with = |format: Value| {
+            request(
+                json!({"messages": [{"role": "user", "content": "x"}], "response_format": format}),
+            )
+        };
         let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
         let cases = [
             (json!({"type": "text"}), None),
             (json!({"type": "json_object"}), Some(Constraint::JsonObject)),
-            (json!({"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": true}}), Some(Constraint::JsonSchema(schema.clone()))),
+            (
+                json!({"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": true}}),
+                Some(Constraint::JsonSchema(schema.clone())),
+            ),
             (json!({"type": "regex", "regex": "[0-9]+"}), Some(Constraint::Regex("[0-9]+".into()))),
-            (json!({"type": "lark", "lark": "start: \"a\""}), Some(Constraint::Lark("start: \"a\"".into()))),
+            (
+                json!({"type": "lark", "lark": "start: \"a\""}),
+                Some(Constraint::Lark("start: \"a\"".into())),
+            ),
         ];
         for (format, expected) in cases {
             assert_eq!(with(format.clone()).unwrap().request.constraint, expected, "{format}");
         }
-        assert_eq!(request(json!({"messages": [{"role": "user", "content": "x"}]})).unwrap().request.constraint, None);
+        assert_eq!(
+            request(json!({"messages": [{"role": "user", "content": "x"}]}))
+                .unwrap()
+                .request
+                .constraint,
+            None
+        );
         let bad = [
             (json!({"type": "xml"}), "response_format.type"),
             (json!({}), "response_format.type"),
             (json!({"type": "json_schema"}), "response_format.json_schema"),
-            (json!({"type": "json_schema", "json_schema": {"name": "x"}}), "response_format.json_schema.schema"),
-            (json!({"type": "json_schema", "json_schema": {"schema": "object"}}), "response_format.json_schema.schema"),
+            (
+                json!({"type": "json_schema", "json_schema": {"name": "x"}}),
+                "response_format.json_schema.schema",
+            ),
+            (
+                json!({"type": "json_schema", "json_schema": {"schema": "object"}}),
+                "response_format.json_schema.schema",
+            ),
             (json!({"type": "regex"}), "response_format.regex"),
         ];
         for (format, needle) in bad {
@@ -686,7 +806,10 @@ mod tests {
         assert_eq!(with(json!({})).unwrap().request.logprobs, None);
         assert_eq!(with(json!({"logprobs": false})).unwrap().request.logprobs, None);
         assert_eq!(with(json!({"logprobs": true})).unwrap().request.logprobs, Some(0));
-        assert_eq!(with(json!({"logprobs": true, "top_logprobs": 5})).unwrap().request.logprobs, Some(5));
+        assert_eq!(
+            with(json!({"logprobs": true, "top_logprobs": 5})).unwrap().request.logprobs,
+            Some(5)
+        );
         for (bad, needle) in [
             (json!({"logprobs": true, "top_logprobs": 21}), "top_logprobs"),
             (json!({"logprobs": true, "top_logprobs": -1}), "top_logprobs"),
@@ -762,7 +885,8 @@ mod tests {
                 ("messages[1].content[3]".to_owned(), "file:///pictures/c.png".to_owned()),
             ]
         );
-        let files: FileImages = [(urls[0].1.clone(), vec![9u8, 8]), (urls[1].1.clone(), vec![7u8])].into();
+        let files: FileImages =
+            [(urls[0].1.clone(), vec![9u8, 8]), (urls[1].1.clone(), vec![7u8])].into();
         let p = prepare(body, LIMITS, &SamplingParams::default(), &files).unwrap();
         let bytes: Vec<&[u8]> = p.request.images.iter().map(|i| &*i.bytes).collect();
         assert_eq!(bytes, vec![&[0u8, 1, 2][..], &[9, 8], &[7]]);
@@ -793,7 +917,8 @@ mod tests {
         .unwrap();
         assert!(check_prompt_size(&tools, limits).is_err());
         let empty: Vec<Value> = (0..101).map(|_| json!({"role": "user", "content": ""})).collect();
-        let many: ChatCompletionRequest = serde_json::from_value(json!({"messages": empty})).unwrap();
+        let many: ChatCompletionRequest =
+            serde_json::from_value(json!({"messages": empty})).unwrap();
         assert!(check_prompt_size(&many, limits).is_err(), "101 messages cannot fit 100 tokens");
     }
 
@@ -818,10 +943,17 @@ mod tests {
     #[test]
     fn audio_and_video_parts_are_refused_by_name() {
         for (part, needle) in [
-            (json!({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}), "audio input is not supported"),
-            (json!({"type": "video_url", "video_url": {"url": "file:///v.mp4"}}), "video input is not supported"),
+            (
+                json!({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}),
+                "audio input is not supported",
+            ),
+            (
+                json!({"type": "video_url", "video_url": {"url": "file:///v.mp4"}}),
+                "video input is not supported",
+            ),
         ] {
-            let e = request(json!({"messages": [{"role": "user", "content": [part]}]})).expect_err(needle);
+            let e = request(json!({"messages": [{"role": "user", "content": [part]}]}))
+                .expect_err(needle);
             assert_eq!(e.status, 400);
             assert!(e.message.contains(needle), "{}", e.message);
         }
@@ -871,13 +1003,17 @@ mod tests {
             {"type": "function", "function": {"name": "b"}}
         ]);
         let msgs = json!([{"role": "user", "content": "x"}]);
-        let none = request(json!({"messages": msgs, "tools": tools, "tool_choice": "none"})).unwrap();
+        let none =
+            request(json!({"messages": msgs, "tools": tools, "tool_choice": "none"})).unwrap();
         assert_eq!(chat(&none).1.tools, None);
         let named = request(
             json!({"messages": msgs, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "b"}}}),
         )
         .unwrap();
-        assert_eq!(chat(&named).1.tools, Some(vec![json!({"type": "function", "function": {"name": "b"}})]));
+        assert_eq!(
+            chat(&named).1.tools,
+            Some(vec![json!({"type": "function", "function": {"name": "b"}})])
+        );
         let missing = request(
             json!({"messages": msgs, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "c"}}}),
         );

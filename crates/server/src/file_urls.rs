@@ -58,8 +58,10 @@ impl FileUrlPolicy {
                 self.max_bytes >> 20
             ))
         };
-        let (folders, max_bytes, owned_url) = (self.folders.clone(), self.max_bytes, url.to_owned());
-        let reading = tokio::task::spawn_blocking(move || read_allowed(&owned_url, &folders, max_bytes));
+        let (folders, max_bytes, owned_url) =
+            (self.folders.clone(), self.max_bytes, url.to_owned());
+        let reading =
+            tokio::task::spawn_blocking(move || read_allowed(&owned_url, &folders, max_bytes));
         match tokio::time::timeout(READ_TIMEOUT, reading).await {
             Ok(Ok(Ok(bytes))) => Ok(bytes),
             Ok(Ok(Err(why))) => {
@@ -89,18 +91,26 @@ fn read_allowed(url: &str, folders: &[PathBuf], max_bytes: u64) -> Result<Vec<u8
     if !folders.iter().any(|folder| real.starts_with(folder)) {
         return Err(format!("{} is outside the allowed folders", real.display()));
     }
-    let mut file = open_without_waiting(&real).map_err(|e| format!("cannot open {}: {e}", real.display()))?;
+    let mut file =
+        open_without_waiting(&real).map_err(|e| format!("cannot open {}: {e}", real.display()))?;
     // The opened file's own metadata, not the path's: what is read is what was checked.
     let meta = file.metadata().map_err(|e| format!("cannot stat {}: {e}", real.display()))?;
     if !meta.is_file() {
         return Err(format!("{} is not a regular file", real.display()));
     }
     if meta.len() > max_bytes {
-        return Err(format!("{} holds {} bytes, more than {max_bytes}", real.display(), meta.len()));
+        return Err(format!(
+            "{} holds {} bytes, more than {max_bytes}",
+            real.display(),
+            meta.len()
+        ));
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     // `take`: a file that grows while it is read still stops at the limit.
-    (&mut file).take(max_bytes + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read: {e}"))?;
+    (&mut file)
+        .take(max_bytes + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
     if bytes.len() as u64 > max_bytes {
         return Err(format!("{} grew past {max_bytes} bytes", real.display()));
     }
@@ -177,7 +187,11 @@ mod tests {
             url(&big),
             url(allowed.path()),
             url(&allowed.path().join("missing.png")),
-            format!("{}/../{}/secret.txt", url(allowed.path()), outside.path().file_name().unwrap().to_string_lossy()),
+            format!(
+                "{}/../{}/secret.txt",
+                url(allowed.path()),
+                outside.path().file_name().unwrap().to_string_lossy()
+            ),
             "file:///dev/zero".to_owned(),
             "file:///dev/null".to_owned(),
             "file://remote-host/share/a.png".to_owned(),
@@ -191,6 +205,10 @@ mod tests {
             messages.push(e.message);
         }
         assert!(messages.iter().all(|m| *m == messages[0]), "{messages:#?}");
-        assert!(!messages[0].contains("secret") && !messages[0].contains("No such"), "{}", messages[0]);
+        assert!(
+            !messages[0].contains("secret") && !messages[0].contains("No such"),
+            "{}",
+            messages[0]
+        );
     }
 }

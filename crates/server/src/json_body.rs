@@ -38,7 +38,8 @@ where
         if !is_json(request.headers()) {
             return Err(ApiError::unsupported_media_type());
         }
-        let limit = request.extensions().get::<BodyTimeout>().map_or(crate::DEFAULT_BODY_TIMEOUT, |t| t.0);
+        let limit =
+            request.extensions().get::<BodyTimeout>().map_or(crate::DEFAULT_BODY_TIMEOUT, |t| t.0);
         // Honors the body limit (413) as axum's own `Json` does.
         let bytes = tokio::time::timeout(limit, Bytes::from_request(request, state))
             .await
@@ -59,7 +60,8 @@ where
 fn is_json(headers: &HeaderMap) -> bool {
     let Some(value) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) else { return false };
     let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// The body with every `\uD800`–`\uDFFF` escape that is not half of a pair
@@ -81,7 +83,9 @@ fn replace_lone_surrogates(json: &[u8]) -> Option<Vec<u8>> {
             continue;
         }
         match surrogate_at(i) {
-            Some(high) if is_high(high) && surrogate_at(i + 6).is_some_and(|low| !is_high(low)) => i += 12,
+            Some(high) if is_high(high) && surrogate_at(i + 6).is_some_and(|low| !is_high(low)) => {
+                i += 12
+            }
             Some(_) => {
                 let fixed = out.get_or_insert_with(|| json.to_vec());
                 fixed[i..i + 6].copy_from_slice(b"\\uFFFD");
@@ -104,8 +108,12 @@ mod tests {
     #[test]
     fn lone_surrogates_become_replacement_characters() {
         assert_eq!(repaired(r#"{"a":"cut \ud83d"}"#).as_deref(), Some(r#"{"a":"cut \uFFFD"}"#));
-        assert_eq!(repaired(r#"["\uDE00x","\ud83d\ud83d"]"#).as_deref(), Some(r#"["\uFFFDx","\uFFFD\uFFFD"]"#));
-        let fixed: serde_json::Value = serde_json::from_str(&repaired(r#"{"a":"\ud83d!"}"#).unwrap()).unwrap();
+        assert_eq!(
+            repaired(r#"["\uDE00x","\ud83d\ud83d"]"#).as_deref(),
+            Some(r#"["\uFFFDx","\uFFFD\uFFFD"]"#)
+        );
+        let fixed: serde_json::Value =
+            serde_json::from_str(&repaired(r#"{"a":"\ud83d!"}"#).unwrap()).unwrap();
         assert_eq!(fixed["a"], "\u{FFFD}!");
     }
 

@@ -41,7 +41,8 @@ use std::net::SocketAddr;
 
 pub use api_error::ApiError;
 pub use config::{
-    ServerConfig, DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_PORT,
+    ServerConfig, DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_PORT,
 };
 pub use error::Error;
 pub use routes::router;
@@ -63,8 +64,9 @@ pub struct BoundServer {
 /// Binds `config.host:config.port` (port 0 picks a free one).
 pub async fn bind(config: ServerConfig) -> Result<BoundServer, Error> {
     let wanted = SocketAddr::new(config.host, config.port);
-    let listener =
-        tokio::net::TcpListener::bind(wanted).await.map_err(|source| Error::Bind { addr: wanted, source })?;
+    let listener = tokio::net::TcpListener::bind(wanted)
+        .await
+        .map_err(|source| Error::Bind { addr: wanted, source })?;
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: wanted, source })?;
     Ok(BoundServer { listener, addr, config })
 }
@@ -110,7 +112,12 @@ fn fit_open_files(max_connections: usize) -> usize {
         return max_connections;
     }
     let fitting = available.saturating_sub(RESERVED_FILES).max(1);
-    tracing::warn!(max_connections, open_file_limit = available, allowed = fitting, "too few open files allowed: fewer connections at once");
+    tracing::warn!(
+        max_connections,
+        open_file_limit = available,
+        allowed = fitting,
+        "too few open files allowed: fewer connections at once"
+    );
     fitting
 }
 

@@ -55,7 +55,13 @@ pub(crate) async fn serve(
                 }
             },
         };
-        spawn_connection(stream, app.clone(), http.clone(), connections.clone(), shutdown.subscribe());
+        spawn_connection(
+            stream,
+            app.clone(),
+            http.clone(),
+            connections.clone(),
+            shutdown.subscribe(),
+        );
     }
     drop(listener);
     let _ = closed.send(());
@@ -130,7 +136,11 @@ struct Connections {
 
 impl Connections {
     fn new() -> Self {
-        Self { open: Mutex::new(Vec::new()), next_id: AtomicU64::new(0), count: watch::channel(0).0 }
+        Self {
+            open: Mutex::new(Vec::new()),
+            next_id: AtomicU64::new(0),
+            count: watch::channel(0).0,
+        }
     }
 
     fn add(&self) -> (u64, Arc<AtomicBool>, Arc<Notify>) {
@@ -160,7 +170,8 @@ impl Connections {
 
     fn close_oldest_unused(&self) {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(idle) = open.iter_mut().find(|c| !c.closing && !c.used.load(Ordering::Relaxed)) {
+        if let Some(idle) = open.iter_mut().find(|c| !c.closing && !c.used.load(Ordering::Relaxed))
+        {
             idle.closing = true;
             // `notify_one` keeps the wake-up if the task is not waiting yet.
             idle.close.notify_one();

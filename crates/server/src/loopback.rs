@@ -33,7 +33,9 @@ fn is_loopback_host(host: &str) -> bool {
         host
     };
     let name = name.trim_end_matches('.').to_ascii_lowercase();
-    name == "localhost" || name.ends_with(".localhost") || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]
@@ -42,10 +44,25 @@ mod tests {
 
     #[test]
     fn only_loopback_names_pass() {
-        for ok in ["127.0.0.1:8080", "127.0.0.1", "localhost:1", "LOCALHOST", "app.localhost:3000", "[::1]:8080", "::1"] {
+        for ok in [
+            "127.0.0.1:8080",
+            "127.0.0.1",
+            "localhost:1",
+            "LOCALHOST",
+            "app.localhost:3000",
+            "[::1]:8080",
+            "::1",
+        ] {
             assert!(is_loopback_host(ok), "{ok}");
         }
-        for bad in ["evil.example:8080", "evil.example", "192.168.1.2:8080", "localhost.evil.example", "", "[::2]:80"] {
+        for bad in [
+            "evil.example:8080",
+            "evil.example",
+            "192.168.1.2:8080",
+            "localhost.evil.example",
+            "",
+            "[::2]:80",
+        ] {
             assert!(!is_loopback_host(bad), "{bad}");
         }
     }

@@ -13,7 +13,8 @@ use crate::error::Error;
 /// Loads a model into the empty slot for a request that finds none (the
 /// desktop app unloads its model after an idle time and loads it again when
 /// it is needed); answers the engine it put in the slot, or `None`.
-pub type Reloader = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Option<EngineHandle>> + Send>> + Send + Sync>;
+pub type Reloader =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Option<EngineHandle>> + Send>> + Send + Sync>;
 
 /// Cheap to clone; all clones see the same engine slot.
 #[derive(Clone, Default)]
@@ -49,7 +50,8 @@ impl ServerState {
         if let Some(engine) = self.engine() {
             return Some(engine);
         }
-        let reloader = self.reloader.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()?;
+        let reloader =
+            self.reloader.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()?;
         reloader().await
     }
 
@@ -70,7 +72,11 @@ impl ServerState {
     /// Loads a model on a blocking thread (loading takes seconds and must not
     /// stall the runtime) and makes it the served model. Returns the new
     /// model's info and the previous engine (see [`Self::set_engine`]).
-    pub async fn load(&self, path: &Path, config: EngineConfig) -> Result<(ModelInfo, Option<EngineHandle>), Error> {
+    pub async fn load(
+        &self,
+        path: &Path,
+        config: EngineConfig,
+    ) -> Result<(ModelInfo, Option<EngineHandle>), Error> {
         let path = path.to_path_buf();
         let handle = tokio::task::spawn_blocking(move || EngineHandle::start(&path, config))
             .await

@@ -21,7 +21,12 @@ async fn a_whole_reply_is_the_engines_answer_with_its_usage() {
     let server = start(Setup::default()).await;
     let reply = server.chat(&ask("hello there", 12)).await;
     let direct = server
-        .engine_run(engine_request(vec![ChatMessage::user("hello there")], TemplateOptions::default(), 12, no_eos()))
+        .engine_run(engine_request(
+            vec![ChatMessage::user("hello there")],
+            TemplateOptions::default(),
+            12,
+            no_eos(),
+        ))
         .await;
     assert!(direct.error.is_none(), "{:?}", direct.error);
 
@@ -59,11 +64,19 @@ async fn a_streamed_reply_opens_with_the_role_and_ends_with_usage_and_done() {
         assert_eq!(usage[field], whole["usage"][field], "{field}");
     }
     // The same prompt again may come from the engine's prompt cache.
-    assert!(usage["prompt_tokens_details"]["cached_tokens"].as_u64() <= usage["prompt_tokens"].as_u64());
-    assert_eq!(streamed.chunks.last().unwrap()["choices"], json!([]), "usage comes last, without choices");
+    assert!(
+        usage["prompt_tokens_details"]["cached_tokens"].as_u64() <= usage["prompt_tokens"].as_u64()
+    );
+    assert_eq!(
+        streamed.chunks.last().unwrap()["choices"],
+        json!([]),
+        "usage comes last, without choices"
+    );
     // Content arrives in several deltas, not all at the end.
-    let deltas =
-        streamed.chunks.iter().filter(|c| c["choices"][0]["delta"]["content"].as_str().is_some_and(|t| !t.is_empty()));
+    let deltas = streamed
+        .chunks
+        .iter()
+        .filter(|c| c["choices"][0]["delta"]["content"].as_str().is_some_and(|t| !t.is_empty()));
     assert!(deltas.count() > 1);
 
     // Without include_usage there is no usage chunk.
@@ -76,8 +89,10 @@ async fn a_streamed_reply_opens_with_the_role_and_ends_with_usage_and_done() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_string_ends_the_answer_before_it() {
     let server = start(Setup::default()).await;
-    let full =
-        server.chat(&ask("tell me a story", 40)).await["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    let full = server.chat(&ask("tell me a story", 40)).await["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let chars: Vec<char> = full.chars().collect();
     assert!(chars.len() > 16, "answer too short: {full:?}");
     let stop: String = chars[10..13].iter().collect();
@@ -113,7 +128,10 @@ async fn thinking_is_kept_apart_and_can_be_switched_off() {
     assert_eq!(streamed.reasoning, message["reasoning_content"].as_str().unwrap());
     assert_eq!(streamed.content, "");
 
-    for off in [json!({"chat_template_kwargs": {"enable_thinking": false}}), json!({"reasoning_effort": "none"})] {
+    for off in [
+        json!({"chat_template_kwargs": {"enable_thinking": false}}),
+        json!({"reasoning_effort": "none"}),
+    ] {
         let mut body = ask("think first", 16);
         body.as_object_mut().unwrap().extend(off.as_object().unwrap().clone());
         let reply = server.chat(&body).await;
@@ -184,7 +202,12 @@ async fn concurrent_clients_are_batched_and_each_gets_its_own_answer() {
     let prompts = ["first question", "a second, longer question here", "3", "the fourth one"];
     let mut alone = Vec::new();
     for p in prompts {
-        alone.push(server.chat(&ask(p, 48)).await["choices"][0]["message"]["content"].as_str().unwrap().to_owned());
+        alone.push(
+            server.chat(&ask(p, 48)).await["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
     }
     let steps_before = server.engine.stats_async().await.unwrap().decode_steps;
     let together = futures_util::future::join_all(prompts.iter().map(|p| {
@@ -252,7 +275,10 @@ async fn a_required_tool_call_comes_back_as_a_valid_call() {
         {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
             "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"], "additionalProperties": false}}}
     ]);
-    for (choice, parallel) in [(json!("required"), false), (json!({"type": "function", "function": {"name": "get_time"}}), true)] {
+    for (choice, parallel) in [
+        (json!("required"), false),
+        (json!({"type": "function", "function": {"name": "get_time"}}), true),
+    ] {
         let body = json!({"messages": [{"role": "user", "content": "weather?"}], "tools": tools, "tool_choice": choice,
             "parallel_tool_calls": parallel, "max_tokens": 80});
         let reply = server.chat(&body).await;
@@ -261,17 +287,25 @@ async fn a_required_tool_call_comes_back_as_a_valid_call() {
         assert!(!calls.is_empty(), "{reply}");
         if parallel {
             // Random weights may go on calling until the token limit.
-            assert!(["tool_calls", "length"].contains(&choice_out["finish_reason"].as_str().unwrap()), "{reply}");
+            assert!(
+                ["tool_calls", "length"].contains(&choice_out["finish_reason"].as_str().unwrap()),
+                "{reply}"
+            );
         } else {
             assert_eq!(choice_out["finish_reason"], "tool_calls", "{reply}");
             assert_eq!(calls.len(), 1, "{reply}");
         }
         for call in calls {
             let name = call["function"]["name"].as_str().unwrap();
-            let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+            let args: Value =
+                serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
             match name {
-                "get_weather" => assert!(["Paris", "Rome"].contains(&args["city"].as_str().unwrap()), "{args}"),
-                "get_time" => assert!(["UTC", "CET"].contains(&args["zone"].as_str().unwrap()), "{args}"),
+                "get_weather" => {
+                    assert!(["Paris", "Rome"].contains(&args["city"].as_str().unwrap()), "{args}")
+                }
+                "get_time" => {
+                    assert!(["UTC", "CET"].contains(&args["zone"].as_str().unwrap()), "{args}")
+                }
                 other => panic!("{other}"),
             }
             if body["tool_choice"].is_object() {
@@ -297,9 +331,13 @@ async fn logprobs_come_with_every_token_whole_and_streamed() {
         let top = entry["top_logprobs"].as_array().unwrap();
         assert_eq!(top.len(), 2, "{entry}");
         assert!(top[0]["logprob"].as_f64() >= top[1]["logprob"].as_f64(), "{entry}");
-        spelled.extend(entry["bytes"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap() as u8));
+        spelled
+            .extend(entry["bytes"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap() as u8));
     }
-    assert_eq!(String::from_utf8_lossy(&spelled), reply["choices"][0]["message"]["content"].as_str().unwrap());
+    assert_eq!(
+        String::from_utf8_lossy(&spelled),
+        reply["choices"][0]["message"]["content"].as_str().unwrap()
+    );
 
     // streamed: the same entries, spread over the chunks
     body["stream"] = json!(true);
@@ -310,14 +348,19 @@ async fn logprobs_come_with_every_token_whole_and_streamed() {
         .filter_map(|l| l.strip_prefix("data: "))
         .filter(|d| *d != "[DONE]")
         .map(|d| serde_json::from_str::<Value>(d).unwrap())
-        .flat_map(|chunk| chunk["choices"][0]["logprobs"]["content"].as_array().cloned().unwrap_or_default())
+        .flat_map(|chunk| {
+            chunk["choices"][0]["logprobs"]["content"].as_array().cloned().unwrap_or_default()
+        })
         .collect();
     // (the second request reuses the first one's prompt cache: the same
     // tokens, log-probabilities equal to float rounding)
     assert_eq!(streamed.len(), content.len());
     for (s, w) in streamed.iter().zip(&content) {
         assert_eq!((&s["token"], &s["bytes"]), (&w["token"], &w["bytes"]));
-        assert!((s["logprob"].as_f64().unwrap() - w["logprob"].as_f64().unwrap()).abs() < 1e-4, "{s} vs {w}");
+        assert!(
+            (s["logprob"].as_f64().unwrap() - w["logprob"].as_f64().unwrap()).abs() < 1e-4,
+            "{s} vs {w}"
+        );
         assert_eq!(s["top_logprobs"].as_array().unwrap().len(), 2);
     }
 

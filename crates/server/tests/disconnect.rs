@@ -10,7 +10,10 @@ use serde_json::json;
 /// A context so long that 100 000 tokens fit: a request that is not
 /// cancelled keeps the engine busy for minutes, far past the waits below.
 fn long_context() -> Setup {
-    Setup { model: TinyLlama { max_context: 1_000_000, ..Default::default() }, ..Default::default() }
+    Setup {
+        model: TinyLlama { max_context: 1_000_000, ..Default::default() },
+        ..Default::default()
+    }
 }
 
 fn endless(stream: bool) -> serde_json::Value {
@@ -34,17 +37,23 @@ async fn dropping_a_stream_cancels_its_sequence() {
     }
     assert_eq!(server.running().await, 1);
     drop(reader);
-    assert!(server.wait_idle(Duration::from_secs(5)).await, "the sequence kept running after the client left");
+    assert!(
+        server.wait_idle(Duration::from_secs(5)).await,
+        "the sequence kept running after the client left"
+    );
 
     // The server and engine serve the next client as usual.
-    let reply = server.chat(&json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})).await;
+    let reply = server
+        .chat(&json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}))
+        .await;
     assert!(reply["choices"][0]["finish_reason"].is_string());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_gives_up_on_a_whole_reply_cancels_it() {
     let server = start(long_context()).await;
-    let impatient = reqwest::Client::builder().timeout(Duration::from_millis(1500)).build().unwrap();
+    let impatient =
+        reqwest::Client::builder().timeout(Duration::from_millis(1500)).build().unwrap();
     let url = format!("{}/v1/chat/completions", server.url);
     let request = impatient.post(url).json(&endless(false)).send();
     let watcher = async {
@@ -59,7 +68,10 @@ async fn a_client_that_gives_up_on_a_whole_reply_cancels_it() {
     assert_eq!(running_while_waiting, 1);
     assert!(result.unwrap_err().is_timeout());
     // ...and stops once it hangs up.
-    assert!(server.wait_idle(Duration::from_secs(5)).await, "the sequence kept running after the client left");
+    assert!(
+        server.wait_idle(Duration::from_secs(5)).await,
+        "the sequence kept running after the client left"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,9 +87,13 @@ async fn some_clients_leaving_do_not_disturb_the_others() {
             reader.next().await.unwrap();
         }
     });
-    let stayers =
-        (0..2).map(|_| async { common::read_stream(server.post("/v1/chat/completions", &finite).await).await });
-    let (_, stayed) = tokio::join!(futures_util::future::join_all(leavers), futures_util::future::join_all(stayers));
+    let stayers = (0..2).map(|_| async {
+        common::read_stream(server.post("/v1/chat/completions", &finite).await).await
+    });
+    let (_, stayed) = tokio::join!(
+        futures_util::future::join_all(leavers),
+        futures_util::future::join_all(stayers)
+    );
     for s in &stayed {
         assert!(s.done);
         assert_eq!(s.finish_reason.as_deref(), Some("length"));

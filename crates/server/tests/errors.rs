@@ -11,7 +11,8 @@ use server::ServerConfig;
 /// Checks status and shape; returns the error object.
 async fn expect_error(response: reqwest::Response, status: u16) -> Value {
     assert_eq!(response.status(), status);
-    let content_type = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
+    let content_type =
+        response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
     assert_eq!(content_type.as_deref(), Some("application/json"));
     let body: Value = response.json().await.unwrap();
     let error = &body["error"];
@@ -26,14 +27,21 @@ fn hello() -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
-    let setup = Setup { scheduler: SchedulerConfig { max_context: 128, ..Default::default() }, ..Default::default() };
+    let setup = Setup {
+        scheduler: SchedulerConfig { max_context: 128, ..Default::default() },
+        ..Default::default()
+    };
     let server = start(setup).await;
     let url = format!("{}/v1/chat/completions", server.url);
-    let raw =
-        |body: &'static str| server.client.post(&url).header("content-type", "application/json").body(body).send();
+    let raw = |body: &'static str| {
+        server.client.post(&url).header("content-type", "application/json").body(body).send()
+    };
 
     let e = expect_error(raw("{\"messages\": [").await.unwrap(), 400).await;
-    assert_eq!((e["type"].as_str(), e["code"].as_str()), (Some("invalid_request_error"), Some("invalid_json")));
+    assert_eq!(
+        (e["type"].as_str(), e["code"].as_str()),
+        (Some("invalid_request_error"), Some("invalid_json"))
+    );
 
     let e = expect_error(raw("{\"model\": \"default\"}").await.unwrap(), 400).await;
     assert!(e["message"].as_str().unwrap().contains("messages"), "{e}");
@@ -76,8 +84,18 @@ async fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     assert_eq!(e["code"], "unsupported_media_type");
 
     // Just over the 32 MiB limit.
-    let huge = format!("{{\"messages\": [{{\"role\": \"user\", \"content\": \"{}\"}}]}}", "a".repeat(32 * 1024 * 1024));
-    let response = server.client.post(&url).header("content-type", "application/json").body(huge).send().await.unwrap();
+    let huge = format!(
+        "{{\"messages\": [{{\"role\": \"user\", \"content\": \"{}\"}}]}}",
+        "a".repeat(32 * 1024 * 1024)
+    );
+    let response = server
+        .client
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
     let e = expect_error(response, 413).await;
     assert_eq!(e["code"], "request_too_large");
 
@@ -124,7 +142,13 @@ async fn an_api_key_is_required_when_set() {
 
     let right = server.client.post(&url).bearer_auth("sekrit").json(&hello()).send().await.unwrap();
     assert_eq!(right.status(), 200);
-    let models = server.client.get(format!("{}/v1/models", server.url)).bearer_auth("sekrit").send().await.unwrap();
+    let models = server
+        .client
+        .get(format!("{}/v1/models", server.url))
+        .bearer_auth("sekrit")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(models.status(), 200);
     // Health probes need no key.
     assert_eq!(server.get("/health").await.status(), 200);
@@ -134,10 +158,17 @@ async fn an_api_key_is_required_when_set() {
 async fn a_loopback_server_refuses_foreign_host_names() {
     let server = start(Setup::default()).await;
     // What a page on a rebinding domain would send: its own name as Host.
-    let rebound = server.client.get(format!("{}/v1/models", server.url)).header("host", "evil.example:8080");
+    let rebound =
+        server.client.get(format!("{}/v1/models", server.url)).header("host", "evil.example:8080");
     let e = expect_error(rebound.send().await.unwrap(), 403).await;
     assert_eq!(e["code"], "host_not_allowed");
-    let local = server.client.get(format!("{}/health", server.url)).header("host", "localhost").send().await.unwrap();
+    let local = server
+        .client
+        .get(format!("{}/health", server.url))
+        .header("host", "localhost")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(local.status(), 200);
 }
 
@@ -156,12 +187,14 @@ async fn cors_is_off_unless_enabled() {
     let response = preflight(&closed).await.unwrap();
     assert!(response.headers().get("access-control-allow-origin").is_none());
 
-    let config = ServerConfig { port: 0, cors: true, api_key: Some("k".into()), ..Default::default() };
+    let config =
+        ServerConfig { port: 0, cors: true, api_key: Some("k".into()), ..Default::default() };
     let open = start(Setup { config, ..Default::default() }).await;
     let response = preflight(&open).await.unwrap();
     assert!(response.status().is_success(), "{}", response.status());
     assert_eq!(response.headers()["access-control-allow-origin"], "*");
-    let allowed = response.headers()["access-control-allow-headers"].to_str().unwrap().to_ascii_lowercase();
+    let allowed =
+        response.headers()["access-control-allow-headers"].to_str().unwrap().to_ascii_lowercase();
     assert!(allowed.contains("authorization"), "{allowed}");
 }
 
@@ -172,16 +205,26 @@ async fn models_lists_the_loaded_model_then_those_on_disk() {
     std::fs::write(disk.path().join("some-model.Q4_0.gguf"), b"GGUF").unwrap();
     std::fs::write(disk.path().join("notes.txt"), b"not a model").unwrap();
     std::fs::create_dir(disk.path().join("empty-folder")).unwrap();
-    let config = ServerConfig { port: 0, models_dir: Some(disk.path().to_path_buf()), ..Default::default() };
+    let config =
+        ServerConfig { port: 0, models_dir: Some(disk.path().to_path_buf()), ..Default::default() };
     let server = start(Setup { config, ..Default::default() }).await;
 
     let models: Value = server.get("/v1/models").await.json().await.unwrap();
     assert_eq!(models["object"], "list");
-    let ids: Vec<&str> = models["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, [server.engine.model_info().name.as_str(), "another-llama", "some-model.Q4_0.gguf"]);
-    let loaded: Vec<bool> = models["data"].as_array().unwrap().iter().map(|m| m["loaded"].as_bool().unwrap()).collect();
+    let ids: Vec<&str> =
+        models["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        [server.engine.model_info().name.as_str(), "another-llama", "some-model.Q4_0.gguf"]
+    );
+    let loaded: Vec<bool> =
+        models["data"].as_array().unwrap().iter().map(|m| m["loaded"].as_bool().unwrap()).collect();
     assert_eq!(loaded, [true, false, false]);
-    assert!(models["data"].as_array().unwrap().iter().all(|m| m["object"] == "model" && m["owned_by"].is_string()));
+    assert!(models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| m["object"] == "model" && m["owned_by"].is_string()));
 
     // The loaded model's listed id is accepted as `model`.
     let mut body = hello();

@@ -13,7 +13,9 @@ use serde_json::{json, Value};
 use server::ServerConfig;
 
 fn fixture(name: &str) -> std::path::PathBuf {
-    [env!("CARGO_MANIFEST_DIR"), "..", "engine", "tests", "fixtures", "images", name].iter().collect()
+    [env!("CARGO_MANIFEST_DIR"), "..", "engine", "tests", "fixtures", "images", name]
+        .iter()
+        .collect()
 }
 
 fn data_url(bytes: &[u8]) -> String {
@@ -35,16 +37,21 @@ fn image_question(url: &str, stream: bool) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_message_gets_the_engines_answer_and_a_repeat_reuses_the_prompt() {
     // file: URLs are off unless a folder is allowed: the fixtures' one is.
-    let config = ServerConfig { port: 0, file_url_folders: vec![fixture("")], ..Default::default() };
+    let config =
+        ServerConfig { port: 0, file_url_folders: vec![fixture("")], ..Default::default() };
     let server = start(Setup { vision: true, config, ..Default::default() }).await;
     let bytes = std::fs::read(fixture("qwen_parity_320x240.png")).unwrap();
 
     // The engine's own answer to the same message.
     let image = ImageInput::from_bytes(bytes.clone());
-    let parts = vec![ContentPart::Image { image: Some(image.sha256.clone()) }, ContentPart::text("What is in this picture?")];
+    let parts = vec![
+        ContentPart::Image { image: Some(image.sha256.clone()) },
+        ContentPart::text("What is in this picture?"),
+    ];
     let message = ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") };
-    let mut request = Request::new(Prompt::Chat { messages: vec![message], options: TemplateOptions::default() })
-        .with_max_tokens(8);
+    let mut request =
+        Request::new(Prompt::Chat { messages: vec![message], options: TemplateOptions::default() })
+            .with_max_tokens(8);
     request.images = vec![image];
     let want = server.engine_run(request).await;
     assert!(want.error.is_none(), "{:?}", want.error);
@@ -79,7 +86,9 @@ async fn an_image_message_gets_the_engines_answer_and_a_repeat_reuses_the_prompt
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_image_is_a_400_naming_it_and_the_server_keeps_serving() {
     let server = start(Setup { vision: true, ..Default::default() }).await;
-    let response = server.post("/v1/chat/completions", &image_question(&data_url(b"not a png at all"), false)).await;
+    let response = server
+        .post("/v1/chat/completions", &image_question(&data_url(b"not a png at all"), false))
+        .await;
     assert_eq!(response.status(), 400);
     let e: Value = response.json().await.unwrap();
     assert_eq!(e["error"]["code"], "invalid_image", "{e}");

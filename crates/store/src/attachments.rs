@@ -70,8 +70,10 @@ pub fn detect_image(bytes: &[u8]) -> Option<ImageFormat> {
 /// HEIF brands (the `ftyp` box's major brand): HEIC photos as iPhones take
 /// them (heic, heix, and their sequence and multi-view forms), the generic
 /// image brands (mif1, msf1) and AVIF, which is HEIF holding AV1.
-const HEIF_BRANDS: &[&[u8; 4]] =
-    &[b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"hevm", b"hevs", b"mif1", b"msf1", b"avif", b"avis"];
+const HEIF_BRANDS: &[&[u8; 4]] = &[
+    b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"hevm", b"hevs", b"mif1", b"msf1",
+    b"avif", b"avis",
+];
 
 /// Whether `bytes` are a HEIF image (a HEIC photo, or AVIF): an ISO media
 /// file whose `ftyp` box names a HEIF brand. Not stored as they are: the
@@ -85,7 +87,12 @@ pub(crate) fn attachment_from_row(row: &SqliteRow, dir: &Path) -> Result<Attachm
     let sha256: String = row.try_get("sha256")?;
     let ext: String = row.try_get("ext")?;
     let size: i64 = row.try_get("size")?;
-    Ok(Attachment { path: dir.join(format!("{sha256}.{ext}")), sha256, mime: row.try_get("mime")?, size: size as u64 })
+    Ok(Attachment {
+        path: dir.join(format!("{sha256}.{ext}")),
+        sha256,
+        mime: row.try_get("mime")?,
+        size: size as u64,
+    })
 }
 
 impl Store {
@@ -97,7 +104,10 @@ impl Store {
         let path = self.attachments_dir.join(format!("{sha256}.{}", format.extension()));
 
         let _guard = self.attachment_lock.lock().await;
-        let on_disk = tokio::fs::metadata(&path).await.map(|m| m.len() == bytes.len() as u64).unwrap_or(false);
+        let on_disk = tokio::fs::metadata(&path)
+            .await
+            .map(|m| m.len() == bytes.len() as u64)
+            .unwrap_or(false);
         if !on_disk {
             write_atomically(&path, bytes).await?;
         }
@@ -152,7 +162,13 @@ impl Store {
             .fetch_all(&self.pool)
             .await?
             .iter()
-            .map(|r| Ok(format!("{}.{}", r.try_get::<String, _>("sha256")?, r.try_get::<String, _>("ext")?)))
+            .map(|r| {
+                Ok(format!(
+                    "{}.{}",
+                    r.try_get::<String, _>("sha256")?,
+                    r.try_get::<String, _>("ext")?
+                ))
+            })
             .collect::<Result<_>>()?;
         let dir = &self.attachments_dir;
         let mut entries = tokio::fs::read_dir(dir).await.map_err(|e| Error::io(dir, e))?;
@@ -168,7 +184,10 @@ impl Store {
 
     /// Deletes the attachment rows among `candidates` (all, for `None`) that
     /// no message references, then their files.
-    pub(crate) async fn remove_unreferenced_attachments(&self, candidates: Option<&[String]>) -> Result<CleanupReport> {
+    pub(crate) async fn remove_unreferenced_attachments(
+        &self,
+        candidates: Option<&[String]>,
+    ) -> Result<CleanupReport> {
         let mut report = CleanupReport::default();
         if candidates.is_some_and(|c| c.is_empty()) {
             return Ok(report);
@@ -176,17 +195,23 @@ impl Store {
         let _guard = self.attachment_lock.lock().await;
         let mut tx = self.write_tx().await?;
         // a bulk job's images are kept as long as the job
-        let unreferenced = "NOT EXISTS (SELECT 1 FROM message_attachments ma WHERE ma.sha256 = attachments.sha256)
+        let unreferenced =
+            "NOT EXISTS (SELECT 1 FROM message_attachments ma WHERE ma.sha256 = attachments.sha256)
             AND NOT EXISTS (SELECT 1 FROM bulk_rows br WHERE br.sha256 = attachments.sha256)";
         let mut removed: Vec<(String, String, i64)> = Vec::new();
         match candidates {
             None => {
-                let rows =
-                    sqlx::query(&format!("DELETE FROM attachments WHERE {unreferenced} RETURNING sha256, ext, size"))
-                        .fetch_all(&mut *tx)
-                        .await?;
+                let rows = sqlx::query(&format!(
+                    "DELETE FROM attachments WHERE {unreferenced} RETURNING sha256, ext, size"
+                ))
+                .fetch_all(&mut *tx)
+                .await?;
                 for row in rows {
-                    removed.push((row.try_get("sha256")?, row.try_get("ext")?, row.try_get("size")?));
+                    removed.push((
+                        row.try_get("sha256")?,
+                        row.try_get("ext")?,
+                        row.try_get("size")?,
+                    ));
                 }
             }
             Some(candidates) => {
@@ -198,14 +223,23 @@ impl Store {
                     .fetch_optional(&mut *tx)
                     .await?;
                     if let Some(row) = row {
-                        removed.push((row.try_get("sha256")?, row.try_get("ext")?, row.try_get("size")?));
+                        removed.push((
+                            row.try_get("sha256")?,
+                            row.try_get("ext")?,
+                            row.try_get("size")?,
+                        ));
                     }
                 }
             }
         }
         tx.commit().await?;
         for (sha256, ext, size) in removed {
-            remove_file(&self.attachments_dir.join(format!("{sha256}.{ext}")), size as u64, &mut report).await;
+            remove_file(
+                &self.attachments_dir.join(format!("{sha256}.{ext}")),
+                size as u64,
+                &mut report,
+            )
+            .await;
         }
         Ok(report)
     }
@@ -215,7 +249,10 @@ impl Store {
 /// signature), and the sha256 (hex) it would store `bytes` under.
 fn check_attachment(bytes: &[u8]) -> Result<(ImageFormat, String)> {
     if bytes.len() as u64 > MAX_ATTACHMENT_BYTES {
-        return Err(Error::AttachmentTooLarge { size: bytes.len() as u64, max: MAX_ATTACHMENT_BYTES });
+        return Err(Error::AttachmentTooLarge {
+            size: bytes.len() as u64,
+            max: MAX_ATTACHMENT_BYTES,
+        });
     }
     if is_heif(bytes) {
         return Err(Error::HeicUnsupported);
@@ -244,7 +281,9 @@ async fn remove_file(path: &Path, size: u64, report: &mut CleanupReport) {
             report.bytes_freed += size;
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(path = %path.display(), error = %e, "could not remove attachment file"),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "could not remove attachment file")
+        }
     }
 }
 
@@ -306,6 +345,10 @@ mod tests {
         assert!(!is_heif(b"\0\0\0\x18ftypisom\0\0\x02\0isomiso2"), "an MP4 video");
         assert!(!is_heif(b"\0\0\0\x18ftypqt  "), "a QuickTime movie");
         assert!(!is_heif(b"\0\0\0\x18ftyphei"), "too short");
-        assert_eq!(detect_image(b"\0\0\0\x18ftypheic\0\0\0\0mif1heic"), None, "not stored as it is");
+        assert_eq!(
+            detect_image(b"\0\0\0\x18ftypheic\0\0\0\0mif1heic"),
+            None,
+            "not stored as it is"
+        );
     }
 }

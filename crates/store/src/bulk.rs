@@ -2,9 +2,9 @@
 //! transaction, filled a row at a time as answers arrive, listed with their
 //! counts, and marked interrupted when the app stopped while one ran.
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row as _;
+use ts_rs::TS;
 
 use crate::attachments::attachment_from_row;
 use crate::error::{Error, Result};
@@ -134,14 +134,18 @@ impl BulkRowResult {
     }
 }
 
-const JOB_COLUMNS: &str = "j.id, j.prompt, j.answer_format, j.max_tokens, j.model, j.status, j.created_at, j.updated_at,
+const JOB_COLUMNS: &str =
+    "j.id, j.prompt, j.answer_format, j.max_tokens, j.model, j.status, j.created_at, j.updated_at,
     (SELECT COUNT(*) FROM bulk_rows r WHERE r.job_id = j.id) AS total,
     (SELECT COUNT(*) FROM bulk_rows r WHERE r.job_id = j.id AND r.status = 'done') AS done,
     (SELECT COUNT(*) FROM bulk_rows r WHERE r.job_id = j.id AND r.status = 'failed') AS failed";
 
 fn json_column(row: &SqliteRow, name: &str) -> Result<Option<serde_json::Value>> {
     match row.try_get::<Option<String>, _>(name)? {
-        Some(text) => Ok(Some(serde_json::from_str(&text).map_err(|e| Error::InvalidInput(format!("stored {name}: {e}")))?)),
+        Some(text) => Ok(Some(
+            serde_json::from_str(&text)
+                .map_err(|e| Error::InvalidInput(format!("stored {name}: {e}")))?,
+        )),
         None => Ok(None),
     }
 }
@@ -154,7 +158,8 @@ fn job_from_row(row: &SqliteRow) -> Result<BulkJob> {
         answer_format: json_column(row, "answer_format")?,
         max_tokens: row.try_get::<i64, _>("max_tokens")? as u32,
         model: row.try_get("model")?,
-        status: BulkJobStatus::parse(&status).ok_or_else(|| Error::InvalidInput(format!("job status {status:?}")))?,
+        status: BulkJobStatus::parse(&status)
+            .ok_or_else(|| Error::InvalidInput(format!("job status {status:?}")))?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
         total: row.try_get::<i64, _>("total")? as u32,
@@ -188,7 +193,9 @@ impl Store {
         for (position, image) in job.images.iter().enumerate() {
             let (sha256, status, code, message) = match &image.image {
                 Ok(hash) => (Some(hash.as_str()), "pending", None, None),
-                Err((code, message)) => (None, "failed", Some(code.as_str()), Some(message.as_str())),
+                Err((code, message)) => {
+                    (None, "failed", Some(code.as_str()), Some(message.as_str()))
+                }
             };
             sqlx::query(
                 "INSERT INTO bulk_rows (job_id, position, name, sha256, status, error_code, error)
@@ -226,9 +233,11 @@ impl Store {
 
     /// Every job, newest first.
     pub async fn list_bulk_jobs(&self) -> Result<Vec<BulkJob>> {
-        let rows = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM bulk_jobs j ORDER BY j.created_at DESC, j.id DESC"))
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {JOB_COLUMNS} FROM bulk_jobs j ORDER BY j.created_at DESC, j.id DESC"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(job_from_row).collect()
     }
 
@@ -249,7 +258,11 @@ impl Store {
                 Ok(BulkRow {
                     position: row.try_get::<i64, _>("position")? as u32,
                     name: row.try_get("name")?,
-                    image: if has_image { Some(attachment_from_row(row, &self.attachments_dir)?) } else { None },
+                    image: if has_image {
+                        Some(attachment_from_row(row, &self.attachments_dir)?)
+                    } else {
+                        None
+                    },
                     result: BulkRowResult {
                         status: BulkRowStatus::parse(&status)
                             .ok_or_else(|| Error::InvalidInput(format!("row status {status:?}")))?,
@@ -267,7 +280,12 @@ impl Store {
     }
 
     /// Records a row's result (as each answer arrives).
-    pub async fn save_bulk_row(&self, id: BulkJobId, position: u32, result: &BulkRowResult) -> Result<()> {
+    pub async fn save_bulk_row(
+        &self,
+        id: BulkJobId,
+        position: u32,
+        result: &BulkRowResult,
+    ) -> Result<()> {
         let done = sqlx::query(
             "UPDATE bulk_rows SET status = ?3, answer = ?4, fields = ?5, error_code = ?6, error = ?7,
                 prompt_tokens = ?8, generated_tokens = ?9, seconds = ?10
@@ -292,7 +310,12 @@ impl Store {
     }
 
     /// Sets the job's status (and the model, when a run starts).
-    pub async fn set_bulk_job_status(&self, id: BulkJobId, status: BulkJobStatus, model: Option<&str>) -> Result<BulkJob> {
+    pub async fn set_bulk_job_status(
+        &self,
+        id: BulkJobId,
+        status: BulkJobStatus,
+        model: Option<&str>,
+    ) -> Result<BulkJob> {
         let done = sqlx::query(
             "UPDATE bulk_jobs SET status = ?2, model = COALESCE(?3, model), updated_at = ?4 WHERE id = ?1",
         )
@@ -333,12 +356,16 @@ impl Store {
 
     /// Deletes the job and its rows; its images go too when nothing else uses them.
     pub async fn delete_bulk_job(&self, id: BulkJobId) -> Result<()> {
-        let images: Vec<String> =
-            sqlx::query_scalar("SELECT DISTINCT sha256 FROM bulk_rows WHERE job_id = ?1 AND sha256 IS NOT NULL")
-                .bind(id.0)
-                .fetch_all(&self.pool)
-                .await?;
-        let done = sqlx::query("DELETE FROM bulk_jobs WHERE id = ?1").bind(id.0).execute(&self.pool).await?;
+        let images: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT sha256 FROM bulk_rows WHERE job_id = ?1 AND sha256 IS NOT NULL",
+        )
+        .bind(id.0)
+        .fetch_all(&self.pool)
+        .await?;
+        let done = sqlx::query("DELETE FROM bulk_jobs WHERE id = ?1")
+            .bind(id.0)
+            .execute(&self.pool)
+            .await?;
         if done.rows_affected() == 0 {
             return Err(Error::BulkJobNotFound(id));
         }
@@ -349,16 +376,20 @@ impl Store {
     /// Marks jobs left running by the last run as interrupted (at open).
     pub(crate) async fn recover_interrupted_bulk_jobs(&self) -> Result<u64> {
         // a store opened with older migrations (the upgrade tests) has no jobs table
-        let has_jobs: Option<i64> = sqlx::query_scalar("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'bulk_jobs'")
-            .fetch_optional(&self.pool)
-            .await?;
+        let has_jobs: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'bulk_jobs'",
+        )
+        .fetch_optional(&self.pool)
+        .await?;
         if has_jobs.is_none() {
             return Ok(0);
         }
-        let done = sqlx::query("UPDATE bulk_jobs SET status = 'interrupted', updated_at = ?1 WHERE status = 'running'")
-            .bind(now_ms())
-            .execute(&self.pool)
-            .await?;
+        let done = sqlx::query(
+            "UPDATE bulk_jobs SET status = 'interrupted', updated_at = ?1 WHERE status = 'running'",
+        )
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await?;
         Ok(done.rows_affected())
     }
 }

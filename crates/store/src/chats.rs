@@ -24,7 +24,8 @@ pub(crate) fn chat_from_row(row: &SqliteRow) -> Result<Chat> {
 pub(crate) fn json_column(row: &SqliteRow, column: &str) -> Result<Option<serde_json::Value>> {
     match row.try_get::<Option<String>, _>(column)? {
         Some(text) => Ok(Some(
-            serde_json::from_str(&text).map_err(|e| Error::InvalidInput(format!("stored {column}: {e}")))?,
+            serde_json::from_str(&text)
+                .map_err(|e| Error::InvalidInput(format!("stored {column}: {e}")))?,
         )),
         None => Ok(None),
     }
@@ -54,9 +55,11 @@ impl Store {
 
     /// All chats, most recently active first.
     pub async fn list_chats(&self) -> Result<Vec<Chat>> {
-        let rows = sqlx::query(&format!("SELECT {CHAT_COLUMNS} FROM chats ORDER BY updated_at DESC, id DESC"))
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {CHAT_COLUMNS} FROM chats ORDER BY updated_at DESC, id DESC"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(chat_from_row).collect()
     }
 
@@ -68,7 +71,9 @@ impl Store {
         if title.is_empty() {
             return Err(Error::InvalidInput("a chat title cannot be empty".into()));
         }
-        let row = sqlx::query(&format!("UPDATE chats SET title = ?1 WHERE id = ?2 RETURNING {CHAT_COLUMNS}"))
+        let row = sqlx::query(&format!(
+            "UPDATE chats SET title = ?1 WHERE id = ?2 RETURNING {CHAT_COLUMNS}"
+        ))
         .bind(title)
         .bind(id.0)
         .fetch_optional(&self.pool)
@@ -79,27 +84,39 @@ impl Store {
 
     /// Sets how the chat's replies are shaped (`None`: free text). Like a
     /// rename, not activity: the chat keeps its place in the list.
-    pub async fn set_answer_format(&self, id: ChatId, format: Option<&serde_json::Value>) -> Result<Chat> {
+    pub async fn set_answer_format(
+        &self,
+        id: ChatId,
+        format: Option<&serde_json::Value>,
+    ) -> Result<Chat> {
         let text = format.map(serde_json::Value::to_string);
-        let row = sqlx::query(&format!("UPDATE chats SET answer_format = ?1 WHERE id = ?2 RETURNING {CHAT_COLUMNS}"))
-            .bind(text)
-            .bind(id.0)
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or(Error::ChatNotFound(id))?;
+        let row = sqlx::query(&format!(
+            "UPDATE chats SET answer_format = ?1 WHERE id = ?2 RETURNING {CHAT_COLUMNS}"
+        ))
+        .bind(text)
+        .bind(id.0)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or(Error::ChatNotFound(id))?;
         chat_from_row(&row)
     }
 
     /// Sets what the chat sets for itself (the app's JSON; `None`: follow
     /// the app's settings in everything). Not activity.
-    pub async fn set_chat_settings(&self, id: ChatId, settings: Option<&serde_json::Value>) -> Result<Chat> {
+    pub async fn set_chat_settings(
+        &self,
+        id: ChatId,
+        settings: Option<&serde_json::Value>,
+    ) -> Result<Chat> {
         let text = settings.map(serde_json::Value::to_string);
-        let row = sqlx::query(&format!("UPDATE chats SET settings = ?1 WHERE id = ?2 RETURNING {CHAT_COLUMNS}"))
-            .bind(text)
-            .bind(id.0)
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or(Error::ChatNotFound(id))?;
+        let row = sqlx::query(&format!(
+            "UPDATE chats SET settings = ?1 WHERE id = ?2 RETURNING {CHAT_COLUMNS}"
+        ))
+        .bind(text)
+        .bind(id.0)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or(Error::ChatNotFound(id))?;
         chat_from_row(&row)
     }
 
@@ -115,7 +132,8 @@ impl Store {
         .fetch_all(&mut *tx)
         .await?;
         // messages and message_attachments go with it (ON DELETE CASCADE)
-        let deleted = sqlx::query("DELETE FROM chats WHERE id = ?1").bind(id.0).execute(&mut *tx).await?;
+        let deleted =
+            sqlx::query("DELETE FROM chats WHERE id = ?1").bind(id.0).execute(&mut *tx).await?;
         if deleted.rows_affected() == 0 {
             return Err(Error::ChatNotFound(id));
         }
@@ -166,7 +184,10 @@ mod tests {
     #[test]
     fn user_text_never_becomes_fts_syntax() {
         assert_eq!(fts_query("cats  purr").as_deref(), Some("\"cats\"* \"purr\"*"));
-        assert_eq!(fts_query("say \"hi\" OR NOT").as_deref(), Some("\"say\"* \"\"\"hi\"\"\"* \"OR\"* \"NOT\"*"));
+        assert_eq!(
+            fts_query("say \"hi\" OR NOT").as_deref(),
+            Some("\"say\"* \"\"\"hi\"\"\"* \"OR\"* \"NOT\"*")
+        );
         assert_eq!(fts_query(" % _ "), None);
         assert_eq!(fts_query("100%").as_deref(), Some("\"100%\"*"));
     }

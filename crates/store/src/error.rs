@@ -46,7 +46,9 @@ pub enum Error {
     /// The database was written by a newer version of the app: it has
     /// migrations this build does not know. Migrations only go forward, so we
     /// refuse rather than guess.
-    #[error("the database was created by a newer version of the app (migration {version} is unknown)")]
+    #[error(
+        "the database was created by a newer version of the app (migration {version} is unknown)"
+    )]
     DatabaseTooNew { version: i64 },
 
     /// A migration failed; it ran in a transaction, so the database is as it was before.
@@ -125,7 +127,9 @@ impl From<sqlx::Error> for Error {
 impl From<sqlx::migrate::MigrateError> for Error {
     fn from(e: sqlx::migrate::MigrateError) -> Self {
         match e {
-            sqlx::migrate::MigrateError::VersionMissing(version) => Error::DatabaseTooNew { version },
+            sqlx::migrate::MigrateError::VersionMissing(version) => {
+                Error::DatabaseTooNew { version }
+            }
             other => Error::Migration(other.to_string()),
         }
     }

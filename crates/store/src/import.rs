@@ -67,14 +67,18 @@ impl Store {
             let parent = match m.parent {
                 None => None,
                 Some(p) => Some(*ids.get(&p).ok_or_else(|| {
-                    Error::InvalidInput(format!("message {} comes before its parent {p}, or its parent is missing", m.key))
+                    Error::InvalidInput(format!(
+                        "message {} comes before its parent {p}, or its parent is missing",
+                        m.key
+                    ))
                 })?),
             };
             let status = match m.status {
                 MessageStatus::Streaming => MessageStatus::Interrupted,
                 s => s,
             };
-            let stats = m.stats.as_ref().map(serde_json::to_string).transpose().expect("stats serialize");
+            let stats =
+                m.stats.as_ref().map(serde_json::to_string).transpose().expect("stats serialize");
             let id: i64 = sqlx::query_scalar(
                 "INSERT INTO messages (chat_id, parent_id, chosen, role, content, reasoning, stats, model, status, error,
                                        error_code, created_at, updated_at)
@@ -99,10 +103,11 @@ impl Store {
                 return Err(Error::InvalidInput(format!("message {} appears twice", m.key)));
             }
             for (position, hash) in m.attachments.iter().enumerate() {
-                let known = sqlx::query_scalar::<_, i64>("SELECT 1 FROM attachments WHERE sha256 = ?1")
-                    .bind(hash)
-                    .fetch_optional(&mut *tx)
-                    .await?;
+                let known =
+                    sqlx::query_scalar::<_, i64>("SELECT 1 FROM attachments WHERE sha256 = ?1")
+                        .bind(hash)
+                        .fetch_optional(&mut *tx)
+                        .await?;
                 if known.is_none() {
                     return Err(Error::AttachmentNotFound(hash.clone()));
                 }
@@ -115,7 +120,9 @@ impl Store {
             }
         }
         if let Some(shown) = chat.shown {
-            let leaf = *ids.get(&shown).ok_or_else(|| Error::InvalidInput(format!("the shown message {shown} is not in the chat")))?;
+            let leaf = *ids.get(&shown).ok_or_else(|| {
+                Error::InvalidInput(format!("the shown message {shown} is not in the chat"))
+            })?;
             // the shown line up from its leaf wins at every level
             sqlx::query(
                 "WITH RECURSIVE up(id) AS (SELECT ?1 UNION ALL

@@ -34,8 +34,13 @@ mod title;
 mod tree;
 mod types;
 
-pub use attachments::{attachment_sha256, detect_image, is_heif, ImageFormat, MAX_ATTACHMENT_BYTES};
-pub use bulk::{BulkJob, BulkJobId, BulkJobStatus, BulkRow, BulkRowResult, BulkRowStatus, NewBulkImage, NewBulkJob};
+pub use attachments::{
+    attachment_sha256, detect_image, is_heif, ImageFormat, MAX_ATTACHMENT_BYTES,
+};
+pub use bulk::{
+    BulkJob, BulkJobId, BulkJobStatus, BulkRow, BulkRowResult, BulkRowStatus, NewBulkImage,
+    NewBulkJob,
+};
 pub use error::{Error, Result};
 pub use import::{ImportedChat, ImportedMessage};
 pub use presets::{Preset, PresetId};
@@ -43,6 +48,6 @@ pub use settings::SELECTED_MODEL_KEY;
 pub use store::{Store, StoreConfig};
 pub use title::{derive_title, TITLE_MAX_CHARS};
 pub use types::{
-    Attachment, Chat, ChatId, CleanupReport, Message, MessageId, MessageStats, MessageStatus, NewMessage, ReplyId,
-    ReplyOutcome, Role, Timestamp,
+    Attachment, Chat, ChatId, CleanupReport, Message, MessageId, MessageStats, MessageStatus,
+    NewMessage, ReplyId, ReplyOutcome, Role, Timestamp,
 };

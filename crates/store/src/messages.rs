@@ -12,7 +12,8 @@ use crate::store::{now_ms, Store};
 use crate::title::derive_title;
 use crate::tree::{active_leaf, ensure_parent, next_chosen};
 use crate::types::{
-    ChatId, Message, MessageId, MessageStats, MessageStatus, NewMessage, ReplyId, ReplyOutcome, Role,
+    ChatId, Message, MessageId, MessageStats, MessageStatus, NewMessage, ReplyId, ReplyOutcome,
+    Role,
 };
 
 pub(crate) const MESSAGE_COLUMNS: &str =
@@ -71,7 +72,12 @@ impl Store {
     /// of the chat) and makes it the shown branch. Editing a message is this
     /// with the edited message's parent: the new text becomes a sibling and
     /// the old branch stays reachable.
-    pub async fn add_message_under(&self, chat: ChatId, parent: Option<MessageId>, message: &NewMessage) -> Result<Message> {
+    pub async fn add_message_under(
+        &self,
+        chat: ChatId,
+        parent: Option<MessageId>,
+        message: &NewMessage,
+    ) -> Result<Message> {
         let mut tx = self.write_tx().await?;
         ensure_chat(&mut tx, chat).await?;
         if let Some(parent) = parent {
@@ -90,7 +96,8 @@ impl Store {
         message: &NewMessage,
     ) -> Result<Message> {
         let now = now_ms();
-        let stats = message.stats.as_ref().map(serde_json::to_string).transpose().expect("stats serialize");
+        let stats =
+            message.stats.as_ref().map(serde_json::to_string).transpose().expect("stats serialize");
         let chosen = next_chosen(tx, chat).await?;
         let row = sqlx::query(&format!(
             "INSERT INTO messages (chat_id, parent_id, chosen, role, content, reasoning, stats, model, status, created_at, updated_at)
@@ -110,11 +117,12 @@ impl Store {
         let mut stored = message_from_row(&row)?;
 
         for (position, hash) in message.attachments.iter().enumerate() {
-            let row = sqlx::query("SELECT sha256, ext, mime, size FROM attachments WHERE sha256 = ?1")
-                .bind(hash)
-                .fetch_optional(&mut **tx)
-                .await?
-                .ok_or_else(|| Error::AttachmentNotFound(hash.clone()))?;
+            let row =
+                sqlx::query("SELECT sha256, ext, mime, size FROM attachments WHERE sha256 = ?1")
+                    .bind(hash)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                    .ok_or_else(|| Error::AttachmentNotFound(hash.clone()))?;
             stored.attachments.push(attachment_from_row(&row, &self.attachments_dir)?);
             sqlx::query("INSERT INTO message_attachments (message_id, position, sha256) VALUES (?1, ?2, ?3)")
                 .bind(stored.id.0)
@@ -124,7 +132,11 @@ impl Store {
                 .await?;
         }
 
-        sqlx::query("UPDATE chats SET updated_at = ?1 WHERE id = ?2").bind(now).bind(chat.0).execute(&mut **tx).await?;
+        sqlx::query("UPDATE chats SET updated_at = ?1 WHERE id = ?2")
+            .bind(now)
+            .bind(chat.0)
+            .execute(&mut **tx)
+            .await?;
         if message.role == Role::User {
             let title = derive_title(&message.content);
             if !title.is_empty() {
@@ -153,8 +165,10 @@ impl Store {
         .bind(id.0)
         .fetch_all(&self.pool)
         .await?;
-        message.attachments =
-            rows.iter().map(|r| attachment_from_row(r, &self.attachments_dir)).collect::<Result<_>>()?;
+        message.attachments = rows
+            .iter()
+            .map(|r| attachment_from_row(r, &self.attachments_dir))
+            .collect::<Result<_>>()?;
         self.with_siblings(message).await
     }
 
@@ -186,7 +200,12 @@ impl Store {
     /// Starts an assistant reply under `parent` (a user message) and makes
     /// it the shown branch. Regenerating is this: the earlier answers stay
     /// as its siblings.
-    pub async fn begin_reply_under(&self, chat: ChatId, parent: MessageId, model: &str) -> Result<ReplyId> {
+    pub async fn begin_reply_under(
+        &self,
+        chat: ChatId,
+        parent: MessageId,
+        model: &str,
+    ) -> Result<ReplyId> {
         let mut tx = self.write_tx().await?;
         ensure_chat(&mut tx, chat).await?;
         ensure_parent(&mut tx, chat, parent).await?;
@@ -252,7 +271,9 @@ impl Store {
             ReplyOutcome::Complete => (MessageStatus::Complete, None, None),
             ReplyOutcome::Interrupted => (MessageStatus::Interrupted, None, None),
             ReplyOutcome::Error(message) => (MessageStatus::Error, Some(message), None),
-            ReplyOutcome::Failed { code, message } => (MessageStatus::Error, Some(message), Some(code)),
+            ReplyOutcome::Failed { code, message } => {
+                (MessageStatus::Error, Some(message), Some(code))
+            }
         };
         let stats = stats.map(serde_json::to_string).transpose().expect("stats serialize");
         let row = sqlx::query(&format!(
@@ -309,7 +330,12 @@ pub(crate) async fn ensure_chat(tx: &mut Transaction<'_, Sqlite>, chat: ChatId) 
         .ok_or(Error::ChatNotFound(chat))
 }
 
-async fn insert_reply(mut tx: Transaction<'_, Sqlite>, chat: ChatId, parent: Option<MessageId>, model: &str) -> Result<ReplyId> {
+async fn insert_reply(
+    mut tx: Transaction<'_, Sqlite>,
+    chat: ChatId,
+    parent: Option<MessageId>,
+    model: &str,
+) -> Result<ReplyId> {
     let now = now_ms();
     let chosen = next_chosen(&mut tx, chat).await?;
     let id: i64 = sqlx::query_scalar(

@@ -2,9 +2,9 @@
 //! chat from. The store keeps the app's JSON as given; a name is unique, so
 //! saving under a taken name replaces that preset.
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
+use ts_rs::TS;
 
 use crate::chats::json_column;
 use crate::error::{Error, Result};
@@ -47,9 +47,11 @@ fn preset_from_row(row: &SqliteRow) -> Result<Preset> {
 impl Store {
     /// Every preset, by name.
     pub async fn list_presets(&self) -> Result<Vec<Preset>> {
-        let rows = sqlx::query(&format!("SELECT {PRESET_COLUMNS} FROM presets ORDER BY name COLLATE NOCASE, id"))
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {PRESET_COLUMNS} FROM presets ORDER BY name COLLATE NOCASE, id"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(preset_from_row).collect()
     }
 
@@ -91,7 +93,8 @@ impl Store {
     /// Deletes a preset; chats started from it keep their settings. Returns
     /// whether it existed.
     pub async fn delete_preset(&self, id: PresetId) -> Result<bool> {
-        let done = sqlx::query("DELETE FROM presets WHERE id = ?1").bind(id.0).execute(&self.pool).await?;
+        let done =
+            sqlx::query("DELETE FROM presets WHERE id = ?1").bind(id.0).execute(&self.pool).await?;
         Ok(done.rows_affected() > 0)
     }
 }

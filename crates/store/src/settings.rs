@@ -16,7 +16,8 @@ impl Store {
             .fetch_optional(&self.pool)
             .await?;
         raw.map(|raw| {
-            serde_json::from_str(&raw).map_err(|source| Error::SettingDecode { key: key.to_string(), source })
+            serde_json::from_str(&raw)
+                .map_err(|source| Error::SettingDecode { key: key.to_string(), source })
         })
         .transpose()
     }
@@ -26,8 +27,8 @@ impl Store {
         if key.trim().is_empty() {
             return Err(Error::InvalidInput("a setting key cannot be empty".into()));
         }
-        let json =
-            serde_json::to_string(value).map_err(|source| Error::SettingDecode { key: key.to_string(), source })?;
+        let json = serde_json::to_string(value)
+            .map_err(|source| Error::SettingDecode { key: key.to_string(), source })?;
         sqlx::query(
             "INSERT INTO settings (key, value, updated_at) VALUES (?1, ?2, ?3)
              ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
@@ -42,7 +43,10 @@ impl Store {
 
     /// Removes `key`; returns whether it was set.
     pub async fn delete_setting(&self, key: &str) -> Result<bool> {
-        let done = sqlx::query("DELETE FROM settings WHERE key = ?1").bind(key).execute(&self.pool).await?;
+        let done = sqlx::query("DELETE FROM settings WHERE key = ?1")
+            .bind(key)
+            .execute(&self.pool)
+            .await?;
         Ok(done.rows_affected() > 0)
     }
 

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 
 use crate::error::{Error, Result};
 
@@ -60,7 +62,9 @@ impl Store {
         if let Some(dir) = config.database.parent().filter(|d| !d.as_os_str().is_empty()) {
             tokio::fs::create_dir_all(dir).await.map_err(|e| Error::io(dir, e))?;
         }
-        tokio::fs::create_dir_all(&config.attachments_dir).await.map_err(|e| Error::io(&config.attachments_dir, e))?;
+        tokio::fs::create_dir_all(&config.attachments_dir)
+            .await
+            .map_err(|e| Error::io(&config.attachments_dir, e))?;
 
         let pool = connect(&config.database).await?;
         // sqlx runs each SQLite migration in its own transaction: a failing one
@@ -78,7 +82,10 @@ impl Store {
         }
         let interrupted = store.recover_interrupted_bulk_jobs().await?;
         if interrupted > 0 {
-            tracing::info!(interrupted, "bulk jobs left running by the last run marked interrupted");
+            tracing::info!(
+                interrupted,
+                "bulk jobs left running by the last run marked interrupted"
+            );
         }
         Ok(store)
     }
@@ -118,7 +125,10 @@ async fn connect(path: &Path) -> Result<SqlitePool> {
 }
 
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -131,9 +141,11 @@ mod tests {
     async fn connections_use_wal_and_foreign_keys() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path().join("chats.db")).await.unwrap();
-        let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&store.pool).await.unwrap();
+        let mode: String =
+            sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&store.pool).await.unwrap();
         assert_eq!(mode, "wal");
-        let fk: i64 = sqlx::query_scalar("PRAGMA foreign_keys").fetch_one(&store.pool).await.unwrap();
+        let fk: i64 =
+            sqlx::query_scalar("PRAGMA foreign_keys").fetch_one(&store.pool).await.unwrap();
         assert_eq!(fk, 1);
     }
 
@@ -171,10 +183,11 @@ mod tests {
         let chats = store.list_chats().await.unwrap();
         assert_eq!(chats.len(), 1);
         assert_eq!(chats[0].title, "keep me");
-        let extra: Option<String> = sqlx::query_scalar("SELECT name FROM sqlite_master WHERE name = 'extra'")
-            .fetch_optional(&store.pool)
-            .await
-            .unwrap();
+        let extra: Option<String> =
+            sqlx::query_scalar("SELECT name FROM sqlite_master WHERE name = 'extra'")
+                .fetch_optional(&store.pool)
+                .await
+                .unwrap();
         assert_eq!(extra, None);
         let columns: Vec<String> = sqlx::query("PRAGMA table_info(chats)")
             .fetch_all(&store.pool)
@@ -184,8 +197,10 @@ mod tests {
             .map(|r| r.get::<String, _>("name"))
             .collect();
         assert!(!columns.contains(&"pinned".to_string()), "{columns:?}");
-        let latest: i64 =
-            sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations").fetch_one(&store.pool).await.unwrap();
+        let latest: i64 = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
         assert!(latest < 9999);
     }
 
@@ -203,10 +218,12 @@ mod tests {
         let old = Migrator::new(first.as_path()).await.unwrap();
         let store = Store::open_migrated(StoreConfig::beside(&db), &old).await.unwrap();
         // Rows as that version wrote them (today's queries name later columns).
-        let chat: i64 = sqlx::query_scalar("INSERT INTO chats (title, created_at, updated_at) VALUES ('old', 0, 0) RETURNING id")
-            .fetch_one(&store.pool)
-            .await
-            .unwrap();
+        let chat: i64 = sqlx::query_scalar(
+            "INSERT INTO chats (title, created_at, updated_at) VALUES ('old', 0, 0) RETURNING id",
+        )
+        .fetch_one(&store.pool)
+        .await
+        .unwrap();
         sqlx::query(
             "INSERT INTO messages (chat_id, role, content, status, error, created_at, updated_at)
              VALUES (?1, 'assistant', '', 'error', 'the old way', 0, 0)",
@@ -256,17 +273,22 @@ mod tests {
         // two chats with interleaved ids, as chats answering at once write them
         let mut chats = Vec::new();
         for title in ["first", "second"] {
-            let id: i64 = sqlx::query_scalar("INSERT INTO chats (title, created_at, updated_at) VALUES (?1, 0, 0) RETURNING id")
-                .bind(title)
-                .fetch_one(&store.pool)
-                .await
-                .unwrap();
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO chats (title, created_at, updated_at) VALUES (?1, 0, 0) RETURNING id",
+            )
+            .bind(title)
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
             chats.push(id);
             expected.push((id, Vec::new()));
         }
         for turn in 0..3 {
             for (i, &chat) in chats.iter().enumerate() {
-                for (role, status) in [("user", "complete"), ("assistant", if turn == 1 { "error" } else { "complete" })] {
+                for (role, status) in [
+                    ("user", "complete"),
+                    ("assistant", if turn == 1 { "error" } else { "complete" }),
+                ] {
                     let content = format!("{role} {turn} of chat {i}");
                     let id: i64 = sqlx::query_scalar(
                         "INSERT INTO messages (chat_id, role, content, status, created_at, updated_at)
@@ -309,10 +331,14 @@ mod tests {
         }
         // what was written before the search index is found by it
         for (query, chat) in [("user 2 of chat 1", chats[1]), ("first", chats[0])] {
-            let found: Vec<i64> = store.search_chats(query).await.unwrap().iter().map(|c| c.id.0).collect();
+            let found: Vec<i64> =
+                store.search_chats(query).await.unwrap().iter().map(|c| c.id.0).collect();
             assert_eq!(found, vec![chat], "{query}");
         }
-        let next = store.add_message(ChatId(chats[0]), &crate::NewMessage::user("after the move")).await.unwrap();
+        let next = store
+            .add_message(ChatId(chats[0]), &crate::NewMessage::user("after the move"))
+            .await
+            .unwrap();
         let path = store.list_messages(ChatId(chats[0])).await.unwrap();
         assert_eq!(next.parent_id, Some(path[5].id));
         assert_eq!(path.len(), 7);

@@ -24,7 +24,8 @@ pub fn derive_title(text: &str) -> String {
             None => head,
         }
     };
-    let cut = cut.trim_end_matches(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | ':' | '-'));
+    let cut =
+        cut.trim_end_matches(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | ':' | '-'));
     format!("{cut}…")
 }
 

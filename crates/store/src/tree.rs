@@ -40,7 +40,10 @@ const ANCESTORS: &str = "WITH RECURSIVE up(id) AS (
     )";
 
 /// The last message of the active path, where a new message goes.
-pub(crate) async fn active_leaf(tx: &mut Transaction<'_, Sqlite>, chat: ChatId) -> Result<Option<MessageId>> {
+pub(crate) async fn active_leaf(
+    tx: &mut Transaction<'_, Sqlite>,
+    chat: ChatId,
+) -> Result<Option<MessageId>> {
     let leaf: Option<i64> = sqlx::query_scalar(&format!(
         "{ACTIVE_PATH} SELECT id FROM path WHERE id IS NOT NULL ORDER BY depth DESC LIMIT 1"
     ))
@@ -52,16 +55,21 @@ pub(crate) async fn active_leaf(tx: &mut Transaction<'_, Sqlite>, chat: ChatId) 
 
 /// The value that makes a message the chosen one among its siblings.
 pub(crate) async fn next_chosen(tx: &mut Transaction<'_, Sqlite>, chat: ChatId) -> Result<i64> {
-    let max: Option<i64> = sqlx::query_scalar("SELECT MAX(chosen) FROM messages WHERE chat_id = ?1")
-        .bind(chat.0)
-        .fetch_one(&mut **tx)
-        .await?;
+    let max: Option<i64> =
+        sqlx::query_scalar("SELECT MAX(chosen) FROM messages WHERE chat_id = ?1")
+            .bind(chat.0)
+            .fetch_one(&mut **tx)
+            .await?;
     Ok(max.unwrap_or(0) + 1)
 }
 
 /// `MESSAGE_NOT_FOUND` unless `message` is in `chat`: a message of another
 /// chat is never a parent here.
-pub(crate) async fn ensure_parent(tx: &mut Transaction<'_, Sqlite>, chat: ChatId, message: MessageId) -> Result<()> {
+pub(crate) async fn ensure_parent(
+    tx: &mut Transaction<'_, Sqlite>,
+    chat: ChatId,
+    message: MessageId,
+) -> Result<()> {
     sqlx::query_scalar::<_, i64>("SELECT 1 FROM messages WHERE id = ?1 AND chat_id = ?2")
         .bind(message.0)
         .bind(chat.0)
@@ -79,7 +87,8 @@ impl Store {
         // one read transaction: the path, siblings and attachments from the same snapshot
         let mut tx = self.pool.begin().await?;
         ensure_chat(&mut tx, chat).await?;
-        let columns = MESSAGE_COLUMNS.split(", ").map(|c| format!("m.{c}")).collect::<Vec<_>>().join(", ");
+        let columns =
+            MESSAGE_COLUMNS.split(", ").map(|c| format!("m.{c}")).collect::<Vec<_>>().join(", ");
         let rows = sqlx::query(&format!(
             "{ACTIVE_PATH} SELECT {columns} FROM path JOIN messages m ON m.id = path.id ORDER BY path.depth"
         ))
@@ -99,7 +108,10 @@ impl Store {
         .await?;
         let mut by_parent: HashMap<Option<i64>, Vec<MessageId>> = HashMap::new();
         for row in &rows {
-            by_parent.entry(row.try_get("parent_id")?).or_default().push(MessageId(row.try_get("id")?));
+            by_parent
+                .entry(row.try_get("parent_id")?)
+                .or_default()
+                .push(MessageId(row.try_get("id")?));
         }
         let attachments = self.attachments_of(&mut tx, chat).await?;
         tx.commit().await?;
@@ -116,10 +128,12 @@ impl Store {
     pub async fn list_all_messages(&self, chat: ChatId) -> Result<Vec<Message>> {
         let mut tx = self.pool.begin().await?;
         ensure_chat(&mut tx, chat).await?;
-        let rows = sqlx::query(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_id = ?1 ORDER BY id"))
-            .bind(chat.0)
-            .fetch_all(&mut *tx)
-            .await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_id = ?1 ORDER BY id"
+        ))
+        .bind(chat.0)
+        .fetch_all(&mut *tx)
+        .await?;
         let mut messages = rows.iter().map(message_from_row).collect::<Result<Vec<_>>>()?;
         let attachments = self.attachments_of(&mut tx, chat).await?;
         tx.commit().await?;
@@ -164,7 +178,10 @@ impl Store {
         let mut by_message: HashMap<i64, Vec<Attachment>> = HashMap::new();
         for row in &rows {
             let id: i64 = row.try_get("message_id")?;
-            by_message.entry(id).or_default().push(attachment_from_row(row, &self.attachments_dir)?);
+            by_message
+                .entry(id)
+                .or_default()
+                .push(attachment_from_row(row, &self.attachments_dir)?);
         }
         Ok(by_message)
     }
@@ -178,11 +195,13 @@ impl Store {
         ensure_parent(&mut tx, chat, message).await?;
         let chosen = next_chosen(&mut tx, chat).await?;
         // one value for the whole line up: each ancestor is in its own sibling group
-        sqlx::query(&format!("{ANCESTORS} UPDATE messages SET chosen = ?2 WHERE id IN (SELECT id FROM up)"))
-            .bind(message.0)
-            .bind(chosen)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(&format!(
+            "{ANCESTORS} UPDATE messages SET chosen = ?2 WHERE id IN (SELECT id FROM up)"
+        ))
+        .bind(message.0)
+        .bind(chosen)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         self.list_messages(chat).await
     }
@@ -210,11 +229,13 @@ impl Store {
         .fetch_all(&mut *tx)
         .await?;
         // one statement: the parent links inside the subtree are checked at its end
-        let deleted = sqlx::query(&format!("{SUBTREE} DELETE FROM messages WHERE id IN (SELECT id FROM sub)"))
-            .bind(message.0)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+        let deleted = sqlx::query(&format!(
+            "{SUBTREE} DELETE FROM messages WHERE id IN (SELECT id FROM sub)"
+        ))
+        .bind(message.0)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
         sqlx::query("UPDATE chats SET updated_at = ?1 WHERE id = ?2")
             .bind(now_ms())
             .bind(chat.0)

@@ -253,7 +253,14 @@ impl NewMessage {
     }
 
     pub fn with_role(role: Role, content: impl Into<String>) -> Self {
-        NewMessage { role, content: content.into(), reasoning: None, attachments: Vec::new(), stats: None, model: None }
+        NewMessage {
+            role,
+            content: content.into(),
+            reasoning: None,
+            attachments: Vec::new(),
+            stats: None,
+            model: None,
+        }
     }
 
     /// Adds attachments by hash (from `Store::add_attachment`).

@@ -6,8 +6,10 @@ use std::path::Path;
 
 use store::{BulkJobStatus, BulkRowResult, BulkRowStatus, NewBulkImage, NewBulkJob, Store};
 
-const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
-const PNG_2: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x02\0\0\0\x02\x08\x06\0\0\0\x1f\x15\xc4\x89";
+const PNG: &[u8] =
+    b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
+const PNG_2: &[u8] =
+    b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x02\0\0\0\x02\x08\x06\0\0\0\x1f\x15\xc4\x89";
 
 async fn open(dir: &Path) -> Store {
     Store::open(dir.join("chats.db")).await.unwrap()
@@ -24,7 +26,10 @@ async fn new_job(store: &Store) -> store::BulkJob {
             max_tokens: 64,
             images: vec![
                 NewBulkImage { name: "a.png".into(), image: Ok(a.sha256) },
-                NewBulkImage { name: "notes.txt".into(), image: Err(("NOT_AN_IMAGE".into(), "not an image".into())) },
+                NewBulkImage {
+                    name: "notes.txt".into(),
+                    image: Err(("NOT_AN_IMAGE".into(), "not an image".into())),
+                },
                 NewBulkImage { name: "b.png".into(), image: Ok(b.sha256) },
             ],
         })
@@ -49,14 +54,23 @@ async fn a_job_is_created_with_its_rows_and_fills_as_answers_arrive() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path()).await;
     let job = new_job(&store).await;
-    assert_eq!((job.prompt.as_str(), job.status, job.total, job.done, job.failed), ("What colour?", BulkJobStatus::Ready, 3, 0, 1));
+    assert_eq!(
+        (job.prompt.as_str(), job.status, job.total, job.done, job.failed),
+        ("What colour?", BulkJobStatus::Ready, 3, 0, 1)
+    );
     assert_eq!(job.answer_format, Some(serde_json::json!({"kind": "fields", "names": ["colour"]})));
 
     let rows = store.bulk_rows(job.id).await.unwrap();
-    assert_eq!(rows.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["a.png", "notes.txt", "b.png"]);
+    assert_eq!(
+        rows.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+        ["a.png", "notes.txt", "b.png"]
+    );
     assert!(rows[0].image.as_ref().unwrap().path.is_file(), "the row's image is the stored file");
     assert_eq!(rows[1].image, None);
-    assert_eq!((rows[1].result.status, rows[1].result.error_code.as_deref()), (BulkRowStatus::Failed, Some("NOT_AN_IMAGE")));
+    assert_eq!(
+        (rows[1].result.status, rows[1].result.error_code.as_deref()),
+        (BulkRowStatus::Failed, Some("NOT_AN_IMAGE"))
+    );
 
     store.set_bulk_job_status(job.id, BulkJobStatus::Running, Some("tiny-qwen2-vl")).await.unwrap();
     store.save_bulk_row(job.id, 2, &done("red")).await.unwrap();
@@ -65,22 +79,45 @@ async fn a_job_is_created_with_its_rows_and_fills_as_answers_arrive() {
     assert_eq!(rows[0].result.status, BulkRowStatus::Pending);
     let listed = store.list_bulk_jobs().await.unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!((listed[0].status, listed[0].done, listed[0].model.as_deref()), (BulkJobStatus::Running, 1, Some("tiny-qwen2-vl")));
+    assert_eq!(
+        (listed[0].status, listed[0].done, listed[0].model.as_deref()),
+        (BulkJobStatus::Running, 1, Some("tiny-qwen2-vl"))
+    );
 
-    assert_eq!(store.save_bulk_row(job.id, 9, &done("x")).await.unwrap_err().code(), "INVALID_INPUT");
-    assert_eq!(store.get_bulk_job(store::BulkJobId(99)).await.unwrap_err().code(), "BULK_JOB_NOT_FOUND");
+    assert_eq!(
+        store.save_bulk_row(job.id, 9, &done("x")).await.unwrap_err().code(),
+        "INVALID_INPUT"
+    );
+    assert_eq!(
+        store.get_bulk_job(store::BulkJobId(99)).await.unwrap_err().code(),
+        "BULK_JOB_NOT_FOUND"
+    );
     let refused = store
-        .create_bulk_job(&NewBulkJob { prompt: " ".into(), answer_format: None, max_tokens: 8, images: vec![] })
+        .create_bulk_job(&NewBulkJob {
+            prompt: " ".into(),
+            answer_format: None,
+            max_tokens: 8,
+            images: vec![],
+        })
         .await
         .unwrap_err();
     assert_eq!(refused.code(), "INVALID_INPUT");
     let unknown_image = NewBulkImage { name: "x.png".into(), image: Ok("0".repeat(64)) };
     let refused = store
-        .create_bulk_job(&NewBulkJob { prompt: "p".into(), answer_format: None, max_tokens: 8, images: vec![unknown_image] })
+        .create_bulk_job(&NewBulkJob {
+            prompt: "p".into(),
+            answer_format: None,
+            max_tokens: 8,
+            images: vec![unknown_image],
+        })
         .await
         .unwrap_err();
     assert_eq!(refused.code(), "ATTACHMENT_NOT_FOUND");
-    assert_eq!(store.list_bulk_jobs().await.unwrap().len(), 1, "a refused job leaves nothing behind");
+    assert_eq!(
+        store.list_bulk_jobs().await.unwrap().len(),
+        1,
+        "a refused job leaves nothing behind"
+    );
 }
 
 #[tokio::test]
@@ -97,13 +134,21 @@ async fn a_job_running_when_the_app_stopped_is_interrupted_after_a_restart_with_
     let store = open(dir.path()).await;
     store.cleanup_orphans().await.unwrap();
     let jobs = store.list_bulk_jobs().await.unwrap();
-    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [finished.id, job.id], "newest first");
+    assert_eq!(
+        jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [finished.id, job.id],
+        "newest first"
+    );
     assert_eq!(store.get_bulk_job(job.id).await.unwrap().status, BulkJobStatus::Interrupted);
     assert_eq!(store.get_bulk_job(finished.id).await.unwrap().status, BulkJobStatus::Finished);
     let rows = store.bulk_rows(job.id).await.unwrap();
     assert_eq!(rows[0].result, done("blue"));
     assert!(rows[2].image.as_ref().unwrap().path.is_file(), "orphan cleanup keeps a job's images");
-    assert_eq!(rows[2].result.status, BulkRowStatus::Pending, "what was not answered is pending, to resume");
+    assert_eq!(
+        rows[2].result.status,
+        BulkRowStatus::Pending,
+        "what was not answered is pending, to resume"
+    );
 }
 
 #[tokio::test]
@@ -124,7 +169,11 @@ async fn retry_resets_only_failed_rows_that_have_an_image_and_delete_removes_the
     assert_eq!(store.reset_bulk_rows(job.id, &[BulkRowStatus::Failed]).await.unwrap(), 1);
     let rows = store.bulk_rows(job.id).await.unwrap();
     assert_eq!(rows[0].result.status, BulkRowStatus::Done, "done rows are kept");
-    assert_eq!(rows[1].result.error_code.as_deref(), Some("NOT_AN_IMAGE"), "a refused file stays failed");
+    assert_eq!(
+        rows[1].result.error_code.as_deref(),
+        Some("NOT_AN_IMAGE"),
+        "a refused file stays failed"
+    );
     assert_eq!(rows[2].result, BulkRowResult::pending());
 
     let image = rows[0].image.clone().unwrap();

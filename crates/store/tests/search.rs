@@ -3,7 +3,9 @@
 //! right at 10,000 chats (the time is printed, not asserted).
 use std::time::Instant;
 
-use store::{ChatId, ImportedChat, ImportedMessage, MessageStatus, NewMessage, ReplyOutcome, Role, Store};
+use store::{
+    ChatId, ImportedChat, ImportedMessage, MessageStatus, NewMessage, ReplyOutcome, Role, Store,
+};
 
 fn ids(chats: Vec<store::Chat>) -> Vec<ChatId> {
     chats.into_iter().map(|c| c.id).collect()
@@ -18,10 +20,24 @@ async fn search_follows_every_change_and_reads_words_not_syntax() {
     let other = store.create_chat().await.unwrap().id;
     store.add_message(other, &NewMessage::user("Photos of mountains")).await.unwrap();
 
-    assert_eq!(ids(store.search_chats("cafe zurich").await.unwrap()), vec![trip], "accents and case ignored");
-    assert_eq!(ids(store.search_chats("photo").await.unwrap()), vec![other], "a word's start finds it");
-    assert!(store.search_chats("trip mountains").await.unwrap().is_empty(), "every word must match");
-    assert!(store.search_chats("\"unbalanced OR").await.unwrap().is_empty(), "quotes and OR are words");
+    assert_eq!(
+        ids(store.search_chats("cafe zurich").await.unwrap()),
+        vec![trip],
+        "accents and case ignored"
+    );
+    assert_eq!(
+        ids(store.search_chats("photo").await.unwrap()),
+        vec![other],
+        "a word's start finds it"
+    );
+    assert!(
+        store.search_chats("trip mountains").await.unwrap().is_empty(),
+        "every word must match"
+    );
+    assert!(
+        store.search_chats("\"unbalanced OR").await.unwrap().is_empty(),
+        "quotes and OR are words"
+    );
 
     // a streaming reply is found by what it has said so far, and by its end
     let reply = store.begin_reply(other, "m").await.unwrap();
@@ -35,8 +51,15 @@ async fn search_follows_every_change_and_reads_words_not_syntax() {
     store.rename_chat(trip, "Swiss holiday").await.unwrap();
     assert_eq!(ids(store.search_chats("holiday").await.unwrap()), vec![trip]);
     let q = store.list_messages(trip).await.unwrap()[0].clone();
-    let edit = store.add_message_under(trip, None, &NewMessage::user("Plan a trip to Bern")).await.unwrap();
-    assert_eq!(ids(store.search_chats("zurich").await.unwrap()), vec![trip], "every branch is searched");
+    let edit = store
+        .add_message_under(trip, None, &NewMessage::user("Plan a trip to Bern"))
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(store.search_chats("zurich").await.unwrap()),
+        vec![trip],
+        "every branch is searched"
+    );
     store.delete_branch(trip, q.id).await.unwrap();
     assert!(store.search_chats("zurich").await.unwrap().is_empty());
     assert_eq!(ids(store.search_chats("bern").await.unwrap()), vec![trip]);
@@ -71,7 +94,12 @@ fn chat_number(i: usize) -> ImportedChat {
         settings: None,
         messages: vec![
             message(1, None, Role::User, format!("Tell me about {topic} and the weather, item{i}")),
-            message(2, Some(1), Role::Assistant, format!("Here is what I know about {topic}: it varies with the season.")),
+            message(
+                2,
+                Some(1),
+                Role::Assistant,
+                format!("Here is what I know about {topic}: it varies with the season."),
+            ),
         ],
         shown: None,
     }
@@ -88,7 +116,9 @@ async fn search_is_right_at_ten_thousand_chats() {
     }
     println!("wrote 10,000 chats (20,000 messages) in {:.1} s", started.elapsed().as_secs_f64());
 
-    let timed = |label: &'static str, n: usize, seconds: f64| println!("search {label:<22} {n:>6} chats in {:.2} ms", seconds * 1e3);
+    let timed = |label: &'static str, n: usize, seconds: f64| {
+        println!("search {label:<22} {n:>6} chats in {:.2} ms", seconds * 1e3)
+    };
     let t = Instant::now();
     let found = ids(store.search_chats("kingfisher").await.unwrap());
     timed("\"kingfisher\" (10)", found.len(), t.elapsed().as_secs_f64());
@@ -111,7 +141,8 @@ async fn search_is_right_at_ten_thousand_chats() {
     let found = store.search_chats("number 777").await.unwrap();
     timed("title \"number 777\"", found.len(), t.elapsed().as_secs_f64());
     // 777 and the 7770s (prefix match)
-    let mut expected: Vec<ChatId> = std::iter::once(777).chain(7770..7780).map(|i| all[i]).collect();
+    let mut expected: Vec<ChatId> =
+        std::iter::once(777).chain(7770..7780).map(|i| all[i]).collect();
     expected.sort_by(|a, b| b.cmp(a));
     assert_eq!(ids(found), expected);
     assert!(store.search_chats("giraffe").await.unwrap().is_empty());

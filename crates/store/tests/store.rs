@@ -4,7 +4,8 @@ use std::path::Path;
 use store::{ChatId, MessageStats, MessageStatus, NewMessage, ReplyOutcome, Role, Store};
 
 /// A 1×1 PNG, enough for the signature check.
-const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
+const PNG: &[u8] =
+    b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
 const JPEG: &[u8] = &[0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, b'J', b'F', b'I', b'F', 0];
 
 async fn open(dir: &Path) -> Store {
@@ -30,7 +31,10 @@ async fn reopening_is_idempotent_and_keeps_the_data() {
         let messages = store.list_messages(chat.id).await.unwrap();
         assert_eq!(messages.len(), 1);
         assert_eq!(messages[0].content, "hello there");
-        assert_eq!(store.selected_model().await.unwrap().as_deref(), Some("mlx-community/Qwen3-0.6B-4bit"));
+        assert_eq!(
+            store.selected_model().await.unwrap().as_deref(),
+            Some("mlx-community/Qwen3-0.6B-4bit")
+        );
         store.close().await;
     }
 }
@@ -72,12 +76,21 @@ async fn title_comes_from_the_first_user_message_only() {
     store.add_message(chat.id, &NewMessage::system("You are terse.")).await.unwrap();
     assert_eq!(store.get_chat(chat.id).await.unwrap().title, "");
     store
-        .add_message(chat.id, &NewMessage::user("Describe the painting in this picture and tell me who painted it"))
+        .add_message(
+            chat.id,
+            &NewMessage::user("Describe the painting in this picture and tell me who painted it"),
+        )
         .await
         .unwrap();
-    assert_eq!(store.get_chat(chat.id).await.unwrap().title, "Describe the painting in this picture…");
+    assert_eq!(
+        store.get_chat(chat.id).await.unwrap().title,
+        "Describe the painting in this picture…"
+    );
     store.add_message(chat.id, &NewMessage::user("and another question")).await.unwrap();
-    assert_eq!(store.get_chat(chat.id).await.unwrap().title, "Describe the painting in this picture…");
+    assert_eq!(
+        store.get_chat(chat.id).await.unwrap().title,
+        "Describe the painting in this picture…"
+    );
 
     // a chat the user renamed keeps its name
     let named = store.create_chat().await.unwrap();
@@ -93,7 +106,10 @@ async fn search_matches_titles_and_message_text() {
     let cats = store.create_chat().await.unwrap();
     store.add_message(cats.id, &NewMessage::user("Tell me about cats")).await.unwrap();
     let reply = store.begin_reply(cats.id, "m").await.unwrap();
-    store.finish_reply(reply, "Cats purr at 25 Hz.", "", None, ReplyOutcome::Complete).await.unwrap();
+    store
+        .finish_reply(reply, "Cats purr at 25 Hz.", "", None, ReplyOutcome::Complete)
+        .await
+        .unwrap();
     let dogs = store.create_chat().await.unwrap();
     store.add_message(dogs.id, &NewMessage::user("Dogs: 100% good")).await.unwrap();
 
@@ -133,13 +149,18 @@ async fn a_reply_streams_and_finishes_with_stats() {
         kv_cache_bytes: Some(4096),
         left_out_messages: Some(2),
     };
-    let done =
-        store.finish_reply(reply, "4.", "Adding two and two", Some(&stats), ReplyOutcome::Complete).await.unwrap();
+    let done = store
+        .finish_reply(reply, "4.", "Adding two and two", Some(&stats), ReplyOutcome::Complete)
+        .await
+        .unwrap();
     assert_eq!(done.status, MessageStatus::Complete);
     assert_eq!(done.stats.as_ref(), Some(&stats));
 
     let messages = store.list_messages(chat.id).await.unwrap();
-    assert_eq!(messages.iter().map(|m| m.role).collect::<Vec<_>>(), vec![Role::User, Role::Assistant]);
+    assert_eq!(
+        messages.iter().map(|m| m.role).collect::<Vec<_>>(),
+        vec![Role::User, Role::Assistant]
+    );
     assert_eq!(messages[1].content, "4.");
     assert_eq!(messages[1].model.as_deref(), Some("qwen3"));
     assert_eq!(messages[1].stats.as_ref(), Some(&stats));
@@ -151,7 +172,13 @@ async fn a_reply_streams_and_finishes_with_stats() {
 
     let failed = store.begin_reply(chat.id, "qwen3").await.unwrap();
     let failed = store
-        .finish_reply(failed, "par", "", None, ReplyOutcome::Error("context length exceeded".into()))
+        .finish_reply(
+            failed,
+            "par",
+            "",
+            None,
+            ReplyOutcome::Error("context length exceeded".into()),
+        )
         .await
         .unwrap();
     assert_eq!(failed.status, MessageStatus::Error);
@@ -161,7 +188,10 @@ async fn a_reply_streams_and_finishes_with_stats() {
 
     // a failure with a code keeps both, and reads back the same
     let coded = store.begin_reply(chat.id, "qwen3").await.unwrap();
-    let outcome = ReplyOutcome::Failed { code: "INVALID_IMAGE".into(), message: "invalid image #1: not a PNG".into() };
+    let outcome = ReplyOutcome::Failed {
+        code: "INVALID_IMAGE".into(),
+        message: "invalid image #1: not a PNG".into(),
+    };
     let coded = store.finish_reply(coded, "", "", None, outcome).await.unwrap();
     assert_eq!(coded.status, MessageStatus::Error);
     assert_eq!(coded.error_code.as_deref(), Some("INVALID_IMAGE"));
@@ -191,7 +221,10 @@ async fn a_reply_cut_by_a_dropped_store_is_kept_as_interrupted() {
     assert_eq!(message.status, MessageStatus::Interrupted);
     assert_eq!(message.content, "Roses are red,");
     assert_eq!(message.reasoning.as_deref(), Some("a classic opening"));
-    assert_eq!(store.update_reply(reply, "more", "").await.unwrap_err().code(), "REPLY_NOT_STREAMING");
+    assert_eq!(
+        store.update_reply(reply, "more", "").await.unwrap_err().code(),
+        "REPLY_NOT_STREAMING"
+    );
 }
 
 /// The same through a real crash: this test runs itself again as a child
@@ -211,7 +244,12 @@ async fn a_reply_cut_by_a_process_crash_is_kept_as_interrupted() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("chats.db");
     let status = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "a_reply_cut_by_a_process_crash_is_kept_as_interrupted", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "a_reply_cut_by_a_process_crash_is_kept_as_interrupted",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_DB, &db)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -249,7 +287,11 @@ async fn attachments_are_validated_deduplicated_and_listed() {
     let heic = store.add_attachment(b"\0\0\0\x18ftypheic\0\0\0\0mif1heic\0\0").await.unwrap_err();
     assert_eq!(heic.code(), "HEIC_UNSUPPORTED");
     assert!(heic.to_string().contains("convert it to JPEG or PNG"), "{heic}");
-    assert_eq!(std::fs::read_dir(store.attachments_dir()).unwrap().count(), 1, "only the PNG was stored");
+    assert_eq!(
+        std::fs::read_dir(store.attachments_dir()).unwrap().count(),
+        1,
+        "only the PNG was stored"
+    );
     let huge = vec![0u8; store::MAX_ATTACHMENT_BYTES as usize + 1];
     assert_eq!(store.add_attachment(&huge).await.unwrap_err().code(), "ATTACHMENT_TOO_LARGE");
 
@@ -260,14 +302,18 @@ async fn attachments_are_validated_deduplicated_and_listed() {
     assert!(jpeg.path.to_string_lossy().ends_with(".jpg"));
 
     let chat = store.create_chat().await.unwrap();
-    let message = NewMessage::user("compare these").with_attachments([jpeg.sha256.clone(), png.sha256.clone()]);
+    let message = NewMessage::user("compare these")
+        .with_attachments([jpeg.sha256.clone(), png.sha256.clone()]);
     let added = store.add_message(chat.id, &message).await.unwrap();
     assert_eq!(added.attachments, vec![jpeg.clone(), png.clone()]);
     let listed = store.list_messages(chat.id).await.unwrap();
     assert_eq!(listed[0].attachments, vec![jpeg, png]);
 
     let unknown = NewMessage::user("x").with_attachments(["0".repeat(64)]);
-    assert_eq!(store.add_message(chat.id, &unknown).await.unwrap_err().code(), "ATTACHMENT_NOT_FOUND");
+    assert_eq!(
+        store.add_message(chat.id, &unknown).await.unwrap_err().code(),
+        "ATTACHMENT_NOT_FOUND"
+    );
     // the failed add left nothing behind (one transaction)
     assert_eq!(store.list_messages(chat.id).await.unwrap().len(), 1);
 }
@@ -280,10 +326,17 @@ async fn deleting_a_chat_removes_only_unshared_attachment_files() {
     let own = store.add_attachment(JPEG).await.unwrap();
 
     let doomed = store.create_chat().await.unwrap();
-    let both = NewMessage::user("two images").with_attachments([shared.sha256.clone(), own.sha256.clone()]);
+    let both = NewMessage::user("two images")
+        .with_attachments([shared.sha256.clone(), own.sha256.clone()]);
     store.add_message(doomed.id, &both).await.unwrap();
     let kept = store.create_chat().await.unwrap();
-    store.add_message(kept.id, &NewMessage::user("one image").with_attachments([shared.sha256.clone()])).await.unwrap();
+    store
+        .add_message(
+            kept.id,
+            &NewMessage::user("one image").with_attachments([shared.sha256.clone()]),
+        )
+        .await
+        .unwrap();
 
     let report = store.delete_chat(doomed.id).await.unwrap();
     assert_eq!(report.files_removed, 1);
@@ -304,7 +357,10 @@ async fn orphan_cleanup_removes_unused_and_unknown_files() {
     let used = store.add_attachment(PNG).await.unwrap();
     let unused = store.add_attachment(JPEG).await.unwrap();
     let chat = store.create_chat().await.unwrap();
-    store.add_message(chat.id, &NewMessage::user("hi").with_attachments([used.sha256.clone()])).await.unwrap();
+    store
+        .add_message(chat.id, &NewMessage::user("hi").with_attachments([used.sha256.clone()]))
+        .await
+        .unwrap();
     // left by a crash between writing a file and recording it
     let stray = store.attachments_dir().join("deadbeef.tmp1234");
     std::fs::write(&stray, b"partial").unwrap();
@@ -339,14 +395,20 @@ async fn settings_are_typed_json() {
     store.set_setting("sampling", &sampling).await.unwrap();
     assert_eq!(store.get_setting::<Sampling>("sampling").await.unwrap(), Some(sampling));
     store.set_setting("sampling", &serde_json::json!({"temperature": "hot"})).await.unwrap();
-    assert_eq!(store.get_setting::<Sampling>("sampling").await.unwrap_err().code(), "SETTING_DECODE_ERROR");
+    assert_eq!(
+        store.get_setting::<Sampling>("sampling").await.unwrap_err().code(),
+        "SETTING_DECODE_ERROR"
+    );
     assert!(store.delete_setting("sampling").await.unwrap());
     assert!(!store.delete_setting("sampling").await.unwrap());
     assert_eq!(store.set_setting("", &1).await.unwrap_err().code(), "INVALID_INPUT");
 
     assert_eq!(store.selected_model().await.unwrap(), None);
     store.set_selected_model("smollm2-135m-instruct-q4_1").await.unwrap();
-    assert_eq!(store.selected_model().await.unwrap().as_deref(), Some("smollm2-135m-instruct-q4_1"));
+    assert_eq!(
+        store.selected_model().await.unwrap().as_deref(),
+        Some("smollm2-135m-instruct-q4_1")
+    );
 }
 
 #[tokio::test]
@@ -380,24 +442,32 @@ async fn a_chats_own_settings_are_kept_as_given_and_presets_are_named_sets_of_th
     let set = store.set_chat_settings(chat.id, Some(&own)).await.unwrap();
     assert_eq!(set.settings.as_ref(), Some(&own));
     assert_eq!(set.updated_at, chat.updated_at, "settings are not activity");
-    assert_eq!(store.set_chat_settings(ChatId(chat.id.0 + 9), Some(&own)).await.unwrap_err().code(), "CHAT_NOT_FOUND");
+    assert_eq!(
+        store.set_chat_settings(ChatId(chat.id.0 + 9), Some(&own)).await.unwrap_err().code(),
+        "CHAT_NOT_FOUND"
+    );
 
     let format = serde_json::json!({"kind": "json"});
     let french = store.save_preset("  French  ", &own, Some(&format)).await.unwrap();
     assert_eq!(french.name, "French");
     store.save_preset("Code", &serde_json::json!({"temperature": 0.0}), None).await.unwrap();
     // the same name replaces the preset
-    let replaced = store.save_preset("French", &serde_json::json!({"temperature": 0.9}), None).await.unwrap();
+    let replaced =
+        store.save_preset("French", &serde_json::json!({"temperature": 0.9}), None).await.unwrap();
     assert_eq!(replaced.id, french.id);
     assert_eq!(replaced.answer_format, None);
-    let names: Vec<String> = store.list_presets().await.unwrap().into_iter().map(|p| p.name).collect();
+    let names: Vec<String> =
+        store.list_presets().await.unwrap().into_iter().map(|p| p.name).collect();
     assert_eq!(names, ["Code", "French"]);
     assert_eq!(store.save_preset(" ", &own, None).await.unwrap_err().code(), "INVALID_INPUT");
     store.close().await;
 
     let store = open(dir.path()).await;
     assert_eq!(store.get_chat(chat.id).await.unwrap().settings, Some(own));
-    assert_eq!(store.get_preset(french.id).await.unwrap().settings, serde_json::json!({"temperature": 0.9}));
+    assert_eq!(
+        store.get_preset(french.id).await.unwrap().settings,
+        serde_json::json!({"temperature": 0.9})
+    );
     assert!(store.delete_preset(french.id).await.unwrap());
     assert!(!store.delete_preset(french.id).await.unwrap());
     assert_eq!(store.list_presets().await.unwrap().len(), 1);

@@ -6,7 +6,8 @@ use std::path::Path;
 
 use store::{ChatId, Message, MessageId, NewMessage, ReplyOutcome, Store};
 
-const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
+const PNG: &[u8] =
+    b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
 const JPEG: &[u8] = &[0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, b'J', b'F', b'I', b'F', 0];
 
 async fn open(dir: &Path) -> Store {
@@ -60,8 +61,14 @@ async fn regenerate_keeps_every_answer_as_a_sibling_and_switching_shows_each() {
 
     // a message of another chat cannot be chosen here
     let other = store.create_chat().await.unwrap().id;
-    assert_eq!(store.choose_message(other, first.id).await.unwrap_err().code(), "MESSAGE_NOT_FOUND");
-    assert_eq!(store.begin_reply_under(other, question.id, "m").await.unwrap_err().code(), "MESSAGE_NOT_FOUND");
+    assert_eq!(
+        store.choose_message(other, first.id).await.unwrap_err().code(),
+        "MESSAGE_NOT_FOUND"
+    );
+    assert_eq!(
+        store.begin_reply_under(other, question.id, "m").await.unwrap_err().code(),
+        "MESSAGE_NOT_FOUND"
+    );
 }
 
 #[tokio::test]
@@ -76,7 +83,10 @@ async fn editing_an_earlier_message_forks_a_branch_and_the_old_one_stays_reachab
     assert_eq!(path(&store, chat).await, ["Name a colour", "Blue", "Another", "Red"]);
 
     // editing the first message (a top-level one) forks at the top
-    let edited = store.add_message_under(chat, u1.parent_id, &NewMessage::user("Name a fruit")).await.unwrap();
+    let edited = store
+        .add_message_under(chat, u1.parent_id, &NewMessage::user("Name a fruit"))
+        .await
+        .unwrap();
     assert_eq!(edited.siblings, vec![u1.id, edited.id]);
     assert_eq!(path(&store, chat).await, ["Name a fruit"]);
     answer(&store, chat, "Apple").await;
@@ -99,8 +109,14 @@ async fn editing_an_earlier_message_forks_a_branch_and_the_old_one_stays_reachab
 
     // the line to a message of a hidden branch is that branch's conversation
     let line = store.path_to(chat, a2.id).await.unwrap();
-    assert_eq!(line.iter().map(|m| m.content.as_str()).collect::<Vec<_>>(), ["Name a colour", "Blue", "Another", "Red"]);
-    assert_eq!(store.path_to(chat, MessageId(a2.id.0 + 1000)).await.unwrap_err().code(), "MESSAGE_NOT_FOUND");
+    assert_eq!(
+        line.iter().map(|m| m.content.as_str()).collect::<Vec<_>>(),
+        ["Name a colour", "Blue", "Another", "Red"]
+    );
+    assert_eq!(
+        store.path_to(chat, MessageId(a2.id.0 + 1000)).await.unwrap_err().code(),
+        "MESSAGE_NOT_FOUND"
+    );
 }
 
 #[tokio::test]
@@ -110,12 +126,19 @@ async fn deleting_a_branch_takes_its_subtree_and_only_images_nothing_else_uses()
     let chat = store.create_chat().await.unwrap().id;
     let shared = store.add_attachment(PNG).await.unwrap();
     let own = store.add_attachment(JPEG).await.unwrap();
-    let u1 = store.add_message(chat, &NewMessage::user("look").with_attachments([shared.sha256.clone()])).await.unwrap();
+    let u1 = store
+        .add_message(chat, &NewMessage::user("look").with_attachments([shared.sha256.clone()]))
+        .await
+        .unwrap();
     let kept = answer(&store, chat, "a dot").await;
     // a second branch of u1's answer, whose follow-up carries both images
     let doomed = answer_under(&store, chat, u1.id, "a pixel").await;
     store
-        .add_message(chat, &NewMessage::user("and these?").with_attachments([shared.sha256.clone(), own.sha256.clone()]))
+        .add_message(
+            chat,
+            &NewMessage::user("and these?")
+                .with_attachments([shared.sha256.clone(), own.sha256.clone()]),
+        )
         .await
         .unwrap();
     answer(&store, chat, "two images").await;
@@ -147,7 +170,13 @@ async fn a_failed_reply_is_a_branch_like_any_other() {
     let q = store.add_message(chat, &NewMessage::user("hi")).await.unwrap();
     let failed = store.begin_reply(chat, "m").await.unwrap();
     store
-        .finish_reply(failed, "", "", None, ReplyOutcome::Failed { code: "MLX_ERROR".into(), message: "boom".into() })
+        .finish_reply(
+            failed,
+            "",
+            "",
+            None,
+            ReplyOutcome::Failed { code: "MLX_ERROR".into(), message: "boom".into() },
+        )
         .await
         .unwrap();
     let ok = answer_under(&store, chat, q.id, "hello").await;
@@ -165,7 +194,8 @@ async fn a_finished_answer_is_reopened_and_extended_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path()).await;
     let chat = store.create_chat().await.unwrap().id;
-    let question = store.add_message(chat, &NewMessage::user("Tell me about the Pacific")).await.unwrap();
+    let question =
+        store.add_message(chat, &NewMessage::user("Tell me about the Pacific")).await.unwrap();
     let cut = answer(&store, chat, "It is the largest").await;
     let reply = store.reopen_reply(chat, cut.id).await.unwrap();
     assert_eq!(reply.0, cut.id);
@@ -173,9 +203,15 @@ async fn a_finished_answer_is_reopened_and_extended_in_place() {
     let again = store.reopen_reply(chat, cut.id).await.unwrap_err();
     assert_eq!(again.code(), "INVALID_INPUT");
     store.update_reply(reply, "It is the largest ocean", "").await.unwrap();
-    let done = store.finish_reply(reply, "It is the largest ocean on Earth.", "", None, ReplyOutcome::Complete).await.unwrap();
+    let done = store
+        .finish_reply(reply, "It is the largest ocean on Earth.", "", None, ReplyOutcome::Complete)
+        .await
+        .unwrap();
     assert_eq!((done.id, done.siblings.len()), (cut.id, 1));
-    assert_eq!(path(&store, chat).await, ["Tell me about the Pacific", "It is the largest ocean on Earth."]);
+    assert_eq!(
+        path(&store, chat).await,
+        ["Tell me about the Pacific", "It is the largest ocean on Earth."]
+    );
     // a question, or another chat's answer, is not an answer of this chat to continue
     assert_eq!(store.reopen_reply(chat, question.id).await.unwrap_err().code(), "INVALID_INPUT");
     let other = store.create_chat().await.unwrap().id;

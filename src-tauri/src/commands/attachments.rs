@@ -17,13 +17,19 @@ use crate::error::{AppError, AppResult};
 use crate::state::AppState;
 
 #[tauri::command]
-pub async fn add_attachment_path(state: State<'_, Arc<AppState>>, path: PathBuf) -> AppResult<Attachment> {
+pub async fn add_attachment_path(
+    state: State<'_, Arc<AppState>>,
+    path: PathBuf,
+) -> AppResult<Attachment> {
     crate::heic::import_image(&state.store, &path).await
 }
 
 /// The raw bytes of a pasted image as the request body (no JSON array).
 #[tauri::command]
-pub async fn add_attachment_bytes(state: State<'_, Arc<AppState>>, request: Request<'_>) -> AppResult<Attachment> {
+pub async fn add_attachment_bytes(
+    state: State<'_, Arc<AppState>>,
+    request: Request<'_>,
+) -> AppResult<Attachment> {
     let InvokeBody::Raw(bytes) = request.body() else {
         return Err(AppError::new("INVALID_INPUT", "send the image bytes as the raw request body"));
     };
@@ -40,7 +46,10 @@ pub async fn paste_clipboard_image<R: Runtime>(
     state: State<'_, Arc<AppState>>,
 ) -> AppResult<Option<Attachment>> {
     let Some(clipboard) = app.try_state::<Clipboard<R>>() else {
-        return Err(AppError::new("CLIPBOARD_UNAVAILABLE", "the clipboard cannot be read in this window"));
+        return Err(AppError::new(
+            "CLIPBOARD_UNAVAILABLE",
+            "the clipboard cannot be read in this window",
+        ));
     };
     let image = match clipboard.read_image() {
         Ok(image) => image,
@@ -57,11 +66,12 @@ pub async fn paste_clipboard_image<R: Runtime>(
 }
 
 fn encode_png(width: u32, height: u32, rgba: Vec<u8>) -> AppResult<Vec<u8>> {
-    let image = image::RgbaImage::from_raw(width, height, rgba)
-        .ok_or_else(|| AppError::new("NOT_AN_IMAGE", "the clipboard's picture has the wrong size"))?;
+    let image = image::RgbaImage::from_raw(width, height, rgba).ok_or_else(|| {
+        AppError::new("NOT_AN_IMAGE", "the clipboard's picture has the wrong size")
+    })?;
     let mut png = Cursor::new(Vec::new());
-    image
-        .write_to(&mut png, image::ImageFormat::Png)
-        .map_err(|e| AppError::new("NOT_AN_IMAGE", format!("the clipboard's picture cannot be stored: {e}")))?;
+    image.write_to(&mut png, image::ImageFormat::Png).map_err(|e| {
+        AppError::new("NOT_AN_IMAGE", format!("the clipboard's picture cannot be stored: {e}"))
+    })?;
     Ok(png.into_inner())
 }

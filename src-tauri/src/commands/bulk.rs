@@ -31,7 +31,10 @@ pub async fn create_bulk_job(
 }
 
 #[tauri::command]
-pub async fn bulk_job_rows(state: State<'_, Arc<AppState>>, job_id: BulkJobId) -> AppResult<Vec<BulkRow>> {
+pub async fn bulk_job_rows(
+    state: State<'_, Arc<AppState>>,
+    job_id: BulkJobId,
+) -> AppResult<Vec<BulkRow>> {
     Ok(state.store.bulk_rows(job_id).await?)
 }
 
@@ -62,7 +65,11 @@ pub async fn cancel_bulk_job(runs: State<'_, Arc<BulkRuns>>, job_id: BulkJobId) 
 /// Writes the table (`csv` or `jsonl`) to the exports folder in the app's
 /// data folder; returns the file's path.
 #[tauri::command]
-pub async fn export_bulk_job(state: State<'_, Arc<AppState>>, job_id: BulkJobId, format: String) -> AppResult<PathBuf> {
+pub async fn export_bulk_job(
+    state: State<'_, Arc<AppState>>,
+    job_id: BulkJobId,
+    format: String,
+) -> AppResult<PathBuf> {
     let format = if format == "jsonl" { ExportFormat::JsonLines } else { ExportFormat::Csv };
     bulk_jobs::export_job(&state, job_id, format).await
 }
@@ -74,7 +81,10 @@ pub async fn delete_bulk_job(
     job_id: BulkJobId,
 ) -> AppResult<()> {
     if runs.is_running(job_id) {
-        return Err(crate::error::AppError::new("BULK_JOB_RUNNING", "Cancel the job before deleting it."));
+        return Err(crate::error::AppError::new(
+            "BULK_JOB_RUNNING",
+            "Cancel the job before deleting it.",
+        ));
     }
     Ok(state.store.delete_bulk_job(job_id).await?)
 }

@@ -11,7 +11,10 @@ use crate::error::{AppError, AppResult};
 use crate::state::AppState;
 
 #[tauri::command]
-pub async fn list_chats(state: State<'_, Arc<AppState>>, query: Option<String>) -> AppResult<Vec<Chat>> {
+pub async fn list_chats(
+    state: State<'_, Arc<AppState>>,
+    query: Option<String>,
+) -> AppResult<Vec<Chat>> {
     Ok(match query.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
         Some(q) => state.store.search_chats(q).await?,
         None => state.store.list_chats().await?,
@@ -20,7 +23,10 @@ pub async fn list_chats(state: State<'_, Arc<AppState>>, query: Option<String>) 
 
 /// A new chat; from a preset, with its settings and answer format.
 #[tauri::command]
-pub async fn create_chat(state: State<'_, Arc<AppState>>, preset_id: Option<PresetId>) -> AppResult<Chat> {
+pub async fn create_chat(
+    state: State<'_, Arc<AppState>>,
+    preset_id: Option<PresetId>,
+) -> AppResult<Chat> {
     // read first: an unknown preset makes no chat
     let preset = match preset_id {
         Some(id) => Some(state.store.get_preset(id).await?),
@@ -45,7 +51,11 @@ pub async fn set_chat_settings(
 }
 
 #[tauri::command]
-pub async fn rename_chat(state: State<'_, Arc<AppState>>, chat_id: ChatId, title: String) -> AppResult<Chat> {
+pub async fn rename_chat(
+    state: State<'_, Arc<AppState>>,
+    chat_id: ChatId,
+    title: String,
+) -> AppResult<Chat> {
     Ok(state.store.rename_chat(chat_id, &title).await?)
 }
 
@@ -76,7 +86,10 @@ pub async fn delete_chat(state: State<'_, Arc<AppState>>, chat_id: ChatId) -> Ap
 }
 
 #[tauri::command]
-pub async fn list_messages(state: State<'_, Arc<AppState>>, chat_id: ChatId) -> AppResult<Vec<Message>> {
+pub async fn list_messages(
+    state: State<'_, Arc<AppState>>,
+    chat_id: ChatId,
+) -> AppResult<Vec<Message>> {
     Ok(state.store.list_messages(chat_id).await?)
 }
 
@@ -92,10 +105,16 @@ pub async fn export_chat(
     // the save dialog's path names the new folder; without one (older
     // callers) it goes under exports/ in the data folder
     let Some(destination) = destination else {
-        return crate::chat_file::export_chat(&state.store, chat_id, &state.paths.data_dir.join("exports")).await;
+        return crate::chat_file::export_chat(
+            &state.store,
+            chat_id,
+            &state.paths.data_dir.join("exports"),
+        )
+        .await;
     };
     let parent = destination.parent().filter(|p| !p.as_os_str().is_empty());
-    let (Some(parent), Some(name)) = (parent, destination.file_name().and_then(|n| n.to_str())) else {
+    let (Some(parent), Some(name)) = (parent, destination.file_name().and_then(|n| n.to_str()))
+    else {
         return Err(AppError::new("INVALID_INPUT", "Choose where to save the exported chat."));
     };
     crate::chat_file::export_chat_as(&state.store, chat_id, parent, name).await
@@ -104,6 +123,9 @@ pub async fn export_chat(
 /// Adds the chat in an exported `chat.json` (and its images) as a new chat.
 /// A file that is not one, or whose images are missing or changed, adds nothing.
 #[tauri::command]
-pub async fn import_chat(state: State<'_, Arc<AppState>>, path: std::path::PathBuf) -> AppResult<Chat> {
+pub async fn import_chat(
+    state: State<'_, Arc<AppState>>,
+    path: std::path::PathBuf,
+) -> AppResult<Chat> {
     crate::chat_file::import_chat(&state.store, &path).await
 }

@@ -47,7 +47,8 @@ pub async fn engine_stats(state: State<'_, Arc<AppState>>) -> AppResult<Option<S
         let mut last = state.last_stats.lock().unwrap();
         let tps = match *last {
             Some((at, steps)) if stats.decode_steps >= steps && now > at => {
-                (stats.decode_steps - steps) as f64 / (now - at).as_secs_f64() * stats.running.max(1) as f64
+                (stats.decode_steps - steps) as f64 / (now - at).as_secs_f64()
+                    * stats.running.max(1) as f64
             }
             _ => 0.0,
         };

@@ -4,8 +4,12 @@
 use crate::error::{AppError, AppResult};
 use crate::hub_token::{self, HubTokenView};
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> AppResult<T> + Send + 'static) -> AppResult<T> {
-    tauri::async_runtime::spawn_blocking(f).await.map_err(|e| AppError::new("KEYCHAIN_UNAVAILABLE", e.to_string()))?
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> AppResult<T> + Send + 'static,
+) -> AppResult<T> {
+    tauri::async_runtime::spawn_blocking(f)
+        .await
+        .map_err(|e| AppError::new("KEYCHAIN_UNAVAILABLE", e.to_string()))?
 }
 
 #[tauri::command]

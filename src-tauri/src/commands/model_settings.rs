@@ -9,7 +9,10 @@ use crate::model_settings::{self, ModelLoadSettings, ModelLoadSettingsView};
 use crate::state::AppState;
 
 #[tauri::command]
-pub async fn get_model_load_settings(state: State<'_, Arc<AppState>>, id: String) -> AppResult<ModelLoadSettingsView> {
+pub async fn get_model_load_settings(
+    state: State<'_, Arc<AppState>>,
+    id: String,
+) -> AppResult<ModelLoadSettingsView> {
     model_settings::view(&state, &id).await
 }
 

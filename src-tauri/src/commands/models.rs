@@ -24,7 +24,10 @@ pub async fn load_model<R: Runtime>(
 }
 
 #[tauri::command]
-pub async fn unload_model<R: Runtime>(app: AppHandle<R>, state: State<'_, Arc<AppState>>) -> AppResult<EngineStatus> {
+pub async fn unload_model<R: Runtime>(
+    app: AppHandle<R>,
+    state: State<'_, Arc<AppState>>,
+) -> AppResult<EngineStatus> {
     models::unload(&app, &state).await
 }
 

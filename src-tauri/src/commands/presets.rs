@@ -33,7 +33,13 @@ impl PresetView {
 #[tauri::command]
 pub async fn list_presets(state: State<'_, Arc<AppState>>) -> AppResult<Vec<PresetView>> {
     // a preset that no longer reads is left out rather than hiding all the others
-    Ok(state.store.list_presets().await?.into_iter().filter_map(|p| PresetView::of(p).ok()).collect())
+    Ok(state
+        .store
+        .list_presets()
+        .await?
+        .into_iter()
+        .filter_map(|p| PresetView::of(p).ok())
+        .collect())
 }
 
 /// Saves (or replaces, by name) a preset.
@@ -49,7 +55,8 @@ pub async fn save_preset(
         f.validate()?;
     }
     let stored = serde_json::to_value(&settings).expect("chat settings serialize");
-    let format = answer_format.map(|f| serde_json::to_value(f).expect("an answer format serializes"));
+    let format =
+        answer_format.map(|f| serde_json::to_value(f).expect("an answer format serializes"));
     PresetView::of(state.store.save_preset(&name, &stored, format.as_ref()).await?)
 }
 

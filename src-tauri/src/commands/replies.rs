@@ -6,15 +6,16 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 use store::{ChatId, Message, MessageId, NewMessage, Role};
 use tauri::ipc::Channel;
 use tauri::{AppHandle, Runtime, State};
+use ts_rs::TS;
 
 use crate::error::{AppError, AppResult};
 use crate::generation::{Sink, StreamEvent};
 use crate::replies::{
-    continue_reply as continue_reply_in, ensure_chat_model_of, ensure_idle, reserve, start_reply, Reservation, StartedReply,
+    continue_reply as continue_reply_in, ensure_chat_model_of, ensure_idle, reserve, start_reply,
+    Reservation, StartedReply,
 };
 use crate::state::AppState;
 
@@ -54,7 +55,8 @@ fn check_images(outgoing: &Outgoing, state: &AppState) -> AppResult<()> {
         return Ok(());
     }
     // the name the user knows (the scan's), not the engine's folder name
-    let name = state.status().model.map(|m| m.name).unwrap_or_else(|| engine.model_info().name.clone());
+    let name =
+        state.status().model.map(|m| m.name).unwrap_or_else(|| engine.model_info().name.clone());
     Err(AppError::new(
         "MODEL_CANNOT_SEE_IMAGES",
         format!("{name} cannot see images. Load a model that sees images, or send text only."),
@@ -93,7 +95,8 @@ async fn post_and_answer<R: Runtime>(
         Some(edited) => state.store.add_message_under(chat_id, edited.parent_id, &new).await?,
         None => state.store.add_message(chat_id, &new).await?,
     };
-    let reply = start_reply(app, state.inner().clone(), turn, chat_id, user.id, sink(on_event)).await?;
+    let reply =
+        start_reply(app, state.inner().clone(), turn, chat_id, user.id, sink(on_event)).await?;
     Ok(Sent { user, reply })
 }
 
@@ -101,7 +104,8 @@ async fn post_and_answer<R: Runtime>(
 /// reply is kept as interrupted.
 #[tauri::command]
 pub async fn stop_reply(state: State<'_, Arc<AppState>>, chat_id: ChatId) -> AppResult<bool> {
-    let running = state.generations.lock().unwrap().get(&chat_id).map(|g| (g.engine.clone(), g.request_id));
+    let running =
+        state.generations.lock().unwrap().get(&chat_id).map(|g| (g.engine.clone(), g.request_id));
     Ok(match running {
         Some((engine, id)) => {
             engine.cancel(id);
@@ -131,14 +135,21 @@ pub async fn regenerate<R: Runtime>(
             match (reply.chat_id == chat_id, reply.role, reply.parent_id) {
                 (false, ..) => return Err(store::Error::MessageNotFound(id).into()),
                 (true, Role::Assistant, Some(parent)) => parent,
-                _ => return Err(AppError::new("NOT_A_REPLY", "Only an answer can be regenerated.")),
+                _ => {
+                    return Err(AppError::new("NOT_A_REPLY", "Only an answer can be regenerated."))
+                }
             }
         }
         None => {
             let messages = state.store.list_messages(chat_id).await?;
             match messages.iter().rev().find(|m| m.role == Role::User) {
                 Some(m) => m.id,
-                None => return Err(AppError::new("NOTHING_TO_REGENERATE", "This chat has no message to answer.")),
+                None => {
+                    return Err(AppError::new(
+                        "NOTHING_TO_REGENERATE",
+                        "This chat has no message to answer.",
+                    ))
+                }
             }
         }
     };

@@ -2,8 +2,8 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use ts_rs::TS;
 use tauri::{AppHandle, Runtime, State};
+use ts_rs::TS;
 
 use crate::error::{AppError, AppResult};
 use crate::settings::{ModelFacts, Settings, SETTINGS_KEY};
@@ -37,9 +37,15 @@ async fn view(state: &AppState) -> AppResult<SettingsView> {
     let restart_needed = status.knobs.as_ref().is_some_and(|k| *k != used.engine_knobs());
     // what the loaded model answers with where the user left the defaults
     let defaults_note = status.model.as_ref().and_then(|m| {
-        crate::model_defaults::note(&settings, &m.id, &m.name, &crate::models::default_model_id(state))
+        crate::model_defaults::note(
+            &settings,
+            &m.id,
+            &m.name,
+            &crate::models::default_model_id(state),
+        )
     });
-    let facts = state.engine.engine().map(|e| ModelFacts::of(e.model_info(), status.model.map(|m| m.name)));
+    let facts =
+        state.engine.engine().map(|e| ModelFacts::of(e.model_info(), status.model.map(|m| m.name)));
     let mut notes = used.notes_for(facts.as_ref());
     notes.extend(defaults_note);
     Ok(SettingsView { notes, restart_needed, settings, model_has_own_load_settings: own })
@@ -72,9 +78,15 @@ pub async fn save_settings<R: Runtime>(
 
 /// Restarts the engine with the current settings (replies under way end).
 #[tauri::command]
-pub async fn restart_engine<R: Runtime>(app: AppHandle<R>, state: State<'_, Arc<AppState>>) -> AppResult<SettingsView> {
-    let id =
-        state.status().model.map(|m| m.id).ok_or_else(|| AppError::new("NO_MODEL_LOADED", "No model is loaded."))?;
+pub async fn restart_engine<R: Runtime>(
+    app: AppHandle<R>,
+    state: State<'_, Arc<AppState>>,
+) -> AppResult<SettingsView> {
+    let id = state
+        .status()
+        .model
+        .map(|m| m.id)
+        .ok_or_else(|| AppError::new("NO_MODEL_LOADED", "No model is loaded."))?;
     crate::models::load(&app, &state, &id).await?;
     view(&state).await
 }
@@ -82,6 +94,8 @@ pub async fn restart_engine<R: Runtime>(app: AppHandle<R>, state: State<'_, Arc<
 /// Settings' "Split models across machines": one line per rank, as rank 0
 /// (this Mac) knows them.
 #[tauri::command]
-pub async fn cluster_status(state: State<'_, Arc<AppState>>) -> AppResult<crate::cluster::ClusterStatus> {
+pub async fn cluster_status(
+    state: State<'_, Arc<AppState>>,
+) -> AppResult<crate::cluster::ClusterStatus> {
     Ok(crate::cluster::status(&state).await)
 }

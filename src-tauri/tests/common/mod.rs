@@ -35,13 +35,19 @@ pub fn paths(root: &Path) -> Paths {
 /// The app on the folders under `root`.
 pub fn harness(root: &Path) -> Harness {
     let state = tauri::async_runtime::block_on(AppState::open(paths(root))).unwrap();
-    let app = vlm_chat::configure(mock_builder(), state.clone()).build(mock_context(noop_assets())).unwrap();
+    let app = vlm_chat::configure(mock_builder(), state.clone())
+        .build(mock_context(noop_assets()))
+        .unwrap();
     let webview = WebviewWindowBuilder::new(&app, "main", Default::default()).build().unwrap();
     Harness { _app: app, webview, state }
 }
 
 /// One command through the IPC of `webview` (any thread: the harness itself is not `Sync`).
-pub fn invoke(webview: &WebviewWindow<tauri::test::MockRuntime>, cmd: &str, body: InvokeBody) -> Result<Value, Value> {
+pub fn invoke(
+    webview: &WebviewWindow<tauri::test::MockRuntime>,
+    cmd: &str,
+    body: InvokeBody,
+) -> Result<Value, Value> {
     let request = InvokeRequest {
         cmd: cmd.into(),
         callback: CallbackFn(0),
@@ -70,7 +76,11 @@ impl Harness {
 
 /// The tiny Llama as `dir:tiny` in the models folder under `root`.
 pub fn tiny_models(root: &Path) {
-    engine::testing::write_tiny_llama(&root.join("models").join("tiny"), &engine::testing::TinyLlama::default()).unwrap();
+    engine::testing::write_tiny_llama(
+        &root.join("models").join("tiny"),
+        &engine::testing::TinyLlama::default(),
+    )
+    .unwrap();
 }
 
 impl Harness {
@@ -118,4 +128,3 @@ impl Harness {
         panic!("the reply in chat {chat} never finished");
     }
 }
-

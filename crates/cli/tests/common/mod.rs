@@ -175,7 +175,8 @@ pub fn endless_stream(max_tokens: u32) -> Value {
 
 /// A non-streamed chat completion that must succeed.
 pub async fn chat_ok(client: &reqwest::Client, served: &Served, body: &Value) -> Value {
-    let response = client.post(served.chat_url()).json(body).send().await.expect("the server answers");
+    let response =
+        client.post(served.chat_url()).json(body).send().await.expect("the server answers");
     let status = response.status();
     let reply: Value = response.json().await.unwrap();
     assert_eq!(status, 200, "{reply}");
@@ -185,7 +186,8 @@ pub async fn chat_ok(client: &reqwest::Client, served: &Served, body: &Value) ->
 
 /// `running` and `waiting` from `/health`.
 pub async fn load(client: &reqwest::Client, served: &Served) -> (u64, u64) {
-    let health: Value = client.get(format!("{}/health", served.url)).send().await.unwrap().json().await.unwrap();
+    let health: Value =
+        client.get(format!("{}/health", served.url)).send().await.unwrap().json().await.unwrap();
     (health["running"].as_u64().unwrap(), health["waiting"].as_u64().unwrap())
 }
 
@@ -218,8 +220,10 @@ impl SseReader {
             if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
                 let event: Vec<u8> = self.buffer.drain(..end + 2).collect();
                 let text = String::from_utf8(event).expect("SSE is UTF-8");
-                let data: Vec<&str> =
-                    text.lines().filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:"))).collect();
+                let data: Vec<&str> = text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+                    .collect();
                 if !data.is_empty() {
                     return Some(data.join("\n"));
                 }

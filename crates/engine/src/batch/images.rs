@@ -70,7 +70,11 @@ pub struct EncodeContext<'a> {
 }
 
 impl<'a> EncodeContext<'a> {
-    pub fn new(vision: &'a dyn VisionTower, cache: &'a mut VisionFeatureCache, budget: usize) -> Self {
+    pub fn new(
+        vision: &'a dyn VisionTower,
+        cache: &'a mut VisionFeatureCache,
+        budget: usize,
+    ) -> Self {
         Self { vision, cache, budget, spent_any: false, spent: 0, to_eval: Vec::new(), finished: 0 }
     }
 
@@ -82,7 +86,8 @@ impl<'a> EncodeContext<'a> {
     /// How many of `left` blocks fit the budget (at least one when nothing
     /// ran yet this step), and their cost.
     fn blocks_that_fit(&self, patches: usize, left: usize, depth: usize) -> (usize, usize) {
-        let mut n = (0..=left).rev().find(|&k| Self::cost(patches, k, depth) <= self.budget).unwrap_or(0);
+        let mut n =
+            (0..=left).rev().find(|&k| Self::cost(patches, k, depth) <= self.budget).unwrap_or(0);
         if n == 0 && !self.spent_any && left > 0 {
             n = 1;
         }
@@ -124,8 +129,10 @@ impl ImageWork {
                     ctx.finished += 1;
                     continue;
                 }
-                let encoding = ctx.vision.begin_encode(&image.patches.to_array(), image.patches.grid)?;
-                let (cache_key, grid, slots) = (std::mem::take(&mut image.cache_key), image.patches.grid, image.slots);
+                let encoding =
+                    ctx.vision.begin_encode(&image.patches.to_array(), image.patches.grid)?;
+                let (cache_key, grid, slots) =
+                    (std::mem::take(&mut image.cache_key), image.patches.grid, image.slots);
                 *slot = Encoding::Running { cache_key, grid, slots, encoding };
             }
             let Encoding::Running { encoding, .. } = slot else { continue };
@@ -165,7 +172,9 @@ impl ImageWork {
             .into_iter()
             .map(|e| match e {
                 Encoding::Done(f) => Ok(f),
-                _ => Err(Error::Mlx("prefill started before the prompt's images were encoded".into())),
+                _ => Err(Error::Mlx(
+                    "prefill started before the prompt's images were encoded".into(),
+                )),
             })
             .collect::<Result<_>>()?;
         let grids: Vec<[i32; 3]> = encoded.iter().map(|e| e.grid).collect();
@@ -192,7 +201,13 @@ impl ImageWork {
 impl SequenceImages {
     /// Input embeddings `[1, n, D]` of prompt tokens `start..start + n`
     /// (`chunk`), with image slots holding their features.
-    pub fn embeddings(&self, model: &dyn LanguageModel, prompt: &[u32], start: usize, n: usize) -> Result<Array> {
+    pub fn embeddings(
+        &self,
+        model: &dyn LanguageModel,
+        prompt: &[u32],
+        start: usize,
+        n: usize,
+    ) -> Result<Array> {
         let chunk = &prompt[start..start + n];
         let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
         let text = model.embed(&Array::from_slice(&ids, &[1, n as i32]))?;
@@ -200,7 +215,8 @@ impl SequenceImages {
         if slots_here == 0 {
             return Ok(text);
         }
-        let features = self.level(0, first_slot, slots_here, text.dim(2))?.as_dtype(text.dtype())?;
+        let features =
+            self.level(0, first_slot, slots_here, text.dim(2))?.as_dtype(text.dtype())?;
         self.splice(chunk, text.reshape(&[n as i32, -1])?, features)
     }
 
@@ -212,7 +228,13 @@ impl SequenceImages {
     /// The DeepStack additions `[1, n, hidden]` of prompt tokens
     /// `start..start + n`, one per level: the level's features at image
     /// slots, zero elsewhere.
-    pub fn deepstack(&self, prompt: &[u32], start: usize, n: usize, hidden: i32) -> Result<Vec<Array>> {
+    pub fn deepstack(
+        &self,
+        prompt: &[u32],
+        start: usize,
+        n: usize,
+        hidden: i32,
+    ) -> Result<Vec<Array>> {
         let chunk = &prompt[start..start + n];
         let (first_slot, slots_here) = self.slots_in(prompt, start, n);
         let zeros = ops::zeros_dtype(&[n as i32, hidden], self.features.dtype())?;
@@ -221,7 +243,11 @@ impl SequenceImages {
                 if slots_here == 0 {
                     return Ok(zeros.reshape(&[1, n as i32, hidden])?);
                 }
-                self.splice(chunk, zeros.clone(), self.level(level, first_slot, slots_here, hidden)?)
+                self.splice(
+                    chunk,
+                    zeros.clone(),
+                    self.level(level, first_slot, slots_here, hidden)?,
+                )
             })
             .collect()
     }
@@ -230,7 +256,8 @@ impl SequenceImages {
     /// and how many slots the range holds.
     fn slots_in(&self, prompt: &[u32], start: usize, n: usize) -> (i32, i32) {
         let first = prompt[..start].iter().filter(|&&t| t == self.image_token_id).count() as i32;
-        let here = prompt[start..start + n].iter().filter(|&&t| t == self.image_token_id).count() as i32;
+        let here =
+            prompt[start..start + n].iter().filter(|&&t| t == self.image_token_id).count() as i32;
         (first, here)
     }
 
@@ -355,7 +382,11 @@ mod tests {
         let prompt = [1, 2, I, I, I, I, 3, 4];
         assert_eq!(chunk_end_outside_images(&prompt, I, 0, 2), 2, "ends right before the image");
         assert_eq!(chunk_end_outside_images(&prompt, I, 0, 4), 2, "cut back to the image's start");
-        assert_eq!(chunk_end_outside_images(&prompt, I, 2, 1), 4, "an image starting the chunk is taken whole");
+        assert_eq!(
+            chunk_end_outside_images(&prompt, I, 2, 1),
+            4,
+            "an image starting the chunk is taken whole"
+        );
         assert_eq!(chunk_end_outside_images(&prompt, I, 0, 6), 6, "ends right after the image");
         assert_eq!(chunk_end_outside_images(&prompt, I, 0, 8), 8);
     }

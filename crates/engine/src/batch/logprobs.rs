@@ -2,7 +2,11 @@
 //! the device beside each sampled token, read back with it, and named by the
 //! token's bytes. Under the model's own distribution (the logits before
 //! penalties, biases and constraints), as OpenAI and vLLM report them.
-use mlx_rs::{ops::argpartition_axis, ops::indexing::{take_along_axis, IndexOp}, Array};
+use mlx_rs::{
+    ops::argpartition_axis,
+    ops::indexing::{take_along_axis, IndexOp},
+    Array,
+};
 
 use super::request::{TokenLogprob, TokenText};
 use crate::constraint::token_bytes;
@@ -51,7 +55,11 @@ impl PendingLogprobs {
     pub fn compute(logits: &Array, token: &Array, top: usize) -> Result<Self> {
         let logits = logits.as_dtype(mlx_rs::Dtype::Float32)?;
         let logprobs = logits.subtract(logits.logsumexp_axis(-1, true)?)?;
-        let chosen = take_along_axis(&logprobs, token.reshape(&[1, 1])?.as_dtype(mlx_rs::Dtype::Int32)?, -1)?;
+        let chosen = take_along_axis(
+            &logprobs,
+            token.reshape(&[1, 1])?.as_dtype(mlx_rs::Dtype::Int32)?,
+            -1,
+        )?;
         let top = top.min(logprobs.dim(-1) as usize) as i32;
         let top = if top > 0 {
             let ids = argpartition_axis(&logprobs.negative()?, top - 1, -1)?.index((.., ..top));
@@ -77,9 +85,12 @@ impl PendingLogprobs {
         let logprob = self.chosen.as_slice::<f32>()[0];
         let mut top: Vec<(TokenText, f32)> = match &self.top {
             // argpartition's indices are uint32
-            Some((values, ids)) => {
-                ids.as_slice::<u32>().iter().zip(values.as_slice::<f32>()).map(|(&id, &lp)| (names.name(id), lp)).collect()
-            }
+            Some((values, ids)) => ids
+                .as_slice::<u32>()
+                .iter()
+                .zip(values.as_slice::<f32>())
+                .map(|(&id, &lp)| (names.name(id), lp))
+                .collect(),
             None => Vec::new(),
         };
         // argpartition leaves the top unordered: most likely first

@@ -12,6 +12,9 @@ pub mod request;
 pub mod scheduler;
 pub mod sequence;
 
-pub use request::{Event, FinishReason, ImageInput, Prompt, Request, RequestError, RequestId, RequestStats, TokenLogprob, TokenText};
 pub use prepare::{PreparedRequest, Preparer};
+pub use request::{
+    Event, FinishReason, ImageInput, Prompt, Request, RequestError, RequestId, RequestStats,
+    TokenLogprob, TokenText,
+};
 pub use scheduler::{EngineStats, Scheduler, SchedulerConfig, StepReport};

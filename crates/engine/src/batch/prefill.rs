@@ -40,7 +40,13 @@ pub const MIN_LATER_PASS: usize = 32;
 /// the CPU backend, a batched pass is at most ~1.5× faster per token than a
 /// lone one (short prompts) and barely faster at 80+ tokens, so padding that
 /// is computed for nothing can cost more than batching gains.
-pub fn chunk_for(remaining: usize, rows: usize, width: usize, real: usize, budget: usize) -> Option<usize> {
+pub fn chunk_for(
+    remaining: usize,
+    rows: usize,
+    width: usize,
+    real: usize,
+    budget: usize,
+) -> Option<usize> {
     let want = remaining.min(PREFILL_CHUNK);
     if want == 0 {
         return None;
@@ -81,8 +87,10 @@ pub struct PassRow {
 pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<Option<u32>>> {
     let b = rows.len() as i32;
     let width = rows.iter().map(|r| r.n).max().expect("a pass has rows") as i32;
-    let caches: Vec<BatchCache> =
-        rows.iter_mut().map(|r| r.seq.prefill_cache.take().unwrap_or_else(|| model.new_cache(1))).collect();
+    let caches: Vec<BatchCache> = rows
+        .iter_mut()
+        .map(|r| r.seq.prefill_cache.take().unwrap_or_else(|| model.new_cache(1)))
+        .collect();
     let mut cache = BatchCache::gather(caches)?;
     cache.set_real_tokens(rows.iter().map(|r| r.n as i32).collect());
 
@@ -97,14 +105,17 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
     let spans: Vec<Vec<(i32, i32)>> = rows
         .iter()
         .map(|r| match &r.seq.images {
-            Some(images) => images.bidirectional_spans(&r.seq.tokens[..r.seq.prompt_len], r.seq.prefilled, r.n),
+            Some(images) => {
+                images.bidirectional_spans(&r.seq.tokens[..r.seq.prompt_len], r.seq.prefilled, r.n)
+            }
             None => Vec::new(),
         })
         .collect();
     if spans.iter().any(|s| !s.is_empty()) {
         cache.set_bidirectional_spans(spans);
     }
-    let multimodal_positions = rows.iter().any(|r| r.seq.images.as_ref().is_some_and(|i| i.has_positions()));
+    let multimodal_positions =
+        rows.iter().any(|r| r.seq.images.as_ref().is_some_and(|i| i.has_positions()));
     let hidden = if rows.iter().any(|r| r.seq.images.is_some()) {
         let mut embeddings = Vec::with_capacity(rows.len());
         let mut positions = Vec::with_capacity(rows.len());
@@ -123,7 +134,8 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
                 let p = match p {
                     Some(p) => p,
                     None => {
-                        let p: Vec<i32> = (0..3).flat_map(|_| start as i32..(start + n) as i32).collect();
+                        let p: Vec<i32> =
+                            (0..3).flat_map(|_| start as i32..(start + n) as i32).collect();
                         Array::from_slice(&p, &[3, 1, n as i32])
                     }
                 };
@@ -150,9 +162,12 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
 
     // Each row's last real position, `[B, 1, D]`.
     let d = hidden.dim(2);
-    let last_index: Vec<i32> = rows.iter().enumerate().map(|(i, r)| i as i32 * width + r.n as i32 - 1).collect();
-    let last =
-        hidden.reshape(&[b * width, d])?.take_axis(Array::from_slice(&last_index, &[b]), 0)?.reshape(&[b, 1, d])?;
+    let last_index: Vec<i32> =
+        rows.iter().enumerate().map(|(i, r)| i as i32 * width + r.n as i32 - 1).collect();
+    let last = hidden
+        .reshape(&[b * width, d])?
+        .take_axis(Array::from_slice(&last_index, &[b]), 0)?
+        .reshape(&[b, 1, d])?;
 
     for (r, c) in rows.iter_mut().zip(cache.split()?) {
         r.seq.prefill_cache = Some(c);
@@ -193,8 +208,18 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
 /// `[1, n]` int32 token ids.
 /// The pass's DeepStack additions, one `[B, width, hidden]` per level (zero
 /// for rows without them and for padding); empty when no row has any.
-fn deepstack_additions(rows: &[PassRow], width: i32, hidden: i32, dtype: mlx_rs::Dtype) -> Result<Vec<Array>> {
-    let levels = rows.iter().filter_map(|r| r.seq.images.as_ref()).map(|i| i.deepstack_levels()).max().unwrap_or(0);
+fn deepstack_additions(
+    rows: &[PassRow],
+    width: i32,
+    hidden: i32,
+    dtype: mlx_rs::Dtype,
+) -> Result<Vec<Array>> {
+    let levels = rows
+        .iter()
+        .filter_map(|r| r.seq.images.as_ref())
+        .map(|i| i.deepstack_levels())
+        .max()
+        .unwrap_or(0);
     if levels == 0 {
         return Ok(Vec::new());
     }

@@ -16,9 +16,11 @@ use crate::cache::{image_slot_key, text_key, KeyToken};
 use crate::constraint::{self, tool_call_grammar, CompiledGrammar, GrammarVocabulary};
 use crate::error::{Error, Result};
 use crate::model::LoadedModel;
-use crate::stop::{thinking_tags_for_template, tool_call_tags_for_template, MatcherConfig, StreamMatcher};
-use crate::tools::ToolCallStyle;
+use crate::stop::{
+    thinking_tags_for_template, tool_call_tags_for_template, MatcherConfig, StreamMatcher,
+};
 use crate::tokenizer::{prompt_opens_thinking, Tokenizer};
+use crate::tools::ToolCallStyle;
 use crate::vision::{ImagePatches, SharedImageProcessor, VisionFeatureCache};
 
 /// What preparation needs of the loaded model; shared with every thread
@@ -87,7 +89,9 @@ pub struct PreparedImage {
 
 /// The error for images sent to a text-only model.
 pub fn not_a_vision_model(model: &str) -> Error {
-    Error::InvalidRequest(format!("the model {model} does not accept images (it has no vision tower); choose a vision model"))
+    Error::InvalidRequest(format!(
+        "the model {model} does not accept images (it has no vision tower); choose a vision model"
+    ))
 }
 
 impl Preparer {
@@ -103,7 +107,11 @@ impl Preparer {
             model_id: loaded.info.path.display().to_string(),
             vocab_size: loaded.model.shape().vocab_size as u32,
             max_context,
-            template: loaded.tokenizer.chat_template().map(|t| t.source().to_string()).unwrap_or_default(),
+            template: loaded
+                .tokenizer
+                .chat_template()
+                .map(|t| t.source().to_string())
+                .unwrap_or_default(),
             grammar_vocabulary: OnceLock::new(),
         }
     }
@@ -126,7 +134,9 @@ impl Preparer {
             return Err(not_a_vision_model(&self.model_name));
         }
         if !req.images.is_empty() && !matches!(req.prompt, Prompt::Chat { .. }) {
-            return Err(Error::InvalidRequest("images need a chat prompt (their places come from the messages)".into()));
+            return Err(Error::InvalidRequest(
+                "images need a chat prompt (their places come from the messages)".into(),
+            ));
         }
         if let Prompt::Chat { options, .. } = &req.prompt {
             options.check_extra()?;
@@ -138,10 +148,14 @@ impl Preparer {
         // to be told they were too many).
         let inputs = std::mem::take(&mut req.images);
         let header_slots = self.slots_from_headers(&inputs)?;
-        let (mut prompt, opens_thinking, thinking_enabled, offers_tools) = self.prompt_tokens(&req.prompt, &header_slots)?;
+        let (mut prompt, opens_thinking, thinking_enabled, offers_tools) =
+            self.prompt_tokens(&req.prompt, &header_slots)?;
         let tokens_with_images = self.tokens_with_images(&prompt, &header_slots);
         if tokens_with_images >= self.max_context {
-            return Err(Error::ContextLengthExceeded { prompt_tokens: tokens_with_images, max_context: self.max_context });
+            return Err(Error::ContextLengthExceeded {
+                prompt_tokens: tokens_with_images,
+                max_context: self.max_context,
+            });
         }
         let patches = self.image_patches(&inputs)?;
         let slots: Vec<usize> = patches.iter().map(|p| p.slots).collect();
@@ -162,9 +176,13 @@ impl Preparer {
             )));
         }
         if prompt.len() >= self.max_context {
-            return Err(Error::ContextLengthExceeded { prompt_tokens: prompt.len(), max_context: self.max_context });
+            return Err(Error::ContextLengthExceeded {
+                prompt_tokens: prompt.len(),
+                max_context: self.max_context,
+            });
         }
-        let thinking = if thinking_enabled { thinking_tags_for_template(&self.template) } else { None };
+        let thinking =
+            if thinking_enabled { thinking_tags_for_template(&self.template) } else { None };
         let close_thinking = match &thinking {
             Some(tags) => tokenizer.encode(&format!("\n{}\n\n", tags.close), false)?,
             None => Vec::new(),
@@ -175,7 +193,11 @@ impl Preparer {
             thinking,
             // Only a request that offers tools can get tool calls back; otherwise
             // a JSON answer is just an answer.
-            tool_call: if offers_tools { tool_call_tags_for_template(&self.template) } else { None },
+            tool_call: if offers_tools {
+                tool_call_tags_for_template(&self.template)
+            } else {
+                None
+            },
         });
         let max_tokens = req.max_tokens.min(self.max_context - prompt.len());
         let grammar = self.compile_grammar(&req, offers_tools)?;
@@ -195,17 +217,23 @@ impl Preparer {
     /// The vocabulary grammars compile against (built once, on first use).
     pub fn grammar_vocabulary(&self) -> Result<Arc<GrammarVocabulary>> {
         self.grammar_vocabulary
-            .get_or_init(|| GrammarVocabulary::new(&self.tokenizer).map(Arc::new).map_err(|e| e.to_string()))
+            .get_or_init(|| {
+                GrammarVocabulary::new(&self.tokenizer).map(Arc::new).map_err(|e| e.to_string())
+            })
             .clone()
             .map_err(Error::Tokenizer)
     }
 
     /// Compiles the grammar the request's answer must follow, if any.
-    fn compile_grammar(&self, req: &Request, offers_tools: bool) -> Result<Option<CompiledGrammar>> {
+    fn compile_grammar(
+        &self,
+        req: &Request,
+        offers_tools: bool,
+    ) -> Result<Option<CompiledGrammar>> {
         match (&req.constraint, req.require_tool_call) {
-            (Some(_), true) => {
-                Err(Error::InvalidRequest("a required tool call cannot also have a response format".into()))
-            }
+            (Some(_), true) => Err(Error::InvalidRequest(
+                "a required tool call cannot also have a response format".into(),
+            )),
             (Some(c), false) => Ok(Some(constraint::compile(c, self.grammar_vocabulary()?)?)),
             (None, true) => Ok(Some(self.tool_call_grammar(req, offers_tools)?)),
             (None, false) => Ok(None),
@@ -215,8 +243,14 @@ impl Preparer {
     /// The grammar of a required tool call, in the template's format.
     fn tool_call_grammar(&self, req: &Request, offers_tools: bool) -> Result<CompiledGrammar> {
         let tools = match &req.prompt {
-            Prompt::Chat { options, .. } if offers_tools => options.tools.clone().unwrap_or_default(),
-            _ => return Err(Error::InvalidRequest("a required tool call needs tools in a chat request".into())),
+            Prompt::Chat { options, .. } if offers_tools => {
+                options.tools.clone().unwrap_or_default()
+            }
+            _ => {
+                return Err(Error::InvalidRequest(
+                    "a required tool call needs tools in a chat request".into(),
+                ))
+            }
         };
         let Some(style) = ToolCallStyle::for_template(&self.template) else {
             return Err(Error::InvalidRequest(format!(
@@ -225,7 +259,9 @@ impl Preparer {
             )));
         };
         let vocabulary = self.grammar_vocabulary()?;
-        let lark = tool_call_grammar(style, &tools, req.parallel_tool_calls, |t| vocabulary.is_special_token(t))?;
+        let lark = tool_call_grammar(style, &tools, req.parallel_tool_calls, |t| {
+            vocabulary.is_special_token(t)
+        })?;
         constraint::compile_tool_calls(lark, vocabulary)
     }
 
@@ -246,16 +282,29 @@ impl Preparer {
     /// written into the text by a family that does so), whether the prompt
     /// opens a thinking block, whether thinking is on, and whether the
     /// request offers tools.
-    fn prompt_tokens(&self, prompt: &Prompt, slots: &[usize]) -> Result<(Vec<u32>, bool, bool, bool)> {
+    fn prompt_tokens(
+        &self,
+        prompt: &Prompt,
+        slots: &[usize],
+    ) -> Result<(Vec<u32>, bool, bool, bool)> {
         let tokenizer = &self.tokenizer;
         Ok(match prompt {
             Prompt::Tokens(ids) => (ids.clone(), false, false, false),
-            Prompt::Text(text) => (tokenizer.encode(text, tokenizer.add_bos())?, false, false, false),
+            Prompt::Text(text) => {
+                (tokenizer.encode(text, tokenizer.add_bos())?, false, false, false)
+            }
             Prompt::Chat { messages, options } => {
-                let expand = |rendered: &str| self.vision.as_ref().and_then(|(p, _)| p.expand_prompt_text(rendered, slots));
+                let expand = |rendered: &str| {
+                    self.vision.as_ref().and_then(|(p, _)| p.expand_prompt_text(rendered, slots))
+                };
                 let (rendered, ids) = tokenizer.render_and_encode(messages, options, expand)?;
                 let tools = options.tools.as_ref().is_some_and(|t| !t.is_empty());
-                (ids, prompt_opens_thinking(&rendered), options.enable_thinking != Some(false), tools)
+                (
+                    ids,
+                    prompt_opens_thinking(&rendered),
+                    options.enable_thinking != Some(false),
+                    tools,
+                )
             }
         })
     }
@@ -283,9 +332,12 @@ impl Preparer {
             .iter()
             .enumerate()
             .map(|(i, image)| {
-                let invalid = |reason: String| Error::InvalidImage { image: format!("#{}", i + 1), reason };
-                let (width, height) = crate::vision::preprocess::displayed_size(&image.bytes).map_err(invalid)?;
-                Ok(processor.num_image_tokens(processor.grid_for_size(height, width).map_err(invalid)?))
+                let invalid =
+                    |reason: String| Error::InvalidImage { image: format!("#{}", i + 1), reason };
+                let (width, height) =
+                    crate::vision::preprocess::displayed_size(&image.bytes).map_err(invalid)?;
+                Ok(processor
+                    .num_image_tokens(processor.grid_for_size(height, width).map_err(invalid)?))
             })
             .collect()
     }
@@ -307,7 +359,11 @@ impl Preparer {
                 // Name the image the way the user sees it: its place in the request.
                 let patches = preprocessor.patches_named(&image.bytes, &format!("#{}", i + 1))?;
                 Ok(PreparedImage {
-                    cache_key: VisionFeatureCache::key(&image.sha256, &preprocessing, &self.model_id),
+                    cache_key: VisionFeatureCache::key(
+                        &image.sha256,
+                        &preprocessing,
+                        &self.model_id,
+                    ),
                     slots: preprocessor.num_image_tokens(patches.grid),
                     patches,
                 })
@@ -343,7 +399,9 @@ impl Preparer {
         }
         if images.is_empty() {
             if placeholders > 0 {
-                return Err(Error::InvalidRequest(format!("the prompt has {placeholders} image tokens but no images")));
+                return Err(Error::InvalidRequest(format!(
+                    "the prompt has {placeholders} image tokens but no images"
+                )));
             }
             return Ok((tokens, None));
         }
@@ -380,6 +438,14 @@ impl Preparer {
                 next_image += 1;
             }
         }
-        Ok((expanded, Some(PreparedImages { images: prepared, key, image_token_id: image_token, permit: None })))
+        Ok((
+            expanded,
+            Some(PreparedImages {
+                images: prepared,
+                key,
+                image_token_id: image_token,
+                permit: None,
+            }),
+        ))
     }
 }

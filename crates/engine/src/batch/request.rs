@@ -191,7 +191,9 @@ pub enum Event {
     Accepted,
     /// The batch is full: this request waits with `position - 1` requests
     /// ahead of it. Sent again whenever the position changes.
-    Queued { position: usize },
+    Queued {
+        position: usize,
+    },
     /// Answer text.
     Content(String),
     /// The log-probability of the next generated token (sent before its
@@ -201,5 +203,8 @@ pub enum Event {
     Reasoning(String),
     ToolCall(ToolCall),
     Error(RequestError),
-    Finished { reason: FinishReason, stats: RequestStats },
+    Finished {
+        reason: FinishReason,
+        stats: RequestStats,
+    },
 }

@@ -23,7 +23,9 @@ use super::prefill::{self, PassRow};
 use super::prepare::{PreparedRequest, Preparer};
 use super::request::{Event, FinishReason, Request, RequestId};
 use super::sequence::{Sequence, SequenceParts};
-use crate::cache::prefix_disk::{fingerprint::model_fingerprint, signature::KvSignature, DiskPrefixCache, DiskPrefixConfig};
+use crate::cache::prefix_disk::{
+    fingerprint::model_fingerprint, signature::KvSignature, DiskPrefixCache, DiskPrefixConfig,
+};
 use crate::cache::{BatchCache, KvQuantization, PrefixCache, PrefixCacheStats};
 use crate::constraint::{ConstrainedDecoder, LogitsMasker};
 use crate::error::{Error, Result};
@@ -177,7 +179,9 @@ pub struct StepReport {
 /// line) when the folder cannot be opened.
 fn prefix_cache(loaded: &LoadedModel, config: &SchedulerConfig) -> PrefixCache {
     let memory = PrefixCache::new(config.prefix_cache_bytes);
-    let Some(disk) = config.prefix_disk.as_ref().filter(|_| config.prefix_cache_bytes > 0) else { return memory };
+    let Some(disk) = config.prefix_disk.as_ref().filter(|_| config.prefix_cache_bytes > 0) else {
+        return memory;
+    };
     let model = model_fingerprint(&loaded.info.path, &loaded.info.architecture);
     let layout = loaded.model.cache_layout();
     let signature = match KvSignature::probe(loaded.model.as_ref(), &layout) {
@@ -216,7 +220,11 @@ impl Scheduler {
         };
         let max_context = {
             let model = shape.max_context;
-            if config.max_context == 0 { model } else { config.max_context.min(model) }
+            if config.max_context == 0 {
+                model
+            } else {
+                config.max_context.min(model)
+            }
         };
         let cache = loaded.model.new_cache_with(0, kv_quantization);
         Self {
@@ -273,10 +281,18 @@ impl Scheduler {
 
     /// Queues a prepared request, or sends its preparation error. Errors go
     /// to the request's own stream; the engine carries on.
-    pub fn admit(&mut self, id: RequestId, prepared: Result<PreparedRequest>, events: UnboundedSender<Event>) {
+    pub fn admit(
+        &mut self,
+        id: RequestId,
+        prepared: Result<PreparedRequest>,
+        events: UnboundedSender<Event>,
+    ) {
         if let Some(i) = self.early_cancels.iter().position(|&c| c == id) {
             self.early_cancels.remove(i);
-            let _ = events.send(Event::Finished { reason: FinishReason::Cancelled, stats: Default::default() });
+            let _ = events.send(Event::Finished {
+                reason: FinishReason::Cancelled,
+                stats: Default::default(),
+            });
             return;
         }
         match prepared.and_then(|p| self.sequence_for(id, p, events.clone())) {
@@ -286,14 +302,22 @@ impl Scheduler {
             }
             Err(e) => {
                 let _ = events.send(Event::Error((&e).into()));
-                let _ = events.send(Event::Finished { reason: FinishReason::Error, stats: Default::default() });
+                let _ = events.send(Event::Finished {
+                    reason: FinishReason::Error,
+                    stats: Default::default(),
+                });
             }
         }
     }
 
     /// What a prepared request needs from the engine thread: its grammar's
     /// mask, log-probability names and sampler (MLX objects).
-    fn sequence_for(&mut self, id: RequestId, p: PreparedRequest, events: UnboundedSender<Event>) -> Result<Sequence> {
+    fn sequence_for(
+        &mut self,
+        id: RequestId,
+        p: PreparedRequest,
+        events: UnboundedSender<Event>,
+    ) -> Result<Sequence> {
         let constraint = match p.grammar {
             Some(grammar) => Some(ConstrainedDecoder::new(grammar, self.logits_masker()?)),
             None => None,
@@ -301,7 +325,9 @@ impl Scheduler {
         let req = &p.request;
         let logprobs = match req.logprobs {
             Some(top) if top > MAX_TOP_LOGPROBS => {
-                return Err(Error::InvalidRequest(format!("top_logprobs must be at most {MAX_TOP_LOGPROBS}, got {top}")))
+                return Err(Error::InvalidRequest(format!(
+                    "top_logprobs must be at most {MAX_TOP_LOGPROBS}, got {top}"
+                )))
             }
             Some(top) => Some((top, self.token_names())),
             None => None,
@@ -326,7 +352,9 @@ impl Scheduler {
     /// Every token's bytes, built on the first request for log-probabilities.
     fn token_names(&mut self) -> std::sync::Arc<TokenNames> {
         let tokenizer = &self.loaded.tokenizer;
-        self.token_names.get_or_insert_with(|| std::sync::Arc::new(TokenNames::new(tokenizer))).clone()
+        self.token_names
+            .get_or_insert_with(|| std::sync::Arc::new(TokenNames::new(tokenizer)))
+            .clone()
     }
 
     /// Turns grammar bitmasks into logits masks; built on the first
@@ -346,7 +374,12 @@ impl Scheduler {
 
     pub fn stats(&self) -> EngineStats {
         let kv_cache_bytes = self.cache.nbytes()
-            + self.waiting.iter().filter_map(|s| s.prefill_cache.as_ref()).map(BatchCache::nbytes).sum::<usize>();
+            + self
+                .waiting
+                .iter()
+                .filter_map(|s| s.prefill_cache.as_ref())
+                .map(BatchCache::nbytes)
+                .sum::<usize>();
         let prefix_cache = self.prefix_cache.stats();
         EngineStats {
             running: self.running.len(),
@@ -364,7 +397,12 @@ impl Scheduler {
             prefill_padding_tokens: self.prefill_padding,
             prefix_cache,
             vision_cache: self.vision_cache.stats(),
-            images_to_encode: self.waiting.iter().filter_map(|s| s.vision.as_ref()).map(ImageWork::pending).sum(),
+            images_to_encode: self
+                .waiting
+                .iter()
+                .filter_map(|s| s.vision.as_ref())
+                .map(ImageWork::pending)
+                .sum(),
             kv_quantization: self.kv_quantization_status.clone(),
             kv_quantized_layers: self.cache.quantized_layers(),
         }
@@ -433,7 +471,9 @@ impl Scheduler {
         }
         if let Some(p) = &mut self.pacing {
             let r = &self.last_step;
-            p.step_was_decode_only(r.decoded_rows > 0 && r.vision_cost == 0 && r.prefill_tokens == 0);
+            p.step_was_decode_only(
+                r.decoded_rows > 0 && r.vision_cost == 0 && r.prefill_tokens == 0,
+            );
         }
         self.report_queue_positions();
         let r = &self.last_step;
@@ -464,10 +504,13 @@ impl Scheduler {
         let mut failed = Vec::new();
         for (i, seq) in self.waiting.iter_mut().enumerate() {
             let Some(work) = seq.vision.as_mut() else { continue };
-            let outcome = work.advance(&mut ctx).and_then(|()| match seq.vision.take_if(|w| w.is_done()) {
-                Some(done) => done.finish(vision, &seq.tokens[..seq.prompt_len]).map(|images| seq.images = Some(images)),
-                None => Ok(()),
-            });
+            let outcome =
+                work.advance(&mut ctx).and_then(|()| match seq.vision.take_if(|w| w.is_done()) {
+                    Some(done) => done
+                        .finish(vision, &seq.tokens[..seq.prompt_len])
+                        .map(|images| seq.images = Some(images)),
+                    None => Ok(()),
+                });
             if let Err(e) = outcome {
                 failed.push((i, e));
             }
@@ -524,7 +567,8 @@ impl Scheduler {
             }
         }
         self.waiting = still_waiting;
-        let leaving: Vec<usize> = (0..self.running.len()).filter(|&i| gone(&self.running[i])).collect();
+        let leaving: Vec<usize> =
+            (0..self.running.len()).filter(|&i| gone(&self.running[i])).collect();
         self.remove_rows(&leaving, FinishReason::Cancelled)
     }
 
@@ -545,8 +589,10 @@ impl Scheduler {
                 self.prefix_cache.insert(key, &self.cache, row)?;
             }
         }
-        let kv_bytes: Vec<usize> = finished.iter().map(|&(row, _)| self.cache.row_nbytes(row)).collect();
-        let keep: Vec<usize> = (0..self.running.len()).filter(|i| !finished.iter().any(|(r, _)| r == i)).collect();
+        let kv_bytes: Vec<usize> =
+            finished.iter().map(|&(row, _)| self.cache.row_nbytes(row)).collect();
+        let keep: Vec<usize> =
+            (0..self.running.len()).filter(|i| !finished.iter().any(|(r, _)| r == i)).collect();
         self.cache.filter(&keep)?;
         if let Some((tokens, rows)) = self.in_flight.take() {
             // Kept rows stay in order, so the in-flight ones remain a prefix.
@@ -558,7 +604,8 @@ impl Scheduler {
                 tokens.eval()?;
             } else {
                 let n = kept.len();
-                self.in_flight = Some((tokens.take_axis(Array::from_slice(&kept, &[n as i32]), 0)?, n));
+                self.in_flight =
+                    Some((tokens.take_axis(Array::from_slice(&kept, &[n as i32]), 0)?, n));
             }
         }
         let mut rows: Vec<Option<Sequence>> = self.running.drain(..).map(Some).collect();
@@ -621,12 +668,13 @@ impl Scheduler {
             if seq.prefill_cache.is_none() {
                 self.reuse_prefix(&mut seq);
             }
-            let chunk = prefill::chunk_for(seq.prompt_remaining(), rows.len(), width, real, budget).and_then(|n| {
-                // A chunk never cuts an image that attends to itself both ways;
-                // growing to the image's end takes a pass of its own.
-                let aligned = seq.chunk_end(n);
-                (aligned <= n || rows.is_empty()).then_some(aligned)
-            });
+            let chunk = prefill::chunk_for(seq.prompt_remaining(), rows.len(), width, real, budget)
+                .and_then(|n| {
+                    // A chunk never cuts an image that attends to itself both ways;
+                    // growing to the image's end takes a pass of its own.
+                    let aligned = seq.chunk_end(n);
+                    (aligned <= n || rows.is_empty()).then_some(aligned)
+                });
             match chunk {
                 Some(n) => {
                     seq.mark_prefill_started();
@@ -728,7 +776,8 @@ impl Scheduler {
         let input = match &previous {
             Some((tokens, rows)) if *rows == b => tokens.clone(),
             Some((tokens, rows)) => {
-                let joined: Vec<i32> = self.running[*rows..].iter().map(|s| s.last_token() as i32).collect();
+                let joined: Vec<i32> =
+                    self.running[*rows..].iter().map(|s| s.last_token() as i32).collect();
                 let joined = Array::from_slice(&joined, &[(b - rows) as i32]);
                 ops::concatenate(&[tokens, &joined], 0)?
             }
@@ -740,8 +789,13 @@ impl Scheduler {
         let model = self.loaded.model.as_ref();
         let input = input.reshape(&[b as i32, 1])?;
         // Each row's position: its tokens so far, shifted by its own rope delta.
-        let starts: Vec<i32> =
-            self.cache.offsets().iter().zip(&self.running).map(|(o, s)| o + s.rope_delta()).collect();
+        let starts: Vec<i32> = self
+            .cache
+            .offsets()
+            .iter()
+            .zip(&self.running)
+            .map(|(o, s)| o + s.rope_delta())
+            .collect();
         let logits = model.forward(&input, &Positions::rows(&starts), &mut self.cache)?;
         let logits = logits.reshape(&[b as i32, -1])?;
         let input = input.reshape(&[b as i32])?;
@@ -752,7 +806,11 @@ impl Scheduler {
         for (i, seq) in self.running.iter_mut().enumerate() {
             if let Some(top) = seq.top_logprobs() {
                 let row = i as i32..i as i32 + 1;
-                let logprobs = PendingLogprobs::compute(&logits.index((row.clone(), ..)), &sampled.index(row), top)?;
+                let logprobs = PendingLogprobs::compute(
+                    &logits.index((row.clone(), ..)),
+                    &sampled.index(row),
+                    top,
+                )?;
                 extra.extend(logprobs.arrays().into_iter().cloned());
                 seq.push_logprobs(logprobs);
             }
@@ -805,14 +863,21 @@ impl Scheduler {
     /// `pending`: this step's input tokens `[B]` when they have not been read
     /// back yet (they count as history for repetition penalties).
     /// `masks`: per row, the tokens its grammar allows (empty: no row has one).
-    fn sample_rows(&mut self, logits: &Array, pending: Option<&Array>, masks: &[Option<Array>]) -> Result<Array> {
+    fn sample_rows(
+        &mut self,
+        logits: &Array,
+        pending: Option<&Array>,
+        masks: &[Option<Array>],
+    ) -> Result<Array> {
         let all_plain_greedy = masks.iter().all(Option::is_none)
             && self.running.iter().all(|s| {
                 let p = s.sampler.params();
                 p.is_greedy() && p.repetition_penalty == 1.0 && p.logit_bias.is_empty()
             });
         if all_plain_greedy {
-            return Ok(ops::indexing::argmax_axis(logits, -1, false)?.as_dtype(mlx_rs::Dtype::Int32)?);
+            return Ok(
+                ops::indexing::argmax_axis(logits, -1, false)?.as_dtype(mlx_rs::Dtype::Int32)?
+            );
         }
         let mut rows = Vec::with_capacity(self.running.len());
         for (i, seq) in self.running.iter_mut().enumerate() {
@@ -821,7 +886,9 @@ impl Scheduler {
                 row = keep_allowed(&row, allowed)?;
             }
             let pending_token = pending.map(|p| p.index(i as i32..i as i32 + 1));
-            rows.push(seq.sampler.sample(&row, &seq.tokens, pending_token.as_ref())?.reshape(&[1])?);
+            rows.push(
+                seq.sampler.sample(&row, &seq.tokens, pending_token.as_ref())?.reshape(&[1])?,
+            );
         }
         Ok(ops::concatenate(&rows, 0)?)
     }

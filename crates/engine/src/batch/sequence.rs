@@ -213,7 +213,9 @@ impl Sequence {
         let forced = self.forced.pop_front();
         let id = forced.unwrap_or(sampled);
         self.first_token_at.get_or_insert_with(Instant::now);
-        if let (Some(pending), Some((_, names))) = (self.pending_logprobs.pop_front(), &self.logprobs) {
+        if let (Some(pending), Some((_, names))) =
+            (self.pending_logprobs.pop_front(), &self.logprobs)
+        {
             // a forced token replaced the sampled one: its figures are not this token's
             if forced.is_none() {
                 match pending.read(id, names) {
@@ -253,7 +255,9 @@ impl Sequence {
         }
         if self.matcher.in_reasoning() {
             self.reasoning_tokens += 1;
-            if self.thinking_budget.is_some_and(|b| self.reasoning_tokens >= b) && self.forced.is_empty() {
+            if self.thinking_budget.is_some_and(|b| self.reasoning_tokens >= b)
+                && self.forced.is_empty()
+            {
                 self.forced.extend(self.close_thinking.iter().copied());
                 self.thinking_budget = None;
             }
@@ -314,7 +318,11 @@ impl Sequence {
             segments.extend(self.matcher.finish());
             self.deliver(segments);
         }
-        let reason = if reason == FinishReason::Stop && self.tool_calls > 0 { FinishReason::ToolCalls } else { reason };
+        let reason = if reason == FinishReason::Stop && self.tool_calls > 0 {
+            FinishReason::ToolCalls
+        } else {
+            reason
+        };
         let stats = self.stats();
         let _ = self.events.send(Event::Finished { reason, stats });
     }

@@ -57,7 +57,12 @@ pub struct AttentionGroup {
 }
 
 impl AttentionGroup {
-    pub fn new(window: Option<usize>, quantizable: Vec<bool>, quantization: Option<KvQuantization>, rows: usize) -> Self {
+    pub fn new(
+        window: Option<usize>,
+        quantizable: Vec<bool>,
+        quantization: Option<KvQuantization>,
+        rows: usize,
+    ) -> Self {
         Self {
             window: window.map(|w| w as i32),
             layers: vec![None; quantizable.len()],
@@ -84,7 +89,11 @@ impl AttentionGroup {
 
     /// Every buffer (cheap handle clones), e.g. to evaluate a snapshot at once.
     pub fn arrays(&self) -> Vec<Array> {
-        self.layers.iter().flatten().flat_map(|l| l.keys.parts().iter().chain(l.values.parts()).cloned()).collect()
+        self.layers
+            .iter()
+            .flatten()
+            .flat_map(|l| l.keys.parts().iter().chain(l.values.parts()).cloned())
+            .collect()
     }
 
     /// Columns row `row`'s tokens take (all its tokens for a full group).
@@ -109,8 +118,12 @@ impl AttentionGroup {
 
     /// Bytes row `row`'s own tokens take in every member layer.
     pub fn row_nbytes(&self, row: usize) -> usize {
-        let per_column: usize =
-            self.layers.iter().flatten().map(|l| l.keys.bytes_per_row_column() + l.values.bytes_per_row_column()).sum();
+        let per_column: usize = self
+            .layers
+            .iter()
+            .flatten()
+            .map(|l| l.keys.bytes_per_row_column() + l.values.bytes_per_row_column())
+            .sum();
         per_column * self.row_columns(row) as usize
     }
 
@@ -137,7 +150,12 @@ impl AttentionGroup {
     /// `mask` opened so that every query in a span sees every key of the
     /// same span, later ones included (Gemma's images attend to themselves
     /// bidirectionally inside the causal mask).
-    fn with_bidirectional_spans(&self, mask: AttentionMask, query_len: i32, spans: &[Vec<(i32, i32)>]) -> Result<AttentionMask> {
+    fn with_bidirectional_spans(
+        &self,
+        mask: AttentionMask,
+        query_len: i32,
+        spans: &[Vec<(i32, i32)>],
+    ) -> Result<AttentionMask> {
         let (rows, total) = (self.rows() as i32, self.columns + query_len);
         // Each query and key column gets its span's number (or none: -1 / -2).
         let mut query_span = vec![-1i32; (rows * query_len) as usize];
@@ -157,7 +175,8 @@ impl AttentionGroup {
             AttentionMask::Array(m) => m,
             AttentionMask::Causal | AttentionMask::None => {
                 let cols = ops::arange::<_, i32>(None, total, None)?.reshape(&[1, 1, 1, total])?;
-                let queries = ops::arange::<_, i32>(self.columns, total, None)?.reshape(&[1, 1, query_len, 1])?;
+                let queries = ops::arange::<_, i32>(self.columns, total, None)?
+                    .reshape(&[1, 1, query_len, 1])?;
                 cols.le(&queries)?
             }
         };
@@ -182,7 +201,8 @@ impl AttentionGroup {
         }
         let total = self.columns + query_len;
         let cols = ops::arange::<_, i32>(None, total, None)?.reshape(&[1, 1, 1, total])?;
-        let queries = ops::arange::<_, i32>(self.columns, total, None)?.reshape(&[1, 1, query_len, 1])?;
+        let queries =
+            ops::arange::<_, i32>(self.columns, total, None)?.reshape(&[1, 1, query_len, 1])?;
         let mut visible = cols.le(&queries)?;
         if padded {
             let pads = Array::from_slice(&self.left_padding, &[self.rows() as i32, 1, 1, 1]);
@@ -286,7 +306,12 @@ impl AttentionGroup {
     /// columns that no remaining row needs.
     pub fn filter(&mut self, keep: &[usize]) -> Result<()> {
         if keep.is_empty() {
-            *self = Self::new(self.window.map(|w| w as usize), self.quantizable.clone(), self.quantization, 0);
+            *self = Self::new(
+                self.window.map(|w| w as usize),
+                self.quantizable.clone(),
+                self.quantization,
+                0,
+            );
             return Ok(());
         }
         let rows: Vec<i32> = keep.iter().map(|&k| k as i32).collect();
@@ -417,7 +442,11 @@ impl AttentionGroup {
         assert_eq!(self.rows(), 1, "row_layers is for one row");
         self.layers
             .iter()
-            .map(|l| l.as_ref().map(|l| Ok((l.keys.read(self.columns)?, l.values.read(self.columns)?))).transpose())
+            .map(|l| {
+                l.as_ref()
+                    .map(|l| Ok((l.keys.read(self.columns)?, l.values.read(self.columns)?)))
+                    .transpose()
+            })
             .collect()
     }
 
@@ -430,7 +459,11 @@ impl AttentionGroup {
             return Err(Error::Mlx("restoring into a group that is not one empty row".into()));
         }
         if layers.len() != self.layers.len() {
-            return Err(Error::Mlx(format!("{} layers saved, the model has {}", layers.len(), self.layers.len())));
+            return Err(Error::Mlx(format!(
+                "{} layers saved, the model has {}",
+                layers.len(),
+                self.layers.len()
+            )));
         }
         if let Some(w) = self.window {
             if columns > w - 1 + SLIDING_SLACK {

@@ -91,7 +91,8 @@ impl BatchCache {
                         }
                     };
                     let members = &mut group_of[group].1;
-                    members.push(quantization.is_some() && KvQuantization::applies_to(layout, layer));
+                    members
+                        .push(quantization.is_some() && KvQuantization::applies_to(layout, layer));
                     Slot::Attention { group, member: members.len() - 1 }
                 }
                 LayerCache::Recurrent => {
@@ -107,7 +108,9 @@ impl BatchCache {
         }
         let groups = group_of
             .into_iter()
-            .map(|(window, quantizable)| AttentionGroup::new(window, quantizable, quantization, rows))
+            .map(|(window, quantizable)| {
+                AttentionGroup::new(window, quantizable, quantization, rows)
+            })
             .collect();
         Self {
             layout: layout.clone(),
@@ -168,11 +171,13 @@ impl BatchCache {
 
     /// Starts a step of `query_len` tokens per row.
     pub fn begin_step(&mut self, query_len: i32) -> Result<()> {
-        let (real, bidirectional) = self.step.take().map(|s| (s.real, s.bidirectional)).unwrap_or_default();
+        let (real, bidirectional) =
+            self.step.take().map(|s| (s.real, s.bidirectional)).unwrap_or_default();
         for g in &mut self.groups {
             g.begin_step(query_len, bidirectional.as_deref())?;
         }
-        self.step = Some(StepState { query_len, real, shared_views: BTreeMap::new(), bidirectional });
+        self.step =
+            Some(StepState { query_len, real, shared_views: BTreeMap::new(), bidirectional });
         Ok(())
     }
 
@@ -209,7 +214,12 @@ impl BatchCache {
     /// Appends layer `layer`'s keys and values of this step
     /// (`[B, kv_heads, L, head_dim]`) and returns what the step's queries
     /// attend to, with the mask of the layer's kind.
-    pub fn update(&mut self, layer: usize, keys: &Array, values: &Array) -> Result<(KvView, AttentionMask)> {
+    pub fn update(
+        &mut self,
+        layer: usize,
+        keys: &Array,
+        values: &Array,
+    ) -> Result<(KvView, AttentionMask)> {
         let Slot::Attention { group, member } = self.slots[layer] else {
             return Err(Error::Mlx(format!("layer {layer} keeps no keys and values of its own")));
         };
@@ -226,9 +236,13 @@ impl BatchCache {
         let Slot::Shared { source } = self.slots[layer] else {
             return Err(Error::Mlx(format!("layer {layer} is not a shared layer")));
         };
-        let Slot::Attention { group, .. } = self.slots[source] else { unreachable!("checked by CacheLayout") };
+        let Slot::Attention { group, .. } = self.slots[source] else {
+            unreachable!("checked by CacheLayout")
+        };
         let view = self.step().shared_views.get(&source).cloned().ok_or_else(|| {
-            Error::Mlx(format!("layer {layer} reads layer {source}, which has not run in this step"))
+            Error::Mlx(format!(
+                "layer {layer} reads layer {source}, which has not run in this step"
+            ))
         })?;
         Ok((view, self.groups[group].step_mask()))
     }
@@ -294,7 +308,11 @@ impl BatchCache {
         match (&self.mirror, other.mirror.take()) {
             (Some(mine), Some(theirs)) => mine.join(theirs),
             (None, None) => {}
-            _ => return Err(Error::Distributed("joining a mirrored cache and one that is not".into())),
+            _ => {
+                return Err(Error::Distributed(
+                    "joining a mirrored cache and one that is not".into(),
+                ))
+            }
         }
         for (mine, theirs) in self.groups.iter_mut().zip(other.groups) {
             mine.extend(theirs)?;
@@ -322,9 +340,12 @@ impl BatchCache {
             Some((l, real)) => (*l, real.clone()),
             None => (0, vec![0; self.rows()]),
         };
-        let rows: Vec<BatchCache> = (0..self.rows()).map(|b| self.row(b, l - real[b], false)).collect::<Result<_>>()?;
+        let rows: Vec<BatchCache> =
+            (0..self.rows()).map(|b| self.row(b, l - real[b], false)).collect::<Result<_>>()?;
         match self.mirror.take() {
-            Some(m) => Ok(rows.into_iter().zip(m.split(self.rows())).map(|(r, m)| r.mirrored(m)).collect()),
+            Some(m) => {
+                Ok(rows.into_iter().zip(m.split(self.rows())).map(|(r, m)| r.mirrored(m)).collect())
+            }
             None => Ok(rows),
         }
     }
@@ -332,8 +353,12 @@ impl BatchCache {
     /// Row `row` alone, as a detached float copy (what the prefix cache keeps).
     pub fn row_snapshot(&self, row: usize) -> Result<BatchCache> {
         let copy = self.row(row, 0, true)?;
-        let arrays: Vec<Array> =
-            copy.groups.iter().flat_map(AttentionGroup::arrays).chain(copy.recurrent.arrays()).collect();
+        let arrays: Vec<Array> = copy
+            .groups
+            .iter()
+            .flat_map(AttentionGroup::arrays)
+            .chain(copy.recurrent.arrays())
+            .collect();
         mlx_rs::transforms::eval(&arrays)?;
         match &self.mirror {
             Some(m) => Ok(copy.mirrored(m.snapshot(row))),
@@ -369,9 +394,17 @@ impl BatchCache {
         let groups = self
             .groups
             .iter()
-            .map(|g| Ok(GroupContents { window: g.window(), columns: g.columns(), layers: g.row_layers()? }))
+            .map(|g| {
+                Ok(GroupContents {
+                    window: g.window(),
+                    columns: g.columns(),
+                    layers: g.row_layers()?,
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
-        let recurrent = (0..self.recurrent.len()).map(|i| self.recurrent.get(i).map(<[Array]>::to_vec)).collect();
+        let recurrent = (0..self.recurrent.len())
+            .map(|i| self.recurrent.get(i).map(<[Array]>::to_vec))
+            .collect();
         Ok(RowContents { tokens: self.offsets[0], groups, recurrent })
     }
 
@@ -380,7 +413,9 @@ impl BatchCache {
     /// it matches the layout's groups, windows and recurrent layers.
     pub fn from_row_contents(layout: &CacheLayout, contents: RowContents) -> Result<BatchCache> {
         let mut cache = BatchCache::new(layout, 1, None);
-        if contents.groups.len() != cache.groups.len() || contents.recurrent.len() != cache.recurrent.len() {
+        if contents.groups.len() != cache.groups.len()
+            || contents.recurrent.len() != cache.recurrent.len()
+        {
             return Err(Error::Mlx(format!(
                 "saved {} attention groups and {} recurrent layers; the model has {} and {}",
                 contents.groups.len(),
@@ -394,11 +429,18 @@ impl BatchCache {
         }
         for (group, saved) in cache.groups.iter_mut().zip(contents.groups) {
             if group.window() != saved.window {
-                return Err(Error::Mlx(format!("saved window {:?}, the model's is {:?}", saved.window, group.window())));
+                return Err(Error::Mlx(format!(
+                    "saved window {:?}, the model's is {:?}",
+                    saved.window,
+                    group.window()
+                )));
             }
             let full = group.window().is_none();
             if (full && saved.columns != contents.tokens) || saved.columns > contents.tokens {
-                return Err(Error::Mlx(format!("{} columns saved for {} tokens", saved.columns, contents.tokens)));
+                return Err(Error::Mlx(format!(
+                    "{} columns saved for {} tokens",
+                    saved.columns, contents.tokens
+                )));
             }
             group.restore_row(saved.columns, saved.layers)?;
         }
@@ -420,7 +462,9 @@ impl BatchCache {
         let total = self.offsets[0];
         let drop = total - len as i32;
         drop == 0
-            || (drop > 0 && self.recurrent.is_empty() && self.groups.iter().all(|g| g.can_drop_newest(drop, total)))
+            || (drop > 0
+                && self.recurrent.is_empty()
+                && self.groups.iter().all(|g| g.can_drop_newest(drop, total)))
     }
 
     /// For a one-row cache: keeps only its first `len` tokens, if every layer
@@ -500,8 +544,10 @@ mod tests {
         match mask {
             AttentionMask::None => ops::ones::<bool>(&[b, 1, l, t]).unwrap(),
             AttentionMask::Causal => {
-                let q = ops::arange::<_, i32>(t - l, t, None).unwrap().reshape(&[1, 1, l, 1]).unwrap();
-                let k = ops::arange::<_, i32>(None, t, None).unwrap().reshape(&[1, 1, 1, t]).unwrap();
+                let q =
+                    ops::arange::<_, i32>(t - l, t, None).unwrap().reshape(&[1, 1, l, 1]).unwrap();
+                let k =
+                    ops::arange::<_, i32>(None, t, None).unwrap().reshape(&[1, 1, 1, t]).unwrap();
                 ops::broadcast_to(k.le(&q).unwrap(), &[b, 1, l, t]).unwrap()
             }
             AttentionMask::Array(m) => ops::broadcast_to(m, &[b, 1, l, t]).unwrap(),
@@ -534,7 +580,8 @@ mod tests {
             None => ops::zeros::<f32>(&[b, 1]).unwrap(),
         };
         // Running sum over real tokens only: padding must never reach the state.
-        let running = x.multiply(&real).unwrap().cumsum(1, None, None).unwrap().add(&before).unwrap();
+        let running =
+            x.multiply(&real).unwrap().cumsum(1, None, None).unwrap().add(&before).unwrap();
         let after = before.add(x.multiply(&real).unwrap().sum_axis(1, true).unwrap()).unwrap();
         cache.set_recurrent_state(1, vec![after]).unwrap();
         let (view, mask) = cache.shared(2).unwrap();
@@ -603,7 +650,8 @@ mod tests {
         batch.extend(split.remove(0)).unwrap();
         assert_eq!(batch.offsets(), [4, 7]);
         for i in 0..3 {
-            let out = step(&mut batch, &Array::from_slice(&[decode_b[i + 2], decode_a[i]], &[2, 1]));
+            let out =
+                step(&mut batch, &Array::from_slice(&[decode_b[i + 2], decode_a[i]], &[2, 1]));
             assert_eq!(row(&out, 0, 1), want_b[i + 3], "row b, step {i}");
             assert_eq!(row(&out, 1, 1), want_a[i + 1], "row a, step {i}");
         }
@@ -620,12 +668,20 @@ mod tests {
         let mut c = BatchCache::new(&layout(), 1, None);
         c.begin_step(1).unwrap();
         assert!(c.shared(2).is_err());
-        assert!(c.update(1, &ops::zeros::<f32>(&[1, 1, 1, 1]).unwrap(), &ops::zeros::<f32>(&[1, 1, 1, 1]).unwrap()).is_err());
+        assert!(c
+            .update(
+                1,
+                &ops::zeros::<f32>(&[1, 1, 1, 1]).unwrap(),
+                &ops::zeros::<f32>(&[1, 1, 1, 1]).unwrap()
+            )
+            .is_err());
     }
 
     #[test]
     fn sliding_layers_keep_a_bounded_window_and_truncation_respects_it() {
-        let sliding = CacheLayout::new(vec![LayerCache::Sliding { window: WINDOW }, LayerCache::Full]).unwrap();
+        let sliding =
+            CacheLayout::new(vec![LayerCache::Sliding { window: WINDOW }, LayerCache::Full])
+                .unwrap();
         let mut c = BatchCache::new(&sliding, 1, None);
         for t in 0..600 {
             let x = Array::from_slice(&[t as f32], &[1, 1, 1, 1]);
@@ -641,7 +697,10 @@ mod tests {
             }
         }
         let kept = c.groups[0].columns();
-        assert!(kept < (WINDOW as i32 - 1) + attention_group_slack() + STEP_COLUMNS, "the window is bounded: {kept}");
+        assert!(
+            kept < (WINDOW as i32 - 1) + attention_group_slack() + STEP_COLUMNS,
+            "the window is bounded: {kept}"
+        );
         // 600 tokens; the sliding layer can step back only within its slack.
         assert!(c.can_truncate(600 - 10));
         assert!(!c.can_truncate(300));

@@ -37,7 +37,9 @@ impl CacheLayout {
     pub fn new(layers: Vec<LayerCache>) -> Result<Self> {
         for (i, kind) in layers.iter().enumerate() {
             if let LayerCache::Sliding { window: 0 } = kind {
-                return Err(Error::InvalidConfig(format!("layer {i}: a sliding window of 0 tokens")));
+                return Err(Error::InvalidConfig(format!(
+                    "layer {i}: a sliding window of 0 tokens"
+                )));
             }
             if let LayerCache::Shared { source } = *kind {
                 if source >= i || !layers[source].stores_keys() {
@@ -119,7 +121,11 @@ mod tests {
 
     #[test]
     fn shared_layers_must_read_an_earlier_attention_layer() {
-        let ok = CacheLayout::new(vec![LayerCache::Full, LayerCache::Recurrent, LayerCache::Shared { source: 0 }]);
+        let ok = CacheLayout::new(vec![
+            LayerCache::Full,
+            LayerCache::Recurrent,
+            LayerCache::Shared { source: 0 },
+        ]);
         assert!(ok.is_ok());
         for bad in [
             vec![LayerCache::Shared { source: 0 }],

@@ -104,7 +104,10 @@ impl Mirror {
     pub fn split(self, rows: usize) -> Vec<Mirror> {
         let into: Vec<Mirror> = (0..rows).map(|_| self.sibling()).collect();
         let log = self.log.clone();
-        log.record(CacheEvent::Split { from: self.consume(), into: into.iter().map(Mirror::id).collect() });
+        log.record(CacheEvent::Split {
+            from: self.consume(),
+            into: into.iter().map(Mirror::id).collect(),
+        });
         into
     }
 

@@ -121,7 +121,8 @@ impl PrefixCache {
         let usable = prompt.len().saturating_sub(1);
         let mut best: Option<(usize, usize, BatchCache)> = None;
         for (i, e) in self.entries.iter().enumerate() {
-            let common = e.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(usable);
+            let common =
+                e.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(usable);
             if common < MIN_REUSE || best.as_ref().is_some_and(|(n, _, _)| *n >= common) {
                 continue;
             }
@@ -131,7 +132,9 @@ impl PrefixCache {
             }
         }
         let in_memory = best.as_ref().map_or(0, |(n, _, _)| *n);
-        if let Some((len, cache, whole)) = self.disk.as_mut().and_then(|d| d.lookup(prompt, usable, in_memory)) {
+        if let Some((len, cache, whole)) =
+            self.disk.as_mut().and_then(|d| d.lookup(prompt, usable, in_memory))
+        {
             // From now on memory serves it.
             self.keep(whole.key, whole.cache);
             self.stats.hits += 1;
@@ -156,13 +159,21 @@ impl PrefixCache {
             return Ok(());
         }
         // A kept entry that already serves these tokens: refresh it.
-        if let Some(e) = self.entries.iter_mut().find(|e| e.tokens.starts_with(&tokens) && e.cache.can_truncate(tokens.len())) {
+        if let Some(e) = self
+            .entries
+            .iter_mut()
+            .find(|e| e.tokens.starts_with(&tokens) && e.cache.can_truncate(tokens.len()))
+        {
             self.clock += 1;
             e.last_used = self.clock;
             return Ok(());
         }
         let cache = batch.row_snapshot(row)?;
-        debug_assert_eq!(cache.offsets()[0] as usize, tokens.len(), "the key covers the row's tokens");
+        debug_assert_eq!(
+            cache.offsets()[0] as usize,
+            tokens.len(),
+            "the key covers the row's tokens"
+        );
         if let Some(disk) = &self.disk {
             disk.save(&tokens, &cache);
         }
@@ -173,7 +184,8 @@ impl PrefixCache {
     /// Keeps a detached one-row cache holding exactly `tokens`.
     fn keep(&mut self, tokens: Vec<KeyToken>, cache: BatchCache) {
         // An entry this one can serve in full adds nothing: replace it.
-        self.entries.retain(|e| !(tokens.starts_with(&e.tokens) && cache.can_truncate(e.tokens.len())));
+        self.entries
+            .retain(|e| !(tokens.starts_with(&e.tokens) && cache.can_truncate(e.tokens.len())));
         let bytes = cache.nbytes();
         if bytes > self.capacity_bytes {
             return;

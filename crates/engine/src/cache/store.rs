@@ -4,7 +4,10 @@
 //! leading axes). Row and column operations (join, leave, pad, grow) apply to
 //! every part alike; only writing (quantize) and reading (dequantize) differ.
 use mlx_rs::{
-    ops::{self, indexing::{IndexOp, TryIndexMutOp}},
+    ops::{
+        self,
+        indexing::{IndexOp, TryIndexMutOp},
+    },
     Array,
 };
 
@@ -75,12 +78,18 @@ impl KvStore {
 
     /// Columns `range` of every row.
     pub fn columns_range(&self, start: i32, end: i32) -> Self {
-        Self { parts: self.parts.iter().map(|p| p.index((.., .., start..end, ..))).collect(), quant: self.quant }
+        Self {
+            parts: self.parts.iter().map(|p| p.index((.., .., start..end, ..))).collect(),
+            quant: self.quant,
+        }
     }
 
     /// Row `row` only.
     pub fn row(&self, row: i32) -> Self {
-        Self { parts: self.parts.iter().map(|p| p.index((row..row + 1, .., .., ..))).collect(), quant: self.quant }
+        Self {
+            parts: self.parts.iter().map(|p| p.index((row..row + 1, .., .., ..))).collect(),
+            quant: self.quant,
+        }
     }
 
     pub fn take_rows(&self, rows: &Array) -> Result<Self> {
@@ -106,7 +115,11 @@ impl KvStore {
         self.map(|p| {
             let s = p.shape();
             let zeros = ops::zeros_dtype(&[s[0], s[1], extra, s[3]], p.dtype())?;
-            Ok(if left { ops::concatenate(&[&zeros, p], 2)? } else { ops::concatenate(&[p, &zeros], 2)? })
+            Ok(if left {
+                ops::concatenate(&[&zeros, p], 2)?
+            } else {
+                ops::concatenate(&[p, &zeros], 2)?
+            })
         })
     }
 
@@ -162,9 +175,13 @@ impl KvStore {
     fn read_all(&self) -> Result<Array> {
         Ok(match self.quant {
             None => self.parts[0].clone(),
-            Some(spec) => {
-                ops::dequantize(&self.parts[0], &self.parts[1], &self.parts[2], spec.group_size, spec.bits)?
-            }
+            Some(spec) => ops::dequantize(
+                &self.parts[0],
+                &self.parts[1],
+                &self.parts[2],
+                spec.group_size,
+                spec.bits,
+            )?,
         })
     }
 }

@@ -32,14 +32,20 @@ const COMPILE_STACK_BYTES: usize = 256 << 20;
 pub const COMPILE_TIME_LIMIT: Duration = Duration::from_secs(10);
 
 /// Checks and compiles a response format.
-pub fn compile(constraint: &Constraint, vocabulary: Arc<GrammarVocabulary>) -> Result<CompiledGrammar> {
+pub fn compile(
+    constraint: &Constraint,
+    vocabulary: Arc<GrammarVocabulary>,
+) -> Result<CompiledGrammar> {
     limits::check(constraint)?;
     compile_on_own_thread(constraint.grammar(), constraint.kind(), vocabulary)
 }
 
 /// Checks and compiles the grammar of a required tool call (its argument
 /// schemas are the request's tools, so they are held to the same bounds).
-pub fn compile_tool_calls(lark: String, vocabulary: Arc<GrammarVocabulary>) -> Result<CompiledGrammar> {
+pub fn compile_tool_calls(
+    lark: String,
+    vocabulary: Arc<GrammarVocabulary>,
+) -> Result<CompiledGrammar> {
     limits::check_source_size("required tool call", lark.len())?;
     compile_on_own_thread(TopLevelGrammar::from_lark(lark), "required tool call", vocabulary)
 }
@@ -72,7 +78,11 @@ fn compile_on_own_thread(
 
 /// Compiles on the calling thread; a grammar llguidance refuses, or one no
 /// answer can match, is the request's error with llguidance's reason.
-fn compile_here(grammar: TopLevelGrammar, kind: &'static str, vocabulary: &GrammarVocabulary) -> Result<CompiledGrammar> {
+fn compile_here(
+    grammar: TopLevelGrammar,
+    kind: &'static str,
+    vocabulary: &GrammarVocabulary,
+) -> Result<CompiledGrammar> {
     let parser = vocabulary.factory().create_parser(grammar);
     let mut matcher = Matcher::new(parser);
     if let Some(e) = matcher.get_error() {
@@ -83,7 +93,9 @@ fn compile_here(grammar: TopLevelGrammar, kind: &'static str, vocabulary: &Gramm
     match matcher.compute_mask_or_eos() {
         Ok(allowed) if !allowed.is_zero() => Ok(CompiledGrammar { matcher, kind }),
         Ok(_) => Err(Error::InvalidRequest(format!("invalid {kind}: no answer can match it"))),
-        Err(e) => Err(Error::InvalidRequest(format!("invalid {kind}: {}", first_line(&e.to_string())))),
+        Err(e) => {
+            Err(Error::InvalidRequest(format!("invalid {kind}: {}", first_line(&e.to_string()))))
+        }
     }
 }
 

@@ -28,7 +28,8 @@ impl ConstrainedDecoder {
     /// The `[1, vocab]` mask of tokens the grammar allows next (only the
     /// model's end-of-turn tokens once the grammar is complete).
     pub fn allowed_tokens(&mut self) -> Result<Array> {
-        let allowed = self.matcher.compute_mask_or_eos().map_err(|e| self.failed(&e.to_string()))?;
+        let allowed =
+            self.matcher.compute_mask_or_eos().map_err(|e| self.failed(&e.to_string()))?;
         if allowed.is_zero() {
             return Err(self.failed("no token can continue the answer"));
         }

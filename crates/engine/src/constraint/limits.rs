@@ -97,10 +97,16 @@ impl<'a> DepthWalk<'a> {
         Ok(deepest)
     }
 
-    fn through_reference(&mut self, reference: &'a str, level: usize) -> std::result::Result<usize, TooDeep> {
+    fn through_reference(
+        &mut self,
+        reference: &'a str,
+        level: usize,
+    ) -> std::result::Result<usize, TooDeep> {
         // Only references into this document are followed (others the
         // compiler refuses on its own).
-        let Some(target) = reference.strip_prefix('#').and_then(|pointer| self.root.pointer(pointer)) else {
+        let Some(target) =
+            reference.strip_prefix('#').and_then(|pointer| self.root.pointer(pointer))
+        else {
             return Ok(level);
         };
         if self.entered.contains(reference) {
@@ -195,7 +201,9 @@ mod tests {
             defs.insert(format!("d{i}"), json!({"properties": {"a": next.clone(), "b": next}}));
         }
         defs.insert("d40".into(), json!({"type": "integer"}));
-        assert!(check(&Constraint::JsonSchema(json!({"$defs": defs, "$ref": "#/$defs/d0"}))).is_ok());
+        assert!(
+            check(&Constraint::JsonSchema(json!({"$defs": defs, "$ref": "#/$defs/d0"}))).is_ok()
+        );
     }
 
     #[test]

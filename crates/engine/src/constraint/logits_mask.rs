@@ -22,8 +22,14 @@ pub struct LogitsMasker {
 impl LogitsMasker {
     pub fn new(vocabulary: Arc<GrammarVocabulary>, logits_width: usize) -> Self {
         let ids: Vec<u32> = (0..logits_width as u32).collect();
-        let word_of_token = Array::from_slice(&ids.iter().map(|t| t / 32).collect::<Vec<_>>(), &[logits_width as i32]);
-        let bit_of_token = Array::from_slice(&ids.iter().map(|t| 1u32 << (t % 32)).collect::<Vec<_>>(), &[logits_width as i32]);
+        let word_of_token = Array::from_slice(
+            &ids.iter().map(|t| t / 32).collect::<Vec<_>>(),
+            &[logits_width as i32],
+        );
+        let bit_of_token = Array::from_slice(
+            &ids.iter().map(|t| 1u32 << (t % 32)).collect::<Vec<_>>(),
+            &[logits_width as i32],
+        );
         Self { vocabulary, logits_width, word_of_token, bit_of_token }
     }
 
@@ -41,7 +47,11 @@ impl LogitsMasker {
         for &id in self.vocabulary.eos_ids() {
             let (w, bit) = ((id / 32) as usize, 1u32 << (id % 32));
             if w < words.len() {
-                if end_allowed { words[w] |= bit } else { words[w] &= !bit }
+                if end_allowed {
+                    words[w] |= bit
+                } else {
+                    words[w] &= !bit
+                }
             }
         }
         let n = words.len() as i32;

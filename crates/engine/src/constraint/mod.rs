@@ -27,8 +27,8 @@ pub use compile::{compile, compile_tool_calls, CompiledGrammar, COMPILE_TIME_LIM
 pub use decoder::ConstrainedDecoder;
 pub use logits_mask::LogitsMasker;
 pub use tool_calls::tool_call_grammar;
-pub use vocabulary::GrammarVocabulary;
 pub(crate) use vocabulary::token_bytes;
+pub use vocabulary::GrammarVocabulary;
 
 use serde_json::{json, Value};
 
@@ -55,8 +55,12 @@ impl Constraint {
     pub(crate) fn grammar(&self) -> llguidance::api::TopLevelGrammar {
         use llguidance::api::TopLevelGrammar;
         match self {
-            Constraint::JsonSchema(schema) => TopLevelGrammar::from_json_schema(with_json_layout(schema.clone())),
-            Constraint::JsonObject => TopLevelGrammar::from_json_schema(with_json_layout(json!({"type": "object"}))),
+            Constraint::JsonSchema(schema) => {
+                TopLevelGrammar::from_json_schema(with_json_layout(schema.clone()))
+            }
+            Constraint::JsonObject => {
+                TopLevelGrammar::from_json_schema(with_json_layout(json!({"type": "object"})))
+            }
             Constraint::Regex(rx) => TopLevelGrammar::from_regex(rx),
             Constraint::Lark(lark) => TopLevelGrammar::from_lark(lark.clone()),
         }
@@ -75,9 +79,9 @@ impl Constraint {
 
 pub(crate) fn with_json_layout(mut schema: Value) -> Value {
     if let Some(obj) = schema.as_object_mut() {
-        obj.entry(JSON_LAYOUT).or_insert_with(|| {
-            json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "})
-        });
+        obj.entry(JSON_LAYOUT).or_insert_with(
+            || json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
+        );
     }
     schema
 }

@@ -26,9 +26,12 @@ pub fn tool_call_grammar(
         .map(|tool| {
             let function = tool.get("function").unwrap_or(tool);
             let name = function.get("name").and_then(Value::as_str).ok_or_else(|| {
-                Error::InvalidRequest("a required tool call needs every tool to have a function name".into())
+                Error::InvalidRequest(
+                    "a required tool call needs every tool to have a function name".into(),
+                )
             })?;
-            let parameters = function.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"}));
+            let parameters =
+                function.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"}));
             Ok(json!({
                 "type": "object",
                 "properties": {"name": {"const": name}, arguments_key: parameters},
@@ -38,16 +41,21 @@ pub fn tool_call_grammar(
         })
         .collect::<Result<_>>()?;
     let schema = match calls.len() {
-        0 => return Err(Error::InvalidRequest("a required tool call needs at least one tool".into())),
+        0 => {
+            return Err(Error::InvalidRequest(
+                "a required tool call needs at least one tool".into(),
+            ))
+        }
         1 => calls.into_iter().next().expect("one"),
         _ => json!({"anyOf": calls}),
     };
     let call_json = format!("%json {}", with_json_layout(schema));
     let tag = |t: &str| if is_special(t) { t.to_string() } else { format!("{t:?}") };
     let (call, separator) = match style {
-        ToolCallStyle::Hermes => {
-            (format!("{} \"\\n\" arguments \"\\n\" {}", tag("<tool_call>"), tag("</tool_call>")), "\"\\n\"")
-        }
+        ToolCallStyle::Hermes => (
+            format!("{} \"\\n\" arguments \"\\n\" {}", tag("<tool_call>"), tag("</tool_call>")),
+            "\"\\n\"",
+        ),
         // Llama 3's answer is the bare JSON object; several are `;`-separated.
         ToolCallStyle::Llama3 => ("arguments".to_string(), "\"; \""),
     };
@@ -68,7 +76,10 @@ mod tests {
     fn hermes_calls_are_tagged_and_name_their_function() {
         let g = tool_call_grammar(ToolCallStyle::Hermes, &[weather()], false, |_| false).unwrap();
         assert!(g.starts_with("start: call\n"), "{g}");
-        assert!(g.contains("call: \"<tool_call>\" \"\\n\" arguments \"\\n\" \"</tool_call>\""), "{g}");
+        assert!(
+            g.contains("call: \"<tool_call>\" \"\\n\" arguments \"\\n\" \"</tool_call>\""),
+            "{g}"
+        );
         assert!(g.contains(r#""name":{"const":"get_weather"}"#), "{g}");
         assert!(g.contains(r#""arguments":{"type":"object","properties":{"city""#), "{g}");
     }
@@ -76,7 +87,10 @@ mod tests {
     #[test]
     fn special_tags_are_named_as_tokens_and_parallel_calls_repeat() {
         let other = json!({"type": "function", "function": {"name": "now"}});
-        let g = tool_call_grammar(ToolCallStyle::Hermes, &[weather(), other], true, |t| t.contains("tool_call")).unwrap();
+        let g = tool_call_grammar(ToolCallStyle::Hermes, &[weather(), other], true, |t| {
+            t.contains("tool_call")
+        })
+        .unwrap();
         assert!(g.starts_with("start: call (\"\\n\" call)*\n"), "{g}");
         assert!(g.contains("call: <tool_call> \"\\n\" arguments \"\\n\" </tool_call>"), "{g}");
         assert!(g.contains("\"anyOf\""), "{g}");
@@ -91,7 +105,11 @@ mod tests {
 
     #[test]
     fn tools_without_names_are_refused() {
-        let e = tool_call_grammar(ToolCallStyle::Hermes, &[json!({"type": "function"})], false, |_| false).unwrap_err();
+        let e =
+            tool_call_grammar(ToolCallStyle::Hermes, &[json!({"type": "function"})], false, |_| {
+                false
+            })
+            .unwrap_err();
         assert!(e.to_string().contains("function name"), "{e}");
     }
 }

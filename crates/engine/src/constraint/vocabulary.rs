@@ -20,7 +20,9 @@ pub struct GrammarVocabulary {
 
 impl GrammarVocabulary {
     pub fn new(tokenizer: &Tokenizer) -> Result<Self> {
-        let fail = |what: String| Error::Tokenizer(format!("structured output cannot use this vocabulary: {what}"));
+        let fail = |what: String| {
+            Error::Tokenizer(format!("structured output cannot use this vocabulary: {what}"))
+        };
         let mut words = token_bytes(tokenizer).map_err(fail)?;
         let n = words.len().max(tokenizer.vocab_size());
         words.resize(n, Vec::new());
@@ -31,7 +33,9 @@ impl GrammarVocabulary {
             }
         }
         let eos_ids = tokenizer.eos_ids().to_vec();
-        let Some(&eos) = eos_ids.first() else { return Err(fail("the model has no end-of-sequence token".into())) };
+        let Some(&eos) = eos_ids.first() else {
+            return Err(fail("the model has no end-of-sequence token".into()));
+        };
         let info = TokRxInfo::new(n as u32, eos);
         let trie = TokTrie::from(&info, &words);
         let env: TokEnv = Arc::new(Vocabulary { trie, tokenizer: tokenizer.hf().clone() });
@@ -68,7 +72,8 @@ impl GrammarVocabulary {
 /// [`TokTrie::SPECIAL_TOKEN_MARKER`], ids without a token are empty.
 pub(crate) fn token_bytes(tokenizer: &Tokenizer) -> std::result::Result<Vec<Vec<u8>>, String> {
     let json: serde_json::Value =
-        serde_json::from_str(&tokenizer.hf().to_string(false).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        serde_json::from_str(&tokenizer.hf().to_string(false).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
     // llguidance asserts on vocabularies it does not expect: never let that
     // take the engine thread down.
     std::panic::catch_unwind(|| llguidance::token_bytes_from_tokenizer_json(&json))

@@ -41,7 +41,9 @@ pub(crate) fn install() {
         // Any fallible mlx-rs call registers mlx-rs's handler; had ours come
         // first, that registration would replace it.
         let _ = Stream::try_default_on_device(&Device::cpu());
-        unsafe { mlx_sys::mlx_set_error_handler(Some(keep_and_forward), std::ptr::null_mut(), None) };
+        unsafe {
+            mlx_sys::mlx_set_error_handler(Some(keep_and_forward), std::ptr::null_mut(), None)
+        };
     });
 }
 
@@ -53,14 +55,17 @@ pub(crate) fn clear() {
 /// The message of the call that just failed on this thread, without the
 /// mlx-c source location it ends with (" at /…/distributed_group.cpp:39").
 pub(crate) fn take(what: &str, status: i32) -> String {
-    let message = LAST.with(|last| last.borrow_mut().take())
+    let message = LAST
+        .with(|last| last.borrow_mut().take())
         .unwrap_or_else(|| format!("{what} failed with status {status} (MLX gave no message)"));
     without_location(&message).to_string()
 }
 
 fn without_location(message: &str) -> &str {
     match message.rfind(" at /") {
-        Some(at) if message[at..].contains(".cpp:") || message[at..].contains(".h:") => &message[..at],
+        Some(at) if message[at..].contains(".cpp:") || message[at..].contains(".h:") => {
+            &message[..at]
+        }
         _ => message,
     }
 }
@@ -71,6 +76,9 @@ mod tests {
     fn the_source_location_is_left_out() {
         let raw = "[ring] Couldn't bind socket (error: 99) at /root/.cargo/registry/src/x/mlx-c/mlx/c/distributed_group.cpp:39";
         assert_eq!(super::without_location(raw), "[ring] Couldn't bind socket (error: 99)");
-        assert_eq!(super::without_location("connection to a peer was lost"), "connection to a peer was lost");
+        assert_eq!(
+            super::without_location("connection to a peer was lost"),
+            "connection to a peer was lost"
+        );
     }
 }

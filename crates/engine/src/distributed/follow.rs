@@ -41,7 +41,9 @@ impl StepPositions {
         match self {
             StepPositions::Start(p) => Positions::Start(*p),
             StepPositions::PerRow(starts) => Positions::rows(starts),
-            StepPositions::Multimodal(all) => Positions::Multimodal(Array::from_slice(all, &[3, rows as i32, len as i32])),
+            StepPositions::Multimodal(all) => {
+                Positions::Multimodal(Array::from_slice(all, &[3, rows as i32, len as i32]))
+            }
         }
     }
 
@@ -108,8 +110,9 @@ impl Step {
     /// Receives rank 0's next step.
     pub fn receive(group: &Group) -> Result<Step> {
         let bytes = share_bytes(None, group)?;
-        serde_json::from_slice(&bytes)
-            .map_err(|e| Error::Distributed(format!("rank 0 sent a step this rank cannot read: {e}")))
+        serde_json::from_slice(&bytes).map_err(|e| {
+            Error::Distributed(format!("rank 0 sent a step this rank cannot read: {e}"))
+        })
     }
 }
 
@@ -159,8 +162,9 @@ impl PassInputs {
         // The shape and dtype of the embeddings, from the shared tokens.
         let like = model.embed(&tokens)?;
         let embeddings = next(own.map(|(_, e, _)| e), &like)?;
-        let deepstack =
-            (0..pass.deepstack).map(|i| next(own.map(|(_, _, d)| &d[i]), &like)).collect::<Result<Vec<_>>>()?;
+        let deepstack = (0..pass.deepstack)
+            .map(|i| next(own.map(|(_, _, d)| &d[i]), &like))
+            .collect::<Result<Vec<_>>>()?;
         // Every shared input must run on every rank, whatever layers it
         // has: the first stage starts from the embeddings, a later one after
         // the tokens (`StageLayers::enter`), so both wait for the last.
@@ -174,7 +178,12 @@ impl PassInputs {
 
     /// The pass on `model`: from the shared embeddings, or from the shared
     /// tokens' own.
-    pub fn forward(self, model: &dyn LanguageModel, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+    pub fn forward(
+        self,
+        model: &dyn LanguageModel,
+        positions: &Positions,
+        cache: &mut BatchCache,
+    ) -> Result<Array> {
         let embeddings = match self.embeddings {
             Some(e) => e,
             None => model.embed(&self.tokens)?,
@@ -220,14 +229,18 @@ impl<'m> Replica<'m> {
     fn put(&mut self, id: u64, cache: BatchCache) -> Result<()> {
         match self.caches.insert(id, cache) {
             None => Ok(()),
-            Some(_) => Err(Error::Distributed(format!("rank 0 named a new cache {id}, which exists"))),
+            Some(_) => {
+                Err(Error::Distributed(format!("rank 0 named a new cache {id}, which exists")))
+            }
         }
     }
 
     /// Applies one cache change.
     pub fn apply(&mut self, event: &CacheEvent) -> Result<()> {
         match event {
-            CacheEvent::New { cache, rows, quantization } => self.put(*cache, self.model.new_cache_with(*rows, *quantization))?,
+            CacheEvent::New { cache, rows, quantization } => {
+                self.put(*cache, self.model.new_cache_with(*rows, *quantization))?
+            }
             CacheEvent::Copy { from, into } => {
                 let copy = self.get(*from)?.clone();
                 self.put(*into, copy)?;
@@ -235,7 +248,11 @@ impl<'m> Replica<'m> {
             CacheEvent::Split { from, into } => {
                 let rows = self.take(*from)?.split()?;
                 if rows.len() != into.len() {
-                    return Err(Error::Distributed(format!("cache {from} has {} rows, not {}", rows.len(), into.len())));
+                    return Err(Error::Distributed(format!(
+                        "cache {from} has {} rows, not {}",
+                        rows.len(),
+                        into.len()
+                    )));
                 }
                 for (id, row) in into.iter().zip(rows) {
                     self.put(*id, row)?;
@@ -252,7 +269,9 @@ impl<'m> Replica<'m> {
             CacheEvent::Filter { cache, keep } => self.get(*cache)?.filter(keep)?,
             CacheEvent::Truncate { cache, len } => {
                 if !self.get(*cache)?.truncate(*len) {
-                    return Err(Error::Distributed(format!("cache {cache} cannot be cut back to {len} tokens here")));
+                    return Err(Error::Distributed(format!(
+                        "cache {cache} cannot be cut back to {len} tokens here"
+                    )));
                 }
             }
             CacheEvent::Drop { cache } => drop(self.take(*cache)?),
@@ -267,7 +286,12 @@ impl<'m> Replica<'m> {
         let inputs = PassInputs::share(model, pass, None, group)?;
         let cache = self.get(pass.cache)?;
         if cache.rows() != pass.rows {
-            return Err(Error::Distributed(format!("cache {} has {} rows, the pass {}", pass.cache, cache.rows(), pass.rows)));
+            return Err(Error::Distributed(format!(
+                "cache {} has {} rows, the pass {}",
+                pass.cache,
+                cache.rows(),
+                pass.rows
+            )));
         }
         if let Some(real) = &pass.real {
             cache.set_real_tokens(real.clone());
@@ -303,7 +327,11 @@ pub fn follow(model: &dyn LanguageModel, group: &Group) -> Result<Followed> {
 /// [`follow`], timed by `watch` from waiting for a step to finishing it:
 /// rank 0 sends at least a heartbeat while it idles (see
 /// [`crate::model::LanguageModel::heartbeat`]).
-pub fn follow_watched(model: &dyn LanguageModel, group: &Group, watch: Option<&StepWatch>) -> Result<Followed> {
+pub fn follow_watched(
+    model: &dyn LanguageModel,
+    group: &Group,
+    watch: Option<&StepWatch>,
+) -> Result<Followed> {
     let mut replica = Replica::new(model);
     let mut forwards = 0;
     // Called right after the load: what MLX holds is this rank's weights.

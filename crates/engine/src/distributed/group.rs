@@ -129,7 +129,9 @@ impl Group {
             None => RingSecret::from_process()?,
         };
         let gate = match (&env, secret) {
-            (Some(env), Some(secret)) => Some(RingGate::open(env, &secret, config.connect_timeout)?),
+            (Some(env), Some(secret)) => {
+                Some(RingGate::open(env, &secret, config.connect_timeout)?)
+            }
             (Some(env), None) if !is_loopback_only(&env.hostfile) => {
                 tracing::warn!(
                     "the ring's ports accept whoever connects first: set {SECRET_VAR} (the same secret on every rank) to admit only the ranks"
@@ -174,7 +176,7 @@ impl Group {
                     ),
                     Some(env) => format!("rank {} of {}: {mlx}", env.rank, env.size()),
                     None => mlx,
-                }))
+                }));
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 return Err(match &env {
@@ -187,7 +189,9 @@ impl Group {
                 })
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(Error::Distributed("the connecting thread ended without an answer".into()))
+                return Err(Error::Distributed(
+                    "the connecting thread ended without an answer".into(),
+                ))
             }
         };
         let group = Group::from_raw(raw.0);
@@ -254,11 +258,19 @@ fn init_raw(backend: Backend, strict: bool) -> std::result::Result<RawGroup, Str
 }
 
 fn not_connected(env: &RankEnv, waited: Duration) -> Error {
-    let addrs = |r: usize| env.hostfile.ranks[r].iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ");
+    let addrs = |r: usize| {
+        env.hostfile.ranks[r].iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")
+    };
     let neighbours = if env.left() == env.right() {
         format!("rank {} ({})", env.right(), addrs(env.right()))
     } else {
-        format!("rank {} ({}) or rank {} ({})", env.left(), addrs(env.left()), env.right(), addrs(env.right()))
+        format!(
+            "rank {} ({}) or rank {} ({})",
+            env.left(),
+            addrs(env.left()),
+            env.right(),
+            addrs(env.right())
+        )
     };
     Error::Distributed(format!(
         "rank {} of {}: the ring did not connect within {:.0?}: {neighbours} did not start or cannot be reached (hostfile {})",

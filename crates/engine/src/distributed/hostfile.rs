@@ -47,7 +47,8 @@ impl Hostfile {
 
     /// The text MLX reads.
     pub fn to_json(&self) -> String {
-        let ranks: Vec<Vec<String>> = self.ranks.iter().map(|r| r.iter().map(|a| a.to_string()).collect()).collect();
+        let ranks: Vec<Vec<String>> =
+            self.ranks.iter().map(|r| r.iter().map(|a| a.to_string()).collect()).collect();
         serde_json::to_string(&ranks).expect("a list of lists of strings serializes")
     }
 
@@ -55,8 +56,9 @@ impl Hostfile {
     /// host names, so a name here would fail later and less clearly.
     pub fn parse(text: &str) -> Result<Hostfile> {
         let bad = |why: String| Error::Distributed(format!("invalid ring hostfile: {why}"));
-        let ranks: Vec<Vec<String>> = serde_json::from_str(text)
-            .map_err(|e| bad(format!("{e} (expected a JSON list of lists of \"ip:port\", one list per rank)")))?;
+        let ranks: Vec<Vec<String>> = serde_json::from_str(text).map_err(|e| {
+            bad(format!("{e} (expected a JSON list of lists of \"ip:port\", one list per rank)"))
+        })?;
         if ranks.is_empty() {
             return Err(bad("it lists no ranks".into()));
         }
@@ -69,7 +71,10 @@ impl Hostfile {
                 }
                 addrs
                     .iter()
-                    .map(|a| a.parse::<SocketAddr>().map_err(|e| bad(format!("rank {rank}: {a:?} is not ip:port ({e})"))))
+                    .map(|a| {
+                        a.parse::<SocketAddr>()
+                            .map_err(|e| bad(format!("rank {rank}: {a:?} is not ip:port ({e})")))
+                    })
                     .collect()
             })
             .collect::<Result<Vec<Vec<SocketAddr>>>>()?;
@@ -77,7 +82,10 @@ impl Hostfile {
         // neighbours: unequal counts fail inside MLX after connecting.
         let n = ranks[0].len();
         if let Some(r) = ranks.iter().position(|a| a.len() != n) {
-            return Err(bad(format!("rank {r} has {} addresses, rank 0 has {n}: every rank needs the same number", ranks[r].len())));
+            return Err(bad(format!(
+                "rank {r} has {} addresses, rank 0 has {n}: every rank needs the same number",
+                ranks[r].len()
+            )));
         }
         Ok(Hostfile { ranks })
     }
@@ -111,7 +119,10 @@ mod tests {
     #[test]
     fn reads_what_mlx_launch_writes_and_refuses_what_mlx_could_not_use() {
         // mlx.launch's launch_ring: json.dumps([[f"{ip}:{port}", ...], ...])
-        let h = Hostfile::parse(r#"[["10.0.0.1:5000", "10.0.0.1:5001"], ["10.0.0.2:5002", "10.0.0.2:5003"]]"#).unwrap();
+        let h = Hostfile::parse(
+            r#"[["10.0.0.1:5000", "10.0.0.1:5001"], ["10.0.0.2:5002", "10.0.0.2:5003"]]"#,
+        )
+        .unwrap();
         assert_eq!(h.size(), 2);
         assert_eq!(h.ranks[1][1], "10.0.0.2:5003".parse().unwrap());
         for (text, why) in [

@@ -48,7 +48,10 @@ impl LocalRing {
     /// Starts `command` as rank `rank`, with its output captured.
     pub fn spawn(&self, rank: usize, mut command: Command) -> Result<RankProcess> {
         if rank >= self.hostfile.size() {
-            return Err(Error::Distributed(format!("rank {rank} is not in a ring of {}", self.hostfile.size())));
+            return Err(Error::Distributed(format!(
+                "rank {rank} is not in a ring of {}",
+                self.hostfile.size()
+            )));
         }
         command
             .env(RANK_VAR, rank.to_string())
@@ -57,19 +60,29 @@ impl LocalRing {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let program = command.get_program().to_string_lossy().into_owned();
-        let mut child = command
-            .spawn()
-            .map_err(|e| Error::Distributed(format!("cannot start rank {rank} ({program}): {e}")))?;
+        let mut child = command.spawn().map_err(|e| {
+            Error::Distributed(format!("cannot start rank {rank} ({program}): {e}"))
+        })?;
         // Drained by threads as the rank runs: a rank blocked on a full pipe
         // would look like a hung ring.
         let stdout = drain(child.stdout.take().expect("piped"));
         let stderr = drain(child.stderr.take().expect("piped"));
-        Ok(RankProcess { rank, child, stdout: Some(stdout), stderr: Some(stderr), started: Instant::now() })
+        Ok(RankProcess {
+            rank,
+            child,
+            stdout: Some(stdout),
+            stderr: Some(stderr),
+            started: Instant::now(),
+        })
     }
 
     /// Starts every rank (`command(rank)` builds each one's command) and
     /// waits for them all, killing any still running after `timeout`.
-    pub fn run_all(&self, command: impl Fn(usize) -> Command, timeout: Duration) -> Result<Vec<RankOutput>> {
+    pub fn run_all(
+        &self,
+        command: impl Fn(usize) -> Command,
+        timeout: Duration,
+    ) -> Result<Vec<RankOutput>> {
         let mut ranks = Vec::new();
         for rank in 0..self.hostfile.size() {
             match self.spawn(rank, command(rank)) {
@@ -110,7 +123,8 @@ impl RankProcess {
     }
 
     fn finish(mut self, exit: RankExit) -> RankOutput {
-        let output = |h: Option<JoinHandle<String>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
+        let output =
+            |h: Option<JoinHandle<String>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
         RankOutput {
             rank: self.rank,
             exit,
@@ -187,7 +201,9 @@ pub fn wait_all(mut ranks: Vec<RankProcess>, timeout: Duration) -> Vec<RankOutpu
         let mut i = 0;
         while i < ranks.len() {
             match ranks[i].child.try_wait() {
-                Ok(Some(status)) => done.push(ranks.swap_remove(i).finish(RankExit::Exited(status))),
+                Ok(Some(status)) => {
+                    done.push(ranks.swap_remove(i).finish(RankExit::Exited(status)))
+                }
                 // A rank we cannot ask about is treated as still running: the
                 // deadline ends it.
                 Ok(None) | Err(_) => i += 1,

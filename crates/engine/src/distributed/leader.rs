@@ -43,9 +43,16 @@ impl LeaderModel {
     /// Leads `group` (this must be rank 0) with `inner`, this rank's
     /// share of the model (tensor or pipeline parallel).
     /// `heartbeat`: see [`super::GroupConfig::heartbeat`].
-    pub fn new(inner: Box<dyn LanguageModel>, group: Rc<Group>, heartbeat: Duration) -> Result<LeaderModel> {
+    pub fn new(
+        inner: Box<dyn LanguageModel>,
+        group: Rc<Group>,
+        heartbeat: Duration,
+    ) -> Result<LeaderModel> {
         if group.rank() != 0 {
-            return Err(Error::Distributed(format!("rank {} cannot lead: rank 0 leads", group.rank())));
+            return Err(Error::Distributed(format!(
+                "rank {} cannot lead: rank 0 leads",
+                group.rank()
+            )));
         }
         Ok(LeaderModel {
             inner,
@@ -95,7 +102,13 @@ impl LanguageModel for LeaderModel {
         self.inner.embed(tokens)
     }
 
-    fn forward_embeddings(&self, embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+    fn forward_embeddings(
+        &self,
+        embeddings: Array,
+        tokens: &Array,
+        positions: &Positions,
+        cache: &mut BatchCache,
+    ) -> Result<Array> {
         self.forward_embeddings_adding(embeddings, tokens, positions, cache, &[])
     }
 
@@ -112,11 +125,18 @@ impl LanguageModel for LeaderModel {
         after_layer: &[Array],
     ) -> Result<Array> {
         let id = cache.mirror().map(Mirror::id).ok_or_else(|| {
-            Error::Distributed("a forward pass over a cache this model did not make (it would not be mirrored)".into())
+            Error::Distributed(
+                "a forward pass over a cache this model did not make (it would not be mirrored)"
+                    .into(),
+            )
         })?;
         let (rows, len) = match tokens.shape() {
             [rows, len] => (*rows as usize, *len as usize),
-            shape => return Err(Error::Distributed(format!("a pass's tokens are [rows, len], not {shape:?}"))),
+            shape => {
+                return Err(Error::Distributed(format!(
+                    "a pass's tokens are [rows, len], not {shape:?}"
+                )))
+            }
         };
         let (real, spans) = cache.declared_step();
         // A decode pass (one token per row) never carries image features;
@@ -198,6 +218,10 @@ impl LanguageModel for LeaderModel {
     }
 
     fn new_cache_with(&self, rows: usize, quantization: Option<KvQuantization>) -> BatchCache {
-        self.inner.new_cache_with(rows, quantization).mirrored(Mirror::new(&self.log, rows, quantization))
+        self.inner.new_cache_with(rows, quantization).mirrored(Mirror::new(
+            &self.log,
+            rows,
+            quantization,
+        ))
     }
 }

@@ -111,8 +111,8 @@
 //! (206.0 MB when each rank read the whole tensor and kept a copy of its part).
 //! `examples/split_model_bench.rs` measures the serving path (the real
 //! scheduler over a [`LeaderModel`]): memory per rank and its speed.
-mod ffi_error;
 pub mod env;
+mod ffi_error;
 pub mod follow;
 pub mod group;
 pub mod hostfile;

@@ -15,12 +15,16 @@ use crate::{Error, Result};
 
 /// The sum over all ranks of each rank's `x` (same shape and dtype everywhere).
 pub fn all_sum(x: &Array, group: &Group) -> Result<Array> {
-    call("all_sum", |res, s| unsafe { mlx_sys::mlx_distributed_all_sum(res, x.as_ptr(), group.as_raw(), s) })
+    call("all_sum", |res, s| unsafe {
+        mlx_sys::mlx_distributed_all_sum(res, x.as_ptr(), group.as_raw(), s)
+    })
 }
 
 /// Every rank's `x` concatenated along the first axis, rank 0 first.
 pub fn all_gather(x: &Array, group: &Group) -> Result<Array> {
-    call("all_gather", |res, s| unsafe { mlx_sys::mlx_distributed_all_gather(res, x.as_ptr(), group.as_raw(), s) })
+    call("all_gather", |res, s| unsafe {
+        mlx_sys::mlx_distributed_all_gather(res, x.as_ptr(), group.as_raw(), s)
+    })
 }
 
 /// Sends `x` to rank `dst`. The returned array stands for the send: evaluate
@@ -28,7 +32,9 @@ pub fn all_gather(x: &Array, group: &Group) -> Result<Array> {
 /// only its two neighbours (`rank ± 1`, wrapping).
 pub fn send(x: &Array, dst: usize, group: &Group) -> Result<Array> {
     let dst = peer(dst, group)?;
-    call("send", |res, s| unsafe { mlx_sys::mlx_distributed_send(res, x.as_ptr(), dst, group.as_raw(), s) })
+    call("send", |res, s| unsafe {
+        mlx_sys::mlx_distributed_send(res, x.as_ptr(), dst, group.as_raw(), s)
+    })
 }
 
 /// Receives an array of `shape` and `dtype` from rank `src` (which sends it
@@ -36,7 +42,15 @@ pub fn send(x: &Array, dst: usize, group: &Group) -> Result<Array> {
 pub fn recv(shape: &[i32], dtype: Dtype, src: usize, group: &Group) -> Result<Array> {
     let src = peer(src, group)?;
     call("recv", |res, s| unsafe {
-        mlx_sys::mlx_distributed_recv(res, shape.as_ptr(), shape.len(), dtype as mlx_sys::mlx_dtype, src, group.as_raw(), s)
+        mlx_sys::mlx_distributed_recv(
+            res,
+            shape.as_ptr(),
+            shape.len(),
+            dtype as mlx_sys::mlx_dtype,
+            src,
+            group.as_raw(),
+            s,
+        )
     })
 }
 
@@ -95,7 +109,10 @@ fn peer(rank: usize, group: &Group) -> Result<i32> {
 /// The CPU stream because MLX runs the ring's (and JACCL's) communication on
 /// the CPU; on a Mac the GPU arrays feeding it are synchronized by MLX's
 /// cross-stream dependencies, as in mlx-lm.
-fn call(what: &str, op: impl FnOnce(*mut mlx_sys::mlx_array, mlx_sys::mlx_stream) -> i32) -> Result<Array> {
+fn call(
+    what: &str,
+    op: impl FnOnce(*mut mlx_sys::mlx_array, mlx_sys::mlx_stream) -> i32,
+) -> Result<Array> {
     ffi_error::install();
     let stream = Stream::try_default_on_device(&Device::cpu())?;
     ffi_error::clear();

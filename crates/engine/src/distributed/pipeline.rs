@@ -62,7 +62,11 @@ impl Pipeline {
     /// This rank's stage of a decoder whose layer `i` holds `layer_bytes[i]`
     /// bytes; `keep_together`: layers that must run on one rank (Gemma 4's
     /// KV-shared layers and the layers they read).
-    pub fn stage(&self, layer_bytes: &[u64], keep_together: Option<Range<usize>>) -> Result<StageLayers> {
+    pub fn stage(
+        &self,
+        layer_bytes: &[u64],
+        keep_together: Option<Range<usize>>,
+    ) -> Result<StageLayers> {
         let size = self.group.size();
         // Every rank's offer, by rank (a collective: every rank loads alike).
         let own = [self.memory.unwrap_or(0) as i64];
@@ -70,8 +74,9 @@ impl Pipeline {
         all.eval()?;
         let memory: Vec<u64> = all.as_slice::<i64>().iter().map(|&m| m.max(0) as u64).collect();
         let known = memory.iter().all(|&m| m > 0);
-        let shares: Vec<f64> =
-            (0..size).map(|stage| if known { memory[size - 1 - stage] as f64 } else { 1.0 }).collect();
+        let shares: Vec<f64> = (0..size)
+            .map(|stage| if known { memory[size - 1 - stage] as f64 } else { 1.0 })
+            .collect();
         let stages = plan(layer_bytes, &shares, keep_together)?;
         if known {
             for (stage, layers) in stages.iter().enumerate() {
@@ -95,10 +100,16 @@ impl Pipeline {
 
 /// Contiguous ranges of layers, one per stage, in order: stage `s` near
 /// `shares[s] / sum(shares)` of the bytes (each holds at least one layer).
-pub fn plan(layer_bytes: &[u64], shares: &[f64], keep_together: Option<Range<usize>>) -> Result<Vec<Range<usize>>> {
+pub fn plan(
+    layer_bytes: &[u64],
+    shares: &[f64],
+    keep_together: Option<Range<usize>>,
+) -> Result<Vec<Range<usize>>> {
     let (n, stages) = (layer_bytes.len(), shares.len());
     if stages == 0 || n < stages {
-        return Err(Error::InvalidConfig(format!("{n} layers cannot be split into {stages} pipeline stages")));
+        return Err(Error::InvalidConfig(format!(
+            "{n} layers cannot be split into {stages} pipeline stages"
+        )));
     }
     let mut prefix = vec![0u64; n + 1];
     for (i, b) in layer_bytes.iter().enumerate() {
@@ -112,7 +123,9 @@ pub fn plan(layer_bytes: &[u64], shares: &[f64], keep_together: Option<Range<usi
         // Room for the stages before and after: one layer each at least.
         let (low, high) = (bounds[k - 1] + 1, n - (stages - k));
         let mut best = (low..=high)
-            .min_by(|&a, &b| (prefix[a] as f64 - target).abs().total_cmp(&(prefix[b] as f64 - target).abs()))
+            .min_by(|&a, &b| {
+                (prefix[a] as f64 - target).abs().total_cmp(&(prefix[b] as f64 - target).abs())
+            })
             .expect("low <= high: n >= stages");
         if let Some(together) = &keep_together {
             if together.start < best && best < together.end {
@@ -187,7 +200,11 @@ impl StageLayers {
     /// What this stage's forward pass returns: `finish(hidden)` (the final
     /// norm) on the last stage, else `hidden` sent on to the next stage
     /// (evaluating the result sends it).
-    pub fn leave(&self, hidden: Array, finish: impl FnOnce(&Array) -> Result<Array>) -> Result<Array> {
+    pub fn leave(
+        &self,
+        hidden: Array,
+        finish: impl FnOnce(&Array) -> Result<Array>,
+    ) -> Result<Array> {
         match &self.link {
             Some(p) if p.group.rank() > 0 => ops::send(&hidden, p.group.rank() - 1, &p.group),
             _ => finish(&hidden),
@@ -227,6 +244,9 @@ mod tests {
     #[test]
     fn fewer_layers_than_stages_is_refused() {
         let err = plan(&[1; 2], &[1.0; 3], None).unwrap_err();
-        assert!(err.to_string().contains("2 layers cannot be split into 3 pipeline stages"), "{err}");
+        assert!(
+            err.to_string().contains("2 layers cannot be split into 3 pipeline stages"),
+            "{err}"
+        );
     }
 }

@@ -18,10 +18,17 @@ use crate::{Error, Result};
 /// Joins the group `config` describes and loads this rank's share of the
 /// model at `path`, split as `config.split` says (every rank resolves
 /// [`Split::Auto`] the same way, from the model's files).
-fn join_and_load(path: &Path, opts: &LoadOptions, config: &GroupConfig) -> Result<(Rc<Group>, LoadedModel)> {
+fn join_and_load(
+    path: &Path,
+    opts: &LoadOptions,
+    config: &GroupConfig,
+) -> Result<(Rc<Group>, LoadedModel)> {
     let group = Rc::new(Group::init(config)?);
     let loaded = model::load_share(path, opts, share_of(path, config, &group)?)?;
-    tracing::info!(share = loaded.info.share.as_deref().unwrap_or("whole"), "loaded this rank's share");
+    tracing::info!(
+        share = loaded.info.share.as_deref().unwrap_or("whole"),
+        "loaded this rank's share"
+    );
     Ok((group, loaded))
 }
 
@@ -39,10 +46,18 @@ pub fn share_of(path: &Path, config: &GroupConfig, group: &Rc<Group>) -> Result<
 pub fn load_leader(path: &Path, opts: &LoadOptions, config: &GroupConfig) -> Result<LoadedModel> {
     let (group, loaded) = join_and_load(path, opts, config)?;
     if group.rank() != 0 {
-        return Err(Error::Distributed(format!("rank {} follows: only rank 0 serves", group.rank())));
+        return Err(Error::Distributed(format!(
+            "rank {} follows: only rank 0 serves",
+            group.rank()
+        )));
     }
     let LoadedModel { model, tokenizer, preprocessor, info } = loaded;
-    Ok(LoadedModel { model: Box::new(LeaderModel::new(model, group, config.heartbeat)?), tokenizer, preprocessor, info })
+    Ok(LoadedModel {
+        model: Box::new(LeaderModel::new(model, group, config.heartbeat)?),
+        tokenizer,
+        preprocessor,
+        info,
+    })
 }
 
 /// Joins the group (as a rank other than 0), loads this rank's share of the

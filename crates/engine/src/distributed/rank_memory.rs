@@ -39,10 +39,17 @@ impl RankMemory {
 
     /// Every rank's figures, rank 0 first (every rank calls this with its own).
     pub fn gather(self, group: &Group) -> Result<Vec<RankMemory>> {
-        let own = [self.rank as u64, self.weights_bytes, self.kv_bytes, self.active_bytes, self.peak_bytes];
+        let own = [
+            self.rank as u64,
+            self.weights_bytes,
+            self.kv_bytes,
+            self.active_bytes,
+            self.peak_bytes,
+        ];
         // As int64: byte counts pass 2^31 on any real model.
         let own: Vec<i64> = own.iter().map(|&v| v as i64).collect();
-        let all = ops::all_gather(&Array::from_slice(&own, &[1, FIELDS as i32]), group)?.as_dtype(Dtype::Int64)?;
+        let all = ops::all_gather(&Array::from_slice(&own, &[1, FIELDS as i32]), group)?
+            .as_dtype(Dtype::Int64)?;
         all.eval()?;
         Ok(all
             .as_slice::<i64>()

@@ -92,7 +92,8 @@ impl RingSecret {
     }
 
     fn proof(&self, role: &[u8], first: &[u8; 32], second: &[u8; 32]) -> Hmac<Sha256> {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        let mut mac =
+            Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
         mac.update(role);
         mac.update(first);
         mac.update(second);
@@ -131,8 +132,10 @@ impl RingGate {
         // The right neighbour: MLX dials a local listener of ours.
         let right = env.right();
         for (slot, &public) in env.hostfile.ranks[right].iter().enumerate() {
-            let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("ring gate listener", e))?;
-            mlx.ranks[right][slot] = listener.local_addr().map_err(|e| Error::io("ring gate listener", e))?;
+            let listener =
+                TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("ring gate listener", e))?;
+            mlx.ranks[right][slot] =
+                listener.local_addr().map_err(|e| Error::io("ring gate listener", e))?;
             let secret = secret.clone();
             thread::Builder::new()
                 .name(format!("ring-gate-out-{slot}"))
@@ -143,7 +146,11 @@ impl RingGate {
                 })
                 .map_err(|e| Error::io("ring gate thread", e))?;
         }
-        let mlx_hostfile = std::env::temp_dir().join(format!("vlm-ring-gate-{}-{}.json", std::process::id(), env.rank));
+        let mlx_hostfile = std::env::temp_dir().join(format!(
+            "vlm-ring-gate-{}-{}.json",
+            std::process::id(),
+            env.rank
+        ));
         mlx.write(&mlx_hostfile)?;
         Ok(Self { mlx_hostfile })
     }
@@ -187,7 +194,9 @@ fn admit_one(listener: TcpListener, local: SocketAddr, secret: &RingSecret, unti
             drop(listener);
             match connect_until(local, until) {
                 Ok(mlx) => join(peer, mlx),
-                Err(e) => tracing::error!(error = %e, "the ring gate could not reach MLX's own port"),
+                Err(e) => {
+                    tracing::error!(error = %e, "the ring gate could not reach MLX's own port")
+                }
             }
             return;
         }
@@ -210,14 +219,17 @@ fn admit_one(listener: TcpListener, local: SocketAddr, secret: &RingSecret, unti
             continue;
         }
         in_progress.fetch_add(1, Ordering::SeqCst);
-        let (secret, winner_tx, in_progress) = (secret.clone(), winner_tx.clone(), in_progress.clone());
+        let (secret, winner_tx, in_progress) =
+            (secret.clone(), winner_tx.clone(), in_progress.clone());
         let _ = thread::Builder::new().name("ring-gate-handshake".into()).spawn(move || {
             match accept_handshake(&stream, &secret) {
                 Ok(()) => {
                     tracing::info!(%from, "ring peer proved the shared secret");
                     let _ = winner_tx.send(stream);
                 }
-                Err(why) => tracing::warn!(%from, %why, "ring gate refused an unauthenticated peer"),
+                Err(why) => {
+                    tracing::warn!(%from, %why, "ring gate refused an unauthenticated peer")
+                }
             }
             in_progress.fetch_sub(1, Ordering::SeqCst);
         });
@@ -230,7 +242,12 @@ fn admit_one(listener: TcpListener, local: SocketAddr, secret: &RingSecret, unti
 /// Takes MLX's connection on `listener`, reaches the neighbour at `public`
 /// (retrying until `until`: it may still be starting), proves the secret
 /// and joins the two.
-fn dial_one(listener: TcpListener, public: SocketAddr, secret: &RingSecret, until: Instant) -> Result<()> {
+fn dial_one(
+    listener: TcpListener,
+    public: SocketAddr,
+    secret: &RingSecret,
+    until: Instant,
+) -> Result<()> {
     let (mlx, _) = listener.accept().map_err(|e| Error::io("ring gate listener", e))?;
     loop {
         let peer = connect_until(public, until)?;
@@ -243,13 +260,17 @@ fn dial_one(listener: TcpListener, public: SocketAddr, secret: &RingSecret, unti
             // or not a rank at all. Nothing to retry.
             Err(HandshakeError::Refused(why)) => {
                 let _ = mlx.shutdown(Shutdown::Both);
-                return Err(Error::Distributed(format!("{public} did not prove the ring's shared secret: {why}")));
+                return Err(Error::Distributed(format!(
+                    "{public} did not prove the ring's shared secret: {why}"
+                )));
             }
             Err(HandshakeError::Io(e)) if Instant::now() < until => {
                 tracing::debug!(peer = %public, error = %e, "ring handshake cut; retrying");
                 thread::sleep(Duration::from_millis(200));
             }
-            Err(HandshakeError::Io(e)) => return Err(Error::Distributed(format!("handshake with {public}: {e}"))),
+            Err(HandshakeError::Io(e)) => {
+                return Err(Error::Distributed(format!("handshake with {public}: {e}")))
+            }
         }
     }
 }
@@ -261,7 +282,9 @@ fn connect_until(addr: SocketAddr, until: Instant) -> Result<TcpStream> {
                 let _ = s.set_nodelay(true);
                 return Ok(s);
             }
-            Err(e) if Instant::now() >= until => return Err(Error::Distributed(format!("cannot connect to {addr}: {e}"))),
+            Err(e) if Instant::now() >= until => {
+                return Err(Error::Distributed(format!("cannot connect to {addr}: {e}")))
+            }
             Err(_) => thread::sleep(Duration::from_millis(100)),
         }
     }
@@ -292,7 +315,10 @@ impl std::fmt::Display for HandshakeError {
 
 /// The listening side: hello and nonce out; the dialer's nonce and proof
 /// in, checked; our proof out.
-fn accept_handshake(mut stream: &TcpStream, secret: &RingSecret) -> std::result::Result<(), HandshakeError> {
+fn accept_handshake(
+    mut stream: &TcpStream,
+    secret: &RingSecret,
+) -> std::result::Result<(), HandshakeError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let ours = nonce()?;
@@ -316,13 +342,18 @@ fn accept_handshake(mut stream: &TcpStream, secret: &RingSecret) -> std::result:
 
 /// The dialing side: the listener's hello and nonce in; our nonce and proof
 /// out; the listener's proof in, checked.
-fn dial_handshake(mut stream: &TcpStream, secret: &RingSecret) -> std::result::Result<(), HandshakeError> {
+fn dial_handshake(
+    mut stream: &TcpStream,
+    secret: &RingSecret,
+) -> std::result::Result<(), HandshakeError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let mut hello = [0u8; 16];
     stream.read_exact(&mut hello)?;
     if &hello != HELLO {
-        return Err(HandshakeError::Refused("it did not greet as a ring gate (is VLM_RING_SECRET set on every rank?)"));
+        return Err(HandshakeError::Refused(
+            "it did not greet as a ring gate (is VLM_RING_SECRET set on every rank?)",
+        ));
     }
     let mut theirs = [0u8; 32];
     stream.read_exact(&mut theirs)?;
@@ -332,10 +363,9 @@ fn dial_handshake(mut stream: &TcpStream, secret: &RingSecret) -> std::result::R
     stream.write_all(&secret.proof(b"dialer", &theirs, &ours).finalize().into_bytes())?;
     let mut proof = [0u8; 32];
     stream.read_exact(&mut proof)?;
-    secret
-        .proof(b"listener", &ours, &theirs)
-        .verify_slice(&proof)
-        .map_err(|_| HandshakeError::Refused("its proof of the secret is wrong (another secret?)"))?;
+    secret.proof(b"listener", &ours, &theirs).verify_slice(&proof).map_err(|_| {
+        HandshakeError::Refused("its proof of the secret is wrong (another secret?)")
+    })?;
     clear_timeouts(stream)
 }
 
@@ -395,13 +425,15 @@ mod tests {
         let secret = RingSecret::new(b"0123456789abcdef-one").unwrap();
         let (listening, dialing) = pair();
         let s = secret.clone();
-        let listener = thread::spawn(move || accept_handshake(&listening, &s).map_err(|e| e.to_string()));
+        let listener =
+            thread::spawn(move || accept_handshake(&listening, &s).map_err(|e| e.to_string()));
         assert!(dial_handshake(&dialing, &secret).is_ok());
         assert!(listener.join().unwrap().is_ok());
 
         let other = RingSecret::new(b"0123456789abcdef-two").unwrap();
         let (listening, dialing) = pair();
-        let listener = thread::spawn(move || accept_handshake(&listening, &secret).map_err(|e| e.to_string()));
+        let listener =
+            thread::spawn(move || accept_handshake(&listening, &secret).map_err(|e| e.to_string()));
         // The dialer sends its (wrong) proof, then waits for the listener's,
         // which never comes: the listener closed the connection.
         assert!(dial_handshake(&dialing, &other).is_err());
@@ -413,8 +445,10 @@ mod tests {
     fn random_bytes_are_refused_and_a_short_secret_is_not_taken() {
         let secret = RingSecret::new(&[7u8; 32]).unwrap();
         let (listening, mut stranger) = pair();
-        let listener = thread::spawn(move || accept_handshake(&listening, &secret).map_err(|e| e.to_string()));
-        let junk: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        let listener =
+            thread::spawn(move || accept_handshake(&listening, &secret).map_err(|e| e.to_string()));
+        let junk: Vec<u8> =
+            (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
         let _ = stranger.write_all(&junk);
         let refused = listener.join().unwrap().unwrap_err();
         assert!(refused.contains("did not greet"), "{refused}");

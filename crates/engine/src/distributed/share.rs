@@ -29,12 +29,16 @@ pub fn share_bytes(message: Option<&[u8]>, group: &Group) -> Result<Vec<u8>> {
     let len = message.map_or(0, <[u8]>::len);
     // int32 is the widest integer the ring sums everywhere; 2 GiB per message
     // is far beyond a step plan or a request.
-    let len = i32::try_from(len).map_err(|_| Error::Distributed(format!("a message of {len} bytes is too long to share")))?;
+    let len = i32::try_from(len).map_err(|_| {
+        Error::Distributed(format!("a message of {len} bytes is too long to share"))
+    })?;
     let total = ops::all_sum(&Array::from_slice(&[len], &[1]), group)?;
     total.eval()?;
     let len = total.as_slice::<i32>()[0];
     if len < 0 {
-        return Err(Error::Distributed(format!("a shared length of {len} bytes: the ranks are out of step")));
+        return Err(Error::Distributed(format!(
+            "a shared length of {len} bytes: the ranks are out of step"
+        )));
     }
     if len == 0 {
         return Ok(Vec::new());

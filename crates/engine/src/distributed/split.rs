@@ -41,10 +41,18 @@ impl Split {
         let config: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Error::InvalidConfig(format!("{}: {e}", config_path.display())))?;
         let family = registry::family(&registry::model_type(&config)?);
-        let heads = config.get("num_attention_heads").and_then(|v| v.as_u64()).unwrap_or(0) as usize;
-        let kv_heads = config.get("num_key_value_heads").and_then(|v| v.as_u64()).map_or(heads, |v| v as usize);
+        let heads =
+            config.get("num_attention_heads").and_then(|v| v.as_u64()).unwrap_or(0) as usize;
+        let kv_heads = config
+            .get("num_key_value_heads")
+            .and_then(|v| v.as_u64())
+            .map_or(heads, |v| v as usize);
         let divides = heads > 0 && heads % ranks == 0 && kv_heads % ranks == 0;
-        Ok(if family.is_some_and(|f| f.tensor_parallel) && divides { Split::Tensor } else { Split::Pipeline })
+        Ok(if family.is_some_and(|f| f.tensor_parallel) && divides {
+            Split::Tensor
+        } else {
+            Split::Pipeline
+        })
     }
 }
 
@@ -79,13 +87,24 @@ mod tests {
 
     #[test]
     fn auto_is_tensor_where_the_family_has_it_and_the_heads_divide() {
-        let llama = folder(serde_json::json!({"model_type": "llama", "num_attention_heads": 8, "num_key_value_heads": 2}));
+        let llama = folder(
+            serde_json::json!({"model_type": "llama", "num_attention_heads": 8, "num_key_value_heads": 2}),
+        );
         assert_eq!(Split::Auto.resolve(llama.path(), 2).unwrap(), Split::Tensor);
         assert_eq!(Split::Auto.resolve(llama.path(), 3).unwrap(), Split::Pipeline);
-        assert_eq!(Split::Auto.resolve(llama.path(), 4).unwrap(), Split::Pipeline, "2 KV heads over 4 ranks");
-        let gemma = folder(serde_json::json!({"model_type": "gemma3_text", "num_attention_heads": 8}));
+        assert_eq!(
+            Split::Auto.resolve(llama.path(), 4).unwrap(),
+            Split::Pipeline,
+            "2 KV heads over 4 ranks"
+        );
+        let gemma =
+            folder(serde_json::json!({"model_type": "gemma3_text", "num_attention_heads": 8}));
         assert_eq!(Split::Auto.resolve(gemma.path(), 2).unwrap(), Split::Pipeline);
-        assert_eq!(Split::Tensor.resolve(gemma.path(), 2).unwrap(), Split::Tensor, "asked for: the loader refuses");
+        assert_eq!(
+            Split::Tensor.resolve(gemma.path(), 2).unwrap(),
+            Split::Tensor,
+            "asked for: the loader refuses"
+        );
         assert_eq!("pipeline".parse::<Split>().unwrap(), Split::Pipeline);
         assert!("layers".parse::<Split>().is_err());
     }

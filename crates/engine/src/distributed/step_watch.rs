@@ -78,14 +78,20 @@ impl StepWatch {
         let error = Error::Distributed(self.broken.get_or_init(|| why).clone());
         for (_, events) in lock(&self.in_flight).drain() {
             let _ = events.send(Event::Error(RequestError::from(&error)));
-            let _ = events.send(Event::Finished { reason: FinishReason::Error, stats: RequestStats::default() });
+            let _ = events.send(Event::Finished {
+                reason: FinishReason::Error,
+                stats: RequestStats::default(),
+            });
         }
         true
     }
 
     /// Checks `watch` every tenth of its limit on a thread of its own,
     /// until the watch is dropped, or breaks: then `on_break` runs there.
-    pub fn spawn_watchdog(watch: &Arc<StepWatch>, on_break: impl FnOnce(Error) + Send + 'static) -> std::io::Result<()> {
+    pub fn spawn_watchdog(
+        watch: &Arc<StepWatch>,
+        on_break: impl FnOnce(Error) + Send + 'static,
+    ) -> std::io::Result<()> {
         let weak: Weak<StepWatch> = Arc::downgrade(watch);
         let period = (watch.limit / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
         std::thread::Builder::new().name("step-watchdog".into()).spawn(move || loop {
@@ -129,7 +135,9 @@ mod tests {
         assert!(watch.broken().is_none());
         assert!(watch.check(began + Duration::from_secs(11)));
         assert_eq!(watch.broken().map(|e| e.code()), Some("DISTRIBUTED_ERROR"));
-        assert!(matches!(rx.try_recv(), Ok(Event::Error(e)) if e.message.contains("restart every rank")));
+        assert!(
+            matches!(rx.try_recv(), Ok(Event::Error(e)) if e.message.contains("restart every rank"))
+        );
         assert!(matches!(rx.try_recv(), Ok(Event::Finished { reason: FinishReason::Error, .. })));
         assert!(!watch.check(began + Duration::from_secs(30)), "it breaks once");
         assert!(rx.try_recv().is_err());

@@ -79,7 +79,8 @@ mod tests {
     fn quantized_attention_equals_attention_over_the_dequantized_cache() {
         let (b, heads, kv_heads, t, d) = (2, 6, 2, 40, 64);
         let normal = |shape: &[i32], seed: u64| {
-            mlx_rs::random::normal::<f32>(shape, None, None, &mlx_rs::random::key(seed).unwrap()).unwrap()
+            mlx_rs::random::normal::<f32>(shape, None, None, &mlx_rs::random::key(seed).unwrap())
+                .unwrap()
         };
         let k = normal(&[b, kv_heads, t, d], 1);
         let v = normal(&[b, kv_heads, t, d], 2);
@@ -90,7 +91,8 @@ mod tests {
             let kd = ops::dequantize(&kw, &ks, &kb, spec.group_size, bits).unwrap();
             let vd = ops::dequantize(&vw, &vs, &vb, spec.group_size, bits).unwrap();
             // Row 1 is left-padded by 5 columns.
-            let cols = ops::arange::<_, i32>(None, t, None).unwrap().reshape(&[1, 1, 1, t]).unwrap();
+            let cols =
+                ops::arange::<_, i32>(None, t, None).unwrap().reshape(&[1, 1, 1, t]).unwrap();
             let pads = Array::from_slice(&[0, 5], &[2, 1, 1, 1]);
             for (l, mask) in [
                 (1, AttentionMask::None),

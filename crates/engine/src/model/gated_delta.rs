@@ -70,7 +70,12 @@ pub struct GatedDeltaNet {
 impl GatedDeltaNet {
     /// Loads `path.*`. `hf_conv`: the checkpoint stores the kernel as Hugging
     /// Face does, `[channels, 1, kernel]`.
-    pub fn load(loader: &mut LayerLoader, path: &str, dims: GatedDeltaDims, hf_conv: bool) -> Result<Self> {
+    pub fn load(
+        loader: &mut LayerLoader,
+        path: &str,
+        dims: GatedDeltaDims,
+        hf_conv: bool,
+    ) -> Result<Self> {
         let d = dims;
         if d.key_heads < 1 || d.value_heads % d.key_heads != 0 {
             return Err(Error::InvalidConfig(format!(
@@ -85,13 +90,31 @@ impl GatedDeltaNet {
         } else {
             loader.float(&conv_name, &[channels, d.conv_kernel, 1])?
         };
-        let a_log = loader.weights.take(&format!("{path}.A_log"), &[d.value_heads])?.as_dtype(Dtype::Float32)?;
+        let a_log = loader
+            .weights
+            .take(&format!("{path}.A_log"), &[d.value_heads])?
+            .as_dtype(Dtype::Float32)?;
         Ok(Self {
             dims,
-            in_proj_qkv: loader.linear(&format!("{path}.in_proj_qkv"), d.hidden, channels, false)?,
+            in_proj_qkv: loader.linear(
+                &format!("{path}.in_proj_qkv"),
+                d.hidden,
+                channels,
+                false,
+            )?,
             in_proj_z: loader.linear(&format!("{path}.in_proj_z"), d.hidden, d.values(), false)?,
-            in_proj_b: loader.linear(&format!("{path}.in_proj_b"), d.hidden, d.value_heads, false)?,
-            in_proj_a: loader.linear(&format!("{path}.in_proj_a"), d.hidden, d.value_heads, false)?,
+            in_proj_b: loader.linear(
+                &format!("{path}.in_proj_b"),
+                d.hidden,
+                d.value_heads,
+                false,
+            )?,
+            in_proj_a: loader.linear(
+                &format!("{path}.in_proj_a"),
+                d.hidden,
+                d.value_heads,
+                false,
+            )?,
             conv_weight,
             a_log,
             dt_bias: loader.float(&format!("{path}.dt_bias"), &[d.value_heads])?,
@@ -112,7 +135,11 @@ impl GatedDeltaNet {
 
         let (conv_state, state) = match cache.recurrent_state(layer)? {
             Some([conv, state]) => (conv.clone(), state.clone()),
-            Some(_) => return Err(Error::Mlx(format!("layer {layer}: a recurrent state of another shape"))),
+            Some(_) => {
+                return Err(Error::Mlx(format!(
+                    "layer {layer}: a recurrent state of another shape"
+                )))
+            }
             None => (
                 ops::zeros_dtype(&[b, k_keep, d.conv_channels()], x.dtype())?,
                 ops::zeros_dtype(&[b, d.value_heads, d.value_dim, d.key_dim], Dtype::Float32)?,
@@ -128,12 +155,14 @@ impl GatedDeltaNet {
         let next_conv = match &real {
             Some(real) => {
                 let ends = real.as_dtype(Dtype::Int32)?.sum_axis(1, true)?;
-                let cols = ends.add(ops::arange::<_, i32>(None, k_keep, None)?.reshape(&[1, k_keep])?)?;
+                let cols =
+                    ends.add(ops::arange::<_, i32>(None, k_keep, None)?.reshape(&[1, k_keep])?)?;
                 conv_input.take_along_axis(&cols.expand_dims(-1)?, 1)?
             }
             None => conv_input.index((.., (l)..(l + k_keep), ..)),
         };
-        let conv_out = nn::silu(ops::conv1d(&conv_input, &self.conv_weight, 1, 0, 1, d.conv_channels())?)?;
+        let conv_out =
+            nn::silu(ops::conv1d(&conv_input, &self.conv_weight, 1, 0, 1, d.conv_channels())?)?;
 
         let parts = ops::split_at_indices(&conv_out, &[d.keys(), 2 * d.keys()], -1)?;
         let q = parts[0].reshape(&[b, l, d.key_heads, d.key_dim])?;
@@ -153,7 +182,9 @@ impl GatedDeltaNet {
     fn normalize_qk(&self, q: &Array, k: &Array) -> Result<(Array, Array)> {
         let inv = (self.dims.key_dim as f32).powf(-0.5);
         let eps = 1e-6 * inv * inv;
-        let scaled = |x: Array, s: f32| -> Result<Array> { Ok(x.multiply(Array::from_f32(s).as_dtype(x.dtype())?)?) };
+        let scaled = |x: Array, s: f32| -> Result<Array> {
+            Ok(x.multiply(Array::from_f32(s).as_dtype(x.dtype())?)?)
+        };
         let q = scaled(fast::rms_norm(q, None, eps)?, inv * inv)?;
         let k = scaled(fast::rms_norm(k, None, eps)?, inv)?;
         Ok((q, k))

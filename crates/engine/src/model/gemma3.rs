@@ -16,8 +16,8 @@ use super::layers::{gelu_tanh, Embedding, LayerLoader, Linear, RmsNorm};
 use super::registry::Family;
 use super::rope::{Positions, Rope, RopeScaling, Rotation};
 use super::{LanguageModel, ModelShape};
-use crate::distributed::StageLayers;
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
+use crate::distributed::StageLayers;
 use crate::error::{Error, Result};
 use crate::weights::gguf::GgufImport;
 
@@ -108,7 +108,9 @@ impl Gemma3Args {
         let args: Self = serde_json::from_value(text.clone())
             .map_err(|e| Error::InvalidConfig(format!("gemma3_text config.json: {e}")))?;
         if args.sliding_window.is_none() {
-            return Err(Error::InvalidConfig("gemma3_text config.json has no sliding_window".into()));
+            return Err(Error::InvalidConfig(
+                "gemma3_text config.json has no sliding_window".into(),
+            ));
         }
         if args.num_attention_heads <= 0
             || args.num_key_value_heads <= 0
@@ -130,8 +132,13 @@ impl Gemma3Args {
                     args.num_hidden_layers
                 )));
             }
-            if let Some(bad) = types.iter().find(|t| !["sliding_attention", "full_attention"].contains(&t.as_str())) {
-                return Err(Error::InvalidConfig(format!("unknown layer type {bad:?} in layer_types")));
+            if let Some(bad) = types
+                .iter()
+                .find(|t| !["sliding_attention", "full_attention"].contains(&t.as_str()))
+            {
+                return Err(Error::InvalidConfig(format!(
+                    "unknown layer type {bad:?} in layer_types"
+                )));
             }
         }
         Ok(args)
@@ -150,7 +157,12 @@ impl Gemma3Args {
 }
 
 /// Gemma's RMSNorm scales by `1 + w` (the weight is stored centred on 0).
-pub(crate) fn gemma_norm(loader: &mut LayerLoader, path: &str, dim: i32, eps: f32) -> Result<RmsNorm> {
+pub(crate) fn gemma_norm(
+    loader: &mut LayerLoader,
+    path: &str,
+    dim: i32,
+    eps: f32,
+) -> Result<RmsNorm> {
     let mut norm = loader.rms_norm(path, dim, eps)?;
     norm.weight = norm.weight.add(Array::from_f32(1.0).as_dtype(norm.weight.dtype())?)?;
     Ok(norm)
@@ -228,14 +240,29 @@ impl Gemma3 {
                     scale,
                     global: args.is_global(i),
                 },
-                post_attention_layernorm: gemma_norm(loader, &format!("{p}.post_attention_layernorm"), d, eps)?,
-                pre_feedforward_layernorm: gemma_norm(loader, &format!("{p}.pre_feedforward_layernorm"), d, eps)?,
+                post_attention_layernorm: gemma_norm(
+                    loader,
+                    &format!("{p}.post_attention_layernorm"),
+                    d,
+                    eps,
+                )?,
+                pre_feedforward_layernorm: gemma_norm(
+                    loader,
+                    &format!("{p}.pre_feedforward_layernorm"),
+                    d,
+                    eps,
+                )?,
                 mlp: Mlp {
                     gate_proj: loader.linear(&format!("{m}.gate_proj"), d, ff, false)?,
                     up_proj: loader.linear(&format!("{m}.up_proj"), d, ff, false)?,
                     down_proj: loader.linear(&format!("{m}.down_proj"), ff, d, false)?,
                 },
-                post_feedforward_layernorm: gemma_norm(loader, &format!("{p}.post_feedforward_layernorm"), d, eps)?,
+                post_feedforward_layernorm: gemma_norm(
+                    loader,
+                    &format!("{p}.post_feedforward_layernorm"),
+                    d,
+                    eps,
+                )?,
             });
         }
         let norm = gemma_norm(loader, "model.norm", d, eps)?;
@@ -247,7 +274,17 @@ impl Gemma3 {
         let local_rope = Rope::new(hd, args.rope_local_base_freq, false, None)?;
         let global_rope = Rope::new(hd, args.rope_theta, false, args.rope_scaling.as_ref())?;
         let embed_scale = half::bf16::from_f32((d as f32).sqrt()).to_f32();
-        Ok(Self { args, embed_tokens, embed_scale, layers, stage, norm, lm_head, local_rope, global_rope })
+        Ok(Self {
+            args,
+            embed_tokens,
+            embed_scale,
+            layers,
+            stage,
+            norm,
+            lm_head,
+            local_rope,
+            global_rope,
+        })
     }
 }
 
@@ -259,7 +296,13 @@ impl Gemma3 {
 }
 
 impl Attention {
-    fn forward(&self, x: &Array, layer: usize, rope: (&Rope, &Rotation), cache: &mut BatchCache) -> Result<Array> {
+    fn forward(
+        &self,
+        x: &Array,
+        layer: usize,
+        rope: (&Rope, &Rotation),
+        cache: &mut BatchCache,
+    ) -> Result<Array> {
         let (b, l) = (x.dim(0), x.dim(1));
         let split_heads = |t: Array, heads: i32| -> Result<Array> {
             Ok(t.reshape(&[b, l, heads, self.head_dim])?.transpose_axes(&[0, 2, 1, 3])?)
@@ -309,7 +352,13 @@ impl LanguageModel for Gemma3 {
     fn cache_layout(&self) -> CacheLayout {
         let window = self.args.sliding_window.expect("checked at parse") as usize;
         let kinds = (0..self.stage.total())
-            .map(|i| if self.args.is_global(i) { LayerCache::Full } else { LayerCache::Sliding { window } })
+            .map(|i| {
+                if self.args.is_global(i) {
+                    LayerCache::Full
+                } else {
+                    LayerCache::Sliding { window }
+                }
+            })
             .collect();
         CacheLayout::new(kinds).expect("no shared layers")
     }
@@ -319,13 +368,23 @@ impl LanguageModel for Gemma3 {
         Ok(h.multiply(Array::from_f32(self.embed_scale).as_dtype(h.dtype())?)?)
     }
 
-    fn forward_embeddings(&self, mut h: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+    fn forward_embeddings(
+        &self,
+        mut h: Array,
+        tokens: &Array,
+        positions: &Positions,
+        cache: &mut BatchCache,
+    ) -> Result<Array> {
         cache.begin_step(h.dim(1))?;
         let local = self.local_rope.prepare(positions)?;
         let global = self.global_rope.prepare(positions)?;
         h = self.stage.enter(h, tokens)?;
         for (i, block) in self.stage.layers().zip(&self.layers) {
-            let rope = if block.self_attn.global { (&self.global_rope, &global) } else { (&self.local_rope, &local) };
+            let rope = if block.self_attn.global {
+                (&self.global_rope, &global)
+            } else {
+                (&self.local_rope, &local)
+            };
             let a = block.self_attn.forward(&block.input_layernorm.forward(&h)?, i, rope, cache)?;
             h = residual(&h, &block.post_attention_layernorm.forward(&a)?)?;
             let m = block.mlp.forward(&block.pre_feedforward_layernorm.forward(&h)?)?;

@@ -79,12 +79,14 @@ impl Gemma3Vl {
         let (width, eps) = (cfg.width, cfg.eps);
         let tower = Siglip::load(cfg, TOWER, loader)?;
         let norm = gemma_norm(loader, &format!("{PROJECTOR}.mm_soft_emb_norm"), width, eps)?;
-        let projection = loader.float(&format!("{PROJECTOR}.mm_input_projection_weight"), &[width, text_hidden])?;
+        let projection = loader
+            .float(&format!("{PROJECTOR}.mm_input_projection_weight"), &[width, text_hidden])?;
         let image_token_id = ["image_token_index", "image_token_id"]
             .iter()
             .find_map(|k| config.get(*k).and_then(Value::as_u64))
             .map_or(DEFAULT_IMAGE_TOKEN_ID, |x| x as u32);
-        let vision = Gemma3Vision { tower, norm, projection, tokens_per_side, text_hidden, image_token_id };
+        let vision =
+            Gemma3Vision { tower, norm, projection, tokens_per_side, text_hidden, image_token_id };
         Ok(WithVision { language, vision })
     }
 }
@@ -122,7 +124,10 @@ impl VisionTower for Gemma3Vision {
         let (side, t) = (self.tower.config().side(), self.tokens_per_side);
         let (k, width) = (side / t, hidden.dim(1));
         // Average pooling over k×k windows of the raster-ordered patch grid.
-        let pooled = hidden.reshape(&[t, k, t, k, width])?.mean_axes(&[1, 3], false)?.reshape(&[t * t, width])?;
+        let pooled = hidden
+            .reshape(&[t, k, t, k, width])?
+            .mean_axes(&[1, 3], false)?
+            .reshape(&[t * t, width])?;
         let projected = ops::matmul(&self.norm.forward(&pooled)?, &self.projection)?;
         let h = self.text_hidden as f32;
         let scaled = projected

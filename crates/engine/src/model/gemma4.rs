@@ -31,8 +31,8 @@ use super::moe::{unstack_gate_up, Experts, GateActivation};
 use super::registry::Family;
 use super::rope::{Positions, Rope, Rotation};
 use super::{LanguageModel, ModelShape};
-use crate::distributed::StageLayers;
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
+use crate::distributed::StageLayers;
 use crate::error::{Error, Result};
 
 pub const FAMILY: Family = Family {
@@ -45,7 +45,8 @@ pub const FAMILY: Family = Family {
 };
 
 /// Tensors of the towers a text-only load skips.
-pub const TOWERS: &[&str] = &["vision_tower.", "multi_modal_projector.", "audio_tower.", "embed_audio.", "embed_vision."];
+pub const TOWERS: &[&str] =
+    &["vision_tower.", "multi_modal_projector.", "audio_tower.", "embed_audio.", "embed_vision."];
 
 /// One kind of layer's RoPE (`rope_parameters.full_attention` /
 /// `.sliding_attention`).
@@ -134,7 +135,9 @@ impl Gemma4Args {
         let args: Self = serde_json::from_value(text.clone())
             .map_err(|e| Error::InvalidConfig(format!("gemma4_text config.json: {e}")))?;
         if args.sliding_window.is_none() {
-            return Err(Error::InvalidConfig("gemma4_text config.json has no sliding_window".into()));
+            return Err(Error::InvalidConfig(
+                "gemma4_text config.json has no sliding_window".into(),
+            ));
         }
         if args.enable_moe_block {
             match (args.num_experts, args.top_k_experts, args.moe_intermediate_size) {
@@ -148,8 +151,11 @@ impl Gemma4Args {
                 }
             }
         }
-        let heads_ok = |kv: i32| kv > 0 && args.num_attention_heads > 0 && args.num_attention_heads % kv == 0;
-        if !heads_ok(args.num_key_value_heads) || !args.num_global_key_value_heads.is_none_or(heads_ok) {
+        let heads_ok =
+            |kv: i32| kv > 0 && args.num_attention_heads > 0 && args.num_attention_heads % kv == 0;
+        if !heads_ok(args.num_key_value_heads)
+            || !args.num_global_key_value_heads.is_none_or(heads_ok)
+        {
             return Err(Error::InvalidConfig(format!(
                 "num_attention_heads {} must be a positive multiple of the key/value heads",
                 args.num_attention_heads
@@ -169,8 +175,13 @@ impl Gemma4Args {
                     types.len()
                 )));
             }
-            if let Some(bad) = types.iter().find(|t| !["sliding_attention", "full_attention"].contains(&t.as_str())) {
-                return Err(Error::InvalidConfig(format!("unknown layer type {bad:?} in layer_types")));
+            if let Some(bad) = types
+                .iter()
+                .find(|t| !["sliding_attention", "full_attention"].contains(&t.as_str()))
+            {
+                return Err(Error::InvalidConfig(format!(
+                    "unknown layer type {bad:?} in layer_types"
+                )));
             }
         }
         if args.sliding_window_pattern < 1 {
@@ -200,9 +211,13 @@ impl Gemma4Args {
         if i < first {
             return Ok(None);
         }
-        (0..first).rev().find(|&j| self.is_global(j) == self.is_global(i)).map(Some).ok_or_else(|| {
-            Error::InvalidConfig(format!("KV-shared layer {i} has no earlier layer of its kind to read"))
-        })
+        (0..first).rev().find(|&j| self.is_global(j) == self.is_global(i)).map(Some).ok_or_else(
+            || {
+                Error::InvalidConfig(format!(
+                    "KV-shared layer {i} has no earlier layer of its kind to read"
+                ))
+            },
+        )
     }
 
     fn head_dim_of(&self, global: bool) -> i32 {
@@ -225,7 +240,12 @@ impl Gemma4Args {
         let params = self.rope_parameters.as_ref().and_then(|p| p.get(key));
         // mlx-lm's defaults when the config has no rope_parameters.
         let (theta, kind, partial, factor) = match params {
-            Some(p) => (p.rope_theta, p.rope_type.as_deref().unwrap_or("default"), p.partial_rotary_factor.unwrap_or(1.0), p.factor.unwrap_or(1.0)),
+            Some(p) => (
+                p.rope_theta,
+                p.rope_type.as_deref().unwrap_or("default"),
+                p.partial_rotary_factor.unwrap_or(1.0),
+                p.factor.unwrap_or(1.0),
+            ),
             None if global => (1_000_000.0, "proportional", 0.25, 1.0),
             None => (10_000.0, "default", 1.0, 1.0),
         };
@@ -235,7 +255,9 @@ impl Gemma4Args {
             "proportional" if !self.rope_traditional => {
                 Rope::proportional(dims, (dims as f32 * partial) as i32, theta, factor)
             }
-            other => Err(Error::InvalidConfig(format!("Gemma 4 {key} rope_type {other:?} is not supported"))),
+            other => Err(Error::InvalidConfig(format!(
+                "Gemma 4 {key} rope_type {other:?} is not supported"
+            ))),
         }
     }
 }
@@ -308,9 +330,14 @@ impl Router {
     fn route(&self, x: &Array) -> Result<(Array, Array)> {
         let scores = self.proj.forward(&fast::rms_norm(x, Some(&self.norm_weight), self.eps)?)?;
         let (experts, k) = (scores.dim(-1), self.top_k);
-        let chosen = ops::argpartition_axis(&scores, experts - k, -1)?.index((.., .., (experts - k)..));
+        let chosen =
+            ops::argpartition_axis(&scores, experts - k, -1)?.index((.., .., (experts - k)..));
         let weights = ops::softmax_axis(&scores.take_along_axis(&chosen, -1)?, -1, true)?;
-        let weights = weights.multiply(self.per_expert_scale.take_axis(&chosen.flatten(None, None)?, 0)?.reshape(chosen.shape())?)?;
+        let weights = weights.multiply(
+            self.per_expert_scale
+                .take_axis(&chosen.flatten(None, None)?, 0)?
+                .reshape(chosen.shape())?,
+        )?;
         Ok((chosen, weights))
     }
 }
@@ -320,12 +347,14 @@ impl MoeBranch {
         let (d, eps) = (args.hidden_size, args.rms_norm_eps);
         let experts = args.num_experts.expect("checked at parse");
         let scale = loader.float(&format!("{p}.router.scale"), &[d])?;
-        let norm_weight = scale.multiply(Array::from_f32((d as f32).powf(-0.5)).as_dtype(scale.dtype())?)?;
+        let norm_weight =
+            scale.multiply(Array::from_f32((d as f32).powf(-0.5)).as_dtype(scale.dtype())?)?;
         Ok(MoeBranch {
             router: Router {
                 proj: loader.linear(&format!("{p}.router.proj"), d, experts, false)?,
                 norm_weight,
-                per_expert_scale: loader.float(&format!("{p}.router.per_expert_scale"), &[experts])?,
+                per_expert_scale: loader
+                    .float(&format!("{p}.router.per_expert_scale"), &[experts])?,
                 top_k: args.top_k_experts.expect("checked at parse"),
                 eps,
             },
@@ -338,8 +367,16 @@ impl MoeBranch {
                 GateActivation::GeluApprox,
             )?,
             pre_norm: loader.rms_norm(&format!("{p}.pre_feedforward_layernorm_2"), d, eps)?,
-            post_norm_dense: loader.rms_norm(&format!("{p}.post_feedforward_layernorm_1"), d, eps)?,
-            post_norm_experts: loader.rms_norm(&format!("{p}.post_feedforward_layernorm_2"), d, eps)?,
+            post_norm_dense: loader.rms_norm(
+                &format!("{p}.post_feedforward_layernorm_1"),
+                d,
+                eps,
+            )?,
+            post_norm_experts: loader.rms_norm(
+                &format!("{p}.post_feedforward_layernorm_2"),
+                d,
+                eps,
+            )?,
         })
     }
 }
@@ -396,31 +433,53 @@ impl Gemma4 {
                 let k_eq_v = args.attention_k_eq_v && global;
                 Some(KeyValue {
                     k_proj: loader.linear(&format!("{a}.k_proj"), d, kv_heads * hd, false)?,
-                    v_proj: if k_eq_v { None } else { Some(loader.linear(&format!("{a}.v_proj"), d, kv_heads * hd, false)?) },
+                    v_proj: if k_eq_v {
+                        None
+                    } else {
+                        Some(loader.linear(&format!("{a}.v_proj"), d, kv_heads * hd, false)?)
+                    },
                     k_norm: loader.rms_norm(&format!("{a}.k_norm"), hd, eps)?,
                     eps,
                 })
             };
-            let ff = args.intermediate_size * if shared && args.use_double_wide_mlp { 2 } else { 1 };
+            let ff =
+                args.intermediate_size * if shared && args.use_double_wide_mlp { 2 } else { 1 };
             let m = format!("{p}.mlp");
             let per_layer = if width > 0 {
                 Some(PerLayerGate {
-                    input_gate: loader.linear(&format!("{p}.per_layer_input_gate"), d, width, false)?,
-                    projection: loader.linear(&format!("{p}.per_layer_projection"), width, d, false)?,
+                    input_gate: loader.linear(
+                        &format!("{p}.per_layer_input_gate"),
+                        d,
+                        width,
+                        false,
+                    )?,
+                    projection: loader.linear(
+                        &format!("{p}.per_layer_projection"),
+                        width,
+                        d,
+                        false,
+                    )?,
                     norm: loader.rms_norm(&format!("{p}.post_per_layer_input_norm"), d, eps)?,
                 })
             } else {
                 None
             };
             let moe = if args.enable_moe_block {
-                unstack_gate_up(loader, &format!("{p}.experts"), &format!("{p}.experts.switch_glu"))?;
+                unstack_gate_up(
+                    loader,
+                    &format!("{p}.experts"),
+                    &format!("{p}.experts.switch_glu"),
+                )?;
                 Some(MoeBranch::load(loader, &p, &args)?)
             } else {
                 None
             };
             let scalar_name = format!("{p}.layer_scalar");
-            let layer_scalar =
-                if loader.weights.contains(&scalar_name) { Some(loader.float(&scalar_name, &[1])?) } else { None };
+            let layer_scalar = if loader.weights.contains(&scalar_name) {
+                Some(loader.float(&scalar_name, &[1])?)
+            } else {
+                None
+            };
             layers.push(Block {
                 input_layernorm: loader.rms_norm(&format!("{p}.input_layernorm"), d, eps)?,
                 self_attn: Attention {
@@ -433,14 +492,26 @@ impl Gemma4 {
                     head_dim: hd,
                     global,
                 },
-                post_attention_layernorm: loader.rms_norm(&format!("{p}.post_attention_layernorm"), d, eps)?,
-                pre_feedforward_layernorm: loader.rms_norm(&format!("{p}.pre_feedforward_layernorm"), d, eps)?,
+                post_attention_layernorm: loader.rms_norm(
+                    &format!("{p}.post_attention_layernorm"),
+                    d,
+                    eps,
+                )?,
+                pre_feedforward_layernorm: loader.rms_norm(
+                    &format!("{p}.pre_feedforward_layernorm"),
+                    d,
+                    eps,
+                )?,
                 mlp: Mlp {
                     gate_proj: loader.linear(&format!("{m}.gate_proj"), d, ff, false)?,
                     up_proj: loader.linear(&format!("{m}.up_proj"), d, ff, false)?,
                     down_proj: loader.linear(&format!("{m}.down_proj"), ff, d, false)?,
                 },
-                post_feedforward_layernorm: loader.rms_norm(&format!("{p}.post_feedforward_layernorm"), d, eps)?,
+                post_feedforward_layernorm: loader.rms_norm(
+                    &format!("{p}.post_feedforward_layernorm"),
+                    d,
+                    eps,
+                )?,
                 per_layer,
                 layer_scalar,
                 moe,
@@ -454,12 +525,21 @@ impl Gemma4 {
             // biggest tensor, so it splits with the layers.
             let first = stage.layers().start as i32 * width;
             let columns = first..first + stage.layers().len() as i32 * width;
-            let (table, table_columns) =
-                loader.embedding_columns("model.embed_tokens_per_layer", vocab, n * width, columns.clone())?;
+            let (table, table_columns) = loader.embedding_columns(
+                "model.embed_tokens_per_layer",
+                vocab,
+                n * width,
+                columns.clone(),
+            )?;
             Some(PerLayerInputs {
                 table,
                 table_columns,
-                model_projection: loader.linear_rows("model.per_layer_model_projection", d, n * width, columns)?,
+                model_projection: loader.linear_rows(
+                    "model.per_layer_model_projection",
+                    d,
+                    n * width,
+                    columns,
+                )?,
                 projection_norm: loader.rms_norm("model.per_layer_projection_norm", width, eps)?,
                 width,
             })
@@ -474,34 +554,56 @@ impl Gemma4 {
         };
         let local_rope = args.rope(false)?;
         let global_rope = args.rope(true)?;
-        Ok(Self { args, embed_tokens, layers, stage, norm, lm_head, per_layer_inputs, local_rope, global_rope })
+        Ok(Self {
+            args,
+            embed_tokens,
+            layers,
+            stage,
+            norm,
+            lm_head,
+            per_layer_inputs,
+            local_rope,
+            global_rope,
+        })
     }
 
     /// `[B, L, layers, width]`: each token's per-layer inputs for this
     /// process's layers, from its id and its (scaled) input embedding.
     fn per_layer_inputs(&self, p: &PerLayerInputs, tokens: &Array, h: &Array) -> Result<Array> {
         let (b, l, layers) = (h.dim(0), h.dim(1), self.stage.layers().len() as i32);
-        let scaled = |x: Array, s: f32| -> Result<Array> { Ok(x.multiply(Array::from_f32(s).as_dtype(x.dtype())?)?) };
+        let scaled = |x: Array, s: f32| -> Result<Array> {
+            Ok(x.multiply(Array::from_f32(s).as_dtype(x.dtype())?)?)
+        };
         let mut from_ids = p.table.forward_scaled(tokens, (p.width as f32).sqrt())?;
         if let Some(columns) = &p.table_columns {
             from_ids = from_ids.index((.., .., columns.clone()));
         }
         let from_ids = from_ids.reshape(&[b, l, layers, p.width])?;
-        let projected = scaled(p.model_projection.forward(h)?, (self.args.hidden_size as f32).powf(-0.5))?
-            .reshape(&[b, l, layers, p.width])?;
+        let projected =
+            scaled(p.model_projection.forward(h)?, (self.args.hidden_size as f32).powf(-0.5))?
+                .reshape(&[b, l, layers, p.width])?;
         let projected = p.projection_norm.forward(&projected)?;
         scaled(projected.add(from_ids)?, 0.5f32.sqrt())
     }
 }
 
 impl Attention {
-    fn forward(&self, x: &Array, layer: usize, rope: (&Rope, &Rotation), cache: &mut BatchCache) -> Result<Array> {
+    fn forward(
+        &self,
+        x: &Array,
+        layer: usize,
+        rope: (&Rope, &Rotation),
+        cache: &mut BatchCache,
+    ) -> Result<Array> {
         let (b, l) = (x.dim(0), x.dim(1));
         let split_heads = |t: Array, heads: i32| -> Result<Array> {
             Ok(t.reshape(&[b, l, heads, self.head_dim])?.transpose_axes(&[0, 2, 1, 3])?)
         };
         let (rope, rotation) = rope;
-        let q = rope.rotate(&self.q_norm.forward(&split_heads(self.q_proj.forward(x)?, self.heads)?)?, rotation)?;
+        let q = rope.rotate(
+            &self.q_norm.forward(&split_heads(self.q_proj.forward(x)?, self.heads)?)?,
+            rotation,
+        )?;
         let (kv, mask) = match &self.kv {
             None => cache.shared(layer)?,
             Some(kv) => {
@@ -563,7 +665,13 @@ impl LanguageModel for Gemma4 {
         self.embed_tokens.forward_scaled(tokens, (self.args.hidden_size as f32).sqrt())
     }
 
-    fn forward_embeddings(&self, mut h: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+    fn forward_embeddings(
+        &self,
+        mut h: Array,
+        tokens: &Array,
+        positions: &Positions,
+        cache: &mut BatchCache,
+    ) -> Result<Array> {
         let per_layer = match &self.per_layer_inputs {
             Some(p) => Some(self.per_layer_inputs(p, tokens, &h)?),
             None => None,
@@ -573,7 +681,11 @@ impl LanguageModel for Gemma4 {
         let global = self.global_rope.prepare(positions)?;
         h = self.stage.enter(h, tokens)?;
         for (i, block) in self.stage.layers().zip(&self.layers) {
-            let rope = if block.self_attn.global { (&self.global_rope, &global) } else { (&self.local_rope, &local) };
+            let rope = if block.self_attn.global {
+                (&self.global_rope, &global)
+            } else {
+                (&self.local_rope, &local)
+            };
             let a = block.self_attn.forward(&block.input_layernorm.forward(&h)?, i, rope, cache)?;
             h = h.add(block.post_attention_layernorm.forward(&a)?)?;
             let mut m = block.mlp.forward(&block.pre_feedforward_layernorm.forward(&h)?)?;

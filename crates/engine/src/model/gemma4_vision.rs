@@ -42,7 +42,9 @@ impl Gemma4VisionConfig {
         let int = |key: &str, default: i64| -> Result<i32> {
             match v.get(key).and_then(Value::as_i64).unwrap_or(default) {
                 x if x > 0 => Ok(x as i32),
-                x => Err(Error::InvalidConfig(format!("vision_config.{key} must be positive, got {x}"))),
+                x => Err(Error::InvalidConfig(format!(
+                    "vision_config.{key} must be positive, got {x}"
+                ))),
             }
         };
         let heads = int("num_attention_heads", 12)?;
@@ -51,7 +53,10 @@ impl Gemma4VisionConfig {
             mlp_hidden: int("intermediate_size", 3072)?,
             layers: int("num_hidden_layers", 16)?,
             heads,
-            kv_heads: v.get("num_key_value_heads").and_then(Value::as_i64).map_or(heads, |x| x as i32),
+            kv_heads: v
+                .get("num_key_value_heads")
+                .and_then(Value::as_i64)
+                .map_or(heads, |x| x as i32),
             head_dim: int("head_dim", 64)?,
             eps: v.get("rms_norm_eps").and_then(Value::as_f64).unwrap_or(1e-6) as f32,
             patch_size: int("patch_size", 16)?,
@@ -147,17 +152,27 @@ pub struct Gemma4VisionTower {
 
 impl Gemma4VisionTower {
     /// Loads from `vision_tower.*` and `embed_vision.*`.
-    pub fn load(cfg: Gemma4VisionConfig, text_width: i32, loader: &mut LayerLoader) -> Result<Self> {
+    pub fn load(
+        cfg: Gemma4VisionConfig,
+        text_width: i32,
+        loader: &mut LayerLoader,
+    ) -> Result<Self> {
         let (w, p) = (cfg.width, cfg.patch_size);
-        let input_proj = loader.linear("vision_tower.patch_embedder.input_proj", 3 * p * p, w, false)?;
-        let positions = loader.float("vision_tower.patch_embedder.position_embedding_table", &[2, cfg.position_table, w])?;
+        let input_proj =
+            loader.linear("vision_tower.patch_embedder.input_proj", 3 * p * p, w, false)?;
+        let positions = loader.float(
+            "vision_tower.patch_embedder.position_embedding_table",
+            &[2, cfg.position_table, w],
+        )?;
         let (q_out, kv_out) = (cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim);
         let mut blocks = Vec::with_capacity(cfg.layers as usize);
         for i in 0..cfg.layers {
             let l = format!("vision_tower.encoder.layers.{i}");
             let a = format!("{l}.self_attn");
             let m = format!("{l}.mlp");
-            let norm = |loader: &mut LayerLoader, name: &str, dim: i32| loader.rms_norm(name, dim, cfg.eps);
+            let norm = |loader: &mut LayerLoader, name: &str, dim: i32| {
+                loader.rms_norm(name, dim, cfg.eps)
+            };
             blocks.push(Block {
                 input_norm: norm(loader, &format!("{l}.input_layernorm"), w)?,
                 q: ClippedLinear::load(loader, &format!("{a}.q_proj"), w, q_out)?,
@@ -175,11 +190,15 @@ impl Gemma4VisionTower {
             });
         }
         let standardize = if cfg.standardize {
-            Some((loader.float("vision_tower.std_bias", &[w])?, loader.float("vision_tower.std_scale", &[w])?))
+            Some((
+                loader.float("vision_tower.std_bias", &[w])?,
+                loader.float("vision_tower.std_scale", &[w])?,
+            ))
         } else {
             None
         };
-        let projection = loader.linear("embed_vision.embedding_projection", w, text_width, false)?;
+        let projection =
+            loader.linear("embed_vision.embedding_projection", w, text_width, false)?;
         Ok(Self { cfg, input_proj, positions, blocks, standardize, projection })
     }
 
@@ -201,10 +220,15 @@ impl Gemma4VisionTower {
             )));
         }
         if gh.max(gw) > self.cfg.position_table {
-            return Err(Error::InvalidRequest(format!("an image of {gh}×{gw} patches is past the tower's position table")));
+            return Err(Error::InvalidRequest(format!(
+                "an image of {gh}×{gw} patches is past the tower's position table"
+            )));
         }
         let dtype = self.positions.dtype();
-        let x = pixels.as_dtype(dtype)?.subtract(Array::from_f32(0.5))?.multiply(Array::from_f32(2.0))?;
+        let x = pixels
+            .as_dtype(dtype)?
+            .subtract(Array::from_f32(0.5))?
+            .multiply(Array::from_f32(2.0))?;
         let x = self.input_proj.forward(&x)?;
         let cols: Vec<i32> = (0..n).map(|i| i % gw).collect();
         let rows: Vec<i32> = (0..n).map(|i| i / gw).collect();
@@ -218,11 +242,17 @@ impl Gemma4VisionTower {
     /// `[1, N, 1, head_dim]` cos and sin: the first half of each head turns
     /// with the column, the second with the row, each half as its own
     /// rotate-half RoPE (`base^(2i / half)`).
-    fn rope_tables(&self, cols: &[i32], rows: &[i32], dtype: mlx_rs::Dtype) -> Result<(Array, Array)> {
+    fn rope_tables(
+        &self,
+        cols: &[i32],
+        rows: &[i32],
+        dtype: mlx_rs::Dtype,
+    ) -> Result<(Array, Array)> {
         let half = self.cfg.head_dim / 2;
         let quarter = half / 2;
         let n = cols.len() as i32;
-        let exponents = ops::arange::<_, f32>(0, quarter, 1)?.multiply(Array::from_f32(2.0 / half as f32))?;
+        let exponents =
+            ops::arange::<_, f32>(0, quarter, 1)?.multiply(Array::from_f32(2.0 / half as f32))?;
         let timescale = ops::power(Array::from_f32(self.cfg.rope_theta), exponents)?;
         let angles = |pos: &[i32]| -> Result<Array> {
             let pos = Array::from_slice(pos, &[n, 1]).as_dtype(mlx_rs::Dtype::Float32)?;
@@ -248,7 +278,11 @@ impl Gemma4VisionTower {
     }
 
     /// Queues `blocks` (lazily); returns the hidden state to evaluate.
-    pub fn run_blocks(&self, enc: &mut Gemma4Encoding, blocks: std::ops::Range<usize>) -> Result<Array> {
+    pub fn run_blocks(
+        &self,
+        enc: &mut Gemma4Encoding,
+        blocks: std::ops::Range<usize>,
+    ) -> Result<Array> {
         let (heads, kv_heads, hd) = (self.cfg.heads, self.cfg.kv_heads, self.cfg.head_dim);
         for block in &self.blocks[blocks] {
             let x = &enc.hidden;
@@ -256,15 +290,22 @@ impl Gemma4VisionTower {
             let h = block.input_norm.forward(x)?.reshape(&[1, n, -1])?;
             let q = block.q_norm.forward(&block.q.forward(&h)?.reshape(&[1, n, heads, hd])?)?;
             let k = block.k_norm.forward(&block.k.forward(&h)?.reshape(&[1, n, kv_heads, hd])?)?;
-            let v = fast::rms_norm(&block.v.forward(&h)?.reshape(&[1, n, kv_heads, hd])?, None, self.cfg.eps)?;
+            let v = fast::rms_norm(
+                &block.v.forward(&h)?.reshape(&[1, n, kv_heads, hd])?,
+                None,
+                self.cfg.eps,
+            )?;
             let q = self.rotate(&q, enc)?.transpose_axes(&[0, 2, 1, 3])?;
             let k = self.rotate(&k, enc)?.transpose_axes(&[0, 2, 1, 3])?;
             let v = v.transpose_axes(&[0, 2, 1, 3])?;
             let o = attention::sdpa(&q, &k, &v, 1.0, &AttentionMask::None)?;
-            let o = block.o.forward(&o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[n, heads * hd])?)?;
+            let o =
+                block.o.forward(&o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[n, heads * hd])?)?;
             let x = x.add(block.post_attention_norm.forward(&o)?)?;
             let m = block.pre_mlp_norm.forward(&x)?;
-            let m = block.down.forward(&gelu_tanh(&block.gate.forward(&m)?)?.multiply(block.up.forward(&m)?)?)?;
+            let m = block
+                .down
+                .forward(&gelu_tanh(&block.gate.forward(&m)?)?.multiply(block.up.forward(&m)?)?)?;
             enc.hidden = x.add(block.post_mlp_norm.forward(&m)?)?;
         }
         Ok(enc.hidden.clone())

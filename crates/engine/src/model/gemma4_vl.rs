@@ -49,7 +49,10 @@ fn load(config: &Value, loader: &mut LayerLoader) -> Result<Box<dyn LanguageMode
     let names: Vec<String> = loader.weights.names().map(str::to_owned).collect();
     for name in names {
         if let Some(rest) = name.strip_prefix("model.") {
-            if ["vision_tower.", "embed_vision.", "audio_tower.", "embed_audio."].iter().any(|t| rest.starts_with(t)) {
+            if ["vision_tower.", "embed_vision.", "audio_tower.", "embed_audio."]
+                .iter()
+                .any(|t| rest.starts_with(t))
+            {
                 loader.weights.rename(&name, rest);
             }
         }
@@ -65,14 +68,19 @@ fn load(config: &Value, loader: &mut LayerLoader) -> Result<Box<dyn LanguageMode
     let vision_json = config.get("vision_config").cloned().unwrap_or(Value::Null);
     let cfg = Gemma4VisionConfig::parse(&vision_json)?;
     let tower = Gemma4VisionTower::load(cfg, language.shape_hidden(), loader)?;
-    let image_token_id =
-        config.get("image_token_id").and_then(Value::as_u64).map_or(DEFAULT_IMAGE_TOKEN_ID, |x| x as u32);
+    let image_token_id = config
+        .get("image_token_id")
+        .and_then(Value::as_u64)
+        .map_or(DEFAULT_IMAGE_TOKEN_ID, |x| x as u32);
     let bidirectional = config
         .get("text_config")
         .and_then(|t| t.get("use_bidirectional_attention"))
         .and_then(Value::as_str)
         == Some("vision");
-    Ok(Box::new(Gemma4Vl { language, vision: Gemma4Vision { tower, image_token_id, bidirectional } }))
+    Ok(Box::new(Gemma4Vl {
+        language,
+        vision: Gemma4Vision { tower, image_token_id, bidirectional },
+    }))
 }
 
 impl VisionTower for Gemma4Vision {

@@ -27,6 +27,9 @@ pub fn keep_language_model(loader: &mut LayerLoader, towers: &[&str], family: &s
         }
     }
     if skipped > 0 {
-        tracing::info!(tensors = skipped, "{family}: tensors of towers not loaded (text only for now)");
+        tracing::info!(
+            tensors = skipped,
+            "{family}: tensors of towers not loaded (text only for now)"
+        );
     }
 }

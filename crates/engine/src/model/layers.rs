@@ -59,8 +59,14 @@ impl LayerLoader<'_> {
     /// all of them, or its pipeline stage, planned from the bytes of each
     /// layer's tensors (`keep_together`: layers that must share a stage).
     /// The other stages' tensors are dropped unread.
-    pub fn layer_stage(&mut self, num_layers: usize, keep_together: Option<Range<usize>>) -> Result<StageLayers> {
-        let Some(pipeline) = self.pipeline.clone() else { return Ok(StageLayers::whole(num_layers)) };
+    pub fn layer_stage(
+        &mut self,
+        num_layers: usize,
+        keep_together: Option<Range<usize>>,
+    ) -> Result<StageLayers> {
+        let Some(pipeline) = self.pipeline.clone() else {
+            return Ok(StageLayers::whole(num_layers));
+        };
         let mut bytes = vec![0u64; num_layers];
         let names: Vec<String> = self.weights.names().map(str::to_string).collect();
         for name in &names {
@@ -80,13 +86,16 @@ impl LayerLoader<'_> {
 
     /// A `[out, in]` linear layer at `path` (`path.weight`, optional `path.bias`,
     /// and `path.scales` / `path.biases` when quantized).
-    pub fn linear(&mut self, path: &str, in_features: i32, out_features: i32, bias: bool) -> Result<Linear> {
+    pub fn linear(
+        &mut self,
+        path: &str,
+        in_features: i32,
+        out_features: i32,
+        bias: bool,
+    ) -> Result<Linear> {
         let weight = self.matrix(path, out_features, in_features)?;
-        let bias = if bias {
-            Some(self.float(&format!("{path}.bias"), &[out_features])?)
-        } else {
-            None
-        };
+        let bias =
+            if bias { Some(self.float(&format!("{path}.bias"), &[out_features])?) } else { None };
         Ok(Linear { weight, bias })
     }
 
@@ -94,7 +103,13 @@ impl LayerLoader<'_> {
     /// ranks ("all-to-sharded"): this rank's rows of the weight and bias, so
     /// it computes its own heads or MLP columns from the whole input.
     /// Without tensor parallelism, the whole layer.
-    pub fn linear_all_to_sharded(&mut self, path: &str, in_features: i32, out_features: i32, bias: bool) -> Result<Linear> {
+    pub fn linear_all_to_sharded(
+        &mut self,
+        path: &str,
+        in_features: i32,
+        out_features: i32,
+        bias: bool,
+    ) -> Result<Linear> {
         let Some(tp) = self.tensor_parallel.clone() else {
             return self.linear(path, in_features, out_features, bias);
         };
@@ -114,17 +129,20 @@ impl LayerLoader<'_> {
     /// ranks ("sharded-to-all"): it takes an all-to-sharded layer's output,
     /// and the ranks' partial products are summed before the (whole) bias.
     /// Without tensor parallelism, the whole layer.
-    pub fn linear_sharded_to_all(&mut self, path: &str, in_features: i32, out_features: i32, bias: bool) -> Result<Projection> {
+    pub fn linear_sharded_to_all(
+        &mut self,
+        path: &str,
+        in_features: i32,
+        out_features: i32,
+        bias: bool,
+    ) -> Result<Projection> {
         let Some(tp) = self.tensor_parallel.clone() else {
             return Ok(Projection::Whole(self.linear(path, in_features, out_features, bias)?));
         };
         let cols = tp.share(&format!("{path}'s input features"), in_features)?;
         let weight = self.matrix_part(path, out_features, in_features, 1, cols)?;
-        let bias = if bias {
-            Some(self.float(&format!("{path}.bias"), &[out_features])?)
-        } else {
-            None
-        };
+        let bias =
+            if bias { Some(self.float(&format!("{path}.bias"), &[out_features])?) } else { None };
         self.sharded_layers += 1;
         Ok(Projection::ShardedToAll { partial: Linear { weight, bias: None }, bias, tp })
     }
@@ -146,17 +164,34 @@ impl LayerLoader<'_> {
         columns: Range<i32>,
     ) -> Result<(Embedding, Option<Range<i32>>)> {
         let straddles = |gs: i32| columns.start % gs != 0 || columns.end % gs != 0;
-        if self.weights.contains(&format!("{path}.scales")) && straddles(self.quantized_spec(path)?.group_size) {
-            return Ok((Embedding { table: self.matrix(path, vocab, dim)?, dtype: self.dtype }, Some(columns)));
+        if self.weights.contains(&format!("{path}.scales"))
+            && straddles(self.quantized_spec(path)?.group_size)
+        {
+            return Ok((
+                Embedding { table: self.matrix(path, vocab, dim)?, dtype: self.dtype },
+                Some(columns),
+            ));
         }
-        Ok((Embedding { table: self.matrix_part(path, vocab, dim, 1, columns)?, dtype: self.dtype }, None))
+        Ok((
+            Embedding { table: self.matrix_part(path, vocab, dim, 1, columns)?, dtype: self.dtype },
+            None,
+        ))
     }
 
     /// Output features `rows` of the linear layer at `path` (no bias), in
     /// memory of their own: a pipeline stage's part of a projection whose
     /// outputs belong to the layers.
-    pub fn linear_rows(&mut self, path: &str, in_features: i32, out_features: i32, rows: Range<i32>) -> Result<Linear> {
-        Ok(Linear { weight: self.matrix_part(path, out_features, in_features, 0, rows)?, bias: None })
+    pub fn linear_rows(
+        &mut self,
+        path: &str,
+        in_features: i32,
+        out_features: i32,
+        rows: Range<i32>,
+    ) -> Result<Linear> {
+        Ok(Linear {
+            weight: self.matrix_part(path, out_features, in_features, 0, rows)?,
+            bias: None,
+        })
     }
 
     pub fn rms_norm(&mut self, path: &str, dim: i32, eps: f32) -> Result<RmsNorm> {
@@ -166,7 +201,13 @@ impl LayerLoader<'_> {
     /// `[experts, rows, cols]` expert matrices at `path` (stacked, as
     /// mlx-community stores a mixture of experts' `switch_mlp`), quantized if
     /// the checkpoint stores them so.
-    pub fn experts(&mut self, path: &str, experts: i32, rows: i32, cols: i32) -> Result<ExpertMatrices> {
+    pub fn experts(
+        &mut self,
+        path: &str,
+        experts: i32,
+        rows: i32,
+        cols: i32,
+    ) -> Result<ExpertMatrices> {
         let w_name = format!("{path}.weight");
         let scales_name = format!("{path}.scales");
         if !self.weights.contains(&scales_name) {
@@ -175,7 +216,8 @@ impl LayerLoader<'_> {
         let spec = self.quantized_spec(path)?;
         let weight = self.weights.take(&w_name, &[experts, rows, spec.packed_cols(cols)])?;
         let scales = self.weights.take(&scales_name, &[experts, rows, spec.groups(cols)])?;
-        let biases = self.weights.take(&format!("{path}.biases"), &[experts, rows, spec.groups(cols)])?;
+        let biases =
+            self.weights.take(&format!("{path}.biases"), &[experts, rows, spec.groups(cols)])?;
         let q = QuantizedMatrix { weight, scales, biases, spec };
         Ok(match self.format {
             WeightFormat::AsStored => ExpertMatrices::Quantized(q),
@@ -208,7 +250,14 @@ impl LayerLoader<'_> {
     /// from the file in part where it can be ([`Weights::take_part`]). A
     /// quantized matrix splits along its groups: columns only at group
     /// boundaries. The whole of it (one process) is [`Self::matrix`].
-    fn matrix_part(&mut self, path: &str, rows: i32, cols: i32, axis: usize, range: Range<i32>) -> Result<Matrix> {
+    fn matrix_part(
+        &mut self,
+        path: &str,
+        rows: i32,
+        cols: i32,
+        axis: usize,
+        range: Range<i32>,
+    ) -> Result<Matrix> {
         if range == (0..[rows, cols][axis]) {
             return self.matrix(path, rows, cols);
         }
@@ -216,7 +265,11 @@ impl LayerLoader<'_> {
         let scales_name = format!("{path}.scales");
         if !self.weights.contains(&scales_name) {
             let t = self.weights.take_part(&w_name, &[rows, cols], axis, range)?;
-            return Ok(Matrix::Float(if t.dtype() == self.dtype { t } else { t.as_dtype(self.dtype)? }));
+            return Ok(Matrix::Float(if t.dtype() == self.dtype {
+                t
+            } else {
+                t.as_dtype(self.dtype)?
+            }));
         }
         let spec = self.quantized_spec(path)?;
         let (packed, groups) = if axis == 0 {
@@ -228,11 +281,25 @@ impl LayerLoader<'_> {
                     "a quantized matrix splits only at its groups of {gs} columns, not at columns {range:?}"
                 )));
             }
-            (spec.packed_cols(range.start)..spec.packed_cols(range.end), spec.groups(range.start)..spec.groups(range.end))
+            (
+                spec.packed_cols(range.start)..spec.packed_cols(range.end),
+                spec.groups(range.start)..spec.groups(range.end),
+            )
         };
-        let weight = self.weights.take_part(&w_name, &[rows, spec.packed_cols(cols)], axis, packed)?;
-        let scales = self.weights.take_part(&scales_name, &[rows, spec.groups(cols)], axis, groups.clone())?;
-        let biases = self.weights.take_part(&format!("{path}.biases"), &[rows, spec.groups(cols)], axis, groups)?;
+        let weight =
+            self.weights.take_part(&w_name, &[rows, spec.packed_cols(cols)], axis, packed)?;
+        let scales = self.weights.take_part(
+            &scales_name,
+            &[rows, spec.groups(cols)],
+            axis,
+            groups.clone(),
+        )?;
+        let biases = self.weights.take_part(
+            &format!("{path}.biases"),
+            &[rows, spec.groups(cols)],
+            axis,
+            groups,
+        )?;
         self.as_format(QuantizedMatrix { weight, scales, biases, spec })
     }
 
@@ -240,7 +307,9 @@ impl LayerLoader<'_> {
     /// spec means the checkpoint and its config disagree.
     fn quantized_spec(&self, path: &str) -> Result<QuantSpec> {
         self.quantization.for_module(path).ok_or_else(|| {
-            crate::Error::InvalidConfig(format!("{path} is stored quantized but config.json has no quantization for it"))
+            crate::Error::InvalidConfig(format!(
+                "{path} is stored quantized but config.json has no quantization for it"
+            ))
         })
     }
 
@@ -286,9 +355,15 @@ impl Matrix {
     pub fn matmul_t(&self, x: &Array) -> Result<Array> {
         Ok(match self {
             Matrix::Float(w) => ops::matmul(x, w.t())?,
-            Matrix::Quantized(q) => {
-                ops::quantized_matmul(x, &q.weight, &q.scales, &q.biases, true, q.spec.group_size, q.spec.bits)?
-            }
+            Matrix::Quantized(q) => ops::quantized_matmul(
+                x,
+                &q.weight,
+                &q.scales,
+                &q.biases,
+                true,
+                q.spec.group_size,
+                q.spec.bits,
+            )?,
         })
     }
 
@@ -327,7 +402,9 @@ impl ExpertMatrices {
     /// `[..., k, 1, out]` (MLX's gather matmuls).
     pub fn gather_matmul_t(&self, x: &Array, indices: &Array, sorted: bool) -> Result<Array> {
         Ok(match self {
-            ExpertMatrices::Float(w) => ops::gather_mm(x, w.swap_axes(-1, -2)?, None, indices, sorted)?,
+            ExpertMatrices::Float(w) => {
+                ops::gather_mm(x, w.swap_axes(-1, -2)?, None, indices, sorted)?
+            }
             ExpertMatrices::Quantized(q) => ops::gather_qmm(
                 x,
                 &q.weight,
@@ -446,7 +523,8 @@ pub fn last_position(h: &Array) -> Result<Array> {
 pub fn gelu_tanh(x: &Array) -> Result<Array> {
     let c = |v: f32| Array::from_f32(v).as_dtype(x.dtype());
     let cube = x.multiply(x)?.multiply(x)?;
-    let inner = x.add(cube.multiply(c(0.044715)?)?)?.multiply(c((2.0 / std::f32::consts::PI).sqrt())?)?;
+    let inner =
+        x.add(cube.multiply(c(0.044715)?)?)?.multiply(c((2.0 / std::f32::consts::PI).sqrt())?)?;
     Ok(x.multiply(c(0.5)?)?.multiply(ops::tanh(&inner)?.add(c(1.0)?)?)?)
 }
 
@@ -469,7 +547,10 @@ mod layer_name_tests {
     #[test]
     fn decoder_layers_are_found_by_name_and_towers_are_not() {
         assert_eq!(decoder_layer_of("model.layers.12.mlp.up_proj.weight"), Some(12));
-        assert_eq!(decoder_layer_of("language_model.model.layers.3.self_attn.q_proj.scales"), Some(3));
+        assert_eq!(
+            decoder_layer_of("language_model.model.layers.3.self_attn.q_proj.scales"),
+            Some(3)
+        );
         assert_eq!(decoder_layer_of("layers.0.attention.wq.weight"), Some(0));
         assert_eq!(decoder_layer_of("vision_tower.encoder.layers.1.mlp.fc1.weight"), None);
         assert_eq!(decoder_layer_of("model.embed_tokens.weight"), None);
@@ -489,14 +570,17 @@ mod stage_part_tests {
 
     /// One 4-bit `[8, 256]` table in groups of 64, and the config that says so.
     fn quantized_table() -> (Weights, Quantization) {
-        let table = random::normal::<f32>(&[8, 256], None, None, Some(&random::key(7).unwrap())).unwrap();
+        let table =
+            random::normal::<f32>(&[8, 256], None, None, Some(&random::key(7).unwrap())).unwrap();
         let (w, s, b) = ops::quantize(&table, 64, 4).unwrap();
         let tensors = HashMap::from([
             ("t.weight".to_string(), w),
             ("t.scales".to_string(), s),
             ("t.biases".to_string(), b),
         ]);
-        let quantization = Quantization::from_config(&json!({"quantization": {"group_size": 64, "bits": 4}})).unwrap();
+        let quantization =
+            Quantization::from_config(&json!({"quantization": {"group_size": 64, "bits": 4}}))
+                .unwrap();
         (Weights::new(tensors, "test"), quantization)
     }
 
@@ -520,7 +604,8 @@ mod stage_part_tests {
         let ids = Array::from_slice(&(0..8).collect::<Vec<i32>>(), &[8]);
         let expected = whole.forward(&ids).unwrap().index((.., columns.clone()));
         let (mut weights, quantization) = quantized_table();
-        let (part, still) = loader(&mut weights, &quantization).embedding_columns("t", 8, 256, columns).unwrap();
+        let (part, still) =
+            loader(&mut weights, &quantization).embedding_columns("t", 8, 256, columns).unwrap();
         let held_whole = matches!(&part.table, Matrix::Quantized(q) if q.scales.dim(1) == 4);
         let mut rows = part.forward(&ids).unwrap();
         if let Some(c) = still {

@@ -9,14 +9,14 @@ use mlx_rs::{nn, Array};
 use serde::Deserialize;
 
 use super::layers::{Embedding, LayerLoader, Linear, Projection, RmsNorm};
-use super::rope::{Positions, Rope, RopeScaling, Rotation};
 use super::moe::SparseMoe;
 use super::registry::Family;
+use super::rope::{Positions, Rope, RopeScaling, Rotation};
 use super::{attention, LanguageModel, ModelShape};
-use crate::weights::gguf::GgufImport;
 use crate::cache::{BatchCache, CacheLayout};
 use crate::distributed::StageLayers;
 use crate::error::{Error, Result};
+use crate::weights::gguf::GgufImport;
 
 /// The registry entry: Llama 2/3.x, SmolLM2, Mistral-style dense models.
 pub const FAMILY: Family = Family {
@@ -71,13 +71,17 @@ pub fn parse_args(config: &serde_json::Value, family: &str) -> Result<LlamaArgs>
             if let Some(theta) = params.get("rope_theta") {
                 map.entry("rope_theta").or_insert(theta.clone());
             }
-            let kind = params.get("rope_type").or_else(|| params.get("type")).and_then(|t| t.as_str());
-            if kind.is_some_and(|k| k != "default") && map.get("rope_scaling").is_none_or(|s| s.is_null()) {
+            let kind =
+                params.get("rope_type").or_else(|| params.get("type")).and_then(|t| t.as_str());
+            if kind.is_some_and(|k| k != "default")
+                && map.get("rope_scaling").is_none_or(|s| s.is_null())
+            {
                 map.insert("rope_scaling".into(), params);
             }
         }
     }
-    serde_json::from_value(config).map_err(|e| Error::InvalidConfig(format!("{family} config.json: {e}")))
+    serde_json::from_value(config)
+        .map_err(|e| Error::InvalidConfig(format!("{family} config.json: {e}")))
 }
 
 fn default_rope_theta() -> f32 {
@@ -99,7 +103,10 @@ impl LlamaArgs {
     }
     fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidConfig(m));
-        if self.num_attention_heads <= 0 || self.kv_heads() <= 0 || self.num_attention_heads % self.kv_heads() != 0 {
+        if self.num_attention_heads <= 0
+            || self.kv_heads() <= 0
+            || self.num_attention_heads % self.kv_heads() != 0
+        {
             return bad(format!(
                 "num_attention_heads {} must be a positive multiple of num_key_value_heads {}",
                 self.num_attention_heads,
@@ -107,7 +114,10 @@ impl LlamaArgs {
             ));
         }
         if self.head_dim.is_none() && self.hidden_size % self.num_attention_heads != 0 {
-            return bad(format!("hidden_size {} is not divisible by num_attention_heads", self.hidden_size));
+            return bad(format!(
+                "hidden_size {} is not divisible by num_attention_heads",
+                self.hidden_size
+            ));
         }
         if self.num_hidden_layers <= 0 || self.vocab_size <= 0 {
             return bad("num_hidden_layers and vocab_size must be positive".into());
@@ -169,11 +179,32 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    pub fn load(loader: &mut LayerLoader, path: &str, hidden: i32, intermediate: i32, bias: bool) -> Result<Self> {
+    pub fn load(
+        loader: &mut LayerLoader,
+        path: &str,
+        hidden: i32,
+        intermediate: i32,
+        bias: bool,
+    ) -> Result<Self> {
         Ok(Self {
-            gate_proj: loader.linear_all_to_sharded(&format!("{path}.gate_proj"), hidden, intermediate, bias)?,
-            up_proj: loader.linear_all_to_sharded(&format!("{path}.up_proj"), hidden, intermediate, bias)?,
-            down_proj: loader.linear_sharded_to_all(&format!("{path}.down_proj"), intermediate, hidden, bias)?,
+            gate_proj: loader.linear_all_to_sharded(
+                &format!("{path}.gate_proj"),
+                hidden,
+                intermediate,
+                bias,
+            )?,
+            up_proj: loader.linear_all_to_sharded(
+                &format!("{path}.up_proj"),
+                hidden,
+                intermediate,
+                bias,
+            )?,
+            down_proj: loader.linear_sharded_to_all(
+                &format!("{path}.down_proj"),
+                intermediate,
+                hidden,
+                bias,
+            )?,
         })
     }
 
@@ -242,13 +273,23 @@ pub struct Llama {
 impl Llama {
     pub fn load(config: &serde_json::Value, loader: &mut LayerLoader) -> Result<Self> {
         let args = parse_args(config, "llama")?;
-        let rope = Rope::new(args.head_dim(), args.rope_theta, args.rope_traditional, args.rope_scaling.as_ref())?;
+        let rope = Rope::new(
+            args.head_dim(),
+            args.rope_theta,
+            args.rope_traditional,
+            args.rope_scaling.as_ref(),
+        )?;
         Self::build(args, &DecoderLayout::llama(), rope, loader)
     }
 
     /// The decoder from parsed arguments, a weight layout and the rotary
     /// embedding (ordinary RoPE or M-RoPE).
-    pub fn build(args: LlamaArgs, layout: &DecoderLayout, rope: Rope, loader: &mut LayerLoader) -> Result<Self> {
+    pub fn build(
+        args: LlamaArgs,
+        layout: &DecoderLayout,
+        rope: Rope,
+        loader: &mut LayerLoader,
+    ) -> Result<Self> {
         let intermediate = args.intermediate_size;
         let bias = args.mlp_bias;
         let dense = |loader: &mut LayerLoader, path: &str, _layer: i32, hidden: i32| {
@@ -272,7 +313,10 @@ impl Llama {
         // Tensor parallel: whole heads per rank (q/k/v split by heads, o_proj
         // by the same columns), so attention needs no exchange until o_proj.
         let (local_heads, local_kv_heads) = match &loader.tensor_parallel {
-            Some(tp) => (tp.share("num_attention_heads", heads)?.len() as i32, tp.share("num_key_value_heads", kv_heads)?.len() as i32),
+            Some(tp) => (
+                tp.share("num_attention_heads", heads)?.len() as i32,
+                tp.share("num_key_value_heads", kv_heads)?.len() as i32,
+            ),
             None => (heads, kv_heads),
         };
         let m = &layout.prefix;
@@ -292,12 +336,36 @@ impl Llama {
                 None
             };
             layers.push(Block {
-                input_layernorm: loader.rms_norm(&format!("{p}.input_layernorm"), d, args.rms_norm_eps)?,
+                input_layernorm: loader.rms_norm(
+                    &format!("{p}.input_layernorm"),
+                    d,
+                    args.rms_norm_eps,
+                )?,
                 self_attn: Attention {
-                    q_proj: loader.linear_all_to_sharded(&format!("{p}.self_attn.q_proj"), d, heads * hd, qkv_b)?,
-                    k_proj: loader.linear_all_to_sharded(&format!("{p}.self_attn.k_proj"), d, kv_heads * hd, qkv_b)?,
-                    v_proj: loader.linear_all_to_sharded(&format!("{p}.self_attn.v_proj"), d, kv_heads * hd, qkv_b)?,
-                    o_proj: loader.linear_sharded_to_all(&format!("{p}.self_attn.o_proj"), heads * hd, d, ab)?,
+                    q_proj: loader.linear_all_to_sharded(
+                        &format!("{p}.self_attn.q_proj"),
+                        d,
+                        heads * hd,
+                        qkv_b,
+                    )?,
+                    k_proj: loader.linear_all_to_sharded(
+                        &format!("{p}.self_attn.k_proj"),
+                        d,
+                        kv_heads * hd,
+                        qkv_b,
+                    )?,
+                    v_proj: loader.linear_all_to_sharded(
+                        &format!("{p}.self_attn.v_proj"),
+                        d,
+                        kv_heads * hd,
+                        qkv_b,
+                    )?,
+                    o_proj: loader.linear_sharded_to_all(
+                        &format!("{p}.self_attn.o_proj"),
+                        heads * hd,
+                        d,
+                        ab,
+                    )?,
                     qk_norm,
                     heads: local_heads,
                     kv_heads: local_kv_heads,
@@ -315,11 +383,12 @@ impl Llama {
         let norm = loader.rms_norm(&format!("{m}.norm"), d, args.rms_norm_eps)?;
         // Some tied checkpoints still ship a copy of the head: use it if present.
         let head = &layout.lm_head;
-        let lm_head = if !args.tie_word_embeddings || loader.weights.contains(&format!("{head}.weight")) {
-            Some(loader.linear(head, d, args.vocab_size, false)?)
-        } else {
-            None
-        };
+        let lm_head =
+            if !args.tie_word_embeddings || loader.weights.contains(&format!("{head}.weight")) {
+                Some(loader.linear(head, d, args.vocab_size, false)?)
+            } else {
+                None
+            };
         Ok(Self { args, local_kv_heads, embed_tokens, layers, stage, norm, lm_head, rope })
     }
 }
@@ -343,7 +412,13 @@ impl LanguageModel for Llama {
         self.embed_tokens.forward(tokens)
     }
 
-    fn forward_embeddings(&self, h: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+    fn forward_embeddings(
+        &self,
+        h: Array,
+        tokens: &Array,
+        positions: &Positions,
+        cache: &mut BatchCache,
+    ) -> Result<Array> {
         self.forward_embeddings_adding(h, tokens, positions, cache, &[])
     }
 
@@ -387,4 +462,3 @@ impl LanguageModel for Llama {
         }
     }
 }
-

@@ -27,7 +27,10 @@ enum Source {
 }
 
 fn resolve(path: &Path) -> Result<Source> {
-    let not_found = |reason: &str| Error::ModelNotFound { path: path.to_path_buf(), reason: reason.to_string() };
+    let not_found = |reason: &str| Error::ModelNotFound {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    };
     if path.is_file() {
         return if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
             Ok(Source::Gguf(path.to_path_buf()))
@@ -86,7 +89,11 @@ pub enum Share {
 /// (tensor parallel: every rank calls this with the same folder and options;
 /// the load ends with a forward pass that is already a collective). Each
 /// rank keeps only its slices of the sharded layers.
-pub fn load_tensor_parallel(path: &Path, opts: &LoadOptions, tp: TensorParallel) -> Result<LoadedModel> {
+pub fn load_tensor_parallel(
+    path: &Path,
+    opts: &LoadOptions,
+    tp: TensorParallel,
+) -> Result<LoadedModel> {
     load_share(path, opts, Share::Tensor(tp))
 }
 
@@ -112,7 +119,8 @@ pub fn load_share(path: &Path, opts: &LoadOptions, share: Share) -> Result<Loade
 fn read_config(dir: &Path) -> Result<Value> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-    serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(format!("{}: {e}", path.display())))
+    serde_json::from_str(&text)
+        .map_err(|e| Error::InvalidConfig(format!("{}: {e}", path.display())))
 }
 
 fn load_folder(dir: &Path, opts: &LoadOptions, share: Option<Share>) -> Result<LoadedModel> {
@@ -126,7 +134,8 @@ fn load_folder(dir: &Path, opts: &LoadOptions, share: Option<Share>) -> Result<L
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let stored = describe_quantization(&quantization);
     let words = quantization_words(&quantization);
-    let parts = Parts { name, path: dir, model_type: &model_type, family, config: &config, stored, words };
+    let parts =
+        Parts { name, path: dir, model_type: &model_type, family, config: &config, stored, words };
     let mut loaded = finish(parts, &quantization, &mut weights, tokenizer, opts, share)?;
     if let Some(read_processor) = family.image_processor {
         loaded.preprocessor = Some(read_processor(dir)?);
@@ -197,12 +206,17 @@ fn finish(
     // Whole on every rank would run, but would not be what was asked for.
     let loader_stage = loader.stage.take();
     let refused = match (&share, &loader_stage) {
-        (Some(Share::Tensor(_)), _) if loader.sharded_layers == 0 => Some("(tensor parallel) yet: split it as a pipeline"),
+        (Some(Share::Tensor(_)), _) if loader.sharded_layers == 0 => {
+            Some("(tensor parallel) yet: split it as a pipeline")
+        }
         (Some(Share::Pipeline(_)), None) => Some("(pipeline) yet"),
         _ => None,
     };
     if let Some(how) = refused {
-        return Err(Error::InvalidRequest(format!("the {} family cannot be split across processes {how}", parts.family.name)));
+        return Err(Error::InvalidRequest(format!(
+            "the {} family cannot be split across processes {how}",
+            parts.family.name
+        )));
     }
     let leftover = loader.weights.leftover();
     if !leftover.is_empty() {
@@ -229,12 +243,18 @@ fn finish(
         shape: model.shape(),
         cache_layout: model.cache_layout().describe(),
         eos_token_ids: tokenizer.eos_ids().to_vec(),
-        capabilities: Capabilities::of(tokenizer.chat_template().map(|t| t.source()), model.vision().is_some()),
+        capabilities: Capabilities::of(
+            tokenizer.chat_template().map(|t| t.source()),
+            model.vision().is_some(),
+        ),
         has_chat_template: tokenizer.chat_template().is_some(),
         share: match (&share, &loader_stage) {
-            (Some(Share::Tensor(tp)), _) => {
-                Some(format!("1/{} of each layer's heads and MLP columns, tensor parallel rank {} of {}", tp.size(), tp.rank(), tp.size()))
-            }
+            (Some(Share::Tensor(tp)), _) => Some(format!(
+                "1/{} of each layer's heads and MLP columns, tensor parallel rank {} of {}",
+                tp.size(),
+                tp.rank(),
+                tp.size()
+            )),
             (Some(Share::Pipeline(p)), Some(stage)) => Some(format!(
                 "layers {}..{} of {}, pipeline rank {} of {}",
                 stage.layers().start,
@@ -272,7 +292,13 @@ pub fn describe_quantization(q: &Quantization) -> Option<String> {
     if specs.is_empty() {
         return None;
     }
-    Some(specs.iter().map(|(bits, group)| format!("{bits}-bit (group {group})")).collect::<Vec<_>>().join(" + "))
+    Some(
+        specs
+            .iter()
+            .map(|(bits, group)| format!("{bits}-bit (group {group})"))
+            .collect::<Vec<_>>()
+            .join(" + "),
+    )
 }
 
 /// A checkpoint's quantization in plain words: the bits most layers use,

@@ -73,7 +73,13 @@ pub trait LanguageModel {
     /// `tokens` are the step's ids `[B, L]` the embeddings came from (image
     /// placeholders where features were spliced in): a family with per-layer
     /// token embeddings (Gemma 4) reads them, the others ignore them.
-    fn forward_embeddings(&self, embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array>;
+    fn forward_embeddings(
+        &self,
+        embeddings: Array,
+        tokens: &Array,
+        positions: &Positions,
+        cache: &mut BatchCache,
+    ) -> Result<Array>;
 
     /// [`Self::forward_embeddings`] with `after_layer[k]` `[B, L, D]` added to
     /// the hidden states after layer `k` (Qwen3-VL's DeepStack: image
@@ -88,7 +94,9 @@ pub trait LanguageModel {
         after_layer: &[Array],
     ) -> Result<Array> {
         if !after_layer.is_empty() {
-            return Err(crate::Error::InvalidRequest("this model takes no DeepStack features".into()));
+            return Err(crate::Error::InvalidRequest(
+                "this model takes no DeepStack features".into(),
+            ));
         }
         self.forward_embeddings(embeddings, tokens, positions, cache)
     }
@@ -102,7 +110,12 @@ pub trait LanguageModel {
     }
 
     /// Token ids `[B, L]` → logits `[B, L, vocab]`.
-    fn forward(&self, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+    fn forward(
+        &self,
+        tokens: &Array,
+        positions: &Positions,
+        cache: &mut BatchCache,
+    ) -> Result<Array> {
         let h = self.forward_embeddings(self.embed(tokens)?, tokens, positions, cache)?;
         self.logits(&h)
     }
@@ -182,7 +195,9 @@ impl ModelInfo {
 }
 
 /// What a loaded model can do.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS,
+)]
 pub struct Capabilities {
     /// It has a vision tower: it sees images.
     pub vision: bool,
@@ -198,7 +213,8 @@ impl Capabilities {
         let t = template_source.unwrap_or_default();
         Self {
             vision,
-            thinking: crate::stop::thinking_tags_for_template(t).is_some() || t.contains("enable_thinking"),
+            thinking: crate::stop::thinking_tags_for_template(t).is_some()
+                || t.contains("enable_thinking"),
             tools: crate::stop::tool_call_tags_for_template(t).is_some(),
         }
     }
@@ -224,8 +240,14 @@ mod tests {
     /// Qwen3's template thinks and calls tools; SmolLM2's plain ChatML does neither.
     #[test]
     fn capabilities_come_from_the_template() {
-        assert_eq!(Capabilities::of(Some(QWEN3), false), Capabilities { vision: false, thinking: true, tools: true });
-        assert_eq!(Capabilities::of(Some(SMOLLM2), true), Capabilities { vision: true, thinking: false, tools: false });
+        assert_eq!(
+            Capabilities::of(Some(QWEN3), false),
+            Capabilities { vision: false, thinking: true, tools: true }
+        );
+        assert_eq!(
+            Capabilities::of(Some(SMOLLM2), true),
+            Capabilities { vision: true, thinking: false, tools: false }
+        );
         assert_eq!(Capabilities::of(None, false), Capabilities::default());
     }
 
@@ -237,7 +259,9 @@ mod tests {
     fn qwen3_soft_switches_stay_in_the_message() {
         let t = ChatTemplate::new(QWEN3).unwrap();
         let sp = SpecialTokenStrings { eos_token: Some("<|im_end|>".into()), ..Default::default() };
-        let out = t.render(&[ChatMessage::user("Hi /no_think")], &TemplateOptions::default(), &sp).unwrap();
+        let out = t
+            .render(&[ChatMessage::user("Hi /no_think")], &TemplateOptions::default(), &sp)
+            .unwrap();
         assert_eq!(out, "<|im_start|>user\nHi /no_think<|im_end|>\n<|im_start|>assistant\n");
     }
 }

@@ -52,11 +52,20 @@ impl SparseMoe {
         norm_topk_prob: bool,
     ) -> Result<Self> {
         if top_k < 1 || top_k > experts {
-            return Err(Error::InvalidConfig(format!("num_experts_per_tok {top_k} must be within 1..={experts}")));
+            return Err(Error::InvalidConfig(format!(
+                "num_experts_per_tok {top_k} must be within 1..={experts}"
+            )));
         }
         Ok(Self {
             gate: loader.linear(&format!("{path}.gate"), hidden, experts, false)?,
-            experts: Experts::load(loader, &format!("{path}.switch_mlp"), hidden, intermediate, experts, GateActivation::Silu)?,
+            experts: Experts::load(
+                loader,
+                &format!("{path}.switch_mlp"),
+                hidden,
+                intermediate,
+                experts,
+                GateActivation::Silu,
+            )?,
             top_k,
             norm_topk_prob,
         })
@@ -68,7 +77,8 @@ impl SparseMoe {
         let probs = ops::softmax_axis(&self.gate.forward(x)?, -1, true)?;
         let k = self.top_k;
         let experts = probs.dim(-1);
-        let chosen = ops::argpartition_axis(&probs, experts - k, -1)?.index((.., .., (experts - k)..));
+        let chosen =
+            ops::argpartition_axis(&probs, experts - k, -1)?.index((.., .., (experts - k)..));
         let mut scores = probs.take_along_axis(&chosen, -1)?;
         if self.norm_topk_prob {
             scores = scores.divide(scores.sum_axis(-1, true)?)?;
@@ -104,9 +114,19 @@ impl Experts {
         activation: GateActivation,
     ) -> Result<Self> {
         Ok(Self {
-            gate_proj: loader.experts(&format!("{path}.gate_proj"), experts, intermediate, hidden)?,
+            gate_proj: loader.experts(
+                &format!("{path}.gate_proj"),
+                experts,
+                intermediate,
+                hidden,
+            )?,
             up_proj: loader.experts(&format!("{path}.up_proj"), experts, intermediate, hidden)?,
-            down_proj: loader.experts(&format!("{path}.down_proj"), experts, hidden, intermediate)?,
+            down_proj: loader.experts(
+                &format!("{path}.down_proj"),
+                experts,
+                hidden,
+                intermediate,
+            )?,
             activation,
         })
     }

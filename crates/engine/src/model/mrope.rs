@@ -37,7 +37,9 @@ impl MRope {
     pub fn new(head_dim: i32, base: f32, sections: [i32; 3], layout: MRopeLayout) -> Result<Self> {
         let half = head_dim / 2;
         if sections.iter().any(|&s| s < 0) {
-            return Err(Error::InvalidConfig(format!("mrope_section {sections:?} has a negative section")));
+            return Err(Error::InvalidConfig(format!(
+                "mrope_section {sections:?} has a negative section"
+            )));
         }
         let axes: Vec<i32> = match layout {
             MRopeLayout::Sectioned => {
@@ -61,12 +63,11 @@ impl MRope {
                 .collect(),
         };
         // The same float32 computation as the reference, so angles match bit for bit.
-        let exponents = ops::arange::<_, f32>(0, head_dim, 2)?.divide(Array::from_f32(head_dim as f32))?;
-        let inv_freq = Array::from_f32(1.0).divide(ops::power(Array::from_f32(base), exponents)?)?;
-        Ok(Self {
-            inv_freq,
-            axis_of_freq: Array::from_slice(&axes, &[half]),
-        })
+        let exponents =
+            ops::arange::<_, f32>(0, head_dim, 2)?.divide(Array::from_f32(head_dim as f32))?;
+        let inv_freq =
+            Array::from_f32(1.0).divide(ops::power(Array::from_f32(base), exponents)?)?;
+        Ok(Self { inv_freq, axis_of_freq: Array::from_slice(&axes, &[half]) })
     }
 
     /// Positions `[3, B, L]` → cos and sin tables `[B, 1, L, head_dim]`.
@@ -110,18 +111,12 @@ pub fn rotate_half_split(x: &Array, cos: &Array, sin: &Array) -> Result<Array> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mlx_rs::ops::indexing::IndexOp;
     use crate::model::rope::Positions;
     use crate::model::rope::Rope;
+    use mlx_rs::ops::indexing::IndexOp;
 
     fn max_abs_diff(a: &Array, b: &Array) -> f32 {
-        a.subtract(b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max(None)
-            .unwrap()
-            .item_exact::<f32>()
+        a.subtract(b).unwrap().abs().unwrap().max(None).unwrap().item_exact::<f32>()
     }
 
     /// With equal positions on the three axes M-RoPE must be plain RoPE: the
@@ -130,17 +125,19 @@ mod tests {
     fn equal_axes_are_plain_rope() {
         let (head_dim, len) = (16, 5);
         let rope = Rope::multimodal(head_dim, 10000.0, [2, 3, 3], MRopeLayout::Sectioned).unwrap();
-        let x = mlx_rs::random::normal::<f32>(&[1, 2, len, head_dim], None, None, &mlx_rs::random::key(3).unwrap())
-            .unwrap();
+        let x = mlx_rs::random::normal::<f32>(
+            &[1, 2, len, head_dim],
+            None,
+            None,
+            &mlx_rs::random::key(3).unwrap(),
+        )
+        .unwrap();
         let start = 7;
         let pos: Vec<i32> = (0..3).flat_map(|_| start..start + len).collect();
         let explicit = Positions::Multimodal(Array::from_slice(&pos, &[3, 1, len]));
         let a = rope.apply(&x, &explicit).unwrap();
         let b = rope.apply(&x, &Positions::Start(start)).unwrap();
-        assert!(
-            max_abs_diff(&a, &b) < 1e-5,
-            "explicit equal-axis positions differ from fast RoPE"
-        );
+        assert!(max_abs_diff(&a, &b) < 1e-5, "explicit equal-axis positions differ from fast RoPE");
     }
 
     /// Each section must follow its own axis: moving only the width
@@ -190,7 +187,13 @@ mod tests {
     /// Partial rotary: the features past the rotated ones pass unchanged.
     #[test]
     fn rotate_leading_keeps_the_tail() {
-        let x = mlx_rs::random::normal::<f32>(&[1, 1, 3, 8], None, None, &mlx_rs::random::key(5).unwrap()).unwrap();
+        let x = mlx_rs::random::normal::<f32>(
+            &[1, 1, 3, 8],
+            None,
+            None,
+            &mlx_rs::random::key(5).unwrap(),
+        )
+        .unwrap();
         let m = MRope::new(4, 10000.0, [1, 1, 0], MRopeLayout::Interleaved).unwrap();
         let pos = Array::from_slice(&[1i32, 2, 3, 4, 5, 6, 7, 8, 9], &[3, 1, 3]);
         let (cos, sin) = m.cos_sin(&pos).unwrap();

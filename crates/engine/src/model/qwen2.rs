@@ -7,8 +7,8 @@ use super::layers::LayerLoader;
 use super::llama::{DecoderLayout, Llama, LlamaArgs};
 use super::registry::Family;
 use super::rope::Rope;
-use crate::weights::gguf::GgufImport;
 use crate::error::Result;
+use crate::weights::gguf::GgufImport;
 
 /// The registry entry: Qwen2 / Qwen2.5 text models.
 pub const FAMILY: Family = Family {
@@ -38,15 +38,7 @@ pub fn load(config: &Value, loader: &mut LayerLoader) -> Result<Llama> {
         args.rope_traditional,
         args.rope_scaling.as_ref(),
     )?;
-    Llama::build(
-        args,
-        &DecoderLayout {
-            qkv_bias: true,
-            ..DecoderLayout::llama()
-        },
-        rope,
-        loader,
-    )
+    Llama::build(args, &DecoderLayout { qkv_bias: true, ..DecoderLayout::llama() }, rope, loader)
 }
 
 pub fn parse_args(config: &Value) -> Result<LlamaArgs> {

@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 use crate::weights::gguf::GgufImport;
 
 /// llama.cpp's names for the per-head norms.
-pub const GGUF_QK_NORMS: &[(&str, &str)] = &[("attn_q_norm", "self_attn.q_norm"), ("attn_k_norm", "self_attn.k_norm")];
+pub const GGUF_QK_NORMS: &[(&str, &str)] =
+    &[("attn_q_norm", "self_attn.q_norm"), ("attn_k_norm", "self_attn.k_norm")];
 
 pub const FAMILY: Family = Family {
     name: "Qwen3",

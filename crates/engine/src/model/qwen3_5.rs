@@ -140,8 +140,12 @@ impl Qwen35Args {
                     types.len()
                 )));
             }
-            if let Some(bad) = types.iter().find(|t| !["linear_attention", "full_attention"].contains(&t.as_str())) {
-                return Err(Error::InvalidConfig(format!("unknown layer type {bad:?} in layer_types")));
+            if let Some(bad) =
+                types.iter().find(|t| !["linear_attention", "full_attention"].contains(&t.as_str()))
+            {
+                return Err(Error::InvalidConfig(format!(
+                    "unknown layer type {bad:?} in layer_types"
+                )));
             }
         } else if args.full_attention_interval < 1 {
             return Err(Error::InvalidConfig("full_attention_interval must be at least 1".into()));
@@ -154,20 +158,29 @@ impl Qwen35Args {
             )));
         }
         if args.num_experts > 0 {
-            if !(1..=args.num_experts).contains(&args.num_experts_per_tok) || args.moe_intermediate_size < 1 {
+            if !(1..=args.num_experts).contains(&args.num_experts_per_tok)
+                || args.moe_intermediate_size < 1
+            {
                 return Err(Error::InvalidConfig(
                     "qwen3_5_moe needs num_experts_per_tok (1..=num_experts) and moe_intermediate_size".into(),
                 ));
             }
         } else if args.intermediate_size < 1 {
-            return Err(Error::InvalidConfig("qwen3_5 config.json has no intermediate_size".into()));
+            return Err(Error::InvalidConfig(
+                "qwen3_5 config.json has no intermediate_size".into(),
+            ));
         }
         if !(0..layers).any(|i| !args.is_linear(i)) {
-            return Err(Error::InvalidConfig("Qwen3.5 needs at least one full-attention layer".into()));
+            return Err(Error::InvalidConfig(
+                "Qwen3.5 needs at least one full-attention layer".into(),
+            ));
         }
-        let rope = args.rope_parameters.as_ref().and_then(|p| p.rope_type.as_deref()).unwrap_or("default");
+        let rope =
+            args.rope_parameters.as_ref().and_then(|p| p.rope_type.as_deref()).unwrap_or("default");
         if rope != "default" {
-            return Err(Error::InvalidConfig(format!("Qwen3.5 rope_type {rope:?} is not supported")));
+            return Err(Error::InvalidConfig(format!(
+                "Qwen3.5 rope_type {rope:?} is not supported"
+            )));
         }
         Ok(args)
     }
@@ -187,7 +200,8 @@ impl Qwen35Args {
     fn rope(&self) -> Result<Rope> {
         let p = self.rope_parameters.as_ref();
         let theta = p.and_then(|p| p.rope_theta).or(self.rope_theta).unwrap_or(100_000.0);
-        let partial = p.and_then(|p| p.partial_rotary_factor).or(self.partial_rotary_factor).unwrap_or(0.25);
+        let partial =
+            p.and_then(|p| p.partial_rotary_factor).or(self.partial_rotary_factor).unwrap_or(0.25);
         let dims = (self.head_dim() as f32 * partial) as i32;
         match p.and_then(|p| p.mrope_section) {
             // mlx-vlm's Qwen3.5 always interleaves its sections.
@@ -279,11 +293,14 @@ impl Qwen35 {
     pub fn load(config: &Value, loader: &mut LayerLoader) -> Result<Self> {
         let args = Qwen35Args::parse(config)?;
         let n = args.num_hidden_layers as usize;
-        let (d, heads, kv_heads, hd) = (args.hidden_size, args.num_attention_heads, args.num_key_value_heads, args.head_dim());
+        let (d, heads, kv_heads, hd) =
+            (args.hidden_size, args.num_attention_heads, args.num_key_value_heads, args.head_dim());
         // Hugging Face's layout stores the conv kernel `[C, 1, K]`: K ≠ 1.
         let hf_layout = (0..n)
             .filter(|&i| args.is_linear(i))
-            .find_map(|i| loader.weights.shape_of(&format!("model.layers.{i}.linear_attn.conv1d.weight")))
+            .find_map(|i| {
+                loader.weights.shape_of(&format!("model.layers.{i}.linear_attn.conv1d.weight"))
+            })
             .is_some_and(|shape| shape.last() != Some(&1));
         let norms = Norms { plus_one: hf_layout, eps: args.rms_norm_eps };
         // After the layout is read: it may come from another stage's layers.
@@ -292,7 +309,12 @@ impl Qwen35 {
         for i in stage.layers() {
             let p = format!("model.layers.{i}");
             let mixer = if args.is_linear(i) {
-                Mixer::Linear(GatedDeltaNet::load(loader, &format!("{p}.linear_attn"), args.gated_delta_dims(), hf_layout)?)
+                Mixer::Linear(GatedDeltaNet::load(
+                    loader,
+                    &format!("{p}.linear_attn"),
+                    args.gated_delta_dims(),
+                    hf_layout,
+                )?)
             } else {
                 let a = format!("{p}.self_attn");
                 let bias = args.attention_bias;
@@ -321,8 +343,19 @@ impl Qwen35 {
                         args.num_experts_per_tok,
                         args.norm_topk_prob,
                     )?,
-                    shared_expert: Mlp::load(loader, &format!("{m}.shared_expert"), d, args.shared_expert_intermediate_size, false)?,
-                    shared_expert_gate: loader.linear(&format!("{m}.shared_expert_gate"), d, 1, false)?,
+                    shared_expert: Mlp::load(
+                        loader,
+                        &format!("{m}.shared_expert"),
+                        d,
+                        args.shared_expert_intermediate_size,
+                        false,
+                    )?,
+                    shared_expert_gate: loader.linear(
+                        &format!("{m}.shared_expert_gate"),
+                        d,
+                        1,
+                        false,
+                    )?,
                 })
             } else {
                 FeedForward::Dense(Mlp::load(loader, &m, d, args.intermediate_size, false)?)
@@ -330,7 +363,11 @@ impl Qwen35 {
             layers.push(Block {
                 input_layernorm: norms.load(loader, &format!("{p}.input_layernorm"), d)?,
                 mixer,
-                post_attention_layernorm: norms.load(loader, &format!("{p}.post_attention_layernorm"), d)?,
+                post_attention_layernorm: norms.load(
+                    loader,
+                    &format!("{p}.post_attention_layernorm"),
+                    d,
+                )?,
                 feed_forward,
             });
         }
@@ -339,8 +376,11 @@ impl Qwen35 {
         if args.tie_word_embeddings {
             loader.weights.remove("lm_head.weight");
         }
-        let lm_head =
-            if args.tie_word_embeddings { None } else { Some(loader.linear("lm_head", d, args.vocab_size, false)?) };
+        let lm_head = if args.tie_word_embeddings {
+            None
+        } else {
+            Some(loader.linear("lm_head", d, args.vocab_size, false)?)
+        };
         let rope = args.rope()?;
         Ok(Self { args, embed_tokens, layers, stage, norm, lm_head, rope })
     }
@@ -354,7 +394,13 @@ impl Qwen35 {
 }
 
 impl GatedAttention {
-    fn forward(&self, x: &Array, layer: usize, rope: (&Rope, &Rotation), cache: &mut BatchCache) -> Result<Array> {
+    fn forward(
+        &self,
+        x: &Array,
+        layer: usize,
+        rope: (&Rope, &Rotation),
+        cache: &mut BatchCache,
+    ) -> Result<Array> {
         let (b, l) = (x.dim(0), x.dim(1));
         let hd = self.head_dim;
         // Per head: its queries, then its gate.
@@ -363,7 +409,12 @@ impl GatedAttention {
         let gate = halves[1].reshape(&[b, l, self.heads * hd])?;
         let heads_first = |t: Array| -> Result<Array> { Ok(t.transpose_axes(&[0, 2, 1, 3])?) };
         let q = heads_first(self.q_norm.forward(&halves[0])?)?;
-        let k = heads_first(self.k_norm.forward(&self.k_proj.forward(x)?.reshape(&[b, l, self.kv_heads, hd])?)?)?;
+        let k = heads_first(self.k_norm.forward(&self.k_proj.forward(x)?.reshape(&[
+            b,
+            l,
+            self.kv_heads,
+            hd,
+        ])?)?)?;
         let v = heads_first(self.v_proj.forward(x)?.reshape(&[b, l, self.kv_heads, hd])?)?;
         let (rope, rotation) = rope;
         let (q, k) = (rope.rotate(&q, rotation)?, rope.rotate(&k, rotation)?);
@@ -379,7 +430,10 @@ impl FeedForward {
         match self {
             FeedForward::Dense(mlp) => mlp.forward(x),
             FeedForward::Experts(moe) => {
-                let shared = moe.shared_expert.forward(x)?.multiply(ops::sigmoid(moe.shared_expert_gate.forward(x)?)?)?;
+                let shared = moe
+                    .shared_expert
+                    .forward(x)?
+                    .multiply(ops::sigmoid(moe.shared_expert_gate.forward(x)?)?)?;
                 Ok(moe.routed.forward(x)?.add(shared)?)
             }
         }
@@ -409,7 +463,13 @@ impl LanguageModel for Qwen35 {
         self.embed_tokens.forward(tokens)
     }
 
-    fn forward_embeddings(&self, mut h: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+    fn forward_embeddings(
+        &self,
+        mut h: Array,
+        tokens: &Array,
+        positions: &Positions,
+        cache: &mut BatchCache,
+    ) -> Result<Array> {
         cache.begin_step(h.dim(1))?;
         let rotation = self.rope.prepare(positions)?;
         h = self.stage.enter(h, tokens)?;

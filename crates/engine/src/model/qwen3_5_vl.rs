@@ -48,4 +48,3 @@ fn load(config: &Value, loader: &mut LayerLoader) -> Result<Box<dyn LanguageMode
     let vision = Qwen3Vision::load(config, TOWER, hidden, DEFAULT_IMAGE_TOKEN_ID, loader)?;
     Ok(Box::new(Qwen35Vl { language, vision }))
 }
-

@@ -114,9 +114,12 @@ fn stack_experts(loader: &mut LayerLoader, layers: i32, experts: i32) -> Result<
         for part in ["gate_proj", "up_proj", "down_proj"] {
             let mut stack: Vec<Array> = Vec::with_capacity(experts as usize);
             for e in 0..experts {
-                stack.push(loader.weights.take_any(&format!("{prefix}.experts.{e}.{part}.weight"))?);
+                stack
+                    .push(loader.weights.take_any(&format!("{prefix}.experts.{e}.{part}.weight"))?);
             }
-            loader.weights.insert(format!("{prefix}.switch_mlp.{part}.weight"), ops::stack(&stack, 0)?);
+            loader
+                .weights
+                .insert(format!("{prefix}.switch_mlp.{part}.weight"), ops::stack(&stack, 0)?);
         }
     }
     Ok(())

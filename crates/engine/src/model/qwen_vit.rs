@@ -48,7 +48,11 @@ pub fn load_patch_kernel(shape: PatchShape, name: &str, loader: &mut LayerLoader
         Some(s) if s == torch => loader.float(name, &torch)?,
         Some(s) if s == mlx => loader.float(name, &mlx)?.transpose_axes(&[0, 4, 1, 2, 3])?,
         Some(s) => {
-            return Err(Error::TensorShape { name: name.into(), expected: torch.to_vec(), actual: s.to_vec() });
+            return Err(Error::TensorShape {
+                name: name.into(),
+                expected: torch.to_vec(),
+                actual: s.to_vec(),
+            });
         }
         None => return Err(loader.weights.take_any(name).expect_err("absent tensor")),
     };
@@ -61,7 +65,9 @@ pub fn check_patches(pixels: &Array, grid: [i32; 3], values: i32) -> Result<i32>
     let [t, h, w] = grid;
     let n = t * h * w;
     if t <= 0 || h <= 0 || w <= 0 || h % MERGE != 0 || w % MERGE != 0 {
-        return Err(Error::InvalidRequest(format!("image grid {grid:?} is not a positive grid of whole 2×2 groups")));
+        return Err(Error::InvalidRequest(format!(
+            "image grid {grid:?} is not a positive grid of whole 2×2 groups"
+        )));
     }
     if pixels.shape() != [n, values] {
         return Err(Error::InvalidRequest(format!(
@@ -75,7 +81,8 @@ pub fn check_patches(pixels: &Array, grid: [i32; 3], values: i32) -> Result<i32>
 /// `[head_dim / 4]`: the rotary frequencies of each of the two spatial axes.
 pub fn rotary_inv_freq(head_dim: i32) -> Result<Array> {
     let rotary_dim = head_dim / 2;
-    let exponents = ops::arange::<_, f32>(0, rotary_dim, 2)?.divide(Array::from_f32(rotary_dim as f32))?;
+    let exponents =
+        ops::arange::<_, f32>(0, rotary_dim, 2)?.divide(Array::from_f32(rotary_dim as f32))?;
     Ok(Array::from_f32(1.0).divide(ops::power(Array::from_f32(ROTARY_BASE), exponents)?)?)
 }
 
@@ -135,14 +142,21 @@ impl SegmentAttention<'_> {
         let pick = |i: i32| qkv.index((.., i, .., ..));
         let q = rotate_half_split(&pick(0), cos, sin)?;
         let k = rotate_half_split(&pick(1), cos, sin)?;
-        let to_heads = |a: Array| -> Result<Array> { Ok(a.transpose_axes(&[1, 0, 2])?.expand_dims(0)?) };
+        let to_heads =
+            |a: Array| -> Result<Array> { Ok(a.transpose_axes(&[1, 0, 2])?.expand_dims(0)?) };
         let (q, k, v) = (to_heads(q)?, to_heads(k)?, to_heads(pick(2))?);
         let scale = (hd as f32).powf(-0.5);
         let mut outputs = Vec::with_capacity(bounds.len());
         for pair in bounds.windows(2) {
             let (s, e) = (pair[0], pair[1]);
             let seg = |a: &Array| a.index((.., .., s..e, ..));
-            outputs.push(attention::sdpa(&seg(&q), &seg(&k), &seg(&v), scale, &AttentionMask::None)?);
+            outputs.push(attention::sdpa(
+                &seg(&q),
+                &seg(&k),
+                &seg(&v),
+                scale,
+                &AttentionMask::None,
+            )?);
         }
         let o = ops::concatenate(&outputs, 2)?; // [1, heads, N, hd]
         let o = o.squeeze_axes(&[0])?.transpose_axes(&[1, 0, 2])?.reshape(&[n, heads * hd])?;

@@ -10,13 +10,20 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::layers::LayerLoader;
-use super::{gemma3, gemma3_vl, gemma4, gemma4_vl, llama, qwen2, qwen2_vl, qwen3, qwen3_5, qwen3_5_vl, qwen3_moe, qwen3_vl, Capabilities, LanguageModel};
+use super::{
+    gemma3, gemma3_vl, gemma4, gemma4_vl, llama, qwen2, qwen2_vl, qwen3, qwen3_5, qwen3_5_vl,
+    qwen3_moe, qwen3_vl, Capabilities, LanguageModel,
+};
 use crate::error::{Error, Result};
 use crate::vision::SharedImageProcessor;
 use crate::weights::gguf::GgufImport;
 
 /// Builds a family's model from config.json and the checkpoint's tensors.
-pub type Builder = fn(model_type: &str, config: &Value, loader: &mut LayerLoader) -> Result<Box<dyn LanguageModel>>;
+pub type Builder = fn(
+    model_type: &str,
+    config: &Value,
+    loader: &mut LayerLoader,
+) -> Result<Box<dyn LanguageModel>>;
 
 /// Everything the engine knows about one model family.
 pub struct Family {
@@ -41,7 +48,20 @@ impl Family {
 }
 
 /// Every family the engine runs.
-pub static FAMILIES: &[Family] = &[llama::FAMILY, qwen2::FAMILY, qwen2_vl::FAMILY, qwen3::FAMILY, qwen3_moe::FAMILY, gemma3::FAMILY, gemma3_vl::FAMILY, gemma4::FAMILY, gemma4_vl::FAMILY, qwen3_5_vl::FAMILY, qwen3_5::FAMILY, qwen3_vl::FAMILY];
+pub static FAMILIES: &[Family] = &[
+    llama::FAMILY,
+    qwen2::FAMILY,
+    qwen2_vl::FAMILY,
+    qwen3::FAMILY,
+    qwen3_moe::FAMILY,
+    gemma3::FAMILY,
+    gemma3_vl::FAMILY,
+    gemma4::FAMILY,
+    gemma4_vl::FAMILY,
+    qwen3_5_vl::FAMILY,
+    qwen3_5::FAMILY,
+    qwen3_vl::FAMILY,
+];
 
 /// The family of a config.json `model_type`.
 pub fn family(model_type: &str) -> Option<&'static Family> {
@@ -60,7 +80,10 @@ pub fn supported_model_types() -> Vec<&'static str> {
 
 /// The error for a `model_type` no family loads.
 pub fn unsupported(model_type: &str) -> Error {
-    Error::UnsupportedArchitecture { architecture: model_type.to_string(), supported: supported_model_types().join(", ") }
+    Error::UnsupportedArchitecture {
+        architecture: model_type.to_string(),
+        supported: supported_model_types().join(", "),
+    }
 }
 
 /// config.json's `model_type`, or one derived from its `architectures`
@@ -69,11 +92,10 @@ pub fn model_type(config: &Value) -> Result<String> {
     if let Some(t) = config.get("model_type").and_then(Value::as_str) {
         return Ok(t.to_string());
     }
-    let arch = config
-        .get("architectures")
-        .and_then(|a| a.get(0))
-        .and_then(Value::as_str)
-        .ok_or_else(|| Error::InvalidConfig("config.json has neither model_type nor architectures".into()))?;
+    let arch =
+        config.get("architectures").and_then(|a| a.get(0)).and_then(Value::as_str).ok_or_else(
+            || Error::InvalidConfig("config.json has neither model_type nor architectures".into()),
+        )?;
     Ok(arch.trim_end_matches("ForCausalLM").to_ascii_lowercase())
 }
 
@@ -105,15 +127,24 @@ pub fn describe(path: &Path) -> Result<FolderInfo> {
 fn describe_gguf(path: &Path) -> Result<FolderInfo> {
     use crate::weights::gguf::{GgufFile, MetaValue};
     let file = GgufFile::open(path)?;
-    let arch = file.get("general.architecture").and_then(MetaValue::as_str).unwrap_or_default().to_string();
+    let arch = file
+        .get("general.architecture")
+        .and_then(MetaValue::as_str)
+        .unwrap_or_default()
+        .to_string();
     let family = family_for_gguf(&arch);
     let template = file.get("tokenizer.chat_template").and_then(MetaValue::as_str);
     Ok(FolderInfo {
         family: family.map(|f| f.name.to_string()),
-        unsupported_reason: family.is_none().then(|| format!("GGUF architecture {arch} is not supported")),
+        unsupported_reason: family
+            .is_none()
+            .then(|| format!("GGUF architecture {arch} is not supported")),
         capabilities: Capabilities::of(template, false),
         architecture: family.map_or(arch.clone(), |f| f.model_types[0].to_string()),
-        context_length: file.get(&format!("{arch}.context_length")).and_then(MetaValue::as_f64).map(|n| n as usize),
+        context_length: file
+            .get(&format!("{arch}.context_length"))
+            .and_then(MetaValue::as_f64)
+            .map(|n| n as usize),
     })
 }
 
@@ -121,8 +152,8 @@ fn describe_gguf(path: &Path) -> Result<FolderInfo> {
 pub fn describe_folder(dir: &Path) -> Result<FolderInfo> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-    let config: Value =
-        serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(format!("{}: {e}", path.display())))?;
+    let config: Value = serde_json::from_str(&text)
+        .map_err(|e| Error::InvalidConfig(format!("{}: {e}", path.display())))?;
     let architecture = model_type(&config)?;
     let family = family(&architecture);
     let template = crate::tokenizer::folder_chat_template_source(dir).unwrap_or(None);
@@ -151,12 +182,19 @@ mod tests {
         unique.sort();
         unique.dedup();
         assert_eq!(unique.len(), types.len(), "a model_type listed twice: {types:?}");
-        let archs: Vec<&str> = FAMILIES.iter().filter_map(|f| f.gguf.as_ref().map(|g| g.architecture)).collect();
+        let archs: Vec<&str> =
+            FAMILIES.iter().filter_map(|f| f.gguf.as_ref().map(|g| g.architecture)).collect();
         for a in &archs {
-            assert_eq!(archs.iter().filter(|b| *b == a).count(), 1, "GGUF architecture {a} listed twice");
+            assert_eq!(
+                archs.iter().filter(|b| *b == a).count(),
+                1,
+                "GGUF architecture {a} listed twice"
+            );
             assert!(family_for_gguf(a).is_some());
         }
-        for t in ["llama", "qwen2", "qwen2_5_vl", "qwen3", "qwen3_moe", "gemma3_text", "gemma4_text"] {
+        for t in
+            ["llama", "qwen2", "qwen2_5_vl", "qwen3", "qwen3_moe", "gemma3_text", "gemma4_text"]
+        {
             assert!(family(t).is_some(), "{t}");
         }
         assert!(family("qwen2_vl").unwrap().vision());

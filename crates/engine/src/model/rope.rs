@@ -3,8 +3,8 @@
 use mlx_rs::{fast, Array};
 use serde::Deserialize;
 
-use super::mrope::{self, MRope};
 pub use super::mrope::MRopeLayout;
+use super::mrope::{self, MRope};
 use crate::error::{Error, Result};
 
 /// `rope_scaling` from config.json (`type` in older files, `rope_type` in newer).
@@ -60,7 +60,12 @@ pub struct Rope {
 }
 
 impl Rope {
-    pub fn new(dims: i32, base: f32, traditional: bool, scaling: Option<&RopeScaling>) -> Result<Self> {
+    pub fn new(
+        dims: i32,
+        base: f32,
+        traditional: bool,
+        scaling: Option<&RopeScaling>,
+    ) -> Result<Self> {
         let mut rope = Rope { mrope: None, dims, traditional, base, scale: 1.0, freqs: None };
         let Some(s) = scaling else { return Ok(rope) };
         match s.rope_type.as_str() {
@@ -68,7 +73,9 @@ impl Rope {
             "linear" => rope.scale = 1.0 / s.factor.unwrap_or(1.0),
             "llama3" => rope.freqs = Some(llama3_freqs(dims, base, s)?),
             other => {
-                return Err(Error::InvalidConfig(format!("unsupported rope_scaling type {other:?}")));
+                return Err(Error::InvalidConfig(format!(
+                    "unsupported rope_scaling type {other:?}"
+                )));
             }
         }
         Ok(rope)
@@ -80,12 +87,23 @@ impl Rope {
     /// (an infinite wavelength turns by nothing).
     pub fn proportional(dims: i32, rotated_dims: i32, base: f32, factor: f32) -> Result<Self> {
         if rotated_dims > dims || rotated_dims < 0 {
-            return Err(Error::InvalidConfig(format!("partial_rotary_factor rotates {rotated_dims} of {dims} features")));
+            return Err(Error::InvalidConfig(format!(
+                "partial_rotary_factor rotates {rotated_dims} of {dims} features"
+            )));
         }
         let freqs: Vec<f32> = (0..dims / 2)
-            .map(|i| if 2 * i < rotated_dims { factor * base.powf(2.0 * i as f32 / dims as f32) } else { f32::INFINITY })
+            .map(|i| {
+                if 2 * i < rotated_dims {
+                    factor * base.powf(2.0 * i as f32 / dims as f32)
+                } else {
+                    f32::INFINITY
+                }
+            })
             .collect();
-        Ok(Rope { freqs: Some(Array::from_slice(&freqs, &[dims / 2])), ..Self::new(dims, base, false, None)? })
+        Ok(Rope {
+            freqs: Some(Array::from_slice(&freqs, &[dims / 2])),
+            ..Self::new(dims, base, false, None)?
+        })
     }
 
     /// Multimodal RoPE (M-RoPE) over the first `dims` features of each head:
@@ -93,8 +111,16 @@ impl Rope {
     /// width axes by `sections` in `layout`, each rotated by its own position
     /// axis. Text positions are equal on all axes, where this is plain RoPE
     /// with `base`.
-    pub fn multimodal(dims: i32, base: f32, sections: [i32; 3], layout: MRopeLayout) -> Result<Self> {
-        Ok(Rope { mrope: Some(MRope::new(dims, base, sections, layout)?), ..Self::new(dims, base, false, None)? })
+    pub fn multimodal(
+        dims: i32,
+        base: f32,
+        sections: [i32; 3],
+        layout: MRopeLayout,
+    ) -> Result<Self> {
+        Ok(Rope {
+            mrope: Some(MRope::new(dims, base, sections, layout)?),
+            ..Self::new(dims, base, false, None)?
+        })
     }
 
     /// Rotates `x` `[B, heads, L, head_dim]` for `positions`.
@@ -121,12 +147,24 @@ impl Rope {
     pub fn rotate(&self, x: &Array, rotation: &Rotation) -> Result<Array> {
         let base = if self.freqs.is_some() { None } else { Some(self.base) };
         Ok(match rotation {
-            Rotation::Offset(Positions::Start(o)) => {
-                fast::rope(x, self.dims, self.traditional, base, self.scale, *o, self.freqs.as_ref())?
-            }
-            Rotation::Offset(Positions::PerRow(o)) => {
-                fast::rope_dynamic(x, self.dims, self.traditional, base, self.scale, o, self.freqs.as_ref())?
-            }
+            Rotation::Offset(Positions::Start(o)) => fast::rope(
+                x,
+                self.dims,
+                self.traditional,
+                base,
+                self.scale,
+                *o,
+                self.freqs.as_ref(),
+            )?,
+            Rotation::Offset(Positions::PerRow(o)) => fast::rope_dynamic(
+                x,
+                self.dims,
+                self.traditional,
+                base,
+                self.scale,
+                o,
+                self.freqs.as_ref(),
+            )?,
             Rotation::Offset(Positions::Multimodal(_)) => {
                 unreachable!("prepare turns explicit positions into tables")
             }
@@ -139,7 +177,10 @@ impl Rope {
 pub enum Rotation<'a> {
     Offset(&'a Positions),
     /// `[B, 1, L, head_dim]` each.
-    Tables { cos: Array, sin: Array },
+    Tables {
+        cos: Array,
+        sin: Array,
+    },
 }
 
 /// Llama 3.1's scaling: long wavelengths are slowed by `factor`, short ones

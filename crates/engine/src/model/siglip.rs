@@ -34,7 +34,9 @@ impl SiglipConfig {
         let int = |key: &str, default: Option<i64>| -> Result<i32> {
             match v.get(key).and_then(Value::as_i64).or(default) {
                 Some(x) if x > 0 => Ok(x as i32),
-                _ => Err(Error::InvalidConfig(format!("vision_config.{key} is missing or not positive"))),
+                _ => Err(Error::InvalidConfig(format!(
+                    "vision_config.{key} is missing or not positive"
+                ))),
             }
         };
         let cfg = Self {
@@ -125,14 +127,24 @@ impl Siglip {
         // PyTorch `[out, C, P, P]`, or MLX `[out, P, P, C]`.
         let patch_kernel = match loader.weights.shape_of(&kernel_name).as_deref() {
             Some(s) if s == [w, c, p, p] => loader.float(&kernel_name, &[w, c, p, p])?,
-            Some(s) if s == [w, p, p, c] => loader.float(&kernel_name, &[w, p, p, c])?.transpose_axes(&[0, 3, 1, 2])?,
-            Some(s) => return Err(Error::TensorShape { name: kernel_name, expected: vec![w, c, p, p], actual: s.to_vec() }),
+            Some(s) if s == [w, p, p, c] => {
+                loader.float(&kernel_name, &[w, p, p, c])?.transpose_axes(&[0, 3, 1, 2])?
+            }
+            Some(s) => {
+                return Err(Error::TensorShape {
+                    name: kernel_name,
+                    expected: vec![w, c, p, p],
+                    actual: s.to_vec(),
+                })
+            }
             None => return Err(loader.weights.take_any(&kernel_name).expect_err("absent tensor")),
         }
         .reshape(&[w, cfg.patch_values()])?;
-        let patch_bias = loader.float(&format!("{prefix}.embeddings.patch_embedding.bias"), &[w])?;
+        let patch_bias =
+            loader.float(&format!("{prefix}.embeddings.patch_embedding.bias"), &[w])?;
         let n = cfg.side() * cfg.side();
-        let positions = loader.float(&format!("{prefix}.embeddings.position_embedding.weight"), &[n, w])?;
+        let positions =
+            loader.float(&format!("{prefix}.embeddings.position_embedding.weight"), &[n, w])?;
         let mut blocks = Vec::with_capacity(cfg.layers as usize);
         for i in 0..cfg.layers {
             let l = format!("{prefix}.encoder.layers.{i}");
@@ -148,7 +160,8 @@ impl Siglip {
                 fc2: loader.linear(&format!("{l}.mlp.fc2"), cfg.mlp_hidden, w, true)?,
             });
         }
-        let post_norm = LayerNorm::load(loader, &format!("{prefix}.post_layernorm"), w, POST_NORM_EPS)?;
+        let post_norm =
+            LayerNorm::load(loader, &format!("{prefix}.post_layernorm"), w, POST_NORM_EPS)?;
         Ok(Self { cfg, patch_kernel, patch_bias, positions, blocks, post_norm })
     }
 
@@ -171,23 +184,35 @@ impl Siglip {
             )));
         }
         let dtype = self.patch_kernel.dtype();
-        let x = ops::matmul(pixels.as_dtype(dtype)?, self.patch_kernel.t())?.add(&self.patch_bias)?;
+        let x =
+            ops::matmul(pixels.as_dtype(dtype)?, self.patch_kernel.t())?.add(&self.patch_bias)?;
         Ok(SiglipEncoding { hidden: x.add(&self.positions)? })
     }
 
     /// Queues `blocks` (lazily); returns the hidden state to evaluate.
-    pub fn run_blocks(&self, encoding: &mut SiglipEncoding, blocks: std::ops::Range<usize>) -> Result<Array> {
+    pub fn run_blocks(
+        &self,
+        encoding: &mut SiglipEncoding,
+        blocks: std::ops::Range<usize>,
+    ) -> Result<Array> {
         let (heads, hd) = (self.cfg.heads, self.cfg.width / self.cfg.heads);
         for block in &self.blocks[blocks] {
             let x = &encoding.hidden;
             let n = x.dim(0);
             let h = block.norm1.forward(x)?;
-            let split = |t: Array| -> Result<Array> { Ok(t.reshape(&[1, n, heads, hd])?.transpose_axes(&[0, 2, 1, 3])?) };
-            let (q, k, v) = (split(block.q.forward(&h)?)?, split(block.k.forward(&h)?)?, split(block.v.forward(&h)?)?);
+            let split = |t: Array| -> Result<Array> {
+                Ok(t.reshape(&[1, n, heads, hd])?.transpose_axes(&[0, 2, 1, 3])?)
+            };
+            let (q, k, v) = (
+                split(block.q.forward(&h)?)?,
+                split(block.k.forward(&h)?)?,
+                split(block.v.forward(&h)?)?,
+            );
             let o = attention::sdpa(&q, &k, &v, (hd as f32).powf(-0.5), &AttentionMask::None)?;
             let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[n, heads * hd])?;
             let x = x.add(block.out.forward(&o)?)?;
-            let m = block.fc2.forward(&gelu_tanh(&block.fc1.forward(&block.norm2.forward(&x)?)?)?)?;
+            let m =
+                block.fc2.forward(&gelu_tanh(&block.fc1.forward(&block.norm2.forward(&x)?)?)?)?;
             encoding.hidden = x.add(m)?;
         }
         Ok(encoding.hidden.clone())

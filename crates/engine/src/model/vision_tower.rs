@@ -45,7 +45,10 @@ impl VisionEncoding {
         if self.is_done() {
             return Ok(());
         }
-        Err(Error::Mlx(format!("an image encoding finished after {} of {} blocks", self.blocks_done, self.blocks_total)))
+        Err(Error::Mlx(format!(
+            "an image encoding finished after {} of {} blocks",
+            self.blocks_done, self.blocks_total
+        )))
     }
 
     /// The tower's state, as the tower that began it made it.

@@ -27,7 +27,13 @@ impl<L: LanguageModel, V: VisionTower> LanguageModel for WithVision<L, V> {
         self.language.embed(tokens)
     }
 
-    fn forward_embeddings(&self, embeddings: Array, tokens: &Array, positions: &Positions, cache: &mut BatchCache) -> Result<Array> {
+    fn forward_embeddings(
+        &self,
+        embeddings: Array,
+        tokens: &Array,
+        positions: &Positions,
+        cache: &mut BatchCache,
+    ) -> Result<Array> {
         self.forward_embeddings_adding(embeddings, tokens, positions, cache, &[])
     }
 

@@ -99,8 +99,14 @@ pub struct Qwen35Plan {
 
 impl Qwen35Plan {
     /// Tiny: linear and full layers alternating, more value heads than key heads.
-    pub const TINY: Qwen35Plan =
-        Qwen35Plan { full_every: 2, key_heads: 2, value_heads: 4, key_dim: 16, value_dim: 16, shared_expert: 64 };
+    pub const TINY: Qwen35Plan = Qwen35Plan {
+        full_every: 2,
+        key_heads: 2,
+        value_heads: 4,
+        key_dim: 16,
+        value_dim: 16,
+        shared_expert: 64,
+    };
 }
 
 /// How a Gemma 4 checkpoint arranges its layers.
@@ -118,7 +124,12 @@ pub struct Gemma4Plan {
 
 impl Gemma4Plan {
     /// The tiny test plan: alternating kinds, a window shorter than the prompts.
-    pub const TINY: Gemma4Plan = Gemma4Plan { global_every: 2, window: TinyFamily::GEMMA_WINDOW, kv_shared: 2, per_layer: 32 };
+    pub const TINY: Gemma4Plan = Gemma4Plan {
+        global_every: 2,
+        window: TinyFamily::GEMMA_WINDOW,
+        kv_shared: 2,
+        per_layer: 32,
+    };
 }
 
 impl Dims {
@@ -140,11 +151,17 @@ impl Dims {
         match family {
             TinyFamily::Qwen3 => Dims { head_dim: 32, ..base },
             TinyFamily::Qwen3Moe => Dims { experts: 4, top_k: 2, moe_intermediate: 32, ..base },
-            TinyFamily::Gemma3 => Dims { layers: 4, heads: 2, kv_heads: 1, head_dim: 32, intermediate: 128, ..base },
+            TinyFamily::Gemma3 => {
+                Dims { layers: 4, heads: 2, kv_heads: 1, head_dim: 32, intermediate: 128, ..base }
+            }
             TinyFamily::Gemma4 => Dims { layers: 4, ..base },
-            TinyFamily::Gemma4Moe => Dims { layers: 2, experts: 4, top_k: 2, moe_intermediate: 32, ..base },
+            TinyFamily::Gemma4Moe => {
+                Dims { layers: 2, experts: 4, top_k: 2, moe_intermediate: 32, ..base }
+            }
             TinyFamily::Qwen35 => Dims { layers: 4, head_dim: 32, ..base },
-            TinyFamily::Qwen35Moe => Dims { layers: 4, head_dim: 32, experts: 4, top_k: 2, moe_intermediate: 32, ..base },
+            TinyFamily::Qwen35Moe => {
+                Dims { layers: 4, head_dim: 32, experts: 4, top_k: 2, moe_intermediate: 32, ..base }
+            }
         }
     }
 
@@ -204,7 +221,14 @@ impl Dims {
             top_k: 0,
             moe_intermediate: 0,
             gemma4: Gemma4Plan::TINY,
-            qwen35: Qwen35Plan { full_every: 4, key_heads: 8, value_heads: 8, key_dim: 128, value_dim: 128, shared_expert: 0 },
+            qwen35: Qwen35Plan {
+                full_every: 4,
+                key_heads: 8,
+                value_heads: 8,
+                key_dim: 128,
+                value_dim: 128,
+                shared_expert: 0,
+            },
         }
     }
 }
@@ -236,12 +260,23 @@ const DENSE_LAYER: i32 = 1;
 
 /// Writes a tiny `family` folder into `dir` (float with Hugging Face names,
 /// or quantized with mlx-community names) and returns its vocabulary size.
-pub fn write_tiny_family(dir: &Path, family: TinyFamily, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+pub fn write_tiny_family(
+    dir: &Path,
+    family: TinyFamily,
+    quantize: Option<QuantSpec>,
+    seed: u64,
+) -> Result<i32> {
     write_family(dir, family, Dims::tiny(family), quantize, seed)
 }
 
 /// [`write_tiny_family`] with other sizes (benchmarks).
-pub fn write_family(dir: &Path, family: TinyFamily, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+pub fn write_family(
+    dir: &Path,
+    family: TinyFamily,
+    d: Dims,
+    quantize: Option<QuantSpec>,
+    seed: u64,
+) -> Result<i32> {
     if matches!(family, TinyFamily::Gemma4 | TinyFamily::Gemma4Moe) {
         return write_gemma4(dir, d, quantize, seed);
     }
@@ -257,12 +292,16 @@ pub fn write_family(dir: &Path, family: TinyFamily, d: Dims, quantize: Option<Qu
     let norm_center = if gemma { 0.0 } else { 1.0 };
     let tied = matches!(family, TinyFamily::Qwen3Moe | TinyFamily::Gemma3);
 
-    let mut c = Checkpoint { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new(), norm_center };
+    let mut c =
+        Checkpoint { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new(), norm_center };
     // With a tied head, large random embeddings make every next token the
     // last input token (the residual stream is mostly the input embedding):
     // small ones let the layers decide, so greedy decoding says something.
     let embed_scale = if tied { 0.05 } else { 0.5 };
-    c.tensors.insert("model.embed_tokens.weight".into(), c.rng.tensor(&[vocab, d.hidden], embed_scale, 0.0));
+    c.tensors.insert(
+        "model.embed_tokens.weight".into(),
+        c.rng.tensor(&[vocab, d.hidden], embed_scale, 0.0),
+    );
     c.matrices.push("model.embed_tokens".into());
     let (q_out, kv_out) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
     for i in 0..d.layers {
@@ -284,7 +323,11 @@ pub fn write_family(dir: &Path, family: TinyFamily, d: Dims, quantize: Option<Qu
         if family == TinyFamily::Qwen3Moe && i != DENSE_LAYER {
             c.matrix(format!("{m}.gate"), &[d.experts, d.hidden]);
             for part in ["gate_proj", "up_proj", "down_proj"] {
-                let shape = if part == "down_proj" { [d.hidden, d.moe_intermediate] } else { [d.moe_intermediate, d.hidden] };
+                let shape = if part == "down_proj" {
+                    [d.hidden, d.moe_intermediate]
+                } else {
+                    [d.moe_intermediate, d.hidden]
+                };
                 let experts: Vec<Array> = (0..d.experts)
                     .map(|_| c.rng.tensor(&shape, 1.0 / (shape[1] as f32).sqrt(), 0.0))
                     .collect();
@@ -339,7 +382,13 @@ pub fn write_family(dir: &Path, family: TinyFamily, d: Dims, quantize: Option<Qu
         TinyFamily::Gemma3 => {
             let pattern = 2;
             let layer_types: Vec<&str> = (0..d.layers)
-                .map(|i| if i % pattern == pattern - 1 { "full_attention" } else { "sliding_attention" })
+                .map(|i| {
+                    if i % pattern == pattern - 1 {
+                        "full_attention"
+                    } else {
+                        "sliding_attention"
+                    }
+                })
                 .collect();
             config["architectures"] = json!(["Gemma3ForCausalLM"]);
             config["sliding_window"] = json!(TinyFamily::GEMMA_WINDOW);
@@ -378,7 +427,12 @@ fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
 /// A tiny Gemma 4 language model of `vocab` tokens under the text model's
 /// names (`model.*`): its tensors, which are matrices, and config.json.
 /// `quantized`: experts in mlx-community's `switch_glu` layout.
-pub(crate) fn gemma4_parts(d: Dims, seed: u64, vocab: i32, quantized: bool) -> Result<(HashMap<String, Array>, Vec<String>, serde_json::Value)> {
+pub(crate) fn gemma4_parts(
+    d: Dims,
+    seed: u64,
+    vocab: i32,
+    quantized: bool,
+) -> Result<(HashMap<String, Array>, Vec<String>, serde_json::Value)> {
     let moe = d.experts > 0;
     let plan = d.gemma4;
     let shared_layers: i32 = if moe { 0 } else { plan.kv_shared };
@@ -386,8 +440,14 @@ pub(crate) fn gemma4_parts(d: Dims, seed: u64, vocab: i32, quantized: bool) -> R
     const GLOBAL_KV_HEADS: i32 = 1;
     let global_head_dim = 2 * d.head_dim;
     let is_global = |i: i32| i % plan.global_every == plan.global_every - 1;
-    let mut c = Checkpoint { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new(), norm_center: 1.0 };
-    c.tensors.insert("model.embed_tokens.weight".into(), c.rng.tensor(&[vocab, d.hidden], 0.05, 0.0));
+    let mut c = Checkpoint {
+        rng: Rng(seed),
+        tensors: HashMap::new(),
+        matrices: Vec::new(),
+        norm_center: 1.0,
+    };
+    c.tensors
+        .insert("model.embed_tokens.weight".into(), c.rng.tensor(&[vocab, d.hidden], 0.05, 0.0));
     c.matrices.push("model.embed_tokens".into());
     if per_layer > 0 {
         c.tensors.insert(
@@ -404,7 +464,12 @@ pub(crate) fn gemma4_parts(d: Dims, seed: u64, vocab: i32, quantized: bool) -> R
         let shared = i >= d.layers - shared_layers;
         let k_eq_v = moe && is_global(i);
         let kv_heads = if k_eq_v { GLOBAL_KV_HEADS } else { d.kv_heads };
-        for norm in ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"] {
+        for norm in [
+            "input_layernorm",
+            "post_attention_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+        ] {
             c.norm(format!("{p}.{norm}"), d.hidden);
         }
         let a = format!("{p}.self_attn");
@@ -434,7 +499,11 @@ pub(crate) fn gemma4_parts(d: Dims, seed: u64, vocab: i32, quantized: bool) -> R
             c.tensors.insert(format!("{p}.router.scale"), scale);
             let per_expert = c.rng.tensor(&[d.experts], 0.3, 1.0);
             c.tensors.insert(format!("{p}.router.per_expert_scale"), per_expert);
-            for norm in ["pre_feedforward_layernorm_2", "post_feedforward_layernorm_1", "post_feedforward_layernorm_2"] {
+            for norm in [
+                "pre_feedforward_layernorm_2",
+                "post_feedforward_layernorm_1",
+                "post_feedforward_layernorm_2",
+            ] {
                 c.norm(format!("{p}.{norm}"), d.hidden);
             }
             let (mi, h) = (d.moe_intermediate, d.hidden);
@@ -456,8 +525,9 @@ pub(crate) fn gemma4_parts(d: Dims, seed: u64, vocab: i32, quantized: bool) -> R
         c.tensors.insert(format!("{p}.layer_scalar"), scalar);
     }
     c.norm("model.norm".into(), d.hidden);
-    let layer_types: Vec<&str> =
-        (0..d.layers).map(|i| if is_global(i) { "full_attention" } else { "sliding_attention" }).collect();
+    let layer_types: Vec<&str> = (0..d.layers)
+        .map(|i| if is_global(i) { "full_attention" } else { "sliding_attention" })
+        .collect();
     let config = json!({
         "model_type": "gemma4_text",
         "architectures": ["Gemma4ForCausalLM"],
@@ -510,7 +580,11 @@ fn write_qwen35(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
     let vocab = tokenizer.vocab_size() as i32;
     let (mut tensors, matrices, mut config) = qwen35_parts(d, seed, vocab, hf)?;
     // A tower tensor the text-only load must skip (not a whole tower).
-    let vision = if hf { "model.visual.patch_embed.proj.weight" } else { "vision_tower.patch_embed.proj.weight" };
+    let vision = if hf {
+        "model.visual.patch_embed.proj.weight"
+    } else {
+        "vision_tower.patch_embed.proj.weight"
+    };
     tensors.insert(vision.into(), Array::from_slice(&[0.5f32; 8], &[2, 4]));
     config["vision_config"] = json!({"model_type": config["model_type"], "depth": 1});
     save_checkpoint(dir, tensors, &matrices, config, quantize)?;
@@ -521,15 +595,28 @@ fn write_qwen35(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
 /// the multimodal checkpoint's names (Hugging Face's when `hf`, else
 /// mlx-community's), which of them are matrices, and config.json (no
 /// `vision_config`).
-pub(crate) fn qwen35_parts(d: Dims, seed: u64, vocab: i32, hf: bool) -> Result<(HashMap<String, Array>, Vec<String>, serde_json::Value)> {
+pub(crate) fn qwen35_parts(
+    d: Dims,
+    seed: u64,
+    vocab: i32,
+    hf: bool,
+) -> Result<(HashMap<String, Array>, Vec<String>, serde_json::Value)> {
     let moe = d.experts > 0;
     let plan = d.qwen35;
     let is_full = |i: i32| i % plan.full_every == plan.full_every - 1;
     // Hugging Face stores the decoder norms as `w − 1`.
-    let mut c = Checkpoint { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new(), norm_center: if hf { 0.0 } else { 1.0 } };
+    let mut c = Checkpoint {
+        rng: Rng(seed),
+        tensors: HashMap::new(),
+        matrices: Vec::new(),
+        norm_center: if hf { 0.0 } else { 1.0 },
+    };
     // Tied (the mixture): small embeddings, so the layers decide the next token.
     let embed_scale = if moe { 0.05 } else { 0.5 };
-    c.tensors.insert("model.embed_tokens.weight".into(), c.rng.tensor(&[vocab, d.hidden], embed_scale, 0.0));
+    c.tensors.insert(
+        "model.embed_tokens.weight".into(),
+        c.rng.tensor(&[vocab, d.hidden], embed_scale, 0.0),
+    );
     c.matrices.push("model.embed_tokens".into());
     let (keys, values) = (plan.key_heads * plan.key_dim, plan.value_heads * plan.value_dim);
     let channels = 2 * keys + values;
@@ -577,7 +664,8 @@ pub(crate) fn qwen35_parts(d: Dims, seed: u64, vocab: i32, hf: bool) -> Result<(
             let up = c.rng.tensor(&[d.experts, mi, h], 1.0 / (h as f32).sqrt(), 0.0);
             let down = c.rng.tensor(&[d.experts, h, mi], 1.0 / (mi as f32).sqrt(), 0.0);
             if hf {
-                c.tensors.insert(format!("{m}.experts.gate_up_proj"), ops::concatenate(&[gate, up], 1)?);
+                c.tensors
+                    .insert(format!("{m}.experts.gate_up_proj"), ops::concatenate(&[gate, up], 1)?);
                 c.tensors.insert(format!("{m}.experts.down_proj"), down);
             } else {
                 for (part, t) in [("gate_proj", gate), ("up_proj", up), ("down_proj", down)] {
@@ -605,10 +693,12 @@ pub(crate) fn qwen35_parts(d: Dims, seed: u64, vocab: i32, hf: bool) -> Result<(
             (None, false) => format!("language_model.{name}"),
         }
     };
-    let tensors: HashMap<String, Array> = c.tensors.into_iter().map(|(k, v)| (rename(&k), v)).collect();
+    let tensors: HashMap<String, Array> =
+        c.tensors.into_iter().map(|(k, v)| (rename(&k), v)).collect();
     let matrices: Vec<String> = c.matrices.iter().map(|m| rename(m)).collect();
-    let layer_types: Vec<&str> =
-        (0..d.layers).map(|i| if is_full(i) { "full_attention" } else { "linear_attention" }).collect();
+    let layer_types: Vec<&str> = (0..d.layers)
+        .map(|i| if is_full(i) { "full_attention" } else { "linear_attention" })
+        .collect();
     let model_type = if moe { "qwen3_5_moe" } else { "qwen3_5" };
     let mut text = json!({
         "model_type": format!("{model_type}_text"),
@@ -646,7 +736,8 @@ pub(crate) fn qwen35_parts(d: Dims, seed: u64, vocab: i32, hf: bool) -> Result<(
         text["shared_expert_intermediate_size"] = json!(plan.shared_expert);
         text["norm_topk_prob"] = json!(true);
     }
-    let arch = if moe { "Qwen3_5MoeForConditionalGeneration" } else { "Qwen3_5ForConditionalGeneration" };
+    let arch =
+        if moe { "Qwen3_5MoeForConditionalGeneration" } else { "Qwen3_5ForConditionalGeneration" };
     let config = json!({
         "model_type": model_type,
         "architectures": [arch],

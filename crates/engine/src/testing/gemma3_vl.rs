@@ -143,7 +143,12 @@ pub fn write_tiny_gemma3_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) 
 }
 
 /// [`write_tiny_gemma3_vl`] with other sizes (benchmarks).
-pub fn write_gemma3_vl(dir: &Path, d: &Gemma3VlDims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+pub fn write_gemma3_vl(
+    dir: &Path,
+    d: &Gemma3VlDims,
+    quantize: Option<QuantSpec>,
+    seed: u64,
+) -> Result<i32> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = Tokenizer::from_gguf(gemma_byte_level_meta())?;
     tokenizer.write_hf_files(dir)?;
@@ -151,9 +156,9 @@ pub fn write_gemma3_vl(dir: &Path, d: &Gemma3VlDims, quantize: Option<QuantSpec>
     // What transformers' Gemma 3 processor reads off its tokenizer.
     let config_path = dir.join("tokenizer_config.json");
     let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
-    let mut tok_config: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(e.to_string()))?;
-    tok_config["extra_special_tokens"] =
-        json!({"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"});
+    let mut tok_config: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    tok_config["extra_special_tokens"] = json!({"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"});
     tok_config["boi_token"] = json!("<start_of_image>");
     tok_config["eoi_token"] = json!("<end_of_image>");
     tok_config["image_token"] = json!("<image_soft_token>");
@@ -166,19 +171,32 @@ pub fn write_gemma3_vl(dir: &Path, d: &Gemma3VlDims, quantize: Option<QuantSpec>
     let mut tensors: HashMap<String, Array> = HashMap::new();
     let mut matrices: Vec<String> = Vec::new();
     let lm = "language_model.model";
-    let mut matrix = |tensors: &mut HashMap<String, Array>, rng: &mut Rng, name: String, rows: i32, cols: i32| {
-        tensors.insert(format!("{name}.weight"), rng.tensor(&[rows, cols], 1.0 / (cols as f32).sqrt(), 0.0));
+    let mut matrix = |tensors: &mut HashMap<String, Array>,
+                      rng: &mut Rng,
+                      name: String,
+                      rows: i32,
+                      cols: i32| {
+        tensors.insert(
+            format!("{name}.weight"),
+            rng.tensor(&[rows, cols], 1.0 / (cols as f32).sqrt(), 0.0),
+        );
         matrices.push(name);
     };
     // Gemma's RMSNorm scales by (1 + w): weights centred on 0.
-    let gemma_norm = |tensors: &mut HashMap<String, Array>, rng: &mut Rng, name: String, dim: i32| {
-        tensors.insert(format!("{name}.weight"), rng.tensor(&[dim], 0.1, 0.0));
-    };
+    let gemma_norm =
+        |tensors: &mut HashMap<String, Array>, rng: &mut Rng, name: String, dim: i32| {
+            tensors.insert(format!("{name}.weight"), rng.tensor(&[dim], 0.1, 0.0));
+        };
     matrix(&mut tensors, &mut rng, format!("{lm}.embed_tokens"), vocab, d.hidden);
     let (q, kv) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
     for i in 0..d.layers {
         let p = format!("{lm}.layers.{i}");
-        for norm in ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"] {
+        for norm in [
+            "input_layernorm",
+            "post_attention_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+        ] {
             gemma_norm(&mut tensors, &mut rng, format!("{p}.{norm}"), d.hidden);
         }
         matrix(&mut tensors, &mut rng, format!("{p}.self_attn.q_proj"), q, d.hidden);
@@ -212,8 +230,15 @@ pub fn write_gemma3_vl(dir: &Path, d: &Gemma3VlDims, quantize: Option<QuantSpec>
     put(format!("{v}.embeddings.patch_embedding.bias"), vrng.tensor(&[w], 0.1, 0.0));
     let patches = (d.image / PATCH) * (d.image / PATCH);
     put(format!("{v}.embeddings.position_embedding.weight"), vrng.tensor(&[patches, w], 0.5, 0.0));
-    let linear = |put: &mut dyn FnMut(String, Array), rng: &mut Rng, path: String, input: i32, output: i32| {
-        put(format!("{path}.weight"), rng.tensor(&[output, input], 1.0 / (input as f32).sqrt(), 0.0));
+    let linear = |put: &mut dyn FnMut(String, Array),
+                  rng: &mut Rng,
+                  path: String,
+                  input: i32,
+                  output: i32| {
+        put(
+            format!("{path}.weight"),
+            rng.tensor(&[output, input], 1.0 / (input as f32).sqrt(), 0.0),
+        );
         put(format!("{path}.bias"), rng.tensor(&[output], 0.1, 0.0));
     };
     let layer_norm = |put: &mut dyn FnMut(String, Array), rng: &mut Rng, path: String, dim: i32| {
@@ -232,10 +257,20 @@ pub fn write_gemma3_vl(dir: &Path, d: &Gemma3VlDims, quantize: Option<QuantSpec>
     }
     layer_norm(&mut put, &mut vrng, format!("{v}.post_layernorm"), w);
     put("multi_modal_projector.mm_soft_emb_norm.weight".into(), vrng.tensor(&[w], 0.1, 0.0));
-    put("multi_modal_projector.mm_input_projection_weight".into(), vrng.tensor(&[w, d.hidden], 1.0 / (w as f32).sqrt(), 0.0));
+    put(
+        "multi_modal_projector.mm_input_projection_weight".into(),
+        vrng.tensor(&[w, d.hidden], 1.0 / (w as f32).sqrt(), 0.0),
+    );
 
-    let layer_types: Vec<&str> =
-        (0..d.layers).map(|i| if i % d.global_every == d.global_every - 1 { "full_attention" } else { "sliding_attention" }).collect();
+    let layer_types: Vec<&str> = (0..d.layers)
+        .map(|i| {
+            if i % d.global_every == d.global_every - 1 {
+                "full_attention"
+            } else {
+                "sliding_attention"
+            }
+        })
+        .collect();
     let config = json!({
         "model_type": "gemma3",
         "architectures": ["Gemma3ForConditionalGeneration"],
@@ -294,10 +329,14 @@ pub fn write_gemma3_vl(dir: &Path, d: &Gemma3VlDims, quantize: Option<QuantSpec>
     });
     let write = |name: &str, value: &serde_json::Value| -> Result<()> {
         let path = dir.join(name);
-        std::fs::write(&path, serde_json::to_string_pretty(value).expect("serializable")).map_err(|e| Error::io(&path, e))
+        std::fs::write(&path, serde_json::to_string_pretty(value).expect("serializable"))
+            .map_err(|e| Error::io(&path, e))
     };
     write("preprocessor_config.json", &pre)?;
-    write("processor_config.json", &json!({"image_seq_length": d.tokens_per_image, "processor_class": "Gemma3Processor"}))?;
+    write(
+        "processor_config.json",
+        &json!({"image_seq_length": d.tokens_per_image, "processor_class": "Gemma3Processor"}),
+    )?;
     save_checkpoint(dir, tensors, &matrices, config, quantize)?;
     Ok(vocab)
 }

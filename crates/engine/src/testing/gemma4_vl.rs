@@ -83,7 +83,17 @@ impl Gemma4VlDims {
     }
 }
 
-const SPECIALS: [&str; 9] = ["<pad>", "<eos>", "<bos>", "<|turn>", "<turn|>", "<|image>", "<image|>", "<|image|>", "<|audio|>"];
+const SPECIALS: [&str; 9] = [
+    "<pad>",
+    "<eos>",
+    "<bos>",
+    "<|turn>",
+    "<turn|>",
+    "<|image>",
+    "<image|>",
+    "<|image|>",
+    "<|audio|>",
+];
 
 /// A Gemma 4 style chat template cut to what the tests use: turns between
 /// `<|turn>` and `<turn|>`, each image part as `<|image|>` where it sits.
@@ -116,14 +126,20 @@ pub fn write_tiny_gemma4_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) 
 }
 
 /// [`write_tiny_gemma4_vl`] with other sizes (benchmarks).
-pub fn write_gemma4_vl(dir: &Path, d: &Gemma4VlDims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+pub fn write_gemma4_vl(
+    dir: &Path,
+    d: &Gemma4VlDims,
+    quantize: Option<QuantSpec>,
+    seed: u64,
+) -> Result<i32> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = Tokenizer::from_gguf(meta())?;
     tokenizer.write_hf_files(dir)?;
     let id = |t: &str| tokenizer.token_to_id(t).expect("special token in the tiny vocabulary");
     let config_path = dir.join("tokenizer_config.json");
     let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
-    let mut tok_config: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    let mut tok_config: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(e.to_string()))?;
     let extra = json!({"boi_token": "<|image>", "eoi_token": "<image|>", "image_token": "<|image|>", "audio_token": "<|audio|>"});
     for (k, v) in extra.as_object().unwrap() {
         tok_config[k] = v.clone();
@@ -143,7 +159,8 @@ pub fn write_gemma4_vl(dir: &Path, d: &Gemma4VlDims, quantize: Option<QuantSpec>
             (None, _) => name.to_string(),
         }
     };
-    let mut tensors: HashMap<String, Array> = lm.into_iter().map(|(k, v)| (rename(&k), v)).collect();
+    let mut tensors: HashMap<String, Array> =
+        lm.into_iter().map(|(k, v)| (rename(&k), v)).collect();
     let matrices: Vec<String> = lm_matrices.iter().map(|m| rename(m)).collect();
     text_config["use_bidirectional_attention"] = json!("vision");
 
@@ -153,8 +170,15 @@ pub fn write_gemma4_vl(dir: &Path, d: &Gemma4VlDims, quantize: Option<QuantSpec>
         tensors.insert(format!("{prefix}{name}"), t);
     };
     let scalar = |v: f32| Array::from_f32(v);
-    let clipped = |put: &mut dyn FnMut(String, Array), rng: &mut Rng, path: String, input: i32, output: i32| {
-        put(format!("{path}.linear.weight"), rng.tensor(&[output, input], 1.0 / (input as f32).sqrt(), 0.0));
+    let clipped = |put: &mut dyn FnMut(String, Array),
+                   rng: &mut Rng,
+                   path: String,
+                   input: i32,
+                   output: i32| {
+        put(
+            format!("{path}.linear.weight"),
+            rng.tensor(&[output, input], 1.0 / (input as f32).sqrt(), 0.0),
+        );
         // Bounds the tiny activations reach, so the clamps change something.
         put(format!("{path}.input_min"), scalar(-1.5));
         put(format!("{path}.input_max"), scalar(1.5));
@@ -166,12 +190,23 @@ pub fn write_gemma4_vl(dir: &Path, d: &Gemma4VlDims, quantize: Option<QuantSpec>
     };
     let v = "vision_tower";
     let values = 3 * PATCH * PATCH;
-    put(format!("{v}.patch_embedder.input_proj.weight"), rng.tensor(&[d.width, values], 1.0 / (values as f32).sqrt(), 0.0));
-    put(format!("{v}.patch_embedder.position_embedding_table"), rng.tensor(&[2, d.positions, d.width], 0.5, 0.0));
+    put(
+        format!("{v}.patch_embedder.input_proj.weight"),
+        rng.tensor(&[d.width, values], 1.0 / (values as f32).sqrt(), 0.0),
+    );
+    put(
+        format!("{v}.patch_embedder.position_embedding_table"),
+        rng.tensor(&[2, d.positions, d.width], 0.5, 0.0),
+    );
     let (q_out, kv_out) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
     for i in 0..d.layers {
         let l = format!("{v}.encoder.layers.{i}");
-        for n in ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"] {
+        for n in [
+            "input_layernorm",
+            "post_attention_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+        ] {
             norm(&mut put, &mut rng, format!("{l}.{n}"), d.width);
         }
         clipped(&mut put, &mut rng, format!("{l}.self_attn.q_proj"), d.width, q_out);
@@ -238,7 +273,8 @@ pub fn write_gemma4_vl(dir: &Path, d: &Gemma4VlDims, quantize: Option<QuantSpec>
         },
     });
     let path = dir.join("processor_config.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&pre).expect("serializable")).map_err(|e| Error::io(&path, e))?;
+    std::fs::write(&path, serde_json::to_string_pretty(&pre).expect("serializable"))
+        .map_err(|e| Error::io(&path, e))?;
     save_checkpoint(dir, tensors, &matrices, config, quantize)?;
     Ok(vocab)
 }

@@ -27,13 +27,22 @@ pub struct GgufTensor {
 impl GgufTensor {
     /// A float32 tensor.
     pub fn f32(name: impl Into<String>, shape: &[usize], values: &[f32]) -> Self {
-        Self { name: name.into(), shape: shape.to_vec(), kind: 0, data: values.iter().flat_map(|v| v.to_le_bytes()).collect() }
+        Self {
+            name: name.into(),
+            shape: shape.to_vec(),
+            kind: 0,
+            data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        }
     }
 }
 
 const ALIGN: usize = 32;
 
-pub fn write_gguf(path: &Path, metadata: &[(&str, GgufValue)], tensors: &[GgufTensor]) -> Result<()> {
+pub fn write_gguf(
+    path: &Path,
+    metadata: &[(&str, GgufValue)],
+    tensors: &[GgufTensor],
+) -> Result<()> {
     let mut b: Vec<u8> = Vec::new();
     fn string(b: &mut Vec<u8>, s: &str) {
         b.extend((s.len() as u64).to_le_bytes());

@@ -172,7 +172,12 @@ pub fn write_tiny_qwen35_vl(dir: &Path, quantize: Option<QuantSpec>, seed: u64) 
 }
 
 /// [`write_tiny_qwen35_vl`] with other sizes (benchmarks).
-pub fn write_qwen35_vl(dir: &Path, d: &Qwen35VlDims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+pub fn write_qwen35_vl(
+    dir: &Path,
+    d: &Qwen35VlDims,
+    quantize: Option<QuantSpec>,
+    seed: u64,
+) -> Result<i32> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = Tokenizer::from_gguf(qwen_byte_level_meta())?;
     tokenizer.write_hf_files(dir)?;
@@ -200,7 +205,12 @@ pub fn write_tiny_qwen3_vl_moe(dir: &Path, quantize: Option<QuantSpec>, seed: u6
 }
 
 /// [`write_tiny_qwen3_vl`] with other sizes (benchmarks).
-pub fn write_qwen3_vl(dir: &Path, d: &Qwen3VlDims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
+pub fn write_qwen3_vl(
+    dir: &Path,
+    d: &Qwen3VlDims,
+    quantize: Option<QuantSpec>,
+    seed: u64,
+) -> Result<i32> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = Tokenizer::from_gguf(qwen_byte_level_meta())?;
     tokenizer.write_hf_files(dir)?;
@@ -249,7 +259,12 @@ pub fn write_qwen3_vl(dir: &Path, d: &Qwen3VlDims, quantize: Option<QuantSpec>, 
 
 /// A Qwen3 decoder under the multimodal names: seeded weights, and which
 /// of them are (quantizable) matrices.
-fn qwen3_decoder(rng: &mut Rng, vocab: i32, hf: bool, dims: &Qwen3VlDims) -> (HashMap<String, Array>, Vec<String>) {
+fn qwen3_decoder(
+    rng: &mut Rng,
+    vocab: i32,
+    hf: bool,
+    dims: &Qwen3VlDims,
+) -> (HashMap<String, Array>, Vec<String>) {
     let (d, hd, ff) = (dims.hidden, dims.head_dim, dims.mlp);
     let (q, kv) = (dims.heads * hd, dims.kv_heads * hd);
     let lm = if hf { "model.language_model" } else { "language_model.model" };
@@ -257,8 +272,15 @@ fn qwen3_decoder(rng: &mut Rng, vocab: i32, hf: bool, dims: &Qwen3VlDims) -> (Ha
     let mut matrices = vec![format!("{lm}.embed_tokens")];
     // Stacked experts (quantized folders), listed after the matrices.
     let mut expert_matrices = Vec::new();
-    let mut matrix = |tensors: &mut HashMap<String, Array>, rng: &mut Rng, name: String, rows: i32, cols: i32| {
-        tensors.insert(format!("{name}.weight"), rng.tensor(&[rows, cols], 1.0 / (cols as f32).sqrt(), 0.0));
+    let mut matrix = |tensors: &mut HashMap<String, Array>,
+                      rng: &mut Rng,
+                      name: String,
+                      rows: i32,
+                      cols: i32| {
+        tensors.insert(
+            format!("{name}.weight"),
+            rng.tensor(&[rows, cols], 1.0 / (cols as f32).sqrt(), 0.0),
+        );
         matrices.push(name);
     };
     let norm = |tensors: &mut HashMap<String, Array>, rng: &mut Rng, name: String, dim: i32| {
@@ -285,10 +307,14 @@ fn qwen3_decoder(rng: &mut Rng, vocab: i32, hf: bool, dims: &Qwen3VlDims) -> (Ha
                 tensors.insert(format!("{p}.mlp.experts.down_proj"), down);
             } else {
                 let halves = gate_up.split_equal(2, -1).expect("even");
-                let stacked = [("gate_proj", &halves[0]), ("up_proj", &halves[1]), ("down_proj", &down)];
+                let stacked =
+                    [("gate_proj", &halves[0]), ("up_proj", &halves[1]), ("down_proj", &down)];
                 for (part, t) in stacked {
                     let name = format!("{p}.mlp.switch_mlp.{part}");
-                    tensors.insert(format!("{name}.weight"), t.transpose_axes(&[0, 2, 1]).expect("3-D"));
+                    tensors.insert(
+                        format!("{name}.weight"),
+                        t.transpose_axes(&[0, 2, 1]).expect("3-D"),
+                    );
                     expert_matrices.push(name);
                 }
             }
@@ -357,7 +383,8 @@ fn finish_folder(
         "processor_class": "Qwen3VLProcessor",
     });
     let path = dir.join("preprocessor_config.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&pre).expect("serializable")).map_err(|e| Error::io(&path, e))?;
+    std::fs::write(&path, serde_json::to_string_pretty(&pre).expect("serializable"))
+        .map_err(|e| Error::io(&path, e))?;
     save_checkpoint(dir, tensors, matrices, config, quantize)
 }
 
@@ -373,17 +400,26 @@ fn write_tower(
     let mut put = |name: String, t: Array| {
         tensors.insert(format!("{prefix}.{name}"), t);
     };
-    let linear = |rng: &mut Rng, put: &mut dyn FnMut(String, Array), path: &str, input: i32, output: i32| {
-        put(format!("{path}.weight"), rng.tensor(&[output, input], 1.0 / (input as f32).sqrt(), 0.0));
-        put(format!("{path}.bias"), rng.tensor(&[output], 0.1, 0.0));
-    };
+    let linear =
+        |rng: &mut Rng, put: &mut dyn FnMut(String, Array), path: &str, input: i32, output: i32| {
+            put(
+                format!("{path}.weight"),
+                rng.tensor(&[output, input], 1.0 / (input as f32).sqrt(), 0.0),
+            );
+            put(format!("{path}.bias"), rng.tensor(&[output], 0.1, 0.0));
+        };
     let norm = |rng: &mut Rng, put: &mut dyn FnMut(String, Array), path: &str, dim: i32| {
         put(format!("{path}.weight"), rng.tensor(&[dim], 0.1, 1.0));
         put(format!("{path}.bias"), rng.tensor(&[dim], 0.1, 0.0));
     };
     let values = CHANNELS * TEMPORAL * PATCH * PATCH;
-    let kernel = rng.tensor(&[width, CHANNELS, TEMPORAL, PATCH, PATCH], 1.0 / (values as f32).sqrt(), 0.0);
-    let kernel = if torch_layout { kernel } else { kernel.transpose_axes(&[0, 2, 3, 4, 1]).expect("5-D kernel") };
+    let kernel =
+        rng.tensor(&[width, CHANNELS, TEMPORAL, PATCH, PATCH], 1.0 / (values as f32).sqrt(), 0.0);
+    let kernel = if torch_layout {
+        kernel
+    } else {
+        kernel.transpose_axes(&[0, 2, 3, 4, 1]).expect("5-D kernel")
+    };
     put("patch_embed.proj.weight".into(), kernel);
     put("patch_embed.proj.bias".into(), rng.tensor(&[width], 0.1, 0.0));
     put("pos_embed.weight".into(), rng.tensor(&[t.positions, width], 0.5, 0.0));

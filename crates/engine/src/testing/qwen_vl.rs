@@ -184,7 +184,8 @@ pub fn qwen_byte_level_meta() -> GgufTokenizerMeta {
         (b"a", b"t"),
         (b"\n", b"\n"),
     ];
-    let merges: Vec<(String, String)> = byte_merges.iter().map(|(a, b)| (chars(a), chars(b))).collect();
+    let merges: Vec<(String, String)> =
+        byte_merges.iter().map(|(a, b)| (chars(a), chars(b))).collect();
     for (a, b) in &merges {
         tokens.push(format!("{a}{b}"));
         token_types.push(1);
@@ -216,22 +217,19 @@ pub fn write_tiny_qwen2_vl(dir: &Path, spec: &TinyQwenVl) -> Result<i32> {
     let id = |t: &str| tokenizer.token_to_id(t).expect("special token in the tiny vocabulary");
 
     let mut rng = Rng(spec.seed);
-    let mut w = Writer {
-        tensors: HashMap::new(),
-        lm_matrices: Vec::new(),
-    };
+    let mut w = Writer { tensors: HashMap::new(), lm_matrices: Vec::new() };
     let tie = spec.variant == QwenVlVariant::Qwen25Vl;
     let dims = &spec.dims;
     write_language(&mut w, &mut rng, vocab, tie, dims);
     let vision_config = write_vision(&mut w, &mut rng, spec.variant, dims);
 
     let (model_type, architecture, processor) = match spec.variant {
-        QwenVlVariant::Qwen2Vl => ("qwen2_vl", "Qwen2VLForConditionalGeneration", "Qwen2VLProcessor"),
-        QwenVlVariant::Qwen25Vl => (
-            "qwen2_5_vl",
-            "Qwen2_5_VLForConditionalGeneration",
-            "Qwen2_5_VLProcessor",
-        ),
+        QwenVlVariant::Qwen2Vl => {
+            ("qwen2_vl", "Qwen2VLForConditionalGeneration", "Qwen2VLProcessor")
+        }
+        QwenVlVariant::Qwen25Vl => {
+            ("qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLProcessor")
+        }
     };
     let text = json!({
         "model_type": model_type,
@@ -276,7 +274,8 @@ pub fn write_tiny_qwen2_vl(dir: &Path, spec: &TinyQwenVl) -> Result<i32> {
         }
         config["quantization"] = json!({"group_size": q.group_size, "bits": q.bits});
     }
-    let tensors: HashMap<String, Array> = tensors.into_iter().map(|(k, v)| (rename(&k, spec.names), v)).collect();
+    let tensors: HashMap<String, Array> =
+        tensors.into_iter().map(|(k, v)| (rename(&k, spec.names), v)).collect();
     let tensors: HashMap<String, Array> = tensors
         .into_iter()
         .map(|(k, v)| {
@@ -349,7 +348,8 @@ impl Writer {
 
 fn write_language(w: &mut Writer, rng: &mut Rng, vocab: i32, tie: bool, dims: &VlDims) {
     let head_dim = dims.hidden / dims.heads;
-    let (d, q, kv, ff) = (dims.hidden, dims.heads * head_dim, dims.kv_heads * head_dim, dims.intermediate);
+    let (d, q, kv, ff) =
+        (dims.hidden, dims.heads * head_dim, dims.kv_heads * head_dim, dims.intermediate);
     w.put("model.embed_tokens.weight".into(), rng.tensor(&[vocab, d], 0.5, 0.0));
     w.lm_matrices.push("model.embed_tokens".into());
     for i in 0..dims.layers {
@@ -371,7 +371,12 @@ fn write_language(w: &mut Writer, rng: &mut Rng, vocab: i32, tie: bool, dims: &V
 }
 
 /// Writes the tower's tensors; returns its `vision_config`.
-fn write_vision(w: &mut Writer, rng: &mut Rng, variant: QwenVlVariant, dims: &VlDims) -> serde_json::Value {
+fn write_vision(
+    w: &mut Writer,
+    rng: &mut Rng,
+    variant: QwenVlVariant,
+    dims: &VlDims,
+) -> serde_json::Value {
     let width = dims.vision_width;
     let patch_values = CHANNELS * TEMPORAL * PATCH * PATCH;
     // PyTorch Conv3d layout [out, C, T, P, P]; other layouts are derived from it.
@@ -471,5 +476,6 @@ fn rename(name: &str, names: QwenVlNames) -> String {
 }
 
 fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
-    std::fs::write(path, serde_json::to_string_pretty(value).expect("serializable")).map_err(|e| Error::io(path, e))
+    std::fs::write(path, serde_json::to_string_pretty(value).expect("serializable"))
+        .map_err(|e| Error::io(path, e))
 }

@@ -96,10 +96,9 @@ impl MessageContent {
     pub fn image_count(&self) -> usize {
         match self {
             MessageContent::Text(_) => 0,
-            MessageContent::Parts(parts) => parts
-                .iter()
-                .filter(|p| matches!(p, ContentPart::Image { .. }))
-                .count(),
+            MessageContent::Parts(parts) => {
+                parts.iter().filter(|p| matches!(p, ContentPart::Image { .. })).count()
+            }
         }
     }
 }
@@ -244,9 +243,7 @@ pub struct ChatTemplate {
 impl std::fmt::Debug for ChatTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let first_line = self.source.lines().next().unwrap_or("");
-        f.debug_struct("ChatTemplate")
-            .field("first_line", &first_line)
-            .finish_non_exhaustive()
+        f.debug_struct("ChatTemplate").field("first_line", &first_line).finish_non_exhaustive()
     }
 }
 
@@ -265,10 +262,7 @@ impl ChatTemplate {
         env.add_filter("tojson", tojson_filter);
         env.add_template_owned(TEMPLATE_NAME, rewrite_hf_extensions(source))
             .map_err(template_error)?;
-        Ok(ChatTemplate {
-            source: Arc::from(source),
-            env: Arc::new(env),
-        })
+        Ok(ChatTemplate { source: Arc::from(source), env: Arc::new(env) })
     }
 
     /// The template text as the model shipped it.
@@ -307,13 +301,8 @@ impl ChatTemplate {
         for (k, v) in &opts.extra {
             ctx.insert(k.clone(), v.clone());
         }
-        let template = self
-            .env
-            .get_template(TEMPLATE_NAME)
-            .map_err(template_error)?;
-        let rendered = template
-            .render(Value::from_serialize(&ctx))
-            .map_err(template_error)?;
+        let template = self.env.get_template(TEMPLATE_NAME).map_err(template_error)?;
+        let rendered = template.render(Value::from_serialize(&ctx)).map_err(template_error)?;
         if opts.continue_final_message {
             return cut_after_final_answer(rendered, messages);
         }
@@ -327,7 +316,8 @@ impl ChatTemplate {
 fn cut_after_final_answer(mut rendered: String, messages: &[ChatMessage]) -> Result<String> {
     let Some(last) = messages.last().filter(|m| m.role == "assistant") else {
         return Err(Error::InvalidRequest(
-            "only an answer can be continued: the conversation must end with an assistant message".into(),
+            "only an answer can be continued: the conversation must end with an assistant message"
+                .into(),
         ));
     };
     let text = last.content.text();
@@ -352,10 +342,7 @@ fn alias_reasoning(mut messages: serde_json::Value) -> serde_json::Value {
             let Some(obj) = message.as_object_mut() else {
                 continue;
             };
-            let Some(reasoning) = obj
-                .get("reasoning_content")
-                .filter(|r| !r.is_null())
-                .cloned()
+            let Some(reasoning) = obj.get("reasoning_content").filter(|r| !r.is_null()).cloned()
             else {
                 continue;
             };
@@ -396,12 +383,8 @@ fn rewrite_hf_extensions(source: &str) -> String {
     let mut out = source.to_owned();
     for (open, close) in [("{%", "%}"), ("{%-", "%}"), ("{%", "-%}"), ("{%-", "-%}")] {
         for (tag, replacement) in [("endgeneration", "endif"), ("generation", "if true")] {
-            for inner in [
-                format!(" {tag} "),
-                format!("{tag} "),
-                format!(" {tag}"),
-                tag.to_string(),
-            ] {
+            for inner in [format!(" {tag} "), format!("{tag} "), format!(" {tag}"), tag.to_string()]
+            {
                 let from = format!("{open}{inner}{close}");
                 out = out.replace(&from, &format!("{open} {replacement} {close}"));
             }
@@ -424,10 +407,8 @@ impl std::fmt::Display for RaisedByTemplate {
 impl std::error::Error for RaisedByTemplate {}
 
 fn raise_exception(message: String) -> std::result::Result<Value, minijinja::Error> {
-    Err(
-        minijinja::Error::new(ErrorKind::InvalidOperation, message.clone())
-            .with_source(RaisedByTemplate(message)),
-    )
+    Err(minijinja::Error::new(ErrorKind::InvalidOperation, message.clone())
+        .with_source(RaisedByTemplate(message)))
 }
 
 fn template_error(e: minijinja::Error) -> Error {
@@ -464,18 +445,10 @@ fn tojson_filter(
 ) -> std::result::Result<String, minijinja::Error> {
     // Python's positional order: ensure_ascii, indent, separators, sort_keys.
     let positional = |i: usize| args.0.get(i).cloned();
-    let ensure_ascii = kwargs
-        .get::<Option<Value>>("ensure_ascii")?
-        .or_else(|| positional(0));
-    let indent = kwargs
-        .get::<Option<Value>>("indent")?
-        .or_else(|| positional(1));
-    let separators = kwargs
-        .get::<Option<Value>>("separators")?
-        .or_else(|| positional(2));
-    let sort_keys = kwargs
-        .get::<Option<Value>>("sort_keys")?
-        .or_else(|| positional(3));
+    let ensure_ascii = kwargs.get::<Option<Value>>("ensure_ascii")?.or_else(|| positional(0));
+    let indent = kwargs.get::<Option<Value>>("indent")?.or_else(|| positional(1));
+    let separators = kwargs.get::<Option<Value>>("separators")?.or_else(|| positional(2));
+    let sort_keys = kwargs.get::<Option<Value>>("sort_keys")?.or_else(|| positional(3));
     kwargs.assert_all_used()?;
 
     let indent = match indent {
@@ -649,9 +622,9 @@ fn python_key(key: &Value) -> String {
         ValueKind::String => key.as_str().unwrap_or("").to_owned(),
         ValueKind::None | ValueKind::Undefined => "null".to_owned(),
         ValueKind::Bool => if key.is_true() { "true" } else { "false" }.to_owned(),
-        ValueKind::Number if !key.is_integer() => f64::try_from(key.clone())
-            .map(python_float_repr)
-            .unwrap_or_else(|_| key.to_string()),
+        ValueKind::Number if !key.is_integer() => {
+            f64::try_from(key.clone()).map(python_float_repr).unwrap_or_else(|_| key.to_string())
+        }
         _ => key.to_string(),
     }
 }
@@ -670,9 +643,7 @@ fn python_float_repr(f: f64) -> String {
     }
     // Rust's `{:e}` prints the shortest round-trip digits, e.g. "1.2345e-5".
     let sci = format!("{:e}", f);
-    let (mantissa, exp) = sci
-        .split_once('e')
-        .expect("LowerExp always has an exponent");
+    let (mantissa, exp) = sci.split_once('e').expect("LowerExp always has an exponent");
     let exp: i32 = exp.parse().expect("LowerExp exponent is an integer");
     let (sign, mantissa) = match mantissa.strip_prefix('-') {
         Some(m) => ("-", m),
@@ -692,11 +663,7 @@ fn python_float_repr(f: f64) -> String {
         format!("{sign}{body}")
     } else {
         let (first, rest) = digits.split_at(1);
-        let mantissa = if rest.is_empty() {
-            first.to_owned()
-        } else {
-            format!("{first}.{rest}")
-        };
+        let mantissa = if rest.is_empty() { first.to_owned() } else { format!("{first}.{rest}") };
         let exp_sign = if exp < 0 { '-' } else { '+' };
         format!("{sign}{mantissa}e{exp_sign}{:02}", exp.abs())
     }
@@ -709,8 +676,11 @@ mod tests {
     fn a_cut_answer_is_continued_from_its_last_character() {
         let t = ChatTemplate::new(&fixture("smollm2.jinja")).unwrap();
         let sp = special("<|im_start|>", "<|im_end|>");
-        let messages =
-            [ChatMessage::system("Be brief."), ChatMessage::user("Hi"), ChatMessage::assistant("Hello! The sea is ")];
+        let messages = [
+            ChatMessage::system("Be brief."),
+            ChatMessage::user("Hi"),
+            ChatMessage::assistant("Hello! The sea is "),
+        ];
         let opts = TemplateOptions { continue_final_message: true, ..Default::default() };
         assert_eq!(
             t.render(&messages, &opts, &sp).unwrap(),
@@ -727,13 +697,16 @@ mod tests {
             opts.extra.insert(name.into(), value);
             opts.check_extra()
         };
-        for name in ["messages", "tools", "documents", "add_generation_prompt", "eos_token", "image_token"] {
+        for name in
+            ["messages", "tools", "documents", "add_generation_prompt", "eos_token", "image_token"]
+        {
             let err = with(name, json!([])).unwrap_err().to_string();
             assert!(err.contains(&format!("{name:?}")), "{name}: {err}");
         }
         with("date_string", json!("26 Nov 2026")).unwrap();
         with("reasoning_effort", json!("high")).unwrap();
-        let big = with("notes", json!("x".repeat(MAX_EXTRA_VARIABLE_BYTES))).unwrap_err().to_string();
+        let big =
+            with("notes", json!("x".repeat(MAX_EXTRA_VARIABLE_BYTES))).unwrap_err().to_string();
         assert!(big.contains("at most 16384"), "{big}");
     }
 
@@ -756,8 +729,7 @@ mod tests {
     }
 
     fn render(t: &ChatTemplate, messages: &[ChatMessage], opts: &TemplateOptions) -> String {
-        t.render(messages, opts, &special("<|begin_of_text|>", "<|eot_id|>"))
-            .unwrap()
+        t.render(messages, opts, &special("<|begin_of_text|>", "<|eot_id|>")).unwrap()
     }
 
     fn weather_tool() -> serde_json::Value {
@@ -806,10 +778,7 @@ mod tests {
             ChatMessage::assistant("Hello!"),
             ChatMessage::user("2+2?"),
         ];
-        let opts = TemplateOptions {
-            add_generation_prompt: false,
-            ..Default::default()
-        };
+        let opts = TemplateOptions { add_generation_prompt: false, ..Default::default() };
         assert_eq!(
             t.render(&messages, &opts, &sp).unwrap(),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
@@ -821,14 +790,10 @@ mod tests {
     fn llama32_plain_chat_with_fixed_date() {
         let t = ChatTemplate::new(&fixture("llama-3.2-instruct.jinja")).unwrap();
         let mut opts = TemplateOptions::default();
-        opts.extra
-            .insert("date_string".into(), json!("26 Jul 2024"));
+        opts.extra.insert("date_string".into(), json!("26 Jul 2024"));
         let out = render(
             &t,
-            &[
-                ChatMessage::system("  You are terse.  "),
-                ChatMessage::user("Hi there\n"),
-            ],
+            &[ChatMessage::system("  You are terse.  "), ChatMessage::user("Hi there\n")],
             &opts,
         );
         assert_eq!(
@@ -856,22 +821,15 @@ mod tests {
     #[test]
     fn llama32_tools_in_first_user_message_and_tool_call_history() {
         let t = ChatTemplate::new(&fixture("llama-3.2-instruct.jinja")).unwrap();
-        let mut opts = TemplateOptions {
-            tools: Some(vec![weather_tool()]),
-            ..Default::default()
-        };
-        opts.extra
-            .insert("date_string".into(), json!("26 Jul 2024"));
+        let mut opts = TemplateOptions { tools: Some(vec![weather_tool()]), ..Default::default() };
+        opts.extra.insert("date_string".into(), json!("26 Jul 2024"));
         let mut call = ChatMessage::assistant("");
         call.tool_calls = Some(vec![json!({
             "type": "function",
             "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}
         })]);
-        let messages = [
-            ChatMessage::user("Weather in Paris?"),
-            call,
-            ChatMessage::tool("{\"temp\": 21}"),
-        ];
+        let messages =
+            [ChatMessage::user("Weather in Paris?"), call, ChatMessage::tool("{\"temp\": 21}")];
         let out = render(&t, &messages, &opts);
         let tool_json = "{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\",\n        \
             \"description\": \"Get the weather in a city. Use \\\"metric\\\" units.\",\n        \"parameters\": {\n            \
@@ -921,10 +879,7 @@ mod tests {
     fn qwen3_enable_thinking_false_prefills_empty_think_block() {
         let t = ChatTemplate::new(&fixture("qwen3.jinja")).unwrap();
         let sp = special("<|endoftext|>", "<|im_end|>");
-        let opts = TemplateOptions {
-            enable_thinking: Some(false),
-            ..Default::default()
-        };
+        let opts = TemplateOptions { enable_thinking: Some(false), ..Default::default() };
         let out = t.render(&[ChatMessage::user("Hi")], &opts, &sp).unwrap();
         assert_eq!(
             out,
@@ -938,17 +893,9 @@ mod tests {
         let t = ChatTemplate::new(&fixture("qwen3.jinja")).unwrap();
         let sp = special("<|endoftext|>", "<|im_end|>");
         for thinking in [Some(true), None] {
-            let opts = TemplateOptions {
-                enable_thinking: thinking,
-                ..Default::default()
-            };
-            let out = t
-                .render(
-                    &[ChatMessage::system("S"), ChatMessage::user("Hi")],
-                    &opts,
-                    &sp,
-                )
-                .unwrap();
+            let opts = TemplateOptions { enable_thinking: thinking, ..Default::default() };
+            let out =
+                t.render(&[ChatMessage::system("S"), ChatMessage::user("Hi")], &opts, &sp).unwrap();
             assert_eq!(out, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
         }
     }
@@ -969,10 +916,7 @@ mod tests {
             call,
             ChatMessage::tool("{\"temp\": 21}"),
         ];
-        let opts = TemplateOptions {
-            tools: Some(vec![weather_tool()]),
-            ..Default::default()
-        };
+        let opts = TemplateOptions { tools: Some(vec![weather_tool()]), ..Default::default() };
         let out = t.render(&messages, &opts, &sp).unwrap();
         let expected = "<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
             You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n\
@@ -1000,10 +944,8 @@ mod tests {
              {% endif %}|{% endfor %}",
         )
         .unwrap();
-        let parts = ChatMessage::user(vec![
-            ContentPart::image(),
-            ContentPart::text("what is this?"),
-        ]);
+        let parts =
+            ChatMessage::user(vec![ContentPart::image(), ContentPart::text("what is this?")]);
         let out = t
             .render(
                 &[ChatMessage::user("plain"), parts],
@@ -1043,13 +985,8 @@ mod tests {
         .unwrap();
         let mut m = ChatMessage::assistant("answer");
         m.reasoning_content = Some("because".into());
-        let out = t
-            .render(
-                &[m],
-                &TemplateOptions::default(),
-                &SpecialTokenStrings::default(),
-            )
-            .unwrap();
+        let out =
+            t.render(&[m], &TemplateOptions::default(), &SpecialTokenStrings::default()).unwrap();
         assert_eq!(out, "because|because;");
     }
 
@@ -1066,9 +1003,7 @@ mod tests {
             json!({"b": "<a & 'b'>\u{1}\t", "a": [1, 2.5, 1e-7, 1e16, 100.0, true, null], "ü": "😀"}),
         );
         opts.extra.insert("e".into(), json!({"l": [], "m": {}}));
-        let out = t
-            .render(&[], &opts, &SpecialTokenStrings::default())
-            .unwrap();
+        let out = t.render(&[], &opts, &SpecialTokenStrings::default()).unwrap();
         let expected = [
             r#"{"b": "<a & 'b'>\u0001\t", "a": [1, 2.5, 1e-07, 1e+16, 100.0, true, null], "ü": "😀"}"#,
             "{\n  \"b\": \"<a & 'b'>\\u0001\\t\",\n  \"a\": [\n    1,\n    2.5,\n    1e-07,\n    1e+16,\n    100.0,\n    true,\n    null\n  ],\n  \"ü\": \"😀\"\n}",
@@ -1105,13 +1040,8 @@ mod tests {
              {% for i in [1, 2, 3] %}{% if i == 2 %}{% break %}{% endif %}{{ i }}{% endfor %}",
         )
         .unwrap();
-        let out = t
-            .render(
-                &[],
-                &TemplateOptions::default(),
-                &SpecialTokenStrings::default(),
-            )
-            .unwrap();
+        let out =
+            t.render(&[], &TemplateOptions::default(), &SpecialTokenStrings::default()).unwrap();
         assert_eq!(out, "a+b True x\n|k=1|1");
     }
 
@@ -1140,9 +1070,7 @@ mod tests {
     #[test]
     fn prompt_opens_thinking_cases() {
         assert!(prompt_opens_thinking("<|im_start|>assistant\n<think>\n"));
-        assert!(!prompt_opens_thinking(
-            "<|im_start|>assistant\n<think>\n\n</think>\n\n"
-        ));
+        assert!(!prompt_opens_thinking("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
         assert!(!prompt_opens_thinking("<|im_start|>assistant\n"));
     }
 }

@@ -192,9 +192,7 @@ mod tests {
     fn invalid_bytes_do_not_stall_the_stream() {
         let tok = byte_level_test_tokenizer();
         // A lone continuation byte, repeated: never valid UTF-8.
-        let bad = tok
-            .token_to_id(&byte_chars()[0x80].to_string())
-            .expect("byte 0x80 has a token");
+        let bad = tok.token_to_id(&byte_chars()[0x80].to_string()).expect("byte 0x80 has a token");
         let mut d = StreamDetokenizer::new(false);
         let mut out = String::new();
         for _ in 0..MAX_PENDING {

@@ -46,9 +46,7 @@ pub(crate) struct Built {
 
 pub(crate) fn build(meta: &GgufTokenizerMeta, spm: &GgufSentencePieceMeta) -> Result<Built> {
     if meta.tokens.is_empty() {
-        return Err(Error::Tokenizer(
-            "GGUF metadata has no tokenizer.ggml.tokens".into(),
-        ));
+        return Err(Error::Tokenizer("GGUF metadata has no tokenizer.ggml.tokens".into()));
     }
     if !meta.token_types.is_empty() && meta.token_types.len() != meta.tokens.len() {
         return Err(Error::Tokenizer(format!(
@@ -109,13 +107,9 @@ fn parse_merges(meta: &GgufTokenizerMeta) -> Result<Vec<(String, String)>> {
     meta.merges
         .iter()
         .map(|m| {
-            m.split_once(' ')
-                .map(|(a, b)| (a.to_owned(), b.to_owned()))
-                .ok_or_else(|| {
-                    Error::Tokenizer(format!(
-                        "GGUF merge {m:?} is not two tokens separated by a space"
-                    ))
-                })
+            m.split_once(' ').map(|(a, b)| (a.to_owned(), b.to_owned())).ok_or_else(|| {
+                Error::Tokenizer(format!("GGUF merge {m:?} is not two tokens separated by a space"))
+            })
         })
         .collect()
 }
@@ -145,9 +139,7 @@ fn bos_post_processor(meta: &GgufTokenizerMeta) -> Result<TemplateProcessing> {
         .ok_or_else(|| Error::Tokenizer("add_bos is set but there is no bos token id".into()))?;
     let bos = meta.tokens[bos_id as usize].clone();
     if bos.contains(char::is_whitespace) {
-        return Err(Error::Tokenizer(format!(
-            "bos token {bos:?} contains whitespace"
-        )));
+        return Err(Error::Tokenizer(format!("bos token {bos:?} contains whitespace")));
     }
     let mut builder = TemplateProcessing::builder();
     builder
@@ -157,9 +149,7 @@ fn bos_post_processor(meta: &GgufTokenizerMeta) -> Result<TemplateProcessing> {
         .try_pair(format!("{bos}:0 $A:0 {bos}:1 $B:1"))
         .map_err(|e| Error::Tokenizer(format!("bos template: {e}")))?;
     builder.special_tokens(vec![(bos, bos_id)]);
-    builder
-        .build()
-        .map_err(|e| Error::Tokenizer(format!("bos template: {e}")))
+    builder.build().map_err(|e| Error::Tokenizer(format!("bos template: {e}")))
 }
 
 fn finish(
@@ -179,11 +169,7 @@ fn finish(
         inner.with_post_processor(Some(bos_post_processor(meta)?));
     }
     inner.add_tokens(&added_tokens(meta));
-    Ok(Built {
-        inner,
-        add_bos,
-        unk_token,
-    })
+    Ok(Built { inner, add_bos, unk_token })
 }
 
 /// How a byte-level BPE vocabulary splits text before merging.
@@ -271,11 +257,8 @@ fn build_byte_level(meta: &GgufTokenizerMeta) -> Result<Built> {
                 false,
             )
             .map_err(|e| Error::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
-            PreTokenizerSequence::new(vec![
-                split.into(),
-                ByteLevel::new(false, true, false).into(),
-            ])
-            .into()
+            PreTokenizerSequence::new(vec![split.into(), ByteLevel::new(false, true, false).into()])
+                .into()
         }
     };
     let normalizer = spec.nfc.then(|| NFC.into());
@@ -334,9 +317,7 @@ fn build_sentencepiece(meta: &GgufTokenizerMeta, spm: &GgufSentencePieceMeta) ->
         replace_space.into()
     };
     let mut decoders: Vec<DecoderWrapper> = vec![
-        Replace::new(SPM_SPACE, " ")
-            .map_err(|e| Error::Tokenizer(format!("decoder: {e}")))?
-            .into(),
+        Replace::new(SPM_SPACE, " ").map_err(|e| Error::Tokenizer(format!("decoder: {e}")))?.into(),
         ByteFallback::new().into(),
         Fuse::new().into(),
     ];
@@ -344,15 +325,7 @@ fn build_sentencepiece(meta: &GgufTokenizerMeta, spm: &GgufSentencePieceMeta) ->
         decoders.push(Strip::new(' ', 1, 0).into());
     }
     let add_bos = meta.add_bos.unwrap_or(true) && meta.bos_id.is_some();
-    finish(
-        meta,
-        model,
-        Some(normalizer),
-        None,
-        DecoderSequence::new(decoders).into(),
-        add_bos,
-        unk,
-    )
+    finish(meta, model, Some(normalizer), None, DecoderSequence::new(decoders).into(), add_bos, unk)
 }
 
 /// SentencePiece BPE files carry piece scores instead of merges. A merge
@@ -392,18 +365,10 @@ fn sentencepiece_merges(
         }
     }
     found.sort_by(|a, b| {
-        b.0.total_cmp(&a.0)
-            .then(a.1.cmp(&b.1))
-            .then(a.2.cmp(&b.2))
-            .then(a.3.cmp(&b.3))
+        b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)).then(a.3.cmp(&b.3))
     });
     found
         .into_iter()
-        .map(|(_, _, l, r)| {
-            (
-                meta.tokens[l as usize].clone(),
-                meta.tokens[r as usize].clone(),
-            )
-        })
+        .map(|(_, _, l, r)| (meta.tokens[l as usize].clone(), meta.tokens[r as usize].clone()))
         .collect()
 }

@@ -27,7 +27,10 @@ pub(super) struct LiteralText {
 }
 
 impl LiteralText {
-    pub(super) fn get<'a>(cell: &'a OnceLock<Option<LiteralText>>, tokenizer: &tokenizers::Tokenizer) -> Option<&'a Self> {
+    pub(super) fn get<'a>(
+        cell: &'a OnceLock<Option<LiteralText>>,
+        tokenizer: &tokenizers::Tokenizer,
+    ) -> Option<&'a Self> {
         cell.get_or_init(|| {
             let mut specials: Vec<String> = tokenizer
                 .get_added_tokens_decoder()
@@ -48,7 +51,10 @@ impl LiteralText {
     /// The messages with every special token's text (in contents and earlier
     /// reasoning) replaced by placeholders, and the texts replaced, in the
     /// placeholders' order; `None` when no message holds any.
-    pub(super) fn guard(&self, messages: &[ChatMessage]) -> Option<(Vec<ChatMessage>, Vec<String>)> {
+    pub(super) fn guard(
+        &self,
+        messages: &[ChatMessage],
+    ) -> Option<(Vec<ChatMessage>, Vec<String>)> {
         let holds = |t: &str| self.specials.is_match(t);
         let any = messages.iter().any(|m| {
             m.reasoning_content.as_deref().is_some_and(holds)
@@ -115,10 +121,15 @@ impl LiteralText {
                 ids.extend(encode(piece)?);
                 continue;
             }
-            let literal = piece.parse::<usize>().ok().and_then(|i| literals.get(i)).ok_or_else(|| {
-                Error::ChatTemplate("the chat template changed a message's text around a special token".into())
-            })?;
-            let encoded = plain.encode_fast(literal.as_str(), false).map_err(|e| Error::Tokenizer(format!("encode: {e}")))?;
+            let literal =
+                piece.parse::<usize>().ok().and_then(|i| literals.get(i)).ok_or_else(|| {
+                    Error::ChatTemplate(
+                        "the chat template changed a message's text around a special token".into(),
+                    )
+                })?;
+            let encoded = plain
+                .encode_fast(literal.as_str(), false)
+                .map_err(|e| Error::Tokenizer(format!("encode: {e}")))?;
             ids.extend_from_slice(encoded.get_ids());
         }
         Ok(ids)

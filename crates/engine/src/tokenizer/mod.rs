@@ -74,10 +74,7 @@ impl std::fmt::Debug for GgufTokenizerMeta {
             .field("bos_id", &self.bos_id)
             .field("eos_id", &self.eos_id)
             .field("add_bos", &self.add_bos)
-            .field(
-                "chat_template",
-                &self.chat_template.as_ref().map(|t| t.len()),
-            )
+            .field("chat_template", &self.chat_template.as_ref().map(|t| t.len()))
             .finish()
     }
 }
@@ -165,9 +162,7 @@ impl Tokenizer {
         if let Some(model_config) = read_json_if_present(&dir.join("config.json"))? {
             eos_ids.extend(json_ids(model_config.get("eos_token_id")));
             eos_ids.extend(json_ids(
-                model_config
-                    .get("text_config")
-                    .and_then(|c| c.get("eos_token_id")),
+                model_config.get("text_config").and_then(|c| c.get("eos_token_id")),
             ));
         }
 
@@ -297,9 +292,7 @@ impl Tokenizer {
     }
 
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
-        self.inner
-            .decode(ids, skip_special)
-            .map_err(|e| Error::Tokenizer(format!("decode: {e}")))
+        self.inner.decode(ids, skip_special).map_err(|e| Error::Tokenizer(format!("decode: {e}")))
     }
 
     pub fn bos_id(&self) -> Option<u32> {
@@ -361,9 +354,7 @@ impl Tokenizer {
         match (&self.chat_template, &self.chat_template_error) {
             (Some(t), _) => t.render(messages, opts, &self.special),
             (None, Some(e)) => Err(Error::ChatTemplate(e.clone())),
-            (None, None) => Err(Error::ChatTemplate(
-                "this model has no chat template".into(),
-            )),
+            (None, None) => Err(Error::ChatTemplate("this model has no chat template".into())),
         }
     }
 
@@ -396,7 +387,10 @@ impl Tokenizer {
         };
         let rendered = self.apply_chat_template(&messages, opts)?;
         let text = expand(&rendered);
-        let ids = literal.encode(&self.inner, text.as_deref().unwrap_or(&rendered), &literals, |t| self.encode(t, false))?;
+        let ids =
+            literal.encode(&self.inner, text.as_deref().unwrap_or(&rendered), &literals, |t| {
+                self.encode(t, false)
+            })?;
         Ok((rendered, ids))
     }
 
@@ -444,10 +438,7 @@ impl Tokenizer {
             ("pad_token", &self.special.pad_token),
             ("unk_token", &self.special.unk_token),
         ] {
-            config.insert(
-                key.into(),
-                value.clone().map(Json::String).unwrap_or(Json::Null),
-            );
+            config.insert(key.into(), value.clone().map(Json::String).unwrap_or(Json::Null));
         }
         if let Some(t) = &self.chat_template {
             config.insert("chat_template".into(), t.source().into());
@@ -477,11 +468,7 @@ fn read_json_if_present(path: &Path) -> Result<Option<Json>> {
 fn json_ids(v: Option<&Json>) -> Vec<u32> {
     match v {
         Some(Json::Number(n)) => n.as_u64().map(|n| vec![n as u32]).unwrap_or_default(),
-        Some(Json::Array(a)) => a
-            .iter()
-            .filter_map(|x| x.as_u64())
-            .map(|n| n as u32)
-            .collect(),
+        Some(Json::Array(a)) => a.iter().filter_map(|x| x.as_u64()).map(|n| n as u32).collect(),
         _ => Vec::new(),
     }
 }
@@ -579,11 +566,7 @@ pub(crate) mod tests {
     #[test]
     fn byte_level_gguf_round_trips_and_matches_specials_whole() {
         let tok = byte_level_test_tokenizer();
-        for text in [
-            "héllo 👋 世界",
-            "a  b\n\n c123",
-            "<|im_start|>user\nhi<|im_end|>",
-        ] {
+        for text in ["héllo 👋 世界", "a  b\n\n c123", "<|im_start|>user\nhi<|im_end|>"] {
             let ids = tok.encode(text, false).unwrap();
             assert_eq!(tok.decode(&ids, false).unwrap(), text);
         }
@@ -601,10 +584,7 @@ pub(crate) mod tests {
         assert_eq!(tok.eos_ids(), &[2]);
         assert!(tok.is_eos(2) && !tok.is_eos(1));
         assert!(!tok.add_bos());
-        assert_eq!(
-            tok.encode("hi", true).unwrap(),
-            tok.encode("hi", false).unwrap()
-        );
+        assert_eq!(tok.encode("hi", true).unwrap(), tok.encode("hi", false).unwrap());
         assert_eq!(tok.id_to_token(1).as_deref(), Some("<|im_start|>"));
         assert_eq!(tok.vocab_size(), byte_level_meta().tokens.len());
     }
@@ -612,11 +592,7 @@ pub(crate) mod tests {
     fn pre_tokenize(tok: &Tokenizer, text: &str) -> Vec<String> {
         use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
         let mut pts = PreTokenizedString::from(text);
-        tok.inner()
-            .get_pre_tokenizer()
-            .unwrap()
-            .pre_tokenize(&mut pts)
-            .unwrap();
+        tok.inner().get_pre_tokenizer().unwrap().pre_tokenize(&mut pts).unwrap();
         pts.get_splits(OffsetReferential::Original, OffsetType::Byte)
             .into_iter()
             .map(|(s, _, _)| s.to_owned())
@@ -635,11 +611,8 @@ pub(crate) mod tests {
             ("gpt-2", &["Ġ12345"][..], false),
             ("some-future-name", &["Ġ12345"][..], false),
         ] {
-            let meta = GgufTokenizerMeta {
-                pre: Some(pre.into()),
-                add_bos: None,
-                ..byte_level_meta()
-            };
+            let meta =
+                GgufTokenizerMeta { pre: Some(pre.into()), add_bos: None, ..byte_level_meta() };
             let tok = Tokenizer::from_gguf(meta).unwrap();
             let ids = tok.encode(text, false).unwrap();
             assert_eq!(tok.decode(&ids, false).unwrap(), text, "{pre}");
@@ -650,19 +623,13 @@ pub(crate) mod tests {
 
     #[test]
     fn gguf_add_bos_prepends_once() {
-        let meta = GgufTokenizerMeta {
-            add_bos: Some(true),
-            ..byte_level_meta()
-        };
+        let meta = GgufTokenizerMeta { add_bos: Some(true), ..byte_level_meta() };
         let tok = Tokenizer::from_gguf(meta).unwrap();
         assert!(tok.add_bos());
         let plain = tok.encode("hi", false).unwrap();
         assert_eq!(tok.encode("hi", true).unwrap(), [&[1][..], &plain].concat());
         // Already starting with BOS: not doubled.
-        assert_eq!(
-            tok.encode("<|im_start|>hi", true).unwrap(),
-            [&[1][..], &plain].concat()
-        );
+        assert_eq!(tok.encode("<|im_start|>hi", true).unwrap(), [&[1][..], &plain].concat());
     }
 
     #[test]
@@ -686,10 +653,7 @@ pub(crate) mod tests {
 
     #[test]
     fn sentencepiece_without_space_prefix() {
-        let spm = GgufSentencePieceMeta {
-            add_space_prefix: Some(false),
-            ..Default::default()
-        };
+        let spm = GgufSentencePieceMeta { add_space_prefix: Some(false), ..Default::default() };
         let tok = Tokenizer::from_gguf_with(spm_meta(), spm).unwrap();
         let ids = tok.encode("hello world", false).unwrap();
         let pieces: Vec<String> = ids.iter().map(|&i| tok.id_to_token(i).unwrap()).collect();
@@ -699,49 +663,28 @@ pub(crate) mod tests {
 
     #[test]
     fn unsupported_gguf_model_is_a_clear_error() {
-        let meta = GgufTokenizerMeta {
-            model: "bert".into(),
-            ..byte_level_meta()
-        };
+        let meta = GgufTokenizerMeta { model: "bert".into(), ..byte_level_meta() };
         let err = Tokenizer::from_gguf(meta).unwrap_err();
-        assert!(
-            matches!(&err, Error::Tokenizer(m) if m.contains("\"bert\"")),
-            "{err}"
-        );
-        let meta = GgufTokenizerMeta {
-            eos_id: Some(100_000),
-            ..byte_level_meta()
-        };
-        assert!(matches!(
-            Tokenizer::from_gguf(meta),
-            Err(Error::Tokenizer(_))
-        ));
+        assert!(matches!(&err, Error::Tokenizer(m) if m.contains("\"bert\"")), "{err}");
+        let meta = GgufTokenizerMeta { eos_id: Some(100_000), ..byte_level_meta() };
+        assert!(matches!(Tokenizer::from_gguf(meta), Err(Error::Tokenizer(_))));
     }
 
     #[test]
     fn gguf_chat_template_renders_and_encodes() {
         let tok = byte_level_test_tokenizer();
         let messages = [ChatMessage::user("hi")];
-        let prompt = tok
-            .apply_chat_template(&messages, &TemplateOptions::default())
-            .unwrap();
-        assert_eq!(
-            prompt,
-            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
-        );
-        let ids = tok
-            .encode_chat(&messages, &TemplateOptions::default())
-            .unwrap();
+        let prompt = tok.apply_chat_template(&messages, &TemplateOptions::default()).unwrap();
+        assert_eq!(prompt, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+        let ids = tok.encode_chat(&messages, &TemplateOptions::default()).unwrap();
         assert_eq!(ids, tok.encode(&prompt, false).unwrap());
         assert_eq!(ids.iter().filter(|&&i| i == 1).count(), 2);
     }
 
     #[test]
     fn broken_template_keeps_tokenizer_usable() {
-        let meta = GgufTokenizerMeta {
-            chat_template: Some("{% if %}".into()),
-            ..byte_level_meta()
-        };
+        let meta =
+            GgufTokenizerMeta { chat_template: Some("{% if %}".into()), ..byte_level_meta() };
         let tok = Tokenizer::from_gguf(meta).unwrap();
         assert!(tok.chat_template().is_none());
         assert!(tok.encode("hi", false).is_ok());
@@ -766,10 +709,7 @@ pub(crate) mod tests {
         gguf.write_hf_files(&dir).unwrap();
         let folder = Tokenizer::from_folder(&dir).unwrap();
         for text in ["héllo 👋 世界", "<|im_start|>user\n12 hi<|im_end|>"] {
-            assert_eq!(
-                folder.encode(text, true).unwrap(),
-                gguf.encode(text, true).unwrap()
-            );
+            assert_eq!(folder.encode(text, true).unwrap(), gguf.encode(text, true).unwrap());
         }
         assert_eq!(folder.bos_id(), Some(1));
         assert_eq!(folder.eos_ids(), &[2]);
@@ -792,11 +732,7 @@ pub(crate) mod tests {
                 "chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D{{ bos_token }}"}]}"#,
         )
         .unwrap();
-        std::fs::write(
-            dir.join("generation_config.json"),
-            r#"{"eos_token_id": [2, 0]}"#,
-        )
-        .unwrap();
+        std::fs::write(dir.join("generation_config.json"), r#"{"eos_token_id": [2, 0]}"#).unwrap();
         std::fs::write(
             dir.join("config.json"),
             r#"{"eos_token_id": 0, "text_config": {"eos_token_id": 3}}"#,
@@ -807,18 +743,13 @@ pub(crate) mod tests {
         assert!(tok.add_bos());
         assert_eq!(tok.encode("hi", true).unwrap()[0], 1);
         assert_eq!(
-            tok.apply_chat_template(&[], &TemplateOptions::default())
-                .unwrap(),
+            tok.apply_chat_template(&[], &TemplateOptions::default()).unwrap(),
             "D<|im_start|>"
         );
         // chat_template.jinja wins over tokenizer_config.json.
         std::fs::write(dir.join("chat_template.jinja"), "J").unwrap();
         let tok = Tokenizer::from_folder(&dir).unwrap();
-        assert_eq!(
-            tok.apply_chat_template(&[], &TemplateOptions::default())
-                .unwrap(),
-            "J"
-        );
+        assert_eq!(tok.apply_chat_template(&[], &TemplateOptions::default()).unwrap(), "J");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

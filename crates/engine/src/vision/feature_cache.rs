@@ -119,7 +119,10 @@ mod tests {
     use super::*;
 
     fn features(rows: i32) -> CachedFeatures {
-        CachedFeatures { features: Array::from_slice(&vec![1.0f32; rows as usize * 4], &[rows, 4]), grid: [1, 2, 2] }
+        CachedFeatures {
+            features: Array::from_slice(&vec![1.0f32; rows as usize * 4], &[rows, 4]),
+            grid: [1, 2, 2],
+        }
     }
 
     #[test]

@@ -73,10 +73,14 @@ impl Gemma3ImageProcessor {
     /// config.json.
     pub fn from_folder(dir: &Path) -> Result<Self> {
         let config = read_json_object(&dir.join("config.json"))?.unwrap_or_default();
-        let vision = config.get("vision_config").and_then(Value::as_object).cloned().unwrap_or_default();
-        let text = config.get("text_config").and_then(Value::as_object).cloned().unwrap_or_default();
+        let vision =
+            config.get("vision_config").and_then(Value::as_object).cloned().unwrap_or_default();
+        let text =
+            config.get("text_config").and_then(Value::as_object).cloned().unwrap_or_default();
         let (raw, processor) = read_processor_settings(dir)?;
-        let int = |m: &Map<String, Value>, key: &str| m.get(key).and_then(Value::as_u64).map(|v| v as usize);
+        let int = |m: &Map<String, Value>, key: &str| {
+            m.get(key).and_then(Value::as_u64).map(|v| v as usize)
+        };
         let image_size = int(&vision, "image_size").unwrap_or(896);
         let size = match raw.get("size") {
             Some(Value::Object(s)) => match (int(s, "height"), int(s, "width")) {
@@ -105,14 +109,19 @@ impl Gemma3ImageProcessor {
             Some(v) => v.as_u64().and_then(Filter::from_pil).ok_or_else(|| bad("resample", v))?,
         };
         if raw.get("do_pan_and_scan").and_then(Value::as_bool) == Some(true) {
-            tracing::warn!("Gemma 3: pan and scan is not supported; each image is seen whole at {size}×{size}");
+            tracing::warn!(
+                "Gemma 3: pan and scan is not supported; each image is seen whole at {size}×{size}"
+            );
         }
         let p = Self {
             size,
             patch_size,
             tokens_per_image,
             filter,
-            rescale_factor: raw.get("rescale_factor").and_then(Value::as_f64).unwrap_or(1.0 / 255.0),
+            rescale_factor: raw
+                .get("rescale_factor")
+                .and_then(Value::as_f64)
+                .unwrap_or(1.0 / 255.0),
             image_mean: triple(&raw, "image_mean", [0.5; 3])?,
             image_std: triple(&raw, "image_std", [0.5; 3])?,
             do_rescale: raw.get("do_rescale").and_then(Value::as_bool).unwrap_or(true),
@@ -130,7 +139,10 @@ impl Gemma3ImageProcessor {
     fn check(&self) -> Result<()> {
         let side = self.size / self.patch_size.max(1);
         if self.patch_size == 0 || self.size % self.patch_size != 0 {
-            return Err(Error::InvalidConfig(format!("image size {} is not whole {}-pixel patches", self.size, self.patch_size)));
+            return Err(Error::InvalidConfig(format!(
+                "image size {} is not whole {}-pixel patches",
+                self.size, self.patch_size
+            )));
         }
         let per_side = (self.tokens_per_image as f64).sqrt() as usize;
         if per_side * per_side != self.tokens_per_image || per_side == 0 || side % per_side != 0 {
@@ -140,7 +152,9 @@ impl Gemma3ImageProcessor {
             )));
         }
         if self.image_std.iter().any(|&s| s == 0.0 || !s.is_finite()) {
-            return Err(Error::InvalidConfig("Gemma 3 image processor: image_std must be non-zero".into()));
+            return Err(Error::InvalidConfig(
+                "Gemma 3 image processor: image_std must be non-zero".into(),
+            ));
         }
         Ok(())
     }
@@ -204,7 +218,11 @@ impl ImageProcessor for Gemma3ImageProcessor {
         self.tokens_per_image
     }
 
-    fn grid_for_size(&self, _height: usize, _width: usize) -> std::result::Result<[i32; 3], String> {
+    fn grid_for_size(
+        &self,
+        _height: usize,
+        _width: usize,
+    ) -> std::result::Result<[i32; 3], String> {
         let side = (self.size / self.patch_size) as i32;
         Ok([1, side, side])
     }

@@ -44,7 +44,9 @@ pub struct Gemma4ImageProcessor {
 
 fn triple(raw: &Map<String, Value>, key: &str, default: [f32; 3]) -> [f32; 3] {
     match raw.get(key).and_then(Value::as_array) {
-        Some(items) if items.len() == 3 => std::array::from_fn(|i| items[i].as_f64().unwrap_or(default[i] as f64) as f32),
+        Some(items) if items.len() == 3 => {
+            std::array::from_fn(|i| items[i].as_f64().unwrap_or(default[i] as f64) as f32)
+        }
         _ => default,
     }
 }
@@ -55,25 +57,30 @@ impl Gemma4ImageProcessor {
     pub fn from_folder(dir: &Path) -> Result<Self> {
         let (raw, _) = read_processor_settings(dir)?;
         let tok = read_json_object(&dir.join("tokenizer_config.json"))?.unwrap_or_default();
-        let extra = tok.get("extra_special_tokens").and_then(Value::as_object).cloned().unwrap_or_default();
+        let extra =
+            tok.get("extra_special_tokens").and_then(Value::as_object).cloned().unwrap_or_default();
         let token = |key: &str, default: &str| -> String {
-            extra.get(key).or_else(|| tok.get(key)).and_then(Value::as_str).unwrap_or(default).to_string()
+            extra
+                .get(key)
+                .or_else(|| tok.get(key))
+                .and_then(Value::as_str)
+                .unwrap_or(default)
+                .to_string()
         };
         let int = |key: &str, default: usize| -> Result<usize> {
             match raw.get(key) {
                 None | Some(Value::Null) => Ok(default),
-                Some(v) => v
-                    .as_u64()
-                    .filter(|&n| n > 0)
-                    .map(|n| n as usize)
-                    .ok_or_else(|| Error::InvalidConfig(format!("Gemma 4 image processor: bad {key}: {v}"))),
+                Some(v) => v.as_u64().filter(|&n| n > 0).map(|n| n as usize).ok_or_else(|| {
+                    Error::InvalidConfig(format!("Gemma 4 image processor: bad {key}: {v}"))
+                }),
             }
         };
         let p = Self {
             patch_size: int("patch_size", 16)?,
             max_soft_tokens: int("max_soft_tokens", 280)?,
             pooling_kernel_size: int("pooling_kernel_size", 3)?,
-            rescale_factor: raw.get("rescale_factor").and_then(Value::as_f64).unwrap_or(1.0 / 255.0) as f32,
+            rescale_factor: raw.get("rescale_factor").and_then(Value::as_f64).unwrap_or(1.0 / 255.0)
+                as f32,
             do_rescale: raw.get("do_rescale").and_then(Value::as_bool).unwrap_or(true),
             do_normalize: raw.get("do_normalize").and_then(Value::as_bool).unwrap_or(false),
             image_mean: triple(&raw, "image_mean", [0.5; 3]),
@@ -83,7 +90,9 @@ impl Gemma4ImageProcessor {
             eoi_token: token("eoi_token", "<image|>"),
         };
         if p.image_std.iter().any(|&s| s == 0.0) {
-            return Err(Error::InvalidConfig("Gemma 4 image processor: image_std must be non-zero".into()));
+            return Err(Error::InvalidConfig(
+                "Gemma 4 image processor: image_std must be non-zero".into(),
+            ));
         }
         Ok(p)
     }
@@ -94,7 +103,11 @@ impl Gemma4ImageProcessor {
 
     /// The size an image of `height × width` is resized to (the reference's
     /// `aspect_ratio_preserving_resize`, in the same float64 operations).
-    pub fn target_size(&self, height: usize, width: usize) -> std::result::Result<(usize, usize), String> {
+    pub fn target_size(
+        &self,
+        height: usize,
+        width: usize,
+    ) -> std::result::Result<(usize, usize), String> {
         let (p, k) = (self.patch_size, self.pooling_kernel_size);
         let max_patches = self.max_soft_tokens * k * k;
         let target_px = (max_patches * p * p) as f64;
@@ -117,7 +130,12 @@ impl Gemma4ImageProcessor {
     }
 
     /// The patches of `rgb` (`width × height` interleaved 8-bit RGB).
-    pub fn patches_rgb8(&self, rgb: &[u8], width: usize, height: usize) -> std::result::Result<ImagePatches, String> {
+    pub fn patches_rgb8(
+        &self,
+        rgb: &[u8],
+        width: usize,
+        height: usize,
+    ) -> std::result::Result<ImagePatches, String> {
         let (th, tw) = self.target_size(height, width)?;
         let resized;
         let pixels = if (th, tw) == (height, width) {
@@ -149,7 +167,8 @@ impl Gemma4ImageProcessor {
             for y in 0..p {
                 for x in 0..p {
                     for c in 0..3 {
-                        patch[(y * p + x) * 3 + c] = lut[pixels[((py + y) * tw + px + x) * 3 + c] as usize][c];
+                        patch[(y * p + x) * 3 + c] =
+                            lut[pixels[((py + y) * tw + px + x) * 3 + c] as usize][c];
                     }
                 }
             }

@@ -8,7 +8,7 @@ pub mod preprocess;
 pub mod processor;
 
 pub use feature_cache::{CachedFeatures, VisionCacheStats, VisionFeatureCache};
-pub use preprocess::{ImagePatches, PreprocessedImage, QwenImageProcessor};
 pub use gemma3_processor::Gemma3ImageProcessor;
 pub use gemma4_processor::Gemma4ImageProcessor;
+pub use preprocess::{ImagePatches, PreprocessedImage, QwenImageProcessor};
 pub use processor::{ImageProcessor, SharedImageProcessor};

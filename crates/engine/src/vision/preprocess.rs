@@ -112,7 +112,9 @@ fn positive(raw: &serde_json::Map<String, Value>, key: &str) -> Result<Option<us
 fn triple(raw: &serde_json::Map<String, Value>, key: &str) -> Result<Option<[f32; 3]>> {
     match raw.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => Ok(Some([n.as_f64().ok_or_else(|| bad(key, &raw[key]))? as f32; 3])),
+        Some(Value::Number(n)) => {
+            Ok(Some([n.as_f64().ok_or_else(|| bad(key, &raw[key]))? as f32; 3]))
+        }
         Some(v @ Value::Array(items)) if items.len() == 3 => {
             let mut out = [0f32; 3];
             for (o, item) in out.iter_mut().zip(items) {
@@ -167,7 +169,9 @@ impl QwenImageProcessor {
             p.merge_size = v;
         }
         if let Some(Value::Object(size)) = raw.get("size") {
-            for (key, field) in [("min_pixels", 0), ("max_pixels", 1), ("shortest_edge", 0), ("longest_edge", 1)] {
+            for (key, field) in
+                [("min_pixels", 0), ("max_pixels", 1), ("shortest_edge", 0), ("longest_edge", 1)]
+            {
                 if let Some(v) = positive(size, key)? {
                     *(if field == 0 { &mut p.min_pixels } else { &mut p.max_pixels }) = v;
                 }
@@ -231,7 +235,12 @@ impl QwenImageProcessor {
     }
 
     /// The pipeline after decoding: `rgb` is `width × height` interleaved 8-bit RGB.
-    pub fn preprocess_rgb8(&self, rgb: &[u8], width: usize, height: usize) -> Result<PreprocessedImage> {
+    pub fn preprocess_rgb8(
+        &self,
+        rgb: &[u8],
+        width: usize,
+        height: usize,
+    ) -> Result<PreprocessedImage> {
         let patches = self.patches_rgb8(rgb, width, height)?;
         Ok(PreprocessedImage { pixels: patches.to_array(), grid: patches.grid })
     }
@@ -239,10 +248,14 @@ impl QwenImageProcessor {
     fn patches_rgb8(&self, rgb: &[u8], width: usize, height: usize) -> Result<ImagePatches> {
         let invalid = |reason: String| Error::InvalidImage { image: "image".into(), reason };
         if width == 0 || height == 0 || rgb.len() != width * height * 3 {
-            return Err(invalid(format!("{width}×{height} pixels with {} bytes of RGB", rgb.len())));
+            return Err(invalid(format!(
+                "{width}×{height} pixels with {} bytes of RGB",
+                rgb.len()
+            )));
         }
         let factor = self.patch_size * self.merge_size;
-        let (rh, rw) = smart_resize(height, width, factor, self.min_pixels, self.max_pixels).map_err(invalid)?;
+        let (rh, rw) = smart_resize(height, width, factor, self.min_pixels, self.max_pixels)
+            .map_err(invalid)?;
         let resized;
         let pixels = if (rh, rw) == (height, width) {
             rgb
@@ -294,7 +307,8 @@ impl QwenImageProcessor {
                         for c in 0..3 {
                             let first = &mut dst[c * t * plane..c * t * plane + plane];
                             for y in 0..p {
-                                let src = &rgb[((py + y) * width + px) * 3..((py + y) * width + px + p) * 3];
+                                let src = &rgb
+                                    [((py + y) * width + px) * 3..((py + y) * width + px + p) * 3];
                                 for (x, o) in first[y * p..(y + 1) * p].iter_mut().enumerate() {
                                     *o = lut[src[x * 3 + c] as usize][c];
                                 }
@@ -315,7 +329,13 @@ impl QwenImageProcessor {
 
     /// The grid an image of `height × width` pixels gets, without decoding pixels.
     pub fn grid_for(&self, height: usize, width: usize) -> std::result::Result<[i32; 3], String> {
-        let (rh, rw) = smart_resize(height, width, self.patch_size * self.merge_size, self.min_pixels, self.max_pixels)?;
+        let (rh, rw) = smart_resize(
+            height,
+            width,
+            self.patch_size * self.merge_size,
+            self.min_pixels,
+            self.max_pixels,
+        )?;
         Ok([1, (rh / self.patch_size) as i32, (rw / self.patch_size) as i32])
     }
 
@@ -390,7 +410,9 @@ pub fn smart_resize(
     if h_bar == 0 || w_bar == 0 {
         // only reachable with min_pixels = 0 and an image under factor/2 a side, where
         // the reference crashes inside PIL
-        return Err(format!("{width}×{height} pixels resizes to nothing with min_pixels = {min_pixels}"));
+        return Err(format!(
+            "{width}×{height} pixels resizes to nothing with min_pixels = {min_pixels}"
+        ));
     }
     Ok((h_bar, w_bar))
 }
@@ -485,7 +507,8 @@ mod tests {
         assert_eq!(p.image_mean[0], 0.48145466f32);
         assert_eq!(p.image_std, [0.5; 3]);
         let new: serde_json::Map<String, Value> =
-            serde_json::from_str(r#"{"size": {"shortest_edge": 1000, "longest_edge": 9000}}"#).unwrap();
+            serde_json::from_str(r#"{"size": {"shortest_edge": 1000, "longest_edge": 9000}}"#)
+                .unwrap();
         let p = QwenImageProcessor::from_config(&new).unwrap();
         assert_eq!((p.min_pixels, p.max_pixels), (1000, 9000));
         // top-level keys beat size.*
@@ -495,7 +518,8 @@ mod tests {
         .unwrap();
         let p = QwenImageProcessor::from_config(&both).unwrap();
         assert_eq!((p.min_pixels, p.max_pixels), (5, 9000));
-        let bad: serde_json::Map<String, Value> = serde_json::from_str(r#"{"patch_size": "14"}"#).unwrap();
+        let bad: serde_json::Map<String, Value> =
+            serde_json::from_str(r#"{"patch_size": "14"}"#).unwrap();
         assert!(matches!(QwenImageProcessor::from_config(&bad), Err(Error::InvalidConfig(_))));
     }
 }

@@ -71,13 +71,19 @@ pub(crate) fn read_json_object(path: &Path) -> Result<Option<Map<String, Value>>
 /// `preprocessor_config.json` overlaid by the `image_processor` object of
 /// `processor_config.json` (newer transformers); and `processor_config.json`
 /// itself (its processor-level keys). Empty where the files are absent.
-pub(crate) fn read_processor_settings(dir: &Path) -> Result<(Map<String, Value>, Map<String, Value>)> {
+pub(crate) fn read_processor_settings(
+    dir: &Path,
+) -> Result<(Map<String, Value>, Map<String, Value>)> {
     let mut settings = read_json_object(&dir.join("preprocessor_config.json"))?.unwrap_or_default();
     let processor = read_json_object(&dir.join("processor_config.json"))?.unwrap_or_default();
     match processor.get("image_processor") {
         Some(Value::Object(over)) => settings.extend(over.clone()),
         None | Some(Value::Null) => {}
-        Some(_) => return Err(Error::InvalidConfig("processor_config.json: image_processor is not an object".into())),
+        Some(_) => {
+            return Err(Error::InvalidConfig(
+                "processor_config.json: image_processor is not an object".into(),
+            ))
+        }
     }
     Ok((settings, processor))
 }

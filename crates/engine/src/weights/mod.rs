@@ -83,7 +83,13 @@ impl Weights {
     /// dimension, in memory of its own. A tensor still as its safetensors
     /// file stores it is read from the file in part, so a tensor-parallel
     /// rank reads only its share; any other is cut from the whole one.
-    pub fn take_part(&mut self, name: &str, expected: &[i32], axis: usize, range: Range<i32>) -> Result<Array> {
+    pub fn take_part(
+        &mut self,
+        name: &str,
+        expected: &[i32],
+        axis: usize,
+        range: Range<i32>,
+    ) -> Result<Array> {
         let at = self.stored.get(name).cloned();
         let whole = self.take(name, expected)?;
         if range.start < 0 || range.end > expected[axis] || range.is_empty() {
@@ -138,7 +144,6 @@ impl Weights {
     pub fn into_map(self) -> HashMap<String, Array> {
         self.tensors
     }
-
 }
 
 /// A copy of `t` in memory of its own. A slice of a loaded tensor is a view
@@ -152,7 +157,12 @@ pub fn own_copy(t: &Array) -> Result<Array> {
 /// Reads part `range` of dimension `axis` (0 or 1) of `whole` (still
 /// unread: its shape and dtype) from where the file stores it, `at`: one
 /// read for rows, one per row for columns.
-fn read_part(at: &StoredAt, whole: &Array, axis: usize, range: Range<i32>) -> std::io::Result<Array> {
+fn read_part(
+    at: &StoredAt,
+    whole: &Array,
+    axis: usize,
+    range: Range<i32>,
+) -> std::io::Result<Array> {
     use std::os::unix::fs::FileExt;
     let (shape, item) = (whole.shape(), whole.item_size());
     let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
@@ -202,7 +212,12 @@ mod part_tests {
         let dir = tempfile::tempdir().unwrap();
         let t = Array::from_iter(0..24, &[4, 6]).as_dtype(dtype).unwrap();
         let tensors = HashMap::from([("t".to_string(), t.clone())]);
-        Array::save_safetensors(tensors.iter(), &HashMap::new(), dir.path().join("model.safetensors")).unwrap();
+        Array::save_safetensors(
+            tensors.iter(),
+            &HashMap::new(),
+            dir.path().join("model.safetensors"),
+        )
+        .unwrap();
         (dir, t)
     }
 
@@ -214,7 +229,8 @@ mod part_tests {
             assert!(weights.stored.contains_key("t"), "where the file holds it is known");
             let rows = weights.take_part("t", &[4, 6], 0, 1..3).unwrap();
             assert!(rows.eq_values(&t.index((1..3, ..))).unwrap(), "{dtype:?}");
-            let columns = load_folder(dir.path()).unwrap().take_part("t", &[4, 6], 1, 2..5).unwrap();
+            let columns =
+                load_folder(dir.path()).unwrap().take_part("t", &[4, 6], 1, 2..5).unwrap();
             assert_eq!(columns.shape(), &[4, 3]);
             assert!(columns.eq_values(&t.index((.., 2..5))).unwrap(), "{dtype:?}");
         }

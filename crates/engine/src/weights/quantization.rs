@@ -35,7 +35,8 @@ pub struct Quantization {
 impl Quantization {
     /// Reads `quantization` (mlx-lm) or `quantization_config` (older exports).
     pub fn from_config(config: &Value) -> Result<Self> {
-        let Some(block) = config.get("quantization").or_else(|| config.get("quantization_config")) else {
+        let Some(block) = config.get("quantization").or_else(|| config.get("quantization_config"))
+        else {
             return Ok(Self::default());
         };
         let Some(map) = block.as_object() else {
@@ -60,7 +61,8 @@ impl Quantization {
                 }
             }
             let spec = QuantSpec { group_size: int("group_size")?, bits: int("bits")? };
-            if ![2, 3, 4, 5, 6, 8].contains(&spec.bits) || ![32, 64, 128].contains(&spec.group_size) {
+            if ![2, 3, 4, 5, 6, 8].contains(&spec.bits) || ![32, 64, 128].contains(&spec.group_size)
+            {
                 return Err(Error::InvalidConfig(format!(
                     "quantization {what}: unsupported bits {} / group_size {}",
                     spec.bits, spec.group_size
@@ -68,7 +70,8 @@ impl Quantization {
             }
             Ok(spec)
         };
-        let mut q = Quantization { default: Some(spec_of(block, "default")?), overrides: HashMap::new() };
+        let mut q =
+            Quantization { default: Some(spec_of(block, "default")?), overrides: HashMap::new() };
         for (key, v) in map {
             match v {
                 Value::Object(_) => {
@@ -89,7 +92,10 @@ impl Quantization {
     /// (`language_model.model.layers.0.mlp.gate`): those count too.
     pub fn for_module(&self, path: &str) -> Option<QuantSpec> {
         let saved = multimodal_names(path);
-        match std::iter::once(path).chain(saved.iter().map(String::as_str)).find_map(|p| self.overrides.get(p)) {
+        match std::iter::once(path)
+            .chain(saved.iter().map(String::as_str))
+            .find_map(|p| self.overrides.get(p))
+        {
             Some(spec) => *spec,
             None => self.default,
         }
@@ -120,7 +126,10 @@ mod tests {
             "lm_head": false
         }});
         let q = Quantization::from_config(&cfg).unwrap();
-        assert_eq!(q.for_module("model.layers.0.mlp.up_proj"), Some(QuantSpec { group_size: 32, bits: 4 }));
+        assert_eq!(
+            q.for_module("model.layers.0.mlp.up_proj"),
+            Some(QuantSpec { group_size: 32, bits: 4 })
+        );
         assert_eq!(q.for_module("model.embed_tokens"), Some(QuantSpec { group_size: 32, bits: 8 }));
         assert_eq!(q.for_module("lm_head"), None);
     }
@@ -139,7 +148,10 @@ mod tests {
         let eight = Some(QuantSpec { group_size: 64, bits: 8 });
         assert_eq!(q.for_module("model.layers.0.mlp.gate"), eight);
         assert_eq!(q.for_module("model.layers.1.mlp.gate"), eight);
-        assert_eq!(q.for_module("model.layers.2.mlp.gate"), Some(QuantSpec { group_size: 64, bits: 4 }));
+        assert_eq!(
+            q.for_module("model.layers.2.mlp.gate"),
+            Some(QuantSpec { group_size: 64, bits: 4 })
+        );
         assert_eq!(q.for_module("lm_head"), None);
     }
 
@@ -151,20 +163,24 @@ mod tests {
 
     #[test]
     fn bad_bits_is_a_clear_error() {
-        let err = Quantization::from_config(&serde_json::json!({"quantization": {"group_size": 32, "bits": 7}}))
-            .unwrap_err();
+        let err = Quantization::from_config(
+            &serde_json::json!({"quantization": {"group_size": 32, "bits": 7}}),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("unsupported bits 7"), "{err}");
     }
 
     #[test]
     fn quantization_modes_other_than_affine_are_refused_by_name() {
-        let ok = serde_json::json!({"quantization": {"group_size": 64, "bits": 4, "mode": "affine"}});
+        let ok =
+            serde_json::json!({"quantization": {"group_size": 64, "bits": 4, "mode": "affine"}});
         assert!(Quantization::from_config(&ok).is_ok());
         for block in [
             serde_json::json!({"group_size": 32, "bits": 4, "mode": "mxfp4"}),
             serde_json::json!({"group_size": 64, "bits": 4, "lm_head": {"group_size": 16, "bits": 4, "mode": "nvfp4"}}),
         ] {
-            let err = Quantization::from_config(&serde_json::json!({"quantization": block})).unwrap_err();
+            let err =
+                Quantization::from_config(&serde_json::json!({"quantization": block})).unwrap_err();
             assert!(err.to_string().contains("is not supported (only MLX's affine"), "{err}");
             assert_eq!(err.code(), "INVALID_MODEL_CONFIG");
         }

@@ -23,10 +23,8 @@ pub fn load_folder(dir: &Path) -> Result<Weights> {
     for file in &files {
         let header = validate(file)?;
         stored.extend(locations(file, &header));
-        let loaded = Array::load_safetensors(file).map_err(|e| Error::CorruptWeights {
-            path: file.clone(),
-            reason: e.to_string(),
-        })?;
+        let loaded = Array::load_safetensors(file)
+            .map_err(|e| Error::CorruptWeights { path: file.clone(), reason: e.to_string() })?;
         tensors.extend(loaded);
     }
     let source = if files.len() == 1 {
@@ -51,7 +49,10 @@ fn locations(file: &Path, header: &Header) -> HashMap<String, StoredAt> {
         .iter()
         .filter_map(|(name, entry)| {
             let start = entry.get("data_offsets")?.get(0)?.as_u64()?;
-            Some((name.clone(), StoredAt { file: file.to_path_buf(), offset: header.data_start + start }))
+            Some((
+                name.clone(),
+                StoredAt { file: file.to_path_buf(), offset: header.data_start + start },
+            ))
         })
         .collect()
 }
@@ -80,8 +81,9 @@ pub fn validate(path: &Path) -> Result<Header> {
     let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
     let file_len = f.metadata().map_err(|e| Error::io(path, e))?.len();
     let mut len_bytes = [0u8; 8];
-    f.read_exact(&mut len_bytes)
-        .map_err(|_| corrupt(format!("file is {file_len} bytes, too short for a safetensors header")))?;
+    f.read_exact(&mut len_bytes).map_err(|_| {
+        corrupt(format!("file is {file_len} bytes, too short for a safetensors header"))
+    })?;
     let header_len = u64::from_le_bytes(len_bytes);
     if header_len > 100 << 20 || 8 + header_len > file_len {
         return Err(corrupt(format!(
@@ -90,8 +92,8 @@ pub fn validate(path: &Path) -> Result<Header> {
     }
     let mut header = vec![0u8; header_len as usize];
     f.read_exact(&mut header).map_err(|e| Error::io(path, e))?;
-    let header: serde_json::Value =
-        serde_json::from_slice(&header).map_err(|e| corrupt(format!("header is not valid JSON: {e}")))?;
+    let header: serde_json::Value = serde_json::from_slice(&header)
+        .map_err(|e| corrupt(format!("header is not valid JSON: {e}")))?;
     let obj = header.as_object().ok_or_else(|| corrupt("header is not a JSON object".into()))?;
     let data_end = obj
         .iter()
@@ -101,9 +103,7 @@ pub fn validate(path: &Path) -> Result<Header> {
         .unwrap_or(0);
     let expected = 8 + header_len + data_end;
     if file_len < expected {
-        return Err(corrupt(format!(
-            "truncated: the file has {file_len} of {expected} bytes"
-        )));
+        return Err(corrupt(format!("truncated: the file has {file_len} of {expected} bytes")));
     }
     let mut entries = obj.clone();
     entries.remove("__metadata__");

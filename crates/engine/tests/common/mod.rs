@@ -6,12 +6,12 @@
 use std::path::Path;
 
 use engine::batch::{Event, Prompt, Request, Scheduler, SchedulerConfig};
-use engine::generate::{generate, GenerateParams};
-use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_family, TinyFamily};
 use engine::cache::BatchCache;
+use engine::generate::{generate, GenerateParams};
 use engine::handle::Completion;
 use engine::model::{self, LanguageModel, LoadOptions, LoadedModel, Positions, WeightFormat};
+use engine::sample::SamplingParams;
+use engine::testing::{write_tiny_family, TinyFamily};
 use mlx_rs::{Array, Dtype};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
@@ -78,7 +78,13 @@ pub fn greedy_ids(loaded: &LoadedModel, prompt: &[u32], n: usize) -> Vec<u32> {
 pub fn max_abs_diff(a: &Array, b: &Array) -> f32 {
     let a = a.as_dtype(Dtype::Float32).expect("cast");
     let b = b.as_dtype(Dtype::Float32).expect("cast");
-    a.subtract(&b).expect("same shapes").abs().expect("abs").max(None).expect("max").item_cast::<f32>()
+    a.subtract(&b)
+        .expect("same shapes")
+        .abs()
+        .expect("abs")
+        .max(None)
+        .expect("max")
+        .item_cast::<f32>()
 }
 
 /// A scheduler driven step by step on this thread, and its requests' events.
@@ -153,12 +159,17 @@ pub fn salted_prompt(len: usize, salt: u32) -> Vec<u32> {
 
 /// Greedy, never stopping at EOS: every row runs its full length.
 pub fn greedy_no_eos() -> SamplingParams {
-    SamplingParams { logit_bias: [(2, f32::NEG_INFINITY)].into_iter().collect(), ..SamplingParams::greedy() }
+    SamplingParams {
+        logit_bias: [(2, f32::NEG_INFINITY)].into_iter().collect(),
+        ..SamplingParams::greedy()
+    }
 }
 
 /// A raw-token request under [`greedy_no_eos`].
 pub fn greedy_request(ids: &[u32], max_tokens: usize) -> Request {
-    Request::new(Prompt::Tokens(ids.to_vec())).with_max_tokens(max_tokens).with_sampling(greedy_no_eos())
+    Request::new(Prompt::Tokens(ids.to_vec()))
+        .with_max_tokens(max_tokens)
+        .with_sampling(greedy_no_eos())
 }
 
 /// The single-stream path (`generate`) under [`greedy_no_eos`]: no

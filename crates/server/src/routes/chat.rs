@@ -89,7 +89,12 @@ fn log_finished(id: u64, stats: &RequestStats) {
 
 /// A streamed reply: the SSE body owns the engine stream, so dropping the
 /// body (client gone) cancels the request.
-fn streamed(meta: ReplyMeta, include_usage: bool, first: Event, events: RequestStream) -> impl IntoResponse {
+fn streamed(
+    meta: ReplyMeta,
+    include_usage: bool,
+    first: Event,
+    events: RequestStream,
+) -> impl IntoResponse {
     let writer = ChunkWriter::new(meta, include_usage);
     let mut body = SseBody { writer, events: Some(events), pending: VecDeque::new() };
     let opening = body.writer.start();

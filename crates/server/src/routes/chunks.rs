@@ -10,8 +10,9 @@ use engine::tools::ToolCall;
 
 use crate::api_error::ApiError;
 use crate::openai::{
-    AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChoiceLogprobs, ChunkChoice, CompletionTokensDetails,
-    Delta, FunctionCallOut, PromptTokensDetails, ToolCallOut, TokenLogprobOut, TopLogprobOut, Usage,
+    AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChoiceLogprobs, ChunkChoice,
+    CompletionTokensDetails, Delta, FunctionCallOut, PromptTokensDetails, TokenLogprobOut,
+    ToolCallOut, TopLogprobOut, Usage,
 };
 
 /// What every object of one reply repeats.
@@ -32,7 +33,8 @@ impl ReplyMeta {
 /// repeat across restarts, without a random-number dependency.
 fn new_reply_id() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let nanos =
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     format!("chatcmpl-{nanos:x}{:04x}", NEXT.fetch_add(1, Ordering::Relaxed) & 0xffff)
 }
 
@@ -46,7 +48,9 @@ pub fn usage(stats: &RequestStats) -> Usage {
         completion_tokens: stats.generated_tokens,
         total_tokens: stats.prompt_tokens + stats.generated_tokens,
         prompt_tokens_details: PromptTokensDetails { cached_tokens: stats.cached_prompt_tokens },
-        completion_tokens_details: CompletionTokensDetails { reasoning_tokens: stats.reasoning_tokens },
+        completion_tokens_details: CompletionTokensDetails {
+            reasoning_tokens: stats.reasoning_tokens,
+        },
     }
 }
 
@@ -101,8 +105,10 @@ pub fn whole_reply(meta: ReplyMeta, c: Completion) -> Result<ChatCompletion, Api
         return Err(e);
     }
     let reason = c.finish_reason.and_then(finish_reason).unwrap_or("stop");
-    let tool_calls: Vec<ToolCallOut> = c.tool_calls.into_iter().map(|t| tool_call(t, None)).collect();
-    let content = if c.content.is_empty() && !tool_calls.is_empty() { None } else { Some(c.content) };
+    let tool_calls: Vec<ToolCallOut> =
+        c.tool_calls.into_iter().map(|t| tool_call(t, None)).collect();
+    let content =
+        if c.content.is_empty() && !tool_calls.is_empty() { None } else { Some(c.content) };
     let reasoning_content = if c.reasoning.is_empty() { None } else { Some(c.reasoning) };
     Ok(ChatCompletion {
         id: meta.id,
@@ -120,7 +126,8 @@ pub fn whole_reply(meta: ReplyMeta, c: Completion) -> Result<ChatCompletion, Api
 }
 
 fn logprobs_of(tokens: Vec<TokenLogprob>) -> Option<ChoiceLogprobs> {
-    (!tokens.is_empty()).then(|| ChoiceLogprobs { content: tokens.into_iter().map(logprob).collect() })
+    (!tokens.is_empty())
+        .then(|| ChoiceLogprobs { content: tokens.into_iter().map(logprob).collect() })
 }
 
 /// The `data:` payloads of a streamed reply, event by event.
@@ -145,13 +152,18 @@ impl ChunkWriter {
 
     /// The opening chunk: the role, with empty content, as OpenAI sends it.
     pub fn start(&mut self) -> String {
-        self.chunk(Delta { role: Some("assistant"), content: Some(String::new()), ..Delta::default() }, None)
+        self.chunk(
+            Delta { role: Some("assistant"), content: Some(String::new()), ..Delta::default() },
+            None,
+        )
     }
 
     /// The payloads for one engine event; `Finished` ends with [`DONE`].
     pub fn event(&mut self, event: Event) -> Vec<String> {
         match event {
-            Event::Content(text) => vec![self.chunk(Delta { content: Some(text), ..Delta::default() }, None)],
+            Event::Content(text) => {
+                vec![self.chunk(Delta { content: Some(text), ..Delta::default() }, None)]
+            }
             Event::Reasoning(text) => {
                 vec![self.chunk(Delta { reasoning_content: Some(text), ..Delta::default() }, None)]
             }
@@ -188,7 +200,9 @@ impl ChunkWriter {
                     out.push(self.usage_chunk(stats));
                 }
             }
-            None if reason == FinishReason::Cancelled => out.extend(self.error(&ApiError::cancelled())),
+            None if reason == FinishReason::Cancelled => {
+                out.extend(self.error(&ApiError::cancelled()))
+            }
             None => out.extend(self.error(&ApiError::engine_stopped())),
         }
         out.push(DONE.to_owned());
@@ -245,7 +259,11 @@ mod tests {
     }
 
     fn call() -> ToolCall {
-        ToolCall { id: "call_9".into(), name: "get_weather".into(), arguments: "{\"city\":\"Paris\"}".into() }
+        ToolCall {
+            id: "call_9".into(),
+            name: "get_weather".into(),
+            arguments: "{\"city\":\"Paris\"}".into(),
+        }
     }
 
     fn parse(payloads: &[String]) -> Vec<Value> {
@@ -297,13 +315,17 @@ mod tests {
     #[test]
     fn engine_errors_become_api_errors() {
         let c = Completion {
-            error: Some(RequestError { code: "CONTEXT_LENGTH_EXCEEDED".into(), message: "too long".into() }),
+            error: Some(RequestError {
+                code: "CONTEXT_LENGTH_EXCEEDED".into(),
+                message: "too long".into(),
+            }),
             finish_reason: Some(FinishReason::Error),
             ..Default::default()
         };
         let e = whole_reply(meta(), c).unwrap_err();
         assert_eq!((e.status.as_u16(), e.code.as_str()), (400, "context_length_exceeded"));
-        let cancelled = Completion { finish_reason: Some(FinishReason::Cancelled), ..Default::default() };
+        let cancelled =
+            Completion { finish_reason: Some(FinishReason::Cancelled), ..Default::default() };
         assert_eq!(whole_reply(meta(), cancelled).unwrap_err().code, "cancelled");
         assert_eq!(whole_reply(meta(), Completion::default()).unwrap_err().code, "engine_stopped");
     }
@@ -316,16 +338,22 @@ mod tests {
         payloads.extend(w.event(Event::Content("Hi".into())));
         payloads.extend(w.event(Event::ToolCall(call())));
         payloads.extend(w.event(Event::ToolCall(call())));
-        payloads.extend(w.event(Event::Finished { reason: FinishReason::ToolCalls, stats: stats() }));
+        payloads
+            .extend(w.event(Event::Finished { reason: FinishReason::ToolCalls, stats: stats() }));
         assert_eq!(payloads.last().map(String::as_str), Some(DONE));
         let chunks = parse(&payloads);
-        assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk" && c["id"] == "chatcmpl-1"));
+        assert!(chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk" && c["id"] == "chatcmpl-1"));
         assert_eq!(chunks[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
         assert_eq!(chunks[1]["choices"][0]["delta"], json!({"reasoning_content": "hmm"}));
         assert_eq!(chunks[2]["choices"][0]["delta"], json!({"content": "Hi"}));
         assert_eq!(chunks[3]["choices"][0]["delta"]["tool_calls"][0]["index"], 0);
         assert_eq!(chunks[4]["choices"][0]["delta"]["tool_calls"][0]["index"], 1);
-        assert_eq!(chunks[4]["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+        assert_eq!(
+            chunks[4]["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"],
+            "{\"city\":\"Paris\"}"
+        );
         assert_eq!(chunks[5]["choices"][0]["finish_reason"], "tool_calls");
         assert_eq!(chunks[5]["choices"][0]["delta"], json!({}));
         assert_eq!(chunks[6]["choices"], json!([]));
@@ -347,10 +375,16 @@ mod tests {
     #[test]
     fn a_failing_stream_sends_one_error_then_done() {
         let mut w = ChunkWriter::new(meta(), true);
-        let mut payloads = w.event(Event::Error(RequestError { code: "MLX_ERROR".into(), message: "boom".into() }));
+        let mut payloads = w
+            .event(Event::Error(RequestError { code: "MLX_ERROR".into(), message: "boom".into() }));
         payloads.extend(w.event(Event::Finished { reason: FinishReason::Error, stats: stats() }));
         let chunks = parse(&payloads);
-        assert_eq!(chunks, vec![json!({"error": {"message": "boom", "type": "server_error", "code": "mlx_error"}})]);
+        assert_eq!(
+            chunks,
+            vec![
+                json!({"error": {"message": "boom", "type": "server_error", "code": "mlx_error"}})
+            ]
+        );
         assert_eq!(payloads.last().map(String::as_str), Some(DONE));
         let mut gone = ChunkWriter::new(meta(), false);
         let payloads = gone.engine_gone();

@@ -33,7 +33,8 @@ pub(crate) async fn health(State(context): State<AppContext>) -> Json<Value> {
     if let Some(share) = &engine.model_info().share {
         health["share"] = json!(share);
         health["ranks"] = json!(stats.as_ref().map(|s| &s.ranks));
-        health["split_error"] = json!(stats.as_ref().and_then(|s| s.split_error.clone()).or(refused));
+        health["split_error"] =
+            json!(stats.as_ref().and_then(|s| s.split_error.clone()).or(refused));
     }
     Json(health)
 }

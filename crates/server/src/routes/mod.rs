@@ -46,8 +46,9 @@ pub fn router(config: &ServerConfig, state: ServerState) -> Router {
             file_urls: FileUrlPolicy::new(&config.file_url_folders, config.body_limit),
         }),
     };
-    let mut api =
-        Router::new().route("/v1/chat/completions", post(chat::completions)).route("/v1/models", get(models::list));
+    let mut api = Router::new()
+        .route("/v1/chat/completions", post(chat::completions))
+        .route("/v1/models", get(models::list));
     if let Some(key) = &config.api_key {
         let key: Arc<str> = Arc::from(key.as_str());
         api = api.route_layer(middleware::from_fn_with_state(key, crate::auth::require_key));

@@ -27,7 +27,9 @@ pub(crate) async fn list(State(context): State<AppContext>) -> Json<ModelList> {
         let loaded_path = loaded.map(|info| info.path);
         // Directory listing is blocking I/O (and the folder may be on a slow disk).
         let on_disk =
-            tokio::task::spawn_blocking(move || models_on_disk(&dir, loaded_path.as_deref())).await.unwrap_or_default();
+            tokio::task::spawn_blocking(move || models_on_disk(&dir, loaded_path.as_deref()))
+                .await
+                .unwrap_or_default();
         data.extend(on_disk);
     }
     Json(ModelList { object: "list", data })

@@ -8,7 +8,9 @@ use engine::batch::{Prompt, Request, SchedulerConfig};
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_llama, write_tiny_qwen2_vl, QwenVlVariant, TinyLlama, TinyQwenVl};
+use engine::testing::{
+    write_tiny_llama, write_tiny_qwen2_vl, QwenVlVariant, TinyLlama, TinyQwenVl,
+};
 use engine::tokenizer::{ChatMessage, TemplateOptions};
 use serde_json::Value;
 use server::{RunningServer, ServerConfig, ServerState};
@@ -74,14 +76,25 @@ pub async fn start(setup: Setup) -> TestServer {
     }
     if let Some(template) = setup.template {
         let path = model_dir.join("tokenizer_config.json");
-        let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let mut cfg: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         cfg["chat_template"] = template.into();
         std::fs::write(&path, cfg.to_string()).unwrap();
     }
-    let config = EngineConfig { load: LoadOptions { format: WeightFormat::AsStored }, scheduler: setup.scheduler };
+    let config = EngineConfig {
+        load: LoadOptions { format: WeightFormat::AsStored },
+        scheduler: setup.scheduler,
+    };
     let path = model_dir.clone();
-    let engine = tokio::task::spawn_blocking(move || EngineHandle::start(&path, config)).await.unwrap().unwrap();
-    let state = if setup.no_model { ServerState::empty() } else { ServerState::with_engine(engine.clone()) };
+    let engine = tokio::task::spawn_blocking(move || EngineHandle::start(&path, config))
+        .await
+        .unwrap()
+        .unwrap();
+    let state = if setup.no_model {
+        ServerState::empty()
+    } else {
+        ServerState::with_engine(engine.clone())
+    };
     let running = server::serve(setup.config, state.clone()).await.unwrap();
     assert!(running.addr().ip().is_loopback());
     TestServer {
@@ -171,8 +184,10 @@ impl SseReader {
             if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
                 let event: Vec<u8> = self.buffer.drain(..end + 2).collect();
                 let text = String::from_utf8(event).expect("SSE is UTF-8");
-                let data: Vec<&str> =
-                    text.lines().filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:"))).collect();
+                let data: Vec<&str> = text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+                    .collect();
                 if !data.is_empty() {
                     return Some(data.join("\n"));
                 }
@@ -181,7 +196,10 @@ impl SseReader {
             match self.response.chunk().await.expect("the stream reads") {
                 Some(bytes) => self.buffer.extend_from_slice(&bytes),
                 None => {
-                    assert!(self.buffer.iter().all(|b| b.is_ascii_whitespace()), "a partial event at the end");
+                    assert!(
+                        self.buffer.iter().all(|b| b.is_ascii_whitespace()),
+                        "a partial event at the end"
+                    );
                     return None;
                 }
             }

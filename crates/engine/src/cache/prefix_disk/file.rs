@@ -117,7 +117,9 @@ fn bytes_of(a: &Array) -> Result<Vec<u8>> {
     fn raw<T: mlx_rs::ArrayElement>(a: &Array) -> Result<Vec<u8>> {
         let values = a.try_as_slice::<T>().map_err(|e| Error::Mlx(e.to_string()))?;
         // SAFETY: plain numbers read as the bytes they are made of.
-        let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) };
+        let bytes = unsafe {
+            std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+        };
         Ok(bytes.to_vec())
     }
     let a = a.contiguous()?;
@@ -132,7 +134,11 @@ fn bytes_of(a: &Array) -> Result<Vec<u8>> {
 /// The checksum of a file: its key and layout as written in the metadata,
 /// then each tensor (sorted by name) as name, type, shape and data. An edit
 /// of the header's shapes fails it as surely as a flipped data bit.
-fn crc_of<'a>(key: &str, layout: &str, tensors: impl Iterator<Item = (&'a str, safetensors::Dtype, &'a [usize], &'a [u8])>) -> String {
+fn crc_of<'a>(
+    key: &str,
+    layout: &str,
+    tensors: impl Iterator<Item = (&'a str, safetensors::Dtype, &'a [usize], &'a [u8])>,
+) -> String {
     let mut crc = crc32fast::Hasher::new();
     for text in [key, layout] {
         crc.update(&(text.len() as u64).to_le_bytes());
@@ -164,7 +170,8 @@ fn parse_key(text: &str) -> Option<Vec<KeyToken>> {
 pub fn encode(model: &str, key: &[KeyToken], contents: &RowContents) -> Result<Encoded> {
     let mut tensors = Vec::new();
     for (name, a) in contents.named_arrays() {
-        let dtype = to_file_dtype(a.dtype()).ok_or_else(|| Error::Mlx(format!("{name}: type {:?}", a.dtype())))?;
+        let dtype = to_file_dtype(a.dtype())
+            .ok_or_else(|| Error::Mlx(format!("{name}: type {:?}", a.dtype())))?;
         let shape = a.shape().iter().map(|&d| d as usize).collect();
         tensors.push((name, OwnedTensor { dtype, shape, bytes: bytes_of(a)? }));
     }
@@ -180,7 +187,11 @@ pub fn encode(model: &str, key: &[KeyToken], contents: &RowContents) -> Result<E
         recurrent: contents.recurrent.iter().map(|s| s.as_ref().map_or(0, Vec::len)).collect(),
     };
     let (key, layout) = (key_text(key), serde_json::to_string(&layout).expect("plain data"));
-    let crc = crc_of(&key, &layout, tensors.iter().map(|(n, t)| (n.as_str(), t.dtype, t.shape.as_slice(), t.bytes.as_slice())));
+    let crc = crc_of(
+        &key,
+        &layout,
+        tensors.iter().map(|(n, t)| (n.as_str(), t.dtype, t.shape.as_slice(), t.bytes.as_slice())),
+    );
     let metadata = HashMap::from([
         ("format".to_string(), FORMAT.to_string()),
         ("model".to_string(), model.to_string()),
@@ -203,19 +214,29 @@ pub fn read_header(path: &Path) -> std::result::Result<Header, Rejected> {
     }
     let mut header = vec![0u8; n as usize];
     file.read_exact(&mut header).map_err(|_| bad("the header is cut".into()))?;
-    let header: serde_json::Value = serde_json::from_slice(&header).map_err(|e| bad(e.to_string()))?;
+    let header: serde_json::Value =
+        serde_json::from_slice(&header).map_err(|e| bad(e.to_string()))?;
     let meta = header.get("__metadata__").ok_or_else(|| bad("no metadata".into()))?;
-    let field = |k: &str| meta.get(k).and_then(|v| v.as_str()).map(str::to_string).ok_or_else(|| bad(format!("no {k}")));
+    let field = |k: &str| {
+        meta.get(k)
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+            .ok_or_else(|| bad(format!("no {k}")))
+    };
     let key = parse_key(&field("key")?).ok_or_else(|| bad("an unreadable key".into()))?;
     Ok(Header { format: field("format")?, model: field("model")?, key })
 }
 
 /// Reads, checks and rebuilds the prefix in `bytes` (a whole file), saved
 /// for `model`. Any mismatch is an error: the caller deletes the file.
-pub fn decode(bytes: &[u8], model: &str) -> std::result::Result<(Vec<KeyToken>, RowContents), Rejected> {
+pub fn decode(
+    bytes: &[u8],
+    model: &str,
+) -> std::result::Result<(Vec<KeyToken>, RowContents), Rejected> {
     let bad = |why: String| Rejected(format!("it {why}"));
     let file = SafeTensors::deserialize(bytes).map_err(|e| bad(format!("is damaged: {e}")))?;
-    let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| bad(format!("is damaged: {e}")))?;
+    let (_, header) =
+        SafeTensors::read_metadata(bytes).map_err(|e| bad(format!("is damaged: {e}")))?;
     let meta = header.metadata().clone().unwrap_or_default();
     let field = |k: &str| meta.get(k).cloned().ok_or_else(|| bad(format!("has no {k}")));
     let format = field("format")?;
@@ -229,18 +250,24 @@ pub fn decode(bytes: &[u8], model: &str) -> std::result::Result<(Vec<KeyToken>, 
     let mut names = file.names();
     names.sort();
     let tensors: Vec<_> = names.iter().map(|n| (*n, file.tensor(n).expect("listed"))).collect();
-    let crc = crc_of(&key_field, &layout_field, tensors.iter().map(|(n, t)| (*n, t.dtype(), t.shape(), t.data())));
+    let crc = crc_of(
+        &key_field,
+        &layout_field,
+        tensors.iter().map(|(n, t)| (*n, t.dtype(), t.shape(), t.data())),
+    );
     if crc != field("crc32")? {
         return Err(bad("fails its checksum (damaged or edited on disk)".into()));
     }
     let key = parse_key(&key_field).ok_or_else(|| bad("has an unreadable key".into()))?;
-    let layout: Layout = serde_json::from_str(&layout_field).map_err(|e| bad(format!("has a bad layout: {e}")))?;
+    let layout: Layout =
+        serde_json::from_str(&layout_field).map_err(|e| bad(format!("has a bad layout: {e}")))?;
     if key.len() != layout.tokens as usize {
         return Err(bad(format!("keys {} tokens but holds {}", key.len(), layout.tokens)));
     }
     let take = |name: String| -> std::result::Result<Array, Rejected> {
         let t = file.tensor(&name).map_err(|_| bad(format!("lacks {name}")))?;
-        let dtype = from_file_dtype(t.dtype()).ok_or_else(|| bad(format!("holds {name} as {:?}", t.dtype())))?;
+        let dtype = from_file_dtype(t.dtype())
+            .ok_or_else(|| bad(format!("holds {name} as {:?}", t.dtype())))?;
         let shape: Vec<i32> = t.shape().iter().map(|&d| d as i32).collect();
         // SAFETY: the reader checked that the data holds exactly `shape` of `dtype`;
         // MLX copies it.
@@ -251,7 +278,10 @@ pub fn decode(bytes: &[u8], model: &str) -> std::result::Result<(Vec<KeyToken>, 
         let mut layers = Vec::new();
         for (m, &ran) in ran.iter().enumerate() {
             layers.push(if ran {
-                Some((take(format!("group{g}.layer{m}.keys"))?, take(format!("group{g}.layer{m}.values"))?))
+                Some((
+                    take(format!("group{g}.layer{m}.keys"))?,
+                    take(format!("group{g}.layer{m}.values"))?,
+                ))
             } else {
                 None
             });
@@ -263,7 +293,11 @@ pub fn decode(bytes: &[u8], model: &str) -> std::result::Result<(Vec<KeyToken>, 
         recurrent.push(if states == 0 {
             None
         } else {
-            Some((0..states).map(|i| take(format!("recurrent{r}.state{i}"))).collect::<std::result::Result<Vec<_>, _>>()?)
+            Some(
+                (0..states)
+                    .map(|i| take(format!("recurrent{r}.state{i}")))
+                    .collect::<std::result::Result<Vec<_>, _>>()?,
+            )
         });
     }
     let contents = RowContents { tokens: layout.tokens, groups, recurrent };
@@ -295,7 +329,11 @@ mod tests {
         let state = arange(&[1, 3, 4], Dtype::Float32);
         let contents = RowContents {
             tokens: 7,
-            groups: vec![GroupContents { window: None, columns: 7, layers: vec![Some((keys.clone(), values.clone())), None] }],
+            groups: vec![GroupContents {
+                window: None,
+                columns: 7,
+                layers: vec![Some((keys.clone(), values.clone())), None],
+            }],
             recurrent: vec![Some(vec![state.clone()]), None],
         };
         let key: Vec<KeyToken> = vec![5, 6, 7, 8, 9, 10, 1 << 63 | 12];
@@ -304,7 +342,10 @@ mod tests {
         encode("model-a", &key, &contents).unwrap().write(&path).unwrap();
 
         let header = read_header(&path).unwrap();
-        assert_eq!((header.format.as_str(), header.model.as_str(), &header.key), (FORMAT, "model-a", &key));
+        assert_eq!(
+            (header.format.as_str(), header.model.as_str(), &header.key),
+            (FORMAT, "model-a", &key)
+        );
         let bytes = std::fs::read(&path).unwrap();
         let (read_key, back) = decode(&bytes, "model-a").unwrap();
         assert_eq!(read_key, key);
@@ -325,7 +366,11 @@ mod tests {
         let keys = arange(&[1, 2, 7, 8], Dtype::Float32);
         let contents = RowContents {
             tokens: 7,
-            groups: vec![GroupContents { window: None, columns: 7, layers: vec![Some((keys.clone(), keys))] }],
+            groups: vec![GroupContents {
+                window: None,
+                columns: 7,
+                layers: vec![Some((keys.clone(), keys))],
+            }],
             recurrent: vec![],
         };
         let dir = tempfile::tempdir().unwrap();

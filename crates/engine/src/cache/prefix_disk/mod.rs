@@ -98,7 +98,12 @@ pub struct DiskPrefixCache {
 impl DiskPrefixCache {
     /// Opens (creating) the model's folder and indexes its files. `model` is
     /// the model's fingerprint ([`fingerprint::model_fingerprint`]).
-    pub fn open(config: &DiskPrefixConfig, model: &str, layout: &CacheLayout, signature: KvSignature) -> std::io::Result<Self> {
+    pub fn open(
+        config: &DiskPrefixConfig,
+        model: &str,
+        layout: &CacheLayout,
+        signature: KvSignature,
+    ) -> std::io::Result<Self> {
         let folder = config.folder.join(model);
         std::fs::create_dir_all(&folder)?;
         let mut index = Vec::new();
@@ -109,7 +114,8 @@ impl DiskPrefixCache {
             // forever (not even SIGTERM could stop it), a link could point
             // anywhere. Anything else under one of our names is removed.
             let regular = entry.file_type().is_ok_and(|t| t.is_file());
-            let ours = matches!(path.extension().and_then(|x| x.to_str()), Some("tmp" | "safetensors"));
+            let ours =
+                matches!(path.extension().and_then(|x| x.to_str()), Some("tmp" | "safetensors"));
             if ours && !regular {
                 tracing::warn!(path = %path.display(), "not a regular file in the prefix cache: removed");
                 let _ = std::fs::remove_file(&path);
@@ -192,11 +198,21 @@ impl DiskPrefixCache {
     /// length (at most `usable` tokens): the hit's cache holds exactly the
     /// matched tokens, the whole loaded row comes with it. Unusable files
     /// met on the way are deleted.
-    pub fn lookup(&mut self, prompt: &[KeyToken], usable: usize, better_than: usize) -> Option<(usize, BatchCache, DiskHit)> {
+    pub fn lookup(
+        &mut self,
+        prompt: &[KeyToken],
+        usable: usize,
+        better_than: usize,
+    ) -> Option<(usize, BatchCache, DiskHit)> {
         let mut candidates: Vec<(usize, PathBuf)> = self
             .index()
             .iter()
-            .map(|e| (e.key.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(usable), e.path.clone()))
+            .map(|e| {
+                (
+                    e.key.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(usable),
+                    e.path.clone(),
+                )
+            })
             .filter(|(common, _)| *common > better_than && *common >= super::prefix::MIN_REUSE)
             .collect();
         candidates.sort_by(|a, b| b.0.cmp(&a.0));
@@ -228,10 +244,15 @@ impl DiskPrefixCache {
                 return None;
             }
         };
-        let loaded = file::decode(&bytes, &self.model).map_err(|e| e.0).and_then(|(key, contents)| {
-            self.signature.check(&contents).map_err(|why| format!("it {why}"))?;
-            Ok((key, BatchCache::from_row_contents(&self.layout, contents).map_err(|e| e.to_string())?))
-        });
+        let loaded =
+            file::decode(&bytes, &self.model).map_err(|e| e.0).and_then(|(key, contents)| {
+                self.signature.check(&contents).map_err(|why| format!("it {why}"))?;
+                Ok((
+                    key,
+                    BatchCache::from_row_contents(&self.layout, contents)
+                        .map_err(|e| e.to_string())?,
+                ))
+            });
         match loaded {
             Ok((key, cache)) if self.path_of(&key) == path => Some(DiskHit { key, cache }),
             Ok(_) => self.reject(path, "its key does not match its name".into()),
@@ -264,15 +285,26 @@ impl DiskPrefixCache {
             return;
         }
         let estimate = cache.nbytes() as u64;
-        if estimate > self.capacity_bytes || self.shared.pending_bytes.load(Ordering::SeqCst) + estimate > MAX_PENDING_BYTES {
-            tracing::debug!(tokens = key.len(), bytes = estimate, "prefix not saved to disk (over budget or writer behind)");
+        if estimate > self.capacity_bytes
+            || self.shared.pending_bytes.load(Ordering::SeqCst) + estimate > MAX_PENDING_BYTES
+        {
+            tracing::debug!(
+                tokens = key.len(),
+                bytes = estimate,
+                "prefix not saved to disk (over budget or writer behind)"
+            );
             return;
         }
         let started = std::time::Instant::now();
         let encoded = match cache.row_contents().and_then(|c| file::encode(&self.model, key, &c)) {
             Ok(e) => {
                 // the engine thread's share of saving (the copy out of MLX)
-                tracing::debug!(tokens = key.len(), bytes = e.data_bytes(), ms = started.elapsed().as_millis() as u64, "prefix copied for disk");
+                tracing::debug!(
+                    tokens = key.len(),
+                    bytes = e.data_bytes(),
+                    ms = started.elapsed().as_millis() as u64,
+                    "prefix copied for disk"
+                );
                 e
             }
             Err(e) => {
@@ -284,7 +316,11 @@ impl DiskPrefixCache {
         // shorter one it starts with: those files add nothing.
         let all_full = self.layout.kinds().iter().all(|k| matches!(k, super::LayerCache::Full));
         let replaces = if all_full {
-            self.index().iter().filter(|e| e.key.len() < key.len() && key.starts_with(&e.key)).map(|e| e.path.clone()).collect()
+            self.index()
+                .iter()
+                .filter(|e| e.key.len() < key.len() && key.starts_with(&e.key))
+                .map(|e| e.path.clone())
+                .collect()
         } else {
             Vec::new()
         };

@@ -35,7 +35,11 @@ impl KvSignature {
     }
 
     fn of(contents: &RowContents) -> Self {
-        let arrays = contents.named_arrays().into_iter().map(|(name, a)| (name.clone(), expected(&name, a))).collect();
+        let arrays = contents
+            .named_arrays()
+            .into_iter()
+            .map(|(name, a)| (name.clone(), expected(&name, a)))
+            .collect();
         Self { arrays }
     }
 
@@ -47,7 +51,13 @@ impl KvSignature {
             };
             let got = expected(&name, a);
             if &got != want {
-                return Err(format!("holds {name} as {:?} {:?}; this model's is {:?} {:?}", got.1, a.shape(), want.1, want.0));
+                return Err(format!(
+                    "holds {name} as {:?} {:?}; this model's is {:?} {:?}",
+                    got.1,
+                    a.shape(),
+                    want.1,
+                    want.0
+                ));
             }
         }
         Ok(())

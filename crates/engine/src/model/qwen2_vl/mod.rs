@@ -19,8 +19,8 @@ use mlx_rs::Array;
 use serde_json::{Map, Value};
 
 use super::layers::LayerLoader;
-use super::registry::Family;
 use super::llama::{DecoderLayout, Llama};
+use super::registry::Family;
 use super::rope::{MRopeLayout, Rope};
 use super::vision_tower::VisionEncoding;
 use super::with_vision::WithVision;
@@ -55,7 +55,9 @@ impl Qwen2Vl {
         let variant = match model_type {
             "qwen2_vl" => Variant::Qwen2Vl,
             "qwen2_5_vl" => Variant::Qwen25Vl,
-            other => return Err(Error::InvalidConfig(format!("{other} is not a Qwen2-VL model type"))),
+            other => {
+                return Err(Error::InvalidConfig(format!("{other} is not a Qwen2-VL model type")))
+            }
         };
         rename_weights(loader);
         let text = text_config(config);
@@ -67,18 +69,13 @@ impl Qwen2Vl {
         // The reference derives the head size from the hidden size whatever `head_dim` says.
         text_args.remove("head_dim");
         let args = super::qwen2::parse_args(&Value::Object(text_args))?;
-        let rope = Rope::multimodal(args.head_dim(), args.rope_theta, sections, MRopeLayout::Sectioned)?;
+        let rope =
+            Rope::multimodal(args.head_dim(), args.rope_theta, sections, MRopeLayout::Sectioned)?;
         let hidden = args.hidden_size;
-        let layout = DecoderLayout {
-            qkv_bias: true,
-            ..DecoderLayout::llama()
-        };
+        let layout = DecoderLayout { qkv_bias: true, ..DecoderLayout::llama() };
         let language = Llama::build(args, &layout, rope, loader)?;
 
-        let vision_json = config
-            .get("vision_config")
-            .cloned()
-            .unwrap_or(Value::Object(Map::new()));
+        let vision_json = config.get("vision_config").cloned().unwrap_or(Value::Object(Map::new()));
         let vision_cfg = VisionConfig::parse(variant, &vision_json)?;
         if vision_cfg.out_hidden != hidden {
             return Err(Error::InvalidConfig(format!(
@@ -87,8 +84,8 @@ impl Qwen2Vl {
             )));
         }
         let model = VisionModel::load(vision_cfg, "visual", loader)?;
-        let image_token_id =
-            token_id(config, &text, &["image_token_id", "image_token_index"]).unwrap_or(DEFAULT_IMAGE_TOKEN_ID);
+        let image_token_id = token_id(config, &text, &["image_token_id", "image_token_index"])
+            .unwrap_or(DEFAULT_IMAGE_TOKEN_ID);
         Ok(WithVision { language, vision: QwenVision { model, image_token_id } })
     }
 }
@@ -121,11 +118,8 @@ impl VisionTower for QwenVision {
 
 /// Text parameters: `text_config` overlaid with the root's keys.
 fn text_config(config: &Value) -> Map<String, Value> {
-    let mut text = config
-        .get("text_config")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+    let mut text =
+        config.get("text_config").and_then(Value::as_object).cloned().unwrap_or_default();
     if let Some(root) = config.as_object() {
         for (k, v) in root {
             if k != "text_config" && k != "vision_config" {
@@ -145,9 +139,9 @@ fn mrope_sections(text: &Map<String, Value>) -> Result<[i32; 3]> {
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_i64).map(|x| x as i32).collect())
         .unwrap_or_default();
-    parts
-        .try_into()
-        .map_err(|_| Error::InvalidConfig(format!("mrope_section must be three integers, got {section}")))
+    parts.try_into().map_err(|_| {
+        Error::InvalidConfig(format!("mrope_section must be three integers, got {section}"))
+    })
 }
 
 fn token_id(config: &Value, text: &Map<String, Value>, keys: &[&str]) -> Option<u32> {

@@ -11,7 +11,11 @@ use super::vision::MERGE;
 use crate::error::{Error, Result};
 
 /// `([temporal, height, width] positions, each of length L; delta)`.
-pub fn rope_positions(tokens: &[u32], image_token_id: u32, grids: &[[i32; 3]]) -> Result<([Vec<i32>; 3], i32)> {
+pub fn rope_positions(
+    tokens: &[u32],
+    image_token_id: u32,
+    grids: &[[i32; 3]],
+) -> Result<([Vec<i32>; 3], i32)> {
     let mut axes: [Vec<i32>; 3] = [Vec::with_capacity(tokens.len()), Vec::new(), Vec::new()];
     axes[1].reserve(tokens.len());
     axes[2].reserve(tokens.len());

@@ -98,13 +98,17 @@ impl VisionConfig {
                     Some(list) => list
                         .as_array()
                         .ok_or_else(|| {
-                            Error::InvalidConfig("vision_config.fullatt_block_indexes must be a list".into())
+                            Error::InvalidConfig(
+                                "vision_config.fullatt_block_indexes must be a list".into(),
+                            )
                         })?
                         .iter()
                         .map(|x| x.as_u64().map(|x| x as usize))
                         .collect::<Option<Vec<_>>>()
                         .ok_or_else(|| {
-                            Error::InvalidConfig("vision_config.fullatt_block_indexes must hold integers".into())
+                            Error::InvalidConfig(
+                                "vision_config.fullatt_block_indexes must hold integers".into(),
+                            )
                         })?,
                     None => vec![7, 15, 23, 31],
                 },
@@ -167,7 +171,9 @@ impl Norm {
 
     fn forward(&self, x: &Array) -> Result<Array> {
         match self {
-            Norm::Layer { weight, bias } => Ok(fast::layer_norm(x, Some(weight), Some(bias), NORM_EPS)?),
+            Norm::Layer { weight, bias } => {
+                Ok(fast::layer_norm(x, Some(weight), Some(bias), NORM_EPS)?)
+            }
             Norm::Rms(n) => n.forward(x),
         }
     }
@@ -235,7 +241,11 @@ impl VisionModel {
     /// `{prefix}.blocks.N.…`, `{prefix}.merger.…`.
     pub fn load(cfg: VisionConfig, prefix: &str, loader: &mut LayerLoader) -> Result<Self> {
         let (w, v) = (cfg.width, cfg.variant);
-        let patch_embed = qwen_vit::load_patch_kernel(cfg.patch_shape(), &format!("{prefix}.patch_embed.proj.weight"), loader)?;
+        let patch_embed = qwen_vit::load_patch_kernel(
+            cfg.patch_shape(),
+            &format!("{prefix}.patch_embed.proj.weight"),
+            loader,
+        )?;
         let mut blocks = Vec::with_capacity(cfg.depth as usize);
         for i in 0..cfg.depth {
             let p = format!("{prefix}.blocks.{i}");
@@ -261,17 +271,10 @@ impl VisionModel {
         let merged = w * MERGE_UNIT;
         let merger_norm = Norm::load(v, loader, &format!("{prefix}.merger.ln_q"), w)?;
         let merger_fc1 = loader.linear(&format!("{prefix}.merger.mlp.0"), merged, merged, true)?;
-        let merger_fc2 = loader.linear(&format!("{prefix}.merger.mlp.2"), merged, cfg.out_hidden, true)?;
+        let merger_fc2 =
+            loader.linear(&format!("{prefix}.merger.mlp.2"), merged, cfg.out_hidden, true)?;
         let rotary_inv_freq = qwen_vit::rotary_inv_freq(cfg.head_dim())?;
-        Ok(Self {
-            cfg,
-            patch_embed,
-            blocks,
-            merger_norm,
-            merger_fc1,
-            merger_fc2,
-            rotary_inv_freq,
-        })
+        Ok(Self { cfg, patch_embed, blocks, merger_norm, merger_fc1, merger_fc2, rotary_inv_freq })
     }
 
     pub fn config(&self) -> &VisionConfig {
@@ -315,7 +318,11 @@ impl VisionModel {
 
     /// Queues `blocks` of `encoding`, the ones after those already run
     /// (lazily: nothing is evaluated here); returns the hidden state to evaluate.
-    pub fn run_blocks(&self, encoding: &mut TowerEncoding, blocks: std::ops::Range<usize>) -> Result<Array> {
+    pub fn run_blocks(
+        &self,
+        encoding: &mut TowerEncoding,
+        blocks: std::ops::Range<usize>,
+    ) -> Result<Array> {
         for i in blocks {
             let block = &self.blocks[i];
             let bounds = match &encoding.windows {
@@ -323,8 +330,18 @@ impl VisionModel {
                 _ => &encoding.frames,
             };
             let x = &encoding.hidden;
-            let attention = SegmentAttention { qkv: &block.qkv, proj: &block.proj, heads: self.cfg.heads, head_dim: self.cfg.head_dim() };
-            let a = attention.forward(&block.norm1.forward(x)?, &encoding.cos, &encoding.sin, bounds)?;
+            let attention = SegmentAttention {
+                qkv: &block.qkv,
+                proj: &block.proj,
+                heads: self.cfg.heads,
+                head_dim: self.cfg.head_dim(),
+            };
+            let a = attention.forward(
+                &block.norm1.forward(x)?,
+                &encoding.cos,
+                &encoding.sin,
+                bounds,
+            )?;
             let x = x.add(a)?;
             let m = block.mlp.forward(&block.norm2.forward(&x)?)?;
             encoding.hidden = x.add(m)?;
@@ -339,9 +356,7 @@ impl VisionModel {
             .merger_norm
             .forward(&encoding.hidden)?
             .reshape(&[n / MERGE_UNIT, self.cfg.width * MERGE_UNIT])?;
-        let merged = self
-            .merger_fc2
-            .forward(&gelu_exact(&self.merger_fc1.forward(&merged)?)?)?;
+        let merged = self.merger_fc2.forward(&gelu_exact(&self.merger_fc1.forward(&merged)?)?)?;
         match &encoding.windows {
             None => Ok(merged),
             Some(win) => {
@@ -362,9 +377,7 @@ impl VisionModel {
 /// Rows `[N, D]` in groups of 4 (one merged patch each), taken in `order`.
 fn regroup(x: &Array, order: &Array) -> Result<Array> {
     let (n, d) = (x.dim(0), x.dim(1));
-    Ok(x.reshape(&[n / MERGE_UNIT, MERGE_UNIT, d])?
-        .take_axis(order, 0)?
-        .reshape(&[n, d])?)
+    Ok(x.reshape(&[n / MERGE_UNIT, MERGE_UNIT, d])?.take_axis(order, 0)?.reshape(&[n, d])?)
 }
 
 /// Qwen2.5-VL's windows over one image.

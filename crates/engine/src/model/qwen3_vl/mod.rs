@@ -26,7 +26,9 @@ pub use tower::Qwen3Vision;
 pub const FAMILY: Family = Family {
     name: "Qwen3-VL",
     model_types: &["qwen3_vl", "qwen3_vl_moe"],
-    build: |model_type, config, loader| Ok(Box::new(Qwen3Vl::load(model_type == "qwen3_vl_moe", config, loader)?)),
+    build: |model_type, config, loader| {
+        Ok(Box::new(Qwen3Vl::load(model_type == "qwen3_vl_moe", config, loader)?))
+    },
     gguf: None,
     image_processor: Some(crate::vision::QwenImageProcessor::shared_from_folder),
     tensor_parallel: false,
@@ -51,7 +53,8 @@ impl Qwen3Vl {
         text.remove("rope_parameters");
         let text = Value::Object(text);
         let args = parse_qwen3_args(&text, "qwen3_vl")?;
-        let rope = Rope::multimodal(args.head_dim(), args.rope_theta, sections, MRopeLayout::Interleaved)?;
+        let rope =
+            Rope::multimodal(args.head_dim(), args.rope_theta, sections, MRopeLayout::Interleaved)?;
         let hidden = args.hidden_size;
         let language = if moe {
             unfuse_experts(loader, args.num_hidden_layers)?;
@@ -88,8 +91,11 @@ fn unfuse_experts(loader: &mut LayerLoader, layers: i32) -> Result<()> {
         let gate_up = loader.weights.take_any(&fused)?;
         let halves = gate_up.split_equal(2, -1)?;
         let down = loader.weights.take_any(&format!("{m}.experts.down_proj"))?;
-        for (part, t) in [("gate_proj", &halves[0]), ("up_proj", &halves[1]), ("down_proj", &down)] {
-            loader.weights.insert(format!("{m}.switch_mlp.{part}.weight"), t.transpose_axes(&[0, 2, 1])?);
+        for (part, t) in [("gate_proj", &halves[0]), ("up_proj", &halves[1]), ("down_proj", &down)]
+        {
+            loader
+                .weights
+                .insert(format!("{m}.switch_mlp.{part}.weight"), t.transpose_axes(&[0, 2, 1])?);
         }
     }
     Ok(())
@@ -97,7 +103,8 @@ fn unfuse_experts(loader: &mut LayerLoader, layers: i32) -> Result<()> {
 
 /// `text_config`, with the root's `tie_word_embeddings` when it has none.
 fn text_config(config: &Value) -> Map<String, Value> {
-    let mut text = config.get("text_config").and_then(Value::as_object).cloned().unwrap_or_default();
+    let mut text =
+        config.get("text_config").and_then(Value::as_object).cloned().unwrap_or_default();
     if let Some(tie) = config.get("tie_word_embeddings") {
         text.entry("tie_word_embeddings").or_insert(tie.clone());
     }
@@ -108,8 +115,10 @@ fn mrope_sections(text: &Map<String, Value>) -> Result<[i32; 3]> {
     let section = ["rope_scaling", "rope_parameters"]
         .iter()
         .find_map(|k| text.get(*k).and_then(|r| r.get("mrope_section")))
-        .ok_or_else(|| Error::InvalidConfig("text_config.rope_scaling.mrope_section is missing".into()))?;
-    serde_json::from_value(section.clone())
-        .map_err(|_| Error::InvalidConfig(format!("mrope_section must be three integers, got {section}")))
+        .ok_or_else(|| {
+            Error::InvalidConfig("text_config.rope_scaling.mrope_section is missing".into())
+        })?;
+    serde_json::from_value(section.clone()).map_err(|_| {
+        Error::InvalidConfig(format!("mrope_section must be three integers, got {section}"))
+    })
 }
-

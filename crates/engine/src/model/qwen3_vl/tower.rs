@@ -21,8 +21,15 @@ pub struct Qwen3Vision {
 impl Qwen3Vision {
     /// Loads the tower under `prefix` from `config.json`'s `vision_config`,
     /// checking that its features fit a language model of width `hidden`.
-    pub fn load(config: &Value, prefix: &str, hidden: i32, default_image_token: u32, loader: &mut LayerLoader) -> Result<Self> {
-        let vision_json = config.get("vision_config").cloned().unwrap_or(Value::Object(Default::default()));
+    pub fn load(
+        config: &Value,
+        prefix: &str,
+        hidden: i32,
+        default_image_token: u32,
+        loader: &mut LayerLoader,
+    ) -> Result<Self> {
+        let vision_json =
+            config.get("vision_config").cloned().unwrap_or(Value::Object(Default::default()));
         let cfg = VisionConfig::parse(&vision_json)?;
         if cfg.out_hidden != hidden {
             return Err(Error::InvalidConfig(format!(

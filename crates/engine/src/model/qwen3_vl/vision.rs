@@ -45,23 +45,31 @@ impl VisionConfig {
         let int = |key: &str, default: i64| -> Result<i32> {
             match v.get(key) {
                 None | Some(Value::Null) => Ok(default as i32),
-                Some(x) => x
-                    .as_i64()
-                    .filter(|&x| x > 0)
-                    .map(|x| x as i32)
-                    .ok_or_else(|| Error::InvalidConfig(format!("vision_config.{key} must be a positive integer, got {x}"))),
+                Some(x) => x.as_i64().filter(|&x| x > 0).map(|x| x as i32).ok_or_else(|| {
+                    Error::InvalidConfig(format!(
+                        "vision_config.{key} must be a positive integer, got {x}"
+                    ))
+                }),
             }
         };
         let merge = int("spatial_merge_size", 2)?;
         if merge != MERGE {
-            return Err(Error::InvalidConfig(format!("vision_config.spatial_merge_size {merge} is not supported (only 2)")));
+            return Err(Error::InvalidConfig(format!(
+                "vision_config.spatial_merge_size {merge} is not supported (only 2)"
+            )));
         }
         let deepstack = match v.get("deepstack_visual_indexes") {
             None | Some(Value::Null) => Vec::new(),
             Some(list) => list
                 .as_array()
-                .and_then(|a| a.iter().map(|x| x.as_u64().map(|x| x as usize)).collect::<Option<Vec<_>>>())
-                .ok_or_else(|| Error::InvalidConfig("vision_config.deepstack_visual_indexes must be a list of integers".into()))?,
+                .and_then(|a| {
+                    a.iter().map(|x| x.as_u64().map(|x| x as usize)).collect::<Option<Vec<_>>>()
+                })
+                .ok_or_else(|| {
+                    Error::InvalidConfig(
+                        "vision_config.deepstack_visual_indexes must be a list of integers".into(),
+                    )
+                })?,
         };
         let cfg = VisionConfig {
             depth: int("depth", 32)?,
@@ -89,7 +97,10 @@ impl VisionConfig {
             )));
         }
         if let Some(&bad) = cfg.deepstack.iter().find(|&&i| i >= cfg.depth as usize) {
-            return Err(Error::InvalidConfig(format!("deepstack_visual_indexes names block {bad} of {}", cfg.depth)));
+            return Err(Error::InvalidConfig(format!(
+                "deepstack_visual_indexes names block {bad} of {}",
+                cfg.depth
+            )));
         }
         Ok(cfg)
     }
@@ -99,7 +110,12 @@ impl VisionConfig {
     }
 
     pub fn patch_shape(&self) -> PatchShape {
-        PatchShape { width: self.width, channels: self.in_channels, temporal: self.temporal_patch_size, size: self.patch_size }
+        PatchShape {
+            width: self.width,
+            channels: self.in_channels,
+            temporal: self.temporal_patch_size,
+            size: self.patch_size,
+        }
     }
 
     /// Side of the learned position grid.
@@ -115,7 +131,10 @@ struct LayerNorm {
 
 impl LayerNorm {
     fn load(loader: &mut LayerLoader, path: &str, dim: i32) -> Result<Self> {
-        Ok(Self { weight: loader.float(&format!("{path}.weight"), &[dim])?, bias: loader.float(&format!("{path}.bias"), &[dim])? })
+        Ok(Self {
+            weight: loader.float(&format!("{path}.weight"), &[dim])?,
+            bias: loader.float(&format!("{path}.bias"), &[dim])?,
+        })
     }
 
     fn forward(&self, x: &Array) -> Result<Array> {
@@ -142,10 +161,19 @@ struct Merger {
 }
 
 impl Merger {
-    fn load(loader: &mut LayerLoader, path: &str, cfg: &VisionConfig, after_shuffle: bool) -> Result<Self> {
+    fn load(
+        loader: &mut LayerLoader,
+        path: &str,
+        cfg: &VisionConfig,
+        after_shuffle: bool,
+    ) -> Result<Self> {
         let merged = cfg.width * MERGE_UNIT;
         Ok(Self {
-            norm: LayerNorm::load(loader, &format!("{path}.norm"), if after_shuffle { merged } else { cfg.width })?,
+            norm: LayerNorm::load(
+                loader,
+                &format!("{path}.norm"),
+                if after_shuffle { merged } else { cfg.width },
+            )?,
             after_shuffle,
             fc1: loader.linear(&format!("{path}.linear_fc1"), merged, merged, true)?,
             fc2: loader.linear(&format!("{path}.linear_fc2"), merged, cfg.out_hidden, true)?,
@@ -194,9 +222,14 @@ impl VisionModel {
     /// `blocks.N`, `merger`, `deepstack_merger_list.N`).
     pub fn load(cfg: VisionConfig, prefix: &str, loader: &mut LayerLoader) -> Result<Self> {
         let w = cfg.width;
-        let patch_kernel = qwen_vit::load_patch_kernel(cfg.patch_shape(), &format!("{prefix}.patch_embed.proj.weight"), loader)?;
+        let patch_kernel = qwen_vit::load_patch_kernel(
+            cfg.patch_shape(),
+            &format!("{prefix}.patch_embed.proj.weight"),
+            loader,
+        )?;
         let patch_bias = loader.float(&format!("{prefix}.patch_embed.proj.bias"), &[w])?;
-        let pos_embed = loader.float(&format!("{prefix}.pos_embed.weight"), &[cfg.position_embeddings, w])?;
+        let pos_embed =
+            loader.float(&format!("{prefix}.pos_embed.weight"), &[cfg.position_embeddings, w])?;
         let mut blocks = Vec::with_capacity(cfg.depth as usize);
         for i in 0..cfg.depth {
             let p = format!("{prefix}.blocks.{i}");
@@ -211,10 +244,21 @@ impl VisionModel {
         }
         let merger = Merger::load(loader, &format!("{prefix}.merger"), &cfg, false)?;
         let deepstack_mergers = (0..cfg.deepstack.len())
-            .map(|i| Merger::load(loader, &format!("{prefix}.deepstack_merger_list.{i}"), &cfg, true))
+            .map(|i| {
+                Merger::load(loader, &format!("{prefix}.deepstack_merger_list.{i}"), &cfg, true)
+            })
             .collect::<Result<Vec<_>>>()?;
         let rotary_inv_freq = qwen_vit::rotary_inv_freq(cfg.head_dim())?;
-        Ok(Self { cfg, patch_kernel, patch_bias, pos_embed, blocks, merger, deepstack_mergers, rotary_inv_freq })
+        Ok(Self {
+            cfg,
+            patch_kernel,
+            patch_bias,
+            pos_embed,
+            blocks,
+            merger,
+            deepstack_mergers,
+            rotary_inv_freq,
+        })
     }
 
     pub fn config(&self) -> &VisionConfig {
@@ -235,7 +279,8 @@ impl VisionModel {
     pub fn begin(&self, pixels: &Array, grid: [i32; 3]) -> Result<TowerEncoding> {
         let n = qwen_vit::check_patches(pixels, grid, self.cfg.patch_shape().values())?;
         let dtype = self.patch_kernel.dtype();
-        let x = ops::matmul(pixels.as_dtype(dtype)?, self.patch_kernel.t())?.add(&self.patch_bias)?;
+        let x =
+            ops::matmul(pixels.as_dtype(dtype)?, self.patch_kernel.t())?.add(&self.patch_bias)?;
         let x = x.add(self.interpolated_positions(grid)?)?;
         let angles = qwen_vit::rotary_angles(&self.rotary_inv_freq, grid)?;
         let (cos, sin) = qwen_vit::rotary_tables(&angles, dtype)?;
@@ -246,15 +291,26 @@ impl VisionModel {
     }
 
     /// Queues `blocks` (lazily); returns the hidden state to evaluate.
-    pub fn run_blocks(&self, encoding: &mut TowerEncoding, blocks: std::ops::Range<usize>) -> Result<Array> {
+    pub fn run_blocks(
+        &self,
+        encoding: &mut TowerEncoding,
+        blocks: std::ops::Range<usize>,
+    ) -> Result<Array> {
         let (heads, head_dim) = (self.cfg.heads, self.cfg.head_dim());
         for i in blocks {
             let block = &self.blocks[i];
-            let attention = SegmentAttention { qkv: &block.qkv, proj: &block.proj, heads, head_dim };
+            let attention =
+                SegmentAttention { qkv: &block.qkv, proj: &block.proj, heads, head_dim };
             let x = &encoding.hidden;
-            let a = attention.forward(&block.norm1.forward(x)?, &encoding.cos, &encoding.sin, &encoding.frames)?;
+            let a = attention.forward(
+                &block.norm1.forward(x)?,
+                &encoding.cos,
+                &encoding.sin,
+                &encoding.frames,
+            )?;
             let x = x.add(a)?;
-            let m = block.fc2.forward(&gelu_tanh(&block.fc1.forward(&block.norm2.forward(&x)?)?)?)?;
+            let m =
+                block.fc2.forward(&gelu_tanh(&block.fc1.forward(&block.norm2.forward(&x)?)?)?)?;
             encoding.hidden = x.add(m)?;
             if let Some(level) = self.cfg.deepstack.iter().position(|&b| b == i) {
                 encoding.deepstack.push(self.deepstack_mergers[level].forward(&encoding.hidden)?);
@@ -292,7 +348,12 @@ impl VisionModel {
             let (h0, w0) = (h as i32, w as i32);
             let (h1, w1) = ((h0 + 1).min(side - 1), (w0 + 1).min(side - 1));
             let (dh, dw) = (h - h0 as f32, w - w0 as f32);
-            let corners = [(h0, w0, (1.0 - dh) * (1.0 - dw)), (h0, w1, (1.0 - dh) * dw), (h1, w0, dh * (1.0 - dw)), (h1, w1, dh * dw)];
+            let corners = [
+                (h0, w0, (1.0 - dh) * (1.0 - dw)),
+                (h0, w1, (1.0 - dh) * dw),
+                (h1, w0, dh * (1.0 - dw)),
+                (h1, w1, dh * dw),
+            ];
             for (j, (y, x, wt)) in corners.into_iter().enumerate() {
                 index[j * n + k] = y * side + x;
                 weight[j * n + k] = wt;

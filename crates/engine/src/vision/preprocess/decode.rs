@@ -98,7 +98,8 @@ pub fn displayed_size(bytes: &[u8]) -> Result<(usize, usize), String> {
         let (mut decoder, _) = open(bytes)?;
         let (w, h) = decoder.dimensions();
         check_size(w, h)?;
-        let orientation = decoder.orientation().unwrap_or(image::metadata::Orientation::NoTransforms);
+        let orientation =
+            decoder.orientation().unwrap_or(image::metadata::Orientation::NoTransforms);
         use image::metadata::Orientation::*;
         let turned = matches!(orientation, Rotate90 | Rotate270 | Rotate90FlipH | Rotate270FlipH);
         Ok(if turned { (h as usize, w as usize) } else { (w as usize, h as usize) })
@@ -109,7 +110,8 @@ pub fn displayed_size(bytes: &[u8]) -> Result<(usize, usize), String> {
 }
 
 /// HEIF brands of an ISO base media file's `ftyp` box (iPhone photos: HEIC).
-const HEIF_BRANDS: &[&[u8; 4]] = &[b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"mif1", b"msf1", b"avif", b"avis"];
+const HEIF_BRANDS: &[&[u8; 4]] =
+    &[b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"mif1", b"msf1", b"avif", b"avis"];
 
 /// Whether `bytes` is a HEIF / HEIC / AVIF file (by its `ftyp` brand).
 pub fn is_heif(bytes: &[u8]) -> bool {
@@ -119,18 +121,34 @@ pub fn is_heif(bytes: &[u8]) -> bool {
 /// A decoder for `bytes` within the limits, and the format's name.
 fn open(bytes: &[u8]) -> Result<(impl image::ImageDecoder + '_, &'static str), String> {
     if is_heif(bytes) {
-        return Err("HEIC / HEIF photos are not supported here; convert the photo to JPEG or PNG first".into());
+        return Err(
+            "HEIC / HEIF photos are not supported here; convert the photo to JPEG or PNG first"
+                .into(),
+        );
     }
     let reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|e| format!("could not read the file: {e}"))?;
     let format = match reader.format() {
-        Some(f @ (ImageFormat::Png | ImageFormat::Jpeg | ImageFormat::WebP | ImageFormat::Gif | ImageFormat::Bmp)) => f,
+        Some(
+            f @ (ImageFormat::Png
+            | ImageFormat::Jpeg
+            | ImageFormat::WebP
+            | ImageFormat::Gif
+            | ImageFormat::Bmp),
+        ) => f,
         Some(other) => {
-            return Err(format!("{} images are not supported (use {SUPPORTED})", format_name(other)));
+            return Err(format!(
+                "{} images are not supported (use {SUPPORTED})",
+                format_name(other)
+            ));
         }
         None => {
-            let what = if looks_like_text(bytes) { "a text file" } else { "not a recognized image format" };
+            let what = if looks_like_text(bytes) {
+                "a text file"
+            } else {
+                "not a recognized image format"
+            };
             return Err(format!("{what}, not an image (use {SUPPORTED})"));
         }
     };
@@ -217,13 +235,21 @@ fn to_rgb8(img: DynamicImage) -> Rgb8 {
         DynamicImage::ImageRgb8(b) => b.into_raw(),
         DynamicImage::ImageRgba8(b) => compact(b.into_raw(), 4, |p, o| o.copy_from_slice(&p[..3])),
         DynamicImage::ImageLuma8(b) => b.into_raw().iter().flat_map(|&v| [v, v, v]).collect(),
-        DynamicImage::ImageLumaA8(b) => b.into_raw().chunks_exact(2).flat_map(|p| [p[0], p[0], p[0]]).collect(),
-        DynamicImage::ImageRgb16(b) => b.into_raw().iter().map(|&v| (v >> 8) as u8).collect(),
-        DynamicImage::ImageRgba16(b) => {
-            b.into_raw().chunks_exact(4).flat_map(|p| [(p[0] >> 8) as u8, (p[1] >> 8) as u8, (p[2] >> 8) as u8]).collect()
+        DynamicImage::ImageLumaA8(b) => {
+            b.into_raw().chunks_exact(2).flat_map(|p| [p[0], p[0], p[0]]).collect()
         }
-        DynamicImage::ImageLuma16(b) => b.into_raw().iter().flat_map(|&v| [(v >> 8) as u8; 3]).collect(),
-        DynamicImage::ImageLumaA16(b) => b.into_raw().chunks_exact(2).flat_map(|p| [(p[0] >> 8) as u8; 3]).collect(),
+        DynamicImage::ImageRgb16(b) => b.into_raw().iter().map(|&v| (v >> 8) as u8).collect(),
+        DynamicImage::ImageRgba16(b) => b
+            .into_raw()
+            .chunks_exact(4)
+            .flat_map(|p| [(p[0] >> 8) as u8, (p[1] >> 8) as u8, (p[2] >> 8) as u8])
+            .collect(),
+        DynamicImage::ImageLuma16(b) => {
+            b.into_raw().iter().flat_map(|&v| [(v >> 8) as u8; 3]).collect()
+        }
+        DynamicImage::ImageLumaA16(b) => {
+            b.into_raw().chunks_exact(2).flat_map(|p| [(p[0] >> 8) as u8; 3]).collect()
+        }
         // Float images come only from formats we do not enable (HDR, EXR); keep a
         // sane answer should that change.
         other => other.to_rgb8().into_raw(),
@@ -261,7 +287,8 @@ mod tests {
 
     #[test]
     fn alpha_is_dropped_in_place() {
-        let img = ImageBuffer::<Rgba<u8>, _>::from_raw(2, 1, vec![1, 2, 3, 0, 4, 5, 6, 255]).unwrap();
+        let img =
+            ImageBuffer::<Rgba<u8>, _>::from_raw(2, 1, vec![1, 2, 3, 0, 4, 5, 6, 255]).unwrap();
         let out = to_rgb8(DynamicImage::ImageRgba8(img));
         assert_eq!((out.width, out.height, out.rgb), (2, 1, vec![1, 2, 3, 4, 5, 6]));
         let img = ImageBuffer::<LumaA<u8>, _>::from_raw(2, 1, vec![9, 0, 200, 128]).unwrap();

@@ -177,13 +177,26 @@ fn vertical(src: &[u8], width: usize, c: &Coeffs) -> Vec<u8> {
 
 /// Resizes interleaved 8-bit RGB (`src.len() == w * h * 3`) to `out_w × out_h` exactly as
 /// Pillow's BICUBIC does. Sizes must be non-zero.
-pub(crate) fn resize_bicubic_rgb8(src: &[u8], w: usize, h: usize, out_w: usize, out_h: usize) -> Vec<u8> {
+pub(crate) fn resize_bicubic_rgb8(
+    src: &[u8],
+    w: usize,
+    h: usize,
+    out_w: usize,
+    out_h: usize,
+) -> Vec<u8> {
     resize_rgb8(src, w, h, out_w, out_h, Filter::Bicubic)
 }
 
 /// Resizes interleaved 8-bit RGB to `out_w × out_h` exactly as Pillow's
 /// `filter` does. Sizes must be non-zero.
-pub(crate) fn resize_rgb8(src: &[u8], w: usize, h: usize, out_w: usize, out_h: usize, filter: Filter) -> Vec<u8> {
+pub(crate) fn resize_rgb8(
+    src: &[u8],
+    w: usize,
+    h: usize,
+    out_w: usize,
+    out_h: usize,
+    filter: Filter,
+) -> Vec<u8> {
     debug_assert_eq!(src.len(), w * h * 3);
     debug_assert!(w > 0 && h > 0 && out_w > 0 && out_h > 0);
     let need_h = out_w != w;

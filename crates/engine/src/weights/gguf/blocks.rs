@@ -166,9 +166,13 @@ pub fn dequantize(kind: GgmlType, data: &[u8]) -> Option<Vec<f32>> {
     let mut out = vec![0f32; data.len() / bytes * values];
     let blocks = data.chunks_exact(bytes).zip(out.chunks_exact_mut(values));
     match kind {
-        GgmlType::F32 => blocks.for_each(|(b, y)| y[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        GgmlType::F32 => {
+            blocks.for_each(|(b, y)| y[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        }
         GgmlType::F16 => blocks.for_each(|(b, y)| y[0] = f16_at(b, 0)),
-        GgmlType::BF16 => blocks.for_each(|(b, y)| y[0] = bf16::from_le_bytes([b[0], b[1]]).to_f32()),
+        GgmlType::BF16 => {
+            blocks.for_each(|(b, y)| y[0] = bf16::from_le_bytes([b[0], b[1]]).to_f32())
+        }
         GgmlType::Q4_0 => blocks.for_each(|(b, y)| q4_0(b, y)),
         GgmlType::Q4_1 => blocks.for_each(|(b, y)| q4_1(b, y)),
         GgmlType::Q5_0 => blocks.for_each(|(b, y)| q5(b, y, false)),
@@ -337,7 +341,10 @@ pub fn to_mlx_affine(kind: GgmlType, data: &[u8]) -> Option<MlxAffine> {
             }
         }
     }
-    let packed = packed_bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
+    let packed = packed_bytes
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        .collect();
     Some(MlxAffine { packed, scales, biases, bits })
 }
 

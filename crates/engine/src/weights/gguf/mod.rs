@@ -19,8 +19,8 @@ use std::{collections::HashMap, path::Path};
 use mlx_rs::{ops, Array, Dtype};
 use serde_json::{json, Map, Value};
 
-pub use blocks::{dequantize, GgmlType};
 use blocks::to_mlx_affine;
+pub use blocks::{dequantize, GgmlType};
 pub use reader::{GgufFile, MetaValue};
 
 use super::{QuantSpec, Quantization, Weights};
@@ -117,14 +117,15 @@ pub fn load(path: &Path, format: WeightFormat) -> Result<GgufModel> {
         .and_then(MetaValue::as_str)
         .ok_or_else(|| corrupt("no general.architecture".into()))?
         .to_string();
-    let family = registry::family_for_gguf(&arch).ok_or_else(|| Error::UnsupportedArchitecture {
-        architecture: format!("{arch} (GGUF)"),
-        supported: registry::FAMILIES
-            .iter()
-            .filter_map(|f| f.gguf.as_ref().map(|g| g.architecture))
-            .collect::<Vec<_>>()
-            .join(", "),
-    })?;
+    let family =
+        registry::family_for_gguf(&arch).ok_or_else(|| Error::UnsupportedArchitecture {
+            architecture: format!("{arch} (GGUF)"),
+            supported: registry::FAMILIES
+                .iter()
+                .filter_map(|f| f.gguf.as_ref().map(|g| g.architecture))
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
     let import = family.gguf.as_ref().expect("found by its GGUF import");
     // Every tensor type is checked before gigabytes are read.
     if let Some(t) = file.tensors.iter().find(|t| !t.kind.dequantizable()) {
@@ -156,7 +157,13 @@ pub fn load(path: &Path, format: WeightFormat) -> Result<GgufModel> {
         let module = hf.strip_suffix(".weight").map(str::to_owned);
         if let (Some(affine), Some(module)) = (to_mlx_affine(t.kind, &data), &module) {
             insert_affine(&mut weights, module, &shape, affine)?;
-            quantization.overrides.insert(module.clone(), Some(QuantSpec { group_size: GGUF_GROUP, bits: t.kind.mlx_affine_bits().unwrap_or(4) }));
+            quantization.overrides.insert(
+                module.clone(),
+                Some(QuantSpec {
+                    group_size: GGUF_GROUP,
+                    bits: t.kind.mlx_affine_bits().unwrap_or(4),
+                }),
+            );
             continue;
         }
         let values = dequantize(t.kind, &data).expect("checked dequantizable above");
@@ -172,12 +179,18 @@ pub fn load(path: &Path, format: WeightFormat) -> Result<GgufModel> {
         match (&module, format, quantized_type && shape.len() >= 2) {
             (Some(module), WeightFormat::AsStored, true) => {
                 // Kept quantized, as MLX holds weights on Metal.
-                let bits = if matches!(t.kind, GgmlType::Q4K | GgmlType::Q4_0 | GgmlType::Q4_1) { 4 } else { 8 };
+                let bits = if matches!(t.kind, GgmlType::Q4K | GgmlType::Q4_0 | GgmlType::Q4_1) {
+                    4
+                } else {
+                    8
+                };
                 let (w, s, b) = ops::quantize(&array, GGUF_GROUP, bits)?;
                 weights.insert(format!("{module}.weight"), w);
                 weights.insert(format!("{module}.scales"), s.as_dtype(Dtype::Float16)?);
                 weights.insert(format!("{module}.biases"), b.as_dtype(Dtype::Float16)?);
-                quantization.overrides.insert(module.clone(), Some(QuantSpec { group_size: GGUF_GROUP, bits }));
+                quantization
+                    .overrides
+                    .insert(module.clone(), Some(QuantSpec { group_size: GGUF_GROUP, bits }));
             }
             _ => weights.insert(hf, array),
         }
@@ -229,7 +242,11 @@ fn describe_types(file: &GgufFile) -> String {
 fn bits_in_words(file: &GgufFile) -> Option<String> {
     let bits = |t: &reader::TensorInfo| t.kind.nominal_bits();
     let embedding = file.tensors.iter().find(|t| t.name == "token_embd.weight");
-    let body: Vec<_> = file.tensors.iter().filter(|t| t.shape.len() >= 2 && t.name != "token_embd.weight").collect();
+    let body: Vec<_> = file
+        .tensors
+        .iter()
+        .filter(|t| t.shape.len() >= 2 && t.name != "token_embd.weight")
+        .collect();
     let values: usize = body.iter().map(|t| t.elements()).sum();
     if values == 0 {
         return None;
@@ -239,7 +256,11 @@ fn bits_in_words(file: &GgufFile) -> Option<String> {
         return None;
     }
     let uniform = body.iter().all(|t| bits(t) == bits(body[0]));
-    let mut words = if uniform { format!("{}-bit", mean as i32) } else { format!("{mean:.1} bits per weight on average") };
+    let mut words = if uniform {
+        format!("{}-bit", mean as i32)
+    } else {
+        format!("{mean:.1} bits per weight on average")
+    };
     if let Some(e) = embedding.filter(|e| bits(e) != mean || !uniform) {
         words.push_str(&format!(", embeddings {}-bit", bits(e) as i32));
     }
@@ -251,7 +272,12 @@ fn is_norm(hf: &str) -> bool {
 }
 
 /// Inserts `module.weight` / `.scales` / `.biases` of an exactly re-packed block tensor.
-fn insert_affine(weights: &mut Weights, module: &str, shape: &[i32], a: blocks::MlxAffine) -> Result<()> {
+fn insert_affine(
+    weights: &mut Weights,
+    module: &str,
+    shape: &[i32],
+    a: blocks::MlxAffine,
+) -> Result<()> {
     let (lead, cols) = shape.split_at(shape.len() - 1);
     let cols = cols[0];
     let per_word = 32 / a.bits;
@@ -275,11 +301,17 @@ fn tokenizer_meta(file: &GgufFile) -> Result<(GgufTokenizerMeta, GgufSentencePie
             .unwrap_or_default()
     };
     let numbers = |key: &str| -> Vec<f64> {
-        get(key).and_then(MetaValue::as_array).map(|a| a.iter().filter_map(MetaValue::as_f64).collect()).unwrap_or_default()
+        get(key)
+            .and_then(MetaValue::as_array)
+            .map(|a| a.iter().filter_map(MetaValue::as_f64).collect())
+            .unwrap_or_default()
     };
     let flag = |key: &str| get(key).and_then(MetaValue::as_f64).map(|v| v != 0.0);
     let meta = GgufTokenizerMeta {
-        model: get("tokenizer.ggml.model").and_then(MetaValue::as_str).unwrap_or_default().to_string(),
+        model: get("tokenizer.ggml.model")
+            .and_then(MetaValue::as_str)
+            .unwrap_or_default()
+            .to_string(),
         pre: get("tokenizer.ggml.pre").and_then(MetaValue::as_str).map(str::to_owned),
         tokens: strings("tokenizer.ggml.tokens"),
         merges: strings("tokenizer.ggml.merges"),
@@ -287,7 +319,9 @@ fn tokenizer_meta(file: &GgufFile) -> Result<(GgufTokenizerMeta, GgufSentencePie
         bos_id: id("tokenizer.ggml.bos_token_id"),
         eos_id: id("tokenizer.ggml.eos_token_id"),
         add_bos: flag("tokenizer.ggml.add_bos_token"),
-        chat_template: get("tokenizer.chat_template").and_then(MetaValue::as_str).map(str::to_owned),
+        chat_template: get("tokenizer.chat_template")
+            .and_then(MetaValue::as_str)
+            .map(str::to_owned),
     };
     let spm = GgufSentencePieceMeta {
         add_space_prefix: flag("tokenizer.ggml.add_space_prefix"),
@@ -315,7 +349,9 @@ fn config_from_metadata(
     let untied = file.tensors.iter().any(|t| t.name == "output.weight");
     c.insert("tie_word_embeddings".into(), json!(!untied));
     let scaling = |key: &str| file.get(&format!("{arch}.rope.scaling.{key}"));
-    if let (Some(kind), Some(factor)) = (scaling("type").and_then(MetaValue::as_str), scaling("factor").and_then(MetaValue::as_f64)) {
+    if let (Some(kind), Some(factor)) =
+        (scaling("type").and_then(MetaValue::as_str), scaling("factor").and_then(MetaValue::as_f64))
+    {
         if kind != "none" {
             c.insert("rope_scaling".into(), json!({"rope_type": kind, "factor": factor}));
         }
@@ -343,7 +379,8 @@ fn hf_name(gguf: &str, import: &GgufImport) -> Option<String> {
     let (module, param) = gguf.rsplit_once('.')?;
     if let Some(rest) = module.strip_prefix("blk.") {
         let (layer, part) = rest.split_once('.')?;
-        let (_, hf_part) = import.block_names.iter().chain(COMMON_BLOCK_NAMES).find(|(g, _)| *g == part)?;
+        let (_, hf_part) =
+            import.block_names.iter().chain(COMMON_BLOCK_NAMES).find(|(g, _)| *g == part)?;
         return Some(format!("model.layers.{layer}.{hf_part}.{param}"));
     }
     let top = match module {
@@ -360,8 +397,11 @@ fn hf_name(gguf: &str, import: &GgufImport) -> Option<String> {
 /// the same (non-interleaved) RoPE as Hugging Face checkpoints. Quantized rows
 /// move together with their scales and biases.
 fn unpermute_qk(weights: &mut Weights, proj: &str, heads: i32) -> Result<()> {
-    let layer_names: Vec<String> =
-        weights.names().filter(|n| n.contains(&format!(".self_attn.{proj}."))).map(str::to_string).collect();
+    let layer_names: Vec<String> = weights
+        .names()
+        .filter(|n| n.contains(&format!(".self_attn.{proj}.")))
+        .map(str::to_string)
+        .collect();
     for name in layer_names {
         let t = weights.remove(&name).expect("listed above");
         let shape = t.shape().to_vec();

@@ -190,7 +190,9 @@ impl Reader<'_> {
 
     fn bytes(&mut self, buf: &mut [u8]) -> Result<()> {
         self.inner.read_exact(buf).map_err(|e| match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => self.corrupt("the header ends early (truncated file?)".into()),
+            std::io::ErrorKind::UnexpectedEof => {
+                self.corrupt("the header ends early (truncated file?)".into())
+            }
             _ => Error::io(self.path, e),
         })
     }
@@ -223,7 +225,8 @@ impl Reader<'_> {
         let mut buf = vec![0u8; len as usize];
         self.bytes(&mut buf)?;
         // Vocabularies hold byte tokens that are not valid UTF-8 on their own.
-        Ok(String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+        Ok(String::from_utf8(buf)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
     }
 
     fn value(&mut self, kind: u32) -> Result<MetaValue> {
@@ -240,7 +243,11 @@ impl Reader<'_> {
             2 | 3 => {
                 self.bytes(&mut b8[..2])?;
                 let v = [b8[0], b8[1]];
-                MetaValue::Int(if kind == 2 { u16::from_le_bytes(v) as i64 } else { i16::from_le_bytes(v) as i64 })
+                MetaValue::Int(if kind == 2 {
+                    u16::from_le_bytes(v) as i64
+                } else {
+                    i16::from_le_bytes(v) as i64
+                })
             }
             4 | 5 | 6 => {
                 self.bytes(&mut b8[..4])?;
