@@ -39,7 +39,7 @@ pub struct ErrorDetail<'a> {
 }
 
 impl ApiError {
-    fn new(
+    pub(crate) fn new(
         status: StatusCode,
         kind: &'static str,
         code: impl Into<String>,
@@ -86,7 +86,7 @@ impl ApiError {
             StatusCode::UNAUTHORIZED,
             "authentication_error",
             "invalid_api_key",
-            "a valid API key is required (Authorization: Bearer <key>)",
+            "a valid API key is required (Authorization: Bearer <key>, or x-api-key: <key>)",
         )
     }
 

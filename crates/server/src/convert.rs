@@ -38,7 +38,7 @@ const TEMPERATURE_RANGE: std::ops::RangeInclusive<f32> = 0.0..=2.0;
 /// it says. Checking that before the template runs keeps a huge prompt from
 /// being templated and tokenized on the engine thread, where every other
 /// request waits for it.
-const MAX_BYTES_PER_TOKEN: usize = 32;
+pub(crate) const MAX_BYTES_PER_TOKEN: usize = 32;
 
 /// OpenAI's bounds for `logit_bias` values.
 const LOGIT_BIAS_RANGE: std::ops::RangeInclusive<f64> = -100.0..=100.0;
@@ -183,9 +183,21 @@ pub fn prepare(
             "response_format cannot be combined with a required tool_choice",
         ));
     }
+    let continue_final_message = body.continue_final_message.unwrap_or(false);
+    if continue_final_message && messages.last().is_none_or(|m| m.role != "assistant") {
+        return Err(ApiError::invalid_param(
+            "continue_final_message needs the last message to be the assistant's",
+        ));
+    }
     let (enable_thinking, extra) =
         thinking(body.chat_template_kwargs, body.reasoning_effort.as_deref())?;
-    let options = TemplateOptions { enable_thinking, tools, extra, ..TemplateOptions::default() };
+    let options = TemplateOptions {
+        enable_thinking,
+        tools,
+        extra,
+        continue_final_message,
+        ..TemplateOptions::default()
+    };
     let request = Request {
         prompt: Prompt::Chat { messages, options },
         images,
@@ -283,7 +295,7 @@ fn response_format(format: Option<&Value>) -> Result<Option<Constraint>, ApiErro
     })
 }
 
-fn sampling(
+pub(crate) fn sampling(
     body: &ChatCompletionRequest,
     limits: ModelLimits,
     defaults: &SamplingParams,
@@ -335,7 +347,7 @@ fn sampling(
     Ok(s)
 }
 
-fn stop_strings(stop: Option<&Value>) -> Result<Vec<String>, ApiError> {
+pub(crate) fn stop_strings(stop: Option<&Value>) -> Result<Vec<String>, ApiError> {
     let stops = match stop {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(s)) => vec![s.clone()],

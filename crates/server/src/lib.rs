@@ -24,8 +24,10 @@
 //! running.shutdown().await?;
 //! # Ok(()) }
 //! ```
+mod anthropic;
 mod api_error;
 mod auth;
+mod completions;
 mod config;
 mod convert;
 mod error;
@@ -34,6 +36,8 @@ mod json_body;
 mod listen;
 mod loopback;
 pub mod openai;
+mod response_store;
+mod responses;
 mod routes;
 mod state;
 

@@ -8,7 +8,10 @@ use serde_json::{Map, Value};
 /// `POST /v1/chat/completions`. A field we do not act on is refused by name
 /// (see `convert::refuse_unsupported`) rather than silently ignored, except
 /// bookkeeping that cannot change the answer (`user`, `metadata`, `store`).
-#[derive(Debug, Clone, Deserialize)]
+///
+/// It is also the server's inner request model: the other dialects
+/// (`anthropic.rs`, `responses.rs`) translate their requests into one.
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct ChatCompletionRequest {
     /// Optional here: a local server has one model, and a missing name means it.
     #[serde(default)]
@@ -70,6 +73,11 @@ pub struct ChatCompletionRequest {
     /// false: the reply ends at its first tool call.
     #[serde(default)]
     pub parallel_tool_calls: Option<bool>,
+    /// Not OpenAI (vLLM's name): the last message is an assistant answer the
+    /// model continues in place, instead of opening a new turn. Anthropic's
+    /// Messages API does this whenever the last message is the assistant's.
+    #[serde(default)]
+    pub continue_final_message: Option<bool>,
     /// Everything else the client sent, checked by name.
     #[serde(flatten)]
     pub other: Map<String, Value>,
@@ -84,7 +92,7 @@ pub struct StreamOptions {
     pub other: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct RequestMessage {
     pub role: String,
     /// A string, a list of content parts, or null (an assistant turn that only

@@ -29,13 +29,18 @@ impl ReplyMeta {
     }
 }
 
-/// `chatcmpl-` + time and a counter: unique in this process, and unlikely to
-/// repeat across restarts, without a random-number dependency.
+/// `chatcmpl-` + time and a counter.
 fn new_reply_id() -> String {
+    new_id("chatcmpl-")
+}
+
+/// `prefix` + time and a counter: unique in this process, and unlikely to
+/// repeat across restarts, without a random-number dependency.
+pub(crate) fn new_id(prefix: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let nanos =
         SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
-    format!("chatcmpl-{nanos:x}{:04x}", NEXT.fetch_add(1, Ordering::Relaxed) & 0xffff)
+    format!("{prefix}{nanos:x}{:04x}", NEXT.fetch_add(1, Ordering::Relaxed) & 0xffff)
 }
 
 pub fn unix_now() -> u64 {
@@ -87,7 +92,7 @@ fn finish_reason(reason: FinishReason) -> Option<&'static str> {
 }
 
 /// The error for a request that ended without an answer.
-fn failure(c: &Completion) -> Option<ApiError> {
+pub(crate) fn failure(c: &Completion) -> Option<ApiError> {
     if let Some(e) = &c.error {
         return Some(ApiError::from_engine(e));
     }

@@ -1,9 +1,15 @@
 //! The HTTP surface: one file per endpoint, assembled here with the layers
 //! (API key, body limit, loopback host names, CORS) that the config asks for.
+//! `submit.rs` and `sse.rs` hold what every dialect's endpoint shares.
 mod chat;
-mod chunks;
+pub(crate) mod chunks;
+mod completions;
 mod health;
+mod messages;
 mod models;
+mod responses;
+pub(crate) mod sse;
+mod submit;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,6 +25,7 @@ use crate::api_error::ApiError;
 use crate::config::ServerConfig;
 use crate::file_urls::FileUrlPolicy;
 pub(crate) use crate::json_body::{ApiJson, BodyTimeout};
+use crate::response_store::ResponseStore;
 use crate::state::ServerState;
 
 /// What every handler sees.
@@ -26,6 +33,8 @@ use crate::state::ServerState;
 pub(crate) struct AppContext {
     pub state: ServerState,
     pub settings: Arc<Settings>,
+    /// Responses kept for `GET /v1/responses/{id}` and `previous_response_id`.
+    pub responses: Arc<ResponseStore>,
 }
 
 /// The parts of [`ServerConfig`] that handlers need.
@@ -45,9 +54,15 @@ pub fn router(config: &ServerConfig, state: ServerState) -> Router {
             models_dir: config.models_dir.clone(),
             file_urls: FileUrlPolicy::new(&config.file_url_folders, config.body_limit),
         }),
+        responses: Arc::new(ResponseStore::default()),
     };
     let mut api = Router::new()
         .route("/v1/chat/completions", post(chat::completions))
+        .route("/v1/completions", post(completions::create))
+        .route("/v1/messages", post(messages::create))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/{id}", get(responses::get).delete(responses::delete))
         .route("/v1/models", get(models::list));
     if let Some(key) = &config.api_key {
         let key: Arc<str> = Arc::from(key.as_str());
@@ -72,7 +87,7 @@ pub fn router(config: &ServerConfig, state: ServerState) -> Router {
         app = app.layer(
             CorsLayer::new()
                 .allow_origin(Any)
-                .allow_methods([Method::GET, Method::POST])
+                .allow_methods([Method::GET, Method::POST, Method::DELETE])
                 .allow_headers(AllowHeaders::mirror_request()),
         );
     }
