@@ -1,10 +1,15 @@
 //! Settings' "Split models across machines": the loaded model split over
 //! MLX's ring backend, this Mac as rank 0 (it runs the scheduler and
 //! everything above it), the other machines each running
-//! `vlm serve --model <the same folder> --distributed hostfile.json --rank N --split <how>`.
+//! `vlm serve --model <the same folder> --distributed <hostfile> --rank N --split <how>
+//! --ring-secret-file cluster-ring.secret`.
 //! How to split (every rank must say the same): pipeline (each rank a range
 //! of layers), tensor parallel (every layer's heads and MLP columns divided),
 //! or auto (tensor where the model allows it, pipeline otherwise).
+//!
+//! Only ranks that hold the ring secret join (cluster_secret.rs: made once,
+//! in the data folder): the user copies it to each other machine beside the
+//! hostfile, and the command shown for that machine names both files.
 //!
 //! What this Mac knows is only what rank 0 knows: whether the ring joined
 //! within the join timeout, whether a step failed since (the engine reports
@@ -15,15 +20,17 @@
 //! has joined (or tried to join) a ring, loading a split model again (another
 //! model, other settings, after a lost rank or a failed join) needs the app
 //! restarted, and the other ranks too. The app says so instead of trying.
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use engine::distributed::env::{HOSTFILE_VAR, RANK_VAR};
-use engine::distributed::{GroupConfig, Hostfile, RankMemory, Split};
+use engine::distributed::{GroupConfig, Hostfile, RankMemory, RingSecret, Split};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
+use crate::cluster_secret::{self, RING_SECRET_NAME};
 use crate::error::{AppError, AppResult};
 use crate::paths::Paths;
 use crate::state::AppState;
@@ -63,13 +70,71 @@ impl From<ClusterSplit> for Split {
     }
 }
 
-/// What the other machine of rank `rank` runs to join (the model folder is
-/// the same model at its path there).
-pub fn follower_command(rank: usize, split: ClusterSplit) -> String {
+/// What the other machine of rank `rank` runs to join, in the folder where
+/// the hostfile (named `hostfile_name`) and the ring secret were copied (the
+/// model folder is the same model at its path there). The secret is named
+/// by its file, so it shows in no shell history and no process list.
+pub fn follower_command(rank: usize, split: ClusterSplit, hostfile_name: &str) -> String {
     format!(
-        "vlm serve --model <the same model folder> --distributed hostfile.json --rank {rank} --split {}",
-        Split::from(split).name()
+        "vlm serve --model <the same model folder> --distributed {} --rank {rank} --split {} --ring-secret-file {}",
+        shell_word(hostfile_name),
+        Split::from(split).name(),
+        shell_word(RING_SECRET_NAME)
     )
+}
+
+/// The files each other machine needs beside the model, as this Mac has them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowerFiles {
+    /// The hostfile MLX reads: the one named in Settings, or the one the
+    /// app writes from the list of hosts.
+    pub hostfile: PathBuf,
+    /// The ring secret (cluster_secret.rs).
+    pub secret: PathBuf,
+}
+
+impl FollowerFiles {
+    /// The files `settings` describe (whether or not they exist yet).
+    pub fn of(settings: &ClusterSettings, paths: &Paths) -> FollowerFiles {
+        let named = settings.hostfile.trim();
+        FollowerFiles {
+            hostfile: match named.is_empty() {
+                true => paths.data_dir.join(HOSTFILE_NAME),
+                false => PathBuf::from(named),
+            },
+            secret: cluster_secret::path(paths),
+        }
+    }
+
+    fn hostfile_name(&self) -> Cow<'_, str> {
+        self.hostfile.file_name().unwrap_or(self.hostfile.as_os_str()).to_string_lossy()
+    }
+
+    /// A command that copies both files to the home folder of the machine
+    /// at `address` (scp keeps the secret's mode: readable by its owner
+    /// only), where a new terminal runs [`follower_command`].
+    pub fn copy_command(&self, address: &SocketAddr) -> String {
+        let host = match address.ip() {
+            std::net::IpAddr::V4(ip) => ip.to_string(),
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+        };
+        format!(
+            "scp {} {} {host}:",
+            shell_word(&self.hostfile.to_string_lossy()),
+            shell_word(&self.secret.to_string_lossy())
+        )
+    }
+}
+
+/// `word` as one word for a POSIX shell (zsh, bash): quoted unless it is
+/// plain (a Mac's data folder is under "Application Support").
+fn shell_word(word: &str) -> Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:@%+=,".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        Cow::Borrowed(word)
+    } else {
+        Cow::Owned(format!("'{}'", word.replace('\'', r"'\''")))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
@@ -169,15 +234,20 @@ impl ClusterSettings {
                     AppError::new("IO_ERROR", format!("{}: {e}", paths.data_dir.display()))
                 })?;
                 let p = paths.data_dir.join(HOSTFILE_NAME);
-                hostfile.write(&p)?;
+                // rewritten only when the ring changed (Settings asks often)
+                if Hostfile::read(&p).ok().as_ref() != Some(&hostfile) {
+                    hostfile.write(&p)?;
+                }
                 p
             }
         };
         Ok((path, hostfile))
     }
 
-    pub fn group_config(&self) -> GroupConfig {
+    /// How rank 0 joins: only ranks that prove `ring_secret` get through.
+    pub fn group_config(&self, ring_secret: RingSecret) -> GroupConfig {
         GroupConfig {
+            ring_secret: Some(ring_secret),
             connect_timeout: Duration::from_secs(self.join_timeout_secs),
             split: self.split.into(),
             // A pipeline gives each Mac layers in proportion to its memory.
@@ -242,8 +312,12 @@ pub struct RankLine {
     /// Rank 0: its part of the model in words ("layers 4..8 of 8, pipeline
     /// rank 0 of 2"), once loaded.
     pub share: Option<String>,
-    /// Another machine's rank: the command it runs to join.
+    /// Another machine's rank: the command it runs to join, where the
+    /// hostfile and the ring secret were copied.
     pub command: Option<String>,
+    /// Another machine's rank: a command that copies the hostfile and the
+    /// ring secret there (scp to its address; any other way will do).
+    pub copy_command: Option<String>,
 }
 
 /// The Cluster setting's status, for Settings.
@@ -255,6 +329,9 @@ pub struct ClusterStatus {
     pub ranks: Vec<RankLine>,
     /// The hostfile MLX read (or will read).
     pub hostfile_path: Option<String>,
+    /// The ring secret the other machines need beside the hostfile (made
+    /// when the setting is on).
+    pub secret_path: Option<String>,
     /// Why the ring failed or was lost, or why the settings cannot form one.
     pub error: Option<AppError>,
     /// The model split over the ring.
@@ -266,7 +343,12 @@ pub struct ClusterStatus {
     pub restart_needed: bool,
 }
 
-fn lines(hostfile: &Hostfile, state: ClusterState, split: ClusterSplit) -> Vec<RankLine> {
+fn lines(
+    hostfile: &Hostfile,
+    state: ClusterState,
+    split: ClusterSplit,
+    files: &FollowerFiles,
+) -> Vec<RankLine> {
     hostfile
         .ranks
         .iter()
@@ -279,20 +361,30 @@ fn lines(hostfile: &Hostfile, state: ClusterState, split: ClusterSplit) -> Vec<R
             weights_bytes: None,
             kv_bytes: None,
             share: None,
-            command: (rank > 0).then(|| follower_command(rank, split)),
+            command: (rank > 0).then(|| follower_command(rank, split, &files.hostfile_name())),
+            copy_command: addrs.first().filter(|_| rank > 0).map(|a| files.copy_command(a)),
         })
         .collect()
 }
 
-/// The status from the settings and what this run did; pure, for tests.
-pub fn status_of(settings: &ClusterSettings, run: Option<&ClusterRun>) -> ClusterStatus {
+/// The status from the settings and what this run did; pure, for tests
+/// (`paths` only names the files).
+pub fn status_of(
+    settings: &ClusterSettings,
+    run: Option<&ClusterRun>,
+    paths: &Paths,
+) -> ClusterStatus {
+    let files = FollowerFiles::of(settings, paths);
+    let secret_path =
+        (settings.enabled || run.is_some()).then(|| files.secret.display().to_string());
     match run {
         Some(run) => {
             let wanted = settings.hostfile_contents().ok().map(|(h, _)| h);
             let other_ring = settings.enabled && wanted.as_ref() != Some(&run.hostfile);
             let spent =
                 matches!(run.state, ClusterState::Failed | ClusterState::Lost | ClusterState::Left);
-            let mut ranks = lines(&run.hostfile, run.state, run.split);
+            let ran = FollowerFiles { hostfile: run.hostfile_path.clone(), ..files };
+            let mut ranks = lines(&run.hostfile, run.state, run.split, &ran);
             for m in &run.memory {
                 if let Some(line) = ranks.get_mut(m.rank) {
                     line.weights_bytes = Some(m.weights_bytes);
@@ -307,6 +399,7 @@ pub fn status_of(settings: &ClusterSettings, run: Option<&ClusterRun>) -> Cluste
                 state: run.state,
                 ranks,
                 hostfile_path: Some(run.hostfile_path.display().to_string()),
+                secret_path,
                 error: run.error.clone(),
                 model_id: Some(run.model_id.clone()),
                 split: run.split,
@@ -316,7 +409,9 @@ pub fn status_of(settings: &ClusterSettings, run: Option<&ClusterRun>) -> Cluste
         None => {
             let (ranks, error) = if settings.enabled {
                 match settings.hostfile_contents() {
-                    Ok((h, _)) => (lines(&h, ClusterState::NotJoined, settings.split), None),
+                    Ok((h, _)) => {
+                        (lines(&h, ClusterState::NotJoined, settings.split, &files), None)
+                    }
                     Err(e) => (Vec::new(), Some(e)),
                 }
             } else {
@@ -327,6 +422,7 @@ pub fn status_of(settings: &ClusterSettings, run: Option<&ClusterRun>) -> Cluste
                 state: ClusterState::NotJoined,
                 ranks,
                 hostfile_path: None,
+                secret_path,
                 error,
                 model_id: None,
                 split: settings.split,
@@ -361,6 +457,7 @@ pub fn begin(
         ));
     }
     let (path, hostfile) = settings.hostfile_path(&state.paths)?;
+    let secret = cluster_secret::ensure(&state.paths)?;
     // MLX reads these when the group is joined (on the engine thread, after
     // this returns); nothing else in the app reads or writes them.
     std::env::set_var(HOSTFILE_VAR, &path);
@@ -375,7 +472,7 @@ pub fn begin(
         share: None,
         memory: Vec::new(),
     });
-    Ok(settings.group_config())
+    Ok(settings.group_config(secret))
 }
 
 /// After a split load: joined, or failed with the engine's error.
@@ -465,13 +562,38 @@ pub async fn status(state: &AppState) -> ClusterStatus {
         }
     }
     let settings = state.settings().cluster;
+    // the files to copy to the other machines exist before the first load
+    let prepared = match settings.enabled {
+        true => prepare_files(&settings, &state.paths),
+        false => Ok(()),
+    };
     let run = state.cluster.lock().unwrap().clone();
-    status_of(&settings, run.as_ref())
+    let mut status = status_of(&settings, run.as_ref(), &state.paths);
+    if let (Err(e), None) = (prepared, &status.error) {
+        status.error = Some(e);
+    }
+    status
+}
+
+/// Writes the hostfile from the hosts (when listed) and makes the ring
+/// secret, so the user can copy both before anything loads.
+fn prepare_files(settings: &ClusterSettings, paths: &Paths) -> AppResult<()> {
+    settings.hostfile_path(paths)?;
+    cluster_secret::ensure(paths)?;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn secret() -> RingSecret {
+        RingSecret::new(b"a secret of sixteen bytes or more").unwrap()
+    }
+
+    fn paths() -> Paths {
+        Paths { data_dir: "/data".into(), models_dir: "/data/models".into() }
+    }
 
     fn on(hosts: &[&str]) -> ClusterSettings {
         ClusterSettings {
@@ -497,18 +619,20 @@ mod tests {
             serde_json::from_str(r#"{"enabled":true,"hostfile":"","hosts":["10.0.0.1:5000","10.0.0.2:5000"],"join_timeout_secs":30}"#)
                 .unwrap();
         assert_eq!((old.split, old.join_timeout_secs), (ClusterSplit::Auto, 30));
-        assert_eq!(old.group_config().split, Split::Auto);
+        assert_eq!(old.group_config(secret()).split, Split::Auto);
         let piped = ClusterSettings { split: ClusterSplit::Pipeline, ..old };
         let json = serde_json::to_value(&piped).unwrap();
         assert_eq!(json["split"], "pipeline");
         assert_eq!(serde_json::from_value::<ClusterSettings>(json).unwrap(), piped);
-        let group = piped.group_config();
+        let group = piped.group_config(secret());
         assert_eq!(
             (group.split, group.connect_timeout),
             (Split::Pipeline, Duration::from_secs(30))
         );
+        // only ranks that prove the secret join (the engine's ring gate)
+        assert!(group.ring_secret.is_some());
         assert_eq!(
-            ClusterSettings { split: ClusterSplit::Tensor, ..piped }.group_config().split,
+            ClusterSettings { split: ClusterSplit::Tensor, ..piped }.group_config(secret()).split,
             Split::Tensor
         );
         assert!(serde_json::from_str::<ClusterSettings>(r#"{"split":"sideways"}"#).is_err());
@@ -519,18 +643,72 @@ mod tests {
         let status = status_of(
             &ClusterSettings {
                 split: ClusterSplit::Pipeline,
-                ..on(&["10.0.0.1:5000", "10.0.0.2:5000", "10.0.0.3:5000"])
+                ..on(&["10.0.0.1:5000", "10.0.0.2:5000", "[fd00::3]:5000"])
             },
             None,
+            &paths(),
         );
         assert_eq!(status.split, ClusterSplit::Pipeline);
         assert_eq!(status.ranks[0].command, None, "rank 0 is this Mac");
-        let command = status.ranks[2].command.as_deref().unwrap();
-        assert!(
-            command.ends_with("--distributed hostfile.json --rank 2 --split pipeline"),
-            "{command}"
+        assert_eq!(status.ranks[0].copy_command, None);
+        assert_eq!(
+            status.ranks[2].command.as_deref(),
+            Some("vlm serve --model <the same model folder> --distributed cluster-hostfile.json --rank 2 --split pipeline --ring-secret-file cluster-ring.secret")
         );
-        assert!(follower_command(1, ClusterSplit::Auto).ends_with("--rank 1 --split auto"));
+        // the hostfile and the secret go to the home folder a new terminal opens in
+        assert_eq!(
+            status.ranks[1].copy_command.as_deref(),
+            Some("scp /data/cluster-hostfile.json /data/cluster-ring.secret 10.0.0.2:")
+        );
+        assert_eq!(
+            status.ranks[2].copy_command.as_deref(),
+            Some("scp /data/cluster-hostfile.json /data/cluster-ring.secret [fd00::3]:")
+        );
+        assert_eq!(status.secret_path.as_deref(), Some("/data/cluster-ring.secret"));
+        assert!(follower_command(1, ClusterSplit::Auto, "h.json").ends_with(
+            "--distributed h.json --rank 1 --split auto --ring-secret-file cluster-ring.secret"
+        ));
+    }
+
+    #[test]
+    fn the_commands_name_the_files_as_one_shell_word_each() {
+        // a Mac's data folder, and a hostfile of one's own
+        let mac = Paths {
+            data_dir: "/Users/me/Library/Application Support/vlm-chat".into(),
+            models_dir: "/m".into(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let own = dir.path().join("it's my ring.json");
+        std::fs::write(&own, r#"[["10.0.0.1:5000"], ["10.0.0.2:5000"]]"#).unwrap();
+        let s = ClusterSettings { hostfile: own.display().to_string(), ..on(&[]) };
+        let status = status_of(&s, None, &mac);
+        assert_eq!(
+            status.ranks[1].copy_command.as_deref().unwrap(),
+            format!(
+                "scp '{}/it'\\''s my ring.json' '/Users/me/Library/Application Support/vlm-chat/cluster-ring.secret' 10.0.0.2:",
+                dir.path().display()
+            )
+        );
+        let command = status.ranks[1].command.as_deref().unwrap();
+        assert!(command.contains(" --distributed 'it'\\''s my ring.json' --rank 1 "), "{command}");
+        // what a shell makes of it: the same words
+        let words = std::process::Command::new("sh")
+            .args([
+                "-c",
+                &format!(
+                    "printf '%s\\n' {}",
+                    &status.ranks[1].copy_command.as_deref().unwrap()[4..]
+                ),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(words.stdout).unwrap(),
+            format!(
+                "{}\n/Users/me/Library/Application Support/vlm-chat/cluster-ring.secret\n10.0.0.2:\n",
+                own.display()
+            )
+        );
     }
 
     #[test]
@@ -577,13 +755,13 @@ mod tests {
     #[test]
     fn the_status_says_what_rank_0_knows_and_when_to_restart() {
         let s = on(&["10.0.0.1:5000", "10.0.0.2:5000"]);
-        let before = status_of(&s, None);
+        let before = status_of(&s, None, &paths());
         assert_eq!(before.state, ClusterState::NotJoined);
         assert_eq!(before.ranks.len(), 2);
         assert!(before.ranks[0].this_mac && !before.ranks[1].this_mac);
         assert_eq!(before.ranks[1].addresses, vec!["10.0.0.2:5000"]);
         assert!(!before.restart_needed);
-        assert!(status_of(&on(&["10.0.0.1:5000"]), None)
+        assert!(status_of(&on(&["10.0.0.1:5000"]), None, &paths())
             .error
             .unwrap()
             .message
@@ -599,13 +777,19 @@ mod tests {
             share: Some("layers 0..4 of 8, pipeline rank 0 of 2".into()),
             memory: Vec::new(),
         };
-        let joined = status_of(&s, Some(&run));
+        let joined = status_of(&s, Some(&run), &paths());
         assert_eq!(joined.state, ClusterState::Joined);
         assert!(joined.ranks.iter().all(|r| r.state == ClusterState::Joined));
         assert!(!joined.restart_needed);
         // the run's split, not the settings' (auto here)
         assert_eq!(joined.split, ClusterSplit::Tensor);
-        assert!(joined.ranks[1].command.as_deref().unwrap().ends_with("--split tensor"));
+        let command = joined.ranks[1].command.as_deref().unwrap();
+        assert!(command.contains("--distributed h.json --rank 1 --split tensor "), "{command}");
+        assert_eq!(
+            joined.ranks[1].copy_command.as_deref(),
+            Some("scp /tmp/h.json /data/cluster-ring.secret 10.0.0.2:"),
+            "the hostfile the run read"
+        );
         // this Mac's share on its line; memory unknown until gathered
         assert_eq!(
             joined.ranks[0].share.as_deref(),
@@ -621,7 +805,7 @@ mod tests {
             peak_bytes: 0,
         };
         run.memory = vec![m(0, 3_900_000_000, 0), m(1, 4_100_000_000, 120_000_000)];
-        let gathered = status_of(&s, Some(&run));
+        let gathered = status_of(&s, Some(&run), &paths());
         assert_eq!(
             (gathered.ranks[0].weights_bytes, gathered.ranks[0].kv_bytes),
             (Some(3_900_000_000), Some(0))
@@ -631,11 +815,17 @@ mod tests {
             (Some(4_100_000_000), Some(120_000_000))
         );
         // another ring in the settings: MLX keeps the first one
-        assert!(status_of(&on(&["10.0.0.1:5000", "10.0.0.3:5000"]), Some(&run)).restart_needed);
+        assert!(
+            status_of(&on(&["10.0.0.1:5000", "10.0.0.3:5000"]), Some(&run), &paths())
+                .restart_needed
+        );
         run.state = ClusterState::Lost;
-        let lost = status_of(&s, Some(&run));
+        let lost = status_of(&s, Some(&run), &paths());
         assert!(lost.restart_needed && lost.ranks.iter().all(|r| r.state == ClusterState::Lost));
         // turned off: nothing to restart for
-        assert!(!status_of(&ClusterSettings { enabled: false, ..s }, Some(&run)).restart_needed);
+        assert!(
+            !status_of(&ClusterSettings { enabled: false, ..s }, Some(&run), &paths())
+                .restart_needed
+        );
     }
 }

@@ -13,6 +13,7 @@ pub mod bulk_jobs;
 pub mod chat_file;
 pub mod chat_settings;
 pub mod cluster;
+pub mod cluster_secret;
 pub mod commands;
 pub mod context;
 pub mod error;

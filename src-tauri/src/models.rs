@@ -181,7 +181,7 @@ pub(crate) async fn load_locked<R: Runtime>(
     let settings = crate::model_settings::effective(state, id).await?;
     // Split across machines (Settings' Cluster): this Mac is rank 0. A
     // second ring in one run is refused here, before anything is stopped.
-    let tensor_split = settings.cluster.group_config().split == engine::distributed::Split::Tensor;
+    let tensor_split = settings.cluster.split == crate::cluster::ClusterSplit::Tensor;
     if settings.cluster.enabled && model.path.is_file() && tensor_split {
         // the engine would refuse it only after the ring joined, which a run
         // of the app can do once (cluster.rs)

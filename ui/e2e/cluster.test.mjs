@@ -1,8 +1,10 @@
 // Settings → Split models across machines in the real window: turned on,
 // two hosts (this Mac first) and "Pipeline" chosen as how to split, it saves
 // (a list of one host is refused with the reason), the rank lines say what
-// each Mac is to do (the other one's command carries the same --split), and
-// the values come back when Settings reopens and after the app restarts. No
+// each Mac is to do (the other one's command carries the same --split and
+// names the hostfile and the ring secret, which the line says how to copy
+// there), and the values come back when Settings reopens and after the app
+// restarts, with the same ring secret, readable by this user alone. No
 // ring is joined: nothing is loaded (the split itself runs in
 // src-tauri/tests/cluster.rs with a second process as rank 1).
 //
@@ -10,7 +12,7 @@
 // drops typed keys under load (see desktop.test.mjs).
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   appPids, byTestId, openApp, openPage, shot, startDriver, stopDriver, tempFolder, waitFor,
@@ -20,6 +22,7 @@ const dataDir = tempFolder('vlm-e2e-cluster-');
 const hfHome = join(dataDir, 'hf');
 mkdirSync(hfHome, { recursive: true });
 const HOSTS = ['192.168.1.10:5000', '192.168.1.11:5000'];
+const SECRET_FILE = join(dataDir, 'cluster-ring.secret');
 let browser;
 
 /** The section's fields and lines as the page shows them now. */
@@ -35,6 +38,7 @@ const shown = () => browser.execute(() => {
     ranks: [...document.querySelectorAll('[data-testid="cluster-ranks"] li')].map((li) => ({
       text: li.querySelector('[data-testid="cluster-rank-text"]')?.textContent ?? '',
       command: li.querySelector('[data-testid="cluster-rank-command"]')?.textContent ?? null,
+      copy: li.querySelector('[data-testid="cluster-rank-copy"]')?.textContent ?? null,
     })),
     saved: q('settings-saved')?.textContent ?? '',
   };
@@ -70,14 +74,28 @@ async function expectSaved(when) {
   if (when !== 'after saving') assert.equal(s.hosts, HOSTS.join('\n'), when);
   assert.equal(s.split, 'pipeline', when);
   assert.equal(s.splitLabel, 'Pipeline', when);
-  assert.match(s.enabledHint, /--rank N --split pipeline/, when);
+  assert.match(s.enabledHint, /--distributed cluster-hostfile\.json --rank N --split pipeline --ring-secret-file cluster-ring\.secret/, when);
   // After a restart the app loads its default model split (a .gguf splits
   // as a pipeline), and the other address is not there: the join fails.
   const rank0 = when === 'after a restart' ? /^Rank 0 · this computer — did not join/ : /^Rank 0 · this computer — not joined yet/;
   assert.match(s.ranks[0].text, rank0, when);
   assert.equal(s.ranks[0].command, null, `${when}: rank 0 is this Mac`);
+  assert.equal(s.ranks[0].copy, null, when);
   assert.match(s.ranks[1].text, /^Rank 1 · 192\.168\.1\.11:5000 — /, when);
-  assert.equal(s.ranks[1].command, 'vlm serve --model <the same model folder> --distributed hostfile.json --rank 1 --split pipeline', when);
+  // pasted on the other machine, where the two files were copied, it joins
+  assert.equal(s.ranks[1].command, 'vlm serve --model <the same model folder> --distributed cluster-hostfile.json --rank 1 --split pipeline --ring-secret-file cluster-ring.secret', when);
+  assert.equal(s.ranks[1].copy, `scp ${join(dataDir, 'cluster-hostfile.json')} ${SECRET_FILE} 192.168.1.11:`, when);
+  // the secret itself shows nowhere in the window
+  const page = await browser.execute(() => document.body.innerText);
+  assert.ok(!page.includes(secretText()), `${when}: the secret is on the page`);
+}
+
+/** The ring secret the app made, readable by this user only. */
+function secretText() {
+  assert.equal(statSync(SECRET_FILE).mode & 0o777, 0o600);
+  const text = readFileSync(SECRET_FILE, 'utf8').trim();
+  assert.match(text, /^[0-9a-f]{64}$/);
+  return text;
 }
 
 describe('split models across machines', () => {
@@ -123,6 +141,7 @@ describe('split models across machines', () => {
     await waitFor(browser, 'Saved.', async () => (await shown()).saved === 'Saved.', 10_000);
     assert.deepEqual(await stored(), { enabled: true, hostfile: '', hosts: HOSTS, join_timeout_secs: 120, split: 'pipeline' });
     await expectSaved('after saving');
+    const secret = secretText();
 
     // Settings reopened
     await openPage(browser, 'nav-models', 'local-models');
@@ -148,6 +167,8 @@ describe('split models across machines', () => {
     await openSection();
     await expectSaved('after a restart');
     assert.equal((await stored()).split, 'pipeline');
+    // the other machines hold copies: the secret is kept
+    assert.equal(secretText(), secret);
     await waitFor(browser, 'the rank lines', async () => (await shown()).ranks.length === 2, 10_000);
     await browser.execute(() => document.querySelector('[data-testid="cluster-ranks"]').scrollIntoView({ block: 'end' }));
     await shot(browser, 'cluster-02-after-restart');

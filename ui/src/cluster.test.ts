@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { clearMocks } from '@tauri-apps/api/mocks';
-import { ClusterSection, clusterNotes, followerCommand, machineWords, memoryWords, noMachinesWarning, parseHosts, rankLines } from './clusterSection';
+import { ClusterSection, clusterNotes, followerCommand, hostfileName, machineWords, memoryWords, noMachinesWarning, parseHosts, rankLines, shellWord } from './clusterSection';
 import type { ClusterStatus } from './bindings/ClusterStatus';
 import type { Settings } from './bindings/Settings';
 
@@ -9,12 +9,13 @@ const mac = machineWords(true);
 
 afterEach(() => { clearMocks(); document.body.innerHTML = ''; });
 
-const COMMAND_1 = 'vlm serve --model <the same model folder> --distributed hostfile.json --rank 1 --split pipeline';
+const COMMAND_1 = 'vlm serve --model <the same model folder> --distributed cluster-hostfile.json --rank 1 --split pipeline --ring-secret-file cluster-ring.secret';
+const COPY_1 = 'scp /data/cluster-hostfile.json /data/cluster-ring.secret 10.0.0.2:';
 const status = (over: Partial<ClusterStatus> = {}): ClusterStatus => ({
-  enabled: true, state: 'joined', hostfile_path: '/data/cluster-hostfile.json', error: null, model_id: 'dir:tiny', restart_needed: false, split: 'pipeline',
+  enabled: true, state: 'joined', hostfile_path: '/data/cluster-hostfile.json', secret_path: '/data/cluster-ring.secret', error: null, model_id: 'dir:tiny', restart_needed: false, split: 'pipeline',
   ranks: [
-    { rank: 0, addresses: ['10.0.0.1:5000'], this_mac: true, state: over.state ?? 'joined', weights_bytes: null, kv_bytes: null, share: null, command: null },
-    { rank: 1, addresses: ['10.0.0.2:5000'], this_mac: false, state: over.state ?? 'joined', weights_bytes: null, kv_bytes: null, share: null, command: COMMAND_1 },
+    { rank: 0, addresses: ['10.0.0.1:5000'], this_mac: true, state: over.state ?? 'joined', weights_bytes: null, kv_bytes: null, share: null, command: null, copy_command: null },
+    { rank: 1, addresses: ['10.0.0.2:5000'], this_mac: false, state: over.state ?? 'joined', weights_bytes: null, kv_bytes: null, share: null, command: COMMAND_1, copy_command: COPY_1 },
   ],
   ...over,
 });
@@ -51,14 +52,24 @@ describe('cluster setting', () => {
     ]);
     expect(lines[0].share).toBe('layers 14..28 of 28, pipeline rank 0 of 2');
     expect(lines[1].share).toBeNull();
-    // joined: nothing left to run on the other Mac
+    // joined: nothing left to copy or run on the other Mac
     expect(lines[1].command).toBeNull();
+    expect(lines[1].copyCommand).toBeNull();
   });
 
-  it('tells the other Macs what to run, with the same split, until they join', () => {
-    expect(followerCommand('N', 'tensor')).toBe('vlm serve --model <the same model folder> --distributed hostfile.json --rank N --split tensor');
+  it('tells the other Macs what to copy and run, with the same split and the ring secret, until they join', () => {
+    expect(followerCommand('N', 'tensor', 'cluster-hostfile.json')).toBe('vlm serve --model <the same model folder> --distributed cluster-hostfile.json --rank N --split tensor --ring-secret-file cluster-ring.secret');
+    // the app's command (Rust) and the page's say the same
+    expect(followerCommand(1, 'pipeline', 'cluster-hostfile.json')).toBe(COMMAND_1);
     expect(rankLines(status({ state: 'waiting' }), mac)[1].command).toBe(COMMAND_1);
+    expect(rankLines(status({ state: 'waiting' }), mac)[1].copyCommand).toBe(COPY_1);
     expect(rankLines(status({ state: 'not_joined' }), mac)[0].command).toBeNull();
+    // the hostfile by its own name, as one shell word
+    expect(hostfileName({ hostfile: '' })).toBe('cluster-hostfile.json');
+    expect(hostfileName({ hostfile: ' /Users/me/ring/my ring.json ' })).toBe('my ring.json');
+    expect(followerCommand(2, 'auto', "it's.json")).toContain(` --distributed 'it'\\''s.json' --rank 2 `);
+    expect(shellWord('10.0.0.2:')).toBe('10.0.0.2:');
+    expect(shellWord('')).toBe("''");
   });
 
   it('a lost ring says rank 0 cannot tell which, the error, and to restart', () => {
@@ -96,18 +107,27 @@ describe('cluster setting', () => {
     expect(draft.cluster.split).toBe('pipeline');
     expect(saves).toEqual([false, true, false]);
     expect(section.el.querySelector('[data-testid=cluster-split-command]')!.textContent).toBe('--split pipeline');
-    expect(section.el.querySelector('#cluster-enabled-hint')!.textContent).toContain('--rank N --split pipeline');
+    expect(section.el.querySelector('#cluster-enabled-hint')!.textContent).toContain('--distributed cluster-hostfile.json --rank N --split pipeline --ring-secret-file cluster-ring.secret');
+    // a hostfile of one's own is named by its name
+    const hostfile = section.el.querySelector<HTMLInputElement>('[data-testid=setting-cluster-hostfile]')!;
+    hostfile.value = '/Users/me/ring.json';
+    hostfile.dispatchEvent(new Event('input'));
+    expect(section.el.querySelector('#cluster-enabled-hint')!.textContent).toContain('--distributed ring.json --rank N');
+    hostfile.value = '';
+    hostfile.dispatchEvent(new Event('input'));
 
     // waiting: each other Mac's line says what to run there
     section.render(status({ state: 'waiting' }));
     expect(section.el.querySelector('[data-testid=cluster-rank-1] [data-testid=cluster-rank-command]')!.textContent).toBe(COMMAND_1);
+    expect(section.el.querySelector('[data-testid=cluster-rank-1] [data-testid=cluster-rank-copy]')!.textContent).toBe(COPY_1);
     expect(section.el.querySelector('[data-testid=cluster-rank-0] [data-testid=cluster-rank-command]')).toBeNull();
+    expect(section.el.querySelector('[data-testid=cluster-rank-0] [data-testid=cluster-rank-copy]')).toBeNull();
     // joined: memory on every line, this Mac's share under its own
     section.render(gathered());
     expect(section.el.querySelector('[data-testid=cluster-rank-1] [data-testid=cluster-rank-text]')!.textContent).toBe('Rank 1 · 10.0.0.2:5000 — joined · 3.9 GB weights · 120 MB KV');
     expect(section.el.querySelector('[data-testid=cluster-rank-0] [data-testid=cluster-rank-share]')!.textContent).toBe('Holds layers 14..28 of 28, pipeline rank 0 of 2');
     expect(section.el.querySelectorAll('[data-testid=cluster-rank-share]').length).toBe(1);
-    expect(section.el.querySelectorAll('[data-testid=cluster-rank-command]').length).toBe(0);
+    expect(section.el.querySelectorAll('[data-testid=cluster-rank-command], [data-testid=cluster-rank-copy]').length).toBe(0);
 
     section.render(status({ state: 'lost', error: { code: 'DISTRIBUTED_ERROR', message: 'lost' } }));
     const rank1 = section.el.querySelector<HTMLElement>('[data-testid=cluster-rank-1]')!;

@@ -1,7 +1,8 @@
 // Settings → Split models across machines (src-tauri/src/cluster.rs): this
 // Mac (this computer, elsewhere) as rank 0 of an MLX ring, the other machines running
-// `vlm serve --distributed … --split <how>` (every rank splits the same way:
-// pipeline, tensor parallel, or auto). A line per rank says what rank 0
+// `vlm serve --distributed … --split <how> --ring-secret-file …` (every rank
+// splits the same way: pipeline, tensor parallel, or auto; only ranks that
+// hold the ring secret the app made can join). A line per rank says what rank 0
 // knows: waiting for the others to join, joined (with each rank's memory,
 // and this Mac's share of the model), or lost (the engine cannot tell which
 // rank was lost). MLX joins one ring per app run, so changing the ring, or
@@ -50,9 +51,30 @@ export function splitHint(w: MachineWords = machineWords()): string {
     + 'Auto picks tensor parallel when the model allows it, pipeline otherwise.';
 }
 
-/** What another machine runs to join as rank `rank` (a number, or "N" for any). */
-export function followerCommand(rank: number | 'N', split: ClusterSplit): string {
-  return `vlm serve --model <the same model folder> --distributed hostfile.json --rank ${rank} --split ${split}`;
+/** The ring secret's file, in the data folder here and beside the hostfile
+ * on the other machines (src-tauri/src/cluster_secret.rs). */
+export const RING_SECRET_NAME = 'cluster-ring.secret';
+
+/** The hostfile the app writes from the hosts (cluster.rs' HOSTFILE_NAME). */
+export const HOSTFILE_NAME = 'cluster-hostfile.json';
+
+/** `word` as one word for a POSIX shell: quoted unless it is plain. */
+export function shellWord(word: string): string {
+  return /^[A-Za-z0-9_\-./:@%+=,]+$/.test(word) ? word : `'${word.replace(/'/g, "'\\''")}'`;
+}
+
+/** The name of the hostfile the other machines get a copy of: the one
+ * named in Settings, or the one the app writes from the hosts. */
+export function hostfileName(c: Pick<ClusterSettings, 'hostfile'>): string {
+  const named = c.hostfile.trim();
+  return named === '' ? HOSTFILE_NAME : named.split('/').filter((p) => p !== '').pop() ?? named;
+}
+
+/** What another machine runs to join as rank `rank` (a number, or "N" for
+ * any), in the folder where the hostfile and the ring secret were copied: the
+ * secret goes by its file, never on the command line (shell history, `ps`). */
+export function followerCommand(rank: number | 'N', split: ClusterSplit, hostfile: string): string {
+  return `vlm serve --model <the same model folder> --distributed ${shellWord(hostfile)} --rank ${rank} --split ${split} --ring-secret-file ${RING_SECRET_NAME}`;
 }
 
 /** A rank's memory in words, when rank 0 has gathered it: "3.9 GB weights · 120 MB KV". */
@@ -91,6 +113,8 @@ export interface RankView {
   share: string | null;
   /** What to run on that Mac, until the ring has joined. */
   command: string | null;
+  /** How to copy the hostfile and the ring secret there, until it has joined. */
+  copyCommand: string | null;
 }
 
 /** One line per rank: who it is, its state as rank 0 knows it, its memory. */
@@ -100,7 +124,10 @@ export function rankLines(s: ClusterStatus, w: MachineWords = machineWords()): R
     const memory = memoryWords(r);
     const text = `Rank ${r.rank} · ${who} — ${stateWords(r.state)}${memory ? ` · ${memory}` : ''}`;
     const waiting = r.state === 'not_joined' || r.state === 'waiting' || r.state === 'failed';
-    return { rank: r.rank, who, state: r.state, text, share: r.share ?? null, command: waiting ? r.command ?? null : null };
+    return {
+      rank: r.rank, who, state: r.state, text, share: r.share ?? null,
+      command: waiting ? r.command ?? null : null, copyCommand: waiting ? r.copy_command ?? null : null,
+    };
   });
 }
 
@@ -130,7 +157,7 @@ export class ClusterSection {
     const toggle = h('input', { id: 'setting-cluster-enabled', type: 'checkbox', class: 'switch', checked: c.enabled, 'data-testid': 'setting-cluster-enabled', 'aria-describedby': 'cluster-enabled-hint' });
     toggle.addEventListener('change', () => { this.cluster().enabled = toggle.checked; this.warn(); this.changed(false); });
     const hostfile = h('input', { id: 'setting-cluster-hostfile', type: 'text', value: c.hostfile, placeholder: `${w.home}/hostfile.json`, spellcheck: 'false', 'data-testid': 'setting-cluster-hostfile', 'aria-describedby': 'cluster-hostfile-hint' });
-    hostfile.addEventListener('input', () => { this.cluster().hostfile = hostfile.value; this.warn(); this.changed(true); });
+    hostfile.addEventListener('input', () => { this.cluster().hostfile = hostfile.value; showSplit(); this.warn(); this.changed(true); });
     const hosts = h('textarea', { id: 'setting-cluster-hosts', rows: 3, spellcheck: 'false', placeholder: '192.168.1.10:5000\n192.168.1.11:5000', 'data-testid': 'setting-cluster-hosts', 'aria-describedby': 'cluster-hosts-hint' });
     hosts.value = c.hosts.join('\n');
     hosts.addEventListener('input', () => { this.cluster().hosts = parseHosts(hosts.value); this.warn(); this.changed(true); });
@@ -141,7 +168,7 @@ export class ClusterSection {
     const showSplit = () => {
       const how = this.cluster().split;
       sameSplit.textContent = `--split ${how}`;
-      enabledCommand.textContent = followerCommand('N', how);
+      enabledCommand.textContent = followerCommand('N', how, hostfileName(this.cluster()));
     };
     showSplit();
     split.addEventListener('change', () => { this.cluster().split = split.value as ClusterSplit; showSplit(); this.changed(false); });
@@ -153,12 +180,12 @@ export class ClusterSection {
       h('h2', {}, 'Split models across machines'),
       field('setting-cluster-enabled', 'Split models across machines', 'cluster-enabled-hint',
         h('span', {}, `A model too large for ${w.thisOne} runs split across several ${w.many} (Thunderbolt, Ethernet or Wi‑Fi): ${w.thisOne} is rank 0 and answers; each other ${w.one} runs `, enabledCommand,
-          `. Any model splits as a pipeline, text or vision, a .gguf file too, each ${w.one} running layers in proportion to its memory; tensor parallel needs a safetensors folder of a Llama, Qwen2 or Qwen3 model. Takes effect at the next model load.`), 'toggle', toggle),
+          `, in a folder holding copies of the hostfile and of the ring secret (${RING_SECRET_NAME}, made by the app in its data folder: only ${w.many} that hold it can join). Any model splits as a pipeline, text or vision, a .gguf file too, each ${w.one} running layers in proportion to its memory; tensor parallel needs a safetensors folder of a Llama, Qwen2 or Qwen3 model. Takes effect at the next model load.`), 'toggle', toggle),
       this.warning,
       field('setting-cluster-hostfile', 'Hostfile', 'cluster-hostfile-hint',
         `Full path of an MLX ring hostfile (what mlx.launch writes: one list of "ip:port" per rank, rank 0 = ${w.thisOne}). Leave empty to use the hosts below.`, 'text', hostfile),
       field('setting-cluster-hosts', 'Hosts', 'cluster-hosts-hint',
-        `Or one "ip:port" per line, one line per rank, ${w.thisOne} first. The app writes them as a hostfile into its data folder: copy it to the other ${w.many}.`, 'text', hosts),
+        `Or one "ip:port" per line, one line per rank, ${w.thisOne} first. The app writes them as a hostfile (${HOSTFILE_NAME}) into its data folder, beside the ring secret: copy both to the other ${w.many}.`, 'text', hosts),
       field('setting-cluster-split', 'How to split', 'cluster-split-hint',
         h('span', {}, splitHint(w), ` Every ${w.one} must split the same way: run the others with `, sameSplit, '.'), 'select', split),
       field('setting-cluster-timeout', 'Join timeout (seconds)', 'cluster-timeout-hint',
@@ -206,6 +233,7 @@ export class ClusterSection {
       this.lines.append(h('li', { class: `cluster-rank rank-${l.state}`, 'data-testid': `cluster-rank-${l.rank}`, 'data-state': l.state },
         h('span', { 'data-testid': 'cluster-rank-text' }, l.text),
         l.share ? h('div', { class: 'hint', 'data-testid': 'cluster-rank-share' }, `Holds ${l.share}`) : null,
+        l.copyCommand ? h('div', { class: 'hint' }, 'Copy the hostfile and the ring secret to its home folder (this way, or any other): ', h('code', { 'data-testid': 'cluster-rank-copy' }, l.copyCommand)) : null,
         l.command ? h('div', { class: 'hint' }, 'Run there: ', h('code', { 'data-testid': 'cluster-rank-command' }, l.command)) : null));
     }
     for (const n of clusterNotes(s, this.w)) {

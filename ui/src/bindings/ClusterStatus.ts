@@ -17,6 +17,11 @@ ranks: Array<RankLine>,
  */
 hostfile_path: string | null, 
 /**
+ * The ring secret the other machines need beside the hostfile (made
+ * when the setting is on).
+ */
+secret_path: string | null, 
+/**
  * Why the ring failed or was lost, or why the settings cannot form one.
  */
 error: AppError | null, 

@@ -31,6 +31,12 @@ kv_bytes: number | null,
  */
 share: string | null, 
 /**
- * Another machine's rank: the command it runs to join.
+ * Another machine's rank: the command it runs to join, where the
+ * hostfile and the ring secret were copied.
  */
-command: string | null, };
+command: string | null, 
+/**
+ * Another machine's rank: a command that copies the hostfile and the
+ * ring secret there (scp to its address; any other way will do).
+ */
+copy_command: string | null, };
