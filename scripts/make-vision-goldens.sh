@@ -5,7 +5,8 @@
 #   2. the tiny folders ({qwen2_vl,qwen2_5_vl,qwen3_5,qwen3_vl,qwen3_vl_moe,gemma3,gemma4}/{float,q4}) from the
 #      write_tiny_vl_model example (built with the test suite's flags)
 #   3. scripts/goldens/{qwen_vl,gemma3_vl,gemma4_vl}.py on them and the test images in
-#      crates/engine/tests/fixtures/images/qwen_parity_* →
+#      crates/engine/tests/fixtures/images/qwen_parity_* and exif_* (written by
+#      scripts/goldens/exif_jpegs.py when missing) →
 #      crates/engine/tests/goldens/{qwen_vl,qwen3_5_vl,qwen3_vl,qwen3_vl_moe,gemma3_vl,gemma4_vl}_mlx_vlm.{json,safetensors}
 # Usage: make-vision-goldens.sh [qwen2|qwen3_5|qwen3_vl|qwen3_vl_moe|gemma3|gemma4]   (default: all)
 # Idempotent: rerunning rewrites the same files. Runs MLX on the CPU with
@@ -32,6 +33,8 @@ if [ -n "$openblas" ]; then
   log "preloading $openblas"
   export LD_PRELOAD="$openblas${LD_PRELOAD:+:$LD_PRELOAD}"
 fi
+# phone-style EXIF JPEGs and the reference's view of them (kept when present)
+(cd scripts/goldens && "$ROOT/.venv-ref/bin/python" exif_jpegs.py "$IMAGES")
 for family in ${1:-qwen2 qwen3_5 qwen3_vl qwen3_vl_moe gemma3 gemma4}; do
   if [ "$family" = gemma3 ] || [ "$family" = gemma4 ]; then
     log "recording mlx-vlm outputs: $family"

@@ -7,7 +7,8 @@ Usage: gemma4_vl.py <dir with gemma4/{float,q4}> <images dir> <out stem>
 mlx-vlm 0.7.6 runs Gemma 4's image tokens bidirectionally itself (given the
 processor's `mm_token_type_ids`, as its generation passes them), so this is
 the reference as it ships. For each model and case (0, 1 or 2 images of
-different shapes, so different token counts):
+different shapes, so different token counts; on the float model also a
+phone-style JPEG that EXIF turns to portrait):
 - the prompt text and ids after the processor expanded each image;
 - each image's pixel values (`pixels.<case>.<i>`, `[3, H, W]`: sizes differ);
 - the image soft tokens after the multimodal embedder (`<model>.<case>.vision`);
@@ -30,6 +31,8 @@ CASES = {
     "text": [],
     "large": ["qwen_parity_320x240.png"],
     "two": ["qwen_parity_gray_50x30.png", "qwen_parity_320x240.png"],
+    # a phone's portrait JPEG: EXIF orientation 6, 4:2:0 (scripts/goldens/exif_jpegs.py)
+    "exif6": ["exif_o6.jpg"],
 }
 MODELS = {"gemma4/float": list(CASES), "gemma4/q4": ["text", "two"]}
 GREEDY = 8

@@ -12,7 +12,10 @@
 //!   placeholder and our tokenizer give the reference's ids exactly;
 //! - our image preprocessing (decode, PIL-exact resize — bilinear to a square
 //!   for Gemma 3, bicubic within a token budget for Gemma 4 — and rescaling)
-//!   on the lossless fixture PNGs: the reference's pixel values bit for bit;
+//!   on the lossless fixture PNGs and, for Gemma 4, a phone-style JPEG that
+//!   EXIF orientation 6 turns to portrait (the `exif6` case: decoded as
+//!   Pillow's libjpeg-turbo decodes it, then turned): the reference's pixel
+//!   values bit for bit;
 //! - the image features (tower, pooling, projector, scaling) on the
 //!   reference's pixels;
 //! - the logits of the whole prompt (the images' spans bidirectional);

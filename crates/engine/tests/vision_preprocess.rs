@@ -3,9 +3,9 @@
 //! over the committed images `tests/fixtures/images/pre_*`.
 //!
 //! Tolerance: grids exact; pixel values compared after normalization. Lossless
-//! formats must be identical (max |Δ| = 0: decode, PIL bicubic and the float32
-//! arithmetic are all reproduced exactly). JPEG decoding differs from libjpeg-turbo
-//! by a few 8-bit steps on some pixels (see `tolerance_steps`).
+//! formats and JPEG must be identical (max |Δ| = 0: decode — JPEG by libjpeg-turbo's
+//! decoder, as Pillow's —, PIL bicubic and the float32 arithmetic are all reproduced
+//! exactly); lossy WebP gets a bound (see `tolerance_steps`).
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -35,19 +35,14 @@ fn processor_from(file: &str, config: &Value) -> QwenImageProcessor {
 
 /// Largest difference allowed, in 8-bit steps (|Δ| · std · 255), per image.
 ///
-/// Lossless inputs (PNG 8/16-bit, RGBA, gray, BMP, GIF, WebP): 0 — identical floats.
+/// Lossless inputs (PNG 8/16-bit, RGBA, gray, BMP, GIF, WebP) and JPEG: 0 — identical
+/// floats. JPEG is decoded by libjpeg-turbo's decoder, Pillow's own
+/// (vision/preprocess/jpeg.rs); zune-jpeg, used before, was off by up to 4 steps on the
+/// photo (4:2:0) and 1 on the grayscale JPEG, which a 4-step bound here let through.
 /// Lossy WebP also measures 0 (image-webp reproduces libwebp's decoding here), but the
-/// format allows decoder freedom, so it gets the JPEG bound.
-/// JPEG: the `image` crate decodes with zune-jpeg, Pillow with libjpeg-turbo. Their
-/// IDCT and YCbCr→RGB rounding differ by ±1-2 on some pixels even without chroma
-/// subsampling, and zune-jpeg's 4:2:0 chroma upsampling rounds twice where
-/// libjpeg-turbo's "fancy" upsampling rounds once (biases 8/7), which after colour
-/// conversion is up to ±4 (measured on decoded 4:2:0 pixels: 27% off by 1-4). The
-/// resize carries that through: measured max 3 steps (old_keys) and 4 (size_keys)
-/// on the photo, 1 step on the grayscale JPEG. Matching exactly needs libjpeg-turbo
-/// itself (a C dependency); see the module docs of vision/preprocess/decode.rs.
+/// format allows decoder freedom, so it keeps that old 4-step bound.
 fn tolerance_steps(image: &str) -> f32 {
-    if image.ends_with(".jpg") || image == "pre_lossy.webp" {
+    if image == "pre_lossy.webp" {
         4.0
     } else {
         0.0
@@ -287,8 +282,8 @@ fn truncated_png_and_jpeg_are_invalid() {
     assert!(reason.contains("PNG"), "{reason}");
 
     let jpg = read_fixture("pre_photo.jpg");
-    // inside the headers (a cut inside the entropy-coded data is padded by zune-jpeg,
-    // as libjpeg does with a warning, and decodes to a partly grey image)
+    // inside the headers (a cut inside the entropy-coded data is padded by libjpeg,
+    // with a warning, and decodes to a partly grey image)
     let reason = invalid_reason(&p, &jpg[..300]);
     assert!(reason.contains("JPEG"), "{reason}");
 }

@@ -21,6 +21,7 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 
 pub(crate) mod decode;
+pub(crate) mod jpeg;
 pub(crate) mod resample;
 
 pub use decode::{displayed_size, MAX_DECODE_BYTES, MAX_PIXELS, MAX_SIDE};

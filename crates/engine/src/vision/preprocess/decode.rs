@@ -12,13 +12,10 @@
 //! `image` crate's JPEG decoder (zune-jpeg) has no DCT-scaling mode, so the limit is a
 //! refusal, not a downscale.
 //!
-//! JPEG is the one format whose pixels differ from the reference: Pillow decodes with
-//! libjpeg-turbo (ISLOW IDCT, "fancy" chroma upsampling), the `image` crate with
-//! zune-jpeg, whose IDCT / colour conversion round differently (±1-2) and whose 4:2:0
-//! upsampling rounds twice; measured up to ±4 per decoded sample, 0.4/255 on average
-//! after preprocessing (tests/vision_preprocess.rs). Exact parity would need
-//! libjpeg-turbo itself (e.g. the `mozjpeg` crate, a C build). PNG, BMP, GIF and WebP
-//! (lossless and the lossy sample tested) decode identically.
+//! JPEG pixels come from libjpeg-turbo's decoder, as Pillow's do ([`super::jpeg`]): the
+//! `image` crate's zune-jpeg rounds differently (up to ±4 a sample); it still reads the
+//! JPEG's header and decodes CMYK JPEGs. PNG, BMP, GIF and WebP (lossless and the lossy
+//! sample tested) decode identically to Pillow through the `image` crate.
 //!
 //! Conversion to RGB follows PIL's `convert("RGB")`: alpha is dropped, not composited
 //! (a transparent pixel keeps whatever colour it stores); gray is replicated; 16-bit
@@ -181,7 +178,16 @@ fn decode_inner(bytes: &[u8]) -> Result<Rgb8, String> {
     // EXIF orientation, as the reference's `ImageOps.exif_transpose`. A malformed
     // EXIF block is not worth refusing the image for: PIL ignores it too.
     let orientation = decoder.orientation().unwrap_or(image::metadata::Orientation::NoTransforms);
-    let mut img = DynamicImage::from_decoder(decoder).map_err(|e| describe(name, e))?;
+    let libjpeg = match name {
+        "JPEG" => super::jpeg::decode_rgb(bytes, w as usize, h as usize)?,
+        _ => None,
+    };
+    let mut img = match libjpeg {
+        Some(rgb) => DynamicImage::ImageRgb8(
+            image::RgbImage::from_raw(w, h, rgb).expect("decode_rgb returns w·h·3 samples"),
+        ),
+        None => DynamicImage::from_decoder(decoder).map_err(|e| describe(name, e))?,
+    };
     img.apply_orientation(orientation);
     Ok(to_rgb8(img))
 }
