@@ -53,6 +53,10 @@ pub struct MessagesRequest {
     /// `{"format": {"type": "json_schema", "schema"}, "effort"}`.
     #[serde(default)]
     pub output_config: Option<Value>,
+    /// Server-side edits of the conversation; only those that change
+    /// nothing here are accepted (see [`context_management`]).
+    #[serde(default)]
+    pub context_management: Option<Value>,
     /// Everything else the client sent, checked by name.
     #[serde(flatten)]
     pub other: Map<String, Value>,
@@ -92,6 +96,7 @@ pub fn to_chat(
     endpoint: Endpoint,
 ) -> Result<ChatCompletionRequest, ApiError> {
     refuse_unknown("", &body.other, &BOOKKEEPING_FIELDS)?;
+    context_management(body.context_management.as_ref())?;
     let max_tokens = match (endpoint, body.max_tokens) {
         (Endpoint::Create, None) => return Err(ApiError::invalid_param("max_tokens is required")),
         (Endpoint::Create, Some(n)) => Some(n),
@@ -192,8 +197,15 @@ fn translate_message(
             out.push(assistant_blocks(&at, blocks)?);
             Ok(())
         }
+        // A system turn in mid-conversation (Claude Code sends them); the
+        // chat template decides whether it can show one there.
+        "system" => {
+            let text = system_text(Value::Array(blocks))?;
+            out.push(text_message("system", text));
+            Ok(())
+        }
         other => Err(ApiError::invalid_param(format!(
-            "{at}.role: unknown role {other:?} (expected user or assistant; the system prompt goes in `system`)"
+            "{at}.role: unknown role {other:?} (expected user, assistant or system)"
         ))),
     }
 }
@@ -426,6 +438,31 @@ fn tools(
         }
     };
     Ok((tools, Some(choice), parallel))
+}
+
+/// `context_management`: Anthropic edits the conversation before the model
+/// reads it (clearing old tool results or thinking). Only the edit that
+/// keeps everything (`clear_thinking` with `keep: "all"`, which Claude Code
+/// sends) is accepted; any other would change the prompt and is refused.
+fn context_management(edits: Option<&Value>) -> Result<(), ApiError> {
+    let Some(config) = edits.filter(|c| !c.is_null()) else { return Ok(()) };
+    let at = "context_management";
+    let object = config
+        .as_object()
+        .ok_or_else(|| ApiError::invalid_param(format!("{at} must be an object")))?;
+    refuse_unknown(at, &fields_except(object, &["edits"]), &[])?;
+    let edits = object.get("edits").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    for (i, edit) in edits.iter().enumerate() {
+        let kind = edit.get("type").and_then(Value::as_str).unwrap_or("");
+        let keeps_all =
+            kind.starts_with("clear_thinking_") && edit.get("keep") == Some(&json!("all"));
+        if !keeps_all {
+            return Err(ApiError::invalid_param(format!(
+                "{at}.edits[{i}]: the edit {kind:?} is not supported by this server (only clear_thinking with keep \"all\")"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `thinking` as the template's `enable_thinking` and a thinking budget.
@@ -938,8 +975,14 @@ mod tests {
                 "messages[0].content[0].colour",
             ),
             (
-                json!({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}),
+                json!({"max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]}),
                 "messages[0].role",
+            ),
+            (
+                with(
+                    json!({"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}}),
+                ),
+                "context_management.edits[0]",
             ),
             (
                 with(json!({"tools": [{"type": "web_search_20250305", "name": "web_search"}]})),
@@ -955,7 +998,9 @@ mod tests {
             assert!(e.message.contains(needle), "{body}: {}", e.message);
         }
         // bookkeeping passes, and count_tokens needs no max_tokens
-        chat(with(json!({"metadata": {"user_id": "u"}, "service_tier": "auto"}))).unwrap();
+        chat(with(json!({"metadata": {"user_id": "u"}, "service_tier": "auto",
+            "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}})))
+        .unwrap();
         let count: MessagesRequest =
             serde_json::from_value(json!({"messages": [{"role": "user", "content": "x"}]}))
                 .unwrap();

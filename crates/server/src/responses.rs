@@ -68,10 +68,12 @@ pub struct ResponsesRequest {
     pub other: Map<String, Value>,
 }
 
-/// Fields that change nothing about the answer: who asks, and hints for
-/// OpenAI's own caches and tiers.
-const BOOKKEEPING_FIELDS: [&str; 6] = [
+/// Fields that change nothing about the answer: who asks (Codex sends its
+/// session ids as `client_metadata`), and hints for OpenAI's own caches and
+/// tiers.
+const BOOKKEEPING_FIELDS: [&str; 7] = [
     "user",
+    "client_metadata",
     "safety_identifier",
     "prompt_cache_key",
     "prompt_cache_retention",

@@ -2,6 +2,8 @@
 //! streamed replies agree with the engine run directly, usage counts are the
 //! engine's, stop strings, thinking, tools, and concurrent clients.
 mod common;
+#[path = "chat/dialects.rs"]
+mod dialects;
 
 use common::{engine_request, no_eos, read_stream, start, Setup, THINKING_TEMPLATE, TOOL_TEMPLATE};
 use engine::tokenizer::{ChatMessage, TemplateOptions};

@@ -180,16 +180,25 @@ impl SseReader {
 
     /// The next `data:` payload (comments skipped); `None` at the end.
     pub async fn next(&mut self) -> Option<String> {
+        self.next_named().await.map(|(_, data)| data)
+    }
+
+    /// The next event's name (its `event:` line, if any) and `data:`
+    /// payload (comments skipped); `None` at the end.
+    pub async fn next_named(&mut self) -> Option<(Option<String>, String)> {
         loop {
             if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
                 let event: Vec<u8> = self.buffer.drain(..end + 2).collect();
                 let text = String::from_utf8(event).expect("SSE is UTF-8");
-                let data: Vec<&str> = text
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
-                    .collect();
+                let field = |name: &str| -> Vec<String> {
+                    text.lines()
+                        .filter_map(|l| l.strip_prefix(name))
+                        .map(|v| v.strip_prefix(' ').unwrap_or(v).to_owned())
+                        .collect()
+                };
+                let data = field("data:");
                 if !data.is_empty() {
-                    return Some(data.join("\n"));
+                    return Some((field("event:").into_iter().next(), data.join("\n")));
                 }
                 continue;
             }
