@@ -22,7 +22,7 @@ use serde_json::json;
 use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
 use crate::weights::QuantSpec;
-pub use families::{write_family, write_tiny_family, Dims, TinyFamily};
+pub use families::{write_family, write_tiny_family, Dims, Gemma4Plan, Qwen35Plan, TinyFamily};
 pub use gemma3_vl::{
     write_gemma3_vl, write_tiny_gemma3_vl, Gemma3VlDims, GEMMA3_CHAT_TEMPLATE, GEMMA3_VL_WINDOW,
 };

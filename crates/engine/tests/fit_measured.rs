@@ -38,7 +38,10 @@ use common::Driver;
 use engine::batch::{ImageInput, Prompt, Request, SchedulerConfig};
 use engine::model::{self, LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_qwen2_vl, QwenVlVariant, TinyQwenVl, VlDims};
+use engine::testing::{
+    write_family, write_tiny_qwen2_vl, Dims, Gemma4Plan, Qwen35Plan, QwenVlVariant, TinyFamily,
+    TinyQwenVl, VlDims,
+};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use hub::fit::{
     check_fit, local_model, FitSettings, MemoryEstimate, ModelShape, WeightHolding,
@@ -104,15 +107,23 @@ fn measure(path: &Path, format: WeightFormat, mut request: Request) -> Measured 
     let i = driver.submit(request);
     let mut m = Measured { after_load, load_peak, ..Default::default() };
     let mut steps = 0;
+    // the load's peak, then each step's: which step peaked is printed
+    m.peak = load_peak;
+    let mut peak_step = None;
     while driver.scheduler.has_work() {
+        memory::reset_peak_memory().unwrap();
         driver.step();
+        let step_peak = memory::peak_memory().unwrap().saturating_sub(empty);
+        if step_peak > m.peak {
+            (m.peak, peak_step) = (step_peak, Some(steps));
+        }
         let stats = driver.scheduler.stats();
         m.kv_cache = m.kv_cache.max(stats.kv_cache_bytes);
         m.resident = m.resident.max(stats.active_memory_bytes.saturating_sub(empty));
         steps += 1;
         assert!(steps < 10_000);
     }
-    m.peak = memory::peak_memory().unwrap().saturating_sub(empty);
+    println!("  (the peak was at step {peak_step:?} of {steps}; 0 is the first prefill chunk)");
     // the request is done and its cache freed: what stays is the weights,
     // a vision tower's included (materialized by the first image, not the load)
     m.weights = memory::active_memory().unwrap().saturating_sub(empty);
@@ -172,7 +183,8 @@ fn compare(name: &str, shape: &ModelShape, estimate: &MemoryEstimate, m: &Measur
         weights_error * 100.0
     );
     let context = m.context as u32;
-    let (kv_low, kv_high) = (shape.kv_bytes(context, None), shape.kv_bytes(context + 256, None));
+    let kv_low = shape.kv_bytes(context, None);
+    let kv_high = kv_low + shape.kv_step_bytes(None);
     assert_eq!(estimate.kv_cache, kv_low);
     assert!(
         (kv_low..=kv_high).contains(&(m.kv_cache as u64)),
@@ -252,4 +264,98 @@ fn a_small_vision_model_s_estimate_matches_what_it_holds() {
     let settings = FitSettings { context: m.context as u32, kv_bits: None, sequences: 1 };
     let report = check_fit(&shape, &weights, &settings, &MachineMemory::detect());
     compare("small Qwen2-VL with a 448×448 image (float32)", &shape, &report.estimate, &m);
+}
+
+/// A layer plan with the real models' mix of cache kinds, and keys wide
+/// enough (8 KV heads of 64) that counting a full cache for every layer —
+/// what the estimate did before it read each family's layers — would be
+/// far off at 16k tokens.
+fn hybrid_dims(family: TinyFamily) -> Dims {
+    let base = Dims {
+        hidden: 256,
+        layers: 8,
+        heads: 8,
+        kv_heads: 8,
+        head_dim: 64,
+        intermediate: 512,
+        ..Dims::tiny(family)
+    };
+    match family {
+        // four sliding layers of 512 tokens then a global one; the last
+        // three read earlier layers' keys and values
+        TinyFamily::Gemma4 => Dims {
+            gemma4: Gemma4Plan { global_every: 4, window: 512, kv_shared: 3, per_layer: 32 },
+            ..base
+        },
+        // three Gated DeltaNets then a full-attention layer
+        _ => Dims {
+            qwen35: Qwen35Plan {
+                full_every: 4,
+                key_heads: 4,
+                value_heads: 4,
+                key_dim: 64,
+                value_dim: 64,
+                shared_expert: 0,
+            },
+            ..base
+        },
+    }
+}
+
+/// Writes `family` with [`hybrid_dims`], fills `context` KV columns and
+/// compares the estimate with what MLX measured.
+fn hybrid_family_estimate_matches(family: TinyFamily, context: usize) {
+    let _one = MLX.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    write_family(dir.path(), family, hybrid_dims(family), None, 7).unwrap();
+    allow_context(dir.path(), 32_768);
+    // 8 generated tokens after the prompt: `context` KV columns
+    let request = common::greedy_request(&common::salted_prompt(context - 8, 3), 9);
+    let m = measure(dir.path(), WeightFormat::Float32, request);
+    assert_eq!(m.context, context);
+    let (shape, weights) = local_model(dir.path(), WeightHolding::Float32).unwrap();
+    let settings = FitSettings { context: context as u32, kv_bits: None, sequences: 1 };
+    let report = check_fit(&shape, &weights, &settings, &MachineMemory::detect());
+    // the settings themselves (a chat's verdict stops at 8192 tokens)
+    assert_eq!(report.worst.settings, settings);
+    compare(&format!("{} (float32)", family.name()), &shape, &report.worst.estimate, &m);
+}
+
+/// Raises the checkpoint's `max_position_embeddings` (the writer's is 2048)
+/// wherever its config.json states it.
+fn allow_context(dir: &Path, context: u64) {
+    let path = dir.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut raised = false;
+    if let Some(text) = config.get_mut("text_config").filter(|t| t.is_object()) {
+        text["max_position_embeddings"] = context.into();
+        raised = true;
+    }
+    if config.get("max_position_embeddings").is_some() {
+        config["max_position_embeddings"] = context.into();
+        raised = true;
+    }
+    assert!(raised, "no max_position_embeddings in {config}");
+    std::fs::write(&path, config.to_string()).unwrap();
+}
+
+#[test]
+fn a_qwen3_5_estimate_counts_linear_attention_states_at_2048_tokens() {
+    hybrid_family_estimate_matches(TinyFamily::Qwen35, 2048);
+}
+
+#[test]
+fn a_qwen3_5_estimate_counts_linear_attention_states_at_16k_tokens() {
+    hybrid_family_estimate_matches(TinyFamily::Qwen35, 16_384);
+}
+
+#[test]
+fn a_gemma4_estimate_counts_sliding_and_shared_layers_at_2048_tokens() {
+    hybrid_family_estimate_matches(TinyFamily::Gemma4, 2048);
+}
+
+#[test]
+fn a_gemma4_estimate_counts_sliding_and_shared_layers_at_16k_tokens() {
+    hybrid_family_estimate_matches(TinyFamily::Gemma4, 16_384);
 }

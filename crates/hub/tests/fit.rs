@@ -17,7 +17,10 @@ fn the_default_model_s_shape_comes_from_its_gguf_header() {
     assert!(path.is_file(), "{} is missing: run scripts/setup.sh", path.display());
     let (shape, weights) = local_model(&path, WeightHolding::AsStored).unwrap();
     // SmolLM2-135M: 30 layers, 9 heads of 64, 3 KV heads, 8192 tokens
-    assert_eq!((shape.layers, shape.kv_heads, shape.head_dim), (30, 3, 64));
+    assert_eq!(
+        (shape.layers.len(), shape.layers[0].kv_heads, shape.layers[0].head_dim),
+        (30, 3, 64)
+    );
     assert_eq!((shape.hidden_size, shape.max_context, shape.vocab_size), (576, Some(8192), 49152));
     assert_eq!(weights.weights, std::fs::metadata(&path).unwrap().len());
     assert_eq!(weights.vision_projector, 0);
@@ -46,7 +49,8 @@ fn a_cached_folder_counts_its_safetensors_through_the_snapshot_links() {
     std::fs::create_dir_all(&blobs).unwrap();
     std::fs::create_dir_all(&snapshot).unwrap();
     let config = br#"{"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2,
-        "hidden_size": 64, "max_position_embeddings": 512}"#;
+        "hidden_size": 64, "intermediate_size": 128, "rms_norm_eps": 1e-5, "vocab_size": 100,
+        "max_position_embeddings": 512}"#;
     for (name, content) in [
         ("config.json", config.to_vec()),
         ("model-00001-of-00002.safetensors", vec![1u8; 3000]),
@@ -58,14 +62,17 @@ fn a_cached_folder_counts_its_safetensors_through_the_snapshot_links() {
     }
     let (shape, weights) = local_model(&snapshot, WeightHolding::AsStored).unwrap();
     assert_eq!(weights.weights, 5000);
-    assert_eq!((shape.layers, shape.kv_heads, shape.head_dim), (2, 2, 32));
+    assert_eq!(
+        (shape.layers.len(), shape.layers[0].kv_heads, shape.layers[0].head_dim),
+        (2, 2, 32)
+    );
     // these are not real safetensors: their weights cannot be counted, so the stored size stands
     assert_eq!(local_model(&snapshot, WeightHolding::Float32).unwrap().1.weights, 5000);
 
     std::fs::write(blobs.join("config.json"), b"{}").unwrap();
     let err = local_model(&snapshot, WeightHolding::AsStored).unwrap_err();
     assert_eq!(err.code(), "INVALID_MODEL_CONFIG", "{err}");
-    assert!(err.to_string().contains("num_hidden_layers"), "{err}");
+    assert!(err.to_string().contains("neither model_type nor architectures"), "{err}");
 }
 
 /// An MLX 4-bit checkpoint: packed U32 words count 8 weights each; scales and
@@ -74,7 +81,8 @@ fn a_cached_folder_counts_its_safetensors_through_the_snapshot_links() {
 fn mlx_quantized_safetensors_count_their_packed_weights() {
     let dir = tempfile::tempdir().unwrap();
     let config = br#"{"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 2,
-        "hidden_size": 64, "quantization": {"bits": 4, "group_size": 64}}"#;
+        "hidden_size": 64, "intermediate_size": 128, "rms_norm_eps": 1e-5, "vocab_size": 100,
+        "quantization": {"bits": 4, "group_size": 64}}"#;
     std::fs::write(dir.path().join("config.json"), config).unwrap();
     let header = serde_json::json!({
         "__metadata__": {"format": "mlx"},

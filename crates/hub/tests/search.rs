@@ -43,7 +43,7 @@ fn bytes(len: usize) -> Vec<u8> {
 fn vl_config() -> serde_json::Value {
     json!({
         "model_type": "qwen2_5_vl", "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "hidden_size": 128, "intermediate_size": 256, "vocab_size": 1000, "max_position_embeddings": 4096,
+        "hidden_size": 128, "intermediate_size": 256, "vocab_size": 1000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
         "torch_dtype": "bfloat16", "quantization": {"bits": 4, "group_size": 64},
         "vision_config": {"embed_dim": 64, "num_heads": 4}
     })
@@ -252,7 +252,7 @@ async fn details_give_sizes_and_the_shape_for_the_fit_check() {
     assert_eq!(variant.bytes, Some(50_000 + config_len + br#"{"version": "1.0"}"#.len() as u64));
     let shape = details.shape.as_ref().expect("shape from config.json");
     assert_eq!(
-        (shape.layers, shape.kv_heads, shape.head_dim, shape.max_context),
+        (shape.layers.len(), shape.layers[0].kv_heads, shape.layers[0].head_dim, shape.max_context),
         (4, 2, 32, Some(4096))
     );
     assert!(shape.vision.is_some());
@@ -270,7 +270,10 @@ async fn details_give_sizes_and_the_shape_for_the_fit_check() {
     // a GGUF repo: the shape from the first bytes of its file
     let details = client.model_details(GGUF, "main", &Registry).await.unwrap();
     let shape = details.shape.as_ref().unwrap_or_else(|| panic!("{:?}", details.shape_error));
-    assert_eq!((shape.layers, shape.kv_heads, shape.head_dim, shape.vocab_size), (30, 3, 64, 500));
+    assert_eq!(
+        (shape.layers.len(), shape.layers[0].kv_heads, shape.layers[0].head_dim, shape.vocab_size),
+        (30, 3, 64, 500)
+    );
     let ranged = hub.file_requests("smollm2-135m-q4_k_m.gguf");
     assert_eq!(ranged.len(), 1, "{ranged:?}");
     assert!(ranged[0].range.as_deref().unwrap().starts_with("bytes=0-"), "{ranged:?}");

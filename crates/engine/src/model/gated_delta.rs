@@ -24,6 +24,7 @@
 use mlx_rs::{fast, nn, ops, ops::indexing::IndexOp, Array, Dtype};
 
 use super::layers::{LayerLoader, Linear};
+use super::shape::LayerShape;
 use crate::cache::BatchCache;
 use crate::error::{Error, Result};
 
@@ -49,6 +50,14 @@ impl GatedDeltaDims {
     /// Channels the convolution runs over: q, k and v side by side.
     fn conv_channels(&self) -> i32 {
         2 * self.keys() + self.values()
+    }
+
+    /// What a row keeps between steps: the convolution's last `kernel − 1`
+    /// inputs (activation type) and the recurrent state `[Hv, Dv, Dk]` (float32).
+    pub fn layer_shape(&self) -> LayerShape {
+        let conv = (self.conv_kernel - 1).max(0) * self.conv_channels();
+        let state = self.value_heads * self.value_dim * self.key_dim;
+        LayerShape::recurrent(conv.max(0) as usize, state.max(0) as usize)
     }
 }
 

@@ -15,6 +15,7 @@ use super::attention;
 use super::layers::{gelu_tanh, Embedding, LayerLoader, Linear, RmsNorm};
 use super::registry::Family;
 use super::rope::{Positions, Rope, RopeScaling, Rotation};
+use super::shape::{self, LayerShape};
 use super::{LanguageModel, ModelShape};
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::distributed::StageLayers;
@@ -25,6 +26,7 @@ pub const FAMILY: Family = Family {
     name: "Gemma 3",
     model_types: &["gemma3_text"],
     build: |_, config, loader| Ok(Box::new(Gemma3::load(config, loader)?)),
+    layers: |config| Ok(Gemma3Args::parse(config)?.layer_shapes()),
     gguf: Some(GgufImport {
         architecture: "gemma3",
         block_names: &[
@@ -142,6 +144,22 @@ impl Gemma3Args {
             }
         }
         Ok(args)
+    }
+
+    /// Global layers attend to the whole context, the others to the last
+    /// `sliding_window` tokens.
+    pub fn layer_shapes(&self) -> Vec<LayerShape> {
+        let window = self.sliding_window.expect("checked at parse") as usize;
+        (0..self.num_hidden_layers.max(0) as usize)
+            .map(|i| {
+                let cache = if self.is_global(i) {
+                    LayerCache::Full
+                } else {
+                    LayerCache::Sliding { window }
+                };
+                LayerShape::attention(cache, self.num_key_value_heads, self.head_dim)
+            })
+            .collect()
     }
 
     /// Whether layer `i` attends globally.
@@ -350,17 +368,7 @@ impl LanguageModel for Gemma3 {
     }
 
     fn cache_layout(&self) -> CacheLayout {
-        let window = self.args.sliding_window.expect("checked at parse") as usize;
-        let kinds = (0..self.stage.total())
-            .map(|i| {
-                if self.args.is_global(i) {
-                    LayerCache::Full
-                } else {
-                    LayerCache::Sliding { window }
-                }
-            })
-            .collect();
-        CacheLayout::new(kinds).expect("no shared layers")
+        shape::cache_layout(&self.args.layer_shapes()).expect("no shared layers")
     }
 
     fn embed(&self, tokens: &Array) -> Result<Array> {

@@ -27,6 +27,7 @@ pub const FAMILY: Family = Family {
     name: "Gemma 3",
     model_types: &["gemma3"],
     build: |_, config, loader| Ok(Box::new(Gemma3Vl::load(config, loader)?)),
+    layers: super::gemma3::FAMILY.layers,
     gguf: None,
     image_processor: Some(crate::vision::Gemma3ImageProcessor::shared_from_folder),
     tensor_parallel: false,

@@ -30,6 +30,7 @@ use super::layers::{gelu_tanh, Embedding, LayerLoader, Linear, RmsNorm};
 use super::moe::{unstack_gate_up, Experts, GateActivation};
 use super::registry::Family;
 use super::rope::{Positions, Rope, Rotation};
+use super::shape::{self, LayerShape};
 use super::{LanguageModel, ModelShape};
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::distributed::StageLayers;
@@ -39,6 +40,7 @@ pub const FAMILY: Family = Family {
     name: "Gemma 4 (text)",
     model_types: &["gemma4_text"],
     build: |_, config, loader| Ok(Box::new(Gemma4::load(config, loader)?)),
+    layers: |config| Gemma4Args::parse(config)?.layer_shapes(),
     gguf: None,
     image_processor: None,
     tensor_parallel: false,
@@ -198,6 +200,25 @@ impl Gemma4Args {
                 i % p == p - 1
             }
         }
+    }
+
+    /// Global layers attend to the whole context with their own head size
+    /// and heads, sliding ones to the last `sliding_window` tokens, and the
+    /// last `num_kv_shared_layers` keep nothing: they read the keys and values
+    /// of the last earlier layer of their kind.
+    pub fn layer_shapes(&self) -> Result<Vec<LayerShape>> {
+        let window = self.sliding_window.expect("checked at parse") as usize;
+        (0..self.num_hidden_layers.max(0) as usize)
+            .map(|i| {
+                let global = self.is_global(i);
+                let cache = match self.kv_source(i)? {
+                    Some(source) => LayerCache::Shared { source },
+                    None if global => LayerCache::Full,
+                    None => LayerCache::Sliding { window },
+                };
+                Ok(LayerShape::attention(cache, self.kv_heads_of(global), self.head_dim_of(global)))
+            })
+            .collect()
     }
 
     /// The first layer that reads another layer's keys and values.
@@ -650,15 +671,8 @@ impl LanguageModel for Gemma4 {
     }
 
     fn cache_layout(&self) -> CacheLayout {
-        let window = self.args.sliding_window.expect("checked at parse") as usize;
-        let kinds = (0..self.stage.total())
-            .map(|i| match self.args.kv_source(i).expect("checked at load") {
-                Some(source) => LayerCache::Shared { source },
-                None if self.args.is_global(i) => LayerCache::Full,
-                None => LayerCache::Sliding { window },
-            })
-            .collect();
-        CacheLayout::new(kinds).expect("sources are earlier layers with keys")
+        let layers = self.args.layer_shapes().expect("checked at load");
+        shape::cache_layout(&layers).expect("sources are earlier layers with keys")
     }
 
     fn embed(&self, tokens: &Array) -> Result<Array> {

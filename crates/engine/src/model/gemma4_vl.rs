@@ -26,6 +26,7 @@ pub const FAMILY: Family = Family {
     name: "Gemma 4",
     model_types: &["gemma4"],
     build: |_, config, loader| load(config, loader),
+    layers: super::gemma4::FAMILY.layers,
     gguf: None,
     image_processor: Some(crate::vision::Gemma4ImageProcessor::shared_from_folder),
     tensor_parallel: false,

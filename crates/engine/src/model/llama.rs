@@ -12,8 +12,9 @@ use super::layers::{Embedding, LayerLoader, Linear, Projection, RmsNorm};
 use super::moe::SparseMoe;
 use super::registry::Family;
 use super::rope::{Positions, Rope, RopeScaling, Rotation};
+use super::shape::LayerShape;
 use super::{attention, LanguageModel, ModelShape};
-use crate::cache::{BatchCache, CacheLayout};
+use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::distributed::StageLayers;
 use crate::error::{Error, Result};
 use crate::weights::gguf::GgufImport;
@@ -23,6 +24,7 @@ pub const FAMILY: Family = Family {
     name: "Llama",
     model_types: &["llama", "mistral"],
     build: |_, config, loader| Ok(Box::new(Llama::load(config, loader)?)),
+    layers: |config| Ok(parse_args(config, "llama")?.layer_shapes()),
     gguf: Some(GgufImport {
         architecture: "llama",
         block_names: &[],
@@ -95,6 +97,11 @@ fn default_context() -> i32 {
 }
 
 impl LlamaArgs {
+    /// Every layer attends to the whole context.
+    pub fn layer_shapes(&self) -> Vec<LayerShape> {
+        let layer = LayerShape::attention(LayerCache::Full, self.kv_heads(), self.head_dim());
+        vec![layer; self.num_hidden_layers.max(0) as usize]
+    }
     pub fn kv_heads(&self) -> i32 {
         self.num_key_value_heads.unwrap_or(self.num_attention_heads)
     }

@@ -26,6 +26,7 @@ pub mod qwen3_vl;
 pub mod qwen_vit;
 pub mod registry;
 pub mod rope;
+pub mod shape;
 pub mod siglip;
 pub mod vision_tower;
 pub mod with_vision;
@@ -39,8 +40,9 @@ use crate::error::Result;
 use crate::tokenizer::Tokenizer;
 pub use layers::WeightFormat;
 pub use loading::{load, load_pipeline, load_share, load_tensor_parallel, LoadOptions, Share};
-pub use registry::{describe, describe_folder, Family, FolderInfo};
+pub use registry::{describe, describe_folder, shape_of, Family, FolderInfo};
 pub use rope::Positions;
+pub use shape::{ArchitectureShape, LayerShape};
 pub use vision_tower::{VisionEncoding, VisionTower};
 
 /// Sizes the engine needs to plan caches and validate requests.

@@ -15,6 +15,7 @@ pub const FAMILY: Family = Family {
     name: "Qwen2",
     model_types: &["qwen2"],
     build: |_, config, loader| Ok(Box::new(load(config, loader)?)),
+    layers: |config| Ok(parse_args(config)?.layer_shapes()),
     gguf: Some(GgufImport {
         architecture: "qwen2",
         block_names: &[],

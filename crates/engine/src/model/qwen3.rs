@@ -20,6 +20,7 @@ pub const FAMILY: Family = Family {
     name: "Qwen3",
     model_types: &["qwen3"],
     build: |_, config, loader| Ok(Box::new(load(config, loader)?)),
+    layers: |config| Ok(parse_qwen3_args(config, "qwen3")?.layer_shapes()),
     gguf: Some(GgufImport {
         architecture: "qwen3",
         block_names: GGUF_QK_NORMS,

@@ -31,6 +31,7 @@ use super::llama::Mlp;
 use super::moe::{unstack_gate_up, SparseMoe};
 use super::registry::Family;
 use super::rope::{MRopeLayout, Positions, Rope, Rotation};
+use super::shape::{self, LayerShape};
 use super::{attention, LanguageModel, ModelShape};
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::distributed::StageLayers;
@@ -43,6 +44,7 @@ pub const FAMILY: Family = Family {
         keep_language_model(loader, SKIPPED, "Qwen3.5");
         Ok(Box::new(Qwen35::load(config, loader)?))
     },
+    layers: |config| Ok(Qwen35Args::parse(config)?.layer_shapes()),
     gguf: None,
     image_processor: None,
     tensor_parallel: false,
@@ -183,6 +185,24 @@ impl Qwen35Args {
             )));
         }
         Ok(args)
+    }
+
+    /// Linear-attention layers keep a fixed-size state; every
+    /// `full_attention_interval`-th layer attends to the whole context.
+    pub fn layer_shapes(&self) -> Vec<LayerShape> {
+        (0..self.num_hidden_layers.max(0) as usize)
+            .map(|i| {
+                if self.is_linear(i) {
+                    self.gated_delta_dims().layer_shape()
+                } else {
+                    LayerShape::attention(
+                        LayerCache::Full,
+                        self.num_key_value_heads,
+                        self.head_dim(),
+                    )
+                }
+            })
+            .collect()
     }
 
     fn is_linear(&self, i: usize) -> bool {
@@ -453,10 +473,7 @@ impl LanguageModel for Qwen35 {
     }
 
     fn cache_layout(&self) -> CacheLayout {
-        let kinds = (0..self.stage.total())
-            .map(|i| if self.args.is_linear(i) { LayerCache::Recurrent } else { LayerCache::Full })
-            .collect();
-        CacheLayout::new(kinds).expect("no shared layers")
+        shape::cache_layout(&self.args.layer_shapes()).expect("no shared layers")
     }
 
     fn embed(&self, tokens: &Array) -> Result<Array> {

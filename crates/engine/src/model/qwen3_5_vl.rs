@@ -21,6 +21,7 @@ pub const FAMILY: Family = Family {
     name: "Qwen3.5",
     model_types: &["qwen3_5", "qwen3_5_moe"],
     build: |_, config, loader| load(config, loader),
+    layers: super::qwen3_5::FAMILY.layers,
     gguf: None,
     image_processor: Some(crate::vision::QwenImageProcessor::shared_from_folder),
     tensor_parallel: false,

@@ -22,6 +22,7 @@ pub const FAMILY: Family = Family {
     name: "Qwen3-MoE",
     model_types: &["qwen3_moe"],
     build: |_, config, loader| Ok(Box::new(load(config, loader)?)),
+    layers: |config| Ok(parse_qwen3_args(config, "qwen3_moe")?.layer_shapes()),
     gguf: Some(GgufImport {
         architecture: "qwen3moe",
         block_names: &[

@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::layers::LayerLoader;
+use super::shape::{ArchitectureShape, LayerShape};
 use super::{
     gemma3, gemma3_vl, gemma4, gemma4_vl, llama, qwen2, qwen2_vl, qwen3, qwen3_5, qwen3_5_vl,
     qwen3_moe, qwen3_vl, Capabilities, LanguageModel,
@@ -32,6 +33,9 @@ pub struct Family {
     /// config.json `model_type` values this family loads.
     pub model_types: &'static [&'static str],
     pub build: Builder,
+    /// Its decoder layers from config.json alone (no weights, no MLX): the
+    /// cache kind and sizes of each, for the cache layout and the fit estimate.
+    pub layers: fn(config: &Value) -> Result<Vec<LayerShape>>,
     /// How llama.cpp exports the family, when it does.
     pub gguf: Option<GgufImport>,
     /// Reads the checkpoint's image processor; `Some` for families that see images.
@@ -97,6 +101,13 @@ pub fn model_type(config: &Value) -> Result<String> {
             || Error::InvalidConfig("config.json has neither model_type nor architectures".into()),
         )?;
     Ok(arch.trim_end_matches("ForCausalLM").to_ascii_lowercase())
+}
+
+/// A model's shape from its config.json alone, as its family describes it.
+pub fn shape_of(config: &Value) -> Result<ArchitectureShape> {
+    let model_type = model_type(config)?;
+    let family = family(&model_type).ok_or_else(|| unsupported(&model_type))?;
+    Ok(ArchitectureShape::new(config, (family.layers)(config)?))
 }
 
 /// What the registry says about a model folder without loading its

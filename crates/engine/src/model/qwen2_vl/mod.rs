@@ -19,7 +19,7 @@ use mlx_rs::Array;
 use serde_json::{Map, Value};
 
 use super::layers::LayerLoader;
-use super::llama::{DecoderLayout, Llama};
+use super::llama::{DecoderLayout, Llama, LlamaArgs};
 use super::registry::Family;
 use super::rope::{MRopeLayout, Rope};
 use super::vision_tower::VisionEncoding;
@@ -33,6 +33,7 @@ pub const FAMILY: Family = Family {
     name: "Qwen2-VL",
     model_types: &["qwen2_vl", "qwen2_5_vl"],
     build: |model_type, config, loader| Ok(Box::new(Qwen2Vl::load(model_type, config, loader)?)),
+    layers: |config| Ok(text_args(&text_config(config))?.layer_shapes()),
     gguf: None,
     image_processor: Some(crate::vision::QwenImageProcessor::shared_from_folder),
     tensor_parallel: false,
@@ -62,13 +63,7 @@ impl Qwen2Vl {
         rename_weights(loader);
         let text = text_config(config);
         let sections = mrope_sections(&text)?;
-        let mut text_args = text.clone();
-        // M-RoPE is set up here; the llama parser knows only frequency scalings.
-        text_args.remove("rope_scaling");
-        text_args.remove("rope_parameters");
-        // The reference derives the head size from the hidden size whatever `head_dim` says.
-        text_args.remove("head_dim");
-        let args = super::qwen2::parse_args(&Value::Object(text_args))?;
+        let args = text_args(&text)?;
         let rope =
             Rope::multimodal(args.head_dim(), args.rope_theta, sections, MRopeLayout::Sectioned)?;
         let hidden = args.hidden_size;
@@ -114,6 +109,17 @@ impl VisionTower for QwenVision {
         let flat: Vec<i32> = axes.concat();
         Ok(Some((Array::from_slice(&flat, &[3, tokens.len() as i32]), delta)))
     }
+}
+
+/// The decoder's fields, less what is set up here rather than by the llama
+/// parser (M-RoPE; the head size, which the reference derives from the
+/// hidden size whatever `head_dim` says).
+fn text_args(text: &Map<String, Value>) -> Result<LlamaArgs> {
+    let mut text = text.clone();
+    text.remove("rope_scaling");
+    text.remove("rope_parameters");
+    text.remove("head_dim");
+    super::qwen2::parse_args(&Value::Object(text))
 }
 
 /// Text parameters: `text_config` overlaid with the root's keys.

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use super::language_model_only::keep_language_model;
 use super::layers::LayerLoader;
-use super::llama::Llama;
+use super::llama::{Llama, LlamaArgs};
 use super::qwen3::{layout, parse_qwen3_args};
 use super::registry::Family;
 use super::rope::{MRopeLayout, Rope};
@@ -29,6 +29,7 @@ pub const FAMILY: Family = Family {
     build: |model_type, config, loader| {
         Ok(Box::new(Qwen3Vl::load(model_type == "qwen3_vl_moe", config, loader)?))
     },
+    layers: |config| Ok(text_args(text_config(config))?.1.layer_shapes()),
     gguf: None,
     image_processor: Some(crate::vision::QwenImageProcessor::shared_from_folder),
     tensor_parallel: false,
@@ -46,13 +47,9 @@ impl Qwen3Vl {
     pub fn load(moe: bool, config: &Value, loader: &mut LayerLoader) -> Result<Qwen3Vl> {
         gather_tower(loader);
         keep_language_model(loader, &[], "Qwen3-VL");
-        let mut text = text_config(config);
+        let text = text_config(config);
         let sections = mrope_sections(&text)?;
-        // M-RoPE is set up here; the llama parser knows only frequency scalings.
-        text.remove("rope_scaling");
-        text.remove("rope_parameters");
-        let text = Value::Object(text);
-        let args = parse_qwen3_args(&text, "qwen3_vl")?;
+        let (text, args) = text_args(text)?;
         let rope =
             Rope::multimodal(args.head_dim(), args.rope_theta, sections, MRopeLayout::Interleaved)?;
         let hidden = args.hidden_size;
@@ -99,6 +96,16 @@ fn unfuse_experts(loader: &mut LayerLoader, layers: i32) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The decoder's config and fields, without the M-RoPE this module sets up
+/// (the llama parser knows only frequency scalings).
+fn text_args(mut text: Map<String, Value>) -> Result<(Value, LlamaArgs)> {
+    text.remove("rope_scaling");
+    text.remove("rope_parameters");
+    let text = Value::Object(text);
+    let args = parse_qwen3_args(&text, "qwen3_vl")?;
+    Ok((text, args))
 }
 
 /// `text_config`, with the root's `tie_word_embeddings` when it has none.
