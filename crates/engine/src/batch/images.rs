@@ -21,10 +21,11 @@ use crate::vision::{CachedFeatures, VisionFeatureCache};
 pub struct SequenceImages {
     /// The features of every image, in prompt order: `[image slots, hidden]`.
     features: Array,
-    /// M-RoPE positions of the whole (expanded) prompt, `[3, L]` int32;
-    /// `None` where image tokens take ordinary positions (Gemma).
+    /// Per-axis positions of the whole (expanded) prompt, `[3, L]` int32,
+    /// for a family whose image tokens take positions of their own
+    /// ([`VisionTower::rope_positions`]); `None` where they take ordinary ones.
     positions: Option<Array>,
-    /// An image's tokens attend to each other both ways (Gemma).
+    /// An image's tokens attend to each other both ways (the family's tower says).
     bidirectional: bool,
     /// Decode position = cache length + this.
     pub rope_delta: i32,
@@ -32,7 +33,7 @@ pub struct SequenceImages {
     /// The prompt's prefix-cache key (image slots keyed by content hash).
     pub key: Vec<KeyToken>,
     /// Hidden-size blocks per feature row: the input features, then any
-    /// DeepStack levels ([`VisionTower::feature_levels`]).
+    /// per-layer additions ([`VisionTower::feature_levels`]).
     levels: usize,
 }
 
@@ -220,15 +221,15 @@ impl SequenceImages {
         self.splice(chunk, text.reshape(&[n as i32, -1])?, features)
     }
 
-    /// DeepStack levels this prompt's features carry (0 for most families).
-    pub fn deepstack_levels(&self) -> usize {
+    /// Per-layer additions this prompt's features carry (0 for most families).
+    pub fn layer_addition_levels(&self) -> usize {
         self.levels - 1
     }
 
-    /// The DeepStack additions `[1, n, hidden]` of prompt tokens
+    /// The per-layer additions `[1, n, hidden]` of prompt tokens
     /// `start..start + n`, one per level: the level's features at image
     /// slots, zero elsewhere.
-    pub fn deepstack(
+    pub fn layer_additions(
         &self,
         prompt: &[u32],
         start: usize,

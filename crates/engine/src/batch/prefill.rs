@@ -149,12 +149,12 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
         } else {
             Positions::rows(&rows.iter().map(|r| r.seq.prefilled as i32).collect::<Vec<_>>())
         };
-        let deepstack = deepstack_additions(rows, width, embeddings.dim(2), embeddings.dtype())?;
+        let additions = layer_additions(rows, width, embeddings.dim(2), embeddings.dtype())?;
         let ids = match model.vision() {
             Some(vision) => vision.tokens_for_language(&ids)?,
             None => ids,
         };
-        model.forward_embeddings_adding(embeddings, &ids, &positions, &mut cache, &deepstack)?
+        model.forward_embeddings_adding(embeddings, &ids, &positions, &mut cache, &additions)?
     } else {
         let starts: Vec<i32> = rows.iter().map(|r| r.seq.prefilled as i32).collect();
         model.forward_embeddings(model.embed(&ids)?, &ids, &Positions::rows(&starts), &mut cache)?
@@ -205,10 +205,10 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
     Ok(sampled.iter().map(|s| s.as_ref().map(|t| t.as_slice::<i32>()[0] as u32)).collect())
 }
 
-/// `[1, n]` int32 token ids.
-/// The pass's DeepStack additions, one `[B, width, hidden]` per level (zero
-/// for rows without them and for padding); empty when no row has any.
-fn deepstack_additions(
+/// The pass's per-layer additions of image features, one `[B, width, hidden]`
+/// per level (zero for rows without them and for padding); empty when no row
+/// has any.
+fn layer_additions(
     rows: &[PassRow],
     width: i32,
     hidden: i32,
@@ -217,7 +217,7 @@ fn deepstack_additions(
     let levels = rows
         .iter()
         .filter_map(|r| r.seq.images.as_ref())
-        .map(|i| i.deepstack_levels())
+        .map(|i| i.layer_addition_levels())
         .max()
         .unwrap_or(0);
     if levels == 0 {
@@ -227,8 +227,8 @@ fn deepstack_additions(
     for r in rows {
         let (start, n) = (r.seq.prefilled, r.n);
         let row = match &r.seq.images {
-            Some(images) if images.deepstack_levels() == levels => {
-                images.deepstack(&r.seq.tokens[..r.seq.prompt_len], start, n, hidden)?
+            Some(images) if images.layer_addition_levels() == levels => {
+                images.layer_additions(&r.seq.tokens[..r.seq.prompt_len], start, n, hidden)?
             }
             _ => vec![mlx_rs::ops::zeros_dtype(&[1, n as i32, hidden], dtype)?; levels],
         };
@@ -239,6 +239,7 @@ fn deepstack_additions(
     per_level.into_iter().map(|parts| concat_or_one(parts, 0)).collect()
 }
 
+/// `[1, n]` int32 token ids.
 fn ids_row(tokens: &[u32], n: i32) -> Array {
     let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
     Array::from_slice(&ids, &[1, n])

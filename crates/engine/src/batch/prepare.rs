@@ -142,8 +142,8 @@ impl Preparer {
             options.check_extra()?;
         }
         // Each image's slots from its header first: a family that writes an
-        // image's tokens into the prompt text needs them (Gemma 4's vary with
-        // the image), and a prompt that cannot fit the context is refused
+        // image's tokens into the prompt text needs them (their count may vary
+        // with the image), and a prompt that cannot fit the context is refused
         // before a pixel is decoded (20 large PNGs once took 15 s and 1.85 GB
         // to be told they were too many).
         let inputs = std::mem::take(&mut req.images);
