@@ -129,10 +129,7 @@ fn staggered_arrivals_with_a_cancellation_equal_single() {
         // Each request arrives while the previous one is mid-decode: wait for
         // a few of its tokens first.
         if let Some((_, s, partial)) = live.last_mut() {
-            while partial.content.chars().count() < 3 {
-                let e = s.recv_blocking().unwrap();
-                assert!(!partial.absorb(e), "finished before the next request arrived");
-            }
+            *partial = common::wait_until_decoding(s, 3);
         }
         live.push((i, engine.submit(request(p, n, &no_eos())), Completion::default()));
     }

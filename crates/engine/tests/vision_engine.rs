@@ -5,8 +5,9 @@
 //! cache hits on a repeated image and misses on a changed byte; the prefix
 //! cache never reuses a prefix across different images; bad images fail only
 //! their own request.
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use engine::batch::{FinishReason, ImageInput, Prompt, Request, SchedulerConfig};
 use engine::handle::{Completion, EngineConfig, EngineHandle};
@@ -129,8 +130,8 @@ fn an_image_request_joining_mid_decode_equals_it_alone() {
         engine.submit(ask("what is this?", &[image.clone()], 10, &engine)).collect_blocking(),
     );
 
-    let long = engine.submit(ask("a long text-only answer please", &[], 60, &engine));
-    std::thread::sleep(Duration::from_millis(200));
+    let mut long = engine.submit(ask("a long text-only answer please", &[], 60, &engine));
+    common::wait_until_decoding(&mut long, 3);
     let joined = engine.submit(ask("what is this?", &[image], 10, &engine));
     let got = finished(joined.collect_blocking());
     finished(long.collect_blocking());

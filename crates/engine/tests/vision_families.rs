@@ -15,8 +15,9 @@
 //! - odd images (1×1, one pixel wide, grayscale, 16-bit, alpha, an animated
 //!   GIF) are answered, broken ones and too many image tokens for the context
 //!   fail only their own request, and the engine keeps serving.
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use engine::batch::{FinishReason, ImageInput, Prompt, Request, SchedulerConfig};
 use engine::cache::KvQuantization;
@@ -248,8 +249,8 @@ fn image_and_text_requests_batched_equal_each_alone() {
             assert_eq!(got.content, want.content, "{}", family.name);
         }
         // An image request joining a batch that is already decoding.
-        let long = engine.submit(ask("a long text-only answer please", &[], 40, &engine));
-        std::thread::sleep(Duration::from_millis(100));
+        let mut long = engine.submit(ask("a long text-only answer please", &[], 40, &engine));
+        common::wait_until_decoding(&mut long, 3);
         let joined = finished(
             engine
                 .submit(ask(

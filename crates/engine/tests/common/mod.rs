@@ -8,7 +8,7 @@ use std::path::Path;
 use engine::batch::{Event, Prompt, Request, Scheduler, SchedulerConfig};
 use engine::cache::BatchCache;
 use engine::generate::{generate, GenerateParams};
-use engine::handle::Completion;
+use engine::handle::{Completion, RequestStream};
 use engine::model::{self, LanguageModel, LoadOptions, LoadedModel, Positions, WeightFormat};
 use engine::sample::SamplingParams;
 use engine::testing::{write_tiny_family, TinyFamily};
@@ -184,4 +184,16 @@ pub fn single_stream_text(dir: &Path, ids: &[u32], max_tokens: usize) -> String 
     })
     .unwrap();
     text
+}
+
+/// Reads `stream` until `chars` characters of its answer are out, so it is
+/// decoding in the running batch: a request submitted next joins mid-decode
+/// (no sleeping and hoping). Returns what was read.
+pub fn wait_until_decoding(stream: &mut RequestStream, chars: usize) -> Completion {
+    let mut partial = Completion::default();
+    while partial.content.chars().count() < chars {
+        let event = stream.recv_blocking().expect("the stream ended before it decoded");
+        assert!(!partial.absorb(event), "it finished before the next request could join");
+    }
+    partial
 }
