@@ -91,7 +91,14 @@ impl AppState {
     /// Opens the store (marking replies cut by the last run as interrupted)
     /// and removes attachments no message uses any more.
     pub async fn open(paths: Paths) -> AppResult<Arc<AppState>> {
-        let store = Store::open(paths.database()).await?;
+        AppState::open_with_clock(paths, store::Clock::System).await
+    }
+
+    /// [`AppState::open`] with the store's timestamps from `clock` (tests
+    /// that check the order of activity move a manual one).
+    pub async fn open_with_clock(paths: Paths, clock: store::Clock) -> AppResult<Arc<AppState>> {
+        let config = store::StoreConfig { clock, ..store::StoreConfig::beside(paths.database()) };
+        let store = Store::open_with(config).await?;
         let cleaned = store.cleanup_orphans().await?;
         if cleaned.files_removed > 0 {
             tracing::info!(

@@ -10,7 +10,7 @@ use tauri::ipc::InvokeBody;
 
 mod common;
 
-use common::{harness, invoke, paths, tiny_models, Harness};
+use common::{harness, harness_with_clock, invoke, paths, tiny_models, Harness};
 
 /// A 1×1 PNG.
 const PNG: &[u8] = &[
@@ -23,12 +23,13 @@ const PNG: &[u8] = &[
 #[test]
 fn chats_are_created_listed_renamed_searched_and_deleted() {
     let dir = tempfile::tempdir().unwrap();
-    let h = harness(dir.path());
+    // activity is ordered by millisecond timestamps: a manual clock makes each step later
+    let clock = store::Clock::manual(1_700_000_000_000);
+    let h = harness_with_clock(dir.path(), clock.clone());
     let a = h.new_chat();
-    // activity is ordered by millisecond timestamps: make each step later
-    std::thread::sleep(Duration::from_millis(3));
+    clock.advance(3);
     let b = h.new_chat();
-    std::thread::sleep(Duration::from_millis(3));
+    clock.advance(3);
     h.ok("rename_chat", json!({"chatId": a, "title": "Holiday photos"}));
     let listed = h.ok("list_chats", json!({}));
     let ids: Vec<i64> =

@@ -15,7 +15,7 @@ use sqlx::Row;
 use tokio::io::AsyncWriteExt;
 
 use crate::error::{Error, Result};
-use crate::store::{now_ms, Store};
+use crate::store::Store;
 use crate::types::{Attachment, CleanupReport};
 
 /// Largest attachment accepted. Far above any photo; stops a mistaken drop of
@@ -119,7 +119,7 @@ impl Store {
         .bind(format.extension())
         .bind(format.mime())
         .bind(bytes.len() as i64)
-        .bind(now_ms())
+        .bind(self.now_ms())
         .execute(&self.pool)
         .await?;
         Ok(Attachment { sha256, mime: format.mime().to_string(), size: bytes.len() as u64, path })

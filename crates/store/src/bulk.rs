@@ -8,7 +8,7 @@ use ts_rs::TS;
 
 use crate::attachments::attachment_from_row;
 use crate::error::{Error, Result};
-use crate::store::{now_ms, Store};
+use crate::store::Store;
 use crate::types::{Attachment, Timestamp};
 
 /// A bulk job's row id.
@@ -178,7 +178,7 @@ impl Store {
         if job.images.is_empty() {
             return Err(Error::InvalidInput("a bulk job needs at least one image".into()));
         }
-        let now = now_ms();
+        let now = self.now_ms();
         let mut tx = self.write_tx().await?;
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO bulk_jobs (prompt, answer_format, max_tokens, created_at, updated_at)
@@ -322,7 +322,7 @@ impl Store {
         .bind(id.0)
         .bind(status.as_str())
         .bind(model)
-        .bind(now_ms())
+        .bind(self.now_ms())
         .execute(&self.pool)
         .await?;
         if done.rows_affected() == 0 {
@@ -387,7 +387,7 @@ impl Store {
         let done = sqlx::query(
             "UPDATE bulk_jobs SET status = 'interrupted', updated_at = ?1 WHERE status = 'running'",
         )
-        .bind(now_ms())
+        .bind(self.now_ms())
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())

@@ -3,7 +3,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 
 use crate::error::{Error, Result};
-use crate::store::{now_ms, Store};
+use crate::store::Store;
 use crate::types::{Chat, ChatId, CleanupReport};
 
 const CHAT_COLUMNS: &str = "id, title, model, created_at, updated_at, answer_format, settings";
@@ -34,7 +34,7 @@ pub(crate) fn json_column(row: &SqliteRow, column: &str) -> Result<Option<serde_
 impl Store {
     /// A new, untitled chat. It takes its title from its first user message.
     pub async fn create_chat(&self) -> Result<Chat> {
-        let now = now_ms();
+        let now = self.now_ms();
         let row = sqlx::query(&format!(
             "INSERT INTO chats (title, created_at, updated_at) VALUES ('', ?1, ?1) RETURNING {CHAT_COLUMNS}"
         ))

@@ -24,6 +24,7 @@
 mod attachments;
 mod bulk;
 mod chats;
+mod clock;
 mod error;
 mod import;
 mod messages;
@@ -41,6 +42,7 @@ pub use bulk::{
     BulkJob, BulkJobId, BulkJobStatus, BulkRow, BulkRowResult, BulkRowStatus, NewBulkImage,
     NewBulkJob,
 };
+pub use clock::Clock;
 pub use error::{Error, Result};
 pub use import::{ImportedChat, ImportedMessage};
 pub use presets::{Preset, PresetId};

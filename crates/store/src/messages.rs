@@ -8,7 +8,7 @@ use sqlx::{Row, Sqlite, Transaction};
 
 use crate::attachments::attachment_from_row;
 use crate::error::{Error, Result};
-use crate::store::{now_ms, Store};
+use crate::store::Store;
 use crate::title::derive_title;
 use crate::tree::{active_leaf, ensure_parent, next_chosen};
 use crate::types::{
@@ -95,7 +95,7 @@ impl Store {
         parent: Option<MessageId>,
         message: &NewMessage,
     ) -> Result<Message> {
-        let now = now_ms();
+        let now = self.now_ms();
         let stats =
             message.stats.as_ref().map(serde_json::to_string).transpose().expect("stats serialize");
         let chosen = next_chosen(tx, chat).await?;
@@ -194,7 +194,7 @@ impl Store {
         let mut tx = self.write_tx().await?;
         ensure_chat(&mut tx, chat).await?;
         let parent = active_leaf(&mut tx, chat).await?;
-        insert_reply(tx, chat, parent, model).await
+        insert_reply(tx, chat, parent, model, self.now_ms()).await
     }
 
     /// Starts an assistant reply under `parent` (a user message) and makes
@@ -209,7 +209,7 @@ impl Store {
         let mut tx = self.write_tx().await?;
         ensure_chat(&mut tx, chat).await?;
         ensure_parent(&mut tx, chat, parent).await?;
-        insert_reply(tx, chat, Some(parent), model).await
+        insert_reply(tx, chat, Some(parent), model, self.now_ms()).await
     }
 
     /// Opens a finished answer again to extend it in place (Continue on an
@@ -223,7 +223,7 @@ impl Store {
              WHERE id = ?2 AND chat_id = ?3 AND role = 'assistant' AND status IN ('complete', 'interrupted')
              RETURNING id",
         )
-        .bind(now_ms())
+        .bind(self.now_ms())
         .bind(message.0)
         .bind(chat.0)
         .fetch_optional(&self.pool)
@@ -248,7 +248,7 @@ impl Store {
         )
         .bind(content)
         .bind(non_empty(reasoning))
-        .bind(now_ms())
+        .bind(self.now_ms())
         .bind(reply.0 .0)
         .execute(&self.pool)
         .await?;
@@ -286,7 +286,7 @@ impl Store {
         .bind(status.as_str())
         .bind(error)
         .bind(code)
-        .bind(now_ms())
+        .bind(self.now_ms())
         .bind(reply.0 .0)
         .fetch_optional(&self.pool)
         .await?;
@@ -314,7 +314,7 @@ impl Store {
     pub(crate) async fn recover_interrupted_replies(&self) -> Result<u64> {
         let done =
             sqlx::query("UPDATE messages SET status = 'interrupted', updated_at = ?1 WHERE status = 'streaming'")
-                .bind(now_ms())
+                .bind(self.now_ms())
                 .execute(&self.pool)
                 .await?;
         Ok(done.rows_affected())
@@ -335,8 +335,8 @@ async fn insert_reply(
     chat: ChatId,
     parent: Option<MessageId>,
     model: &str,
+    now: i64,
 ) -> Result<ReplyId> {
-    let now = now_ms();
     let chosen = next_chosen(&mut tx, chat).await?;
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO messages (chat_id, parent_id, chosen, role, content, model, status, created_at, updated_at)

@@ -8,7 +8,7 @@ use ts_rs::TS;
 
 use crate::chats::json_column;
 use crate::error::{Error, Result};
-use crate::store::{now_ms, Store};
+use crate::store::Store;
 use crate::types::Timestamp;
 
 /// A preset's row id.
@@ -84,7 +84,7 @@ impl Store {
         .bind(name)
         .bind(settings.to_string())
         .bind(answer_format.map(serde_json::Value::to_string))
-        .bind(now_ms())
+        .bind(self.now_ms())
         .fetch_one(&self.pool)
         .await?;
         preset_from_row(&row)

@@ -3,7 +3,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::store::{now_ms, Store};
+use crate::store::Store;
 
 /// The setting that remembers the model picked last (its catalog id or path).
 pub const SELECTED_MODEL_KEY: &str = "selected_model";
@@ -35,7 +35,7 @@ impl Store {
         )
         .bind(key)
         .bind(json)
-        .bind(now_ms())
+        .bind(self.now_ms())
         .execute(&self.pool)
         .await?;
         Ok(())

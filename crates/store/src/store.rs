@@ -9,6 +9,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 
 /// The migrations in `migrations/`, embedded at compile time.
@@ -21,6 +22,8 @@ pub struct StoreConfig {
     pub database: PathBuf,
     /// The folder that holds attachment files (created if missing).
     pub attachments_dir: PathBuf,
+    /// Where timestamps come from (the system clock but in tests).
+    pub clock: Clock,
 }
 
 impl StoreConfig {
@@ -28,7 +31,7 @@ impl StoreConfig {
     pub fn beside(database: impl Into<PathBuf>) -> Self {
         let database = database.into();
         let attachments_dir = database.parent().unwrap_or(Path::new(".")).join("attachments");
-        StoreConfig { database, attachments_dir }
+        StoreConfig { database, attachments_dir, clock: Clock::System }
     }
 }
 
@@ -42,6 +45,7 @@ pub struct Store {
     /// Serializes attachment file writes against orphan removal, so a file
     /// being added again is never deleted between its check and its row insert.
     pub(crate) attachment_lock: Arc<tokio::sync::Mutex<()>>,
+    clock: Clock,
 }
 
 impl Store {
@@ -75,6 +79,7 @@ impl Store {
             pool,
             attachments_dir: config.attachments_dir,
             attachment_lock: Arc::new(tokio::sync::Mutex::new(())),
+            clock: config.clock,
         };
         let recovered = store.recover_interrupted_replies().await?;
         if recovered > 0 {
@@ -104,6 +109,11 @@ impl Store {
     }
 
     /// The folder that holds attachment files.
+    /// Now, in milliseconds since the Unix epoch, by the store's clock.
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
     pub fn attachments_dir(&self) -> &Path {
         &self.attachments_dir
     }
@@ -122,13 +132,6 @@ async fn connect(path: &Path) -> Result<SqlitePool> {
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(Duration::from_secs(5));
     Ok(SqlitePoolOptions::new().max_connections(4).connect_with(options).await?)
-}
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use sqlx::{Row, Sqlite, Transaction};
 use crate::attachments::attachment_from_row;
 use crate::error::{Error, Result};
 use crate::messages::{ensure_chat, message_from_row, MESSAGE_COLUMNS};
-use crate::store::{now_ms, Store};
+use crate::store::Store;
 use crate::types::{Attachment, ChatId, Message, MessageId};
 
 /// The active path of chat ?1 as (id, depth), from the top. Each step picks
@@ -237,7 +237,7 @@ impl Store {
         .await?
         .rows_affected();
         sqlx::query("UPDATE chats SET updated_at = ?1 WHERE id = ?2")
-            .bind(now_ms())
+            .bind(self.now_ms())
             .bind(chat.0)
             .execute(&mut *tx)
             .await?;

@@ -1,7 +1,9 @@
 //! The store through its public API, on real database files in temp folders.
 use std::path::Path;
 
-use store::{ChatId, MessageStats, MessageStatus, NewMessage, ReplyOutcome, Role, Store};
+use store::{
+    ChatId, Clock, MessageStats, MessageStatus, NewMessage, ReplyOutcome, Role, Store, StoreConfig,
+};
 
 /// A 1×1 PNG, enough for the signature check.
 const PNG: &[u8] =
@@ -42,7 +44,11 @@ async fn reopening_is_idempotent_and_keeps_the_data() {
 #[tokio::test]
 async fn chats_are_listed_renamed_and_deleted() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
+    // activity is ordered by milliseconds: a manual clock makes each step later
+    let clock = Clock::manual(1_700_000_000_000);
+    let config =
+        StoreConfig { clock: clock.clone(), ..StoreConfig::beside(dir.path().join("chats.db")) };
+    let store = Store::open_with(config).await.unwrap();
     let first = store.create_chat().await.unwrap();
     let second = store.create_chat().await.unwrap();
     assert_eq!(first.title, "");
@@ -50,11 +56,11 @@ async fn chats_are_listed_renamed_and_deleted() {
     // newest activity first: the second chat, then the first once it gets a message
     let ids = |chats: Vec<store::Chat>| chats.into_iter().map(|c| c.id).collect::<Vec<_>>();
     assert_eq!(ids(store.list_chats().await.unwrap()), vec![second.id, first.id]);
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    clock.advance(5);
     store.add_message(first.id, &NewMessage::user("later")).await.unwrap();
     assert_eq!(ids(store.list_chats().await.unwrap()), vec![first.id, second.id]);
 
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    clock.advance(5);
     let renamed = store.rename_chat(second.id, "  Trip planning  ").await.unwrap();
     assert_eq!(renamed.title, "Trip planning");
     // a rename is not activity: the chat stays where its last message put it

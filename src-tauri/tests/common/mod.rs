@@ -34,7 +34,13 @@ pub fn paths(root: &Path) -> Paths {
 
 /// The app on the folders under `root`.
 pub fn harness(root: &Path) -> Harness {
-    let state = tauri::async_runtime::block_on(AppState::open(paths(root))).unwrap();
+    harness_with_clock(root, store::Clock::System)
+}
+
+/// [`harness`] with the store's timestamps from `clock`.
+pub fn harness_with_clock(root: &Path, clock: store::Clock) -> Harness {
+    let state =
+        tauri::async_runtime::block_on(AppState::open_with_clock(paths(root), clock)).unwrap();
     let app = vlm_chat::configure(mock_builder(), state.clone())
         .build(mock_context(noop_assets()))
         .unwrap();
