@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::api_error::ApiError;
+use crate::convert::{fields_except, refuse_unknown, required_str};
 use crate::openai::{ChatCompletionRequest, RequestMessage};
 use crate::routes::sse::{Frame, StreamWriter};
 
@@ -540,33 +541,6 @@ fn block_parts<'a>(
         ApiError::invalid_param(format!("{at}: a content block needs a \"type\""))
     })?;
     Ok((kind, object))
-}
-
-fn required_str<'a>(at: &str, object: &'a Value, field: &str) -> Result<&'a str, ApiError> {
-    object.get(field).and_then(Value::as_str).ok_or_else(|| {
-        ApiError::invalid_param(format!("{at}.{field} is required and must be a string"))
-    })
-}
-
-/// The fields of `object` other than `known`.
-fn fields_except(object: &Map<String, Value>, known: &[&str]) -> Map<String, Value> {
-    object
-        .iter()
-        .filter(|(k, _)| !known.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
-
-/// Refuses any field in `other` except `harmless` ones or null, naming it.
-fn refuse_unknown(at: &str, other: &Map<String, Value>, harmless: &[&str]) -> Result<(), ApiError> {
-    match other.iter().find(|(name, value)| !value.is_null() && !harmless.contains(&name.as_str()))
-    {
-        Some((name, _)) => {
-            let path = if at.is_empty() { name.clone() } else { format!("{at}.{name}") };
-            Err(ApiError::invalid_param(format!("{path} is not supported by this server")))
-        }
-        None => Ok(()),
-    }
 }
 
 // ---------------------------------------------------------------- replies

@@ -247,17 +247,44 @@ const STREAM_OPTION_FIELDS: [&str; 1] = ["include_obfuscation"];
 /// `refusal` (the reply's refusal text) and `annotations` (its citations).
 const MESSAGE_BOOKKEEPING_FIELDS: [&str; 2] = ["refusal", "annotations"];
 
-/// Refuses any field of an object nested in the request (`at`) other than
-/// `harmless` ones, or null: as at the top level, a field that would be
-/// ignored is named instead (`messages[0].images`).
-fn refuse_unknown(at: &str, other: &Map<String, Value>, harmless: &[&str]) -> Result<(), ApiError> {
+/// Refuses any field of an object nested in the request (`at`; empty for
+/// the top level) other than `harmless` ones, or null: a field that would be
+/// ignored is named instead (`messages[0].images`). Every dialect checks its
+/// objects with it.
+pub(crate) fn refuse_unknown(
+    at: &str,
+    other: &Map<String, Value>,
+    harmless: &[&str],
+) -> Result<(), ApiError> {
     match other.iter().find(|(name, value)| !value.is_null() && !harmless.contains(&name.as_str()))
     {
         Some((name, _)) => {
-            Err(ApiError::invalid_param(format!("{at}.{name} is not supported by this server")))
+            let path = if at.is_empty() { name.clone() } else { format!("{at}.{name}") };
+            Err(ApiError::invalid_param(format!("{path} is not supported by this server")))
         }
         None => Ok(()),
     }
+}
+
+/// `object.field` as a string, or a 400 naming it (`at.field`).
+pub(crate) fn required_str<'a>(
+    at: &str,
+    object: &'a Value,
+    field: &str,
+) -> Result<&'a str, ApiError> {
+    object.get(field).and_then(Value::as_str).ok_or_else(|| {
+        ApiError::invalid_param(format!("{at}.{field} is required and must be a string"))
+    })
+}
+
+/// The fields of `object` other than `known` (what [`refuse_unknown`] checks
+/// in a dialect's objects, which arrive as JSON rather than typed).
+pub(crate) fn fields_except(object: &Map<String, Value>, known: &[&str]) -> Map<String, Value> {
+    object
+        .iter()
+        .filter(|(k, _)| !known.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 /// OpenAI's `response_format` (and our regex / Lark extensions) as the

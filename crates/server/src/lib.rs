@@ -1,8 +1,9 @@
 //! An OpenAI-compatible HTTP API on the engine: `POST /v1/chat/completions`
-//! (streamed as server-sent events or whole), `GET /v1/models` and
-//! `GET /health`.
+//! (streamed as server-sent events or whole), OpenAI's Responses API
+//! (`/v1/responses`), Anthropic's Messages API (`/v1/messages`), legacy
+//! `/v1/completions`, `GET /v1/models` and `GET /health`.
 //!
-//! This crate knows HTTP and OpenAI's wire format only. Every request goes to
+//! This crate knows HTTP and the dialects' wire formats only. Every request goes to
 //! the one [`engine::handle::EngineHandle`] held in [`ServerState`], so
 //! concurrent clients are batched together by the engine's scheduler. The
 //! state may hold no model (the app loads and unloads them); requests then get
@@ -14,7 +15,11 @@
 //! `loopback.rs` (the DNS-rebinding guard), `api_error.rs` (OpenAI-shaped
 //! errors), `json_body.rs` (request bodies), `openai.rs` (wire types),
 //! `convert.rs` (an OpenAI request → an engine request), `file_urls.rs`
-//! (which `file:` image URLs may be read), `routes/` (one file per endpoint).
+//! (which `file:` image URLs may be read), `routes/` (one file per endpoint,
+//! `submit.rs` and `sse.rs` shared by all). One request model inside,
+//! several dialects at the edge: `anthropic.rs` and `responses.rs` translate
+//! into the chat-completions request, `completions.rs` into raw-text engine
+//! requests; `response_store.rs` keeps responses for `previous_response_id`.
 //!
 //! ```no_run
 //! # async fn demo(engine: engine::handle::EngineHandle) -> Result<(), server::Error> {

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::api_error::ApiError;
+use crate::convert::{fields_except, refuse_unknown, required_str};
 use crate::openai::{ChatCompletionRequest, RequestMessage};
 use crate::routes::chunks::{failure, new_id, unix_now};
 use crate::routes::sse::{Frame, StreamWriter};
@@ -216,7 +217,7 @@ fn input_items(items: &[Value]) -> Result<Vec<RequestMessage>, ApiError> {
             "message" => {
                 let known = fields_except(object, &["type", "role", "content", "id", "status"]);
                 refuse_unknown(&at, &known, &[])?;
-                let role = str_field(&at, item, "role")?;
+                let role = required_str(&at, item, "role")?;
                 let content = message_content(&format!("{at}.content"), item.get("content"))?;
                 if role == "assistant" {
                     let mut m = open_assistant(&mut out, &mut assistant_open);
@@ -243,9 +244,9 @@ fn input_items(items: &[Value]) -> Result<Vec<RequestMessage>, ApiError> {
                 );
                 refuse_unknown(&at, &known, &[])?;
                 let call = json!({
-                    "id": str_field(&at, item, "call_id")?,
+                    "id": required_str(&at, item, "call_id")?,
                     "type": "function",
-                    "function": {"name": str_field(&at, item, "name")?, "arguments": str_field(&at, item, "arguments")?},
+                    "function": {"name": required_str(&at, item, "name")?, "arguments": required_str(&at, item, "arguments")?},
                 });
                 let m = open_assistant(&mut out, &mut assistant_open);
                 m.tool_calls.get_or_insert_with(Vec::new).push(call);
@@ -269,7 +270,7 @@ fn input_items(items: &[Value]) -> Result<Vec<RequestMessage>, ApiError> {
                 out.push(RequestMessage {
                     role: "tool".into(),
                     content: Some(output),
-                    tool_call_id: Some(str_field(&at, item, "call_id")?.to_owned()),
+                    tool_call_id: Some(required_str(&at, item, "call_id")?.to_owned()),
                     ..Default::default()
                 });
             }
@@ -356,10 +357,10 @@ fn message_content(at: &str, content: Option<&Value>) -> Result<Value, ApiError>
                 let known = fields_except(object, &["type", "text"]);
                 refuse_unknown(&at, &known, &["annotations", "logprobs"])?;
                 let _ = kind;
-                out.push(json!({"type": "text", "text": str_field(&at, part, "text")?}));
+                out.push(json!({"type": "text", "text": required_str(&at, part, "text")?}));
             }
             Some("refusal") => {
-                out.push(json!({"type": "text", "text": str_field(&at, part, "refusal")?}));
+                out.push(json!({"type": "text", "text": required_str(&at, part, "refusal")?}));
             }
             Some("input_image") => {
                 refuse_unknown(&at, &fields_except(object, &["type", "image_url", "detail"]), &[])?;
@@ -406,7 +407,7 @@ fn tools(tools: Option<Vec<Value>>) -> Result<Option<Vec<Value>>, ApiError> {
         let known = fields_except(object, &["type", "name", "description", "parameters", "strict"]);
         refuse_unknown(&at, &known, &[])?;
         let mut function = Map::new();
-        function.insert("name".into(), json!(str_field(&at, tool, "name")?));
+        function.insert("name".into(), json!(required_str(&at, tool, "name")?));
         for field in ["description", "parameters", "strict"] {
             if let Some(v) = object.get(field).filter(|v| !v.is_null()) {
                 function.insert(field.into(), v.clone());
@@ -486,31 +487,6 @@ fn reasoning_effort(reasoning: Option<&Value>) -> Result<Option<String>, ApiErro
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(e)) => Ok(Some(e.clone())),
         Some(_) => Err(ApiError::invalid_param("reasoning.effort must be a string")),
-    }
-}
-
-fn str_field<'a>(at: &str, object: &'a Value, field: &str) -> Result<&'a str, ApiError> {
-    object.get(field).and_then(Value::as_str).ok_or_else(|| {
-        ApiError::invalid_param(format!("{at}.{field} is required and must be a string"))
-    })
-}
-
-fn fields_except(object: &Map<String, Value>, known: &[&str]) -> Map<String, Value> {
-    object
-        .iter()
-        .filter(|(k, _)| !known.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
-
-fn refuse_unknown(at: &str, other: &Map<String, Value>, harmless: &[&str]) -> Result<(), ApiError> {
-    match other.iter().find(|(name, value)| !value.is_null() && !harmless.contains(&name.as_str()))
-    {
-        Some((name, _)) => {
-            let path = if at.is_empty() { name.clone() } else { format!("{at}.{name}") };
-            Err(ApiError::invalid_param(format!("{path} is not supported by this server")))
-        }
-        None => Ok(()),
     }
 }
 

@@ -2,7 +2,7 @@
 //! answer equals the chat-completions answer to the same conversation (one
 //! inner request model), whole and streamed, with their own shapes, errors
 //! and, for the Responses API, the stored conversation.
-use super::common::{start, Setup, SseReader, TestServer};
+use super::common::{start, Setup, SseReader, TestServer, TOOL_TEMPLATE};
 use engine::batch::{Prompt, Request};
 use serde_json::{json, Value};
 use server::ServerConfig;
@@ -291,4 +291,53 @@ async fn legacy_completions_run_raw_prompts_with_n_echo_and_logprobs() {
     )
     .await;
     assert!(e["error"]["message"].as_str().unwrap().contains("echo with logprobs"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_required_tool_call_comes_back_in_each_dialects_shape() {
+    let server = start(Setup { template: Some(TOOL_TEMPLATE), ..Default::default() }).await;
+    let schema = json!({"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
+        "required": ["city"], "additionalProperties": false});
+    let city_of = |args: &Value| args["city"].as_str().map(str::to_owned);
+
+    // Anthropic: one tool_use block (no parallel calls), its input an object.
+    let message: Value = server
+        .post(
+            "/v1/messages",
+            &json!({"max_tokens": 120, "messages": [{"role": "user", "content": "weather?"}],
+                "tools": [{"name": "get_weather", "input_schema": schema}],
+                "tool_choice": {"type": "any", "disable_parallel_tool_use": true}}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(message["stop_reason"], "tool_use", "{message}");
+    let uses: Vec<&Value> =
+        message["content"].as_array().unwrap().iter().filter(|b| b["type"] == "tool_use").collect();
+    assert_eq!(uses.len(), 1, "{message}");
+    assert_eq!(uses[0]["name"], "get_weather");
+    assert!(["Paris", "Rome"].contains(&city_of(&uses[0]["input"]).unwrap().as_str()), "{message}");
+
+    // Responses, streamed: the call's item is added, its arguments stream, and it is done.
+    let body = json!({"input": "weather?", "stream": true, "max_output_tokens": 120,
+        "parallel_tool_calls": false, "tool_choice": "required",
+        "tools": [{"type": "function", "name": "get_weather", "parameters": schema}]});
+    let events = named_events(server.post("/v1/responses", &body).await).await;
+    let done = events
+        .iter()
+        .find(|(n, d)| n == "response.output_item.done" && d["item"]["type"] == "function_call")
+        .map(|(_, d)| d["item"].clone())
+        .expect("a function_call item");
+    let arguments: String = events
+        .iter()
+        .filter(|(n, _)| n == "response.function_call_arguments.delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(done["arguments"], arguments.as_str());
+    let args: Value = serde_json::from_str(&arguments).unwrap();
+    assert!(["Paris", "Rome"].contains(&city_of(&args).unwrap().as_str()), "{args}");
+    let (last, completed) = events.last().unwrap();
+    assert_eq!(last, "response.completed");
+    assert_eq!(completed["response"]["output"].as_array().unwrap().last().unwrap(), &done);
 }
