@@ -29,13 +29,14 @@ fi
 
 cargo build --workspace --all-targets  # the test build's flags: nothing rebuilds twice
 WORK=$(mktemp -d)
-PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
+# serve() runs inside $(...), a subshell: its servers' pids go to a file,
+# as a variable set there would never reach this shell's trap.
+trap 'for p in $(cat "$WORK/pids" 2>/dev/null); do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
 
 # serve <model> <log>: starts vlm serve on a free port; prints its URL.
 serve() {
     target/debug/vlm serve --model "$1" --port 0 >"$2" 2>&1 &
-    PIDS+=($!)
+    echo $! >>"$WORK/pids"
     local pid=$! url=""
     for _ in $(seq 1 600); do
         url=$(sed -n 's/^listening on \(http:[^ ]*\).*/\1/p' "$2" | head -n 1)
