@@ -1,7 +1,8 @@
 //! The inference engine. Everything that touches MLX lives here; the app, the
 //! server and the CLI talk to it through plain Rust types.
 //!
-//! Layout: `model/` (one file per model family behind [`model::LanguageModel`]),
+//! Layout: `model/` (one folder per model family behind [`model::LanguageModel`],
+//! shared layers in `model/layers/`),
 //! `weights/` (safetensors and GGUF loading with name and shape checks),
 //! `tokenizer/` (tokenizers, chat templates, incremental detokenization),
 //! `cache/` (KV caches), `constraint/` (structured output), `distributed/`

@@ -19,7 +19,7 @@
 //! - `launch.rs`: our launcher for local ranks (tests, benchmarks).
 //! - `split.rs`: how a model is split ([`Split`]: tensor, pipeline, auto).
 //! - `tensor_parallel.rs`: a rank's share of a tensor-parallel model (the
-//!   sharded layers themselves are in `model/layers.rs`).
+//!   sharded layers themselves are in `model/layers/mod.rs`).
 //! - `pipeline.rs`: a rank's stage of a pipeline-parallel model (the
 //!   layers it runs; hidden states in and out).
 //! - `rank_memory.rs`: every rank's memory, gathered on rank 0.
@@ -102,7 +102,7 @@
 //! `all_sum`; embeddings, norms and lm_head whole on every rank. Heads and
 //! KV heads must divide by the number of ranks. [`crate::model::load_tensor_parallel`]
 //! loads a rank's share; the sharded layers are `LayerLoader::linear_all_to_sharded`
-//! / `linear_sharded_to_all` in `model/layers.rs`, so any family that loads
+//! / `linear_sharded_to_all` in `model/layers/mod.rs`, so any family that loads
 //! through them is split correctly (others refuse). Each rank reads only its
 //! part of a sharded tensor from the safetensors file (`Weights::take_part`:
 //! one read for rows, one per row for columns): memory after load is its

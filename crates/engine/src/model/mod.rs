@@ -2,32 +2,23 @@
 //! `model_type` to its family, and loading a model from what users download
 //! (a Hugging Face / mlx-community folder or a `.gguf` file).
 //!
-//! A new family is one file plus one line in [`registry::FAMILIES`].
-pub mod attention;
-pub mod gated_delta;
+//! A new family is one folder (its text model, vision tower, `Family` rows with
+//! their layer shapes) plus one line in [`registry::FAMILIES`]; what families
+//! share lives in [`layers`].
 pub mod gemma3;
-pub mod gemma3_vl;
 pub mod gemma4;
-pub mod gemma4_vision;
-pub mod gemma4_vl;
 pub mod language_model_only;
 pub mod layers;
 pub mod llama;
 pub mod loading;
-pub mod moe;
-pub mod mrope;
 pub mod qwen2;
 pub mod qwen2_vl;
 pub mod qwen3;
 pub mod qwen3_5;
-pub mod qwen3_5_vl;
 pub mod qwen3_moe;
 pub mod qwen3_vl;
-pub mod qwen_vit;
 pub mod registry;
-pub mod rope;
 pub mod shape;
-pub mod siglip;
 pub mod vision_tower;
 pub mod with_vision;
 
@@ -38,10 +29,10 @@ use mlx_rs::Array;
 use crate::cache::{BatchCache, CacheLayout, KvQuantization};
 use crate::error::Result;
 use crate::tokenizer::Tokenizer;
+pub use layers::rope::Positions;
 pub use layers::WeightFormat;
 pub use loading::{load, load_pipeline, load_share, load_tensor_parallel, LoadOptions, Share};
 pub use registry::{describe, describe_folder, shape_of, Family, FolderInfo};
-pub use rope::Positions;
 pub use shape::{ArchitectureShape, LayerShape};
 pub use vision_tower::{VisionEncoding, VisionTower};
 

@@ -12,8 +12,8 @@ use serde_json::Value;
 use super::layers::LayerLoader;
 use super::shape::{ArchitectureShape, LayerShape};
 use super::{
-    gemma3, gemma3_vl, gemma4, gemma4_vl, llama, qwen2, qwen2_vl, qwen3, qwen3_5, qwen3_5_vl,
-    qwen3_moe, qwen3_vl, Capabilities, LanguageModel,
+    gemma3, gemma4, llama, qwen2, qwen2_vl, qwen3, qwen3_5, qwen3_moe, qwen3_vl, Capabilities,
+    LanguageModel,
 };
 use crate::error::{Error, Result};
 use crate::vision::SharedImageProcessor;
@@ -59,10 +59,10 @@ pub static FAMILIES: &[Family] = &[
     qwen3::FAMILY,
     qwen3_moe::FAMILY,
     gemma3::FAMILY,
-    gemma3_vl::FAMILY,
+    gemma3::vision::FAMILY,
     gemma4::FAMILY,
-    gemma4_vl::FAMILY,
-    qwen3_5_vl::FAMILY,
+    gemma4::vision::FAMILY,
+    qwen3_5::vision::FAMILY,
     qwen3_5::FAMILY,
     qwen3_vl::FAMILY,
 ];

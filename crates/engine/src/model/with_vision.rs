@@ -4,7 +4,7 @@
 //! encodes images.
 use mlx_rs::Array;
 
-use super::rope::Positions;
+use super::layers::rope::Positions;
 use super::{LanguageModel, ModelShape, VisionTower};
 use crate::cache::{BatchCache, CacheLayout};
 use crate::error::Result;

@@ -2,13 +2,9 @@
 //! vision tower reads (`preprocess.rs`), and the vision-feature cache that
 //! lets a repeated image skip both (`feature_cache.rs`).
 pub mod feature_cache;
-pub mod gemma3_processor;
-pub mod gemma4_processor;
 pub mod preprocess;
 pub mod processor;
 
 pub use feature_cache::{CachedFeatures, VisionCacheStats, VisionFeatureCache};
-pub use gemma3_processor::Gemma3ImageProcessor;
-pub use gemma4_processor::Gemma4ImageProcessor;
 pub use preprocess::{ImagePatches, PreprocessedImage, QwenImageProcessor};
 pub use processor::{ImageProcessor, SharedImageProcessor};

@@ -2,9 +2,9 @@
 //! `size × size` pixels (896 in the released models) and always the same
 //! number of soft tokens (`image_seq_length`, 256), as transformers'
 //! `Gemma3ImageProcessor` (PIL backend, what mlx-vlm uses) does:
-//! 1. decode, EXIF-transpose, RGB — [`super::preprocess::decode`];
+//! 1. decode, EXIF-transpose, RGB — [`crate::vision::preprocess::decode`];
 //! 2. PIL resize to `size` with `resample` (bilinear) on 8-bit pixels,
-//!    ignoring the aspect ratio — [`super::preprocess::resample`];
+//!    ignoring the aspect ratio — [`crate::vision::preprocess::resample`];
 //! 3. `x · rescale_factor` in float64 then float32, `(x − mean) / std` in float32;
 //! 4. cut into `patch_size` patches in raster order, columns `(channel, row,
 //!    col)`: the SigLIP tower's Conv2d becomes one matmul.
@@ -22,11 +22,11 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::preprocess::resample::{resize_rgb8, Filter};
-use super::preprocess::{decode, ImagePatches};
-use super::processor::{read_json_object, read_processor_settings};
-use super::{ImageProcessor, SharedImageProcessor};
 use crate::error::{Error, Result};
+use crate::vision::preprocess::resample::{resize_rgb8, Filter};
+use crate::vision::preprocess::{decode, ImagePatches};
+use crate::vision::processor::{read_json_object, read_processor_settings};
+use crate::vision::{ImageProcessor, SharedImageProcessor};
 
 /// Gemma 3's image markers (the tokenizer's `boi_token`, `image_token`, `eoi_token`).
 pub const BOI: &str = "<start_of_image>";

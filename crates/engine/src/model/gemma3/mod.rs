@@ -7,19 +7,21 @@
 //! the `(1 + w)` RMSNorm, four norms per block (before and after attention and
 //! MLP), a GELU-tanh MLP, embeddings scaled by √hidden (rounded to bfloat16,
 //! as the reference does), and `query_pre_attn_scalar` for the attention scale.
+pub mod image_processor;
+pub mod vision;
 use mlx_rs::{ops, Array, Dtype};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::attention;
-use super::layers::{gelu_tanh, Embedding, LayerLoader, Linear, RmsNorm};
-use super::registry::Family;
-use super::rope::{Positions, Rope, RopeScaling, Rotation};
-use super::shape::{self, LayerShape};
-use super::{LanguageModel, ModelShape};
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::distributed::StageLayers;
 use crate::error::{Error, Result};
+use crate::model::layers::attention;
+use crate::model::layers::rope::{Positions, Rope, RopeScaling, Rotation};
+use crate::model::layers::{gelu_tanh, Embedding, LayerLoader, Linear, RmsNorm};
+use crate::model::registry::Family;
+use crate::model::shape::{self, LayerShape};
+use crate::model::{LanguageModel, ModelShape};
 use crate::weights::gguf::GgufImport;
 
 pub const FAMILY: Family = Family {

@@ -1,5 +1,5 @@
 //! Gemma 3 as released with vision (`gemma3`: 4B, 12B, 27B): the language
-//! model of [`super::gemma3`], the SigLIP tower ([`super::siglip`]) and the
+//! model of [`crate::model::gemma3`], the SigLIP tower ([`crate::model::layers::siglip`]) and the
 //! projector — the tower's `side × side` patch states average-pooled to
 //! `mm_tokens_per_image` soft tokens, Gemma's RMSNorm, one matrix to the
 //! language model's width. An image's soft tokens attend to each other both
@@ -13,23 +13,23 @@
 use mlx_rs::{ops, Array};
 use serde_json::Value;
 
-use super::gemma3::{gemma_norm, Gemma3};
-use super::language_model_only::keep_language_model;
-use super::layers::{LayerLoader, RmsNorm};
-use super::registry::Family;
-use super::siglip::{Siglip, SiglipConfig, SiglipEncoding};
-use super::vision_tower::VisionEncoding;
-use super::with_vision::WithVision;
-use super::VisionTower;
 use crate::error::{Error, Result};
+use crate::model::gemma3::{gemma_norm, Gemma3};
+use crate::model::language_model_only::keep_language_model;
+use crate::model::layers::siglip::{Siglip, SiglipConfig, SiglipEncoding};
+use crate::model::layers::{LayerLoader, RmsNorm};
+use crate::model::registry::Family;
+use crate::model::vision_tower::VisionEncoding;
+use crate::model::with_vision::WithVision;
+use crate::model::VisionTower;
 
 pub const FAMILY: Family = Family {
     name: "Gemma 3",
     model_types: &["gemma3"],
     build: |_, config, loader| Ok(Box::new(Gemma3Vl::load(config, loader)?)),
-    layers: super::gemma3::FAMILY.layers,
+    layers: crate::model::gemma3::FAMILY.layers,
     gguf: None,
-    image_processor: Some(crate::vision::Gemma3ImageProcessor::shared_from_folder),
+    image_processor: Some(super::image_processor::Gemma3ImageProcessor::shared_from_folder),
     tensor_parallel: false,
 };
 

@@ -1,6 +1,6 @@
 //! Gemma 4's image processor: variable resolution within a soft-token
 //! budget, as mlx-vlm 0.7.6's `Gemma4ImageProcessor`:
-//! 1. decode, EXIF-transpose, RGB — [`super::preprocess::decode`];
+//! 1. decode, EXIF-transpose, RGB — [`crate::vision::preprocess::decode`];
 //! 2. aspect-preserving resize: the largest size with at most
 //!    `max_soft_tokens · pooling_kernel_size²` patches of `patch_size` and
 //!    both sides multiples of `pooling_kernel_size · patch_size` (a side that
@@ -19,11 +19,11 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::preprocess::resample::{resize_rgb8, Filter};
-use super::preprocess::{decode, ImagePatches};
-use super::processor::{read_json_object, read_processor_settings};
-use super::{ImageProcessor, SharedImageProcessor};
 use crate::error::{Error, Result};
+use crate::vision::preprocess::resample::{resize_rgb8, Filter};
+use crate::vision::preprocess::{decode, ImagePatches};
+use crate::vision::processor::{read_json_object, read_processor_settings};
+use crate::vision::{ImageProcessor, SharedImageProcessor};
 
 #[derive(Debug, Clone)]
 pub struct Gemma4ImageProcessor {

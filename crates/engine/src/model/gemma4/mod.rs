@@ -18,23 +18,26 @@
 //!   layer's dense MLP, a router (RMS-normed input, top-k, softmax over the
 //!   chosen, a learned scale per expert) over GELU-gated experts.
 //!
-//! A multimodal `gemma4` checkpoint is [`super::gemma4_vl`]: this language
+//! A multimodal `gemma4` checkpoint is [`crate::model::gemma4::vision`]: this language
 //! model and the vision encoder.
+pub mod image_processor;
+pub mod tower;
+pub mod vision;
 use mlx_rs::{fast, ops, ops::indexing::IndexOp, Array};
 use serde::Deserialize;
 use serde_json::Value;
 use std::ops::Range;
 
-use super::attention;
-use super::layers::{gelu_tanh, Embedding, LayerLoader, Linear, RmsNorm};
-use super::moe::{unstack_gate_up, Experts, GateActivation};
-use super::registry::Family;
-use super::rope::{Positions, Rope, Rotation};
-use super::shape::{self, LayerShape};
-use super::{LanguageModel, ModelShape};
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::distributed::StageLayers;
 use crate::error::{Error, Result};
+use crate::model::layers::attention;
+use crate::model::layers::moe::{unstack_gate_up, Experts, GateActivation};
+use crate::model::layers::rope::{Positions, Rope, Rotation};
+use crate::model::layers::{gelu_tanh, Embedding, LayerLoader, Linear, RmsNorm};
+use crate::model::registry::Family;
+use crate::model::shape::{self, LayerShape};
+use crate::model::{LanguageModel, ModelShape};
 
 pub const FAMILY: Family = Family {
     name: "Gemma 4 (text)",

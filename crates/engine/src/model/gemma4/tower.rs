@@ -15,10 +15,10 @@
 use mlx_rs::{fast, ops, ops::indexing::IndexOp, Array};
 use serde_json::Value;
 
-use super::attention;
-use super::layers::{gelu_tanh, LayerLoader, Linear, RmsNorm};
 use crate::cache::AttentionMask;
 use crate::error::{Error, Result};
+use crate::model::layers::attention;
+use crate::model::layers::{gelu_tanh, LayerLoader, Linear, RmsNorm};
 
 /// `vision_config` of config.json.
 #[derive(Debug, Clone)]

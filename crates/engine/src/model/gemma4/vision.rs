@@ -1,6 +1,6 @@
 //! Gemma 4 as released (`gemma4`: E2B, E4B, 26B-A4B, 31B): the language
-//! model of [`super::gemma4`] and the vision encoder of
-//! [`super::gemma4_vision`]. Images are variable-resolution (up to a
+//! model of [`crate::model::gemma4`] and the vision encoder of
+//! [`crate::model::gemma4::tower`]. Images are variable-resolution (up to a
 //! soft-token budget); their soft tokens take ordinary positions, attend to
 //! each other both ways when the config says `use_bidirectional_attention:
 //! "vision"`, and look up the padding token's per-layer input embedding (the
@@ -12,23 +12,23 @@
 use mlx_rs::{ops, Array};
 use serde_json::Value;
 
-use super::gemma4::{Gemma4, TOWERS};
-use super::gemma4_vision::{Gemma4Encoding, Gemma4VisionConfig, Gemma4VisionTower};
-use super::language_model_only::keep_language_model;
-use super::layers::LayerLoader;
-use super::registry::Family;
-use super::vision_tower::VisionEncoding;
-use super::with_vision::WithVision;
-use super::{LanguageModel, VisionTower};
 use crate::error::Result;
+use crate::model::gemma4::tower::{Gemma4Encoding, Gemma4VisionConfig, Gemma4VisionTower};
+use crate::model::gemma4::{Gemma4, TOWERS};
+use crate::model::language_model_only::keep_language_model;
+use crate::model::layers::LayerLoader;
+use crate::model::registry::Family;
+use crate::model::vision_tower::VisionEncoding;
+use crate::model::with_vision::WithVision;
+use crate::model::{LanguageModel, VisionTower};
 
 pub const FAMILY: Family = Family {
     name: "Gemma 4",
     model_types: &["gemma4"],
     build: |_, config, loader| load(config, loader),
-    layers: super::gemma4::FAMILY.layers,
+    layers: crate::model::gemma4::FAMILY.layers,
     gguf: None,
-    image_processor: Some(crate::vision::Gemma4ImageProcessor::shared_from_folder),
+    image_processor: Some(super::image_processor::Gemma4ImageProcessor::shared_from_folder),
     tensor_parallel: false,
 };
 

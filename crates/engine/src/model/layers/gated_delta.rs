@@ -23,10 +23,10 @@
 //! same).
 use mlx_rs::{fast, nn, ops, ops::indexing::IndexOp, Array, Dtype};
 
-use super::layers::{LayerLoader, Linear};
-use super::shape::LayerShape;
 use crate::cache::BatchCache;
 use crate::error::{Error, Result};
+use crate::model::layers::{LayerLoader, Linear};
+use crate::model::shape::LayerShape;
 
 /// The sizes of a Gated DeltaNet layer (config.json's `linear_*` fields).
 #[derive(Debug, Clone, Copy)]

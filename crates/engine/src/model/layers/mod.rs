@@ -1,5 +1,13 @@
 //! Building blocks shared by the model families: linear layers and embeddings
 //! that are either float or MLX-quantized, and RMS norm.
+pub mod attention;
+pub mod gated_delta;
+pub mod moe;
+pub mod mrope;
+pub mod qwen_vit;
+pub mod rope;
+pub mod siglip;
+
 use mlx_rs::{
     fast,
     ops::{self, indexing::IndexOp},

@@ -7,8 +7,8 @@
 //! GELU-gated ones.
 use mlx_rs::{nn, ops, ops::indexing::IndexOp, Array};
 
-use super::layers::{gelu_tanh, ExpertMatrices, LayerLoader, Linear};
 use crate::error::{Error, Result};
+use crate::model::layers::{gelu_tanh, ExpertMatrices, LayerLoader, Linear};
 
 pub struct SparseMoe {
     /// The router: hidden → one logit per expert.

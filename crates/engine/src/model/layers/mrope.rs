@@ -111,8 +111,8 @@ pub fn rotate_half_split(x: &Array, cos: &Array, sin: &Array) -> Result<Array> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::rope::Positions;
-    use crate::model::rope::Rope;
+    use crate::model::layers::rope::Positions;
+    use crate::model::layers::rope::Rope;
     use mlx_rs::ops::indexing::IndexOp;
 
     fn max_abs_diff(a: &Array, b: &Array) -> f32 {

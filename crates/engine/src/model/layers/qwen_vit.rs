@@ -8,11 +8,11 @@
 //! patches is four consecutive rows.
 use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 
-use super::attention;
-use super::layers::{LayerLoader, Linear};
-use super::mrope::rotate_half_split;
 use crate::cache::AttentionMask;
 use crate::error::{Error, Result};
+use crate::model::layers::attention;
+use crate::model::layers::mrope::rotate_half_split;
+use crate::model::layers::{LayerLoader, Linear};
 
 /// The patch merger always merges 2×2 patches (the references ignore
 /// `spatial_merge_size` there), so the loaders accept only 2.

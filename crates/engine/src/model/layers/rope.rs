@@ -3,9 +3,9 @@
 use mlx_rs::{fast, Array};
 use serde::Deserialize;
 
-pub use super::mrope::MRopeLayout;
-use super::mrope::{self, MRope};
 use crate::error::{Error, Result};
+pub use crate::model::layers::mrope::MRopeLayout;
+use crate::model::layers::mrope::{self, MRope};
 
 /// `rope_scaling` from config.json (`type` in older files, `rope_type` in newer).
 #[derive(Debug, Clone, Deserialize)]

@@ -11,10 +11,10 @@
 use mlx_rs::{fast, ops, Array};
 use serde_json::Value;
 
-use super::attention;
-use super::layers::{gelu_tanh, LayerLoader, Linear};
 use crate::cache::AttentionMask;
 use crate::error::{Error, Result};
+use crate::model::layers::attention;
+use crate::model::layers::{gelu_tanh, LayerLoader, Linear};
 
 /// `vision_config` of config.json.
 #[derive(Debug, Clone)]

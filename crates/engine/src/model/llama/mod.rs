@@ -8,15 +8,15 @@
 use mlx_rs::{nn, Array};
 use serde::Deserialize;
 
-use super::layers::{Embedding, LayerLoader, Linear, Projection, RmsNorm};
-use super::moe::SparseMoe;
-use super::registry::Family;
-use super::rope::{Positions, Rope, RopeScaling, Rotation};
-use super::shape::LayerShape;
-use super::{attention, LanguageModel, ModelShape};
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::distributed::StageLayers;
 use crate::error::{Error, Result};
+use crate::model::layers::moe::SparseMoe;
+use crate::model::layers::rope::{Positions, Rope, RopeScaling, Rotation};
+use crate::model::layers::{Embedding, LayerLoader, Linear, Projection, RmsNorm};
+use crate::model::registry::Family;
+use crate::model::shape::LayerShape;
+use crate::model::{layers::attention, LanguageModel, ModelShape};
 use crate::weights::gguf::GgufImport;
 
 /// The registry entry: Llama 2/3.x, SmolLM2, Mistral-style dense models.

@@ -3,11 +3,11 @@
 //! RoPE base 1e6 unless config.json says otherwise.
 use serde_json::Value;
 
-use super::layers::LayerLoader;
-use super::llama::{DecoderLayout, Llama, LlamaArgs};
-use super::registry::Family;
-use super::rope::Rope;
 use crate::error::Result;
+use crate::model::layers::rope::Rope;
+use crate::model::layers::LayerLoader;
+use crate::model::llama::{DecoderLayout, Llama, LlamaArgs};
+use crate::model::registry::Family;
 use crate::weights::gguf::GgufImport;
 
 /// The registry entry: Qwen2 / Qwen2.5 text models.
@@ -50,5 +50,5 @@ pub fn parse_args(config: &Value) -> Result<LlamaArgs> {
         // configs; qwen2 has Q/K/V biases whatever it says.
         map.remove("attention_bias");
     }
-    super::llama::parse_args(&config, "qwen2")
+    crate::model::llama::parse_args(&config, "qwen2")
 }

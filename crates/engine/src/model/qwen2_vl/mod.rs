@@ -18,10 +18,10 @@ pub mod vision;
 use mlx_rs::Array;
 use serde_json::{Map, Value};
 
+use super::layers::rope::{MRopeLayout, Rope};
 use super::layers::LayerLoader;
 use super::llama::{DecoderLayout, Llama, LlamaArgs};
 use super::registry::Family;
-use super::rope::{MRopeLayout, Rope};
 use super::vision_tower::VisionEncoding;
 use super::with_vision::WithVision;
 use super::VisionTower;

@@ -16,11 +16,11 @@
 use mlx_rs::{fast, ops, Array};
 use serde_json::Value;
 
+use super::super::layers::qwen_vit::{self, gelu_exact, PatchShape, SegmentAttention, MERGE_UNIT};
 use super::super::layers::{LayerLoader, Linear, RmsNorm};
-use super::super::qwen_vit::{self, gelu_exact, PatchShape, SegmentAttention, MERGE_UNIT};
 use crate::error::{Error, Result};
 
-pub use super::super::qwen_vit::MERGE;
+pub use super::super::layers::qwen_vit::MERGE;
 /// Both towers' norms use this epsilon whatever the config says.
 const NORM_EPS: f32 = 1e-6;
 

@@ -5,11 +5,11 @@
 //! in a message).
 use serde_json::Value;
 
-use super::layers::LayerLoader;
-use super::llama::{parse_args, DecoderLayout, Llama, LlamaArgs};
-use super::registry::Family;
-use super::rope::Rope;
 use crate::error::{Error, Result};
+use crate::model::layers::rope::Rope;
+use crate::model::layers::LayerLoader;
+use crate::model::llama::{parse_args, DecoderLayout, Llama, LlamaArgs};
+use crate::model::registry::Family;
 use crate::weights::gguf::GgufImport;
 
 /// llama.cpp's names for the per-head norms.

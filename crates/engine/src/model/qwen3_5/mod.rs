@@ -2,7 +2,7 @@
 //! 35B-A3B / 122B-A10B mixtures of experts), text part. A hybrid decoder:
 //! three of every four layers (`full_attention_interval`) are Gated DeltaNet
 //! linear attention with a fixed-size recurrent state per row
-//! ([`super::gated_delta`]); the others are full attention with
+//! ([`crate::model::layers::gated_delta`]); the others are full attention with
 //! - a sigmoid output gate (`q_proj` yields each head's queries and gate),
 //! - RMSNorm over each head's queries and keys,
 //! - RoPE over the first quarter of each head (`partial_rotary_factor`),
@@ -18,24 +18,25 @@
 //! weights, `switch_mlp`). The kernel's shape tells which, as in mlx-lm.
 //! `qwen3_5_text` / `qwen3_5_moe_text` load here text only (the
 //! multi-token-prediction head is skipped); `qwen3_5` / `qwen3_5_moe`, which
-//! see images, are [`super::qwen3_5_vl`]: this language model plus the
+//! see images, are [`crate::model::qwen3_5::vision`]: this language model plus the
 //! Qwen3-VL vision tower.
+pub mod vision;
 use mlx_rs::{ops, Array};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::gated_delta::{GatedDeltaDims, GatedDeltaNet};
-use super::language_model_only::keep_language_model;
-use super::layers::{Embedding, LayerLoader, Linear, RmsNorm};
-use super::llama::Mlp;
-use super::moe::{unstack_gate_up, SparseMoe};
-use super::registry::Family;
-use super::rope::{MRopeLayout, Positions, Rope, Rotation};
-use super::shape::{self, LayerShape};
-use super::{attention, LanguageModel, ModelShape};
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::distributed::StageLayers;
 use crate::error::{Error, Result};
+use crate::model::language_model_only::keep_language_model;
+use crate::model::layers::gated_delta::{GatedDeltaDims, GatedDeltaNet};
+use crate::model::layers::moe::{unstack_gate_up, SparseMoe};
+use crate::model::layers::rope::{MRopeLayout, Positions, Rope, Rotation};
+use crate::model::layers::{Embedding, LayerLoader, Linear, RmsNorm};
+use crate::model::llama::Mlp;
+use crate::model::registry::Family;
+use crate::model::shape::{self, LayerShape};
+use crate::model::{layers::attention, LanguageModel, ModelShape};
 
 pub const FAMILY: Family = Family {
     name: "Qwen3.5 (text)",

@@ -1,5 +1,5 @@
 //! Qwen3.5 as released (`qwen3_5`, `qwen3_5_moe`): natively multimodal, the
-//! hybrid language model of [`super::qwen3_5`] with interleaved M-RoPE
+//! hybrid language model of [`crate::model::qwen3_5`] with interleaved M-RoPE
 //! positions for images, and the Qwen3-VL vision tower (no DeepStack).
 //!
 //! Weight names: Hugging Face nests the language model as
@@ -8,20 +8,20 @@
 //! tower's tensors (a text-only conversion) loads text only.
 use serde_json::Value;
 
-use super::language_model_only::keep_language_model;
-use super::layers::LayerLoader;
-use super::qwen3_5::Qwen35;
-use super::qwen3_vl::{gather_tower, Qwen3Vision, TOWER};
-use super::registry::Family;
-use super::with_vision::WithVision;
-use super::LanguageModel;
 use crate::error::Result;
+use crate::model::language_model_only::keep_language_model;
+use crate::model::layers::LayerLoader;
+use crate::model::qwen3_5::Qwen35;
+use crate::model::qwen3_vl::{gather_tower, Qwen3Vision, TOWER};
+use crate::model::registry::Family;
+use crate::model::with_vision::WithVision;
+use crate::model::LanguageModel;
 
 pub const FAMILY: Family = Family {
     name: "Qwen3.5",
     model_types: &["qwen3_5", "qwen3_5_moe"],
     build: |_, config, loader| load(config, loader),
-    layers: super::qwen3_5::FAMILY.layers,
+    layers: crate::model::qwen3_5::FAMILY.layers,
     gguf: None,
     image_processor: Some(crate::vision::QwenImageProcessor::shared_from_folder),
     tensor_parallel: false,
@@ -38,7 +38,7 @@ fn load(config: &Value, loader: &mut LayerLoader) -> Result<Box<dyn LanguageMode
     // A tower needs its patch embedding and blocks (a text-only conversion has neither).
     let has_tower = loader.weights.contains(&format!("{TOWER}.patch_embed.proj.weight"))
         && loader.weights.contains(&format!("{TOWER}.blocks.0.attn.qkv.weight"));
-    let skipped: &[&str] = if has_tower { &["mtp."] } else { super::qwen3_5::SKIPPED };
+    let skipped: &[&str] = if has_tower { &["mtp."] } else { crate::model::qwen3_5::SKIPPED };
     keep_language_model(loader, skipped, "Qwen3.5");
     let language = Qwen35::load(config, loader)?;
     if !has_tower {

@@ -9,13 +9,13 @@ use mlx_rs::{ops, Array};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::layers::LayerLoader;
-use super::llama::{FeedForward, Llama, Mlp};
-use super::moe::SparseMoe;
-use super::qwen3::{layout, parse_qwen3_args};
-use super::registry::Family;
-use super::rope::Rope;
 use crate::error::{Error, Result};
+use crate::model::layers::moe::SparseMoe;
+use crate::model::layers::rope::Rope;
+use crate::model::layers::LayerLoader;
+use crate::model::llama::{FeedForward, Llama, Mlp};
+use crate::model::qwen3::{layout, parse_qwen3_args};
+use crate::model::registry::Family;
 use crate::weights::gguf::GgufImport;
 
 pub const FAMILY: Family = Family {

@@ -14,11 +14,11 @@ pub mod vision;
 use serde_json::{Map, Value};
 
 use super::language_model_only::keep_language_model;
+use super::layers::rope::{MRopeLayout, Rope};
 use super::layers::LayerLoader;
 use super::llama::{Llama, LlamaArgs};
 use super::qwen3::{layout, parse_qwen3_args};
 use super::registry::Family;
-use super::rope::{MRopeLayout, Rope};
 use super::with_vision::WithVision;
 use crate::error::{Error, Result};
 pub use tower::Qwen3Vision;

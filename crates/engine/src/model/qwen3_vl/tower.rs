@@ -1,5 +1,5 @@
 //! The Qwen3-VL vision tower (`vision.rs`) as the engine's [`VisionTower`]:
-//! shared by Qwen3.5 ([`crate::model::qwen3_5_vl`]), whose tower is the same.
+//! shared by Qwen3.5 ([`crate::model::qwen3_5::vision`]), whose tower is the same.
 //! Image placeholders are `<|image_pad|>` runs between `<|vision_start|>`
 //! and `<|vision_end|>`, and their M-RoPE positions follow Qwen2-VL's rule.
 use mlx_rs::Array;

@@ -16,8 +16,10 @@
 use mlx_rs::{fast, ops, ops::indexing::IndexOp, Array};
 use serde_json::Value;
 
+use super::super::layers::qwen_vit::{
+    self, gelu_exact, PatchShape, SegmentAttention, MERGE, MERGE_UNIT,
+};
 use super::super::layers::{gelu_tanh, LayerLoader, Linear};
-use super::super::qwen_vit::{self, gelu_exact, PatchShape, SegmentAttention, MERGE, MERGE_UNIT};
 use crate::error::{Error, Result};
 
 const NORM_EPS: f32 = 1e-6;
