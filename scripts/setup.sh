@@ -55,6 +55,12 @@ if ! .venv/bin/python -c "import importlib.metadata as m,sys; sys.exit(0 if m.ve
   .venv/bin/pip install -q --disable-pip-version-check "$MLX_PKG"
 fi
 
+# ---- rustfmt (the test command checks the tree's formatting) ---------------
+if ! cargo fmt --version >/dev/null 2>&1 && command -v rustup >/dev/null; then
+  log "adding rustfmt to the Rust toolchain"
+  rustup component add rustfmt
+fi
+
 # ---- mlx-c sources: the registry's mlx-sys 0.7.0 ---------------------------
 if ! ls "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/mlx-sys-0.7.0/src/mlx-c/CMakeLists.txt >/dev/null 2>&1; then
   log "fetching mlx-sys 0.7.0 (mlx-c sources) from crates.io"

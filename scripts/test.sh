@@ -13,6 +13,9 @@ if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 echo "test: $(df -h --output=avail . | tail -1 | tr -d ' ') free on the disk of $PWD" >&2
 npm --prefix ui run -s build
 status=0
+# The tree is formatted as rustfmt.toml says; a file that is not fails the run
+# (after everything else ran), and `cargo fmt --all` fixes it.
+cargo fmt --all --check || { echo "test: run cargo fmt --all" >&2; status=1; }
 # One BLAS thread per test process: OpenBLAS 0.3.21 (Debian's) can deadlock
 # at process exit joining its worker threads (seen twice: a test binary that
 # passed never exited); the test harness runs tests in parallel anyway.
