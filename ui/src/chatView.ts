@@ -41,6 +41,17 @@ export type ModelState = { state: 'unloaded' } | { state: 'loading'; name: strin
 /** A streaming reply is redrawn at most this often (ms): ~15 times a second. */
 export const LIVE_REDRAW_MS = 66;
 
+/** How long a live reply's next redraw waits (ms): LIVE_REDRAW_MS after the
+ * last one, except the first text of the answer (or its thinking), which is
+ * drawn at once: the throttle would otherwise add up to LIVE_REDRAW_MS to
+ * the time to first token, as the "started" event's draw comes just before it. */
+export function liveRedrawDelay(lastDraw: number, now: number, firstText: boolean): number {
+  return firstText ? 0 : Math.max(0, lastDraw + LIVE_REDRAW_MS - now);
+}
+
+/** Whether a live reply has text to show (answer or thinking). */
+const hasText = (live: LiveReply) => !!(live.content || live.reasoning);
+
 /** "42 tokens · 31.5 tok/s · TTFT 120 ms" for the hover card. */
 export function statsLine(stats: MessageStats | null | undefined): string {
   if (!stats) return '';
@@ -98,6 +109,8 @@ export class ChatView {
   private liveBubble: LiveBubble | null = null;
   private timer = 0;
   private lastDraw = 0;
+  /** The live bubble shows text already (the next text is not its first). */
+  private drewText = false;
   private busy = false;
   private model: ModelState = { state: 'unloaded' };
 
@@ -146,12 +159,15 @@ export class ChatView {
   /** A live reply changed: redraw its bubble, at most every LIVE_REDRAW_MS. */
   updateLive(live: LiveReply): void {
     this.live = live;
-    if (this.timer) return;
-    const wait = Math.max(0, this.lastDraw + LIVE_REDRAW_MS - performance.now());
+    const firstText = hasText(live) && !(this.drewText && this.liveBubble?.el.isConnected);
+    if (this.timer && !firstText) return;
+    window.clearTimeout(this.timer);
+    const wait = liveRedrawDelay(this.lastDraw, performance.now(), firstText);
     this.timer = window.setTimeout(() => {
       this.timer = 0;
       this.lastDraw = performance.now();
       if (!this.live || this.live.finished) return;
+      this.drewText = hasText(this.live);
       const nearEnd = this.isNearEnd();
       if (!this.liveBubble?.el.isConnected) {
         this.liveBubble = new LiveBubble();
@@ -166,6 +182,7 @@ export class ChatView {
   private render(): void {
     clear(this.list);
     this.liveBubble = null;
+    this.drewText = false;
     const liveId = this.live && !this.live.finished ? this.live.replyId : null;
     const lastUser = [...this.messages].reverse().find((m) => m.role === 'user');
     const lastAssistant = this.messages[this.messages.length - 1]?.role === 'assistant' ? this.messages[this.messages.length - 1] : undefined;
@@ -182,6 +199,7 @@ export class ChatView {
     if (this.live && !this.live.finished) {
       this.liveBubble = new LiveBubble();
       this.liveBubble.update(this.live);
+      this.drewText = hasText(this.live);
       this.list.append(this.liveBubble.el);
     }
     if (this.messages.length === 0 && !this.live) this.list.append(this.emptyChat());

@@ -98,6 +98,7 @@ export class Composer {
   }
 
   setBusy(busy: boolean): void {
+    if (busy === this.busy && this.stopButton.hidden === !busy) return; // called for every streamed piece
     const hadFocus = this.stopButton.contains(document.activeElement) || this.sendButton.contains(document.activeElement);
     this.busy = busy;
     this.stopButton.hidden = !busy;

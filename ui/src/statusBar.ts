@@ -42,14 +42,23 @@ function plural(n: number, one: string, many = `${one}s`): string {
 export class StatusBar {
   readonly el = h('footer', { class: 'status-bar', 'data-testid': 'status-bar' });
 
+  /** What the bar shows now: it is rebuilt only when this changes. */
+  private shown = '';
+
+  /** Called every second (the app polls the engine's figures) and on every
+   * change of state: the bar's elements are replaced only when what it says
+   * changed, so an idle window does no style, layout or paint work for it. */
   render(status: EngineStatus | null, stats: EngineStatsView | null, server: ServerStatus | null, starting = 0): void {
-    clear(this.el);
     const state = status?.state ?? 'unloaded';
+    const items = statusItems(status, stats, server, starting);
+    const shown = JSON.stringify([state, !!stats, items]);
+    if (shown === this.shown) return;
+    this.shown = shown;
+    clear(this.el);
     this.el.dataset.engine = state;
     this.el.dataset.stats = stats ? 'yes' : 'no';
     const dot = state === 'ready' ? 'ok' : state === 'loading' ? 'busy' : 'off';
     this.el.append(h('span', { class: `dot ${dot}`, 'aria-hidden': 'true' }));
-    const items = statusItems(status, stats, server, starting);
     items.forEach((item, i) => {
       if (i > 0) this.el.append(h('span', { class: 'sep', 'aria-hidden': 'true' }, '·'));
       this.el.append(h('span', { class: 'status-item' }, item));
