@@ -120,9 +120,21 @@ impl LayerMemory {
         self.window.map_or(context, |w| (w - 1 + SLIDING_SLACK).min(context))
     }
 
-    /// The same layer keeping every token (for a growth step's bytes).
-    fn unwindowed(&self) -> Self {
-        Self { window: None, state_elements: 0, state_f32_elements: 0, ..*self }
+    /// Bytes of keys and values one kept token takes: `float` bytes per
+    /// element, or `bits` plus a scale and a bias per group where KV
+    /// quantization applies to this layer.
+    fn bytes_per_token(&self, kv_bits: Option<u8>, float: f64) -> f64 {
+        let group = if self.head_dim % 64 == 0 { 64.0 } else { 32.0 };
+        let element = match kv_bits {
+            Some(bits) if self.quantizable => bits as f64 / 8.0 + 2.0 * float / group,
+            _ => float,
+        };
+        2.0 * self.kv_heads as f64 * self.head_dim as f64 * element
+    }
+
+    /// A recurrent layer's fixed state per sequence.
+    fn state_bytes(&self, float: f64) -> f64 {
+        self.state_elements as f64 * float + self.state_f32_elements as f64 * 4.0
     }
 
     /// A layer that keeps keys and values of `window` tokens or all of them.
@@ -338,17 +350,9 @@ impl ModelShape {
         let float = self.kv_element_bytes as f64;
         self.layers
             .iter()
-            .map(|layer| {
-                let group = if layer.head_dim % 64 == 0 { 64.0 } else { 32.0 };
-                let per_token = 2.0 * layer.kv_heads as f64 * layer.head_dim as f64;
-                let tokens = layer.kept(context) as f64;
-                let bytes = match kv_bits {
-                    Some(bits) if layer.quantizable => bits as f64 / 8.0 + 2.0 * float / group,
-                    _ => float,
-                };
-                let state =
-                    layer.state_elements as f64 * float + layer.state_f32_elements as f64 * 4.0;
-                (per_token * tokens * bytes + state).ceil() as u64
+            .map(|l| {
+                let kv = l.bytes_per_token(kv_bits, float) * l.kept(context) as f64;
+                (kv + l.state_bytes(float)).ceil() as u64
             })
             .sum()
     }
@@ -356,14 +360,11 @@ impl ModelShape {
     /// What the KV cache may hold beyond [`Self::kv_bytes`]: a growth
     /// step of columns on every layer that stores keys.
     pub fn kv_step_bytes(&self, kv_bits: Option<u8>) -> u64 {
-        let at = |columns: u32| {
-            ModelShape {
-                layers: self.layers.iter().map(|l| l.unwindowed()).collect(),
-                ..self.clone()
-            }
-            .kv_bytes(columns, kv_bits)
-        };
-        at(KV_STEP) - at(0)
+        let float = self.kv_element_bytes as f64;
+        self.layers
+            .iter()
+            .map(|l| (l.bytes_per_token(kv_bits, float) * KV_STEP as f64).ceil() as u64)
+            .sum()
     }
 
     /// The longest span any layer attends to at `context` tokens.
@@ -379,10 +380,10 @@ impl ModelShape {
     /// The float bytes of the largest one layer's keys and values at
     /// `context` tokens.
     fn largest_layer_bytes(&self, context: u32) -> u64 {
-        let float = self.kv_element_bytes as u64;
+        let float = self.kv_element_bytes as f64;
         self.layers
             .iter()
-            .map(|l| 2 * l.kv_heads as u64 * l.head_dim as u64 * l.kept(context) as u64 * float)
+            .map(|l| (l.bytes_per_token(None, float) * l.kept(context) as f64).ceil() as u64)
             .max()
             .unwrap_or(0)
     }

@@ -36,16 +36,3 @@ impl Clock {
         }
     }
 }
-
-/// Two clocks are the same clock (a manual one by identity).
-impl PartialEq for Clock {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (Clock::System, Clock::System) => true,
-            (Clock::Manual(a), Clock::Manual(b)) => Arc::ptr_eq(a, b),
-            _ => false,
-        }
-    }
-}
-
-impl Eq for Clock {}

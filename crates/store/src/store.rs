@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
 /// Where the store keeps its files.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct StoreConfig {
     /// The SQLite database file (created if missing, with its folder).
     pub database: PathBuf,
