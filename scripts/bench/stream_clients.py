@@ -2,6 +2,7 @@
 for scripts/bench-server.sh (ours and mlx_lm.server, same weights).
 
 Usage: stream_clients.py <base url> [--clients 16] [--max-tokens 64] [--model NAME] [--label TEXT]
+                         [--edit-prompts] [--offset K]
 Each client sends a different question with temperature 0 and reads the
 server-sent events as they arrive. Prints aggregate completion tok/s (all
 clients' tokens over the wall time from the first request to the last
@@ -27,15 +28,35 @@ QUESTIONS = [
     "Describe a train journey.",
 ]
 
+# Edit-style requests: the answer repeats most of the given text, which is
+# where prompt lookup pays off (--edit-prompts; scripts/bench-speculation.sh).
+PARAGRAPHS = [
+    "The old lighthouse stood at the edge of the cliff for more then two hundred years. Every night the keeper "
+    "climbed the narrow stairs, lit the great lamp and watched the ships pass safely in the dark water below.",
+    "Our team meeting is moved from tuesday to thursday at 10 am in room 4B. Please bring the budget report, "
+    "the list of open tickets and you ideas for the spring release. Lunch will be provided after the meeting.",
+    "Invoice number 2024-118 was issued on March 3 to Green Valley Farms for 40 crates of apples at 12 dollars "
+    "each. The total of 480 dollars is due within thirty days of the invoice date.",
+    "To make the bread, mix the flour, water, salt and yeast in a large bowl. Knead the dough for ten minutes, "
+    "let it rise for one hour, shape it into a loaf and bake it at 220 degrees for thirty five minutes.",
+]
+EDITS = [
+    "Correct the spelling and grammar of this paragraph and return the whole corrected paragraph:\n\n{}",
+    "Repeat this paragraph exactly, word for word:\n\n{}",
+    "Rewrite this paragraph in the past tense, keeping everything else the same:\n\n{}",
+    "Return this paragraph with every sentence on its own line:\n\n{}",
+]
+EDIT_QUESTIONS = [e.format(p) for e in EDITS for p in PARAGRAPHS]
+
 
 def p95(xs):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(0.95 * (len(xs) - 1))))]
 
 
-def client(base, model, i, max_tokens, out):
+def client(base, model, i, max_tokens, out, questions=QUESTIONS):
     body = {
-        "messages": [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
+        "messages": [{"role": "user", "content": questions[i % len(questions)]}],
         "max_tokens": max_tokens,
         "temperature": 0.0,
         "stream": True,
@@ -80,10 +101,16 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--model", default=None)
     ap.add_argument("--label", default="server")
+    ap.add_argument("--edit-prompts", action="store_true", help="edit-style requests (the answer repeats the text)")
+    ap.add_argument("--offset", type=int, default=0, help="start at this question (a different set per round)")
     a = ap.parse_args()
+    questions = EDIT_QUESTIONS if a.edit_prompts else QUESTIONS
+    questions = questions[a.offset:] + questions[:a.offset]
     base = a.base.rstrip("/")
     out = {}
-    threads = [threading.Thread(target=client, args=(base, a.model, i, a.max_tokens, out)) for i in range(a.clients)]
+    threads = [
+        threading.Thread(target=client, args=(base, a.model, i, a.max_tokens, out, questions)) for i in range(a.clients)
+    ]
     t0 = time.perf_counter()
     for t in threads:
         t.start()

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use engine::batch::speculation::SpeculationConfig;
 use engine::batch::{Event, ImageInput, Prompt, Request, SchedulerConfig};
 use engine::cache::prefix_disk::DiskPrefixConfig;
 use engine::cache::KvQuantization;
@@ -82,6 +83,26 @@ struct ModelArgs {
     /// used files go first).
     #[arg(long, default_value_t = 4.0)]
     prefix_cache_disk_gb: f64,
+    /// Speculative decoding: `lookup` drafts from the reply's own prompt
+    /// and output (no second model); `draft` with a smaller model of the
+    /// same tokenizer (--draft-model). Greedy output stays exactly the same.
+    #[arg(long, value_enum)]
+    draft_kind: Option<DraftKindArg>,
+    /// The draft model (a folder or .gguf) for `--draft-kind draft`; given
+    /// alone it implies that kind.
+    #[arg(long, value_name = "PATH")]
+    draft_model: Option<PathBuf>,
+    /// Most draft tokens a reply proposes per step (each reply's own count
+    /// follows how many of its drafts land); default 6 for lookup, 4 for a
+    /// draft model.
+    #[arg(long)]
+    num_draft_tokens: Option<usize>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DraftKindArg {
+    Lookup,
+    Draft,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -97,6 +118,29 @@ impl ModelArgs {
             Some(WeightsArg::Float32) => WeightFormat::Float32,
             None => WeightFormat::default(),
         }
+    }
+
+    /// What --draft-kind, --draft-model and --num-draft-tokens ask for.
+    fn speculation(&self) -> Result<Option<SpeculationConfig>> {
+        let kind = match (self.draft_kind, &self.draft_model) {
+            (None, None) => return Ok(None),
+            (Some(DraftKindArg::Lookup), None) => DraftKindArg::Lookup,
+            (Some(DraftKindArg::Lookup), Some(_)) => {
+                anyhow::bail!("--draft-model is for --draft-kind draft, not lookup")
+            }
+            (Some(DraftKindArg::Draft), None) => {
+                anyhow::bail!("--draft-kind draft needs --draft-model PATH")
+            }
+            (_, Some(_)) => DraftKindArg::Draft,
+        };
+        let mut config = match (kind, &self.draft_model) {
+            (DraftKindArg::Draft, Some(path)) => SpeculationConfig::draft_model(path.clone()),
+            _ => SpeculationConfig::prompt_lookup(),
+        };
+        if let Some(n) = self.num_draft_tokens {
+            config.max_draft_tokens = n;
+        }
+        Ok(Some(config))
     }
 
     fn load(&self) -> Result<LoadedModel> {
@@ -351,6 +395,7 @@ impl ModelArgs {
                 folder: folder.clone(),
                 capacity_bytes: (self.prefix_cache_disk_gb.max(0.0) * 1e9) as u64,
             }),
+            speculation: self.speculation()?,
             ..Default::default()
         };
         let config = EngineConfig { load: LoadOptions { format: self.format() }, scheduler };

@@ -18,6 +18,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::batch::image_permits::ImagePermits;
 use crate::batch::prep_workers::PrepWorkers;
+use crate::batch::speculation::DraftKind;
 use crate::batch::{
     EngineStats, Event, FinishReason, PreparedRequest, Preparer, Request, RequestError, RequestId,
     RequestStats, Scheduler, SchedulerConfig, TokenLogprob,
@@ -146,7 +147,24 @@ impl EngineHandle {
                     }
                 };
                 let info = loaded.info.clone();
+                let draft_path = match scheduler_config.speculation.as_ref().map(|s| &s.kind) {
+                    Some(DraftKind::DraftModel(path)) => Some(path.clone()),
+                    _ => None,
+                };
                 let scheduler = Scheduler::new(loaded, scheduler_config);
+                // A draft model is loaded beside the target; one that does not suit it fails the start.
+                let scheduler = match draft_path {
+                    None => Ok(scheduler),
+                    Some(p) => model::load(&p, &config.load)
+                        .and_then(|draft| scheduler.with_draft_model(draft)),
+                };
+                let scheduler = match scheduler {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
                 let _ = ready_tx.send(Ok((info, scheduler.preparer())));
                 run(scheduler, inbox, thread_watch, heartbeat);
             })

@@ -11,6 +11,7 @@ pub mod prepare;
 pub mod request;
 pub mod scheduler;
 pub mod sequence;
+pub mod speculation;
 
 pub use prepare::{PreparedRequest, Preparer};
 pub use request::{

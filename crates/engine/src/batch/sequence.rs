@@ -10,6 +10,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::images::{ImageWork, SequenceImages};
 use super::logprobs::{PendingLogprobs, TokenNames};
 use super::request::{Event, FinishReason, RequestError, RequestId, RequestStats};
+use super::speculation::draft_length::DraftLength;
 use crate::cache::{text_key, BatchCache, KeyToken};
 use crate::constraint::ConstrainedDecoder;
 use crate::sample::Sampler;
@@ -68,6 +69,8 @@ pub struct Sequence {
     submitted: Instant,
     prefill_started: Option<Instant>,
     first_token_at: Option<Instant>,
+    /// How many tokens this row drafts next, when the engine speculates.
+    pub draft_length: Option<DraftLength>,
 }
 
 /// What a sequence needs besides its prompt.
@@ -120,6 +123,7 @@ impl Sequence {
             submitted: parts.submitted,
             prefill_started: None,
             first_token_at: None,
+            draft_length: None,
         }
     }
 
@@ -199,6 +203,18 @@ impl Sequence {
     /// read when that token is accepted.
     pub fn push_logprobs(&mut self, pending: PendingLogprobs) {
         self.pending_logprobs.push_back(pending);
+    }
+
+    /// Whether this row's next tokens can come from a draft: greedy (its
+    /// choice at every position is known from the target's logits, so a
+    /// draft is kept exactly when the target agrees), nothing forced next,
+    /// no grammar, no log-probabilities.
+    pub fn can_speculate(&self) -> bool {
+        self.draft_length.is_some()
+            && self.sampler.params().is_greedy()
+            && self.forced.is_empty()
+            && self.constraint.is_none()
+            && self.logprobs.is_none()
     }
 
     /// The token the next decode step feeds for this row.

@@ -413,6 +413,35 @@ impl AttentionGroup {
         })
     }
 
+    /// Drops each row's newest `drops[b]` columns (draft tokens a
+    /// speculative step wrote and verification rejected). Every row's newest
+    /// token must still sit in the last column, so the rows that drop more
+    /// than the fewest are moved right by the difference (one copy of those
+    /// rows), their left padding growing to match.
+    pub fn rewind_rows(&mut self, drops: &[i32]) -> Result<()> {
+        assert_eq!(drops.len(), self.rows(), "one count per row");
+        let Some(&fewest) = drops.iter().min() else { return Ok(()) };
+        // The buffers keep their capacity: the next step writes over these columns.
+        self.columns -= fewest;
+        let columns = self.columns;
+        for (row, &drop) in drops.iter().enumerate() {
+            let shift = drop - fewest;
+            if shift == 0 {
+                continue;
+            }
+            let r = row as i32;
+            for layer in self.layers.iter_mut().flatten() {
+                for store in [&mut layer.keys, &mut layer.values] {
+                    let moved =
+                        store.row(r).columns_range(0, columns - shift).pad_columns(shift, true)?;
+                    store.write_row(r, &moved)?;
+                }
+            }
+            self.left_padding[row] = (self.left_padding[row] + shift).min(columns);
+        }
+        Ok(())
+    }
+
     /// For a one-row group holding the last `columns` of `total` tokens: can
     /// it drop its newest `drop` tokens and still serve the next query? A
     /// full group always can; a sliding group needs the `window - 1` tokens

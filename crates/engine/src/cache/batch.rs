@@ -456,6 +456,32 @@ impl BatchCache {
         Ok(cache)
     }
 
+    /// Whether [`Self::rewind_rows`] can undo tokens: keys and values can be
+    /// cut back; a recurrent state cannot (it would need the state at each
+    /// position of the step), nor can a cache whose changes other ranks copy.
+    pub fn can_rewind(&self) -> bool {
+        self.recurrent.is_empty() && self.mirror.is_none()
+    }
+
+    /// Drops each row's newest `drops[b]` tokens: the draft tokens a
+    /// speculative step fed and verification rejected.
+    pub fn rewind_rows(&mut self, drops: &[i32]) -> Result<()> {
+        assert_eq!(drops.len(), self.rows(), "one count per row");
+        if !self.can_rewind() {
+            return Err(Error::Mlx("this cache cannot drop tokens once written".into()));
+        }
+        if drops.iter().any(|&d| d < 0) || drops.iter().zip(&self.offsets).any(|(d, o)| d > o) {
+            return Err(Error::Mlx(format!("cannot drop {drops:?} of {:?} tokens", self.offsets)));
+        }
+        for g in &mut self.groups {
+            g.rewind_rows(drops)?;
+        }
+        for (o, d) in self.offsets.iter_mut().zip(drops) {
+            *o -= d;
+        }
+        Ok(())
+    }
+
     /// Whether [`Self::truncate`] to `len` would succeed.
     pub fn can_truncate(&self, len: usize) -> bool {
         assert_eq!(self.rows(), 1, "truncate is for one row");
@@ -661,6 +687,85 @@ mod tests {
             let out = step(&mut batch, &Array::from_slice(&[decode_a[i]], &[1, 1]));
             assert_eq!(row(&out, 0, 1), want_a[i + 1], "row a after b left, step {i}");
         }
+    }
+
+    /// The double without its recurrent layer (a state cannot be rewound).
+    fn rewindable_layout() -> CacheLayout {
+        CacheLayout::new(vec![
+            LayerCache::Full,
+            LayerCache::Shared { source: 0 },
+            LayerCache::Sliding { window: WINDOW },
+        ])
+        .unwrap()
+    }
+
+    fn attention_step(cache: &mut BatchCache, x: &Array) -> Vec<Array> {
+        let (b, l) = (x.dim(0), x.dim(1));
+        cache.begin_step(l).unwrap();
+        let kv = x.reshape(&[b, 1, l, 1]).unwrap();
+        let (view, mask) = cache.update(0, &kv, &kv).unwrap();
+        let full = attend_sum(view, &mask, l);
+        let (view, mask) = cache.shared(1).unwrap();
+        let shared = attend_sum(view, &mask, l);
+        let (view, mask) = cache.update(2, &kv, &kv).unwrap();
+        let sliding = attend_sum(view, &mask, l);
+        cache.finish_step().unwrap();
+        vec![full, shared, sliding]
+    }
+
+    /// A row fed `tokens` one at a time: each step's outputs.
+    fn attention_alone(tokens: &[f32]) -> Vec<Vec<Vec<f32>>> {
+        let mut c = BatchCache::new(&rewindable_layout(), 1, None);
+        tokens
+            .iter()
+            .map(|&t| row(&attention_step(&mut c, &Array::from_slice(&[t], &[1, 1])), 0, 1))
+            .collect()
+    }
+
+    /// A speculative step writes three tokens per row; the rows keep one,
+    /// two and all three. What they see afterwards must be what they would
+    /// see had they been fed only the kept tokens, one at a time.
+    #[test]
+    fn rows_rewound_by_different_counts_equal_rows_fed_only_what_they_kept() {
+        let prompts = [tokens(1.0, 9), tokens(100.0, 3), tokens(50.0, 6)];
+        let drafts = [[7.5, -1.0, -2.0], [8.5, 9.5, -3.0], [4.0, 5.0, 6.0]];
+        let kept = [1, 2, 3];
+        let after = [tokens(300.0, 6), tokens(400.0, 6), tokens(500.0, 6)];
+
+        let mut batch = BatchCache::new(&rewindable_layout(), 0, None);
+        for p in &prompts {
+            let mut row = BatchCache::new(&rewindable_layout(), 1, None);
+            attention_step(&mut row, &Array::from_slice(p, &[1, p.len() as i32]));
+            batch.extend(row).unwrap();
+        }
+        let flat: Vec<f32> = drafts.iter().flatten().copied().collect();
+        attention_step(&mut batch, &Array::from_slice(&flat, &[3, 3]));
+        batch.rewind_rows(&[2, 1, 0]).unwrap();
+        assert_eq!(batch.offsets(), [10, 5, 9]);
+        let mut got = vec![Vec::new(); 3];
+        for i in 0..6 {
+            let x: Vec<f32> = after.iter().map(|a| a[i]).collect();
+            let out = attention_step(&mut batch, &Array::from_slice(&x, &[3, 1]));
+            for (r, g) in got.iter_mut().enumerate() {
+                g.push(row(&out, r as i32, 1));
+            }
+        }
+        for r in 0..3 {
+            let mut fed = prompts[r].clone();
+            fed.extend(&drafts[r][..kept[r]]);
+            let n = fed.len();
+            fed.extend(&after[r]);
+            let want = attention_alone(&fed);
+            assert_eq!(got[r], want[n..], "row {r}, which kept {}", kept[r]);
+        }
+    }
+
+    #[test]
+    fn a_recurrent_state_cannot_be_rewound() {
+        let mut c = BatchCache::new(&layout(), 1, None);
+        step(&mut c, &Array::from_slice(&tokens(1.0, 3), &[1, 3]));
+        assert!(!c.can_rewind());
+        assert!(c.rewind_rows(&[1]).is_err());
     }
 
     #[test]

@@ -158,6 +158,16 @@ impl KvStore {
         Ok(())
     }
 
+    /// Overwrites row `row`'s first columns with `row_store` (one row, stored
+    /// like `self`).
+    pub fn write_row(&mut self, row: i32, row_store: &Self) -> Result<()> {
+        let end = row_store.columns();
+        for (part, new) in self.parts.iter_mut().zip(&row_store.parts) {
+            part.try_index_mut((row..row + 1, .., 0..end, ..), new)?;
+        }
+        Ok(())
+    }
+
     /// Columns `..end` still quantized (packed, scales, biases); `None` when stored as float.
     pub fn read_quantized(&self, end: i32) -> Option<([Array; 3], QuantSpec)> {
         let spec = self.quant?;

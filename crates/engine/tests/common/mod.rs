@@ -100,7 +100,12 @@ impl Driver {
 
     /// A driver for a model already loaded.
     pub fn of(loaded: LoadedModel, config: SchedulerConfig) -> Self {
-        Self { scheduler: Scheduler::new(loaded, config), requests: Vec::new() }
+        Self::of_scheduler(Scheduler::new(loaded, config))
+    }
+
+    /// A driver for a scheduler already built (e.g. given a draft model).
+    pub fn of_scheduler(scheduler: Scheduler) -> Self {
+        Self { scheduler, requests: Vec::new() }
     }
 
     /// Queues a request; returns its index for [`Self::completion`].

@@ -28,6 +28,8 @@ pub(crate) async fn health(State(context): State<AppContext>) -> Json<Value> {
         "model": engine.model_info().name,
         "running": stats.as_ref().map(|s| s.running),
         "waiting": stats.as_ref().map(|s| s.waiting),
+        // What speculative decoding does: its status, drafts proposed and kept.
+        "speculation": stats.as_ref().map(|s| &s.speculation),
     });
     // A model split across processes: what this process holds, and each rank's memory.
     if let Some(share) = &engine.model_info().share {

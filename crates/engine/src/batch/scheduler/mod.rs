@@ -8,6 +8,8 @@
 //! 3. runs one decode step for every running sequence in one forward pass
 //!    (left-padded batch cache), reading back only the sampled tokens;
 //! 4. drops finished sequences at once.
+mod speculative;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,6 +25,9 @@ use super::prefill::{self, PassRow};
 use super::prepare::{PreparedRequest, Preparer};
 use super::request::{Event, FinishReason, Request, RequestId};
 use super::sequence::{Sequence, SequenceParts};
+use super::speculation::draft_length::DraftLength;
+use super::speculation::draft_model::DraftModel;
+use super::speculation::{DraftKind, SpeculationConfig, SpeculationStats};
 use crate::cache::prefix_disk::{
     fingerprint::model_fingerprint, signature::KvSignature, DiskPrefixCache, DiskPrefixConfig,
 };
@@ -60,6 +65,8 @@ pub struct SchedulerConfig {
     /// [`super::pacing`]). Off by default so a scheduler stepped by hand does
     /// the same work whatever the clock says; the apps turn it on.
     pub pace_to_decode: bool,
+    /// Speculative decoding (`None`: off).
+    pub speculation: Option<SpeculationConfig>,
 }
 
 impl Default for SchedulerConfig {
@@ -74,6 +81,7 @@ impl Default for SchedulerConfig {
             vision_cache_bytes: 256 << 20,
             max_prepared_image_bytes: 1 << 30,
             pace_to_decode: false,
+            speculation: None,
         }
     }
 }
@@ -118,6 +126,8 @@ pub struct EngineStats {
     /// A model split across processes whose group failed (a rank lost):
     /// why. It serves no more requests.
     pub split_error: Option<String>,
+    /// What speculative decoding is doing.
+    pub speculation: SpeculationStats,
 }
 
 pub struct Scheduler {
@@ -156,6 +166,11 @@ pub struct Scheduler {
     last_step: StepReport,
     /// Measured costs, when `pace_to_decode` is on.
     pacing: Option<Pacing>,
+    /// Speculative decoding in force (`None` when off or not applicable).
+    speculation: Option<SpeculationConfig>,
+    speculation_stats: SpeculationStats,
+    /// The draft model, when speculation drafts with one (its rows follow `running`).
+    draft: Option<DraftModel>,
 }
 
 /// What one step did: for tests that step the scheduler by hand, and for
@@ -227,7 +242,31 @@ impl Scheduler {
             }
         };
         let cache = loaded.model.new_cache_with(0, kv_quantization);
+        let (speculation, status) = match config.speculation.clone() {
+            None => (None, "off".to_string()),
+            // Said plainly, like KV quantization: a setting that silently does nothing misleads.
+            Some(_) if cache.mirror().is_some() => {
+                (None, "not applied: the model is split across processes".to_string())
+            }
+            Some(_) if !cache.can_rewind() => (
+                None,
+                format!(
+                    "not applied: {}'s recurrent layers cannot be rewound yet",
+                    loaded.info.architecture
+                ),
+            ),
+            Some(c) => {
+                let status = c.kind.describe();
+                (Some(c), status)
+            }
+        };
+        if config.speculation.is_some() && speculation.is_none() {
+            tracing::warn!(%status, "speculative decoding");
+        }
         Self {
+            speculation,
+            speculation_stats: SpeculationStats { status, ..Default::default() },
+            draft: None,
             preparer: Arc::new(Preparer::new(&loaded, max_context)),
             early_cancels: VecDeque::new(),
             last_step: StepReport::default(),
@@ -251,6 +290,18 @@ impl Scheduler {
             logits_masker: None,
             token_names: None,
         }
+    }
+
+    /// Gives the scheduler the draft model its speculation config names
+    /// (loaded by the caller): refused when it does not suit the target.
+    /// Without speculation by a draft model, or where speculation does not
+    /// apply, the draft is not needed and dropped.
+    pub fn with_draft_model(mut self, draft: LoadedModel) -> Result<Self> {
+        let draft = DraftModel::new(draft, &self.loaded)?;
+        if matches!(self.speculation.as_ref().map(|c| &c.kind), Some(DraftKind::DraftModel(_))) {
+            self.draft = Some(draft);
+        }
+        Ok(self)
     }
 
     pub fn loaded(&self) -> &LoadedModel {
@@ -346,7 +397,9 @@ impl Scheduler {
             events,
             submitted: p.submitted,
         };
-        Ok(Sequence::new(id, p.prompt, parts))
+        let mut seq = Sequence::new(id, p.prompt, parts);
+        seq.draft_length = self.speculation.as_ref().map(|c| DraftLength::new(c.max_draft_tokens));
+        Ok(seq)
     }
 
     /// Every token's bytes, built on the first request for log-probabilities.
@@ -405,6 +458,7 @@ impl Scheduler {
                 .sum(),
             kv_quantization: self.kv_quantization_status.clone(),
             kv_quantized_layers: self.cache.quantized_layers(),
+            speculation: self.speculation_stats.clone(),
         }
     }
 
@@ -594,6 +648,9 @@ impl Scheduler {
         let keep: Vec<usize> =
             (0..self.running.len()).filter(|i| !finished.iter().any(|(r, _)| r == i)).collect();
         self.cache.filter(&keep)?;
+        if let Some(draft) = &mut self.draft {
+            draft.filter(&keep)?;
+        }
         if let Some((tokens, rows)) = self.in_flight.take() {
             // Kept rows stay in order, so the in-flight ones remain a prefix.
             let kept: Vec<i32> = keep.iter().filter(|&&k| k < rows).map(|&k| k as i32).collect();
@@ -753,11 +810,22 @@ impl Scheduler {
             self.prefix_cache.insert(seq.prefix_key(len), &cache, 0)?;
         }
         self.cache.extend(cache)?;
+        if let Some(draft) = &mut self.draft {
+            // The draft reads what the target has: the prompt, not the first token yet.
+            draft.join(&seq.tokens[..seq.tokens.len() - 1])?;
+        }
         self.running.push(seq);
         Ok(())
     }
 
     fn decode_step(&mut self) -> Result<()> {
+        if let Some(drafts) = self.drafts()? {
+            return self.verify_step(drafts);
+        }
+        if self.running.is_empty() {
+            // Reading back the step in flight for drafts finished every row.
+            return Ok(());
+        }
         let mut previous = self.in_flight.take();
         // A forced token (closing a thinking block) must be fed as the next
         // input, and a grammar's next mask depends on the last token, so such
@@ -903,6 +971,9 @@ impl Scheduler {
             seq.finish(FinishReason::Error, tokenizer);
         }
         self.cache = self.loaded.model.new_cache_with(0, self.kv_quantization);
+        if let Some(draft) = &mut self.draft {
+            draft.clear();
+        }
         if let Some((tokens, _)) = self.in_flight.take() {
             // Its step may have failed; all that matters is that it is over.
             let _ = tokens.eval();

@@ -1,0 +1,206 @@
+//! The speculative decode step (see [`crate::batch::speculation`]): drafts
+//! for the rows that can take them, one target pass over every row's last
+//! token and its draft, each row keeping what the target agrees with, and
+//! the batch cache cut back per row to what was kept.
+use mlx_rs::{ops, ops::indexing::IndexOp, Array};
+
+use super::Scheduler;
+use crate::batch::logprobs::PendingLogprobs;
+use crate::batch::sequence::Sequence;
+use crate::batch::speculation::draft_model::DraftRow;
+use crate::batch::speculation::{acceptance, lookup, DraftKind};
+use crate::error::Result;
+use crate::model::Positions;
+
+/// A step's drafts, one per running row (empty: the row does not
+/// speculate), and the rows' grammar masks for their first token.
+pub(super) struct Drafts {
+    tokens: Vec<Vec<u32>>,
+    masks: Vec<Option<Array>>,
+    /// Per row, the draft tokens the draft model fed to its own cache (0
+    /// without a draft model): what it drops again beyond those kept.
+    draft_model_fed: Vec<usize>,
+}
+
+impl Scheduler {
+    /// This step's drafts, when speculation is on, the batch is small enough
+    /// and some row has one. Reads back the step in flight first: a draft
+    /// continues the row's latest tokens.
+    pub(super) fn drafts(&mut self) -> Result<Option<Drafts>> {
+        let Some(config) = self.speculation.clone() else { return Ok(None) };
+        if self.running.len() > config.max_batch
+            || !self.running.iter().any(Sequence::can_speculate)
+        {
+            return Ok(None);
+        }
+        if let Some((tokens, rows)) = self.in_flight.take() {
+            self.accept_tokens(&tokens, rows)?;
+        }
+        let masks = if self.running.iter().any(|s| !s.forced.is_empty() || s.constraint.is_some()) {
+            self.next_token_masks()?
+        } else {
+            Vec::new()
+        };
+        // Per row, the tokens it may draft: its own count, never past max_tokens
+        // (the target's own token comes after the drafts).
+        let wanted: Vec<usize> = self
+            .running
+            .iter_mut()
+            .map(|seq| {
+                if !seq.can_speculate() {
+                    return 0;
+                }
+                let n = seq.draft_length.as_mut().map_or(0, |d| d.next());
+                n.min(seq.max_tokens.saturating_sub(seq.generated + 1))
+            })
+            .collect();
+        let mut draft_model_fed = vec![0; wanted.len()];
+        let tokens: Vec<Vec<u32>> = match &config.kind {
+            DraftKind::PromptLookup => self
+                .running
+                .iter()
+                .zip(&wanted)
+                .map(|(seq, &n)| lookup::propose(&seq.tokens, n))
+                .collect(),
+            DraftKind::DraftModel(_) => {
+                let Some(draft) = self.draft.as_mut() else { return Ok(None) };
+                let rows: Vec<DraftRow> = self
+                    .running
+                    .iter()
+                    .zip(&wanted)
+                    .map(|(seq, &wanted)| DraftRow { tokens: &seq.tokens, wanted })
+                    .collect();
+                let fed = wanted.iter().copied().max().unwrap_or(0);
+                for (f, &w) in draft_model_fed.iter_mut().zip(&wanted) {
+                    *f = if w > 0 { fed } else { 0 };
+                }
+                draft.propose(&rows)?
+            }
+        };
+        if tokens.iter().all(Vec::is_empty) {
+            // Nothing to verify; a plain step follows (the masks are made again there).
+            return Ok(None);
+        }
+        Ok(Some(Drafts { tokens, masks, draft_model_fed }))
+    }
+
+    /// One target pass over every row's last token and its draft (rows
+    /// with a shorter draft, or none, are filled up with their last token,
+    /// whose columns are then dropped). A row without a draft samples its
+    /// token as a plain step would; a drafting row keeps the drafts the
+    /// target's argmax agrees with plus the target's next token.
+    pub(super) fn verify_step(&mut self, drafts: Drafts) -> Result<()> {
+        let Drafts { tokens: drafts, masks, draft_model_fed } = drafts;
+        let b = self.running.len();
+        let width = 1 + drafts.iter().map(Vec::len).max().unwrap_or(0);
+        let mut ids = Vec::with_capacity(b * width);
+        for (seq, draft) in self.running.iter().zip(&drafts) {
+            let last = seq.last_token() as i32;
+            ids.push(last);
+            ids.extend(draft.iter().map(|&t| t as i32));
+            ids.extend(std::iter::repeat_n(last, width - 1 - draft.len()));
+        }
+        let input = Array::from_slice(&ids, &[b as i32, width as i32]);
+        let starts: Vec<i32> = self
+            .cache
+            .offsets()
+            .iter()
+            .zip(&self.running)
+            .map(|(o, s)| o + s.rope_delta())
+            .collect();
+        let logits =
+            self.loaded.model.forward(&input, &Positions::rows(&starts), &mut self.cache)?;
+        let first = logits.index((.., 0, ..));
+        let sampled = self.sample_rows(&first, None, &masks)?;
+        let argmax =
+            ops::indexing::argmax_axis(&logits, -1, false)?.as_dtype(mlx_rs::Dtype::Int32)?;
+        // Each drafting row's choice after its last token and after each draft token.
+        let mut choices = Vec::new();
+        for (i, (seq, draft)) in self.running.iter_mut().zip(&drafts).enumerate() {
+            if draft.is_empty() {
+                continue;
+            }
+            let (row, n) = (i as i32, draft.len() as i32 + 1);
+            let p = seq.sampler.params();
+            if p.repetition_penalty == 1.0 && p.logit_bias.is_empty() {
+                choices.push(argmax.index((row, 0..n)));
+                continue;
+            }
+            // A penalty or bias changes the argmax: the row's own (greedy)
+            // sampler picks at each position, its history growing by the drafts.
+            let mut history = seq.tokens.clone();
+            let mut picks = Vec::with_capacity(n as usize);
+            for j in 0..n {
+                let at = logits.index((row..row + 1, j, ..));
+                picks.push(seq.sampler.sample(&at, &history, None)?.reshape(&[1])?);
+                if let Some(&t) = draft.get(j as usize) {
+                    history.push(t);
+                }
+            }
+            choices.push(ops::concatenate(&picks, 0)?);
+        }
+        let mut extra = Vec::new();
+        for (i, seq) in self.running.iter_mut().enumerate() {
+            if let Some(top) = seq.top_logprobs() {
+                let row = i as i32..i as i32 + 1;
+                let logprobs = PendingLogprobs::compute(
+                    &first.index((row.clone(), ..)),
+                    &sampled.index(row),
+                    top,
+                )?;
+                extra.extend(logprobs.arrays().into_iter().cloned());
+                seq.push_logprobs(logprobs);
+            }
+        }
+        mlx_rs::transforms::eval(std::iter::once(&sampled).chain(&choices).chain(&extra))?;
+        self.decode_steps += 1;
+        self.speculation_stats.verify_passes += 1;
+        let sampled: Vec<u32> = sampled.as_slice::<i32>().iter().map(|&t| t as u32).collect();
+        let mut choices = choices.iter().map(|c| c.as_slice::<i32>().iter().map(|&t| t as u32));
+
+        let mut drops = Vec::with_capacity(b);
+        let mut draft_drops = Vec::with_capacity(b);
+        let mut finished = Vec::new();
+        let tokenizer = &self.loaded.tokenizer;
+        for (row, (seq, draft)) in self.running.iter_mut().zip(&drafts).enumerate() {
+            let emit = if draft.is_empty() {
+                vec![sampled[row]]
+            } else {
+                let targets: Vec<u32> = choices.next().expect("one per drafting row").collect();
+                let emit = acceptance::greedy(draft, &targets);
+                let kept = emit.len() - 1;
+                if let Some(d) = seq.draft_length.as_mut() {
+                    d.record(draft.len(), kept);
+                }
+                let stats = &mut self.speculation_stats;
+                stats.drafted_tokens += draft.len() as u64;
+                stats.accepted_tokens += kept as u64;
+                stats.speculating_rows += 1;
+                stats.produced_tokens += emit.len() as u64;
+                emit
+            };
+            let mut emitted = 0;
+            for &token in &emit {
+                emitted += 1;
+                if let Some(reason) = seq.accept(token, tokenizer) {
+                    finished.push((row, reason));
+                    break;
+                }
+                // A token forced next (thinking closed by its budget) replaces what follows.
+                if !seq.forced.is_empty() {
+                    break;
+                }
+            }
+            // The cache keeps the tokens fed before the last one emitted, as after a plain step.
+            drops.push((width - emitted) as i32);
+            // So does the draft model's: its fed drafts beyond those kept go.
+            let fed = draft_model_fed[row];
+            draft_drops.push(fed.saturating_sub(emitted - 1) as i32);
+        }
+        self.cache.rewind_rows(&drops)?;
+        if let Some(draft) = self.draft.as_mut() {
+            draft.rewind(&draft_drops)?;
+        }
+        self.remove_rows_with(finished)
+    }
+}

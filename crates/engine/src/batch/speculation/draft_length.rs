@@ -1,0 +1,72 @@
+//! How many tokens a row drafts next: it follows the row's acceptance, so a
+//! row whose guesses keep landing drafts more and one whose guesses miss
+//! drafts fewer, down to a pause when none land (a verify pass that keeps
+//! nothing costs more than a plain step).
+
+/// Steps a row sits out after its drafts stopped landing.
+const PAUSE_STEPS: usize = 8;
+
+#[derive(Debug, Clone)]
+pub struct DraftLength {
+    current: usize,
+    max: usize,
+    paused_for: usize,
+}
+
+impl DraftLength {
+    pub fn new(max: usize) -> Self {
+        Self { current: max, max, paused_for: 0 }
+    }
+
+    /// Tokens to draft this step (0 while paused).
+    pub fn next(&mut self) -> usize {
+        if self.paused_for > 0 {
+            self.paused_for -= 1;
+            return 0;
+        }
+        self.current
+    }
+
+    /// `accepted` of `drafted` tokens were kept.
+    pub fn record(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        if accepted == drafted {
+            self.current = (self.current + 1).min(self.max);
+        } else if accepted == 0 {
+            self.current /= 2;
+            if self.current == 0 {
+                self.current = 1;
+                self.paused_for = PAUSE_STEPS;
+            }
+        } else {
+            self.current = (accepted + 1).min(self.max);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grows_while_drafts_land_and_pauses_when_they_do_not() {
+        let mut d = DraftLength::new(4);
+        assert_eq!(d.next(), 4);
+        d.record(4, 1);
+        assert_eq!(d.next(), 2);
+        d.record(2, 2);
+        assert_eq!(d.next(), 3);
+        d.record(3, 0);
+        assert_eq!(d.next(), 1);
+        d.record(1, 0);
+        assert!((0..PAUSE_STEPS).all(|_| d.next() == 0), "paused");
+        assert_eq!(d.next(), 1, "tries again after the pause");
+        d.record(1, 1);
+        d.record(2, 2);
+        d.record(3, 3);
+        d.record(4, 4);
+        assert_eq!(d.next(), 4, "never beyond the maximum");
+    }
+}

@@ -1,0 +1,91 @@
+//! Speculative decoding inside the running batch: a proposer guesses a
+//! row's next few tokens, one target pass scores the row's last token and
+//! the guesses together, and the row keeps the longest run the target agrees
+//! with plus the target's own next token (see [`acceptance`]). Rows of the
+//! same batch propose different counts (or none) and keep different counts;
+//! the batch cache drops what each row rejected
+//! ([`crate::cache::BatchCache::rewind_rows`]). The step itself is
+//! `Scheduler::verify_step` (`batch/scheduler/speculative.rs`).
+pub mod acceptance;
+pub mod draft_length;
+pub mod draft_model;
+pub mod lookup;
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+/// Where draft tokens come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DraftKind {
+    /// The row's last tokens matched earlier in its own prompt and output:
+    /// what followed there is the guess (no model; pays off when the answer
+    /// repeats its input: edits, extraction, code).
+    PromptLookup,
+    /// A smaller model with the target's tokenizer, loaded from this
+    /// folder or GGUF file, guesses greedily (see [`draft_model`]).
+    DraftModel(PathBuf),
+}
+
+impl DraftKind {
+    pub fn describe(&self) -> String {
+        match self {
+            DraftKind::PromptLookup => "prompt lookup".into(),
+            DraftKind::DraftModel(path) => format!("draft model {}", path.display()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpeculationConfig {
+    pub kind: DraftKind,
+    /// Most draft tokens a row proposes in one step; each row's own count
+    /// follows its acceptance below that (see [`draft_length`]).
+    pub max_draft_tokens: usize,
+    /// Speculate only while at most this many rows decode: beyond it one
+    /// pass already keeps the machine busy and verifying costs more than it
+    /// saves (`scripts/bench-speculation.sh` measures the crossover).
+    pub max_batch: usize,
+}
+
+impl SpeculationConfig {
+    pub fn prompt_lookup() -> Self {
+        Self { kind: DraftKind::PromptLookup, max_draft_tokens: 6, max_batch: 4 }
+    }
+
+    /// A draft model drafts fewer tokens by default: each costs it a pass.
+    pub fn draft_model(path: PathBuf) -> Self {
+        Self { kind: DraftKind::DraftModel(path), max_draft_tokens: 4, max_batch: 4 }
+    }
+}
+
+/// What speculation did, engine-wide.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SpeculationStats {
+    /// "off", the proposer in words, or why it does not apply.
+    pub status: String,
+    /// Target passes that verified drafts.
+    pub verify_passes: u64,
+    /// Draft tokens proposed, and those the target accepted.
+    pub drafted_tokens: u64,
+    pub accepted_tokens: u64,
+    /// Tokens those passes produced for the rows that speculated (accepted
+    /// drafts plus the target's own token): per pass, what a step yields.
+    pub speculating_rows: u64,
+    pub produced_tokens: u64,
+}
+
+impl SpeculationStats {
+    /// Accepted draft tokens over proposed ones (0 before any).
+    pub fn acceptance(&self) -> f64 {
+        self.accepted_tokens as f64 / self.drafted_tokens.max(1) as f64
+    }
+
+    /// Tokens a speculating row got from one target pass (1 without speculation).
+    pub fn tokens_per_pass(&self) -> f64 {
+        if self.speculating_rows == 0 {
+            return 1.0;
+        }
+        self.produced_tokens as f64 / self.speculating_rows as f64
+    }
+}
