@@ -35,6 +35,7 @@ mod auth;
 mod completions;
 mod config;
 mod convert;
+mod documents;
 mod error;
 mod file_urls;
 mod json_body;

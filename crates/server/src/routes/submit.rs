@@ -34,6 +34,7 @@ pub(crate) async fn prepare_chat(
 ) -> Result<Prepared, ApiError> {
     let limits = ModelLimits::from(engine.model_info());
     convert::check_prompt_size(&body, limits)?;
+    let body = read_documents(engine, body).await?;
     let mut files = FileImages::new();
     for (at, url) in convert::file_image_urls(&body) {
         if !files.contains_key(&url) {
@@ -42,6 +43,27 @@ pub(crate) async fn prepare_chat(
         }
     }
     convert::prepare(body, limits, &context.settings.default_sampling, &files)
+}
+
+/// `file` parts (PDFs) read off the async runtime and replaced by their text and, for a
+/// model that sees, their first pages as images; the prompt's size is checked again with the
+/// documents' text in it.
+async fn read_documents(
+    engine: &EngineHandle,
+    body: ChatCompletionRequest,
+) -> Result<ChatCompletionRequest, ApiError> {
+    if !crate::documents::has_file_parts(&body) {
+        return Ok(body);
+    }
+    let vision = engine.model_info().capabilities.vision;
+    let body = tokio::task::spawn_blocking(move || {
+        let mut body = body;
+        crate::documents::expand_file_parts(&mut body, vision).map(|()| body)
+    })
+    .await
+    .map_err(|_| ApiError::invalid("a document could not be read"))??;
+    convert::check_prompt_size(&body, ModelLimits::from(engine.model_info()))?;
+    Ok(body)
 }
 
 /// A request the engine took in: its first event and the rest of its stream.
