@@ -289,7 +289,7 @@ async fn remove_file(path: &Path, size: u64, report: &mut CleanupReport) {
 
 /// Writes to a temporary file, syncs, then renames: the final name never
 /// holds a partial image.
-async fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) async fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp: PathBuf = path.with_extension(format!("tmp{}", std::process::id()));
     let result = async {
         let mut file = tokio::fs::File::create(&tmp).await?;
@@ -306,7 +306,7 @@ async fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
         let _ = write!(s, "{b:02x}");
