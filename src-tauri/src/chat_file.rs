@@ -73,6 +73,12 @@ pub struct FileMessage {
     pub updated_at: Timestamp,
     #[serde(default)]
     pub images: Vec<FileImage>,
+    /// An answer's tool calls (left out when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<store::ToolCallRecord>,
+    /// A tool message's call (left out on other messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_result: Option<store::ToolResultInfo>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -173,6 +179,8 @@ pub fn to_file(chat: &Chat, messages: &[Message], shown: Option<i64>) -> ChatFil
                 error_code: m.error_code.clone(),
                 created_at: m.created_at,
                 updated_at: m.updated_at,
+                tool_calls: m.tool_calls.clone(),
+                tool_result: m.tool_result.clone(),
                 images: m
                     .attachments
                     .iter()
@@ -207,6 +215,9 @@ pub fn to_markdown(chat: &Chat, shown: &[Message]) -> String {
         if !m.content.is_empty() {
             out.push_str(m.content.trim_end());
             out.push('\n');
+        }
+        for call in &m.tool_calls {
+            out.push_str(&format!("\n*Calls `{}`* `{}`\n", call.name, call.arguments));
         }
         match m.status {
             MessageStatus::Error => out
@@ -427,6 +438,8 @@ fn to_imported(file: ChatFile) -> ImportedChat {
             created_at: m.created_at,
             updated_at: m.updated_at,
             attachments: m.images.into_iter().map(|i| i.sha256).collect(),
+            tool_calls: m.tool_calls,
+            tool_result: m.tool_result,
         })
         .collect();
     ImportedChat {

@@ -138,6 +138,8 @@ mod tests {
                 error_code: None,
                 created_at: 0,
                 updated_at: 0,
+                tool_calls: Vec::new(),
+                tool_result: None,
             })
             .collect()
     }

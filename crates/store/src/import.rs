@@ -8,7 +8,9 @@ use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 use crate::store::Store;
-use crate::types::{Chat, MessageStats, MessageStatus, Role, Timestamp};
+use crate::types::{
+    Chat, MessageStats, MessageStatus, Role, Timestamp, ToolCallRecord, ToolResultInfo,
+};
 
 /// The chat's own record.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +46,10 @@ pub struct ImportedMessage {
     pub updated_at: Timestamp,
     /// SHA-256 names of stored attachments, in order.
     pub attachments: Vec<String>,
+    /// An answer's tool calls.
+    pub tool_calls: Vec<ToolCallRecord>,
+    /// A tool message's call.
+    pub tool_result: Option<ToolResultInfo>,
 }
 
 impl Store {
@@ -81,8 +87,8 @@ impl Store {
                 m.stats.as_ref().map(serde_json::to_string).transpose().expect("stats serialize");
             let id: i64 = sqlx::query_scalar(
                 "INSERT INTO messages (chat_id, parent_id, chosen, role, content, reasoning, stats, model, status, error,
-                                       error_code, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) RETURNING id",
+                                       error_code, created_at, updated_at, tool_calls, tool_result)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) RETURNING id",
             )
             .bind(chat_id)
             .bind(parent)
@@ -97,6 +103,8 @@ impl Store {
             .bind(&m.error_code)
             .bind(m.created_at)
             .bind(m.updated_at)
+            .bind((!m.tool_calls.is_empty()).then(|| serde_json::to_string(&m.tool_calls).expect("serializes")))
+            .bind(m.tool_result.as_ref().map(|t| serde_json::to_string(t).expect("serializes")))
             .fetch_one(&mut *tx)
             .await?;
             if ids.insert(m.key, id).is_some() {

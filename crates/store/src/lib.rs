@@ -25,8 +25,10 @@ mod attachments;
 mod bulk;
 mod chats;
 mod clock;
+mod documents;
 mod error;
 mod import;
+mod mcp_servers;
 mod messages;
 mod presets;
 mod settings;
@@ -43,13 +45,15 @@ pub use bulk::{
     NewBulkJob,
 };
 pub use clock::Clock;
+pub use documents::{DocumentRecord, NewDocument, PassageHit, PDF_MIME};
 pub use error::{Error, Result};
 pub use import::{ImportedChat, ImportedMessage};
+pub use mcp_servers::McpServerRecord;
 pub use presets::{Preset, PresetId};
 pub use settings::SELECTED_MODEL_KEY;
 pub use store::{Store, StoreConfig};
 pub use title::{derive_title, TITLE_MAX_CHARS};
 pub use types::{
     Attachment, Chat, ChatId, CleanupReport, Message, MessageId, MessageStats, MessageStatus,
-    NewMessage, ReplyId, ReplyOutcome, Role, Timestamp,
+    NewMessage, ReplyId, ReplyOutcome, Role, Timestamp, ToolCallRecord, ToolOutcome, ToolResultInfo,
 };

@@ -13,11 +13,11 @@ use crate::title::derive_title;
 use crate::tree::{active_leaf, ensure_parent, next_chosen};
 use crate::types::{
     ChatId, Message, MessageId, MessageStats, MessageStatus, NewMessage, ReplyId, ReplyOutcome,
-    Role,
+    Role, ToolCallRecord,
 };
 
 pub(crate) const MESSAGE_COLUMNS: &str =
-    "id, chat_id, parent_id, role, content, reasoning, stats, model, status, error, error_code, created_at, updated_at";
+    "id, chat_id, parent_id, role, content, reasoning, stats, model, status, error, error_code, created_at, updated_at, tool_calls, tool_result";
 
 pub(crate) fn message_from_row(row: &SqliteRow) -> Result<Message> {
     let role: String = row.try_get("role")?;
@@ -42,7 +42,20 @@ pub(crate) fn message_from_row(row: &SqliteRow) -> Result<Message> {
         error_code: row.try_get("error_code")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
+        tool_calls: tool_json(id, row.try_get("tool_calls")?, "tool_calls")?.unwrap_or_default(),
+        tool_result: tool_json(id, row.try_get("tool_result")?, "tool_result")?,
     })
+}
+
+/// A tool column's JSON. Unlike stats these are part of the conversation
+/// (the prompt is built from them), so a row that does not read fails.
+fn tool_json<T: serde::de::DeserializeOwned>(
+    id: MessageId,
+    text: Option<String>,
+    column: &str,
+) -> Result<Option<T>> {
+    text.map(|t| serde_json::from_str(&t).map_err(|e| corrupt(id, column, &e.to_string())))
+        .transpose()
 }
 
 fn corrupt(id: MessageId, column: &str, value: &str) -> Error {
@@ -100,8 +113,8 @@ impl Store {
             message.stats.as_ref().map(serde_json::to_string).transpose().expect("stats serialize");
         let chosen = next_chosen(tx, chat).await?;
         let row = sqlx::query(&format!(
-            "INSERT INTO messages (chat_id, parent_id, chosen, role, content, reasoning, stats, model, status, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'complete', ?9, ?9) RETURNING {MESSAGE_COLUMNS}"
+            "INSERT INTO messages (chat_id, parent_id, chosen, role, content, reasoning, stats, model, status, created_at, updated_at, tool_result)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'complete', ?9, ?9, ?10) RETURNING {MESSAGE_COLUMNS}"
         ))
         .bind(chat.0)
         .bind(parent.map(|p| p.0))
@@ -112,6 +125,7 @@ impl Store {
         .bind(stats)
         .bind(&message.model)
         .bind(now)
+        .bind(message.tool_result.as_ref().map(|t| serde_json::to_string(t).expect("serializes")))
         .fetch_one(&mut **tx)
         .await?;
         let mut stored = message_from_row(&row)?;
@@ -248,6 +262,29 @@ impl Store {
         )
         .bind(content)
         .bind(non_empty(reasoning))
+        .bind(self.now_ms())
+        .bind(reply.0 .0)
+        .execute(&self.pool)
+        .await?;
+        if updated.rows_affected() == 0 {
+            return Err(self.not_streaming(reply).await);
+        }
+        Ok(())
+    }
+
+    /// Keeps the tool calls a streaming reply ended in (before
+    /// [`Store::finish_reply`]): they are part of the conversation, so the
+    /// next prompt and an export carry them.
+    pub async fn set_reply_tool_calls(
+        &self,
+        reply: ReplyId,
+        calls: &[ToolCallRecord],
+    ) -> Result<()> {
+        let json = (!calls.is_empty()).then(|| serde_json::to_string(calls).expect("serializes"));
+        let updated = sqlx::query(
+            "UPDATE messages SET tool_calls = ?1, updated_at = ?2 WHERE id = ?3 AND status = 'streaming'",
+        )
+        .bind(json)
         .bind(self.now_ms())
         .bind(reply.0 .0)
         .execute(&self.pool)

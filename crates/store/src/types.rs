@@ -222,6 +222,55 @@ pub struct Message {
     pub error_code: Option<String>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+    /// The tools an answer called (its reply ended in these calls); empty
+    /// on every other message.
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCallRecord>,
+    /// For a tool message: the call it answers and how that went.
+    #[serde(default)]
+    pub tool_result: Option<ToolResultInfo>,
+}
+
+/// One tool call of an answer, as the model made it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+pub struct ToolCallRecord {
+    /// The call's id (`call_…`), which its tool message names.
+    pub id: String,
+    /// The tool's name, as offered to the model.
+    pub name: String,
+    /// The arguments as the model wrote them: a JSON object's text.
+    pub arguments: String,
+    /// The MCP server that has the tool, when one did.
+    #[serde(default)]
+    pub server: Option<String>,
+}
+
+/// How a tool call went, kept on its tool message (whose content is the
+/// result's text, or why there is none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolOutcome {
+    /// The tool ran and answered.
+    Ok,
+    /// The tool ran and said it failed, or could not be run (server down,
+    /// timeout, garbage back).
+    Error,
+    /// The user denied the call: the tool never ran.
+    Denied,
+    /// The user stopped the reply while the call waited or ran.
+    Cancelled,
+}
+
+/// What a tool message answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+pub struct ToolResultInfo {
+    /// The [`ToolCallRecord::id`] of the call.
+    pub call_id: String,
+    /// The tool's name.
+    pub name: String,
+    #[serde(default)]
+    pub server: Option<String>,
+    pub outcome: ToolOutcome,
 }
 
 /// A message to add as a whole (user input, a system prompt, an imported
@@ -239,6 +288,9 @@ pub struct NewMessage {
     pub stats: Option<MessageStats>,
     #[serde(default)]
     pub model: Option<String>,
+    /// For a tool message: the call it answers.
+    #[serde(default)]
+    pub tool_result: Option<ToolResultInfo>,
 }
 
 impl NewMessage {
@@ -260,7 +312,13 @@ impl NewMessage {
             attachments: Vec::new(),
             stats: None,
             model: None,
+            tool_result: None,
         }
+    }
+
+    /// A tool's answer to `info`'s call (or why there is none).
+    pub fn tool(content: impl Into<String>, info: ToolResultInfo) -> Self {
+        NewMessage { tool_result: Some(info), ..Self::with_role(Role::Tool, content) }
     }
 
     /// Adds attachments by hash (from `Store::add_attachment`).

@@ -83,6 +83,8 @@ fn chat_number(i: usize) -> ImportedChat {
         created_at: i as i64,
         updated_at: i as i64,
         attachments: Vec::new(),
+        tool_calls: Vec::new(),
+        tool_result: None,
     };
     // every 1000th chat talks about a kingfisher; every chat about the weather
     let topic = if i % 1000 == 0 { "the kingfisher by the river" } else { "the price of bread" };
