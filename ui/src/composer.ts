@@ -11,6 +11,7 @@ import { Drafts, fileName, type Draft, type DraftKey } from './drafts';
 import { AnswerFormatPanel, describeFormat, type AnswerFormat } from './answerFormat';
 import { clear, h } from './dom';
 import { icon } from './icons';
+import { documentChip, documentPageImages, isDocument, PAGES_AS_IMAGES } from './documentChip';
 
 export interface ComposerHooks {
   send(message: Outgoing): Promise<boolean>;
@@ -59,6 +60,8 @@ export class Composer {
   private model: ComposerModel | null = null;
   /** The offer was asked for (the picture button) though no image is attached. */
   private offerWanted = false;
+  /** Each attached PDF's pages attached as pictures (for a model that sees), by the PDF's sha256. */
+  private documentPages = new Map<string, string[]>();
 
   constructor(private hooks: ComposerHooks) {
     this.input = h('textarea', { rows: 1, placeholder: 'Ask anything', 'aria-label': 'Message', 'data-testid': 'composer-input' });
@@ -228,7 +231,15 @@ export class Composer {
     this.updateSendable();
     try {
       const a = await store();
-      if (a && !draft.attachments.some((x) => x.sha256 === a.sha256)) draft.attachments.push(a);
+      if (a && !draft.attachments.some((x) => x.sha256 === a.sha256)) {
+        draft.attachments.push(a);
+        // a model that sees reads the first pages as pictures too (removable like any image)
+        if (isDocument(a) && this.model?.vision) {
+          const pages = await documentPageImages(a.sha256, 1, PAGES_AS_IMAGES);
+          this.documentPages.set(a.sha256, pages.map((p) => p.sha256));
+          for (const p of pages) if (!draft.attachments.some((x) => x.sha256 === p.sha256)) draft.attachments.push(p);
+        }
+      }
     } catch (e) {
       if (name === null) this.hooks.toast(errorText(e));
       else draft.rejected.push({ name, reason: errorText(e) });
@@ -280,6 +291,14 @@ export class Composer {
     clear(this.rejectedLine);
     const draft = this.draft;
     for (const a of draft.attachments) {
+      if (isDocument(a)) {
+        const pages = (this.documentPages.get(a.sha256) ?? []).filter((p) => draft.attachments.some((x) => x.sha256 === p));
+        this.thumbs.append(documentChip(a, pages.length, () => {
+          draft.attachments = draft.attachments.filter((x) => x !== a && !pages.includes(x.sha256));
+          this.renderThumbs();
+        }));
+        continue;
+      }
       const img = h('img', { src: attachmentUrl(a.sha256), alt: 'Attached image' });
       const thumb = h('div', { class: 'thumb', 'data-testid': 'composer-thumb', 'data-sha': a.sha256 }, img,
         h('button', { class: 'remove', title: 'Remove', 'aria-label': 'Remove image', 'data-testid': 'remove-thumb',
@@ -310,7 +329,7 @@ export class Composer {
   /** With images and a model that cannot see them: say so, and offer one that can. */
   private async renderOffer(): Promise<void> {
     const seq = ++this.offerSeq;
-    const show = !this.sendsImages() && (this.draft.attachments.length > 0 || this.offerWanted);
+    const show = !this.sendsImages() && (this.draft.attachments.some((a) => !isDocument(a)) || this.offerWanted);
     if (!show) {
       this.offer.hidden = true;
       this.offerWanted = false;
@@ -343,7 +362,8 @@ export class Composer {
     const draft = this.draft;
     const text = this.input.value.trim();
     if (!text && draft.attachments.length === 0) return;
-    if (draft.attachments.length > 0 && !this.sendsImages()) {
+    // a PDF goes as text to any model; pictures only to one that sees
+    if (draft.attachments.some((a) => !isDocument(a)) && !this.sendsImages()) {
       // refused here, before anything is stored: the text and images stay
       await this.renderOffer();
       this.offer.classList.remove('nudge');

@@ -11,7 +11,7 @@ followSystemTheme();
 
 const app = new App({
   async pickFiles() {
-    const picked = await open({ multiple: true, filters: [{ name: 'Images', extensions: ['png', 'jpg', 'jpeg', 'webp', 'gif', 'heic', 'heif'] }] });
+    const picked = await open({ multiple: true, filters: [{ name: 'Images and PDFs', extensions: ['png', 'jpg', 'jpeg', 'webp', 'gif', 'heic', 'heif', 'pdf'] }] });
     if (!picked) return [];
     return Array.isArray(picked) ? picked : [picked];
   },
