@@ -53,6 +53,26 @@ pub struct PassageHit {
     pub rank: f64,
 }
 
+/// The sha256 (hex) [`Store::add_document`] would store `bytes` under, after its size and
+/// header checks, writing nothing: an import checks every file first.
+pub fn document_sha256(bytes: &[u8]) -> Result<String> {
+    check_document(bytes)?;
+    Ok(hex(&Sha256::digest(bytes)))
+}
+
+fn check_document(bytes: &[u8]) -> Result<()> {
+    if bytes.len() as u64 > MAX_ATTACHMENT_BYTES {
+        return Err(Error::AttachmentTooLarge {
+            size: bytes.len() as u64,
+            max: MAX_ATTACHMENT_BYTES,
+        });
+    }
+    if !bytes[..bytes.len().min(1024)].windows(5).any(|w| w == b"%PDF-") {
+        return Err(Error::InvalidInput("not a PDF file".into()));
+    }
+    Ok(())
+}
+
 impl Store {
     /// Stores a PDF and what was read from it; the same bytes twice keep the first name and
     /// text, and give the same record. Reference it from a message by `sha256` in
@@ -62,15 +82,7 @@ impl Store {
         bytes: &[u8],
         document: &NewDocument,
     ) -> Result<DocumentRecord> {
-        if bytes.len() as u64 > MAX_ATTACHMENT_BYTES {
-            return Err(Error::AttachmentTooLarge {
-                size: bytes.len() as u64,
-                max: MAX_ATTACHMENT_BYTES,
-            });
-        }
-        if !bytes[..bytes.len().min(1024)].windows(5).any(|w| w == b"%PDF-") {
-            return Err(Error::InvalidInput("not a PDF file".into()));
-        }
+        check_document(bytes)?;
         if document.page_texts.is_empty() {
             return Err(Error::InvalidInput("a document needs at least one page".into()));
         }

@@ -45,7 +45,7 @@ pub use bulk::{
     NewBulkJob,
 };
 pub use clock::Clock;
-pub use documents::{DocumentRecord, NewDocument, PassageHit, PDF_MIME};
+pub use documents::{document_sha256, DocumentRecord, NewDocument, PassageHit, PDF_MIME};
 pub use error::{Error, Result};
 pub use import::{ImportedChat, ImportedMessage};
 pub use mcp_servers::McpServerRecord;
