@@ -393,7 +393,13 @@ async fn hash_image(path: &Path, image: &FileImage) -> AppResult<(String, u64)> 
     let read = tokio::task::spawn_blocking(move || {
         let bytes = crate::regular_file::read(&owned, store::MAX_ATTACHMENT_BYTES, Links::Refuse)?;
         let size = bytes.len() as u64;
-        store::attachment_sha256(&bytes).map(|sha| (sha, size)).map_err(|e| e.to_string())
+        // a PDF is stored like an image, by its sha256 (documents.rs)
+        let sha256 = if crate::documents::is_pdf(&bytes) {
+            store::document_sha256(&bytes)
+        } else {
+            store::attachment_sha256(&bytes)
+        };
+        sha256.map(|sha| (sha, size)).map_err(|e| e.to_string())
     })
     .await
     .map_err(|e| AppError::new("IO_ERROR", e.to_string()))?;
@@ -409,7 +415,13 @@ async fn store_image(store: &Store, image: &CheckedImage) -> AppResult<()> {
     .await
     .map_err(|e| AppError::new("IO_ERROR", e.to_string()))?
     .map_err(|why| invalid(format!("image {}: {why}", image.path.display())))?;
-    let stored = store.add_attachment(&bytes).await?;
+    let stored = if crate::documents::is_pdf(&bytes) {
+        // read again as it is stored: its text and passages come from the file, not the export
+        let name = image.path.file_name().map_or("document.pdf".into(), |n| n.to_string_lossy());
+        crate::documents::add_document(store, bytes, &name).await?
+    } else {
+        store.add_attachment(&bytes).await?
+    };
     if stored.sha256 != image.sha256 {
         return Err(invalid(format!(
             "image {} changed while the chat was imported",

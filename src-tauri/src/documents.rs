@@ -264,6 +264,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_exported_chat_with_a_pdf_imports_back_with_its_document() {
+        let (dir, store, a) = store_with(vec!["Alpha page.".into(), "Beta page.".into()]).await;
+        let chat = store.create_chat().await.unwrap().id;
+        store
+            .add_message(chat, &NewMessage::user("Summarize").with_attachments([a.sha256.clone()]))
+            .await
+            .unwrap();
+        let exported = crate::chat_file::export_chat(&store, chat, dir.path()).await.unwrap();
+        // into another app's data folder
+        let other = tempfile::tempdir().unwrap();
+        let other = Store::open(other.path().join("chats.db")).await.unwrap();
+        let imported = crate::chat_file::import_chat(&other, &exported.json).await.unwrap();
+        let messages = other.list_messages(imported.id).await.unwrap();
+        assert_eq!(messages[0].attachments[0].sha256, a.sha256);
+        assert_eq!(messages[0].attachments[0].mime, PDF_MIME);
+        let inlined = inline_documents(&other, &messages, 4096).await.unwrap();
+        assert!(inlined[0].content.contains("[page 2]\nBeta page."), "{}", inlined[0].content);
+    }
+
+    #[tokio::test]
     async fn a_long_document_sends_the_passages_that_answer_with_their_pages() {
         let mut pages: Vec<String> = (1..=40)
             .map(|p| {

@@ -16,12 +16,38 @@ use tauri_plugin_clipboard_manager::Clipboard;
 use crate::error::{AppError, AppResult};
 use crate::state::AppState;
 
+/// An image, or a PDF (by its extension): read and stored as a document (documents.rs).
 #[tauri::command]
 pub async fn add_attachment_path(
     state: State<'_, Arc<AppState>>,
     path: PathBuf,
 ) -> AppResult<Attachment> {
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("pdf")) {
+        return crate::documents::import_document(&state.store, &path).await;
+    }
     crate::heic::import_image(&state.store, &path).await
+}
+
+/// A stored document's name, page count and how much text it has (the composer's chip).
+#[tauri::command]
+pub async fn document_info(
+    state: State<'_, Arc<AppState>>,
+    sha256: String,
+) -> AppResult<crate::documents::DocumentInfo> {
+    crate::documents::document_info(&state.store, &sha256).await
+}
+
+/// Pages of a stored document as image attachments (from `first`, counted from 1), for a
+/// model that sees; at most 16 at a time.
+#[tauri::command]
+pub async fn document_page_images(
+    state: State<'_, Arc<AppState>>,
+    sha256: String,
+    first: u32,
+    count: u32,
+) -> AppResult<Vec<Attachment>> {
+    crate::documents::page_images(&state.store, &sha256, first as usize, count.min(16) as usize)
+        .await
 }
 
 /// The raw bytes of a pasted image as the request body (no JSON array).
@@ -33,6 +59,9 @@ pub async fn add_attachment_bytes(
     let InvokeBody::Raw(bytes) = request.body() else {
         return Err(AppError::new("INVALID_INPUT", "send the image bytes as the raw request body"));
     };
+    if crate::documents::is_pdf(bytes) {
+        return crate::documents::add_document(&state.store, bytes.clone(), "pasted.pdf").await;
+    }
     crate::heic::add_image(&state.store, bytes).await
 }
 
