@@ -32,6 +32,8 @@ const APP_COMMANDS: &[&str] = &[
     "add_attachment_path",
     "add_attachment_bytes",
     "paste_clipboard_image",
+    "document_info",
+    "document_page_images",
     "take_opened_files",
     "open_link",
     "list_models",

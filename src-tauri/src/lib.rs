@@ -30,6 +30,7 @@ pub mod links;
 #[cfg(target_os = "macos")]
 mod macos_app;
 pub mod menu;
+pub mod documents;
 pub mod model_defaults;
 pub mod model_settings;
 pub mod models;
@@ -96,6 +97,8 @@ fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R> {
             commands::attachments::add_attachment_path,
             commands::attachments::add_attachment_bytes,
             commands::attachments::paste_clipboard_image,
+            commands::attachments::document_info,
+            commands::attachments::document_page_images,
             commands::opened_files::take_opened_files,
             commands::links::open_link,
             commands::models::list_models,

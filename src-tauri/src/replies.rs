@@ -248,6 +248,13 @@ async fn submit_fitted(
 ) -> AppResult<Submitted> {
     let capabilities = engine.model_info().capabilities;
     let policy = settings.context_policy;
+    // each PDF becomes text in its message: whole while the documents take at most three
+    // quarters of the room before the answer, else the passages that answer (documents.rs)
+    let knobs = state.status().knobs.map(|k| k.max_context).unwrap_or(0);
+    let limit = context_limit(knobs, engine.model_info().shape.max_context);
+    let room = limit.saturating_sub(answer_room(settings.max_tokens, limit)) * 3 / 4;
+    let inlined = crate::documents::inline_documents(&state.store, messages, room).await?;
+    let messages = &inlined[..];
     let shape = |mut request: Request| {
         if continuing {
             continue_last_answer(&mut request);

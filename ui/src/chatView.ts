@@ -8,6 +8,7 @@
 import { copyWithFeedback } from './copyFeedback';
 import { openImageViewer } from './imageViewer';
 import { attachmentUrl, type LoadedModel, type Message, type MessageStats } from './api';
+import { documentChip, isDocument } from './documentChip';
 import { clear, h } from './dom';
 import { bytes } from './format';
 import { branchSwitcher } from './branches';
@@ -187,7 +188,7 @@ export class ChatView {
     const lastUser = [...this.messages].reverse().find((m) => m.role === 'user');
     const lastAssistant = this.messages[this.messages.length - 1]?.role === 'assistant' ? this.messages[this.messages.length - 1] : undefined;
     // said once, after the first message with images, while the model cannot see them
-    const firstWithImages = this.modelSeesImages === false ? this.messages.find((m) => m.role === 'user' && m.attachments.length > 0) : undefined;
+    const firstWithImages = this.modelSeesImages === false ? this.messages.find((m) => m.role === 'user' && m.attachments.some((a) => !isDocument(a))) : undefined;
     for (const m of this.messages) {
       if (m.role === 'user') {
         this.list.append(this.user(m, m === lastUser));
@@ -241,7 +242,7 @@ export class ChatView {
     return h('div', { class: `msg user${last ? ' last' : ''}`, 'data-testid': 'msg-user', 'data-id': m.id },
       m.attachments.length ? h('div', { class: 'msg-images' },
         // each opens larger on a click (Enter or Space from the keyboard)
-        ...m.attachments.map((a, i) => h('button', {
+        ...m.attachments.map((a, i) => isDocument(a) ? documentChip(a, 0) : h('button', {
           class: 'msg-image-open', 'aria-label': `Show image ${i + 1} larger`, 'data-testid': 'msg-image-open',
           onclick: () => openImageViewer(attachmentUrl(a.sha256), `Image ${i + 1} you sent`),
         }, h('img', { src: attachmentUrl(a.sha256), alt: 'Image you sent', 'data-testid': 'msg-image' })))) : null,
@@ -297,7 +298,7 @@ export class ChatView {
     const before = end < 0 ? this.messages : this.messages.slice(0, end);
     return {
       modelSeesImages: this.modelSeesImages,
-      imagesInChat: before.some((m) => m.role === 'user' && m.attachments.length > 0),
+      imagesInChat: before.some((m) => m.role === 'user' && m.attachments.some((a) => !isDocument(a))),
     };
   }
 

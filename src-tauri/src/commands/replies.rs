@@ -48,10 +48,12 @@ fn check(outgoing: &Outgoing) -> AppResult<()> {
 
 /// A new message with images for a model that cannot see them is refused
 /// before it is stored (the composer says so first; this keeps the rule for
-/// any caller). Images already in the chat become placeholders instead.
-fn check_images(outgoing: &Outgoing, state: &AppState) -> AppResult<()> {
+/// any caller). Images already in the chat become placeholders instead. A PDF
+/// goes to every model as its text (documents.rs): only pictures need eyes.
+async fn check_images(outgoing: &Outgoing, state: &AppState) -> AppResult<()> {
     let engine = state.engine()?;
-    if outgoing.attachments.is_empty() || engine.model_info().capabilities.vision {
+    let pictures = crate::documents::pictures_among(&state.store, &outgoing.attachments).await?;
+    if pictures == 0 || engine.model_info().capabilities.vision {
         return Ok(());
     }
     // the name the user knows (the scan's), not the engine's folder name
@@ -74,7 +76,7 @@ pub async fn send_message<R: Runtime>(
     check(&message)?;
     let turn = reserve(&state, chat_id)?;
     crate::idle::wake(&app, &state).await?;
-    check_images(&message, &state)?;
+    check_images(&message, &state).await?;
     ensure_chat_model_of(&state, chat_id).await?;
     post_and_answer(&app, &state, &turn, chat_id, message, None, on_event).await
 }
@@ -192,7 +194,7 @@ pub async fn edit_and_resend<R: Runtime>(
     check(&message)?;
     let turn = reserve(&state, chat_id)?;
     crate::idle::wake(&app, &state).await?;
-    check_images(&message, &state)?;
+    check_images(&message, &state).await?;
     ensure_chat_model_of(&state, chat_id).await?;
     let original = state.store.get_message(message_id).await?;
     if original.chat_id != chat_id {
