@@ -104,8 +104,13 @@ pub async fn create_job(
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| file.display().to_string());
-        // a HEIC photo is converted where the system can, as in a chat
-        let image = match crate::heic::import_image(&state.store, &file).await {
+        // a HEIC photo is converted where the system can, as in a chat; a PDF is read as one
+        let imported = if file.extension().is_some_and(|e| e.eq_ignore_ascii_case("pdf")) {
+            crate::documents::import_document(&state.store, &file).await
+        } else {
+            crate::heic::import_image(&state.store, &file).await
+        };
+        let image = match imported {
             Ok(a) => Ok(a.sha256),
             Err(e) => Err((e.code, e.message)),
         };

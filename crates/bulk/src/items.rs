@@ -12,7 +12,9 @@ pub const MAX_IMAGE_FILE_BYTES: u64 = 64 * 1024 * 1024;
 /// engine decodes, and HEIC / HEIF photos, which it refuses by name, so a
 /// folder of iPhone photos fails row by row with that message rather than
 /// being skipped in silence.
-pub const IMAGE_EXTENSIONS: &[&str] = &["png", "jpg", "jpeg", "webp", "gif", "bmp", "heic", "heif"];
+/// PDFs too: each is one row, read as its text and first page (document.rs).
+pub const IMAGE_EXTENSIONS: &[&str] =
+    &["png", "jpg", "jpeg", "webp", "gif", "bmp", "heic", "heif", "pdf"];
 
 #[derive(Debug, Clone)]
 pub enum ImageSource {

@@ -51,6 +51,25 @@ impl JobSpec {
         request
     }
 
+    /// One user turn for a PDF: its first page as a picture for a model that sees (`page`),
+    /// then its text with page markers, then the prompt.
+    pub fn request_for_document(&self, page: Option<ImageInput>, text: &str) -> Request {
+        let mut parts = Vec::new();
+        if let Some(page) = &page {
+            parts.push(ContentPart::Image { image: Some(page.sha256.clone()) });
+        }
+        parts.push(ContentPart::text(format!("{text}\n\n{}", self.prompt)));
+        let message = ChatMessage::user(MessageContent::Parts(parts));
+        let prompt = Prompt::Chat { messages: vec![message], options: TemplateOptions::default() };
+        let mut request = Request::new(prompt)
+            .with_max_tokens(self.max_tokens)
+            .with_sampling(self.sampling.clone());
+        request.interactive = false;
+        request.images = page.into_iter().collect();
+        request.constraint = self.format.as_ref().map(AnswerFormat::constraint);
+        request
+    }
+
     /// The row of a finished answer: failed with the engine's code, or done
     /// (with its JSON parsed when the job asked for JSON).
     pub fn row_from(&self, name: &str, reply: Completion, seconds: f64) -> Row {

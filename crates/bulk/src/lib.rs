@@ -9,6 +9,7 @@
 //! `export` (CSV and JSON Lines, written and read back).
 pub mod answer_format;
 pub mod cancel;
+mod document;
 pub mod export;
 pub mod items;
 pub mod job;

@@ -14,6 +14,15 @@ use crate::job::JobSpec;
 use crate::progress::Progress;
 use crate::row::Row;
 
+/// What a row's file turned into, before it becomes a request.
+mod job_request {
+    pub enum Input {
+        Image(engine::batch::ImageInput),
+        Document { page: Option<engine::batch::ImageInput>, text: String },
+    }
+    pub use Input::{Document, Image};
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct RunConfig {
     /// Images read and submitted but not finished, at most. Twice the
@@ -92,11 +101,20 @@ async fn run_one(
     let started = Instant::now();
     let seconds = || started.elapsed().as_secs_f64();
     let source = item.source.clone();
-    // reading a photo and hashing it (the vision cache's key) is blocking work
-    let image =
-        tokio::task::spawn_blocking(move || source.read().map(ImageInput::from_bytes)).await;
-    let image = match image {
-        Ok(Ok(image)) => image,
+    let vision = engine.model_info().capabilities.vision;
+    // reading a photo and hashing it (the vision cache's key), or reading a PDF, is blocking work
+    let request = tokio::task::spawn_blocking(move || {
+        let bytes = source.read()?;
+        if crate::document::is_pdf(&bytes) {
+            return crate::document::read(bytes.to_vec(), vision)
+                .map(|(page, text)| job_request::Document { page, text });
+        }
+        Ok(job_request::Image(ImageInput::from_bytes(bytes)))
+    })
+    .await;
+    let request = match request {
+        Ok(Ok(job_request::Image(image))) => job.request_for(image),
+        Ok(Ok(job_request::Document { page, text })) => job.request_for_document(page, &text),
         Ok(Err(e)) => {
             return Some(RowUpdate {
                 index: item.index,
@@ -116,7 +134,7 @@ async fn run_one(
     if cancel.is_cancelled() {
         return None;
     }
-    let mut stream = engine.submit(job.request_for(image));
+    let mut stream = engine.submit(request);
     submitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut reply = Completion::default();
     loop {

@@ -304,3 +304,67 @@ async fn a_huge_a_missing_and_an_unreadable_image_fail_their_rows_and_the_job_go
     assert_eq!(table[2].error_code.as_deref(), Some("FILE_UNREADABLE"), "{:?}", table[2].error);
     f.engine.shutdown();
 }
+
+/// PDFs in a job (issue 34): each file is one row, read as its first page (this model sees)
+/// and its text; batched, each answer is the one the same document gets alone, its prompt
+/// holds the document's text, and an encrypted-looking or damaged file fails its row alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pdfs_answer_as_if_asked_one_by_one_and_a_damaged_one_fails_alone() {
+    let f = fixture(3);
+    let pdf = |n: usize| {
+        let pages = vec![
+            format!("Invoice number {n}00{n}, dated {n} March."),
+            format!("Total due: {n}4.{n}0 euros."),
+        ];
+        documents::testing::text_pdf(&pages, 612, 792)
+    };
+    let items: Vec<Item> = (0..3)
+        .map(|i| Item {
+            index: i,
+            name: format!("invoice-{i}.pdf"),
+            source: ImageSource::Bytes(pdf(i + 1).into()),
+        })
+        .chain(std::iter::once(Item {
+            index: 3,
+            name: "cut.pdf".into(),
+            source: ImageSource::Bytes(b"%PDF-1.7\n1 0 obj << /Type /Cat".to_vec().into()),
+        }))
+        .collect();
+    let mut table: Vec<Row> = items.iter().map(|i| Row::pending(&i.name)).collect();
+    run_into(&mut table, &f, items, RunConfig::for_batch(3), &CancelToken::default(), None).await;
+    for i in 0..3 {
+        assert_eq!(table[i].status, RowStatus::Done, "{:?}", table[i].error);
+        let (page, text) = bulk_document(pdf(i + 1));
+        assert!(text.contains(&format!("[page 2]\nTotal due: {}4.{}0 euros.", i + 1, i + 1)));
+        let alone = ask_alone_request(&f, job(&f.engine).request_for_document(page, &text)).await;
+        assert_eq!(table[i].answer, alone.content, "row {i}: batched equals alone");
+        assert_eq!(table[i].prompt_tokens, alone.stats.prompt_tokens);
+    }
+    // the image's slots plus about thirty tokens of text: more than an image alone gets
+    let image_only = ask_alone(&f, &f.paths[0]).await.stats.prompt_tokens;
+    assert!(table[0].prompt_tokens > image_only + 10, "{} vs {image_only}", table[0].prompt_tokens);
+    assert_eq!(table[3].status, RowStatus::Failed);
+    assert_eq!(table[3].error_code.as_deref(), Some("DOCUMENT_DAMAGED"), "{:?}", table[3].error);
+    f.engine.shutdown();
+}
+
+/// What the runner makes of a PDF for a model that sees: the first page at 1024 pixels and
+/// the text with page markers (the same crate calls as bulk's document.rs).
+fn bulk_document(bytes: Vec<u8>) -> (Option<ImageInput>, String) {
+    let doc = documents::Document::open(bytes, &documents::Limits::default()).unwrap();
+    let texts = doc.texts().unwrap();
+    let png = doc.render_page(1, 1024).unwrap().to_png();
+    let text = format!("Document (2 pages)\n\n{}", documents::page_marked_text(&texts));
+    (Some(ImageInput::from_bytes(png)), text)
+}
+
+async fn ask_alone_request(f: &Fixture, request: engine::batch::Request) -> Completion {
+    let mut stream = f.engine.submit(request);
+    let mut reply = Completion::default();
+    while let Some(event) = stream.recv().await {
+        if reply.absorb(event) {
+            break;
+        }
+    }
+    reply
+}
