@@ -143,6 +143,65 @@ impl Sampler {
         history: &[u32],
         pending: Option<&Array>,
     ) -> Result<Array> {
+        let logits = self.adjusted(logits, history, pending)?;
+        if self.key.is_none() {
+            return Ok(argmax_axis(&logits, -1, false)?.as_dtype(mlx_rs::Dtype::Int32)?);
+        }
+        let sub = self.next_key()?;
+        let logprobs = self.filtered_logprobs(&logits)?;
+        Ok(random::categorical(&logprobs, -1, None, &sub)?.as_dtype(mlx_rs::Dtype::Int32)?)
+    }
+
+    /// Speculative sampling against a draft proposed without randomness
+    /// (prompt lookup, a greedy draft model). `logits` `[n + 1, vocab]` were
+    /// computed after the row's last token and after each of the `n`
+    /// `drafts`. Draft `j` is kept with the probability this sampler gives
+    /// it there; the first one refused is replaced by a draw from that
+    /// position's distribution without it (renormalised); after `n` kept
+    /// drafts a bonus token is drawn at the last position. This is the
+    /// standard rejection rule with a one-hot proposal: the tokens follow
+    /// this sampler's distribution exactly. Returns, lazily, which drafts
+    /// were kept (`[n]` bool), the replacements (`[n]` int32) and the bonus
+    /// (`[1]` int32). For sampling rows only (greedy rows compare argmaxes).
+    pub fn verify_drafts(
+        &mut self,
+        logits: &Array,
+        history: &[u32],
+        drafts: &[u32],
+    ) -> Result<(Array, Array, Array)> {
+        assert!(self.key.is_some(), "verify_drafts is for sampling rows");
+        let n = drafts.len() as i32;
+        assert_eq!(logits.dim(0), n + 1, "a position after each draft");
+        let mut history = history.to_vec();
+        let mut positions = Vec::with_capacity(drafts.len() + 1);
+        for j in 0..=n {
+            let at = self.adjusted(&logits.index(j..j + 1), &history, None)?;
+            positions.push(self.filtered_logprobs(&at)?);
+            if let Some(&d) = drafts.get(j as usize) {
+                history.push(d);
+            }
+        }
+        let logprobs = ops::concatenate(&positions, 0)?;
+        // Three independent draws: the acceptance tests, the replacements, the bonus.
+        let (accept_key, rest) = random::split(&self.next_key()?, 2)?;
+        let (replace_key, bonus_key) = random::split(&rest, 2)?;
+        let drafted = logprobs.index(0..n);
+        let ids: Vec<i32> = drafts.iter().map(|&d| d as i32).collect();
+        let ids = Array::from_slice(&ids, &[n, 1]);
+        let p_draft = take_along_axis(&drafted, &ids, -1)?.exp()?.reshape(&[n])?;
+        let draws = random::uniform::<_, f32>(0.0, 1.0, &[n][..], &accept_key)?;
+        let kept = draws.lt(&p_draft)?;
+        let fill = ops::broadcast_to(neg_inf(), &[n, 1])?;
+        let without_draft = put_along_axis(&drafted, &ids, &fill, -1)?;
+        let replacements = random::categorical(&without_draft, -1, None, &replace_key)?
+            .as_dtype(mlx_rs::Dtype::Int32)?;
+        let bonus = random::categorical(&logprobs.index(n..n + 1), -1, None, &bonus_key)?
+            .as_dtype(mlx_rs::Dtype::Int32)?;
+        Ok((kept, replacements, bonus))
+    }
+
+    /// The logits with the repetition penalty and logit bias applied (float32).
+    fn adjusted(&self, logits: &Array, history: &[u32], pending: Option<&Array>) -> Result<Array> {
         let mut logits = logits.as_dtype(mlx_rs::Dtype::Float32)?;
         if self.params.repetition_penalty != 1.0 && !(history.is_empty() && pending.is_none()) {
             logits = self.penalize_repeats(&logits, history, pending)?;
@@ -151,11 +210,20 @@ impl Sampler {
             let biased = take_along_axis(&logits, ids, -1)?.add(vals)?;
             logits = put_along_axis(&logits, ids, &biased, -1)?;
         }
-        let Some(key) = self.key.take() else {
-            return Ok(argmax_axis(&logits, -1, false)?.as_dtype(mlx_rs::Dtype::Int32)?);
-        };
+        Ok(logits)
+    }
+
+    /// A fresh key for one draw; the stream moves on.
+    fn next_key(&mut self) -> Result<Array> {
+        let key = self.key.take().expect("a sampling row has a key");
         let (next_key, sub) = random::split(&key, 2)?;
         self.key = Some(next_key);
+        Ok(sub)
+    }
+
+    /// What a sampling row draws from: adjusted logits `[1, vocab]` →
+    /// log-probabilities at the temperature, cut by top-k, min-p and top-p.
+    fn filtered_logprobs(&self, logits: &Array) -> Result<Array> {
         let mut logprobs = logits.multiply(Array::from_f32(1.0 / self.params.temperature))?;
         logprobs = logprobs.subtract(logprobs.logsumexp_axis(-1, true)?)?;
         if self.params.top_k > 0 && self.params.top_k < logprobs.dim(-1) {
@@ -167,7 +235,7 @@ impl Sampler {
         if self.params.top_p < 1.0 {
             logprobs = apply_top_p(&logprobs, self.params.top_p)?;
         }
-        Ok(random::categorical(&logprobs, -1, None, &sub)?.as_dtype(mlx_rs::Dtype::Int32)?)
+        Ok(logprobs)
     }
 
     fn penalize_repeats(
@@ -242,6 +310,80 @@ mod tests {
         let t = s.sample(l, &[], None).unwrap();
         t.eval().unwrap();
         t.as_slice::<i32>()[0]
+    }
+
+    /// Pearson's statistic of `counts` against `probs`.
+    fn chi_square(counts: &[usize], probs: &[f64]) -> f64 {
+        let n: usize = counts.iter().sum();
+        counts
+            .iter()
+            .zip(probs)
+            .map(|(&c, &p)| {
+                let e = p * n as f64;
+                (c as f64 - e).powi(2) / e
+            })
+            .sum()
+    }
+
+    fn softmax(v: &[f32], t: f32) -> Vec<f64> {
+        let e: Vec<f64> = v.iter().map(|&x| ((x / t) as f64).exp()).collect();
+        let z: f64 = e.iter().sum();
+        e.into_iter().map(|x| x / z).collect()
+    }
+
+    /// The rejection rule keeps the sampler's distribution: over many
+    /// draws, the first token emitted after a one-token draft (the draft if
+    /// kept, else the replacement) and the token after a kept draft follow
+    /// the target's probabilities at those positions, within a chi-square
+    /// bound (4 degrees of freedom, p = 0.001: 18.47). A rule that always
+    /// kept the draft, or never, would miss it by far.
+    #[test]
+    fn verified_drafts_follow_the_samplers_distribution() {
+        let first = [1.0f32, 0.2, -0.5, 0.7, 0.0];
+        let second = [-1.0f32, 0.5, 0.9, 0.1, 0.3];
+        let mut flat = first.to_vec();
+        flat.extend(second);
+        let logits = Array::from_slice(&flat, &[2, 5]);
+        let p = SamplingParams { temperature: 0.8, seed: Some(7), ..Default::default() };
+        let mut s = Sampler::new(p).unwrap();
+        let (draws, draft) = (4000, 3u32);
+        let (mut at_first, mut after_kept) = (vec![0usize; 5], vec![0usize; 5]);
+        let mut kept_count = 0;
+        for _ in 0..draws {
+            let (kept, replacements, bonus) = s.verify_drafts(&logits, &[], &[draft]).unwrap();
+            mlx_rs::transforms::eval([&kept, &replacements, &bonus]).unwrap();
+            if kept.as_slice::<bool>()[0] {
+                kept_count += 1;
+                at_first[draft as usize] += 1;
+                after_kept[bonus.as_slice::<i32>()[0] as usize] += 1;
+            } else {
+                let r = replacements.as_slice::<i32>()[0] as usize;
+                assert_ne!(r, draft as usize, "a replacement is never the refused draft");
+                at_first[r] += 1;
+            }
+        }
+        let (p1, p2) = (softmax(&first, 0.8), softmax(&second, 0.8));
+        let (c1, c2) = (chi_square(&at_first, &p1), chi_square(&after_kept, &p2));
+        assert!(c1 < 18.47, "first token {at_first:?} vs {p1:?}: chi-square {c1}");
+        assert!(c2 < 18.47, "after a kept draft {after_kept:?} vs {p2:?}: chi-square {c2}");
+        let kept_share = kept_count as f64 / draws as f64;
+        assert!((kept_share - p1[draft as usize]).abs() < 0.03, "kept {kept_share} of the drafts");
+    }
+
+    /// With top-k the draft is judged against the cut distribution: a draft
+    /// outside the top k is never kept, and replacements stay inside it.
+    #[test]
+    fn a_draft_outside_top_k_is_always_replaced() {
+        let logits =
+            Array::from_slice(&[2.0f32, 1.5, -3.0, 1.0, -2.0, 0.0, 0.5, 0.1, 0.3, 0.2], &[2, 5]);
+        let p = SamplingParams { temperature: 1.0, top_k: 2, seed: Some(1), ..Default::default() };
+        let mut s = Sampler::new(p).unwrap();
+        for _ in 0..200 {
+            let (kept, replacements, _) = s.verify_drafts(&logits, &[], &[2]).unwrap();
+            mlx_rs::transforms::eval([&kept, &replacements]).unwrap();
+            assert!(!kept.as_slice::<bool>()[0]);
+            assert!([0, 1].contains(&replacements.as_slice::<i32>()[0]));
+        }
     }
 
     #[test]

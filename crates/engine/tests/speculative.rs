@@ -400,3 +400,32 @@ fn an_unsuitable_draft_model_is_refused_naming_both() {
         "names both: {err}"
     );
 }
+
+/// Sampling rows speculate too (the rejection rule, tested for its
+/// distribution in `sample.rs`): with the target drafting for itself at a
+/// low temperature most drafts land, and a seeded request gives the same
+/// reply each time it runs.
+#[test]
+fn sampling_rows_speculate_and_a_seed_still_fixes_the_reply() {
+    let dir = tiny_llama();
+    let sampling = SamplingParams {
+        temperature: 0.3,
+        top_p: 0.9,
+        seed: Some(42),
+        repetition_penalty: 1.1,
+        ..greedy_no_eos()
+    };
+    let reqs = [
+        request(&repeating_prompt(23), 40, &sampling),
+        request(&repeating_prompt(24), 40, &sampling),
+    ];
+    let draft = Some(Proposer::Draft(dir.path()));
+    let (first, driver) = run(dir.path(), SchedulerConfig::default(), draft, &reqs, 2, 0);
+    let (again, _) = run(dir.path(), SchedulerConfig::default(), draft, &reqs, 2, 0);
+    for (a, b) in first.iter().zip(&again) {
+        assert!(a.error.is_none(), "{:?}", a.error);
+        assert_eq!(a.stats.generated_tokens, 40);
+        assert_eq!(a.content, b.content, "the same seed, the same reply");
+    }
+    assert_speculated(&driver.scheduler.stats().speculation);
+}

@@ -205,13 +205,11 @@ impl Sequence {
         self.pending_logprobs.push_back(pending);
     }
 
-    /// Whether this row's next tokens can come from a draft: greedy (its
-    /// choice at every position is known from the target's logits, so a
-    /// draft is kept exactly when the target agrees), nothing forced next,
-    /// no grammar, no log-probabilities.
+    /// Whether this row's next tokens can come from a draft: nothing forced
+    /// next, no grammar, no log-probabilities (greedy and sampling rows
+    /// both can: see [`super::speculation::acceptance`]).
     pub fn can_speculate(&self) -> bool {
         self.draft_length.is_some()
-            && self.sampler.params().is_greedy()
             && self.forced.is_empty()
             && self.constraint.is_none()
             && self.logprobs.is_none()

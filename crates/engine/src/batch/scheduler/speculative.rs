@@ -114,30 +114,36 @@ impl Scheduler {
         let sampled = self.sample_rows(&first, None, &masks)?;
         let argmax =
             ops::indexing::argmax_axis(&logits, -1, false)?.as_dtype(mlx_rs::Dtype::Int32)?;
-        // Each drafting row's choice after its last token and after each draft token.
-        let mut choices = Vec::new();
+        // What each drafting row's verification reads back.
+        let mut verdicts = Vec::new();
         for (i, (seq, draft)) in self.running.iter_mut().zip(&drafts).enumerate() {
             if draft.is_empty() {
                 continue;
             }
             let (row, n) = (i as i32, draft.len() as i32 + 1);
             let p = seq.sampler.params();
-            if p.repetition_penalty == 1.0 && p.logit_bias.is_empty() {
-                choices.push(argmax.index((row, 0..n)));
-                continue;
-            }
-            // A penalty or bias changes the argmax: the row's own (greedy)
-            // sampler picks at each position, its history growing by the drafts.
-            let mut history = seq.tokens.clone();
-            let mut picks = Vec::with_capacity(n as usize);
-            for j in 0..n {
-                let at = logits.index((row..row + 1, j, ..));
-                picks.push(seq.sampler.sample(&at, &history, None)?.reshape(&[1])?);
-                if let Some(&t) = draft.get(j as usize) {
-                    history.push(t);
+            let verdict = if !p.is_greedy() {
+                let at = logits.index((row, 0..n, ..));
+                let (kept, replacements, bonus) =
+                    seq.sampler.verify_drafts(&at, &seq.tokens, draft)?;
+                vec![kept, replacements, bonus]
+            } else if p.repetition_penalty == 1.0 && p.logit_bias.is_empty() {
+                vec![argmax.index((row, 0..n))]
+            } else {
+                // A penalty or bias changes the argmax: the row's own (greedy)
+                // sampler picks at each position, its history growing by the drafts.
+                let mut history = seq.tokens.clone();
+                let mut picks = Vec::with_capacity(n as usize);
+                for j in 0..n {
+                    let at = logits.index((row..row + 1, j, ..));
+                    picks.push(seq.sampler.sample(&at, &history, None)?.reshape(&[1])?);
+                    if let Some(&t) = draft.get(j as usize) {
+                        history.push(t);
+                    }
                 }
-            }
-            choices.push(ops::concatenate(&picks, 0)?);
+                vec![ops::concatenate(&picks, 0)?]
+            };
+            verdicts.push(verdict);
         }
         let mut extra = Vec::new();
         for (i, seq) in self.running.iter_mut().enumerate() {
@@ -152,11 +158,13 @@ impl Scheduler {
                 seq.push_logprobs(logprobs);
             }
         }
-        mlx_rs::transforms::eval(std::iter::once(&sampled).chain(&choices).chain(&extra))?;
+        mlx_rs::transforms::eval(
+            std::iter::once(&sampled).chain(verdicts.iter().flatten()).chain(&extra),
+        )?;
         self.decode_steps += 1;
         self.speculation_stats.verify_passes += 1;
         let sampled: Vec<u32> = sampled.as_slice::<i32>().iter().map(|&t| t as u32).collect();
-        let mut choices = choices.iter().map(|c| c.as_slice::<i32>().iter().map(|&t| t as u32));
+        let mut verdicts = verdicts.into_iter();
 
         let mut drops = Vec::with_capacity(b);
         let mut draft_drops = Vec::with_capacity(b);
@@ -166,8 +174,17 @@ impl Scheduler {
             let emit = if draft.is_empty() {
                 vec![sampled[row]]
             } else {
-                let targets: Vec<u32> = choices.next().expect("one per drafting row").collect();
-                let emit = acceptance::greedy(draft, &targets);
+                let verdict = verdicts.next().expect("one per drafting row");
+                let emit = match &verdict[..] {
+                    [choices] => acceptance::greedy(draft, &tokens(choices)),
+                    [kept, replacements, bonus] => acceptance::sampled(
+                        draft,
+                        kept.as_slice::<bool>(),
+                        &tokens(replacements),
+                        tokens(bonus)[0],
+                    ),
+                    _ => unreachable!("a greedy or a sampling verdict"),
+                };
                 let kept = emit.len() - 1;
                 if let Some(d) = seq.draft_length.as_mut() {
                     d.record(draft.len(), kept);
@@ -203,4 +220,9 @@ impl Scheduler {
         }
         self.remove_rows_with(finished)
     }
+}
+
+/// An int32 array read back as token ids.
+fn tokens(a: &Array) -> Vec<u32> {
+    a.as_slice::<i32>().iter().map(|&t| t as u32).collect()
 }
