@@ -42,6 +42,24 @@ pub struct ChatSettings {
     /// What happens when the conversation outgrows the model's context.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context_policy: Option<ContextPolicy>,
+    /// The MCP tools this chat offers its model; unset: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<ChatTools>,
+}
+
+/// Which MCP tools a chat offers. A server added later is off in every
+/// chat until the chat turns it on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChatTools {
+    /// The servers whose tools are offered.
+    pub servers: Vec<String>,
+    /// Tools of those servers left out, as `server/tool`.
+    pub disabled: Vec<String>,
+    /// The first answer of each turn must be a tool call (a grammar in the
+    /// model's own tool-call format makes it one); the answers after the
+    /// results choose freely.
+    pub require_call: bool,
 }
 
 impl ChatSettings {

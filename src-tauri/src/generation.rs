@@ -7,10 +7,13 @@ use std::time::Duration;
 use engine::batch::{Event, FinishReason, RequestId, RequestStats};
 use engine::handle::{EngineHandle, RequestStream};
 use serde::Serialize;
-use store::{ChatId, Message, MessageStats, ReplyId, ReplyOutcome, Store};
+use store::{
+    ChatId, Message, MessageId, MessageStats, ReplyId, ReplyOutcome, Store, ToolCallRecord,
+};
 use ts_rs::TS;
 
 use crate::error::AppError;
+use crate::mcp::manager::OfferedTool;
 
 /// What the UI receives for one reply, in order: `started`, then text
 /// pieces, maybe `error`, then `finished` with the stored message.
@@ -40,6 +43,20 @@ pub enum StreamEvent {
         /// Boxed: a message is far larger than the other events (serialized the same).
         message: Box<Message>,
     },
+    /// The finished answer called a tool: shown as a block with Approve /
+    /// Deny unless the user always allows this tool (then it just runs).
+    /// Sent again to a sink that attaches while the call waits.
+    ToolCall {
+        /// The answer that made the call.
+        message_id: MessageId,
+        call: ToolCallRecord,
+        needs_approval: bool,
+    },
+    /// The call's result (or why there is none), stored as a tool message;
+    /// the model's next answer follows as a new `started`.
+    ToolResult {
+        message: Box<Message>,
+    },
 }
 
 pub type Sink = Arc<dyn Fn(StreamEvent) + Send + Sync>;
@@ -54,6 +71,11 @@ pub struct Generation {
     pub sink: Arc<Mutex<Sink>>,
     /// Answer and reasoning so far.
     pub text: Arc<Mutex<(String, String)>>,
+    /// Stops the turn between engine requests too: a tool call waiting for
+    /// approval or running (Stop cancels this and the engine request).
+    pub cancel: tokio_util::sync::CancellationToken,
+    /// The tool call waiting for the user's answer, if any.
+    pub waiting_call: Arc<Mutex<Option<(MessageId, ToolCallRecord)>>>,
 }
 
 impl Generation {
@@ -66,6 +88,9 @@ impl Generation {
             model: self.model.clone(),
         });
         sink(StreamEvent::Snapshot { content, reasoning });
+        if let Some((message_id, call)) = self.waiting_call.lock().unwrap().clone() {
+            sink(StreamEvent::ToolCall { message_id, call, needs_approval: true });
+        }
         *self.sink.lock().unwrap() = sink;
     }
 }
@@ -85,6 +110,9 @@ pub struct Submitted {
     pub stream: RequestStream,
     pub first: Option<Event>,
     pub left_out: usize,
+    /// The tools the request offered: a call of one is kept with the
+    /// answer (and run after it); without tools a call is shown as text.
+    pub offered: Vec<OfferedTool>,
 }
 
 async fn next_event(first: &mut Option<Event>, stream: &mut RequestStream) -> Option<Event> {
@@ -103,7 +131,8 @@ pub async fn pump(
     sink: Arc<Mutex<Sink>>,
     text: Arc<Mutex<(String, String)>>,
 ) -> Result<Option<Message>, AppError> {
-    let Submitted { mut stream, mut first, left_out } = submitted;
+    let Submitted { mut stream, mut first, left_out, offered } = submitted;
+    let mut calls: Vec<ToolCallRecord> = Vec::new();
     let send = |e: StreamEvent| (sink.lock().unwrap().clone())(e);
     let mut tick = tokio::time::interval(SAVE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -125,7 +154,11 @@ pub async fn pump(
                 // the app asks for none
                 Some(Event::Logprob(_)) => {}
                 Some(Event::Accepted | Event::Queued { .. }) => {}
-                // the app offers no tools, so a tool call is shown as text
+                Some(Event::ToolCall(call)) if !offered.is_empty() => {
+                    let server = offered.iter().find(|t| t.offered_name == call.name).map(|t| t.server.clone());
+                    calls.push(ToolCallRecord { id: call.id, name: call.name, arguments: call.arguments, server });
+                }
+                // no tools were offered, so a tool call is shown as text
                 Some(Event::ToolCall(call)) => {
                     let t = format!("\n```json\n{}\n```\n", serde_json::to_string_pretty(&call).unwrap_or_default());
                     text.lock().unwrap().0.push_str(&t);
@@ -168,6 +201,13 @@ pub async fn pump(
     let (content, reasoning) = text.lock().unwrap().clone();
     let mut stats = message_stats(reason, &stats);
     stats.left_out_messages = (left_out > 0).then_some(left_out as u64);
+    if !calls.is_empty() {
+        match store.set_reply_tool_calls(reply, &calls).await {
+            Err(e) if reply_gone(&e) => return Ok(None),
+            Err(e) => return Err(e.into()),
+            Ok(()) => {}
+        }
+    }
     let message = match store.finish_reply(reply, &content, &reasoning, Some(&stats), outcome).await
     {
         Ok(m) => m,

@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod cluster_secret;
 pub mod commands;
 pub mod context;
+pub mod documents;
 pub mod error;
 pub mod generation;
 pub mod heic;
@@ -29,8 +30,9 @@ pub mod image_check;
 pub mod links;
 #[cfg(target_os = "macos")]
 mod macos_app;
+pub mod mcp;
+pub mod mcp_servers;
 pub mod menu;
-pub mod documents;
 pub mod model_defaults;
 pub mod model_settings;
 pub mod models;
@@ -44,10 +46,11 @@ pub mod second_launch;
 pub mod server_key;
 pub mod settings;
 pub mod state;
+pub mod tool_turns;
 
 use std::sync::Arc;
 
-use tauri::{Manager, Runtime};
+use tauri::{Emitter, Manager, Runtime};
 
 use crate::paths::Paths;
 use crate::state::AppState;
@@ -94,6 +97,12 @@ fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R> {
             commands::replies::delete_branch,
             commands::replies::active_replies,
             commands::replies::attach_reply,
+            commands::replies::answer_tool_call,
+            commands::mcp::list_mcp_servers,
+            commands::mcp::save_mcp_server,
+            commands::mcp::remove_mcp_server,
+            commands::mcp::restart_mcp_server,
+            commands::mcp::import_mcp_servers,
             commands::attachments::add_attachment_path,
             commands::attachments::add_attachment_bytes,
             commands::attachments::paste_clipboard_image,
@@ -180,8 +189,15 @@ pub fn run() {
             let handle = app.handle().clone();
             let state = app.state::<Arc<AppState>>().inner().clone();
             tauri::async_runtime::spawn(idle::watch(handle.clone(), state.clone()));
+            let emitter = handle.clone();
+            state.mcp.set_on_change(Arc::new(move |view| {
+                let _ = emitter.emit("mcp-changed", view);
+            }));
             tauri::async_runtime::spawn(async move {
                 crate::openai_server::apply(&handle, &state).await;
+                if let Err(e) = crate::mcp_servers::start_stored(&state).await {
+                    tracing::warn!(%e, "the MCP servers could not be read");
+                }
                 models::load_initial(&handle, &state).await;
             });
             Ok(())

@@ -89,12 +89,23 @@ pub fn build_request_text(
             Role::Assistant => {
                 let usable =
                     matches!(m.status, MessageStatus::Complete | MessageStatus::Interrupted);
-                if usable && !m.content.is_empty() {
+                if usable && !m.tool_calls.is_empty() {
+                    let mut answer = ChatMessage::assistant(m.content.as_str());
+                    answer.tool_calls = Some(m.tool_calls.iter().map(template_tool_call).collect());
+                    chat.push(answer);
+                } else if usable && !m.content.is_empty() {
                     chat.push(ChatMessage::assistant(m.content.as_str()));
                 }
             }
             Role::System => chat.push(ChatMessage::system(m.content.as_str())),
-            Role::Tool => {}
+            Role::Tool => {
+                let mut result = ChatMessage::tool(m.content.as_str());
+                if let Some(info) = &m.tool_result {
+                    result.tool_call_id = Some(info.call_id.clone());
+                    result.name = Some(info.name.clone());
+                }
+                chat.push(result);
+            }
         }
     }
     let options =
@@ -105,6 +116,40 @@ pub fn build_request_text(
     request.thinking_budget = (settings.thinking_budget > 0).then_some(settings.thinking_budget);
     request.constraint = answer_format.map(AnswerFormat::constraint);
     Ok(request)
+}
+
+/// An earlier call as chat templates read it (as the server passes a
+/// client's history): OpenAI's shape with the arguments as an object, since
+/// templates print them with `tojson` or iterate over them.
+fn template_tool_call(call: &store::ToolCallRecord) -> serde_json::Value {
+    let arguments = serde_json::from_str::<serde_json::Value>(&call.arguments)
+        .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone()));
+    serde_json::json!({
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    })
+}
+
+/// The tools a reply is offered (OpenAI-shaped schemas) and whether it must
+/// call one.
+#[derive(Debug, Clone, Default)]
+pub struct ToolOffer {
+    pub tools: Vec<serde_json::Value>,
+    pub require: bool,
+}
+
+/// Offers `offer`'s tools to the model through its chat template. One call
+/// per answer: the app runs it, stores the result and asks again, so each
+/// call is shown and approved on its own.
+pub fn offer_tools(request: &mut Request, offer: &ToolOffer) {
+    let Prompt::Chat { options, .. } = &mut request.prompt else { return };
+    if offer.tools.is_empty() {
+        return;
+    }
+    options.tools = Some(offer.tools.clone());
+    request.parallel_tool_calls = false;
+    request.require_tool_call = offer.require && request.constraint.is_none();
 }
 
 /// The message's text after one placeholder per image, as a model that

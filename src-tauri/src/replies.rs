@@ -20,7 +20,10 @@ use crate::context::{
 };
 use crate::error::{AppError, AppResult};
 use crate::generation::{pump, Generation, Sink, StreamEvent, Submitted};
-use crate::prompt::{build_request, build_request_text, continue_last_answer};
+use crate::mcp::manager::OfferedTool;
+use crate::prompt::{
+    build_request, build_request_text, continue_last_answer, offer_tools, ToolOffer,
+};
 use crate::settings::Settings;
 use crate::state::AppState;
 
@@ -172,9 +175,17 @@ async fn start<R: Runtime>(
         &crate::models::default_model_id(&state),
     ));
     let continuing = matches!(to, ReplyTo::Extend(_));
-    let submitted =
-        submit_fitted(&state, &engine, &messages, &settings, answer_format.as_ref(), continuing)
-            .await?;
+    // a chat with an answer format answers in it: no tools (a call could not match it)
+    let offered = match (&own.tools, &answer_format) {
+        (Some(t), None) => state.mcp.offered_tools(&t.servers, &t.disabled),
+        _ => Vec::new(),
+    };
+    // a call is required only to answer the user (not when regenerating the answer after a result)
+    let require = own.tools.as_ref().is_some_and(|t| t.require_call)
+        && !continuing
+        && messages.last().is_some_and(|m| m.role == Role::User);
+    let turn = Turn { settings, answer_format, offered, continuing };
+    let submitted = submit_fitted(&state, &engine, &messages, &turn, require).await?;
     let stream = &submitted.stream;
     // an extended answer's text so far is its stored text: saves write the whole of it
     let (reply_id, so_far) = match to {
@@ -197,7 +208,10 @@ async fn start<R: Runtime>(
         engine: engine.clone(),
         sink: sink.clone(),
         text: text.clone(),
+        cancel: tokio_util::sync::CancellationToken::new(),
+        waiting_call: Arc::new(Mutex::new(None)),
     };
+    let (cancel, waiting) = (generation.cancel.clone(), generation.waiting_call.clone());
     state.generations.lock().unwrap().insert(chat, generation);
     (sink.lock().unwrap().clone())(StreamEvent::Started {
         chat_id: chat,
@@ -211,8 +225,74 @@ async fn start<R: Runtime>(
 
     let app = app.clone();
     let store = state.store.clone();
+    let started = StartedReply { reply_id, model: model.clone() };
     tauri::async_runtime::spawn(async move {
-        let result = pump(store, reply_id, submitted, sink, text).await;
+        let mut result = pump(store.clone(), reply_id, submitted, sink.clone(), text.clone()).await;
+        let mut reply = reply_id;
+        // the answer called tools: run them, then the model answers again
+        let mut calls = 0;
+        while let Ok(Some(answer)) = &result {
+            if answer.tool_calls.is_empty() || answer.status != store::MessageStatus::Complete {
+                break;
+            }
+            let ran = crate::tool_turns::run_calls(
+                &state,
+                chat,
+                answer,
+                &turn.offered,
+                &sink,
+                &waiting,
+                &cancel,
+            )
+            .await;
+            // the turn ends on a tool message: it is the turn's last word
+            let end_on = |m: Message| {
+                (sink.lock().unwrap().clone())(StreamEvent::Finished { message: Box::new(m) })
+            };
+            let last = match ran {
+                Ok(crate::tool_turns::ToolPhase { last: Some(last), stopped: false }) => last,
+                Ok(crate::tool_turns::ToolPhase { last, .. }) => {
+                    if let Some(m) = last {
+                        end_on(m);
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(%e, chat = chat.0, "storing a tool's result failed");
+                    (sink.lock().unwrap().clone())(StreamEvent::Error { error: e });
+                    break;
+                }
+            };
+            calls += answer.tool_calls.len();
+            let next =
+                answer_after_tools(&state, &engine, chat, last.id, &turn, calls, &model).await;
+            let (next_reply, submitted) = match next {
+                Ok(next) => next,
+                Err(e) => {
+                    (sink.lock().unwrap().clone())(StreamEvent::Error { error: e });
+                    end_on(last);
+                    break;
+                }
+            };
+            if let Some(g) = state.generations.lock().unwrap().get_mut(&chat) {
+                if g.reply_id == reply {
+                    g.reply_id = next_reply;
+                    g.request_id = submitted.stream.id;
+                }
+            }
+            reply = next_reply;
+            *text.lock().unwrap() = Default::default();
+            (sink.lock().unwrap().clone())(StreamEvent::Started {
+                chat_id: chat,
+                reply_id: next_reply,
+                model: model.clone(),
+            });
+            if cancel.is_cancelled() {
+                // stopped while this request was being made
+                engine.cancel(submitted.stream.id);
+            }
+            result = pump(store.clone(), next_reply, submitted, sink.clone(), text.clone()).await;
+        }
         // a split model's lost rank shows first in a failed reply (cluster.rs);
         // noted before the reply counts as over
         if let Ok(Some(m)) = &result {
@@ -221,7 +301,7 @@ async fn start<R: Runtime>(
                 crate::cluster::note_error(&state, &e);
             }
         }
-        remove_generation(&state, chat, reply_id);
+        remove_generation(&state, chat, reply);
         match result {
             Ok(Some(_)) => {}
             Ok(None) => tracing::debug!(chat = chat.0, "the chat was deleted while it answered"),
@@ -229,7 +309,53 @@ async fn start<R: Runtime>(
         }
         let _ = app.emit("chat-updated", ChatUpdated { chat_id: chat });
     });
-    Ok(StartedReply { reply_id, model })
+    Ok(started)
+}
+
+/// What every request of one turn shares: the settings it runs with, the
+/// chat's answer format and the tools offered.
+#[derive(Clone)]
+struct Turn {
+    settings: Settings,
+    answer_format: Option<AnswerFormat>,
+    offered: Vec<OfferedTool>,
+    /// Continue on a cut answer (only the turn's first request).
+    continuing: bool,
+}
+
+impl Turn {
+    /// The tools offered to a request of this turn: none once the turn
+    /// made [`crate::tool_turns::MAX_CALLS_PER_TURN`] calls, so the model
+    /// answers in words.
+    fn offer(&self, require: bool, calls: usize) -> ToolOffer {
+        if calls >= crate::tool_turns::MAX_CALLS_PER_TURN {
+            return ToolOffer::default();
+        }
+        ToolOffer { tools: self.offered.iter().map(|t| t.schema.clone()).collect(), require }
+    }
+}
+
+/// The model's next answer, under the last tool result `last`: the request
+/// (with the results in the prompt) and the new reply's row.
+async fn answer_after_tools(
+    state: &AppState,
+    engine: &EngineHandle,
+    chat: ChatId,
+    last: MessageId,
+    turn: &Turn,
+    calls: usize,
+    model: &str,
+) -> AppResult<(ReplyId, Submitted)> {
+    let messages = state.store.path_to(chat, last).await?;
+    let turn = Turn { continuing: false, ..turn.clone() };
+    let mut submitted =
+        submit_fitted_with(state, engine, &messages, &turn, turn.offer(false, calls)).await?;
+    if calls >= crate::tool_turns::MAX_CALLS_PER_TURN {
+        // the model sees no tools now: a call it still writes is text
+        submitted.offered.clear();
+    }
+    let reply = state.store.begin_reply_under(chat, last, model).await?;
+    Ok((reply, submitted))
 }
 
 /// Submits the conversation to the engine under the chat's context policy.
@@ -242,10 +368,22 @@ async fn submit_fitted(
     state: &AppState,
     engine: &EngineHandle,
     messages: &[Message],
-    settings: &Settings,
-    answer_format: Option<&AnswerFormat>,
-    continuing: bool,
+    turn: &Turn,
+    require: bool,
 ) -> AppResult<Submitted> {
+    submit_fitted_with(state, engine, messages, turn, turn.offer(require, 0)).await
+}
+
+/// [`submit_fitted`] offering `offer`'s tools.
+async fn submit_fitted_with(
+    state: &AppState,
+    engine: &EngineHandle,
+    messages: &[Message],
+    turn: &Turn,
+    offer: ToolOffer,
+) -> AppResult<Submitted> {
+    let (settings, answer_format) = (&turn.settings, turn.answer_format.as_ref());
+    let offered = if offer.tools.is_empty() { Vec::new() } else { turn.offered.clone() };
     let capabilities = engine.model_info().capabilities;
     let policy = settings.context_policy;
     // each PDF becomes text in its message: whole while the documents take at most three
@@ -256,9 +394,10 @@ async fn submit_fitted(
     let inlined = crate::documents::inline_documents(&state.store, messages, room).await?;
     let messages = &inlined[..];
     let shape = |mut request: Request| {
-        if continuing {
+        if turn.continuing {
             continue_last_answer(&mut request);
         }
+        offer_tools(&mut request, &offer);
         request
     };
     if policy == ContextPolicy::Stop {
@@ -266,7 +405,7 @@ async fn submit_fitted(
             build_request(messages, settings, capabilities, answer_format, &state.image_bytes)
                 .await?,
         );
-        return Ok(Submitted { stream: engine.submit(request), first: None, left_out: 0 });
+        return Ok(Submitted { stream: engine.submit(request), first: None, left_out: 0, offered });
     }
     let most = most_left_out(messages, policy);
     let mut drop = 0;
@@ -320,7 +459,7 @@ async fn submit_fitted(
             drop = left_out + 1;
             continue;
         }
-        return Ok(Submitted { stream, first, left_out });
+        return Ok(Submitted { stream, first, left_out, offered });
     }
 }
 

@@ -85,6 +85,10 @@ pub struct AppState {
     /// The ring of a split model this run joined or tried to join (MLX
     /// keeps one per process: see cluster.rs).
     pub cluster: Mutex<Option<crate::cluster::ClusterRun>>,
+    /// The MCP servers whose tools chats may offer (Settings → Tools).
+    pub mcp: Arc<crate::mcp::McpManager>,
+    /// Tool calls waiting for the user's Approve / Deny.
+    pub approvals: crate::tool_turns::PendingApprovals,
 }
 
 impl AppState {
@@ -126,6 +130,8 @@ impl AppState {
             last_stats: Mutex::new(None),
             idle: Mutex::new(IdleClock::new(std::time::Instant::now())),
             cluster: Mutex::new(None),
+            mcp: Arc::new(crate::mcp::McpManager::default()),
+            approvals: Default::default(),
         }))
     }
 
@@ -147,8 +153,10 @@ impl AppState {
     /// Blocking: call from a blocking context (the exit handler).
     pub fn shutdown_blocking(&self) {
         for (_, g) in self.generations.lock().unwrap().drain() {
+            g.cancel.cancel();
             g.engine.cancel(g.request_id);
         }
+        self.mcp.stop_all();
         for (_, token) in self.downloads.lock().unwrap().drain() {
             token.cancel();
         }

@@ -48,6 +48,8 @@ fn export_all(cfg: &Config) {
         hub::ModelDetails,
         vlm_chat::state::EngineStatus,
         vlm_chat::bulk_jobs::BulkEvent,
+        vlm_chat::mcp::McpServerView,
+        vlm_chat::mcp::McpServerConfig,
     );
 }
 

@@ -20,7 +20,7 @@ const model = (over: Partial<LoadedModel> = {}): LoadedModel => ({
 const status = (m: LoadedModel | null): EngineStatus => ({ state: m ? 'ready' : 'unloaded', loading: null, model: m, knobs: null, error: null, idle_unloaded: null });
 const msg = (over: Partial<Message>): Message => ({
   id: 1, chat_id: 1, parent_id: null, siblings: [], role: 'user', content: '', reasoning: null, attachments: [], stats: null, model: null,
-  status: 'complete', error: null, error_code: null, created_at: 0, updated_at: 0, ...over,
+  status: 'complete', error: null, error_code: null, created_at: 0, updated_at: 0, tool_calls: [], tool_result: null, ...over,
 });
 const image = { sha256: 'a'.repeat(64), mime: 'image/png', size: 1, path: '/a.png' };
 

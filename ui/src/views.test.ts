@@ -18,7 +18,7 @@ const ready = (vision: boolean): ModelState => ({ state: 'ready', model: loaded(
 
 const msg = (over: Partial<Message>): Message => ({
   id: 1, chat_id: 1, parent_id: null, siblings: [], role: 'user', content: '', reasoning: null, attachments: [], stats: null, model: null,
-  status: 'complete', error: null, error_code: null, created_at: 0, updated_at: 0, ...over,
+  status: 'complete', error: null, error_code: null, created_at: 0, updated_at: 0, tool_calls: [], tool_result: null, ...over,
 });
 
 describe('message details', () => {

@@ -7,6 +7,7 @@ pub mod engine;
 pub mod hub_search;
 pub mod hub_token;
 pub mod links;
+pub mod mcp;
 pub mod model_settings;
 pub mod models;
 pub mod opened_files;

@@ -106,8 +106,11 @@ async fn post_and_answer<R: Runtime>(
 /// reply is kept as interrupted.
 #[tauri::command]
 pub async fn stop_reply(state: State<'_, Arc<AppState>>, chat_id: ChatId) -> AppResult<bool> {
-    let running =
-        state.generations.lock().unwrap().get(&chat_id).map(|g| (g.engine.clone(), g.request_id));
+    let running = state.generations.lock().unwrap().get(&chat_id).map(|g| {
+        // a tool call waiting or running stops too
+        g.cancel.cancel();
+        (g.engine.clone(), g.request_id)
+    });
     Ok(match running {
         Some((engine, id)) => {
             engine.cancel(id);
@@ -252,4 +255,17 @@ pub async fn attach_reply(
         }
         None => false,
     })
+}
+
+/// The user's answer to a tool call shown in the chat (Approve, Deny,
+/// Always allow); `false` when no call of the chat waits under that id
+/// (it was answered already, or the reply was stopped).
+#[tauri::command]
+pub async fn answer_tool_call(
+    state: State<'_, Arc<AppState>>,
+    chat_id: ChatId,
+    call_id: String,
+    decision: crate::tool_turns::ToolDecision,
+) -> AppResult<bool> {
+    Ok(state.approvals.answer(chat_id, &call_id, decision))
 }

@@ -5,6 +5,8 @@ import type { MessageId } from "./MessageId";
 import type { MessageStats } from "./MessageStats";
 import type { MessageStatus } from "./MessageStatus";
 import type { Role } from "./Role";
+import type { ToolCallRecord } from "./ToolCallRecord";
+import type { ToolResultInfo } from "./ToolResultInfo";
 
 export type Message = { 
 /**
@@ -51,4 +53,13 @@ error: string | null,
  * The failure's stable code (`INVALID_IMAGE`, `CONTEXT_LENGTH_EXCEEDED`, …)
  * when one was given ([`ReplyOutcome::Failed`]).
  */
-error_code: string | null, created_at: number, updated_at: number, };
+error_code: string | null, created_at: number, updated_at: number, 
+/**
+ * The tools an answer called (its reply ended in these calls); empty
+ * on every other message.
+ */
+tool_calls: Array<ToolCallRecord>, 
+/**
+ * For a tool message: the call it answers and how that went.
+ */
+tool_result: ToolResultInfo | null, };

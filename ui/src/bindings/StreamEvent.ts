@@ -2,7 +2,9 @@
 import type { AppError } from "./AppError";
 import type { ChatId } from "./ChatId";
 import type { Message } from "./Message";
+import type { MessageId } from "./MessageId";
 import type { ReplyId } from "./ReplyId";
+import type { ToolCallRecord } from "./ToolCallRecord";
 
 /**
  * What the UI receives for one reply, in order: `started`, then text
@@ -12,4 +14,8 @@ export type StreamEvent = { "kind": "started", chat_id: ChatId, reply_id: ReplyI
 /**
  * Boxed: a message is far larger than the other events (serialized the same).
  */
-message: Message, };
+message: Message, } | { "kind": "tool_call", 
+/**
+ * The answer that made the call.
+ */
+message_id: MessageId, call: ToolCallRecord, needs_approval: boolean, } | { "kind": "tool_result", message: Message, };
