@@ -56,6 +56,12 @@ export type DownloadProgress = DownloadEvent;
 export type { MessageStats } from './bindings/MessageStats';
 export type { MessageStatus } from './bindings/MessageStatus';
 export type { Role } from './bindings/Role';
+export type { ToolCallRecord } from './bindings/ToolCallRecord';
+export type { McpServerView } from './bindings/McpServerView';
+export type { McpServerConfig } from './bindings/McpServerConfig';
+export type { ChatTools } from './bindings/ChatTools';
+/** The user's answer to a tool call shown in a chat. */
+export type ToolDecision = 'approve' | 'deny' | 'always_allow';
 
 export interface EngineStatsView {
   engine: Record<string, unknown> & {
@@ -114,6 +120,17 @@ export const api = {
   activeReplies: () => invoke<number[]>('active_replies'),
   attachReply: (chatId: number, onEvent: (e: StreamEvent) => void) =>
     invoke<boolean>('attach_reply', { chatId, onEvent: channel(onEvent) }),
+  /** Approve / Deny / Always allow a tool call waiting in the chat; false when none waits under that id. */
+  answerToolCall: (chatId: number, callId: string, decision: 'approve' | 'deny' | 'always_allow') =>
+    invoke<boolean>('answer_tool_call', { chatId, callId, decision }),
+  /** Settings → Tools (MCP): the servers with their state and tools. */
+  listMcpServers: () => invoke<import('./bindings/McpServerView').McpServerView[]>('list_mcp_servers'),
+  saveMcpServer: (config: import('./bindings/McpServerConfig').McpServerConfig) =>
+    invoke<import('./bindings/McpServerView').McpServerView>('save_mcp_server', { config }),
+  removeMcpServer: (name: string) => invoke<boolean>('remove_mcp_server', { name }),
+  restartMcpServer: (name: string) => invoke<import('./bindings/McpServerView').McpServerView>('restart_mcp_server', { name }),
+  /** Adds the servers of an mcp.json (`{"mcpServers": {…}}`). */
+  importMcpServers: (json: string) => invoke<import('./bindings/McpServerView').McpServerView[]>('import_mcp_servers', { json }),
 
   addAttachmentPath: (path: string) => invoke<Attachment>('add_attachment_path', { path }),
   addAttachmentBytes: (bytes: Uint8Array) => invoke<Attachment>('add_attachment_bytes', bytes),
@@ -187,6 +204,9 @@ export const events = {
   chatUpdated: (f: (chatId: number) => void) => listen<ChatUpdated>('chat-updated', (e) => f(e.payload.chat_id)),
   /** A native menu item was chosen; the payload names the action (see menuActions.ts). */
   menuAction: (f: (payload: unknown) => void) => listen<unknown>('menu-action', (e) => f(e.payload)),
+  /** An MCP server's state changed (starting, ready, failed). */
+  mcpChanged: (f: (server: import('./bindings/McpServerView').McpServerView) => void) =>
+    listen<import('./bindings/McpServerView').McpServerView>('mcp-changed', (e) => f(e.payload)),
   /** Files were opened with the app while it runs: take them with api.takeOpenedFiles. */
   filesOpened: (f: () => void) => listen<null>('files-opened', () => f()),
 };

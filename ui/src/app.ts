@@ -2,7 +2,7 @@
 // models or settings) and the status bar; wires replies, events, image
 // drops, keyboard shortcuts, the native menu's actions, files opened with
 // the app and the screen-reader announcements.
-import { api, errorText, events, type Chat, type ChatSettings, type EngineStatsView, type EngineStatus, type Message, type Outgoing, type ServerStatus, type Settings } from './api';
+import { api, errorText, events, type Chat, type ChatSettings, type EngineStatsView, type EngineStatus, type Message, type Outgoing, type ServerStatus, type Settings, type ToolDecision } from './api';
 import { chatSettingsDialog } from './chatSettingsView';
 import { BulkView } from './bulkView';
 import { ChatView } from './chatView';
@@ -77,6 +77,8 @@ export class App {
   private modelNames = new Map<string, string>();
   /** Chats answering at the last stream event, to redraw the sidebar only when that changes. */
   private answering = '';
+  /** What of the open chat's turn (stored tool turns, the call shown) was drawn last. */
+  private turnDrawn = '';
 
   constructor(private platform: Platform) {
     const toast = (m: string) => this.toast(m);
@@ -98,6 +100,7 @@ export class App {
       deleteBranch: (m) => void this.deleteBranch(m),
       continueReply: () => void this.continueReply(),
       sendStarter: (text) => void this.composer.sendText(text),
+      answerToolCall: (callId, decision) => void this.answerToolCall(callId, decision),
       openModels: () => this.go('models'),
     });
     this.composer = new Composer({
@@ -140,8 +143,15 @@ export class App {
         void this.pollStats();
       }
       if (this.page === 'chat' && this.chat?.id === chatId) {
+        const turn = `${chatId}:${live.stored.map((m) => m.id).join(',')}:${live.toolCall?.call.id ?? ''}`;
         if (live.finished) this.replyFinished(live.finished);
-        else this.chatView.updateLive(live);
+        else if (turn !== this.turnDrawn) {
+          // an answer called a tool, a result came, or a call waits: the turn's
+          // stored messages join the branch and the approval block shows
+          this.turnDrawn = turn;
+          this.mergeStored(live.stored);
+          this.showMessages();
+        } else this.chatView.updateLive(live);
         this.composer.setBusy(this.streams.isRunning(chatId));
       }
     });
@@ -162,6 +172,7 @@ export class App {
       if (d.ok) this.toast(`Downloaded ${d.id}`);
     });
     await events.serverStatus((s) => { this.server = s; this.settings.setServer(s); this.renderStatus(); });
+    await events.mcpChanged((s) => this.settings.mcp.update(s));
     await events.chatUpdated(() => void this.sidebar.refresh());
     await events.menuAction((payload) => {
       const action = menuAction(payload);
@@ -309,13 +320,14 @@ export class App {
   /** The chat settings dialog, for the open chat (a new chat if none is open). */
   private async openChatSettings(): Promise<void> {
     try {
-      const [view, gallery, presets] = await Promise.all([api.getSettings(), api.listModels(), api.listPresets()]);
+      const [view, gallery, presets, mcp] = await Promise.all([api.getSettings(), api.listModels(), api.listPresets(), api.listMcpServers()]);
       this.globalSettings = view.settings;
       const models = [
         ...gallery.local.filter((m) => m.supported && !m.partial).map((m) => ({ id: m.id, name: m.name })),
       ];
       const chosen = await chatSettingsDialog({
         own: this.ownSettings() ?? {}, global: view.settings, answerFormat: this.chat?.answer_format ?? null, models, presets,
+        mcpServers: mcp.map((s) => ({ name: s.config.name, tools: s.tools.length, ready: s.status.state === 'ready' })),
       }, (m) => this.toast(m));
       // a preset saved in the dialog shows in the sidebar's "New chat from a preset…"
       void this.sidebar.refresh();
@@ -605,6 +617,27 @@ export class App {
       this.messages = messages;
       this.showMessages();
       void this.sidebar.refresh();
+    } catch (e) {
+      this.toast(errorText(e));
+    }
+  }
+
+  /** Messages a running turn stored (answers with tool calls, tool
+   * results) join the shown branch in order, each under the one before. */
+  private mergeStored(stored: Message[]): void {
+    for (const m of stored) {
+      const at = this.messages.findIndex((x) => x.id === m.id);
+      if (at >= 0) this.messages[at] = m;
+      else if (this.messages[this.messages.length - 1]?.id === m.parent_id) this.messages.push(m);
+    }
+  }
+
+  /** The user answered the tool call waiting in the open chat. */
+  private async answerToolCall(callId: string, decision: ToolDecision): Promise<void> {
+    const chat = this.chat;
+    if (!chat) return;
+    try {
+      if (!(await api.answerToolCall(chat.id, callId, decision))) this.toast('That tool call is no longer waiting.');
     } catch (e) {
       this.toast(errorText(e));
     }

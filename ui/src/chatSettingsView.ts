@@ -29,6 +29,8 @@ export interface ChatSettingsContext {
   /** Models the chat may be set to answer with (gallery id and name). */
   models: { id: string; name: string }[];
   presets: Preset[];
+  /** The MCP servers of Settings → Tools a chat may turn on. */
+  mcpServers?: { name: string; tools: number; ready: boolean }[];
 }
 
 /** Reads the form: only what was filled in is set. */
@@ -43,6 +45,12 @@ export function readForm(form: HTMLElement): ChatSettings {
     if (v !== '' && Number.isFinite(Number(v))) out[key] = Number(v);
   }
   if (value('context_policy')) out.context_policy = value('context_policy') as ChatSettings['context_policy'];
+  const servers = [...form.querySelectorAll<HTMLInputElement>('input[name="tool_server"]')].filter((i) => i.checked).map((i) => i.value);
+  if (servers.length) {
+    const disabled = JSON.parse(value('tools_disabled') || '[]') as string[];
+    const requireCall = (form.querySelector('[name="tools_require_call"]') as HTMLInputElement | null)?.checked ?? false;
+    out.tools = { servers, disabled: disabled.filter((d) => servers.includes(d.split('/')[0])), require_call: requireCall };
+  }
   return out;
 }
 
@@ -121,5 +129,25 @@ function fields(own: ChatSettings, ctx: ChatSettingsContext): HTMLElement[] {
     input.value = own[key] == null ? '' : String(own[key]);
     return row(label, input);
   });
-  return [row('System prompt', system), row('Model', model), row('Thinking', thinking), ...numbers, row('When the chat outgrows the context', policy)];
+  return [row('System prompt', system), row('Model', model), row('Thinking', thinking), ...numbers, row('When the chat outgrows the context', policy), toolsField(own, ctx)];
+}
+
+/** Which MCP servers' tools this chat offers (none unless ticked here). */
+function toolsField(own: ChatSettings, ctx: ChatSettingsContext): HTMLElement {
+  const servers = ctx.mcpServers ?? [];
+  const on = new Set(own.tools?.servers ?? []);
+  // a server turned on here and since removed from Settings stays listed, so saving keeps the choice visible
+  const names = [...servers.map((s) => s.name), ...[...on].filter((n) => !servers.some((s) => s.name === n))];
+  const box = h('fieldset', { class: 'chat-setting chat-tools', 'data-testid': 'chat-setting-tools' },
+    h('legend', {}, 'Tools (MCP)'),
+    h('input', { type: 'hidden', name: 'tools_disabled', value: JSON.stringify(own.tools?.disabled ?? []) }));
+  if (names.length === 0) box.append(h('span', { class: 'muted' }, 'No servers: add them in Settings → Tools (MCP).'));
+  for (const name of names) {
+    const s = servers.find((x) => x.name === name);
+    const state = !s ? 'not in Settings' : s.ready ? `${s.tools} tool${s.tools === 1 ? '' : 's'}` : 'not running';
+    box.append(h('label', {}, h('input', { type: 'checkbox', name: 'tool_server', value: name, checked: on.has(name), 'data-testid': 'chat-tool-server' }), ` ${name} `, h('span', { class: 'muted' }, `(${state})`)));
+  }
+  box.append(h('label', {}, h('input', { type: 'checkbox', name: 'tools_require_call', checked: own.tools?.require_call === true, 'data-testid': 'chat-tools-require' }),
+    ' Answer each message with a tool call first'));
+  return box;
 }

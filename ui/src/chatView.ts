@@ -7,7 +7,7 @@
 // button when scrolled up, and an empty chat that says what to do.
 import { copyWithFeedback } from './copyFeedback';
 import { openImageViewer } from './imageViewer';
-import { attachmentUrl, type LoadedModel, type Message, type MessageStats } from './api';
+import { attachmentUrl, type LoadedModel, type Message, type MessageStats, type ToolCallRecord, type ToolDecision } from './api';
 import { documentChip, isDocument } from './documentChip';
 import { clear, h } from './dom';
 import { bytes } from './format';
@@ -29,6 +29,8 @@ export interface ChatViewHooks {
   continueReply(): void;
   /** Sends a starter prompt of the empty chat. */
   sendStarter(text: string): void;
+  /** Approve / Deny / Always allow the tool call waiting in this chat. */
+  answerToolCall?(callId: string, decision: ToolDecision): void;
   openModels(): void;
 }
 
@@ -168,6 +170,7 @@ export class ChatView {
       this.timer = 0;
       this.lastDraw = performance.now();
       if (!this.live || this.live.finished) return;
+      if (this.live.stored.some((m) => m.id === this.live!.replyId)) return; // between a turn's answers
       this.drewText = hasText(this.live);
       const nearEnd = this.isNearEnd();
       if (!this.liveBubble?.el.isConnected) {
@@ -184,7 +187,9 @@ export class ChatView {
     clear(this.list);
     this.liveBubble = null;
     this.drewText = false;
-    const liveId = this.live && !this.live.finished ? this.live.replyId : null;
+    // between a turn's answers (a call waits or runs) the live reply is a stored one
+    const between = !!this.live && this.live.stored.some((m) => m.id === this.live!.replyId);
+    const liveId = this.live && !this.live.finished && !between ? this.live.replyId : null;
     const lastUser = [...this.messages].reverse().find((m) => m.role === 'user');
     const lastAssistant = this.messages[this.messages.length - 1]?.role === 'assistant' ? this.messages[this.messages.length - 1] : undefined;
     // said once, after the first message with images, while the model cannot see them
@@ -195,9 +200,14 @@ export class ChatView {
         if (m === firstWithImages) this.list.append(this.imagesLeftOut());
       } else if (m.role === 'assistant' && m.id !== liveId) {
         this.list.append(this.assistant(m, m === lastAssistant && !this.busy));
+      } else if (m.role === 'tool') {
+        this.list.append(toolResult(m));
       }
     }
-    if (this.live && !this.live.finished) {
+    const waiting = this.live && !this.live.finished ? this.live.toolCall : null;
+    if (waiting?.needsApproval) this.list.append(this.approval(waiting.call));
+    else if (waiting) this.list.append(h('div', { class: 'note tool-running', role: 'status', 'data-testid': 'tool-running' }, 'Running ', h('code', {}, waiting.call.name), '…'));
+    if (this.live && !this.live.finished && !between) {
       this.liveBubble = new LiveBubble();
       this.liveBubble.update(this.live);
       this.drewText = hasText(this.live);
@@ -284,6 +294,7 @@ export class ChatView {
       thinking,
       leftOutNote,
       body,
+      ...m.tool_calls.map(toolCallLine),
       status,
       h('div', { class: 'msg-actions' },
         branchSwitcher(m, (id) => this.hooks.switchBranch(id), this.busy),
@@ -291,6 +302,23 @@ export class ChatView {
         last ? h('button', { class: 'link', 'data-testid': 'regenerate', title: 'A new answer (this one is kept: ‹ › switches)', onclick: () => this.hooks.regenerate() }, 'Regenerate') : null,
         this.deleteBranchButton(m),
         stats ? h('span', { class: 'stats', 'data-testid': 'stats' }, stats) : null));
+  }
+
+  /** The call waiting for the user: what it runs, with what, and the three answers. */
+  private approval(call: ToolCallRecord): HTMLElement {
+    const answer = (d: ToolDecision) => () => {
+      for (const b of buttons) b.disabled = true;
+      this.hooks.answerToolCall?.(call.id, d);
+    };
+    const buttons = [
+      h('button', { class: 'primary', 'data-testid': 'tool-approve', onclick: answer('approve') }, 'Approve'),
+      h('button', { 'data-testid': 'tool-deny', onclick: answer('deny') }, 'Deny'),
+      h('button', { class: 'link', 'data-testid': 'tool-always-allow', title: `Run ${call.name} without asking from now on`, onclick: answer('always_allow') }, 'Always allow this tool'),
+    ];
+    return h('div', { class: 'tool-approval', role: 'group', 'aria-label': `Tool call ${call.name}`, 'data-testid': 'tool-approval' },
+      h('div', {}, 'The model wants to call ', h('code', {}, call.name), call.server ? ` (${call.server})` : ''),
+      h('pre', { class: 'tool-args', 'data-testid': 'tool-args' }, prettyArguments(call.arguments)),
+      h('div', { class: 'tool-actions' }, ...buttons));
   }
 
   private errorContext(reply: Message): ErrorContext {
@@ -317,6 +345,33 @@ export class ChatView {
     if (!smooth) this.updateJump();
     else window.setTimeout(() => this.updateJump(), 400);
   }
+}
+
+/** The arguments as the model wrote them, indented when they are JSON. */
+export function prettyArguments(args: string): string {
+  try {
+    return JSON.stringify(JSON.parse(args), null, 2);
+  } catch {
+    return args;
+  }
+}
+
+/** "Calls read_file { path: … }" under an answer that called a tool. */
+function toolCallLine(call: ToolCallRecord): HTMLElement {
+  return h('details', { class: 'tool-call', 'data-testid': 'tool-call' },
+    h('summary', {}, 'Calls ', h('code', {}, call.name), call.server ? ` (${call.server})` : ''),
+    h('pre', { class: 'tool-args' }, prettyArguments(call.arguments)));
+}
+
+const OUTCOME_WORDS: Record<string, string> = { ok: 'Result of', error: 'Failed:', denied: 'Denied:', cancelled: 'Stopped:' };
+
+/** A tool's result as plain text (never HTML: it comes from outside). */
+export function toolResult(m: Message): HTMLElement {
+  const info = m.tool_result;
+  const outcome = info?.outcome ?? 'ok';
+  return h('details', { class: `msg tool tool-${outcome}`, 'data-testid': 'msg-tool', 'data-outcome': outcome, 'data-id': m.id, open: outcome !== 'ok' },
+    h('summary', {}, `${OUTCOME_WORDS[outcome] ?? 'Result of'} `, h('code', {}, info?.name ?? 'tool')),
+    h('pre', { class: 'tool-output', 'data-testid': 'tool-output' }, m.content));
 }
 
 /** The reply being written: its answer grows block by block (finished

@@ -7,6 +7,7 @@ import { api, errorText, type ContextPolicy, type EngineStatus, type ServerStatu
 import { ClusterSection } from './clusterSection';
 import { clear, h } from './dom';
 import { HubTokenSection } from './hubTokenSection';
+import { McpSection } from './mcpSection';
 import { ServerKeySection } from './serverKeySection';
 import { applyTheme, themeChoice, type ThemeChoice } from './theme';
 
@@ -68,9 +69,12 @@ export class SettingsPage {
   private hubToken = new HubTokenSection();
   private serverKey = new ServerKeySection(() => void this.refreshServer());
   private cluster: ClusterSection | null = null;
+  /** Settings → Tools (MCP); kept across renders, told of state changes by the app. */
+  readonly mcp: McpSection;
 
   constructor(private toast: (m: string) => void) {
     this.el = h('div', { class: 'page settings-page', 'data-testid': 'settings-page' });
+    this.mcp = new McpSection(toast);
   }
 
   async refresh(): Promise<void> {
@@ -84,6 +88,7 @@ export class SettingsPage {
     this.render();
     await this.hubToken.refresh();
     await this.serverKey.refresh();
+    await this.mcp.refresh();
   }
 
   private async refreshServer(): Promise<void> {
@@ -138,6 +143,7 @@ export class SettingsPage {
     this.cluster = new ClusterSection(() => this.draft!, (soon) => { if (soon) this.saveSoon(); else void this.save(); });
     this.el.append(this.cluster.el);
     void this.cluster.refresh();
+    this.el.append(this.mcp.el);
     this.el.append(this.hubToken.el);
     this.renderServerState();
   }

@@ -1,6 +1,13 @@
 // Replies under way, per chat, so several chats can generate at once and a
 // chat shows its own progress when you switch back to it.
-import type { AppError, Message, StreamEvent } from './api';
+import type { AppError, Message, StreamEvent, ToolCallRecord } from './api';
+
+/** A tool call of the turn waiting for the user (or running, when always allowed). */
+export interface PendingToolCall {
+  messageId: number;
+  call: ToolCallRecord;
+  needsApproval: boolean;
+}
 
 export interface LiveReply {
   chatId: number;
@@ -11,6 +18,17 @@ export interface LiveReply {
   error: AppError | null;
   /** Set when the reply has ended: the stored message. */
   finished: Message | null;
+  /** Messages of this turn already stored: answers that called tools and
+   * the tools' results, in order (the model's next answer streams after them). */
+  stored: Message[];
+  /** The tool call being shown, until its result comes. */
+  toolCall: PendingToolCall | null;
+}
+
+/** An answer that ended in tool calls is not the end of its turn: the
+ * calls run and the model answers again. */
+export function endsTurn(m: Message): boolean {
+  return !(m.role === 'assistant' && m.status === 'complete' && m.tool_calls.length > 0);
 }
 
 type Listener = (chatId: number, reply: LiveReply) => void;
@@ -39,7 +57,7 @@ export class Streams {
 
   /** Begins tracking a reply in `chatId`; returns the handler for its channel. */
   begin(chatId: number): (e: StreamEvent) => void {
-    const reply: LiveReply = { chatId, replyId: null, model: '', content: '', reasoning: '', error: null, finished: null };
+    const reply: LiveReply = { chatId, replyId: null, model: '', content: '', reasoning: '', error: null, finished: null, stored: [], toolCall: null };
     this.live.set(chatId, reply);
     this.emit(chatId, reply);
     return (e) => this.apply(chatId, reply, e);
@@ -62,12 +80,20 @@ export class Streams {
   private apply(chatId: number, reply: LiveReply, e: StreamEvent): void {
     if (this.live.get(chatId) !== reply) return; // a newer reply replaced this one
     switch (e.kind) {
-      case 'started': reply.replyId = e.reply_id; reply.model = e.model; break;
+      case 'started':
+        // the turn's next answer (after tool results) starts afresh
+        if (reply.replyId !== null && reply.replyId !== e.reply_id) { reply.content = ''; reply.reasoning = ''; reply.error = null; }
+        reply.replyId = e.reply_id; reply.model = e.model; break;
       case 'snapshot': reply.content = e.content; reply.reasoning = e.reasoning; break;
       case 'content': reply.content += e.text; break;
       case 'reasoning': reply.reasoning += e.text; break;
       case 'error': reply.error = e.error; break;
-      case 'finished': reply.finished = e.message; break;
+      case 'finished':
+        if (endsTurn(e.message)) reply.finished = e.message;
+        else { reply.stored.push(e.message); reply.content = ''; reply.reasoning = ''; }
+        break;
+      case 'tool_call': reply.toolCall = { messageId: e.message_id, call: e.call, needsApproval: e.needs_approval }; break;
+      case 'tool_result': reply.stored.push(e.message); reply.toolCall = null; break;
     }
     this.emit(chatId, reply);
   }

@@ -1,0 +1,119 @@
+// MCP tools in the real window (issue 33): Settings → Tools (MCP) adds the
+// filesystem server from npm (src-tauri/tests/mcp_servers, installed by
+// scripts/setup.sh --app) on a temp folder and shows it ready with its
+// tools; a chat turns it on in its settings (and asks for a tool call
+// first); the model's call shows with Approve / Deny, Approve runs it, the
+// result shows as text and the model answers after it.
+//
+// The model is the tiny random Qwen2-VL with a Hermes-style tool template
+// written over its own: its call is whatever the grammar in that format
+// lets random weights pick, so the test checks the path, not the words.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  byTestId, loadModelFromDisk, modelReady, openApp, openPage, root, send, shot, startDriver, stopDriver, tempFolder, waitFor,
+  writeTinyVisionModel,
+} from './harness.mjs';
+
+const dataDir = tempFolder('vlm-e2e-tools-');
+const hfHome = tempFolder('vlm-e2e-tools-hf-');
+const shared = tempFolder('vlm-e2e-tools-shared-');
+const repo = 'e2e/tiny-tools';
+let browser;
+
+const TOOLS_TEMPLATE = '{% if tools %}<|im_start|>system\nTools: {{ tools | tojson }}. '
+  + 'Call one as <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call><|im_end|>\n{% endif %}'
+  + '{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>\n'
+  + "{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}\n</tool_call>{% endfor %}"
+  + '{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}'
+  + '{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}';
+
+/** The tiny model with the tool template and room for the server's tool schemas (a token per byte). */
+function writeToolModel() {
+  writeTinyVisionModel(hfHome, repo);
+  const snapshots = join(hfHome, 'hub', `models--${repo.replace('/', '--')}`, 'snapshots');
+  const folder = join(snapshots, readdirSync(snapshots)[0]);
+  const tokenizer = JSON.parse(readFileSync(join(folder, 'tokenizer_config.json'), 'utf8'));
+  tokenizer.chat_template = TOOLS_TEMPLATE;
+  writeFileSync(join(folder, 'tokenizer_config.json'), JSON.stringify(tokenizer));
+  const config = JSON.parse(readFileSync(join(folder, 'config.json'), 'utf8'));
+  config.max_position_embeddings = 32768;
+  if (config.text_config) config.text_config.max_position_embeddings = 32768;
+  writeFileSync(join(folder, 'config.json'), JSON.stringify(config));
+}
+
+describe('tools from an MCP server', () => {
+  before(async () => {
+    writeToolModel();
+    mkdirSync(join(shared, 'notes'), { recursive: true });
+    writeFileSync(join(shared, 'notes', 'todo.txt'), 'buy milk');
+    await startDriver({ VLM_DATA_DIR: dataDir, HF_HOME: hfHome });
+    browser = await openApp();
+  });
+
+  after(async () => {
+    await browser?.deleteSession().catch(() => {});
+    stopDriver();
+    setTimeout(() => process.exit(process.exitCode ?? 0), 3000).unref();
+  });
+
+  it('adds a server, turns it on in a chat, approves a call and shows its result and the answer after it', async () => {
+    await modelReady(browser);
+    await loadModelFromDisk(browser, `hf:${repo}`, repo);
+
+    // Settings → Tools (MCP): the server starts and lists its tools
+    await openPage(browser, 'nav-settings', 'mcp-section');
+    const bin = join(root, 'src-tauri/tests/mcp_servers/node_modules/.bin/mcp-server-filesystem');
+    await (await byTestId(browser, 'mcp-name')).setValue('files');
+    await (await byTestId(browser, 'mcp-target')).setValue(`${bin} ${shared}`);
+    await (await byTestId(browser, 'mcp-add')).click();
+    await waitFor(browser, 'the server to be ready', () => browser.execute(() =>
+      document.querySelector('[data-testid="mcp-server"][data-name="files"]')?.getAttribute('data-state') === 'ready'), 60_000);
+    const status = await browser.execute(() => document.querySelector('[data-testid="mcp-server"][data-name="files"] [data-testid="mcp-status"]').textContent);
+    assert.match(status, /^ready · \d+ tools$/);
+    await (await browser.$('[data-testid="mcp-server"] details')).click();
+    await shot(browser, 'tools-01-settings');
+
+    // a new chat turns the server on, asking for a tool call first
+    await openPage(browser, 'new-chat', 'composer-input');
+    await (await byTestId(browser, 'open-chat-settings')).click();
+    await (await byTestId(browser, 'chat-settings-dialog')).waitForExist({ timeout: 10_000 });
+    await browser.execute(() => {
+      document.querySelector('[data-testid="chat-tool-server"][value="files"]').click();
+      document.querySelector('[data-testid="chat-tools-require"]').click();
+    });
+    await (await byTestId(browser, 'chat-setting-max_tokens')).setValue('400');
+    await (await byTestId(browser, 'chat-settings-save')).click();
+
+    // the call waits for Approve
+    await send(browser, 'What is on my todo list?');
+    await waitFor(browser, 'the call to wait for approval', async () => (await byTestId(browser, 'tool-approval')).isExisting(), 120_000);
+    const asked = await browser.execute(() => ({
+      name: document.querySelector('[data-testid="tool-approval"] code').textContent,
+      args: document.querySelector('[data-testid="tool-args"]').textContent,
+      calls: document.querySelectorAll('[data-testid="tool-call"]').length,
+    }));
+    assert.ok(asked.name.length > 0, 'the call names its tool');
+    assert.equal(asked.calls, 1, 'the answer that called shows its call');
+    JSON.parse(asked.args); // the arguments are the JSON the grammar made
+    await shot(browser, 'tools-02-approval');
+    await (await byTestId(browser, 'tool-approve')).click();
+
+    // the result (text, whatever the tool said) and the model's answer after it
+    await waitFor(browser, 'the answer after the result', () => browser.execute(() =>
+      document.querySelectorAll('[data-testid="msg-tool"]').length === 1
+      && document.querySelectorAll('[data-testid="msg-live"]').length === 0
+      && document.querySelectorAll('[data-testid="msg-assistant"]').length === 2), 120_000);
+    const result = await browser.execute(() => {
+      const tool = document.querySelector('[data-testid="msg-tool"]');
+      return { outcome: tool.getAttribute('data-outcome'), text: tool.querySelector('[data-testid="tool-output"]').textContent, approval: !!document.querySelector('[data-testid="tool-approval"]') };
+    });
+    assert.ok(['ok', 'error'].includes(result.outcome), `the tool ran: ${result.outcome}`);
+    assert.ok(result.text.length > 0, 'its output shows');
+    assert.equal(result.approval, false, 'nothing waits any more');
+    await browser.execute(() => document.querySelector('[data-testid="msg-tool"]').setAttribute('open', ''));
+    await shot(browser, 'tools-03-result');
+  });
+});
