@@ -327,7 +327,7 @@ export class App {
       ];
       const chosen = await chatSettingsDialog({
         own: this.ownSettings() ?? {}, global: view.settings, answerFormat: this.chat?.answer_format ?? null, models, presets,
-        mcpServers: mcp.map((s) => ({ name: s.config.name, tools: s.tools.length, ready: s.status.state === 'ready' })),
+        mcpServers: mcp.map((s) => ({ name: s.config.name, tools: s.tools.length, ready: s.status.state === 'ready', toolNames: s.tools.map((t) => t.name) })),
       }, (m) => this.toast(m));
       // a preset saved in the dialog shows in the sidebar's "New chat from a preset…"
       void this.sidebar.refresh();

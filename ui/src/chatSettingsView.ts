@@ -30,7 +30,7 @@ export interface ChatSettingsContext {
   models: { id: string; name: string }[];
   presets: Preset[];
   /** The MCP servers of Settings → Tools a chat may turn on. */
-  mcpServers?: { name: string; tools: number; ready: boolean }[];
+  mcpServers?: { name: string; tools: number; ready: boolean; toolNames?: string[] }[];
 }
 
 /** Reads the form: only what was filled in is set. */
@@ -47,7 +47,11 @@ export function readForm(form: HTMLElement): ChatSettings {
   if (value('context_policy')) out.context_policy = value('context_policy') as ChatSettings['context_policy'];
   const servers = [...form.querySelectorAll<HTMLInputElement>('input[name="tool_server"]')].filter((i) => i.checked).map((i) => i.value);
   if (servers.length) {
-    const disabled = JSON.parse(value('tools_disabled') || '[]') as string[];
+    // tools left out: those unticked now, and those of servers not running now (their list is not shown)
+    const shown = [...form.querySelectorAll<HTMLInputElement>('input[name="tool_enabled"]')];
+    const listed = new Set(shown.map((i) => i.value));
+    const kept = (JSON.parse(value('tools_disabled') || '[]') as string[]).filter((d) => !listed.has(d));
+    const disabled = [...kept, ...shown.filter((i) => !i.checked).map((i) => i.value)];
     const requireCall = (form.querySelector('[name="tools_require_call"]') as HTMLInputElement | null)?.checked ?? false;
     out.tools = { servers, disabled: disabled.filter((d) => servers.includes(d.split('/')[0])), require_call: requireCall };
   }
@@ -146,6 +150,13 @@ function toolsField(own: ChatSettings, ctx: ChatSettingsContext): HTMLElement {
     const s = servers.find((x) => x.name === name);
     const state = !s ? 'not in Settings' : s.ready ? `${s.tools} tool${s.tools === 1 ? '' : 's'}` : 'not running';
     box.append(h('label', {}, h('input', { type: 'checkbox', name: 'tool_server', value: name, checked: on.has(name), 'data-testid': 'chat-tool-server' }), ` ${name} `, h('span', { class: 'muted' }, `(${state})`)));
+    // each tool can be left out (small models read every offered tool's description)
+    const tools = s?.toolNames ?? [];
+    if (tools.length) {
+      const off = new Set(own.tools?.disabled ?? []);
+      box.append(h('details', { class: 'chat-tool-list' }, h('summary', {}, `Which of ${name}’s tools`),
+        ...tools.map((t) => h('label', {}, h('input', { type: 'checkbox', name: 'tool_enabled', value: `${name}/${t}`, checked: !off.has(`${name}/${t}`), 'data-testid': 'chat-tool' }), ` ${t}`))));
+    }
   }
   box.append(h('label', {}, h('input', { type: 'checkbox', name: 'tools_require_call', checked: own.tools?.require_call === true, 'data-testid': 'chat-tools-require' }),
     ' Answer each message with a tool call first'));

@@ -80,8 +80,9 @@ describe('Settings → Tools (MCP)', () => {
 
   it('a chat turns servers on in its settings, off by default', async () => {
     const dialog = chatSettingsDialog({
-      own: {}, global: {} as never, answerFormat: null, models: [], presets: [],
-      mcpServers: [{ name: 'files', tools: 14, ready: true }, { name: 'web', tools: 0, ready: false }],
+      global: {} as never, answerFormat: null, models: [], presets: [],
+      own: { tools: { servers: [], disabled: ['web/fetch'], require_call: false } },
+      mcpServers: [{ name: 'files', tools: 2, ready: true, toolNames: ['read_text_file', 'write_file'] }, { name: 'web', tools: 0, ready: false }],
     }, () => {});
     const form = document.querySelector('.chat-settings-form') as HTMLElement;
     const boxes = [...form.querySelectorAll<HTMLInputElement>('[data-testid=chat-tool-server]')];
@@ -90,6 +91,10 @@ describe('Settings → Tools (MCP)', () => {
     boxes[0].checked = true;
     (form.querySelector('[data-testid=chat-tools-require]') as HTMLInputElement).checked = true;
     expect(readForm(form).tools).toEqual({ servers: ['files'], disabled: [], require_call: true });
+    // a tool left out; one of a server not shown now stays left out
+    (form.querySelector('[data-testid=chat-tool][value="files/write_file"]') as HTMLInputElement).checked = false;
+    boxes[1].checked = true;
+    expect(readForm(form).tools).toEqual({ servers: ['files', 'web'], disabled: ['web/fetch', 'files/write_file'], require_call: true });
     (document.querySelector('[data-testid=chat-settings-cancel]') as HTMLButtonElement).click();
     expect(await dialog).toBeNull();
   });
