@@ -371,6 +371,15 @@ fn message_content(at: &str, content: Option<&Value>) -> Result<Value, ApiError>
                 })?;
                 out.push(json!({"type": "image_url", "image_url": {"url": url}}));
             }
+            // a PDF: read as the chat completions `file` part is (documents.rs)
+            Some("input_file") => {
+                // no file_id: this server keeps no files
+                let fields = ["type", "filename", "file_data"];
+                refuse_unknown(&at, &fields_except(object, &fields), &[])?;
+                let mut file = object.clone();
+                file.remove("type");
+                out.push(json!({"type": "file", "file": file}));
+            }
             Some(other) => {
                 return Err(ApiError::invalid_param(format!(
                     "{at}: content parts of type {other:?} are not supported here"
@@ -885,6 +894,26 @@ mod tests {
 
     fn translate(body: Value) -> Result<Translated, ApiError> {
         to_chat(serde_json::from_value(body).unwrap(), Vec::new())
+    }
+
+    #[test]
+    fn an_input_file_becomes_a_chat_file_part() {
+        let t = translate(json!({"input": [{"role": "user", "content": [
+            {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0="},
+            {"type": "input_text", "text": "summarize"}]}]}))
+        .unwrap();
+        assert_eq!(
+            t.chat.messages[0].content,
+            Some(
+                json!([{"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0="}},
+                {"type": "text", "text": "summarize"}])
+            )
+        );
+        let e = translate(json!({"input": [{"role": "user", "content": [
+            {"type": "input_file", "file_url": "https://example.org/a.pdf"}]}]}))
+        .err()
+        .unwrap();
+        assert!(e.message.contains("file_url"), "{e:?}");
     }
 
     #[test]
