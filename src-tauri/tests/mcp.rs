@@ -232,9 +232,14 @@ fn a_streamable_http_server_is_reached_by_its_url_and_an_mcp_json_imports() {
         std::thread::sleep(Duration::from_millis(25));
     }
     let h = harness(dir.path());
-    let file = json!({"mcpServers": {"web": {"type": "http", "url": format!("http://127.0.0.1:{port}/mcp")}}});
+    let file = json!({"mcpServers": {"web": {"type": "http", "url": format!("http://127.0.0.1:{port}/mcp"),
+        "headers": {"X-Api-Key": "secret-key-0123456789"}}}});
     let imported = h.ok("import_mcp_servers", json!({"json": file.to_string()}));
     assert_eq!(imported[0]["config"]["transport"]["kind"], "http", "{imported}");
+    // the page sees a header's value masked; the server gets it whole (it answers below)
+    assert_eq!(imported[0]["config"]["transport"]["headers"]["X-Api-Key"], "…6789");
+    let stored = tauri::async_runtime::block_on(h.state.store.list_mcp_servers()).unwrap();
+    assert_eq!(stored[0].config["transport"]["headers"]["X-Api-Key"], "secret-key-0123456789");
     let web = settled(&h, "web");
     assert_eq!(web["status"]["state"], "ready", "{web}");
     assert!(tool_names(&web).contains(&"echo".to_string()));

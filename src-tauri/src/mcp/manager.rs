@@ -58,6 +58,7 @@ pub struct McpToolView {
 /// One server as Settings → Tools shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, TS)]
 pub struct McpServerView {
+    /// Its settings, header and environment values masked.
     pub config: McpServerConfig,
     pub status: McpStatus,
     /// Its tools while ready.
@@ -118,7 +119,7 @@ impl Slot {
     fn view(&self) -> McpServerView {
         let s = self.state.lock().unwrap();
         McpServerView {
-            config: self.config.lock().unwrap().clone(),
+            config: masked(&self.config.lock().unwrap()),
             status: s.status.clone(),
             tools: s
                 .tools
@@ -151,6 +152,20 @@ impl Slot {
         }
         true
     }
+}
+
+/// The config as the page may see it: header and environment values (tokens,
+/// API keys) only as their last four characters, like the Hub token.
+fn masked(config: &McpServerConfig) -> McpServerConfig {
+    let mut config = config.clone();
+    let values = match &mut config.transport {
+        McpTransport::Stdio { env, .. } => env,
+        McpTransport::Http { headers, .. } => headers,
+    };
+    for value in values.values_mut() {
+        *value = hub::keychain::mask(value);
+    }
+    config
 }
 
 /// Told of every change of a server's state (the app emits `mcp-changed`).

@@ -6,7 +6,11 @@ import type { McpToolView } from "./McpToolView";
 /**
  * One server as Settings → Tools shows it.
  */
-export type McpServerView = { config: McpServerConfig, status: McpStatus, 
+export type McpServerView = { 
+/**
+ * Its settings, header and environment values masked.
+ */
+config: McpServerConfig, status: McpStatus, 
 /**
  * Its tools while ready.
  */
