@@ -62,6 +62,8 @@ export class Composer {
   private offerWanted = false;
   /** Each attached PDF's pages attached as pictures (for a model that sees), by the PDF's sha256. */
   private documentPages = new Map<string, string[]>();
+  /** The first of those pages, by the PDF's sha256. */
+  private documentFirst = new Map<string, number>();
 
   constructor(private hooks: ComposerHooks) {
     this.input = h('textarea', { rows: 1, placeholder: 'Ask anything', 'aria-label': 'Message', 'data-testid': 'composer-input' });
@@ -234,11 +236,7 @@ export class Composer {
       if (a && !draft.attachments.some((x) => x.sha256 === a.sha256)) {
         draft.attachments.push(a);
         // a model that sees reads the first pages as pictures too (removable like any image)
-        if (isDocument(a) && this.model?.vision) {
-          const pages = await documentPageImages(a.sha256, 1, PAGES_AS_IMAGES);
-          this.documentPages.set(a.sha256, pages.map((p) => p.sha256));
-          for (const p of pages) if (!draft.attachments.some((x) => x.sha256 === p.sha256)) draft.attachments.push(p);
-        }
+        if (isDocument(a) && this.model?.vision) await this.showPages(draft, a, 1);
       }
     } catch (e) {
       if (name === null) this.hooks.toast(errorText(e));
@@ -248,6 +246,16 @@ export class Composer {
       if (draft === this.draft) this.renderThumbs();
       this.updateSendable();
     }
+  }
+
+  /** Puts pages `first`… of the PDF `doc` into `draft` as its pictures, in place of those it had. */
+  private async showPages(draft: Draft, doc: Attachment, first: number): Promise<void> {
+    const pages = await documentPageImages(doc.sha256, first, PAGES_AS_IMAGES);
+    const before = this.documentPages.get(doc.sha256) ?? [];
+    draft.attachments = draft.attachments.filter((x) => !before.includes(x.sha256));
+    this.documentPages.set(doc.sha256, pages.map((p) => p.sha256));
+    this.documentFirst.set(doc.sha256, first);
+    for (const p of pages) if (!draft.attachments.some((x) => x.sha256 === p.sha256)) draft.attachments.push(p);
   }
 
   private async pick(): Promise<void> {
@@ -293,10 +301,13 @@ export class Composer {
     for (const a of draft.attachments) {
       if (isDocument(a)) {
         const pages = (this.documentPages.get(a.sha256) ?? []).filter((p) => draft.attachments.some((x) => x.sha256 === p));
+        const first = this.documentFirst.get(a.sha256);
+        const range = first === undefined ? undefined
+          : { first, count: PAGES_AS_IMAGES, show: (from: number) => void this.showPages(draft, a, from).then(() => this.renderThumbs(), (e) => this.hooks.toast(errorText(e))) };
         this.thumbs.append(documentChip(a, pages.length, () => {
           draft.attachments = draft.attachments.filter((x) => x !== a && !pages.includes(x.sha256));
           this.renderThumbs();
-        }));
+        }, range));
         continue;
       }
       const img = h('img', { src: attachmentUrl(a.sha256), alt: 'Attached image' });

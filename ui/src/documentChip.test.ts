@@ -28,7 +28,10 @@ function composer(vision: boolean) {
     if (cmd === 'add_attachment_path') return { sha256: sha('d'), mime: 'application/pdf', size: 900, path: `/att/${sha('d')}.pdf` };
     if (cmd === 'document_info') return { sha256: a.sha256, name: 'report.pdf', pages: 12, pagesWithText: 11, chars: 20000 };
     if (cmd === 'document_page_images') {
-      return [1, 2, 3, 4].map((p) => ({ sha256: sha(String(p)), mime: 'image/png', size: 10, path: `/att/${sha(String(p))}.png` }));
+      // pages `first`… of 12, four at a time, each page its own picture
+      const first = a.first as number;
+      return [0, 1, 2, 3].map((k) => first + k).filter((p) => p <= 12)
+        .map((p) => ({ sha256: sha(p.toString(16)), mime: 'image/png', size: 10, path: `/att/${sha(p.toString(16))}.png` }));
     }
     return undefined;
   });
@@ -54,6 +57,22 @@ describe('a PDF in the composer', () => {
     c.input.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter' }));
     await settle();
     expect(sent[0].attachments).toEqual([sha('d'), sha('1'), sha('2'), sha('3'), sha('4')]);
+  });
+
+  it('shows later pages as the pictures instead, with ‹ and ›', async () => {
+    const { c, sent } = composer(true);
+    await c.addPaths(['/docs/report.pdf']);
+    await settle();
+    expect((document.querySelector('[data-testid="doc-pages-before"]') as HTMLButtonElement).disabled).toBe(true);
+    (document.querySelector('[data-testid="doc-pages-after"]') as HTMLButtonElement).click();
+    await settle();
+    await settle();
+    expect(document.querySelector('[data-testid="doc-chip"]')!.textContent).toContain('pages 5–8 as images');
+    expect(document.querySelectorAll('[data-testid="composer-thumb"]').length).toBe(4);
+    c.input.value = 'Summarize';
+    c.input.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter' }));
+    await settle();
+    expect(sent[0].attachments).toEqual([sha('d'), sha('5'), sha('6'), sha('7'), sha('8')]);
   });
 
   it('removing the chip takes its pages along', async () => {

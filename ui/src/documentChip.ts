@@ -36,18 +36,23 @@ export function documentInfo(sha256: string): Promise<DocumentInfo> {
   return info;
 }
 
-/** What is sent, in words: "12 pages · text, pages 1–4 as images". */
-export function describeDocument(info: DocumentInfo, pagesAsImages: number): string {
+/** What is sent, in words: "12 pages · text, pages 1–4 as images" (`first`: the first page shown as a picture). */
+export function describeDocument(info: DocumentInfo, pagesAsImages: number, first = 1): string {
   const pages = `${info.pages} page${info.pages === 1 ? '' : 's'}`;
   const scanned = info.pages - info.pagesWithText;
   let sent = info.pagesWithText === 0 ? 'no text layer (scanned)' : 'text';
   if (scanned > 0 && info.pagesWithText > 0) sent += ` (${scanned} scanned page${scanned === 1 ? '' : 's'} without)`;
-  if (pagesAsImages > 0) sent += `, page${pagesAsImages === 1 ? '' : 's'} 1${pagesAsImages > 1 ? `–${pagesAsImages}` : ''} as images`;
+  const last = first + pagesAsImages - 1;
+  if (pagesAsImages > 0) sent += `, page${pagesAsImages === 1 ? '' : 's'} ${first}${pagesAsImages > 1 ? `–${last}` : ''} as images`;
   return `${pages} · ${sent}`;
 }
 
-/** The chip; its text fills in when the app has said what the document is. */
-export function documentChip(a: Attachment, pagesAsImages: number, remove?: () => void): HTMLElement {
+/** Which pages go as pictures, and how to show others (the composer's chip, for a model that sees). */
+export interface PageRange { first: number; count: number; show(first: number): void }
+
+/** The chip; its text fills in when the app has said what the document is. With `range`,
+ * ‹ and › show the pages before or after as the pictures instead. */
+export function documentChip(a: Attachment, pagesAsImages: number, remove?: () => void, range?: PageRange): HTMLElement {
   const name = h('span', { class: 'doc-name', 'data-testid': 'doc-name' }, 'PDF');
   const what = h('span', { class: 'doc-what', 'data-testid': 'doc-what' }, 'reading…');
   const chip = h('div', { class: 'doc-chip', 'data-testid': 'doc-chip', 'data-sha': a.sha256, title: 'PDF document' },
@@ -56,8 +61,15 @@ export function documentChip(a: Attachment, pagesAsImages: number, remove?: () =
     remove ? h('button', { class: 'remove', title: 'Remove', 'aria-label': 'Remove document', 'data-testid': 'remove-doc', onclick: remove }, '×') : null);
   void documentInfo(a.sha256).then((info) => {
     name.textContent = info.name;
-    what.textContent = describeDocument(info, pagesAsImages);
+    what.textContent = describeDocument(info, pagesAsImages, range?.first ?? 1);
     chip.title = `${info.name}: ${what.textContent}`;
+    if (range && info.pages > range.count) {
+      const step = (first: number, label: string, text: string) => h('button', {
+        class: 'link doc-pages', 'aria-label': label, 'data-testid': `doc-pages-${text === '‹' ? 'before' : 'after'}`,
+        disabled: first < 1 || first > info.pages, onclick: () => range.show(first),
+      }, text);
+      what.append(' ', step(range.first - range.count, 'Earlier pages as images', '‹'), step(range.first + range.count, 'Later pages as images', '›'));
+    }
   }, () => { what.textContent = 'no longer stored'; });
   return chip;
 }
