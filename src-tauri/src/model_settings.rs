@@ -1,12 +1,12 @@
 //! Load settings remembered per model (context length, KV-cache
-//! quantization, running sequences), as LM Studio keeps them: a model with
+//! quantization, running sequences, speeding up replies), as LM Studio keeps them: a model with
 //! its own record loads with it, any other with the global Settings. Each
 //! record is one JSON setting in the store, under `model_load:<gallery id>`.
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use crate::error::{AppError, AppResult};
-use crate::settings::Settings;
+use crate::settings::{Settings, SpeedUp};
 use crate::state::AppState;
 
 /// The store key of a model's record.
@@ -23,6 +23,9 @@ pub struct ModelLoadSettings {
     pub kv_bits: u8,
     /// Most sequences decoding at once (chats, server clients).
     pub max_running: usize,
+    /// Speculative decoding for this model (records saved before it: off).
+    #[serde(default)]
+    pub speed_up: SpeedUp,
 }
 
 impl ModelLoadSettings {
@@ -32,15 +35,17 @@ impl ModelLoadSettings {
             max_context: settings.max_context,
             kv_bits: settings.kv_bits,
             max_running: settings.max_running,
+            speed_up: settings.speed_up,
         }
     }
 
-    /// `settings` with these three values in place of its own.
+    /// `settings` with these values in place of its own.
     pub fn over(&self, settings: &Settings) -> Settings {
         Settings {
             max_context: self.max_context,
             kv_bits: self.kv_bits,
             max_running: self.max_running,
+            speed_up: self.speed_up,
             ..settings.clone()
         }
     }
@@ -124,7 +129,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_record_replaces_only_its_three_values() {
+    fn a_record_replaces_only_its_own_values() {
         let global = Settings {
             temperature: 0.3,
             max_context: 4096,
@@ -132,19 +137,46 @@ mod tests {
             max_running: 8,
             ..Default::default()
         };
-        let own = ModelLoadSettings { max_context: 1024, kv_bits: 4, max_running: 2 };
+        let own = ModelLoadSettings {
+            max_context: 1024,
+            kv_bits: 4,
+            max_running: 2,
+            speed_up: SpeedUp::PromptLookup,
+        };
         let merged = own.over(&global);
         assert_eq!((merged.max_context, merged.kv_bits, merged.max_running), (1024, 4, 2));
+        assert!(merged.engine_config().scheduler.speculation.is_some(), "the model speculates");
+        assert!(global.engine_config().scheduler.speculation.is_none(), "Settings' default: off");
         assert_eq!(merged.temperature, 0.3);
         assert_eq!(ModelLoadSettings::defaults(&merged), own);
     }
 
     #[test]
     fn values_no_engine_takes_are_refused() {
-        let bad = ModelLoadSettings { max_context: 0, kv_bits: 3, max_running: 1 };
+        let bad = ModelLoadSettings {
+            max_context: 0,
+            kv_bits: 3,
+            max_running: 1,
+            speed_up: SpeedUp::Off,
+        };
         assert!(bad.validate().unwrap_err().message.contains("KV bits"));
-        let bad = ModelLoadSettings { max_context: 0, kv_bits: 8, max_running: 0 };
+        let bad = ModelLoadSettings {
+            max_context: 0,
+            kv_bits: 8,
+            max_running: 0,
+            speed_up: SpeedUp::Off,
+        };
         assert!(bad.validate().unwrap_err().message.contains("running sequences"));
-        ModelLoadSettings { max_context: 0, kv_bits: 8, max_running: 64 }.validate().unwrap();
+        ModelLoadSettings { max_context: 0, kv_bits: 8, max_running: 64, speed_up: SpeedUp::Off }
+            .validate()
+            .unwrap();
+    }
+
+    /// A record saved before "Speed up replies" existed still loads: off.
+    #[test]
+    fn an_older_record_reads_as_speculation_off() {
+        let old: ModelLoadSettings =
+            serde_json::from_str(r#"{"max_context":0,"kv_bits":8,"max_running":4}"#).unwrap();
+        assert_eq!(old.speed_up, SpeedUp::Off);
     }
 }

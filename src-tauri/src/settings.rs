@@ -2,6 +2,7 @@
 //! (KV quantization, context, running sequences) only take effect when the
 //! engine starts, so the app compares them with the ones the loaded engine
 //! was started with and says when a restart is needed.
+use engine::batch::speculation::SpeculationConfig;
 use engine::batch::SchedulerConfig;
 use engine::cache::prefix_disk::DiskPrefixConfig;
 use engine::cache::KvQuantization;
@@ -57,6 +58,9 @@ pub struct Settings {
     pub system_prompt: String,
     /// Most sequences decoding at once (chats, server clients).
     pub max_running: usize,
+    /// Speculative decoding ("Speed up replies"): off, or drafts looked up
+    /// in the chat's own text, verified by the model in one pass.
+    pub speed_up: SpeedUp,
     /// Unload the model after this many minutes with nothing to do, to give
     /// its memory back; the next message (or server request) loads it again.
     /// 0 = never, the default: a model the user loaded stays ready, as it
@@ -93,11 +97,34 @@ impl Default for Settings {
             max_tokens: 1024,
             system_prompt: String::new(),
             max_running: 8,
+            speed_up: SpeedUp::Off,
             unload_after_idle_minutes: 0,
             server_enabled: false,
             server_port: server::DEFAULT_PORT,
             server_file_url_folders: Vec::new(),
             cluster: ClusterSettings::default(),
+        }
+    }
+}
+
+/// "Speed up replies": where draft tokens come from. Replies stay what the
+/// model would have written (greedy: the same tokens; sampling: the same
+/// distribution); only the speed changes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum SpeedUp {
+    #[default]
+    Off,
+    /// Drafts copied from the chat's own text where the reply repeats it
+    /// (editing, extracting, code): no second model.
+    PromptLookup,
+}
+
+impl SpeedUp {
+    pub fn speculation(self) -> Option<SpeculationConfig> {
+        match self {
+            SpeedUp::Off => None,
+            SpeedUp::PromptLookup => Some(SpeculationConfig::prompt_lookup()),
         }
     }
 }
@@ -109,6 +136,7 @@ pub struct EngineKnobs {
     pub kv_group_size: i32,
     pub max_context: usize,
     pub max_running: usize,
+    pub speed_up: SpeedUp,
     pub vision_cache_mb: usize,
     pub prefix_disk_cache_mb: usize,
 }
@@ -174,6 +202,7 @@ impl Settings {
             kv_group_size: self.kv_group_size,
             max_context: self.max_context,
             max_running: self.max_running,
+            speed_up: self.speed_up,
             vision_cache_mb: self.vision_cache_mb,
             prefix_disk_cache_mb: self.prefix_disk_cache_mb,
         }
@@ -194,6 +223,7 @@ impl Settings {
                 vision_cache_bytes: self.vision_cache_mb << 20,
                 // chats keep streaming while another chat's images are encoded
                 pace_to_decode: true,
+                speculation: self.speed_up.speculation(),
                 ..Default::default()
             },
         }

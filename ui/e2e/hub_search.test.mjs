@@ -133,6 +133,10 @@ describe('search the Hub, download, load and chat', () => {
       const kv = document.querySelector('[data-testid="load-setting-kv_bits"]');
       kv.value = '8';
       kv.dispatchEvent(new Event('change'));
+      // and replies sped up by prompt lookup (speculative decoding)
+      const speed = document.querySelector('[data-testid="load-setting-speed_up"]');
+      speed.value = 'prompt_lookup';
+      speed.dispatchEvent(new Event('change'));
     });
     await waitFor(browser, 'the fit for two sequences', () => browser.execute(() =>
       /At most, 2 answers at once/.test(document.querySelector('[data-testid="load-settings-dialog"] [data-testid="fit"]')?.textContent ?? '')), 30_000);
@@ -148,7 +152,7 @@ describe('search the Hub, download, load and chat', () => {
     await browser.execute(() => document.querySelector('[data-testid="load-settings-save"]').click());
     await waitFor(browser, 'the row to name its own settings', () => browser.execute((i) =>
       document.querySelector(`[data-testid="local-model"][data-model-id="${i}"] [data-testid="own-load-settings"]`)?.textContent ?? '', id)
-      .then((t) => t.includes('KV 8-bit · 2 at once')), 60_000);
+      .then((t) => t.includes('KV 8-bit · 2 at once · prompt lookup')), 60_000);
     await waitFor(browser, 'the model loaded again', () => browser.execute((repo) => {
       const card = document.querySelector('[data-testid="loaded-model"]')?.textContent ?? '';
       return card.includes(repo) && !card.includes('Loading');

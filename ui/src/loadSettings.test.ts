@@ -29,8 +29,10 @@ const local = (over: { load_settings?: ModelLoadSettings | null } = {}) => ({
 
 describe('load settings form', () => {
   it('reads the three values and refuses what no engine takes', () => {
-    expect(readLoadForm({ context: '4096', kvBits: '8', maxRunning: '2' })).toEqual({ settings: { max_context: 4096, kv_bits: 8, max_running: 2 } });
-    expect(readLoadForm({ context: '', kvBits: '0', maxRunning: '1' })).toEqual({ settings: { max_context: 0, kv_bits: 0, max_running: 1 } });
+    expect(readLoadForm({ context: '4096', kvBits: '8', maxRunning: '2' })).toEqual({ settings: { max_context: 4096, kv_bits: 8, max_running: 2, speed_up: 'off' } });
+    expect(readLoadForm({ context: '0', kvBits: '0', maxRunning: '1', speedUp: 'prompt_lookup' })).toEqual({ settings: { max_context: 0, kv_bits: 0, max_running: 1, speed_up: 'prompt_lookup' } });
+    expect(readLoadForm({ context: '0', kvBits: '0', maxRunning: '1', speedUp: 'mtp' })).toEqual({ error: 'Speed up replies is off or prompt lookup.' });
+    expect(readLoadForm({ context: '', kvBits: '0', maxRunning: '1' })).toEqual({ settings: { max_context: 0, kv_bits: 0, max_running: 1, speed_up: 'off' } });
     expect(readLoadForm({ context: '-1', kvBits: '0', maxRunning: '1' })).toHaveProperty('error');
     expect(readLoadForm({ context: '1.5', kvBits: '0', maxRunning: '1' })).toHaveProperty('error');
     expect(readLoadForm({ context: '0', kvBits: '3', maxRunning: '1' })).toHaveProperty('error');
@@ -39,8 +41,8 @@ describe('load settings form', () => {
   });
 
   it('says a model’s own settings in words', () => {
-    expect(loadSettingsWords({ max_context: 4096, kv_bits: 8, max_running: 2 })).toBe('context 4,096 · KV 8-bit · 2 at once');
-    expect(loadSettingsWords({ max_context: 0, kv_bits: 0, max_running: 1 })).toBe('the model’s own context · KV not quantized · 1 at once');
+    expect(loadSettingsWords({ max_context: 4096, kv_bits: 8, max_running: 2, speed_up: 'off' })).toBe('context 4,096 · KV 8-bit · 2 at once');
+    expect(loadSettingsWords({ max_context: 0, kv_bits: 0, max_running: 1, speed_up: 'prompt_lookup' })).toBe('the model’s own context · KV not quantized · 1 at once · prompt lookup');
   });
 });
 
@@ -52,13 +54,13 @@ describe('Load settings on the Models page', () => {
       calls.push({ cmd, args: args as Record<string, unknown> });
       if (cmd === 'list_models') return { catalog: [], local: [local({ load_settings: saved })], models_dir: '/m', hf_cache_dir: null, disk_bytes: 1 };
       if (cmd === 'get_model_load_settings') {
-        return { id: 'dir:tiny', settings: { max_context: 0, kv_bits: 0, max_running: 8 }, remembered: false,
-          defaults: { max_context: 0, kv_bits: 0, max_running: 8 }, reload_needed: false };
+        return { id: 'dir:tiny', settings: { max_context: 0, kv_bits: 0, max_running: 8, speed_up: 'off' as const }, remembered: false,
+          defaults: { max_context: 0, kv_bits: 0, max_running: 8, speed_up: 'off' as const }, reload_needed: false };
       }
       if (cmd === 'fit_check') return fit((args as { maxRunning: number }).maxRunning);
       if (cmd === 'save_model_load_settings') {
         saved = (args as { settings: ModelLoadSettings }).settings;
-        return { id: 'dir:tiny', settings: saved, remembered: true, defaults: { max_context: 0, kv_bits: 0, max_running: 8 }, reload_needed: false };
+        return { id: 'dir:tiny', settings: saved, remembered: true, defaults: { max_context: 0, kv_bits: 0, max_running: 8, speed_up: 'off' as const }, reload_needed: false };
       }
     });
     const view = new ModelsView(() => {});
@@ -98,7 +100,7 @@ describe('Load settings on the Models page', () => {
     running.value = '2';
     dialog.querySelector<HTMLButtonElement>('[data-testid=load-settings-save]')!.click();
     await settle();
-    expect(calls.find((c) => c.cmd === 'save_model_load_settings')!.args).toEqual({ id: 'dir:tiny', settings: { max_context: 0, kv_bits: 8, max_running: 2 } });
+    expect(calls.find((c) => c.cmd === 'save_model_load_settings')!.args).toEqual({ id: 'dir:tiny', settings: { max_context: 0, kv_bits: 8, max_running: 2, speed_up: 'off' } });
     expect(document.querySelector('[data-testid=load-settings-dialog]')).toBeNull();
     expect(calls.some((c) => c.cmd === 'load_model')).toBe(false);
     // the row says it has settings of its own
@@ -107,7 +109,7 @@ describe('Load settings on the Models page', () => {
 
   it('asks the Hub result’s verdict again once the downloaded model’s settings change', async () => {
     const hubFits: unknown[] = [];
-    const settings = { max_context: 0, kv_bits: 0, max_running: 8 };
+    const settings = { max_context: 0, kv_bits: 0, max_running: 8, speed_up: 'off' as const };
     mockIPC((cmd, args) => {
       if (cmd === 'list_models') return { catalog: [], local: [{ ...local(), id: 'hf:org/m', name: 'org/m' }], models_dir: '/m', hf_cache_dir: null, disk_bytes: 1 };
       if (cmd === 'search_hub') {
@@ -137,8 +139,8 @@ describe('Load settings on the Models page', () => {
 
   it('reloads the loaded model when its settings change, and forgets them on Use Settings', async () => {
     const calls: string[] = [];
-    const own = { max_context: 1024, kv_bits: 4, max_running: 1 };
-    const defaults = { max_context: 0, kv_bits: 0, max_running: 8 };
+    const own = { max_context: 1024, kv_bits: 4, max_running: 1, speed_up: 'off' as const };
+    const defaults = { max_context: 0, kv_bits: 0, max_running: 8, speed_up: 'off' as const };
     mockIPC((cmd) => {
       calls.push(cmd);
       if (cmd === 'list_models') return { catalog: [], local: [local({ load_settings: own })], models_dir: '/m', hf_cache_dir: null, disk_bytes: 1 };

@@ -5,7 +5,7 @@
 import { api, errorText, type AppError, type FitCheck, type ModelLoadSettings, type ModelLoadSettingsView } from './api';
 import { clear, h } from './dom';
 import { fitBlock } from './fitVerdict';
-import { readLoadForm } from './loadSettings';
+import { readLoadForm, SPEED_UP_CHOICES, SPEED_UP_HINT } from './loadSettings';
 
 /** Typing in a field asks the fit again this long after the last key. */
 const FIT_DELAY_MS = 250;
@@ -29,15 +29,18 @@ export async function loadSettingsDialog(model: { id: string; name: string }, lo
     const kvBits = h('select', { name: 'kv_bits', 'data-testid': 'load-setting-kv_bits' },
       h('option', { value: '0' }, 'Off'), h('option', { value: '8' }, '8-bit'), h('option', { value: '4' }, '4-bit'));
     const maxRunning = h('input', { type: 'number', min: 1, max: 64, step: 1, name: 'max_running', 'data-testid': 'load-setting-max_running' });
+    const speedUp = h('select', { name: 'speed_up', 'data-testid': 'load-setting-speed_up' },
+      ...SPEED_UP_CHOICES.map(([value, label]) => h('option', { value }, label)));
     const fill = (s: ModelLoadSettings) => {
       context.value = String(s.max_context);
       kvBits.value = String(s.kv_bits);
       maxRunning.value = String(s.max_running);
+      speedUp.value = s.speed_up ?? 'off';
     };
     fill(view.settings);
     const problem = h('div', { class: 'error-note', role: 'alert', 'data-testid': 'load-settings-error', hidden: true });
     const fitBox = h('div', { class: 'load-settings-fit', 'data-testid': 'load-settings-fit', 'aria-live': 'polite' });
-    const read = () => readLoadForm({ context: context.value, kvBits: kvBits.value, maxRunning: maxRunning.value });
+    const read = () => readLoadForm({ context: context.value, kvBits: kvBits.value, maxRunning: maxRunning.value, speedUp: speedUp.value });
 
     let asked = 0;
     let timer = 0;
@@ -96,7 +99,8 @@ export async function loadSettingsDialog(model: { id: string; name: string }, lo
         h('div', { class: 'chat-settings-form' },
           row('Context length (tokens)', context, '0 uses the model’s own limit.'),
           row('KV-cache quantization', kvBits, 'Fewer bits: long chats take less memory.'),
-          row('Max running sequences', maxRunning, 'Answers written at once; each may fill the context, and the fit counts them all.')),
+          row('Max running sequences', maxRunning, 'Answers written at once; each may fill the context, and the fit counts them all.'),
+          row('Speed up replies', speedUp, SPEED_UP_HINT)),
         problem,
         fitBox,
         h('div', { class: 'modal-actions' },

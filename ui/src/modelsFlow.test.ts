@@ -254,4 +254,13 @@ describe('the model’s state', () => {
     expect(items).toContain('starting 2 answers');
     expect(items).not.toContain('idle');
   });
+
+  it('shows what speculative decoding keeps once it has verified drafts', () => {
+    const s = status({ state: 'ready', model: loaded() });
+    const base = { running: 1, waiting: 0, kv_cache_bytes: 0, active_memory_bytes: 1e8, decode_steps: 9, kv_quantization: 'off' };
+    const off = { status: 'off', verify_passes: 0, drafted_tokens: 0, accepted_tokens: 0, speculating_rows: 0, produced_tokens: 0 };
+    expect(statusItems(s, { engine: { ...base, speculation: off }, decode_tps: 5, app_replies: 0 }, null).join(' ')).not.toContain('drafts');
+    const on = { status: 'prompt lookup', verify_passes: 4, drafted_tokens: 20, accepted_tokens: 15, speculating_rows: 4, produced_tokens: 19 };
+    expect(statusItems(s, { engine: { ...base, speculation: on }, decode_tps: 5, app_replies: 0 }, null)).toContain('drafts kept 75% · 4.8 tokens/pass');
+  });
 });

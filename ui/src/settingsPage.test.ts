@@ -10,7 +10,7 @@ afterEach(() => { clearMocks(); document.body.innerHTML = ''; });
 
 const settings = {
   thinking: true, thinking_budget: 0, context_policy: 'stop', kv_bits: 0, kv_group_size: 64, max_context: 0, vision_cache_mb: 512, prefix_disk_cache_mb: 4096, temperature: 0.7, top_p: 0.95, top_k: 0,
-  min_p: 0, repetition_penalty: 1.1, max_tokens: 1024, system_prompt: '', max_running: 8, unload_after_idle_minutes: 0, server_enabled: false, server_port: 8080,
+  min_p: 0, repetition_penalty: 1.1, max_tokens: 1024, system_prompt: '', max_running: 8, speed_up: 'off', unload_after_idle_minutes: 0, server_enabled: false, server_port: 8080,
   server_file_url_folders: [], cluster: { enabled: false, hostfile: '', hosts: [], join_timeout_secs: 120, split: 'auto' },
 } as unknown as Settings;
 

@@ -22,6 +22,13 @@ export function statusItems(status: EngineStatus | null, stats: EngineStatsView 
     if (e.waiting > 0) items.push(`${e.waiting} waiting`);
     // a speed only means something while answers are being written
     if (e.running > 0) items.push(`${Math.round(stats.decode_tps)} tok/s`);
+    // speculative decoding, once it has verified drafts: what a pass yields
+    const s = e.speculation as { verify_passes: number; drafted_tokens: number; accepted_tokens: number; speculating_rows: number; produced_tokens: number } | undefined;
+    if (s && s.verify_passes > 0 && s.drafted_tokens > 0) {
+      const kept = Math.round((100 * s.accepted_tokens) / s.drafted_tokens);
+      const perPass = s.produced_tokens / Math.max(s.speculating_rows, 1);
+      items.push(`drafts kept ${kept}% · ${perPass.toFixed(1)} tokens/pass`);
+    }
     items.push(`memory ${bytes(e.active_memory_bytes)}`);
     const reused = e.prefix_cache?.reused_tokens ?? 0;
     const fromDisk = e.prefix_cache?.disk?.reused_tokens ?? 0;
