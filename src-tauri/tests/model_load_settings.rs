@@ -30,7 +30,8 @@ impl Harness {
     fn knobs(&self) -> Value {
         let status = self.ok("engine_status", json!({}));
         let k = &status["knobs"];
-        json!({"max_context": k["max_context"], "kv_bits": k["kv_bits"], "max_running": k["max_running"]})
+        json!({"max_context": k["max_context"], "kv_bits": k["kv_bits"], "max_running": k["max_running"],
+               "speed_up": k["speed_up"]})
     }
 }
 
@@ -45,7 +46,7 @@ fn a_model_loads_with_its_own_settings_and_others_with_the_defaults() {
         s["kv_bits"] = json!(0);
         s["max_running"] = json!(4);
     });
-    let defaults = json!({"max_context": 0, "kv_bits": 0, "max_running": 4});
+    let defaults = json!({"max_context": 0, "kv_bits": 0, "max_running": 4, "speed_up": "off"});
 
     // nothing remembered: the Settings' values
     let view = h.load_settings("dir:tiny");
@@ -56,7 +57,8 @@ fn a_model_loads_with_its_own_settings_and_others_with_the_defaults() {
     );
     assert_eq!(view["defaults"], defaults);
 
-    let own = json!({"max_context": 96, "kv_bits": 8, "max_running": 2});
+    let own =
+        json!({"max_context": 96, "kv_bits": 8, "max_running": 2, "speed_up": "prompt_lookup"});
     let view = h.remember("dir:tiny", own.clone()).unwrap();
     assert_eq!(
         (view["remembered"].clone(), view["settings"].clone()),
@@ -92,7 +94,7 @@ fn a_model_loads_with_its_own_settings_and_others_with_the_defaults() {
     assert_eq!(reply["error_code"], "CONTEXT_LENGTH_EXCEEDED", "{reply}");
 
     // a change to the loaded model's record applies at its next load
-    let changed = json!({"max_context": 0, "kv_bits": 4, "max_running": 3});
+    let changed = json!({"max_context": 0, "kv_bits": 4, "max_running": 3, "speed_up": "off"});
     let view = h.remember("dir:tiny", changed.clone()).unwrap();
     assert_eq!(view["reload_needed"], true, "{view}");
     assert_eq!(h.ok("get_settings", json!({}))["restart_needed"], true);
@@ -115,7 +117,8 @@ fn a_model_loads_with_its_own_settings_and_others_with_the_defaults() {
 fn the_record_outlives_the_app() {
     let dir = tempfile::tempdir().unwrap();
     tiny_models(dir.path());
-    let own = json!({"max_context": 512, "kv_bits": 4, "max_running": 1});
+    let own =
+        json!({"max_context": 512, "kv_bits": 4, "max_running": 1, "speed_up": "prompt_lookup"});
     {
         let h = harness(dir.path());
         h.remember("dir:tiny", own.clone()).unwrap();
@@ -157,7 +160,11 @@ fn the_fit_check_counts_every_running_sequence() {
     // asked nothing: the model's own record, else the Settings
     h.settings(|s| s["max_running"] = json!(5));
     assert_eq!(fit(json!({"context": 256}))["worst"]["settings"]["sequences"], 5);
-    h.remember("dir:tiny", json!({"max_context": 128, "kv_bits": 8, "max_running": 2})).unwrap();
+    h.remember(
+        "dir:tiny",
+        json!({"max_context": 128, "kv_bits": 8, "max_running": 2, "speed_up": "off"}),
+    )
+    .unwrap();
     let remembered = fit(json!({}));
     assert_eq!(
         remembered["worst"]["settings"],
