@@ -55,5 +55,6 @@ pub use store::{Store, StoreConfig};
 pub use title::{derive_title, TITLE_MAX_CHARS};
 pub use types::{
     Attachment, Chat, ChatId, CleanupReport, Message, MessageId, MessageStats, MessageStatus,
-    NewMessage, ReplyId, ReplyOutcome, Role, Timestamp, ToolCallRecord, ToolOutcome, ToolResultInfo,
+    NewMessage, ReplyId, ReplyOutcome, Role, Timestamp, ToolCallRecord, ToolOutcome,
+    ToolResultInfo,
 };
