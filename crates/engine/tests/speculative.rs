@@ -403,16 +403,17 @@ fn an_unsuitable_draft_model_is_refused_naming_both() {
 
 /// Sampling rows speculate too (the rejection rule, tested for its
 /// distribution in `sample.rs`): with the target drafting for itself at a
-/// low temperature most drafts land, and a seeded request gives the same
-/// reply each time it runs.
+/// low temperature drafts land, and a seeded request gives the same reply
+/// each time it runs.
 #[test]
 fn sampling_rows_speculate_and_a_seed_still_fixes_the_reply() {
     let dir = tiny_llama();
     let sampling = SamplingParams {
-        temperature: 0.3,
+        // The tiny random model's distribution is nearly flat: a low
+        // temperature gives its argmax (what the draft proposes) most of the mass.
+        temperature: 0.05,
         top_p: 0.9,
         seed: Some(42),
-        repetition_penalty: 1.1,
         ..greedy_no_eos()
     };
     let reqs = [
