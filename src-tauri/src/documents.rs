@@ -55,14 +55,7 @@ fn unreadable(name: &str, e: documents::DocumentError) -> AppError {
 
 /// Reads a PDF file (a drop, a file picker) and stores it; the size is checked before reading.
 pub async fn import_document(store: &Store, path: &Path) -> AppResult<Attachment> {
-    let io = |source| store::Error::Io { path: path.to_path_buf(), source };
-    let size = tokio::fs::metadata(path).await.map_err(io)?.len();
-    if size > store::MAX_ATTACHMENT_BYTES {
-        return Err(
-            store::Error::AttachmentTooLarge { size, max: store::MAX_ATTACHMENT_BYTES }.into()
-        );
-    }
-    let bytes = tokio::fs::read(path).await.map_err(io)?;
+    let bytes = store::read_attachment_file(path).await?;
     let name = path.file_name().map_or("document.pdf".into(), |n| n.to_string_lossy().into_owned());
     add_document(store, bytes, &name).await
 }

@@ -13,15 +13,7 @@ use crate::error::AppResult;
 /// Stores the image file at `path` (a drop, the file picker, a file opened
 /// with the app), a HEIC photo converted where the system can.
 pub async fn import_image(store: &Store, path: &Path) -> AppResult<Attachment> {
-    let io = |source| store::Error::Io { path: path.to_path_buf(), source };
-    // the size before reading: a mistaken drop of a video is not read whole
-    let size = tokio::fs::metadata(path).await.map_err(io)?.len();
-    if size > store::MAX_ATTACHMENT_BYTES {
-        return Err(
-            store::Error::AttachmentTooLarge { size, max: store::MAX_ATTACHMENT_BYTES }.into()
-        );
-    }
-    let bytes = tokio::fs::read(path).await.map_err(io)?;
+    let bytes = store::read_attachment_file(path).await?;
     add_image(store, &bytes).await
 }
 

@@ -122,20 +122,16 @@ impl ModelArgs {
 
     /// What --draft-kind, --draft-model and --num-draft-tokens ask for.
     fn speculation(&self) -> Result<Option<SpeculationConfig>> {
-        let kind = match (self.draft_kind, &self.draft_model) {
+        let mut config = match (self.draft_kind, &self.draft_model) {
             (None, None) => return Ok(None),
-            (Some(DraftKindArg::Lookup), None) => DraftKindArg::Lookup,
+            (Some(DraftKindArg::Lookup), None) => SpeculationConfig::prompt_lookup(),
             (Some(DraftKindArg::Lookup), Some(_)) => {
                 anyhow::bail!("--draft-model is for --draft-kind draft, not lookup")
             }
             (Some(DraftKindArg::Draft), None) => {
                 anyhow::bail!("--draft-kind draft needs --draft-model PATH")
             }
-            (_, Some(_)) => DraftKindArg::Draft,
-        };
-        let mut config = match (kind, &self.draft_model) {
-            (DraftKindArg::Draft, Some(path)) => SpeculationConfig::draft_model(path.clone()),
-            _ => SpeculationConfig::prompt_lookup(),
+            (_, Some(path)) => SpeculationConfig::draft_model(path.clone()),
         };
         if let Some(n) = self.num_draft_tokens {
             config.max_draft_tokens = n;

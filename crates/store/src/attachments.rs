@@ -104,13 +104,7 @@ impl Store {
         let path = self.attachments_dir.join(format!("{sha256}.{}", format.extension()));
 
         let _guard = self.attachment_lock.lock().await;
-        let on_disk = tokio::fs::metadata(&path)
-            .await
-            .map(|m| m.len() == bytes.len() as u64)
-            .unwrap_or(false);
-        if !on_disk {
-            write_atomically(&path, bytes).await?;
-        }
+        write_once(&path, bytes).await?;
         sqlx::query(
             "INSERT INTO attachments (sha256, ext, mime, size, created_at) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (sha256) DO NOTHING",
@@ -143,12 +137,7 @@ impl Store {
     /// Reads an image file (a drop or a file picker) and stores it like
     /// [`Store::add_attachment`]. The size is checked before reading.
     pub async fn import_attachment(&self, file: impl AsRef<Path>) -> Result<Attachment> {
-        let file = file.as_ref();
-        let size = tokio::fs::metadata(file).await.map_err(|e| Error::io(file, e))?.len();
-        if size > MAX_ATTACHMENT_BYTES {
-            return Err(Error::AttachmentTooLarge { size, max: MAX_ATTACHMENT_BYTES });
-        }
-        let bytes = tokio::fs::read(file).await.map_err(|e| Error::io(file, e))?;
+        let bytes = read_attachment_file(file.as_ref()).await?;
         self.add_attachment(&bytes).await
     }
 
@@ -268,6 +257,27 @@ fn check_attachment(bytes: &[u8]) -> Result<(ImageFormat, String)> {
 
 /// The sha256 (hex) [`Store::add_attachment`] would store `bytes` under, after
 /// the same checks, writing nothing: an import checks every image first.
+/// Writes `bytes` at `path` unless a file of their size is there already
+/// (same name = same sha256). The caller holds the attachment lock.
+pub(crate) async fn write_once(path: &Path, bytes: &[u8]) -> Result<()> {
+    let on_disk =
+        tokio::fs::metadata(path).await.map(|m| m.len() == bytes.len() as u64).unwrap_or(false);
+    if !on_disk {
+        write_atomically(path, bytes).await?;
+    }
+    Ok(())
+}
+
+/// Reads a file to attach (a drop, a file picker), its size checked against
+/// [`MAX_ATTACHMENT_BYTES`] before reading: a mistaken drop of a video is not read whole.
+pub async fn read_attachment_file(file: &Path) -> Result<Vec<u8>> {
+    let size = tokio::fs::metadata(file).await.map_err(|e| Error::io(file, e))?.len();
+    if size > MAX_ATTACHMENT_BYTES {
+        return Err(Error::AttachmentTooLarge { size, max: MAX_ATTACHMENT_BYTES });
+    }
+    tokio::fs::read(file).await.map_err(|e| Error::io(file, e))
+}
+
 pub fn attachment_sha256(bytes: &[u8]) -> Result<String> {
     check_attachment(bytes).map(|(_, sha256)| sha256)
 }

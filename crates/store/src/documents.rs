@@ -7,7 +7,7 @@
 use sha2::{Digest, Sha256};
 use sqlx::Row;
 
-use crate::attachments::{hex, write_atomically, MAX_ATTACHMENT_BYTES};
+use crate::attachments::{hex, write_once, MAX_ATTACHMENT_BYTES};
 use crate::error::{Error, Result};
 use crate::store::Store;
 
@@ -89,13 +89,7 @@ impl Store {
         let sha256 = hex(&Sha256::digest(bytes));
         let path = self.attachments_dir.join(format!("{sha256}.pdf"));
         let _guard = self.attachment_lock.lock().await;
-        let on_disk = tokio::fs::metadata(&path)
-            .await
-            .map(|m| m.len() == bytes.len() as u64)
-            .unwrap_or(false);
-        if !on_disk {
-            write_atomically(&path, bytes).await?;
-        }
+        write_once(&path, bytes).await?;
         let now = self.now_ms();
         let mut tx = self.write_tx().await?;
         sqlx::query(

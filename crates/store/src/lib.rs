@@ -38,7 +38,8 @@ mod tree;
 mod types;
 
 pub use attachments::{
-    attachment_sha256, detect_image, is_heif, ImageFormat, MAX_ATTACHMENT_BYTES,
+    attachment_sha256, detect_image, is_heif, read_attachment_file, ImageFormat,
+    MAX_ATTACHMENT_BYTES,
 };
 pub use bulk::{
     BulkJob, BulkJobId, BulkJobStatus, BulkRow, BulkRowResult, BulkRowStatus, NewBulkImage,

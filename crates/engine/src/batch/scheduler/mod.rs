@@ -856,20 +856,34 @@ impl Scheduler {
         };
         let model = self.loaded.model.as_ref();
         let input = input.reshape(&[b as i32, 1])?;
-        // Each row's position: its tokens so far, shifted by its own rope delta.
-        let starts: Vec<i32> = self
-            .cache
-            .offsets()
-            .iter()
-            .zip(&self.running)
-            .map(|(o, s)| o + s.rope_delta())
-            .collect();
+        let starts = self.row_starts();
         let logits = model.forward(&input, &Positions::rows(&starts), &mut self.cache)?;
         let logits = logits.reshape(&[b as i32, -1])?;
         let input = input.reshape(&[b as i32])?;
         let pending = previous.as_ref().map(|_| &input);
         let sampled = self.sample_rows(&logits, pending, &masks)?;
         // log-probabilities asked for, evaluated with the tokens
+        let extra = self.queue_logprobs(&logits, &sampled)?;
+        mlx_rs::transforms::async_eval(std::iter::once(&sampled).chain(&extra))?;
+        self.decode_steps += 1;
+        self.in_flight = Some((sampled, b));
+        // While this step computes, read back and stream the previous one.
+        if let Some((tokens, rows)) = previous {
+            self.accept_tokens(&tokens, rows)?;
+        }
+        Ok(())
+    }
+
+    /// Each running row's next position: its tokens so far, shifted by its
+    /// own rope delta.
+    fn row_starts(&self) -> Vec<i32> {
+        self.cache.offsets().iter().zip(&self.running).map(|(o, s)| o + s.rope_delta()).collect()
+    }
+
+    /// The log-probabilities of `sampled` `[B]` under `logits` `[B, vocab]`
+    /// for the rows that asked, queued on each row for when its token is
+    /// accepted; returns the arrays to evaluate with the tokens.
+    fn queue_logprobs(&mut self, logits: &Array, sampled: &Array) -> Result<Vec<Array>> {
         let mut extra = Vec::new();
         for (i, seq) in self.running.iter_mut().enumerate() {
             if let Some(top) = seq.top_logprobs() {
@@ -883,14 +897,7 @@ impl Scheduler {
                 seq.push_logprobs(logprobs);
             }
         }
-        mlx_rs::transforms::async_eval(std::iter::once(&sampled).chain(&extra))?;
-        self.decode_steps += 1;
-        self.in_flight = Some((sampled, b));
-        // While this step computes, read back and stream the previous one.
-        if let Some((tokens, rows)) = previous {
-            self.accept_tokens(&tokens, rows)?;
-        }
-        Ok(())
+        Ok(extra)
     }
 
     /// Each running row's mask of allowed tokens (`None`: unconstrained). A

@@ -5,7 +5,6 @@
 use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 
 use super::Scheduler;
-use crate::batch::logprobs::PendingLogprobs;
 use crate::batch::sequence::Sequence;
 use crate::batch::speculation::draft_model::DraftRow;
 use crate::batch::speculation::{acceptance, lookup, DraftKind};
@@ -101,13 +100,7 @@ impl Scheduler {
             ids.extend(std::iter::repeat_n(last, width - 1 - draft.len()));
         }
         let input = Array::from_slice(&ids, &[b as i32, width as i32]);
-        let starts: Vec<i32> = self
-            .cache
-            .offsets()
-            .iter()
-            .zip(&self.running)
-            .map(|(o, s)| o + s.rope_delta())
-            .collect();
+        let starts = self.row_starts();
         let logits =
             self.loaded.model.forward(&input, &Positions::rows(&starts), &mut self.cache)?;
         let first = logits.index((.., 0, ..));
@@ -145,19 +138,7 @@ impl Scheduler {
             };
             verdicts.push(verdict);
         }
-        let mut extra = Vec::new();
-        for (i, seq) in self.running.iter_mut().enumerate() {
-            if let Some(top) = seq.top_logprobs() {
-                let row = i as i32..i as i32 + 1;
-                let logprobs = PendingLogprobs::compute(
-                    &first.index((row.clone(), ..)),
-                    &sampled.index(row),
-                    top,
-                )?;
-                extra.extend(logprobs.arrays().into_iter().cloned());
-                seq.push_logprobs(logprobs);
-            }
-        }
+        let extra = self.queue_logprobs(&first, &sampled)?;
         mlx_rs::transforms::eval(
             std::iter::once(&sampled).chain(verdicts.iter().flatten()).chain(&extra),
         )?;

@@ -52,10 +52,6 @@ impl DraftModel {
         Ok(Self { loaded, cache })
     }
 
-    pub fn info(&self) -> &crate::model::ModelInfo {
-        &self.loaded.info
-    }
-
     /// A row joined the target's batch: the draft reads the tokens the
     /// target has fed (its prompt), in chunks, into a row of its own.
     pub fn join(&mut self, fed: &[u32]) -> Result<()> {
@@ -145,10 +141,5 @@ impl DraftModel {
     /// drafts the target rejected; see `Scheduler::verify_step`).
     pub fn rewind(&mut self, drops: &[i32]) -> Result<()> {
         self.cache.rewind_rows(drops)
-    }
-
-    /// Tokens each row has read.
-    pub fn offsets(&self) -> &[i32] {
-        self.cache.offsets()
     }
 }
