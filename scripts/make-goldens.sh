@@ -2,7 +2,7 @@
 # Records Python mlx-lm's outputs on our tiny seeded folders (llama, qwen3,
 # qwen3_moe, gemma3_text, gemma4_text(_moe), qwen3_5(_moe); float and
 # 4-bit), as goldens for
-# crates/engine/tests/parity_mlx_lm.rs:
+# crates/engine/tests/engine_tests/parity_mlx_lm.rs:
 #   1. .venv-ref/ with the pinned mlx[cpu] + mlx-lm (scripts/ref-venv.sh)
 #   2. the tiny folders from the write_tiny_model example
 #   3. scripts/goldens/tiny_models.py → crates/engine/tests/goldens/tiny_*_mlx_lm.json

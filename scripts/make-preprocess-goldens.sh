@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Records mlx-vlm's Qwen2-VL image preprocessing (the reference) of our test images, as
-# goldens for crates/engine/tests/vision_preprocess.rs:
+# goldens for crates/engine/tests/engine_tests/vision_preprocess.rs:
 #   1. .venv-ref/ with the pinned mlx-vlm, transformers, Pillow (scripts/ref-venv.sh)
 #   2. scripts/goldens/qwen_vl_preprocess.py: writes any missing test image
 #      crates/engine/tests/fixtures/images/pre_* (never overwrites), then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Records Python mlx-vlm's outputs on our tiny seeded vision-language folders,
-# as goldens for crates/engine/tests/parity_mlx_vlm.rs:
+# as goldens for crates/engine/tests/engine_tests/parity_mlx_vlm.rs:
 #   1. .venv-ref/ with the pinned mlx[cpu] + mlx-vlm (scripts/ref-venv.sh)
 #   2. the tiny folders ({qwen2_vl,qwen2_5_vl,qwen3_5,qwen3_vl,qwen3_vl_moe,gemma3,gemma4}/{float,q4}) from the
 #      write_tiny_vl_model example (built with the test suite's flags)

@@ -94,7 +94,7 @@ if [ $want_app = 1 ]; then
     (cd ui && { npm ci --no-audit --no-fund --loglevel=silent 2>/dev/null ||
                 npm install --no-audit --no-fund --loglevel=error; })
   fi
-  # the real MCP servers the app's tool tests talk to (src-tauri/tests/mcp.rs)
+  # the real MCP servers the app's tool tests talk to (src-tauri/tests/app_tests/mcp.rs)
   mcp=src-tauri/tests/mcp_servers
   if [ ! -f $mcp/node_modules/.package-lock.json ] || [ $mcp/package-lock.json -nt $mcp/node_modules/.package-lock.json ]; then
     log "installing the MCP servers of the tool tests (npm: @modelcontextprotocol/server-filesystem, server-everything)"

@@ -5,7 +5,7 @@ as a lossless PNG.
 
 Usage: exif_jpegs.py <fixtures dir>
 
-Read by crates/engine/tests/exif_orientation.rs (every vision family's
+Read by crates/engine/tests/engine_tests/exif_orientation.rs (every vision family's
 processor gives the JPEG the patches it gives the PNG) and by the Gemma 4
 goldens (scripts/goldens/gemma4_vl.py, the `exif6` case). Existing files are
 never overwritten, so the committed ones stay the inputs; the PNGs are

@@ -1,5 +1,5 @@
 """Goldens for the real Gemma 3 270M (models/gemma-3-270m-q4_k_m.gguf), for
-crates/engine/tests/gemma3_real.rs:
+crates/engine/tests/engine_tests/gemma3_real.rs:
 
 1. The tokenizer: the GGUF's SentencePiece vocabulary (pieces, scores, types)
    rebuilt as a SentencePiece model and run by the `sentencepiece` library

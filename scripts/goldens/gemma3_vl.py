@@ -1,6 +1,6 @@
 """Records Python mlx-vlm's outputs on the tiny seeded Gemma 3 (with vision)
 folders written by the `write_tiny_vl_model` example, as goldens for
-crates/engine/tests/parity_mlx_vlm_gemma.rs.
+crates/engine/tests/engine_tests/parity_mlx_vlm_gemma.rs.
 
 Usage: gemma3_vl.py <dir with gemma3/{float,q4}> <images dir> <out stem>
 

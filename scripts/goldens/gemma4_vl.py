@@ -1,6 +1,6 @@
 """Records Python mlx-vlm's outputs on the tiny seeded Gemma 4 (with vision)
 folders written by the `write_tiny_vl_model` example, as goldens for
-crates/engine/tests/parity_mlx_vlm_gemma.rs.
+crates/engine/tests/engine_tests/parity_mlx_vlm_gemma.rs.
 
 Usage: gemma4_vl.py <dir with gemma4/{float,q4}> <images dir> <out stem>
 

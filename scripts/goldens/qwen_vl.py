@@ -1,6 +1,6 @@
 """Records Python mlx-vlm's outputs on the tiny seeded Qwen vision-language
 folders (Qwen2-VL, Qwen2.5-VL, Qwen3.5) written by the `write_tiny_vl_model`
-example, as goldens for crates/engine/tests/parity_mlx_vlm.rs.
+example, as goldens for crates/engine/tests/engine_tests/parity_mlx_vlm.rs.
 
 Usage: qwen_vl.py <dir with {qwen2_vl,qwen2_5_vl,qwen3_5}/{float,q4}> <images dir> <out stem> <family>
 (family: qwen2 → Qwen2-VL and Qwen2.5-VL; qwen3_5 → Qwen3.5; qwen3_vl → Qwen3-VL; qwen3_vl_moe → Qwen3-VL-MoE)

@@ -1,5 +1,5 @@
 """Records mlx-vlm 0.7.6's Qwen2-VL image preprocessing of our test images, as goldens
-for crates/engine/tests/vision_preprocess.rs.
+for crates/engine/tests/engine_tests/vision_preprocess.rs.
 
 Usage: qwen_vl_preprocess.py <fixtures dir> <out dir>
 

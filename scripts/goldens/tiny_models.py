@@ -1,7 +1,7 @@
 """Records Python mlx-lm's outputs on the tiny seeded folders written by
 `target/debug/examples/write_tiny_model <dir>` (llama, qwen3, qwen3_moe,
 gemma3_text, gemma4_text(_moe), qwen3_5(_moe); float and 4-bit each), as goldens for
-crates/engine/tests/parity_mlx_lm.rs.
+crates/engine/tests/engine_tests/parity_mlx_lm.rs.
 
 Usage: tiny_models.py <dir with <family>/{float,q4}> <goldens dir>
 

@@ -1,0 +1,128 @@
+//! A Qwen3 GGUF, written here from a tiny Qwen3 folder the way llama.cpp's
+//! converter lays it out (its tensor names, `qwen3.*` metadata, the
+//! vocabulary as `tokenizer.ggml.*` arrays), loads as the same model: the
+//! same logits and the same tokens. This checks the metadata → config mapping
+//! (a misread head count, head dim, epsilon or rope base changes the logits),
+//! that Qwen3's Q/K weights are not permuted as llama's are, and that the
+//! Q/K norms find their names.
+use std::collections::HashMap;
+use std::path::Path;
+
+use engine::model;
+use engine::testing::{
+    byte_level_meta, write_gguf, write_tiny_family, GgufTensor, GgufValue, TinyFamily,
+};
+use mlx_rs::{Array, Dtype};
+use serde_json::Value;
+
+use crate::common;
+
+use common::{forward_fresh, greedy_ids, max_abs_diff, tokens, LOAD};
+
+/// Hugging Face module names → llama.cpp's, for the tensors a Qwen3 has.
+fn gguf_name(hf: &str) -> String {
+    let top = [
+        ("model.embed_tokens.weight", "token_embd.weight"),
+        ("model.norm.weight", "output_norm.weight"),
+        ("lm_head.weight", "output.weight"),
+    ];
+    if let Some((_, g)) = top.iter().find(|(h, _)| *h == hf) {
+        return g.to_string();
+    }
+    let rest = hf.strip_prefix("model.layers.").unwrap_or_else(|| panic!("unexpected tensor {hf}"));
+    let (layer, module) = rest.split_once('.').unwrap();
+    let blocks = [
+        ("input_layernorm", "attn_norm"),
+        ("self_attn.q_proj", "attn_q"),
+        ("self_attn.k_proj", "attn_k"),
+        ("self_attn.v_proj", "attn_v"),
+        ("self_attn.o_proj", "attn_output"),
+        ("self_attn.q_norm", "attn_q_norm"),
+        ("self_attn.k_norm", "attn_k_norm"),
+        ("post_attention_layernorm", "ffn_norm"),
+        ("mlp.gate_proj", "ffn_gate"),
+        ("mlp.up_proj", "ffn_up"),
+        ("mlp.down_proj", "ffn_down"),
+    ];
+    let (name, suffix) = module.rsplit_once('.').unwrap();
+    let (_, g) =
+        blocks.iter().find(|(h, _)| *h == name).unwrap_or_else(|| panic!("unexpected tensor {hf}"));
+    format!("blk.{layer}.{g}.{suffix}")
+}
+
+fn write_qwen3_gguf(folder: &Path, out: &Path) {
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("config.json")).unwrap())
+            .unwrap();
+    let int = |k: &str| GgufValue::U32(config[k].as_u64().unwrap_or_else(|| panic!("{k}")) as u32);
+    let float =
+        |k: &str| GgufValue::F32(config[k].as_f64().unwrap_or_else(|| panic!("{k}")) as f32);
+    let tokenizer = byte_level_meta();
+    let metadata = vec![
+        ("general.architecture", GgufValue::Str("qwen3".into())),
+        ("general.name", GgufValue::Str("Tiny Qwen3".into())),
+        ("qwen3.block_count", int("num_hidden_layers")),
+        ("qwen3.context_length", int("max_position_embeddings")),
+        ("qwen3.embedding_length", int("hidden_size")),
+        ("qwen3.feed_forward_length", int("intermediate_size")),
+        ("qwen3.attention.head_count", int("num_attention_heads")),
+        ("qwen3.attention.head_count_kv", int("num_key_value_heads")),
+        ("qwen3.attention.key_length", int("head_dim")),
+        ("qwen3.attention.value_length", int("head_dim")),
+        ("qwen3.attention.layer_norm_rms_epsilon", float("rms_norm_eps")),
+        ("qwen3.rope.freq_base", float("rope_theta")),
+        ("tokenizer.ggml.model", GgufValue::Str(tokenizer.model.clone())),
+        ("tokenizer.ggml.pre", GgufValue::Str(tokenizer.pre.clone().unwrap())),
+        ("tokenizer.ggml.tokens", GgufValue::Strings(tokenizer.tokens.clone())),
+        ("tokenizer.ggml.token_type", GgufValue::I32s(tokenizer.token_types.clone())),
+        ("tokenizer.ggml.merges", GgufValue::Strings(tokenizer.merges.clone())),
+        ("tokenizer.ggml.bos_token_id", GgufValue::U32(tokenizer.bos_id.unwrap())),
+        ("tokenizer.ggml.eos_token_id", GgufValue::U32(tokenizer.eos_id.unwrap())),
+        ("tokenizer.ggml.add_bos_token", GgufValue::Bool(false)),
+        ("tokenizer.chat_template", GgufValue::Str(tokenizer.chat_template.clone().unwrap())),
+    ];
+    let weights: HashMap<String, Array> =
+        Array::load_safetensors(folder.join("model.safetensors")).unwrap();
+    let mut names: Vec<&String> = weights.keys().collect();
+    names.sort();
+    let tensors: Vec<GgufTensor> = names
+        .into_iter()
+        .map(|name| {
+            let a = weights[name].as_dtype(Dtype::Float32).unwrap();
+            a.eval().unwrap();
+            let shape: Vec<usize> = a.shape().iter().map(|&d| d as usize).collect();
+            GgufTensor::f32(gguf_name(name), &shape, a.as_slice::<f32>())
+        })
+        .collect();
+    write_gguf(out, &metadata, &tensors).unwrap();
+}
+
+#[test]
+fn a_qwen3_gguf_loads_as_the_folder_it_was_written_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("qwen3");
+    write_tiny_family(&folder, TinyFamily::Qwen3, None, 5).unwrap();
+    let gguf = dir.path().join("tiny-qwen3-f32.gguf");
+    write_qwen3_gguf(&folder, &gguf);
+
+    let from_folder = model::load(&folder, &LOAD).unwrap();
+    let from_gguf = model::load(&gguf, &LOAD).unwrap();
+    assert_eq!(from_gguf.info.family, from_folder.info.family);
+    assert_eq!(from_gguf.info.context_length(), from_folder.info.context_length());
+
+    let text = "hello world, héllo 🙂";
+    let ids = from_folder.tokenizer.encode(text, false).unwrap();
+    assert_eq!(
+        from_gguf.tokenizer.encode(text, false).unwrap(),
+        ids,
+        "the GGUF vocabulary tokenizes alike"
+    );
+
+    let prompt: Vec<u32> = (0..24).map(|i| 3 + (i * 37 + 11) % 250).collect();
+    let a = forward_fresh(from_folder.model.as_ref(), &tokens(&prompt));
+    let b = forward_fresh(from_gguf.model.as_ref(), &tokens(&prompt));
+    let diff = max_abs_diff(&a, &b);
+    println!("max |logit difference| folder vs GGUF: {diff:e}");
+    assert!(diff < 1e-5, "the GGUF computes another model: logits differ by {diff}");
+    assert_eq!(greedy_ids(&from_gguf, &prompt, 12), greedy_ids(&from_folder, &prompt, 12));
+}

@@ -1,0 +1,30 @@
+//! One test binary for this crate's integration tests, each file a module:
+//! a binary per file linked the whole dependency tree each time (72 test
+//! binaries took 9.7 GB of disk and a link apiece). Files that read or set
+//! process-wide state (environment variables, MLX's memory counters) stay
+//! binaries of their own beside this folder.
+mod batching;
+#[path = "../common/mod.rs"]
+mod common;
+mod default_model;
+mod distributed;
+mod exif_orientation;
+mod families;
+mod gemma3_real;
+mod gguf_import;
+mod image_scheduling;
+mod kv_quantization;
+mod logprobs;
+mod parity_mlx_lm;
+mod parity_mlx_vlm;
+mod parity_mlx_vlm_gemma;
+mod prefill_batching;
+mod prefix_cache;
+mod prefix_disk;
+mod speculative;
+mod structured_output;
+mod thinking_and_stops;
+mod tiny_llama;
+mod vision_engine;
+mod vision_families;
+mod vision_preprocess;

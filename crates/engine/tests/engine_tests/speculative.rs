@@ -1,0 +1,432 @@
+//! Speculative decoding inside the continuous batch (prompt lookup and a
+//! draft model), on tiny seeded checkpoints stepped by hand: greedy output with speculation must
+//! equal greedy output without it, token for token — alone, in a batch
+//! whose rows accept different counts with a row joining mid-decode, across
+//! sliding and shared layers (Gemma 3 / Gemma 4), with KV quantization,
+//! with a repetition penalty (the app's default), through the prefix cache
+//! and with a stop string. The stats prove drafts were proposed, kept and
+//! rejected (a test that never speculated would prove nothing).
+use std::path::Path;
+
+use engine::batch::speculation::{SpeculationConfig, SpeculationStats};
+use engine::batch::{Prompt, Request, Scheduler, SchedulerConfig};
+use engine::cache::KvQuantization;
+use engine::handle::Completion;
+use engine::sample::SamplingParams;
+use engine::testing::{write_tiny_llama, TinyFamily, TinyLlama};
+
+use crate::common;
+
+use common::{family_checkpoint, greedy_no_eos, Driver, LOAD};
+
+/// A prompt that repeats itself, as an edit request repeats its text: the
+/// last tokens are found earlier, so lookup has drafts to offer.
+fn repeating_prompt(salt: u32) -> Vec<u32> {
+    let phrase: Vec<u32> = (0..9u32).map(|i| 3 + (salt * 37 + i * 11 + i * i) % 250).collect();
+    let mut ids = Vec::new();
+    for k in 0..3 {
+        ids.extend(&phrase);
+        ids.push(3 + (salt * 5 + k) % 250);
+    }
+    ids.extend(&phrase[..4]);
+    ids
+}
+
+fn request(ids: &[u32], max_tokens: usize, sampling: &SamplingParams) -> Request {
+    Request::new(Prompt::Tokens(ids.to_vec()))
+        .with_max_tokens(max_tokens)
+        .with_sampling(sampling.clone())
+}
+
+/// How a test speculates: prompt lookup, or a draft model from this folder.
+#[derive(Clone, Copy)]
+enum Proposer<'a> {
+    Lookup,
+    Draft(&'a Path),
+}
+
+fn driver(dir: &Path, config: SchedulerConfig, proposer: Option<Proposer>) -> Driver {
+    let loaded = engine::model::load(dir, &LOAD).unwrap();
+    let speculation = match proposer {
+        None => None,
+        Some(Proposer::Lookup) => Some(SpeculationConfig::prompt_lookup()),
+        Some(Proposer::Draft(d)) => Some(SpeculationConfig::draft_model(d.to_path_buf())),
+    };
+    let scheduler = Scheduler::new(loaded, SchedulerConfig { speculation, ..config });
+    let scheduler = match proposer {
+        Some(Proposer::Draft(d)) => {
+            scheduler.with_draft_model(engine::model::load(d, &LOAD).unwrap()).unwrap()
+        }
+        _ => scheduler,
+    };
+    Driver::of_scheduler(scheduler)
+}
+
+/// Runs `requests` (the last ones joining after `join_after` steps) and
+/// returns their completions and the driver.
+fn run(
+    dir: &Path,
+    config: SchedulerConfig,
+    proposer: Option<Proposer>,
+    requests: &[Request],
+    first: usize,
+    join_after: usize,
+) -> (Vec<Completion>, Driver) {
+    let mut driver = driver(dir, config, proposer);
+    let mut rows: Vec<usize> = requests[..first].iter().map(|r| driver.submit(r.clone())).collect();
+    for _ in 0..join_after {
+        driver.step();
+    }
+    rows.extend(requests[first..].iter().map(|r| driver.submit(r.clone())));
+    driver.run_to_end();
+    let completions = rows.iter().map(|&r| driver.completion(r).clone()).collect();
+    (completions, driver)
+}
+
+/// Prompt lookup on and off give the same completions; returns the
+/// speculating driver's stats for the caller's checks.
+fn lossless(
+    dir: &Path,
+    base: SchedulerConfig,
+    requests: &[Request],
+    first: usize,
+    join_after: usize,
+) -> SpeculationStats {
+    lossless_with(dir, Proposer::Lookup, base, requests, first, join_after)
+}
+
+fn lossless_with(
+    dir: &Path,
+    proposer: Proposer,
+    base: SchedulerConfig,
+    requests: &[Request],
+    first: usize,
+    join_after: usize,
+) -> SpeculationStats {
+    let (plain, plain_driver) = run(dir, base.clone(), None, requests, first, join_after);
+    let (spec, driver) = run(dir, base, Some(proposer), requests, first, join_after);
+    for (i, (p, s)) in plain.iter().zip(&spec).enumerate() {
+        assert!(p.error.is_none() && s.error.is_none(), "{:?} {:?}", p.error, s.error);
+        assert_eq!(s.content, p.content, "request {i}: speculation changed the text");
+        assert_eq!(s.finish_reason, p.finish_reason, "request {i}");
+        assert_eq!(s.stats.generated_tokens, p.stats.generated_tokens, "request {i}");
+    }
+    let stats = driver.scheduler.stats();
+    assert!(
+        stats.decode_steps <= plain_driver.scheduler.stats().decode_steps,
+        "speculation took more target passes ({} vs {})",
+        stats.decode_steps,
+        plain_driver.scheduler.stats().decode_steps
+    );
+    stats.speculation
+}
+
+fn tiny_llama() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), &TinyLlama::default()).unwrap();
+    dir
+}
+
+fn assert_speculated(stats: &SpeculationStats) {
+    assert!(stats.verify_passes > 0, "no verify pass ran: {stats:?}");
+    assert!(stats.accepted_tokens > 0, "no draft was kept: {stats:?}");
+    assert!(stats.tokens_per_pass() > 1.0, "{stats:?}");
+}
+
+#[test]
+fn one_row_alone_gives_the_same_tokens_in_fewer_passes() {
+    let dir = tiny_llama();
+    for sampling in [SamplingParams::greedy(), greedy_no_eos()] {
+        let reqs = [request(&repeating_prompt(1), 48, &sampling)];
+        let stats = lossless(dir.path(), SchedulerConfig::default(), &reqs, 1, 0);
+        assert_speculated(&stats);
+        assert_eq!(stats.status, "prompt lookup");
+    }
+}
+
+/// Four rows with different prompts (so they draft and keep different
+/// counts, and some draft nothing), the fourth joining mid-decode.
+#[test]
+fn a_batch_whose_rows_keep_different_counts_with_a_join_mid_decode() {
+    let dir = tiny_llama();
+    let sampling = greedy_no_eos();
+    let plain_prompt: Vec<u32> = (0..20u32).map(|i| 3 + (i * 53 + 7) % 250).collect();
+    let reqs = [
+        request(&repeating_prompt(1), 40, &sampling),
+        request(&plain_prompt, 30, &sampling),
+        request(&repeating_prompt(2), 35, &sampling),
+        request(&repeating_prompt(3), 44, &sampling),
+    ];
+    let stats = lossless(dir.path(), SchedulerConfig::default(), &reqs, 3, 6);
+    assert_speculated(&stats);
+    assert!(stats.accepted_tokens < stats.drafted_tokens, "some drafts were rejected: {stats:?}");
+}
+
+/// The app's default sampling for its built-in model: greedy with a
+/// repetition penalty, which the drafts must count as history.
+#[test]
+fn a_repetition_penalty_sees_the_drafts_as_history() {
+    let dir = tiny_llama();
+    let sampling = SamplingParams { repetition_penalty: 1.1, ..greedy_no_eos() };
+    let reqs = [
+        request(&repeating_prompt(4), 40, &sampling),
+        request(&repeating_prompt(5), 40, &sampling),
+    ];
+    let stats = lossless(dir.path(), SchedulerConfig::default(), &reqs, 2, 0);
+    assert!(stats.verify_passes > 0, "{stats:?}");
+}
+
+#[test]
+fn sliding_and_shared_layers_rewind_per_row() {
+    for family in [TinyFamily::Gemma3, TinyFamily::Qwen3] {
+        let dir = family_checkpoint(family, 11);
+        let sampling = greedy_no_eos();
+        let reqs = [
+            request(&repeating_prompt(6), 40, &sampling),
+            request(&repeating_prompt(7), 33, &sampling),
+            request(&repeating_prompt(8), 37, &sampling),
+        ];
+        // Small prefill chunks: prompts cross Gemma's window of 8 in pieces.
+        let base = SchedulerConfig { prefill_budget: 6, ..Default::default() };
+        let stats = lossless(dir.path(), base, &reqs, 2, 5);
+        assert!(stats.verify_passes > 0, "{family:?}: {stats:?}");
+    }
+}
+
+/// Gemma 4's KV-shared layers read what their source wrote in the same
+/// pass, drafts included. Its tiny model's replies never repeat, so lookup
+/// finds nothing: a draft model drafts instead, itself (every draft lands)
+/// and one with other weights (some land).
+#[test]
+fn gemma4_shared_layers_rewind_with_a_draft_model() {
+    let target = family_checkpoint(TinyFamily::Gemma4, 11);
+    let other = family_checkpoint(TinyFamily::Gemma4, 12);
+    let reqs = [
+        request(&repeating_prompt(20), 30, &greedy_no_eos()),
+        request(&repeating_prompt(21), 24, &greedy_no_eos()),
+        request(&repeating_prompt(22), 27, &greedy_no_eos()),
+    ];
+    let base = SchedulerConfig { prefill_budget: 6, ..Default::default() };
+    for draft in [target.path(), other.path()] {
+        let stats = lossless_with(target.path(), Proposer::Draft(draft), base.clone(), &reqs, 2, 4);
+        assert!(stats.verify_passes > 0 && stats.drafted_tokens > 0, "{stats:?}");
+    }
+}
+
+#[test]
+fn quantized_keys_and_values_rewind_too() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), &TinyLlama { heads: 2, kv_heads: 1, ..TinyLlama::default() })
+        .unwrap(); // head_dim 32
+    let base = SchedulerConfig {
+        kv_quantization: Some(KvQuantization { bits: 8, group_size: 32, start: 0 }),
+        ..Default::default()
+    };
+    let sampling = greedy_no_eos();
+    let reqs = [
+        request(&repeating_prompt(9), 40, &sampling),
+        request(&repeating_prompt(10), 30, &sampling),
+    ];
+    let stats = lossless(dir.path(), base, &reqs, 1, 4);
+    assert!(stats.verify_passes > 0, "{stats:?}");
+}
+
+/// The same prompt twice, then twice at once: every reply equal to plain
+/// decoding's, the later ones served from the prefix cache (a cache stored
+/// one entry short of its key would shift them).
+#[test]
+fn the_prefix_cache_keeps_what_speculating_rows_fed() {
+    let dir = tiny_llama();
+    let sampling = greedy_no_eos();
+    let ids = repeating_prompt(11);
+    let reqs: Vec<Request> = (0..4).map(|_| request(&ids, 30, &sampling)).collect();
+    let (plain, _) = run(dir.path(), SchedulerConfig::default(), None, &reqs[..1], 1, 0);
+    let mut driver = driver(dir.path(), SchedulerConfig::default(), Some(Proposer::Lookup));
+    let first = driver.submit(reqs[0].clone());
+    driver.run_to_end();
+    let second = driver.submit(reqs[1].clone());
+    driver.run_to_end();
+    let both: Vec<usize> = reqs[2..].iter().map(|r| driver.submit(r.clone())).collect();
+    driver.run_to_end();
+    for row in [first, second].into_iter().chain(both) {
+        let c = driver.completion(row);
+        assert_eq!(c.content, plain[0].content, "request {row}");
+    }
+    assert!(driver.completion(second).stats.cached_prompt_tokens > 0, "a prefix-cache hit");
+    assert_speculated(&driver.scheduler.stats().speculation);
+}
+
+/// A stop string that plain decoding meets in the middle of its reply: with
+/// speculation it may sit inside an accepted block; the reply ends at the
+/// same place.
+#[test]
+fn a_stop_string_inside_an_accepted_block_ends_the_reply_there() {
+    let dir = tiny_llama();
+    let sampling = greedy_no_eos();
+    let ids = repeating_prompt(12);
+    let (plain, _) =
+        run(dir.path(), SchedulerConfig::default(), None, &[request(&ids, 40, &sampling)], 1, 0);
+    let text: Vec<char> = plain[0].content.chars().collect();
+    assert!(text.len() > 12, "a long enough reply: {:?}", plain[0].content);
+    let stop: String = text[text.len() / 2..text.len() / 2 + 3].iter().collect();
+    let mut with_stop = request(&ids, 40, &sampling);
+    with_stop.stop = vec![stop.clone()];
+    lossless(dir.path(), SchedulerConfig::default(), &[with_stop], 1, 0);
+}
+
+#[test]
+fn recurrent_layers_say_speculation_is_not_applied_and_decode_as_before() {
+    let dir = family_checkpoint(TinyFamily::Qwen35, 11);
+    let reqs = [request(&repeating_prompt(13), 20, &greedy_no_eos())];
+    let stats = lossless(dir.path(), SchedulerConfig::default(), &reqs, 1, 0);
+    assert_eq!(stats.verify_passes, 0);
+    assert!(stats.status.starts_with("not applied"), "{}", stats.status);
+}
+
+fn tiny_llama_seeded(seed: u64, layers: i32) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), &TinyLlama { seed, layers, ..TinyLlama::default() }).unwrap();
+    dir
+}
+
+/// The target as its own draft: every draft lands, so a drafting row gets
+/// its whole draft plus the target's token from each pass.
+#[test]
+fn a_draft_model_that_agrees_with_the_target_gives_whole_drafts() {
+    let dir = tiny_llama();
+    let sampling = SamplingParams::greedy();
+    let plain_prompt: Vec<u32> = (0..20u32).map(|i| 3 + (i * 53 + 7) % 250).collect();
+    let reqs =
+        [request(&plain_prompt, 30, &sampling), request(&repeating_prompt(14), 30, &sampling)];
+    let stats = lossless_with(
+        dir.path(),
+        Proposer::Draft(dir.path()),
+        SchedulerConfig::default(),
+        &reqs,
+        1,
+        3,
+    );
+    assert_speculated(&stats);
+    assert_eq!(
+        stats.accepted_tokens, stats.drafted_tokens,
+        "the same model agrees with itself: {stats:?}"
+    );
+    assert!(stats.tokens_per_pass() > 3.0, "{stats:?}");
+    assert!(stats.status.starts_with("draft model"), "{}", stats.status);
+}
+
+/// A smaller draft with other weights (the same tokenizer): rows keep
+/// different counts, one joins mid-decode, another uses a repetition penalty.
+#[test]
+fn a_different_draft_model_in_a_batch_keeps_the_targets_tokens() {
+    let target = tiny_llama();
+    let draft = tiny_llama_seeded(99, 1);
+    let sampling = greedy_no_eos();
+    let penalized = SamplingParams { repetition_penalty: 1.1, ..greedy_no_eos() };
+    let reqs = [
+        request(&repeating_prompt(15), 36, &sampling),
+        request(&repeating_prompt(16), 28, &penalized),
+        request(&(0..25u32).map(|i| 3 + (i * 29 + 5) % 250).collect::<Vec<_>>(), 32, &sampling),
+        request(&repeating_prompt(17), 30, &sampling),
+    ];
+    let stats = lossless_with(
+        target.path(),
+        Proposer::Draft(draft.path()),
+        SchedulerConfig::default(),
+        &reqs,
+        3,
+        5,
+    );
+    assert!(stats.verify_passes > 0 && stats.drafted_tokens > 0, "{stats:?}");
+    assert!(
+        stats.accepted_tokens < stats.drafted_tokens,
+        "another model disagrees sometimes: {stats:?}"
+    );
+}
+
+#[test]
+fn a_draft_model_over_sliding_layers() {
+    let target = family_checkpoint(TinyFamily::Gemma3, 11);
+    let draft = family_checkpoint(TinyFamily::Gemma3, 12);
+    let reqs = [
+        request(&repeating_prompt(18), 30, &greedy_no_eos()),
+        request(&repeating_prompt(19), 26, &greedy_no_eos()),
+    ];
+    let base = SchedulerConfig { prefill_budget: 6, ..Default::default() };
+    let stats = lossless_with(target.path(), Proposer::Draft(draft.path()), base, &reqs, 1, 4);
+    assert!(stats.verify_passes > 0, "{stats:?}");
+}
+
+/// A draft that cannot serve: another tokenizer, or recurrent layers.
+#[test]
+fn an_unsuitable_draft_model_is_refused_naming_both() {
+    let target = tiny_llama();
+    let loaded = || engine::model::load(target.path(), &LOAD).unwrap();
+    let qwen35 = family_checkpoint(TinyFamily::Qwen35, 11);
+    let config = SchedulerConfig {
+        speculation: Some(SpeculationConfig::draft_model(qwen35.path().to_path_buf())),
+        ..Default::default()
+    };
+    let draft = engine::model::load(qwen35.path(), &LOAD).unwrap();
+    let err = match Scheduler::new(loaded(), config.clone()).with_draft_model(draft) {
+        Ok(_) => panic!("a draft with another tokenizer or recurrent layers was taken"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("draft model"), "{err}");
+    // Another vocabulary: the tiny llama's tokenizer with one token more.
+    let other = tiny_llama_seeded(5, 1);
+    let path = other.path().join("tokenizer.json");
+    let mut tokenizer: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let added: Vec<u64> = tokenizer["added_tokens"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["id"].as_u64())
+        .collect();
+    let vocab = tokenizer["model"]["vocab"].as_object_mut().expect("a vocab map");
+    let next = vocab.values().filter_map(|v| v.as_u64()).chain(added).max().unwrap() + 1;
+    vocab.insert("an-extra-token".into(), serde_json::json!(next));
+    std::fs::write(&path, tokenizer.to_string()).unwrap();
+    let draft = engine::model::load(other.path(), &LOAD).unwrap();
+    let err = match Scheduler::new(loaded(), config).with_draft_model(draft) {
+        Ok(_) => panic!("a draft with another vocabulary was taken"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("vocabulary"), "{err}");
+    let (t, d) = (target.path().file_name().unwrap(), other.path().file_name().unwrap());
+    assert!(
+        err.contains(&*t.to_string_lossy()) && err.contains(&*d.to_string_lossy()),
+        "names both: {err}"
+    );
+}
+
+/// Sampling rows speculate too (the rejection rule, tested for its
+/// distribution in `sample.rs`): with the target drafting for itself at a
+/// low temperature drafts land, and a seeded request gives the same reply
+/// each time it runs.
+#[test]
+fn sampling_rows_speculate_and_a_seed_still_fixes_the_reply() {
+    let dir = tiny_llama();
+    let sampling = SamplingParams {
+        // The tiny random model's distribution is nearly flat: a low
+        // temperature gives its argmax (what the draft proposes) most of the mass.
+        temperature: 0.05,
+        top_p: 0.9,
+        seed: Some(42),
+        ..greedy_no_eos()
+    };
+    let reqs = [
+        request(&repeating_prompt(23), 40, &sampling),
+        request(&repeating_prompt(24), 40, &sampling),
+    ];
+    let draft = Some(Proposer::Draft(dir.path()));
+    let (first, driver) = run(dir.path(), SchedulerConfig::default(), draft, &reqs, 2, 0);
+    let (again, _) = run(dir.path(), SchedulerConfig::default(), draft, &reqs, 2, 0);
+    for (a, b) in first.iter().zip(&again) {
+        assert!(a.error.is_none(), "{:?}", a.error);
+        assert_eq!(a.stats.generated_tokens, 40);
+        assert_eq!(a.content, b.content, "the same seed, the same reply");
+    }
+    assert_speculated(&driver.scheduler.stats().speculation);
+}

@@ -1,0 +1,102 @@
+//! The fit check of models on disk: the default GGUF model and a folder in
+//! the Hugging Face cache layout.
+
+use std::path::Path;
+
+use hub::fit::local_model;
+use hub::{check_local_model, FitLevel, FitSettings, MachineMemory, WeightHolding};
+
+fn default_model() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+#[test]
+fn the_default_model_s_shape_comes_from_its_gguf_header() {
+    let path = default_model();
+    assert!(path.is_file(), "{} is missing: run scripts/setup.sh", path.display());
+    let (shape, weights) = local_model(&path, WeightHolding::AsStored).unwrap();
+    // SmolLM2-135M: 30 layers, 9 heads of 64, 3 KV heads, 8192 tokens
+    assert_eq!(
+        (shape.layers.len(), shape.layers[0].kv_heads, shape.layers[0].head_dim),
+        (30, 3, 64)
+    );
+    assert_eq!((shape.hidden_size, shape.max_context, shape.vocab_size), (576, Some(8192), 49152));
+    assert_eq!(weights.weights, std::fs::metadata(&path).unwrap().len());
+    assert_eq!(weights.vision_projector, 0);
+    // dequantized to float32 (the engine's default on the CPU): 4 bytes for each
+    // of its 134.5 million weights (the tensor table of the file)
+    let (_, float) = local_model(&path, WeightHolding::Float32).unwrap();
+    assert!((134_000_000 * 4..135_000_000 * 4).contains(&float.weights), "{}", float.weights);
+
+    let settings = FitSettings { context: 8192, kv_bits: None, sequences: 1 };
+    let report =
+        check_local_model(&path, WeightHolding::AsStored, &settings, &MachineMemory::detect())
+            .unwrap();
+    // 30 × 2 × 3 × 64 × bytes of the engine's activation type per token
+    // (float32, but float16 on Metal with the weights as stored)
+    let element = if cfg!(target_os = "macos") { 2 } else { 4 };
+    assert_eq!(report.estimate.kv_cache, 11_520 * element * 8192);
+    assert_ne!(report.level, FitLevel::Red, "{}", report.summary);
+    println!("default model at 8192 tokens: {}", report.summary);
+}
+
+#[test]
+fn a_cached_folder_counts_its_safetensors_through_the_snapshot_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let blobs = dir.path().join("blobs");
+    let snapshot = dir.path().join("snapshots/abc");
+    std::fs::create_dir_all(&blobs).unwrap();
+    std::fs::create_dir_all(&snapshot).unwrap();
+    let config = br#"{"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2,
+        "hidden_size": 64, "intermediate_size": 128, "rms_norm_eps": 1e-5, "vocab_size": 100,
+        "max_position_embeddings": 512}"#;
+    for (name, content) in [
+        ("config.json", config.to_vec()),
+        ("model-00001-of-00002.safetensors", vec![1u8; 3000]),
+        ("model-00002-of-00002.safetensors", vec![2u8; 2000]),
+        ("tokenizer.json", vec![b' '; 500]),
+    ] {
+        std::fs::write(blobs.join(name), content).unwrap();
+        std::os::unix::fs::symlink(format!("../../blobs/{name}"), snapshot.join(name)).unwrap();
+    }
+    let (shape, weights) = local_model(&snapshot, WeightHolding::AsStored).unwrap();
+    assert_eq!(weights.weights, 5000);
+    assert_eq!(
+        (shape.layers.len(), shape.layers[0].kv_heads, shape.layers[0].head_dim),
+        (2, 2, 32)
+    );
+    // these are not real safetensors: their weights cannot be counted, so the stored size stands
+    assert_eq!(local_model(&snapshot, WeightHolding::Float32).unwrap().1.weights, 5000);
+
+    std::fs::write(blobs.join("config.json"), b"{}").unwrap();
+    let err = local_model(&snapshot, WeightHolding::AsStored).unwrap_err();
+    assert_eq!(err.code(), "INVALID_MODEL_CONFIG", "{err}");
+    assert!(err.to_string().contains("neither model_type nor architectures"), "{err}");
+}
+
+/// An MLX 4-bit checkpoint: packed U32 words count 8 weights each; scales and
+/// biases are not weights.
+#[test]
+fn mlx_quantized_safetensors_count_their_packed_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = br#"{"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 2,
+        "hidden_size": 64, "intermediate_size": 128, "rms_norm_eps": 1e-5, "vocab_size": 100,
+        "quantization": {"bits": 4, "group_size": 64}}"#;
+    std::fs::write(dir.path().join("config.json"), config).unwrap();
+    let header = serde_json::json!({
+        "__metadata__": {"format": "mlx"},
+        "layers.0.mlp.weight": {"dtype": "U32", "shape": [128, 8], "data_offsets": [0, 4096]},
+        "layers.0.mlp.scales": {"dtype": "BF16", "shape": [128, 1], "data_offsets": [4096, 4352]},
+        "layers.0.mlp.biases": {"dtype": "BF16", "shape": [128, 1], "data_offsets": [4352, 4608]},
+        "norm.weight": {"dtype": "BF16", "shape": [64], "data_offsets": [4608, 4736]}
+    })
+    .to_string();
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend(header.as_bytes());
+    file.extend(vec![0u8; 4736]);
+    std::fs::write(dir.path().join("model.safetensors"), &file).unwrap();
+    let (_, stored) = local_model(dir.path(), WeightHolding::AsStored).unwrap();
+    assert_eq!(stored.weights, file.len() as u64);
+    let (_, float) = local_model(dir.path(), WeightHolding::Float32).unwrap();
+    assert_eq!(float.weights, (128 * 8 * 8 + 64) * 4);
+}

@@ -1,0 +1,13 @@
+//! One test binary for this crate's integration tests, each file a module:
+//! a binary per file linked the whole dependency tree each time (72 test
+//! binaries took 9.7 GB of disk and a link apiece). Files that read or set
+//! process-wide state (environment variables, MLX's memory counters) stay
+//! binaries of their own beside this folder.
+#[path = "../common/mod.rs"]
+mod common;
+mod download;
+mod fit;
+mod gguf;
+mod scan;
+mod search;
+mod search_pages;
