@@ -6,7 +6,7 @@
 // there), and the values come back when Settings reopens and after the app
 // restarts, with the same ring secret, readable by this user alone. No
 // ring is joined: nothing is loaded (the split itself runs in
-// src-tauri/tests/cluster.rs with a second process as rank 1).
+// src-tauri/tests/app_tests/cluster.rs with a second process as rank 1).
 //
 // Values are set inside the page (browser.execute), not typed: WebKitWebDriver
 // drops typed keys under load (see desktop.test.mjs).

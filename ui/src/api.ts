@@ -37,7 +37,7 @@ import { Channel, invoke } from '@tauri-apps/api/core';
 import { listen, type UnlistenFn } from '@tauri-apps/api/event';
 
 // The shapes commands and events send are generated from the Rust types
-// (ts-rs, src-tauri/tests/ts_bindings.rs keeps ui/src/bindings current);
+// (ts-rs, src-tauri/tests/app_tests/ts_bindings.rs keeps ui/src/bindings current);
 // the rest of the UI keeps importing them from here.
 export type {
   AnswerFormat, AppError, Attachment, BulkEvent, BulkJob, BulkRow, Chat, ChatSettings, DownloadDone, EngineKnobs, ExportedChat, HubTokenView,
