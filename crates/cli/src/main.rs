@@ -85,17 +85,19 @@ struct ModelArgs {
     prefix_cache_disk_gb: f64,
     /// Speculative decoding: `lookup` drafts from the reply's own prompt
     /// and output (no second model); `draft` with a smaller model of the
-    /// same tokenizer (--draft-model). Greedy output stays exactly the same.
+    /// same tokenizer (--draft-model); `mtp` with the model's own
+    /// multi-token-prediction head (Qwen3.5 checkpoints with `mtp.*`
+    /// tensors). Greedy output stays exactly the same.
     #[arg(long, value_enum)]
     draft_kind: Option<DraftKindArg>,
     /// The draft model (a folder or .gguf) for `--draft-kind draft`; given
     /// alone it implies that kind.
     #[arg(long, value_name = "PATH")]
     draft_model: Option<PathBuf>,
-    /// Most draft tokens a reply proposes per step (each reply's own count
-    /// follows how many of its drafts land); default 6 for lookup, 4 for a
-    /// draft model.
-    #[arg(long)]
+    /// Draft exactly N tokens per step, whatever lands (as mlx-lm's
+    /// --num-draft-tokens). Without it each reply's draft adapts to how many
+    /// of its drafts land, up to 6 for lookup, 4 for a draft model, 3 for mtp.
+    #[arg(long, value_name = "N")]
     num_draft_tokens: Option<usize>,
 }
 
@@ -103,6 +105,7 @@ struct ModelArgs {
 enum DraftKindArg {
     Lookup,
     Draft,
+    Mtp,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -125,8 +128,9 @@ impl ModelArgs {
         let mut config = match (self.draft_kind, &self.draft_model) {
             (None, None) => return Ok(None),
             (Some(DraftKindArg::Lookup), None) => SpeculationConfig::prompt_lookup(),
-            (Some(DraftKindArg::Lookup), Some(_)) => {
-                anyhow::bail!("--draft-model is for --draft-kind draft, not lookup")
+            (Some(DraftKindArg::Mtp), None) => SpeculationConfig::mtp(),
+            (Some(DraftKindArg::Lookup | DraftKindArg::Mtp), Some(_)) => {
+                anyhow::bail!("--draft-model is for --draft-kind draft")
             }
             (Some(DraftKindArg::Draft), None) => {
                 anyhow::bail!("--draft-kind draft needs --draft-model PATH")
@@ -135,6 +139,7 @@ impl ModelArgs {
         };
         if let Some(n) = self.num_draft_tokens {
             config.max_draft_tokens = n;
+            config.adaptive = false;
         }
         Ok(Some(config))
     }

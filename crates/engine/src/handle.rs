@@ -18,6 +18,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::batch::image_permits::ImagePermits;
 use crate::batch::prep_workers::PrepWorkers;
+use crate::batch::speculation::mtp::MtpDrafter;
 use crate::batch::speculation::DraftKind;
 use crate::batch::{
     EngineStats, Event, FinishReason, PreparedRequest, Preparer, Request, RequestError, RequestId,
@@ -151,6 +152,15 @@ impl EngineHandle {
                     Some(DraftKind::DraftModel(path)) => Some(path.clone()),
                     _ => None,
                 };
+                // Its own draft head asked of a model without one fails the start, saying so.
+                let wants_head =
+                    matches!(scheduler_config.speculation.as_ref().map(|s| &s.kind), Some(DraftKind::Mtp));
+                if wants_head && distributed.is_none() {
+                    if let Err(e) = MtpDrafter::new(loaded.model.as_ref(), &loaded.info.name) {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                }
                 let scheduler = Scheduler::new(loaded, scheduler_config);
                 // A draft model is loaded beside the target; one that does not suit it fails the start.
                 let scheduler = match draft_path {

@@ -296,6 +296,7 @@ fn hybrid_dims(family: TinyFamily) -> Dims {
                 key_dim: 64,
                 value_dim: 64,
                 shared_expert: 0,
+                mtp_layers: 0,
             },
             ..base
         },

@@ -169,7 +169,11 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
         .take_axis(Array::from_slice(&last_index, &[b]), 0)?
         .reshape(&[b, 1, d])?;
 
-    for (r, c) in rows.iter_mut().zip(cache.split()?) {
+    for (i, (r, c)) in rows.iter_mut().zip(cache.split()?).enumerate() {
+        if let Some(waiting) = r.seq.target_hidden.as_mut() {
+            // For the draft head: the hidden states of this chunk's tokens.
+            waiting.push(r.seq.prefilled, hidden.index((i as i32, 0..r.n as i32, ..)));
+        }
         r.seq.prefill_cache = Some(c);
         r.seq.prefilled += r.n;
     }

@@ -156,6 +156,9 @@ pub struct RequestStats {
     pub generated_tokens: usize,
     /// Generated tokens that were thinking (part of `generated_tokens`).
     pub reasoning_tokens: usize,
+    /// Generated tokens that came from a draft the target accepted
+    /// (speculative decoding; part of `generated_tokens`).
+    pub draft_tokens: usize,
     /// From submission to the first token.
     pub time_to_first_token: Duration,
     /// Prefill speed: prompt tokens over the time spent prefilling them.

@@ -11,6 +11,7 @@ use super::images::{ImageWork, SequenceImages};
 use super::logprobs::{PendingLogprobs, TokenNames};
 use super::request::{Event, FinishReason, RequestError, RequestId, RequestStats};
 use super::speculation::draft_length::DraftLength;
+use super::speculation::mtp::TargetHidden;
 use crate::cache::{text_key, BatchCache, KeyToken};
 use crate::constraint::ConstrainedDecoder;
 use crate::sample::Sampler;
@@ -71,6 +72,11 @@ pub struct Sequence {
     first_token_at: Option<Instant>,
     /// How many tokens this row drafts next, when the engine speculates.
     pub draft_length: Option<DraftLength>,
+    /// Generated tokens that were accepted drafts.
+    pub draft_tokens: usize,
+    /// The target's hidden states the multi-token-prediction head has not
+    /// read yet, when the engine drafts with one.
+    pub target_hidden: Option<TargetHidden>,
 }
 
 /// What a sequence needs besides its prompt.
@@ -124,6 +130,8 @@ impl Sequence {
             prefill_started: None,
             first_token_at: None,
             draft_length: None,
+            draft_tokens: 0,
+            target_hidden: None,
         }
     }
 
@@ -353,6 +361,7 @@ impl Sequence {
             cached_from_disk_tokens: self.cached_from_disk_tokens,
             generated_tokens: self.generated,
             reasoning_tokens: self.reasoning_tokens,
+            draft_tokens: self.draft_tokens,
             time_to_first_token: first - self.submitted,
             prompt_tps: (self.prompt_len - self.cached_prompt_tokens) as f64 / prefill_secs,
             generation_tps: self.generated.saturating_sub(1) as f64 / decode_secs,

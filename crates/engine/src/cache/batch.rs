@@ -49,6 +49,9 @@ struct StepState {
     /// Per row, ranges of this step's tokens that attend to each other both
     /// ways (an image's tokens in Gemma 3 / Gemma 4).
     bidirectional: Option<Vec<Vec<(i32, i32)>>>,
+    /// Whether recurrent layers keep their states after each token of this
+    /// step, so that [`BatchCache::rewind_rows`] can undo some of them.
+    record_steps: bool,
 }
 
 #[derive(Clone)]
@@ -64,6 +67,9 @@ pub struct BatchCache {
     step: Option<StepState>,
     /// After a right-padded pass: its length and real tokens per row, for [`Self::split`].
     last_pass: Option<(i32, Vec<i32>)>,
+    /// Tokens per row of the last finished step (what a recorded recurrent
+    /// step can be cut back within).
+    last_step_len: i32,
     /// Set on rank 0 of a model split across processes: this cache's
     /// changes are recorded for the other ranks' copies (see [`Mirror`]).
     mirror: Option<Mirror>,
@@ -121,6 +127,7 @@ impl BatchCache {
             shared_sources,
             step: None,
             last_pass: None,
+            last_step_len: 0,
             mirror: None,
         }
     }
@@ -171,14 +178,27 @@ impl BatchCache {
 
     /// Starts a step of `query_len` tokens per row.
     pub fn begin_step(&mut self, query_len: i32) -> Result<()> {
-        let (real, bidirectional) =
-            self.step.take().map(|s| (s.real, s.bidirectional)).unwrap_or_default();
+        let (real, bidirectional, record_steps) =
+            self.step.take().map(|s| (s.real, s.bidirectional, s.record_steps)).unwrap_or_default();
         for g in &mut self.groups {
             g.begin_step(query_len, bidirectional.as_deref())?;
         }
-        self.step =
-            Some(StepState { query_len, real, shared_views: BTreeMap::new(), bidirectional });
+        self.recurrent.begin_step(record_steps);
+        self.step = Some(StepState {
+            query_len,
+            real,
+            shared_views: BTreeMap::new(),
+            bidirectional,
+            record_steps,
+        });
         Ok(())
+    }
+
+    /// Declares, before a speculative verify pass, that the step may be
+    /// partly undone: recurrent layers keep their state after each of its
+    /// tokens until the next step (see [`Self::rewind_rows`]).
+    pub fn record_next_step(&mut self) {
+        self.step.get_or_insert_with(Default::default).record_steps = true;
     }
 
     /// Declares, before a prefill pass (after [`Self::set_real_tokens`]), the
@@ -265,6 +285,21 @@ impl BatchCache {
         Ok(())
     }
 
+    /// Whether this step records its recurrent states per token
+    /// ([`Self::record_next_step`]): a recurrent layer then also hands
+    /// [`Self::set_recurrent_steps`] its states after each token.
+    pub fn records_recurrent_steps(&self) -> bool {
+        self.recurrent.recording()
+    }
+
+    /// A recurrent layer's states after each token of this step, each state
+    /// array with the step's tokens on axis 1 (`[B, L, …]`).
+    pub fn set_recurrent_steps(&mut self, layer: usize, steps: Vec<Array>) -> Result<()> {
+        let index = self.recurrent_index(layer)?;
+        self.recurrent.set_steps(index, steps);
+        Ok(())
+    }
+
     /// Commits the step: rows advance by their real tokens.
     pub fn finish_step(&mut self) -> Result<()> {
         let step = self.step.take().expect("begin_step ran");
@@ -281,6 +316,7 @@ impl BatchCache {
             g.finish_step(l, step.real.is_none())?;
         }
         self.last_pass = step.real.map(|real| (l, real));
+        self.last_step_len = l;
         Ok(())
     }
 
@@ -382,6 +418,7 @@ impl BatchCache {
             shared_sources: self.shared_sources.clone(),
             step: None,
             last_pass: None,
+            last_step_len: 0,
             mirror: None,
         })
     }
@@ -456,22 +493,36 @@ impl BatchCache {
         Ok(cache)
     }
 
-    /// Whether [`Self::rewind_rows`] can undo tokens: keys and values can be
-    /// cut back; a recurrent state cannot (it would need the state at each
-    /// position of the step), nor can a cache whose changes other ranks copy.
+    /// Whether [`Self::rewind_rows`] can undo tokens of the last step when
+    /// that step was recorded ([`Self::record_next_step`]): not in a cache
+    /// whose changes other ranks copy.
+    fn can_rewind_last_step(&self) -> bool {
+        self.mirror.is_none()
+    }
+
+    /// Whether [`Self::rewind_rows`] can undo tokens written over several
+    /// steps: keys and values can be cut back anywhere; a recurrent state
+    /// only within the recorded step.
     pub fn can_rewind(&self) -> bool {
-        self.recurrent.is_empty() && self.mirror.is_none()
+        self.recurrent.is_empty() && self.can_rewind_last_step()
     }
 
     /// Drops each row's newest `drops[b]` tokens: the draft tokens a
-    /// speculative step fed and verification rejected.
+    /// speculative step fed and verification rejected. With recurrent
+    /// layers, only tokens of the last step, which must have been recorded,
+    /// and never all of them.
     pub fn rewind_rows(&mut self, drops: &[i32]) -> Result<()> {
         assert_eq!(drops.len(), self.rows(), "one count per row");
-        if !self.can_rewind() {
+        if !self.can_rewind_last_step() {
             return Err(Error::Mlx("this cache cannot drop tokens once written".into()));
         }
         if drops.iter().any(|&d| d < 0) || drops.iter().zip(&self.offsets).any(|(d, o)| d > o) {
             return Err(Error::Mlx(format!("cannot drop {drops:?} of {:?} tokens", self.offsets)));
+        }
+        if !self.recurrent.is_empty() && drops.iter().any(|&d| d > 0) {
+            let step = self.last_step_len;
+            let keep: Vec<i32> = drops.iter().map(|d| step - d).collect();
+            self.recurrent.rewind(&keep)?;
         }
         for g in &mut self.groups {
             g.rewind_rows(drops)?;
@@ -609,6 +660,10 @@ mod tests {
         let running =
             x.multiply(&real).unwrap().cumsum(1, None, None).unwrap().add(&before).unwrap();
         let after = before.add(x.multiply(&real).unwrap().sum_axis(1, true).unwrap()).unwrap();
+        if cache.records_recurrent_steps() {
+            // the state after each token: the running sum, `[B, L, 1]`
+            cache.set_recurrent_steps(1, vec![running.expand_dims(-1).unwrap()]).unwrap();
+        }
         cache.set_recurrent_state(1, vec![after]).unwrap();
         let (view, mask) = cache.shared(2).unwrap();
         let shared = attend_sum(view, &mask, l);
@@ -689,42 +744,19 @@ mod tests {
         }
     }
 
-    /// The double without its recurrent layer (a state cannot be rewound).
-    fn rewindable_layout() -> CacheLayout {
-        CacheLayout::new(vec![
-            LayerCache::Full,
-            LayerCache::Shared { source: 0 },
-            LayerCache::Sliding { window: WINDOW },
-        ])
-        .unwrap()
-    }
-
-    fn attention_step(cache: &mut BatchCache, x: &Array) -> Vec<Array> {
-        let (b, l) = (x.dim(0), x.dim(1));
-        cache.begin_step(l).unwrap();
-        let kv = x.reshape(&[b, 1, l, 1]).unwrap();
-        let (view, mask) = cache.update(0, &kv, &kv).unwrap();
-        let full = attend_sum(view, &mask, l);
-        let (view, mask) = cache.shared(1).unwrap();
-        let shared = attend_sum(view, &mask, l);
-        let (view, mask) = cache.update(2, &kv, &kv).unwrap();
-        let sliding = attend_sum(view, &mask, l);
-        cache.finish_step().unwrap();
-        vec![full, shared, sliding]
-    }
-
     /// A row fed `tokens` one at a time: each step's outputs.
-    fn attention_alone(tokens: &[f32]) -> Vec<Vec<Vec<f32>>> {
-        let mut c = BatchCache::new(&rewindable_layout(), 1, None);
+    fn fed_one_at_a_time(tokens: &[f32]) -> Vec<Vec<Vec<f32>>> {
+        let mut c = BatchCache::new(&layout(), 1, None);
         tokens
             .iter()
-            .map(|&t| row(&attention_step(&mut c, &Array::from_slice(&[t], &[1, 1])), 0, 1))
+            .map(|&t| row(&step(&mut c, &Array::from_slice(&[t], &[1, 1])), 0, 1))
             .collect()
     }
 
     /// A speculative step writes three tokens per row; the rows keep one,
-    /// two and all three. What they see afterwards must be what they would
-    /// see had they been fed only the kept tokens, one at a time.
+    /// two and all three. What they see afterwards — the attention layers'
+    /// columns and the recurrent state — must be what they would see had
+    /// they been fed only the kept tokens, one at a time.
     #[test]
     fn rows_rewound_by_different_counts_equal_rows_fed_only_what_they_kept() {
         let prompts = [tokens(1.0, 9), tokens(100.0, 3), tokens(50.0, 6)];
@@ -732,20 +764,21 @@ mod tests {
         let kept = [1, 2, 3];
         let after = [tokens(300.0, 6), tokens(400.0, 6), tokens(500.0, 6)];
 
-        let mut batch = BatchCache::new(&rewindable_layout(), 0, None);
+        let mut batch = BatchCache::new(&layout(), 0, None);
         for p in &prompts {
-            let mut row = BatchCache::new(&rewindable_layout(), 1, None);
-            attention_step(&mut row, &Array::from_slice(p, &[1, p.len() as i32]));
+            let mut row = BatchCache::new(&layout(), 1, None);
+            step(&mut row, &Array::from_slice(p, &[1, p.len() as i32]));
             batch.extend(row).unwrap();
         }
         let flat: Vec<f32> = drafts.iter().flatten().copied().collect();
-        attention_step(&mut batch, &Array::from_slice(&flat, &[3, 3]));
+        batch.record_next_step();
+        step(&mut batch, &Array::from_slice(&flat, &[3, 3]));
         batch.rewind_rows(&[2, 1, 0]).unwrap();
         assert_eq!(batch.offsets(), [10, 5, 9]);
         let mut got = vec![Vec::new(); 3];
         for i in 0..6 {
             let x: Vec<f32> = after.iter().map(|a| a[i]).collect();
-            let out = attention_step(&mut batch, &Array::from_slice(&x, &[3, 1]));
+            let out = step(&mut batch, &Array::from_slice(&x, &[3, 1]));
             for (r, g) in got.iter_mut().enumerate() {
                 g.push(row(&out, r as i32, 1));
             }
@@ -755,17 +788,24 @@ mod tests {
             fed.extend(&drafts[r][..kept[r]]);
             let n = fed.len();
             fed.extend(&after[r]);
-            let want = attention_alone(&fed);
+            let want = fed_one_at_a_time(&fed);
             assert_eq!(got[r], want[n..], "row {r}, which kept {}", kept[r]);
         }
     }
 
+    /// A recurrent state keeps no history: it goes back only within the
+    /// step that recorded its per-token states, and not past its start.
     #[test]
-    fn a_recurrent_state_cannot_be_rewound() {
+    fn a_recurrent_state_goes_back_only_within_a_recorded_step() {
         let mut c = BatchCache::new(&layout(), 1, None);
         step(&mut c, &Array::from_slice(&tokens(1.0, 3), &[1, 3]));
         assert!(!c.can_rewind());
-        assert!(c.rewind_rows(&[1]).is_err());
+        assert!(c.rewind_rows(&[1]).is_err(), "an unrecorded step");
+        c.record_next_step();
+        step(&mut c, &Array::from_slice(&tokens(10.0, 3), &[1, 3]));
+        assert!(c.rewind_rows(&[3]).is_err(), "the whole step");
+        c.rewind_rows(&[2]).unwrap();
+        assert!(c.rewind_rows(&[1]).is_err(), "the records are used up");
     }
 
     #[test]

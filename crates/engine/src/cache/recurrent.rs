@@ -4,9 +4,13 @@
 //! KV rows. A state summarizes every token a row has seen, so it cannot be cut
 //! back to a shorter prefix, and padding must never reach it: the model masks
 //! a right-padded pass's padding with [`super::BatchCache::real_tokens`].
+//!
+//! The one exception is a speculative verify step: the step it records keeps
+//! each layer's states after every one of its tokens, so that each row can
+//! go back to the state after the last token it kept ([`RecurrentStates::rewind`]).
 use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 #[derive(Clone, Default)]
 pub struct RecurrentStates {
@@ -14,11 +18,69 @@ pub struct RecurrentStates {
     /// runs (the model starts from zeros).
     layers: Vec<Option<Vec<Array>>>,
     rows: usize,
+    /// Whether the step running now records its per-token states.
+    recording: bool,
+    /// Per recurrent layer, its states after each token of the recorded
+    /// step: each state array with the step's tokens on axis 1 (`[B, L, …]`).
+    steps: Vec<Option<Vec<Array>>>,
 }
 
 impl RecurrentStates {
     pub fn new(layers: usize, rows: usize) -> Self {
-        Self { layers: vec![None; layers], rows }
+        Self { layers: vec![None; layers], rows, recording: false, steps: vec![None; layers] }
+    }
+
+    /// A step begins: the last step's records go, and this one records when `record`.
+    pub fn begin_step(&mut self, record: bool) {
+        self.recording = record;
+        self.steps.iter_mut().for_each(|s| *s = None);
+    }
+
+    /// Whether the layers should hand [`Self::set_steps`] their per-token states.
+    pub fn recording(&self) -> bool {
+        self.recording
+    }
+
+    /// Layer `index`'s states after each token of this step (`[B, L, …]` per
+    /// state array, in the order of [`Self::set`]).
+    pub fn set_steps(&mut self, index: usize, steps: Vec<Array>) {
+        self.steps[index] = Some(steps);
+    }
+
+    /// Each row goes back to its state after the first `keep[b]` tokens of
+    /// the recorded step (at least one: the state before the step is not kept).
+    pub fn rewind(&mut self, keep: &[i32]) -> Result<()> {
+        assert_eq!(keep.len(), self.rows, "one count per row");
+        // Checked before anything changes: every layer that holds a state recorded this step.
+        let mut len = None;
+        for (state, steps) in self.layers.iter().zip(&self.steps) {
+            match (state, steps) {
+                (None, _) => {}
+                (Some(_), Some(steps)) => len = Some(steps[0].dim(1)),
+                (Some(_), None) => {
+                    return Err(Error::Mlx(
+                        "a recurrent state can only go back within a step that recorded it".into(),
+                    ))
+                }
+            }
+        }
+        let Some(len) = len else { return Ok(()) };
+        if keep.iter().any(|&k| k < 1 || k > len) {
+            return Err(Error::Mlx(format!("cannot keep {keep:?} of a {len}-token step")));
+        }
+        for (state, steps) in self.layers.iter_mut().zip(&self.steps) {
+            let (Some(state), Some(steps)) = (state.as_mut(), steps) else { continue };
+            for (a, per_token) in state.iter_mut().zip(steps) {
+                // `[B, 1, 1…]` indices of each row's last kept token, on axis 1.
+                let mut shape = vec![1; per_token.ndim()];
+                shape[0] = keep.len() as i32;
+                let last: Vec<i32> = keep.iter().map(|k| k - 1).collect();
+                let at = Array::from_slice(&last, &shape);
+                *a = per_token.take_along_axis(&at, 1)?.squeeze_axes(&[1])?.contiguous()?;
+            }
+        }
+        self.steps.iter_mut().for_each(|s| *s = None);
+        Ok(())
     }
 
     pub fn get(&self, index: usize) -> Option<&[Array]> {
@@ -49,6 +111,7 @@ impl RecurrentStates {
         if keep.is_empty() {
             self.layers.iter_mut().for_each(|l| *l = None);
         }
+        self.steps.iter_mut().for_each(|s| *s = None);
         self.rows = keep.len();
         Ok(())
     }
@@ -69,6 +132,7 @@ impl RecurrentStates {
             };
         }
         self.rows += other.rows;
+        self.steps.iter_mut().for_each(|s| *s = None);
         Ok(())
     }
 
@@ -92,7 +156,12 @@ impl RecurrentStates {
                     .transpose()
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(RecurrentStates { layers, rows: 1 })
+        Ok(RecurrentStates {
+            layers,
+            rows: 1,
+            recording: false,
+            steps: vec![None; self.steps.len()],
+        })
     }
 
     /// Every state array (cheap handle clones).

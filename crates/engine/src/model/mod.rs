@@ -48,6 +48,23 @@ pub struct ModelShape {
     pub max_context: usize,
 }
 
+/// A model's own draft head: from the target's final-normed hidden state
+/// at position `i` (`[B, L, D]`) and the embeddings of the tokens at `i + 1`,
+/// a hidden state whose logits ([`LanguageModel::logits`]) guess the token at
+/// `i + 2`; fed its own output as the next hidden state, it guesses on. It
+/// keeps a cache of its own, one entry per position it read.
+pub trait DraftHead {
+    fn cache_layout(&self) -> CacheLayout;
+
+    fn forward(
+        &self,
+        next_embeddings: &Array,
+        hidden: &Array,
+        positions: &Positions,
+        cache: &mut BatchCache,
+    ) -> Result<Array>;
+}
+
 /// A decoder-only language model. Per-sequence state (positions, caches)
 /// is passed in, never kept on the model, so one model serves any number of
 /// sequences.
@@ -99,6 +116,12 @@ pub trait LanguageModel {
 
     /// The vision tower, for models that see images.
     fn vision(&self) -> Option<&dyn VisionTower> {
+        None
+    }
+
+    /// The draft head the checkpoint ships (Qwen3.5's multi-token
+    /// prediction), for speculative decoding; `None` for most models.
+    fn draft_head(&self) -> Option<&dyn DraftHead> {
         None
     }
 

@@ -5,7 +5,7 @@
 use mlx_rs::Array;
 
 use super::layers::rope::Positions;
-use super::{LanguageModel, ModelShape, VisionTower};
+use super::{DraftHead, LanguageModel, ModelShape, VisionTower};
 use crate::cache::{BatchCache, CacheLayout};
 use crate::error::Result;
 
@@ -54,5 +54,9 @@ impl<L: LanguageModel, V: VisionTower> LanguageModel for WithVision<L, V> {
 
     fn vision(&self) -> Option<&dyn VisionTower> {
         Some(&self.vision)
+    }
+
+    fn draft_head(&self) -> Option<&dyn DraftHead> {
+        self.language.draft_head()
     }
 }

@@ -95,6 +95,9 @@ pub struct Qwen35Plan {
     pub value_dim: i32,
     /// The shared expert's MLP width (mixture of experts only).
     pub shared_expert: i32,
+    /// Decoder layers of a multi-token-prediction head (`mtp.*`, Hugging
+    /// Face's layout only); 0 for none.
+    pub mtp_layers: i32,
 }
 
 impl Qwen35Plan {
@@ -106,6 +109,7 @@ impl Qwen35Plan {
         key_dim: 16,
         value_dim: 16,
         shared_expert: 64,
+        mtp_layers: 0,
     };
 }
 
@@ -228,6 +232,7 @@ impl Dims {
                 key_dim: 128,
                 value_dim: 128,
                 shared_expert: 0,
+                mtp_layers: 0,
             },
         }
     }
@@ -621,11 +626,10 @@ pub(crate) fn qwen35_parts(
     let (keys, values) = (plan.key_heads * plan.key_dim, plan.value_heads * plan.value_dim);
     let channels = 2 * keys + values;
     const KERNEL: i32 = 4;
-    for i in 0..d.layers {
-        let p = format!("model.layers.{i}");
+    let layer = |c: &mut Checkpoint, p: &str, full: bool| -> Result<()> {
         c.norm(format!("{p}.input_layernorm"), d.hidden);
         c.norm(format!("{p}.post_attention_layernorm"), d.hidden);
-        if is_full(i) {
+        if full {
             let a = format!("{p}.self_attn");
             c.matrix(format!("{a}.q_proj"), &[2 * d.heads * d.head_dim, d.hidden]);
             c.matrix(format!("{a}.k_proj"), &[d.kv_heads * d.head_dim, d.hidden]);
@@ -678,8 +682,22 @@ pub(crate) fn qwen35_parts(
             c.matrix(format!("{m}.up_proj"), &[d.intermediate, d.hidden]);
             c.matrix(format!("{m}.down_proj"), &[d.hidden, d.intermediate]);
         }
+        Ok(())
+    };
+    for i in 0..d.layers {
+        layer(&mut c, &format!("model.layers.{i}"), is_full(i))?;
     }
     c.norm("model.norm".into(), d.hidden);
+    if plan.mtp_layers > 0 {
+        assert!(hf, "a multi-token-prediction head comes in Hugging Face's layout");
+        c.matrix("mtp.fc".into(), &[d.hidden, 2 * d.hidden]);
+        c.norm("mtp.pre_fc_norm_embedding".into(), d.hidden);
+        c.norm("mtp.pre_fc_norm_hidden".into(), d.hidden);
+        for j in 0..plan.mtp_layers {
+            layer(&mut c, &format!("mtp.layers.{j}"), true)?;
+        }
+        c.norm("mtp.norm".into(), d.hidden);
+    }
     // Untied for the dense model, tied for the mixture (as the real ones are).
     if !moe {
         c.matrix("lm_head".into(), &[vocab, d.hidden]);
@@ -729,6 +747,9 @@ pub(crate) fn qwen35_parts(
         "attention_bias": false,
         "torch_dtype": "float32",
     });
+    if plan.mtp_layers > 0 {
+        text["mtp_num_hidden_layers"] = json!(plan.mtp_layers);
+    }
     if moe {
         text["num_experts"] = json!(d.experts);
         text["num_experts_per_tok"] = json!(d.top_k);

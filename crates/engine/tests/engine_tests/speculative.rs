@@ -1,5 +1,5 @@
-//! Speculative decoding inside the continuous batch (prompt lookup and a
-//! draft model), on tiny seeded checkpoints stepped by hand: greedy output with speculation must
+//! Speculative decoding inside the continuous batch (prompt lookup, a
+//! draft model and Qwen3.5's own multi-token-prediction head), on tiny seeded checkpoints stepped by hand: greedy output with speculation must
 //! equal greedy output without it, token for token — alone, in a batch
 //! whose rows accept different counts with a row joining mid-decode, across
 //! sliding and shared layers (Gemma 3 / Gemma 4), with KV quantization,
@@ -13,7 +13,7 @@ use engine::batch::{Prompt, Request, Scheduler, SchedulerConfig};
 use engine::cache::KvQuantization;
 use engine::handle::Completion;
 use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_llama, TinyFamily, TinyLlama};
+use engine::testing::{write_family, write_tiny_llama, Dims, TinyFamily, TinyLlama};
 
 use crate::common;
 
@@ -43,6 +43,8 @@ fn request(ids: &[u32], max_tokens: usize, sampling: &SamplingParams) -> Request
 enum Proposer<'a> {
     Lookup,
     Draft(&'a Path),
+    /// The checkpoint's own multi-token-prediction head.
+    Mtp,
 }
 
 fn driver(dir: &Path, config: SchedulerConfig, proposer: Option<Proposer>) -> Driver {
@@ -51,6 +53,7 @@ fn driver(dir: &Path, config: SchedulerConfig, proposer: Option<Proposer>) -> Dr
         None => None,
         Some(Proposer::Lookup) => Some(SpeculationConfig::prompt_lookup()),
         Some(Proposer::Draft(d)) => Some(SpeculationConfig::draft_model(d.to_path_buf())),
+        Some(Proposer::Mtp) => Some(SpeculationConfig::mtp()),
     };
     let scheduler = Scheduler::new(loaded, SchedulerConfig { speculation, ..config });
     let scheduler = match proposer {
@@ -274,13 +277,106 @@ fn a_stop_string_inside_an_accepted_block_ends_the_reply_there() {
     lossless(dir.path(), SchedulerConfig::default(), &[with_stop], 1, 0);
 }
 
+/// Qwen3.5's Gated DeltaNet layers keep a state, not columns: a verify
+/// pass records each token's state and a row goes back to the state after
+/// its last kept token. Lossless in a batch whose rows keep different
+/// counts, with a join mid-decode, by lookup and by a draft model (a tiny
+/// Qwen3 of the same vocabulary, whose drafts the target often rejects).
 #[test]
-fn recurrent_layers_say_speculation_is_not_applied_and_decode_as_before() {
+fn recurrent_layers_go_back_to_the_state_after_the_last_kept_token() {
+    let target = family_checkpoint(TinyFamily::Qwen35, 11);
+    let draft = family_checkpoint(TinyFamily::Qwen3, 12);
+    let sampling = greedy_no_eos();
+    let reqs = [
+        request(&repeating_prompt(13), 30, &sampling),
+        request(&repeating_prompt(14), 24, &sampling),
+        request(&repeating_prompt(15), 27, &sampling),
+    ];
+    let base = SchedulerConfig { prefill_budget: 6, ..Default::default() };
+    lossless(target.path(), base.clone(), &reqs, 2, 4);
+    let stats = lossless_with(target.path(), Proposer::Draft(draft.path()), base, &reqs, 2, 4);
+    assert!(stats.verify_passes > 0, "{stats:?}");
+    assert!(
+        stats.accepted_tokens < stats.drafted_tokens,
+        "some drafts are rejected, so some rows went back: {stats:?}"
+    );
+}
+
+/// A tiny Qwen3.5 (Hugging Face's layout) with a one-layer
+/// multi-token-prediction head.
+fn qwen35_with_mtp(seed: u64) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let mut dims = Dims::tiny(TinyFamily::Qwen35);
+    dims.qwen35.mtp_layers = 1;
+    write_family(dir.path(), TinyFamily::Qwen35, dims, None, seed).unwrap();
+    dir
+}
+
+/// The head drafts from the target's hidden states: lossless alone and in a
+/// batch whose rows keep different counts, with a join mid-decode, chunked
+/// prompts (the head reads the prompt's hidden states chunk by chunk) and
+/// the recurrent layers going back per row.
+#[test]
+fn the_models_own_head_drafts_and_the_reply_stays_the_same() {
+    let dir = qwen35_with_mtp(21);
+    let sampling = greedy_no_eos();
+    let reqs = [
+        request(&repeating_prompt(23), 30, &sampling),
+        request(&repeating_prompt(24), 24, &sampling),
+        request(&repeating_prompt(25), 27, &sampling),
+    ];
+    let base = SchedulerConfig { prefill_budget: 6, ..Default::default() };
+    let stats = lossless_with(dir.path(), Proposer::Mtp, base.clone(), &reqs, 2, 4);
+    assert!(stats.verify_passes > 0 && stats.drafted_tokens > 0, "{stats:?}");
+    assert!(stats.status.contains("multi-token"), "{}", stats.status);
+    let stats = lossless_with(dir.path(), Proposer::Mtp, base, &reqs[..1], 1, 0);
+    assert!(stats.verify_passes > 0, "alone: {stats:?}");
+}
+
+/// A chat's next turn starts with the previous prompt, served from the
+/// prefix cache: the head has no hidden states for the cached part and
+/// starts after it; the replies are the same.
+#[test]
+fn the_head_starts_after_a_prefix_cache_hit() {
+    let dir = qwen35_with_mtp(22);
+    let sampling = greedy_no_eos();
+    let first_turn = repeating_prompt(26);
+    let mut next_turn = first_turn.clone();
+    next_turn.extend(repeating_prompt(28));
+    let reqs = [request(&first_turn, 24, &sampling), request(&next_turn, 24, &sampling)];
+    let plain: Vec<String> = reqs
+        .iter()
+        .map(|r| {
+            run(dir.path(), SchedulerConfig::default(), None, &[r.clone()], 1, 0).0[0]
+                .content
+                .clone()
+        })
+        .collect();
+    let mut driver = driver(dir.path(), SchedulerConfig::default(), Some(Proposer::Mtp));
+    let first = driver.submit(reqs[0].clone());
+    driver.run_to_end();
+    let second = driver.submit(reqs[1].clone());
+    driver.run_to_end();
+    assert_eq!(driver.completion(first).content, plain[0], "first turn");
+    assert_eq!(driver.completion(second).content, plain[1], "next turn");
+    assert!(driver.completion(second).stats.cached_prompt_tokens > 0, "a prefix-cache hit");
+    assert!(driver.scheduler.stats().speculation.verify_passes > 0);
+}
+
+/// Asked of a checkpoint without `mtp.*` tensors, the head is not there:
+/// the engine says so and decodes as before.
+#[test]
+fn a_model_without_a_head_says_mtp_is_not_applied() {
     let dir = family_checkpoint(TinyFamily::Qwen35, 11);
-    let reqs = [request(&repeating_prompt(13), 20, &greedy_no_eos())];
-    let stats = lossless(dir.path(), SchedulerConfig::default(), &reqs, 1, 0);
+    let reqs = [request(&repeating_prompt(27), 12, &greedy_no_eos())];
+    let stats = lossless_with(dir.path(), Proposer::Mtp, SchedulerConfig::default(), &reqs, 1, 0);
     assert_eq!(stats.verify_passes, 0);
-    assert!(stats.status.starts_with("not applied"), "{}", stats.status);
+    assert!(
+        stats.status.starts_with("not applied")
+            && stats.status.contains("no multi-token-prediction head"),
+        "{}",
+        stats.status
+    );
 }
 
 fn tiny_llama_seeded(seed: u64, layers: i32) -> tempfile::TempDir {

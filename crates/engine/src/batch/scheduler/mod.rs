@@ -25,8 +25,8 @@ use super::prefill::{self, PassRow};
 use super::prepare::{PreparedRequest, Preparer};
 use super::request::{Event, FinishReason, Request, RequestId};
 use super::sequence::{Sequence, SequenceParts};
-use super::speculation::draft_length::DraftLength;
 use super::speculation::draft_model::DraftModel;
+use super::speculation::mtp::{MtpDrafter, TargetHidden};
 use super::speculation::{DraftKind, SpeculationConfig, SpeculationStats};
 use crate::cache::prefix_disk::{
     fingerprint::model_fingerprint, signature::KvSignature, DiskPrefixCache, DiskPrefixConfig,
@@ -171,6 +171,8 @@ pub struct Scheduler {
     speculation_stats: SpeculationStats,
     /// The draft model, when speculation drafts with one (its rows follow `running`).
     draft: Option<DraftModel>,
+    /// The model's own draft head's rows, when speculation drafts with it.
+    mtp: Option<MtpDrafter>,
 }
 
 /// What one step did: for tests that step the scheduler by hand, and for
@@ -242,19 +244,23 @@ impl Scheduler {
             }
         };
         let cache = loaded.model.new_cache_with(0, kv_quantization);
+        let mut mtp = None;
         let (speculation, status) = match config.speculation.clone() {
             None => (None, "off".to_string()),
             // Said plainly, like KV quantization: a setting that silently does nothing misleads.
             Some(_) if cache.mirror().is_some() => {
                 (None, "not applied: the model is split across processes".to_string())
             }
-            Some(_) if !cache.can_rewind() => (
-                None,
-                format!(
-                    "not applied: {}'s recurrent layers cannot be rewound yet",
-                    loaded.info.architecture
-                ),
-            ),
+            Some(c) if c.kind == DraftKind::Mtp => {
+                match MtpDrafter::new(loaded.model.as_ref(), &loaded.info.name) {
+                    Ok(drafter) => {
+                        mtp = Some(drafter);
+                        let status = c.kind.describe();
+                        (Some(c), status)
+                    }
+                    Err(e) => (None, format!("not applied: {e}")),
+                }
+            }
             Some(c) => {
                 let status = c.kind.describe();
                 (Some(c), status)
@@ -267,6 +273,7 @@ impl Scheduler {
             speculation,
             speculation_stats: SpeculationStats { status, ..Default::default() },
             draft: None,
+            mtp,
             preparer: Arc::new(Preparer::new(&loaded, max_context)),
             early_cancels: VecDeque::new(),
             last_step: StepReport::default(),
@@ -398,7 +405,8 @@ impl Scheduler {
             submitted: p.submitted,
         };
         let mut seq = Sequence::new(id, p.prompt, parts);
-        seq.draft_length = self.speculation.as_ref().map(|c| DraftLength::new(c.max_draft_tokens));
+        seq.draft_length = self.speculation.as_ref().map(SpeculationConfig::draft_length);
+        seq.target_hidden = self.mtp.as_ref().map(|_| TargetHidden::default());
         Ok(seq)
     }
 
@@ -651,6 +659,9 @@ impl Scheduler {
         if let Some(draft) = &mut self.draft {
             draft.filter(&keep)?;
         }
+        if let Some(mtp) = &mut self.mtp {
+            mtp.filter(&keep)?;
+        }
         if let Some((tokens, rows)) = self.in_flight.take() {
             // Kept rows stay in order, so the in-flight ones remain a prefix.
             let kept: Vec<i32> = keep.iter().filter(|&&k| k < rows).map(|&k| k as i32).collect();
@@ -814,6 +825,10 @@ impl Scheduler {
             // The draft reads what the target has: the prompt, not the first token yet.
             draft.join(&seq.tokens[..seq.tokens.len() - 1])?;
         }
+        if let (Some(mtp), Some(hidden)) = (&mut self.mtp, seq.target_hidden.as_mut()) {
+            // The head reads the prompt's hidden states, the first token now known.
+            mtp.join(self.loaded.model.as_ref(), &seq.tokens, hidden)?;
+        }
         self.running.push(seq);
         Ok(())
     }
@@ -857,8 +872,15 @@ impl Scheduler {
         let model = self.loaded.model.as_ref();
         let input = input.reshape(&[b as i32, 1])?;
         let starts = self.row_starts();
-        let logits = model.forward(&input, &Positions::rows(&starts), &mut self.cache)?;
-        let logits = logits.reshape(&[b as i32, -1])?;
+        let fed_before = self.cache.offsets().to_vec();
+        let hidden = model.forward_embeddings(
+            model.embed(&input)?,
+            &input,
+            &Positions::rows(&starts),
+            &mut self.cache,
+        )?;
+        let logits = model.logits(&hidden)?.reshape(&[b as i32, -1])?;
+        self.keep_target_hidden(&hidden, &fed_before, &vec![1; b])?;
         let input = input.reshape(&[b as i32])?;
         let pending = previous.as_ref().map(|_| &input);
         let sampled = self.sample_rows(&logits, pending, &masks)?;
@@ -870,6 +892,26 @@ impl Scheduler {
         // While this step computes, read back and stream the previous one.
         if let Some((tokens, rows)) = previous {
             self.accept_tokens(&tokens, rows)?;
+        }
+        Ok(())
+    }
+
+    /// For the draft head: each running row's hidden states `hidden[b, ..kept[b]]`
+    /// of the positions from `fed_before[b]` (what the row had fed before the pass).
+    fn keep_target_hidden(
+        &mut self,
+        hidden: &Array,
+        fed_before: &[i32],
+        kept: &[usize],
+    ) -> Result<()> {
+        if self.mtp.is_none() {
+            return Ok(());
+        }
+        for (row, seq) in self.running.iter_mut().enumerate() {
+            if let Some(waiting) = seq.target_hidden.as_mut() {
+                let (r, n) = (row as i32, kept[row] as i32);
+                waiting.push(fed_before[row] as usize, hidden.index((r, 0..n, ..)));
+            }
         }
         Ok(())
     }
@@ -980,6 +1022,9 @@ impl Scheduler {
         self.cache = self.loaded.model.new_cache_with(0, self.kv_quantization);
         if let Some(draft) = &mut self.draft {
             draft.clear();
+        }
+        if let Some(mtp) = &mut self.mtp {
+            mtp.clear();
         }
         if let Some((tokens, _)) = self.in_flight.take() {
             // Its step may have failed; all that matters is that it is over.

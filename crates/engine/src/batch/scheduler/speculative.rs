@@ -7,6 +7,7 @@ use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 use super::Scheduler;
 use crate::batch::sequence::Sequence;
 use crate::batch::speculation::draft_model::DraftRow;
+use crate::batch::speculation::mtp::MtpRow;
 use crate::batch::speculation::{acceptance, lookup, DraftKind};
 use crate::error::Result;
 use crate::model::Positions;
@@ -75,6 +76,19 @@ impl Scheduler {
                 }
                 draft.propose(&rows)?
             }
+            DraftKind::Mtp => {
+                let Some(mtp) = self.mtp.as_mut() else { return Ok(None) };
+                let mut rows: Vec<MtpRow> = self
+                    .running
+                    .iter_mut()
+                    .zip(&wanted)
+                    .filter_map(|(seq, &wanted)| {
+                        let hidden = seq.target_hidden.as_mut()?;
+                        Some(MtpRow { tokens: &seq.tokens, hidden, wanted })
+                    })
+                    .collect();
+                mtp.propose(self.loaded.model.as_ref(), &mut rows)?
+            }
         };
         if tokens.iter().all(Vec::is_empty) {
             // Nothing to verify; a plain step follows (the masks are made again there).
@@ -101,8 +115,17 @@ impl Scheduler {
         }
         let input = Array::from_slice(&ids, &[b as i32, width as i32]);
         let starts = self.row_starts();
-        let logits =
-            self.loaded.model.forward(&input, &Positions::rows(&starts), &mut self.cache)?;
+        let fed_before = self.cache.offsets().to_vec();
+        // Recurrent layers keep each token's state: a row goes back to its last kept one.
+        self.cache.record_next_step();
+        let model = self.loaded.model.as_ref();
+        let hidden = model.forward_embeddings(
+            model.embed(&input)?,
+            &input,
+            &Positions::rows(&starts),
+            &mut self.cache,
+        )?;
+        let logits = model.logits(&hidden)?;
         let first = logits.index((.., 0, ..));
         let sampled = self.sample_rows(&first, None, &masks)?;
         let argmax =
@@ -177,9 +200,14 @@ impl Scheduler {
                 stats.produced_tokens += emit.len() as u64;
                 emit
             };
+            // All but the last emitted token are drafts the target agreed with.
+            let from_draft = if draft.is_empty() { 0 } else { emit.len() - 1 };
             let mut emitted = 0;
             for &token in &emit {
                 emitted += 1;
+                if emitted <= from_draft {
+                    seq.draft_tokens += 1;
+                }
                 if let Some(reason) = seq.accept(token, tokenizer) {
                     finished.push((row, reason));
                     break;
@@ -196,6 +224,9 @@ impl Scheduler {
             draft_drops.push(fed.saturating_sub(emitted - 1) as i32);
         }
         self.cache.rewind_rows(&drops)?;
+        // The draft head reads the hidden states of the tokens each row kept.
+        let kept: Vec<usize> = drops.iter().map(|&d| width - d as usize).collect();
+        self.keep_target_hidden(&hidden, &fed_before, &kept)?;
         if let Some(draft) = self.draft.as_mut() {
             draft.rewind(&draft_drops)?;
         }

@@ -2,6 +2,7 @@
 //! row whose guesses keep landing drafts more and one whose guesses miss
 //! drafts fewer, and a pass that keeps nothing is followed by a pause (a
 //! verify pass costs more than a plain step, several times more on a CPU).
+//! A fixed length ([`DraftLength::fixed`]) drafts the same count every step.
 
 /// Steps a row sits out after its drafts stopped landing.
 const PAUSE_STEPS: usize = 8;
@@ -11,11 +12,18 @@ pub struct DraftLength {
     current: usize,
     max: usize,
     paused_for: usize,
+    /// Follows acceptance (`false`: always `max`).
+    adaptive: bool,
 }
 
 impl DraftLength {
     pub fn new(max: usize) -> Self {
-        Self { current: max, max, paused_for: 0 }
+        Self { current: max, max, paused_for: 0, adaptive: true }
+    }
+
+    /// `n` tokens every step, whatever lands (mlx-lm's `num_draft_tokens`).
+    pub fn fixed(n: usize) -> Self {
+        Self { adaptive: false, ..Self::new(n) }
     }
 
     /// Tokens to draft this step (0 while paused).
@@ -29,7 +37,7 @@ impl DraftLength {
 
     /// `accepted` of `drafted` tokens were kept.
     pub fn record(&mut self, drafted: usize, accepted: usize) {
-        if drafted == 0 {
+        if drafted == 0 || !self.adaptive {
             return;
         }
         if accepted == drafted {
@@ -68,5 +76,15 @@ mod tests {
         d.record(3, 3);
         d.record(4, 4);
         assert_eq!(d.next(), 4, "never beyond the maximum");
+    }
+
+    #[test]
+    fn a_fixed_length_neither_shrinks_nor_pauses() {
+        let mut d = DraftLength::fixed(3);
+        for (drafted, kept) in [(3, 0), (3, 1), (3, 3), (3, 0)] {
+            assert_eq!(d.next(), 3);
+            d.record(drafted, kept);
+        }
+        assert_eq!(d.next(), 3);
     }
 }

@@ -10,6 +10,7 @@ pub mod acceptance;
 pub mod draft_length;
 pub mod draft_model;
 pub mod lookup;
+pub mod mtp;
 
 use std::path::PathBuf;
 
@@ -25,6 +26,9 @@ pub enum DraftKind {
     /// A smaller model with the target's tokenizer, loaded from this
     /// folder or GGUF file, guesses greedily (see [`draft_model`]).
     DraftModel(PathBuf),
+    /// The target's own multi-token-prediction head (Qwen3.5 checkpoints
+    /// with `mtp.*` tensors; see [`mtp`]).
+    Mtp,
 }
 
 impl DraftKind {
@@ -32,6 +36,7 @@ impl DraftKind {
         match self {
             DraftKind::PromptLookup => "prompt lookup".into(),
             DraftKind::DraftModel(path) => format!("draft model {}", path.display()),
+            DraftKind::Mtp => "the model's multi-token-prediction head".into(),
         }
     }
 }
@@ -42,6 +47,10 @@ pub struct SpeculationConfig {
     /// Most draft tokens a row proposes in one step; each row's own count
     /// follows its acceptance below that (see [`draft_length`]).
     pub max_draft_tokens: usize,
+    /// `false`: every row drafts `max_draft_tokens` each step whatever it
+    /// keeps (no adapting, no pause), as mlx-lm's `num_draft_tokens` does
+    /// (`vlm --num-draft-tokens N`; the reference test compares rounds with it).
+    pub adaptive: bool,
     /// Speculate only while at most this many rows decode: beyond it one
     /// pass already keeps the machine busy and verifying costs more than it
     /// saves (`scripts/bench-speculation.sh` measures the crossover).
@@ -50,12 +59,31 @@ pub struct SpeculationConfig {
 
 impl SpeculationConfig {
     pub fn prompt_lookup() -> Self {
-        Self { kind: DraftKind::PromptLookup, max_draft_tokens: 6, max_batch: 4 }
+        Self { kind: DraftKind::PromptLookup, max_draft_tokens: 6, max_batch: 4, adaptive: true }
     }
 
     /// A draft model drafts fewer tokens by default: each costs it a pass.
     pub fn draft_model(path: PathBuf) -> Self {
-        Self { kind: DraftKind::DraftModel(path), max_draft_tokens: 4, max_batch: 4 }
+        Self {
+            kind: DraftKind::DraftModel(path),
+            max_draft_tokens: 4,
+            max_batch: 4,
+            adaptive: true,
+        }
+    }
+
+    /// A new row's draft length: adapting from the most, or fixed.
+    pub fn draft_length(&self) -> draft_length::DraftLength {
+        if self.adaptive {
+            draft_length::DraftLength::new(self.max_draft_tokens)
+        } else {
+            draft_length::DraftLength::fixed(self.max_draft_tokens)
+        }
+    }
+
+    /// The head guesses well a few tokens ahead (it was trained for the next one).
+    pub fn mtp() -> Self {
+        Self { kind: DraftKind::Mtp, max_draft_tokens: 3, max_batch: 4, adaptive: true }
     }
 }
 

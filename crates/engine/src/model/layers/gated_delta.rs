@@ -18,6 +18,11 @@
 //! states untouched: their inputs are zeroed, the conv state is taken at
 //! each row's real end, and the recurrence keeps the old state there.
 //!
+//! A speculative verify step records each token's states too
+//! ([`BatchCache::records_recurrent_steps`]), so that a row whose drafts were
+//! rejected goes back to the state after its last kept token without
+//! running anything again.
+//!
 //! The recurrence runs as composed MLX ops, one token at a time (mlx-lm's
 //! fallback where its Metal kernel does not apply; on the CPU backend the
 //! same).
@@ -179,7 +184,15 @@ impl GatedDeltaNet {
         let v = parts[2].reshape(&[b, l, d.value_heads, d.value_dim])?;
         let (q, k) = self.normalize_qk(&q, &k)?;
         let g = self.decay(&a)?;
-        let (y, state) = recurrence(&q, &k, &v, &g, &beta, state, real.as_ref())?;
+        let record = cache.records_recurrent_steps();
+        let (y, state, state_steps) =
+            recurrence(&q, &k, &v, &g, &beta, state, real.as_ref(), record)?;
+        if let Some(state_steps) = state_steps {
+            // After token t the conv state is the `kernel − 1` inputs ending at t.
+            let windows: Vec<Array> =
+                (1..=l).map(|t| conv_input.index((.., t..t + k_keep, ..))).collect();
+            cache.set_recurrent_steps(layer, vec![ops::stack(&windows, 1)?, state_steps])?;
+        }
         cache.set_recurrent_state(layer, vec![contiguous(next_conv)?, state])?;
 
         let out = self.gated_norm(&y, &z)?;
@@ -215,8 +228,9 @@ impl GatedDeltaNet {
 
 /// The gated delta rule over `L` tokens. q, k `[B, L, Hk, Dk]`, v `[B, L, Hv, Dv]`,
 /// g and β `[B, L, Hv]`, state `[B, Hv, Dv, Dk]` (float32). Where `real` is
-/// false the state is kept (right padding). Returns y `[B, L, Hv, Dv]` and
-/// the new state.
+/// false the state is kept (right padding). Returns y `[B, L, Hv, Dv]`, the
+/// new state and, when `record`, the state after each token `[B, L, Hv, Dv, Dk]`.
+#[allow(clippy::too_many_arguments)]
 fn recurrence(
     q: &Array,
     k: &Array,
@@ -225,7 +239,8 @@ fn recurrence(
     beta: &Array,
     mut state: Array,
     real: Option<&Array>,
-) -> Result<(Array, Array)> {
+    record: bool,
+) -> Result<(Array, Array, Option<Array>)> {
     let (b, l, hk, dk) = (q.dim(0), q.dim(1), q.dim(2), q.dim(3));
     let hv = v.dim(2);
     // Each key head serves `hv / hk` consecutive value heads.
@@ -238,6 +253,7 @@ fn recurrence(
     };
     let (q, k) = (repeat(q)?, repeat(k)?);
     let mut ys = Vec::with_capacity(l as usize);
+    let mut states = Vec::new();
     for t in 0..l {
         let (qt, kt, vt) = (q.index((.., t)), k.index((.., t)), v.index((.., t)));
         let decay = g.index((.., t)).reshape(&[b, hv, 1, 1])?;
@@ -252,8 +268,12 @@ fn recurrence(
             Some(real) => ops::select(&real.index((.., t)).reshape(&[b, 1, 1, 1])?, &next, &state)?,
             None => next,
         };
+        if record {
+            states.push(state.clone());
+        }
     }
-    Ok((ops::stack(&ys, 1)?, state))
+    let steps = if record { Some(ops::stack(&states, 1)?) } else { None };
+    Ok((ops::stack(&ys, 1)?, state, steps))
 }
 
 /// A slice as its own buffer, so a kept state does not pin the whole pass.

@@ -16,10 +16,12 @@
 //! `[C, 1, K]`, decoder norms stored as `w − 1`, experts fused as
 //! `experts.gate_up_proj`) and mlx-community's (`[C, K, 1]`, plain norm
 //! weights, `switch_mlp`). The kernel's shape tells which, as in mlx-lm.
-//! `qwen3_5_text` / `qwen3_5_moe_text` load here text only (the
-//! multi-token-prediction head is skipped); `qwen3_5` / `qwen3_5_moe`, which
+//! `qwen3_5_text` / `qwen3_5_moe_text` load here text only, with the
+//! multi-token-prediction head when the checkpoint has one ([`mtp`]: a
+//! draft head for speculative decoding); `qwen3_5` / `qwen3_5_moe`, which
 //! see images, are [`crate::model::qwen3_5::vision`]: this language model plus the
 //! Qwen3-VL vision tower.
+pub mod mtp;
 pub mod vision;
 use mlx_rs::{ops, Array};
 use serde::Deserialize;
@@ -36,7 +38,7 @@ use crate::model::layers::{Embedding, LayerLoader, Linear, RmsNorm};
 use crate::model::llama::Mlp;
 use crate::model::registry::Family;
 use crate::model::shape::{self, LayerShape};
-use crate::model::{layers::attention, LanguageModel, ModelShape};
+use crate::model::{layers::attention, DraftHead, LanguageModel, ModelShape};
 
 pub const FAMILY: Family = Family {
     name: "Qwen3.5 (text)",
@@ -52,8 +54,8 @@ pub const FAMILY: Family = Family {
 };
 
 /// Tensors a text-only load skips: a vision tower (Hugging Face `visual.`,
-/// mlx-vlm `vision_tower.`) and the multi-token-prediction head.
-pub const SKIPPED: &[&str] = &["visual.", "vision_tower.", "mtp."];
+/// mlx-vlm `vision_tower.`).
+pub const SKIPPED: &[&str] = &["visual.", "vision_tower."];
 
 #[derive(Debug, Clone, Deserialize)]
 struct RopeParameters {
@@ -112,6 +114,13 @@ pub struct Qwen35Args {
     rope_theta: Option<f32>,
     #[serde(default)]
     partial_rotary_factor: Option<f32>,
+    /// Decoder layers of the multi-token-prediction head (when it has `mtp.*` tensors).
+    #[serde(default = "default_mtp_layers")]
+    mtp_num_hidden_layers: i32,
+}
+
+fn default_mtp_layers() -> i32 {
+    1
 }
 
 fn default_eps() -> f32 {
@@ -291,6 +300,8 @@ pub struct Qwen35 {
     norm: RmsNorm,
     lm_head: Option<Linear>,
     rope: Rope,
+    /// The checkpoint's own draft head, for a whole model that has one.
+    mtp: Option<mtp::MtpHead>,
 }
 
 /// Loads norms, adding 1 to the decoder norms of a Hugging Face checkpoint
@@ -310,12 +321,106 @@ impl Norms {
     }
 }
 
+impl Block {
+    /// Decoder layer `p` (`model.layers.{i}`, or `mtp.layers.{j}`): Gated
+    /// DeltaNet when `linear`, else gated full attention; dense or experts
+    /// as the config says.
+    fn load(
+        loader: &mut LayerLoader,
+        args: &Qwen35Args,
+        norms: &Norms,
+        p: &str,
+        linear: bool,
+    ) -> Result<Self> {
+        let (d, heads, kv_heads, hd) =
+            (args.hidden_size, args.num_attention_heads, args.num_key_value_heads, args.head_dim());
+        let mixer = if linear {
+            Mixer::Linear(GatedDeltaNet::load(
+                loader,
+                &format!("{p}.linear_attn"),
+                args.gated_delta_dims(),
+                norms.plus_one,
+            )?)
+        } else {
+            let a = format!("{p}.self_attn");
+            let bias = args.attention_bias;
+            Mixer::Attention(GatedAttention {
+                q_proj: loader.linear(&format!("{a}.q_proj"), d, 2 * heads * hd, bias)?,
+                k_proj: loader.linear(&format!("{a}.k_proj"), d, kv_heads * hd, bias)?,
+                v_proj: loader.linear(&format!("{a}.v_proj"), d, kv_heads * hd, bias)?,
+                o_proj: loader.linear(&format!("{a}.o_proj"), heads * hd, d, bias)?,
+                q_norm: norms.load(loader, &format!("{a}.q_norm"), hd)?,
+                k_norm: norms.load(loader, &format!("{a}.k_norm"), hd)?,
+                heads,
+                kv_heads,
+                head_dim: hd,
+            })
+        };
+        let m = format!("{p}.mlp");
+        let feed_forward = if args.num_experts > 0 {
+            unstack_gate_up(loader, &format!("{m}.experts"), &format!("{m}.switch_mlp"))?;
+            FeedForward::Experts(MoeWithShared {
+                routed: SparseMoe::load(
+                    loader,
+                    &m,
+                    d,
+                    args.moe_intermediate_size,
+                    args.num_experts,
+                    args.num_experts_per_tok,
+                    args.norm_topk_prob,
+                )?,
+                shared_expert: Mlp::load(
+                    loader,
+                    &format!("{m}.shared_expert"),
+                    d,
+                    args.shared_expert_intermediate_size,
+                    false,
+                )?,
+                shared_expert_gate: loader.linear(
+                    &format!("{m}.shared_expert_gate"),
+                    d,
+                    1,
+                    false,
+                )?,
+            })
+        } else {
+            FeedForward::Dense(Mlp::load(loader, &m, d, args.intermediate_size, false)?)
+        };
+        Ok(Block {
+            input_layernorm: norms.load(loader, &format!("{p}.input_layernorm"), d)?,
+            mixer,
+            post_attention_layernorm: norms.load(
+                loader,
+                &format!("{p}.post_attention_layernorm"),
+                d,
+            )?,
+            feed_forward,
+        })
+    }
+
+    /// `h` through this layer (layer `i` of `cache`).
+    fn forward(
+        &self,
+        h: Array,
+        i: usize,
+        rope: (&Rope, &Rotation),
+        cache: &mut BatchCache,
+    ) -> Result<Array> {
+        let x = self.input_layernorm.forward(&h)?;
+        let r = match &self.mixer {
+            Mixer::Linear(net) => net.forward(&x, i, cache)?,
+            Mixer::Attention(attn) => attn.forward(&x, i, rope, cache)?,
+        };
+        let h = h.add(r)?;
+        Ok(h.add(self.feed_forward.forward(&self.post_attention_layernorm.forward(&h)?)?)?)
+    }
+}
+
 impl Qwen35 {
     pub fn load(config: &Value, loader: &mut LayerLoader) -> Result<Self> {
         let args = Qwen35Args::parse(config)?;
         let n = args.num_hidden_layers as usize;
-        let (d, heads, kv_heads, hd) =
-            (args.hidden_size, args.num_attention_heads, args.num_key_value_heads, args.head_dim());
+        let d = args.hidden_size;
         // Hugging Face's layout stores the conv kernel `[C, 1, K]`: K ≠ 1.
         let hf_layout = (0..n)
             .filter(|&i| args.is_linear(i))
@@ -328,69 +433,13 @@ impl Qwen35 {
         let stage = loader.layer_stage(n, None)?;
         let mut layers = Vec::with_capacity(stage.layers().len());
         for i in stage.layers() {
-            let p = format!("model.layers.{i}");
-            let mixer = if args.is_linear(i) {
-                Mixer::Linear(GatedDeltaNet::load(
-                    loader,
-                    &format!("{p}.linear_attn"),
-                    args.gated_delta_dims(),
-                    hf_layout,
-                )?)
-            } else {
-                let a = format!("{p}.self_attn");
-                let bias = args.attention_bias;
-                Mixer::Attention(GatedAttention {
-                    q_proj: loader.linear(&format!("{a}.q_proj"), d, 2 * heads * hd, bias)?,
-                    k_proj: loader.linear(&format!("{a}.k_proj"), d, kv_heads * hd, bias)?,
-                    v_proj: loader.linear(&format!("{a}.v_proj"), d, kv_heads * hd, bias)?,
-                    o_proj: loader.linear(&format!("{a}.o_proj"), heads * hd, d, bias)?,
-                    q_norm: norms.load(loader, &format!("{a}.q_norm"), hd)?,
-                    k_norm: norms.load(loader, &format!("{a}.k_norm"), hd)?,
-                    heads,
-                    kv_heads,
-                    head_dim: hd,
-                })
-            };
-            let m = format!("{p}.mlp");
-            let feed_forward = if args.num_experts > 0 {
-                unstack_gate_up(loader, &format!("{m}.experts"), &format!("{m}.switch_mlp"))?;
-                FeedForward::Experts(MoeWithShared {
-                    routed: SparseMoe::load(
-                        loader,
-                        &m,
-                        d,
-                        args.moe_intermediate_size,
-                        args.num_experts,
-                        args.num_experts_per_tok,
-                        args.norm_topk_prob,
-                    )?,
-                    shared_expert: Mlp::load(
-                        loader,
-                        &format!("{m}.shared_expert"),
-                        d,
-                        args.shared_expert_intermediate_size,
-                        false,
-                    )?,
-                    shared_expert_gate: loader.linear(
-                        &format!("{m}.shared_expert_gate"),
-                        d,
-                        1,
-                        false,
-                    )?,
-                })
-            } else {
-                FeedForward::Dense(Mlp::load(loader, &m, d, args.intermediate_size, false)?)
-            };
-            layers.push(Block {
-                input_layernorm: norms.load(loader, &format!("{p}.input_layernorm"), d)?,
-                mixer,
-                post_attention_layernorm: norms.load(
-                    loader,
-                    &format!("{p}.post_attention_layernorm"),
-                    d,
-                )?,
-                feed_forward,
-            });
+            layers.push(Block::load(
+                loader,
+                &args,
+                &norms,
+                &format!("model.layers.{i}"),
+                args.is_linear(i),
+            )?);
         }
         let embed_tokens = loader.embedding("model.embed_tokens", args.vocab_size, d)?;
         let norm = norms.load(loader, "model.norm", d)?;
@@ -403,7 +452,22 @@ impl Qwen35 {
             Some(loader.linear("lm_head", d, args.vocab_size, false)?)
         };
         let rope = args.rope()?;
-        Ok(Self { args, embed_tokens, layers, stage, norm, lm_head, rope })
+        let mtp = if stage.layers().len() == stage.total() {
+            mtp::MtpHead::load(loader, &args, &norms)?
+        } else {
+            // A split model does not speculate: the head is left unread.
+            let names: Vec<String> = loader
+                .weights
+                .names()
+                .filter(|n| n.starts_with("mtp."))
+                .map(str::to_owned)
+                .collect();
+            for name in names {
+                loader.weights.remove(&name);
+            }
+            None
+        };
+        Ok(Self { args, embed_tokens, layers, stage, norm, lm_head, rope, mtp })
     }
 }
 
@@ -492,13 +556,7 @@ impl LanguageModel for Qwen35 {
         let rotation = self.rope.prepare(positions)?;
         h = self.stage.enter(h, tokens)?;
         for (i, block) in self.stage.layers().zip(&self.layers) {
-            let x = block.input_layernorm.forward(&h)?;
-            let r = match &block.mixer {
-                Mixer::Linear(net) => net.forward(&x, i, cache)?,
-                Mixer::Attention(attn) => attn.forward(&x, i, (&self.rope, &rotation), cache)?,
-            };
-            h = h.add(r)?;
-            h = h.add(block.feed_forward.forward(&block.post_attention_layernorm.forward(&h)?)?)?;
+            h = block.forward(h, i, (&self.rope, &rotation), cache)?;
         }
         cache.finish_step()?;
         self.stage.leave(h, |h| self.norm.forward(h))
@@ -509,5 +567,9 @@ impl LanguageModel for Qwen35 {
             Some(head) => head.forward(hidden),
             None => self.embed_tokens.as_linear(hidden),
         }
+    }
+
+    fn draft_head(&self) -> Option<&dyn DraftHead> {
+        self.mtp.as_ref().map(|h| h as &dyn DraftHead)
     }
 }

@@ -38,7 +38,7 @@ fn load(config: &Value, loader: &mut LayerLoader) -> Result<Box<dyn LanguageMode
     // A tower needs its patch embedding and blocks (a text-only conversion has neither).
     let has_tower = loader.weights.contains(&format!("{TOWER}.patch_embed.proj.weight"))
         && loader.weights.contains(&format!("{TOWER}.blocks.0.attn.qkv.weight"));
-    let skipped: &[&str] = if has_tower { &["mtp."] } else { crate::model::qwen3_5::SKIPPED };
+    let skipped: &[&str] = if has_tower { &[] } else { crate::model::qwen3_5::SKIPPED };
     keep_language_model(loader, skipped, "Qwen3.5");
     let language = Qwen35::load(config, loader)?;
     if !has_tower {

@@ -1,0 +1,83 @@
+//! Qwen3.5's multi-token-prediction head (the checkpoint's `mtp.*` tensors):
+//! a drafter the model was trained with. For position `i` it reads the
+//! target's final-normed hidden state there and the embedding of token
+//! `i + 1`, each RMS-normed, joins them (`fc`, `2D → D`), runs them through
+//! its own full-attention decoder layer(s) with a cache of their own, and
+//! norms the result: the target's `lm_head` over it guesses token `i + 2`.
+//! Fed its own output as the next hidden state it guesses further ahead.
+//!
+//! Hugging Face checkpoints store its norms as `w − 1` like the decoder's
+//! (mlx-vlm's `qwen3_5_mtp` reads them the same way).
+use mlx_rs::{ops, Array};
+
+use super::{Block, Norms, Qwen35Args};
+use crate::cache::{BatchCache, CacheLayout, LayerCache};
+use crate::error::Result;
+use crate::model::layers::rope::{Positions, Rope};
+use crate::model::layers::{LayerLoader, Linear, RmsNorm};
+use crate::model::DraftHead;
+
+pub struct MtpHead {
+    fc: Linear,
+    pre_fc_norm_embedding: RmsNorm,
+    pre_fc_norm_hidden: RmsNorm,
+    layers: Vec<Block>,
+    norm: RmsNorm,
+    rope: Rope,
+}
+
+impl MtpHead {
+    /// The head, when the checkpoint has one (`mtp.fc.weight`).
+    pub(super) fn load(
+        loader: &mut LayerLoader,
+        args: &Qwen35Args,
+        norms: &Norms,
+    ) -> Result<Option<Self>> {
+        if !loader.weights.contains("mtp.fc.weight") {
+            return Ok(None);
+        }
+        let d = args.hidden_size;
+        let layers = (0..args.mtp_num_hidden_layers.max(1))
+            .map(|j| Block::load(loader, args, norms, &format!("mtp.layers.{j}"), false))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(Self {
+            fc: loader.linear("mtp.fc", 2 * d, d, false)?,
+            pre_fc_norm_embedding: norms.load(loader, "mtp.pre_fc_norm_embedding", d)?,
+            pre_fc_norm_hidden: norms.load(loader, "mtp.pre_fc_norm_hidden", d)?,
+            layers,
+            norm: norms.load(loader, "mtp.norm", d)?,
+            rope: args.rope()?,
+        }))
+    }
+}
+
+impl DraftHead for MtpHead {
+    fn cache_layout(&self) -> CacheLayout {
+        let full = vec![LayerCache::Full; self.layers.len()];
+        CacheLayout::new(full).expect("full layers only")
+    }
+
+    fn forward(
+        &self,
+        next_embeddings: &Array,
+        hidden: &Array,
+        positions: &Positions,
+        cache: &mut BatchCache,
+    ) -> Result<Array> {
+        let joined = ops::concatenate(
+            &[
+                self.pre_fc_norm_embedding.forward(next_embeddings)?,
+                self.pre_fc_norm_hidden.forward(hidden)?,
+            ],
+            -1,
+        )?;
+        let mut h = self.fc.forward(&joined)?;
+        cache.begin_step(h.dim(1))?;
+        let rotation = self.rope.prepare(positions)?;
+        for (j, layer) in self.layers.iter().enumerate() {
+            h = layer.forward(h, j, (&self.rope, &rotation), cache)?;
+        }
+        cache.finish_step()?;
+        self.norm.forward(&h)
+    }
+}
