@@ -5,11 +5,15 @@
 //! same for `qwen3`, `qwen3_moe`, `gemma3_text`, `gemma4_text`,
 //! `gemma4_text_moe`, `qwen3_5` and `qwen3_5_moe` (float: Hugging Face
 //! names; q4: mlx-community names, 4-bit group 32).
+//! `write_tiny_model --speculative-pair <out-dir>` writes the tiny target and
+//! draft of the speculative-decoding reference test instead
+//! (`<out-dir>/{target,draft}`, for scripts/make-speculative-golden.sh).
 use std::path::PathBuf;
 
 use clap::Parser;
 use engine::testing::{
-    write_family, write_tiny_family, write_tiny_llama, Dims, TinyFamily, TinyLlama,
+    write_family, write_speculative_pair, write_tiny_family, write_tiny_llama, Dims, TinyFamily,
+    TinyLlama,
 };
 use engine::weights::QuantSpec;
 
@@ -25,6 +29,9 @@ struct Args {
     /// One bench-size random Qwen3.5 folder (float32) instead, for scripts/bench-models.sh.
     #[arg(long)]
     bench_qwen35: bool,
+    /// The speculative-decoding reference pair instead: <out>/target and <out>/draft.
+    #[arg(long)]
+    speculative_pair: bool,
     /// Where to write.
     out: PathBuf,
 }
@@ -35,6 +42,11 @@ const SEED: u64 = 11;
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let out = args.out;
+    if args.speculative_pair {
+        write_speculative_pair(&out)?;
+        println!("{}", out.display());
+        return Ok(());
+    }
     if args.bench_gemma4 {
         write_family(&out, TinyFamily::Gemma4, Dims::bench_gemma4(), None, SEED)?;
         println!("{}", out.display());

@@ -12,6 +12,7 @@ mod gemma4_vl;
 mod gguf_writer;
 mod qwen3_vl;
 mod qwen_vl;
+mod speculative_pair;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -40,6 +41,7 @@ pub use qwen_vl::{
     qwen_byte_level_meta, write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims,
     QWEN_SPECIAL_TOKENS, QWEN_VL_CHAT_TEMPLATE,
 };
+pub use speculative_pair::{write_draft_of, write_speculative_pair};
 
 /// Shape and storage of a tiny llama.
 #[derive(Debug, Clone)]

@@ -22,6 +22,7 @@ mod prefill_batching;
 mod prefix_cache;
 mod prefix_disk;
 mod speculative;
+mod speculative_reference;
 mod structured_output;
 mod thinking_and_stops;
 mod tiny_llama;
