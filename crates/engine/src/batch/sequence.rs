@@ -202,6 +202,16 @@ impl Sequence {
         }
     }
 
+    /// For a row whose grammar is in force: how many of `draft`'s tokens it
+    /// allows in a row and the masks of the positions after each (see
+    /// `ConstrainedDecoder::draft_masks`). `None` without a grammar.
+    pub fn draft_masks(&mut self, draft: &[u32]) -> crate::Result<Option<(usize, Vec<Array>)>> {
+        match &mut self.constraint {
+            Some(c) => c.draft_masks(draft).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// How many alternatives this row's log-probabilities list, if it asked.
     pub fn top_logprobs(&self) -> Option<usize> {
         self.logprobs.as_ref().map(|(top, _)| *top)
@@ -214,13 +224,15 @@ impl Sequence {
     }
 
     /// Whether this row's next tokens can come from a draft: nothing forced
-    /// next, no grammar, no log-probabilities (greedy and sampling rows
-    /// both can: see [`super::speculation::acceptance`]).
+    /// next, no log-probabilities, and a grammar only while it is in force
+    /// (verification then picks under its masks; while the model thinks,
+    /// a draft could cross into the grammar unmasked). Greedy and sampling
+    /// rows both can: see [`super::speculation::acceptance`].
     pub fn can_speculate(&self) -> bool {
         self.draft_length.is_some()
             && self.forced.is_empty()
-            && self.constraint.is_none()
             && self.logprobs.is_none()
+            && (self.constraint.is_none() || !self.matcher.in_reasoning())
     }
 
     /// The token the next decode step feeds for this row.

@@ -20,6 +20,9 @@ pub(super) struct Drafts {
     /// Per row, the draft tokens the draft model fed to its own cache (0
     /// without a draft model): what it drops again beyond those kept.
     draft_model_fed: Vec<usize>,
+    /// Per drafting row with a grammar in force, its masks at the last
+    /// token and after each draft token, `[1 + draft, vocab]`.
+    verify_masks: Vec<Option<Array>>,
 }
 
 impl Scheduler {
@@ -90,11 +93,27 @@ impl Scheduler {
                 mtp.propose(self.loaded.model.as_ref(), &mut rows)?
             }
         };
+        let mut tokens = tokens;
+        // A grammar keeps only the draft it allows, and masks each position.
+        let mut verify_masks = vec![None; tokens.len()];
+        for (row, (seq, draft)) in self.running.iter_mut().zip(tokens.iter_mut()).enumerate() {
+            let Some(first) = masks.get(row).cloned().flatten() else { continue };
+            if draft.is_empty() {
+                continue;
+            }
+            if let Some((allowed, later)) = seq.draft_masks(draft)? {
+                draft.truncate(allowed);
+                if !draft.is_empty() {
+                    let all: Vec<Array> = std::iter::once(first).chain(later).collect();
+                    verify_masks[row] = Some(ops::concatenate(&all, 0)?);
+                }
+            }
+        }
         if tokens.iter().all(Vec::is_empty) {
             // Nothing to verify; a plain step follows (the masks are made again there).
             return Ok(None);
         }
-        Ok(Some(Drafts { tokens, masks, draft_model_fed }))
+        Ok(Some(Drafts { tokens, masks, draft_model_fed, verify_masks }))
     }
 
     /// One target pass over every row's last token and its draft (rows
@@ -103,7 +122,7 @@ impl Scheduler {
     /// token as a plain step would; a drafting row keeps the drafts the
     /// target's argmax agrees with plus the target's next token.
     pub(super) fn verify_step(&mut self, drafts: Drafts) -> Result<()> {
-        let Drafts { tokens: drafts, masks, draft_model_fed } = drafts;
+        let Drafts { tokens: drafts, masks, draft_model_fed, verify_masks } = drafts;
         let b = self.running.len();
         let width = 1 + drafts.iter().map(Vec::len).max().unwrap_or(0);
         let mut ids = Vec::with_capacity(b * width);
@@ -137,21 +156,32 @@ impl Scheduler {
                 continue;
             }
             let (row, n) = (i as i32, draft.len() as i32 + 1);
+            // `[n, vocab]`: this row's positions, under its grammar's masks if it has one.
+            let at = match &verify_masks[i] {
+                Some(allowed) => {
+                    crate::sample::keep_allowed(&logits.index((row, 0..n, ..)), allowed)?
+                }
+                None => logits.index((row, 0..n, ..)),
+            };
             let p = seq.sampler.params();
             let verdict = if !p.is_greedy() {
-                let at = logits.index((row, 0..n, ..));
                 let (kept, replacements, bonus) =
                     seq.sampler.verify_drafts(&at, &seq.tokens, draft)?;
                 vec![kept, replacements, bonus]
             } else if p.repetition_penalty == 1.0 && p.logit_bias.is_empty() {
-                vec![argmax.index((row, 0..n))]
+                if verify_masks[i].is_some() {
+                    vec![ops::indexing::argmax_axis(&at, -1, false)?
+                        .as_dtype(mlx_rs::Dtype::Int32)?]
+                } else {
+                    vec![argmax.index((row, 0..n))]
+                }
             } else {
                 // A penalty or bias changes the argmax: the row's own (greedy)
                 // sampler picks at each position, its history growing by the drafts.
                 let mut history = seq.tokens.clone();
                 let mut picks = Vec::with_capacity(n as usize);
                 for j in 0..n {
-                    let at = logits.index((row..row + 1, j, ..));
+                    let at = at.index(j..j + 1);
                     picks.push(seq.sampler.sample(&at, &history, None)?.reshape(&[1])?);
                     if let Some(&t) = draft.get(j as usize) {
                         history.push(t);
