@@ -33,7 +33,7 @@ pub async fn build_request(
     let mut images = Vec::new();
     if model.vision {
         // in the order the template's image parts come
-        for a in messages.iter().filter(|m| m.role == Role::User).flat_map(|m| &m.attachments) {
+        for a in messages.iter().filter(|m| shows_images(m)).flat_map(|m| &m.attachments) {
             let bytes = image_bytes.get(&a.sha256, &a.path).await.map_err(|e| {
                 AppError::new(
                     "ATTACHMENT_NOT_FOUND",
@@ -105,6 +105,23 @@ pub fn build_request_text(
                     result.name = Some(info.name.clone());
                 }
                 chat.push(result);
+                // a tool's pictures reach a model that sees as the images of a user message
+                // after the result (chat templates show images in user messages; the result's
+                // text notes each one for a model that cannot see)
+                if model.vision && !m.attachments.is_empty() {
+                    let mut parts: Vec<ContentPart> = m
+                        .attachments
+                        .iter()
+                        .map(|a| ContentPart::Image { image: Some(a.sha256.clone()) })
+                        .collect();
+                    let name = m.tool_result.as_ref().map_or("the tool", |i| i.name.as_str());
+                    let what = match m.attachments.len() {
+                        1 => "The image".to_string(),
+                        n => format!("The {n} images"),
+                    };
+                    parts.push(ContentPart::text(format!("{what} {name} returned.")));
+                    chat.push(ChatMessage::user(MessageContent::Parts(parts)));
+                }
             }
         }
     }
@@ -116,6 +133,12 @@ pub fn build_request_text(
     request.thinking_budget = (settings.thinking_budget > 0).then_some(settings.thinking_budget);
     request.constraint = answer_format.map(AnswerFormat::constraint);
     Ok(request)
+}
+
+/// Whether `m`'s attachments are images the model is given (a model that sees): those of
+/// the person's messages and of tool results, in the order of the conversation.
+pub fn shows_images(m: &Message) -> bool {
+    matches!(m.role, Role::User | Role::Tool)
 }
 
 /// An earlier call as chat templates read it (as the server passes a

@@ -125,7 +125,19 @@ pub async fn run_calls(
         };
         let mut images = Vec::new();
         for image in &result.images {
-            // an image the store does not take (not a picture it knows) stays a note in the text
+            // an image that does not decode, or the store does not take (not a picture it
+            // knows), stays a note in the text: a model that sees is given the others
+            let bytes = image.bytes.clone();
+            let decodes = tokio::task::spawn_blocking(move || {
+                crate::image_check::check_decodes(&bytes).is_ok()
+                    && store::detect_image(&bytes).is_some()
+            })
+            .await
+            .unwrap_or(false);
+            if !decodes {
+                tracing::debug!("a tool's image does not decode; it was not kept");
+                continue;
+            }
             match state.store.add_attachment(&image.bytes).await {
                 Ok(a) => images.push(a.sha256),
                 Err(e) => tracing::debug!(%e, "a tool's image was not kept"),
