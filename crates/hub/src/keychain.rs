@@ -1,5 +1,6 @@
-//! The Hugging Face token the user gives the app (Settings), and the API key
-//! of the app's own OpenAI server, kept in the OS keychain through the
+//! The Hugging Face token the user gives the app (Settings), the API key
+//! of the app's own OpenAI server and the secrets of its MCP servers (their
+//! environment values or HTTP headers), kept in the OS keychain through the
 //! `keyring` crate — never in the app's database, which is a plain file any
 //! backup or sync tool copies.
 //!
@@ -21,18 +22,23 @@ pub const APP_SERVICE: &str = "dev.vlm.chat";
 const HUB_TOKEN: &str = "huggingface-token";
 /// The account name of the app's OpenAI server's API key.
 const SERVER_API_KEY: &str = "openai-server-api-key";
+/// The account name of an MCP server's secrets is this and the server's name.
+const MCP_SERVER_PREFIX: &str = "mcp-server:";
 /// Longer than any Hub token (37 characters today) by far; a paste of a
 /// whole page is refused instead of stored.
 const MAX_TOKEN_LEN: usize = 512;
+/// The most an MCP server's secrets (JSON of its values) may take.
+const MAX_SECRET_LEN: usize = 64 * 1024;
 
 /// One entry of the OS keychain: the Hub token, or (see
-/// [`Keychain::server_api_key`]) the app server's API key.
+/// [`Keychain::server_api_key`]) the app server's API key, or (see
+/// [`Keychain::mcp_server`]) an MCP server's secrets.
 #[derive(Debug, Clone)]
 pub struct Keychain {
     /// The keychain service the entry is filed under.
     service: String,
     /// Which secret of the service.
-    account: &'static str,
+    account: String,
 }
 
 impl Keychain {
@@ -43,16 +49,22 @@ impl Keychain {
 
     /// A Hub token entry under another service name (tests keep clear of the app's).
     pub fn with_service(service: impl Into<String>) -> Keychain {
-        Keychain { service: service.into(), account: HUB_TOKEN }
+        Keychain { service: service.into(), account: HUB_TOKEN.into() }
     }
 
     /// The same service's entry for the API key of the app's OpenAI server.
     pub fn server_api_key(&self) -> Keychain {
-        Keychain { service: self.service.clone(), account: SERVER_API_KEY }
+        Keychain { service: self.service.clone(), account: SERVER_API_KEY.into() }
+    }
+
+    /// The same service's entry for the secrets of the MCP server `name`
+    /// (what the app keeps there is its business: JSON of several values).
+    pub fn mcp_server(&self, name: &str) -> Keychain {
+        Keychain { service: self.service.clone(), account: format!("{MCP_SERVER_PREFIX}{name}") }
     }
 
     fn entry(&self) -> Result<keyring::Entry> {
-        keyring::Entry::new(&self.service, self.account).map_err(unavailable)
+        keyring::Entry::new(&self.service, &self.account).map_err(unavailable)
     }
 
     /// The stored token; `None` when none was saved.
@@ -70,6 +82,18 @@ impl Keychain {
         let token = validate(token, self.account == HUB_TOKEN)?;
         self.entry()?.set_password(&token).map_err(unavailable)?;
         Ok(token)
+    }
+
+    /// Saves `secret` as it is (no token check: it may hold spaces, quotes
+    /// and any script), replacing any saved before; at most 64 KiB.
+    pub fn store_secret(&self, secret: &str) -> Result<()> {
+        if secret.len() > MAX_SECRET_LEN {
+            return Err(Error::InvalidToken(format!(
+                "the secrets take {} bytes; at most {MAX_SECRET_LEN} are kept",
+                secret.len()
+            )));
+        }
+        self.entry()?.set_password(secret).map_err(unavailable)
     }
 
     /// Deletes the saved token; `false` when there was none.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tauri::State;
 
-use crate::error::{AppError, AppResult};
+use crate::error::AppResult;
 use crate::mcp::{McpServerConfig, McpServerView};
 use crate::state::AppState;
 
@@ -14,7 +14,8 @@ pub async fn list_mcp_servers(state: State<'_, Arc<AppState>>) -> AppResult<Vec<
     Ok(state.mcp.list())
 }
 
-/// Adds a server, or replaces the one of that name (it restarts).
+/// Adds a server, or changes the one of that name in place (it restarts); an
+/// environment or header value left empty keeps the one saved (in the keychain).
 #[tauri::command]
 pub async fn save_mcp_server(
     state: State<'_, Arc<AppState>>,
@@ -33,10 +34,7 @@ pub async fn restart_mcp_server(
     state: State<'_, Arc<AppState>>,
     name: String,
 ) -> AppResult<McpServerView> {
-    if !state.mcp.restart(&name) {
-        return Err(AppError::new("MCP_SERVER_NOT_FOUND", format!("No server is named {name}.")));
-    }
-    Ok(state.mcp.get(&name).expect("just restarted"))
+    crate::mcp_servers::restart(state.inner(), &name).await
 }
 
 /// Adds the servers of an `mcp.json` (`{"mcpServers": {…}}`) pasted or read by the page.

@@ -78,9 +78,11 @@ impl McpServerConfig {
         }
     }
 
-    /// The config as the store keeps it.
+    /// The config as the store keeps it: the environment or header values
+    /// emptied, their names kept (the values are in the keychain: secrets.rs).
     pub fn to_stored(&self) -> Value {
-        serde_json::to_value(self).expect("an MCP server's config serializes")
+        serde_json::to_value(crate::mcp::secrets::without_values(self))
+            .expect("an MCP server's config serializes")
     }
 
     pub fn from_stored(name: &str, stored: &Value) -> AppResult<McpServerConfig> {
@@ -172,9 +174,11 @@ mod tests {
         assert!(matches!(&remote.transport, McpTransport::Http { url, headers }
             if url == "https://example.com/mcp" && headers["Authorization"] == "Bearer x"));
         assert!(!servers.iter().find(|s| s.name == "off").unwrap().enabled);
-        // stored and read back under its name
+        // stored and read back under its name, its environment's names without their values
         let back = McpServerConfig::from_stored("files", &files.to_stored()).unwrap();
-        assert_eq!(&back, files);
+        assert_eq!(back, crate::mcp::secrets::without_values(files));
+        assert_eq!(files.to_stored()["transport"]["env"]["DEBUG"], "");
+        assert_eq!(remote.to_stored()["transport"]["headers"]["Authorization"], "");
     }
 
     #[test]

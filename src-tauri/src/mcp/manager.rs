@@ -199,16 +199,31 @@ impl McpManager {
         self.slots.lock().unwrap().get(name).map(|s| s.view())
     }
 
+    /// A server's settings as the app runs it (values and all: never for the page).
+    pub fn config(&self, name: &str) -> Option<McpServerConfig> {
+        self.slots.lock().unwrap().get(name).map(|s| s.config.lock().unwrap().clone())
+    }
+
     /// Puts `config` in place (stopping the server's earlier run, if any)
     /// and starts it when enabled. Returns at once: the state moves on
     /// from `starting` by itself.
     pub fn set(self: &Arc<Self>, config: McpServerConfig) {
+        self.put(config, None);
+    }
+
+    /// Puts `config` in place without starting it: it shows failed with
+    /// `reason` (its secrets could not be read from the keychain).
+    pub fn set_failed(self: &Arc<Self>, config: McpServerConfig, reason: String) {
+        self.put(config, Some(reason));
+    }
+
+    fn put(self: &Arc<Self>, config: McpServerConfig, failed: Option<String>) {
         let name = config.name.clone();
-        let enabled = config.enabled;
+        let enabled = config.enabled && failed.is_none();
         let slot = Arc::new(Slot {
             config: Mutex::new(config),
             state: Mutex::new(SlotState {
-                status: McpStatus::Stopped,
+                status: failed.map_or(McpStatus::Stopped, |reason| McpStatus::Failed { reason }),
                 tools: Vec::new(),
                 peer: None,
                 stop: None,

@@ -10,12 +10,15 @@
 //! - [`manager`]: the running servers, their state (starting, ready with
 //!   their tools, failed with why and the end of their stderr), restart, calls.
 //! - [`result`]: a tool's answer turned into the text the model reads.
+//! - [`secrets`]: a server's environment or header values, kept in the OS
+//!   keychain (the database keeps their names).
 //!
 //! The app's OpenAI server shares none of this: its clients bring their own
 //! tools.
 pub mod config;
 pub mod manager;
 pub mod result;
+pub mod secrets;
 
 pub use config::{McpServerConfig, McpTransport};
 pub use manager::{McpManager, McpServerView, McpStatus, McpToolView};

@@ -232,14 +232,10 @@ fn a_streamable_http_server_is_reached_by_its_url_and_an_mcp_json_imports() {
         std::thread::sleep(Duration::from_millis(25));
     }
     let h = harness(dir.path());
-    let file = json!({"mcpServers": {"web": {"type": "http", "url": format!("http://127.0.0.1:{port}/mcp"),
-        "headers": {"X-Api-Key": "secret-key-0123456789"}}}});
+    // (headers go to the OS keychain: src-tauri/tests/server_api_key.rs runs that on a private one)
+    let file = json!({"mcpServers": {"web": {"type": "http", "url": format!("http://127.0.0.1:{port}/mcp")}}});
     let imported = h.ok("import_mcp_servers", json!({"json": file.to_string()}));
     assert_eq!(imported[0]["config"]["transport"]["kind"], "http", "{imported}");
-    // the page sees a header's value masked; the server gets it whole (it answers below)
-    assert_eq!(imported[0]["config"]["transport"]["headers"]["X-Api-Key"], "…6789");
-    let stored = tauri::async_runtime::block_on(h.state.store.list_mcp_servers()).unwrap();
-    assert_eq!(stored[0].config["transport"]["headers"]["X-Api-Key"], "secret-key-0123456789");
     let web = settled(&h, "web");
     assert_eq!(web["status"]["state"], "ready", "{web}");
     assert!(tool_names(&web).contains(&"echo".to_string()));
@@ -282,7 +278,8 @@ fn answer_call(h: &Harness, chat: i64, decision: &str) -> Value {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    panic!("no tool call of chat {chat} waited for an answer");
+    let messages = h.ok("list_messages", json!({"chatId": chat}));
+    panic!("no tool call of chat {chat} waited for an answer: {messages}");
 }
 
 /// The shown path as (role, tool outcome) pairs.
@@ -464,4 +461,89 @@ fn stop_ends_a_turn_whose_tool_call_waits_for_approval() {
             ("tool".into(), Some("cancelled".into()))
         ]
     );
+}
+
+/// [`TOOLS_TEMPLATE`] that also shows images (Qwen2-VL's vision tokens), for the tiny Qwen2-VL.
+const VL_TOOLS_TEMPLATE: &str = "{% if tools %}<|im_start|>system\nTools: {{ tools | tojson }}. \
+Call one as <tool_call>\n{\"name\": ..., \"arguments\": ...}\n</tool_call><|im_end|>\n{% endif %}\
+{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>\n\
+{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}\n</tool_call>{% endfor %}\
+{% elif m.content is string %}{{ m.content }}{% else %}{% for c in m.content %}\
+{% if c.type == 'image' %}<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ c.text }}{% endif %}\
+{% endfor %}{% endif %}<|im_end|>\n{% endfor %}\
+{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// An image a tool returns reaches a model that sees: the image the real
+/// server's `get-tiny-image` answers, stored as the app stores a result
+/// under a call, is among the images of the answer after it (Regenerate asks
+/// that answer again: the engine encodes one more image). The call itself
+/// is written here, not by the tiny model: the tool takes any object as its
+/// arguments, and random weights never close one.
+#[test]
+fn an_image_a_tool_returns_reaches_a_model_that_sees() {
+    use store::{NewMessage, ReplyOutcome, ToolCallRecord, ToolResultInfo};
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("models").join("tiny-vl-tools");
+    engine::testing::write_tiny_qwen2_vl(
+        &model,
+        &engine::testing::TinyQwenVl::new(engine::testing::QwenVlVariant::Qwen2Vl),
+    )
+    .unwrap();
+    let path = model.join("tokenizer_config.json");
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    cfg["chat_template"] = VL_TOOLS_TEMPLATE.into();
+    std::fs::write(&path, cfg.to_string()).unwrap();
+    let h = harness(dir.path());
+    h.settings(|_| {});
+    let status = h.ok("load_model", json!({"id": "dir:tiny-vl-tools"}));
+    assert_eq!(status["model"]["vision"], true, "{status}");
+    h.ok(
+        "save_mcp_server",
+        json!({"config": stdio("everything", "mcp-server-everything", &["stdio"])}),
+    );
+    assert_eq!(settled(&h, "everything")["status"]["state"], "ready");
+    let answer = tauri::async_runtime::block_on(h.state.mcp.call(
+        "everything",
+        "get-tiny-image",
+        "{}",
+        Duration::from_secs(20),
+        &CancellationToken::new(),
+    ));
+    assert_eq!((answer.outcome, answer.images.len()), (ToolOutcome::Ok, 1), "{}", answer.text);
+
+    let chat = h.new_chat();
+    let store = &h.state.store;
+    let (tool, after) = tauri::async_runtime::block_on(async {
+        let id = store::ChatId(chat);
+        let question = store.add_message(id, &NewMessage::user("Show me a picture")).await.unwrap();
+        let reply = store.begin_reply_under(id, question.id, "tiny-vl-tools").await.unwrap();
+        let call = ToolCallRecord {
+            id: "call_1".into(),
+            name: "get-tiny-image".into(),
+            arguments: "{}".into(),
+            server: Some("everything".into()),
+        };
+        store.set_reply_tool_calls(reply, &[call]).await.unwrap();
+        let asked = store.finish_reply(reply, "", "", None, ReplyOutcome::Complete).await.unwrap();
+        let image = store.add_attachment(&answer.images[0].bytes).await.unwrap();
+        let info = ToolResultInfo {
+            call_id: "call_1".into(),
+            name: "get-tiny-image".into(),
+            server: Some("everything".into()),
+            outcome: ToolOutcome::Ok,
+        };
+        let result = NewMessage::tool(answer.text.clone(), info).with_attachments([image.sha256]);
+        let tool = store.add_message_under(id, Some(asked.id), &result).await.unwrap();
+        let next = store.begin_reply_under(id, tool.id, "tiny-vl-tools").await.unwrap();
+        let after = store.finish_reply(next, "Here.", "", None, ReplyOutcome::Complete).await;
+        (tool, after.unwrap())
+    });
+    let misses =
+        || h.ok("engine_stats", json!({}))["engine"]["vision_cache"]["misses"].as_u64().unwrap();
+    let before = misses();
+    h.ok("regenerate", json!({"chatId": chat, "messageId": after.id, "onEvent": "__CHANNEL__:7"}));
+    let again = h.finished_reply(chat);
+    assert_eq!(again["status"], "complete", "{again}");
+    assert_eq!(again["parent_id"], tool.id.0, "{again}");
+    assert_eq!(misses() - before, 1, "the answer after the result was given the tool's image");
 }
