@@ -40,6 +40,7 @@ const APP_COMMANDS: &[&str] = &[
     "paste_clipboard_image",
     "document_info",
     "document_page_images",
+    "document_page_plan",
     "take_opened_files",
     "open_link",
     "list_models",

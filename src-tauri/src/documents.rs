@@ -1,17 +1,22 @@
 //! PDFs in a chat. A dropped or picked PDF is read once as it is attached (off the async
 //! runtime, within the documents crate's limits: a damaged, encrypted or hostile file is
 //! refused then, naming why) and stored by its sha256 like an image, with its pages' text and
-//! its passages (store, migration 0009). For a model that sees, the composer also attaches the
-//! first pages as pictures ([`page_images`]), which the person can see and remove before
-//! sending. When the conversation is sent, each PDF becomes text in its message
-//! ([`inline_documents`]): the whole text with `[page N]` markers when it fits the room given,
-//! otherwise the passages that best answer that message's question (FTS5, BM25), each with its
-//! page, so the answer can cite "p. 12".
+//! its passages (store, migration 0009). For a model that sees, the composer also attaches as
+//! many of the first pages as pictures as fit the context beside the text ([`plan_pages`],
+//! [`page_images`]), which the person can see, page through and remove before sending. When
+//! the conversation is sent, each PDF becomes text in its message ([`inline_documents`]): the
+//! whole text with `[page N]` markers when it fits the room given, otherwise the passages that
+//! best answer the question being asked (FTS5, BM25), each with its page, so the answer can
+//! cite "p. 12" — and for a model that sees, those passages' pages as pictures. The reply keeps
+//! which pages it was given (its stats' `documents`), for the document chip.
 use std::path::Path;
 
 use documents::{page_marked_text, passages, Document, Limits};
+use engine::batch::{ImageInput, Prompt, Request};
+use engine::handle::EngineHandle;
+use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use serde::Serialize;
-use store::{Attachment, Message, NewDocument, Role, Store, PDF_MIME};
+use store::{Attachment, DocumentPages, Message, MessageId, NewDocument, Role, Store, PDF_MIME};
 
 use crate::error::{AppError, AppResult};
 
@@ -25,6 +30,12 @@ pub const PAGE_SIDE: u32 = 1024;
 /// About how many words a passage has: a paragraph or two, enough to answer from and small
 /// enough that several fit beside a long chat.
 pub const PASSAGE_WORDS: usize = 120;
+
+/// At most this many pages go as pictures beside a document's whole text (the composer's).
+pub const MOST_PAGE_PICTURES: usize = 16;
+
+/// At most this many pages of the passages retrieved for a question go as pictures, a document.
+pub const MOST_PASSAGE_PICTURES: usize = 4;
 
 /// How many bytes of text count as one token when deciding whether a document fits: English
 /// prose is about four; three keeps a margin for numbers, code and other scripts.
@@ -130,15 +141,36 @@ pub async fn page_images(
         .document(sha256)
         .await?
         .ok_or_else(|| store::Error::AttachmentNotFound(sha256.to_string()))?;
+    let last = (first + count).saturating_sub(1).min(record.pages);
+    let pages: Vec<usize> = (first.max(1)..=last).collect();
+    render_pages(store, sha256, &pages).await
+}
+
+/// `pages` (counted from 1; past the last one left out) of a stored document as PNG image
+/// attachments, in that order, read off the async runtime.
+pub async fn render_pages(
+    store: &Store,
+    sha256: &str,
+    pages: &[usize],
+) -> AppResult<Vec<Attachment>> {
+    let record = store
+        .document(sha256)
+        .await?
+        .ok_or_else(|| store::Error::AttachmentNotFound(sha256.to_string()))?;
+    let pages: Vec<usize> =
+        pages.iter().copied().filter(|&p| p >= 1 && p <= record.pages).collect();
+    if pages.is_empty() {
+        return Ok(Vec::new());
+    }
     let bytes = tokio::fs::read(&record.path)
         .await
         .map_err(|source| store::Error::Io { path: record.path.clone(), source })?;
     let name = record.name.clone();
-    let last = (first + count).saturating_sub(1).min(record.pages);
     let pngs = tokio::task::spawn_blocking(move || {
         let doc = Document::open(bytes, &Limits::default()).map_err(|e| unreadable(&name, e))?;
-        (first.max(1)..=last)
-            .map(|p| {
+        pages
+            .iter()
+            .map(|&p| {
                 doc.render_page(p, PAGE_SIDE).map(|i| i.to_png()).map_err(|e| unreadable(&name, e))
             })
             .collect::<AppResult<Vec<_>>>()
@@ -152,59 +184,266 @@ pub async fn page_images(
     Ok(out)
 }
 
+/// The conversation with its PDFs turned into text (and, for a model that sees, the pages of
+/// the passages retrieved as pictures), and which pages of each went.
+pub struct Inlined {
+    pub messages: Vec<Message>,
+    /// By the message that carries the document: what went of it.
+    pub documents: Vec<(MessageId, DocumentPages)>,
+}
+
 /// `messages` with every PDF attachment of a user message turned into text at the head of
 /// that message: all of it, with page markers, while the documents' text fits
-/// `budget_tokens`; otherwise the passages that best answer the message (at most a quarter
-/// of the budget each), in page order, each after its page marker.
+/// `budget_tokens`; otherwise the passages that best answer the question being answered (the
+/// last user message; at most a quarter of the budget each), in page order, each after its
+/// page marker. With the `engine`, whether a text fits is counted by its tokenizer (else
+/// estimated); with `picture_tokens` (a model that sees), the pages of those passages (best
+/// first, at most [`MOST_PASSAGE_PICTURES`] a document, within those tokens together) go
+/// along as pictures.
 pub async fn inline_documents(
     store: &Store,
     messages: &[Message],
     budget_tokens: usize,
-) -> AppResult<Vec<Message>> {
+    engine: Option<&EngineHandle>,
+    picture_tokens: usize,
+) -> AppResult<Inlined> {
     let mut out = messages.to_vec();
+    let mut documents = Vec::new();
+    let question = messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)
+        .map(|m| m.content.clone())
+        .unwrap_or_default();
+    let mut picture_tokens_left = picture_tokens;
     for m in out.iter_mut().filter(|m| m.role == Role::User) {
         if !m.attachments.iter().any(|a| a.mime == PDF_MIME) {
             continue;
         }
         let (pdfs, images): (Vec<Attachment>, Vec<Attachment>) =
             std::mem::take(&mut m.attachments).into_iter().partition(|a| a.mime == PDF_MIME);
-        m.attachments = images;
+        let mut shown = Vec::new();
         let mut head = String::new();
         for pdf in pdfs {
-            head.push_str(&document_text(store, &pdf.sha256, &m.content, budget_tokens).await?);
+            let sent = document_text(store, engine, &pdf.sha256, &question, budget_tokens).await?;
+            head.push_str(&sent.text);
             head.push_str("\n\n");
+            let Some(mut used) = sent.used else { continue };
+            if let Some(engine) = engine.filter(|_| !used.whole && picture_tokens_left > 0) {
+                let ranked: Vec<usize> =
+                    sent.ranked_pages.into_iter().take(MOST_PASSAGE_PICTURES).collect();
+                let (pages, taken) =
+                    passage_pictures(store, engine, &pdf.sha256, &ranked, picture_tokens_left)
+                        .await?;
+                picture_tokens_left = picture_tokens_left.saturating_sub(taken);
+                for (page, picture) in pages {
+                    used.pictures.push(page as u32);
+                    shown.push(picture);
+                }
+                used.pictures.sort_unstable();
+            }
+            documents.push((m.id, used));
         }
+        m.attachments = shown.into_iter().chain(images).collect();
         m.content = format!("{head}{}", m.content);
     }
-    Ok(out)
+    Ok(Inlined { messages: out, documents })
+}
+
+/// Pictures of `ranked` pages (best first) of a document, while they fit `tokens` as the
+/// engine counts them (the first page's picture measures them all); with the tokens they take.
+async fn passage_pictures(
+    store: &Store,
+    engine: &EngineHandle,
+    sha256: &str,
+    ranked: &[usize],
+    tokens: usize,
+) -> AppResult<(Vec<(usize, Attachment)>, usize)> {
+    let Some(&best) = ranked.first() else { return Ok((Vec::new(), 0)) };
+    let first = render_pages(store, sha256, &[best]).await?;
+    let Some(first) = first.into_iter().next() else { return Ok((Vec::new(), 0)) };
+    let each = picture_tokens(engine, &first).await?.max(1);
+    let count = (tokens / each).min(ranked.len());
+    if count == 0 {
+        return Ok((Vec::new(), 0));
+    }
+    let rest = render_pages(store, sha256, &ranked[1..count]).await?;
+    let pictures: Vec<(usize, Attachment)> =
+        ranked.iter().copied().zip(std::iter::once(first).chain(rest)).collect();
+    Ok((pictures, count * each))
+}
+
+/// What one picture takes in the loaded model's prompt (its image slots), counted by the
+/// engine from the picture's header: a message with it, less the same message without.
+pub async fn picture_tokens(engine: &EngineHandle, picture: &Attachment) -> AppResult<usize> {
+    let bytes = tokio::fs::read(&picture.path)
+        .await
+        .map_err(|source| store::Error::Io { path: picture.path.clone(), source })?;
+    let message = |image: Option<&str>| {
+        let mut parts: Vec<ContentPart> = image
+            .map(|sha| ContentPart::Image { image: Some(sha.to_string()) })
+            .into_iter()
+            .collect();
+        parts.push(ContentPart::text("?"));
+        Request::new(Prompt::Chat {
+            messages: vec![ChatMessage::user(MessageContent::Parts(parts))],
+            options: TemplateOptions::default(),
+        })
+    };
+    let mut with = message(Some(&picture.sha256));
+    with.images = vec![ImageInput { bytes: bytes.into(), sha256: picture.sha256.clone() }];
+    let with = engine.count_prompt_tokens(&with)?;
+    let without = engine.count_prompt_tokens(&message(None))?;
+    Ok(with.saturating_sub(without))
+}
+
+/// Whether a document's text of `text_bytes` may fit `budget_tokens`, estimated from its
+/// length (a text longer than this is not even counted).
+pub fn text_fits(text_bytes: usize, budget_tokens: usize) -> bool {
+    text_bytes <= budget_tokens.saturating_mul(BYTES_PER_TOKEN)
+}
+
+/// The tokens of `text` in the loaded model's tokenizer (off the async runtime).
+async fn text_tokens(engine: &EngineHandle, text: &str) -> AppResult<usize> {
+    let (engine, request) = (engine.clone(), Request::new(Prompt::Text(text.to_string())));
+    tokio::task::spawn_blocking(move || engine.count_prompt_tokens(&request))
+        .await
+        .map_err(|e| AppError::new("INTERNAL", e.to_string()))?
+        .map_err(AppError::from)
+}
+
+/// Whether a document's whole `text` goes within `budget_tokens` (else the passages that
+/// match the question go): estimated from its length, then counted by the engine's tokenizer
+/// when there is one.
+async fn goes_whole(
+    engine: Option<&EngineHandle>,
+    text: &str,
+    budget_tokens: usize,
+) -> AppResult<bool> {
+    if !text_fits(text.len(), budget_tokens) {
+        return Ok(false);
+    }
+    match engine {
+        Some(engine) => Ok(text_tokens(engine, text).await? <= budget_tokens),
+        None => Ok(true),
+    }
+}
+
+/// How many page pictures of `page_tokens` each fit in `room` tokens beside `used` tokens of
+/// text, for a document of `pages` pages, at most [`MOST_PAGE_PICTURES`].
+pub fn pictures_that_fit(room: usize, used: usize, page_tokens: usize, pages: usize) -> usize {
+    if page_tokens == 0 {
+        return 0;
+    }
+    (room.saturating_sub(used) / page_tokens).min(pages).min(MOST_PAGE_PICTURES)
+}
+
+/// What the loaded model gets of a document (the composer's chip and its pictures).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
+#[serde(rename_all = "camelCase")]
+pub struct PagePlan {
+    /// Its whole text goes (else the passages that match each question, and their pages as
+    /// pictures).
+    pub whole: bool,
+    /// How many pages, from the first, go as pictures beside the whole text: all of them when
+    /// they fit the room before the answer, else the first pages that do (0 for a long one).
+    pub pictures: u32,
+    /// The tokens one page's picture takes in the loaded model.
+    pub page_tokens: u32,
+}
+
+/// Plans a document for the loaded model, within `room` tokens before the answer: its text
+/// whole while it takes at most three quarters of the room (as [`inline_documents`] decides),
+/// and for a model that sees, as many of its pages as pictures as fit the rest, less a
+/// sixteenth kept for the question and the system prompt.
+pub async fn plan_pages(
+    store: &Store,
+    engine: &EngineHandle,
+    room: usize,
+    sha256: &str,
+) -> AppResult<PagePlan> {
+    let vision = engine.model_info().capabilities.vision;
+    let record = store
+        .document(sha256)
+        .await?
+        .ok_or_else(|| store::Error::AttachmentNotFound(sha256.to_string()))?;
+    let texts = store.document_page_texts(sha256).await?;
+    let text = page_marked_text(&texts);
+    let whole = goes_whole(Some(engine), &text, room * 3 / 4).await?;
+    if !whole || !vision || record.pages == 0 {
+        return Ok(PagePlan { whole, pictures: 0, page_tokens: 0 });
+    }
+    let first = render_pages(store, sha256, &[1]).await?;
+    let page_tokens = picture_tokens(engine, &first[0]).await?;
+    // the message as it is sent, its header and the chat template's tokens included
+    let sent = format!("{}{text}", whole_header(&record.name, record.pages));
+    let message = Request::new(Prompt::Chat {
+        messages: vec![ChatMessage::user(sent.as_str())],
+        options: TemplateOptions::default(),
+    });
+    let text_tokens = engine.count_prompt_tokens(&message)?;
+    let pictures = pictures_that_fit(room - room / 16, text_tokens, page_tokens, record.pages);
+    Ok(PagePlan { whole, pictures: pictures as u32, page_tokens: page_tokens as u32 })
+}
+
+/// A document's text as sent, and what of it went.
+struct SentText {
+    text: String,
+    /// `None` for a document no longer stored.
+    used: Option<DocumentPages>,
+    /// The retrieved passages' pages, best first, each once.
+    ranked_pages: Vec<usize>,
+}
+
+/// What goes before a whole document's page-marked text.
+fn whole_header(name: &str, pages: usize) -> String {
+    format!("Document: {name} ({pages} pages)\n\n")
 }
 
 async fn document_text(
     store: &Store,
+    engine: Option<&EngineHandle>,
     sha256: &str,
     question: &str,
     budget_tokens: usize,
-) -> AppResult<String> {
+) -> AppResult<SentText> {
     let Some(record) = store.document(sha256).await? else {
-        return Ok(format!("[a document that is no longer stored ({sha256})]"));
+        let text = format!("[a document that is no longer stored ({sha256})]");
+        return Ok(SentText { text, used: None, ranked_pages: Vec::new() });
     };
     let texts = store.document_page_texts(sha256).await?;
     let name = &record.name;
     let pages = record.pages;
     let whole = page_marked_text(&texts);
-    if whole.len() <= budget_tokens.saturating_mul(BYTES_PER_TOKEN) {
-        return Ok(format!("Document: {name} ({pages} pages)\n\n{whole}"));
+    let mut used = DocumentPages {
+        sha256: sha256.to_string(),
+        name: name.clone(),
+        whole: false,
+        pages: Vec::new(),
+        pictures: Vec::new(),
+    };
+    if goes_whole(engine, &whole, budget_tokens).await? {
+        used.whole = true;
+        used.pages = (1..=pages as u32).collect();
+        let text = format!("{}{whole}", whole_header(name, pages));
+        return Ok(SentText { text, used: Some(used), ranked_pages: Vec::new() });
     }
     let room = budget_tokens.saturating_mul(BYTES_PER_TOKEN) / 4;
     let hits = store.best_passages(sha256, question, 20).await?;
     let mut chosen = Vec::new();
-    let mut used = 0;
+    let mut used_bytes = 0;
     for hit in hits {
-        if used + hit.text.len() > room && !chosen.is_empty() {
+        if used_bytes + hit.text.len() > room && !chosen.is_empty() {
             break;
         }
-        used += hit.text.len();
+        used_bytes += hit.text.len();
         chosen.push(hit);
+    }
+    let mut ranked_pages: Vec<usize> = Vec::new();
+    for hit in &chosen {
+        if !ranked_pages.contains(&hit.page) {
+            ranked_pages.push(hit.page);
+        }
     }
     chosen.sort_by_key(|h| h.page);
     let mut out = format!(
@@ -217,7 +456,9 @@ async fn document_text(
     for hit in &chosen {
         out.push_str(&format!("\n[page {}]\n{}\n", hit.page, hit.text));
     }
-    Ok(out)
+    used.pages = ranked_pages.iter().map(|&p| p as u32).collect();
+    used.pages.sort_unstable();
+    Ok(SentText { text: out, used: Some(used), ranked_pages })
 }
 
 #[cfg(test)]
@@ -245,8 +486,14 @@ mod tests {
             .await
             .unwrap();
         let messages = store.list_messages(chat).await.unwrap();
-        let inlined = inline_documents(&store, &messages, 4096).await.unwrap();
+        let sent = inline_documents(&store, &messages, 4096, None, 0).await.unwrap();
+        let inlined = &sent.messages;
         assert!(inlined[0].attachments.is_empty(), "the PDF itself is not an image");
+        assert_eq!(sent.documents.len(), 1);
+        let (carrier, used) = &sent.documents[0];
+        assert_eq!(*carrier, messages[0].id);
+        assert!(used.whole && used.pictures.is_empty(), "{used:?}");
+        assert_eq!((used.name.as_str(), &used.pages[..]), ("notes.pdf", &[1, 2][..]));
         assert_eq!(
             inlined[0].content,
             "Document: notes.pdf (2 pages)\n\n[page 1]\nAlpha page.\n\n[page 2]\nBeta page.\n\nSummarize"
@@ -272,7 +519,7 @@ mod tests {
         let messages = other.list_messages(imported.id).await.unwrap();
         assert_eq!(messages[0].attachments[0].sha256, a.sha256);
         assert_eq!(messages[0].attachments[0].mime, PDF_MIME);
-        let inlined = inline_documents(&other, &messages, 4096).await.unwrap();
+        let inlined = inline_documents(&other, &messages, 4096, None, 0).await.unwrap().messages;
         assert!(inlined[0].content.contains("[page 2]\nBeta page."), "{}", inlined[0].content);
     }
 
@@ -296,12 +543,46 @@ mod tests {
             .unwrap();
         let messages = store.list_messages(chat).await.unwrap();
         // 40 pages of about 1700 bytes do not fit 2000 tokens; a quarter of that is the room
-        let inlined = inline_documents(&store, &messages, 2000).await.unwrap();
-        let content = &inlined[0].content;
+        let sent = inline_documents(&store, &messages, 2000, None, 0).await.unwrap();
+        let content = &sent.messages[0].content;
         assert!(content.contains("too long to send whole"), "{content}");
         assert!(content.contains("[page 7]\n"), "{content}");
         assert!(content.contains("The warranty lasts five years"), "{content}");
         assert!(content.len() < 2000 * BYTES_PER_TOKEN / 4 + 1000, "{} bytes", content.len());
         assert!(content.ends_with("How long does the warranty last?"));
+        // the pages used are those of the passages sent, page 7 among them
+        let used = &sent.documents[0].1;
+        assert!(!used.whole && used.pictures.is_empty(), "{used:?}");
+        assert!(used.pages.contains(&7), "{used:?}");
+        for page in &used.pages {
+            assert!(content.contains(&format!("[page {page}]\n")), "page {page} listed, not sent");
+        }
+        assert!(used.pages.len() < 40, "{used:?}");
+
+        // a later question in the same chat retrieves for itself, from the same document
+        let answer = store.begin_reply(chat, "m").await.unwrap();
+        store
+            .finish_reply(answer, "Five years.", "", None, store::ReplyOutcome::Complete)
+            .await
+            .unwrap();
+        store.add_message(chat, &NewMessage::user("And what does page 12 say?")).await.unwrap();
+        let messages = store.list_messages(chat).await.unwrap();
+        let later = inline_documents(&store, &messages, 2000, None, 0).await.unwrap();
+        let content = &later.messages[0].content;
+        assert!(content.contains("[page 12]\nPage 12 is about"), "{content}");
+        assert!(!content.contains("The warranty lasts"), "{content}");
+        assert!(later.documents[0].1.pages.contains(&12), "{:?}", later.documents);
+    }
+
+    #[test]
+    fn page_pictures_fit_the_room_beside_the_text() {
+        // all pages while they fit, the first that fit otherwise, never more than the cap
+        assert_eq!(pictures_that_fit(8000, 1000, 500, 6), 6);
+        assert_eq!(pictures_that_fit(8000, 1000, 2000, 6), 3);
+        assert_eq!(pictures_that_fit(8000, 7900, 2000, 6), 0);
+        assert_eq!(pictures_that_fit(1_000_000, 0, 100, 500), MOST_PAGE_PICTURES);
+        assert_eq!(pictures_that_fit(8000, 0, 0, 6), 0, "a model that counts no slots sees none");
+        // the text goes whole while it takes at most the budget, at three bytes a token
+        assert!(text_fits(3000, 1000) && !text_fits(3001, 1000));
     }
 }

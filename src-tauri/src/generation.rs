@@ -113,6 +113,8 @@ pub struct Submitted {
     /// The tools the request offered: a call of one is kept with the
     /// answer (and run after it); without tools a call is shown as text.
     pub offered: Vec<OfferedTool>,
+    /// The pages of each PDF the prompt carried (kept in the reply's stats).
+    pub documents: Vec<store::DocumentPages>,
 }
 
 async fn next_event(first: &mut Option<Event>, stream: &mut RequestStream) -> Option<Event> {
@@ -131,7 +133,7 @@ pub async fn pump(
     sink: Arc<Mutex<Sink>>,
     text: Arc<Mutex<(String, String)>>,
 ) -> Result<Option<Message>, AppError> {
-    let Submitted { mut stream, mut first, left_out, offered } = submitted;
+    let Submitted { mut stream, mut first, left_out, offered, documents } = submitted;
     let mut calls: Vec<ToolCallRecord> = Vec::new();
     let send = |e: StreamEvent| (sink.lock().unwrap().clone())(e);
     let mut tick = tokio::time::interval(SAVE_EVERY);
@@ -201,6 +203,7 @@ pub async fn pump(
     let (content, reasoning) = text.lock().unwrap().clone();
     let mut stats = message_stats(reason, &stats);
     stats.left_out_messages = (left_out > 0).then_some(left_out as u64);
+    stats.documents = (!documents.is_empty()).then_some(documents);
     if !calls.is_empty() {
         match store.set_reply_tool_calls(reply, &calls).await {
             Err(e) if reply_gone(&e) => return Ok(None),
@@ -232,5 +235,6 @@ fn message_stats(reason: FinishReason, s: &RequestStats) -> MessageStats {
         finish_reason: reason,
         kv_cache_bytes: (s.kv_cache_bytes > 0).then_some(s.kv_cache_bytes as u64),
         left_out_messages: None,
+        documents: None,
     }
 }

@@ -108,6 +108,7 @@ fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R> {
             commands::attachments::paste_clipboard_image,
             commands::attachments::document_info,
             commands::attachments::document_page_images,
+            commands::attachments::document_page_plan,
             commands::opened_files::take_opened_files,
             commands::links::open_link,
             commands::models::list_models,

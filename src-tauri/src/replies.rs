@@ -387,12 +387,41 @@ async fn submit_fitted_with(
     let capabilities = engine.model_info().capabilities;
     let policy = settings.context_policy;
     // each PDF becomes text in its message: whole while the documents take at most three
-    // quarters of the room before the answer, else the passages that answer (documents.rs)
-    let knobs = state.status().knobs.map(|k| k.max_context).unwrap_or(0);
-    let limit = context_limit(knobs, engine.model_info().shape.max_context);
-    let room = limit.saturating_sub(answer_room(settings.max_tokens, limit)) * 3 / 4;
-    let inlined = crate::documents::inline_documents(&state.store, messages, room).await?;
-    let messages = &inlined[..];
+    // quarters of the room before the answer, else the passages that answer (documents.rs),
+    // and for a model that sees, their pages as pictures within a quarter of the room
+    let room = room_before_answer(state, engine, settings);
+    let pictures = if capabilities.vision { room / 4 } else { 0 };
+    let inlined = crate::documents::inline_documents(
+        &state.store,
+        messages,
+        room * 3 / 4,
+        Some(engine),
+        pictures,
+    )
+    .await?;
+    let messages = &inlined.messages[..];
+    // the pages of the documents of the messages a request keeps
+    let documents = |kept: &[Message]| -> Vec<store::DocumentPages> {
+        let mut out: Vec<store::DocumentPages> = Vec::new();
+        for (carrier, used) in &inlined.documents {
+            if !kept.iter().any(|m| m.id == *carrier) {
+                continue;
+            }
+            match out.iter_mut().find(|d| d.sha256 == used.sha256) {
+                Some(d) => {
+                    d.whole |= used.whole;
+                    d.pages.extend(&used.pages);
+                    d.pages.sort_unstable();
+                    d.pages.dedup();
+                    d.pictures.extend(&used.pictures);
+                    d.pictures.sort_unstable();
+                    d.pictures.dedup();
+                }
+                None => out.push(used.clone()),
+            }
+        }
+        out
+    };
     let shape = |mut request: Request| {
         if turn.continuing {
             continue_last_answer(&mut request);
@@ -405,14 +434,18 @@ async fn submit_fitted_with(
             build_request(messages, settings, capabilities, answer_format, &state.image_bytes)
                 .await?,
         );
-        return Ok(Submitted { stream: engine.submit(request), first: None, left_out: 0, offered });
+        return Ok(Submitted {
+            stream: engine.submit(request),
+            first: None,
+            left_out: 0,
+            offered,
+            documents: documents(messages),
+        });
     }
     let most = most_left_out(messages, policy);
     let mut drop = 0;
     if most > 0 {
-        let knobs = state.status().knobs.map(|k| k.max_context).unwrap_or(0);
-        let limit = context_limit(knobs, engine.model_info().shape.max_context);
-        let budget = limit.saturating_sub(answer_room(settings.max_tokens, limit));
+        let budget = room;
         // Every image of the chat once (from the app's cache); counting reads their headers only.
         let all =
             build_request(messages, settings, capabilities, answer_format, &state.image_bytes)
@@ -423,8 +456,8 @@ async fn submit_fitted_with(
             let mut request =
                 shape(build_request_text(kept, settings, capabilities, answer_format)?);
             if capabilities.vision {
-                let user = kept.iter().filter(|m| m.role == Role::User);
-                request.images = user
+                let shown = kept.iter().filter(|m| crate::prompt::shows_images(m));
+                request.images = shown
                     .flat_map(|m| &m.attachments)
                     .filter_map(|a| images.get(&a.sha256).cloned())
                     .collect();
@@ -459,8 +492,27 @@ async fn submit_fitted_with(
             drop = left_out + 1;
             continue;
         }
-        return Ok(Submitted { stream, first, left_out, offered });
+        return Ok(Submitted { stream, first, left_out, offered, documents: documents(&kept) });
     }
+}
+
+/// The tokens a prompt may take before the room kept for the answer, in the
+/// running engine's context.
+pub fn room_before_answer(state: &AppState, engine: &EngineHandle, settings: &Settings) -> usize {
+    let knobs = state.status().knobs.map(|k| k.max_context).unwrap_or(0);
+    let limit = context_limit(knobs, engine.model_info().shape.max_context);
+    limit.saturating_sub(answer_room(settings.max_tokens, limit))
+}
+
+/// The settings a reply in a chat without settings of its own runs with for
+/// the loaded model (the app's, with the built-in model's defaults).
+pub fn app_settings_for_loaded(state: &AppState) -> Settings {
+    let model_id = state.status().model.map(|m| m.id).unwrap_or_default();
+    crate::model_defaults::for_model(
+        &state.settings(),
+        &model_id,
+        &crate::models::default_model_id(state),
+    )
 }
 
 /// Forgets the chat's generation if it is still this reply's (a chat deleted

@@ -1,7 +1,8 @@
 // A PDF in a chat, in the real window (Xvfb) with the default text-only
 // model: dropped from another window with the mouse (XDND), read by the app
 // (a chip with its name, pages and what is sent), asked about, and sent as
-// its text with page markers: the reply's prompt holds the document's tokens.
+// its text with page markers: the reply's prompt holds the document's tokens,
+// and the sent message's chip lists the pages the answer was given.
 // Screenshots go to screenshots/ (ignored by git).
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -9,32 +10,12 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   allByTestId, byTestId, dropFile, modelReady, openApp, saveSettings, send, shot, startDriver, stopDriver,
-  tempFolder, textOf, waitFor,
+  tempFolder, textOf, textPdf, waitFor,
 } from './harness.mjs';
 
 const dataDir = tempFolder('vlm-e2e-documents-');
 const pdfPath = join(dataDir, 'field-notes.pdf');
 let browser;
-
-/** A PDF of text pages (Helvetica, one line per entry), with a correct cross-reference table. */
-function textPdf(pages) {
-  const objects = [
-    '<< /Type /Catalog /Pages 2 0 R >>',
-    `<< /Type /Pages /Kids [${pages.map((_, k) => `${4 + 2 * k} 0 R`).join(' ')}] /Count ${pages.length} >>`,
-    '<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>',
-  ];
-  pages.forEach((lines, k) => {
-    objects.push(`<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents ${5 + 2 * k} 0 R /Resources << /Font << /F1 3 0 R >> >> >>`);
-    const content = `BT /F1 12 Tf 14 TL 72 720 Td\n${lines.map((l) => `(${l}) Tj T*`).join('\n')}\nET`;
-    objects.push(`<< /Length ${content.length} >>\nstream\n${content}\nendstream`);
-  });
-  let out = '%PDF-1.4\n';
-  const offsets = objects.map((o, i) => { const at = out.length; out += `${i + 1} 0 obj\n${o}\nendobj\n`; return at; });
-  const xref = out.length;
-  out += `xref\n0 ${objects.length + 1}\n0000000000 65535 f \n${offsets.map((o) => `${String(o).padStart(10, '0')} 00000 n \n`).join('')}`;
-  out += `trailer\n<< /Size ${objects.length + 1} /Root 1 0 R >>\nstartxref\n${xref}\n%%EOF\n`;
-  return out;
-}
 
 describe('a PDF in a chat', () => {
   before(async () => {
@@ -77,6 +58,9 @@ describe('a PDF in a chat', () => {
     assert.match(await textOf(browser, (await allByTestId(browser, 'msg-assistant'))[0]), /HERON/);
     const user = (await allByTestId(browser, 'msg-user'))[0];
     assert.match(await textOf(browser, user), /field-notes\.pdf/, 'the sent message keeps its document');
+    // the whole of it fit: the chip says the answer was given every page
+    await waitFor(browser, 'the pages used', async () => (await allByTestId(browser, 'doc-used')).length === 1, 10_000);
+    assert.equal(await textOf(browser, (await allByTestId(browser, 'doc-used'))[0]), 'used: all 3 pages');
     assert.match(await textOf(browser, user), /What is the code word/);
     // the question alone is a few dozen tokens; the three pages' text adds well over a hundred
     const stats = await textOf(browser, (await allByTestId(browser, 'stats'))[0]);

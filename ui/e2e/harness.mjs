@@ -318,3 +318,23 @@ export async function axeAudit(b, name) {
   writeFileSync(join(shots, `axe-${name}.json`), JSON.stringify(violations, null, 2));
   return violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
 }
+
+/** A PDF of text pages (Helvetica, one line per entry), with a correct cross-reference table. */
+export function textPdf(pages) {
+  const objects = [
+    '<< /Type /Catalog /Pages 2 0 R >>',
+    `<< /Type /Pages /Kids [${pages.map((_, k) => `${4 + 2 * k} 0 R`).join(' ')}] /Count ${pages.length} >>`,
+    '<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>',
+  ];
+  pages.forEach((lines, k) => {
+    objects.push(`<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents ${5 + 2 * k} 0 R /Resources << /Font << /F1 3 0 R >> >> >>`);
+    const content = `BT /F1 12 Tf 14 TL 72 720 Td\n${lines.map((l) => `(${l}) Tj T*`).join('\n')}\nET`;
+    objects.push(`<< /Length ${content.length} >>\nstream\n${content}\nendstream`);
+  });
+  let out = '%PDF-1.4\n';
+  const offsets = objects.map((o, i) => { const at = out.length; out += `${i + 1} 0 obj\n${o}\nendobj\n`; return at; });
+  const xref = out.length;
+  out += `xref\n0 ${objects.length + 1}\n0000000000 65535 f \n${offsets.map((o) => `${String(o).padStart(10, '0')} 00000 n \n`).join('')}`;
+  out += `trailer\n<< /Size ${objects.length + 1} /Root 1 0 R >>\nstartxref\n${xref}\n%%EOF\n`;
+  return out;
+}

@@ -16,6 +16,7 @@ import { formattedJsonAnswer } from './answerFormat';
 import { MarkdownBlocks, setMarkdown } from './markdown';
 import { startersFor } from './starters';
 import type { LiveReply } from './streams';
+import type { DocumentPages } from './bindings/DocumentPages';
 
 export interface ChatViewHooks {
   regenerate(): void;
@@ -252,7 +253,7 @@ export class ChatView {
     return h('div', { class: `msg user${last ? ' last' : ''}`, 'data-testid': 'msg-user', 'data-id': m.id },
       m.attachments.length ? h('div', { class: 'msg-images' },
         // each opens larger on a click (Enter or Space from the keyboard)
-        ...m.attachments.map((a, i) => isDocument(a) ? documentChip(a, 0) : h('button', {
+        ...m.attachments.map((a, i) => isDocument(a) ? documentChip(a, { used: this.pagesUsed(a.sha256) }) : h('button', {
           class: 'msg-image-open', 'aria-label': `Show image ${i + 1} larger`, 'data-testid': 'msg-image-open',
           onclick: () => openImageViewer(attachmentUrl(a.sha256), `Image ${i + 1} you sent`),
         }, h('img', { src: attachmentUrl(a.sha256), alt: 'Image you sent', 'data-testid': 'msg-image' })))) : null,
@@ -262,6 +263,15 @@ export class ChatView {
         branchSwitcher(m, (id) => this.hooks.switchBranch(id), this.busy),
         this.busy ? null : h('button', { class: 'link', 'data-testid': 'edit-message', title: 'Edit and send as a new branch (this one is kept)', onclick: () => this.hooks.edit(m) }, 'Edit'),
         this.deleteBranchButton(m)));
+  }
+
+  /** The pages of document `sha256` that the latest answer shown was given (its stats). */
+  private pagesUsed(sha256: string): DocumentPages | undefined {
+    for (let i = this.messages.length - 1; i >= 0; i--) {
+      const used = this.messages[i].stats?.documents?.find((d) => d.sha256 === sha256);
+      if (used) return used;
+    }
+    return undefined;
   }
 
   /** Only where there is another version to fall back on. */

@@ -11,7 +11,7 @@ import { Drafts, fileName, type Draft, type DraftKey } from './drafts';
 import { AnswerFormatPanel, describeFormat, type AnswerFormat } from './answerFormat';
 import { clear, h } from './dom';
 import { icon } from './icons';
-import { documentChip, documentPageImages, isDocument, PAGES_AS_IMAGES } from './documentChip';
+import { documentChip, documentPageImages, documentPagePlan, isDocument, PAGES_AS_IMAGES, type PagePlan } from './documentChip';
 
 export interface ComposerHooks {
   send(message: Outgoing): Promise<boolean>;
@@ -64,6 +64,8 @@ export class Composer {
   private documentPages = new Map<string, string[]>();
   /** The first of those pages, by the PDF's sha256. */
   private documentFirst = new Map<string, number>();
+  /** What the loaded model gets of each attached PDF (the app plans it for the context), by its sha256. */
+  private documentPlans = new Map<string, PagePlan>();
 
   constructor(private hooks: ComposerHooks) {
     this.input = h('textarea', { rows: 1, placeholder: 'Ask anything', 'aria-label': 'Message', 'data-testid': 'composer-input' });
@@ -235,8 +237,7 @@ export class Composer {
       const a = await store();
       if (a && !draft.attachments.some((x) => x.sha256 === a.sha256)) {
         draft.attachments.push(a);
-        // a model that sees reads the first pages as pictures too (removable like any image)
-        if (isDocument(a) && this.model?.vision) await this.showPages(draft, a, 1);
+        if (isDocument(a)) await this.planDocument(draft, a);
       }
     } catch (e) {
       if (name === null) this.hooks.toast(errorText(e));
@@ -248,9 +249,26 @@ export class Composer {
     }
   }
 
+  /** Asks the app what the loaded model gets of the PDF `doc`; a model that sees reads as many
+   * of its first pages as pictures as fit the context beside its text (removable like any
+   * image). Without a plan (the model is loading) it gets the first four. */
+  private async planDocument(draft: Draft, doc: Attachment): Promise<void> {
+    let plan: PagePlan | null = null;
+    try { plan = await documentPagePlan(doc.sha256); } catch { /* planned as before: the first pages */ }
+    if (plan) this.documentPlans.set(doc.sha256, plan);
+    if (!this.model?.vision) return;
+    const count = plan ? plan.pictures : PAGES_AS_IMAGES;
+    if (count > 0) await this.showPages(draft, doc, 1);
+  }
+
+  /** How many pages of `sha256` go as pictures at a time. */
+  private pictureCount(sha256: string): number {
+    return this.documentPlans.get(sha256)?.pictures ?? PAGES_AS_IMAGES;
+  }
+
   /** Puts pages `first`… of the PDF `doc` into `draft` as its pictures, in place of those it had. */
   private async showPages(draft: Draft, doc: Attachment, first: number): Promise<void> {
-    const pages = await documentPageImages(doc.sha256, first, PAGES_AS_IMAGES);
+    const pages = await documentPageImages(doc.sha256, first, this.pictureCount(doc.sha256));
     const before = this.documentPages.get(doc.sha256) ?? [];
     draft.attachments = draft.attachments.filter((x) => !before.includes(x.sha256));
     this.documentPages.set(doc.sha256, pages.map((p) => p.sha256));
@@ -303,11 +321,16 @@ export class Composer {
         const pages = (this.documentPages.get(a.sha256) ?? []).filter((p) => draft.attachments.some((x) => x.sha256 === p));
         const first = this.documentFirst.get(a.sha256);
         const range = first === undefined ? undefined
-          : { first, count: PAGES_AS_IMAGES, show: (from: number) => void this.showPages(draft, a, from).then(() => this.renderThumbs(), (e) => this.hooks.toast(errorText(e))) };
-        this.thumbs.append(documentChip(a, pages.length, () => {
-          draft.attachments = draft.attachments.filter((x) => x !== a && !pages.includes(x.sha256));
-          this.renderThumbs();
-        }, range));
+          : { first, count: this.pictureCount(a.sha256), show: (from: number) => void this.showPages(draft, a, from).then(() => this.renderThumbs(), (e) => this.hooks.toast(errorText(e))) };
+        this.thumbs.append(documentChip(a, {
+          pagesAsImages: pages.length,
+          remove: () => {
+            draft.attachments = draft.attachments.filter((x) => x !== a && !pages.includes(x.sha256));
+            this.renderThumbs();
+          },
+          range,
+          plan: this.documentPlans.get(a.sha256),
+        }));
         continue;
       }
       const img = h('img', { src: attachmentUrl(a.sha256), alt: 'Attached image' });

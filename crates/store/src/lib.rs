@@ -55,7 +55,7 @@ pub use settings::SELECTED_MODEL_KEY;
 pub use store::{Store, StoreConfig};
 pub use title::{derive_title, TITLE_MAX_CHARS};
 pub use types::{
-    Attachment, Chat, ChatId, CleanupReport, Message, MessageId, MessageStats, MessageStatus,
-    NewMessage, ReplyId, ReplyOutcome, Role, Timestamp, ToolCallRecord, ToolOutcome,
+    Attachment, Chat, ChatId, CleanupReport, DocumentPages, Message, MessageId, MessageStats,
+    MessageStatus, NewMessage, ReplyId, ReplyOutcome, Role, Timestamp, ToolCallRecord, ToolOutcome,
     ToolResultInfo,
 };

@@ -172,6 +172,27 @@ pub struct MessageStats {
     /// the model's context (the chat's context policy); absent when none were.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub left_out_messages: Option<u64>,
+    /// The pages of each PDF of the conversation that the prompt carried
+    /// (the document chip lists them); absent when it had no document.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub documents: Option<Vec<DocumentPages>>,
+}
+
+/// Which pages of one PDF a reply's prompt carried.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+pub struct DocumentPages {
+    /// The document (its attachment's sha256).
+    pub sha256: String,
+    pub name: String,
+    /// The whole text went, every page.
+    pub whole: bool,
+    /// The pages whose text went (all of them when `whole`; else those of
+    /// the passages that best matched the question), ascending.
+    pub pages: Vec<u32>,
+    /// Pages that went as pictures beside the passages (a model that sees,
+    /// a document longer than the context), ascending.
+    #[serde(default)]
+    pub pictures: Vec<u32>,
 }
 
 /// An image stored in the attachments folder, named by the SHA-256 of its bytes.

@@ -38,7 +38,7 @@ pub async fn document_info(
 }
 
 /// Pages of a stored document as image attachments (from `first`, counted from 1), for a
-/// model that sees; at most 16 at a time.
+/// model that sees; at most [`crate::documents::MOST_PAGE_PICTURES`] at a time.
 #[tauri::command]
 pub async fn document_page_images(
     state: State<'_, Arc<AppState>>,
@@ -46,8 +46,22 @@ pub async fn document_page_images(
     first: u32,
     count: u32,
 ) -> AppResult<Vec<Attachment>> {
-    crate::documents::page_images(&state.store, &sha256, first as usize, count.min(16) as usize)
-        .await
+    let count = (count as usize).min(crate::documents::MOST_PAGE_PICTURES);
+    crate::documents::page_images(&state.store, &sha256, first as usize, count).await
+}
+
+/// What the loaded model gets of a stored document: its whole text or the passages that match
+/// each question, and (a model that sees) how many of its first pages as pictures fit beside
+/// it with room for the answer (the composer attaches those).
+#[tauri::command]
+pub async fn document_page_plan(
+    state: State<'_, Arc<AppState>>,
+    sha256: String,
+) -> AppResult<crate::documents::PagePlan> {
+    let engine = state.engine()?;
+    let settings = crate::replies::app_settings_for_loaded(&state);
+    let room = crate::replies::room_before_answer(&state, &engine, &settings);
+    crate::documents::plan_pages(&state.store, &engine, room, &sha256).await
 }
 
 /// The raw bytes of a pasted image as the request body (no JSON array).

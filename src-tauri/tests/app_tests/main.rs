@@ -12,4 +12,5 @@ mod content_security_policy;
 mod idle_unload;
 mod mcp;
 mod model_load_settings;
+mod pdf_chat;
 mod ts_bindings;

@@ -154,6 +154,13 @@ async fn a_reply_streams_and_finishes_with_stats() {
         finish_reason: Some("stop".into()),
         kv_cache_bytes: Some(4096),
         left_out_messages: Some(2),
+        documents: Some(vec![store::DocumentPages {
+            sha256: "d".repeat(64),
+            name: "notes.pdf".into(),
+            whole: false,
+            pages: vec![3, 7],
+            pictures: vec![7],
+        }]),
     };
     let done = store
         .finish_reply(reply, "4.", "Adding two and two", Some(&stats), ReplyOutcome::Complete)
@@ -252,7 +259,7 @@ async fn a_reply_cut_by_a_process_crash_is_kept_as_interrupted() {
     let status = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "a_reply_cut_by_a_process_crash_is_kept_as_interrupted",
+            "store::a_reply_cut_by_a_process_crash_is_kept_as_interrupted",
             "--nocapture",
             "--test-threads=1",
         ])
