@@ -3,7 +3,9 @@
 // scripts/setup.sh --app) on a temp folder and shows it ready with its
 // tools; a chat turns it on in its settings (and asks for a tool call
 // first); the model's call shows with Approve / Deny, Approve runs it, the
-// result shows as text and the model answers after it.
+// result shows as text and the model answers after it; on the next message
+// Deny sends the refusal to the model instead, which answers after it. The
+// server's On switch stops it and starts it again.
 //
 // The model is the tiny random Qwen2-VL with a Hermes-style tool template
 // written over its own: its call is whatever the grammar in that format
@@ -73,6 +75,12 @@ describe('tools from an MCP server', () => {
       document.querySelector('[data-testid="mcp-server"][data-name="files"]')?.getAttribute('data-state') === 'ready'), 60_000);
     const status = await browser.execute(() => document.querySelector('[data-testid="mcp-server"][data-name="files"] [data-testid="mcp-status"]').textContent);
     assert.match(status, /^ready · \d+ tools$/);
+    // switched off it stops (and is kept); on again it starts
+    const state = () => browser.execute(() => document.querySelector('[data-testid="mcp-server"][data-name="files"]')?.getAttribute('data-state'));
+    await (await byTestId(browser, 'mcp-enabled')).click();
+    await waitFor(browser, 'the server to be off', async () => (await state()) === 'stopped', 20_000);
+    await (await byTestId(browser, 'mcp-enabled')).click();
+    await waitFor(browser, 'the server to be ready again', async () => (await state()) === 'ready', 60_000);
     await (await browser.$('[data-testid="mcp-server"] details')).click();
     await shot(browser, 'tools-01-settings');
 
@@ -115,5 +123,24 @@ describe('tools from an MCP server', () => {
     assert.equal(result.approval, false, 'nothing waits any more');
     await browser.execute(() => document.querySelector('[data-testid="msg-tool"]').setAttribute('open', ''));
     await shot(browser, 'tools-03-result');
+  });
+
+  it('Deny sends the refusal to the model, which answers after it', async () => {
+    await send(browser, 'And what else is there?');
+    await waitFor(browser, 'the next call to wait for approval', async () => (await byTestId(browser, 'tool-approval')).isExisting(), 120_000);
+    await (await byTestId(browser, 'tool-deny')).click();
+    // the refusal is stored as the call's result, and the model is asked again with it
+    await waitFor(browser, 'the refusal and the answer after it', () => browser.execute(() =>
+      document.querySelectorAll('[data-testid="msg-tool"]').length === 2
+      && (document.querySelectorAll('[data-testid="msg-live"]').length === 1
+        || document.querySelectorAll('[data-testid="msg-assistant"]').length === 4)), 120_000);
+    const denied = await browser.execute(() => {
+      const tool = document.querySelectorAll('[data-testid="msg-tool"]')[1];
+      return { outcome: tool.getAttribute('data-outcome'), text: tool.querySelector('[data-testid="tool-output"]').textContent, approval: !!document.querySelector('[data-testid="tool-approval"]') };
+    });
+    assert.equal(denied.outcome, 'denied');
+    assert.match(denied.text, /denied this call/);
+    assert.equal(denied.approval, false, 'nothing waits any more');
+    await shot(browser, 'tools-04-denied');
   });
 });

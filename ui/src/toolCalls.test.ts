@@ -1,7 +1,8 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
+import { clearMocks, mockIPC } from '@tauri-apps/api/mocks';
 import { Streams } from './streams';
 import { ChatView, prettyArguments, toolResult } from './chatView';
-import { configFromForm, splitCommandLine, statusWords } from './mcpSection';
+import { configFromForm, joinCommandLine, McpSection, parseValues, splitCommandLine, statusWords, unchanged } from './mcpSection';
 import { readForm, chatSettingsDialog } from './chatSettingsView';
 import type { Message, McpServerView } from './api';
 
@@ -9,6 +10,8 @@ const msg = (over: Partial<Message>): Message => ({
   id: 1, chat_id: 1, parent_id: null, siblings: [], role: 'user', content: '', reasoning: null, attachments: [], stats: null, model: null,
   status: 'complete', error: null, error_code: null, created_at: 0, updated_at: 0, tool_calls: [], tool_result: null, ...over,
 });
+afterEach(() => clearMocks());
+
 const call = { id: 'call_1', name: 'read_text_file', arguments: '{"path":"/notes.txt"}', server: 'files' };
 
 describe('a turn with tool calls', () => {
@@ -76,6 +79,72 @@ describe('Settings → Tools (MCP)', () => {
     });
     expect(statusWords(view({ state: 'ready' }, 14))).toBe('ready · 14 tools');
     expect(statusWords(view({ state: 'failed', reason: 'the server exited' }))).toBe('failed: the server exited');
+  });
+
+  it('reads the environment or headers typed one a line', () => {
+    expect(parseValues('API_KEY=abc def\n\nDEBUG=1', false)).toEqual({ API_KEY: 'abc def', DEBUG: '1' });
+    expect(parseValues('Authorization: Bearer x=y\nX-Team=blue', true)).toEqual({ Authorization: 'Bearer x=y', 'X-Team': 'blue' });
+    expect(parseValues('KEY=\nno value here', false)).toBe('Line 2: write NAME=value.');
+    expect(parseValues('=x', false)).toBe('Line 1: write NAME=value.');
+    expect(configFromForm('files', 'node s.js', 'TOKEN=t0k')).toMatchObject({ transport: { kind: 'stdio', env: { TOKEN: 't0k' } } });
+    expect(configFromForm('web', 'https://x/mcp', 'Authorization: Bearer t')).toMatchObject({ transport: { kind: 'http', headers: { Authorization: 'Bearer t' } } });
+    expect(configFromForm('files', 'node s.js', 'oops')).toBe('Line 1: write NAME=value.');
+    // an edit keeps the server's switch and the tools it always allows
+    const base = { name: 'files', transport: { kind: 'stdio' as const, command: 'x', args: [], env: {} }, enabled: false, always_allow: ['read_file'] };
+    expect(configFromForm('files', 'node s.js', '', base)).toMatchObject({ enabled: false, always_allow: ['read_file'] });
+    // the form's command line reads back as the same words
+    const words = ['node', '/my folder/s.js', '--flag', 'say "hi"', ''];
+    expect(splitCommandLine(joinCommandLine(words))).toEqual(words);
+    expect(unchanged({ ...base, transport: { kind: 'http', url: 'https://x', headers: { Authorization: '…abcd' } } }).transport)
+      .toEqual({ kind: 'http', url: 'https://x', headers: { Authorization: '' } });
+  });
+
+  it('edits a server in place and switches one off, never sending the masked values back', async () => {
+    const saved: unknown[] = [];
+    const server: McpServerView = {
+      config: { name: 'web', transport: { kind: 'http', url: 'https://x/mcp', headers: { Authorization: '…abcd' } }, enabled: true, always_allow: ['fetch'] },
+      status: { state: 'ready' }, tools: [], stderr_tail: '', pid: null,
+    };
+    mockIPC((cmd, args) => {
+      if (cmd === 'list_mcp_servers') return [server];
+      if (cmd === 'save_mcp_server') {
+        const config = (args as { config: McpServerView['config'] }).config;
+        saved.push(config);
+        return { ...server, config: { ...config, transport: { ...config.transport, headers: { Authorization: '…abcd', 'X-Team': '…blue' } } } };
+      }
+      return undefined;
+    });
+    const section = new McpSection(() => {});
+    document.body.append(section.el);
+    await section.refresh();
+    const q = <T extends HTMLElement>(id: string) => section.el.querySelector(`[data-testid="${id}"]`) as T;
+    expect(q('mcp-values-masked').textContent).toBe('Headers (in the keychain): Authorization …abcd');
+    q<HTMLButtonElement>('mcp-edit').click();
+    expect(q<HTMLInputElement>('mcp-name').value).toBe('web');
+    expect(q<HTMLInputElement>('mcp-name').readOnly).toBe(true);
+    expect(q<HTMLInputElement>('mcp-target').value).toBe('https://x/mcp');
+    expect(q<HTMLTextAreaElement>('mcp-values').value).toBe('Authorization: ');
+    q<HTMLTextAreaElement>('mcp-values').value = 'Authorization: \nX-Team: blue';
+    q<HTMLButtonElement>('mcp-add').click();
+    await new Promise((r) => setTimeout(r, 0));
+    expect(saved[0]).toEqual({ name: 'web', transport: { kind: 'http', url: 'https://x/mcp', headers: { Authorization: '', 'X-Team': 'blue' } }, enabled: true, always_allow: ['fetch'] });
+    expect(q<HTMLInputElement>('mcp-name').readOnly).toBe(false);
+    expect(q<HTMLButtonElement>('mcp-add').textContent).toBe('Add server');
+    // adding another server of the same name is refused before anything is sent
+    q<HTMLInputElement>('mcp-name').value = 'web';
+    q<HTMLInputElement>('mcp-target').value = 'https://y/mcp';
+    q<HTMLButtonElement>('mcp-add').click();
+    await new Promise((r) => setTimeout(r, 0));
+    expect(saved.length).toBe(1);
+    expect(q('mcp-problem').textContent).toMatch(/exists already/);
+    // off: saved as it is (values empty: kept), switched off
+    const on = q<HTMLInputElement>('mcp-enabled');
+    expect(on.checked).toBe(true);
+    on.checked = false;
+    on.dispatchEvent(new Event('change'));
+    await new Promise((r) => setTimeout(r, 0));
+    expect(saved[1]).toEqual({ name: 'web', transport: { kind: 'http', url: 'https://x/mcp', headers: { Authorization: '', 'X-Team': '' } }, enabled: false, always_allow: ['fetch'] });
+    section.el.remove();
   });
 
   it('a chat turns servers on in its settings, off by default', async () => {
