@@ -3,7 +3,8 @@
 // is dropped from another window onto the Bulk page, one prompt runs over
 // them all, the table fills (answers, tokens, time; the bad file failed with
 // its reason), and the table exports to CSV and JSON Lines files whose rows
-// are the table's.
+// are the table's. Then a folder of three PDFs: a row each, asked with its
+// text (page markers) and its first page as a picture.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -11,7 +12,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   allByTestId, byTestId, dropFile, loadModelFromDisk, modelReady, openApp, openPage, shot, startDriver, stopDriver,
-  tempFolder, textOf, waitFor, writeTinyVisionModel,
+  tempFolder, textOf, textPdf, waitFor, writeTinyVisionModel,
 } from './harness.mjs';
 
 const dataDir = tempFolder('vlm-e2e-bulk-');
@@ -83,5 +84,37 @@ describe('bulk mode', () => {
     assert.ok(csv.includes('z_notes.png,failed,,NOT_AN_IMAGE,'));
     await browser.execute(() => [...document.querySelectorAll('[data-testid="bulk-row"]')].pop().scrollIntoView());
     await shot(browser, 'bulk-02-exported');
+  });
+
+  it('takes a folder of PDFs, a row each with its text', async () => {
+    const folder = join(dataDir, 'invoices');
+    mkdirSync(folder);
+    const pages = (k) => [
+      [`Invoice INV-00${k}`, `Date: 2026-0${k}-15`, 'Bill to: The Bird Survey Society, 12 River Lane'],
+      [`Total due: ${k}40.00 EUR`, 'Payment within thirty days of the date above.'],
+    ];
+    const textBytes = (k) => pages(k).flat().join('\n').length;
+    for (const k of [1, 2, 3]) writeFileSync(join(folder, `invoice_${k}.pdf`), textPdf(pages(k)), 'latin1');
+    await dropFile(folder);
+    await waitFor(browser, 'the dropped PDFs', async () => (await textOf(browser, await byTestId(browser, 'bulk-drop'))).includes('1 dropped: invoices'), 20_000);
+    await (await byTestId(browser, 'bulk-prompt')).setValue('What is the invoice number?');
+    await (await byTestId(browser, 'bulk-run')).click();
+    const statuses = () => browser.execute(() => [...document.querySelectorAll('[data-testid="bulk-row"]')].map((r) => r.getAttribute('data-status')));
+    await waitFor(browser, 'three rows answered', async () => {
+      const s = await statuses();
+      return s.length === 3 && !s.includes('pending');
+    }, 60_000);
+    assert.deepEqual(await statuses(), ['done', 'done', 'done']);
+    const rows = await allByTestId(browser, 'bulk-row');
+    assert.match(await textOf(browser, rows[0]), /invoice_1\.pdf/);
+    assert.equal((await allByTestId(browser, 'bulk-doc')).length, 3, 'each PDF row shows a PDF badge, not a broken picture');
+    await shot(browser, 'bulk-03-pdfs');
+    await (await byTestId(browser, 'bulk-export-jsonl')).click();
+    const savedPath = async () => (await textOf(browser, await byTestId(browser, 'bulk-exported'))).replace(/^Saved to /, '');
+    await waitFor(browser, 'the JSON Lines export', async () => (await savedPath()).endsWith('.jsonl'), 10_000);
+    const jsonl = readFileSync(await savedPath(), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    assert.deepEqual(jsonl.map((r) => [r.name, r.status]), [1, 2, 3].map((k) => [`invoice_${k}.pdf`, 'done']));
+    // each prompt carries its document's text (the tiny model's tokenizer: about a token a byte)
+    for (const [i, r] of jsonl.entries()) assert.ok(r.prompt_tokens > textBytes(i + 1) / 2, `${r.name}: ${r.prompt_tokens} prompt tokens`);
   });
 });

@@ -3,6 +3,7 @@
 // continuous batch. Jobs are kept: an interrupted one resumes, failed rows
 // can be retried, and the table exports as CSV or JSON Lines.
 import { api, attachmentUrl, errorText, type BulkEvent, type BulkJob, type BulkRow } from './api';
+import { PDF_MIME } from './documentChip';
 import { readFormat, type AnswerFormat } from './answerFormat';
 import { answerColumns, counts, fieldCell, progressLine } from './bulkTable';
 import { whyCannotRun, type BulkModel } from './bulkReadiness';
@@ -266,7 +267,9 @@ export class BulkView {
     const head = h('tr', {}, h('th', {}, ''), h('th', {}, 'Image'), h('th', {}, 'Status'),
       ...(columns ?? ['Answer']).map((c) => h('th', {}, c)), h('th', {}, 'Tokens'), h('th', {}, 'Time'));
     const body = h('tbody', {}, ...this.rows.map((r) => h('tr', { 'data-testid': 'bulk-row', 'data-status': r.status },
-      h('td', {}, r.image ? h('img', { class: 'bulk-thumb', src: attachmentUrl(r.image.sha256), alt: '', loading: 'lazy' }) : null),
+      // a PDF's row shows a badge: the web view cannot draw a PDF as an image
+      h('td', {}, r.image?.mime === PDF_MIME ? h('span', { class: 'doc-icon bulk-doc', 'data-testid': 'bulk-doc', title: 'PDF document' }, 'PDF')
+        : r.image ? h('img', { class: 'bulk-thumb', src: attachmentUrl(r.image.sha256), alt: '', loading: 'lazy' }) : null),
       h('td', { class: 'bulk-name' }, r.name),
       h('td', { class: `bulk-status bulk-${r.status}` }, r.status),
       ...(r.status === 'failed'
