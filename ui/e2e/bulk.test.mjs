@@ -4,14 +4,15 @@
 // them all, the table fills (answers, tokens, time; the bad file failed with
 // its reason), and the table exports to CSV and JSON Lines files whose rows
 // are the table's. Then a folder of three PDFs: a row each, asked with its
-// text (page markers) and its first page as a picture.
+// text (page markers) and its first page as a picture; and one of them in a
+// chat: its pages as pictures (all fit) and the pages the answer was given.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
-  allByTestId, byTestId, dropFile, loadModelFromDisk, modelReady, openApp, openPage, shot, startDriver, stopDriver,
+  allByTestId, byTestId, dropFile, loadModelFromDisk, modelReady, openApp, openPage, send, shot, startDriver, stopDriver,
   tempFolder, textOf, textPdf, waitFor, writeTinyVisionModel,
 } from './harness.mjs';
 
@@ -116,5 +117,18 @@ describe('bulk mode', () => {
     assert.deepEqual(jsonl.map((r) => [r.name, r.status]), [1, 2, 3].map((k) => [`invoice_${k}.pdf`, 'done']));
     // each prompt carries its document's text (the tiny model's tokenizer: about a token a byte)
     for (const [i, r] of jsonl.entries()) assert.ok(r.prompt_tokens > textBytes(i + 1) / 2, `${r.name}: ${r.prompt_tokens} prompt tokens`);
+  });
+
+  it('a PDF in a chat with the model that sees: every page that fits as a picture, and the pages the answer was given', async () => {
+    await openPage(browser, 'nav-chat', 'composer-input');
+    await dropFile(join(dataDir, 'invoices', 'invoice_2.pdf'));
+    // two short pages fit this context whole, with room for the answer: both go as pictures
+    await waitFor(browser, 'the chip and its pictures', async () => (await allByTestId(browser, 'composer-thumb')).length === 2
+      && /2 pages · text, pages 1–2 as images/.test(await textOf(browser, await byTestId(browser, 'doc-chip'))), 30_000);
+    await shot(browser, 'bulk-04-pdf-chip-vision');
+    await send(browser, 'What is the total due?');
+    await waitFor(browser, 'the pages used', async () => (await allByTestId(browser, 'doc-used')).length === 1, 60_000);
+    assert.equal(await textOf(browser, await byTestId(browser, 'doc-used')), 'used: all 2 pages');
+    assert.equal((await allByTestId(browser, 'msg-image')).length, 2, 'the message keeps its two page pictures');
   });
 });
