@@ -10,11 +10,9 @@
 //! (mlx-lm's `num_draft_tokens`; ours `SpeculationConfig { adaptive: false }`,
 //! which `vlm --num-draft-tokens N` sets), score the row's last token and the
 //! drafts in one target pass, and keep the drafts the target's argmax agrees
-//! with plus the target's own next token. After a fully kept draft both
-//! draft models have the last draft and the target's token to read before
-//! drafting again (mlx-lm reads both next round; ours fed the last draft in
-//! the round it drafted it and drops it again when it is rejected): the same
-//! proposals either way. Two things differ, so the test compares what they
+//! with plus the target's own next token. Neither draft model feeds back its
+//! last draft: after a fully kept draft both read it with the target's token
+//! in the next round's first pass. Two things differ, so the test compares what they
 //! leave comparable:
 //!
 //! - The first token. Ours comes from the prefill pass, and drafting starts

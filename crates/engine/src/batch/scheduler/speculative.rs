@@ -73,7 +73,8 @@ impl Scheduler {
                     .zip(&wanted)
                     .map(|(seq, &wanted)| DraftRow { tokens: &seq.tokens, wanted })
                     .collect();
-                let fed = wanted.iter().copied().max().unwrap_or(0);
+                // The draft model feeds back every draft but the last.
+                let fed = wanted.iter().copied().max().unwrap_or(0).saturating_sub(1);
                 for (f, &w) in draft_model_fed.iter_mut().zip(&wanted) {
                     *f = if w > 0 { fed } else { 0 };
                 }

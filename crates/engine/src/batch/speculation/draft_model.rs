@@ -1,8 +1,9 @@
 //! A draft model: a smaller model with the target's vocabulary runs beside
 //! it and guesses each row's next tokens greedily. It keeps its own batch
 //! cache whose rows follow the scheduler's running rows (they join, leave
-//! and are cut back together), so a step costs the draft one catch-up pass
-//! over the tokens it has not seen, then one single-token pass per draft.
+//! and are cut back together), so a step of k drafts costs the draft one
+//! catch-up pass over the tokens it has not seen (its first guess), then
+//! k - 1 single-token passes.
 use mlx_rs::{ops, Array};
 
 use crate::cache::BatchCache;
@@ -76,9 +77,11 @@ impl DraftModel {
 
     /// Each row's draft: the tokens it has not read yet (the target's
     /// newest ones) in one catch-up pass, then `max(wanted)` greedy tokens,
-    /// each fed back. Returns `rows[b].wanted` tokens for each row. Rows
-    /// that do not speculate are fed nothing (their columns of the shared
-    /// passes are dropped again), so they catch up when they next do.
+    /// each but the last fed back (a drafting row's cache holds
+    /// `max(wanted) - 1` drafts after this). Returns `rows[b].wanted`
+    /// tokens for each row. Rows that do not speculate are fed nothing
+    /// (their columns of the shared passes are dropped again), so they
+    /// catch up when they next do.
     pub fn propose(&mut self, rows: &[DraftRow]) -> Result<Vec<Vec<u32>>> {
         assert_eq!(rows.len(), self.cache.rows(), "one draft row per running row");
         let k = rows.iter().map(|r| r.wanted).max().unwrap_or(0);
@@ -113,22 +116,22 @@ impl DraftModel {
         let drops: Vec<i32> = unseen.iter().map(|u| (width - u.len()) as i32).collect();
         self.cache.rewind_rows(&drops)?;
         let mut drafted = vec![token.clone()];
-        // Drafts 2..=k, then the k-th fed too: after a fully accepted
-        // draft the row has only the target's own token left to read.
-        for j in 1..=k {
+        // Drafts 2..=k, each fed back. The k-th is not fed: the next step's
+        // catch-up pass reads it with the target's token when it is kept
+        // (a pass of two tokens costs about what one of one does), and
+        // nothing reads it when it is not.
+        for _ in 1..k {
             let starts = self.cache.offsets().to_vec();
             let logits = model.forward(&token, &Positions::rows(&starts), &mut self.cache)?;
-            if j < k {
-                token = ops::indexing::argmax_axis(&logits, -1, false)?.reshape(&[b, 1])?;
-                drafted.push(token.clone());
-            }
+            token = ops::indexing::argmax_axis(&logits, -1, false)?.reshape(&[b, 1])?;
+            drafted.push(token.clone());
         }
         let drafted = ops::concatenate(&drafted, 1)?.as_dtype(mlx_rs::Dtype::Int32)?;
         drafted.eval()?;
         let flat = drafted.as_slice::<i32>();
         // Rows that did not speculate read nothing: their columns go again.
         let idle: Vec<i32> =
-            rows.iter().map(|r| if r.wanted == 0 { k as i32 } else { 0 }).collect();
+            rows.iter().map(|r| if r.wanted == 0 { k as i32 - 1 } else { 0 }).collect();
         self.cache.rewind_rows(&idle)?;
         Ok(rows
             .iter()
