@@ -1,8 +1,8 @@
 // MCP tools in the real window (issue 33): Settings → Tools (MCP) adds the
 // filesystem server from npm (src-tauri/tests/mcp_servers, installed by
 // scripts/setup.sh --app) on a temp folder and shows it ready with its
-// tools; a chat turns it on in its settings (and asks for a tool call
-// first); the model's call shows with Approve / Deny, Approve runs it, the
+// tools; a chat turns it on in its settings (one tool of it, and asks for
+// a tool call first); the model's call shows with Approve / Deny, Approve runs it, the
 // result shows as text and the model answers after it; on the next message
 // Deny sends the refusal to the model instead, which answers after it. The
 // server's On switch stops it and starts it again.
@@ -83,14 +83,32 @@ describe('tools from an MCP server', () => {
     await waitFor(browser, 'the server to be ready again', async () => (await state()) === 'ready', 60_000);
     await (await browser.$('[data-testid="mcp-server"] details')).click();
     await shot(browser, 'tools-01-settings');
+    // Edit fills the form with the server, its name fixed; Cancel leaves it as it was
+    await (await byTestId(browser, 'mcp-edit')).click();
+    const form = await browser.execute(() => ({
+      name: document.querySelector('[data-testid="mcp-name"]').value,
+      fixed: document.querySelector('[data-testid="mcp-name"]').readOnly,
+      target: document.querySelector('[data-testid="mcp-target"]').value,
+      save: document.querySelector('[data-testid="mcp-add"]').textContent,
+    }));
+    assert.deepEqual(form, { name: 'files', fixed: true, target: `${bin} ${shared}`, save: 'Save files' });
+    await browser.execute(() => document.querySelector('[data-testid="mcp-values"]').scrollIntoView({ block: 'center' }));
+    await shot(browser, 'tools-01b-edit');
+    await (await byTestId(browser, 'mcp-cancel-edit')).click();
 
     // a new chat turns the server on, asking for a tool call first
     await openPage(browser, 'new-chat', 'composer-input');
     await (await byTestId(browser, 'open-chat-settings')).click();
     await (await byTestId(browser, 'chat-settings-dialog')).waitForExist({ timeout: 10_000 });
+    // one tool without arguments left on: the random model's call is then quick to write
+    // (a path it makes up, with the run's random temp folder in the prompt, may not end
+    // within the answer's tokens, and no call would wait)
     await browser.execute(() => {
       document.querySelector('[data-testid="chat-tool-server"][value="files"]').click();
       document.querySelector('[data-testid="chat-tools-require"]').click();
+      for (const box of document.querySelectorAll('[data-testid="chat-tool"]')) {
+        if (box.checked !== (box.value === 'files/list_allowed_directories')) box.click();
+      }
     });
     await (await byTestId(browser, 'chat-setting-max_tokens')).setValue('400');
     await (await byTestId(browser, 'chat-settings-save')).click();
