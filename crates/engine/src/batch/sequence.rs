@@ -224,14 +224,14 @@ impl Sequence {
     }
 
     /// Whether this row's next tokens can come from a draft: nothing forced
-    /// next, no log-probabilities, and a grammar only while it is in force
-    /// (verification then picks under its masks; while the model thinks,
-    /// a draft could cross into the grammar unmasked). Greedy and sampling
-    /// rows both can: see [`super::speculation::acceptance`].
+    /// next, and a grammar only while it is in force (verification then
+    /// picks under its masks; while the model thinks, a draft could cross
+    /// into the grammar unmasked). Greedy and sampling rows both can (see
+    /// [`super::speculation::acceptance`]), with log-probabilities too (the
+    /// target's, at each kept position).
     pub fn can_speculate(&self) -> bool {
         self.draft_length.is_some()
             && self.forced.is_empty()
-            && self.logprobs.is_none()
             && (self.constraint.is_none() || !self.matcher.in_reasoning())
     }
 

@@ -385,23 +385,13 @@ fn a_model_without_a_head_says_mtp_is_not_applied() {
 /// Structured output drafts too: the grammar keeps only the part of a draft
 /// it allows and masks each verified position, so a token it forbids is
 /// never kept. An extraction answer repeats its input, so lookup drafts;
-/// with the default model the JSON equals plain decoding's, beside a free
-/// row, and holds every key.
+/// with the default model the JSON equals plain decoding's and holds every
+/// key.
 #[test]
 fn a_grammar_masks_verification_and_the_json_is_the_same() {
     let model =
         hub::default_model::locate().expect("run scripts/setup.sh to install the default model");
     let text = "Order 4471 was placed by Maria Gonzalez from Lisbon on 2026-03-14 for three blue ceramic mugs.";
-    let ask = |question: String, constraint: Option<Constraint>| {
-        let messages = vec![ChatMessage::user(question)];
-        let r = Request::new(Prompt::Chat { messages, options: TemplateOptions::default() })
-            .with_max_tokens(80)
-            .with_sampling(greedy_no_eos());
-        match constraint {
-            Some(c) => r.with_constraint(c),
-            None => r,
-        }
-    };
     let keys = ["id", "customer", "city", "date", "item"];
     let schema = json!({
         "type": "object",
@@ -409,20 +399,17 @@ fn a_grammar_masks_verification_and_the_json_is_the_same() {
         "required": keys,
         "additionalProperties": false,
     });
-    let reqs = [
-        ask(
-            format!("Extract the order as JSON with keys {}.\n\n{text}", keys.join(", ")),
-            Some(Constraint::JsonSchema(schema)),
-        ),
-        ask(format!("Repeat this sentence exactly: {text}"), None),
-    ];
-    let (plain, _) = run(&model, SchedulerConfig::default(), None, &reqs, 2, 0);
+    let question = format!("Extract the order as JSON with keys {}.\n\n{text}", keys.join(", "));
+    let messages = vec![ChatMessage::user(question)];
+    let reqs = [Request::new(Prompt::Chat { messages, options: TemplateOptions::default() })
+        .with_max_tokens(80)
+        .with_sampling(greedy_no_eos())
+        .with_constraint(Constraint::JsonSchema(schema))];
+    let (plain, _) = run(&model, SchedulerConfig::default(), None, &reqs, 1, 0);
     let (spec, driver) =
-        run(&model, SchedulerConfig::default(), Some(Proposer::Lookup), &reqs, 2, 0);
-    for (p, s) in plain.iter().zip(&spec) {
-        assert!(s.error.is_none(), "{:?}", s.error);
-        assert_eq!(s.content, p.content, "speculation changed the reply");
-    }
+        run(&model, SchedulerConfig::default(), Some(Proposer::Lookup), &reqs, 1, 0);
+    assert!(spec[0].error.is_none(), "{:?}", spec[0].error);
+    assert_eq!(spec[0].content, plain[0].content, "speculation changed the reply");
     let answer: serde_json::Value = serde_json::from_str(&spec[0].content)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", spec[0].content));
     for k in keys {
@@ -430,6 +417,32 @@ fn a_grammar_masks_verification_and_the_json_is_the_same() {
     }
     let stats = driver.scheduler.stats().speculation;
     assert!(stats.accepted_tokens > 0, "{stats:?}");
+}
+
+/// A row that asks for log-probabilities drafts too: each kept token's
+/// figures are the target's at its verified position, equal to plain
+/// decoding's (one per generated token, same tokens, same values).
+#[test]
+fn log_probabilities_of_drafted_tokens_are_the_targets() {
+    let dir = tiny_llama();
+    let mut with_logprobs = request(&repeating_prompt(29), 30, &greedy_no_eos());
+    with_logprobs.logprobs = Some(3);
+    let reqs = [with_logprobs, request(&repeating_prompt(30), 30, &greedy_no_eos())];
+    let (plain, _) = run(dir.path(), SchedulerConfig::default(), None, &reqs, 2, 0);
+    let (spec, driver) =
+        run(dir.path(), SchedulerConfig::default(), Some(Proposer::Lookup), &reqs, 2, 0);
+    assert_eq!(spec[0].content, plain[0].content);
+    assert_eq!(spec[0].logprobs.len(), spec[0].stats.generated_tokens, "one per generated token");
+    assert_eq!(spec[0].logprobs.len(), plain[0].logprobs.len());
+    for (s, p) in spec[0].logprobs.iter().zip(&plain[0].logprobs) {
+        assert_eq!(s.token, p.token);
+        assert!((s.logprob - p.logprob).abs() < 1e-4, "{} vs {}", s.logprob, p.logprob);
+        let ids =
+            |lp: &engine::batch::TokenLogprob| lp.top.iter().map(|(t, _)| t.id).collect::<Vec<_>>();
+        assert_eq!(ids(s), ids(p), "the same alternatives");
+    }
+    assert!(spec[0].stats.draft_tokens > 0, "the row with log-probabilities kept drafts");
+    assert_speculated(&driver.scheduler.stats().speculation);
 }
 
 fn tiny_llama_seeded(seed: u64, layers: i32) -> tempfile::TempDir {

@@ -926,8 +926,22 @@ impl Scheduler {
     /// for the rows that asked, queued on each row for when its token is
     /// accepted; returns the arrays to evaluate with the tokens.
     fn queue_logprobs(&mut self, logits: &Array, sampled: &Array) -> Result<Vec<Array>> {
+        self.queue_logprobs_except(logits, sampled, &[])
+    }
+
+    /// [`Self::queue_logprobs`] but for the rows marked in `except` (rows
+    /// that drafted: theirs come from their verified positions).
+    fn queue_logprobs_except(
+        &mut self,
+        logits: &Array,
+        sampled: &Array,
+        except: &[bool],
+    ) -> Result<Vec<Array>> {
         let mut extra = Vec::new();
         for (i, seq) in self.running.iter_mut().enumerate() {
+            if except.get(i).copied().unwrap_or(false) {
+                continue;
+            }
             if let Some(top) = seq.top_logprobs() {
                 let row = i as i32..i as i32 + 1;
                 let logprobs = PendingLogprobs::compute(

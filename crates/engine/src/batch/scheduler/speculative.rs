@@ -5,6 +5,7 @@
 use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 
 use super::Scheduler;
+use crate::batch::logprobs::PendingLogprobs;
 use crate::batch::sequence::Sequence;
 use crate::batch::speculation::draft_model::DraftRow;
 use crate::batch::speculation::mtp::MtpRow;
@@ -192,7 +193,8 @@ impl Scheduler {
             };
             verdicts.push(verdict);
         }
-        let extra = self.queue_logprobs(&first, &sampled)?;
+        let drafting: Vec<bool> = drafts.iter().map(|d| !d.is_empty()).collect();
+        let extra = self.queue_logprobs_except(&first, &sampled, &drafting)?;
         mlx_rs::transforms::eval(
             std::iter::once(&sampled).chain(verdicts.iter().flatten()).chain(&extra),
         )?;
@@ -233,8 +235,18 @@ impl Scheduler {
             };
             // All but the last emitted token are drafts the target agreed with.
             let from_draft = if draft.is_empty() { 0 } else { emit.len() - 1 };
+            // A drafting row's log-probabilities: the target's, at each position it keeps.
+            let mut logprobs = match seq.top_logprobs() {
+                Some(top) if !draft.is_empty() => {
+                    verified_logprobs(&logits, row as i32, &emit, top)?.into_iter()
+                }
+                _ => Vec::new().into_iter(),
+            };
             let mut emitted = 0;
             for &token in &emit {
+                if let Some(pending) = logprobs.next() {
+                    seq.push_logprobs(pending);
+                }
                 emitted += 1;
                 if emitted <= from_draft {
                     seq.draft_tokens += 1;
@@ -263,6 +275,26 @@ impl Scheduler {
         }
         self.remove_rows_with(finished)
     }
+}
+
+/// The log-probabilities of `emit[j]` under `logits[row, j]`, for each
+/// position a drafting row keeps, evaluated together.
+fn verified_logprobs(
+    logits: &Array,
+    row: i32,
+    emit: &[u32],
+    top: usize,
+) -> Result<Vec<PendingLogprobs>> {
+    let pending = emit
+        .iter()
+        .enumerate()
+        .map(|(j, &t)| {
+            let at = logits.index((row..row + 1, j as i32, ..));
+            PendingLogprobs::compute(&at, &Array::from_slice(&[t as i32], &[1]), top)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    mlx_rs::transforms::eval(pending.iter().flat_map(|p| p.arrays()))?;
+    Ok(pending)
 }
 
 /// An int32 array read back as token ids.
