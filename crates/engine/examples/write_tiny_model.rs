@@ -29,6 +29,10 @@ struct Args {
     /// One bench-size random Qwen3.5 folder (float32) instead, for scripts/bench-models.sh.
     #[arg(long)]
     bench_qwen35: bool,
+    /// With --bench-qwen35: give it a one-layer multi-token-prediction head
+    /// (random: its drafts show the machinery, not a trained head's acceptance).
+    #[arg(long, requires = "bench_qwen35")]
+    mtp: bool,
     /// The speculative-decoding reference pair instead: <out>/target and <out>/draft.
     #[arg(long)]
     speculative_pair: bool,
@@ -53,7 +57,9 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     if args.bench_qwen35 {
-        write_family(&out, TinyFamily::Qwen35, Dims::bench_qwen35(), None, SEED)?;
+        let mut dims = Dims::bench_qwen35();
+        dims.qwen35.mtp_layers = i32::from(args.mtp);
+        write_family(&out, TinyFamily::Qwen35, dims, None, SEED)?;
         println!("{}", out.display());
         return Ok(());
     }
