@@ -261,4 +261,8 @@ pub struct ModelEntry {
     /// Not OpenAI: the model's context length, when loaded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context_length: Option<usize>,
+    /// Not OpenAI: for the loaded model, what speculative decoding does
+    /// ("off", the proposer, or why it does not apply).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculation: Option<String>,
 }

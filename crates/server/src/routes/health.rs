@@ -10,7 +10,7 @@ use super::AppContext;
 
 /// The engine answers stats between two steps; a long prefill step must not
 /// make a health probe hang.
-const STATS_WAIT: Duration = Duration::from_secs(1);
+pub(super) const STATS_WAIT: Duration = Duration::from_secs(1);
 
 pub(crate) async fn health(State(context): State<AppContext>) -> Json<Value> {
     let Some(engine) = context.state.engine() else {

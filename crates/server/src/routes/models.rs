@@ -14,6 +14,14 @@ pub(crate) async fn list(State(context): State<AppContext>) -> Json<ModelList> {
     let mut data = Vec::new();
     let loaded = context.state.engine().map(|engine| engine.model_info().clone());
     if let Some(info) = &loaded {
+        let speculation = match context.state.engine() {
+            Some(engine) => tokio::time::timeout(super::health::STATS_WAIT, engine.stats_async())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .map(|stats| stats.speculation.status),
+            None => None,
+        };
         data.push(ModelEntry {
             id: info.name.clone(),
             object: "model",
@@ -21,6 +29,7 @@ pub(crate) async fn list(State(context): State<AppContext>) -> Json<ModelList> {
             owned_by: "local",
             loaded: true,
             context_length: Some(info.shape.max_context),
+            speculation,
         });
     }
     if let Some(dir) = context.settings.models_dir.clone() {
@@ -60,6 +69,7 @@ fn models_on_disk(dir: &Path, loaded: Option<&Path>) -> Vec<ModelEntry> {
             owned_by: "local",
             loaded: false,
             context_length: None,
+            speculation: None,
         })
         .collect()
 }

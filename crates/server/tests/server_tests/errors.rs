@@ -123,6 +123,9 @@ async fn without_a_model_requests_get_503_until_one_is_loaded() {
     let health: Value = server.get("/health").await.json().await.unwrap();
     assert_eq!(health["model"], server.engine.model_info().name.as_str());
     assert_eq!(health["running"], 0);
+    let models: Value = server.get("/v1/models").await.json().await.unwrap();
+    assert_eq!(models["data"][0]["loaded"], true);
+    assert_eq!(models["data"][0]["speculation"], "off", "{models}");
 
     assert!(server.state.unload().is_some());
     expect_error(server.post("/v1/chat/completions", &hello()).await, 503).await;
@@ -230,4 +233,16 @@ async fn models_lists_the_loaded_model_then_those_on_disk() {
     let mut body = hello();
     body["model"] = models["data"][0]["id"].clone();
     server.chat(&body).await;
+}
+
+/// `/v1/models` says what speculative decoding does for the loaded model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loaded_model_says_how_it_speculates() {
+    let scheduler = SchedulerConfig {
+        speculation: Some(engine::batch::speculation::SpeculationConfig::prompt_lookup()),
+        ..Default::default()
+    };
+    let server = start(Setup { scheduler, ..Default::default() }).await;
+    let models: Value = server.get("/v1/models").await.json().await.unwrap();
+    assert_eq!(models["data"][0]["speculation"], "prompt lookup", "{models}");
 }
