@@ -155,7 +155,8 @@ fn a_split_model_answers_as_one_process_and_a_lost_rank_is_reported() {
     std::fs::copy(&secret, &follower_secret).unwrap();
     let model = dir.path().join("models").join("tiny");
     let mut follower = Command::new(std::env::current_exe().unwrap())
-        .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+        // the test's path in the app's one test binary
+        .args([&format!("cluster::{TEST}"), "--exact", "--nocapture", "--test-threads=1"])
         .env(FOLLOWER_MODEL, &model)
         .env(FOLLOWER_SECRET, &follower_secret)
         .env(RANK_VAR, "1")

@@ -50,10 +50,12 @@ fn is_rank_of(test: &str) -> bool {
     std::env::var(ROLE).is_ok_and(|r| r == test)
 }
 
-/// This test binary, running only `test`, as a rank.
+/// This test binary, running only `test` (by its path in the crate's one
+/// test binary: `distributed::<test>`), as a rank.
 fn rank_command(test: &str) -> Command {
     let mut c = Command::new(std::env::current_exe().expect("test binary path"));
-    c.args([test, "--exact", "--nocapture", "--test-threads=1"]).env(ROLE, test);
+    let path = format!("distributed::{test}");
+    c.args([path.as_str(), "--exact", "--nocapture", "--test-threads=1"]).env(ROLE, test);
     c
 }
 
