@@ -272,7 +272,10 @@ describe('the first hour', () => {
 
   it('shows the models on this computer and keeps a failed download’s reason on its card', async () => {
     await openPage(browser, 'nav-models', 'local-models');
-    assert.match(await textOf(browser, await byTestId(browser, 'models-page')), /On this computer/);
+    // Read in the page at the moment of use: the page redraws as fit verdicts
+    // arrive, and an element found a moment earlier can be gone (a run failed so).
+    const textNow = (testId) => browser.execute((t) => document.querySelector(`[data-testid="${t}"]`)?.textContent ?? '', testId);
+    assert.match(await textNow('models-page'), /On this computer/);
     // My models come first, the catalog last
     const headings = await browser.execute(() => [...document.querySelectorAll('.models-page h2')].map((e) => e.textContent));
     assert.deepEqual([headings[0], headings.at(-1)], ['My models', 'Recommended']);
@@ -283,7 +286,7 @@ describe('the first hour', () => {
     assert.equal(await (await browser.$(`${builtIn} [data-testid="built-in-badge"]`)).isExisting(), true);
     assert.equal(await (await browser.$(`${builtIn} [data-testid="delete-model"]`)).isExisting(), false);
     assert.equal((await browser.$$('[data-testid="catalog-model"][data-model-id="smollm2-135m-instruct-q4_1"]')).length, 0, 'the built-in model is listed once');
-    assert.match(await textOf(browser, await byTestId(browser, 'loaded-details')), /^\d+-bit|full precision/);
+    assert.match((await textNow('loaded-details')).trim(), /^\d+-bit|full precision/);
     const id = await browser.execute(() => {
       const card = [...document.querySelectorAll('[data-testid="catalog-model"]')].find((c) => c.querySelector('[data-testid="download"]'));
       return card ? card.getAttribute('data-model-id') : null;
