@@ -872,7 +872,6 @@ impl Scheduler {
         let model = self.loaded.model.as_ref();
         let input = input.reshape(&[b as i32, 1])?;
         let starts = self.row_starts();
-        let fed_before = self.cache.offsets().to_vec();
         let hidden = model.forward_embeddings(
             model.embed(&input)?,
             &input,
@@ -880,7 +879,7 @@ impl Scheduler {
             &mut self.cache,
         )?;
         let logits = model.logits(&hidden)?.reshape(&[b as i32, -1])?;
-        self.keep_target_hidden(&hidden, &fed_before, &vec![1; b])?;
+        self.keep_target_hidden(&hidden, |_| 1);
         let input = input.reshape(&[b as i32])?;
         let pending = previous.as_ref().map(|_| &input);
         let sampled = self.sample_rows(&logits, pending, &masks)?;
@@ -896,24 +895,21 @@ impl Scheduler {
         Ok(())
     }
 
-    /// For the draft head: each running row's hidden states `hidden[b, ..kept[b]]`
-    /// of the positions from `fed_before[b]` (what the row had fed before the pass).
-    fn keep_target_hidden(
-        &mut self,
-        hidden: &Array,
-        fed_before: &[i32],
-        kept: &[usize],
-    ) -> Result<()> {
+    /// For the draft head: each running row's hidden states of the `kept(b)`
+    /// tokens it keeps from the pass just run (`hidden[b, ..kept(b)]`; its
+    /// cache now ends right after them). Nothing without a head.
+    fn keep_target_hidden(&mut self, hidden: &Array, kept: impl Fn(usize) -> usize) {
         if self.mtp.is_none() {
-            return Ok(());
+            return;
         }
+        let offsets = self.cache.offsets();
         for (row, seq) in self.running.iter_mut().enumerate() {
             if let Some(waiting) = seq.target_hidden.as_mut() {
-                let (r, n) = (row as i32, kept[row] as i32);
-                waiting.push(fed_before[row] as usize, hidden.index((r, 0..n, ..)));
+                let n = kept(row);
+                let from = offsets[row] as usize - n;
+                waiting.push(from, hidden.index((row as i32, 0..n as i32, ..)));
             }
         }
-        Ok(())
     }
 
     /// Each running row's next position: its tokens so far, shifted by its

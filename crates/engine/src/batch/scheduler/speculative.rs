@@ -136,7 +136,6 @@ impl Scheduler {
         }
         let input = Array::from_slice(&ids, &[b as i32, width as i32]);
         let starts = self.row_starts();
-        let fed_before = self.cache.offsets().to_vec();
         // Recurrent layers keep each token's state: a row goes back to its last kept one.
         self.cache.record_next_step();
         let model = self.loaded.model.as_ref();
@@ -268,8 +267,7 @@ impl Scheduler {
         }
         self.cache.rewind_rows(&drops)?;
         // The draft head reads the hidden states of the tokens each row kept.
-        let kept: Vec<usize> = drops.iter().map(|&d| width - d as usize).collect();
-        self.keep_target_hidden(&hidden, &fed_before, &kept)?;
+        self.keep_target_hidden(&hidden, |row| width - drops[row] as usize);
         if let Some(draft) = self.draft.as_mut() {
             draft.rewind(&draft_drops)?;
         }
