@@ -165,6 +165,7 @@ pub fn prepare(
     };
     let sampling = sampling(&body, limits, defaults)?;
     let stop = stop_strings(body.stop.as_ref())?;
+    let speculate = speculation(body.speculation.as_ref())?;
     let mut images = Vec::new();
     let messages = body
         .messages
@@ -211,12 +212,26 @@ pub fn prepare(
         logprobs,
         // a whole reply has nobody watching its tokens arrive: no pacing for it
         interactive: body.stream.unwrap_or(false),
+        speculate,
     };
     Ok(Prepared {
         request,
         stream: body.stream.unwrap_or(false),
         include_usage: body.stream_options.is_some_and(|o| o.include_usage),
     })
+}
+
+/// `speculation`: `"off"` (this request never drafts) or `"auto"` (as the
+/// server speculates; the default). Anything else is refused, naming it.
+fn speculation(value: Option<&Value>) -> Result<bool, ApiError> {
+    match value {
+        None | Some(Value::Null) => Ok(true),
+        Some(Value::String(s)) if s == "auto" => Ok(true),
+        Some(Value::String(s)) if s == "off" => Ok(false),
+        Some(other) => Err(ApiError::invalid_param(format!(
+            "speculation must be \"off\" or \"auto\", not {other}"
+        ))),
+    }
 }
 
 /// Request fields that change nothing about the answer, accepted as OpenAI does.

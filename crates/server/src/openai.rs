@@ -78,6 +78,12 @@ pub struct ChatCompletionRequest {
     /// Messages API does this whenever the last message is the assistant's.
     #[serde(default)]
     pub continue_final_message: Option<bool>,
+    /// Not OpenAI: `"off"` keeps this request from speculating (its tokens
+    /// come one target pass each, beside rows that do speculate); `"auto"`,
+    /// the default, speculates as the server was started to (`--draft-kind`).
+    /// Any other value is refused by name (`convert::speculation`).
+    #[serde(default)]
+    pub speculation: Option<Value>,
     /// Everything else the client sent, checked by name.
     #[serde(flatten)]
     pub other: Map<String, Value>,

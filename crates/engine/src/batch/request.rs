@@ -78,6 +78,11 @@ pub struct Request {
     /// [`super::pacing`]); batch work (a bulk job) sets false and gets the
     /// machine's full throughput instead.
     pub interactive: bool,
+    /// `false`: this row never drafts, whatever the engine's speculation
+    /// (a client that measures plain decoding, or wants the step rhythm of
+    /// one token per pass); its neighbours still speculate. The server's
+    /// `"speculation": "off"`.
+    pub speculate: bool,
 }
 
 impl Request {
@@ -94,6 +99,7 @@ impl Request {
             require_tool_call: false,
             logprobs: None,
             interactive: true,
+            speculate: true,
         }
     }
 

@@ -9,4 +9,5 @@ mod common;
 mod disconnect;
 mod errors;
 mod reload;
+mod speculation;
 mod vision;

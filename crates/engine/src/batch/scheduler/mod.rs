@@ -381,6 +381,7 @@ impl Scheduler {
             None => None,
         };
         let req = &p.request;
+        let speculate = req.speculate;
         let logprobs = match req.logprobs {
             Some(top) if top > MAX_TOP_LOGPROBS => {
                 return Err(Error::InvalidRequest(format!(
@@ -405,7 +406,10 @@ impl Scheduler {
             submitted: p.submitted,
         };
         let mut seq = Sequence::new(id, p.prompt, parts);
-        seq.draft_length = self.speculation.as_ref().map(SpeculationConfig::draft_length);
+        // A request that turned speculation off never drafts (its row is
+        // filled up with its last token in a verify pass, as a row without a draft is).
+        seq.draft_length =
+            self.speculation.as_ref().filter(|_| speculate).map(SpeculationConfig::draft_length);
         seq.target_hidden = self.mtp.as_ref().map(|_| TargetHidden::default());
         Ok(seq)
     }
