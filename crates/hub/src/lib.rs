@@ -21,6 +21,7 @@ pub mod gguf;
 pub mod keychain;
 pub mod listing;
 pub mod memory;
+pub mod mtp;
 mod partial;
 pub mod progress;
 pub mod repo;

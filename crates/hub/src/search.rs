@@ -111,6 +111,11 @@ pub struct CapabilityHints {
     pub vision: bool,
     pub thinking: bool,
     pub tools: bool,
+    /// Ships multi-token-prediction heads its own speculative decoding can
+    /// draft with: config.json names MTP layers and it is no MLX conversion
+    /// (see [`crate::mtp::hub_hint`]).
+    #[serde(default)]
+    pub mtp: bool,
 }
 
 /// A model on the Hub, as the gallery shows it.
@@ -416,6 +421,7 @@ impl HubClient {
                 .is_some_and(|t| t.contains("tools") || t.contains("<tool_call>"))
                 || has_tag("tool-use")
                 || has_tag("function-calling"),
+            mtp: crate::mtp::hub_hint(config, tags),
         };
         let license =
             tags.iter().find_map(|t| t.strip_prefix("license:")).map(str::to_string).or_else(

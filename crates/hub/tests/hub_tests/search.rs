@@ -283,3 +283,33 @@ async fn details_give_sizes_and_the_shape_for_the_fit_check() {
     let err = client.model_details("../evil", "main", &Registry).await.unwrap_err();
     assert_eq!(err.code(), "INVALID_REPO_ID");
 }
+
+/// A checkpoint whose config names multi-token-prediction layers is marked
+/// as shipping MTP heads; its MLX conversion, which keeps the config but
+/// drops the `mtp.*` tensors, is not.
+#[tokio::test]
+async fn search_marks_checkpoints_that_ship_mtp_heads() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = FakeHub::start().await;
+    let config = json!({"model_type": "qwen3", "text_config": {"mtp_num_hidden_layers": 1}});
+    for (repo, tags) in [
+        ("Qwen/Qwen3.5-MTP", json!(["transformers", "safetensors"])),
+        ("mlx-community/Qwen3.5-MTP-4bit", json!(["mlx", "safetensors"])),
+        ("someone/plain", json!(["transformers"])),
+    ] {
+        let mut fake = FakeRepo::new(vec![
+            FakeFile::new("config.json", config.to_string()),
+            FakeFile::lfs("model.safetensors", bytes(1_000)),
+        ]);
+        let summary =
+            if repo == "someone/plain" { json!({"model_type": "qwen3"}) } else { config.clone() };
+        fake.info = json!({"tags": tags, "config": summary});
+        hub.add_repo(repo, fake);
+    }
+    let client = client(&hub, dir.path());
+    let page = client.search(&SearchQuery::default(), &Registry).await.unwrap();
+    let mtp = |repo: &str| find(&page.results, repo).capabilities.mtp;
+    assert!(mtp("Qwen/Qwen3.5-MTP"));
+    assert!(!mtp("mlx-community/Qwen3.5-MTP-4bit"), "an MLX conversion drops the heads");
+    assert!(!mtp("someone/plain"));
+}
