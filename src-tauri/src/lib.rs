@@ -17,6 +17,7 @@ pub mod cluster_secret;
 pub mod commands;
 pub mod context;
 pub mod documents;
+pub mod draft_models;
 pub mod error;
 pub mod generation;
 pub mod heic;

@@ -2,9 +2,12 @@
 //! quantization, running sequences, speeding up replies), as LM Studio keeps them: a model with
 //! its own record loads with it, any other with the global Settings. Each
 //! record is one JSON setting in the store, under `model_load:<gallery id>`.
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
+use crate::draft_models::SpeedUpChoices;
 use crate::error::{AppError, AppResult};
 use crate::settings::{Settings, SpeedUp};
 use crate::state::AppState;
@@ -15,7 +18,7 @@ fn key(id: &str) -> String {
 }
 
 /// What one model loads with, in place of the Settings' values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct ModelLoadSettings {
     /// Context limit in tokens; 0 means the model's own.
     pub max_context: usize,
@@ -35,7 +38,7 @@ impl ModelLoadSettings {
             max_context: settings.max_context,
             kv_bits: settings.kv_bits,
             max_running: settings.max_running,
-            speed_up: settings.speed_up,
+            speed_up: settings.speed_up.clone(),
         }
     }
 
@@ -45,7 +48,7 @@ impl ModelLoadSettings {
             max_context: self.max_context,
             kv_bits: self.kv_bits,
             max_running: self.max_running,
-            speed_up: self.speed_up,
+            speed_up: self.speed_up.clone(),
             ..settings.clone()
         }
     }
@@ -70,6 +73,9 @@ pub struct ModelLoadSettingsView {
     /// The model is loaded with other values than `settings`: they apply
     /// once it is loaded again.
     pub reload_needed: bool,
+    /// What "Speed up replies" can offer this model besides off and prompt
+    /// lookup: its MTP heads, the models on disk that can draft for it.
+    pub speed_up_choices: SpeedUpChoices,
 }
 
 /// The model's record, if it has one.
@@ -86,15 +92,24 @@ pub async fn effective(state: &AppState, id: &str) -> AppResult<Settings> {
     })
 }
 
-pub async fn view(state: &AppState, id: &str) -> AppResult<ModelLoadSettingsView> {
+pub async fn view(state: &Arc<AppState>, id: &str) -> AppResult<ModelLoadSettingsView> {
+    let speed_up_choices = crate::draft_models::choices(state, id).await;
+    view_with(state, id, speed_up_choices).await
+}
+
+async fn view_with(
+    state: &AppState,
+    id: &str,
+    speed_up_choices: SpeedUpChoices,
+) -> AppResult<ModelLoadSettingsView> {
     let defaults = ModelLoadSettings::defaults(&state.settings());
     let own = remembered(state, id).await?;
-    let settings = own.unwrap_or(defaults);
+    let settings = own.clone().unwrap_or_else(|| defaults.clone());
     let status = state.status();
     let loaded_with = status.model.filter(|m| m.id == id).and(status.knobs);
     let reload_needed = loaded_with.is_some_and(|k| {
-        (k.max_context, k.kv_bits, k.max_running)
-            != (settings.max_context, settings.kv_bits, settings.max_running)
+        (k.max_context, k.kv_bits, k.max_running, &k.speed_up)
+            != (settings.max_context, settings.kv_bits, settings.max_running, &settings.speed_up)
     });
     Ok(ModelLoadSettingsView {
         id: id.to_string(),
@@ -102,11 +117,12 @@ pub async fn view(state: &AppState, id: &str) -> AppResult<ModelLoadSettingsView
         remembered: own.is_some(),
         defaults,
         reload_needed,
+        speed_up_choices,
     })
 }
 
 pub async fn save(
-    state: &AppState,
+    state: &Arc<AppState>,
     id: &str,
     settings: &ModelLoadSettings,
 ) -> AppResult<ModelLoadSettingsView> {
@@ -114,12 +130,14 @@ pub async fn save(
         return Err(AppError::new("MODEL_NOT_FOUND", "no model named"));
     }
     settings.validate()?;
+    let choices = crate::draft_models::choices(state, id).await;
+    crate::draft_models::check(&choices, &settings.speed_up, id)?;
     state.store.set_setting(&key(id), settings).await?;
-    view(state, id).await
+    view_with(state, id, choices).await
 }
 
 /// Forgets the model's record: it follows the Settings again.
-pub async fn forget(state: &AppState, id: &str) -> AppResult<ModelLoadSettingsView> {
+pub async fn forget(state: &Arc<AppState>, id: &str) -> AppResult<ModelLoadSettingsView> {
     state.store.delete_setting(&key(id)).await?;
     view(state, id).await
 }

@@ -52,11 +52,15 @@ pub struct LocalEntry {
     /// The load settings remembered for this model (model_settings.rs);
     /// `None`: it loads with the Settings'.
     pub load_settings: Option<ModelLoadSettings>,
+    /// Its checkpoint ships multi-token-prediction heads (`mtp.*` tensors),
+    /// which "Speed up replies" can draft with.
+    pub mtp_heads: bool,
 }
 
 fn local_entry(model: LocalModel) -> LocalEntry {
     let capabilities = capabilities(&model.path);
-    LocalEntry { model, capabilities, load_settings: None }
+    let mtp_heads = hub::mtp::folder_ships_mtp_heads(&model.path);
+    LocalEntry { model, capabilities, load_settings: None, mtp_heads }
 }
 
 /// A catalog entry as the gallery shows it.
@@ -179,6 +183,13 @@ pub(crate) async fn load_locked<R: Runtime>(
         return Err(AppError::new("UNSUPPORTED_MODEL", why));
     }
     let settings = crate::model_settings::effective(state, id).await?;
+    // A draft model is named by its gallery id: its path is the scan's.
+    let draft = match &settings.speed_up {
+        crate::settings::SpeedUp::DraftModel(draft) => {
+            Some(crate::draft_models::draft_speculation(state, draft).await?)
+        }
+        _ => None,
+    };
     // Split across machines (Settings' Cluster): this Mac is rank 0. A
     // second ring in one run is refused here, before anything is stopped.
     let tensor_split = settings.cluster.split == crate::cluster::ClusterSplit::Tensor;
@@ -203,6 +214,9 @@ pub(crate) async fn load_locked<R: Runtime>(
     });
     let path = model.path.clone();
     let mut config = settings.engine_config();
+    if draft.is_some() {
+        config.scheduler.speculation = draft;
+    }
     config.scheduler.prefix_disk = settings.prefix_disk(state.paths.prefix_cache());
     let split = group.is_some();
     let started = tokio::task::spawn_blocking(move || match group {

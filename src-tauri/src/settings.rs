@@ -109,8 +109,10 @@ impl Default for Settings {
 
 /// "Speed up replies": where draft tokens come from. Replies stay what the
 /// model would have written (greedy: the same tokens; sampling: the same
-/// distribution); only the speed changes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+/// distribution); only the speed changes. Settings offer off and prompt
+/// lookup (they apply to every model); a model's own load settings offer
+/// its MTP heads and draft models too (model_settings.rs says which).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "snake_case")]
 pub enum SpeedUp {
     #[default]
@@ -118,13 +120,22 @@ pub enum SpeedUp {
     /// Drafts copied from the chat's own text where the reply repeats it
     /// (editing, extracting, code): no second model.
     PromptLookup,
+    /// The checkpoint's own multi-token-prediction heads (`mtp.*` tensors).
+    Mtp,
+    /// Another model on disk with the same vocabulary drafts, by its
+    /// gallery id (`hf:owner/name`, `dir:<entry>`); its path is found when
+    /// the model loads (models.rs).
+    DraftModel(String),
 }
 
 impl SpeedUp {
-    pub fn speculation(self) -> Option<SpeculationConfig> {
+    /// The engine's speculation, for the proposers that need no path;
+    /// `DraftModel` is resolved at load (`draft_models::draft_speculation`).
+    pub fn speculation(&self) -> Option<SpeculationConfig> {
         match self {
-            SpeedUp::Off => None,
+            SpeedUp::Off | SpeedUp::DraftModel(_) => None,
             SpeedUp::PromptLookup => Some(SpeculationConfig::prompt_lookup()),
+            SpeedUp::Mtp => Some(SpeculationConfig::mtp()),
         }
     }
 }
@@ -202,7 +213,7 @@ impl Settings {
             kv_group_size: self.kv_group_size,
             max_context: self.max_context,
             max_running: self.max_running,
-            speed_up: self.speed_up,
+            speed_up: self.speed_up.clone(),
             vision_cache_mb: self.vision_cache_mb,
             prefix_disk_cache_mb: self.prefix_disk_cache_mb,
         }

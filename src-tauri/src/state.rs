@@ -89,6 +89,8 @@ pub struct AppState {
     pub mcp: Arc<crate::mcp::McpManager>,
     /// Tool calls waiting for the user's Approve / Deny.
     pub approvals: crate::tool_turns::PendingApprovals,
+    /// Models' vocabularies read for the draft-model choices (draft_models.rs).
+    pub vocabularies: crate::draft_models::Vocabularies,
 }
 
 impl AppState {
@@ -132,6 +134,7 @@ impl AppState {
             cluster: Mutex::new(None),
             mcp: Arc::new(crate::mcp::McpManager::default()),
             approvals: Default::default(),
+            vocabularies: Default::default(),
         }))
     }
 

@@ -8,7 +8,7 @@ afterEach(() => clearMocks());
 
 const model = (over: Partial<HubModel>): HubModel => ({
   repo: 'org/m', url: 'https://huggingface.co/org/m', author: 'org', architecture: 'llama',
-  support: { supported: true, family: 'Llama', reason: null }, capabilities: { vision: false, thinking: false, tools: false },
+  support: { supported: true, family: 'Llama', reason: null }, capabilities: { vision: false, thinking: false, tools: false, mtp: false },
   pipeline_tag: null, downloads: 0, likes: 0, license: null, gated: 'no', private: false, parameters: null, last_modified: null,
   variants: [], ...over,
 });
@@ -33,7 +33,7 @@ describe('Hub search on the Models page', () => {
       if (cmd === 'list_models') return emptyGallery;
       if (cmd === 'search_hub') {
         return { has_more: false, results: [
-          model({ repo: 'ggml-org/Tiny-GGUF', capabilities: { vision: true, thinking: true, tools: true }, downloads: 12345, likes: 67,
+          model({ repo: 'ggml-org/Tiny-GGUF', capabilities: { vision: true, thinking: true, tools: true, mtp: true }, downloads: 12345, likes: 67,
             license: 'apache-2.0', gated: 'auto',
             variants: [
               { label: 'Q4_K_M', format: 'gguf', files: ['t-q4_k_m.gguf'], bytes: 80_000_000, weight_bytes: 80_000_000, projector_bytes: null },
@@ -63,7 +63,7 @@ describe('Hub search on the Models page', () => {
     const card = (repo: string) => view.el.querySelector<HTMLElement>(`[data-testid=hub-result][data-repo="${repo}"]`)!;
     const gguf = card('ggml-org/Tiny-GGUF');
     expect(gguf.querySelector('[data-testid=hub-supported]')!.textContent).toBe('Runs here · Llama');
-    for (const b of ['hub-vision', 'hub-thinking', 'hub-tools']) expect(gguf.querySelector(`[data-testid=${b}]`)).not.toBeNull();
+    for (const b of ['hub-vision', 'hub-thinking', 'hub-tools', 'hub-mtp']) expect(gguf.querySelector(`[data-testid=${b}]`)).not.toBeNull();
     expect(gguf.querySelector('[data-testid=hub-variants]')!.textContent).toBe('Q4_K_M 80.0 MB · Q8_0 140 MB');
     expect(gguf.querySelector('[data-testid=hub-meta]')!.textContent).toBe('llama · ↓ 12,345 · ♥ 67 · license apache-2.0');
     const gated = gguf.querySelector('[data-testid=hub-gated]')!;

@@ -5,7 +5,7 @@
 import { api, errorText, type AppError, type FitCheck, type ModelLoadSettings, type ModelLoadSettingsView } from './api';
 import { clear, h } from './dom';
 import { fitBlock } from './fitVerdict';
-import { readLoadForm, SPEED_UP_CHOICES, SPEED_UP_HINT } from './loadSettings';
+import { draftModelsNote, readLoadForm, speedUpHint, speedUpOptions, speedUpValue } from './loadSettings';
 
 /** Typing in a field asks the fit again this long after the last key. */
 const FIT_DELAY_MS = 250;
@@ -29,15 +29,23 @@ export async function loadSettingsDialog(model: { id: string; name: string }, lo
     const kvBits = h('select', { name: 'kv_bits', 'data-testid': 'load-setting-kv_bits' },
       h('option', { value: '0' }, 'Off'), h('option', { value: '8' }, '8-bit'), h('option', { value: '4' }, '4-bit'));
     const maxRunning = h('input', { type: 'number', min: 1, max: 64, step: 1, name: 'max_running', 'data-testid': 'load-setting-max_running' });
+    const options = speedUpOptions(view.speed_up_choices);
     const speedUp = h('select', { name: 'speed_up', 'data-testid': 'load-setting-speed_up' },
-      ...SPEED_UP_CHOICES.map(([value, label]) => h('option', { value }, label)));
+      ...options.map(([value, label]) => h('option', { value }, label)));
+    const speedUpHintText = h('span', { class: 'muted small field-hint', 'data-testid': 'speed-up-hint' });
     const fill = (s: ModelLoadSettings) => {
       context.value = String(s.max_context);
       kvBits.value = String(s.kv_bits);
       maxRunning.value = String(s.max_running);
-      speedUp.value = s.speed_up ?? 'off';
+      const value = speedUpValue(s.speed_up);
+      // a choice the model no longer has (its draft deleted) still shows, to be changed
+      if (!options.some(([v]) => v === value)) speedUp.append(h('option', { value }, `${value} (not available)`));
+      speedUp.value = value;
+      speedUpHintText.textContent = speedUpHint(value);
     };
     fill(view.settings);
+    speedUp.addEventListener('change', () => { speedUpHintText.textContent = speedUpHint(speedUp.value); });
+    const draftNote = draftModelsNote(view.speed_up_choices);
     const problem = h('div', { class: 'error-note', role: 'alert', 'data-testid': 'load-settings-error', hidden: true });
     const fitBox = h('div', { class: 'load-settings-fit', 'data-testid': 'load-settings-fit', 'aria-live': 'polite' });
     const read = () => readLoadForm({ context: context.value, kvBits: kvBits.value, maxRunning: maxRunning.value, speedUp: speedUp.value });
@@ -100,7 +108,8 @@ export async function loadSettingsDialog(model: { id: string; name: string }, lo
           row('Context length (tokens)', context, '0 uses the model’s own limit.'),
           row('KV-cache quantization', kvBits, 'Fewer bits: long chats take less memory.'),
           row('Max running sequences', maxRunning, 'Answers written at once; each may fill the context, and the fit counts them all.'),
-          row('Speed up replies', speedUp, SPEED_UP_HINT)),
+          h('label', { class: 'chat-setting' }, h('span', {}, 'Speed up replies'), h('span', {}, speedUp, speedUpHintText,
+            draftNote ? h('span', { class: 'muted small field-hint', 'data-testid': 'draft-models-note' }, draftNote) : null))),
         problem,
         fitBox,
         h('div', { class: 'modal-actions' },

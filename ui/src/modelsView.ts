@@ -40,6 +40,7 @@ const BADGE_HELP = {
   onDisk: 'Already on this computer: Load it, no download needed.',
   best: 'The largest recommended model that fits this machine with room to spare.',
   added: 'Added from elsewhere on disk: removing it from the list leaves its files where they are.',
+  mtp: 'Its checkpoint ships multi-token-prediction heads: Load settings → Speed up replies can draft with them.',
 };
 
 const isFit = (f: unknown): f is FitCheck => typeof f === 'object' && f !== null && 'level' in f;
@@ -301,6 +302,7 @@ export class ModelsView {
         h('div', { class: 'title-row' },
           h('span', { class: 'title' }, m.name),
           m.vision ? badge('Vision', BADGE_HELP.vision, '', 'vision-badge') : null,
+          m.mtp_heads ? badge('MTP heads', BADGE_HELP.mtp, '', 'mtp-badge') : null,
           builtIn ? badge('Built in', BADGE_HELP.builtIn, 'subtle', 'built-in-badge') : null,
           m.location.kind === 'user_file' ? badge('Added', BADGE_HELP.added, 'subtle', 'added-badge') : null),
         h('div', { class: 'muted small' }, `${m.format.toUpperCase()} · ${m.architecture ?? '?'} · ${bytes(m.size_bytes)} · ${m.path}`),

@@ -13,4 +13,5 @@ mod idle_unload;
 mod mcp;
 mod model_load_settings;
 mod pdf_chat;
+mod speed_up_choices;
 mod ts_bindings;

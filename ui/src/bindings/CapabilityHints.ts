@@ -3,4 +3,10 @@
 /**
  * What the Hub's metadata hints at; the engine decides once the model is loaded.
  */
-export type CapabilityHints = { vision: boolean, thinking: boolean, tools: boolean, };
+export type CapabilityHints = { vision: boolean, thinking: boolean, tools: boolean, 
+/**
+ * Ships multi-token-prediction heads its own speculative decoding can
+ * draft with: config.json names MTP layers and it is no MLX conversion
+ * (see [`crate::mtp::hub_hint`]).
+ */
+mtp: boolean, };

@@ -13,6 +13,11 @@ export type LocalEntry = {
  */
 load_settings: ModelLoadSettings | null, 
 /**
+ * Its checkpoint ships multi-token-prediction heads (`mtp.*` tensors),
+ * which "Speed up replies" can draft with.
+ */
+mtp_heads: boolean, 
+/**
  * Stable id: `hf:owner/name`, `hf:owner/name/file.gguf`, `dir:<entry>` or `file:<path>`.
  */
 id: string, 

@@ -3,6 +3,8 @@
 /**
  * "Speed up replies": where draft tokens come from. Replies stay what the
  * model would have written (greedy: the same tokens; sampling: the same
- * distribution); only the speed changes.
+ * distribution); only the speed changes. Settings offer off and prompt
+ * lookup (they apply to every model); a model's own load settings offer
+ * its MTP heads and draft models too (model_settings.rs says which).
  */
-export type SpeedUp = "off" | "prompt_lookup";
+export type SpeedUp = "off" | "prompt_lookup" | "mtp" | { "draft_model": string };
