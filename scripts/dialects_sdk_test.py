@@ -240,11 +240,37 @@ def completions():
         if chunk.choices
     )
     check("a streamed completion equals the whole one", streamed == choice.text, repr(streamed))
-    try:
-        oai.completions.create(model=MODEL, prompt="x", max_tokens=1, echo=True, logprobs=1)
-        check("echo with logprobs is refused by name", False, "accepted")
-    except openai.BadRequestError as e:
-        check("echo with logprobs is refused by name", "echo with logprobs" in str(e), str(e)[:200])
+
+
+def completions_scored():
+    """echo + logprobs: the prompt scored, as evaluation harnesses ask."""
+    prompt = "The capital of France is"
+    s = oai.completions.create(model=MODEL, prompt=prompt, max_tokens=0, echo=True, logprobs=1)
+    choice, lp = s.choices[0], s.choices[0].logprobs
+    check(
+        "echo=True, logprobs=1, max_tokens=0 scores the prompt",
+        choice.text == prompt and "".join(lp.tokens) == prompt and len(lp.tokens) == s.usage.prompt_tokens
+        and lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+        and all(v <= 0 for v in lp.token_logprobs[1:]) and all(len(t) == 1 for t in lp.top_logprobs[1:])
+        and s.usage.completion_tokens == 0 and choice.finish_reason == "length",
+        f"{lp.tokens} {lp.token_logprobs}",
+    )
+    # A greedy answer scored as part of the prompt gets the figures decoding reported for it.
+    answer = oai.completions.create(model=MODEL, prompt=prompt, max_tokens=6, logprobs=1, **GREEDY).choices[0]
+    whole = oai.completions.create(model=MODEL, prompt=prompt + answer.text, max_tokens=0, echo=True, logprobs=1)
+    wl = whole.choices[0].logprobs
+    n = len(answer.logprobs.tokens)
+    if wl.tokens != lp.tokens + answer.logprobs.tokens:
+        check("a greedy answer scored in the prompt (tokenized apart)", True,
+              f"skipped: the text re-tokenizes as {wl.tokens[-n:]} vs {answer.logprobs.tokens}")
+    else:
+        diff = max(abs(a - b) for a, b in zip(wl.token_logprobs[-n:], answer.logprobs.token_logprobs))
+        check("a greedy answer scored in the prompt gets decoding's figures", diff < 1e-3, f"max diff {diff:.2e}")
+    first = list(oai.completions.create(model=MODEL, prompt=prompt, max_tokens=2, echo=True, logprobs=1,
+                                        stream=True, **GREEDY))[0]
+    check("streamed, the scored prompt comes first",
+          first.choices[0].text == prompt and first.choices[0].logprobs.token_logprobs[0] is None
+          and len(first.choices[0].logprobs.tokens) == len(lp.tokens), repr(first.choices[0]))
 
 
 attempt("responses: plain, stored, continued, deleted", responses_plain)
@@ -257,6 +283,7 @@ attempt("messages: thinking", messages_thinking)
 if "--vision" in OPTS and "--image" in OPTS:
     attempt("messages: image", messages_image)
 attempt("completions", completions)
+attempt("completions: the prompt scored (echo + logprobs)", completions_scored)
 
 print(f"\n{'all checks passed' if not failures else f'{len(failures)} failed: {failures}'}")
 sys.exit(len(failures))

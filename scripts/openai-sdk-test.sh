@@ -6,7 +6,8 @@
 # random Qwen2-VL (no vision weights can be downloaded here), whose answers
 # are checked for shape, not sense. Then the other dialects with the official
 # SDKs (scripts/dialects_sdk_test.py): the Responses API and legacy
-# completions with `openai`, the Messages API with `anthropic`. Not part of
+# completions with `openai` (the prompt scored too: echo + logprobs,
+# max_tokens 0, as evaluation harnesses ask), the Messages API with `anthropic`. Not part of
 # scripts/test.sh (it needs PyPI once, for the SDKs, and takes a few minutes
 # on CPU).
 #

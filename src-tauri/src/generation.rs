@@ -154,7 +154,7 @@ pub async fn pump(
                     send(StreamEvent::Reasoning { text: t });
                 }
                 // the app asks for none
-                Some(Event::Logprob(_)) => {}
+                Some(Event::Logprob(_) | Event::PromptLogprobs(_)) => {}
                 Some(Event::Accepted | Event::Queued { .. }) => {}
                 Some(Event::ToolCall(call)) if !offered.is_empty() => {
                     let server = offered.iter().find(|t| t.offered_name == call.name).map(|t| t.server.clone());

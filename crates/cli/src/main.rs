@@ -427,8 +427,11 @@ fn stream_reply(engine: &EngineHandle, request: Request) -> Completion {
             Event::Reasoning(t) => eprint!("\x1b[2m{t}\x1b[0m"),
             Event::ToolCall(call) => println!("[tool call] {}({})", call.name, call.arguments),
             Event::Error(e) => eprintln!("error: {} ({})", e.message, e.code),
-            Event::Logprob(_) | Event::Accepted | Event::Queued { .. } | Event::Finished { .. } => {
-            }
+            Event::Logprob(_)
+            | Event::PromptLogprobs(_)
+            | Event::Accepted
+            | Event::Queued { .. }
+            | Event::Finished { .. } => {}
         }
         if reply.absorb(event) {
             break;

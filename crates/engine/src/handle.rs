@@ -21,8 +21,8 @@ use crate::batch::prep_workers::PrepWorkers;
 use crate::batch::speculation::mtp::MtpDrafter;
 use crate::batch::speculation::DraftKind;
 use crate::batch::{
-    EngineStats, Event, FinishReason, PreparedRequest, Preparer, Request, RequestError, RequestId,
-    RequestStats, Scheduler, SchedulerConfig, TokenLogprob,
+    EngineStats, Event, FinishReason, PreparedRequest, Preparer, PromptLogprobs, Request,
+    RequestError, RequestId, RequestStats, Scheduler, SchedulerConfig, TokenLogprob,
 };
 use crate::distributed::step_watch::StepWatch;
 use crate::distributed::GroupConfig;
@@ -471,6 +471,8 @@ pub struct Completion {
     pub tool_calls: Vec<ToolCall>,
     /// One per generated token, when the request asked for them.
     pub logprobs: Vec<TokenLogprob>,
+    /// The prompt scored, when the request asked (`Request::prompt_logprobs`).
+    pub prompt_logprobs: Option<PromptLogprobs>,
     pub error: Option<RequestError>,
     pub finish_reason: Option<FinishReason>,
     pub stats: RequestStats,
@@ -487,6 +489,7 @@ impl Completion {
             Event::Content(t) => self.content.push_str(&t),
             Event::Reasoning(t) => self.reasoning.push_str(&t),
             Event::Logprob(lp) => self.logprobs.push(lp),
+            Event::PromptLogprobs(p) => self.prompt_logprobs = Some(p),
             Event::Accepted => self.accepted = true,
             Event::Queued { position } => self.queue_positions.push(position),
             Event::ToolCall(call) => self.tool_calls.push(call),

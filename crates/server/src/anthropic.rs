@@ -813,7 +813,10 @@ impl StreamWriter for MessageStream {
                 }
                 None => return self.error(&ApiError::engine_stopped()),
             },
-            Event::Accepted | Event::Queued { .. } | Event::Logprob(_) => {}
+            Event::Accepted
+            | Event::Queued { .. }
+            | Event::Logprob(_)
+            | Event::PromptLogprobs(_) => {}
         }
         out
     }

@@ -3,8 +3,17 @@
 //! engine requests without a chat template; the engine's events become
 //! `text_completion` choices with the legacy `logprobs` shape. Sampling and
 //! stop strings are checked by the same code as chat completions'.
+//!
+//! `echo` with `logprobs` scores the prompt (what evaluation harnesses such
+//! as lm-eval's `local-completions` send to rank answers): the engine's
+//! prompt log-probabilities come first in `logprobs` (the first token's
+//! `null`, nothing comes before it), then the generated tokens'; with
+//! `max_tokens: 0` only the prompt's. Streamed, the echoed prompt and its
+//! figures are one chunk before the answer's, as OpenAI sent them.
 use engine::batch::logprobs::MAX_TOP_LOGPROBS;
-use engine::batch::{Event, FinishReason, Prompt, Request, RequestStats, TokenLogprob};
+use engine::batch::{
+    Event, FinishReason, Prompt, PromptLogprobs, Request, RequestStats, TokenLogprob,
+};
 use engine::handle::Completion;
 use engine::sample::SamplingParams;
 use serde::Deserialize;
@@ -71,7 +80,8 @@ pub const MAX_CHOICES: usize = 64;
 /// A checked request: one engine request per choice, in choice order.
 pub struct Translated {
     pub requests: Vec<Request>,
-    /// Each choice's prompt text, when `echo` asked for it back.
+    /// Each choice's prompt text, when `echo` asked for it back (a prompt
+    /// of token ids that is scored: `None`, its text comes with its scores).
     pub echoes: Vec<Option<String>>,
     /// Answers per prompt (usage counts each prompt once).
     pub n: usize,
@@ -95,13 +105,8 @@ pub fn translate(
             )))
         }
     };
-    if echo && logprobs.is_some() {
-        // The engine gives log-probabilities of generated tokens only;
-        // answering this without the prompt's would mislead a scorer.
-        return Err(ApiError::invalid_param(
-            "echo with logprobs (log-probabilities of the prompt's tokens) is not supported by this server yet",
-        ));
-    }
+    // echo with logprobs: the prompt's tokens are scored too
+    let scores_prompt = echo && logprobs.is_some();
     let n = match body.n {
         None => 1,
         Some(n) if n >= 1 => n as usize,
@@ -116,9 +121,11 @@ pub fn translate(
     }
     let max_tokens = match body.max_tokens {
         None => DEFAULT_MAX_TOKENS,
-        Some(m) if m >= 1 => usize::try_from(m).unwrap_or(usize::MAX),
+        Some(m) if m >= 1 || (m == 0 && scores_prompt) => usize::try_from(m).unwrap_or(usize::MAX),
         Some(m) => {
-            return Err(ApiError::invalid_param(format!("max_tokens must be at least 1, got {m}")))
+            return Err(ApiError::invalid_param(format!(
+                "max_tokens must be at least 1 (0 only with echo and logprobs: the prompt scored), got {m}"
+            )))
         }
     };
     if let Some(options) = &body.stream_options {
@@ -151,9 +158,9 @@ pub fn translate(
             Prompt::Text(text) => Some(text.clone()),
             _ => None,
         };
-        if echo && text.is_none() {
+        if echo && text.is_none() && !scores_prompt {
             return Err(ApiError::invalid_param(
-                "echo needs text prompts here (token-id prompts are not turned back into text)",
+                "echo of token ids needs logprobs here (their text comes from the scored prompt)",
             ));
         }
         for j in 0..n {
@@ -164,6 +171,7 @@ pub fn translate(
                 Request::new(prompt.clone()).with_max_tokens(max_tokens).with_sampling(sampling);
             request.stop = stop.clone();
             request.logprobs = logprobs;
+            request.prompt_logprobs = if scores_prompt { logprobs } else { None };
             request.interactive = stream;
             requests.push(request);
             echoes.push(if echo { text.clone() } else { None });
@@ -272,22 +280,69 @@ fn finish_reason(reason: FinishReason) -> &'static str {
     }
 }
 
-/// The legacy `logprobs` object for tokens starting at character `offset`
-/// of the choice's text.
-fn logprobs_object(tokens: &[TokenLogprob], mut offset: usize) -> Value {
-    let mut text_offset = Vec::with_capacity(tokens.len());
-    for t in tokens {
-        text_offset.push(offset);
-        offset += t.token.text.chars().count();
+/// The legacy `logprobs` object, built token by token: `text_offset` counts
+/// characters of the choice's text.
+#[derive(Default)]
+struct LegacyLogprobs {
+    tokens: Vec<String>,
+    token_logprobs: Vec<Value>,
+    top_logprobs: Vec<Value>,
+    text_offset: Vec<usize>,
+    /// Where the next token's text starts.
+    offset: usize,
+}
+
+impl LegacyLogprobs {
+    fn starting_at(offset: usize) -> Self {
+        Self { offset, ..Self::default() }
     }
-    json!({
-        "tokens": tokens.iter().map(|t| &t.token.text).collect::<Vec<_>>(),
-        "token_logprobs": tokens.iter().map(|t| t.logprob).collect::<Vec<_>>(),
-        "top_logprobs": tokens.iter().map(|t| {
-            t.top.iter().map(|(tok, lp)| (tok.text.clone(), json!(lp))).collect::<Map<String, Value>>()
-        }).collect::<Vec<_>>(),
-        "text_offset": text_offset,
-    })
+
+    /// The prompt's tokens: the first with `null`s (nothing before it), then the scored ones.
+    fn prompt(mut self, prompt: &PromptLogprobs) -> Self {
+        self.push(&prompt.first.text, Value::Null, Value::Null);
+        self.tokens(&prompt.scored)
+    }
+
+    fn tokens(mut self, tokens: &[TokenLogprob]) -> Self {
+        for t in tokens {
+            let top: Map<String, Value> =
+                t.top.iter().map(|(tok, lp)| (tok.text.clone(), json!(lp))).collect();
+            self.push(&t.token.text, json!(t.logprob), Value::Object(top));
+        }
+        self
+    }
+
+    fn push(&mut self, text: &str, logprob: Value, top: Value) {
+        self.tokens.push(text.to_owned());
+        self.token_logprobs.push(logprob);
+        self.top_logprobs.push(top);
+        self.text_offset.push(self.offset);
+        self.offset += text.chars().count();
+    }
+
+    fn into_json(self) -> Value {
+        json!({
+            "tokens": self.tokens,
+            "token_logprobs": self.token_logprobs,
+            "top_logprobs": self.top_logprobs,
+            "text_offset": self.text_offset,
+        })
+    }
+}
+
+/// The legacy `logprobs` object for generated tokens starting at character
+/// `offset` of the choice's text.
+fn logprobs_object(tokens: &[TokenLogprob], offset: usize) -> Value {
+    LegacyLogprobs::starting_at(offset).tokens(tokens).into_json()
+}
+
+/// A scored prompt's text: its tokens' bytes (the echo of a prompt of token ids).
+fn prompt_text(prompt: &PromptLogprobs) -> String {
+    let mut bytes = prompt.first.bytes.clone();
+    for t in &prompt.scored {
+        bytes.extend(&t.token.bytes);
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// Usage over every choice: each prompt counted once, every answer's tokens.
@@ -310,11 +365,25 @@ pub fn whole_reply(
     }
     let mut choices = Vec::with_capacity(completions.len());
     for (index, (c, echo)) in completions.iter().zip(echoes).enumerate() {
-        let prefix = echo.as_deref().unwrap_or("");
+        let prefix = match (echo, &c.prompt_logprobs) {
+            (Some(text), _) => text.clone(),
+            (None, Some(scored)) => prompt_text(scored),
+            (None, None) => String::new(),
+        };
+        let logprobs = match (&c.prompt_logprobs, logprobs) {
+            (_, false) => Value::Null,
+            // the prompt's tokens, then the answer's after the echoed text
+            (Some(scored), true) => {
+                let mut l = LegacyLogprobs::default().prompt(scored);
+                l.offset = prefix.chars().count();
+                l.tokens(&c.logprobs).into_json()
+            }
+            (None, true) => logprobs_object(&c.logprobs, prefix.chars().count()),
+        };
         choices.push(json!({
             "index": index,
             "text": format!("{prefix}{}", c.content),
-            "logprobs": if logprobs { logprobs_object(&c.logprobs, prefix.chars().count()) } else { Value::Null },
+            "logprobs": logprobs,
             "finish_reason": c.finish_reason.map_or("stop", finish_reason),
         }));
     }
@@ -392,6 +461,18 @@ impl CompletionStream {
         )
     }
 
+    /// The echoed prompt and its scores, one chunk before the answer's text.
+    fn prompt(&mut self, index: usize, scored: PromptLogprobs) -> Frame {
+        let state = &mut self.choices[index];
+        let text = state.echo.take().unwrap_or_else(|| prompt_text(&scored));
+        state.chars += text.chars().count();
+        let logprobs = LegacyLogprobs::default().prompt(&scored).into_json();
+        self.chunk(
+            json!([{"index": index, "text": text, "logprobs": logprobs, "finish_reason": null}]),
+            None,
+        )
+    }
+
     fn error(&mut self, e: &ApiError) -> Vec<Frame> {
         self.failed = true;
         vec![Frame::data(serde_json::to_string(&e.body()).expect("an error body serializes"))]
@@ -409,6 +490,7 @@ impl StreamWriter for CompletionStream {
                 self.choices[choice].logprobs.push(lp);
                 Vec::new()
             }
+            Event::PromptLogprobs(scored) => vec![self.prompt(choice, scored)],
             Event::Error(e) => self.error(&ApiError::from_engine(&e)),
             Event::Finished { reason: FinishReason::Cancelled, .. } => {
                 self.error(&ApiError::cancelled())
@@ -482,8 +564,8 @@ mod tests {
     #[test]
     fn bad_requests_are_refused_by_name() {
         for (body, needle) in [
-            (json!({"prompt": "x", "echo": true, "logprobs": 1}), "echo with logprobs"),
-            (json!({"prompt": [1, 2], "echo": true}), "echo needs text prompts"),
+            (json!({"prompt": [1, 2], "echo": true}), "echo of token ids needs logprobs"),
+            (json!({"prompt": "x", "echo": true, "max_tokens": 0}), "max_tokens"),
             (json!({"prompt": "x", "logprobs": 21}), "logprobs"),
             (json!({"prompt": "x", "n": 0}), "n must be"),
             (json!({"prompt": "x", "n": 65}), "more than 64"),
@@ -506,6 +588,21 @@ mod tests {
             json!({"prompt": "x", "best_of": 1, "presence_penalty": 0, "user": "u", "suffix": ""}),
         )
         .unwrap();
+    }
+
+    #[test]
+    fn echo_with_logprobs_scores_the_prompt() {
+        let t =
+            translate_json(json!({"prompt": "Once", "echo": true, "logprobs": 1, "max_tokens": 0}))
+                .unwrap();
+        assert_eq!((t.requests[0].prompt_logprobs, t.requests[0].max_tokens), (Some(1), 0));
+        let ids = translate_json(json!({"prompt": [[1, 2]], "echo": true, "logprobs": 0})).unwrap();
+        assert_eq!(ids.requests[0].prompt_logprobs, Some(0));
+        assert_eq!(ids.echoes, vec![None], "the text comes with the scores");
+        // without echo, or without logprobs: the prompt is not scored
+        for body in [json!({"prompt": "x", "logprobs": 1}), json!({"prompt": "x", "echo": true})] {
+            assert_eq!(translate_json(body).unwrap().requests[0].prompt_logprobs, None);
+        }
     }
 
     fn lp(text: &str, logprob: f32) -> TokenLogprob {
@@ -545,6 +642,44 @@ mod tests {
             reply["usage"],
             json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})
         );
+    }
+
+    fn scored_prompt() -> PromptLogprobs {
+        let first = TokenText { id: 7, text: "Hé".into(), bytes: "Hé".as_bytes().to_vec() };
+        PromptLogprobs { first, scored: vec![lp(" ", -2.0)] }
+    }
+
+    #[test]
+    fn a_scored_prompt_comes_first_with_a_null_for_its_first_token() {
+        let c = Completion {
+            content: "a".into(),
+            logprobs: vec![lp("a", -0.5)],
+            prompt_logprobs: Some(scored_prompt()),
+            finish_reason: Some(FinishReason::Length),
+            ..Default::default()
+        };
+        let meta = ReplyMeta { id: "cmpl-1".into(), created: 7, model: "tiny".into() };
+        // a prompt of token ids: its text is its tokens'
+        let reply = whole_reply(&meta, vec![c.clone()], &[None], 1, true).unwrap();
+        assert_eq!(reply["choices"][0]["text"], "Hé a");
+        let logprobs = &reply["choices"][0]["logprobs"];
+        assert_eq!(logprobs["tokens"], json!(["Hé", " ", "a"]));
+        assert_eq!(logprobs["token_logprobs"], json!([null, -2.0, -0.5]));
+        assert_eq!(logprobs["top_logprobs"], json!([null, {" ": -2.0}, {"a": -0.5}]));
+        assert_eq!(logprobs["text_offset"], json!([0, 2, 3]));
+
+        // streamed: the prompt and its scores in one chunk, then the answer's
+        let mut w = CompletionStream::new(meta, vec![Some("Hé ".into())], 1, true, false);
+        let mut frames = w.event(0, Event::PromptLogprobs(scored_prompt()));
+        frames.extend(w.event(0, Event::Logprob(lp("a", -0.5))));
+        frames.extend(w.event(0, Event::Content("a".into())));
+        let chunks: Vec<Value> =
+            frames.iter().map(|f| serde_json::from_str(&f.data).unwrap()).collect();
+        assert_eq!(chunks.len(), 2);
+        let (prompt, answer) = (&chunks[0]["choices"][0], &chunks[1]["choices"][0]);
+        assert_eq!((prompt["text"].as_str(), answer["text"].as_str()), (Some("Hé "), Some("a")));
+        assert_eq!(prompt["logprobs"]["token_logprobs"], json!([null, -2.0]));
+        assert_eq!(answer["logprobs"]["text_offset"], json!([3]));
     }
 
     #[test]

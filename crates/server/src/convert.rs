@@ -210,6 +210,7 @@ pub fn prepare(
         parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
         require_tool_call,
         logprobs,
+        prompt_logprobs: None,
         // a whole reply has nobody watching its tokens arrive: no pacing for it
         interactive: body.stream.unwrap_or(false),
         speculate,

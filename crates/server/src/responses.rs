@@ -873,7 +873,8 @@ impl StreamWriter for ResponseStream {
                 self.fail(&ApiError::engine_stopped(), &mut out)
             }
             Event::Finished { reason, stats } => self.finish(reason, &stats, &mut out),
-            Event::Accepted | Event::Queued { .. } => {}
+            // these requests never score their prompt
+            Event::Accepted | Event::Queued { .. } | Event::PromptLogprobs(_) => {}
         }
         out
     }

@@ -15,7 +15,7 @@ pub mod speculation;
 
 pub use prepare::{PreparedRequest, Preparer};
 pub use request::{
-    Event, FinishReason, ImageInput, Prompt, Request, RequestError, RequestId, RequestStats,
-    TokenLogprob, TokenText,
+    Event, FinishReason, ImageInput, Prompt, PromptLogprobs, Request, RequestError, RequestId,
+    RequestStats, TokenLogprob, TokenText,
 };
 pub use scheduler::{EngineStats, Scheduler, SchedulerConfig, StepReport};

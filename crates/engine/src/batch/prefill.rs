@@ -17,7 +17,7 @@
 //! axes, which is ordinary RoPE.
 use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 
-use super::logprobs::PendingLogprobs;
+use super::logprobs::{PendingLogprobs, PendingPromptLogprobs};
 use super::sequence::Sequence;
 use crate::cache::BatchCache;
 use crate::error::Result;
@@ -169,6 +169,8 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
         .take_axis(Array::from_slice(&last_index, &[b]), 0)?
         .reshape(&[b, 1, d])?;
 
+    let scores = score_prompts(model, rows, &hidden)?;
+
     for (i, (r, c)) in rows.iter_mut().zip(cache.split()?).enumerate() {
         if let Some(waiting) = r.seq.target_hidden.as_mut() {
             // For the draft head: the hidden states of this chunk's tokens.
@@ -205,8 +207,42 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
     let mut outputs: Vec<&Array> = sampled.iter().flatten().collect();
     outputs.push(&last);
     outputs.extend(extra.iter());
+    outputs.extend(scores.iter().flat_map(|(_, s)| s.arrays()));
     mlx_rs::transforms::eval(outputs)?;
+    for (i, pending) in scores {
+        let seq = &mut rows[i].seq;
+        let names = seq.prompt_token_names().expect("a row that scores its prompt has the names");
+        seq.push_prompt_scores(pending.read(&names)?);
+    }
     Ok(sampled.iter().map(|s| s.as_ref().map(|t| t.as_slice::<i32>()[0] as u32)).collect())
+}
+
+/// For the rows that score their prompt (and only them: the rest pay
+/// nothing), each chunk position's log-probabilities of the prompt token that
+/// follows it, from the pass's `hidden` `[B, width, D]`. Called before the
+/// rows' `prefilled` advance. The last prompt position is left out: what
+/// follows it is the first generated token, sampled as for any row.
+fn score_prompts(
+    model: &dyn LanguageModel,
+    rows: &[PassRow],
+    hidden: &Array,
+) -> Result<Vec<(usize, PendingPromptLogprobs)>> {
+    let mut scores = Vec::new();
+    for (i, r) in rows.iter().enumerate() {
+        let Some(top) = r.seq.prompt_top_logprobs() else { continue };
+        let start = r.seq.prefilled;
+        // positions start.. predict tokens start + 1..; the prompt's last predicts none of it
+        let m = r.n.min(r.seq.prompt_len - 1 - start);
+        if m == 0 {
+            continue;
+        }
+        let row = i as i32;
+        let at = hidden.index((row..row + 1, 0..m as i32, ..));
+        let logits = model.logits(&at)?.reshape(&[m as i32, -1])?;
+        let targets = &r.seq.tokens[start + 1..start + 1 + m];
+        scores.push((i, PendingPromptLogprobs::compute(&logits, targets, top)?));
+    }
+    Ok(scores)
 }
 
 /// The pass's per-layer additions of image features, one `[B, width, hidden]`

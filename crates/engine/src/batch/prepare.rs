@@ -124,7 +124,8 @@ impl Preparer {
     /// Errors are the request's own (the engine never sees it).
     pub fn prepare(&self, mut req: Request, submitted: Instant) -> Result<PreparedRequest> {
         let tokenizer = &self.tokenizer;
-        if req.max_tokens == 0 {
+        if req.max_tokens == 0 && req.prompt_logprobs.is_none() {
+            // Only a request that scores its prompt has something to answer with none.
             return Err(Error::InvalidRequest("max_tokens must be at least 1".into()));
         }
         req.sampling.validate(self.vocab_size as i32)?;

@@ -69,6 +69,14 @@ pub struct Request {
     /// Log-probabilities of each generated token with this many most likely
     /// alternatives (0 to 20); `None` = none.
     pub logprobs: Option<usize>,
+    /// Score the prompt: the log-probability of each prompt token after the
+    /// first under the model given the tokens before it, with this many most
+    /// likely alternatives (0 to 20), sent as one
+    /// [`Event::PromptLogprobs`] before the first generated token; `None` =
+    /// none (and no cost). Such a request does not reuse the prefix cache
+    /// (a kept prefix has no logits to score) and may ask for no generated
+    /// tokens (`max_tokens` 0).
+    pub prompt_logprobs: Option<usize>,
     /// With tools offered: the reply must be a call of one of them
     /// (`tool_choice: "required"`, or the one named function), enforced by
     /// a grammar in the template's tool-call format.
@@ -98,6 +106,7 @@ impl Request {
             parallel_tool_calls: true,
             require_tool_call: false,
             logprobs: None,
+            prompt_logprobs: None,
             interactive: true,
             speculate: true,
         }
@@ -140,6 +149,15 @@ pub struct TokenLogprob {
     pub logprob: f32,
     /// Most likely first.
     pub top: Vec<(TokenText, f32)>,
+}
+
+/// A request's prompt scored by the model (see [`Request::prompt_logprobs`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PromptLogprobs {
+    /// The prompt's first token: nothing before it to score it against.
+    pub first: TokenText,
+    /// Every later prompt token, in order, given the tokens before it.
+    pub scored: Vec<TokenLogprob>,
 }
 
 /// A token's id, its bytes, and those bytes as text (lossy where a token is
@@ -208,6 +226,9 @@ pub enum Event {
     /// The log-probability of the next generated token (sent before its
     /// text, which the matcher may hold back), when the request asked.
     Logprob(TokenLogprob),
+    /// The prompt's tokens scored, when the request asked
+    /// ([`Request::prompt_logprobs`]): once, before any generated token.
+    PromptLogprobs(PromptLogprobs),
     /// Thinking text, kept apart from the answer.
     Reasoning(String),
     ToolCall(ToolCall),

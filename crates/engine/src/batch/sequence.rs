@@ -9,7 +9,9 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::images::{ImageWork, SequenceImages};
 use super::logprobs::{PendingLogprobs, TokenNames};
-use super::request::{Event, FinishReason, RequestError, RequestId, RequestStats};
+use super::request::{
+    Event, FinishReason, PromptLogprobs, RequestError, RequestId, RequestStats, TokenLogprob,
+};
 use super::speculation::draft_length::DraftLength;
 use super::speculation::mtp::TargetHidden;
 use crate::cache::{text_key, BatchCache, KeyToken};
@@ -66,6 +68,12 @@ pub struct Sequence {
     /// Computed for tokens sampled and not accepted yet, oldest first
     /// (decoding runs a step ahead of the read-back).
     pending_logprobs: VecDeque<PendingLogprobs>,
+    /// The prompt is scored (see [`super::Request::prompt_logprobs`]): how
+    /// many alternatives, and the names.
+    prompt_logprobs: Option<(usize, std::sync::Arc<TokenNames>)>,
+    /// The prompt tokens scored so far, chunk by chunk (sent when the prompt
+    /// is done).
+    prompt_scores: Vec<TokenLogprob>,
     events: UnboundedSender<Event>,
     submitted: Instant,
     prefill_started: Option<Instant>,
@@ -92,6 +100,7 @@ pub struct SequenceParts {
     pub close_thinking: Vec<u32>,
     pub one_tool_call: bool,
     pub logprobs: Option<(usize, std::sync::Arc<TokenNames>)>,
+    pub prompt_logprobs: Option<(usize, std::sync::Arc<TokenNames>)>,
     pub events: UnboundedSender<Event>,
     pub submitted: Instant,
 }
@@ -125,6 +134,8 @@ impl Sequence {
             one_tool_call: parts.one_tool_call,
             logprobs: parts.logprobs,
             pending_logprobs: VecDeque::new(),
+            prompt_logprobs: parts.prompt_logprobs,
+            prompt_scores: Vec::new(),
             events: parts.events,
             submitted: parts.submitted,
             prefill_started: None,
@@ -221,6 +232,32 @@ impl Sequence {
     /// read when that token is accepted.
     pub fn push_logprobs(&mut self, pending: PendingLogprobs) {
         self.pending_logprobs.push_back(pending);
+    }
+
+    /// How many alternatives this row's prompt scores list, if it scores its prompt.
+    pub fn prompt_top_logprobs(&self) -> Option<usize> {
+        self.prompt_logprobs.as_ref().map(|(top, _)| *top)
+    }
+
+    /// The names tokens are read back with, when this row scores its prompt.
+    pub fn prompt_token_names(&self) -> Option<std::sync::Arc<TokenNames>> {
+        self.prompt_logprobs.as_ref().map(|(_, names)| names.clone())
+    }
+
+    /// Scores of the next prompt tokens (a prefill chunk's), in order.
+    pub fn push_prompt_scores(&mut self, scores: Vec<TokenLogprob>) {
+        self.prompt_scores.extend(scores);
+    }
+
+    /// Sends the prompt's scores once it is prefilled, if it asked.
+    pub fn send_prompt_logprobs(&mut self) {
+        let Some((_, names)) = &self.prompt_logprobs else { return };
+        debug_assert_eq!(self.prompt_scores.len(), self.prompt_len - 1, "all but the first");
+        let scored = PromptLogprobs {
+            first: names.name(self.tokens[0]),
+            scored: std::mem::take(&mut self.prompt_scores),
+        };
+        let _ = self.events.send(Event::PromptLogprobs(scored));
     }
 
     /// Whether this row's next tokens can come from a draft: nothing forced

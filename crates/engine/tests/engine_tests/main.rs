@@ -21,6 +21,7 @@ mod parity_mlx_vlm_gemma;
 mod prefill_batching;
 mod prefix_cache;
 mod prefix_disk;
+mod prompt_logprobs;
 mod speculation_per_request;
 mod speculative;
 mod speculative_reference;

@@ -181,8 +181,8 @@ impl ChunkWriter {
                 self.logprobs.push(lp);
                 Vec::new()
             }
-            // The opening chunk already went out with the headers.
-            Event::Accepted | Event::Queued { .. } => Vec::new(),
+            // The opening chunk already went out with the headers; a chat never scores its prompt.
+            Event::Accepted | Event::Queued { .. } | Event::PromptLogprobs(_) => Vec::new(),
             Event::Error(e) => self.error(&ApiError::from_engine(&e)),
             Event::Finished { reason, stats } => self.finish(reason, &stats),
         }

@@ -6,6 +6,7 @@
 mod chat;
 #[path = "../common/mod.rs"]
 mod common;
+mod completions_echo;
 mod disconnect;
 mod errors;
 mod reload;

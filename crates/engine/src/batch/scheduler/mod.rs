@@ -382,17 +382,18 @@ impl Scheduler {
         };
         let req = &p.request;
         let speculate = req.speculate;
-        let logprobs = match req.logprobs {
-            Some(top) if top > MAX_TOP_LOGPROBS => {
-                return Err(Error::InvalidRequest(format!(
-                    "top_logprobs must be at most {MAX_TOP_LOGPROBS}, got {top}"
-                )))
-            }
-            Some(top) => Some((top, self.token_names())),
-            None => None,
+        let mut names = |asked: Option<usize>| match asked {
+            Some(top) if top > MAX_TOP_LOGPROBS => Err(Error::InvalidRequest(format!(
+                "top_logprobs must be at most {MAX_TOP_LOGPROBS}, got {top}"
+            ))),
+            Some(top) => Ok(Some((top, self.token_names()))),
+            None => Ok(None),
         };
+        let logprobs = names(req.logprobs)?;
+        let prompt_logprobs = names(req.prompt_logprobs)?;
         let parts = SequenceParts {
             logprobs,
+            prompt_logprobs,
             one_tool_call: p.offers_tools && !req.parallel_tool_calls,
             constraint,
             vision: p.images.map(ImageWork::new),
@@ -792,8 +793,14 @@ impl Scheduler {
 
     /// Starts `seq` from the longest kept prefix of its prompt, if any. On a
     /// miss it gets an empty cache, so it is looked up once, not at every
-    /// pass it waits for.
+    /// pass it waits for. A row that scores its prompt starts empty: a kept
+    /// prefix holds keys and values, not the logits its tokens are scored by
+    /// (its prompt is prefilled in full; what it leaves is kept as usual).
     fn reuse_prefix(&mut self, seq: &mut Sequence) {
+        if seq.prompt_top_logprobs().is_some() {
+            seq.prefill_cache = Some(self.loaded.model.new_cache(1));
+            return;
+        }
         match self.prefix_cache.lookup(&seq.prefix_key(seq.prompt_len)) {
             Some(hit) => {
                 seq.prefill_cache = Some(hit.cache);
@@ -808,7 +815,15 @@ impl Scheduler {
     /// Streams the first token and moves the sequence's cache into the batch.
     fn join_batch(&mut self, mut seq: Sequence, first: u32) -> Result<()> {
         let cache = seq.prefill_cache.take().expect("a prefilled sequence has its cache");
-        if let Some(reason) = seq.accept(first, &self.loaded.tokenizer) {
+        seq.send_prompt_logprobs();
+        // Only a request that scores its prompt may ask for no tokens: it is
+        // done with its prompt, and the token sampled for it is not its.
+        let done = if seq.max_tokens == 0 {
+            Some(FinishReason::Length)
+        } else {
+            seq.accept(first, &self.loaded.tokenizer)
+        };
+        if let Some(reason) = done {
             // Done at its first token: it never joined the batch.
             seq.kv_cache_bytes = cache.row_nbytes(0);
             let len = cache.offsets()[0] as usize;
