@@ -343,6 +343,16 @@ fn config_from_metadata(
             c.insert(hf.to_string(), v);
         }
     }
+    // Hybrid models: llama.cpp writes the KV heads of each layer, 0 for a
+    // layer without attention.
+    let per_layer_kv = file
+        .get(&format!("{arch}.attention.head_count_kv"))
+        .and_then(MetaValue::as_array)
+        .map(|a| a.iter().filter_map(MetaValue::as_f64).map(|v| v as i64).collect::<Vec<_>>());
+    if let Some(heads) = per_layer_kv {
+        c.insert("num_key_value_heads".into(), json!(heads.iter().copied().max().unwrap_or(0)));
+        c.insert("num_key_value_heads_per_layer".into(), json!(heads));
+    }
     let embedding = file.tensors.iter().find(|t| t.name == "token_embd.weight");
     let vocab = embedding.map_or(tokenizer.tokens.len(), |t| t.shape[0]);
     c.insert("vocab_size".into(), json!(vocab));
@@ -385,6 +395,8 @@ fn hf_name(gguf: &str, import: &GgufImport) -> Option<String> {
     }
     let top = match module {
         "token_embd" => "model.embed_tokens",
+        // the final norm where llama.cpp names it so (its "embedding norm")
+        "token_embd_norm" => "model.embedding_norm",
         "output_norm" => "model.norm",
         "output" => "lm_head",
         _ => return None,
