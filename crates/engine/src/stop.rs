@@ -128,10 +128,20 @@ impl ToolCallTags {
         ToolCallTags { open: "<|python_tag|>".into(), close: None, bare_json: true }
     }
 
+    /// `<|tool_call_start|>[f(a=1), …]<|tool_call_end|>`: LFM2.
+    pub fn pythonic() -> Self {
+        ToolCallTags {
+            open: "<|tool_call_start|>".into(),
+            close: Some("<|tool_call_end|>".into()),
+            bare_json: false,
+        }
+    }
+
     pub fn for_style(style: ToolCallStyle) -> Self {
         match style {
             ToolCallStyle::Hermes => Self::hermes(),
             ToolCallStyle::Llama3 => Self::llama3(),
+            ToolCallStyle::Pythonic => Self::pythonic(),
         }
     }
 }

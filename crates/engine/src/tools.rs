@@ -10,13 +10,19 @@
 //!   separated by `;`. Llama 3.1's built-in tools in Python-call syntax
 //!   (`brave_search.call(query="…")`) are not supported: they come back as a
 //!   parse error, so the text reaches the user as content.
+//! - **Pythonic** (LFM2): `<|tool_call_start|>[get_weather(city="Paris"),
+//!   …]<|tool_call_end|>`, a Python list of calls with keyword arguments
+//!   ([`pythonic`]); the JSON shapes above inside the same tags are read too.
 //!
-//! One parser reads both: the raw text is one or more JSON objects (or arrays
+//! One parser reads them all: the raw text is one or more JSON objects (or arrays
 //! of them) separated by blanks or `;`; each has a `name` and `arguments` or
 //! `parameters`, given as an object or as a JSON string of one, possibly in an
-//! OpenAI-style `{"type": "function", "function": {…}}` wrapper. Small models
+//! OpenAI-style `{"type": "function", "function": {…}}` wrapper — or, when it
+//! is no JSON, a Python list of calls. Small models
 //! mix these shapes up across formats, and a lenient parser loses fewer calls;
 //! so the caller needs no style to parse, only the tags to cut the text out.
+mod pythonic;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -32,6 +38,8 @@ pub enum ToolCallStyle {
     Hermes,
     /// `<|python_tag|>{…}` or a bare JSON answer, `;`-separated: Llama 3.1+.
     Llama3,
+    /// `<|tool_call_start|>[f(a=1), …]<|tool_call_end|>`: LFM2.
+    Pythonic,
 }
 
 impl ToolCallStyle {
@@ -41,6 +49,12 @@ impl ToolCallStyle {
     pub fn for_template(template_source: &str) -> Option<Self> {
         if template_source.contains("<tool_call>") {
             Some(ToolCallStyle::Hermes)
+        } else if template_source.contains("<|tool_list_start|>")
+            || template_source.contains("<|tool_call_start|>")
+            // LFM2.5's templates list the tools without the tags
+            || template_source.contains("List of tools: ")
+        {
+            Some(ToolCallStyle::Pythonic)
         } else if template_source.contains("<|python_tag|>")
             || (template_source.contains("<|start_header_id|>")
                 && template_source.contains("\"parameters\""))
@@ -86,25 +100,41 @@ impl ToolCallParseError {
 /// JSON answer) into one or more calls. All or nothing: if any part fails,
 /// the whole block is returned as an error, so no text goes missing.
 pub fn parse_tool_calls(raw: &str) -> Result<Vec<ToolCall>, ToolCallParseError> {
-    parse_values(raw)
-        .and_then(|values| {
-            let mut calls = Vec::new();
-            for value in values {
-                match value {
-                    Value::Array(items) => {
-                        for item in items {
-                            calls.push(call_from_value(item)?);
-                        }
+    let json = parse_json_calls(raw);
+    if json.is_err() {
+        if let Ok(calls) = pythonic::parse(raw) {
+            return Ok(calls
+                .into_iter()
+                .map(|(name, args)| ToolCall {
+                    id: new_call_id(),
+                    name,
+                    arguments: object_to_string(&args),
+                })
+                .collect());
+        }
+    }
+    json.map_err(|reason| ToolCallParseError { raw: raw.to_owned(), reason })
+}
+
+/// The calls of a block of JSON values.
+fn parse_json_calls(raw: &str) -> std::result::Result<Vec<ToolCall>, String> {
+    parse_values(raw).and_then(|values| {
+        let mut calls = Vec::new();
+        for value in values {
+            match value {
+                Value::Array(items) => {
+                    for item in items {
+                        calls.push(call_from_value(item)?);
                     }
-                    other => calls.push(call_from_value(other)?),
                 }
+                other => calls.push(call_from_value(other)?),
             }
-            if calls.is_empty() {
-                return Err("the tool call is empty".to_owned());
-            }
-            Ok(calls)
-        })
-        .map_err(|reason| ToolCallParseError { raw: raw.to_owned(), reason })
+        }
+        if calls.is_empty() {
+            return Err("the tool call is empty".to_owned());
+        }
+        Ok(calls)
+    })
 }
 
 /// Like [`parse_tool_calls`] for a block that must hold exactly one call.
@@ -515,6 +545,45 @@ mod tests {
             ToolCallStyle::for_template("{{- '<|python_tag|>' + tool_call.name }}"),
             Some(ToolCallStyle::Llama3)
         );
+        assert_eq!(
+            ToolCallStyle::for_template("List of tools: <|tool_list_start|>[{{ tools }}]"),
+            Some(ToolCallStyle::Pythonic)
+        );
+        assert_eq!(
+            ToolCallStyle::for_template("\"List of tools: \" + (tools | tojson)"),
+            Some(ToolCallStyle::Pythonic)
+        );
         assert_eq!(ToolCallStyle::for_template("<|im_start|>{{ m.content }}"), None);
+    }
+
+    /// LFM2 calls in a Python list between its tags, several at once; the
+    /// JSON shapes in the same tags are read as well.
+    #[test]
+    fn pythonic_calls_between_their_tags() {
+        let out = [
+            "Let me check.",
+            "<|tool_call_start|>",
+            "[get",
+            "_weather(city=\"",
+            "Paris\", days=2), get_time(tz='Europe/Paris')]",
+            "<|tool_call_end|>",
+        ];
+        let tags = ToolCallTags::for_style(ToolCallStyle::Pythonic);
+        let (content, reasoning, calls) = route(&out, tags.clone());
+        assert_eq!((content.as_str(), reasoning.as_str()), ("Let me check.", ""));
+        let calls = calls.into_iter().next().unwrap().unwrap();
+        assert_eq!(
+            name_args(&calls),
+            [
+                ("get_weather", r#"{"city":"Paris","days":2}"#),
+                ("get_time", r#"{"tz":"Europe/Paris"}"#)
+            ]
+        );
+        let json =
+            ["<|tool_call_start|>[{\"name\": \"f\", \"arguments\": {\"a\": 1}}]<|tool_call_end|>"];
+        let (_, _, calls) = route(&json, tags.clone());
+        assert_eq!(name_args(&calls[0].as_ref().unwrap()), [("f", r#"{"a":1}"#)]);
+        let (_, _, calls) = route(&["<|tool_call_start|>[f(x=]<|tool_call_end|>"], tags);
+        assert_eq!(calls[0].as_ref().unwrap_err().raw, "[f(x=]");
     }
 }

@@ -18,7 +18,7 @@ pub fn tool_call_grammar(
     is_special: impl Fn(&str) -> bool,
 ) -> Result<String> {
     let arguments_key = match style {
-        ToolCallStyle::Hermes => "arguments",
+        ToolCallStyle::Hermes | ToolCallStyle::Pythonic => "arguments",
         ToolCallStyle::Llama3 => "parameters",
     };
     let calls: Vec<Value> = tools
@@ -58,6 +58,17 @@ pub fn tool_call_grammar(
         ),
         // Llama 3's answer is the bare JSON object; several are `;`-separated.
         ToolCallStyle::Llama3 => ("arguments".to_string(), "\"; \""),
+        // The pythonic tags hold a list: the calls as JSON objects in it
+        // (the parser reads JSON there too), several in the one list.
+        ToolCallStyle::Pythonic => {
+            let more = if parallel { " (\", \" arguments)*" } else { "" };
+            let call = format!(
+                "{} \"[\" arguments{more} \"]\" {}",
+                tag("<|tool_call_start|>"),
+                tag("<|tool_call_end|>")
+            );
+            return Ok(format!("start: call\ncall: {call}\narguments: {call_json}\n"));
+        }
     };
     let start = if parallel { format!("call ({separator} call)*") } else { "call".to_string() };
     Ok(format!("start: {start}\ncall: {call}\narguments: {call_json}\n"))
@@ -101,6 +112,29 @@ mod tests {
         let g = tool_call_grammar(ToolCallStyle::Llama3, &[weather()], true, |_| false).unwrap();
         assert!(g.starts_with("start: call (\"; \" call)*\ncall: arguments\n"), "{g}");
         assert!(g.contains(r#""parameters":{"#), "{g}");
+    }
+
+    #[test]
+    fn pythonic_calls_are_a_json_list_between_the_tags() {
+        let g = tool_call_grammar(ToolCallStyle::Pythonic, &[weather()], true, |t| {
+            t.contains("tool_call")
+        })
+        .unwrap();
+        assert!(
+            g.starts_with(
+                "start: call\ncall: <|tool_call_start|> \"[\" arguments (\", \" arguments)* \"]\" <|tool_call_end|>\n"
+            ),
+            "{g}"
+        );
+        assert!(g.contains(r#""arguments":{"type":"object""#), "{g}");
+        let one =
+            tool_call_grammar(ToolCallStyle::Pythonic, &[weather()], false, |_| false).unwrap();
+        assert!(
+            one.contains(
+                "call: \"<|tool_call_start|>\" \"[\" arguments \"]\" \"<|tool_call_end|>\"\n"
+            ),
+            "{one}"
+        );
     }
 
     #[test]

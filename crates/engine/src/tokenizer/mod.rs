@@ -11,6 +11,7 @@ mod detokenize;
 mod gguf;
 mod literal_text;
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
@@ -97,6 +98,11 @@ pub struct Tokenizer {
     chat_template_error: Option<String>,
     /// Keeps special tokens typed in messages as text (built on first need).
     literal_text: Arc<OnceLock<Option<LiteralText>>>,
+    /// Special tokens that are the chat template's tool-call or thinking
+    /// tags (`<|tool_call_start|>` is special in some vocabularies): decoding
+    /// that skips special tokens keeps these, so the stream matcher sees
+    /// them. With them, every special id, to skip the others.
+    kept_specials: Option<(HashSet<u32>, HashSet<u32>)>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -190,6 +196,7 @@ impl Tokenizer {
             chat_template: None,
             chat_template_error: None,
             literal_text: Arc::default(),
+            kept_specials: None,
         };
         tokenizer.add_eos_ids(&eos_ids);
         if let Some(source) = template_source {
@@ -226,6 +233,7 @@ impl Tokenizer {
             chat_template: None,
             chat_template_error: None,
             literal_text: Arc::default(),
+            kept_specials: None,
         };
         tokenizer.add_eos_ids(&meta.eos_id.into_iter().collect::<Vec<_>>());
         if let Some(source) = &meta.chat_template {
@@ -239,6 +247,7 @@ impl Tokenizer {
             Ok(t) => {
                 self.chat_template = Some(t);
                 self.chat_template_error = None;
+                self.keep_template_tags(source);
             }
             Err(e) => {
                 tracing::warn!(origin, error = %e, "chat template does not compile; chat is unavailable");
@@ -253,7 +262,28 @@ impl Tokenizer {
     pub fn set_chat_template(&mut self, source: &str) -> Result<()> {
         self.chat_template = Some(ChatTemplate::new(source)?);
         self.chat_template_error = None;
+        self.keep_template_tags(source);
         Ok(())
+    }
+
+    /// Finds the template's tool-call and thinking tags that are single
+    /// special tokens ([`Self::decode`] keeps them).
+    fn keep_template_tags(&mut self, source: &str) {
+        let tool = crate::stop::tool_call_tags_for_template(source)
+            .map(|t| [Some(t.open), t.close])
+            .unwrap_or_default();
+        let think = crate::stop::thinking_tags_for_template(source).map(|t| [t.open, t.close]);
+        let added = self.inner.get_added_tokens_decoder();
+        let specials: HashSet<u32> =
+            added.iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
+        let kept: HashSet<u32> = tool
+            .into_iter()
+            .flatten()
+            .chain(think.into_iter().flatten())
+            .filter_map(|tag| self.inner.token_to_id(&tag))
+            .filter(|id| specials.contains(id))
+            .collect();
+        self.kept_specials = (!kept.is_empty()).then_some((kept, specials));
     }
 
     /// Adds ids that also end generation (from the model config, or `<|eot_id|>`
@@ -292,7 +322,20 @@ impl Tokenizer {
     }
 
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
-        self.inner.decode(ids, skip_special).map_err(|e| Error::Tokenizer(format!("decode: {e}")))
+        let decode = |ids: &[u32], skip: bool| {
+            self.inner.decode(ids, skip).map_err(|e| Error::Tokenizer(format!("decode: {e}")))
+        };
+        match &self.kept_specials {
+            Some((kept, specials)) if skip_special && ids.iter().any(|id| kept.contains(id)) => {
+                let ids: Vec<u32> = ids
+                    .iter()
+                    .copied()
+                    .filter(|id| kept.contains(id) || !specials.contains(id))
+                    .collect();
+                decode(&ids, false)
+            }
+            _ => decode(ids, skip_special),
+        }
     }
 
     pub fn bos_id(&self) -> Option<u32> {
@@ -561,6 +604,31 @@ pub(crate) mod tests {
 
     pub(crate) fn spm_test_tokenizer() -> Tokenizer {
         Tokenizer::from_gguf(spm_meta()).unwrap()
+    }
+
+    /// A special token that is the template's tool-call tag survives
+    /// decoding that skips special tokens (the stream matcher must see it);
+    /// the other specials are still skipped.
+    #[test]
+    fn special_tool_call_tags_are_kept_when_specials_are_skipped() {
+        let mut meta = byte_level_meta();
+        for tag in ["<|tool_call_start|>", "<|tool_call_end|>"] {
+            meta.tokens.push(tag.into());
+            meta.token_types.push(3);
+        }
+        meta.chat_template = Some("{{ messages[0].content }} <|tool_call_start|>".into());
+        let tok = Tokenizer::from_gguf(meta.clone()).unwrap();
+        let open = tok.token_to_id("<|tool_call_start|>").unwrap();
+        let close = tok.token_to_id("<|tool_call_end|>").unwrap();
+        let mut ids = vec![open];
+        ids.extend(tok.encode("[f(a=1)]", false).unwrap());
+        ids.extend([close, 2]);
+        assert_eq!(tok.decode(&ids, true).unwrap(), "<|tool_call_start|>[f(a=1)]<|tool_call_end|>");
+        assert_eq!(tok.decode(&[1, 40, 2], true).unwrap(), tok.decode(&[40], false).unwrap());
+        // Without a template naming them they are skipped as before.
+        meta.chat_template = Some("{{ messages[0].content }}".into());
+        let plain = Tokenizer::from_gguf(meta).unwrap();
+        assert_eq!(plain.decode(&ids, true).unwrap(), "[f(a=1)]");
     }
 
     #[test]
