@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Records Python mlx-lm's outputs on our tiny seeded folders (llama, qwen3,
-# qwen3_moe, gemma3_text, gemma4_text(_moe), qwen3_5(_moe); float and
-# 4-bit), as goldens for
+# qwen3_moe, gemma3_text, gemma4_text(_moe), qwen3_5(_moe), lfm2; float and
+# 4-bit; lfm2 also batched), as goldens for
 # crates/engine/tests/engine_tests/parity_mlx_lm.rs:
 #   1. .venv-ref/ with the pinned mlx[cpu] + mlx-lm (scripts/ref-venv.sh)
 #   2. the tiny folders from the write_tiny_model example
 #   3. scripts/goldens/tiny_models.py → crates/engine/tests/goldens/tiny_*_mlx_lm.json
-# Idempotent: rerunning rewrites the same JSON. Runs MLX on the CPU with
+# `make-goldens.sh lfm2 ...` records only the families named (and not the
+# real Gemma 3 270M). Idempotent: rerunning rewrites the same JSON. Runs MLX on the CPU with
 # OpenBLAS preloaded when it is installed, the BLAS our binaries link.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +32,10 @@ if [ -n "$openblas" ]; then
   export LD_PRELOAD="$openblas${LD_PRELOAD:+:$LD_PRELOAD}"
 fi
 log "recording mlx-lm outputs"
-"$ROOT/.venv-ref/bin/python" scripts/goldens/tiny_models.py "$work" "$OUT"
+"$ROOT/.venv-ref/bin/python" scripts/goldens/tiny_models.py "$work" "$OUT" "$@"
+if [ $# -gt 0 ]; then
+  exit 0
+fi
 
 log "the real Gemma 3 270M: SentencePiece encodings and mlx-lm greedy ids on its converted folder"
 scripts/fetch-gemma3-270m.sh

@@ -1,9 +1,10 @@
 """Records Python mlx-lm's outputs on the tiny seeded folders written by
 `target/debug/examples/write_tiny_model <dir>` (llama, qwen3, qwen3_moe,
-gemma3_text, gemma4_text(_moe), qwen3_5(_moe); float and 4-bit each), as goldens for
-crates/engine/tests/engine_tests/parity_mlx_lm.rs.
+gemma3_text, gemma4_text(_moe), qwen3_5(_moe), lfm2; float and 4-bit each), as goldens
+for crates/engine/tests/engine_tests/parity_mlx_lm.rs.
 
-Usage: tiny_models.py <dir with <family>/{float,q4}> <goldens dir>
+Usage: tiny_models.py <dir with <family>/{float,q4}> <goldens dir> [family ...]
+(the families named, or all of them).
 
 Per family, one JSON file `tiny_<family>_mlx_lm.json` with, for each
 variant (float; 4-bit; 4-bit dequantized to float32 at load, as our
@@ -13,6 +14,11 @@ decoding loop (`generate_step`: its own cache kinds per layer — Gemma's
 rotating sliding-window cache included — and no stop at EOS, so raw ids are
 recorded). Gemma's prompt is longer than its sliding window (8), so the
 window edge is crossed in the prompt and again while decoding.
+
+For the families in BATCHED, the float folder also runs through mlx-lm's
+continuous batch (`BatchGenerator`, greedy, no stop tokens): prompts of
+different lengths prefilled together (left-padded), GREEDY_TOKENS ids each,
+recorded under `batched`.
 """
 import importlib.metadata
 import json
@@ -51,7 +57,10 @@ PROMPTS = {
     "gemma4_text_moe": LONG_PROMPT,
     "qwen3_5": LONG_PROMPT,
     "qwen3_5_moe": LONG_PROMPT,
+    "lfm2": LONG_PROMPT,
 }
+# Prompts of 5, 12 and 23 tokens decoded together.
+BATCHED = {"lfm2": [PROMPT[:5], PROMPT, LONG_PROMPT]}
 GREEDY_TOKENS = 16
 SPECIAL_IDS = {0, 1, 2}
 # The llama golden keeps its historical name.
@@ -109,10 +118,30 @@ def record(folder: Path, prompt: list, dequantize: bool = False) -> dict:
     return {"logits": [[sig7(v) for v in row] for row in logits.tolist()], "greedy_ids": greedy}
 
 
+def record_batched(folder: Path, prompts: list) -> dict:
+    from mlx_lm.generate import BatchGenerator
+
+    model, _tokenizer = load(str(folder))
+    gen = BatchGenerator(model, stop_tokens=None)
+    uids = gen.insert(prompts, [GREEDY_TOKENS] * len(prompts))
+    ids = {uid: [] for uid in uids}
+    while responses := gen.next_generated():
+        for r in responses:
+            ids[r.uid].append(int(r.token))
+    gen.close()
+    greedy = [ids[uid] for uid in uids]
+    assert all(len(g) == GREEDY_TOKENS for g in greedy), greedy
+    return {"prompts": prompts, "greedy_ids": greedy}
+
+
 def main() -> None:
     src, out_dir = Path(sys.argv[1]), Path(sys.argv[2])
+    only = set(sys.argv[3:])
+    assert only <= PROMPTS.keys(), f"unknown families: {only - PROMPTS.keys()}"
     out_dir.mkdir(parents=True, exist_ok=True)
     for family, prompt in PROMPTS.items():
+        if only and family not in only:
+            continue
         config = json.loads((src / family / "float" / "config.json").read_text())
         vocab = config.get("text_config", config)["vocab_size"]
         assert all(0 <= t < vocab and t not in SPECIAL_IDS for t in prompt), "prompt ids must be ordinary tokens"
@@ -128,6 +157,9 @@ def main() -> None:
                 "q4_float32": record(src / family / "q4", prompt, dequantize=True),
             },
         }
+        if family in BATCHED:
+            golden["batched"] = record_batched(src / family / "float", BATCHED[family])
+            print(f"{family}/batched: greedy {golden['batched']['greedy_ids']}")
         out = out_dir / FILE_NAMES.get(family, f"tiny_{family}_mlx_lm.json")
         text = json.dumps(golden, separators=(",", ":"))
         out.write_text(text + "\n")

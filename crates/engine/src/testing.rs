@@ -10,6 +10,7 @@ mod families;
 mod gemma3_vl;
 mod gemma4_vl;
 mod gguf_writer;
+mod lfm2;
 mod qwen3_vl;
 mod qwen_vl;
 mod speculative_pair;
@@ -32,6 +33,7 @@ pub use gemma4_vl::{
     GEMMA4_VL_SOFT_TOKENS,
 };
 pub use gguf_writer::{write_gguf, GgufTensor, GgufValue};
+pub use lfm2::{lfm2_byte_level_meta, LFM2_CHAT_TEMPLATE, LFM2_SPECIAL_TOKENS};
 pub use qwen3_vl::{
     write_qwen35_vl, write_qwen3_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,
     write_tiny_qwen3_vl_moe, Qwen35VlDims, Qwen3VlDims, QwenTowerDims, QWEN35_MAX_PIXELS,

@@ -9,6 +9,7 @@ pub mod gemma3;
 pub mod gemma4;
 pub mod language_model_only;
 pub mod layers;
+pub mod lfm2;
 pub mod llama;
 pub mod loading;
 pub mod qwen2;

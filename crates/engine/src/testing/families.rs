@@ -28,10 +28,12 @@ pub enum TinyFamily {
     Qwen35,
     /// Qwen3.5's mixture of experts (a shared expert beside the routed ones).
     Qwen35Moe,
+    /// LFM2: short gated convolutions and attention layers ([`super::lfm2`]).
+    Lfm2,
 }
 
 impl TinyFamily {
-    pub const ALL: [TinyFamily; 7] = [
+    pub const ALL: [TinyFamily; 8] = [
         TinyFamily::Qwen3,
         TinyFamily::Qwen3Moe,
         TinyFamily::Gemma3,
@@ -39,6 +41,7 @@ impl TinyFamily {
         TinyFamily::Gemma4Moe,
         TinyFamily::Qwen35,
         TinyFamily::Qwen35Moe,
+        TinyFamily::Lfm2,
     ];
 
     /// A name for folders and goldens (unique, unlike `model_type`).
@@ -58,6 +61,7 @@ impl TinyFamily {
             TinyFamily::Gemma4 | TinyFamily::Gemma4Moe => "gemma4_text",
             TinyFamily::Qwen35 => "qwen3_5",
             TinyFamily::Qwen35Moe => "qwen3_5_moe",
+            TinyFamily::Lfm2 => "lfm2",
         }
     }
 
@@ -166,6 +170,8 @@ impl Dims {
             TinyFamily::Qwen35Moe => {
                 Dims { layers: 4, head_dim: 32, experts: 4, top_k: 2, moe_intermediate: 32, ..base }
             }
+            // Head size hidden / heads = 32: KV quantization's smallest group.
+            TinyFamily::Lfm2 => Dims { layers: 5, heads: 2, kv_heads: 1, head_dim: 32, ..base },
         }
     }
 
@@ -288,6 +294,9 @@ pub fn write_family(
     if matches!(family, TinyFamily::Qwen35 | TinyFamily::Qwen35Moe) {
         return write_qwen35(dir, d, quantize, seed);
     }
+    if family == TinyFamily::Lfm2 {
+        return super::lfm2::write_lfm2(dir, d, quantize, seed);
+    }
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = tiny_tokenizer()?;
     tokenizer.write_hf_files(dir)?;
@@ -406,6 +415,7 @@ pub fn write_family(
         }
         TinyFamily::Gemma4 | TinyFamily::Gemma4Moe => unreachable!("written by write_gemma4"),
         TinyFamily::Qwen35 | TinyFamily::Qwen35Moe => unreachable!("written by write_qwen35"),
+        TinyFamily::Lfm2 => unreachable!("written by write_lfm2"),
     }
     save_checkpoint(dir, c.tensors, &c.matrices, config, quantize)?;
     Ok(vocab)

@@ -8,7 +8,7 @@
 //! needs. Qwen3 with thinking on and off in the same batch keeps each row's
 //! reasoning apart. Qwen3.5's recurrent layers in the same batch: padding
 //! never reaches a state, a cancelled row, a chat's second turn resumed
-//! from a prompt checkpoint.
+//! from a prompt checkpoint; LFM2's convolution states the same way.
 use engine::batch::{Prompt, Request, SchedulerConfig};
 use engine::model;
 use engine::testing::TinyFamily;
@@ -114,6 +114,15 @@ fn qwen35_batched_equals_alone() {
 #[test]
 fn qwen35_moe_batched_equals_alone() {
     batched_equals_alone(TinyFamily::Qwen35Moe);
+}
+
+/// LFM2's short convolutions keep each row's last inputs: rows of 5 to 30
+/// tokens prefilled together in right-padded chunks (padding must not reach
+/// a state), a row joining mid-decode, and a follow-up resumed from the
+/// first prompt's checkpoint.
+#[test]
+fn lfm2_batched_equals_alone() {
+    batched_equals_alone(TinyFamily::Lfm2);
 }
 
 /// A cancelled Qwen3.5 row leaves the batch with its state; the others'

@@ -126,3 +126,112 @@ fn a_qwen3_gguf_loads_as_the_folder_it_was_written_from() {
     assert!(diff < 1e-5, "the GGUF computes another model: logits differ by {diff}");
     assert_eq!(greedy_ids(&from_gguf, &prompt, 12), greedy_ids(&from_folder, &prompt, 12));
 }
+
+/// An LFM2 GGUF as llama.cpp's converter writes it: `lfm2.*` metadata with
+/// the KV heads of each layer (0 for a convolution), `shortconv.l_cache`,
+/// the MLP width already adjusted, the convolution kernels squeezed to
+/// `[C, K]`, the final norm as `token_embd_norm`. It loads as the folder
+/// it was written from: same attention plan, same logits and tokens.
+#[test]
+fn an_lfm2_gguf_loads_as_the_folder_it_was_written_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("lfm2");
+    write_tiny_family(&folder, TinyFamily::Lfm2, None, 5).unwrap();
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("config.json")).unwrap())
+            .unwrap();
+    let int = |k: &str| GgufValue::U32(config[k].as_u64().unwrap_or_else(|| panic!("{k}")) as u32);
+    let types: Vec<&str> =
+        config["layer_types"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    let kv = config["num_key_value_heads"].as_i64().unwrap() as i32;
+    let per_layer: Vec<i32> =
+        types.iter().map(|t| if *t == "full_attention" { kv } else { 0 }).collect();
+    let weights: HashMap<String, Array> =
+        Array::load_safetensors(folder.join("model.safetensors")).unwrap();
+    let ff = weights["model.layers.0.feed_forward.w1.weight"].shape()[0] as u32;
+    let tokenizer = engine::testing::lfm2_byte_level_meta();
+    let metadata = vec![
+        ("general.architecture", GgufValue::Str("lfm2".into())),
+        ("lfm2.block_count", int("num_hidden_layers")),
+        ("lfm2.context_length", int("max_position_embeddings")),
+        ("lfm2.embedding_length", int("hidden_size")),
+        ("lfm2.feed_forward_length", GgufValue::U32(ff)),
+        ("lfm2.attention.head_count", int("num_attention_heads")),
+        ("lfm2.attention.head_count_kv", GgufValue::I32s(per_layer)),
+        (
+            "lfm2.attention.layer_norm_rms_epsilon",
+            GgufValue::F32(config["norm_eps"].as_f64().unwrap() as f32),
+        ),
+        ("lfm2.rope.freq_base", GgufValue::F32(config["rope_theta"].as_f64().unwrap() as f32)),
+        ("lfm2.shortconv.l_cache", int("conv_L_cache")),
+        ("tokenizer.ggml.model", GgufValue::Str(tokenizer.model.clone())),
+        ("tokenizer.ggml.pre", GgufValue::Str(tokenizer.pre.clone().unwrap())),
+        ("tokenizer.ggml.tokens", GgufValue::Strings(tokenizer.tokens.clone())),
+        ("tokenizer.ggml.token_type", GgufValue::I32s(tokenizer.token_types.clone())),
+        ("tokenizer.ggml.merges", GgufValue::Strings(tokenizer.merges.clone())),
+        ("tokenizer.ggml.bos_token_id", GgufValue::U32(tokenizer.bos_id.unwrap())),
+        ("tokenizer.ggml.eos_token_id", GgufValue::U32(tokenizer.eos_id.unwrap())),
+        ("tokenizer.ggml.add_bos_token", GgufValue::Bool(false)),
+        ("tokenizer.chat_template", GgufValue::Str(tokenizer.chat_template.clone().unwrap())),
+    ];
+    let gguf_name = |hf: &str| -> String {
+        let top = [
+            ("model.embed_tokens.weight", "token_embd.weight"),
+            ("model.embedding_norm.weight", "token_embd_norm.weight"),
+        ];
+        if let Some((_, g)) = top.iter().find(|(h, _)| *h == hf) {
+            return g.to_string();
+        }
+        let rest = hf.strip_prefix("model.layers.").unwrap();
+        let (layer, module) = rest.split_once('.').unwrap();
+        let (name, suffix) = module.rsplit_once('.').unwrap();
+        let g = match name {
+            "operator_norm" => "attn_norm",
+            "ffn_norm" => "ffn_norm",
+            "feed_forward.w1" => "ffn_gate",
+            "feed_forward.w3" => "ffn_up",
+            "feed_forward.w2" => "ffn_down",
+            "self_attn.q_proj" => "attn_q",
+            "self_attn.k_proj" => "attn_k",
+            "self_attn.v_proj" => "attn_v",
+            "self_attn.out_proj" => "attn_output",
+            "self_attn.q_layernorm" => "attn_q_norm",
+            "self_attn.k_layernorm" => "attn_k_norm",
+            "conv.conv" => "shortconv.conv",
+            "conv.in_proj" => "shortconv.in_proj",
+            "conv.out_proj" => "shortconv.out_proj",
+            other => panic!("unexpected tensor {other}"),
+        };
+        format!("blk.{layer}.{g}.{suffix}")
+    };
+    let mut names: Vec<&String> = weights.keys().collect();
+    names.sort();
+    let tensors: Vec<GgufTensor> = names
+        .into_iter()
+        .map(|name| {
+            let mut a = weights[name].as_dtype(Dtype::Float32).unwrap();
+            if name.ends_with("conv.conv.weight") {
+                // `[C, 1, K]` squeezed, as llama.cpp's converter does
+                a = a.squeeze_axes(&[1]).unwrap();
+            }
+            a.eval().unwrap();
+            let shape: Vec<usize> = a.shape().iter().map(|&d| d as usize).collect();
+            GgufTensor::f32(gguf_name(name), &shape, a.as_slice::<f32>())
+        })
+        .collect();
+    let gguf = dir.path().join("tiny-lfm2-f32.gguf");
+    write_gguf(&gguf, &metadata, &tensors).unwrap();
+
+    let from_folder = model::load(&folder, &LOAD).unwrap();
+    let from_gguf = model::load(&gguf, &LOAD).unwrap();
+    assert_eq!(from_gguf.info.family, "LFM2");
+    assert_eq!(from_gguf.info.cache_layout, from_folder.info.cache_layout);
+    assert!(from_gguf.info.capabilities.tools, "the template's tool format");
+    let prompt: Vec<u32> = (0..24).map(|i| 3 + (i * 37 + 11) % 250).collect();
+    let a = forward_fresh(from_folder.model.as_ref(), &tokens(&prompt));
+    let b = forward_fresh(from_gguf.model.as_ref(), &tokens(&prompt));
+    let diff = max_abs_diff(&a, &b);
+    println!("LFM2 max |logit difference| folder vs GGUF: {diff:e}");
+    assert!(diff < 1e-5, "the GGUF computes another model: logits differ by {diff}");
+    assert_eq!(greedy_ids(&from_gguf, &prompt, 12), greedy_ids(&from_folder, &prompt, 12));
+}

@@ -14,6 +14,7 @@ mod gemma3_real;
 mod gguf_import;
 mod image_scheduling;
 mod kv_quantization;
+mod lfm2;
 mod logprobs;
 mod parity_mlx_lm;
 mod parity_mlx_vlm;

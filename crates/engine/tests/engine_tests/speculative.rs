@@ -592,3 +592,26 @@ fn sampling_rows_speculate_and_a_seed_still_fixes_the_reply() {
     }
     assert_speculated(&driver.scheduler.stats().speculation);
 }
+
+/// LFM2's short convolutions keep each row's last inputs as a state: a
+/// verify pass records the state after each of its tokens and a row whose
+/// drafts were rejected goes back to the one after its last kept token.
+/// Prompt lookup on and off give the same replies in a batch whose rows
+/// keep different counts, with a join mid-decode and chunked prompts.
+#[test]
+fn lfm2_convolution_states_go_back_to_the_last_kept_token() {
+    let dir = family_checkpoint(TinyFamily::Lfm2, 11);
+    let sampling = greedy_no_eos();
+    let reqs = [
+        request(&repeating_prompt(30), 30, &sampling),
+        request(&repeating_prompt(31), 24, &sampling),
+        request(&repeating_prompt(32), 27, &sampling),
+    ];
+    let base = SchedulerConfig { prefill_budget: 6, ..Default::default() };
+    let stats = lossless(dir.path(), base, &reqs, 2, 4);
+    assert!(stats.verify_passes > 0 && stats.drafted_tokens > 0, "{stats:?}");
+    assert!(
+        stats.accepted_tokens < stats.drafted_tokens,
+        "some drafts are rejected, so some rows went back: {stats:?}"
+    );
+}

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use hub::fit::local_model;
-use hub::{check_local_model, FitLevel, FitSettings, MachineMemory, WeightHolding};
+use hub::{check_local_model, FitLevel, FitSettings, MachineMemory, ModelShape, WeightHolding};
 
 fn default_model() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -99,4 +99,49 @@ fn mlx_quantized_safetensors_count_their_packed_weights() {
     assert_eq!(stored.weights, file.len() as u64);
     let (_, float) = local_model(dir.path(), WeightHolding::Float32).unwrap();
     assert_eq!(float.weights, (128 * 8 * 8 + 64) * 4);
+}
+
+/// LFM2-1.2B (mlx-community/LFM2-1.2B-4bit in the catalog): ten short
+/// convolutions keep their last two inputs (2 × 2048 values) whatever the
+/// context, only the six attention layers' keys and values grow; with the
+/// catalog's size its chat fits an 8 GB machine with 5 GB free.
+#[test]
+fn an_lfm2_estimate_counts_only_its_attention_layers_per_token() {
+    let config = serde_json::json!({
+        "model_type": "lfm2", "block_auto_adjust_ff_dim": true, "block_dim": 2048,
+        "block_ff_dim": 12288, "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 256,
+        "conv_L_cache": 3, "conv_bias": false, "hidden_size": 2048,
+        "full_attn_idxs": [2, 5, 8, 10, 12, 14], "max_position_embeddings": 128000,
+        "norm_eps": 1e-5, "num_attention_heads": 32, "num_hidden_layers": 16,
+        "num_key_value_heads": 8, "rope_theta": 1000000.0, "vocab_size": 65536,
+        "torch_dtype": "bfloat16"
+    });
+    let shape = ModelShape::from_config(&config).unwrap();
+    assert_eq!(shape.layers.len(), 16);
+    let attention: Vec<usize> = (0..16).filter(|&i| shape.layers[i].kv_heads > 0).collect();
+    assert_eq!(attention, [2, 5, 8, 10, 12, 14]);
+    assert!(attention.iter().all(|&i| shape.layers[i].head_dim == 64));
+    // KV quantization: every attention layer (the last layer is a convolution)
+    assert!(shape.layers.iter().enumerate().all(|(i, l)| l.quantizable == attention.contains(&i)));
+    let states = 10 * 2 * 2048 * 2; // bf16
+    let per_token = 6 * 2 * 8 * 64 * 2;
+    assert_eq!(shape.kv_bytes(1000, None), states + per_token * 1000);
+    assert_eq!(shape.kv_bytes(4000, None) - shape.kv_bytes(1000, None), per_token * 3000);
+
+    let catalog = hub::Catalog::builtin().unwrap();
+    let entry = catalog
+        .models
+        .iter()
+        .find(|m| m.id == "mlx-community/LFM2-1.2B-4bit")
+        .expect("LFM2 in the catalog");
+    assert_eq!((entry.architecture.as_str(), entry.vision), ("lfm2", false));
+    let weights = hub::WeightBytes { weights: entry.size_bytes, vision_projector: 0 };
+    let gib = 1u64 << 30;
+    let machine =
+        MachineMemory { total_bytes: 8 * gib, available_bytes: 5 * gib, gpu_limit_bytes: None };
+    let settings = FitSettings { context: 32_768, kv_bits: None, sequences: 4 };
+    let report = hub::check_fit(&shape, &weights, &settings, &machine);
+    println!("LFM2-1.2B 4-bit on 8 GB: {}", report.summary);
+    assert_eq!(report.level, FitLevel::Green, "{}", report.summary);
+    assert_eq!(report.estimate.weights, entry.size_bytes);
 }
