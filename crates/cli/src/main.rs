@@ -87,11 +87,15 @@ struct ModelArgs {
     /// and output (no second model); `draft` with a smaller model of the
     /// same tokenizer (--draft-model); `mtp` with the model's own
     /// multi-token-prediction head (Qwen3.5 checkpoints with `mtp.*`
-    /// tensors). Greedy output stays exactly the same.
+    /// tensors), or with --draft-model the head of mlx-vlm's split drafter
+    /// folder (`split_mtp`) for a checkpoint without one; `assistant` with
+    /// a Gemma 4 assistant drafter folder (--draft-model). Greedy output
+    /// stays exactly the same.
     #[arg(long, value_enum)]
     draft_kind: Option<DraftKindArg>,
     /// The draft model (a folder or .gguf) for `--draft-kind draft`; given
-    /// alone it implies that kind.
+    /// alone it implies that kind. With `--draft-kind mtp`: a split head's
+    /// folder; with `--draft-kind assistant`: the assistant's folder.
     #[arg(long, value_name = "PATH")]
     draft_model: Option<PathBuf>,
     /// Draft exactly N tokens per step, whatever lands (as mlx-lm's
@@ -106,6 +110,7 @@ enum DraftKindArg {
     Lookup,
     Draft,
     Mtp,
+    Assistant,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -129,8 +134,19 @@ impl ModelArgs {
             (None, None) => return Ok(None),
             (Some(DraftKindArg::Lookup), None) => SpeculationConfig::prompt_lookup(),
             (Some(DraftKindArg::Mtp), None) => SpeculationConfig::mtp(),
-            (Some(DraftKindArg::Lookup | DraftKindArg::Mtp), Some(_)) => {
-                anyhow::bail!("--draft-model is for --draft-kind draft")
+            (Some(DraftKindArg::Mtp), Some(folder)) => {
+                SpeculationConfig::mtp_folder(folder.clone())
+            }
+            (Some(DraftKindArg::Assistant), Some(folder)) => {
+                SpeculationConfig::assistant(folder.clone())
+            }
+            (Some(DraftKindArg::Assistant), None) => {
+                anyhow::bail!(
+                    "--draft-kind assistant needs --draft-model FOLDER (the assistant's folder)"
+                )
+            }
+            (Some(DraftKindArg::Lookup), Some(_)) => {
+                anyhow::bail!("--draft-model is for --draft-kind draft or mtp")
             }
             (Some(DraftKindArg::Draft), None) => {
                 anyhow::bail!("--draft-kind draft needs --draft-model PATH")

@@ -7,13 +7,16 @@
 //! names; q4: mlx-community names, 4-bit group 32).
 //! `write_tiny_model --speculative-pair <out-dir>` writes the tiny target and
 //! draft of the speculative-decoding reference test instead
-//! (`<out-dir>/{target,draft}`, for scripts/make-speculative-golden.sh).
+//! (`<out-dir>/{target,draft}`, for scripts/make-speculative-golden.sh);
+//! `write_tiny_model --mtp-target <out-dir>` the tiny Qwen3.5 with a
+//! multi-token-prediction head of scripts/make-speculative-mtp-golden.sh
+//! (`<out-dir>/target`).
 use std::path::PathBuf;
 
 use clap::Parser;
 use engine::testing::{
-    write_family, write_speculative_pair, write_tiny_family, write_tiny_llama, Dims, TinyFamily,
-    TinyLlama,
+    write_family, write_mtp_target, write_mtp_target_seeded, write_speculative_pair,
+    write_tiny_family, write_tiny_llama, Dims, TinyFamily, TinyLlama,
 };
 use engine::weights::QuantSpec;
 
@@ -36,6 +39,12 @@ struct Args {
     /// The speculative-decoding reference pair instead: <out>/target and <out>/draft.
     #[arg(long)]
     speculative_pair: bool,
+    /// The MTP reference target instead: <out>/target (a tiny Qwen3.5 with an mtp.* head).
+    #[arg(long)]
+    mtp_target: bool,
+    /// With --mtp-target: another seed than the test's.
+    #[arg(long, requires = "mtp_target")]
+    seed: Option<u64>,
     /// Where to write.
     out: PathBuf,
 }
@@ -48,6 +57,14 @@ fn main() -> anyhow::Result<()> {
     let out = args.out;
     if args.speculative_pair {
         write_speculative_pair(&out)?;
+        println!("{}", out.display());
+        return Ok(());
+    }
+    if args.mtp_target {
+        match args.seed {
+            Some(seed) => write_mtp_target_seeded(&out, seed)?,
+            None => write_mtp_target(&out)?,
+        };
         println!("{}", out.display());
         return Ok(());
     }

@@ -130,7 +130,12 @@ impl EngineHandle {
             .name("engine".into())
             .spawn(move || {
                 let mut scheduler_config = config.scheduler;
+                let kind = scheduler_config.speculation.as_ref().map(|s| s.kind.clone());
                 let loaded = match &distributed {
+                    // The checkpoint's own draft head is read only when it drafts.
+                    None if kind == Some(DraftKind::Mtp) => {
+                        model::load_with_draft_head(&path, &config.load)
+                    }
                     None => model::load(&path, &config.load),
                     Some(group) => {
                         if scheduler_config.prefix_disk.take().is_some() {
@@ -153,15 +158,45 @@ impl EngineHandle {
                     _ => None,
                 };
                 // Its own draft head asked of a model without one fails the start, saying so.
-                let wants_head =
-                    matches!(scheduler_config.speculation.as_ref().map(|s| &s.kind), Some(DraftKind::Mtp));
-                if wants_head && distributed.is_none() {
+                if kind == Some(DraftKind::Mtp) && distributed.is_none() {
                     if let Err(e) = MtpDrafter::new(loaded.model.as_ref(), &loaded.info.name) {
                         let _ = ready_tx.send(Err(e));
                         return;
                     }
                 }
-                let scheduler = Scheduler::new(loaded, scheduler_config);
+                // A head or an assistant from a drafter folder is loaded for the
+                // target; one that does not fit it fails the start.
+                let head = match &kind {
+                    Some(DraftKind::MtpFolder(folder)) if distributed.is_none() => {
+                        match model::load_draft_head(folder, loaded.model.as_ref(), &config.load) {
+                            Ok(head) => Some(head),
+                            Err(e) => {
+                                let _ = ready_tx.send(Err(e));
+                                return;
+                            }
+                        }
+                    }
+                    _ => None,
+                };
+                let assistant = match &kind {
+                    Some(DraftKind::Assistant(folder)) if distributed.is_none() => {
+                        match model::load_assistant(folder, loaded.model.as_ref(), &config.load) {
+                            Ok(assistant) => Some(assistant),
+                            Err(e) => {
+                                let _ = ready_tx.send(Err(e));
+                                return;
+                            }
+                        }
+                    }
+                    _ => None,
+                };
+                let mut scheduler = Scheduler::new(loaded, scheduler_config);
+                if let Some(head) = head {
+                    scheduler = scheduler.with_draft_head(head);
+                }
+                if let Some(assistant) = assistant {
+                    scheduler = scheduler.with_assistant(assistant);
+                }
                 // A draft model is loaded beside the target; one that does not suit it fails the start.
                 let scheduler = match draft_path {
                     None => Ok(scheduler),

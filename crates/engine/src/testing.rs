@@ -8,6 +8,7 @@
 //! vision tower (`qwen3_vl.rs`) with Python mlx-vlm.
 mod families;
 mod gemma3_vl;
+mod gemma4_assistant;
 mod gemma4_vl;
 mod gguf_writer;
 mod lfm2;
@@ -28,6 +29,7 @@ pub use families::{write_family, write_tiny_family, Dims, Gemma4Plan, Qwen35Plan
 pub use gemma3_vl::{
     write_gemma3_vl, write_tiny_gemma3_vl, Gemma3VlDims, GEMMA3_CHAT_TEMPLATE, GEMMA3_VL_WINDOW,
 };
+pub use gemma4_assistant::write_gemma4_assistant;
 pub use gemma4_vl::{
     write_gemma4_vl, write_tiny_gemma4_vl, Gemma4VlDims, GEMMA4_CHAT_TEMPLATE,
     GEMMA4_VL_SOFT_TOKENS,
@@ -43,7 +45,10 @@ pub use qwen_vl::{
     qwen_byte_level_meta, write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims,
     QWEN_SPECIAL_TOKENS, QWEN_VL_CHAT_TEMPLATE,
 };
-pub use speculative_pair::{write_draft_of, write_speculative_pair};
+pub use speculative_pair::{
+    split_mtp_head, write_draft_of, write_mtp_target, write_mtp_target_seeded,
+    write_speculative_pair,
+};
 
 /// Shape and storage of a tiny llama.
 #[derive(Debug, Clone)]

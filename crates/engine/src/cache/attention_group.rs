@@ -215,6 +215,35 @@ impl AttentionGroup {
         Ok(AttentionMask::Array(visible))
     }
 
+    /// What one query at the next column would attend to in member
+    /// `member`, with nothing written: the keys and values in use (still
+    /// quantized where stored so) and [`Self::mask`]'s mask for that query
+    /// over them (`None` before the layer first ran).
+    pub fn peek(&self, member: usize) -> Result<Option<(KvView, AttentionMask)>> {
+        let Some(layer) = &self.layers[member] else { return Ok(None) };
+        let end = self.columns;
+        let view = match (layer.keys.read_quantized(end), layer.values.read_quantized(end)) {
+            (Some((keys, spec)), Some((values, _))) => KvView::Quantized { keys, values, spec },
+            _ => KvView::Float(layer.keys.read(end)?, layer.values.read(end)?),
+        };
+        let padded = self.left_padding.iter().any(|&p| p > 0);
+        let windowed = self.window.is_some_and(|w| end + 1 > w);
+        if !padded && !windowed {
+            return Ok(Some((view, AttentionMask::None)));
+        }
+        // The query at column `end`: every key is in its past.
+        let cols = ops::arange::<_, i32>(None, end, None)?.reshape(&[1, 1, 1, end])?;
+        let mut visible = cols.ge(&Array::from_int(0))?;
+        if padded {
+            let pads = Array::from_slice(&self.left_padding, &[self.rows() as i32, 1, 1, 1]);
+            visible = ops::logical_and(&visible, cols.ge(&pads)?)?;
+        }
+        if let Some(w) = self.window.filter(|_| windowed) {
+            visible = ops::logical_and(&visible, cols.gt(&Array::from_int(end - w))?)?;
+        }
+        Ok(Some((view, AttentionMask::Array(visible))))
+    }
+
     /// Writes this step's keys and values `[B, kv_heads, L, head_dim]` of
     /// member `member` after the columns in use and returns everything the
     /// step's queries may attend to (still quantized where stored so).

@@ -267,6 +267,23 @@ impl BatchCache {
         Ok((view, self.groups[group].step_mask()))
     }
 
+    /// What one query at each row's next position would attend to in
+    /// `layer` (a shared layer: its source), outside any step and with
+    /// nothing written: its keys and values and the layer kind's mask. For
+    /// a drafter that reads the target's cache (Gemma 4's assistant).
+    pub fn peek(&self, layer: usize) -> Result<(KvView, AttentionMask)> {
+        let layer = match self.slots[layer] {
+            Slot::Shared { source } => source,
+            _ => layer,
+        };
+        let Slot::Attention { group, member } = self.slots[layer] else {
+            return Err(Error::Mlx(format!("layer {layer} keeps no keys and values")));
+        };
+        self.groups[group]
+            .peek(member)?
+            .ok_or_else(|| Error::Mlx(format!("layer {layer} holds nothing yet")))
+    }
+
     fn recurrent_index(&self, layer: usize) -> Result<usize> {
         match self.slots[layer] {
             Slot::Recurrent { index } => Ok(index),

@@ -57,11 +57,23 @@ fn resolve(path: &Path) -> Result<Source> {
     }
 }
 
-/// Loads a model folder or `.gguf` file.
+/// Loads a model folder or `.gguf` file. A draft head the checkpoint ships
+/// (Qwen3.5's `mtp.*` layers) is left unread: only speculative decoding by
+/// it needs it ([`load_with_draft_head`]).
 pub fn load(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
+    load_whole(path, opts, false)
+}
+
+/// [`load`], with the checkpoint's own draft head when it has one
+/// ([`super::LanguageModel::draft_head`]), for speculative decoding by it.
+pub fn load_with_draft_head(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
+    load_whole(path, opts, true)
+}
+
+fn load_whole(path: &Path, opts: &LoadOptions, draft_head: bool) -> Result<LoadedModel> {
     let started = std::time::Instant::now();
     let loaded = match resolve(path)? {
-        Source::Folder(dir) => load_folder(&dir, opts, None)?,
+        Source::Folder(dir) => load_folder(&dir, opts, None, draft_head)?,
         Source::Gguf(file) => load_gguf(&file, opts, None)?,
     };
     tracing::info!(
@@ -107,13 +119,125 @@ pub fn load_pipeline(path: &Path, opts: &LoadOptions, pipeline: Pipeline) -> Res
 /// Loads this rank's `share` of a split model.
 pub fn load_share(path: &Path, opts: &LoadOptions, share: Share) -> Result<LoadedModel> {
     match (resolve(path)?, share) {
-        (Source::Folder(dir), share) => load_folder(&dir, opts, Some(share)),
+        (Source::Folder(dir), share) => load_folder(&dir, opts, Some(share), false),
         (Source::Gguf(file), Share::Pipeline(p)) => load_gguf(&file, opts, Some(Share::Pipeline(p))),
         (Source::Gguf(file), Share::Tensor(_)) => Err(Error::InvalidRequest(format!(
             "{}: tensor parallel loads a safetensors folder, not a .gguf file (split it as a pipeline, or convert it)",
             file.display()
         ))),
     }
+}
+
+/// A drafter folder that reads the target's own states: mlx-vlm's split
+/// multi-token-prediction head (`model_type: "qwen3_5_mtp"`, written by its
+/// `split_mtp`), for a `target` whose checkpoint has none. Refused, saying
+/// why, when the folder is no such head or was split from a model of
+/// another size.
+pub fn load_draft_head(
+    path: &Path,
+    target: &dyn super::LanguageModel,
+    opts: &LoadOptions,
+) -> Result<Box<dyn super::DraftHead>> {
+    if !path.join("config.json").is_file() {
+        return Err(Error::ModelNotFound {
+            path: path.to_path_buf(),
+            reason: "a multi-token-prediction head is a folder with config.json".into(),
+        });
+    }
+    let config = read_config(path)?;
+    let model_type = registry::model_type(&config)?;
+    if model_type != "qwen3_5_mtp" {
+        return Err(Error::InvalidRequest(format!(
+            "{} holds a {model_type} model, not a multi-token-prediction head (mlx-vlm's split \
+             drafter, model_type qwen3_5_mtp): give it as a draft model instead",
+            path.display()
+        )));
+    }
+    let quantization = Quantization::from_config(&config)?;
+    let mut weights = weights::safetensors::load_folder(path)?;
+    let mut loader = layers::LayerLoader {
+        weights: &mut weights,
+        quantization: &quantization,
+        format: opts.format,
+        dtype: activation_dtype(opts.format),
+        tensor_parallel: None,
+        sharded_layers: 0,
+        pipeline: None,
+        stage: None,
+        draft_head: true,
+    };
+    // The width of the target's hidden states, from one embedding.
+    let hidden = target.embed(&Array::from_slice(&[0i32], &[1, 1]))?.dim(-1);
+    let head =
+        super::qwen3_5::mtp::load_split(&config, &mut loader, hidden, target.shape().vocab_size)?;
+    let leftover = loader.weights.leftover();
+    if !leftover.is_empty() {
+        tracing::warn!(count = leftover.len(), first = %leftover[0], "head tensors not used");
+    }
+    Ok(Box::new(head))
+}
+
+/// A Gemma 4 assistant drafter folder (`model_type: "gemma4_assistant"`)
+/// for `target`. Refused, saying why, when the folder holds something
+/// else or was made for another model; one draft is run on a probe at load,
+/// so a drafter that does not fit fails here, not mid-request.
+pub fn load_assistant(
+    path: &Path,
+    target: &dyn super::LanguageModel,
+    opts: &LoadOptions,
+) -> Result<Box<dyn super::KvDrafter>> {
+    if !path.join("config.json").is_file() {
+        return Err(Error::ModelNotFound {
+            path: path.to_path_buf(),
+            reason: "an assistant drafter is a folder with config.json".into(),
+        });
+    }
+    let config = read_config(path)?;
+    let model_type = registry::model_type(&config)?;
+    if model_type != "gemma4_assistant" {
+        return Err(Error::InvalidRequest(format!(
+            "{} holds a {model_type} model, not a Gemma 4 assistant drafter (model_type \
+             gemma4_assistant)",
+            path.display()
+        )));
+    }
+    let quantization = Quantization::from_config(&config)?;
+    let mut weights = weights::safetensors::load_folder(path)?;
+    let mut loader = layers::LayerLoader {
+        weights: &mut weights,
+        quantization: &quantization,
+        format: opts.format,
+        dtype: activation_dtype(opts.format),
+        tensor_parallel: None,
+        sharded_layers: 0,
+        pipeline: None,
+        stage: None,
+        draft_head: true,
+    };
+    let probe = Array::from_slice(&[0i32], &[1, 1]);
+    let layout = target.cache_layout();
+    let assistant = super::gemma4::assistant::load(
+        &config,
+        &mut loader,
+        target.embed(&probe)?.dim(-1),
+        target.shape().vocab_size,
+        layout.kinds(),
+    )?;
+    let leftover = loader.weights.leftover();
+    if !leftover.is_empty() {
+        tracing::warn!(count = leftover.len(), first = %leftover[0], "assistant tensors not used");
+    }
+    // One draft over a one-token target cache: shapes that do not fit fail now.
+    let mut cache = target.new_cache(1);
+    let hidden = target.forward_embeddings(
+        target.embed(&probe)?,
+        &probe,
+        &Positions::Start(0),
+        &mut cache,
+    )?;
+    use super::KvDrafter;
+    assistant.draft(target, &cache, &probe, &hidden, &[0], 1)?.eval()?;
+    Ok(Box::new(assistant))
 }
 
 fn read_config(dir: &Path) -> Result<Value> {
@@ -123,7 +247,12 @@ fn read_config(dir: &Path) -> Result<Value> {
         .map_err(|e| Error::InvalidConfig(format!("{}: {e}", path.display())))
 }
 
-fn load_folder(dir: &Path, opts: &LoadOptions, share: Option<Share>) -> Result<LoadedModel> {
+fn load_folder(
+    dir: &Path,
+    opts: &LoadOptions,
+    share: Option<Share>,
+    draft_head: bool,
+) -> Result<LoadedModel> {
     let config = read_config(dir)?;
     let model_type = registry::model_type(&config)?;
     // Before reading gigabytes of weights.
@@ -134,8 +263,16 @@ fn load_folder(dir: &Path, opts: &LoadOptions, share: Option<Share>) -> Result<L
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let stored = describe_quantization(&quantization);
     let words = quantization_words(&quantization);
-    let parts =
-        Parts { name, path: dir, model_type: &model_type, family, config: &config, stored, words };
+    let parts = Parts {
+        name,
+        path: dir,
+        model_type: &model_type,
+        family,
+        config: &config,
+        stored,
+        words,
+        draft_head,
+    };
     let mut loaded = finish(parts, &quantization, &mut weights, tokenizer, opts, share)?;
     if let Some(read_processor) = family.image_processor {
         loaded.preprocessor = Some(read_processor(dir)?);
@@ -159,6 +296,7 @@ fn load_gguf(file: &Path, opts: &LoadOptions, share: Option<Share>) -> Result<Lo
         config: &g.config,
         stored: Some(g.stored),
         words: g.quantization_words,
+        draft_head: false,
     };
     let mut loaded = finish(parts, &g.quantization, &mut g.weights, tokenizer, opts, share)?;
     if let (Some(note), WeightFormat::AsStored) = (g.converted, opts.format) {
@@ -177,6 +315,8 @@ struct Parts<'a> {
     config: &'a Value,
     stored: Option<String>,
     words: Option<String>,
+    /// Read the checkpoint's own draft head, if it has one.
+    draft_head: bool,
 }
 
 fn finish(
@@ -201,6 +341,7 @@ fn finish(
         sharded_layers: 0,
         pipeline,
         stage: None,
+        draft_head: parts.draft_head,
     };
     let model = (parts.family.build)(parts.model_type, parts.config, &mut loader)?;
     // Whole on every rank would run, but would not be what was asked for.

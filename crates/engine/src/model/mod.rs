@@ -32,7 +32,10 @@ use crate::error::Result;
 use crate::tokenizer::Tokenizer;
 pub use layers::rope::Positions;
 pub use layers::WeightFormat;
-pub use loading::{load, load_pipeline, load_share, load_tensor_parallel, LoadOptions, Share};
+pub use loading::{
+    load, load_assistant, load_draft_head, load_pipeline, load_share, load_tensor_parallel,
+    load_with_draft_head, LoadOptions, Share,
+};
 pub use registry::{describe, describe_folder, shape_of, Family, FolderInfo};
 pub use shape::{ArchitectureShape, LayerShape};
 pub use vision_tower::{VisionEncoding, VisionTower};
@@ -63,6 +66,24 @@ pub trait DraftHead {
         hidden: &Array,
         positions: &Positions,
         cache: &mut BatchCache,
+    ) -> Result<Array>;
+}
+
+/// A drafter that keeps no cache of its own and reads the target's (Gemma
+/// 4's assistant): from each row's last token `tokens` `[B, 1]` and the
+/// target's final-normed hidden state before it `hidden` `[B, 1, D]`, at
+/// `positions` (per row, the position of that hidden state), it guesses
+/// `count` tokens `[B, count]` (int32), one pass each, attending to the
+/// target's `cache` (read only, [`BatchCache::peek`]).
+pub trait KvDrafter {
+    fn draft(
+        &self,
+        target: &dyn LanguageModel,
+        cache: &BatchCache,
+        tokens: &Array,
+        hidden: &Array,
+        positions: &[i32],
+        count: usize,
     ) -> Result<Array>;
 }
 

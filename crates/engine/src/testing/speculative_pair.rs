@@ -12,12 +12,19 @@
 //! cut the target short, as self-speculative drafts are; on this tiny
 //! target its first 3 of 4 layers kept no whole draft of 3 tokens on the
 //! test's prompts, which leaves less to compare.)
+//!
+//! Likewise for the multi-token-prediction head against mlx-vlm
+//! (`scripts/make-speculative-mtp-golden.sh`, `write_tiny_model
+//! --mtp-target`, `speculative_mtp_reference.rs`): [`write_mtp_target`]
+//! writes a tiny Qwen3.5 with its head, [`split_mtp_head`] the head alone as
+//! mlx-vlm's splitter does.
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use mlx_rs::Array;
+use mlx_rs::{ops, Array};
+use serde_json::{json, Value};
 
-use super::{write_tiny_qwen2, Rng, TinyLlama};
+use super::{write_qwen35_vl, write_tiny_qwen2, Qwen35VlDims, Rng, TinyLlama};
 use crate::error::{Error, Result};
 
 /// The target: a tiny Qwen2 (biases on Q, K and V) of this many layers.
@@ -84,4 +91,129 @@ pub fn write_draft_of(target: &Path, dir: &Path, layers: i32, noise: f32, seed: 
 /// `model.layers.<i>.…` → `i`.
 fn layer_of(name: &str) -> Option<i32> {
     name.strip_prefix("model.layers.")?.split('.').next()?.parse().ok()
+}
+
+const MTP_SEED: u64 = 42;
+/// How much the target's layers, and the head's, add to their residual streams.
+const MTP_DAMPING: f32 = 0.3;
+
+/// Writes `dir/target`, a tiny Qwen3.5 in Hugging Face's layout with its
+/// vision tower (so mlx-vlm loads it) and a one-layer multi-token-prediction
+/// head (`mtp.*`), and returns its path. Its safetensors are marked as
+/// PyTorch's (`format: pt`, as Hugging Face's are), not MLX's: mlx-vlm's
+/// splitter reads the metadata to tell a Hugging Face checkpoint, whose
+/// head norms it turns from `w − 1` into `w`, from an MLX one.
+pub fn write_mtp_target(dir: &Path) -> Result<PathBuf> {
+    write_mtp_target_seeded(dir, MTP_SEED)
+}
+
+/// [`write_mtp_target`] with another seed (to look for one without near-ties).
+pub fn write_mtp_target_seeded(dir: &Path, seed: u64) -> Result<PathBuf> {
+    let target = dir.join("target");
+    let mut dims = Qwen35VlDims::tiny();
+    dims.text.qwen35.mtp_layers = 1;
+    write_qwen35_vl(&target, &dims, None, seed)?;
+    let file = target.join("model.safetensors");
+    let mut tensors = Array::load_safetensors(&file).map_err(|e| Error::Mlx(e.to_string()))?;
+    // A random head would never guess right. With the target's layers'
+    // outputs damped, its next token depends mostly on the last one (its
+    // input embeddings are large), so a head that passes the next token's
+    // embedding through (`fc` ≈ [I | 0], its layer's outputs damped too)
+    // guesses the target's next-but-one token often, not always: rounds
+    // both keep and reject drafts.
+    let damped: Vec<String> = tensors
+        .keys()
+        .filter(|k| {
+            k.starts_with("model.language_model.layers.")
+                && ["o_proj.weight", "down_proj.weight", "out_proj.weight"]
+                    .iter()
+                    .any(|s| k.ends_with(s))
+        })
+        .cloned()
+        .collect();
+    for name in damped {
+        let w = tensors[&name].multiply(Array::from_f32(MTP_DAMPING))?;
+        tensors.insert(name, w);
+    }
+    let fc = tensors.get("mtp.fc.weight").expect("a head").clone();
+    let d = fc.dim(0);
+    let mut rng = Rng(seed + 1);
+    let pass =
+        ops::concatenate(&[ops::eye::<f32>(d, None, None)?, ops::zeros::<f32>(&[d, d])?], 1)?;
+    tensors.insert("mtp.fc.weight".into(), pass.add(rng.tensor(&[d, 2 * d], 0.05, 0.0))?);
+    for damped in ["mtp.layers.0.self_attn.o_proj.weight", "mtp.layers.0.mlp.down_proj.weight"] {
+        let w = tensors[damped].multiply(Array::from_f32(MTP_DAMPING))?;
+        tensors.insert(damped.into(), w);
+    }
+    // Read before the file is written over (loading is lazy).
+    mlx_rs::transforms::eval(tensors.values())?;
+    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
+    Array::save_safetensors(tensors.iter(), &metadata, &file)
+        .map_err(|e| Error::Mlx(e.to_string()))?;
+    Ok(target)
+}
+
+/// Head norms Hugging Face stores as `w − 1` (mlx-vlm's list for Qwen3.5).
+const HEAD_NORMS: [&str; 7] = [
+    ".input_layernorm.weight",
+    ".post_attention_layernorm.weight",
+    ".q_norm.weight",
+    ".k_norm.weight",
+    "norm.weight",
+    "pre_fc_norm_embedding.weight",
+    "pre_fc_norm_hidden.weight",
+];
+
+/// Writes into `dir` the multi-token-prediction head of the Hugging Face
+/// checkpoint `target` alone, as mlx-vlm's `split_mtp` does: its `mtp.*`
+/// tensors without the prefix, the norms made plain (`w − 1` → `w`), in
+/// `model.safetensors` (MLX's format); config.json with `model_type:
+/// "qwen3_5_mtp"`, the target's `text_config` and `block_size` (the head's
+/// layers + 2); the tokenizer's files.
+pub fn split_mtp_head(target: &Path, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let file = target.join("model.safetensors");
+    let tensors = Array::load_safetensors(&file).map_err(|e| Error::Mlx(e.to_string()))?;
+    let mut head = HashMap::new();
+    for (name, t) in tensors {
+        let Some(short) = name.strip_prefix("mtp.") else { continue };
+        let t = if t.ndim() == 1 && HEAD_NORMS.iter().any(|s| short.ends_with(s)) {
+            t.add(ops::ones_like(&t)?)?
+        } else {
+            t
+        };
+        head.insert(short.to_string(), t);
+    }
+    if head.is_empty() {
+        return Err(Error::InvalidConfig(format!("{}: no mtp.* tensors", file.display())));
+    }
+    mlx_rs::transforms::eval(head.values())?;
+    let metadata = HashMap::from([("format".to_string(), "mlx".to_string())]);
+    Array::save_safetensors(head.iter(), &metadata, dir.join("model.safetensors"))
+        .map_err(|e| Error::Mlx(e.to_string()))?;
+
+    let config_path = target.join("config.json");
+    let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
+    let config: Value =
+        serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    let text_config = config["text_config"].clone();
+    let depth = text_config["mtp_num_hidden_layers"].as_i64().unwrap_or(1);
+    let tied = text_config["tie_word_embeddings"].as_bool().unwrap_or(true);
+    let head_config = json!({
+        "block_size": depth + 2,
+        "model_type": "qwen3_5_mtp",
+        "text_config": text_config,
+        "tie_word_embeddings": tied,
+    });
+    let to = dir.join("config.json");
+    std::fs::write(&to, serde_json::to_string_pretty(&head_config).expect("serializable"))
+        .map_err(|e| Error::io(&to, e))?;
+    for name in ["tokenizer.json", "tokenizer_config.json", "vocab.json"] {
+        let from = target.join(name);
+        if from.is_file() {
+            let to = dir.join(name);
+            std::fs::copy(&from, &to).map_err(|e| Error::io(&to, e))?;
+        }
+    }
+    Ok(())
 }

@@ -25,6 +25,7 @@ mod prefix_disk;
 mod prompt_logprobs;
 mod speculation_per_request;
 mod speculative;
+mod speculative_mtp_reference;
 mod speculative_reference;
 mod structured_output;
 mod thinking_and_stops;

@@ -48,20 +48,32 @@ enum Proposer<'a> {
     Draft(&'a Path),
     /// The checkpoint's own multi-token-prediction head.
     Mtp,
+    /// A Gemma 4 assistant drafter from this folder.
+    Assistant(&'a Path),
 }
 
 fn driver(dir: &Path, config: SchedulerConfig, proposer: Option<Proposer>) -> Driver {
-    let loaded = engine::model::load(dir, &LOAD).unwrap();
+    // The checkpoint's own head is read only for speculation by it.
+    let loaded = match proposer {
+        Some(Proposer::Mtp) => engine::model::load_with_draft_head(dir, &LOAD).unwrap(),
+        _ => engine::model::load(dir, &LOAD).unwrap(),
+    };
     let speculation = match proposer {
         None => None,
         Some(Proposer::Lookup) => Some(SpeculationConfig::prompt_lookup()),
         Some(Proposer::Draft(d)) => Some(SpeculationConfig::draft_model(d.to_path_buf())),
         Some(Proposer::Mtp) => Some(SpeculationConfig::mtp()),
+        Some(Proposer::Assistant(a)) => Some(SpeculationConfig::assistant(a.to_path_buf())),
     };
     let scheduler = Scheduler::new(loaded, SchedulerConfig { speculation, ..config });
     let scheduler = match proposer {
         Some(Proposer::Draft(d)) => {
             scheduler.with_draft_model(engine::model::load(d, &LOAD).unwrap()).unwrap()
+        }
+        Some(Proposer::Assistant(a)) => {
+            let target = scheduler.loaded().model.as_ref();
+            let assistant = engine::model::load_assistant(a, target, &LOAD).unwrap();
+            scheduler.with_assistant(assistant)
         }
         _ => scheduler,
     };
@@ -217,6 +229,70 @@ fn gemma4_shared_layers_rewind_with_a_draft_model() {
         let stats = lossless_with(target.path(), Proposer::Draft(draft), base.clone(), &reqs, 2, 4);
         assert!(stats.verify_passes > 0 && stats.drafted_tokens > 0, "{stats:?}");
     }
+}
+
+/// Gemma 4's assistant drafter reads the target's own keys and values (its
+/// last sliding and last full layer, which the KV-shared layers read too)
+/// and keeps none: lossless alone and in a batch of 4 whose rows keep
+/// different counts, with a join mid-decode, prompts longer than the window
+/// of 8 prefilled in chunks, and with 8-bit keys and values.
+#[test]
+fn the_gemma4_assistant_drafts_and_the_reply_stays_the_same() {
+    let target = family_checkpoint(TinyFamily::Gemma4, 11);
+    let assistant = tempfile::tempdir().unwrap();
+    engine::testing::write_gemma4_assistant(target.path(), assistant.path(), 5).unwrap();
+    let proposer = Proposer::Assistant(assistant.path());
+    let sampling = greedy_no_eos();
+    let reqs = [
+        request(&repeating_prompt(40), 30, &sampling),
+        request(&repeating_prompt(41), 24, &sampling),
+        request(&repeating_prompt(42), 27, &sampling),
+        request(&repeating_prompt(43), 22, &sampling),
+    ];
+    let base = SchedulerConfig { prefill_budget: 6, ..Default::default() };
+    let alone = lossless_with(target.path(), proposer, base.clone(), &reqs[..1], 1, 0);
+    assert!(alone.verify_passes > 0 && alone.drafted_tokens > 0, "alone: {alone:?}");
+    assert!(alone.status.contains("assistant"), "{}", alone.status);
+    let batch = lossless_with(target.path(), proposer, base.clone(), &reqs, 3, 4);
+    assert!(batch.verify_passes > 0 && batch.drafted_tokens > 0, "batch: {batch:?}");
+    let quantized = SchedulerConfig {
+        kv_quantization: Some(KvQuantization { bits: 8, group_size: 32, start: 0 }),
+        ..base
+    };
+    let stats = lossless_with(target.path(), proposer, quantized, &reqs[..2], 1, 3);
+    assert!(stats.verify_passes > 0, "quantized: {stats:?}");
+    eprintln!(
+        "assistant on the tiny Gemma 4: {:.2} tokens per target pass alone, {:.2} in the batch \
+         ({} of {} drafts kept)",
+        alone.tokens_per_pass(),
+        batch.tokens_per_pass(),
+        batch.accepted_tokens,
+        batch.drafted_tokens
+    );
+}
+
+/// An assistant made for another model is refused at load, naming both sizes.
+#[test]
+fn an_assistant_for_another_model_is_refused() {
+    let target = family_checkpoint(TinyFamily::Gemma4, 11);
+    let assistant = tempfile::tempdir().unwrap();
+    engine::testing::write_gemma4_assistant(target.path(), assistant.path(), 5).unwrap();
+    // A wider Gemma 4 (hidden size 96).
+    let other = tempfile::tempdir().unwrap();
+    let dims = Dims { hidden: 96, ..Dims::tiny(TinyFamily::Gemma4) };
+    engine::testing::write_family(other.path(), TinyFamily::Gemma4, dims, None, 11).unwrap();
+    let other = engine::model::load(other.path(), &LOAD).unwrap();
+    let err = engine::model::load_assistant(assistant.path(), other.model.as_ref(), &LOAD)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("assistant") && err.contains("hidden size"), "{err}");
+    let loaded = engine::model::load(target.path(), &LOAD).unwrap();
+    let err = engine::model::load_assistant(target.path(), loaded.model.as_ref(), &LOAD)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("not a Gemma 4 assistant"), "{err}");
 }
 
 #[test]

@@ -111,6 +111,17 @@ fn run_alone(
     if let Some((path, _)) = draft {
         scheduler = scheduler.with_draft_model(load(path, &LOAD).unwrap()).unwrap();
     }
+    step_alone(scheduler, prompt, max_tokens)
+}
+
+/// One greedy request alone on `scheduler` (speculating as its config says,
+/// with a fixed draft length), stepped by hand: its completion and, per
+/// generated token, whether it was an accepted draft.
+pub(crate) fn step_alone(
+    scheduler: Scheduler,
+    prompt: &[u32],
+    max_tokens: usize,
+) -> (Completion, Vec<bool>) {
     let mut driver = Driver::of_scheduler(scheduler);
     let request = Request::new(Prompt::Tokens(prompt.to_vec()))
         .with_max_tokens(max_tokens)

@@ -35,7 +35,7 @@ use crate::cache::{BatchCache, KvQuantization, PrefixCache, PrefixCacheStats};
 use crate::constraint::{ConstrainedDecoder, LogitsMasker};
 use crate::error::{Error, Result};
 use crate::generate::PREFILL_CHUNK;
-use crate::model::{LoadedModel, Positions};
+use crate::model::{DraftHead, KvDrafter, LoadedModel, Positions};
 use crate::sample::{keep_allowed, Sampler};
 use crate::vision::{VisionCacheStats, VisionFeatureCache};
 
@@ -309,6 +309,28 @@ impl Scheduler {
             self.draft = Some(draft);
         }
         Ok(self)
+    }
+
+    /// Gives the scheduler the head its speculation config names
+    /// ([`DraftKind::MtpFolder`], loaded by the caller with
+    /// [`crate::model::load_draft_head`]). Dropped where that speculation
+    /// does not apply.
+    pub fn with_draft_head(mut self, head: Box<dyn DraftHead>) -> Self {
+        if matches!(self.speculation.as_ref().map(|c| &c.kind), Some(DraftKind::MtpFolder(_))) {
+            self.mtp = Some(MtpDrafter::with_head(head));
+        }
+        self
+    }
+
+    /// Gives the scheduler the drafter its speculation config names
+    /// ([`DraftKind::Assistant`], loaded by the caller with
+    /// [`crate::model::load_assistant`]). Dropped where that speculation
+    /// does not apply.
+    pub fn with_assistant(mut self, assistant: Box<dyn KvDrafter>) -> Self {
+        if matches!(self.speculation.as_ref().map(|c| &c.kind), Some(DraftKind::Assistant(_))) {
+            self.mtp = Some(MtpDrafter::reading(assistant));
+        }
+        self
     }
 
     pub fn loaded(&self) -> &LoadedModel {

@@ -81,7 +81,8 @@ impl Scheduler {
                 }
                 draft.propose(&rows)?
             }
-            DraftKind::Mtp => {
+            DraftKind::Mtp | DraftKind::MtpFolder(_) | DraftKind::Assistant(_) => {
+                let starts = self.row_starts();
                 let Some(mtp) = self.mtp.as_mut() else { return Ok(None) };
                 let mut rows: Vec<MtpRow> = self
                     .running
@@ -92,7 +93,7 @@ impl Scheduler {
                         Some(MtpRow { tokens: &seq.tokens, hidden, wanted })
                     })
                     .collect();
-                mtp.propose(self.loaded.model.as_ref(), &mut rows)?
+                mtp.propose(self.loaded.model.as_ref(), &self.cache, &starts, &mut rows)?
             }
         };
         let mut tokens = tokens;

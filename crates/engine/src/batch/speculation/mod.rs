@@ -26,9 +26,16 @@ pub enum DraftKind {
     /// A smaller model with the target's tokenizer, loaded from this
     /// folder or GGUF file, guesses greedily (see [`draft_model`]).
     DraftModel(PathBuf),
-    /// The target's own multi-token-prediction head (Qwen3.5 checkpoints
-    /// with `mtp.*` tensors; see [`mtp`]).
+    /// The target's own multi-token-prediction head (checkpoints with
+    /// `mtp.*` tensors; see [`mtp`]).
     Mtp,
+    /// A multi-token-prediction head loaded from this folder (mlx-vlm's
+    /// split drafter folder), for a target whose
+    /// checkpoint has none; it drafts as its own would ([`mtp`]).
+    MtpFolder(PathBuf),
+    /// A drafter from this folder that reads the target's own cache (an
+    /// assistant drafter folder; see [`mtp`]).
+    Assistant(PathBuf),
 }
 
 impl DraftKind {
@@ -37,6 +44,10 @@ impl DraftKind {
             DraftKind::PromptLookup => "prompt lookup".into(),
             DraftKind::DraftModel(path) => format!("draft model {}", path.display()),
             DraftKind::Mtp => "the model's multi-token-prediction head".into(),
+            DraftKind::MtpFolder(path) => {
+                format!("the multi-token-prediction head in {}", path.display())
+            }
+            DraftKind::Assistant(path) => format!("the assistant drafter {}", path.display()),
         }
     }
 }
@@ -84,6 +95,17 @@ impl SpeculationConfig {
     /// The head guesses well a few tokens ahead (it was trained for the next one).
     pub fn mtp() -> Self {
         Self { kind: DraftKind::Mtp, max_draft_tokens: 3, max_batch: 4, adaptive: true }
+    }
+
+    /// The assistant drafter in `path`: three drafts, as its checkpoints'
+    /// `block_size` of 4 asks.
+    pub fn assistant(path: PathBuf) -> Self {
+        Self { kind: DraftKind::Assistant(path), ..Self::mtp() }
+    }
+
+    /// [`Self::mtp`] with the head of a split drafter folder.
+    pub fn mtp_folder(path: PathBuf) -> Self {
+        Self { kind: DraftKind::MtpFolder(path), ..Self::mtp() }
     }
 }
 

@@ -20,6 +20,7 @@
 //!
 //! A multimodal `gemma4` checkpoint is [`crate::model::gemma4::vision`]: this language
 //! model and the vision encoder.
+pub mod assistant;
 pub mod image_processor;
 pub mod tower;
 pub mod vision;

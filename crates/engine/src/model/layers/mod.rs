@@ -60,6 +60,9 @@ pub struct LayerLoader<'a> {
     /// The stage [`Self::layer_stage`] planned (a family that asks for
     /// none cannot run pipeline parallel).
     pub stage: Option<StageLayers>,
+    /// Load the checkpoint's own draft head (Qwen3.5's `mtp.*`) when it has
+    /// one; `false` drops its tensors unread (only speculation by it needs them).
+    pub draft_head: bool,
 }
 
 impl LayerLoader<'_> {
@@ -602,6 +605,7 @@ mod stage_part_tests {
             sharded_layers: 0,
             pipeline: None,
             stage: None,
+            draft_head: false,
         }
     }
 

@@ -452,10 +452,10 @@ impl Qwen35 {
             Some(loader.linear("lm_head", d, args.vocab_size, false)?)
         };
         let rope = args.rope()?;
-        let mtp = if stage.layers().len() == stage.total() {
-            mtp::MtpHead::load(loader, &args, &norms)?
+        let mtp = if stage.layers().len() == stage.total() && loader.draft_head {
+            mtp::MtpHead::load(loader, &args, &norms, "mtp.")?
         } else {
-            // A split model does not speculate: the head is left unread.
+            // Not asked for, or a split model (which does not speculate): left unread.
             let names: Vec<String> = loader
                 .weights
                 .names()

@@ -1,0 +1,110 @@
+//! A tiny Gemma 4 assistant drafter (`model_type: "gemma4_assistant"`) for a
+//! tiny Gemma 4 target, in the folder layout Google's assistant checkpoints
+//! and mlx-vlm's `gemma4_assistant` use: config.json (the assistant's own
+//! `text_config`, every layer reading the target's keys and values,
+//! `backbone_hidden_size` the target's width) and model.safetensors
+//! (`model.embed_tokens`, `model.layers.*` without keys or values,
+//! `model.norm`, `pre_projection`, `post_projection`).
+use std::collections::HashMap;
+use std::path::Path;
+
+use mlx_rs::Array;
+use serde_json::{json, Value};
+
+use super::Rng;
+use crate::error::{Error, Result};
+
+/// The assistant's own sizes.
+const HIDDEN: i32 = 32;
+const INTERMEDIATE: i32 = 64;
+
+/// Writes into `dir` a random assistant for the Gemma 4 checkpoint in
+/// `target`: two layers (a sliding one, then a full one), as many query
+/// heads as the target and its head sizes, so it can read the target's
+/// keys and values; its own embedding table of the target's vocabulary.
+pub fn write_gemma4_assistant(target: &Path, dir: &Path, seed: u64) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let path = target.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let config: Value =
+        serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    let t = config.get("text_config").filter(|t| t.is_object()).unwrap_or(&config);
+    let int = |key: &str| t[key].as_i64().unwrap_or_else(|| panic!("target {key}")) as i32;
+    let (backbone, vocab, heads) =
+        (int("hidden_size"), int("vocab_size"), int("num_attention_heads"));
+    let head_dim = int("head_dim");
+    let global_head_dim = t["global_head_dim"].as_i64().map_or(head_dim, |d| d as i32);
+    let layer_types = ["sliding_attention", "full_attention"];
+    let mut rng = Rng(seed);
+    let mut tensors: HashMap<String, Array> = HashMap::new();
+    let mut matrix = |tensors: &mut HashMap<String, Array>, name: String, shape: &[i32]| {
+        let scale = 1.0 / (shape[1] as f32).sqrt();
+        tensors.insert(format!("{name}.weight"), rng.tensor(shape, scale, 0.0));
+    };
+    matrix(&mut tensors, "pre_projection".into(), &[HIDDEN, 2 * backbone]);
+    matrix(&mut tensors, "post_projection".into(), &[backbone, HIDDEN]);
+    let mut rng = Rng(seed + 1);
+    tensors.insert("model.embed_tokens.weight".into(), rng.tensor(&[vocab, HIDDEN], 0.5, 0.0));
+    tensors.insert("model.norm.weight".into(), rng.tensor(&[HIDDEN], 0.1, 1.0));
+    for (i, kind) in layer_types.iter().enumerate() {
+        let p = format!("model.layers.{i}");
+        let hd = if *kind == "full_attention" { global_head_dim } else { head_dim };
+        for norm in [
+            "input_layernorm",
+            "post_attention_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+        ] {
+            tensors.insert(format!("{p}.{norm}.weight"), rng.tensor(&[HIDDEN], 0.1, 1.0));
+        }
+        tensors.insert(format!("{p}.self_attn.q_norm.weight"), rng.tensor(&[hd], 0.1, 1.0));
+        let mut m = |name: &str, shape: &[i32]| {
+            let scale = 1.0 / (shape[1] as f32).sqrt();
+            tensors.insert(format!("{p}.{name}.weight"), rng.tensor(shape, scale, 0.0));
+        };
+        m("self_attn.q_proj", &[heads * hd, HIDDEN]);
+        m("self_attn.o_proj", &[HIDDEN, heads * hd]);
+        m("mlp.gate_proj", &[INTERMEDIATE, HIDDEN]);
+        m("mlp.up_proj", &[INTERMEDIATE, HIDDEN]);
+        m("mlp.down_proj", &[HIDDEN, INTERMEDIATE]);
+        tensors.insert(format!("{p}.layer_scalar"), rng.tensor(&[1], 0.3, 1.0));
+    }
+    let assistant = json!({
+        "model_type": "gemma4_assistant",
+        "architectures": ["Gemma4AssistantForCausalLM"],
+        "backbone_hidden_size": backbone,
+        "use_ordered_embeddings": false,
+        "tie_word_embeddings": true,
+        "block_size": 4,
+        "text_config": {
+            "model_type": "gemma4_text",
+            "hidden_size": HIDDEN,
+            "num_hidden_layers": layer_types.len(),
+            "intermediate_size": INTERMEDIATE,
+            "num_attention_heads": heads,
+            "num_key_value_heads": t["num_key_value_heads"],
+            "head_dim": head_dim,
+            "global_head_dim": global_head_dim,
+            "rms_norm_eps": 1e-6,
+            "vocab_size": vocab,
+            "vocab_size_per_layer_input": vocab,
+            "hidden_size_per_layer_input": 0,
+            "num_kv_shared_layers": layer_types.len(),
+            "sliding_window": t["sliding_window"],
+            "layer_types": layer_types,
+            "rope_parameters": t["rope_parameters"],
+            "final_logit_softcapping": t["final_logit_softcapping"],
+            "use_double_wide_mlp": false,
+            "attention_k_eq_v": false,
+            "tie_word_embeddings": true,
+            "max_position_embeddings": t["max_position_embeddings"],
+        },
+    });
+    let to = dir.join("config.json");
+    std::fs::write(&to, serde_json::to_string_pretty(&assistant).expect("serializable"))
+        .map_err(|e| Error::io(&to, e))?;
+    let metadata = HashMap::from([("format".to_string(), "mlx".to_string())]);
+    Array::save_safetensors(tensors.iter(), &metadata, dir.join("model.safetensors"))
+        .map_err(|e| Error::Mlx(e.to_string()))?;
+    Ok(())
+}
