@@ -11,6 +11,7 @@ mod gemma3_vl;
 mod gemma4_assistant;
 mod gemma4_vl;
 mod gguf_writer;
+mod gpt_oss;
 mod lfm2;
 mod qwen3_vl;
 mod qwen_vl;
@@ -35,6 +36,9 @@ pub use gemma4_vl::{
     GEMMA4_VL_SOFT_TOKENS,
 };
 pub use gguf_writer::{write_gguf, GgufTensor, GgufValue};
+pub use gpt_oss::{
+    gpt_oss_byte_level_meta, GPT_OSS_CHAT_TEMPLATE, GPT_OSS_SPECIAL_TOKENS, GPT_OSS_WINDOW,
+};
 pub use lfm2::{lfm2_byte_level_meta, LFM2_CHAT_TEMPLATE, LFM2_SPECIAL_TOKENS};
 pub use qwen3_vl::{
     write_qwen35_vl, write_qwen3_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,

@@ -7,6 +7,7 @@
 //! share lives in [`layers`].
 pub mod gemma3;
 pub mod gemma4;
+pub mod gpt_oss;
 pub mod language_model_only;
 pub mod layers;
 pub mod lfm2;

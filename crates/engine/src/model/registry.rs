@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::layers::LayerLoader;
 use super::shape::{ArchitectureShape, LayerShape};
 use super::{
-    gemma3, gemma4, lfm2, llama, qwen2, qwen2_vl, qwen3, qwen3_5, qwen3_moe, qwen3_vl,
+    gemma3, gemma4, gpt_oss, lfm2, llama, qwen2, qwen2_vl, qwen3, qwen3_5, qwen3_moe, qwen3_vl,
     Capabilities, LanguageModel,
 };
 use crate::error::{Error, Result};
@@ -66,6 +66,7 @@ pub static FAMILIES: &[Family] = &[
     qwen3_5::FAMILY,
     qwen3_vl::FAMILY,
     lfm2::FAMILY,
+    gpt_oss::FAMILY,
 ];
 
 /// The family of a config.json `model_type`.

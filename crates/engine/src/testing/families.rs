@@ -30,10 +30,13 @@ pub enum TinyFamily {
     Qwen35Moe,
     /// LFM2: short gated convolutions and attention layers ([`super::lfm2`]).
     Lfm2,
+    /// gpt-oss: sliding and full attention with sinks, experts everywhere
+    /// ([`super::gpt_oss`]).
+    GptOss,
 }
 
 impl TinyFamily {
-    pub const ALL: [TinyFamily; 8] = [
+    pub const ALL: [TinyFamily; 9] = [
         TinyFamily::Qwen3,
         TinyFamily::Qwen3Moe,
         TinyFamily::Gemma3,
@@ -42,6 +45,7 @@ impl TinyFamily {
         TinyFamily::Qwen35,
         TinyFamily::Qwen35Moe,
         TinyFamily::Lfm2,
+        TinyFamily::GptOss,
     ];
 
     /// A name for folders and goldens (unique, unlike `model_type`).
@@ -62,6 +66,7 @@ impl TinyFamily {
             TinyFamily::Qwen35 => "qwen3_5",
             TinyFamily::Qwen35Moe => "qwen3_5_moe",
             TinyFamily::Lfm2 => "lfm2",
+            TinyFamily::GptOss => "gpt_oss",
         }
     }
 
@@ -172,6 +177,11 @@ impl Dims {
             }
             // Head size hidden / heads = 32: KV quantization's smallest group.
             TinyFamily::Lfm2 => Dims { layers: 5, heads: 2, kv_heads: 1, head_dim: 32, ..base },
+            // An explicit head size (32, KV quantization's smallest group)
+            // unlike hidden / heads, as gpt-oss's 64 against 2880 / 64.
+            TinyFamily::GptOss => {
+                Dims { layers: 4, head_dim: 32, experts: 4, top_k: 2, moe_intermediate: 32, ..base }
+            }
         }
     }
 
@@ -297,6 +307,9 @@ pub fn write_family(
     if family == TinyFamily::Lfm2 {
         return super::lfm2::write_lfm2(dir, d, quantize, seed);
     }
+    if family == TinyFamily::GptOss {
+        return super::gpt_oss::write_gpt_oss(dir, d, quantize, seed);
+    }
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = tiny_tokenizer()?;
     tokenizer.write_hf_files(dir)?;
@@ -416,6 +429,7 @@ pub fn write_family(
         TinyFamily::Gemma4 | TinyFamily::Gemma4Moe => unreachable!("written by write_gemma4"),
         TinyFamily::Qwen35 | TinyFamily::Qwen35Moe => unreachable!("written by write_qwen35"),
         TinyFamily::Lfm2 => unreachable!("written by write_lfm2"),
+        TinyFamily::GptOss => unreachable!("written by write_gpt_oss"),
     }
     save_checkpoint(dir, c.tensors, &c.matrices, config, quantize)?;
     Ok(vocab)

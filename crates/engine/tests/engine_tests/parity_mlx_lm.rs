@@ -302,7 +302,12 @@ fn lfm2_matches_mlx_lm() {
 /// at different steps) give the same greedy ids row by row.
 #[test]
 fn lfm2_batched_matches_mlx_lm() {
-    let tiny = Tiny::Family(TinyFamily::Lfm2);
+    check_batched(Tiny::Family(TinyFamily::Lfm2));
+}
+
+/// mlx-lm's continuous batch (`BatchGenerator`) on `tiny`'s float folder
+/// against our scheduler, greedy ids row by row (the golden's `batched`).
+fn check_batched(tiny: Tiny) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join(format!("tests/goldens/tiny_{}_mlx_lm.json", tiny.name()));
     let json: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
@@ -315,7 +320,7 @@ fn lfm2_batched_matches_mlx_lm() {
         batched["greedy_ids"].as_array().unwrap().iter().map(ids).collect();
     assert!(prompts.len() > 1 && prompts.iter().any(|p| p.len() != prompts[0].len()));
 
-    let tmp = TempDir::new("lfm2-batched");
+    let tmp = TempDir::new(&format!("{}-batched", tiny.name()));
     let loaded = write_and_load(tiny, &tmp.0, None, WeightFormat::AsStored);
     let config = SchedulerConfig { max_running: 8, prefill_budget: 8, ..Default::default() };
     let mut driver = common::Driver::of(loaded, config);
@@ -337,4 +342,24 @@ fn lfm2_batched_matches_mlx_lm() {
         let ours: Vec<u32> = c.logprobs.iter().map(|l| l.token.id).collect();
         assert_eq!(&ours, want, "prompt of {} tokens: ours vs mlx-lm's batch", prompt.len());
     }
+}
+
+/// gpt-oss: sliding-window layers of 8 and full layers alternating, each
+/// with learned attention sinks and biased projections, YaRN RoPE (its
+/// attention temperature included), and a mixture of experts everywhere
+/// (top 2 of 4 by router logit, softmax over the two, clamped SwiGLU
+/// experts with biases); OpenAI's fused, interleaved `gate_up_proj` in
+/// float, mlx-lm's split experts in 4-bit; 23 prompt tokens, then 16 decode
+/// steps across the window edge.
+#[test]
+fn gpt_oss_matches_mlx_lm() {
+    check_all(Tiny::Family(TinyFamily::GptOss), SAME_COMPUTATION_TOL);
+}
+
+/// mlx-lm's `BatchGenerator` on the float gpt-oss: prompts of 5, 12 and 23
+/// tokens (two beyond the window of 8) decoded together give the same
+/// greedy ids row by row as our chunked, batched prefill and decode.
+#[test]
+fn gpt_oss_batched_matches_mlx_lm() {
+    check_batched(Tiny::Family(TinyFamily::GptOss));
 }

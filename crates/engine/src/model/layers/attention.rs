@@ -1,16 +1,30 @@
 //! Scaled dot-product attention over a KV cache, shared by all families.
-use mlx_rs::{fast, fast::ScaledDotProductAttentionMask, ops, Array};
+use mlx_rs::{fast, fast::ScaledDotProductAttentionMask, ops, ops::indexing::IndexOp, Array};
 
 use crate::cache::{AttentionMask, KvView};
 use crate::error::Result;
 
 pub fn sdpa(q: &Array, k: &Array, v: &Array, scale: f32, mask: &AttentionMask) -> Result<Array> {
+    sdpa_with_sinks(q, k, v, scale, mask, None)
+}
+
+/// [`sdpa`] with learned attention sinks (gpt-oss): `sinks` `[heads]` is one
+/// extra logit per query head that takes part in the softmax but has no
+/// value, so a head can attend to nothing.
+fn sdpa_with_sinks(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    scale: f32,
+    mask: &AttentionMask,
+    sinks: Option<&Array>,
+) -> Result<Array> {
     let mask = match mask {
         AttentionMask::None => None,
         AttentionMask::Causal => Some(ScaledDotProductAttentionMask::Causal),
         AttentionMask::Array(m) => Some(ScaledDotProductAttentionMask::Array(m)),
     };
-    Ok(fast::scaled_dot_product_attention(q, k, v, scale, mask, None)?)
+    Ok(fast::scaled_dot_product_attention(q, k, v, scale, mask, sinks)?)
 }
 
 /// Attention over what the cache handed back. Quantized keys/values are
@@ -18,8 +32,21 @@ pub fn sdpa(q: &Array, k: &Array, v: &Array, scale: f32, mask: &AttentionMask) -
 /// the packed storage): on MLX's CPU backend that is 1.3–2.8× faster than
 /// dequantizing the history first (scripts/bench/quantized_attention.py).
 pub fn attend(q: &Array, kv: KvView, scale: f32, mask: &AttentionMask) -> Result<Array> {
+    attend_with_sinks(q, kv, scale, mask, None)
+}
+
+/// [`attend`] with learned attention sinks `[heads]` (see [`sdpa`]'s twin):
+/// over quantized keys the sink is one more column of scores before the
+/// softmax, dropped after it (mlx-lm refuses sinks with a quantized cache).
+pub fn attend_with_sinks(
+    q: &Array,
+    kv: KvView,
+    scale: f32,
+    mask: &AttentionMask,
+    sinks: Option<&Array>,
+) -> Result<Array> {
     let (keys, values, spec) = match kv {
-        KvView::Float(k, v) => return sdpa(q, &k, &v, scale, mask),
+        KvView::Float(k, v) => return sdpa_with_sinks(q, &k, &v, scale, mask, sinks),
         KvView::Quantized { keys, values, spec } => (keys, values, spec),
     };
     // Grouped-query attention: each KV head serves `repeats` query heads.
@@ -53,7 +80,16 @@ pub fn attend(q: &Array, kv: KvView, scale: f32, mask: &AttentionMask) -> Result
             }
         }
     };
-    let p = ops::softmax_axis(&scores, -1, true)?;
+    let p = match sinks {
+        None => ops::softmax_axis(&scores, -1, true)?,
+        Some(sinks) => {
+            // [heads] → [B, kv_heads, repeats, L, 1], one more score per query.
+            let sink = sinks.as_dtype(scores.dtype())?.reshape(&[1, kv_heads, repeats, 1, 1])?;
+            let sink = ops::broadcast_to(&sink, &[b, kv_heads, repeats, l, 1])?;
+            let p = ops::softmax_axis(&ops::concatenate(&[sink, scores], -1)?, -1, true)?;
+            p.index((.., .., .., .., 1..))
+        }
+    };
     let out = ops::quantized_matmul(&p, &vw, &vs, &vb, false, spec.group_size, spec.bits)?;
     Ok(out.reshape(&[b, heads, l, d])?)
 }
@@ -111,6 +147,40 @@ mod tests {
                 let diff = max_abs_diff(&got, &want);
                 assert!(diff < 1e-4, "{bits}-bit, L={l}: max |diff| {diff}");
             }
+        }
+    }
+
+    /// Sinks over quantized keys (one more softmax column, dropped) equal
+    /// MLX's fused attention with sinks over the dequantized cache; and
+    /// sinks change the output (a large sink takes most of the weight).
+    #[test]
+    fn attention_sinks_agree_over_quantized_and_float_caches() {
+        let (b, heads, kv_heads, t, d) = (2, 4, 2, 12, 32);
+        let normal = |shape: &[i32], seed: u64| {
+            mlx_rs::random::normal::<f32>(shape, None, None, &mlx_rs::random::key(seed).unwrap())
+                .unwrap()
+        };
+        let k = normal(&[b, kv_heads, t, d], 1);
+        let v = normal(&[b, kv_heads, t, d], 2);
+        let sinks = Array::from_slice(&[0.5f32, -1.0, 3.0, 0.0], &[heads]);
+        let spec = QuantSpec { group_size: 32, bits: 8 };
+        let (kw, ks, kb) = ops::quantize(&k, spec.group_size, spec.bits).unwrap();
+        let (vw, vs, vb) = ops::quantize(&v, spec.group_size, spec.bits).unwrap();
+        let kd = ops::dequantize(&kw, &ks, &kb, spec.group_size, spec.bits).unwrap();
+        let vd = ops::dequantize(&vw, &vs, &vb, spec.group_size, spec.bits).unwrap();
+        for (l, mask) in [(1, AttentionMask::None), (3, AttentionMask::Causal)] {
+            let q = normal(&[b, heads, l, d], 3);
+            let want = sdpa_with_sinks(&q, &kd, &vd, 0.2, &mask, Some(&sinks)).unwrap();
+            let view = KvView::Quantized {
+                keys: [kw.clone(), ks.clone(), kb.clone()],
+                values: [vw.clone(), vs.clone(), vb.clone()],
+                spec,
+            };
+            let got = attend_with_sinks(&q, view, 0.2, &mask, Some(&sinks)).unwrap();
+            let diff = max_abs_diff(&got, &want);
+            assert!(diff < 1e-4, "L={l}: max |diff| {diff}");
+            let without = sdpa(&q, &kd, &vd, 0.2, &mask).unwrap();
+            assert!(max_abs_diff(&without, &want) > 1e-2, "the sinks change nothing");
         }
     }
 }

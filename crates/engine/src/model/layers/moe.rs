@@ -26,6 +26,10 @@ pub enum GateActivation {
     Silu,
     /// GELU, tanh approximation (Gemma 4).
     GeluApprox,
+    /// gpt-oss's clamped SwiGLU: the gate clipped from above at `limit`,
+    /// the linear part to ±`limit` and shifted by one:
+    /// `(up + 1) · gate · σ(alpha · gate)`.
+    ClampedSwiglu { alpha: f32, limit: f32 },
 }
 
 /// Stacked gated-MLP experts (`gate_proj`, `up_proj`, `down_proj`).
@@ -34,6 +38,9 @@ pub struct Experts {
     up_proj: ExpertMatrices,
     down_proj: ExpertMatrices,
     activation: GateActivation,
+    /// Each expert's output biases `[experts, out]` of gate, up and down
+    /// (gpt-oss); `None` for experts without.
+    biases: Option<[Array; 3]>,
 }
 
 /// Above this many (token, expert) pairs, tokens are sorted by expert so each
@@ -128,7 +135,29 @@ impl Experts {
                 intermediate,
             )?,
             activation,
+            biases: None,
         })
+    }
+
+    /// [`Self::load`] for experts with biases (`path.{gate,up,down}_proj.bias`,
+    /// `[experts, out]` each).
+    pub fn load_with_biases(
+        loader: &mut LayerLoader,
+        path: &str,
+        hidden: i32,
+        intermediate: i32,
+        experts: i32,
+        activation: GateActivation,
+    ) -> Result<Self> {
+        let mut loaded = Self::load(loader, path, hidden, intermediate, experts, activation)?;
+        let mut bias =
+            |name: &str, out: i32| loader.float(&format!("{path}.{name}.bias"), &[experts, out]);
+        loaded.biases = Some([
+            bias("gate_proj", intermediate)?,
+            bias("up_proj", intermediate)?,
+            bias("down_proj", hidden)?,
+        ]);
+        Ok(loaded)
     }
 
     /// `[B, L, D]` through the experts `indices` `[B, L, k]`, summed with
@@ -160,13 +189,26 @@ impl Experts {
     }
 
     fn gated_mlp(&self, x: &Array, indices: &Array, sorted: bool) -> Result<Array> {
-        let up = self.up_proj.gather_matmul_t(x, indices, sorted)?;
-        let gate = self.gate_proj.gather_matmul_t(x, indices, sorted)?;
-        let gate = match self.activation {
-            GateActivation::Silu => nn::silu(gate)?,
-            GateActivation::GeluApprox => gelu_tanh(&gate)?,
+        // Each (token, expert) pair's bias row, `[..., k, 1, out]` as the products.
+        let bias = |which: usize, y: Array| -> Result<Array> {
+            match &self.biases {
+                None => Ok(y),
+                Some(b) => Ok(y.add(b[which].take_axis(indices, 0)?.expand_dims(-2)?)?),
+            }
         };
-        let h = gate.multiply(up)?;
-        self.down_proj.gather_matmul_t(&h, indices, sorted)
+        let up = bias(1, self.up_proj.gather_matmul_t(x, indices, sorted)?)?;
+        let gate = bias(0, self.gate_proj.gather_matmul_t(x, indices, sorted)?)?;
+        let h = match self.activation {
+            GateActivation::Silu => nn::silu(gate)?.multiply(up)?,
+            GateActivation::GeluApprox => gelu_tanh(&gate)?.multiply(up)?,
+            GateActivation::ClampedSwiglu { alpha, limit } => {
+                let c = |v: f32| Array::from_f32(v).as_dtype(gate.dtype());
+                let gate = ops::minimum(&gate, c(limit)?)?;
+                let up = ops::clip(&up, (c(-limit)?, c(limit)?))?;
+                let glu = gate.multiply(ops::sigmoid(&gate.multiply(c(alpha)?)?)?)?;
+                up.add(c(1.0)?)?.multiply(glu)?
+            }
+        };
+        bias(2, self.down_proj.gather_matmul_t(&h, indices, sorted)?)
     }
 }

@@ -20,6 +20,17 @@ pub struct RopeScaling {
     pub high_freq_factor: Option<f32>,
     #[serde(default)]
     pub original_max_position_embeddings: Option<f32>,
+    /// YaRN: the rotations per original context above which a frequency
+    /// is kept (`beta_fast`) and below which it is interpolated (`beta_slow`).
+    #[serde(default)]
+    pub beta_fast: Option<f32>,
+    #[serde(default)]
+    pub beta_slow: Option<f32>,
+    /// YaRN's attention scaling, over the scaling of every dimension.
+    #[serde(default)]
+    pub mscale: Option<f32>,
+    #[serde(default)]
+    pub mscale_all_dim: Option<f32>,
 }
 
 /// Where a step's tokens sit: what RoPE rotates by. The caller knows each
@@ -57,6 +68,9 @@ pub struct Rope {
     scale: f32,
     /// Explicit per-pair frequencies (Llama 3 scaling); when set, `base` is unused.
     freqs: Option<Array>,
+    /// What queries and keys are multiplied by before rotating (YaRN's
+    /// attention temperature; 1 for the others).
+    mscale: f32,
 }
 
 impl Rope {
@@ -66,12 +80,18 @@ impl Rope {
         traditional: bool,
         scaling: Option<&RopeScaling>,
     ) -> Result<Self> {
-        let mut rope = Rope { mrope: None, dims, traditional, base, scale: 1.0, freqs: None };
+        let mut rope =
+            Rope { mrope: None, dims, traditional, base, scale: 1.0, freqs: None, mscale: 1.0 };
         let Some(s) = scaling else { return Ok(rope) };
         match s.rope_type.as_str() {
             "default" => {}
             "linear" => rope.scale = 1.0 / s.factor.unwrap_or(1.0),
             "llama3" => rope.freqs = Some(llama3_freqs(dims, base, s)?),
+            "yarn" => {
+                let (freqs, mscale) = yarn(dims, base, s)?;
+                rope.freqs = Some(freqs);
+                rope.mscale = mscale;
+            }
             other => {
                 return Err(Error::InvalidConfig(format!(
                     "unsupported rope_scaling type {other:?}"
@@ -146,6 +166,20 @@ impl Rope {
     /// Rotates `x` `[B, heads, L, head_dim]` as [`Self::prepare`] decided.
     pub fn rotate(&self, x: &Array, rotation: &Rotation) -> Result<Array> {
         let base = if self.freqs.is_some() { None } else { Some(self.base) };
+        let scaled;
+        let x = if self.mscale == 1.0 {
+            x
+        } else {
+            // Only the rotated features are scaled (all of them in gpt-oss).
+            let m = Array::from_f32(self.mscale).as_dtype(x.dtype())?;
+            scaled = if x.dim(-1) > self.dims {
+                let parts = x.split_at_indices(&[self.dims], -1)?;
+                mlx_rs::ops::concatenate(&[parts[0].multiply(&m)?, parts[1].clone()], -1)?
+            } else {
+                x.multiply(&m)?
+            };
+            &scaled
+        };
         Ok(match rotation {
             Rotation::Offset(Positions::Start(o)) => fast::rope(
                 x,
@@ -181,6 +215,38 @@ pub enum Rotation<'a> {
         cos: Array,
         sin: Array,
     },
+}
+
+/// YaRN (gpt-oss, DeepSeek): frequencies that turn many times within the
+/// original context are kept, those that turn less than once are slowed by
+/// `factor`, with a linear ramp between the two correction dimensions; and
+/// queries and keys are scaled by `mscale` (0.1 ln(factor) + 1, over the
+/// same for `mscale_all_dim`). As mlx-lm's `YarnRoPE`: the correction range
+/// is rounded outwards (floor, ceil) and clipped to the features.
+fn yarn(dims: i32, base: f32, s: &RopeScaling) -> Result<(Array, f32)> {
+    let factor =
+        s.factor.ok_or_else(|| Error::InvalidConfig("rope_scaling yarn needs `factor`".into()))?;
+    let old_ctx = s.original_max_position_embeddings.unwrap_or(4096.0);
+    let (beta_fast, beta_slow) = (s.beta_fast.unwrap_or(32.0), s.beta_slow.unwrap_or(1.0));
+    let d = dims as f32;
+    let correction = |rotations: f32| {
+        d * (old_ctx / (rotations * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln())
+    };
+    let low = correction(beta_fast).floor().max(0.0);
+    let high = correction(beta_slow).ceil().min(d - 1.0);
+    let high = if low == high { high + 0.001 } else { high };
+    let get_mscale = |m: f32| if factor <= 1.0 { 1.0 } else { 0.1 * m * factor.ln() + 1.0 };
+    let mscale = get_mscale(s.mscale.unwrap_or(1.0)) / get_mscale(s.mscale_all_dim.unwrap_or(0.0));
+    let freqs: Vec<f32> = (0..dims / 2)
+        .map(|i| {
+            let extra = base.powf(2.0 * i as f32 / d);
+            let inter = factor * extra;
+            let ramp = ((i as f32 - low) / (high - low)).clamp(0.0, 1.0);
+            let keep = 1.0 - ramp;
+            inter * extra / (inter * keep + extra * (1.0 - keep))
+        })
+        .collect();
+    Ok((Array::from_slice(&freqs, &[dims / 2]), mscale))
 }
 
 /// Llama 3.1's scaling: long wavelengths are slowed by `factor`, short ones

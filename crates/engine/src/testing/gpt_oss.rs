@@ -1,0 +1,190 @@
+//! A tiny seeded gpt-oss in the two layouts users download: float as OpenAI
+//! ships it (each layer's experts' gate and up fused in
+//! `experts.gate_up_proj.weight`, their rows interleaved, biases named
+//! `*_proj_bias`) or 4-bit as mlx-lm converts it (`experts.{gate,up,down}_proj`
+//! with `.bias`). Sliding and full attention layers alternate, the window
+//! (8) shorter than the test prompts; GQA with an explicit head size (32)
+//! unlike hidden / heads; a learned sink per head; YaRN RoPE as gpt-oss-20b
+//! sets it; top 2 of 4 experts. The tokenizer has harmony's specials and
+//! gpt-oss's own chat template.
+use std::collections::HashMap;
+use std::path::Path;
+
+use mlx_rs::{ops, Array};
+use serde_json::json;
+
+use super::families::Dims;
+use super::{byte_level_meta, save_checkpoint, Rng};
+use crate::error::{Error, Result};
+use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
+use crate::weights::QuantSpec;
+
+/// gpt-oss's chat template as its checkpoints ship it (the harmony format).
+pub const GPT_OSS_CHAT_TEMPLATE: &str =
+    include_str!("../../tests/fixtures/templates/gpt-oss.jinja");
+
+/// Harmony's special tokens, appended after the tiny vocabulary
+/// (`<|endoftext|>` is the tiny vocabulary's id 0 already).
+pub const GPT_OSS_SPECIAL_TOKENS: [&str; 8] = [
+    "<|startoftext|>",
+    "<|start|>",
+    "<|end|>",
+    "<|message|>",
+    "<|channel|>",
+    "<|constrain|>",
+    "<|return|>",
+    "<|call|>",
+];
+
+/// The sliding window of the tiny checkpoint (shorter than the test prompts).
+pub const GPT_OSS_WINDOW: i32 = 8;
+
+/// The tiny vocabulary with harmony's specials; generation ends at
+/// `<|return|>` or `<|call|>` (config.json's `eos_token_id` lists both).
+pub fn gpt_oss_byte_level_meta() -> GgufTokenizerMeta {
+    let mut meta = byte_level_meta();
+    let first = meta.tokens.len() as u32;
+    for t in GPT_OSS_SPECIAL_TOKENS {
+        meta.tokens.push(t.to_owned());
+        meta.token_types.push(3);
+    }
+    meta.bos_id = Some(first);
+    meta.eos_id = Some(first + 6);
+    meta.add_bos = Some(false);
+    meta.chat_template = Some(GPT_OSS_CHAT_TEMPLATE.into());
+    meta
+}
+
+/// Writes the tiny gpt-oss of `d` (`hidden`, `layers`, `heads`, `kv_heads`,
+/// `head_dim`, `experts`, `top_k`, `moe_intermediate`) into `dir`; returns
+/// its vocabulary size.
+pub(crate) fn write_gpt_oss(
+    dir: &Path,
+    d: Dims,
+    quantize: Option<QuantSpec>,
+    seed: u64,
+) -> Result<i32> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let tokenizer = Tokenizer::from_gguf(gpt_oss_byte_level_meta())?;
+    tokenizer.write_hf_files(dir)?;
+    let vocab = tokenizer.vocab_size() as i32;
+    let fused = quantize.is_none();
+    let (h, hd, e, i) = (d.hidden, d.head_dim, d.experts, d.moe_intermediate);
+
+    let mut w = Writer { rng: Rng(seed), tensors: HashMap::new() };
+    let mut matrices: Vec<String> = Vec::new();
+    let mut tensor =
+        |name: String, shape: &[i32], scale: f32, center: f32| w.put(name, shape, scale, center);
+    tensor("model.embed_tokens.weight".into(), &[vocab, h], 0.5, 0.0);
+    matrices.push("model.embed_tokens".into());
+    tensor("lm_head.weight".into(), &[vocab, h], 1.0 / (h as f32).sqrt(), 0.0);
+    matrices.push("lm_head".into());
+    tensor("model.norm.weight".into(), &[h], 0.1, 1.0);
+    for l in 0..d.layers {
+        let p = format!("model.layers.{l}");
+        tensor(format!("{p}.input_layernorm.weight"), &[h], 0.1, 1.0);
+        tensor(format!("{p}.post_attention_layernorm.weight"), &[h], 0.1, 1.0);
+        let a = format!("{p}.self_attn");
+        for (name, out, inp) in [
+            ("q_proj", d.heads * hd, h),
+            ("k_proj", d.kv_heads * hd, h),
+            ("v_proj", d.kv_heads * hd, h),
+            ("o_proj", h, d.heads * hd),
+        ] {
+            tensor(format!("{a}.{name}.weight"), &[out, inp], 1.0 / (inp as f32).sqrt(), 0.0);
+            tensor(format!("{a}.{name}.bias"), &[out], 0.1, 0.0);
+            matrices.push(format!("{a}.{name}"));
+        }
+        // Sinks of either sign and up to a few logits: some heads give them
+        // real weight.
+        tensor(format!("{a}.sinks"), &[d.heads], 2.0, 0.0);
+        let m = format!("{p}.mlp");
+        tensor(format!("{m}.router.weight"), &[e, h], 1.0 / (h as f32).sqrt(), 0.0);
+        tensor(format!("{m}.router.bias"), &[e], 0.1, 0.0);
+        matrices.push(format!("{m}.router"));
+        // Large enough that the SwiGLU's clamps at ±7 cut some values.
+        let x = format!("{m}.experts");
+        tensor(format!("{x}.gate_proj.weight"), &[e, i, h], 1.2, 0.0);
+        tensor(format!("{x}.up_proj.weight"), &[e, i, h], 1.2, 0.0);
+        tensor(format!("{x}.down_proj.weight"), &[e, h, i], 1.0 / (i as f32).sqrt(), 0.0);
+        tensor(format!("{x}.gate_proj.bias"), &[e, i], 0.5, 0.0);
+        tensor(format!("{x}.up_proj.bias"), &[e, i], 0.5, 0.0);
+        tensor(format!("{x}.down_proj.bias"), &[e, h], 0.1, 0.0);
+        if !fused {
+            for proj in ["gate_proj", "up_proj", "down_proj"] {
+                matrices.push(format!("{x}.{proj}"));
+            }
+        }
+    }
+    let mut tensors = w.tensors;
+    if fused {
+        for l in 0..d.layers {
+            fuse_gate_up(&mut tensors, &format!("model.layers.{l}.mlp.experts"))?;
+        }
+    }
+
+    let types: Vec<&str> = (0..d.layers)
+        .map(|l| if l % 2 == 0 { "sliding_attention" } else { "full_attention" })
+        .collect();
+    let config = json!({
+        "model_type": "gpt_oss",
+        "architectures": ["GptOssForCausalLM"],
+        "vocab_size": vocab,
+        "hidden_size": h,
+        "intermediate_size": i,
+        "head_dim": hd,
+        "num_hidden_layers": d.layers,
+        "num_attention_heads": d.heads,
+        "num_key_value_heads": d.kv_heads,
+        "num_local_experts": e,
+        "num_experts_per_tok": d.top_k,
+        "experts_per_token": d.top_k,
+        "sliding_window": GPT_OSS_WINDOW,
+        "layer_types": types,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 150000,
+        "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                         "original_max_position_embeddings": 4096, "rope_type": "yarn",
+                         "truncate": false},
+        "swiglu_limit": 7.0,
+        "max_position_embeddings": 2048,
+        "tie_word_embeddings": false,
+        "bos_token_id": tokenizer.token_to_id("<|startoftext|>"),
+        "eos_token_id": [tokenizer.token_to_id("<|return|>"), 0, tokenizer.token_to_id("<|call|>")],
+        "torch_dtype": "float32",
+    });
+    save_checkpoint(dir, tensors, &matrices, config, quantize)?;
+    Ok(vocab)
+}
+
+struct Writer {
+    rng: Rng,
+    tensors: HashMap<String, Array>,
+}
+
+impl Writer {
+    fn put(&mut self, name: String, shape: &[i32], scale: f32, center: f32) {
+        self.tensors.insert(name, self.rng.tensor(shape, scale, center));
+    }
+}
+
+/// OpenAI's layout: gate and up `[E, I, D]` → `gate_up_proj.weight`
+/// `[E, 2I, D]` with rows gate 0, up 0, gate 1, …; their biases likewise
+/// into `gate_up_proj_bias`; `down_proj.bias` → `down_proj_bias`.
+fn fuse_gate_up(tensors: &mut HashMap<String, Array>, x: &str) -> Result<()> {
+    let mut take = |name: &str| tensors.remove(&format!("{x}.{name}")).expect("written above");
+    let interleave = |gate: Array, up: Array| -> Result<Array> {
+        // Stacked on a new axis after the rows, then the two merged.
+        let mut shape = gate.shape().to_vec();
+        let both = ops::stack(&[gate, up], 2)?;
+        shape[1] *= 2;
+        Ok(both.reshape(&shape)?)
+    };
+    let weight = interleave(take("gate_proj.weight"), take("up_proj.weight"))?;
+    let bias = interleave(take("gate_proj.bias"), take("up_proj.bias"))?;
+    let down_bias = take("down_proj.bias");
+    tensors.insert(format!("{x}.gate_up_proj.weight"), weight);
+    tensors.insert(format!("{x}.gate_up_proj_bias"), bias);
+    tensors.insert(format!("{x}.down_proj_bias"), down_bias);
+    Ok(())
+}
