@@ -138,38 +138,18 @@ pub fn load_draft_head(
     target: &dyn super::LanguageModel,
     opts: &LoadOptions,
 ) -> Result<Box<dyn super::DraftHead>> {
-    if !path.join("config.json").is_file() {
-        return Err(Error::ModelNotFound {
-            path: path.to_path_buf(),
-            reason: "a multi-token-prediction head is a folder with config.json".into(),
-        });
-    }
-    let config = read_config(path)?;
-    let model_type = registry::model_type(&config)?;
-    if model_type != "qwen3_5_mtp" {
-        return Err(Error::InvalidRequest(format!(
-            "{} holds a {model_type} model, not a multi-token-prediction head (mlx-vlm's split \
-             drafter, model_type qwen3_5_mtp): give it as a draft model instead",
-            path.display()
-        )));
-    }
-    let quantization = Quantization::from_config(&config)?;
-    let mut weights = weights::safetensors::load_folder(path)?;
-    let mut loader = layers::LayerLoader {
-        weights: &mut weights,
-        quantization: &quantization,
-        format: opts.format,
-        dtype: activation_dtype(opts.format),
-        tensor_parallel: None,
-        sharded_layers: 0,
-        pipeline: None,
-        stage: None,
-        draft_head: true,
-    };
+    let mut folder = DrafterFolder::open(
+        path,
+        "qwen3_5_mtp",
+        "a multi-token-prediction head",
+        "a multi-token-prediction head (mlx-vlm's split drafter, model_type qwen3_5_mtp): give it \
+         as a draft model instead",
+    )?;
+    let (config, mut loader) = folder.loader(opts);
     // The width of the target's hidden states, from one embedding.
     let hidden = target.embed(&Array::from_slice(&[0i32], &[1, 1]))?.dim(-1);
     let head =
-        super::qwen3_5::mtp::load_split(&config, &mut loader, hidden, target.shape().vocab_size)?;
+        super::qwen3_5::mtp::load_split(config, &mut loader, hidden, target.shape().vocab_size)?;
     let leftover = loader.weights.leftover();
     if !leftover.is_empty() {
         tracing::warn!(count = leftover.len(), first = %leftover[0], "head tensors not used");
@@ -186,38 +166,17 @@ pub fn load_assistant(
     target: &dyn super::LanguageModel,
     opts: &LoadOptions,
 ) -> Result<Box<dyn super::KvDrafter>> {
-    if !path.join("config.json").is_file() {
-        return Err(Error::ModelNotFound {
-            path: path.to_path_buf(),
-            reason: "an assistant drafter is a folder with config.json".into(),
-        });
-    }
-    let config = read_config(path)?;
-    let model_type = registry::model_type(&config)?;
-    if model_type != "gemma4_assistant" {
-        return Err(Error::InvalidRequest(format!(
-            "{} holds a {model_type} model, not a Gemma 4 assistant drafter (model_type \
-             gemma4_assistant)",
-            path.display()
-        )));
-    }
-    let quantization = Quantization::from_config(&config)?;
-    let mut weights = weights::safetensors::load_folder(path)?;
-    let mut loader = layers::LayerLoader {
-        weights: &mut weights,
-        quantization: &quantization,
-        format: opts.format,
-        dtype: activation_dtype(opts.format),
-        tensor_parallel: None,
-        sharded_layers: 0,
-        pipeline: None,
-        stage: None,
-        draft_head: true,
-    };
+    let mut folder = DrafterFolder::open(
+        path,
+        "gemma4_assistant",
+        "an assistant drafter",
+        "a Gemma 4 assistant drafter (model_type gemma4_assistant)",
+    )?;
+    let (config, mut loader) = folder.loader(opts);
     let probe = Array::from_slice(&[0i32], &[1, 1]);
     let layout = target.cache_layout();
     let assistant = super::gemma4::assistant::load(
-        &config,
+        config,
         &mut loader,
         target.embed(&probe)?.dim(-1),
         target.shape().vocab_size,
@@ -238,6 +197,55 @@ pub fn load_assistant(
     use super::KvDrafter;
     assistant.draft(target, &cache, &probe, &hidden, &[0], 1)?.eval()?;
     Ok(Box::new(assistant))
+}
+
+/// A drafter's own folder, opened and checked to hold the expected
+/// `model_type` before any weight is read.
+struct DrafterFolder {
+    config: Value,
+    quantization: Quantization,
+    weights: Weights,
+}
+
+impl DrafterFolder {
+    /// `what` names the drafter in the not-found reason ("an assistant
+    /// drafter"); `expected` says what the folder should have held.
+    fn open(path: &Path, model_type: &str, what: &str, expected: &str) -> Result<Self> {
+        if !path.join("config.json").is_file() {
+            return Err(Error::ModelNotFound {
+                path: path.to_path_buf(),
+                reason: format!("{what} is a folder with config.json"),
+            });
+        }
+        let config = read_config(path)?;
+        let found = registry::model_type(&config)?;
+        if found != model_type {
+            return Err(Error::InvalidRequest(format!(
+                "{} holds a {found} model, not {expected}",
+                path.display()
+            )));
+        }
+        let quantization = Quantization::from_config(&config)?;
+        let weights = weights::safetensors::load_folder(path)?;
+        Ok(Self { config, quantization, weights })
+    }
+
+    /// Its config and a loader over the whole drafter: no split across
+    /// processes, and the draft tensors are the point.
+    fn loader(&mut self, opts: &LoadOptions) -> (&Value, layers::LayerLoader<'_>) {
+        let loader = layers::LayerLoader {
+            weights: &mut self.weights,
+            quantization: &self.quantization,
+            format: opts.format,
+            dtype: activation_dtype(opts.format),
+            tensor_parallel: None,
+            sharded_layers: 0,
+            pipeline: None,
+            stage: None,
+            draft_head: true,
+        };
+        (&self.config, loader)
+    }
 }
 
 fn read_config(dir: &Path) -> Result<Value> {

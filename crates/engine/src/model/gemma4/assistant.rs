@@ -21,7 +21,7 @@ use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Gemma4Args, Mlp};
+use super::{layer_scalar, Gemma4Args, Mlp};
 use crate::cache::{BatchCache, LayerCache};
 use crate::error::{Error, Result};
 use crate::model::layers::attention;
@@ -147,7 +147,6 @@ pub fn load(
         let heads = args.num_attention_heads;
         let m = format!("{p}.mlp");
         let ff = args.intermediate_size;
-        let scalar = format!("{p}.layer_scalar");
         layers.push(Layer {
             input_layernorm: loader.rms_norm(&format!("{p}.input_layernorm"), d, eps)?,
             q_proj: loader.linear(&format!("{a}.q_proj"), d, heads * hd, false)?,
@@ -166,21 +165,13 @@ pub fn load(
                 d,
                 eps,
             )?,
-            mlp: Mlp {
-                gate_proj: loader.linear(&format!("{m}.gate_proj"), d, ff, false)?,
-                up_proj: loader.linear(&format!("{m}.up_proj"), d, ff, false)?,
-                down_proj: loader.linear(&format!("{m}.down_proj"), ff, d, false)?,
-            },
+            mlp: Mlp::load(loader, &m, d, ff)?,
             post_feedforward_layernorm: loader.rms_norm(
                 &format!("{p}.post_feedforward_layernorm"),
                 d,
                 eps,
             )?,
-            layer_scalar: if loader.weights.contains(&scalar) {
-                Some(loader.float(&scalar, &[1])?)
-            } else {
-                None
-            },
+            layer_scalar: layer_scalar(loader, &p)?,
         });
     }
     let vocab = args.vocab_size;

@@ -499,12 +499,7 @@ impl Gemma4 {
             } else {
                 None
             };
-            let scalar_name = format!("{p}.layer_scalar");
-            let layer_scalar = if loader.weights.contains(&scalar_name) {
-                Some(loader.float(&scalar_name, &[1])?)
-            } else {
-                None
-            };
+            let layer_scalar = layer_scalar(loader, &p)?;
             layers.push(Block {
                 input_layernorm: loader.rms_norm(&format!("{p}.input_layernorm"), d, eps)?,
                 self_attn: Attention {
@@ -527,11 +522,7 @@ impl Gemma4 {
                     d,
                     eps,
                 )?,
-                mlp: Mlp {
-                    gate_proj: loader.linear(&format!("{m}.gate_proj"), d, ff, false)?,
-                    up_proj: loader.linear(&format!("{m}.up_proj"), d, ff, false)?,
-                    down_proj: loader.linear(&format!("{m}.down_proj"), ff, d, false)?,
-                },
+                mlp: Mlp::load(loader, &m, d, ff)?,
                 post_feedforward_layernorm: loader.rms_norm(
                     &format!("{p}.post_feedforward_layernorm"),
                     d,
@@ -648,7 +639,41 @@ impl Attention {
     }
 }
 
+/// The layer's output scale, when the checkpoint has one (`{prefix}.layer_scalar`).
+fn layer_scalar(loader: &mut LayerLoader, prefix: &str) -> Result<Option<Array>> {
+    let name = format!("{prefix}.layer_scalar");
+    if loader.weights.contains(&name) {
+        Ok(Some(loader.float(&name, &[1])?))
+    } else {
+        Ok(None)
+    }
+}
+
 impl Mlp {
+    /// The gated MLP at `prefix` (`{prefix}.gate_proj`, `up_proj`, `down_proj`).
+    fn load(
+        loader: &mut LayerLoader,
+        prefix: &str,
+        hidden: i32,
+        intermediate: i32,
+    ) -> Result<Self> {
+        Ok(Self {
+            gate_proj: loader.linear(
+                &format!("{prefix}.gate_proj"),
+                hidden,
+                intermediate,
+                false,
+            )?,
+            up_proj: loader.linear(&format!("{prefix}.up_proj"), hidden, intermediate, false)?,
+            down_proj: loader.linear(
+                &format!("{prefix}.down_proj"),
+                intermediate,
+                hidden,
+                false,
+            )?,
+        })
+    }
+
     fn forward(&self, x: &Array) -> Result<Array> {
         let gate = gelu_tanh(&self.gate_proj.forward(x)?)?;
         self.down_proj.forward(&gate.multiply(self.up_proj.forward(x)?)?)
