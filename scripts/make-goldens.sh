@@ -9,28 +9,11 @@
 # `make-goldens.sh lfm2 ...` records only the families named (and not the
 # real Gemma 3 270M). Idempotent: rerunning rewrites the same JSON. Runs MLX on the CPU with
 # OpenBLAS preloaded when it is installed, the BLAS our binaries link.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
+source "$(dirname "$0")/lib/golden.sh"
 OUT="$ROOT/crates/engine/tests/goldens"
 
-log() { printf '\033[1mmake-goldens:\033[0m %s\n' "$*" >&2; }
-
-scripts/ref-venv.sh
-
-work="$(mktemp -d "${TMPDIR:-/tmp}/tiny-goldens.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
-
 log "writing the tiny folders into $work"
-# Same flags as the test build, so nothing rebuilds with other features.
-cargo build -q --workspace --all-targets
 target/debug/examples/write_tiny_model "$work" >/dev/null
-
-openblas="$(ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 .*(x86-64|AArch64)/ && !found {found = $NF} END {print found}')"
-if [ -n "$openblas" ]; then
-  log "preloading $openblas"
-  export LD_PRELOAD="$openblas${LD_PRELOAD:+:$LD_PRELOAD}"
-fi
 log "recording mlx-lm outputs"
 "$ROOT/.venv-ref/bin/python" scripts/goldens/tiny_models.py "$work" "$OUT" "$@"
 if [ $# -gt 0 ]; then

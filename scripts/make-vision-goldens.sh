@@ -11,28 +11,12 @@
 # Usage: make-vision-goldens.sh [qwen2|qwen3_5|qwen3_vl|qwen3_vl_moe|gemma3|gemma4]   (default: all)
 # Idempotent: rerunning rewrites the same files. Runs MLX on the CPU with
 # OpenBLAS preloaded when it is installed, the BLAS our binaries link.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
+source "$(dirname "$0")/lib/golden.sh"
 GOLDENS="$ROOT/crates/engine/tests/goldens"
 IMAGES="$ROOT/crates/engine/tests/fixtures/images"
 
-log() { printf '\033[1mmake-vision-goldens:\033[0m %s\n' "$*" >&2; }
-
-scripts/ref-venv.sh
-
-work="$(mktemp -d "${TMPDIR:-/tmp}/tiny-vl-goldens.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
-
-log "writing the tiny vision-language folders into $work"
-cargo build -q --workspace --all-targets
+log "writing the tiny folders into $work"
 target/debug/examples/write_tiny_vl_model "$work" >/dev/null
-
-openblas="$(ldconfig -p 2>/dev/null | awk '/libopenblas\.so\.0 .*(x86-64|AArch64)/ && !found {found = $NF} END {print found}')"
-if [ -n "$openblas" ]; then
-  log "preloading $openblas"
-  export LD_PRELOAD="$openblas${LD_PRELOAD:+:$LD_PRELOAD}"
-fi
 # phone-style EXIF JPEGs and the reference's view of them (kept when present)
 (cd scripts/goldens && "$ROOT/.venv-ref/bin/python" exif_jpegs.py "$IMAGES")
 for family in ${1:-qwen2 qwen3_5 qwen3_vl qwen3_vl_moe gemma3 gemma4}; do
