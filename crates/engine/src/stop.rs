@@ -49,7 +49,10 @@
 //!   `skip_special`; Llama's `<|python_tag|>` is special and is dropped by it,
 //!   in which case the call text starts with `{` and the bare-JSON rule
 //!   catches it.
+pub mod harmony;
+
 use crate::tools::ToolCallStyle;
+use harmony::Harmony;
 
 /// Most stop strings one request may give. OpenAI allows 4; a few more are
 /// harmless, but every stop string is searched for at every piece of text of
@@ -100,6 +103,16 @@ impl ThinkingTags {
     pub fn gemma4_channel() -> Self {
         ThinkingTags { open: "<|channel>thought".into(), close: "<channel|>".into() }
     }
+
+    /// gpt-oss's harmony `analysis` channel. Harmony is read by its own
+    /// router ([`harmony`]), not as a tag pair; the close tag is what ends the
+    /// analysis and opens the answer, which a thinking budget feeds the model.
+    pub fn harmony() -> Self {
+        ThinkingTags {
+            open: "<|channel|>analysis<|message|>".into(),
+            close: "<|end|><|start|>assistant<|channel|>final<|message|>".into(),
+        }
+    }
 }
 
 /// How a model marks tool calls in its output.
@@ -137,11 +150,22 @@ impl ToolCallTags {
         }
     }
 
+    /// gpt-oss's harmony: a message to `functions.NAME` in the
+    /// `commentary` channel, ended by `<|call|>` (read by [`harmony`]).
+    pub fn harmony() -> Self {
+        ToolCallTags {
+            open: "<|channel|>commentary to=".into(),
+            close: Some("<|call|>".into()),
+            bare_json: false,
+        }
+    }
+
     pub fn for_style(style: ToolCallStyle) -> Self {
         match style {
             ToolCallStyle::Hermes => Self::hermes(),
             ToolCallStyle::Llama3 => Self::llama3(),
             ToolCallStyle::Pythonic => Self::pythonic(),
+            ToolCallStyle::Harmony => Self::harmony(),
         }
     }
 }
@@ -151,12 +175,14 @@ impl ToolCallTags {
 /// The `<think>` pair (Qwen3, QwQ, DeepSeek-R1, SmolLM3: their templates
 /// print or strip `<think>`/`</think>`), and Gemma 4's thought channel, a tag
 /// pair in effect (`<|channel>thought` … `<channel|>`, the only channel its
-/// replies open). Not supported, and `None` here: gpt-oss's harmony channels
-/// (`<|channel|>analysis<|message|>` … `<|end|><|start|>assistant<|channel|>final<|message|>`)
-/// are several channels (tool calls go through a third one), which needs a
-/// channel parser rather than a tag pair.
+/// replies open). gpt-oss's harmony channels (`<|channel|>analysis<|message|>`
+/// … `<|end|><|start|>assistant<|channel|>final<|message|>`, tool calls in a
+/// third) are several channels: [`ThinkingTags::harmony`] marks them, and
+/// the matcher reads them with its harmony router.
 pub fn thinking_tags_for_template(template_source: &str) -> Option<ThinkingTags> {
-    if template_source.contains("<think>") || template_source.contains("</think>") {
+    if harmony::is_harmony_template(template_source) {
+        Some(ThinkingTags::harmony())
+    } else if template_source.contains("<think>") || template_source.contains("</think>") {
         Some(ThinkingTags::think())
     } else if template_source.contains("<|channel>") {
         Some(ThinkingTags::gemma4_channel())
@@ -236,6 +262,8 @@ pub struct StreamMatcher {
     /// Whether any answer text was emitted (a bare JSON call must come first).
     content_emitted: bool,
     reasoning_chars: usize,
+    /// gpt-oss's harmony messages, read by their own router (see [`harmony`]).
+    harmony: Option<Box<Harmony>>,
 }
 
 impl StreamMatcher {
@@ -251,6 +279,9 @@ impl StreamMatcher {
         if let Some(t) = cfg.tool_call.as_mut() {
             t.close = t.close.take().filter(|c| !c.is_empty());
         }
+        let is_harmony = cfg.thinking == Some(ThinkingTags::harmony())
+            || cfg.tool_call == Some(ToolCallTags::harmony());
+        let harmony = is_harmony.then(|| Box::new(Harmony::new(&cfg)));
         let reasoning = cfg.starts_in_reasoning && cfg.thinking.is_some();
         let json_probe = !reasoning && cfg.tool_call.as_ref().is_some_and(|t| t.bare_json);
         StreamMatcher {
@@ -263,12 +294,16 @@ impl StreamMatcher {
             tool_until_end: false,
             content_emitted: false,
             reasoning_chars: 0,
+            harmony,
         }
     }
 
     /// Routes newly detokenized text. Never returns text that might still be
     /// part of a tag or stop string; after [`Segment::Stop`] returns nothing.
     pub fn push(&mut self, text: &str) -> Vec<Segment> {
+        if let Some(h) = &mut self.harmony {
+            return h.push(text);
+        }
         let mut out = Vec::new();
         if self.state != State::Done {
             self.pending.push_str(text);
@@ -280,6 +315,9 @@ impl StreamMatcher {
     /// End of generation: flushes what was held back (see the module docs for
     /// partial tags and unclosed blocks). Later calls return nothing.
     pub fn finish(&mut self) -> Vec<Segment> {
+        if let Some(h) = &mut self.harmony {
+            return h.finish();
+        }
         let mut out = Vec::new();
         if self.state == State::Done {
             return out;
@@ -303,6 +341,9 @@ impl StreamMatcher {
     /// the engine then feeds the close tag to the model. If the tag's text
     /// is also pushed here, it is a stray close tag and is dropped.
     pub fn close_reasoning(&mut self) -> Vec<Segment> {
+        if let Some(h) = &mut self.harmony {
+            return h.close_reasoning();
+        }
         let mut out = Vec::new();
         if self.state == State::Reasoning {
             let held = std::mem::take(&mut self.pending);
@@ -314,17 +355,26 @@ impl StreamMatcher {
 
     /// Whether the sequence is inside a reasoning block.
     pub fn in_reasoning(&self) -> bool {
-        self.state == State::Reasoning
+        match &self.harmony {
+            Some(h) => h.in_reasoning(),
+            None => self.state == State::Reasoning,
+        }
     }
 
     /// Characters of reasoning emitted so far, for a thinking budget.
     pub fn reasoning_chars(&self) -> usize {
-        self.reasoning_chars
+        match &self.harmony {
+            Some(h) => h.reasoning_chars(),
+            None => self.reasoning_chars,
+        }
     }
 
     /// Whether a stop string matched or the generation finished.
     pub fn is_done(&self) -> bool {
-        self.state == State::Done
+        match &self.harmony {
+            Some(h) => h.is_done(),
+            None => self.state == State::Done,
+        }
     }
 
     fn drain(&mut self, out: &mut Vec<Segment>, at_end: bool) {
@@ -854,8 +904,9 @@ mod tests {
         // DeepSeek-R1 only strips the block from history.
         let r1 = "{% set content = content.split('</think>')[-1] %}";
         assert_eq!(thinking_tags_for_template(r1), Some(ThinkingTags::think()));
-        let gpt_oss = "<|start|>assistant<|channel|>analysis<|message|>";
-        assert_eq!(thinking_tags_for_template(gpt_oss), None);
+        let gpt_oss = include_str!("../tests/fixtures/templates/gpt-oss.jinja");
+        assert_eq!(thinking_tags_for_template(gpt_oss), Some(ThinkingTags::harmony()));
+        assert_eq!(tool_call_tags_for_template(gpt_oss), Some(ToolCallTags::harmony()));
         let gemma4 = "{%- if '<|channel>' in content %}{% set content = content.split('<channel|>')[-1] %}{% endif -%}";
         assert_eq!(thinking_tags_for_template(gemma4), Some(ThinkingTags::gemma4_channel()));
     }

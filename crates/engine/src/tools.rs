@@ -13,6 +13,10 @@
 //! - **Pythonic** (LFM2): `<|tool_call_start|>[get_weather(city="Paris"),
 //!   …]<|tool_call_end|>`, a Python list of calls with keyword arguments
 //!   ([`pythonic`]); the JSON shapes above inside the same tags are read too.
+//! - **Harmony** (gpt-oss): a message to `functions.NAME` in the `commentary`
+//!   channel, `<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{…}<|call|>`;
+//!   [`crate::stop::harmony`] cuts out its header and body, the name is the
+//!   recipient's and the body the arguments.
 //!
 //! One parser reads them all: the raw text is one or more JSON objects (or arrays
 //! of them) separated by blanks or `;`; each has a `name` and `arguments` or
@@ -40,6 +44,8 @@ pub enum ToolCallStyle {
     Llama3,
     /// `<|tool_call_start|>[f(a=1), …]<|tool_call_end|>`: LFM2.
     Pythonic,
+    /// A harmony message to `functions.NAME` in the `commentary` channel: gpt-oss.
+    Harmony,
 }
 
 impl ToolCallStyle {
@@ -47,7 +53,9 @@ impl ToolCallStyle {
     /// model (Llama 3.2's template never prints `<|python_tag|>`, only the
     /// `{"name": …, "parameters": …}` instruction).
     pub fn for_template(template_source: &str) -> Option<Self> {
-        if template_source.contains("<tool_call>") {
+        if crate::stop::harmony::is_harmony_template(template_source) {
+            Some(ToolCallStyle::Harmony)
+        } else if template_source.contains("<tool_call>") {
             Some(ToolCallStyle::Hermes)
         } else if template_source.contains("<|tool_list_start|>")
             || template_source.contains("<|tool_call_start|>")
@@ -100,6 +108,11 @@ impl ToolCallParseError {
 /// JSON answer) into one or more calls. All or nothing: if any part fails,
 /// the whole block is returned as an error, so no text goes missing.
 pub fn parse_tool_calls(raw: &str) -> Result<Vec<ToolCall>, ToolCallParseError> {
+    if let Some((header, body)) = raw.split_once(crate::stop::harmony::MESSAGE) {
+        return parse_harmony_call(header, body)
+            .map(|call| vec![call])
+            .map_err(|reason| ToolCallParseError { raw: raw.to_owned(), reason });
+    }
     let json = parse_json_calls(raw);
     if json.is_err() {
         if let Ok(calls) = pythonic::parse(raw) {
@@ -135,6 +148,23 @@ fn parse_json_calls(raw: &str) -> std::result::Result<Vec<ToolCall>, String> {
         }
         Ok(calls)
     })
+}
+
+/// One harmony call: the recipient names the function (`functions.NAME`;
+/// another namespace is kept whole), the body is its arguments as JSON
+/// (`<|constrain|>json`, the only content type the template offers).
+fn parse_harmony_call(header: &str, body: &str) -> std::result::Result<ToolCall, String> {
+    let recipient = crate::stop::harmony::recipient_of(header)
+        .ok_or_else(|| format!("a harmony message with no recipient: {header:?}"))?;
+    let name = recipient.strip_prefix("functions.").unwrap_or(recipient);
+    let arguments = match serde_json::from_str::<Value>(body.trim()) {
+        Ok(Value::Object(map)) => object_to_string(&map),
+        Ok(other) => {
+            return Err(format!("the arguments of {name:?} are not a JSON object: {other}"))
+        }
+        Err(e) => return Err(format!("the arguments of {name:?} are not JSON: {e}")),
+    };
+    Ok(ToolCall { id: new_call_id(), name: name.to_owned(), arguments })
 }
 
 /// Like [`parse_tool_calls`] for a block that must hold exactly one call.
@@ -585,5 +615,68 @@ mod tests {
         assert_eq!(name_args(&calls[0].as_ref().unwrap()), [("f", r#"{"a":1}"#)]);
         let (_, _, calls) = route(&["<|tool_call_start|>[f(x=]<|tool_call_end|>"], tags);
         assert_eq!(calls[0].as_ref().unwrap_err().raw, "[f(x=]");
+    }
+
+    /// gpt-oss reasons, then calls a tool in the commentary channel (pieces
+    /// as its tokenizer cuts them, harmony's markers one token each); the
+    /// recipient-first header the template renders for past calls reads the
+    /// same; a body that is no JSON object stays text.
+    #[test]
+    fn harmony_calls_reach_the_openai_fields() {
+        let out = [
+            "<|channel|>",
+            "analysis",
+            "<|message|>",
+            "Need",
+            " weather",
+            ".",
+            "<|end|>",
+            "<|start|>",
+            "assistant",
+            "<|channel|>",
+            "comment",
+            "ary",
+            " to",
+            "=",
+            "functions",
+            ".get",
+            "_weather",
+            " ",
+            "<|constrain|>",
+            "json",
+            "<|message|>",
+            "{\"",
+            "city",
+            "\":\"",
+            "Paris",
+            "\"}",
+        ];
+        let mut m = StreamMatcher::new(MatcherConfig {
+            thinking: Some(ThinkingTags::harmony()),
+            tool_call: Some(ToolCallTags::harmony()),
+            ..Default::default()
+        });
+        let mut segments: Vec<Segment> = out.iter().flat_map(|p| m.push(p)).collect();
+        segments.extend(m.finish());
+        let reasoning: String = segments
+            .iter()
+            .filter_map(|s| if let Segment::Reasoning(t) = s { Some(t.as_str()) } else { None })
+            .collect();
+        assert_eq!(reasoning, "Need weather.");
+        let raws: Vec<&String> = segments
+            .iter()
+            .filter_map(|s| if let Segment::ToolCall(raw) = s { Some(raw) } else { None })
+            .collect();
+        assert_eq!(raws.len(), 1, "{segments:?}");
+        let calls = parse_tool_calls(raws[0]).unwrap();
+        assert_eq!(name_args(&calls), [("get_weather", r#"{"city":"Paris"}"#)]);
+        assert!(calls[0].id.starts_with("call_"));
+
+        let past = r#"<|start|>assistant to=functions.lookup<|channel|>commentary json<|message|>{"q": "x"}"#;
+        assert_eq!(name_args(&parse_tool_calls(past).unwrap()), [("lookup", r#"{"q":"x"}"#)]);
+        let bad = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>not json";
+        assert_eq!(parse_tool_calls(bad).unwrap_err().into_content(), bad);
+        let nobody = "<|channel|>commentary<|message|>{}";
+        assert!(parse_tool_calls(nobody).is_err());
     }
 }

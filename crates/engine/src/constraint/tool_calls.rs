@@ -20,6 +20,7 @@ pub fn tool_call_grammar(
     let arguments_key = match style {
         ToolCallStyle::Hermes | ToolCallStyle::Pythonic => "arguments",
         ToolCallStyle::Llama3 => "parameters",
+        ToolCallStyle::Harmony => return harmony_grammar(tools, is_special),
     };
     let calls: Vec<Value> = tools
         .iter()
@@ -69,9 +70,42 @@ pub fn tool_call_grammar(
             );
             return Ok(format!("start: call\ncall: {call}\narguments: {call_json}\n"));
         }
+        ToolCallStyle::Harmony => unreachable!("written by harmony_grammar above"),
     };
     let start = if parallel { format!("call ({separator} call)*") } else { "call".to_string() };
     Ok(format!("start: {start}\ncall: {call}\narguments: {call_json}\n"))
+}
+
+/// Harmony names the function in the message's header and writes the
+/// arguments alone as its body: one alternative per tool (one call per
+/// message; the turn ends at the call).
+fn harmony_grammar(tools: &[Value], is_special: impl Fn(&str) -> bool) -> Result<String> {
+    if tools.is_empty() {
+        return Err(Error::InvalidRequest("a required tool call needs at least one tool".into()));
+    }
+    let tag = |t: &str| if is_special(t) { t.to_string() } else { format!("{t:?}") };
+    let mut rules = Vec::new();
+    let mut names = Vec::new();
+    for (i, tool) in tools.iter().enumerate() {
+        let function = tool.get("function").unwrap_or(tool);
+        let name = function.get("name").and_then(Value::as_str).ok_or_else(|| {
+            Error::InvalidRequest(
+                "a required tool call needs every tool to have a function name".into(),
+            )
+        })?;
+        let parameters =
+            function.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"}));
+        let header = format!("commentary to=functions.{name} ");
+        rules.push(format!(
+            "call_{i}: {} {header:?} {} \"json\" {} args_{i}\nargs_{i}: %json {}",
+            tag("<|channel|>"),
+            tag("<|constrain|>"),
+            tag("<|message|>"),
+            with_json_layout(parameters)
+        ));
+        names.push(format!("call_{i}"));
+    }
+    Ok(format!("start: {}\n{}\n", names.join(" | "), rules.join("\n")))
 }
 
 #[cfg(test)]
@@ -135,6 +169,24 @@ mod tests {
             ),
             "{one}"
         );
+    }
+
+    #[test]
+    fn harmony_calls_name_the_function_in_the_header() {
+        let other = json!({"type": "function", "function": {"name": "now"}});
+        let g = tool_call_grammar(ToolCallStyle::Harmony, &[weather(), other], true, |t| {
+            t.starts_with("<|")
+        })
+        .unwrap();
+        assert!(g.starts_with("start: call_0 | call_1\n"), "{g}");
+        assert!(
+            g.contains(
+                "call_0: <|channel|> \"commentary to=functions.get_weather \" <|constrain|> \"json\" <|message|> args_0\n"
+            ),
+            "{g}"
+        );
+        assert!(g.contains(r#"args_0: %json {"type":"object","properties":{"city""#), "{g}");
+        assert!(g.contains(r#"args_1: %json {"type":"object","x-guidance""#), "{g}");
     }
 
     #[test]

@@ -273,6 +273,9 @@ impl Tokenizer {
             .map(|t| [Some(t.open), t.close])
             .unwrap_or_default();
         let think = crate::stop::thinking_tags_for_template(source).map(|t| [t.open, t.close]);
+        // Harmony's structure is all markers (`<|channel|>`, `<|message|>`, …).
+        let harmony = crate::stop::harmony::is_harmony_template(source)
+            .then_some(crate::stop::harmony::MARKERS.map(String::from));
         let added = self.inner.get_added_tokens_decoder();
         let specials: HashSet<u32> =
             added.iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
@@ -280,6 +283,7 @@ impl Tokenizer {
             .into_iter()
             .flatten()
             .chain(think.into_iter().flatten())
+            .chain(harmony.into_iter().flatten())
             .filter_map(|tag| self.inner.token_to_id(&tag))
             .filter(|id| specials.contains(id))
             .collect();

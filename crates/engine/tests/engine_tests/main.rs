@@ -12,6 +12,7 @@ mod exif_orientation;
 mod families;
 mod gemma3_real;
 mod gguf_import;
+mod gpt_oss;
 mod image_scheduling;
 mod kv_quantization;
 mod lfm2;
