@@ -1,8 +1,8 @@
-//! Bicubic and bilinear resize of 8-bit RGB that reproduce Pillow's
-//! `Image.resize(size, BICUBIC | BILINEAR)` bit for bit (Pillow 13,
+//! Bicubic, bilinear and Lanczos resize of 8-bit RGB that reproduce Pillow's
+//! `Image.resize(size, BICUBIC | BILINEAR | LANCZOS)` bit for bit (Pillow 13,
 //! `libImaging/Resample.c`), because the reference processors (mlx-vlm's numpy
-//! Qwen processor: bicubic; transformers' PIL Gemma 3 processor: bilinear)
-//! resize through PIL on 8-bit pixels.
+//! Qwen processor: bicubic; transformers' PIL Gemma 3 processor: bilinear;
+//! its SmolVLM processor: Lanczos) resize through PIL on 8-bit pixels.
 //!
 //! What makes PIL's result differ from a textbook / `image`-crate Catmull-Rom:
 //! - the cubic kernel (a = -0.5) is stretched by the downscale factor (support 2·scale),
@@ -18,19 +18,23 @@
 /// Pillow's `PRECISION_BITS`: 32 - 8 (pixel) - 2 (headroom for the kernel's negative lobes).
 const PRECISION_BITS: u32 = 32 - 8 - 2;
 
-/// Pillow's resampling filters (the two the reference processors use).
+/// Pillow's resampling filters (the ones the reference processors use).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Filter {
     /// `Image.BILINEAR` (2): the triangle kernel, support 1.
     Bilinear,
     /// `Image.BICUBIC` (3): the a = -0.5 cubic, support 2.
     Bicubic,
+    /// `Image.LANCZOS` (1): sinc windowed by a 3-lobe sinc, support 3
+    /// (transformers' SmolVLM / Idefics3 processors).
+    Lanczos,
 }
 
 impl Filter {
-    /// PIL's resample code (`2`, `3`), as processor configs write it.
+    /// PIL's resample code (`1`, `2`, `3`), as processor configs write it.
     pub fn from_pil(code: u64) -> Option<Self> {
         match code {
+            1 => Some(Filter::Lanczos),
             2 => Some(Filter::Bilinear),
             3 => Some(Filter::Bicubic),
             _ => None,
@@ -41,6 +45,7 @@ impl Filter {
         match self {
             Filter::Bilinear => 1.0,
             Filter::Bicubic => 2.0,
+            Filter::Lanczos => 3.0,
         }
     }
 
@@ -48,6 +53,7 @@ impl Filter {
         match self {
             Filter::Bilinear => bilinear(x),
             Filter::Bicubic => bicubic(x),
+            Filter::Lanczos => lanczos(x),
         }
     }
 }
@@ -57,6 +63,24 @@ fn bilinear(x: f64) -> f64 {
     let x = if x < 0.0 { -x } else { x };
     if x < 1.0 {
         1.0 - x
+    } else {
+        0.0
+    }
+}
+
+/// PIL's `sinc_filter`.
+fn sinc(x: f64) -> f64 {
+    if x == 0.0 {
+        return 1.0;
+    }
+    let x = x * std::f64::consts::PI;
+    x.sin() / x
+}
+
+/// PIL's `lanczos_filter`: the sinc truncated to three lobes each side.
+fn lanczos(x: f64) -> f64 {
+    if (-3.0..3.0).contains(&x) {
+        sinc(x) * sinc(x / 3.0)
     } else {
         0.0
     }
