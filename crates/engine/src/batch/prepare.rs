@@ -148,10 +148,10 @@ impl Preparer {
         // before a pixel is decoded (20 large PNGs once took 15 s and 1.85 GB
         // to be told they were too many).
         let inputs = std::mem::take(&mut req.images);
-        let header_slots = self.slots_from_headers(&inputs)?;
+        let header_grids = self.grids_from_headers(&inputs)?;
         let (mut prompt, opens_thinking, thinking_enabled, offers_tools) =
-            self.prompt_tokens(&req.prompt, &header_slots)?;
-        let tokens_with_images = self.tokens_with_images(&prompt, &header_slots);
+            self.prompt_tokens(&req.prompt, &header_grids)?;
+        let tokens_with_images = self.tokens_with_images(&prompt, &self.slots(&header_grids));
         if tokens_with_images >= self.max_context {
             return Err(Error::ContextLengthExceeded {
                 prompt_tokens: tokens_with_images,
@@ -159,11 +159,11 @@ impl Preparer {
             });
         }
         let patches = self.image_patches(&inputs)?;
-        let slots: Vec<usize> = patches.iter().map(|p| p.slots).collect();
-        if slots != header_slots {
+        let grids: Vec<[i32; 3]> = patches.iter().map(|p| p.patches.grid).collect();
+        if grids != header_grids {
             // A header that told another size than the decoded image (the
             // decoder has the last word): the prompt is built again with it.
-            prompt = self.prompt_tokens(&req.prompt, &slots)?.0;
+            prompt = self.prompt_tokens(&req.prompt, &grids)?.0;
         }
         let (prompt, images) = self.prepare_images(prompt, &inputs, patches)?;
         drop(inputs); // the file bytes are not needed past here
@@ -274,9 +274,9 @@ impl Preparer {
         if let Prompt::Chat { options, .. } = &req.prompt {
             options.check_extra()?;
         }
-        let slots = self.slots_from_headers(&req.images)?;
-        let (prompt, ..) = self.prompt_tokens(&req.prompt, &slots)?;
-        Ok(self.tokens_with_images(&prompt, &slots))
+        let grids = self.grids_from_headers(&req.images)?;
+        let (prompt, ..) = self.prompt_tokens(&req.prompt, &grids)?;
+        Ok(self.tokens_with_images(&prompt, &self.slots(&grids)))
     }
 
     /// The prompt's tokens (a chat rendered by the template, images' slots
@@ -286,7 +286,7 @@ impl Preparer {
     fn prompt_tokens(
         &self,
         prompt: &Prompt,
-        slots: &[usize],
+        grids: &[[i32; 3]],
     ) -> Result<(Vec<u32>, bool, bool, bool)> {
         let tokenizer = &self.tokenizer;
         Ok(match prompt {
@@ -296,7 +296,9 @@ impl Preparer {
             }
             Prompt::Chat { messages, options } => {
                 let expand = |rendered: &str| {
-                    self.vision.as_ref().and_then(|(p, _)| p.expand_prompt_text(rendered, slots))
+                    self.vision
+                        .as_ref()
+                        .and_then(|(p, _)| p.expand_prompt_text_for_grids(rendered, grids))
                 };
                 let (rendered, ids) = tokenizer.render_and_encode(messages, options, expand)?;
                 let tools = options.tools.as_ref().is_some_and(|t| !t.is_empty());
@@ -321,8 +323,16 @@ impl Preparer {
         }
     }
 
-    /// Each image's slots from its header's size, without decoding it.
-    fn slots_from_headers(&self, images: &[ImageInput]) -> Result<Vec<usize>> {
+    /// Each image's slots, from its grid.
+    fn slots(&self, grids: &[[i32; 3]]) -> Vec<usize> {
+        match &self.vision {
+            Some((processor, _)) => grids.iter().map(|&g| processor.num_image_tokens(g)).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Each image's grid from its header's size, without decoding it.
+    fn grids_from_headers(&self, images: &[ImageInput]) -> Result<Vec<[i32; 3]>> {
         let Some((processor, _)) = &self.vision else {
             if images.is_empty() {
                 return Ok(Vec::new());
@@ -337,8 +347,7 @@ impl Preparer {
                     |reason: String| Error::InvalidImage { image: format!("#{}", i + 1), reason };
                 let (width, height) =
                     crate::vision::preprocess::displayed_size(&image.bytes).map_err(invalid)?;
-                Ok(processor
-                    .num_image_tokens(processor.grid_for_size(height, width).map_err(invalid)?))
+                processor.grid_for_size(height, width).map_err(invalid)
             })
             .collect()
     }

@@ -44,6 +44,14 @@ pub trait ImageProcessor: Debug + Send + Sync {
         None
     }
 
+    /// [`Self::expand_prompt_text`] given each image's grid, for a processor
+    /// whose sequence says more than its slot count (SmolVLM writes each
+    /// tile's row and column). By default, the slots of each grid.
+    fn expand_prompt_text_for_grids(&self, rendered: &str, grids: &[[i32; 3]]) -> Option<String> {
+        let slots: Vec<usize> = grids.iter().map(|&g| self.num_image_tokens(g)).collect();
+        self.expand_prompt_text(rendered, &slots)
+    }
+
     /// [`Self::patches_named`] as the MLX array the tower reads (engine thread only).
     fn preprocess(&self, bytes: &[u8]) -> Result<PreprocessedImage> {
         let patches = self.patches_named(bytes, &format!("of {} bytes", bytes.len()))?;
