@@ -3,7 +3,7 @@
 //! Python mlx-vlm's outputs on the very same files:
 //! `write_tiny_vl_model <out-dir>` → `<out-dir>/{qwen2_vl,qwen2_5_vl,qwen3_5,qwen3_vl,gemma3,gemma4}/{float,q4}`
 //! (float: Hugging Face names; q4: mlx-community names and layout, the
-//! language model 4-bit with group 64).
+//! language model 4-bit with group 64) and `<out-dir>/smolvlm/float`.
 //!
 //! `write_tiny_vl_model --bench <out-dir>` writes one bench-size Qwen2-VL
 //! folder instead (`VlDims::bench`: Qwen2-0.5B's language model, a half-width
@@ -16,8 +16,8 @@ use clap::Parser;
 use engine::testing::{
     write_gemma3_vl, write_gemma4_vl, write_qwen35_vl, write_qwen3_vl, write_tiny_gemma3_vl,
     write_tiny_gemma4_vl, write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,
-    write_tiny_qwen3_vl_moe, Gemma3VlDims, Gemma4VlDims, Qwen35VlDims, Qwen3VlDims, QwenVlNames,
-    QwenVlVariant, TinyQwenVl, VlDims,
+    write_tiny_qwen3_vl_moe, write_tiny_smolvlm, Gemma3VlDims, Gemma4VlDims, Qwen35VlDims,
+    Qwen3VlDims, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims,
 };
 use engine::weights::QuantSpec;
 
@@ -41,6 +41,8 @@ const QWEN3_VL_SEED: u64 = 30;
 const GEMMA3_SEED: u64 = 3;
 /// The seed the parity test writes its Gemma 4 folders with.
 const GEMMA4_SEED: u64 = 4;
+/// The seed the SmolVLM test writes its folder with.
+const SMOLVLM_SEED: u64 = 5;
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -108,6 +110,7 @@ fn main() -> anyhow::Result<()> {
         Some(QuantSpec { group_size: 32, bits: 4 }),
         GEMMA4_SEED,
     )?;
+    write_tiny_smolvlm(&out.join("smolvlm").join("float"), SMOLVLM_SEED)?;
     println!("{}", out.display());
     Ok(())
 }

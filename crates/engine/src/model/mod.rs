@@ -21,6 +21,7 @@ pub mod qwen3_moe;
 pub mod qwen3_vl;
 pub mod registry;
 pub mod shape;
+pub mod smolvlm;
 pub mod vision_tower;
 pub mod with_vision;
 

@@ -13,7 +13,7 @@ use super::layers::LayerLoader;
 use super::shape::{ArchitectureShape, LayerShape};
 use super::{
     gemma3, gemma4, gpt_oss, lfm2, llama, qwen2, qwen2_vl, qwen3, qwen3_5, qwen3_moe, qwen3_vl,
-    Capabilities, LanguageModel,
+    smolvlm, Capabilities, LanguageModel,
 };
 use crate::error::{Error, Result};
 use crate::vision::SharedImageProcessor;
@@ -66,6 +66,7 @@ pub static FAMILIES: &[Family] = &[
     qwen3_5::FAMILY,
     qwen3_vl::FAMILY,
     lfm2::FAMILY,
+    smolvlm::FAMILY,
     gpt_oss::FAMILY,
 ];
 

@@ -24,6 +24,7 @@ mod prefill_batching;
 mod prefix_cache;
 mod prefix_disk;
 mod prompt_logprobs;
+mod smolvlm;
 mod speculation_per_request;
 mod speculative;
 mod speculative_mtp_reference;

@@ -1,0 +1,201 @@
+//! SmolVLM2 (`smolvlm`) against Python mlx-vlm 0.7.6 on the tiny seeded
+//! folder (`testing::write_tiny_smolvlm`, the same one
+//! `scripts/make-smolvlm-golden.sh` recorded the reference on): chat prompts
+//! with no image, one image cut into 3 × 4 tiles, and a portrait image
+//! (an EXIF-6 JPEG, 4 × 3 tiles) beside a landscape one (3 × 4), each plus
+//! its global view.
+//! - the prompt: our template, the processor's text layout of each image
+//!   (`<fake_token_around_image>`, `<row_r_col_c>`, `<global-img>`, the
+//!   `<image>` slots) and our tokenizer give the reference's ids exactly;
+//! - our decoding, Lanczos resizes, tiling and rescaling give the
+//!   reference's pixel values bit for bit, tile by tile;
+//! - the engine's greedy tokens equal the reference's, each request alone
+//!   and all of them batched (with a text request decoding alongside).
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use engine::batch::{ImageInput, Preparer, Prompt, Request, SchedulerConfig};
+use engine::handle::{Completion, EngineConfig, EngineHandle};
+use engine::model::{load, LoadOptions, WeightFormat};
+use engine::testing::write_tiny_smolvlm;
+use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
+use mlx_rs::{Array, Dtype};
+use serde_json::Value;
+
+/// The seed `write_tiny_vl_model` writes `smolvlm/float` with.
+const SEED: u64 = 5;
+
+fn golden() -> Value {
+    let path: PathBuf =
+        [env!("CARGO_MANIFEST_DIR"), "tests", "goldens", "smolvlm_mlx_vlm.json"].iter().collect();
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The reference's pixel values of each case, `[tiles, 3, S, S]`.
+fn golden_pixels() -> std::collections::HashMap<String, Array> {
+    let path: PathBuf =
+        [env!("CARGO_MANIFEST_DIR"), "tests", "goldens", "smolvlm_mlx_vlm.safetensors"]
+            .iter()
+            .collect();
+    Array::load_safetensors(path).unwrap()
+}
+
+/// `[tiles, 3, S, S]` → our patches: each tile's `p`-pixel patches in
+/// raster order, columns (channel, row, col).
+fn as_patches(pixels: &Array, p: i32) -> Array {
+    let (n, side) = (pixels.dim(0), pixels.dim(2) / p);
+    pixels
+        .reshape(&[n, 3, side, p, side, p])
+        .unwrap()
+        .transpose_axes(&[0, 2, 4, 1, 3, 5])
+        .unwrap()
+        .reshape(&[n * side * side, 3 * p * p])
+        .unwrap()
+}
+
+fn fixture(name: &str) -> ImageInput {
+    let path: PathBuf =
+        [env!("CARGO_MANIFEST_DIR"), "tests", "fixtures", "images", name].iter().collect();
+    ImageInput::from_bytes(std::fs::read(&path).unwrap())
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+fn folder() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_smolvlm(dir.path(), SEED).unwrap();
+    dir
+}
+
+/// Each golden case as a request: the images first, then the text (as
+/// mlx-vlm's message for SmolVLM puts them), plain greedy, token ids back.
+fn requests(golden: &Value) -> Vec<(String, Request)> {
+    let text = golden["text"].as_str().unwrap();
+    golden["cases"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(case, rec)| {
+            let images: Vec<ImageInput> = rec["images"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| fixture(f.as_str().unwrap()))
+                .collect();
+            let mut parts: Vec<ContentPart> = images
+                .iter()
+                .map(|i| ContentPart::Image { image: Some(i.sha256.clone()) })
+                .collect();
+            parts.push(ContentPart::text(text));
+            let message =
+                ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") };
+            let prompt =
+                Prompt::Chat { messages: vec![message], options: TemplateOptions::default() };
+            let mut request =
+                Request::new(prompt).with_max_tokens(rec["greedy_ids"].as_array().unwrap().len());
+            request.images = images;
+            request.logprobs = Some(0);
+            (case.clone(), request)
+        })
+        .collect()
+}
+
+fn start(dir: &Path, scheduler: SchedulerConfig) -> EngineHandle {
+    let config = EngineConfig { load: LoadOptions { format: WeightFormat::AsStored }, scheduler };
+    EngineHandle::start(dir, config).unwrap()
+}
+
+/// The reference's greedy ids up to its first end-of-turn token, which ends
+/// our stream.
+fn expected(golden: &Value, case: &str, eos: &[u32]) -> Vec<u32> {
+    let want = ids(&golden["cases"][case]["greedy_ids"]);
+    match want.iter().position(|t| eos.contains(t)) {
+        Some(end) => want[..end].to_vec(),
+        None => want,
+    }
+}
+
+fn generated(c: &Completion, eos: &[u32]) -> Vec<u32> {
+    assert!(c.error.is_none(), "{:?}", c.error);
+    c.logprobs.iter().map(|l| l.token.id).filter(|t| !eos.contains(t)).collect()
+}
+
+#[test]
+fn smolvlm_prompts_equal_mlx_vlm_ids() {
+    let golden = golden();
+    let dir = folder();
+    let loaded = load(dir.path(), &LoadOptions { format: WeightFormat::AsStored }).unwrap();
+    let preparer = Preparer::new(&loaded, 8192);
+    let pixels = golden_pixels();
+    for (case, request) in requests(&golden) {
+        let rec = &golden["cases"][&case];
+        let prepared = preparer.prepare(request, Instant::now()).unwrap();
+        assert_eq!(prepared.prompt, ids(&rec["prompt_ids"]), "{case}: prompt ids");
+        let grids: Vec<[i32; 3]> =
+            prepared.images.iter().flat_map(|i| i.images.iter().map(|p| p.patches.grid)).collect();
+        let layouts: Vec<[i32; 3]> = rec["rows_cols"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|rc| {
+                        let (r, c) =
+                            (rc[0].as_i64().unwrap() as i32, rc[1].as_i64().unwrap() as i32);
+                        [r * c + 1, r, c]
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(grids, layouts, "{case}: tiles, rows and columns");
+        let tiles: i32 = grids.iter().map(|g| g[0]).sum();
+        assert_eq!(tiles as i64, rec["tiles"].as_i64().unwrap_or(0), "{case}: tiles");
+        let Some(images) = &prepared.images else { continue };
+        let ours: Vec<Array> = images.images.iter().map(|i| i.patches.to_array()).collect();
+        let ours = mlx_rs::ops::concatenate(&ours, 0).unwrap();
+        let theirs = as_patches(&pixels[&format!("pixels.{case}")], 8);
+        assert_eq!(ours.shape(), theirs.shape(), "{case}: patches");
+        let diff = ours.subtract(&theirs).unwrap().abs().unwrap().max(None).unwrap();
+        let diff = diff.as_dtype(Dtype::Float32).unwrap().item_exact::<f32>();
+        println!("{case}: max |pixel diff| {diff:e}");
+        assert_eq!(diff, 0.0, "{case}: pixel values");
+    }
+}
+
+#[test]
+fn smolvlm_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
+    let golden = golden();
+    let dir = folder();
+    let alone = start(
+        dir.path(),
+        SchedulerConfig {
+            max_running: 1,
+            prefix_cache_bytes: 0,
+            vision_cache_bytes: 0,
+            ..Default::default()
+        },
+    );
+    let eos = alone.model_info().eos_token_ids.clone();
+    for (case, request) in requests(&golden) {
+        let got = alone.submit(request).collect_blocking();
+        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case} alone");
+    }
+    alone.shutdown();
+
+    let engine = start(dir.path(), SchedulerConfig::default());
+    let mut other = Request::new(Prompt::Chat {
+        messages: vec![ChatMessage::user("an unrelated request decoding alongside")],
+        options: TemplateOptions::default(),
+    })
+    .with_max_tokens(20);
+    other.logprobs = Some(0);
+    let other = engine.submit(other);
+    let streams: Vec<_> =
+        requests(&golden).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
+    for (case, stream) in streams {
+        let got = stream.collect_blocking();
+        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case} batched");
+    }
+    assert!(other.collect_blocking().error.is_none());
+    engine.shutdown();
+}
