@@ -1,6 +1,6 @@
 """Records Python mlx-vlm's greedy tokens on the tiny seeded SmolVLM2 folder
 written by the `write_tiny_vl_model` example (`smolvlm/float`), as the golden
-for crates/engine/tests/engine_tests/smolvlm.rs.
+for crates/engine/tests/engine_tests/smolvlm.rs and vision_families.rs.
 
 Usage: smolvlm.py <dir with smolvlm/float> <images dir> <out stem>
 
@@ -47,7 +47,7 @@ def main() -> None:
         input_ids = inputs["input_ids"]
         pixel_values = inputs.get("pixel_values")
         extra = {k: v for k, v in inputs.items() if k not in ("input_ids", "pixel_values", "attention_mask")}
-        rec = {"prompt_text": prompt, "prompt_ids": input_ids[0].tolist(), "images": files}
+        rec = {"prompt_text": prompt, "prompt_ids": input_ids[0].tolist()}
         if pixel_values is not None:
             rec["tiles"] = int(pixel_values.shape[1])
             arrays[f"pixels.{case}"] = pixel_values[0].astype(mx.float32)
@@ -66,7 +66,8 @@ def main() -> None:
         "written by scripts/make-smolvlm-golden.sh",
         "versions": {p: importlib.metadata.version(p) for p in ("mlx", "mlx-vlm", "transformers", "pillow")},
         "text": TEXT,
-        "cases": cases,
+        "cases": CASES,
+        "models": {"smolvlm/float": cases},
     }
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(golden, indent=1) + "\n")

@@ -24,6 +24,8 @@ use serde_json::Value;
 
 /// The seed `write_tiny_vl_model` writes `smolvlm/float` with.
 const SEED: u64 = 5;
+/// The golden's model.
+const MODEL: &str = "smolvlm/float";
 
 fn golden() -> Value {
     let path: PathBuf =
@@ -73,12 +75,12 @@ fn folder() -> tempfile::TempDir {
 /// mlx-vlm's message for SmolVLM puts them), plain greedy, token ids back.
 fn requests(golden: &Value) -> Vec<(String, Request)> {
     let text = golden["text"].as_str().unwrap();
-    golden["cases"]
+    golden["models"][MODEL]
         .as_object()
         .unwrap()
         .iter()
         .map(|(case, rec)| {
-            let images: Vec<ImageInput> = rec["images"]
+            let images: Vec<ImageInput> = golden["cases"][case]
                 .as_array()
                 .unwrap()
                 .iter()
@@ -110,7 +112,7 @@ fn start(dir: &Path, scheduler: SchedulerConfig) -> EngineHandle {
 /// The reference's greedy ids up to its first end-of-turn token, which ends
 /// our stream.
 fn expected(golden: &Value, case: &str, eos: &[u32]) -> Vec<u32> {
-    let want = ids(&golden["cases"][case]["greedy_ids"]);
+    let want = ids(&golden["models"][MODEL][case]["greedy_ids"]);
     match want.iter().position(|t| eos.contains(t)) {
         Some(end) => want[..end].to_vec(),
         None => want,
@@ -130,7 +132,7 @@ fn smolvlm_prompts_equal_mlx_vlm_ids() {
     let preparer = Preparer::new(&loaded, 8192);
     let pixels = golden_pixels();
     for (case, request) in requests(&golden) {
-        let rec = &golden["cases"][&case];
+        let rec = &golden["models"][MODEL][&case];
         let prepared = preparer.prepare(request, Instant::now()).unwrap();
         assert_eq!(prepared.prompt, ids(&rec["prompt_ids"]), "{case}: prompt ids");
         let grids: Vec<[i32; 3]> =

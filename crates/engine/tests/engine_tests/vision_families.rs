@@ -26,7 +26,7 @@ use engine::model::{LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
 use engine::testing::{
     write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,
-    write_tiny_qwen3_vl_moe,
+    write_tiny_qwen3_vl_moe, write_tiny_smolvlm,
 };
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions, Tokenizer};
 
@@ -46,6 +46,7 @@ const QWEN35_SEED: u64 = 35;
 const QWEN3_VL_SEED: u64 = 30;
 const GEMMA3_SEED: u64 = 3;
 const GEMMA4_SEED: u64 = 4;
+const SMOLVLM_SEED: u64 = 5;
 
 const FAMILIES: &[Family] = &[
     Family {
@@ -91,6 +92,15 @@ const FAMILIES: &[Family] = &[
         },
         goldens: "gemma4_vl_mlx_vlm.json",
         golden_model: "gemma4/float",
+        images_first: true,
+    },
+    Family {
+        name: "SmolVLM",
+        write: |dir| {
+            write_tiny_smolvlm(dir, SMOLVLM_SEED).unwrap();
+        },
+        goldens: "smolvlm_mlx_vlm.json",
+        golden_model: "smolvlm/float",
         images_first: true,
     },
 ];
