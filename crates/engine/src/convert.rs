@@ -44,8 +44,9 @@ pub fn gguf_to_folder(gguf_path: &Path, out: &Path, format: WeightFormat) -> Res
                 let q = QuantizedMatrix {
                     weight: take(&mut tensors, "weight")?,
                     scales: take(&mut tensors, "scales")?,
-                    biases: take(&mut tensors, "biases")?,
+                    biases: Some(take(&mut tensors, "biases")?),
                     spec: *spec,
+                    mode: crate::weights::QuantMode::Affine,
                 };
                 tensors.insert(format!("{module}.weight"), q.dequantize_f32()?);
             }

@@ -112,7 +112,7 @@
 //! `examples/split_model_bench.rs` measures the serving path (the real
 //! scheduler over a [`LeaderModel`]): memory per rank and its speed.
 pub mod env;
-mod ffi_error;
+pub(crate) mod ffi_error;
 pub mod follow;
 pub mod group;
 pub mod hostfile;

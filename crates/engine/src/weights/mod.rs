@@ -6,6 +6,7 @@
 //! tensors from a [`Weights`] map that fails with the tensor's name.
 pub mod gguf;
 pub mod quantization;
+pub mod quantized_ops;
 pub mod safetensors;
 
 use std::collections::HashMap;
@@ -15,7 +16,7 @@ use std::path::PathBuf;
 use mlx_rs::{ops::indexing::IndexOp, Array};
 
 use crate::error::{Error, Result};
-pub use quantization::{QuantSpec, Quantization};
+pub use quantization::{QuantMode, QuantSpec, Quantization};
 
 /// The tensors of one checkpoint, by their Hugging Face / MLX names.
 pub struct Weights {

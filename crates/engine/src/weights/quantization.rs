@@ -1,13 +1,62 @@
 //! The `quantization` block of an mlx-community config.json:
 //! `{"group_size": 64, "bits": 4, "model.embed_tokens": {"group_size": 32, "bits": 8}, "lm_head": false}`
-//! — a default plus per-module overrides (or `false` for a module kept in float).
+//! — a default plus per-module overrides (or `false` for a module kept in float),
+//! each in one of MLX's modes (`"mode": "mxfp4"`; affine when absent).
 use std::collections::HashMap;
 
 use serde_json::Value;
 
 use crate::error::{Error, Result};
 
-/// How one module's weight is quantized (MLX affine quantization).
+/// How MLX stores a group of quantized values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum QuantMode {
+    /// `scale · q + bias` per group (mlx-community's 4-bit and 8-bit folders).
+    #[default]
+    Affine,
+    /// OCP microscaling FP4 (E2M1 values, an E8M0 scale per 32): gpt-oss's experts.
+    Mxfp4,
+    /// NVIDIA's FP4 (an E4M3 scale per 16).
+    Nvfp4,
+    /// OCP microscaling FP8 (E4M3 values, an E8M0 scale per 32).
+    Mxfp8,
+}
+
+impl QuantMode {
+    /// MLX's name, as config.json and mlx-c spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantMode::Affine => "affine",
+            QuantMode::Mxfp4 => "mxfp4",
+            QuantMode::Nvfp4 => "nvfp4",
+            QuantMode::Mxfp8 => "mxfp8",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Self> {
+        [QuantMode::Affine, QuantMode::Mxfp4, QuantMode::Nvfp4, QuantMode::Mxfp8]
+            .into_iter()
+            .find(|m| m.name() == name)
+    }
+
+    /// Only affine groups carry a bias (`.biases` beside `.scales`).
+    pub fn has_biases(self) -> bool {
+        self == QuantMode::Affine
+    }
+
+    /// The group size and bits a floating-point mode fixes.
+    fn fixed(self) -> Option<QuantSpec> {
+        match self {
+            QuantMode::Affine => None,
+            QuantMode::Mxfp4 => Some(QuantSpec { group_size: 32, bits: 4 }),
+            QuantMode::Nvfp4 => Some(QuantSpec { group_size: 16, bits: 4 }),
+            QuantMode::Mxfp8 => Some(QuantSpec { group_size: 32, bits: 8 }),
+        }
+    }
+}
+
+/// How one module's weight is quantized: its group size and bits (the mode
+/// is [`Quantization::mode_for_module`]'s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct QuantSpec {
     pub group_size: i32,
@@ -30,6 +79,10 @@ impl QuantSpec {
 pub struct Quantization {
     pub default: Option<QuantSpec>,
     pub overrides: HashMap<String, Option<QuantSpec>>,
+    /// The default's mode.
+    pub default_mode: QuantMode,
+    /// The mode of each override that names one other than the default's.
+    pub override_modes: HashMap<String, QuantMode>,
 }
 
 impl Quantization {
@@ -42,40 +95,67 @@ impl Quantization {
         let Some(map) = block.as_object() else {
             return Err(Error::InvalidConfig("`quantization` must be an object".into()));
         };
-        let spec_of = |v: &Value, what: &str| -> Result<QuantSpec> {
+        let spec_of = |v: &Value, what: &str| -> Result<(QuantSpec, QuantMode)> {
             let int = |k: &str| {
                 v.get(k).and_then(Value::as_i64).map(|x| x as i32).ok_or_else(|| {
                     Error::InvalidConfig(format!("quantization {what}: missing integer `{k}`"))
                 })
             };
-            // MLX's other modes (mxfp4, nvfp4, mxfp8: scales without biases,
-            // other block formats) need their own kernels and dequantization;
-            // read as affine they would load and compute garbage.
-            match v.get("mode").and_then(Value::as_str) {
-                None | Some("affine") => {}
-                Some(mode) => {
-                    return Err(Error::InvalidConfig(format!(
-                        "quantization {what}: mode {mode:?} is not supported (only MLX's affine quantization, \
-                         the mode of mlx-community's 4-bit and 8-bit folders); use an affine or float checkpoint"
-                    )))
+            let mode = match v.get("mode").and_then(Value::as_str) {
+                None => QuantMode::Affine,
+                Some(name) => QuantMode::parse(name).ok_or_else(|| {
+                    Error::InvalidConfig(format!(
+                        "quantization {what}: mode {name:?} is not supported (MLX's affine, mxfp4, nvfp4 and mxfp8 are)"
+                    ))
+                })?,
+            };
+            let spec = match mode.fixed() {
+                // The floating-point modes fix both; a config may leave them out.
+                Some(fixed) => {
+                    let spec = QuantSpec {
+                        group_size: int("group_size").unwrap_or(fixed.group_size),
+                        bits: int("bits").unwrap_or(fixed.bits),
+                    };
+                    if spec != fixed {
+                        return Err(Error::InvalidConfig(format!(
+                            "quantization {what}: mode {} has groups of {} and {} bits, not {} and {}",
+                            mode.name(),
+                            fixed.group_size,
+                            fixed.bits,
+                            spec.group_size,
+                            spec.bits
+                        )));
+                    }
+                    spec
                 }
-            }
-            let spec = QuantSpec { group_size: int("group_size")?, bits: int("bits")? };
-            if ![2, 3, 4, 5, 6, 8].contains(&spec.bits) || ![32, 64, 128].contains(&spec.group_size)
+                None => QuantSpec { group_size: int("group_size")?, bits: int("bits")? },
+            };
+            if ![2, 3, 4, 5, 6, 8].contains(&spec.bits)
+                || ![16, 32, 64, 128].contains(&spec.group_size)
+                || (mode == QuantMode::Affine && spec.group_size == 16)
             {
                 return Err(Error::InvalidConfig(format!(
                     "quantization {what}: unsupported bits {} / group_size {}",
                     spec.bits, spec.group_size
                 )));
             }
-            Ok(spec)
+            Ok((spec, mode))
         };
-        let mut q =
-            Quantization { default: Some(spec_of(block, "default")?), overrides: HashMap::new() };
+        let (default, default_mode) = spec_of(block, "default")?;
+        let mut q = Quantization {
+            default: Some(default),
+            overrides: HashMap::new(),
+            default_mode,
+            override_modes: HashMap::new(),
+        };
         for (key, v) in map {
             match v {
                 Value::Object(_) => {
-                    q.overrides.insert(key.clone(), Some(spec_of(v, key)?));
+                    let (spec, mode) = spec_of(v, key)?;
+                    q.overrides.insert(key.clone(), Some(spec));
+                    if mode != default_mode {
+                        q.override_modes.insert(key.clone(), mode);
+                    }
                 }
                 Value::Bool(false) => {
                     q.overrides.insert(key.clone(), None);
@@ -84,6 +164,17 @@ impl Quantization {
             }
         }
         Ok(q)
+    }
+
+    /// The mode of the module at `path` (stored quantized), found as
+    /// [`Self::for_module`] finds its spec.
+    pub fn mode_for_module(&self, path: &str) -> QuantMode {
+        let saved = multimodal_names(path);
+        let mut names = std::iter::once(path).chain(saved.iter().map(String::as_str));
+        match names.find(|p| self.overrides.contains_key(*p)) {
+            Some(p) => self.override_modes.get(p).copied().unwrap_or(self.default_mode),
+            None => self.default_mode,
+        }
     }
 
     /// The spec for the module at `path` (e.g. `model.layers.0.self_attn.q_proj`).
@@ -171,18 +262,29 @@ mod tests {
     }
 
     #[test]
-    fn quantization_modes_other_than_affine_are_refused_by_name() {
-        let ok =
-            serde_json::json!({"quantization": {"group_size": 64, "bits": 4, "mode": "affine"}});
-        assert!(Quantization::from_config(&ok).is_ok());
+    fn modes_are_read_per_module_and_unknown_ones_refused_by_name() {
+        // mlx-community's gpt-oss: MXFP4 experts in an 8-bit affine model.
+        let cfg = serde_json::json!({"quantization": {"group_size": 64, "bits": 8, "mode": "affine",
+            "model.layers.0.mlp.experts.gate_proj": {"group_size": 32, "bits": 4, "mode": "mxfp4"},
+            "model.layers.0.mlp.router": {"group_size": 64, "bits": 8}}});
+        let q = Quantization::from_config(&cfg).unwrap();
+        let experts = "model.layers.0.mlp.experts.gate_proj";
+        assert_eq!(q.mode_for_module(experts), QuantMode::Mxfp4);
+        assert_eq!(q.for_module(experts), Some(QuantSpec { group_size: 32, bits: 4 }));
+        assert_eq!(q.mode_for_module("model.layers.0.mlp.router"), QuantMode::Affine);
+        assert_eq!(q.mode_for_module("lm_head"), QuantMode::Affine);
+        // A floating-point mode fixes its groups: absent is fine, others are not.
+        let q = Quantization::from_config(&serde_json::json!({"quantization": {"mode": "nvfp4"}}))
+            .unwrap();
+        assert_eq!(q.default, Some(QuantSpec { group_size: 16, bits: 4 }));
+        assert_eq!(q.mode_for_module("x"), QuantMode::Nvfp4);
         for block in [
-            serde_json::json!({"group_size": 32, "bits": 4, "mode": "mxfp4"}),
-            serde_json::json!({"group_size": 64, "bits": 4, "lm_head": {"group_size": 16, "bits": 4, "mode": "nvfp4"}}),
+            serde_json::json!({"group_size": 64, "bits": 4, "mode": "mxfp4"}),
+            serde_json::json!({"group_size": 64, "bits": 4, "lm_head": {"group_size": 32, "bits": 4, "mode": "fp3"}}),
         ] {
             let err =
                 Quantization::from_config(&serde_json::json!({"quantization": block})).unwrap_err();
-            assert!(err.to_string().contains("is not supported (only MLX's affine"), "{err}");
-            assert_eq!(err.code(), "INVALID_MODEL_CONFIG");
+            assert_eq!(err.code(), "INVALID_MODEL_CONFIG", "{err}");
         }
     }
 }

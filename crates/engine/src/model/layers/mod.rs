@@ -18,7 +18,8 @@ use std::ops::Range;
 
 use crate::distributed::{Pipeline, StageLayers, TensorParallel};
 use crate::error::Result;
-use crate::weights::{QuantSpec, Quantization, Weights};
+use crate::weights::quantized_ops;
+use crate::weights::{QuantMode, QuantSpec, Quantization, Weights};
 
 /// How weights are kept in memory once loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,12 +225,18 @@ impl LayerLoader<'_> {
         if !self.weights.contains(&scales_name) {
             return Ok(ExpertMatrices::Float(self.float(&w_name, &[experts, rows, cols])?));
         }
-        let spec = self.quantized_spec(path)?;
+        let (spec, mode) = (self.quantized_spec(path)?, self.quantization.mode_for_module(path));
         let weight = self.weights.take(&w_name, &[experts, rows, spec.packed_cols(cols)])?;
         let scales = self.weights.take(&scales_name, &[experts, rows, spec.groups(cols)])?;
-        let biases =
-            self.weights.take(&format!("{path}.biases"), &[experts, rows, spec.groups(cols)])?;
-        let q = QuantizedMatrix { weight, scales, biases, spec };
+        let biases = if mode.has_biases() {
+            Some(
+                self.weights
+                    .take(&format!("{path}.biases"), &[experts, rows, spec.groups(cols)])?,
+            )
+        } else {
+            None
+        };
+        let q = QuantizedMatrix { weight, scales, biases, spec, mode };
         Ok(match self.format {
             WeightFormat::AsStored => ExpertMatrices::Quantized(q),
             WeightFormat::Float32 => ExpertMatrices::Float(q.dequantize_f32()?),
@@ -249,11 +256,15 @@ impl LayerLoader<'_> {
         if !self.weights.contains(&scales_name) {
             return Ok(Matrix::Float(self.float(&w_name, &[rows, cols])?));
         }
-        let spec = self.quantized_spec(path)?;
+        let (spec, mode) = (self.quantized_spec(path)?, self.quantization.mode_for_module(path));
         let weight = self.weights.take(&w_name, &[rows, spec.packed_cols(cols)])?;
         let scales = self.weights.take(&scales_name, &[rows, spec.groups(cols)])?;
-        let biases = self.weights.take(&format!("{path}.biases"), &[rows, spec.groups(cols)])?;
-        self.as_format(QuantizedMatrix { weight, scales, biases, spec })
+        let biases = if mode.has_biases() {
+            Some(self.weights.take(&format!("{path}.biases"), &[rows, spec.groups(cols)])?)
+        } else {
+            None
+        };
+        self.as_format(QuantizedMatrix { weight, scales, biases, spec, mode })
     }
 
     /// This rank's part `range` of the rows (`axis` 0) or columns (`axis` 1)
@@ -282,7 +293,7 @@ impl LayerLoader<'_> {
                 t.as_dtype(self.dtype)?
             }));
         }
-        let spec = self.quantized_spec(path)?;
+        let (spec, mode) = (self.quantized_spec(path)?, self.quantization.mode_for_module(path));
         let (packed, groups) = if axis == 0 {
             (range.clone(), range)
         } else {
@@ -305,13 +316,17 @@ impl LayerLoader<'_> {
             axis,
             groups.clone(),
         )?;
-        let biases = self.weights.take_part(
-            &format!("{path}.biases"),
-            &[rows, spec.groups(cols)],
-            axis,
-            groups,
-        )?;
-        self.as_format(QuantizedMatrix { weight, scales, biases, spec })
+        let biases = if mode.has_biases() {
+            Some(self.weights.take_part(
+                &format!("{path}.biases"),
+                &[rows, spec.groups(cols)],
+                axis,
+                groups,
+            )?)
+        } else {
+            None
+        };
+        self.as_format(QuantizedMatrix { weight, scales, biases, spec, mode })
     }
 
     /// The quantization of the module at `path`, stored quantized: a missing
@@ -333,13 +348,15 @@ impl LayerLoader<'_> {
     }
 }
 
-/// MLX affine-quantized matrix: packed uint32 `weight`, per-group `scales` and `biases`.
+/// An MLX-quantized matrix: packed uint32 `weight`, per-group `scales`, and
+/// per-group `biases` in affine mode (the floating-point modes have none).
 #[derive(Debug, Clone)]
 pub struct QuantizedMatrix {
     pub weight: Array,
     pub scales: Array,
-    pub biases: Array,
+    pub biases: Option<Array>,
     pub spec: QuantSpec,
+    pub mode: QuantMode,
 }
 
 impl QuantizedMatrix {
@@ -347,10 +364,30 @@ impl QuantizedMatrix {
     /// GGUF/mlx-community scales are float16: dequantizing first and casting
     /// after would round every weight to float16 (errors up to 2e-3 per weight
     /// on SmolLM2, 7.6e-2 on its logits).
+    /// A floating-point mode's scales are exponents (uint8): it dequantizes
+    /// to float32 directly.
     pub fn dequantize_f32(&self) -> Result<Array> {
+        if self.mode != QuantMode::Affine {
+            let f32 = Some(Dtype::Float32);
+            return quantized_ops::dequantize(
+                &self.weight,
+                &self.scales,
+                None,
+                self.spec,
+                self.mode,
+                f32,
+            );
+        }
         let scales = self.scales.as_dtype(Dtype::Float32)?;
-        let biases = self.biases.as_dtype(Dtype::Float32)?;
-        Ok(ops::dequantize(&self.weight, &scales, &biases, self.spec.group_size, self.spec.bits)?)
+        let biases = self.biases.as_ref().map(|b| b.as_dtype(Dtype::Float32)).transpose()?;
+        quantized_ops::dequantize(
+            &self.weight,
+            &scales,
+            biases.as_ref(),
+            self.spec,
+            self.mode,
+            None,
+        )
     }
 }
 
@@ -366,14 +403,14 @@ impl Matrix {
     pub fn matmul_t(&self, x: &Array) -> Result<Array> {
         Ok(match self {
             Matrix::Float(w) => ops::matmul(x, w.t())?,
-            Matrix::Quantized(q) => ops::quantized_matmul(
+            Matrix::Quantized(q) => quantized_ops::quantized_matmul(
                 x,
                 &q.weight,
                 &q.scales,
-                &q.biases,
+                q.biases.as_ref(),
                 true,
-                q.spec.group_size,
-                q.spec.bits,
+                q.spec,
+                q.mode,
             )?,
         })
     }
@@ -385,8 +422,8 @@ impl Matrix {
             Matrix::Quantized(q) => {
                 let w = q.weight.take_axis(ids, 0)?;
                 let s = q.scales.take_axis(ids, 0)?;
-                let b = q.biases.take_axis(ids, 0)?;
-                ops::dequantize(&w, &s, &b, q.spec.group_size, q.spec.bits)?
+                let b = q.biases.as_ref().map(|b| b.take_axis(ids, 0)).transpose()?;
+                quantized_ops::dequantize(&w, &s, b.as_ref(), q.spec, q.mode, None)?
             }
         })
     }
@@ -395,7 +432,9 @@ impl Matrix {
     pub fn nbytes(&self) -> usize {
         match self {
             Matrix::Float(w) => w.nbytes(),
-            Matrix::Quantized(q) => q.weight.nbytes() + q.scales.nbytes() + q.biases.nbytes(),
+            Matrix::Quantized(q) => {
+                q.weight.nbytes() + q.scales.nbytes() + q.biases.as_ref().map_or(0, Array::nbytes)
+            }
         }
     }
 }
@@ -416,16 +455,15 @@ impl ExpertMatrices {
             ExpertMatrices::Float(w) => {
                 ops::gather_mm(x, w.swap_axes(-1, -2)?, None, indices, sorted)?
             }
-            ExpertMatrices::Quantized(q) => ops::gather_qmm(
+            ExpertMatrices::Quantized(q) => quantized_ops::gather_qmm(
                 x,
                 &q.weight,
                 &q.scales,
-                &q.biases,
-                None,
+                q.biases.as_ref(),
                 indices,
                 true,
-                q.spec.group_size,
-                q.spec.bits,
+                q.spec,
+                q.mode,
                 sorted,
             )?,
         })
