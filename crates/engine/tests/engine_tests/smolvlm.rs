@@ -10,7 +10,9 @@
 //! - our decoding, Lanczos resizes, tiling and rescaling give the
 //!   reference's pixel values bit for bit, tile by tile;
 //! - the engine's greedy tokens equal the reference's, each request alone
-//!   and all of them batched (with a text request decoding alongside).
+//!   and all of them batched (with a text request decoding alongside);
+//! - so do they with the folder as mlx-vlm saves a conversion
+//!   (mlx-community's names and its patch-kernel layout).
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -199,5 +201,55 @@ fn smolvlm_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
         assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case} batched");
     }
     assert!(other.collect_blocking().error.is_none());
+    engine.shutdown();
+}
+
+/// The tiny folder as mlx-vlm saves a conversion (what mlx-community's
+/// SmolVLM2 repos hold): `language_model.*` with its head as
+/// `language_model.lm_head`, `vision_model.*`, `connector.*`, the patch
+/// kernel in MLX's `[out, P, P, C]`.
+fn mlx_community_folder(hf: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(hf).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap() != "model.safetensors" {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let tensors = Array::load_safetensors(hf.join("model.safetensors")).unwrap();
+    let renamed: std::collections::HashMap<String, Array> = tensors
+        .into_iter()
+        .map(|(name, t)| {
+            let bare = name.strip_prefix("model.").unwrap_or(&name).to_string();
+            if let Some(rest) = bare.strip_prefix("text_model.") {
+                (format!("language_model.{rest}"), t)
+            } else if name.starts_with("lm_head.") {
+                (format!("language_model.{name}"), t)
+            } else if bare.ends_with("patch_embedding.weight") {
+                (bare, t.transpose_axes(&[0, 2, 3, 1]).unwrap())
+            } else {
+                (bare, t)
+            }
+        })
+        .collect();
+    assert!(renamed.contains_key("language_model.lm_head.weight"));
+    assert!(renamed.contains_key("connector.modality_projection.proj.weight"));
+    Array::save_safetensors(renamed.iter(), None, dir.path().join("model.safetensors")).unwrap();
+    dir
+}
+
+#[test]
+fn smolvlm_mlx_community_names_give_the_same_tokens() {
+    let golden = golden();
+    let hf = folder();
+    let dir = mlx_community_folder(hf.path());
+    let engine = start(dir.path(), SchedulerConfig::default());
+    let eos = engine.model_info().eos_token_ids.clone();
+    let streams: Vec<_> =
+        requests(&golden).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
+    for (case, stream) in streams {
+        let got = stream.collect_blocking();
+        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case}");
+    }
     engine.shutdown();
 }
