@@ -73,12 +73,27 @@ pub(crate) fn write_gpt_oss(
 
     let mut w = Writer { rng: Rng(seed), tensors: HashMap::new() };
     let mut matrices: Vec<String> = Vec::new();
+    // The head's rows of the specials (the tiny vocabulary's ChatML three and
+    // harmony's, end-of-turn tokens among them) are zero: random weights then
+    // rarely end a reply early, so tests decode the lengths they ask for.
+    let head = w.rng.tensor(&[vocab, h], 1.0 / (h as f32).sqrt(), 0.0);
+    let ordinary: Vec<f32> = (0..vocab)
+        .map(|t| {
+            let special = t < 3 || t >= vocab - GPT_OSS_SPECIAL_TOKENS.len() as i32;
+            if special {
+                0.0
+            } else {
+                1.0
+            }
+        })
+        .collect();
+    let head = head.multiply(Array::from_slice(&ordinary, &[vocab, 1]))?;
+    w.tensors.insert("lm_head.weight".into(), head);
+    matrices.push("lm_head".into());
     let mut tensor =
         |name: String, shape: &[i32], scale: f32, center: f32| w.put(name, shape, scale, center);
     tensor("model.embed_tokens.weight".into(), &[vocab, h], 0.5, 0.0);
     matrices.push("model.embed_tokens".into());
-    tensor("lm_head.weight".into(), &[vocab, h], 1.0 / (h as f32).sqrt(), 0.0);
-    matrices.push("lm_head".into());
     tensor("model.norm.weight".into(), &[h], 0.1, 1.0);
     for l in 0..d.layers {
         let p = format!("model.layers.{l}");

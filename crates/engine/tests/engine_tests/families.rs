@@ -8,7 +8,8 @@
 //! needs. Qwen3 with thinking on and off in the same batch keeps each row's
 //! reasoning apart. Qwen3.5's recurrent layers in the same batch: padding
 //! never reaches a state, a cancelled row, a chat's second turn resumed
-//! from a prompt checkpoint; LFM2's convolution states the same way.
+//! from a prompt checkpoint; LFM2's convolution states the same way; gpt-oss's
+//! sliding and full layers with attention sinks.
 use engine::batch::{Prompt, Request, SchedulerConfig};
 use engine::model;
 use engine::testing::TinyFamily;
@@ -123,6 +124,14 @@ fn qwen35_moe_batched_equals_alone() {
 #[test]
 fn lfm2_batched_equals_alone() {
     batched_equals_alone(TinyFamily::Lfm2);
+}
+
+/// gpt-oss: sliding layers of 8 and full layers with attention sinks, experts
+/// in every layer: rows prefilled in chunks across the window, a row joining
+/// mid-decode, and a prefix-cache hit.
+#[test]
+fn gpt_oss_batched_equals_alone() {
+    batched_equals_alone(TinyFamily::GptOss);
 }
 
 /// A cancelled Qwen3.5 row leaves the batch with its state; the others'

@@ -4,6 +4,7 @@
 //! markers as single tokens that decoding keeps for the stream router; and
 //! a required tool call on the tiny model coming back as an OpenAI call.
 use engine::batch::{Prompt, Request, SchedulerConfig};
+use engine::cache::KvQuantization;
 use engine::model;
 use engine::testing::{TinyFamily, GPT_OSS_SPECIAL_TOKENS};
 use engine::tokenizer::{ChatMessage, TemplateOptions};
@@ -11,7 +12,7 @@ use serde_json::json;
 
 use crate::common;
 
-use common::{family_checkpoint, Driver, LOAD};
+use common::{family_checkpoint, greedy_request, salted_prompt, Driver, LOAD};
 
 fn weather_tool() -> serde_json::Value {
     json!({"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
@@ -118,4 +119,43 @@ fn gpt_oss_calls_tools_in_the_commentary_channel() {
     assert_eq!(c.tool_calls[0].name, "get_weather");
     let args: serde_json::Value = serde_json::from_str(&c.tool_calls[0].arguments).unwrap();
     assert!(["Paris", "Rome"].contains(&args["city"].as_str().unwrap()), "{args}");
+}
+
+/// 8-bit keys and values on its full-attention layer (the sliding layers
+/// keep float windows, the last layer stays float): attention sinks over the
+/// quantized cache. A batch of rows of different lengths, one joining
+/// mid-decode, gives each row the answer it gets alone under the same setting.
+#[test]
+fn gpt_oss_kv_quantization_keeps_its_sinks() {
+    let dir = family_checkpoint(TinyFamily::GptOss, 11);
+    let kv = KvQuantization { bits: 8, group_size: 32, start: 0 };
+    let config =
+        SchedulerConfig { kv_quantization: Some(kv), prefill_budget: 6, ..Default::default() };
+    let requests =
+        [(salted_prompt(7, 1), 14), (salted_prompt(19, 2), 10), (salted_prompt(11, 3), 12)];
+    let alone: Vec<String> = requests
+        .iter()
+        .map(|(ids, n)| {
+            let mut d = Driver::new(dir.path(), config.clone());
+            let row = d.submit(greedy_request(ids, *n));
+            d.run_to_end();
+            d.completion(row).content.clone()
+        })
+        .collect();
+    let mut d = Driver::new(dir.path(), config);
+    let status = d.scheduler.stats().kv_quantization;
+    assert!(status.starts_with("8-bit") && status.contains("on 1 of 4 layers"), "{status}");
+    let mut rows: Vec<usize> =
+        requests[..2].iter().map(|(ids, n)| d.submit(greedy_request(ids, *n))).collect();
+    for _ in 0..6 {
+        d.step();
+    }
+    assert!(d.scheduler.stats().decode_steps > 0, "the first rows decode when the last joins");
+    rows.push(d.submit(greedy_request(&requests[2].0, requests[2].1)));
+    d.run_to_end();
+    for (i, row) in rows.into_iter().enumerate() {
+        let c = d.completion(row);
+        assert!(c.error.is_none(), "{:?}", c.error);
+        assert_eq!(c.content, alone[i], "row {i}");
+    }
 }
