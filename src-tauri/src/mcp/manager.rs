@@ -366,10 +366,7 @@ impl McpManager {
                 if let Some(d) = &tool.description {
                     function.insert("description".into(), d.to_string().into());
                 }
-                function.insert(
-                    "parameters".into(),
-                    serde_json::Value::Object((*tool.input_schema).clone()),
-                );
+                function.insert("parameters".into(), declared_arguments_only(&tool.input_schema));
                 OfferedTool {
                     offered_name,
                     server,
@@ -454,6 +451,23 @@ impl McpManager {
     }
 }
 
+/// A tool's input schema as offered to the model, its arguments closed to
+/// the ones it declares (`additionalProperties: false` where the server left
+/// it open, as OpenAI's strict function schemas are). A server gets nothing
+/// from a key it did not declare, and when a chat requires a call the
+/// grammar built from an open schema lets the model write made-up keys until
+/// the answer's token limit cuts the call off, and no call happens.
+fn declared_arguments_only(
+    input_schema: &serde_json::Map<String, serde_json::Value>,
+) -> serde_json::Value {
+    let mut schema = input_schema.clone();
+    let is_object = schema.get("type").and_then(serde_json::Value::as_str) == Some("object");
+    if is_object && !schema.contains_key("additionalProperties") {
+        schema.insert("additionalProperties".into(), false.into());
+    }
+    serde_json::Value::Object(schema)
+}
+
 fn stop_slot(slot: &Slot) {
     let mut s = slot.state.lock().unwrap();
     s.run += 1;
@@ -525,4 +539,32 @@ async fn connect(slot: &Slot) -> Result<Connected, String> {
         .await
         .map_err(|e| format!("the server did not list its tools: {e}"))?;
     Ok((service, pid, tools))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::declared_arguments_only;
+
+    fn map(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn an_open_object_schema_is_closed_to_its_declared_arguments() {
+        let open = map(json!({"type": "object", "properties": {"path": {"type": "string"}}}));
+        assert_eq!(
+            declared_arguments_only(&open),
+            json!({"type": "object", "properties": {"path": {"type": "string"}}, "additionalProperties": false})
+        );
+    }
+
+    #[test]
+    fn a_schema_that_says_what_it_allows_is_kept() {
+        let extra = map(json!({"type": "object", "additionalProperties": {"type": "string"}}));
+        assert_eq!(declared_arguments_only(&extra), serde_json::Value::Object(extra.clone()));
+        let any = map(json!({"anyOf": [{"type": "object"}, {"type": "string"}]}));
+        assert_eq!(declared_arguments_only(&any), serde_json::Value::Object(any.clone()));
+    }
 }
