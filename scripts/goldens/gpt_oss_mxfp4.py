@@ -3,7 +3,9 @@ with mlx-lm's own `convert` (`--q-mode mxfp4`: every linear layer and the
 embedding in MXFP4, the routers in 8-bit affine, as mlx-lm's gpt-oss
 predicate asks), keeps the converted folder as a test fixture, and records
 mlx-lm's logits and greedy ids on it, for
-crates/engine/tests/engine_tests/parity_mlx_lm.rs (gpt_oss_mxfp4_matches_mlx_lm).
+crates/engine/tests/engine_tests/parity_mlx_lm.rs (gpt_oss_mxfp4_matches_mlx_lm); and
+mlx-lm's outputs on the folder in OpenAI's own MXFP4 layout beside the float
+one (`openai_mxfp4`).
 
 Usage: gpt_oss_mxfp4.py <tiny gpt_oss float folder> <fixture folder> <golden json>
 """
@@ -33,9 +35,15 @@ def main() -> None:
     config = json.loads((fixture / "config.json").read_text())
     print(f"quantization: {config['quantization']}")
     result = record(fixture, LONG_PROMPT)
-    text = json.dumps({"prompt_ids": LONG_PROMPT, "variants": {"mxfp4": result}}, separators=(",", ":"))
+    print(f"mxfp4: greedy {result['greedy_ids']}")
+    # OpenAI's own layout (MXFP4 `*_blocks` / `*_scales` experts, the rest
+    # float), as `write_tiny_model` writes it beside the float folder.
+    openai = record(src.parent / "openai_mxfp4", LONG_PROMPT)
+    print(f"openai_mxfp4: greedy {openai['greedy_ids']}")
+    variants = {"mxfp4": result, "openai_mxfp4": openai}
+    text = json.dumps({"prompt_ids": LONG_PROMPT, "variants": variants}, separators=(",", ":"))
     golden.write_text(text + "\n")
-    print(f"mxfp4: greedy {result['greedy_ids']}; wrote {golden}")
+    print(f"wrote {golden}")
 
 
 if __name__ == "__main__":

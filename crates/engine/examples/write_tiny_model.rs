@@ -3,8 +3,9 @@
 //! files: `write_tiny_model <out-dir>` → `<out-dir>/llama/{float,q4}`,
 //! `llama3_rope/{float,q4}` (Llama 3.1 RoPE scaling) and the
 //! same for `qwen3`, `qwen3_moe`, `gemma3_text`, `gemma4_text`,
-//! `gemma4_text_moe`, `qwen3_5`, `qwen3_5_moe` and `lfm2` (float: Hugging Face
-//! names; q4: mlx-community names, 4-bit group 32).
+//! `gemma4_text_moe`, `qwen3_5`, `qwen3_5_moe`, `lfm2` and `gpt_oss` (float: Hugging Face
+//! names; q4: mlx-community names, 4-bit group 32), and `gpt_oss/openai_mxfp4`
+//! (OpenAI's MXFP4 experts).
 //! `write_tiny_model --speculative-pair <out-dir>` writes the tiny target and
 //! draft of the speculative-decoding reference test instead
 //! (`<out-dir>/{target,draft}`, for scripts/make-speculative-golden.sh);
@@ -16,7 +17,8 @@ use std::path::PathBuf;
 use clap::Parser;
 use engine::testing::{
     write_family, write_mtp_target, write_mtp_target_seeded, write_speculative_pair,
-    write_tiny_family, write_tiny_llama, Dims, TinyFamily, TinyLlama,
+    write_tiny_family, write_tiny_gpt_oss_openai_mxfp4, write_tiny_llama, Dims, TinyFamily,
+    TinyLlama,
 };
 use engine::weights::QuantSpec;
 
@@ -101,6 +103,7 @@ fn main() -> anyhow::Result<()> {
         write_tiny_family(&dir.join("float"), family, None, SEED)?;
         write_tiny_family(&dir.join("q4"), family, Some(q4), SEED)?;
     }
+    write_tiny_gpt_oss_openai_mxfp4(&out.join("gpt_oss/openai_mxfp4"), SEED)?;
     println!("{}", out.display());
     Ok(())
 }

@@ -38,7 +38,8 @@ pub use gemma4_vl::{
 };
 pub use gguf_writer::{write_gguf, GgufTensor, GgufValue};
 pub use gpt_oss::{
-    gpt_oss_byte_level_meta, GPT_OSS_CHAT_TEMPLATE, GPT_OSS_SPECIAL_TOKENS, GPT_OSS_WINDOW,
+    gpt_oss_byte_level_meta, write_tiny_gpt_oss_openai_mxfp4, GPT_OSS_CHAT_TEMPLATE,
+    GPT_OSS_SPECIAL_TOKENS, GPT_OSS_WINDOW,
 };
 pub use lfm2::{lfm2_byte_level_meta, LFM2_CHAT_TEMPLATE, LFM2_SPECIAL_TOKENS};
 pub use qwen3_vl::{

@@ -13,11 +13,12 @@ use std::path::Path;
 use mlx_rs::{ops, Array};
 use serde_json::json;
 
-use super::families::Dims;
+use super::families::{Dims, TinyFamily};
 use super::{byte_level_meta, save_checkpoint, Rng};
 use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
-use crate::weights::QuantSpec;
+use crate::weights::quantized_ops;
+use crate::weights::{QuantMode, QuantSpec};
 
 /// gpt-oss's chat template as its checkpoints ship it (the harmony format).
 pub const GPT_OSS_CHAT_TEMPLATE: &str =
@@ -202,4 +203,38 @@ fn fuse_gate_up(tensors: &mut HashMap<String, Array>, x: &str) -> Result<()> {
     tensors.insert(format!("{x}.gate_up_proj_bias"), bias);
     tensors.insert(format!("{x}.down_proj_bias"), down_bias);
     Ok(())
+}
+
+/// The tiny float gpt-oss as OpenAI ships gpt-oss: each layer's experts in
+/// MXFP4 (`gate_up_proj_blocks` `[E, 2I, D / 32, 16]` bytes and
+/// `gate_up_proj_scales`, rows interleaved; `down_proj_*` likewise), the rest
+/// float, and Hugging Face's `quantization_config` naming the method.
+pub fn write_tiny_gpt_oss_openai_mxfp4(dir: &Path, seed: u64) -> Result<i32> {
+    let d = Dims::tiny(TinyFamily::GptOss);
+    let vocab = write_gpt_oss(dir, d, None, seed)?;
+    let file = dir.join("model.safetensors");
+    let mut tensors = Array::load_safetensors(&file).map_err(|e| Error::Mlx(e.to_string()))?;
+    let mx = QuantSpec { group_size: 32, bits: 4 };
+    for l in 0..d.layers {
+        let x = format!("model.layers.{l}.mlp.experts");
+        for proj in ["gate_up_proj", "down_proj"] {
+            let w = tensors.remove(&format!("{x}.{proj}.weight")).expect("written above");
+            let (e, rows, cols) = (w.dim(0), w.dim(1), w.dim(2));
+            let (q, scales, _) = quantized_ops::quantize(&w, mx, QuantMode::Mxfp4)?;
+            let blocks = q.view::<u8>()?.reshape(&[e, rows, cols / 32, 16])?;
+            tensors.insert(format!("{x}.{proj}_blocks"), blocks);
+            tensors.insert(format!("{x}.{proj}_scales"), scales);
+        }
+    }
+    // MLX reads the file lazily: everything in memory before it is rewritten.
+    mlx_rs::transforms::eval(tensors.values())?;
+    let config_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
+    let mut config: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    config["quantization_config"] = json!({"quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                   "model.embed_tokens", "lm_head"]});
+    save_checkpoint(dir, tensors, &[], config, None)?;
+    Ok(vocab)
 }

@@ -95,6 +95,25 @@ impl Quantization {
         let Some(map) = block.as_object() else {
             return Err(Error::InvalidConfig("`quantization` must be an object".into()));
         };
+        // Hugging Face's block for weights stored in an MX format (OpenAI's
+        // gpt-oss: `{"quant_method": "mxfp4", "modules_to_not_convert": …}`):
+        // the modules stored with scales are quantized, the others float.
+        if let Some(method) = map.get("quant_method").and_then(Value::as_str) {
+            let mode = match method {
+                "mxfp4" => QuantMode::Mxfp4,
+                "mxfp8" => QuantMode::Mxfp8,
+                other => {
+                    return Err(Error::InvalidConfig(format!(
+                        "quantization_config: quant_method {other:?} is not supported (mxfp4 and mxfp8 are)"
+                    )))
+                }
+            };
+            return Ok(Quantization {
+                default: mode.fixed(),
+                default_mode: mode,
+                ..Default::default()
+            });
+        }
         let spec_of = |v: &Value, what: &str| -> Result<(QuantSpec, QuantMode)> {
             let int = |k: &str| {
                 v.get(k).and_then(Value::as_i64).map(|x| x as i32).ok_or_else(|| {
@@ -259,6 +278,20 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("unsupported bits 7"), "{err}");
+    }
+
+    #[test]
+    fn hugging_faces_mxfp4_block_quantizes_what_has_scales() {
+        let cfg = serde_json::json!({"quantization_config": {"quant_method": "mxfp4",
+            "modules_to_not_convert": ["model.layers.*.self_attn", "lm_head"]}});
+        let q = Quantization::from_config(&cfg).unwrap();
+        assert_eq!(
+            q.for_module("model.layers.0.mlp.experts.gate_proj"),
+            Some(QuantSpec { group_size: 32, bits: 4 })
+        );
+        assert_eq!(q.mode_for_module("model.layers.0.mlp.experts.gate_proj"), QuantMode::Mxfp4);
+        let bitnet = serde_json::json!({"quantization_config": {"quant_method": "bitnet"}});
+        assert!(Quantization::from_config(&bitnet).unwrap_err().to_string().contains("bitnet"));
     }
 
     #[test]

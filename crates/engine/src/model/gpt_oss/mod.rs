@@ -16,8 +16,11 @@
 //!
 //! Checkpoints come as OpenAI ships them (the experts' gate and up fused in
 //! `experts.gate_up_proj`, their rows interleaved gate, up, gate, …; biases
-//! as `gate_up_proj_bias` / `down_proj_bias`) or as mlx-lm converts them
-//! (`experts.{gate,up,down}_proj.{weight,bias}`); the first are split at load.
+//! as `gate_up_proj_bias` / `down_proj_bias`; in MXFP4 as `*_blocks` — 16
+//! bytes of 32 packed values per group — and `*_scales`, with Hugging Face's
+//! `quantization_config` `{"quant_method": "mxfp4"}`) or as mlx-lm converts
+//! them (`experts.{gate,up,down}_proj.{weight,scales,bias}`); the first are
+//! split at load.
 use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 use serde::Deserialize;
 use serde_json::Value;
@@ -268,10 +271,26 @@ fn split_fused_experts(loader: &mut LayerLoader, experts: &str, args: &GptOssArg
             |j: i32| -> Result<Array> { Ok(t.take_axis(&Array::from_int(j), 2)?.contiguous()?) };
         Ok((half(0)?, half(1)?))
     };
-    if let Some(t) = w.remove(&format!("{experts}.gate_up_proj.weight")) {
-        let (gate, up) = deinterleave(&t, &[args.hidden_size])?;
-        w.insert(format!("{experts}.gate_proj.weight"), gate);
-        w.insert(format!("{experts}.up_proj.weight"), up);
+    // MXFP4 blocks `[E, rows, groups, 16]` bytes are MLX's packed uint32
+    // `[E, rows, groups · 4]`.
+    let packed = |t: Array| -> Result<Array> {
+        let shape = t.shape().to_vec();
+        let (rows, groups) = (shape[1], shape[2]);
+        Ok(t.view::<u32>()?.reshape(&[e, rows, groups * 4])?)
+    };
+    for proj in ["gate_up_proj", "down_proj"] {
+        if let Some(t) = w.remove(&format!("{experts}.{proj}_blocks")) {
+            w.insert(format!("{experts}.{proj}.weight"), packed(t)?);
+        }
+        w.rename(&format!("{experts}.{proj}_scales"), format!("{experts}.{proj}.scales"));
+    }
+    for part in ["weight", "scales"] {
+        if let Some(t) = w.remove(&format!("{experts}.gate_up_proj.{part}")) {
+            let cols = t.dim(-1);
+            let (gate, up) = deinterleave(&t, &[cols])?;
+            w.insert(format!("{experts}.gate_proj.{part}"), gate);
+            w.insert(format!("{experts}.up_proj.{part}"), up);
+        }
     }
     if let Some(t) = w.remove(&format!("{experts}.gate_up_proj_bias")) {
         let (gate, up) = deinterleave(&t, &[])?;
