@@ -1,8 +1,10 @@
 """Records Python mlx-vlm's greedy tokens on the tiny seeded SmolVLM2 folder
-written by the `write_tiny_vl_model` example (`smolvlm/float`), as the golden
+written by the `write_tiny_vl_model` example (`smolvlm/float`, and the same
+weights labelled `idefics3/float`: mlx-vlm runs them through its Idefics3
+model and processor classes), as the golden
 for crates/engine/tests/engine_tests/smolvlm.rs and vision_families.rs.
 
-Usage: smolvlm.py <dir with smolvlm/float> <images dir> <out stem>
+Usage: smolvlm.py <dir with {smolvlm,idefics3}/float> <images dir> <out stem>
 
 For each case (a chat prompt with 0, 1 or 2 images; every image is split:
 320×240 and 182×126 into 3 rows of 4 tiles, the EXIF-6 JPEG, portrait once
@@ -32,13 +34,12 @@ CASES = {
     "two": ["exif_o6.jpg", "qwen_parity_182x126.png"],
 }
 GREEDY = 10
+MODELS = {"smolvlm/float": "SmolVLMProcessor", "idefics3/float": "Idefics3Processor"}
 
 
-def main() -> None:
-    src, images, stem = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-    arrays = {}
-    model, processor = load(str(src / "smolvlm" / "float"))
-    assert type(processor).__name__ == "SmolVLMProcessor", type(processor)
+def record_model(folder: Path, images: Path, processor_class: str, arrays: dict) -> dict:
+    model, processor = load(str(folder))
+    assert type(processor).__name__ == processor_class, type(processor)
     cases = {}
     for case, files in CASES.items():
         prompt = apply_chat_template(processor, model.config, TEXT, num_images=len(files))
@@ -50,7 +51,12 @@ def main() -> None:
         rec = {"prompt_text": prompt, "prompt_ids": input_ids[0].tolist()}
         if pixel_values is not None:
             rec["tiles"] = int(pixel_values.shape[1])
-            arrays[f"pixels.{case}"] = pixel_values[0].astype(mx.float32)
+            pixels = pixel_values[0].astype(mx.float32)
+            name = f"pixels.{case}"
+            if name in arrays:
+                assert mx.array_equal(arrays[name], pixels), f"{folder} {case}: pixels differ between models"
+            else:
+                arrays[name] = pixels
             layouts = [processor.image_processor.get_number_of_image_patches(*_size(images / f)) for f in files]
             rec["rows_cols"] = [[rows, cols] for _, rows, cols in layouts]
         mask = inputs["attention_mask"]
@@ -60,14 +66,20 @@ def main() -> None:
         assert len(greedy) == GREEDY, greedy
         rec["greedy_ids"] = greedy
         cases[case] = rec
-        print(f"{case}: {len(rec['prompt_ids'])} ids, {rec.get('tiles', 0)} tiles, greedy {greedy}")
+        print(f"{folder.parent.name} {case}: {len(rec['prompt_ids'])} ids, {rec.get('tiles', 0)} tiles, greedy {greedy}")
+    return cases
+
+
+def main() -> None:
+    src, images, stem = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    arrays = {}
     golden = {
-        "about": "Python mlx-vlm greedy ids on the write_tiny_vl_model example's SmolVLM2 folder; "
-        "written by scripts/make-smolvlm-golden.sh",
+        "about": "Python mlx-vlm greedy ids on the write_tiny_vl_model example's SmolVLM2 folder "
+        "(and the same weights as idefics3); written by scripts/make-smolvlm-golden.sh",
         "versions": {p: importlib.metadata.version(p) for p in ("mlx", "mlx-vlm", "transformers", "pillow")},
         "text": TEXT,
         "cases": CASES,
-        "models": {"smolvlm/float": cases},
+        "models": {m: record_model(src / m, images, cls, arrays) for m, cls in MODELS.items()},
     }
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(golden, indent=1) + "\n")

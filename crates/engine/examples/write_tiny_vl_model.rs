@@ -3,7 +3,7 @@
 //! Python mlx-vlm's outputs on the very same files:
 //! `write_tiny_vl_model <out-dir>` → `<out-dir>/{qwen2_vl,qwen2_5_vl,qwen3_5,qwen3_vl,gemma3,gemma4}/{float,q4}`
 //! (float: Hugging Face names; q4: mlx-community names and layout, the
-//! language model 4-bit with group 64) and `<out-dir>/smolvlm/float`.
+//! language model 4-bit with group 64) and `<out-dir>/{smolvlm,idefics3}/float`.
 //!
 //! `write_tiny_vl_model --bench <out-dir>` writes one bench-size Qwen2-VL
 //! folder instead (`VlDims::bench`: Qwen2-0.5B's language model, a half-width
@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use clap::Parser;
 use engine::testing::{
     write_gemma3_vl, write_gemma4_vl, write_qwen35_vl, write_qwen3_vl, write_tiny_gemma3_vl,
-    write_tiny_gemma4_vl, write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,
-    write_tiny_qwen3_vl_moe, write_tiny_smolvlm, Gemma3VlDims, Gemma4VlDims, Qwen35VlDims,
-    Qwen3VlDims, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims,
+    write_tiny_gemma4_vl, write_tiny_idefics3, write_tiny_qwen2_vl, write_tiny_qwen35_vl,
+    write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe, write_tiny_smolvlm, Gemma3VlDims, Gemma4VlDims,
+    Qwen35VlDims, Qwen3VlDims, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims,
 };
 use engine::weights::QuantSpec;
 
@@ -111,6 +111,7 @@ fn main() -> anyhow::Result<()> {
         GEMMA4_SEED,
     )?;
     write_tiny_smolvlm(&out.join("smolvlm").join("float"), SMOLVLM_SEED)?;
+    write_tiny_idefics3(&out.join("idefics3").join("float"), SMOLVLM_SEED)?;
     println!("{}", out.display());
     Ok(())
 }

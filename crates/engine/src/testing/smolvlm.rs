@@ -7,7 +7,8 @@
 //! `<end_of_utterance>`, `<row_r_col_c>` up to 6 × 6) and a SmolVLM style
 //! chat template, and the processor configs as SmolVLM2 ships them (Lanczos,
 //! longest edge 4 tiles, splitting on). A 320×240 image becomes 3 × 4 tiles
-//! and the global view.
+//! and the global view. The same folder labelled `idefics3` (the architecture
+//! SmolVLM shares) is [`write_tiny_idefics3`].
 //!
 //! Names are transformers' (`model.text_model.*`, `model.vision_model.*`,
 //! `model.connector.*`, `lm_head`) with the PyTorch Conv2d layout, so the
@@ -69,6 +70,18 @@ fn smolvlm_byte_level_meta() -> GgufTokenizerMeta {
 
 /// Writes the tiny SmolVLM2 into `dir`; returns its vocabulary size.
 pub fn write_tiny_smolvlm(dir: &Path, seed: u64) -> Result<i32> {
+    write_tiny(dir, seed, "SmolVLM")
+}
+
+/// [`write_tiny_smolvlm`] labelled as Idefics3 (`idefics3`, its processor
+/// classes), which shares SmolVLM's architecture and processor.
+pub fn write_tiny_idefics3(dir: &Path, seed: u64) -> Result<i32> {
+    write_tiny(dir, seed, "Idefics3")
+}
+
+/// `name`: the family's class-name stem, `SmolVLM` or `Idefics3`.
+fn write_tiny(dir: &Path, seed: u64, name: &str) -> Result<i32> {
+    let model_type = name.to_ascii_lowercase();
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = Tokenizer::from_gguf(smolvlm_byte_level_meta())?;
     tokenizer.write_hf_files(dir)?;
@@ -155,8 +168,8 @@ pub fn write_tiny_smolvlm(dir: &Path, seed: u64) -> Result<i32> {
 
     let tokens_per_tile = (TILE / PATCH / SCALE) * (TILE / PATCH / SCALE);
     let config = json!({
-        "model_type": "smolvlm",
-        "architectures": ["SmolVLMForConditionalGeneration"],
+        "model_type": model_type,
+        "architectures": [format!("{name}ForConditionalGeneration")],
         "text_config": {
             "model_type": "llama",
             "hidden_size": HIDDEN,
@@ -172,7 +185,7 @@ pub fn write_tiny_smolvlm(dir: &Path, seed: u64) -> Result<i32> {
             "tie_word_embeddings": false,
         },
         "vision_config": {
-            "model_type": "smolvlm_vision",
+            "model_type": format!("{model_type}_vision"),
             "hidden_size": w,
             "intermediate_size": VISION_MLP,
             "num_hidden_layers": VISION_LAYERS,
@@ -188,8 +201,8 @@ pub fn write_tiny_smolvlm(dir: &Path, seed: u64) -> Result<i32> {
         "tie_word_embeddings": false,
     });
     let pre = json!({
-        "image_processor_type": "SmolVLMImageProcessor",
-        "processor_class": "SmolVLMProcessor",
+        "image_processor_type": format!("{name}ImageProcessor"),
+        "processor_class": format!("{name}Processor"),
         "do_convert_rgb": true,
         "do_resize": true,
         "size": {"longest_edge": LONGEST_EDGE},
@@ -211,7 +224,7 @@ pub fn write_tiny_smolvlm(dir: &Path, seed: u64) -> Result<i32> {
     write("preprocessor_config.json", &pre)?;
     write(
         "processor_config.json",
-        &json!({"image_seq_len": tokens_per_tile, "processor_class": "SmolVLMProcessor"}),
+        &json!({"image_seq_len": tokens_per_tile, "processor_class": format!("{name}Processor")}),
     )?;
     save_checkpoint(dir, tensors, &[], config, None)?;
     Ok(vocab)

@@ -3,7 +3,8 @@
 //! `scripts/make-smolvlm-golden.sh` recorded the reference on): chat prompts
 //! with no image, one image cut into 3 × 4 tiles, and a portrait image
 //! (an EXIF-6 JPEG, 4 × 3 tiles) beside a landscape one (3 × 4), each plus
-//! its global view.
+//! its global view; and the same weights labelled `idefics3`, which mlx-vlm
+//! runs through its Idefics3 classes (`testing::write_tiny_idefics3`).
 //! - the prompt: our template, the processor's text layout of each image
 //!   (`<fake_token_around_image>`, `<row_r_col_c>`, `<global-img>`, the
 //!   `<image>` slots) and our tokenizer give the reference's ids exactly;
@@ -19,15 +20,22 @@ use std::time::Instant;
 use engine::batch::{ImageInput, Preparer, Prompt, Request, SchedulerConfig};
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{load, LoadOptions, WeightFormat};
-use engine::testing::write_tiny_smolvlm;
+use engine::testing::{write_tiny_idefics3, write_tiny_smolvlm};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
 
 /// The seed `write_tiny_vl_model` writes `smolvlm/float` with.
 const SEED: u64 = 5;
-/// The golden's model.
-const MODEL: &str = "smolvlm/float";
+/// The golden's models and how each folder is written.
+const MODELS: &[(&str, fn(&Path))] = &[
+    ("smolvlm/float", |dir| {
+        write_tiny_smolvlm(dir, SEED).unwrap();
+    }),
+    ("idefics3/float", |dir| {
+        write_tiny_idefics3(dir, SEED).unwrap();
+    }),
+];
 
 fn golden() -> Value {
     let path: PathBuf =
@@ -67,17 +75,17 @@ fn ids(v: &Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
-fn folder() -> tempfile::TempDir {
+fn folder(write: fn(&Path)) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    write_tiny_smolvlm(dir.path(), SEED).unwrap();
+    write(dir.path());
     dir
 }
 
 /// Each golden case as a request: the images first, then the text (as
 /// mlx-vlm's message for SmolVLM puts them), plain greedy, token ids back.
-fn requests(golden: &Value) -> Vec<(String, Request)> {
+fn requests(golden: &Value, model: &str) -> Vec<(String, Request)> {
     let text = golden["text"].as_str().unwrap();
-    golden["models"][MODEL]
+    golden["models"][model]
         .as_object()
         .unwrap()
         .iter()
@@ -113,8 +121,8 @@ fn start(dir: &Path, scheduler: SchedulerConfig) -> EngineHandle {
 
 /// The reference's greedy ids up to its first end-of-turn token, which ends
 /// our stream.
-fn expected(golden: &Value, case: &str, eos: &[u32]) -> Vec<u32> {
-    let want = ids(&golden["models"][MODEL][case]["greedy_ids"]);
+fn expected(golden: &Value, model: &str, case: &str, eos: &[u32]) -> Vec<u32> {
+    let want = ids(&golden["models"][model][case]["greedy_ids"]);
     match want.iter().position(|t| eos.contains(t)) {
         Some(end) => want[..end].to_vec(),
         None => want,
@@ -129,14 +137,26 @@ fn generated(c: &Completion, eos: &[u32]) -> Vec<u32> {
 #[test]
 fn smolvlm_prompts_equal_mlx_vlm_ids() {
     let golden = golden();
-    let dir = folder();
+    let pixels = golden_pixels();
+    for &(model, write) in MODELS {
+        prompts_equal(&golden, &pixels, model, write);
+    }
+}
+
+fn prompts_equal(
+    golden: &Value,
+    pixels: &std::collections::HashMap<String, Array>,
+    model: &str,
+    write: fn(&Path),
+) {
+    let dir = folder(write);
     let loaded = load(dir.path(), &LoadOptions { format: WeightFormat::AsStored }).unwrap();
     let preparer = Preparer::new(&loaded, 8192);
-    let pixels = golden_pixels();
-    for (case, request) in requests(&golden) {
-        let rec = &golden["models"][MODEL][&case];
+    for (case, request) in requests(golden, model) {
+        let rec = &golden["models"][model][&case];
+        let what = format!("{model} {case}");
         let prepared = preparer.prepare(request, Instant::now()).unwrap();
-        assert_eq!(prepared.prompt, ids(&rec["prompt_ids"]), "{case}: prompt ids");
+        assert_eq!(prepared.prompt, ids(&rec["prompt_ids"]), "{what}: prompt ids");
         let grids: Vec<[i32; 3]> =
             prepared.images.iter().flat_map(|i| i.images.iter().map(|p| p.patches.grid)).collect();
         let layouts: Vec<[i32; 3]> = rec["rows_cols"]
@@ -151,25 +171,31 @@ fn smolvlm_prompts_equal_mlx_vlm_ids() {
                     .collect()
             })
             .unwrap_or_default();
-        assert_eq!(grids, layouts, "{case}: tiles, rows and columns");
+        assert_eq!(grids, layouts, "{what}: tiles, rows and columns");
         let tiles: i32 = grids.iter().map(|g| g[0]).sum();
-        assert_eq!(tiles as i64, rec["tiles"].as_i64().unwrap_or(0), "{case}: tiles");
+        assert_eq!(tiles as i64, rec["tiles"].as_i64().unwrap_or(0), "{what}: tiles");
         let Some(images) = &prepared.images else { continue };
         let ours: Vec<Array> = images.images.iter().map(|i| i.patches.to_array()).collect();
         let ours = mlx_rs::ops::concatenate(&ours, 0).unwrap();
         let theirs = as_patches(&pixels[&format!("pixels.{case}")], 8);
-        assert_eq!(ours.shape(), theirs.shape(), "{case}: patches");
+        assert_eq!(ours.shape(), theirs.shape(), "{what}: patches");
         let diff = ours.subtract(&theirs).unwrap().abs().unwrap().max(None).unwrap();
         let diff = diff.as_dtype(Dtype::Float32).unwrap().item_exact::<f32>();
-        println!("{case}: max |pixel diff| {diff:e}");
-        assert_eq!(diff, 0.0, "{case}: pixel values");
+        println!("{what}: max |pixel diff| {diff:e}");
+        assert_eq!(diff, 0.0, "{what}: pixel values");
     }
 }
 
 #[test]
 fn smolvlm_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
     let golden = golden();
-    let dir = folder();
+    for &(model, write) in MODELS {
+        greedy_equal(&golden, model, write);
+    }
+}
+
+fn greedy_equal(golden: &Value, model: &str, write: fn(&Path)) {
+    let dir = folder(write);
     let alone = start(
         dir.path(),
         SchedulerConfig {
@@ -180,9 +206,13 @@ fn smolvlm_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
         },
     );
     let eos = alone.model_info().eos_token_ids.clone();
-    for (case, request) in requests(&golden) {
+    for (case, request) in requests(golden, model) {
         let got = alone.submit(request).collect_blocking();
-        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case} alone");
+        assert_eq!(
+            generated(&got, &eos),
+            expected(golden, model, &case, &eos),
+            "{model} {case} alone"
+        );
     }
     alone.shutdown();
 
@@ -195,10 +225,14 @@ fn smolvlm_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
     other.logprobs = Some(0);
     let other = engine.submit(other);
     let streams: Vec<_> =
-        requests(&golden).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
+        requests(golden, model).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
     for (case, stream) in streams {
         let got = stream.collect_blocking();
-        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case} batched");
+        assert_eq!(
+            generated(&got, &eos),
+            expected(golden, model, &case, &eos),
+            "{model} {case} batched"
+        );
     }
     assert!(other.collect_blocking().error.is_none());
     engine.shutdown();
@@ -241,15 +275,16 @@ fn mlx_community_folder(hf: &Path) -> tempfile::TempDir {
 #[test]
 fn smolvlm_mlx_community_names_give_the_same_tokens() {
     let golden = golden();
-    let hf = folder();
+    let (model, write) = MODELS[0];
+    let hf = folder(write);
     let dir = mlx_community_folder(hf.path());
     let engine = start(dir.path(), SchedulerConfig::default());
     let eos = engine.model_info().eos_token_ids.clone();
     let streams: Vec<_> =
-        requests(&golden).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
+        requests(&golden, model).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
     for (case, stream) in streams {
         let got = stream.collect_blocking();
-        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case}");
+        assert_eq!(generated(&got, &eos), expected(&golden, model, &case, &eos), "{case}");
     }
     engine.shutdown();
 }
