@@ -145,3 +145,42 @@ fn an_lfm2_estimate_counts_only_its_attention_layers_per_token() {
     assert_eq!(report.level, FitLevel::Green, "{}", report.summary);
     assert_eq!(report.estimate.weights, entry.size_bytes);
 }
+
+/// gpt-oss-20b (mlx-community/gpt-oss-20b-MXFP4-Q8 in the catalog): its
+/// twelve sliding layers keep a window of 128 tokens whatever the context,
+/// only the twelve full layers' keys and values grow; KV quantization
+/// applies to the full layers but the last.
+#[test]
+fn a_gpt_oss_estimate_grows_only_with_its_full_layers() {
+    let types: Vec<&str> =
+        (0..24).map(|i| if i % 2 == 0 { "sliding_attention" } else { "full_attention" }).collect();
+    let config = serde_json::json!({
+        "model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880, "head_dim": 64,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 24,
+        "num_local_experts": 32, "num_experts_per_tok": 4, "vocab_size": 201088,
+        "rms_norm_eps": 1e-05, "sliding_window": 128, "rope_theta": 150000,
+        "max_position_embeddings": 131072, "layer_types": types, "torch_dtype": "bfloat16",
+        "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                         "original_max_position_embeddings": 4096, "rope_type": "yarn"}
+    });
+    let shape = ModelShape::from_config(&config).unwrap();
+    assert_eq!(shape.layers.len(), 24);
+    assert!(shape.layers.iter().all(|l| (l.kv_heads, l.head_dim) == (8, 64)));
+    let sliding: Vec<usize> = (0..24).filter(|&i| shape.layers[i].window == Some(128)).collect();
+    assert_eq!(sliding, (0..24).step_by(2).collect::<Vec<_>>());
+    let quantizable: Vec<usize> = (0..24).filter(|&i| shape.layers[i].quantizable).collect();
+    assert_eq!(quantizable, (1..23).step_by(2).collect::<Vec<_>>());
+    let per_token = 12 * 2 * 8 * 64 * 2; // full layers, bf16
+    assert_eq!(shape.kv_bytes(8000, None) - shape.kv_bytes(4000, None), per_token * 4000);
+
+    let catalog = hub::Catalog::builtin().unwrap();
+    let entry = catalog
+        .models
+        .iter()
+        .find(|m| m.id == "mlx-community/gpt-oss-20b-MXFP4-Q8")
+        .expect("gpt-oss in the catalog");
+    assert_eq!(
+        (entry.architecture.as_str(), entry.vision, entry.thinking),
+        ("gpt_oss", false, true)
+    );
+}
