@@ -691,3 +691,26 @@ fn lfm2_convolution_states_go_back_to_the_last_kept_token() {
         "some drafts are rejected, so some rows went back: {stats:?}"
     );
 }
+
+/// gpt-oss: sliding layers of 8 and full layers, both with attention sinks,
+/// experts in every layer. Its tiny model's replies never repeat, so a draft
+/// model drafts: the same weights (every draft lands) and other weights
+/// (some are rejected, and each row's windows are cut back to its own last
+/// kept token); the replies equal plain decoding's, with chunked prompts
+/// and a join mid-decode.
+#[test]
+fn gpt_oss_sliding_layers_with_sinks_rewind_per_row() {
+    let target = family_checkpoint(TinyFamily::GptOss, 11);
+    let reqs = [
+        request(&repeating_prompt(40), 30, &greedy_no_eos()),
+        request(&repeating_prompt(41), 24, &greedy_no_eos()),
+        request(&repeating_prompt(42), 27, &greedy_no_eos()),
+    ];
+    let base = SchedulerConfig { prefill_budget: 6, ..Default::default() };
+    let same =
+        lossless_with(target.path(), Proposer::Draft(target.path()), base.clone(), &reqs, 2, 4);
+    assert!(same.verify_passes > 0 && same.accepted_tokens == same.drafted_tokens, "{same:?}");
+    let other = family_checkpoint(TinyFamily::GptOss, 12);
+    let stats = lossless_with(target.path(), Proposer::Draft(other.path()), base, &reqs, 2, 4);
+    assert!(stats.accepted_tokens < stats.drafted_tokens, "some drafts are rejected: {stats:?}");
+}
