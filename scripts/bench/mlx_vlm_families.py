@@ -43,6 +43,10 @@ def encode(model, model_type, inputs):
     if model_type == "gemma4":
         images = pv if isinstance(pv, list) else [pv[i] for i in range(pv.shape[0])]
         return [model.encode_image(p[None]) for p in images]
+    if model_type in ("smolvlm", "idefics3"):
+        tiles = pv.reshape(-1, *pv.shape[2:]).transpose(0, 2, 3, 1)
+        hidden, _, _ = model.vision_model(tiles, output_hidden_states=True)
+        return model.connector(hidden)
     raise SystemExit(f"no encode step for {model_type}")
 
 

@@ -51,7 +51,9 @@ pub use qwen_vl::{
     qwen_byte_level_meta, write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims,
     QWEN_SPECIAL_TOKENS, QWEN_VL_CHAT_TEMPLATE,
 };
-pub use smolvlm::{write_tiny_idefics3, write_tiny_smolvlm, SMOLVLM_CHAT_TEMPLATE};
+pub use smolvlm::{
+    write_smolvlm_with, write_tiny_idefics3, write_tiny_smolvlm, SmolVlmDims, SMOLVLM_CHAT_TEMPLATE,
+};
 pub use speculative_pair::{
     split_mtp_head, write_draft_of, write_mtp_target, write_mtp_target_seeded,
     write_speculative_pair,

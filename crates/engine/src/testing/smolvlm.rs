@@ -23,22 +23,70 @@ use super::{byte_level_meta, save_checkpoint, Rng};
 use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
 
-/// The tiny sizes.
-const HIDDEN: i32 = 64;
-const LAYERS: i32 = 2;
-const HEADS: i32 = 4;
-const KV_HEADS: i32 = 2;
-const MLP: i32 = 128;
-const VISION_WIDTH: i32 = 32;
-const VISION_HEADS: i32 = 2;
-const VISION_MLP: i32 = 48;
-const VISION_LAYERS: i32 = 2;
-const PATCH: i32 = 8;
-/// A tile's side in pixels (the tower's `image_size`).
-const TILE: i32 = 32;
-const SCALE: i32 = 2;
-/// The first resize's longest edge: 4 tiles.
-const LONGEST_EDGE: i32 = 4 * TILE;
+/// The sizes of a SmolVLM: its llama decoder, its SigLIP tower, the tile
+/// and the pixel shuffle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SmolVlmDims {
+    pub hidden: i32,
+    pub layers: i32,
+    pub heads: i32,
+    pub kv_heads: i32,
+    pub mlp: i32,
+    pub vision_width: i32,
+    pub vision_heads: i32,
+    pub vision_mlp: i32,
+    pub vision_layers: i32,
+    pub patch: i32,
+    /// A tile's side in pixels (the tower's `image_size`).
+    pub tile: i32,
+    pub scale: i32,
+    /// The first resize's longest edge, in tiles.
+    pub tiles_per_edge: i32,
+}
+
+impl SmolVlmDims {
+    /// The tiny test sizes (see the module doc).
+    pub fn tiny() -> Self {
+        Self {
+            hidden: 64,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            mlp: 128,
+            vision_width: 32,
+            vision_heads: 2,
+            vision_mlp: 48,
+            vision_layers: 2,
+            patch: 8,
+            tile: 32,
+            scale: 2,
+            tiles_per_edge: 4,
+        }
+    }
+
+    /// Benchmark sizes: SmolVLM2-500M's plan scaled down — SmolVLM-256M's
+    /// text width (576, 9 heads of 64 over 3 KV heads, MLP 1536) with 12 of
+    /// its 30 layers; the tower half as wide and deep (768 → 384, 6 heads of
+    /// 64, 12 → 6 blocks) on the real 512-pixel tiles of 16-pixel patches,
+    /// shuffled by 4 into 64 tokens, the longest edge 4 tiles (2048 pixels).
+    pub fn bench() -> Self {
+        Self {
+            hidden: 576,
+            layers: 12,
+            heads: 9,
+            kv_heads: 3,
+            mlp: 1536,
+            vision_width: 384,
+            vision_heads: 6,
+            vision_mlp: 1536,
+            vision_layers: 6,
+            patch: 16,
+            tile: 512,
+            scale: 4,
+            tiles_per_edge: 4,
+        }
+    }
+}
 
 /// SmolVLM's chat template (images as `<image>` where they sit, `User:` /
 /// `Assistant:` turns ended by `<end_of_utterance>`), with a plain string
@@ -70,17 +118,22 @@ fn smolvlm_byte_level_meta() -> GgufTokenizerMeta {
 
 /// Writes the tiny SmolVLM2 into `dir`; returns its vocabulary size.
 pub fn write_tiny_smolvlm(dir: &Path, seed: u64) -> Result<i32> {
-    write_tiny(dir, seed, "SmolVLM")
+    write_smolvlm(dir, &SmolVlmDims::tiny(), seed, "SmolVLM")
 }
 
 /// [`write_tiny_smolvlm`] labelled as Idefics3 (`idefics3`, its processor
 /// classes), which shares SmolVLM's architecture and processor.
 pub fn write_tiny_idefics3(dir: &Path, seed: u64) -> Result<i32> {
-    write_tiny(dir, seed, "Idefics3")
+    write_smolvlm(dir, &SmolVlmDims::tiny(), seed, "Idefics3")
+}
+
+/// [`write_tiny_smolvlm`] with other sizes (benchmarks).
+pub fn write_smolvlm_with(dir: &Path, d: &SmolVlmDims, seed: u64) -> Result<i32> {
+    write_smolvlm(dir, d, seed, "SmolVLM")
 }
 
 /// `name`: the family's class-name stem, `SmolVLM` or `Idefics3`.
-fn write_tiny(dir: &Path, seed: u64, name: &str) -> Result<i32> {
+fn write_smolvlm(dir: &Path, d: &SmolVlmDims, seed: u64, name: &str) -> Result<i32> {
     let model_type = name.to_ascii_lowercase();
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = Tokenizer::from_gguf(smolvlm_byte_level_meta())?;
@@ -104,35 +157,35 @@ fn write_tiny(dir: &Path, seed: u64, name: &str) -> Result<i32> {
         tensors.insert(format!("{name}.weight"), rng.tensor(&[dim], 0.1, 1.0));
     };
     let lm = "model.text_model";
-    matrix(&mut tensors, &mut rng, format!("{lm}.embed_tokens"), vocab, HIDDEN);
-    let hd = HIDDEN / HEADS;
-    for i in 0..LAYERS {
+    matrix(&mut tensors, &mut rng, format!("{lm}.embed_tokens"), vocab, d.hidden);
+    let hd = d.hidden / d.heads;
+    for i in 0..d.layers {
         let p = format!("{lm}.layers.{i}");
-        norm(&mut tensors, &mut rng, format!("{p}.input_layernorm"), HIDDEN);
-        norm(&mut tensors, &mut rng, format!("{p}.post_attention_layernorm"), HIDDEN);
-        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.q_proj"), HEADS * hd, HIDDEN);
-        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.k_proj"), KV_HEADS * hd, HIDDEN);
-        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.v_proj"), KV_HEADS * hd, HIDDEN);
-        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.o_proj"), HIDDEN, HEADS * hd);
-        matrix(&mut tensors, &mut rng, format!("{p}.mlp.gate_proj"), MLP, HIDDEN);
-        matrix(&mut tensors, &mut rng, format!("{p}.mlp.up_proj"), MLP, HIDDEN);
-        matrix(&mut tensors, &mut rng, format!("{p}.mlp.down_proj"), HIDDEN, MLP);
+        norm(&mut tensors, &mut rng, format!("{p}.input_layernorm"), d.hidden);
+        norm(&mut tensors, &mut rng, format!("{p}.post_attention_layernorm"), d.hidden);
+        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.q_proj"), d.heads * hd, d.hidden);
+        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.k_proj"), d.kv_heads * hd, d.hidden);
+        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.v_proj"), d.kv_heads * hd, d.hidden);
+        matrix(&mut tensors, &mut rng, format!("{p}.self_attn.o_proj"), d.hidden, d.heads * hd);
+        matrix(&mut tensors, &mut rng, format!("{p}.mlp.gate_proj"), d.mlp, d.hidden);
+        matrix(&mut tensors, &mut rng, format!("{p}.mlp.up_proj"), d.mlp, d.hidden);
+        matrix(&mut tensors, &mut rng, format!("{p}.mlp.down_proj"), d.hidden, d.mlp);
     }
-    norm(&mut tensors, &mut rng, format!("{lm}.norm"), HIDDEN);
-    matrix(&mut tensors, &mut rng, "lm_head".into(), vocab, HIDDEN);
+    norm(&mut tensors, &mut rng, format!("{lm}.norm"), d.hidden);
+    matrix(&mut tensors, &mut rng, "lm_head".into(), vocab, d.hidden);
 
     let mut vrng = Rng(seed + 1000);
     let v = "model.vision_model";
     let mut put = |name: String, t: Array| {
         tensors.insert(name, t);
     };
-    let (w, c) = (VISION_WIDTH, 3);
+    let (w, c) = (d.vision_width, 3);
     put(
         format!("{v}.embeddings.patch_embedding.weight"),
-        vrng.tensor(&[w, c, PATCH, PATCH], 1.0 / ((c * PATCH * PATCH) as f32).sqrt(), 0.0),
+        vrng.tensor(&[w, c, d.patch, d.patch], 1.0 / ((c * d.patch * d.patch) as f32).sqrt(), 0.0),
     );
     put(format!("{v}.embeddings.patch_embedding.bias"), vrng.tensor(&[w], 0.1, 0.0));
-    let patches = (TILE / PATCH) * (TILE / PATCH);
+    let patches = (d.tile / d.patch) * (d.tile / d.patch);
     put(format!("{v}.embeddings.position_embedding.weight"), vrng.tensor(&[patches, w], 0.5, 0.0));
     let linear = |put: &mut dyn FnMut(String, Array),
                   rng: &mut Rng,
@@ -149,34 +202,34 @@ fn write_tiny(dir: &Path, seed: u64, name: &str) -> Result<i32> {
         put(format!("{path}.weight"), rng.tensor(&[dim], 0.1, 1.0));
         put(format!("{path}.bias"), rng.tensor(&[dim], 0.1, 0.0));
     };
-    for i in 0..VISION_LAYERS {
+    for i in 0..d.vision_layers {
         let l = format!("{v}.encoder.layers.{i}");
         layer_norm(&mut put, &mut vrng, format!("{l}.layer_norm1"), w);
         for proj in ["q_proj", "k_proj", "v_proj", "out_proj"] {
             linear(&mut put, &mut vrng, format!("{l}.self_attn.{proj}"), w, w);
         }
         layer_norm(&mut put, &mut vrng, format!("{l}.layer_norm2"), w);
-        linear(&mut put, &mut vrng, format!("{l}.mlp.fc1"), w, VISION_MLP);
-        linear(&mut put, &mut vrng, format!("{l}.mlp.fc2"), VISION_MLP, w);
+        linear(&mut put, &mut vrng, format!("{l}.mlp.fc1"), w, d.vision_mlp);
+        linear(&mut put, &mut vrng, format!("{l}.mlp.fc2"), d.vision_mlp, w);
     }
     layer_norm(&mut put, &mut vrng, format!("{v}.post_layernorm"), w);
-    let shuffled = w * SCALE * SCALE;
+    let shuffled = w * d.scale * d.scale;
     put(
         "model.connector.modality_projection.proj.weight".into(),
-        vrng.tensor(&[HIDDEN, shuffled], 1.0 / (shuffled as f32).sqrt(), 0.0),
+        vrng.tensor(&[d.hidden, shuffled], 1.0 / (shuffled as f32).sqrt(), 0.0),
     );
 
-    let tokens_per_tile = (TILE / PATCH / SCALE) * (TILE / PATCH / SCALE);
+    let tokens_per_tile = (d.tile / d.patch / d.scale) * (d.tile / d.patch / d.scale);
     let config = json!({
         "model_type": model_type,
         "architectures": [format!("{name}ForConditionalGeneration")],
         "text_config": {
             "model_type": "llama",
-            "hidden_size": HIDDEN,
-            "num_hidden_layers": LAYERS,
-            "intermediate_size": MLP,
-            "num_attention_heads": HEADS,
-            "num_key_value_heads": KV_HEADS,
+            "hidden_size": d.hidden,
+            "num_hidden_layers": d.layers,
+            "intermediate_size": d.mlp,
+            "num_attention_heads": d.heads,
+            "num_key_value_heads": d.kv_heads,
             "head_dim": hd,
             "rms_norm_eps": 1e-5,
             "vocab_size": vocab,
@@ -187,14 +240,14 @@ fn write_tiny(dir: &Path, seed: u64, name: &str) -> Result<i32> {
         "vision_config": {
             "model_type": format!("{model_type}_vision"),
             "hidden_size": w,
-            "intermediate_size": VISION_MLP,
-            "num_hidden_layers": VISION_LAYERS,
-            "num_attention_heads": VISION_HEADS,
-            "patch_size": PATCH,
-            "image_size": TILE,
+            "intermediate_size": d.vision_mlp,
+            "num_hidden_layers": d.vision_layers,
+            "num_attention_heads": d.vision_heads,
+            "patch_size": d.patch,
+            "image_size": d.tile,
             "layer_norm_eps": 1e-6,
         },
-        "scale_factor": SCALE,
+        "scale_factor": d.scale,
         "image_token_id": id("<image>"),
         "eos_token_id": id("<end_of_utterance>"),
         "vocab_size": vocab,
@@ -205,7 +258,7 @@ fn write_tiny(dir: &Path, seed: u64, name: &str) -> Result<i32> {
         "processor_class": format!("{name}Processor"),
         "do_convert_rgb": true,
         "do_resize": true,
-        "size": {"longest_edge": LONGEST_EDGE},
+        "size": {"longest_edge": d.tiles_per_edge * d.tile},
         "resample": 1,
         "do_rescale": true,
         "rescale_factor": 1.0 / 255.0,
@@ -214,7 +267,7 @@ fn write_tiny(dir: &Path, seed: u64, name: &str) -> Result<i32> {
         "image_std": [0.5, 0.5, 0.5],
         "do_pad": true,
         "do_image_splitting": true,
-        "max_image_size": {"longest_edge": TILE},
+        "max_image_size": {"longest_edge": d.tile},
     });
     let write = |name: &str, value: &serde_json::Value| -> Result<()> {
         let path = dir.join(name);
