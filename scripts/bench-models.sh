@@ -9,7 +9,9 @@
 #     layers, KV-shared layers, per-layer inputs; `write_tiny_model --bench-gemma4`);
 #   - a bench-size random Qwen3.5 (0.8B's plan scaled down: Gated DeltaNet
 #     layers with 128-wide heads, a gated full-attention layer in four;
-#     `write_tiny_model --bench-qwen35`).
+#     `write_tiny_model --bench-qwen35`);
+#   - a bench-size random gpt-oss (20b's shape scaled down: sliding (128) and
+#     full layers with sinks, 32 experts, 4 per token; `write_tiny_model --bench-gpt-oss`).
 # Per model: prompt tok/s (ours: the single-stream path; mlx-lm:
 # stream_generate), decode tok/s of one sequence (ours: the engine with one
 # request; mlx-lm: stream_generate), and aggregate decode tok/s of 8
@@ -55,10 +57,17 @@ if [ ! -f "$QWEN35/model.safetensors" ]; then
   mv "$QWEN35.tmp" "$QWEN35"
 fi
 
+GPT_OSS=models/bench-gpt-oss
+if [ ! -f "$GPT_OSS/model.safetensors" ]; then
+  bench_log "writing a bench-size random gpt-oss → $GPT_OSS"
+  rm -rf "$GPT_OSS.tmp" && target/debug/examples/write_tiny_model --bench-gpt-oss "$GPT_OSS.tmp" >/dev/null
+  mv "$GPT_OSS.tmp" "$GPT_OSS"
+fi
+
 rows="$(mktemp)"
 trap 'rm -f "$rows"' EXIT
 for round in $(seq "$ROUNDS"); do
-  for model in ${MODELS:-"$GEMMA" "$MOE" "$GEMMA4" "$QWEN35"}; do
+  for model in ${MODELS:-"$GEMMA" "$MOE" "$GEMMA4" "$QWEN35" "$GPT_OSS"}; do
     bench_log "round $round/$ROUNDS, $model: ours (engine x1 and x8)"
     printf '%s\tours\t' "$model" >>"$rows"
     "$VLM" bench --model "$model" --weights float32 --concurrency 1,8 --runs 1 \

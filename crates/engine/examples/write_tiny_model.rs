@@ -34,6 +34,9 @@ struct Args {
     /// One bench-size random Qwen3.5 folder (float32) instead, for scripts/bench-models.sh.
     #[arg(long)]
     bench_qwen35: bool,
+    /// One bench-size random gpt-oss folder (float32) instead, for scripts/bench-models.sh.
+    #[arg(long)]
+    bench_gpt_oss: bool,
     /// With --bench-qwen35: give it a one-layer multi-token-prediction head
     /// (random: its drafts show the machinery, not a trained head's acceptance).
     #[arg(long, requires = "bench_qwen35")]
@@ -79,6 +82,11 @@ fn main() -> anyhow::Result<()> {
         let mut dims = Dims::bench_qwen35();
         dims.qwen35.mtp_layers = i32::from(args.mtp);
         write_family(&out, TinyFamily::Qwen35, dims, None, SEED)?;
+        println!("{}", out.display());
+        return Ok(());
+    }
+    if args.bench_gpt_oss {
+        write_family(&out, TinyFamily::GptOss, Dims::bench_gpt_oss(), None, SEED)?;
         println!("{}", out.display());
         return Ok(());
     }

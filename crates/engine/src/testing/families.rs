@@ -185,6 +185,26 @@ impl Dims {
         }
     }
 
+    /// Benchmark sizes: gpt-oss-20b's shape scaled down (hidden 2880 → 512,
+    /// 24 layers → 8 alternating sliding (window 128) and full, 8 query heads
+    /// per KV head of 64, 32 experts of the hidden width, 4 per token), so
+    /// routing, the gather matmuls and attention weigh as in the real model.
+    pub fn bench_gpt_oss() -> Self {
+        Dims {
+            hidden: 512,
+            layers: 8,
+            heads: 16,
+            kv_heads: 2,
+            head_dim: 64,
+            intermediate: 512,
+            experts: 32,
+            top_k: 4,
+            moe_intermediate: 512,
+            gemma4: Gemma4Plan::TINY,
+            qwen35: Qwen35Plan::TINY,
+        }
+    }
+
     /// Benchmark sizes: Qwen3-30B-A3B's shape scaled down (128 experts, 8
     /// per token, GQA with 8 query heads per KV head, hidden 2048 → 512), so
     /// routing, gather matmuls and attention weigh as they do in the real

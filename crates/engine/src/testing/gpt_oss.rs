@@ -39,6 +39,8 @@ pub const GPT_OSS_SPECIAL_TOKENS: [&str; 8] = [
 
 /// The sliding window of the tiny checkpoint (shorter than the test prompts).
 pub const GPT_OSS_WINDOW: i32 = 8;
+/// gpt-oss's own window, for checkpoints of benchmark size.
+const REAL_WINDOW: i32 = 128;
 
 /// The tiny vocabulary with harmony's specials; generation ends at
 /// `<|return|>` or `<|call|>` (config.json's `eos_token_id` lists both).
@@ -155,7 +157,8 @@ pub(crate) fn write_gpt_oss(
         "num_local_experts": e,
         "num_experts_per_tok": d.top_k,
         "experts_per_token": d.top_k,
-        "sliding_window": GPT_OSS_WINDOW,
+        // The tiny test sizes cross a short window; bench sizes keep the real one.
+        "sliding_window": if h >= 512 { REAL_WINDOW } else { GPT_OSS_WINDOW },
         "layer_types": types,
         "rms_norm_eps": 1e-5,
         "rope_theta": 150000,
