@@ -1,7 +1,10 @@
 """A real GTK drag source for the end-to-end test: a small window whose
 button drags a file as text/uri-list, so xdotool can perform an operating
 system drag and drop (XDND) onto the app window.
-Usage: drag_source.py FILE X Y   (prints "ready" once shown, "done" after the drop)"""
+Usage: drag_source.py FILE X Y
+Prints "ready" once shown, "delivered" when the drop target asked for the
+file (the drop reached the app), "failed" when the drag ended without a drop
+(under load the pointer can outrun the drag), and "done" when it ends."""
 import sys
 
 import gi
@@ -19,7 +22,20 @@ win.move(x, y)
 button = Gtk.Button(label="drag me")
 button.drag_source_set(Gdk.ModifierType.BUTTON1_MASK, [], Gdk.DragAction.COPY)
 button.drag_source_add_uri_targets()
-button.connect("drag-data-get", lambda _w, _ctx, data, _info, _t: data.set_uris([uri]))
+
+
+def deliver(_widget, _context, data, _info, _time):
+    data.set_uris([uri])
+    print("delivered", flush=True)
+
+
+def failed(_widget, _context, result):
+    print(f"failed {result.value_nick}", flush=True)
+    return False  # GTK's own end of a failed drag (the icon snaps back)
+
+
+button.connect("drag-data-get", deliver)
+button.connect("drag-failed", failed)
 button.connect("drag-end", lambda *_: print("done", flush=True))
 win.add(button)
 win.connect("destroy", Gtk.main_quit)
@@ -31,5 +47,6 @@ def announce():
     return False  # once
 
 
-GLib.timeout_add(300, announce)
+# shown and drawn before the pointer comes for it
+win.connect("map-event", lambda *_: GLib.timeout_add(300, announce) and False)
 Gtk.main()

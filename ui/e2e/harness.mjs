@@ -26,6 +26,11 @@ export function tempFolder(prefix) {
   return folder;
 }
 process.on('exit', () => {
+  // E2E_KEEP_TEMP=1 keeps them (the app's data folder and log) to see why a test failed
+  if (process.env.E2E_KEEP_TEMP) {
+    console.error(`# kept: ${tempFolders.join(' ')}`);
+    return;
+  }
   for (const folder of tempFolders) {
     // an app the suite could not stop may still write there: what stays, stays
     try { rmSync(folder, { recursive: true, force: true, maxRetries: 3 }); } catch { /* left behind */ }
@@ -271,34 +276,51 @@ export async function saveSettings(b, values) {
   await waitFor(b, 'saved', async () => (await (await byTestId(b, 'settings-saved')).getText()) === 'Saved.', 10_000);
 }
 
-/** Drags `file` from a GTK window onto the app window with the mouse (XDND). */
+/** Drags `file` from a GTK window onto the app window with the mouse (XDND).
+ * A gesture the drag lost (on a busy machine xdotool's pointer can outrun
+ * GTK's drag start, and the button comes up before any drop) is made again:
+ * what the app does with a drop that reached it is the test's to check. */
 export async function dropFile(file) {
+  for (let attempt = 1; ; attempt++) {
+    const said = await dragOnce(file);
+    if (said.includes('delivered')) return;
+    if (attempt === 3) throw new Error(`the drag of ${file} never reached the app window (the drag source said: ${said.join(', ')})`);
+    console.error(`# drag ${attempt} of ${file} was lost (${said.join(', ')}); dragging again`);
+  }
+}
+
+/** One drag from a fresh drag-source window; returns what it said. */
+async function dragOnce(file) {
   const app = appWindowGeometry();
   const source = spawn('/usr/bin/python3', [join(here, 'drag_source.py'), file, String(app.x + app.width + 40), '80'], { stdio: ['ignore', 'pipe', 'inherit'] });
   const said = [];
   source.stdout.on('data', (d) => said.push(...d.toString().trim().split('\n')));
-  await new Promise((resolve, reject) => {
-    const t = setInterval(() => { if (said.includes('ready')) { clearInterval(t); resolve(); } }, 100);
-    source.on('exit', (code) => { clearInterval(t); reject(new Error(`drag source exited ${code}`)); });
-  });
-  const ids = execFileSync('xdotool', ['search', '--onlyvisible', '--name', '^e2e-drag-source$']).toString().trim().split('\n');
-  const geo = Object.fromEntries(execFileSync('xdotool', ['getwindowgeometry', '--shell', ids[0]]).toString().trim().split('\n').map((l) => l.split('=')));
-  const sx = Number(geo.X) + 100; const sy = Number(geo.Y) + 60;
-  const tx = app.x + Math.round(app.width / 2); const ty = app.y + Math.round(app.height / 2);
-  const xdo = (...args) => execFileSync('xdotool', args.map(String));
-  xdo('mousemove', sx, sy);
-  xdo('mousedown', 1);
-  for (let i = 1; i <= 20; i++) {
-    xdo('mousemove', Math.round(sx + ((tx - sx) * i) / 20), Math.round(sy + ((ty - sy) * i) / 20));
-    await new Promise((r) => setTimeout(r, 40));
+  try {
+    await new Promise((resolve, reject) => {
+      const t = setInterval(() => { if (said.includes('ready')) { clearInterval(t); resolve(); } }, 100);
+      source.on('exit', (code) => { clearInterval(t); reject(new Error(`drag source exited ${code}`)); });
+    });
+    const ids = execFileSync('xdotool', ['search', '--onlyvisible', '--name', '^e2e-drag-source$']).toString().trim().split('\n');
+    const geo = Object.fromEntries(execFileSync('xdotool', ['getwindowgeometry', '--shell', ids[0]]).toString().trim().split('\n').map((l) => l.split('=')));
+    const sx = Number(geo.X) + 100; const sy = Number(geo.Y) + 60;
+    const tx = app.x + Math.round(app.width / 2); const ty = app.y + Math.round(app.height / 2);
+    const xdo = (...args) => execFileSync('xdotool', args.map(String));
+    xdo('mousemove', sx, sy);
+    xdo('mousedown', 1);
+    for (let i = 1; i <= 20; i++) {
+      xdo('mousemove', Math.round(sx + ((tx - sx) * i) / 20), Math.round(sy + ((ty - sy) * i) / 20));
+      await new Promise((r) => setTimeout(r, 40));
+    }
+    await new Promise((r) => setTimeout(r, 300));
+    xdo('mouseup', 1);
+    await new Promise((resolve) => {
+      const t = setInterval(() => { if (said.includes('done')) { clearInterval(t); resolve(); } }, 100);
+      setTimeout(() => { clearInterval(t); resolve(); }, 10_000);
+    });
+    return said;
+  } finally {
+    source.kill();
   }
-  await new Promise((r) => setTimeout(r, 300));
-  xdo('mouseup', 1);
-  await new Promise((resolve) => {
-    const t = setInterval(() => { if (said.includes('done')) { clearInterval(t); resolve(); } }, 100);
-    setTimeout(() => { clearInterval(t); resolve(); }, 10_000);
-  });
-  source.kill();
 }
 
 const axeSource = readFileSync(join(root, 'ui/node_modules/axe-core/axe.min.js'), 'utf8');

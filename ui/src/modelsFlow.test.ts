@@ -146,6 +146,33 @@ describe('the models page', () => {
   });
 });
 
+describe('lists asked one after another', () => {
+  it('shows the newer one when the older answer comes back last', async () => {
+    // the scan the page asked for when it opened ends after the one a drop
+    // asked for: the model just added stays on the list
+    const answers: ((g: unknown) => void)[] = [];
+    const calls: { cmd: string; args: unknown }[] = [];
+    const backend = galleryBackend(calls);
+    const gallery = backend('list_models', {}) as { local: { id: string }[] };
+    const before = structuredClone(gallery);
+    mockIPC((cmd, args) => (cmd === 'list_models' ? new Promise((r) => answers.push(r)) : backend(cmd, args)));
+    const view = new ModelsView(() => {});
+    document.body.append(view.el);
+    const opened = view.refresh();
+    const afterAdd = view.refresh();
+    await settle();
+    expect(answers.length).toBe(2);
+    const added = structuredClone(before);
+    added.local.push({ ...before.local[0], id: 'file:/disk/mine' });
+    answers[1](added);
+    await afterAdd;
+    answers[0](before);
+    await opened;
+    const ids = [...view.el.querySelectorAll<HTMLElement>('[data-testid=local-model]')].map((r) => r.dataset.modelId);
+    expect(ids).toContain('file:/disk/mine');
+  });
+});
+
 /** The app on a mocked backend; `drop` is what a drop on the window hands it. */
 async function startedApp(backend: (cmd: string, args: unknown) => unknown) {
   let drop: (paths: string[]) => void = () => {};

@@ -140,13 +140,24 @@ export class ModelsView {
 
   async refresh(): Promise<void> {
     this.fitRound++;
+    const asked = ++this.listAsked;
     try {
-      this.gallery = await api.listModels();
+      const gallery = await api.listModels();
+      // Answers can come back out of order (a scan started when the page
+      // opened can end after the one a drop asked for, and would take the
+      // model just added off the list again): only a newer one replaces it.
+      if (asked < this.listShown) return;
+      this.listShown = asked;
+      this.gallery = gallery;
     } catch (e) {
       this.toast(errorText(e));
     }
     this.render();
   }
+
+  /** The last list asked for, and the one shown (see refresh). */
+  private listAsked = 0;
+  private listShown = 0;
 
   setStatus(s: EngineStatus): void {
     this.status = s;
