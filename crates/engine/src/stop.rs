@@ -210,6 +210,10 @@ pub struct MatcherConfig {
     pub starts_in_reasoning: bool,
     /// The model's tool-call tags; only when the request offers tools.
     pub tool_call: Option<ToolCallTags>,
+    /// The template speaks OpenAI's harmony format: its channels are read
+    /// even with thinking off and no tools offered (the analysis is then
+    /// dropped), so the channel markers never reach the answer.
+    pub harmony: bool,
 }
 
 /// A piece of routed output.
@@ -279,7 +283,8 @@ impl StreamMatcher {
         if let Some(t) = cfg.tool_call.as_mut() {
             t.close = t.close.take().filter(|c| !c.is_empty());
         }
-        let is_harmony = cfg.thinking == Some(ThinkingTags::harmony())
+        let is_harmony = cfg.harmony
+            || cfg.thinking == Some(ThinkingTags::harmony())
             || cfg.tool_call == Some(ToolCallTags::harmony());
         let harmony = is_harmony.then(|| Box::new(Harmony::new(&cfg)));
         let reasoning = cfg.starts_in_reasoning && cfg.thinking.is_some();

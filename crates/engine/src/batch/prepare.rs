@@ -16,6 +16,7 @@ use crate::cache::{image_slot_key, text_key, KeyToken};
 use crate::constraint::{self, tool_call_grammar, CompiledGrammar, GrammarVocabulary};
 use crate::error::{Error, Result};
 use crate::model::LoadedModel;
+use crate::stop::harmony::is_harmony_template;
 use crate::stop::{
     thinking_tags_for_template, tool_call_tags_for_template, MatcherConfig, StreamMatcher,
 };
@@ -192,6 +193,7 @@ impl Preparer {
             stop_strings: req.stop.clone(),
             starts_in_reasoning: thinking.is_some() && opens_thinking,
             thinking,
+            harmony: is_harmony_template(&self.template),
             // Only a request that offers tools can get tool calls back; otherwise
             // a JSON answer is just an answer.
             tool_call: if offers_tools {

@@ -307,6 +307,7 @@ mod tests {
             thinking: thinking.then(ThinkingTags::harmony),
             tool_call: tools.then(ToolCallTags::harmony),
             starts_in_reasoning: false,
+            harmony: true,
         }
     }
 
@@ -402,15 +403,17 @@ mod tests {
         );
     }
 
-    /// Harmony is read whenever the template is harmony and either
-    /// reasoning or tools are wanted.
+    /// Harmony is read whenever the template is harmony, whether reasoning
+    /// or tools are wanted or not.
     #[test]
     fn without_thinking_analysis_is_dropped_and_without_tools_a_call_is_text() {
-        check(
-            &cfg(false, true, &[]),
-            "<|channel|>analysis<|message|>hidden<|end|><|start|>assistant<|channel|>final<|message|>shown",
-            &[content("shown")],
-        );
+        for tools in [true, false] {
+            check(
+                &cfg(false, tools, &[]),
+                "<|channel|>analysis<|message|>hidden<|end|><|start|>assistant<|channel|>final<|message|>shown",
+                &[content("shown")],
+            );
+        }
         check(
             &cfg(true, false, &[]),
             "<|channel|>analysis<|message|>why<|end|><|start|>assistant<|channel|>commentary to=functions.f<|message|>{}<|call|>",
