@@ -169,6 +169,15 @@ impl Siglip {
         &self.cfg
     }
 
+    /// Patch `i` takes the learned position `ids[i]` (`[patches]` int32)
+    /// instead of position `i`: Idefics3 / SmolVLM's tower buckets patch
+    /// coordinates in float32, which repeats and skips positions when the
+    /// side is not a power of two.
+    pub fn set_position_ids(&mut self, ids: &Array) -> Result<()> {
+        self.positions = self.positions.take_axis(ids, 0)?;
+        Ok(())
+    }
+
     pub fn depth(&self) -> usize {
         self.blocks.len()
     }

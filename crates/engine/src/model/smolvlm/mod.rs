@@ -18,7 +18,7 @@
 //! `lm_head.*` are renamed to those at load.
 pub mod image_processor;
 
-use mlx_rs::{ops, ops::indexing::IndexOp, Array};
+use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
@@ -138,8 +138,9 @@ impl SmolVlm {
                 cfg.side()
             )));
         }
-        let width = cfg.width;
-        let tower = Siglip::load(cfg, TOWER, loader)?;
+        let (width, side) = (cfg.width, cfg.side());
+        let mut tower = Siglip::load(cfg, TOWER, loader)?;
+        tower.set_position_ids(&position_ids(side)?)?;
         let projection = loader.linear(PROJECTION, width * scale * scale, text_hidden, false)?;
         let image_token_id = ["image_token_id", "image_token_index"]
             .iter()
@@ -148,6 +149,28 @@ impl SmolVlm {
         let vision = SmolVlmVision { tower, projection, scale, image_token_id };
         Ok(WithVision { language, vision })
     }
+}
+
+/// The position of each patch of a whole tile as mlx-vlm's Idefics3
+/// `VisionEmbeddings` computes it: each row's and column's fractional
+/// coordinate `i / side` (float32, clipped below 1) counted against the
+/// float32 boundaries `arange(1/side, 1, 1/side)`; row-major. `i` itself
+/// when the side is a power of two (SmolVLM2's 32); otherwise float32
+/// rounding repeats and skips some (Idefics3's 26, SmolVLM's 27).
+fn position_ids(side: i32) -> Result<Array> {
+    let n = side as f64;
+    let boundaries = Array::arange::<f64, f32>(1.0 / n, 1.0, 1.0 / n)?;
+    let fractional =
+        Array::arange::<f64, f32>(None, n, None)?.divide(Array::from_f32(side as f32))?;
+    let fractional = ops::minimum(&fractional, Array::from_f32((1.0 - 1e-6f64) as f32))?;
+    let bucket = fractional
+        .expand_dims(1)?
+        .ge(boundaries.expand_dims(0)?)?
+        .as_dtype(Dtype::Int32)?
+        .sum_axis(1, false)?;
+    let ids =
+        bucket.expand_dims(1)?.multiply(Array::from_int(side))?.add(bucket.expand_dims(0)?)?;
+    Ok(ids.reshape(&[side * side])?.as_dtype(Dtype::Int32)?)
 }
 
 impl SmolVlmVision {
@@ -216,5 +239,34 @@ impl VisionTower for SmolVlmVision {
 
     fn rope_positions(&self, _tokens: &[u32], _grids: &[[i32; 3]]) -> Result<Option<(Array, i32)>> {
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(side: i32) -> Vec<i32> {
+        let ids = position_ids(side).unwrap();
+        ids.as_slice::<i32>().iter().take(side as usize).copied().collect()
+    }
+
+    #[test]
+    fn tile_positions_are_mlx_vlms_float32_buckets() {
+        // mlx-vlm 0.7.6 (MLX 0.32.2): the first row's positions.
+        assert_eq!(rows(32), (0..32).collect::<Vec<_>>());
+        let side_26 = [
+            0, 1, 2, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+            23, 24,
+        ];
+        assert_eq!(rows(26), side_26);
+        let side_27 = [
+            0, 1, 2, 3, 4, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15, 16, 17, 18, 19, 20, 21, 22, 23,
+            24, 25, 26,
+        ];
+        assert_eq!(rows(27), side_27);
+        // Row r starts at side · bucket(r).
+        let ids = position_ids(26).unwrap();
+        assert_eq!(ids.as_slice::<i32>()[3 * 26 + 1], 2 * 26 + 1);
     }
 }
