@@ -212,7 +212,8 @@ export function appPids() {
     if (!/^\d+$/.test(entry)) continue;
     let exe;
     try { exe = readlinkSync(`/proc/${entry}/exe`); } catch { continue; }
-    if (exe !== resolve(appBinary)) continue;
+    // a build that relinks the binary while the app runs leaves it "(deleted)"
+    if (exe.replace(/ \(deleted\)$/, '') !== resolve(appBinary)) continue;
     let pid = Number(entry);
     try {
       while (pid > 1 && pid !== driver.pid) pid = parentOf(pid);
