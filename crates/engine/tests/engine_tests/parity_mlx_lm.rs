@@ -390,6 +390,25 @@ fn gpt_oss_mxfp4_matches_mlx_lm() {
     }
 }
 
+/// The other microscaling modes MLX has, each as mlx-lm's `convert
+/// --q-mode <mode>` writes the tiny float gpt-oss (fixtures made by
+/// scripts/make-gpt-oss-mxfp4-golden.sh): NVFP4 (E2M1 values, an FP8 scale
+/// per 16) and MXFP8 (E4M3 values, a power-of-two scale per 32), the routers
+/// in 8-bit affine; kept quantized and dequantized to float32 at load.
+#[test]
+fn gpt_oss_nvfp4_and_mxfp8_match_mlx_lm() {
+    for mode in ["nvfp4", "mxfp8"] {
+        let dir =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/gpt_oss_{mode}"));
+        let golden = mxfp4_golden(mode);
+        for format in [WeightFormat::AsStored, WeightFormat::Float32] {
+            let loaded = load(&dir, &LoadOptions { format })
+                .unwrap_or_else(|e| panic!("load the {mode} folder: {e}"));
+            compare(&loaded, &golden, &format!("gpt_oss/{mode}"), format, SAME_COMPUTATION_TOL);
+        }
+    }
+}
+
 /// gpt-oss as OpenAI ships it: the experts in MXFP4 as `*_blocks` (bytes)
 /// and `*_scales` with gate and up rows interleaved, the rest float, and
 /// Hugging Face's `quantization_config` `{"quant_method": "mxfp4"}`; read as
