@@ -11,14 +11,17 @@
 //! (`<out-dir>/{target,draft}`, for scripts/make-speculative-golden.sh);
 //! `write_tiny_model --mtp-target <out-dir>` the tiny Qwen3.5 with a
 //! multi-token-prediction head of scripts/make-speculative-mtp-golden.sh
-//! (`<out-dir>/target`).
+//! (`<out-dir>/target`); `write_tiny_model --gemma4-assistant <out-dir>` the
+//! tiny Gemma 4 and its assistant drafter of
+//! scripts/make-speculative-assistant-golden.sh
+//! (`<out-dir>/{target,assistant,random_assistant}`).
 use std::path::PathBuf;
 
 use clap::Parser;
 use engine::testing::{
-    write_family, write_mtp_target, write_mtp_target_seeded, write_speculative_pair,
-    write_tiny_family, write_tiny_gpt_oss_openai_mxfp4, write_tiny_llama, Dims, TinyFamily,
-    TinyLlama,
+    write_family, write_gemma4_assistant, write_gemma4_echo_assistant, write_mtp_target,
+    write_mtp_target_seeded, write_speculative_pair, write_tiny_family,
+    write_tiny_gpt_oss_openai_mxfp4, write_tiny_llama, Dims, TinyFamily, TinyLlama,
 };
 use engine::weights::QuantSpec;
 
@@ -47,6 +50,11 @@ struct Args {
     /// The MTP reference target instead: <out>/target (a tiny Qwen3.5 with an mtp.* head).
     #[arg(long)]
     mtp_target: bool,
+    /// The Gemma 4 assistant reference pair instead: <out>/target (the tiny
+    /// Gemma 4 of the parity tests), <out>/assistant (an echoing drafter) and
+    /// <out>/random_assistant (a random one).
+    #[arg(long)]
+    gemma4_assistant: bool,
     /// With --mtp-target: another seed than the test's.
     #[arg(long, requires = "mtp_target")]
     seed: Option<u64>,
@@ -56,6 +64,8 @@ struct Args {
 
 /// The seed of every tiny family checkpoint the parity tests write.
 const SEED: u64 = 11;
+/// The seed of the assistant drafter of the assistant reference test.
+const ASSISTANT_SEED: u64 = 5;
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -70,6 +80,14 @@ fn main() -> anyhow::Result<()> {
             Some(seed) => write_mtp_target_seeded(&out, seed)?,
             None => write_mtp_target(&out)?,
         };
+        println!("{}", out.display());
+        return Ok(());
+    }
+    if args.gemma4_assistant {
+        let target = out.join("target");
+        write_tiny_family(&target, TinyFamily::Gemma4, None, SEED)?;
+        write_gemma4_echo_assistant(&target, &out.join("assistant"), ASSISTANT_SEED)?;
+        write_gemma4_assistant(&target, &out.join("random_assistant"), ASSISTANT_SEED)?;
         println!("{}", out.display());
         return Ok(());
     }

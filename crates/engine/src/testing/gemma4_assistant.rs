@@ -23,6 +23,23 @@ const INTERMEDIATE: i32 = 64;
 /// heads as the target and its head sizes, so it can read the target's
 /// keys and values; its own embedding table of the target's vocabulary.
 pub fn write_gemma4_assistant(target: &Path, dir: &Path, seed: u64) -> Result<()> {
+    write(target, dir, seed, false)
+}
+
+/// As [`write_gemma4_assistant`], but an assistant that mostly drafts the
+/// row's last token again, so that a target that repeats a token keeps its
+/// drafts (a random assistant's drafts are all rejected): `pre_projection`
+/// reads only the target's embedding of the last token, through a random
+/// `P` (`D × D_target`) large enough to outweigh what the layers add, and
+/// the assistant's own embedding table is the target's through `P`, so the
+/// best-scoring row is, most of the time, the input token's own. For the
+/// reference test against mlx-vlm (scripts/make-speculative-assistant-golden.sh),
+/// where the accept path must be exercised.
+pub fn write_gemma4_echo_assistant(target: &Path, dir: &Path, seed: u64) -> Result<()> {
+    write(target, dir, seed, true)
+}
+
+fn write(target: &Path, dir: &Path, seed: u64, echo: bool) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let path = target.join("config.json");
     let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
@@ -45,6 +62,23 @@ pub fn write_gemma4_assistant(target: &Path, dir: &Path, seed: u64) -> Result<()
     matrix(&mut tensors, "post_projection".into(), &[backbone, HIDDEN]);
     let mut rng = Rng(seed + 1);
     tensors.insert("model.embed_tokens.weight".into(), rng.tensor(&[vocab, HIDDEN], 0.5, 0.0));
+    if echo {
+        let weights = Array::load_safetensors(target.join("model.safetensors")).map_err(mlx)?;
+        let embed = weights
+            .iter()
+            .find(|(k, _)| k.ends_with("embed_tokens.weight"))
+            .map(|(_, v)| v)
+            .ok_or_else(|| Error::InvalidConfig("the target has no embed_tokens".into()))?;
+        let mut rng = Rng(seed + 2);
+        // ~50× the layers' contributions: the target's embeddings are ~0.03 a value.
+        let p = rng.tensor(&[HIDDEN, backbone], 400.0 / (backbone as f32).sqrt(), 0.0);
+        let zeros = Array::zeros::<f32>(&[HIDDEN, backbone]).map_err(mlx)?;
+        let pre = mlx_rs::ops::concatenate(&[&p, &zeros], 1).map_err(mlx)?;
+        let own = embed.as_dtype(mlx_rs::Dtype::Float32).map_err(mlx)?;
+        let own = own.matmul(&p.transpose_axes(&[1, 0]).map_err(mlx)?).map_err(mlx)?;
+        tensors.insert("pre_projection.weight".into(), pre);
+        tensors.insert("model.embed_tokens.weight".into(), own);
+    }
     tensors.insert("model.norm.weight".into(), rng.tensor(&[HIDDEN], 0.1, 1.0));
     for (i, kind) in layer_types.iter().enumerate() {
         let p = format!("model.layers.{i}");
@@ -107,4 +141,8 @@ pub fn write_gemma4_assistant(target: &Path, dir: &Path, seed: u64) -> Result<()
     Array::save_safetensors(tensors.iter(), &metadata, dir.join("model.safetensors"))
         .map_err(|e| Error::Mlx(e.to_string()))?;
     Ok(())
+}
+
+fn mlx<E: std::fmt::Display>(e: E) -> Error {
+    Error::Mlx(e.to_string())
 }

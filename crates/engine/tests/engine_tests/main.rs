@@ -27,6 +27,7 @@ mod prompt_logprobs;
 mod smolvlm;
 mod speculation_per_request;
 mod speculative;
+mod speculative_assistant_reference;
 mod speculative_mtp_reference;
 mod speculative_reference;
 mod structured_output;
