@@ -138,6 +138,7 @@ impl LayerMemory {
     }
 
     /// A layer that keeps keys and values of `window` tokens or all of them.
+    #[cfg(test)]
     fn attention(kv_heads: u32, head_dim: u32, window: Option<u32>, quantizable: bool) -> Self {
         Self { kv_heads, head_dim, window, quantizable, state_elements: 0, state_f32_elements: 0 }
     }
@@ -298,49 +299,21 @@ impl ModelShape {
         })
     }
 
-    /// From a GGUF header (llama.cpp's `<arch>.*` keys).
+    /// From a GGUF header (llama.cpp's `<arch>.*` keys), through the
+    /// engine's own import of them: the config.json the family reads when it
+    /// loads the file, so sliding, shared and recurrent layers count as they
+    /// run (a GGUF the engine cannot load has no shape here either).
     pub fn from_gguf(metadata: &Metadata) -> std::result::Result<ModelShape, String> {
         let arch = metadata.string("general.architecture").ok_or("no general.architecture")?;
-        let uint =
-            |key: &str| metadata.uint(&format!("{arch}.{key}")).and_then(|v| u32::try_from(v).ok());
-        let layers = uint("block_count").filter(|&n| n > 0).ok_or("no block_count")?;
-        let heads =
-            uint("attention.head_count").filter(|&n| n > 0).ok_or("no attention.head_count")?;
-        let hidden_size =
-            uint("embedding_length").filter(|&n| n > 0).ok_or("no embedding_length")?;
-        let window = uint("attention.sliding_window").filter(|&w| w > 0);
-        let pattern = uint("attention.sliding_window_pattern").filter(|&p| p > 0);
-        let kv_heads = uint("attention.head_count_kv").filter(|&k| k > 0).unwrap_or(heads);
-        let head_dim =
-            uint("attention.key_length").filter(|&d| d > 0).unwrap_or(hidden_size / heads);
-        // llama.cpp's exports: every layer attends fully, or every
-        // `pattern`-th does and the others slide; the engine quantizes full
-        // layers but the last
-        let layers = (0..layers)
-            .map(|i| {
-                let window = window.zip(pattern).filter(|(_, p)| i % p != p - 1).map(|(w, _)| w);
-                LayerMemory::attention(
-                    kv_heads,
-                    head_dim,
-                    window,
-                    window.is_none() && i + 1 < layers,
-                )
-            })
-            .collect();
-        Ok(ModelShape {
-            layers,
-            attention_heads: heads,
-            hidden_size,
-            intermediate_size: uint("feed_forward_length").unwrap_or(hidden_size * 4),
-            vocab_size: metadata
-                .array_len("tokenizer.ggml.tokens")
-                .and_then(|n| u32::try_from(n).ok())
-                .or_else(|| uint("vocab_size"))
-                .unwrap_or(32_000),
-            max_context: uint("context_length"),
-            kv_element_bytes: 2,
-            vision: None,
-        })
+        let vocab = metadata
+            .array_len("tokenizer.ggml.tokens")
+            .or_else(|| metadata.uint(&format!("{arch}.vocab_size")))
+            .unwrap_or(32_000);
+        let vocab = usize::try_from(vocab).map_err(|e| e.to_string())?;
+        // tied or not changes no cache and no activation
+        let config = engine::weights::gguf::imported_config(metadata, vocab, false)
+            .map_err(|e| e.to_string())?;
+        ModelShape::from_config(&config)
     }
 
     /// KV-cache bytes for one sequence of `context` tokens: each layer's
@@ -936,6 +909,9 @@ mod tests {
         m.values.insert("llama.attention.head_count_kv".into(), int(3));
         m.values.insert("llama.embedding_length".into(), int(576));
         m.values.insert("llama.context_length".into(), int(8192));
+        m.values.insert("llama.feed_forward_length".into(), int(1536));
+        m.values
+            .insert("llama.attention.layer_norm_rms_epsilon".into(), gguf::MetaValue::Float(1e-5));
         m.values.insert("tokenizer.ggml.tokens".into(), gguf::MetaValue::Array { len: 49152 });
         let shape = ModelShape::from_gguf(&m).unwrap();
         assert_eq!(shape.layers.len(), 30);
@@ -943,6 +919,41 @@ mod tests {
         assert_eq!(shape.vocab_size, 49152);
         assert_eq!(shape.max_context, Some(8192));
         m.values.remove("llama.block_count");
-        assert!(ModelShape::from_gguf(&m).unwrap_err().contains("block_count"));
+        let missing = ModelShape::from_gguf(&m).unwrap_err();
+        assert!(missing.contains("num_hidden_layers"), "{missing}");
+    }
+
+    /// LFM2 as llama.cpp exports it: the KV heads per layer, 0 for a short
+    /// convolution. Read as the engine imports it, only the attention layers
+    /// keep keys and values; the convolutions keep their fixed state.
+    #[test]
+    fn a_hybrid_gguf_counts_only_its_attention_layers() {
+        let mut m = Metadata { complete: false, ..Default::default() };
+        let int = |v: i64| gguf::MetaValue::Int(v);
+        let kv: Vec<f64> = [0, 0, 8, 0, 0, 8].iter().map(|&h| h as f64).collect();
+        for (key, value) in [
+            ("general.architecture", gguf::MetaValue::Str("lfm2".into())),
+            ("lfm2.block_count", int(6)),
+            ("lfm2.attention.head_count", int(16)),
+            ("lfm2.attention.head_count_kv", gguf::MetaValue::Numbers(kv)),
+            ("lfm2.embedding_length", int(1024)),
+            ("lfm2.feed_forward_length", int(4608)),
+            ("lfm2.context_length", int(128_000)),
+            ("lfm2.shortconv.l_cache", int(3)),
+            ("lfm2.attention.layer_norm_rms_epsilon", gguf::MetaValue::Float(1e-5)),
+            ("tokenizer.ggml.tokens", gguf::MetaValue::Array { len: 65_536 }),
+        ] {
+            m.values.insert(key.into(), value);
+        }
+        let shape = ModelShape::from_gguf(&m).unwrap();
+        let kv: Vec<u32> = shape.layers.iter().map(|l| l.kv_heads).collect();
+        assert_eq!(kv, [0, 0, 8, 0, 0, 8]);
+        let conv = &shape.layers[0];
+        assert!(conv.state_elements > 0, "{conv:?}");
+        assert_eq!(shape.layers[2].state_elements, 0);
+        // every layer attending would count three times the keys and values
+        let per_token = shape.kv_bytes(1001, None) - shape.kv_bytes(1000, None);
+        assert_eq!(per_token, 2 * 8 * 64 * 2 * 2, "two attention layers, 8 heads of 64, bf16");
+        assert_eq!(shape.vocab_size, 65_536);
     }
 }

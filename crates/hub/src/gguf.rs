@@ -44,15 +44,21 @@ pub fn read_string_value(path: &Path, key: &str) -> Result<Option<String>> {
         .map_err(|reason| Error::InvalidGguf { path: path.to_path_buf(), reason })
 }
 
-/// One metadata value: scalars as they are, arrays by their length only.
+/// One metadata value: scalars as they are, short arrays of numbers (the
+/// per-layer values of hybrid models) as their numbers, other arrays by
+/// their length only.
 #[derive(Debug, Clone, PartialEq)]
 pub enum MetaValue {
     Int(i64),
     Float(f64),
     Bool(bool),
     Str(String),
+    Numbers(Vec<f64>),
     Array { len: u64 },
 }
+
+/// Arrays of numbers up to this long are kept (a layer count's worth).
+const MAX_KEPT_NUMBERS: u64 = 4096;
 
 /// The metadata of a GGUF header (strings longer than a megabyte are
 /// skipped). `complete` is false when the bytes ended before the header did:
@@ -85,6 +91,31 @@ impl Metadata {
     pub fn array_len(&self, key: &str) -> Option<u64> {
         match self.values.get(key)? {
             MetaValue::Array { len } => Some(*len),
+            MetaValue::Numbers(v) => Some(v.len() as u64),
+            _ => None,
+        }
+    }
+}
+
+/// What the engine's GGUF import reads to make the family's config, so the
+/// fit check tells a GGUF's shape as the engine loads it.
+impl engine::weights::gguf::GgufMetadata for Metadata {
+    fn number(&self, key: &str) -> Option<f64> {
+        match self.values.get(key)? {
+            MetaValue::Int(v) => Some(*v as f64),
+            MetaValue::Float(v) => Some(*v),
+            MetaValue::Bool(b) => Some(*b as i64 as f64),
+            _ => None,
+        }
+    }
+
+    fn text(&self, key: &str) -> Option<&str> {
+        self.string(key)
+    }
+
+    fn numbers(&self, key: &str) -> Option<Vec<f64>> {
+        match self.values.get(key)? {
+            MetaValue::Numbers(v) => Some(v.clone()),
             _ => None,
         }
     }
@@ -150,17 +181,6 @@ impl<R: Read> Reader<R> {
             let key = self.string(MAX_KEY_BYTES)?;
             let value_type = self.u32()?;
             let value = match value_type {
-                0 => Some(MetaValue::Int(self.fixed::<1>()?[0] as i64)),
-                1 => Some(MetaValue::Int(self.fixed::<1>()?[0] as i8 as i64)),
-                2 => Some(MetaValue::Int(u16::from_le_bytes(self.fixed()?) as i64)),
-                3 => Some(MetaValue::Int(i16::from_le_bytes(self.fixed()?) as i64)),
-                4 => Some(MetaValue::Int(self.u32()? as i64)),
-                5 => Some(MetaValue::Int(i32::from_le_bytes(self.fixed()?) as i64)),
-                6 => Some(MetaValue::Float(f32::from_le_bytes(self.fixed()?) as f64)),
-                7 => Some(MetaValue::Bool(self.fixed::<1>()?[0] != 0)),
-                10 => i64::try_from(u64::from_le_bytes(self.fixed()?)).ok().map(MetaValue::Int),
-                11 => Some(MetaValue::Int(i64::from_le_bytes(self.fixed()?))),
-                12 => Some(MetaValue::Float(f64::from_le_bytes(self.fixed()?))),
                 TYPE_STRING => {
                     let len = self.count()?;
                     if len <= MAX_VALUE_BYTES {
@@ -175,10 +195,23 @@ impl<R: Read> Reader<R> {
                 TYPE_ARRAY => {
                     let element_type = self.u32()?;
                     let len = self.count()?;
-                    self.skip_elements(element_type, len, 0)?;
-                    Some(MetaValue::Array { len })
+                    if fixed_size(element_type).is_some() && len <= MAX_KEPT_NUMBERS {
+                        let mut numbers = Vec::with_capacity(len as usize);
+                        for _ in 0..len {
+                            numbers.extend(self.scalar(element_type)?.and_then(|v| match v {
+                                MetaValue::Int(i) => Some(i as f64),
+                                MetaValue::Float(f) => Some(f),
+                                MetaValue::Bool(b) => Some(b as i64 as f64),
+                                _ => None,
+                            }));
+                        }
+                        Some(MetaValue::Numbers(numbers))
+                    } else {
+                        self.skip_elements(element_type, len, 0)?;
+                        Some(MetaValue::Array { len })
+                    }
                 }
-                other => return Err(format!("unknown value type {other}")),
+                other => self.scalar(other)?,
             };
             if let Some(value) = value {
                 values.insert(key, value);
@@ -222,6 +255,24 @@ impl<R: Read> Reader<R> {
             self.skip_value(value_type, 0)?;
         }
         Ok(None)
+    }
+
+    /// A number or boolean of `value_type` (`None`: a u64 beyond i64).
+    fn scalar(&mut self, value_type: u32) -> Parse<Option<MetaValue>> {
+        Ok(match value_type {
+            0 => Some(MetaValue::Int(self.fixed::<1>()?[0] as i64)),
+            1 => Some(MetaValue::Int(self.fixed::<1>()?[0] as i8 as i64)),
+            2 => Some(MetaValue::Int(u16::from_le_bytes(self.fixed()?) as i64)),
+            3 => Some(MetaValue::Int(i16::from_le_bytes(self.fixed()?) as i64)),
+            4 => Some(MetaValue::Int(self.u32()? as i64)),
+            5 => Some(MetaValue::Int(i32::from_le_bytes(self.fixed()?) as i64)),
+            6 => Some(MetaValue::Float(f32::from_le_bytes(self.fixed()?) as f64)),
+            7 => Some(MetaValue::Bool(self.fixed::<1>()?[0] != 0)),
+            10 => i64::try_from(u64::from_le_bytes(self.fixed()?)).ok().map(MetaValue::Int),
+            11 => Some(MetaValue::Int(i64::from_le_bytes(self.fixed()?))),
+            12 => Some(MetaValue::Float(f64::from_le_bytes(self.fixed()?))),
+            other => return Err(format!("unknown value type {other}")),
+        })
     }
 
     fn skip_value(&mut self, value_type: u32, depth: u32) -> Parse<()> {

@@ -517,6 +517,7 @@ pub fn no_ambient_token() {
 /// A GGUF metadata value for [`write_gguf`].
 pub enum GgufValue {
     U32(u32),
+    F32(f32),
     F32Array(Vec<f32>),
     Str(String),
     StrArray(Vec<String>),
@@ -547,6 +548,10 @@ pub fn write_gguf(path: &Path, version: u32, kvs: &[(&str, GgufValue)]) {
         match value {
             GgufValue::U32(v) => {
                 out.extend(4u32.to_le_bytes());
+                out.extend(v.to_le_bytes());
+            }
+            GgufValue::F32(v) => {
+                out.extend(6u32.to_le_bytes());
                 out.extend(v.to_le_bytes());
             }
             GgufValue::F32Array(values) => {

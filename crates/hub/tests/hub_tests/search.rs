@@ -61,6 +61,8 @@ fn gguf_file(dir: &Path, extra: usize) -> Vec<u8> {
             ("llama.attention.head_count_kv", GgufValue::U32(3)),
             ("llama.embedding_length", GgufValue::U32(576)),
             ("llama.context_length", GgufValue::U32(8192)),
+            ("llama.feed_forward_length", GgufValue::U32(1536)),
+            ("llama.attention.layer_norm_rms_epsilon", GgufValue::F32(1e-5)),
             (
                 "tokenizer.ggml.tokens",
                 GgufValue::StrArray((0..500).map(|i| format!("t{i}")).collect()),

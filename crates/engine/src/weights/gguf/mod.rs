@@ -12,20 +12,22 @@
 //! value, undoes llama.cpp's Q/K row permutation where it applies one, and
 //! removes the `+1` it stores in Gemma's RMSNorm weights.
 mod blocks;
+mod config;
 mod reader;
 
 use std::{collections::HashMap, path::Path};
 
 use mlx_rs::{ops, Array, Dtype};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use blocks::to_mlx_affine;
 pub use blocks::{dequantize, GgmlType};
+pub use config::{family_of, imported_config, GgufMetadata};
 pub use reader::{GgufFile, MetaValue};
 
 use super::{QuantSpec, Quantization, Weights};
 use crate::error::{Error, Result};
-use crate::model::registry::{self, Family};
+use crate::model::registry::Family;
 use crate::model::WeightFormat;
 use crate::tokenizer::{GgufSentencePieceMeta, GgufTokenizerMeta};
 
@@ -112,21 +114,10 @@ pub fn load_tokenizer(path: &Path) -> Result<crate::tokenizer::Tokenizer> {
 pub fn load(path: &Path, format: WeightFormat) -> Result<GgufModel> {
     let corrupt = |reason: String| Error::CorruptWeights { path: path.to_path_buf(), reason };
     let file = GgufFile::open(path)?;
-    let arch = file
-        .get("general.architecture")
-        .and_then(MetaValue::as_str)
-        .ok_or_else(|| corrupt("no general.architecture".into()))?
-        .to_string();
-    let family =
-        registry::family_for_gguf(&arch).ok_or_else(|| Error::UnsupportedArchitecture {
-            architecture: format!("{arch} (GGUF)"),
-            supported: registry::FAMILIES
-                .iter()
-                .filter_map(|f| f.gguf.as_ref().map(|g| g.architecture))
-                .collect::<Vec<_>>()
-                .join(", "),
-        })?;
-    let import = family.gguf.as_ref().expect("found by its GGUF import");
+    if file.get("general.architecture").and_then(MetaValue::as_str).is_none() {
+        return Err(corrupt("no general.architecture".into()));
+    }
+    let (family, import) = family_of(&file)?;
     // Every tensor type is checked before gigabytes are read.
     if let Some(t) = file.tensors.iter().find(|t| !t.kind.dequantizable()) {
         return Err(Error::InvalidConfig(format!(
@@ -136,13 +127,19 @@ pub fn load(path: &Path, format: WeightFormat) -> Result<GgufModel> {
             t.kind.name()
         )));
     }
-    let (tokenizer, sentencepiece) = tokenizer_meta(&file)?;
-    let mut config = config_from_metadata(&file, &arch, import, &tokenizer)?;
-    if let (Some(complete), Some(map)) = (import.complete_config, config.as_object_mut()) {
-        complete(map);
+    if file.tensors.iter().any(|t| t.name == "rope_freqs.weight") {
+        return Err(Error::InvalidConfig(
+            "this GGUF carries rope_freqs (Llama 3.1 long-context scaling), which GGUF import does not support yet; \
+             use the mlx-community safetensors folder of this model"
+                .into(),
+        ));
     }
+    let (tokenizer, sentencepiece) = tokenizer_meta(&file)?;
+    let embedding = file.tensors.iter().find(|t| t.name == "token_embd.weight");
+    let vocab = embedding.map_or(tokenizer.tokens.len(), |t| t.shape[0]);
+    let untied = file.tensors.iter().any(|t| t.name == "output.weight");
+    let config = imported_config(&file, vocab, untied)?;
     let model_type = family.model_types[0].to_string();
-    config["model_type"] = json!(model_type);
 
     let mut weights = Weights::new(HashMap::new(), path.display().to_string());
     let mut quantization = Quantization::default();
@@ -328,52 +325,6 @@ fn tokenizer_meta(file: &GgufFile) -> Result<(GgufTokenizerMeta, GgufSentencePie
         scores: numbers("tokenizer.ggml.scores").into_iter().map(|v| v as f32).collect(),
     };
     Ok((meta, spm))
-}
-
-fn config_from_metadata(
-    file: &GgufFile,
-    arch: &str,
-    import: &GgufImport,
-    tokenizer: &GgufTokenizerMeta,
-) -> Result<Value> {
-    let mut c = Map::new();
-    for (hf, gguf) in COMMON_CONFIG_KEYS.iter().chain(import.config_keys) {
-        if let Some(v) = file.get(&format!("{arch}.{gguf}")).and_then(MetaValue::as_f64) {
-            let v = if FLOAT_FIELDS.contains(hf) { json!(v) } else { json!(v as i64) };
-            c.insert(hf.to_string(), v);
-        }
-    }
-    // Hybrid models: llama.cpp writes the KV heads of each layer, 0 for a
-    // layer without attention.
-    let per_layer_kv = file
-        .get(&format!("{arch}.attention.head_count_kv"))
-        .and_then(MetaValue::as_array)
-        .map(|a| a.iter().filter_map(MetaValue::as_f64).map(|v| v as i64).collect::<Vec<_>>());
-    if let Some(heads) = per_layer_kv {
-        c.insert("num_key_value_heads".into(), json!(heads.iter().copied().max().unwrap_or(0)));
-        c.insert("num_key_value_heads_per_layer".into(), json!(heads));
-    }
-    let embedding = file.tensors.iter().find(|t| t.name == "token_embd.weight");
-    let vocab = embedding.map_or(tokenizer.tokens.len(), |t| t.shape[0]);
-    c.insert("vocab_size".into(), json!(vocab));
-    let untied = file.tensors.iter().any(|t| t.name == "output.weight");
-    c.insert("tie_word_embeddings".into(), json!(!untied));
-    let scaling = |key: &str| file.get(&format!("{arch}.rope.scaling.{key}"));
-    if let (Some(kind), Some(factor)) =
-        (scaling("type").and_then(MetaValue::as_str), scaling("factor").and_then(MetaValue::as_f64))
-    {
-        if kind != "none" {
-            c.insert("rope_scaling".into(), json!({"rope_type": kind, "factor": factor}));
-        }
-    }
-    if file.tensors.iter().any(|t| t.name == "rope_freqs.weight") {
-        return Err(Error::InvalidConfig(
-            "this GGUF carries rope_freqs (Llama 3.1 long-context scaling), which GGUF import does not support yet; \
-             use the mlx-community safetensors folder of this model"
-                .into(),
-        ));
-    }
-    Ok(Value::Object(c))
 }
 
 fn int(config: &Value, key: &str) -> Result<i32> {
