@@ -137,6 +137,9 @@ struct Plan {
     cols: usize,
 }
 
+/// Idefics3's tile side when no config says (`max_image_size.longest_edge`).
+const DEFAULT_TILE: usize = 364;
+
 impl SmolVlmImageProcessor {
     /// Reads `preprocessor_config.json` (overridden by `processor_config.json`'s
     /// `image_processor`), `image_seq_len` from `processor_config.json`, and
@@ -151,10 +154,12 @@ impl SmolVlmImageProcessor {
         };
         let flag =
             |key: &str, default: bool| raw.get(key).and_then(Value::as_bool).unwrap_or(default);
-        let image_size = int(&vision, "image_size").unwrap_or(384);
+        // Without a config, Idefics3's processor defaults: 364-pixel tiles of
+        // 14-pixel patches shuffled by 2 (169 tokens), one consistent set.
+        let image_size = int(&vision, "image_size").unwrap_or(DEFAULT_TILE);
         let patch_size = int(&vision, "patch_size").unwrap_or(14);
         let scale = int(&config, "scale_factor").unwrap_or(2);
-        let tile = longest_edge(&raw, "max_image_size")?.unwrap_or(364);
+        let tile = longest_edge(&raw, "max_image_size")?.unwrap_or(DEFAULT_TILE);
         if tile != image_size {
             return Err(Error::InvalidConfig(format!(
                 "the image processor makes {tile}-pixel tiles but the vision tower reads {image_size}"
@@ -180,7 +185,7 @@ impl SmolVlmImageProcessor {
         };
         let p = Self {
             longest_edge: if flag("do_resize", true) {
-                Some(longest_edge(&raw, "size")?.unwrap_or(4 * 364))
+                Some(longest_edge(&raw, "size")?.unwrap_or(4 * DEFAULT_TILE))
             } else {
                 None
             },
