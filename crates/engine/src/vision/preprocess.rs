@@ -110,7 +110,9 @@ fn positive(raw: &serde_json::Map<String, Value>, key: &str) -> Result<Option<us
     }
 }
 
-fn triple(raw: &serde_json::Map<String, Value>, key: &str) -> Result<Option<[f32; 3]>> {
+/// A per-channel setting (`image_mean`, `image_std`): three numbers, or one
+/// for all three; `None` when the config does not say.
+pub(crate) fn triple(raw: &serde_json::Map<String, Value>, key: &str) -> Result<Option<[f32; 3]>> {
     match raw.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => {

@@ -21,7 +21,7 @@ use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{layer_scalar, Gemma4Args, Mlp};
+use super::{layer_scalar, Gemma4Args, Mlp, Norms};
 use crate::cache::{BatchCache, LayerCache};
 use crate::error::{Error, Result};
 use crate::model::layers::attention;
@@ -54,17 +54,14 @@ fn default_true() -> bool {
 }
 
 struct Layer {
-    input_layernorm: RmsNorm,
+    norms: Norms,
     q_proj: Linear,
     q_norm: RmsNorm,
     o_proj: Linear,
     heads: i32,
     head_dim: i32,
     global: bool,
-    post_attention_layernorm: RmsNorm,
-    pre_feedforward_layernorm: RmsNorm,
     mlp: Mlp,
-    post_feedforward_layernorm: RmsNorm,
     layer_scalar: Option<Array>,
 }
 
@@ -148,29 +145,14 @@ pub fn load(
         let m = format!("{p}.mlp");
         let ff = args.intermediate_size;
         layers.push(Layer {
-            input_layernorm: loader.rms_norm(&format!("{p}.input_layernorm"), d, eps)?,
+            norms: Norms::load(loader, &p, d, eps)?,
             q_proj: loader.linear(&format!("{a}.q_proj"), d, heads * hd, false)?,
             q_norm: loader.rms_norm(&format!("{a}.q_norm"), hd, eps)?,
             o_proj: loader.linear(&format!("{a}.o_proj"), heads * hd, d, false)?,
             heads,
             head_dim: hd,
             global,
-            post_attention_layernorm: loader.rms_norm(
-                &format!("{p}.post_attention_layernorm"),
-                d,
-                eps,
-            )?,
-            pre_feedforward_layernorm: loader.rms_norm(
-                &format!("{p}.pre_feedforward_layernorm"),
-                d,
-                eps,
-            )?,
             mlp: Mlp::load(loader, &m, d, ff)?,
-            post_feedforward_layernorm: loader.rms_norm(
-                &format!("{p}.post_feedforward_layernorm"),
-                d,
-                eps,
-            )?,
             layer_scalar: layer_scalar(loader, &p)?,
         });
     }
@@ -239,7 +221,7 @@ impl Assistant {
                 (&self.local_rope, &local, self.sliding_source)
             };
             let (kv, mask) = cache.peek(source.expect("checked at load"))?;
-            let x = layer.input_layernorm.forward(&h)?;
+            let x = layer.norms.input.forward(&h)?;
             let q = layer.q_proj.forward(&x)?.reshape(&[b, 1, layer.heads, layer.head_dim])?;
             let q = layer.q_norm.forward(&q)?.transpose_axes(&[0, 2, 1, 3])?;
             let q = rope.rotate(&q, rotation)?;
@@ -247,9 +229,9 @@ impl Assistant {
             let o =
                 o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, 1, layer.heads * layer.head_dim])?;
             let a = layer.o_proj.forward(&o)?;
-            h = h.add(layer.post_attention_layernorm.forward(&a)?)?;
-            let m = layer.mlp.forward(&layer.pre_feedforward_layernorm.forward(&h)?)?;
-            h = h.add(layer.post_feedforward_layernorm.forward(&m)?)?;
+            h = h.add(layer.norms.post_attention.forward(&a)?)?;
+            let m = layer.mlp.forward(&layer.norms.pre_feedforward.forward(&h)?)?;
+            h = h.add(layer.norms.post_feedforward.forward(&m)?)?;
             if let Some(s) = &layer.layer_scalar {
                 h = h.multiply(s)?;
             }

@@ -320,13 +320,33 @@ struct PerLayerGate {
     norm: RmsNorm,
 }
 
+/// The four norms around a Gemma layer's attention and MLP (the model's
+/// blocks and the assistant's layers alike).
+struct Norms {
+    input: RmsNorm,
+    post_attention: RmsNorm,
+    pre_feedforward: RmsNorm,
+    post_feedforward: RmsNorm,
+}
+
+impl Norms {
+    /// `{prefix}.{input,post_attention,pre_feedforward,post_feedforward}_layernorm`.
+    fn load(loader: &mut LayerLoader, prefix: &str, hidden: i32, eps: f32) -> Result<Self> {
+        let mut norm =
+            |name: &str| loader.rms_norm(&format!("{prefix}.{name}_layernorm"), hidden, eps);
+        Ok(Self {
+            input: norm("input")?,
+            post_attention: norm("post_attention")?,
+            pre_feedforward: norm("pre_feedforward")?,
+            post_feedforward: norm("post_feedforward")?,
+        })
+    }
+}
+
 struct Block {
-    input_layernorm: RmsNorm,
+    norms: Norms,
     self_attn: Attention,
-    post_attention_layernorm: RmsNorm,
-    pre_feedforward_layernorm: RmsNorm,
     mlp: Mlp,
-    post_feedforward_layernorm: RmsNorm,
     per_layer: Option<PerLayerGate>,
     layer_scalar: Option<Array>,
     moe: Option<MoeBranch>,
@@ -501,7 +521,7 @@ impl Gemma4 {
             };
             let layer_scalar = layer_scalar(loader, &p)?;
             layers.push(Block {
-                input_layernorm: loader.rms_norm(&format!("{p}.input_layernorm"), d, eps)?,
+                norms: Norms::load(loader, &p, d, eps)?,
                 self_attn: Attention {
                     q_proj: loader.linear(&format!("{a}.q_proj"), d, heads * hd, false)?,
                     kv,
@@ -512,22 +532,7 @@ impl Gemma4 {
                     head_dim: hd,
                     global,
                 },
-                post_attention_layernorm: loader.rms_norm(
-                    &format!("{p}.post_attention_layernorm"),
-                    d,
-                    eps,
-                )?,
-                pre_feedforward_layernorm: loader.rms_norm(
-                    &format!("{p}.pre_feedforward_layernorm"),
-                    d,
-                    eps,
-                )?,
                 mlp: Mlp::load(loader, &m, d, ff)?,
-                post_feedforward_layernorm: loader.rms_norm(
-                    &format!("{p}.post_feedforward_layernorm"),
-                    d,
-                    eps,
-                )?,
                 per_layer,
                 layer_scalar,
                 moe,
@@ -729,15 +734,15 @@ impl LanguageModel for Gemma4 {
             } else {
                 (&self.local_rope, &local)
             };
-            let a = block.self_attn.forward(&block.input_layernorm.forward(&h)?, i, rope, cache)?;
-            h = h.add(block.post_attention_layernorm.forward(&a)?)?;
-            let mut m = block.mlp.forward(&block.pre_feedforward_layernorm.forward(&h)?)?;
+            let a = block.self_attn.forward(&block.norms.input.forward(&h)?, i, rope, cache)?;
+            h = h.add(block.norms.post_attention.forward(&a)?)?;
+            let mut m = block.mlp.forward(&block.norms.pre_feedforward.forward(&h)?)?;
             if let Some(moe) = &block.moe {
                 let (chosen, weights) = moe.router.route(&h)?;
                 let e = moe.experts.weighted_sum(&moe.pre_norm.forward(&h)?, &chosen, &weights)?;
                 m = moe.post_norm_dense.forward(&m)?.add(moe.post_norm_experts.forward(&e)?)?;
             }
-            h = h.add(block.post_feedforward_layernorm.forward(&m)?)?;
+            h = h.add(block.norms.post_feedforward.forward(&m)?)?;
             if let (Some(gate), Some(inputs)) = (&block.per_layer, &per_layer) {
                 let input = inputs.index((.., .., (i - self.stage.layers().start) as i32, ..));
                 let g = gelu_tanh(&gate.input_gate.forward(&h)?)?.multiply(&input)?;

@@ -28,7 +28,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 use crate::vision::preprocess::resample::{resize_rgb8, Filter};
-use crate::vision::preprocess::{decode, ImagePatches};
+use crate::vision::preprocess::{decode, triple, ImagePatches};
 use crate::vision::processor::{read_json_object, read_processor_settings};
 use crate::vision::{ImageProcessor, SharedImageProcessor};
 
@@ -59,21 +59,6 @@ pub struct SmolVlmImageProcessor {
 
 fn bad(key: &str, v: &Value) -> Error {
     Error::InvalidConfig(format!("SmolVLM image processor config: bad {key}: {v}"))
-}
-
-fn triple(raw: &Map<String, Value>, key: &str, default: [f32; 3]) -> Result<[f32; 3]> {
-    match raw.get(key) {
-        None | Some(Value::Null) => Ok(default),
-        Some(v @ Value::Array(items)) if items.len() == 3 => {
-            let mut out = [0f32; 3];
-            for (o, item) in out.iter_mut().zip(items) {
-                *o = item.as_f64().ok_or_else(|| bad(key, v))? as f32;
-            }
-            Ok(out)
-        }
-        Some(Value::Number(n)) => Ok([n.as_f64().unwrap_or(0.0) as f32; 3]),
-        Some(v) => Err(bad(key, v)),
-    }
 }
 
 fn longest_edge(raw: &Map<String, Value>, key: &str) -> Result<Option<usize>> {
@@ -198,8 +183,8 @@ impl SmolVlmImageProcessor {
                 .get("rescale_factor")
                 .and_then(Value::as_f64)
                 .unwrap_or(1.0 / 255.0),
-            image_mean: triple(&raw, "image_mean", [0.5; 3])?,
-            image_std: triple(&raw, "image_std", [0.5; 3])?,
+            image_mean: triple(&raw, "image_mean")?.unwrap_or([0.5; 3]),
+            image_std: triple(&raw, "image_std")?.unwrap_or([0.5; 3]),
             do_rescale: flag("do_rescale", true),
             do_normalize: flag("do_normalize", true),
         };
