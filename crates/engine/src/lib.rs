@@ -12,6 +12,9 @@ pub mod cache;
 pub mod constraint;
 pub mod distributed;
 pub mod error;
+/// MLX's error messages for the mlx-c calls we make ourselves (the
+/// distributed ops, quantized products in modes mlx-rs does not pass).
+pub(crate) mod ffi_error;
 pub mod generate;
 pub mod handle;
 pub mod model;

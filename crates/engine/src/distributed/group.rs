@@ -4,8 +4,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use super::env::RankEnv;
-use super::ffi_error;
 use super::ring_gate::{is_loopback_only, RingGate, RingSecret, SECRET_VAR};
+use crate::ffi_error;
 use crate::{Error, Result};
 
 /// Which MLX backend carries the messages.

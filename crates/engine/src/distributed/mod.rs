@@ -23,7 +23,6 @@
 //! - `pipeline.rs`: a rank's stage of a pipeline-parallel model (the
 //!   layers it runs; hidden states in and out).
 //! - `rank_memory.rs`: every rank's memory, gathered on rank 0.
-//! - `ffi_error.rs`: MLX's error messages for our own mlx-c calls.
 //! - `ring_gate.rs`: with a shared secret, only ranks that prove it reach
 //!   MLX's ring sockets (MLX itself takes whoever connects first).
 //!
@@ -112,7 +111,6 @@
 //! `examples/split_model_bench.rs` measures the serving path (the real
 //! scheduler over a [`LeaderModel`]): memory per rank and its speed.
 pub mod env;
-pub(crate) mod ffi_error;
 pub mod follow;
 pub mod group;
 pub mod hostfile;

@@ -9,8 +9,8 @@
 //! module notes on who guards against that).
 use mlx_rs::{Array, Device, Dtype, Stream};
 
-use super::ffi_error;
 use super::group::Group;
+use crate::ffi_error;
 use crate::{Error, Result};
 
 /// The sum over all ranks of each rank's `x` (same shape and dtype everywhere).

@@ -8,8 +8,8 @@ use std::ffi::CString;
 use mlx_rs::{Array, Dtype, Stream};
 
 use super::quantization::{QuantMode, QuantSpec};
-use crate::distributed::ffi_error;
 use crate::error::{Error, Result};
+use crate::ffi_error;
 
 fn optional_int(v: i32) -> mlx_sys::mlx_optional_int {
     mlx_sys::mlx_optional_int { value: v, has_value: true }

@@ -3,10 +3,11 @@
 //! mlx-c reports a failure through one process-wide handler; its default one
 //! prints and calls `exit(-1)`. mlx-rs installs its own handler on its first
 //! fallible call and keeps each message in a thread-local only mlx-rs can
-//! read. mlx-rs has no distributed API, so we call mlx-c directly and need
-//! the messages too: we make mlx-rs install its handler first, then install
-//! one that keeps a copy for us and passes every message on to mlx-rs's
-//! handler unchanged, so mlx-rs's own error reporting works exactly as before.
+//! read. mlx-rs has no distributed API and passes no quantization mode, so
+//! we call mlx-c directly there and need the messages too: we make mlx-rs
+//! install its handler first, then install one that keeps a copy for us and
+//! passes every message on to mlx-rs's handler unchanged, so mlx-rs's own
+//! error reporting works exactly as before.
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Once;
