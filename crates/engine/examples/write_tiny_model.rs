@@ -3,7 +3,7 @@
 //! files: `write_tiny_model <out-dir>` → `<out-dir>/llama/{float,q4}`,
 //! `llama3_rope/{float,q4}` (Llama 3.1 RoPE scaling) and the
 //! same for `qwen3`, `qwen3_moe`, `gemma3_text`, `gemma4_text`,
-//! `gemma4_text_moe`, `qwen3_5`, `qwen3_5_moe`, `lfm2` and `gpt_oss` (float: Hugging Face
+//! `gemma4_text_moe`, `qwen3_5`, `qwen3_5_moe`, `lfm2`, `gpt_oss` and `ministral3` (float: Hugging Face
 //! names; q4: mlx-community names, 4-bit group 32), and `gpt_oss/openai_mxfp4`
 //! (OpenAI's MXFP4 experts).
 //! `write_tiny_model --speculative-pair <out-dir>` writes the tiny target and

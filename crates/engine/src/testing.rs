@@ -13,6 +13,7 @@ mod gemma4_vl;
 mod gguf_writer;
 mod gpt_oss;
 mod lfm2;
+mod mistral3;
 mod qwen3_vl;
 mod qwen_vl;
 mod smolvlm;
@@ -42,6 +43,7 @@ pub use gpt_oss::{
     GPT_OSS_SPECIAL_TOKENS, GPT_OSS_WINDOW,
 };
 pub use lfm2::{lfm2_byte_level_meta, LFM2_CHAT_TEMPLATE, LFM2_SPECIAL_TOKENS};
+pub use mistral3::MINISTRAL3_WINDOW;
 pub use qwen3_vl::{
     write_qwen35_vl, write_qwen3_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,
     write_tiny_qwen3_vl_moe, Qwen35VlDims, Qwen3VlDims, QwenTowerDims, QWEN35_MAX_PIXELS,

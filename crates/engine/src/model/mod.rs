@@ -13,6 +13,7 @@ pub mod layers;
 pub mod lfm2;
 pub mod llama;
 pub mod loading;
+pub mod mistral3;
 pub mod qwen2;
 pub mod qwen2_vl;
 pub mod qwen3;

@@ -33,10 +33,13 @@ pub enum TinyFamily {
     /// gpt-oss: sliding and full attention with sinks, experts everywhere
     /// ([`super::gpt_oss`]).
     GptOss,
+    /// Ministral 3: YaRN with Llama 4's attention scaling, sliding and full
+    /// layers ([`super::mistral3`]).
+    Ministral3,
 }
 
 impl TinyFamily {
-    pub const ALL: [TinyFamily; 9] = [
+    pub const ALL: [TinyFamily; 10] = [
         TinyFamily::Qwen3,
         TinyFamily::Qwen3Moe,
         TinyFamily::Gemma3,
@@ -46,6 +49,7 @@ impl TinyFamily {
         TinyFamily::Qwen35Moe,
         TinyFamily::Lfm2,
         TinyFamily::GptOss,
+        TinyFamily::Ministral3,
     ];
 
     /// A name for folders and goldens (unique, unlike `model_type`).
@@ -67,6 +71,7 @@ impl TinyFamily {
             TinyFamily::Qwen35Moe => "qwen3_5_moe",
             TinyFamily::Lfm2 => "lfm2",
             TinyFamily::GptOss => "gpt_oss",
+            TinyFamily::Ministral3 => "ministral3",
         }
     }
 
@@ -182,6 +187,9 @@ impl Dims {
             TinyFamily::GptOss => {
                 Dims { layers: 4, head_dim: 32, experts: 4, top_k: 2, moe_intermediate: 32, ..base }
             }
+            // An explicit head size (32) unlike hidden / heads, as Ministral
+            // 3's 128 against 3072 / 32.
+            TinyFamily::Ministral3 => Dims { layers: 4, head_dim: 32, ..base },
         }
     }
 
@@ -330,6 +338,9 @@ pub fn write_family(
     if family == TinyFamily::GptOss {
         return super::gpt_oss::write_gpt_oss(dir, d, quantize, seed);
     }
+    if family == TinyFamily::Ministral3 {
+        return super::mistral3::write_ministral3(dir, d, quantize, seed);
+    }
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = tiny_tokenizer()?;
     tokenizer.write_hf_files(dir)?;
@@ -450,6 +461,7 @@ pub fn write_family(
         TinyFamily::Qwen35 | TinyFamily::Qwen35Moe => unreachable!("written by write_qwen35"),
         TinyFamily::Lfm2 => unreachable!("written by write_lfm2"),
         TinyFamily::GptOss => unreachable!("written by write_gpt_oss"),
+        TinyFamily::Ministral3 => unreachable!("written by write_ministral3"),
     }
     save_checkpoint(dir, c.tensors, &c.matrices, config, quantize)?;
     Ok(vocab)

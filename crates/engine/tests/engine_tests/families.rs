@@ -134,6 +134,15 @@ fn gpt_oss_batched_equals_alone() {
     batched_equals_alone(TinyFamily::GptOss);
 }
 
+/// Ministral 3: each row's own positions feed Llama 4's attention scaling
+/// (the tiny model's original context is 8, so rows sit at different
+/// scales), sliding layers of 8 beside full ones: chunked prefill, a join
+/// mid-decode, a prefix-cache hit.
+#[test]
+fn ministral3_batched_equals_alone() {
+    batched_equals_alone(TinyFamily::Ministral3);
+}
+
 /// A cancelled Qwen3.5 row leaves the batch with its state; the others'
 /// states are untouched, and the next request starts from zeros.
 #[test]

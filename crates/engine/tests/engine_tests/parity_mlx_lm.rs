@@ -372,6 +372,25 @@ fn gpt_oss_batched_matches_mlx_lm() {
     check_batched(Tiny::Family(TinyFamily::GptOss));
 }
 
+/// Ministral 3 (the text model of Mistral 3): YaRN RoPE and Llama 4's
+/// attention scaling with an original context of 8, so the 23-token prompt
+/// and the decoding after it cross its steps (queries × 1, 1 + 0.1·ln 2,
+/// 1 + 0.1·ln 3, …); sliding (window 8) and full layers alternating; an
+/// explicit head size and an untied head; float and 4-bit.
+#[test]
+fn ministral3_matches_mlx_lm() {
+    check_all(Tiny::Family(TinyFamily::Ministral3), SAME_COMPUTATION_TOL);
+}
+
+/// mlx-lm's `BatchGenerator` on the float Ministral 3: prompts of 5, 12 and
+/// 23 tokens decoded together give the same greedy ids row by row as our
+/// chunked, batched prefill and decode (each row's own positions feed its
+/// attention scaling).
+#[test]
+fn ministral3_batched_matches_mlx_lm() {
+    check_batched(Tiny::Family(TinyFamily::Ministral3));
+}
+
 /// gpt-oss in MXFP4 as mlx-lm's `convert --q-mode mxfp4` writes it (the
 /// fixture folder made by scripts/make-gpt-oss-mxfp4-golden.sh from the tiny
 /// float gpt-oss): every linear layer, the experts and the embedding in MXFP4
