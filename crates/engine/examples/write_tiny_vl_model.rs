@@ -3,7 +3,7 @@
 //! Python mlx-vlm's outputs on the very same files:
 //! `write_tiny_vl_model <out-dir>` → `<out-dir>/{qwen2_vl,qwen2_5_vl,qwen3_5,qwen3_vl,gemma3,gemma4}/{float,q4}`
 //! (float: Hugging Face names; q4: mlx-community names and layout, the
-//! language model 4-bit with group 64) and `<out-dir>/{smolvlm,idefics3}/float`.
+//! language model 4-bit with group 64) and `<out-dir>/{smolvlm,idefics3,lfm2_vl}/float`.
 //!
 //! `write_tiny_vl_model --bench <out-dir>` writes one bench-size Qwen2-VL
 //! folder instead (`VlDims::bench`: Qwen2-0.5B's language model, a half-width
@@ -15,10 +15,10 @@ use std::path::PathBuf;
 use clap::Parser;
 use engine::testing::{
     write_gemma3_vl, write_gemma4_vl, write_qwen35_vl, write_qwen3_vl, write_smolvlm_with,
-    write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_idefics3, write_tiny_qwen2_vl,
-    write_tiny_qwen35_vl, write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe, write_tiny_smolvlm,
-    Gemma3VlDims, Gemma4VlDims, Qwen35VlDims, Qwen3VlDims, QwenVlNames, QwenVlVariant, SmolVlmDims,
-    TinyQwenVl, VlDims,
+    write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_idefics3, write_tiny_lfm2_vl,
+    write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe,
+    write_tiny_smolvlm, Gemma3VlDims, Gemma4VlDims, Qwen35VlDims, Qwen3VlDims, QwenVlNames,
+    QwenVlVariant, SmolVlmDims, TinyQwenVl, VlDims,
 };
 use engine::weights::QuantSpec;
 
@@ -44,6 +44,8 @@ const GEMMA3_SEED: u64 = 3;
 const GEMMA4_SEED: u64 = 4;
 /// The seed the SmolVLM test writes its folder with.
 const SMOLVLM_SEED: u64 = 5;
+/// The seed the LFM2-VL test writes its folder with.
+const LFM2_VL_SEED: u64 = 6;
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -114,6 +116,7 @@ fn main() -> anyhow::Result<()> {
     )?;
     write_tiny_smolvlm(&out.join("smolvlm").join("float"), SMOLVLM_SEED)?;
     write_tiny_idefics3(&out.join("idefics3").join("float"), SMOLVLM_SEED)?;
+    write_tiny_lfm2_vl(&out.join("lfm2_vl").join("float"), LFM2_VL_SEED)?;
     println!("{}", out.display());
     Ok(())
 }

@@ -13,6 +13,7 @@ mod gemma4_vl;
 mod gguf_writer;
 mod gpt_oss;
 mod lfm2;
+mod lfm2_vl;
 mod mistral3;
 mod qwen3_vl;
 mod qwen_vl;
@@ -43,6 +44,7 @@ pub use gpt_oss::{
     GPT_OSS_SPECIAL_TOKENS, GPT_OSS_WINDOW,
 };
 pub use lfm2::{lfm2_byte_level_meta, LFM2_CHAT_TEMPLATE, LFM2_SPECIAL_TOKENS};
+pub use lfm2_vl::{write_lfm2_vl, write_tiny_lfm2_vl, Lfm2VlDims, LFM2_VL_CHAT_TEMPLATE};
 pub use mistral3::MINISTRAL3_WINDOW;
 pub use qwen3_vl::{
     write_qwen35_vl, write_qwen3_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,

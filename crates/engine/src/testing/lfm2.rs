@@ -110,16 +110,36 @@ pub(crate) fn write_lfm2(
     tokenizer.write_hf_files(dir)?;
     let vocab = tokenizer.vocab_size() as i32;
     let hf = quantize.is_none();
-    let is_attention = |i: i32| i % 2 == 1;
-    let (h, hd) = (d.hidden, d.hidden / d.heads);
-
     let mut w = Writer { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new() };
+    lfm2_weights(&mut w, d, vocab, hf, "model")?;
+    let mut config = lfm2_config(d, vocab, hf);
+    config["bos_token_id"] = json!(tokenizer.token_to_id("<|startoftext|>"));
+    save_checkpoint(dir, w.tensors, &w.matrices, config, quantize)?;
+    Ok(vocab)
+}
+
+/// Whether layer `i` of the tiny LFM2 attends (the others convolve).
+fn is_attention(i: i32) -> bool {
+    i % 2 == 1
+}
+
+/// The tiny LFM2's tensors under `prefix` (`model`, or a vision-language
+/// checkpoint's `model.language_model`): Hugging Face's kernel layout when
+/// `hf`, else mlx-community's.
+pub(crate) fn lfm2_weights(
+    w: &mut Writer,
+    d: Dims,
+    vocab: i32,
+    hf: bool,
+    prefix: &str,
+) -> Result<()> {
+    let (h, hd) = (d.hidden, d.hidden / d.heads);
     // The head is the embedding: small rows, so the layers pick the next token.
     let embed = w.rng.tensor(&[vocab, h], 0.05, 0.0);
-    w.tensors.insert("model.embed_tokens.weight".into(), embed);
-    w.matrices.push("model.embed_tokens".into());
+    w.tensors.insert(format!("{prefix}.embed_tokens.weight"), embed);
+    w.matrices.push(format!("{prefix}.embed_tokens"));
     for i in 0..d.layers {
-        let p = format!("model.layers.{i}");
+        let p = format!("{prefix}.layers.{i}");
         w.norm(format!("{p}.operator_norm"), h);
         w.norm(format!("{p}.ffn_norm"), h);
         if is_attention(i) {
@@ -143,8 +163,15 @@ pub(crate) fn write_lfm2(
         w.matrix(format!("{f}.w3"), [FF_ADJUSTED, h]);
         w.matrix(format!("{f}.w2"), [h, FF_ADJUSTED]);
     }
-    w.norm("model.embedding_norm".into(), h);
+    w.norm(format!("{prefix}.embedding_norm"), h);
+    Ok(())
+}
 
+/// The tiny LFM2's config.json (a vision-language checkpoint's
+/// `text_config`): the attention plan as `layer_types` when `hf`, else as
+/// `full_attn_idxs`.
+pub(crate) fn lfm2_config(d: Dims, vocab: i32, hf: bool) -> serde_json::Value {
+    let h = d.hidden;
     let attention: Vec<i32> = (0..d.layers).filter(|&i| is_attention(i)).collect();
     let mut config = json!({
         "model_type": "lfm2",
@@ -165,7 +192,6 @@ pub(crate) fn write_lfm2(
         "block_ffn_dim_multiplier": FF_MULTIPLIER,
         "block_auto_adjust_ff_dim": true,
         "rope_theta": 1_000_000.0,
-        "bos_token_id": tokenizer.token_to_id("<|startoftext|>"),
         "eos_token_id": 2,
         "torch_dtype": "float32",
     });
@@ -177,25 +203,24 @@ pub(crate) fn write_lfm2(
     } else {
         config["full_attn_idxs"] = json!(attention);
     }
-    save_checkpoint(dir, w.tensors, &w.matrices, config, quantize)?;
-    Ok(vocab)
+    config
 }
 
 /// Tensors being written, and which are matrices (quantized in a 4-bit folder).
-struct Writer {
-    rng: Rng,
-    tensors: HashMap<String, Array>,
-    matrices: Vec<String>,
+pub(crate) struct Writer {
+    pub(crate) rng: Rng,
+    pub(crate) tensors: HashMap<String, Array>,
+    pub(crate) matrices: Vec<String>,
 }
 
 impl Writer {
-    fn matrix(&mut self, name: String, shape: [i32; 2]) {
+    pub(crate) fn matrix(&mut self, name: String, shape: [i32; 2]) {
         let scale = 1.0 / (shape[1] as f32).sqrt();
         self.tensors.insert(format!("{name}.weight"), self.rng.tensor(&shape, scale, 0.0));
         self.matrices.push(name);
     }
 
-    fn norm(&mut self, name: String, dim: i32) {
+    pub(crate) fn norm(&mut self, name: String, dim: i32) {
         self.tensors.insert(format!("{name}.weight"), self.rng.tensor(&[dim], 0.1, 1.0));
     }
 }

@@ -16,6 +16,7 @@ mod gpt_oss;
 mod image_scheduling;
 mod kv_quantization;
 mod lfm2;
+mod lfm2_vl;
 mod logprobs;
 mod parity_mlx_lm;
 mod parity_mlx_vlm;

@@ -1,0 +1,250 @@
+//! A tiny LFM2-VL (`lfm2-vl`, as Liquid AI's configs name it) folder in the
+//! real on-disk format, loadable by our loader and by Python mlx-vlm
+//! (`scripts/make-lfm2-vl-golden.sh`): the tiny LFM2 of [`super::lfm2`]
+//! (5 layers, convolutions and attention alternating), a two-block SigLIP2
+//! NaFlex tower (8-pixel patches, a 16 × 16 position table resized to each
+//! view), the pixel unshuffle by 2 and the projector (LayerNorm, 48 wide);
+//! a byte-level tokenizer with LFM2's and LFM2-VL's specials (`<image>`,
+//! `<|image_start|>`, `<|image_end|>`, `<|img_thumbnail|>`,
+//! `<|img_row_r_col_c|>` up to 10 × 10) and LFM2-VL's chat template; the
+//! processor configs as LFM2-VL ships them, scaled down: 64-pixel tiles
+//! (16 tokens), 16 to 64 tokens a view. A 182×126 image is one 12 × 18
+//! patch view (54 tokens); a 320×240 one is 3 × 2 tiles and a thumbnail.
+//!
+//! Names are transformers' (`model.language_model.*`,
+//! `model.vision_tower.vision_model.*`, `model.multi_modal_projector.*`)
+//! with Hugging Face's convolution kernels, so the renaming at load runs.
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde_json::json;
+
+use super::families::{Dims, TinyFamily};
+use super::lfm2::{lfm2_byte_level_meta, lfm2_config, lfm2_weights, Writer};
+use super::{save_checkpoint, Rng};
+use crate::error::{Error, Result};
+use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
+
+/// The sizes of an LFM2-VL beside its text model: the tower, the pixel
+/// unshuffle, the projector and the processor's views.
+#[derive(Debug, Clone, Copy)]
+pub struct Lfm2VlDims {
+    pub text: Dims,
+    pub vision_width: i32,
+    pub vision_heads: i32,
+    pub vision_mlp: i32,
+    pub vision_layers: i32,
+    pub patch: i32,
+    /// The position table's side (`num_patches` = side²).
+    pub positions_side: i32,
+    pub factor: i32,
+    pub projector_hidden: i32,
+    /// A tile's side in pixels.
+    pub tile: i32,
+    pub min_image_tokens: i32,
+    pub max_image_tokens: i32,
+}
+
+impl Lfm2VlDims {
+    /// The tiny test sizes (see the module doc).
+    pub fn tiny() -> Self {
+        Self {
+            text: Dims::tiny(TinyFamily::Lfm2),
+            vision_width: 32,
+            vision_heads: 2,
+            vision_mlp: 48,
+            vision_layers: 2,
+            patch: 8,
+            positions_side: 16,
+            factor: 2,
+            projector_hidden: 48,
+            tile: 64,
+            min_image_tokens: 16,
+            max_image_tokens: 64,
+        }
+    }
+}
+
+/// LFM2-VL's chat template: LFM2's, with a message's content parts written
+/// in order, each image as `<image>`.
+pub const LFM2_VL_CHAT_TEMPLATE: &str = r#"{{- bos_token -}}
+{%- set ns = namespace(system_prompt="", content="") -%}
+{%- if messages[0]["role"] == "system" -%}
+	{%- set ns.system_prompt = messages[0]["content"] -%}
+	{%- set messages = messages[1:] -%}
+{%- endif -%}
+{%- if ns.system_prompt -%}
+	{{- "<|im_start|>system\n" + ns.system_prompt + "<|im_end|>\n" -}}
+{%- endif -%}
+{%- for message in messages -%}
+	{{- "<|im_start|>" + message["role"] + "\n" -}}
+	{%- set content = message["content"] -%}
+	{%- if content is not string -%}
+		{%- set ns.content = "" -%}
+		{%- for item in content -%}
+			{%- if item["type"] == "image" -%}
+				{%- set ns.content = ns.content + "<image>" -%}
+			{%- elif item["type"] == "text" -%}
+				{%- set ns.content = ns.content + item["text"] -%}
+			{%- endif -%}
+		{%- endfor -%}
+		{%- set content = ns.content -%}
+	{%- endif -%}
+	{{- content + "<|im_end|>\n" -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+	{{- "<|im_start|>assistant\n" -}}
+{%- endif -%}
+"#;
+
+/// The tiny vocabulary with LFM2's and LFM2-VL's specials.
+fn lfm2_vl_byte_level_meta() -> GgufTokenizerMeta {
+    let mut meta = lfm2_byte_level_meta();
+    let mut specials: Vec<String> =
+        ["<image>", "<|image_start|>", "<|image_end|>", "<|img_thumbnail|>"]
+            .map(String::from)
+            .to_vec();
+    for r in 1..=10 {
+        for c in 1..=10 {
+            specials.push(format!("<|img_row_{r}_col_{c}|>"));
+        }
+    }
+    for t in specials {
+        meta.tokens.push(t);
+        meta.token_types.push(3);
+    }
+    meta.chat_template = Some(LFM2_VL_CHAT_TEMPLATE.into());
+    meta
+}
+
+/// Writes the tiny LFM2-VL into `dir`; returns its vocabulary size.
+pub fn write_tiny_lfm2_vl(dir: &Path, seed: u64) -> Result<i32> {
+    write_lfm2_vl(dir, &Lfm2VlDims::tiny(), seed)
+}
+
+/// [`write_tiny_lfm2_vl`] with other sizes.
+pub fn write_lfm2_vl(dir: &Path, d: &Lfm2VlDims, seed: u64) -> Result<i32> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let tokenizer = Tokenizer::from_gguf(lfm2_vl_byte_level_meta())?;
+    tokenizer.write_hf_files(dir)?;
+    let id = |t: &str| tokenizer.token_to_id(t).expect("special token in the tiny vocabulary");
+    let vocab = tokenizer.vocab_size() as i32;
+
+    let mut w = Writer { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new() };
+    lfm2_weights(&mut w, d.text, vocab, true, "model.language_model")?;
+
+    let mut v = Writer { rng: Rng(seed + 1000), tensors: HashMap::new(), matrices: Vec::new() };
+    let linear = |v: &mut Writer, path: String, input: i32, output: i32| {
+        let weight = v.rng.tensor(&[output, input], 1.0 / (input as f32).sqrt(), 0.0);
+        v.tensors.insert(format!("{path}.weight"), weight);
+        let bias = v.rng.tensor(&[output], 0.1, 0.0);
+        v.tensors.insert(format!("{path}.bias"), bias);
+    };
+    let layer_norm = |v: &mut Writer, path: String, dim: i32| {
+        let weight = v.rng.tensor(&[dim], 0.1, 1.0);
+        v.tensors.insert(format!("{path}.weight"), weight);
+        let bias = v.rng.tensor(&[dim], 0.1, 0.0);
+        v.tensors.insert(format!("{path}.bias"), bias);
+    };
+    let t = "model.vision_tower.vision_model";
+    let width = d.vision_width;
+    linear(&mut v, format!("{t}.embeddings.patch_embedding"), 3 * d.patch * d.patch, width);
+    let table = d.positions_side * d.positions_side;
+    let positions = v.rng.tensor(&[table, width], 0.5, 0.0);
+    v.tensors.insert(format!("{t}.embeddings.position_embedding.weight"), positions);
+    for i in 0..d.vision_layers {
+        let l = format!("{t}.encoder.layers.{i}");
+        layer_norm(&mut v, format!("{l}.layer_norm1"), width);
+        for proj in ["q_proj", "k_proj", "v_proj", "out_proj"] {
+            linear(&mut v, format!("{l}.self_attn.{proj}"), width, width);
+        }
+        layer_norm(&mut v, format!("{l}.layer_norm2"), width);
+        linear(&mut v, format!("{l}.mlp.fc1"), width, d.vision_mlp);
+        linear(&mut v, format!("{l}.mlp.fc2"), d.vision_mlp, width);
+    }
+    layer_norm(&mut v, format!("{t}.post_layernorm"), width);
+    let folded = width * d.factor * d.factor;
+    let p = "model.multi_modal_projector";
+    layer_norm(&mut v, format!("{p}.layer_norm"), folded);
+    linear(&mut v, format!("{p}.linear_1"), folded, d.projector_hidden);
+    linear(&mut v, format!("{p}.linear_2"), d.projector_hidden, d.text.hidden);
+    w.tensors.extend(v.tensors);
+
+    let max_patches = d.max_image_tokens * d.factor * d.factor;
+    let config = json!({
+        "model_type": "lfm2-vl",
+        "architectures": ["Lfm2VlForConditionalGeneration"],
+        "text_config": lfm2_config(d.text, vocab, true),
+        "vision_config": {
+            "model_type": "siglip2_vision_model",
+            "hidden_size": width,
+            "intermediate_size": d.vision_mlp,
+            "num_hidden_layers": d.vision_layers,
+            "num_attention_heads": d.vision_heads,
+            "num_channels": 3,
+            "num_patches": table,
+            "patch_size": d.patch,
+            "layer_norm_eps": 1e-6,
+            "hidden_act": "gelu_pytorch_tanh",
+            "vision_use_head": false,
+        },
+        "downsample_factor": d.factor,
+        "encoder_patch_size": d.patch,
+        "image_token_id": id("<image>"),
+        "image_token_index": id("<image>"),
+        "do_image_splitting": true,
+        "max_image_tokens": d.max_image_tokens,
+        "min_image_tokens": d.min_image_tokens,
+        "max_num_patches": max_patches,
+        "max_pixels_tolerance": 2.0,
+        "max_tiles": 10,
+        "min_tiles": 2,
+        "tile_size": d.tile,
+        "use_thumbnail": true,
+        "use_image_special_tokens": true,
+        "projector_bias": true,
+        "projector_hidden_act": "gelu",
+        "projector_hidden_size": d.projector_hidden,
+        "projector_use_layernorm": true,
+        "vision_feature_layer": -1,
+        "eos_token_id": id("<|im_end|>"),
+        "vocab_size": vocab,
+        "torch_dtype": "float32",
+    });
+    let pre = json!({
+        "image_processor_type": "Lfm2VlImageProcessorFast",
+        "processor_class": "Lfm2VlProcessor",
+        "do_convert_rgb": true,
+        "do_image_splitting": true,
+        "do_normalize": true,
+        "do_pad": true,
+        "do_rescale": true,
+        "do_resize": false,
+        "downsample_factor": d.factor,
+        "encoder_patch_size": d.patch,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+        "max_image_tokens": d.max_image_tokens,
+        "min_image_tokens": d.min_image_tokens,
+        "max_num_patches": max_patches,
+        "max_pixels_tolerance": 2.0,
+        "max_tiles": 10,
+        "min_tiles": 2,
+        "resample": 3,
+        "rescale_factor": 1.0 / 255.0,
+        "tile_size": d.tile,
+        "use_thumbnail": true,
+    });
+    let write = |name: &str, value: &serde_json::Value| -> Result<()> {
+        let path = dir.join(name);
+        std::fs::write(&path, serde_json::to_string_pretty(value).expect("serializable"))
+            .map_err(|e| Error::io(&path, e))
+    };
+    write("preprocessor_config.json", &pre)?;
+    write(
+        "processor_config.json",
+        &json!({"processor_class": "Lfm2VlProcessor", "use_image_special_tokens": true}),
+    )?;
+    save_checkpoint(dir, w.tensors, &[], config, None)?;
+    Ok(vocab)
+}

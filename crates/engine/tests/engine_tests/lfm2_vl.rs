@@ -1,0 +1,258 @@
+//! LFM2-VL (`lfm2-vl`) against Python mlx-vlm 0.7.6 on the tiny seeded
+//! folder (`testing::write_tiny_lfm2_vl`, the same one
+//! `scripts/make-lfm2-vl-golden.sh` recorded the reference on): chat prompts
+//! with no image, a 182×126 image (one 12 × 18 patch view), a 320×240 image
+//! (3 × 2 tiles and a thumbnail) and a portrait EXIF-6 JPEG (2 × 3 tiles and
+//! a thumbnail) beside the 182×126 one.
+//! - the prompt: our template, the processor's text layout of each image
+//!   (`<|image_start|>`, `<|img_row_r_col_c|>`, `<|img_thumbnail|>`, the
+//!   `<image>` slots, `<|image_end|>`) and our tokenizer give the
+//!   reference's ids exactly, and our views have its patch grids;
+//! - our decoding, bicubic resizes, tiling and rescaling give the
+//!   reference's pixel values bit for bit;
+//! - the engine's greedy tokens equal the reference's, each request alone
+//!   and all of them batched (with a text request decoding alongside);
+//! - so do they with the folder as mlx-vlm saves a conversion
+//!   (mlx-community's names and convolution kernels).
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use engine::batch::{ImageInput, Preparer, Prompt, Request, SchedulerConfig};
+use engine::handle::{Completion, EngineConfig, EngineHandle};
+use engine::model::lfm2_vl::image_processor::Layout;
+use engine::model::{load, LoadOptions, WeightFormat};
+use engine::testing::write_tiny_lfm2_vl;
+use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
+use mlx_rs::Array;
+use serde_json::Value;
+
+/// The seed `write_tiny_vl_model` writes `lfm2_vl/float` with.
+const SEED: u64 = 6;
+const MODEL: &str = "lfm2_vl/float";
+/// The tiny folder's tile side in patches (64-pixel tiles of 8-pixel patches).
+const TILE_PATCHES: i32 = 8;
+
+fn golden() -> Value {
+    let path: PathBuf =
+        [env!("CARGO_MANIFEST_DIR"), "tests", "goldens", "lfm2_vl_mlx_vlm.json"].iter().collect();
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn golden_arrays() -> HashMap<String, Array> {
+    let path: PathBuf =
+        [env!("CARGO_MANIFEST_DIR"), "tests", "goldens", "lfm2_vl_mlx_vlm.safetensors"]
+            .iter()
+            .collect();
+    Array::load_safetensors(path).unwrap()
+}
+
+fn fixture(name: &str) -> ImageInput {
+    let path: PathBuf =
+        [env!("CARGO_MANIFEST_DIR"), "tests", "fixtures", "images", name].iter().collect();
+    ImageInput::from_bytes(std::fs::read(&path).unwrap())
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+fn folder() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_lfm2_vl(dir.path(), SEED).unwrap();
+    dir
+}
+
+/// Each golden case as a request: the images first, then the text (as
+/// mlx-vlm's message for LFM2-VL puts them), plain greedy, token ids back.
+fn requests(golden: &Value) -> Vec<(String, Request)> {
+    let text = golden["text"].as_str().unwrap();
+    golden["models"][MODEL]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(case, rec)| {
+            let images: Vec<ImageInput> = golden["cases"][case]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| fixture(f.as_str().unwrap()))
+                .collect();
+            let mut parts: Vec<ContentPart> = images
+                .iter()
+                .map(|i| ContentPart::Image { image: Some(i.sha256.clone()) })
+                .collect();
+            parts.push(ContentPart::text(text));
+            let message =
+                ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") };
+            let prompt =
+                Prompt::Chat { messages: vec![message], options: TemplateOptions::default() };
+            let mut request =
+                Request::new(prompt).with_max_tokens(rec["greedy_ids"].as_array().unwrap().len());
+            request.images = images;
+            request.logprobs = Some(0);
+            (case.clone(), request)
+        })
+        .collect()
+}
+
+fn start(dir: &Path, scheduler: SchedulerConfig) -> EngineHandle {
+    let config = EngineConfig { load: LoadOptions { format: WeightFormat::AsStored }, scheduler };
+    EngineHandle::start(dir, config).unwrap()
+}
+
+/// The reference's greedy ids up to its first end-of-turn token, which ends
+/// our stream.
+fn expected(golden: &Value, case: &str, eos: &[u32]) -> Vec<u32> {
+    let want = ids(&golden["models"][MODEL][case]["greedy_ids"]);
+    match want.iter().position(|t| eos.contains(t)) {
+        Some(end) => want[..end].to_vec(),
+        None => want,
+    }
+}
+
+fn generated(c: &Completion, eos: &[u32]) -> Vec<u32> {
+    assert!(c.error.is_none(), "{:?}", c.error);
+    c.logprobs.iter().map(|l| l.token.id).filter(|t| !eos.contains(t)).collect()
+}
+
+/// Each view's patch grid, the views of every image in order.
+fn views(grids: &[[i32; 3]]) -> Vec<[i32; 2]> {
+    let mut out = Vec::new();
+    for &g in grids {
+        let layout = Layout::of_grid(g);
+        out.extend((0..layout.tiles()).map(|_| [TILE_PATCHES, TILE_PATCHES]));
+        if layout.height > 0 {
+            out.push([layout.height, layout.width]);
+        }
+    }
+    out
+}
+
+#[test]
+fn lfm2_vl_prompts_and_pixels_equal_mlx_vlm() {
+    let golden = golden();
+    let arrays = golden_arrays();
+    let table = &arrays["level_values"];
+    let table: Vec<f32> = table.as_slice::<f32>().to_vec();
+    let dir = folder();
+    let loaded = load(dir.path(), &LoadOptions { format: WeightFormat::AsStored }).unwrap();
+    let preparer = Preparer::new(&loaded, 8192);
+    let mut checked = 0;
+    for (case, request) in requests(&golden) {
+        let rec = &golden["models"][MODEL][&case];
+        let prepared = preparer.prepare(request, Instant::now()).unwrap();
+        assert_eq!(prepared.prompt, ids(&rec["prompt_ids"]), "{case}: prompt ids");
+        let grids: Vec<[i32; 3]> =
+            prepared.images.iter().flat_map(|i| i.images.iter().map(|p| p.patches.grid)).collect();
+        let want: Vec<[i32; 2]> = rec["spatial_shapes"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|s| [s[0].as_i64().unwrap() as i32, s[1].as_i64().unwrap() as i32])
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(views(&grids), want, "{case}: views");
+        let Some(images) = &prepared.images else { continue };
+        let ours: Vec<f32> = images.images.iter().flat_map(|i| i.patches.data.clone()).collect();
+        let levels = &arrays[&format!("levels.{case}")];
+        let levels: Vec<u8> = levels.as_slice::<u8>().to_vec();
+        assert_eq!(ours.len(), levels.len(), "{case}: pixel values");
+        let differ = ours
+            .iter()
+            .zip(&levels)
+            .enumerate()
+            .filter(|(i, (v, &level))| **v != table[level as usize * 3 + i % 3])
+            .count();
+        assert_eq!(differ, 0, "{case}: pixel values that differ from mlx-vlm's");
+        checked += 1;
+    }
+    assert_eq!(checked, 3, "the image cases");
+}
+
+#[test]
+fn lfm2_vl_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
+    let golden = golden();
+    let dir = folder();
+    let alone = start(
+        dir.path(),
+        SchedulerConfig {
+            max_running: 1,
+            prefix_cache_bytes: 0,
+            vision_cache_bytes: 0,
+            ..Default::default()
+        },
+    );
+    let eos = alone.model_info().eos_token_ids.clone();
+    for (case, request) in requests(&golden) {
+        let got = alone.submit(request).collect_blocking();
+        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case} alone");
+    }
+    alone.shutdown();
+
+    let engine = start(dir.path(), SchedulerConfig::default());
+    let mut other = Request::new(Prompt::Chat {
+        messages: vec![ChatMessage::user("an unrelated request decoding alongside")],
+        options: TemplateOptions::default(),
+    })
+    .with_max_tokens(20);
+    other.logprobs = Some(0);
+    let other = engine.submit(other);
+    let streams: Vec<_> =
+        requests(&golden).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
+    for (case, stream) in streams {
+        let got = stream.collect_blocking();
+        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case} batched");
+    }
+    assert!(other.collect_blocking().error.is_none());
+    engine.shutdown();
+}
+
+/// The tiny folder as mlx-vlm saves a conversion (what mlx-community's
+/// LFM2-VL repos hold): `language_model.model.*`, `vision_tower.*`,
+/// `multi_modal_projector.*`, the convolution kernels `[C, K, 1]`.
+fn mlx_community_folder(hf: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(hf).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap() != "model.safetensors" {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let tensors = Array::load_safetensors(hf.join("model.safetensors")).unwrap();
+    let renamed: HashMap<String, Array> = tensors
+        .into_iter()
+        .map(|(name, t)| {
+            if let Some(rest) = name.strip_prefix("model.language_model.") {
+                let t =
+                    if rest.ends_with("conv.conv.weight") { t.swap_axes(1, 2).unwrap() } else { t };
+                (format!("language_model.model.{rest}"), t)
+            } else if let Some(rest) = name.strip_prefix("model.vision_tower.vision_model.") {
+                (format!("vision_tower.{rest}"), t)
+            } else {
+                (name.strip_prefix("model.").unwrap().to_string(), t)
+            }
+        })
+        .collect();
+    assert!(renamed.contains_key("vision_tower.embeddings.patch_embedding.weight"));
+    assert!(renamed.contains_key("multi_modal_projector.linear_1.weight"));
+    Array::save_safetensors(renamed.iter(), None, dir.path().join("model.safetensors")).unwrap();
+    dir
+}
+
+#[test]
+fn lfm2_vl_mlx_community_names_give_the_same_tokens() {
+    let golden = golden();
+    let hf = folder();
+    let dir = mlx_community_folder(hf.path());
+    let engine = start(dir.path(), SchedulerConfig::default());
+    let eos = engine.model_info().eos_token_ids.clone();
+    let streams: Vec<_> =
+        requests(&golden).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
+    for (case, stream) in streams {
+        let got = stream.collect_blocking();
+        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case}");
+    }
+    engine.shutdown();
+}
