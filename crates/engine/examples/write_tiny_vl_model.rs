@@ -3,7 +3,7 @@
 //! Python mlx-vlm's outputs on the very same files:
 //! `write_tiny_vl_model <out-dir>` → `<out-dir>/{qwen2_vl,qwen2_5_vl,qwen3_5,qwen3_vl,gemma3,gemma4}/{float,q4}`
 //! (float: Hugging Face names; q4: mlx-community names and layout, the
-//! language model 4-bit with group 64) and `<out-dir>/{smolvlm,idefics3,lfm2_vl}/float`.
+//! language model 4-bit with group 64) and `<out-dir>/{smolvlm,idefics3,lfm2_vl,mistral3}/float`.
 //!
 //! `write_tiny_vl_model --bench <out-dir>` writes one bench-size Qwen2-VL
 //! folder instead (`VlDims::bench`: Qwen2-0.5B's language model, a half-width
@@ -44,6 +44,8 @@ const GEMMA3_SEED: u64 = 3;
 const GEMMA4_SEED: u64 = 4;
 /// The seed the SmolVLM test writes its folder with.
 const SMOLVLM_SEED: u64 = 5;
+/// The seed the Mistral 3 test writes its folder with.
+const MISTRAL3_SEED: u64 = 7;
 /// The seed the LFM2-VL test writes its folder with.
 const LFM2_VL_SEED: u64 = 6;
 
@@ -116,6 +118,7 @@ fn main() -> anyhow::Result<()> {
     )?;
     write_tiny_smolvlm(&out.join("smolvlm").join("float"), SMOLVLM_SEED)?;
     write_tiny_idefics3(&out.join("idefics3").join("float"), SMOLVLM_SEED)?;
+    engine::testing::write_tiny_mistral3(&out.join("mistral3").join("float"), MISTRAL3_SEED)?;
     write_tiny_lfm2_vl(&out.join("lfm2_vl").join("float"), LFM2_VL_SEED)?;
     println!("{}", out.display());
     Ok(())

@@ -45,7 +45,10 @@ pub use gpt_oss::{
 };
 pub use lfm2::{lfm2_byte_level_meta, LFM2_CHAT_TEMPLATE, LFM2_SPECIAL_TOKENS};
 pub use lfm2_vl::{write_lfm2_vl, write_tiny_lfm2_vl, Lfm2VlDims, LFM2_VL_CHAT_TEMPLATE};
-pub use mistral3::MINISTRAL3_WINDOW;
+pub use mistral3::{
+    write_tiny_mistral3, Mistral3Dims, MINISTRAL3_WINDOW, MISTRAL3_CHAT_TEMPLATE,
+    MISTRAL3_SPECIAL_TOKENS,
+};
 pub use qwen3_vl::{
     write_qwen35_vl, write_qwen3_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,
     write_tiny_qwen3_vl_moe, Qwen35VlDims, Qwen3VlDims, QwenTowerDims, QWEN35_MAX_PIXELS,

@@ -70,6 +70,7 @@ pub static FAMILIES: &[Family] = &[
     smolvlm::FAMILY,
     gpt_oss::FAMILY,
     mistral3::FAMILY,
+    mistral3::vision::FAMILY,
 ];
 
 /// The family of a config.json `model_type`.

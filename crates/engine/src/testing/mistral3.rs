@@ -112,3 +112,162 @@ pub(crate) fn write_ministral3(
     save_checkpoint(dir, tensors, &matrices, config, quantize)?;
     Ok(vocab)
 }
+
+/// A Mistral-style chat template: `[INST]` … `[/INST]` turns, each image
+/// part as `[IMG]` where it sits, replies ended by `</s>`.
+pub const MISTRAL3_CHAT_TEMPLATE: &str = "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST]' }}{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}{{ '[IMG]' }}{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}{{ '[/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] }}{{ eos_token }}{% endif %}{% endfor %}";
+
+/// Mistral's specials after the tiny vocabulary (BOS `<s>`, EOS `</s>`).
+pub const MISTRAL3_SPECIAL_TOKENS: [&str; 7] =
+    ["<s>", "</s>", "[INST]", "[/INST]", "[IMG]", "[IMG_BREAK]", "[IMG_END]"];
+
+/// The sizes of the tiny Mistral 3: its Ministral 3 text model and Pixtral tower.
+#[derive(Debug, Clone, Copy)]
+pub struct Mistral3Dims {
+    pub text: Dims,
+    pub vision_width: i32,
+    pub vision_heads: i32,
+    pub vision_mlp: i32,
+    pub vision_layers: i32,
+    pub patch: i32,
+    /// The tower's `image_size` and the processor's `longest_edge`.
+    pub image_size: i32,
+}
+
+impl Mistral3Dims {
+    /// Tiny: the text model of [`TinyFamily::Ministral3`]'s sizes; a
+    /// two-block tower 32 wide (2 heads of 16) on 8-pixel patches, images at
+    /// most 64 pixels a side, merged 2 × 2 (so a 320×240 image is 8 × 6
+    /// patches, 4 × 3 tokens in three rows).
+    pub fn tiny() -> Self {
+        Self {
+            text: Dims::tiny(super::TinyFamily::Ministral3),
+            vision_width: 32,
+            vision_heads: 2,
+            vision_mlp: 48,
+            vision_layers: 2,
+            patch: 8,
+            image_size: 64,
+        }
+    }
+}
+
+/// Writes the tiny Mistral 3 (`mistral3`: Ministral 3 with Pixtral's tower)
+/// into `dir` with transformers' names (`model.language_model.*`,
+/// `model.vision_tower.*`, `model.multi_modal_projector.*`, `lm_head`) and
+/// the PyTorch convolution layout; returns its vocabulary size.
+pub fn write_tiny_mistral3(dir: &Path, seed: u64) -> Result<i32> {
+    let d = Mistral3Dims::tiny();
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let mut meta = super::byte_level_meta();
+    let first = meta.tokens.len() as u32;
+    for t in MISTRAL3_SPECIAL_TOKENS {
+        meta.tokens.push(t.to_owned());
+        meta.token_types.push(3);
+    }
+    meta.bos_id = Some(first);
+    meta.eos_id = Some(first + 1);
+    meta.add_bos = Some(false);
+    meta.chat_template = Some(MISTRAL3_CHAT_TEMPLATE.into());
+    let tokenizer = crate::tokenizer::Tokenizer::from_gguf(meta)?;
+    tokenizer.write_hf_files(dir)?;
+    let id = |t: &str| tokenizer.token_to_id(t).expect("special token in the tiny vocabulary");
+    let vocab = tokenizer.vocab_size() as i32;
+
+    let mut tensors = HashMap::new();
+    let mut rng = Rng(seed);
+    decoder_tensors(&mut tensors, &mut rng, d.text, vocab, "model.language_model", Some("lm_head"));
+    let mut rng = Rng(seed + 1000);
+    let (w, p, m) = (d.vision_width, d.patch, d.vision_mlp);
+    let mut put = |name: String, shape: &[i32], scale: f32, center: f32| {
+        tensors.insert(name, rng.tensor(shape, scale, center));
+    };
+    let v = "model.vision_tower";
+    put(format!("{v}.patch_conv.weight"), &[w, 3, p, p], 1.0 / ((3 * p * p) as f32).sqrt(), 0.0);
+    put(format!("{v}.ln_pre.weight"), &[w], 0.1, 1.0);
+    for i in 0..d.vision_layers {
+        let l = format!("{v}.transformer.layers.{i}");
+        put(format!("{l}.attention_norm.weight"), &[w], 0.1, 1.0);
+        put(format!("{l}.ffn_norm.weight"), &[w], 0.1, 1.0);
+        for (name, out, inp) in [
+            ("attention.q_proj", w, w),
+            ("attention.k_proj", w, w),
+            ("attention.v_proj", w, w),
+            ("attention.o_proj", w, w),
+            ("feed_forward.gate_proj", m, w),
+            ("feed_forward.up_proj", m, w),
+            ("feed_forward.down_proj", w, m),
+        ] {
+            put(format!("{l}.{name}.weight"), &[out, inp], 1.0 / (inp as f32).sqrt(), 0.0);
+        }
+    }
+    let h = d.text.hidden;
+    let j = "model.multi_modal_projector";
+    put(format!("{j}.norm.weight"), &[w], 0.1, 1.0);
+    put(
+        format!("{j}.patch_merger.merging_layer.weight"),
+        &[w, 4 * w],
+        1.0 / (4.0 * w as f32).sqrt(),
+        0.0,
+    );
+    put(format!("{j}.linear_1.weight"), &[h, w], 1.0 / (w as f32).sqrt(), 0.0);
+    put(format!("{j}.linear_2.weight"), &[h, h], 1.0 / (h as f32).sqrt(), 0.0);
+
+    let config = json!({
+        "model_type": "mistral3",
+        "architectures": ["Mistral3ForConditionalGeneration"],
+        "text_config": ministral3_text_config(d.text, vocab, false),
+        "vision_config": {
+            "model_type": "pixtral",
+            "hidden_size": w,
+            "intermediate_size": m,
+            "num_hidden_layers": d.vision_layers,
+            "num_attention_heads": d.vision_heads,
+            "head_dim": w / d.vision_heads,
+            "patch_size": p,
+            "image_size": d.image_size,
+            "num_channels": 3,
+            "rope_theta": 10000.0,
+            "hidden_act": "silu",
+        },
+        "spatial_merge_size": 2,
+        "multimodal_projector_bias": false,
+        "projector_hidden_act": "gelu",
+        "vision_feature_layer": -1,
+        "image_token_index": id("[IMG]"),
+        "bos_token_id": id("<s>"),
+        "eos_token_id": id("</s>"),
+        "vocab_size": vocab,
+        "torch_dtype": "float32",
+    });
+    let pre = json!({
+        "image_processor_type": "PixtralImageProcessor",
+        "processor_class": "PixtralProcessor",
+        "do_convert_rgb": true,
+        "do_resize": true,
+        "size": {"longest_edge": d.image_size},
+        "patch_size": {"height": p, "width": p},
+        "resample": 3,
+        "do_rescale": true,
+        "rescale_factor": 1.0 / 255.0,
+        "do_normalize": true,
+        "image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "image_std": [0.26862954, 0.26130258, 0.27577711],
+    });
+    let processor = json!({
+        "processor_class": "PixtralProcessor",
+        "patch_size": p,
+        "spatial_merge_size": 2,
+        "image_token": "[IMG]",
+        "image_break_token": "[IMG_BREAK]",
+        "image_end_token": "[IMG_END]",
+    });
+    for (name, value) in [("preprocessor_config.json", &pre), ("processor_config.json", &processor)]
+    {
+        let path = dir.join(name);
+        std::fs::write(&path, serde_json::to_string_pretty(value).expect("serializable"))
+            .map_err(|e| Error::io(&path, e))?;
+    }
+    save_checkpoint(dir, tensors, &[], config, None)?;
+    Ok(vocab)
+}

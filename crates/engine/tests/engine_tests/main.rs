@@ -18,6 +18,7 @@ mod kv_quantization;
 mod lfm2;
 mod lfm2_vl;
 mod logprobs;
+mod mistral3;
 mod parity_mlx_lm;
 mod parity_mlx_vlm;
 mod parity_mlx_vlm_gemma;

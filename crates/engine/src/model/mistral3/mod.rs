@@ -26,6 +26,9 @@
 //! `lm_head`, or the older `language_model.model.*`,
 //! `language_model.lm_head`), which mlx-vlm's conversions keep as
 //! `language_model.model.*`.
+pub mod image_processor;
+pub mod vision;
+
 use mlx_rs::{ops, Array};
 use serde::Deserialize;
 use serde_json::Value;

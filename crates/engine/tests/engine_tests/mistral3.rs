@@ -1,0 +1,256 @@
+//! Mistral 3 (`mistral3`: Ministral 3 text, Pixtral tower) against Python
+//! mlx-vlm 0.7.6 on the tiny seeded folder (`testing::write_tiny_mistral3`,
+//! the one `scripts/make-mistral3-golden.sh` recorded the reference on):
+//! chat prompts with no image, a 320×240 image (64×48 pixels after the
+//! processor: 8 × 6 patches, 4 × 3 tokens in three rows), and a portrait
+//! EXIF-6 JPEG (turned upright: 48×64) beside a 182×126 image.
+//! - the prompt: our template, the processor's `[IMG]` rows with
+//!   `[IMG_BREAK]` between them and `[IMG_END]` after the last, and our
+//!   tokenizer give the reference's ids exactly;
+//! - our decoding, bicubic resizes and normalization give the reference's
+//!   pixel values bit for bit, image by image;
+//! - the engine's greedy tokens equal the reference's, each request alone
+//!   and all of them batched (with a text request decoding alongside);
+//! - so do they with the folder as mlx-vlm saves a conversion
+//!   (mlx-community's names and its patch-kernel layout).
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use engine::batch::{ImageInput, Preparer, Prompt, Request, SchedulerConfig};
+use engine::handle::{Completion, EngineConfig, EngineHandle};
+use engine::model::{load, LoadOptions, WeightFormat};
+use engine::testing::write_tiny_mistral3;
+use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
+use mlx_rs::{Array, Dtype};
+use serde_json::Value;
+
+/// The seed `write_tiny_vl_model` writes `mistral3/float` with.
+const SEED: u64 = 7;
+const MODEL: &str = "mistral3/float";
+/// The tiny tower's patch side.
+const PATCH: i32 = 8;
+
+fn golden() -> Value {
+    let path: PathBuf =
+        [env!("CARGO_MANIFEST_DIR"), "tests", "goldens", "mistral3_mlx_vlm.json"].iter().collect();
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The reference's pixel values of each case's images, `[3, H, W]`.
+fn golden_pixels() -> HashMap<String, Array> {
+    let path: PathBuf =
+        [env!("CARGO_MANIFEST_DIR"), "tests", "goldens", "mistral3_mlx_vlm.safetensors"]
+            .iter()
+            .collect();
+    Array::load_safetensors(path).unwrap()
+}
+
+/// `[3, H, W]` → our patches: `p`-pixel patches in raster order, columns
+/// (channel, row, col).
+fn as_patches(pixels: &Array, p: i32) -> Array {
+    let (rows, cols) = (pixels.dim(1) / p, pixels.dim(2) / p);
+    pixels
+        .reshape(&[3, rows, p, cols, p])
+        .unwrap()
+        .transpose_axes(&[1, 3, 0, 2, 4])
+        .unwrap()
+        .reshape(&[rows * cols, 3 * p * p])
+        .unwrap()
+}
+
+fn fixture(name: &str) -> ImageInput {
+    let path: PathBuf =
+        [env!("CARGO_MANIFEST_DIR"), "tests", "fixtures", "images", name].iter().collect();
+    ImageInput::from_bytes(std::fs::read(&path).unwrap())
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+fn folder() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_mistral3(dir.path(), SEED).unwrap();
+    dir
+}
+
+/// Each golden case as a request: the images first, then the text (as
+/// mlx-vlm's message for Mistral 3 puts them), plain greedy, ids back.
+fn requests(golden: &Value) -> Vec<(String, Request)> {
+    let text = golden["text"].as_str().unwrap();
+    golden["models"][MODEL]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(case, rec)| {
+            let images: Vec<ImageInput> = golden["cases"][case]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| fixture(f.as_str().unwrap()))
+                .collect();
+            let mut parts: Vec<ContentPart> = images
+                .iter()
+                .map(|i| ContentPart::Image { image: Some(i.sha256.clone()) })
+                .collect();
+            parts.push(ContentPart::text(text));
+            let message =
+                ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") };
+            let prompt =
+                Prompt::Chat { messages: vec![message], options: TemplateOptions::default() };
+            let mut request =
+                Request::new(prompt).with_max_tokens(rec["greedy_ids"].as_array().unwrap().len());
+            request.images = images;
+            request.logprobs = Some(0);
+            (case.clone(), request)
+        })
+        .collect()
+}
+
+fn start(dir: &Path, scheduler: SchedulerConfig) -> EngineHandle {
+    let config = EngineConfig { load: LoadOptions { format: WeightFormat::AsStored }, scheduler };
+    EngineHandle::start(dir, config).unwrap()
+}
+
+/// The reference's greedy ids up to its first end-of-turn token.
+fn expected(golden: &Value, case: &str, eos: &[u32]) -> Vec<u32> {
+    let want = ids(&golden["models"][MODEL][case]["greedy_ids"]);
+    match want.iter().position(|t| eos.contains(t)) {
+        Some(end) => want[..end].to_vec(),
+        None => want,
+    }
+}
+
+fn generated(c: &Completion, eos: &[u32]) -> Vec<u32> {
+    assert!(c.error.is_none(), "{:?}", c.error);
+    c.logprobs.iter().map(|l| l.token.id).filter(|t| !eos.contains(t)).collect()
+}
+
+#[test]
+fn mistral3_prompts_and_pixels_equal_mlx_vlm() {
+    let golden = golden();
+    let pixels = golden_pixels();
+    let dir = folder();
+    let loaded = load(dir.path(), &LoadOptions { format: WeightFormat::AsStored }).unwrap();
+    let preparer = Preparer::new(&loaded, 8192);
+    let mut images_checked = 0;
+    for (case, request) in requests(&golden) {
+        let rec = &golden["models"][MODEL][&case];
+        let prepared = preparer.prepare(request, Instant::now()).unwrap();
+        assert_eq!(prepared.prompt, ids(&rec["prompt_ids"]), "{case}: prompt ids");
+        let grids: Vec<[i32; 3]> =
+            prepared.images.iter().flat_map(|i| i.images.iter().map(|p| p.patches.grid)).collect();
+        let sizes: Vec<[i32; 3]> = rec["image_sizes"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|s| {
+                        let (h, w) = (s[0].as_i64().unwrap() as i32, s[1].as_i64().unwrap() as i32);
+                        [1, h / PATCH, w / PATCH]
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(grids, sizes, "{case}: each image's patch rows and columns");
+        let Some(images) = &prepared.images else { continue };
+        for (i, image) in images.images.iter().enumerate() {
+            let ours = image.patches.to_array();
+            let theirs = as_patches(&pixels[&format!("pixels.{case}.{i}")], PATCH);
+            assert_eq!(ours.shape(), theirs.shape(), "{case} image {i}: patches");
+            let diff = ours.subtract(&theirs).unwrap().abs().unwrap().max(None).unwrap();
+            let diff = diff.as_dtype(Dtype::Float32).unwrap().item_exact::<f32>();
+            println!("{case} image {i}: max |pixel diff| {diff:e}");
+            assert_eq!(diff, 0.0, "{case} image {i}: pixel values");
+            images_checked += 1;
+        }
+    }
+    assert_eq!(images_checked, 3);
+}
+
+#[test]
+fn mistral3_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
+    let golden = golden();
+    let dir = folder();
+    let alone = start(
+        dir.path(),
+        SchedulerConfig {
+            max_running: 1,
+            prefix_cache_bytes: 0,
+            vision_cache_bytes: 0,
+            ..Default::default()
+        },
+    );
+    let eos = alone.model_info().eos_token_ids.clone();
+    for (case, request) in requests(&golden) {
+        let got = alone.submit(request).collect_blocking();
+        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case} alone");
+    }
+    alone.shutdown();
+
+    let engine = start(dir.path(), SchedulerConfig::default());
+    let mut other = Request::new(Prompt::Chat {
+        messages: vec![ChatMessage::user("an unrelated request decoding alongside")],
+        options: TemplateOptions::default(),
+    })
+    .with_max_tokens(20);
+    other.logprobs = Some(0);
+    let other = engine.submit(other);
+    let streams: Vec<_> =
+        requests(&golden).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
+    for (case, stream) in streams {
+        let got = stream.collect_blocking();
+        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case} batched");
+    }
+    assert!(other.collect_blocking().error.is_none());
+    engine.shutdown();
+}
+
+/// The tiny folder as mlx-vlm saves a conversion (what mlx-community's
+/// Mistral 3 repos hold): `language_model.model.*`, `language_model.lm_head`,
+/// `vision_tower.vision_model.*`, `multi_modal_projector.*`, the patch
+/// kernel in MLX's `[out, P, P, C]`.
+#[test]
+fn mistral3_mlx_community_names_give_the_same_tokens() {
+    let golden = golden();
+    let hf = folder();
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(hf.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap() != "model.safetensors" {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let tensors = Array::load_safetensors(hf.path().join("model.safetensors")).unwrap();
+    let renamed: HashMap<String, Array> = tensors
+        .into_iter()
+        .map(|(name, t)| {
+            if let Some(rest) = name.strip_prefix("model.language_model.") {
+                (format!("language_model.model.{rest}"), t)
+            } else if name.starts_with("lm_head.") {
+                (format!("language_model.{name}"), t)
+            } else if let Some(rest) = name.strip_prefix("model.vision_tower.") {
+                let t = if rest == "patch_conv.weight" {
+                    t.transpose_axes(&[0, 2, 3, 1]).unwrap()
+                } else {
+                    t
+                };
+                (format!("vision_tower.vision_model.{rest}"), t)
+            } else {
+                (name.strip_prefix("model.").unwrap_or(&name).to_string(), t)
+            }
+        })
+        .collect();
+    assert!(renamed.contains_key("language_model.lm_head.weight"));
+    assert!(renamed.contains_key("multi_modal_projector.patch_merger.merging_layer.weight"));
+    Array::save_safetensors(renamed.iter(), None, dir.path().join("model.safetensors")).unwrap();
+    let engine = start(dir.path(), SchedulerConfig::default());
+    let eos = engine.model_info().eos_token_ids.clone();
+    let streams: Vec<_> =
+        requests(&golden).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
+    for (case, stream) in streams {
+        let got = stream.collect_blocking();
+        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case}");
+    }
+    engine.shutdown();
+}
