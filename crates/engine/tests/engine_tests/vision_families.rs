@@ -28,6 +28,7 @@ use engine::testing::{
     write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,
     write_tiny_qwen3_vl_moe, write_tiny_smolvlm,
 };
+use engine::testing::write_tiny_mistral3;
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions, Tokenizer};
 
 /// One family under test: how its tiny folder is written and where its
@@ -47,6 +48,7 @@ const QWEN3_VL_SEED: u64 = 30;
 const GEMMA3_SEED: u64 = 3;
 const GEMMA4_SEED: u64 = 4;
 const SMOLVLM_SEED: u64 = 5;
+const MISTRAL3_SEED: u64 = 7;
 
 const FAMILIES: &[Family] = &[
     Family {
@@ -101,6 +103,15 @@ const FAMILIES: &[Family] = &[
         },
         goldens: "smolvlm_mlx_vlm.json",
         golden_model: "smolvlm/float",
+        images_first: true,
+    },
+    Family {
+        name: "Mistral 3",
+        write: |dir| {
+            write_tiny_mistral3(dir, MISTRAL3_SEED).unwrap();
+        },
+        goldens: "mistral3_mlx_vlm.json",
+        golden_model: "mistral3/float",
         images_first: true,
     },
 ];
