@@ -24,11 +24,11 @@ use engine::cache::KvQuantization;
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{
-    write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,
-    write_tiny_qwen3_vl_moe, write_tiny_smolvlm,
-};
 use engine::testing::write_tiny_mistral3;
+use engine::testing::{
+    write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_lfm2_vl, write_tiny_qwen35_vl,
+    write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe, write_tiny_smolvlm,
+};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions, Tokenizer};
 
 /// One family under test: how its tiny folder is written and where its
@@ -49,6 +49,7 @@ const GEMMA3_SEED: u64 = 3;
 const GEMMA4_SEED: u64 = 4;
 const SMOLVLM_SEED: u64 = 5;
 const MISTRAL3_SEED: u64 = 7;
+const LFM2_VL_SEED: u64 = 6;
 
 const FAMILIES: &[Family] = &[
     Family {
@@ -112,6 +113,15 @@ const FAMILIES: &[Family] = &[
         },
         goldens: "mistral3_mlx_vlm.json",
         golden_model: "mistral3/float",
+        images_first: true,
+    },
+    Family {
+        name: "LFM2-VL",
+        write: |dir| {
+            write_tiny_lfm2_vl(dir, LFM2_VL_SEED).unwrap();
+        },
+        goldens: "lfm2_vl_mlx_vlm.json",
+        golden_model: "lfm2_vl/float",
         images_first: true,
     },
 ];
