@@ -184,3 +184,58 @@ fn a_gpt_oss_estimate_grows_only_with_its_full_layers() {
         ("gpt_oss", false, true)
     );
 }
+
+/// LFM2-VL-1.6B (mlx-community/LFM2-VL-1.6B-4bit in the catalog): its text
+/// model is LFM2-1.2B's — ten short convolutions keep a fixed state, only
+/// the six attention layers grow per token — read from `text_config`, and
+/// its SigLIP2 tower (1152 wide, 16 heads) counts for an image; the 4-bit
+/// checkpoint's chat fits an 8 GB machine with 5 GB free.
+#[test]
+fn an_lfm2_vl_estimate_reads_its_text_config_and_tower() {
+    let config = serde_json::json!({
+        "model_type": "lfm2-vl", "downsample_factor": 2, "projector_hidden_size": 2560,
+        "text_config": {
+            "model_type": "lfm2", "block_auto_adjust_ff_dim": true, "block_dim": 2048,
+            "block_ff_dim": 12288, "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 256,
+            "conv_L_cache": 3, "conv_bias": false, "hidden_size": 2048,
+            "full_attn_idxs": [2, 5, 8, 10, 12, 14], "max_position_embeddings": 128000,
+            "norm_eps": 1e-5, "num_attention_heads": 32, "num_hidden_layers": 16,
+            "num_key_value_heads": 8, "rope_theta": 1000000.0, "vocab_size": 65536
+        },
+        "vision_config": {
+            "model_type": "siglip2_vision_model", "hidden_size": 1152, "intermediate_size": 4304,
+            "num_attention_heads": 16, "num_hidden_layers": 26, "num_patches": 256,
+            "patch_size": 16
+        },
+        "torch_dtype": "bfloat16"
+    });
+    let shape = ModelShape::from_config(&config).unwrap();
+    assert_eq!(shape.layers.len(), 16);
+    let attention: Vec<usize> = (0..16).filter(|&i| shape.layers[i].kv_heads > 0).collect();
+    assert_eq!(attention, [2, 5, 8, 10, 12, 14]);
+    assert_eq!((shape.hidden_size, shape.vocab_size), (2048, 65536));
+    let vision = shape.vision.as_ref().expect("the tower counts");
+    assert_eq!((vision.hidden_size, vision.heads), (1152, 16));
+    let states = 10 * 2 * 2048 * 2; // bf16
+    let per_token = 6 * 2 * 8 * 64 * 2;
+    assert_eq!(shape.kv_bytes(1000, None), states + per_token * 1000);
+
+    let catalog = hub::Catalog::builtin().unwrap();
+    for id in ["mlx-community/LFM2-VL-450M-4bit", "mlx-community/LFM2-VL-1.6B-4bit"] {
+        let entry = catalog.models.iter().find(|m| m.id == id).expect("LFM2-VL in the catalog");
+        assert_eq!(
+            (entry.architecture.as_str(), entry.vision, entry.thinking),
+            ("lfm2_vl", true, false),
+            "{id}"
+        );
+    }
+    let entry = catalog.models.iter().find(|m| m.id == "mlx-community/LFM2-VL-1.6B-4bit").unwrap();
+    let weights = hub::WeightBytes { weights: entry.size_bytes, vision_projector: 0 };
+    let gib = 1u64 << 30;
+    let machine =
+        MachineMemory { total_bytes: 8 * gib, available_bytes: 5 * gib, gpu_limit_bytes: None };
+    let settings = FitSettings { context: 32_768, kv_bits: None, sequences: 4 };
+    let report = hub::check_fit(&shape, &weights, &settings, &machine);
+    println!("LFM2-VL-1.6B 4-bit on 8 GB: {}", report.summary);
+    assert_eq!(report.level, FitLevel::Green, "{}", report.summary);
+}
