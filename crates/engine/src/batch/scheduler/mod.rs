@@ -150,6 +150,8 @@ pub struct Scheduler {
     /// The next step is queued on these before they are read, so reading,
     /// detokenizing and streaming overlap the model's compute.
     in_flight: Option<(Array, usize)>,
+    /// When the last decode step was queued: pacing times it to its read-back.
+    decode_queued: Option<Instant>,
     /// The KV quantization in force (None when off or not applicable), and its description.
     kv_quantization: Option<KvQuantization>,
     kv_quantization_status: String,
@@ -291,6 +293,7 @@ impl Scheduler {
             prefill_rows: 0,
             prefill_padding: 0,
             in_flight: None,
+            decode_queued: None,
             kv_quantization,
             kv_quantization_status,
             idle: false,
@@ -536,9 +539,15 @@ impl Scheduler {
         };
         if allowance.is_some() {
             // Read the decode step in flight now, so the work below is timed
-            // on its own (and the streams get their tokens first).
+            // on its own (and the streams get their tokens first). The wait
+            // times the decode step itself: steps with work beside decoding
+            // say nothing of it otherwise, and a batch that grew while new
+            // requests joined decodes slower than the steps measured before.
             if let Some((tokens, rows)) = self.in_flight.take() {
                 self.accept_tokens(&tokens, rows)?;
+                if let (Some(queued), Some(p)) = (self.decode_queued.take(), &mut self.pacing) {
+                    p.record_decode(queued.elapsed().as_secs_f64());
+                }
             }
         }
         let vision_budget = match (allowance, &self.pacing) {
@@ -926,6 +935,8 @@ impl Scheduler {
         let sampled = self.sample_rows(&logits, pending, &masks)?;
         // log-probabilities asked for, evaluated with the tokens
         let extra = self.queue_logprobs(&logits, &sampled)?;
+        // (On MLX's CPU backend `async_eval` itself may run most of the step.)
+        self.decode_queued = Some(Instant::now());
         mlx_rs::transforms::async_eval(std::iter::once(&sampled).chain(&extra))?;
         self.decode_steps += 1;
         self.in_flight = Some((sampled, b));
