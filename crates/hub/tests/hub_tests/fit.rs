@@ -239,3 +239,68 @@ fn an_lfm2_vl_estimate_reads_its_text_config_and_tower() {
     println!("LFM2-VL-1.6B 4-bit on 8 GB: {}", report.summary);
     assert_eq!(report.level, FitLevel::Green, "{}", report.summary);
 }
+
+/// Ministral 3 3B (mlx-community/Ministral-3-3B-Instruct-2512-4bit in the
+/// catalog): its text model from `text_config` (26 layers attending fully,
+/// 8 KV heads of 128, whatever the YaRN context) and its Pixtral tower (1024
+/// wide, 16 heads) counting for an image; the 4-bit checkpoint's chat at 8K
+/// fits an 8 GB machine with 5 GB free.
+#[test]
+fn a_ministral3_estimate_reads_its_text_config_and_tower() {
+    let config = serde_json::json!({
+        "model_type": "mistral3", "image_token_index": 10, "spatial_merge_size": 2,
+        "multimodal_projector_bias": false, "projector_hidden_act": "gelu",
+        "vision_feature_layer": -1,
+        "text_config": {
+            "model_type": "ministral3", "hidden_size": 3072, "intermediate_size": 9216,
+            "head_dim": 128, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "num_hidden_layers": 26, "vocab_size": 131072, "rms_norm_eps": 1e-5,
+            "max_position_embeddings": 262144, "sliding_window": null,
+            "tie_word_embeddings": true,
+            "rope_parameters": {"rope_type": "yarn", "type": "yarn", "rope_theta": 1000000.0,
+                "factor": 16.0, "original_max_position_embeddings": 16384, "beta_fast": 32.0,
+                "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                "llama_4_scaling_beta": 0.1}
+        },
+        "vision_config": {
+            "model_type": "pixtral", "hidden_size": 1024, "intermediate_size": 4096,
+            "num_attention_heads": 16, "num_hidden_layers": 24, "head_dim": 64,
+            "patch_size": 14, "image_size": 1540, "rope_theta": 10000.0
+        },
+        "torch_dtype": "bfloat16"
+    });
+    let shape = ModelShape::from_config(&config).unwrap();
+    assert_eq!(shape.layers.len(), 26);
+    assert!(shape.layers.iter().all(|l| (l.kv_heads, l.head_dim, l.window) == (8, 128, None)));
+    assert_eq!((shape.hidden_size, shape.vocab_size), (3072, 131072));
+    let vision = shape.vision.as_ref().expect("the tower counts");
+    assert_eq!((vision.hidden_size, vision.heads), (1024, 16));
+    let per_token = 26 * 2 * 8 * 128 * 2; // bf16
+    assert_eq!(shape.kv_bytes(2000, None) - shape.kv_bytes(1000, None), per_token * 1000);
+
+    let catalog = hub::Catalog::builtin().unwrap();
+    for id in [
+        "mlx-community/Ministral-3-3B-Instruct-2512-4bit",
+        "mlx-community/Ministral-3-14B-Instruct-2512-4bit",
+    ] {
+        let entry = catalog.models.iter().find(|m| m.id == id).expect("Ministral 3 in the catalog");
+        assert_eq!(
+            (entry.architecture.as_str(), entry.vision, entry.thinking),
+            ("mistral3", true, false),
+            "{id}"
+        );
+    }
+    let entry = catalog
+        .models
+        .iter()
+        .find(|m| m.id == "mlx-community/Ministral-3-3B-Instruct-2512-4bit")
+        .unwrap();
+    let weights = hub::WeightBytes { weights: entry.size_bytes, vision_projector: 0 };
+    let gib = 1u64 << 30;
+    let machine =
+        MachineMemory { total_bytes: 8 * gib, available_bytes: 5 * gib, gpu_limit_bytes: None };
+    let settings = FitSettings { context: 8192, kv_bits: None, sequences: 1 };
+    let report = hub::check_fit(&shape, &weights, &settings, &machine);
+    println!("Ministral 3 3B 4-bit on 8 GB: {}", report.summary);
+    assert_eq!(report.level, FitLevel::Green, "{}", report.summary);
+}
