@@ -1,8 +1,10 @@
 """Records Python mlx-vlm's greedy tokens on the tiny seeded LFM2-VL folder
-written by the `write_tiny_vl_model` example (`lfm2_vl/float`), as the
-golden for crates/engine/tests/engine_tests/lfm2_vl.rs and vision_families.rs.
+written by the `write_tiny_vl_model` example (`lfm2_vl/float`, and the same
+weights as an mlx-community conversion with the text model 4-bit,
+`lfm2_vl/q4`), as the golden for crates/engine/tests/engine_tests/lfm2_vl.rs
+and vision_families.rs.
 
-Usage: lfm2_vl.py <dir with lfm2_vl/float> <images dir> <out stem>
+Usage: lfm2_vl.py <dir with lfm2_vl/{float,q4}> <images dir> <out stem>
 
 For each case (a chat prompt with no image; a 182×126 image, one view of
 12 × 18 patches; a 320×240 image cut into 3 × 2 tiles and a thumbnail; the
@@ -40,7 +42,7 @@ CASES = {
     "two": ["exif_o6.jpg", "qwen_parity_182x126.png"],
 }
 GREEDY = 10
-MODELS = ["lfm2_vl/float"]
+MODELS = ["lfm2_vl/float", "lfm2_vl/q4"]
 
 
 def level_values(image_processor) -> np.ndarray:
@@ -66,12 +68,20 @@ def as_levels(pixels: np.ndarray, table: np.ndarray) -> np.ndarray:
     return levels
 
 
+def store(arrays: dict, name: str, value: mx.array) -> None:
+    """Keeps an array the models share, checked equal between them."""
+    if name in arrays:
+        assert mx.array_equal(arrays[name], value), f"{name} differs between the models"
+    else:
+        arrays[name] = value
+
+
 def record_model(folder: Path, images: Path, arrays: dict) -> dict:
     model, processor = load(str(folder))
     assert type(processor.image_processor).__name__ == "Lfm2VlNumpyImageProcessor", type(processor.image_processor)
     table = level_values(processor.image_processor)
     assert (np.diff(table, axis=0) > 0).all(), "levels map to increasing values"
-    arrays["level_values"] = mx.array(table)
+    store(arrays, "level_values", mx.array(table))
     cases = {}
     for case, files in CASES.items():
         prompt = apply_chat_template(processor, model.config, TEXT, num_images=len(files))
@@ -87,7 +97,8 @@ def record_model(folder: Path, images: Path, arrays: dict) -> dict:
             lengths = [int(n) for n in inputs["pixel_attention_mask"].sum(axis=1).tolist()]
             assert lengths == [h * w for h, w in shapes], (lengths, shapes)
             views = [np.array(pixel_values[v, :n].astype(mx.float32)) for v, n in enumerate(lengths)]
-            arrays[f"levels.{case}"] = mx.array(as_levels(np.concatenate(views, axis=0), table))
+            levels = mx.array(as_levels(np.concatenate(views, axis=0), table))
+            store(arrays, f"levels.{case}", levels)
         mask = inputs["attention_mask"]
         greedy = []
         for tok, _ in generate_step(input_ids, model, pixel_values, mask, max_tokens=GREEDY, temperature=0.0, **extra):

@@ -16,9 +16,9 @@ use clap::Parser;
 use engine::testing::{
     write_gemma3_vl, write_gemma4_vl, write_qwen35_vl, write_qwen3_vl, write_smolvlm_with,
     write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_idefics3, write_tiny_lfm2_vl,
-    write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe,
-    write_tiny_smolvlm, Gemma3VlDims, Gemma4VlDims, Qwen35VlDims, Qwen3VlDims, QwenVlNames,
-    QwenVlVariant, SmolVlmDims, TinyQwenVl, VlDims,
+    write_tiny_lfm2_vl_q4, write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,
+    write_tiny_qwen3_vl_moe, write_tiny_smolvlm, Gemma3VlDims, Gemma4VlDims, Qwen35VlDims,
+    Qwen3VlDims, QwenVlNames, QwenVlVariant, SmolVlmDims, TinyQwenVl, VlDims,
 };
 use engine::weights::QuantSpec;
 
@@ -120,6 +120,7 @@ fn main() -> anyhow::Result<()> {
     write_tiny_idefics3(&out.join("idefics3").join("float"), SMOLVLM_SEED)?;
     engine::testing::write_tiny_mistral3(&out.join("mistral3").join("float"), MISTRAL3_SEED)?;
     write_tiny_lfm2_vl(&out.join("lfm2_vl").join("float"), LFM2_VL_SEED)?;
+    write_tiny_lfm2_vl_q4(&out.join("lfm2_vl").join("q4"), LFM2_VL_SEED)?;
     println!("{}", out.display());
     Ok(())
 }

@@ -44,7 +44,9 @@ pub use gpt_oss::{
     GPT_OSS_SPECIAL_TOKENS, GPT_OSS_WINDOW,
 };
 pub use lfm2::{lfm2_byte_level_meta, LFM2_CHAT_TEMPLATE, LFM2_SPECIAL_TOKENS};
-pub use lfm2_vl::{write_lfm2_vl, write_tiny_lfm2_vl, Lfm2VlDims, LFM2_VL_CHAT_TEMPLATE};
+pub use lfm2_vl::{
+    write_lfm2_vl, write_tiny_lfm2_vl, write_tiny_lfm2_vl_q4, Lfm2VlDims, LFM2_VL_CHAT_TEMPLATE,
+};
 pub use mistral3::{
     write_tiny_mistral3, Mistral3Dims, MINISTRAL3_WINDOW, MISTRAL3_CHAT_TEMPLATE,
     MISTRAL3_SPECIAL_TOKENS,

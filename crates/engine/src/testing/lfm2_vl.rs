@@ -13,7 +13,11 @@
 //!
 //! Names are transformers' (`model.language_model.*`,
 //! `model.vision_tower.vision_model.*`, `model.multi_modal_projector.*`)
-//! with Hugging Face's convolution kernels, so the renaming at load runs.
+//! with Hugging Face's convolution kernels, so the renaming at load runs;
+//! [`write_tiny_lfm2_vl_q4`] writes the same weights as mlx-community's
+//! conversions hold them (`language_model.model.*` with `[C, K, 1]` kernels
+//! and the text model quantized, `vision_tower.*` and
+//! `multi_modal_projector.*` left float, as mlx-vlm's convert leaves them).
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -24,6 +28,7 @@ use super::lfm2::{lfm2_byte_level_meta, lfm2_config, lfm2_weights, Writer};
 use super::{save_checkpoint, Rng};
 use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
+use crate::weights::QuantSpec;
 
 /// The sizes of an LFM2-VL beside its text model: the tower, the pixel
 /// unshuffle, the projector and the processor's views.
@@ -119,11 +124,30 @@ fn lfm2_vl_byte_level_meta() -> GgufTokenizerMeta {
 
 /// Writes the tiny LFM2-VL into `dir`; returns its vocabulary size.
 pub fn write_tiny_lfm2_vl(dir: &Path, seed: u64) -> Result<i32> {
-    write_lfm2_vl(dir, &Lfm2VlDims::tiny(), seed)
+    write_lfm2_vl(dir, &Lfm2VlDims::tiny(), None, seed)
 }
 
-/// [`write_tiny_lfm2_vl`] with other sizes.
-pub fn write_lfm2_vl(dir: &Path, d: &Lfm2VlDims, seed: u64) -> Result<i32> {
+/// The same weights as an mlx-community conversion: mlx-vlm's names, the
+/// text model 4-bit in groups of 32 (the tower and projector float).
+pub fn write_tiny_lfm2_vl_q4(dir: &Path, seed: u64) -> Result<i32> {
+    let q4 = QuantSpec { group_size: 32, bits: 4 };
+    write_lfm2_vl(dir, &Lfm2VlDims::tiny(), Some(q4), seed)
+}
+
+/// [`write_tiny_lfm2_vl`] with other sizes; `quantize`: mlx-community's
+/// layout with the text model quantized.
+pub fn write_lfm2_vl(
+    dir: &Path,
+    d: &Lfm2VlDims,
+    quantize: Option<QuantSpec>,
+    seed: u64,
+) -> Result<i32> {
+    let hf = quantize.is_none();
+    let (text, tower, projector) = if hf {
+        ("model.language_model", "model.vision_tower.vision_model", "model.multi_modal_projector")
+    } else {
+        ("language_model.model", "vision_tower", "multi_modal_projector")
+    };
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = Tokenizer::from_gguf(lfm2_vl_byte_level_meta())?;
     tokenizer.write_hf_files(dir)?;
@@ -131,7 +155,7 @@ pub fn write_lfm2_vl(dir: &Path, d: &Lfm2VlDims, seed: u64) -> Result<i32> {
     let vocab = tokenizer.vocab_size() as i32;
 
     let mut w = Writer { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new() };
-    lfm2_weights(&mut w, d.text, vocab, true, "model.language_model")?;
+    lfm2_weights(&mut w, d.text, vocab, hf, text)?;
 
     let mut v = Writer { rng: Rng(seed + 1000), tensors: HashMap::new(), matrices: Vec::new() };
     let linear = |v: &mut Writer, path: String, input: i32, output: i32| {
@@ -146,7 +170,7 @@ pub fn write_lfm2_vl(dir: &Path, d: &Lfm2VlDims, seed: u64) -> Result<i32> {
         let bias = v.rng.tensor(&[dim], 0.1, 0.0);
         v.tensors.insert(format!("{path}.bias"), bias);
     };
-    let t = "model.vision_tower.vision_model";
+    let t = tower;
     let width = d.vision_width;
     linear(&mut v, format!("{t}.embeddings.patch_embedding"), 3 * d.patch * d.patch, width);
     let table = d.positions_side * d.positions_side;
@@ -164,7 +188,7 @@ pub fn write_lfm2_vl(dir: &Path, d: &Lfm2VlDims, seed: u64) -> Result<i32> {
     }
     layer_norm(&mut v, format!("{t}.post_layernorm"), width);
     let folded = width * d.factor * d.factor;
-    let p = "model.multi_modal_projector";
+    let p = projector;
     layer_norm(&mut v, format!("{p}.layer_norm"), folded);
     linear(&mut v, format!("{p}.linear_1"), folded, d.projector_hidden);
     linear(&mut v, format!("{p}.linear_2"), d.projector_hidden, d.text.hidden);
@@ -174,7 +198,7 @@ pub fn write_lfm2_vl(dir: &Path, d: &Lfm2VlDims, seed: u64) -> Result<i32> {
     let config = json!({
         "model_type": "lfm2-vl",
         "architectures": ["Lfm2VlForConditionalGeneration"],
-        "text_config": lfm2_config(d.text, vocab, true),
+        "text_config": lfm2_config(d.text, vocab, hf),
         "vision_config": {
             "model_type": "siglip2_vision_model",
             "hidden_size": width,
@@ -245,6 +269,6 @@ pub fn write_lfm2_vl(dir: &Path, d: &Lfm2VlDims, seed: u64) -> Result<i32> {
         "processor_config.json",
         &json!({"processor_class": "Lfm2VlProcessor", "use_image_special_tokens": true}),
     )?;
-    save_checkpoint(dir, w.tensors, &[], config, None)?;
+    save_checkpoint(dir, w.tensors, &w.matrices, config, quantize)?;
     Ok(vocab)
 }

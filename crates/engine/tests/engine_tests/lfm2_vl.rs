@@ -13,7 +13,9 @@
 //! - the engine's greedy tokens equal the reference's, each request alone
 //!   and all of them batched (with a text request decoding alongside);
 //! - so do they with the folder as mlx-vlm saves a conversion
-//!   (mlx-community's names and convolution kernels).
+//!   (mlx-community's names and convolution kernels), and with such a
+//!   conversion whose text model is 4-bit (`lfm2_vl/q4`, its own golden),
+//!   kept quantized and dequantized.
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -22,7 +24,7 @@ use engine::batch::{ImageInput, Preparer, Prompt, Request, SchedulerConfig};
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::lfm2_vl::image_processor::Layout;
 use engine::model::{load, LoadOptions, WeightFormat};
-use engine::testing::write_tiny_lfm2_vl;
+use engine::testing::{write_tiny_lfm2_vl, write_tiny_lfm2_vl_q4};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use mlx_rs::Array;
 use serde_json::Value;
@@ -30,6 +32,7 @@ use serde_json::Value;
 /// The seed `write_tiny_vl_model` writes `lfm2_vl/float` with.
 const SEED: u64 = 6;
 const MODEL: &str = "lfm2_vl/float";
+const MODEL_Q4: &str = "lfm2_vl/q4";
 /// The tiny folder's tile side in patches (64-pixel tiles of 8-pixel patches).
 const TILE_PATCHES: i32 = 8;
 
@@ -66,8 +69,12 @@ fn folder() -> tempfile::TempDir {
 /// Each golden case as a request: the images first, then the text (as
 /// mlx-vlm's message for LFM2-VL puts them), plain greedy, token ids back.
 fn requests(golden: &Value) -> Vec<(String, Request)> {
+    requests_of(golden, MODEL)
+}
+
+fn requests_of(golden: &Value, model: &str) -> Vec<(String, Request)> {
     let text = golden["text"].as_str().unwrap();
-    golden["models"][MODEL]
+    golden["models"][model]
         .as_object()
         .unwrap()
         .iter()
@@ -97,14 +104,22 @@ fn requests(golden: &Value) -> Vec<(String, Request)> {
 }
 
 fn start(dir: &Path, scheduler: SchedulerConfig) -> EngineHandle {
-    let config = EngineConfig { load: LoadOptions { format: WeightFormat::AsStored }, scheduler };
+    start_as(dir, WeightFormat::AsStored, scheduler)
+}
+
+fn start_as(dir: &Path, format: WeightFormat, scheduler: SchedulerConfig) -> EngineHandle {
+    let config = EngineConfig { load: LoadOptions { format }, scheduler };
     EngineHandle::start(dir, config).unwrap()
 }
 
 /// The reference's greedy ids up to its first end-of-turn token, which ends
 /// our stream.
 fn expected(golden: &Value, case: &str, eos: &[u32]) -> Vec<u32> {
-    let want = ids(&golden["models"][MODEL][case]["greedy_ids"]);
+    expected_of(golden, MODEL, case, eos)
+}
+
+fn expected_of(golden: &Value, model: &str, case: &str, eos: &[u32]) -> Vec<u32> {
+    let want = ids(&golden["models"][model][case]["greedy_ids"]);
     match want.iter().position(|t| eos.contains(t)) {
         Some(end) => want[..end].to_vec(),
         None => want,
@@ -255,4 +270,27 @@ fn lfm2_vl_mlx_community_names_give_the_same_tokens() {
         assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case}");
     }
     engine.shutdown();
+}
+
+#[test]
+fn lfm2_vl_q4_gives_mlx_vlm_s_tokens_quantized_and_dequantized() {
+    let golden = golden();
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_lfm2_vl_q4(dir.path(), SEED).unwrap();
+    // the 4-bit text model answers otherwise than the float one
+    assert_ne!(golden["models"][MODEL_Q4]["text"], golden["models"][MODEL]["text"]);
+    for format in [WeightFormat::AsStored, WeightFormat::Float32] {
+        let engine = start_as(dir.path(), format, SchedulerConfig::default());
+        let eos = engine.model_info().eos_token_ids.clone();
+        let streams: Vec<_> = requests_of(&golden, MODEL_Q4)
+            .into_iter()
+            .map(|(case, r)| (case, engine.submit(r)))
+            .collect();
+        for (case, stream) in streams {
+            let got = stream.collect_blocking();
+            let want = expected_of(&golden, MODEL_Q4, &case, &eos);
+            assert_eq!(generated(&got, &eos), want, "{case} {format:?}");
+        }
+        engine.shutdown();
+    }
 }
