@@ -36,7 +36,7 @@ pub const FAMILY: Family = Family {
     name: "LFM2-VL",
     model_types: &["lfm2_vl", "lfm2-vl"],
     build: |_, config, loader| Ok(Box::new(Lfm2Vl::load(config, loader)?)),
-    layers: |config| Ok(Lfm2Args::parse(config)?.layer_shapes()),
+    layers: |config| Ok(Lfm2Args::parse(&with_text_defaults(config))?.layer_shapes()),
     gguf: None,
     image_processor: Some(image_processor::Lfm2VlImageProcessor::shared_from_folder),
     tensor_parallel: false,
@@ -65,6 +65,17 @@ pub struct Lfm2VlVision {
 
 /// One image part-way through the tower: each view's encoding and patch grid.
 struct Views(Vec<(SiglipEncoding, i32, i32)>);
+
+/// config.json with mlx-vlm's defaults in `text_config` for what an
+/// LFM2-VL export may leave out (its `TextConfig` adjusts the MLP width
+/// unless told not to; mlx-lm's text LFM2 has no default).
+fn with_text_defaults(config: &Value) -> Value {
+    let mut config = config.clone();
+    if let Some(text) = config.get_mut("text_config").and_then(Value::as_object_mut) {
+        text.entry("block_auto_adjust_ff_dim").or_insert(true.into());
+    }
+    config
+}
 
 /// `vision_config` as [`SiglipConfig`] reads it, with mlx-vlm's defaults:
 /// the position table's `num_patches` as a square `image_size`, and only
@@ -149,7 +160,7 @@ impl Lfm2Vl {
     pub fn load(config: &Value, loader: &mut LayerLoader) -> Result<Lfm2Vl> {
         let cfg = vision_config(config)?;
         gather_names(loader, cfg.layers);
-        let language = Lfm2::load(config, loader)?;
+        let language = Lfm2::load(&with_text_defaults(config), loader)?;
         let int =
             |key: &str, default: i64| config.get(key).and_then(Value::as_i64).unwrap_or(default);
         let flag = |key: &str| config.get(key).and_then(Value::as_bool).unwrap_or(true);
@@ -289,6 +300,56 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::cache::LayerCache;
+
+    /// LFM2-VL-1.6B's config.json (the fields the model reads).
+    fn lfm2_vl_1_6b() -> Value {
+        json!({
+            "model_type": "lfm2-vl", "architectures": ["Lfm2VlForConditionalGeneration"],
+            "downsample_factor": 2, "encoder_patch_size": 16, "image_token_index": 396,
+            "projector_bias": true, "projector_hidden_act": "gelu", "projector_hidden_size": 2560,
+            "vision_feature_layer": -1, "tile_size": 512, "max_image_tokens": 256,
+            "text_config": {
+                "model_type": "lfm2", "block_auto_adjust_ff_dim": true, "block_dim": 2048,
+                "block_ff_dim": 12288, "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 256,
+                "conv_L_cache": 3, "conv_bias": false, "hidden_size": 2048,
+                "full_attn_idxs": [2, 5, 8, 10, 12, 14], "max_position_embeddings": 128000,
+                "norm_eps": 1e-5, "num_attention_heads": 32, "num_hidden_layers": 16,
+                "num_key_value_heads": 8, "rope_theta": 1000000.0, "vocab_size": 65536
+            },
+            "vision_config": {
+                "model_type": "siglip2_vision_model", "hidden_size": 1152,
+                "intermediate_size": 4304, "layer_norm_eps": 1e-6, "num_attention_heads": 16,
+                "num_channels": 3, "num_hidden_layers": 26, "num_patches": 256, "patch_size": 16
+            }
+        })
+    }
+
+    #[test]
+    fn a_real_config_gives_lfm2s_layers_and_a_siglip2_tower() {
+        let config = lfm2_vl_1_6b();
+        let shapes = (FAMILY.layers)(&config).unwrap();
+        let attention: Vec<usize> =
+            (0..16).filter(|&i| shapes[i].cache == LayerCache::Full).collect();
+        assert_eq!(attention, [2, 5, 8, 10, 12, 14]);
+        let cfg = vision_config(&config).unwrap();
+        assert_eq!((cfg.layers, cfg.width, cfg.heads, cfg.side()), (26, 1152, 16, 16));
+        // LFM2.5-VL style: layer_types, intermediate_size, no auto-adjust flag
+        // (mlx-vlm then adjusts: 2/3 of 12288 = 8192)
+        let mut text = config["text_config"].clone();
+        let map = text.as_object_mut().unwrap();
+        for key in ["block_auto_adjust_ff_dim", "block_ff_dim", "full_attn_idxs"] {
+            map.remove(key);
+        }
+        map.insert("intermediate_size".into(), json!(12288));
+        let types: Vec<&str> = (0..16)
+            .map(|i| if attention.contains(&i) { "full_attention" } else { "conv" })
+            .collect();
+        map.insert("layer_types".into(), json!(types));
+        let newer = json!({"model_type": "lfm2_vl", "text_config": text});
+        assert_eq!((FAMILY.layers)(&newer).unwrap(), shapes);
+        assert_eq!(Lfm2Args::parse(&with_text_defaults(&newer)).unwrap().ff_dim(), 8192);
+    }
 
     #[test]
     fn the_tower_keeps_the_blocks_up_to_the_feature_layer() {
