@@ -199,6 +199,105 @@ pub fn load_assistant(
     Ok(Box::new(assistant))
 }
 
+/// The drafter folders the engine reads besides models: what one holds,
+/// told from its config.json alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrafterKind {
+    /// A Gemma 4 assistant drafter ([`load_assistant`]).
+    Assistant,
+    /// mlx-vlm's split multi-token-prediction head ([`load_draft_head`]).
+    MtpHead,
+}
+
+impl DrafterKind {
+    /// Its config.json `model_type`.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            DrafterKind::Assistant => "gemma4_assistant",
+            DrafterKind::MtpHead => "qwen3_5_mtp",
+        }
+    }
+
+    /// What it is, in words ("a Gemma 4 assistant drafter").
+    pub fn words(self) -> &'static str {
+        match self {
+            DrafterKind::Assistant => "a Gemma 4 assistant drafter",
+            DrafterKind::MtpHead => "a Qwen3.5 multi-token-prediction head",
+        }
+    }
+
+    /// The `model_type`s of the models it can draft for.
+    fn targets(self) -> impl Iterator<Item = &'static str> {
+        let lists = match self {
+            DrafterKind::Assistant => {
+                [super::gemma4::FAMILY.model_types, super::gemma4::vision::FAMILY.model_types]
+            }
+            DrafterKind::MtpHead => {
+                [super::qwen3_5::FAMILY.model_types, super::qwen3_5::vision::FAMILY.model_types]
+            }
+        };
+        lists.into_iter().flatten().copied()
+    }
+
+    /// The hidden size and vocabulary of the model it was made for.
+    fn made_for(self, config: &Value) -> (Option<u64>, Option<u64>) {
+        let text = config.get("text_config").filter(|t| t.is_object()).unwrap_or(config);
+        let hidden = match self {
+            DrafterKind::Assistant => config.get("backbone_hidden_size"),
+            DrafterKind::MtpHead => text.get("hidden_size"),
+        };
+        (hidden.and_then(Value::as_u64), text.get("vocab_size").and_then(Value::as_u64))
+    }
+}
+
+/// The drafter in the folder `path`, from its config.json's `model_type`
+/// (no weights read, no MLX); `None` when it holds none, or no readable config.
+pub fn drafter_kind(path: &Path) -> Option<DrafterKind> {
+    let config = read_config(path).ok()?;
+    let found = registry::model_type(&config).ok()?;
+    [DrafterKind::Assistant, DrafterKind::MtpHead].into_iter().find(|k| k.model_type() == found)
+}
+
+/// Whether the drafter folder `drafter` can draft for the model folder
+/// `target`, from their config.json files alone (no weights, no MLX): the
+/// family it drafts for, and the hidden size and vocabulary of the model it
+/// was made for, which [`load_assistant`] and [`load_draft_head`] check
+/// again on the weights. Refused, saying why, in words for a form.
+pub fn check_drafter(drafter: &Path, target: &Path) -> Result<DrafterKind> {
+    let kind = drafter_kind(drafter).ok_or_else(|| {
+        Error::InvalidRequest(format!(
+            "{} holds no drafter (a Gemma 4 assistant or a split multi-token-prediction head)",
+            drafter.display()
+        ))
+    })?;
+    let config = read_config(target)?;
+    let model_type = registry::model_type(&config)?;
+    if !kind.targets().any(|t| t == model_type) {
+        let family = registry::family(&model_type).map_or(model_type.as_str(), |f| f.name);
+        let drafts_for = match kind {
+            DrafterKind::Assistant => "Gemma 4",
+            DrafterKind::MtpHead => "Qwen3.5",
+        };
+        return Err(Error::InvalidRequest(format!(
+            "it is {}, which drafts for {drafts_for} models, and this model is {family}",
+            kind.words()
+        )));
+    }
+    let shape = registry::shape_of(&config)?;
+    let (hidden, vocab) = kind.made_for(&read_config(drafter)?);
+    let (want_hidden, want_vocab) = (shape.hidden_size as u64, shape.vocab_size as u64);
+    if (hidden, vocab) != (Some(want_hidden), Some(want_vocab)) {
+        let said = |v: Option<u64>| v.map_or("?".to_string(), |v| v.to_string());
+        return Err(Error::InvalidRequest(format!(
+            "it was made for a model of hidden size {} and vocabulary {}, and this model has \
+             hidden size {want_hidden} and vocabulary {want_vocab}",
+            said(hidden),
+            said(vocab)
+        )));
+    }
+    Ok(kind)
+}
+
 /// A drafter's own folder, opened and checked to hold the expected
 /// `model_type` before any weight is read.
 struct DrafterFolder {
