@@ -38,7 +38,7 @@ pub use gemma4_vl::{
     write_gemma4_vl, write_tiny_gemma4_vl, Gemma4VlDims, GEMMA4_CHAT_TEMPLATE,
     GEMMA4_VL_SOFT_TOKENS,
 };
-pub use gguf_writer::{write_gguf, GgufTensor, GgufValue};
+pub use gguf_writer::{write_gguf, write_gguf_header, GgufTensor, GgufValue};
 pub use gpt_oss::{
     gpt_oss_byte_level_meta, write_tiny_gpt_oss_openai_mxfp4, GPT_OSS_CHAT_TEMPLATE,
     GPT_OSS_SPECIAL_TOKENS, GPT_OSS_WINDOW,

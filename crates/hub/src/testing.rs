@@ -514,67 +514,10 @@ pub fn no_ambient_token() {
     ONCE.call_once(|| std::env::set_var("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1"));
 }
 
-/// A GGUF metadata value for [`write_gguf`].
-pub enum GgufValue {
-    U32(u32),
-    F32(f32),
-    F32Array(Vec<f32>),
-    Str(String),
-    StrArray(Vec<String>),
-}
+pub use engine::testing::GgufValue;
 
-/// Writes a GGUF header with `kvs` (and no tensors), the way llama.cpp lays
-/// it out: version 1 uses 32-bit lengths and counts, versions 2 and 3 64-bit.
+/// Writes a GGUF header with `kvs` (and no tensors) in GGUF `version`, with
+/// the engine's test writer (the layout llama.cpp writes).
 pub fn write_gguf(path: &Path, version: u32, kvs: &[(&str, GgufValue)]) {
-    let mut out = Vec::new();
-    let wide = version >= 2;
-    let count = |out: &mut Vec<u8>, n: usize| {
-        if wide {
-            out.extend((n as u64).to_le_bytes())
-        } else {
-            out.extend((n as u32).to_le_bytes())
-        }
-    };
-    let string = |out: &mut Vec<u8>, s: &str| {
-        count(out, s.len());
-        out.extend(s.as_bytes());
-    };
-    out.extend(b"GGUF");
-    out.extend(version.to_le_bytes());
-    count(&mut out, 0); // tensors
-    count(&mut out, kvs.len());
-    for (key, value) in kvs {
-        string(&mut out, key);
-        match value {
-            GgufValue::U32(v) => {
-                out.extend(4u32.to_le_bytes());
-                out.extend(v.to_le_bytes());
-            }
-            GgufValue::F32(v) => {
-                out.extend(6u32.to_le_bytes());
-                out.extend(v.to_le_bytes());
-            }
-            GgufValue::F32Array(values) => {
-                out.extend(9u32.to_le_bytes());
-                out.extend(6u32.to_le_bytes());
-                count(&mut out, values.len());
-                for v in values {
-                    out.extend(v.to_le_bytes());
-                }
-            }
-            GgufValue::Str(s) => {
-                out.extend(8u32.to_le_bytes());
-                string(&mut out, s);
-            }
-            GgufValue::StrArray(items) => {
-                out.extend(9u32.to_le_bytes());
-                out.extend(8u32.to_le_bytes());
-                count(&mut out, items.len());
-                for s in items {
-                    string(&mut out, s);
-                }
-            }
-        }
-    }
-    std::fs::write(path, out).unwrap();
+    engine::testing::write_gguf_header(path, version, kvs).unwrap();
 }

@@ -1,6 +1,8 @@
-//! A minimal GGUF v3 writer, for tests: metadata and tensors of raw bytes, as
+//! A minimal GGUF writer, for tests: metadata and tensors of raw bytes, as
 //! llama.cpp lays them out (tensor dimensions fastest-first, data aligned to
-//! 32 bytes).
+//! 32 bytes). Version 3 by default; [`write_gguf_header`] also writes the
+//! older versions a reader of headers meets (version 1 counts and measures
+//! strings in 32 bits, versions 2 and 3 in 64).
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -43,16 +45,32 @@ pub fn write_gguf(
     metadata: &[(&str, GgufValue)],
     tensors: &[GgufTensor],
 ) -> Result<()> {
-    let mut b: Vec<u8> = Vec::new();
-    fn string(b: &mut Vec<u8>, s: &str) {
-        b.extend((s.len() as u64).to_le_bytes());
+    std::fs::write(path, encode(3, metadata, tensors)).map_err(|e| Error::io(path, e))
+}
+
+/// A file of metadata and no tensors, in GGUF `version` (1, 2 or 3).
+pub fn write_gguf_header(path: &Path, version: u32, metadata: &[(&str, GgufValue)]) -> Result<()> {
+    std::fs::write(path, encode(version, metadata, &[])).map_err(|e| Error::io(path, e))
+}
+
+fn encode(version: u32, metadata: &[(&str, GgufValue)], tensors: &[GgufTensor]) -> Vec<u8> {
+    let wide = version >= 2;
+    let count = |b: &mut Vec<u8>, n: usize| {
+        if wide {
+            b.extend((n as u64).to_le_bytes())
+        } else {
+            b.extend((n as u32).to_le_bytes())
+        }
+    };
+    let string = |b: &mut Vec<u8>, s: &str| {
+        count(b, s.len());
         b.extend(s.as_bytes());
-    }
-    fn value(b: &mut Vec<u8>, v: &GgufValue) {
+    };
+    let value = |b: &mut Vec<u8>, v: &GgufValue| {
         let array = |b: &mut Vec<u8>, item: u32, len: usize| {
             b.extend(9u32.to_le_bytes());
             b.extend(item.to_le_bytes());
-            b.extend((len as u64).to_le_bytes());
+            count(b, len);
         };
         match v {
             GgufValue::Str(s) => {
@@ -84,11 +102,12 @@ pub fn write_gguf(
                 items.iter().for_each(|x| b.extend(x.to_le_bytes()));
             }
         }
-    }
+    };
+    let mut b: Vec<u8> = Vec::new();
     b.extend(b"GGUF");
-    b.extend(3u32.to_le_bytes());
-    b.extend((tensors.len() as u64).to_le_bytes());
-    b.extend((metadata.len() as u64).to_le_bytes());
+    b.extend(version.to_le_bytes());
+    count(&mut b, tensors.len());
+    count(&mut b, metadata.len());
     for (key, v) in metadata {
         string(&mut b, key);
         value(&mut b, v);
@@ -98,11 +117,14 @@ pub fn write_gguf(
         string(&mut b, &t.name);
         b.extend((t.shape.len() as u32).to_le_bytes());
         for d in t.shape.iter().rev() {
-            b.extend((*d as u64).to_le_bytes());
+            count(&mut b, *d);
         }
         b.extend(t.kind.to_le_bytes());
         b.extend((offset as u64).to_le_bytes());
         offset += t.data.len().div_ceil(ALIGN) * ALIGN;
+    }
+    if tensors.is_empty() {
+        return b; // a header: nothing to align
     }
     let pad = |b: &mut Vec<u8>| b.resize(b.len().div_ceil(ALIGN) * ALIGN, 0);
     pad(&mut b);
@@ -110,5 +132,5 @@ pub fn write_gguf(
         b.extend(&t.data);
         pad(&mut b);
     }
-    std::fs::write(path, b).map_err(|e| Error::io(path, e))
+    b
 }

@@ -8,7 +8,7 @@ use common::{write_gguf, GgufValue};
 use hub::gguf::{read_architecture, read_string_value};
 
 fn tokens(n: usize) -> GgufValue {
-    GgufValue::StrArray((0..n).map(|i| format!("tok{i}")).collect())
+    GgufValue::Strings((0..n).map(|i| format!("tok{i}")).collect())
 }
 
 #[test]
@@ -21,7 +21,7 @@ fn reads_the_architecture_after_values_it_skips() {
         &[
             ("general.alignment", GgufValue::U32(32)),
             ("tokenizer.ggml.tokens", tokens(1000)),
-            ("tokenizer.ggml.scores", GgufValue::F32Array(vec![0.5; 1000])),
+            ("tokenizer.ggml.scores", GgufValue::F32s(vec![0.5; 1000])),
             ("general.architecture", GgufValue::Str("qwen2".into())),
             ("general.name", GgufValue::Str("Tiny".into())),
         ],

@@ -65,7 +65,7 @@ fn gguf_file(dir: &Path, extra: usize) -> Vec<u8> {
             ("llama.attention.layer_norm_rms_epsilon", GgufValue::F32(1e-5)),
             (
                 "tokenizer.ggml.tokens",
-                GgufValue::StrArray((0..500).map(|i| format!("t{i}")).collect()),
+                GgufValue::Strings((0..500).map(|i| format!("t{i}")).collect()),
             ),
         ],
     );
