@@ -160,12 +160,23 @@ impl ToolCallTags {
         }
     }
 
+    /// `[TOOL_CALLS]…` until the end of the reply: Mistral (each further
+    /// call opens with its own `[TOOL_CALLS]`, read by the parser).
+    pub fn mistral() -> Self {
+        ToolCallTags {
+            open: crate::tools::MISTRAL_TOOL_CALLS.into(),
+            close: None,
+            bare_json: false,
+        }
+    }
+
     pub fn for_style(style: ToolCallStyle) -> Self {
         match style {
             ToolCallStyle::Hermes => Self::hermes(),
             ToolCallStyle::Llama3 => Self::llama3(),
             ToolCallStyle::Pythonic => Self::pythonic(),
             ToolCallStyle::Harmony => Self::harmony(),
+            ToolCallStyle::Mistral | ToolCallStyle::MistralJson => Self::mistral(),
         }
     }
 }

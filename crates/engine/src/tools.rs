@@ -46,7 +46,18 @@ pub enum ToolCallStyle {
     Pythonic,
     /// A harmony message to `functions.NAME` in the `commentary` channel: gpt-oss.
     Harmony,
+    /// `[TOOL_CALLS]name[ARGS]{…}` per call: Ministral 3, Mistral Small 3.2,
+    /// Magistral (Mistral's tokenizers v11 and later).
+    Mistral,
+    /// `[TOOL_CALLS][{"name": …, "arguments": {…}}, …]`: Mistral Small 3.1
+    /// and older Mistral templates.
+    MistralJson,
 }
+
+/// Mistral's markers inside a call (single special tokens, kept by decoding).
+pub const MISTRAL_ARGS: &str = "[ARGS]";
+pub const MISTRAL_CALL_ID: &str = "[CALL_ID]";
+pub const MISTRAL_TOOL_CALLS: &str = "[TOOL_CALLS]";
 
 impl ToolCallStyle {
     /// The format a chat template asks for, judged by what it tells the
@@ -55,6 +66,13 @@ impl ToolCallStyle {
     pub fn for_template(template_source: &str) -> Option<Self> {
         if crate::stop::harmony::is_harmony_template(template_source) {
             Some(ToolCallStyle::Harmony)
+        } else if template_source.contains(MISTRAL_TOOL_CALLS) {
+            // v11+ templates write a past call as `[TOOL_CALLS]name[ARGS]…`.
+            Some(if template_source.contains(MISTRAL_ARGS) {
+                ToolCallStyle::Mistral
+            } else {
+                ToolCallStyle::MistralJson
+            })
         } else if template_source.contains("<tool_call>") {
             Some(ToolCallStyle::Hermes)
         } else if template_source.contains("<|tool_list_start|>")
@@ -70,6 +88,15 @@ impl ToolCallStyle {
             Some(ToolCallStyle::Llama3)
         } else {
             None
+        }
+    }
+
+    /// Special tokens inside a call that decoding must keep (besides the
+    /// open and close tags) for the call to be read.
+    pub fn inner_markers(self) -> &'static [&'static str] {
+        match self {
+            ToolCallStyle::Mistral => &[MISTRAL_ARGS, MISTRAL_CALL_ID],
+            _ => &[],
         }
     }
 }
@@ -113,6 +140,10 @@ pub fn parse_tool_calls(raw: &str) -> Result<Vec<ToolCall>, ToolCallParseError> 
             .map(|call| vec![call])
             .map_err(|reason| ToolCallParseError { raw: raw.to_owned(), reason });
     }
+    if raw.contains(MISTRAL_ARGS) {
+        return parse_mistral_calls(raw)
+            .map_err(|reason| ToolCallParseError { raw: raw.to_owned(), reason });
+    }
     let json = parse_json_calls(raw);
     if json.is_err() {
         if let Ok(calls) = pythonic::parse(raw) {
@@ -127,6 +158,34 @@ pub fn parse_tool_calls(raw: &str) -> Result<Vec<ToolCall>, ToolCallParseError> 
         }
     }
     json.map_err(|reason| ToolCallParseError { raw: raw.to_owned(), reason })
+}
+
+/// Mistral's calls after the first `[TOOL_CALLS]`: `name[ARGS]{…}`, the
+/// next ones each after their own `[TOOL_CALLS]`; a `[CALL_ID]id` may
+/// follow the name.
+fn parse_mistral_calls(raw: &str) -> std::result::Result<Vec<ToolCall>, String> {
+    let mut calls = Vec::new();
+    for part in raw.split(MISTRAL_TOOL_CALLS).map(str::trim).filter(|p| !p.is_empty()) {
+        let (head, body) = part
+            .split_once(MISTRAL_ARGS)
+            .ok_or_else(|| format!("a Mistral tool call without {MISTRAL_ARGS}: {part:?}"))?;
+        let name = head.split_once(MISTRAL_CALL_ID).map_or(head, |(name, _)| name).trim();
+        if name.is_empty() {
+            return Err("a Mistral tool call without a function name".to_owned());
+        }
+        let arguments = match serde_json::from_str::<Value>(body.trim()) {
+            Ok(Value::Object(map)) => object_to_string(&map),
+            Ok(other) => {
+                return Err(format!("the arguments of {name:?} are not a JSON object: {other}"))
+            }
+            Err(e) => return Err(format!("the arguments of {name:?} are not JSON: {e}")),
+        };
+        calls.push(ToolCall { id: new_call_id(), name: name.to_owned(), arguments });
+    }
+    if calls.is_empty() {
+        return Err("the tool call is empty".to_owned());
+    }
+    Ok(calls)
 }
 
 /// The calls of a block of JSON values.
@@ -678,5 +737,46 @@ mod tests {
         assert_eq!(parse_tool_calls(bad).unwrap_err().into_content(), bad);
         let nobody = "<|channel|>commentary<|message|>{}";
         assert!(parse_tool_calls(nobody).is_err());
+    }
+
+    /// Mistral's v11+ calls (Ministral 3): `[TOOL_CALLS]name[ARGS]{…}`, a
+    /// second call after its own `[TOOL_CALLS]`, a `[CALL_ID]` after the
+    /// name; the older JSON list; the templates that ask for each.
+    #[test]
+    fn mistral_calls_until_the_end_of_the_reply() {
+        let out = [
+            "Sure.",
+            "[TOOL_CALLS]",
+            "get",
+            "_weather",
+            "[ARGS]",
+            "{\"city\": \"Par",
+            "is\"}",
+            "[TOOL_CALLS]",
+            "get_time",
+            "[CALL_ID]",
+            "a1b2c3d4e",
+            "[ARGS]",
+            "{}",
+        ];
+        let tags = ToolCallTags::for_style(ToolCallStyle::Mistral);
+        let (content, _, calls) = route(&out, tags.clone());
+        assert_eq!(content, "Sure.");
+        let calls = calls.into_iter().next().unwrap().unwrap();
+        assert_eq!(name_args(&calls), [("get_weather", r#"{"city":"Paris"}"#), ("get_time", "{}")]);
+        let json = ["[TOOL_CALLS]", "[{\"name\": \"f\", \"arguments\": {\"a\": 1}}]"];
+        let (_, _, calls) = route(&json, ToolCallTags::for_style(ToolCallStyle::MistralJson));
+        assert_eq!(name_args(calls[0].as_ref().unwrap()), [("f", r#"{"a":1}"#)]);
+        // Not JSON arguments: the whole block comes back as text.
+        let bad = "f[ARGS]{oops";
+        assert_eq!(parse_tool_calls(bad).unwrap_err().into_content(), bad);
+        assert!(parse_tool_calls("[ARGS]{}").is_err());
+
+        let v11 = "{%- for t in tools %}[AVAILABLE_TOOLS]{%- endfor %}\
+                   {{- '[TOOL_CALLS]' + call.name + '[ARGS]' + call.arguments }}";
+        assert_eq!(ToolCallStyle::for_template(v11), Some(ToolCallStyle::Mistral));
+        assert_eq!(ToolCallStyle::Mistral.inner_markers(), ["[ARGS]", "[CALL_ID]"]);
+        let v7 = "{{- '[TOOL_CALLS][' }}{%- for c in calls %}{{ c | tojson }}{%- endfor %}";
+        assert_eq!(ToolCallStyle::for_template(v7), Some(ToolCallStyle::MistralJson));
     }
 }

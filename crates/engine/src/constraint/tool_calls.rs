@@ -21,6 +21,13 @@ pub fn tool_call_grammar(
         ToolCallStyle::Hermes | ToolCallStyle::Pythonic => "arguments",
         ToolCallStyle::Llama3 => "parameters",
         ToolCallStyle::Harmony => return harmony_grammar(tools, is_special),
+        // Mistral's markers are special tokens with bracketed names, which
+        // the grammar cannot name yet.
+        ToolCallStyle::Mistral | ToolCallStyle::MistralJson => {
+            return Err(Error::InvalidRequest(
+                "a required tool call is not supported for Mistral's tool-call format yet".into(),
+            ))
+        }
     };
     let calls: Vec<Value> = tools
         .iter()
@@ -70,7 +77,9 @@ pub fn tool_call_grammar(
             );
             return Ok(format!("start: call\ncall: {call}\narguments: {call_json}\n"));
         }
-        ToolCallStyle::Harmony => unreachable!("written by harmony_grammar above"),
+        ToolCallStyle::Harmony | ToolCallStyle::Mistral | ToolCallStyle::MistralJson => {
+            unreachable!("returned above")
+        }
     };
     let start = if parallel { format!("call ({separator} call)*") } else { "call".to_string() };
     Ok(format!("start: {start}\ncall: {call}\narguments: {call_json}\n"))

@@ -114,12 +114,27 @@ pub(crate) fn write_ministral3(
 }
 
 /// A Mistral-style chat template: `[INST]` … `[/INST]` turns, each image
-/// part as `[IMG]` where it sits, replies ended by `</s>`.
-pub const MISTRAL3_CHAT_TEMPLATE: &str = "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST]' }}{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}{{ '[IMG]' }}{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}{{ '[/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] }}{{ eos_token }}{% endif %}{% endfor %}";
+/// part as `[IMG]` where it sits, replies ended by `</s>`; the tools in
+/// `[AVAILABLE_TOOLS]`, past calls as `[TOOL_CALLS]name[ARGS]{…}` (Mistral's
+/// v11 format), results in `[TOOL_RESULTS]`.
+pub const MISTRAL3_CHAT_TEMPLATE: &str = "{{ bos_token }}{% if tools %}{{ '[AVAILABLE_TOOLS]' }}{{ tools | tojson }}{{ '[/AVAILABLE_TOOLS]' }}{% endif %}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST]' }}{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}{{ '[IMG]' }}{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}{{ '[/INST]' }}{% elif message['role'] == 'assistant' %}{% if message['content'] %}{{ message['content'] }}{% endif %}{% if message['tool_calls'] %}{% for call in message['tool_calls'] %}{{ '[TOOL_CALLS]' }}{{ call['function']['name'] }}{{ '[ARGS]' }}{{ call['function']['arguments'] | tojson }}{% endfor %}{% endif %}{{ eos_token }}{% elif message['role'] == 'tool' %}{{ '[TOOL_RESULTS]' }}{{ message['content'] }}{{ '[/TOOL_RESULTS]' }}{% endif %}{% endfor %}";
 
 /// Mistral's specials after the tiny vocabulary (BOS `<s>`, EOS `</s>`).
-pub const MISTRAL3_SPECIAL_TOKENS: [&str; 7] =
-    ["<s>", "</s>", "[INST]", "[/INST]", "[IMG]", "[IMG_BREAK]", "[IMG_END]"];
+pub const MISTRAL3_SPECIAL_TOKENS: [&str; 13] = [
+    "<s>",
+    "</s>",
+    "[INST]",
+    "[/INST]",
+    "[IMG]",
+    "[IMG_BREAK]",
+    "[IMG_END]",
+    "[AVAILABLE_TOOLS]",
+    "[/AVAILABLE_TOOLS]",
+    "[TOOL_CALLS]",
+    "[ARGS]",
+    "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]",
+];
 
 /// The sizes of the tiny Mistral 3: its Ministral 3 text model and Pixtral tower.
 #[derive(Debug, Clone, Copy)]

@@ -276,6 +276,10 @@ impl Tokenizer {
         // Harmony's structure is all markers (`<|channel|>`, `<|message|>`, …).
         let harmony = crate::stop::harmony::is_harmony_template(source)
             .then_some(crate::stop::harmony::MARKERS.map(String::from));
+        // Markers inside a call (Mistral's `[ARGS]`).
+        let inner: Vec<String> = crate::tools::ToolCallStyle::for_template(source)
+            .map(|s| s.inner_markers().iter().map(|m| m.to_string()).collect())
+            .unwrap_or_default();
         let added = self.inner.get_added_tokens_decoder();
         let specials: HashSet<u32> =
             added.iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
@@ -284,6 +288,7 @@ impl Tokenizer {
             .flatten()
             .chain(think.into_iter().flatten())
             .chain(harmony.into_iter().flatten())
+            .chain(inner)
             .filter_map(|tag| self.inner.token_to_id(&tag))
             .filter(|id| specials.contains(id))
             .collect();

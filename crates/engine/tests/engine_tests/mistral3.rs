@@ -254,3 +254,27 @@ fn mistral3_mlx_community_names_give_the_same_tokens() {
     }
     engine.shutdown();
 }
+
+/// The registry says the tiny Mistral 3 sees images and calls tools (its
+/// template writes Mistral's v11 calls); decoding that skips specials keeps
+/// `[TOOL_CALLS]` and `[ARGS]`, which the stream router and the parser read,
+/// and drops the others.
+#[test]
+fn mistral3_sees_images_and_calls_tools_in_mistrals_format() {
+    let dir = folder();
+    let info = engine::model::describe(dir.path()).unwrap();
+    assert_eq!(
+        (info.family.as_deref(), info.architecture.as_str()),
+        (Some("Mistral 3"), "mistral3")
+    );
+    let caps = info.capabilities;
+    assert!(caps.vision && caps.tools && !caps.thinking, "{caps:?}");
+    let tok = engine::tokenizer::Tokenizer::from_folder(dir.path()).unwrap();
+    let id = |t: &str| tok.token_to_id(t).unwrap();
+    let mut pieces = vec![id("[TOOL_CALLS]")];
+    pieces.extend(tok.encode("f", false).unwrap());
+    pieces.push(id("[ARGS]"));
+    pieces.extend(tok.encode("{}", false).unwrap());
+    pieces.push(id("[INST]"));
+    assert_eq!(tok.decode(&pieces, true).unwrap(), "[TOOL_CALLS]f[ARGS]{}");
+}
