@@ -206,6 +206,37 @@ fn mistral3_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
     engine.shutdown();
 }
 
+/// The tiny folder with its tensors renamed (or dropped) by `rename`, the
+/// other files as they are.
+fn rewritten(
+    hf: &Path,
+    rename: impl Fn(String, Array) -> Option<(String, Array)>,
+) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(hf).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap() != "model.safetensors" {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let tensors = Array::load_safetensors(hf.join("model.safetensors")).unwrap();
+    let renamed: HashMap<String, Array> =
+        tensors.into_iter().filter_map(|(name, t)| rename(name, t)).collect();
+    Array::save_safetensors(renamed.iter(), None, dir.path().join("model.safetensors")).unwrap();
+    dir
+}
+
+/// The language model's tensors as mlx-vlm and mlx-lm save them.
+fn mlx_language_name(name: &str) -> Option<String> {
+    if let Some(rest) = name.strip_prefix("model.language_model.") {
+        Some(format!("language_model.model.{rest}"))
+    } else if name.starts_with("lm_head.") {
+        Some(format!("language_model.{name}"))
+    } else {
+        None
+    }
+}
+
 /// The tiny folder as mlx-vlm saves a conversion (what mlx-community's
 /// Mistral 3 repos hold): `language_model.model.*`, `language_model.lm_head`,
 /// `vision_tower.vision_model.*`, `multi_modal_projector.*`, the patch
@@ -214,36 +245,20 @@ fn mistral3_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
 fn mistral3_mlx_community_names_give_the_same_tokens() {
     let golden = golden();
     let hf = folder();
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(hf.path()).unwrap() {
-        let path = entry.unwrap().path();
-        if path.file_name().unwrap() != "model.safetensors" {
-            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+    let dir = rewritten(hf.path(), |name, t| {
+        if let Some(renamed) = mlx_language_name(&name) {
+            return Some((renamed, t));
         }
-    }
-    let tensors = Array::load_safetensors(hf.path().join("model.safetensors")).unwrap();
-    let renamed: HashMap<String, Array> = tensors
-        .into_iter()
-        .map(|(name, t)| {
-            if let Some(rest) = name.strip_prefix("model.language_model.") {
-                (format!("language_model.model.{rest}"), t)
-            } else if name.starts_with("lm_head.") {
-                (format!("language_model.{name}"), t)
-            } else if let Some(rest) = name.strip_prefix("model.vision_tower.") {
-                let t = if rest == "patch_conv.weight" {
-                    t.transpose_axes(&[0, 2, 3, 1]).unwrap()
-                } else {
-                    t
-                };
-                (format!("vision_tower.vision_model.{rest}"), t)
+        if let Some(rest) = name.strip_prefix("model.vision_tower.") {
+            let t = if rest == "patch_conv.weight" {
+                t.transpose_axes(&[0, 2, 3, 1]).unwrap()
             } else {
-                (name.strip_prefix("model.").unwrap_or(&name).to_string(), t)
-            }
-        })
-        .collect();
-    assert!(renamed.contains_key("language_model.lm_head.weight"));
-    assert!(renamed.contains_key("multi_modal_projector.patch_merger.merging_layer.weight"));
-    Array::save_safetensors(renamed.iter(), None, dir.path().join("model.safetensors")).unwrap();
+                t
+            };
+            return Some((format!("vision_tower.vision_model.{rest}"), t));
+        }
+        Some((name.strip_prefix("model.").unwrap_or(&name).to_string(), t))
+    });
     let engine = start(dir.path(), SchedulerConfig::default());
     let eos = engine.model_info().eos_token_ids.clone();
     let streams: Vec<_> =
@@ -252,6 +267,22 @@ fn mistral3_mlx_community_names_give_the_same_tokens() {
         let got = stream.collect_blocking();
         assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case}");
     }
+    engine.shutdown();
+}
+
+/// mlx-lm's conversion of a `mistral3` checkpoint keeps the language model
+/// alone (its config still describes the tower): it loads text only and
+/// answers the text case as the whole model does.
+#[test]
+fn mistral3_without_its_tower_loads_the_text_model() {
+    let golden = golden();
+    let hf = folder();
+    let dir = rewritten(hf.path(), |name, t| mlx_language_name(&name).map(|n| (n, t)));
+    let engine = start(dir.path(), SchedulerConfig::default());
+    let eos = engine.model_info().eos_token_ids.clone();
+    let (case, request) = requests(&golden).into_iter().find(|(case, _)| case == "text").unwrap();
+    let got = engine.submit(request).collect_blocking();
+    assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos));
     engine.shutdown();
 }
 

@@ -25,11 +25,12 @@ use crate::model::layers::{attention, LayerLoader, Linear, RmsNorm};
 use crate::model::registry::Family;
 use crate::model::vision_tower::{VisionEncoding, VisionTower};
 use crate::model::with_vision::WithVision;
+use crate::model::LanguageModel;
 
 pub const FAMILY: Family = Family {
     name: "Mistral 3",
     model_types: &["mistral3"],
-    build: |_, config, loader| Ok(Box::new(load(config, loader)?)),
+    build: |_, config, loader| build(config, loader),
     layers: |config| Ok(TextArgs::parse(&text_config(config), false)?.layer_shapes()),
     gguf: None,
     image_processor: Some(super::image_processor::PixtralImageProcessor::shared_from_folder),
@@ -176,6 +177,28 @@ fn gather_names(loader: &mut LayerLoader) {
     }
 }
 
+/// The whole model, or its text model alone when the checkpoint has no tower
+/// (mlx-lm's conversions of `mistral3` keep only the language model).
+fn build(config: &Value, loader: &mut LayerLoader) -> Result<Box<dyn LanguageModel>> {
+    gather_names(loader);
+    let has_tower = loader.weights.contains(&format!("{TOWER}.patch_conv.weight"))
+        && loader
+            .weights
+            .contains(&format!("{TOWER}.transformer.layers.0.attention.q_proj.weight"));
+    if has_tower {
+        return Ok(Box::new(load(config, loader)?));
+    }
+    let names: Vec<String> = loader.weights.names().map(str::to_owned).collect();
+    for name in names.iter().filter(|n| n.starts_with("vision_tower.") || n.starts_with(PROJECTOR))
+    {
+        loader.weights.remove(name);
+    }
+    tracing::info!("Mistral 3: no vision tower in the checkpoint; loaded text only");
+    let args = TextArgs::parse(&text_config(config), false)?;
+    Ok(Box::new(Ministral3::build(args, LANGUAGE, HEAD, loader)?))
+}
+
+/// The language model, Pixtral's tower and the projector.
 pub fn load(config: &Value, loader: &mut LayerLoader) -> Result<Mistral3> {
     gather_names(loader);
     let args = TextArgs::parse(&text_config(config), false)?;
