@@ -78,6 +78,10 @@ pub fn check(path: &Path) -> AppResult<PathBuf> {
                 ),
             ));
         }
+    } else if engine::model::loading::drafter_kind(&path).is_some() && has_safetensors(&path) {
+        // a drafter folder (no tokenizer of its own, not a chat model): the
+        // gallery lists it, Speed up replies of its model can choose it
+        return Ok(path);
     } else {
         let mut missing = Vec::new();
         if !path.join("config.json").is_file() {

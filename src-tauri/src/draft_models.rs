@@ -1,6 +1,8 @@
 //! What "Speed up replies" can offer a model beyond prompt lookup: its own
-//! MTP heads (when its checkpoint ships `mtp.*` tensors) and the models on
-//! disk that can draft for it. A draft must tokenize exactly as the target
+//! MTP heads (when its checkpoint ships `mtp.*` tensors), the models on
+//! disk that can draft for it, and the drafter folders on disk made for it
+//! (a Gemma 4 assistant, a split Qwen3.5 MTP head: the engine tells them and
+//! whether they fit from config.json, `engine::model::loading::check_drafter`). A draft must tokenize exactly as the target
 //! does (the engine refuses any other at load, naming both) and keep a
 //! cache that can be cut back (no recurrent layers). Both are told from
 //! files (tokenizer, config.json, safetensors headers) without loading
@@ -15,6 +17,7 @@ use std::time::SystemTime;
 
 use engine::batch::speculation::SpeculationConfig;
 use engine::cache::LayerCache;
+use engine::model::loading::DrafterKind;
 use hub::LocalModel;
 use serde::Serialize;
 use ts_rs::TS;
@@ -83,7 +86,7 @@ impl Vocabularies {
     }
 }
 
-/// A model on disk in the "Speed up replies" choices.
+/// A model or drafter folder on disk in the "Speed up replies" choices.
 #[derive(Debug, Clone, PartialEq, Serialize, TS)]
 pub struct DraftChoice {
     /// Its gallery id.
@@ -91,6 +94,38 @@ pub struct DraftChoice {
     pub name: String,
     /// Why it cannot draft for this model; `None`: it can.
     pub reason: Option<String>,
+    /// A drafter folder (not a model); `None`: a draft model.
+    pub drafter: Option<Drafter>,
+}
+
+/// A drafter folder: not a model of its own, it drafts from the states of
+/// the model it was made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum Drafter {
+    /// A Gemma 4 assistant drafter (`model_type: gemma4_assistant`).
+    Assistant,
+    /// A Qwen3.5 multi-token-prediction head split from its checkpoint
+    /// (mlx-vlm's `split_mtp`, `model_type: qwen3_5_mtp`).
+    MtpHead,
+}
+
+impl From<DrafterKind> for Drafter {
+    fn from(kind: DrafterKind) -> Self {
+        match kind {
+            DrafterKind::Assistant => Drafter::Assistant,
+            DrafterKind::MtpHead => Drafter::MtpHead,
+        }
+    }
+}
+
+/// The drafter a model on disk is, when it is one (a complete folder whose
+/// config.json names a drafter). Blocking: reads config.json.
+pub fn drafter_of(model: &LocalModel) -> Option<Drafter> {
+    if model.partial || model.error.is_some() || model.format != hub::ModelFormat::Folder {
+        return None;
+    }
+    engine::model::loading::drafter_kind(&model.path).map(Drafter::from)
 }
 
 /// What "Speed up replies" offers one model besides off and prompt lookup.
@@ -100,7 +135,11 @@ pub struct SpeedUpChoices {
     pub mtp: bool,
     /// Models on disk that can draft for it, by name.
     pub draft_models: Vec<DraftChoice>,
-    /// The other supported models on disk, each with why it cannot.
+    /// Drafter folders on disk made for it (a Gemma 4 assistant, a split
+    /// MTP head), by name.
+    pub drafters: Vec<DraftChoice>,
+    /// The other supported models and drafter folders on disk, each with
+    /// why it cannot.
     pub not_listed: Vec<DraftChoice>,
 }
 
@@ -153,12 +192,20 @@ pub fn choices_among(
         mtp: hub::mtp::folder_ships_mtp_heads(&target.path),
         ..Default::default()
     };
-    for m in models.iter().filter(|m| m.id != id && m.supported) {
-        let reason = unsuitable(vocabularies, &vocabulary, m);
-        let choice = DraftChoice { id: m.id.clone(), name: m.name.clone(), reason };
-        match choice.reason {
-            None => choices.draft_models.push(choice),
-            Some(_) => choices.not_listed.push(choice),
+    for m in models.iter().filter(|m| m.id != id) {
+        let drafter = if m.supported { None } else { drafter_of(m) };
+        let reason = match drafter {
+            Some(_) => engine::model::loading::check_drafter(&m.path, &target.path)
+                .err()
+                .map(|e| e.to_string()),
+            None if m.supported => unsuitable(vocabularies, &vocabulary, m),
+            None => continue,
+        };
+        let choice = DraftChoice { id: m.id.clone(), name: m.name.clone(), reason, drafter };
+        match (&choice.reason, drafter) {
+            (None, None) => choices.draft_models.push(choice),
+            (None, Some(_)) => choices.drafters.push(choice),
+            (Some(_), _) => choices.not_listed.push(choice),
         }
     }
     choices
@@ -187,10 +234,25 @@ pub fn check(choices: &SpeedUpChoices, speed_up: &SpeedUp, name: &str) -> AppRes
                 .iter()
                 .find(|d| d.id == *draft)
                 .and_then(|d| d.reason.clone())
-                .unwrap_or_else(|| "it is not on disk".into());
+                .unwrap_or_else(|| match choices.drafters.iter().any(|d| d.id == *draft) {
+                    true => "it is a drafter folder, not a model: choose it as a drafter".into(),
+                    false => "it is not on disk".into(),
+                });
             Err(AppError::new(
                 "INVALID_SETTINGS",
                 format!("{draft} cannot draft for {name}: {why}"),
+            ))
+        }
+        SpeedUp::Drafter(drafter) if !choices.drafters.iter().any(|d| d.id == *drafter) => {
+            let why = choices
+                .not_listed
+                .iter()
+                .find(|d| d.id == *drafter)
+                .and_then(|d| d.reason.clone())
+                .unwrap_or_else(|| "it is not a drafter folder on disk".into());
+            Err(AppError::new(
+                "INVALID_SETTINGS",
+                format!("{drafter} cannot draft for {name}: {why}"),
             ))
         }
         _ => Ok(()),
@@ -209,6 +271,27 @@ pub async fn draft_speculation(state: &AppState, draft: &str) -> AppResult<Specu
     Ok(SpeculationConfig::draft_model(model.path))
 }
 
+/// The engine's speculation for a drafter folder named by its gallery id:
+/// an assistant or a split MTP head, as its config.json says.
+pub async fn drafter_speculation(state: &AppState, drafter: &str) -> AppResult<SpeculationConfig> {
+    let found = crate::models::scan(state).await.into_iter().find(|m| m.id == drafter);
+    let gone = || {
+        AppError::new(
+            "MODEL_NOT_FOUND",
+            format!("the drafter {drafter:?} of Speed up replies is not on disk any more"),
+        )
+    };
+    let model = found.ok_or_else(gone)?;
+    match engine::model::loading::drafter_kind(&model.path) {
+        Some(DrafterKind::Assistant) => Ok(SpeculationConfig::assistant(model.path)),
+        Some(DrafterKind::MtpHead) => Ok(SpeculationConfig::mtp_folder(model.path)),
+        None => Err(AppError::new(
+            "INVALID_SETTINGS",
+            format!("{drafter} of Speed up replies is not a drafter folder (a Gemma 4 assistant or a split MTP head)"),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,12 +300,32 @@ mod tests {
     fn a_refusal_says_why_the_draft_cannot_be_used() {
         let choices = SpeedUpChoices {
             mtp: false,
-            draft_models: vec![DraftChoice { id: "dir:a".into(), name: "a".into(), reason: None }],
-            not_listed: vec![DraftChoice {
-                id: "dir:b".into(),
-                name: "b".into(),
-                reason: Some("another vocabulary (5 tokens, this model has 6)".into()),
+            draft_models: vec![DraftChoice {
+                id: "dir:a".into(),
+                name: "a".into(),
+                reason: None,
+                drafter: None,
             }],
+            drafters: vec![DraftChoice {
+                id: "dir:head".into(),
+                name: "head".into(),
+                reason: None,
+                drafter: Some(Drafter::MtpHead),
+            }],
+            not_listed: vec![
+                DraftChoice {
+                    id: "dir:b".into(),
+                    name: "b".into(),
+                    reason: Some("another vocabulary (5 tokens, this model has 6)".into()),
+                    drafter: None,
+                },
+                DraftChoice {
+                    id: "dir:assistant".into(),
+                    name: "assistant".into(),
+                    reason: Some("it was made for a model of hidden size 96".into()),
+                    drafter: Some(Drafter::Assistant),
+                },
+            ],
         };
         check(&choices, &SpeedUp::DraftModel("dir:a".into()), "t").unwrap();
         check(&choices, &SpeedUp::PromptLookup, "t").unwrap();
@@ -230,6 +333,13 @@ mod tests {
         assert!(e.message.contains("another vocabulary"), "{}", e.message);
         let e = check(&choices, &SpeedUp::DraftModel("dir:gone".into()), "t").unwrap_err();
         assert!(e.message.contains("not on disk"), "{}", e.message);
+        check(&choices, &SpeedUp::Drafter("dir:head".into()), "t").unwrap();
+        let e = check(&choices, &SpeedUp::Drafter("dir:assistant".into()), "t").unwrap_err();
+        assert!(e.message.contains("hidden size 96"), "{}", e.message);
+        // a draft model is no drafter, nor the other way round
+        let e = check(&choices, &SpeedUp::Drafter("dir:a".into()), "t").unwrap_err();
+        assert!(e.message.contains("not a drafter folder"), "{}", e.message);
+        check(&choices, &SpeedUp::DraftModel("dir:head".into()), "t").unwrap_err();
         let e = check(&choices, &SpeedUp::Mtp, "t").unwrap_err();
         assert!(e.message.contains("t has no MTP heads"), "{}", e.message);
     }

@@ -55,12 +55,16 @@ pub struct LocalEntry {
     /// Its checkpoint ships multi-token-prediction heads (`mtp.*` tensors),
     /// which "Speed up replies" can draft with.
     pub mtp_heads: bool,
+    /// A drafter folder, not a chat model: it cannot be loaded alone, and
+    /// "Speed up replies" of the model it was made for can draft with it.
+    pub drafter: Option<crate::draft_models::Drafter>,
 }
 
 fn local_entry(model: LocalModel) -> LocalEntry {
     let capabilities = capabilities(&model.path);
     let mtp_heads = hub::mtp::folder_ships_mtp_heads(&model.path);
-    LocalEntry { model, capabilities, load_settings: None, mtp_heads }
+    let drafter = crate::draft_models::drafter_of(&model);
+    LocalEntry { model, capabilities, load_settings: None, mtp_heads, drafter }
 }
 
 /// A catalog entry as the gallery shows it.
@@ -172,6 +176,15 @@ pub(crate) async fn load_locked<R: Runtime>(
     let found = scan(state).await.into_iter().find(|m| m.id == id);
     let model = found
         .ok_or_else(|| AppError::new("MODEL_NOT_FOUND", format!("no model {id:?} on disk")))?;
+    if !model.supported && crate::draft_models::drafter_of(&model).is_some() {
+        return Err(AppError::new(
+            "UNSUPPORTED_MODEL",
+            format!(
+                "{} is a drafter, not a chat model: choose it under Speed up replies in the Load settings of the model it was made for",
+                model.name
+            ),
+        ));
+    }
     if !model.supported {
         let why = model.error.clone().unwrap_or_else(|| {
             format!(
@@ -183,10 +196,13 @@ pub(crate) async fn load_locked<R: Runtime>(
         return Err(AppError::new("UNSUPPORTED_MODEL", why));
     }
     let settings = crate::model_settings::effective(state, id).await?;
-    // A draft model is named by its gallery id: its path is the scan's.
+    // A draft model or a drafter folder is named by its gallery id: its path is the scan's.
     let draft = match &settings.speed_up {
         crate::settings::SpeedUp::DraftModel(draft) => {
             Some(crate::draft_models::draft_speculation(state, draft).await?)
+        }
+        crate::settings::SpeedUp::Drafter(drafter) => {
+            Some(crate::draft_models::drafter_speculation(state, drafter).await?)
         }
         _ => None,
     };

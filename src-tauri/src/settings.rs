@@ -111,7 +111,8 @@ impl Default for Settings {
 /// model would have written (greedy: the same tokens; sampling: the same
 /// distribution); only the speed changes. Settings offer off and prompt
 /// lookup (they apply to every model); a model's own load settings offer
-/// its MTP heads and draft models too (model_settings.rs says which).
+/// its MTP heads, draft models and drafter folders too (model_settings.rs
+/// says which).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "snake_case")]
 pub enum SpeedUp {
@@ -126,14 +127,19 @@ pub enum SpeedUp {
     /// gallery id (`hf:owner/name`, `dir:<entry>`); its path is found when
     /// the model loads (models.rs).
     DraftModel(String),
+    /// A drafter folder on disk made for this model, by its gallery id: a
+    /// Gemma 4 assistant, or a Qwen3.5 multi-token-prediction head split
+    /// from its checkpoint (mlx-vlm's drafter folders); resolved at load.
+    Drafter(String),
 }
 
 impl SpeedUp {
     /// The engine's speculation, for the proposers that need no path;
-    /// `DraftModel` is resolved at load (`draft_models::draft_speculation`).
+    /// `DraftModel` and `Drafter` are resolved at load
+    /// (`draft_models::draft_speculation`).
     pub fn speculation(&self) -> Option<SpeculationConfig> {
         match self {
-            SpeedUp::Off | SpeedUp::DraftModel(_) => None,
+            SpeedUp::Off | SpeedUp::DraftModel(_) | SpeedUp::Drafter(_) => None,
             SpeedUp::PromptLookup => Some(SpeculationConfig::prompt_lookup()),
             SpeedUp::Mtp => Some(SpeculationConfig::mtp()),
         }

@@ -31,7 +31,7 @@ describe('load settings form', () => {
   it('reads the three values and refuses what no engine takes', () => {
     expect(readLoadForm({ context: '4096', kvBits: '8', maxRunning: '2' })).toEqual({ settings: { max_context: 4096, kv_bits: 8, max_running: 2, speed_up: 'off' } });
     expect(readLoadForm({ context: '0', kvBits: '0', maxRunning: '1', speedUp: 'prompt_lookup' })).toEqual({ settings: { max_context: 0, kv_bits: 0, max_running: 1, speed_up: 'prompt_lookup' } });
-    expect(readLoadForm({ context: '0', kvBits: '0', maxRunning: '1', speedUp: 'turbo' })).toEqual({ error: 'Speed up replies is off, prompt lookup, the model’s MTP heads or a draft model.' });
+    expect(readLoadForm({ context: '0', kvBits: '0', maxRunning: '1', speedUp: 'turbo' })).toEqual({ error: 'Speed up replies is off, prompt lookup, the model’s MTP heads, a draft model or a drafter.' });
     expect(readLoadForm({ context: '', kvBits: '0', maxRunning: '1' })).toEqual({ settings: { max_context: 0, kv_bits: 0, max_running: 1, speed_up: 'off' } });
     expect(readLoadForm({ context: '-1', kvBits: '0', maxRunning: '1' })).toHaveProperty('error');
     expect(readLoadForm({ context: '1.5', kvBits: '0', maxRunning: '1' })).toHaveProperty('error');

@@ -5,7 +5,7 @@
 import { api, errorText, type AppError, type FitCheck, type ModelLoadSettings, type ModelLoadSettingsView } from './api';
 import { clear, h } from './dom';
 import { fitBlock } from './fitVerdict';
-import { draftModelsNote, readLoadForm, speedUpHint, speedUpOptions, speedUpValue } from './loadSettings';
+import { draftModelsNote, draftModelsNoteTitle, readLoadForm, speedUpHint, speedUpOptions, speedUpValue } from './loadSettings';
 
 /** Typing in a field asks the fit again this long after the last key. */
 const FIT_DELAY_MS = 250;
@@ -41,10 +41,10 @@ export async function loadSettingsDialog(model: { id: string; name: string }, lo
       // a choice the model no longer has (its draft deleted) still shows, to be changed
       if (!options.some(([v]) => v === value)) speedUp.append(h('option', { value }, `${value} (not available)`));
       speedUp.value = value;
-      speedUpHintText.textContent = speedUpHint(value);
+      speedUpHintText.textContent = speedUpHint(value, view.speed_up_choices);
     };
     fill(view.settings);
-    speedUp.addEventListener('change', () => { speedUpHintText.textContent = speedUpHint(speedUp.value); });
+    speedUp.addEventListener('change', () => { speedUpHintText.textContent = speedUpHint(speedUp.value, view.speed_up_choices); });
     const draftNote = draftModelsNote(view.speed_up_choices);
     const problem = h('div', { class: 'error-note', role: 'alert', 'data-testid': 'load-settings-error', hidden: true });
     const fitBox = h('div', { class: 'load-settings-fit', 'data-testid': 'load-settings-fit', 'aria-live': 'polite' });
@@ -110,7 +110,7 @@ export async function loadSettingsDialog(model: { id: string; name: string }, lo
           row('Max running sequences', maxRunning, 'Answers written at once; each may fill the context, and the fit counts them all.'),
           h('label', { class: 'chat-setting' }, h('span', {}, 'Speed up replies'), h('span', {}, speedUp, speedUpHintText,
             draftNote ? h('details', { class: 'muted small field-hint', 'data-testid': 'draft-models-note' },
-              h('summary', {}, `Why ${view.speed_up_choices.not_listed.length === 1 ? 'one model' : `${view.speed_up_choices.not_listed.length} models`} on disk cannot draft for it`), draftNote) : null))),
+              h('summary', {}, draftModelsNoteTitle(view.speed_up_choices)), draftNote) : null))),
         problem,
         fitBox,
         h('div', { class: 'modal-actions' },

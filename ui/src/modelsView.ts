@@ -18,7 +18,7 @@ import { HubSearch } from './hubSearch';
 import type { FitCheck } from './bindings/FitCheck';
 import { fitBlock, fitMark } from './fitVerdict';
 import { loadSettingsDialog } from './loadSettingsDialog';
-import { loadSettingsWords } from './loadSettings';
+import { DRAFTER_WORDS, loadSettingsWords } from './loadSettings';
 import { bestFit } from './recommend';
 
 /** "4-bit (group 64)" (the engine's description) in plain words. */
@@ -41,6 +41,7 @@ const BADGE_HELP = {
   best: 'The largest recommended model that fits this machine with room to spare.',
   added: 'Added from elsewhere on disk: removing it from the list leaves its files where they are.',
   mtp: 'Its checkpoint ships multi-token-prediction heads: Load settings → Speed up replies can draft with them.',
+  drafter: 'Not a chat model: a drafter made for one model. Choose it in that model’s Load settings → Speed up replies.',
 };
 
 const isFit = (f: unknown): f is FitCheck => typeof f === 'object' && f !== null && 'level' in f;
@@ -306,7 +307,7 @@ export class ModelsView {
 
   private localRow(m: LocalModel, builtIn: boolean): HTMLElement {
     const loaded = this.status?.model?.id === m.id;
-    const why = m.error ?? (m.partial ? 'download not finished' : !m.supported ? `${m.architecture ?? 'unknown'} architecture not supported` : null);
+    const why = m.error ?? (m.partial ? 'download not finished' : m.drafter ? null : !m.supported ? `${m.architecture ?? 'unknown'} architecture not supported` : null);
     const deletable = !builtIn && m.location.kind !== 'user_file' && !loaded;
     return h('div', { class: 'local-row', 'data-testid': 'local-model', 'data-model-id': m.id },
       h('div', { class: 'local-main' },
@@ -314,10 +315,12 @@ export class ModelsView {
           h('span', { class: 'title' }, m.name),
           m.vision ? badge('Vision', BADGE_HELP.vision, '', 'vision-badge') : null,
           m.mtp_heads ? badge('MTP heads', BADGE_HELP.mtp, '', 'mtp-badge') : null,
+          m.drafter ? badge(DRAFTER_WORDS[m.drafter], BADGE_HELP.drafter, 'subtle', 'drafter-badge') : null,
           builtIn ? badge('Built in', BADGE_HELP.builtIn, 'subtle', 'built-in-badge') : null,
           m.location.kind === 'user_file' ? badge('Added', BADGE_HELP.added, 'subtle', 'added-badge') : null),
         h('div', { class: 'muted small' }, `${m.format.toUpperCase()} · ${m.architecture ?? '?'} · ${bytes(m.size_bytes)} · ${m.path}`),
         why ? h('div', { class: 'warn-text small' }, why) : null,
+        m.drafter && !why ? h('div', { class: 'muted small', 'data-testid': 'drafter-note' }, BADGE_HELP.drafter) : null,
         m.load_settings ? h('div', { class: 'muted small', 'data-testid': 'own-load-settings' },
           `Loads with its own settings: ${loadSettingsWords(m.load_settings)}`) : null,
         m.supported && !m.partial && !m.error ? this.localFit(m) : null),

@@ -7,7 +7,7 @@ import { api, errorText, type ContextPolicy, type EngineStatus, type ServerStatu
 import { ClusterSection } from './clusterSection';
 import { clear, h } from './dom';
 import { HubTokenSection } from './hubTokenSection';
-import { SPEED_UP_CHOICES, SPEED_UP_HINT } from './loadSettings';
+import { SETTINGS_SPEED_UP_HINT, SPEED_UP_CHOICES } from './loadSettings';
 import { McpSection } from './mcpSection';
 import { ServerKeySection } from './serverKeySection';
 import { applyTheme, themeChoice, type ThemeChoice } from './theme';
@@ -44,7 +44,7 @@ export const ENGINE: Field[] = [
   { key: 'kv_group_size', label: 'KV group size', kind: 'select', options: [[32, '32'], [64, '64'], [128, '128']], hint: 'How many numbers share one scale when quantized. Smaller is more exact and takes a little more memory.' },
   { key: 'max_context', label: 'Max context (tokens)', kind: 'number', min: 0, max: 1048576, step: 256, hint: "The longest conversation the model reads at once. 0 uses the model's own limit." },
   { key: 'max_running', label: 'Max running sequences', kind: 'number', min: 1, max: 64, step: 1, hint: 'How many answers (chats and server clients) are written at the same time; more wait their turn.' },
-  { key: 'speed_up', label: 'Speed up replies', kind: 'select', options: SPEED_UP_CHOICES, hint: SPEED_UP_HINT },
+  { key: 'speed_up', label: 'Speed up replies', kind: 'select', options: SPEED_UP_CHOICES, hint: SETTINGS_SPEED_UP_HINT },
   { key: 'vision_cache_mb', label: 'Vision cache (MiB)', kind: 'number', min: 0, max: 65536, step: 64, hint: 'Memory for pictures already read, so asking again about an image is fast.' },
   { key: 'unload_after_idle_minutes', label: 'Unload after idle (minutes)', kind: 'number', min: 0, max: 10080, step: 5, hint: 'Frees the model’s memory when nothing has been asked for this long; your next message (or a server request) loads it again, and chats stay. 0 never unloads.' },
   { key: 'prefix_disk_cache_mb', label: 'Conversation cache on disk (MiB)', kind: 'number', min: 0, max: 1048576, step: 256, hint: 'Disk space for what the model has already read of your chats, so a chat continued after a restart starts answering at once. Oldest first out; 0 turns it off.' },

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { clearMocks, mockIPC } from '@tauri-apps/api/mocks';
-import { draftModelsNote, loadSettingsWords, readLoadForm, readSpeedUp, speedUpHint, speedUpOptions, speedUpValue } from './loadSettings';
+import { draftModelsNote, draftModelsNoteTitle, loadSettingsWords, readLoadForm, readSpeedUp, SETTINGS_SPEED_UP_HINT, speedUpHint, speedUpOptions, speedUpValue } from './loadSettings';
 import { ModelsView } from './modelsView';
 import type { ModelLoadSettings } from './bindings/ModelLoadSettings';
 import type { SpeedUpChoices } from './bindings/SpeedUpChoices';
@@ -12,10 +12,22 @@ const settle = async () => { for (let i = 0; i < 6; i++) await tick(); };
 
 const choices: SpeedUpChoices = {
   mtp: true,
-  draft_models: [{ id: 'hf:org/small', name: 'org/small', reason: null }],
+  draft_models: [{ id: 'hf:org/small', name: 'org/small', reason: null, drafter: null }],
+  drafters: [],
   not_listed: [
-    { id: 'dir:other', name: 'other', reason: 'another vocabulary (5 tokens, this model has 6)' },
-    { id: 'hf:org/qwen35', name: 'org/qwen35', reason: 'it keeps a recurrent state, which cannot be cut back to the accepted tokens' },
+    { id: 'dir:other', name: 'other', reason: 'another vocabulary (5 tokens, this model has 6)', drafter: null },
+    { id: 'hf:org/qwen35', name: 'org/qwen35', reason: 'it keeps a recurrent state, which cannot be cut back to the accepted tokens', drafter: null },
+  ],
+};
+
+/** A Gemma 4's choices with its assistant on disk, and a split head that is not for it. */
+const gemma: SpeedUpChoices = {
+  mtp: false,
+  draft_models: [],
+  drafters: [{ id: 'dir:assistant', name: 'assistant', reason: null, drafter: 'assistant' }],
+  not_listed: [
+    { id: 'dir:head', name: 'head', reason: 'it is a Qwen3.5 multi-token-prediction head, which drafts for Qwen3.5 models, and this model is Gemma 4', drafter: 'mtp_head' },
+    { id: 'dir:other', name: 'other', reason: 'another vocabulary (5 tokens, this model has 6)', drafter: null },
   ],
 };
 
@@ -27,7 +39,7 @@ const fit = {
 
 const local = (over: Record<string, unknown> = {}) => ({
   id: 'dir:tiny', name: 'tiny', path: '/m/tiny', format: 'folder', architecture: 'llama', supported: true, size_bytes: 1, partial: false,
-  error: null, location: { kind: 'models_dir', entry: 'tiny' }, vision: false, thinking: false, tools: false, load_settings: null, mtp_heads: false, ...over,
+  error: null, location: { kind: 'models_dir', entry: 'tiny' }, vision: false, thinking: false, tools: false, load_settings: null, mtp_heads: false, drafter: null, ...over,
 });
 
 describe('speed up replies: the choices a model has', () => {
@@ -71,6 +83,85 @@ describe('speed up replies: the choices a model has', () => {
     expect(note).toMatch(/must use this model’s tokenizer/);
     expect(note).toContain('other: another vocabulary (5 tokens, this model has 6)');
     expect(note).toContain('org/qwen35: it keeps a recurrent state');
+  });
+});
+
+describe('speed up replies: drafter folders made for the model', () => {
+  it('offers the drafters made for the model, by kind', () => {
+    expect(speedUpOptions(gemma)).toEqual([['off', 'Off'], ['prompt_lookup', 'Prompt lookup'], ['drafter:dir:assistant', 'Assistant drafter: assistant']]);
+    const head: SpeedUpChoices = { ...gemma, drafters: [{ id: 'hf:org/head', name: 'org/head', reason: null, drafter: 'mtp_head' }] };
+    expect(speedUpOptions(head).at(-1)).toEqual(['drafter:hf:org/head', 'MTP head: org/head']);
+    expect(speedUpHint('drafter:dir:assistant', gemma)).toMatch(/assistant drafter made for this model .*keys and values/);
+    expect(speedUpHint('drafter:hf:org/head', head)).toMatch(/multi-token-prediction head split from this model’s checkpoint/);
+    expect(speedUpHint('drafter:dir:gone', gemma)).toMatch(/drafter folder made for this model/);
+  });
+
+  it('reads and says a drafter choice', () => {
+    expect(speedUpValue({ drafter: 'dir:assistant' })).toBe('drafter:dir:assistant');
+    expect(readSpeedUp('drafter:dir:assistant')).toEqual({ drafter: 'dir:assistant' });
+    expect(readSpeedUp('drafter:')).toBeNull();
+    expect(readLoadForm({ context: '0', kvBits: '0', maxRunning: '1', speedUp: 'drafter:dir:assistant' }))
+      .toEqual({ settings: { max_context: 0, kv_bits: 0, max_running: 1, speed_up: { drafter: 'dir:assistant' } } });
+    expect(loadSettingsWords({ max_context: 0, kv_bits: 0, max_running: 1, speed_up: { drafter: 'dir:assistant' } }))
+      .toBe('the model’s own context · KV not quantized · 1 at once · drafter assistant');
+  });
+
+  it('says why drafters and models are not offered, apart', () => {
+    const note = draftModelsNote(gemma)!;
+    expect(note).toMatch(/must use this model’s tokenizer.*Not offered: other: another vocabulary/);
+    expect(note).toMatch(/made for one model and drafts only for it\. Not offered: head: it is a Qwen3\.5/);
+    expect(note.split('A drafter')[0]).not.toContain('head:');
+    expect(draftModelsNoteTitle(gemma)).toBe('Why one model and one drafter on disk cannot draft for it');
+    expect(draftModelsNoteTitle(choices)).toBe('Why 2 models on disk cannot draft for it');
+    expect(SETTINGS_SPEED_UP_HINT).toMatch(/Load settings .*drafters made for it/);
+  });
+
+  it('picks the assistant in the Load settings dialog, with its hint, and saves it', async () => {
+    const saved: ModelLoadSettings[] = [];
+    const own: ModelLoadSettings = { max_context: 0, kv_bits: 0, max_running: 2, speed_up: 'off' };
+    mockIPC((cmd, args) => {
+      if (cmd === 'list_models') return { catalog: [], local: [local({ id: 'dir:gemma', name: 'gemma', architecture: 'gemma4_text' })], models_dir: '/m', hf_cache_dir: null, disk_bytes: 1 };
+      if (cmd === 'get_model_load_settings') return { id: 'dir:gemma', settings: own, remembered: false, defaults: own, reload_needed: false, speed_up_choices: gemma };
+      if (cmd === 'fit_check') return fit;
+      if (cmd === 'save_model_load_settings') {
+        saved.push((args as { settings: ModelLoadSettings }).settings);
+        return { id: 'dir:gemma', settings: saved.at(-1), remembered: true, defaults: own, reload_needed: false, speed_up_choices: gemma };
+      }
+    });
+    const view = new ModelsView(() => {});
+    document.body.append(view.el);
+    await view.refresh();
+    await settle();
+    view.el.querySelector<HTMLButtonElement>('[data-testid=load-settings]')!.click();
+    await settle();
+    const dialog = document.querySelector<HTMLElement>('[data-testid=load-settings-dialog]')!;
+    const select = dialog.querySelector<HTMLSelectElement>('[data-testid=load-setting-speed_up]')!;
+    expect([...select.options].map((o) => o.textContent)).toEqual(['Off', 'Prompt lookup', 'Assistant drafter: assistant']);
+    expect(dialog.querySelector('[data-testid=draft-models-note] summary')!.textContent).toBe('Why one model and one drafter on disk cannot draft for it');
+    select.value = 'drafter:dir:assistant';
+    select.dispatchEvent(new Event('change'));
+    expect(dialog.querySelector('[data-testid=speed-up-hint]')!.textContent).toMatch(/assistant drafter made for this model/);
+    dialog.querySelector<HTMLButtonElement>('[data-testid=load-settings-save]')!.click();
+    await settle();
+    expect(saved).toEqual([{ max_context: 0, kv_bits: 0, max_running: 2, speed_up: { drafter: 'dir:assistant' } }]);
+  });
+
+  it('lists a drafter in the gallery as a drafter, not a chat model that fails to load', async () => {
+    mockIPC((cmd) => {
+      if (cmd === 'list_models') {
+        return { catalog: [], local: [local({ id: 'dir:assistant', name: 'assistant', architecture: 'gemma4_assistant', supported: false, drafter: 'assistant' })], models_dir: '/m', hf_cache_dir: null, disk_bytes: 1 };
+      }
+    });
+    const view = new ModelsView(() => {});
+    document.body.append(view.el);
+    await view.refresh();
+    await settle();
+    const row = view.el.querySelector<HTMLElement>('[data-testid=local-model]')!;
+    expect(row.querySelector('[data-testid=drafter-badge]')!.textContent).toBe('Assistant drafter');
+    expect(row.querySelector('[data-testid=drafter-note]')!.textContent).toMatch(/Not a chat model.*Speed up replies/);
+    expect(row.textContent).not.toMatch(/not supported/);
+    expect(row.querySelector('[data-testid=load-model]')).toBeNull();
+    expect(row.querySelector('[data-testid=load-settings]')).toBeNull();
   });
 });
 

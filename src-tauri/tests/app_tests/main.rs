@@ -14,4 +14,5 @@ mod mcp;
 mod model_load_settings;
 mod pdf_chat;
 mod speed_up_choices;
+mod speed_up_drafters;
 mod ts_bindings;

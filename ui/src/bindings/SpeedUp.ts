@@ -5,6 +5,7 @@
  * model would have written (greedy: the same tokens; sampling: the same
  * distribution); only the speed changes. Settings offer off and prompt
  * lookup (they apply to every model); a model's own load settings offer
- * its MTP heads and draft models too (model_settings.rs says which).
+ * its MTP heads, draft models and drafter folders too (model_settings.rs
+ * says which).
  */
-export type SpeedUp = "off" | "prompt_lookup" | "mtp" | { "draft_model": string };
+export type SpeedUp = "off" | "prompt_lookup" | "mtp" | { "draft_model": string } | { "drafter": string };

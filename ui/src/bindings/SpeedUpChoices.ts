@@ -14,6 +14,12 @@ mtp: boolean,
  */
 draft_models: Array<DraftChoice>, 
 /**
- * The other supported models on disk, each with why it cannot.
+ * Drafter folders on disk made for it (a Gemma 4 assistant, a split
+ * MTP head), by name.
+ */
+drafters: Array<DraftChoice>, 
+/**
+ * The other supported models and drafter folders on disk, each with
+ * why it cannot.
  */
 not_listed: Array<DraftChoice>, };
