@@ -8,17 +8,18 @@
 //! `write_tiny_vl_model --bench <out-dir>` writes one bench-size Qwen2-VL
 //! folder instead (`VlDims::bench`: Qwen2-0.5B's language model, a half-width
 //! vision tower) for scripts/bench-vision.sh; `--bench <family> <out-dir>`
-//! (qwen2_vl, qwen3_5, qwen3_vl, gemma3, gemma4, smolvlm) one bench-size folder of
+//! (qwen2_vl, qwen3_5, qwen3_vl, gemma3, gemma4, smolvlm, lfm2_vl) one bench-size folder of
 //! that family, float32, for scripts/bench-vision-families.sh.
 use std::path::PathBuf;
 
 use clap::Parser;
 use engine::testing::{
-    write_gemma3_vl, write_gemma4_vl, write_qwen35_vl, write_qwen3_vl, write_smolvlm_with,
-    write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_idefics3, write_tiny_lfm2_vl,
-    write_tiny_lfm2_vl_q4, write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,
-    write_tiny_qwen3_vl_moe, write_tiny_smolvlm, Gemma3VlDims, Gemma4VlDims, Qwen35VlDims,
-    Qwen3VlDims, QwenVlNames, QwenVlVariant, SmolVlmDims, TinyQwenVl, VlDims,
+    write_gemma3_vl, write_gemma4_vl, write_lfm2_vl, write_qwen35_vl, write_qwen3_vl,
+    write_smolvlm_with, write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_idefics3,
+    write_tiny_lfm2_vl, write_tiny_lfm2_vl_q4, write_tiny_qwen2_vl, write_tiny_qwen35_vl,
+    write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe, write_tiny_smolvlm, Gemma3VlDims, Gemma4VlDims,
+    Lfm2VlDims, Qwen35VlDims, Qwen3VlDims, QwenVlNames, QwenVlVariant, SmolVlmDims, TinyQwenVl,
+    VlDims,
 };
 use engine::weights::QuantSpec;
 
@@ -68,8 +69,9 @@ fn main() -> anyhow::Result<()> {
             "gemma3" => _ = write_gemma3_vl(&out, &Gemma3VlDims::bench(), None, GEMMA3_SEED)?,
             "gemma4" => _ = write_gemma4_vl(&out, &Gemma4VlDims::bench(), None, GEMMA4_SEED)?,
             "smolvlm" => _ = write_smolvlm_with(&out, &SmolVlmDims::bench(), SMOLVLM_SEED)?,
+            "lfm2_vl" => _ = write_lfm2_vl(&out, &Lfm2VlDims::bench(), None, LFM2_VL_SEED)?,
             other => anyhow::bail!(
-                "--bench {other}: one of qwen2_vl, qwen3_5, qwen3_vl, gemma3, gemma4, smolvlm"
+                "--bench {other}: one of qwen2_vl, qwen3_5, qwen3_vl, gemma3, gemma4, smolvlm, lfm2_vl"
             ),
         }
         println!("{}", out.display());

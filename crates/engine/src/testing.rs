@@ -43,7 +43,7 @@ pub use gpt_oss::{
     gpt_oss_byte_level_meta, write_tiny_gpt_oss_openai_mxfp4, GPT_OSS_CHAT_TEMPLATE,
     GPT_OSS_SPECIAL_TOKENS, GPT_OSS_WINDOW,
 };
-pub use lfm2::{lfm2_byte_level_meta, LFM2_CHAT_TEMPLATE, LFM2_SPECIAL_TOKENS};
+pub use lfm2::{lfm2_byte_level_meta, Lfm2Mlp, LFM2_CHAT_TEMPLATE, LFM2_SPECIAL_TOKENS};
 pub use lfm2_vl::{
     write_lfm2_vl, write_tiny_lfm2_vl, write_tiny_lfm2_vl_q4, Lfm2VlDims, LFM2_VL_CHAT_TEMPLATE,
 };

@@ -81,6 +81,24 @@ const FF_MULTIPLIER: f64 = 1.5;
 const FF_MULTIPLE_OF: i32 = 32;
 const FF_ADJUSTED: i32 = 128;
 
+/// The MLP width of a tiny LFM2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lfm2Mlp {
+    /// `block_ff_dim` 100 auto-adjusted to 128 (the test models).
+    Adjusted,
+    /// This width as it stands (`block_auto_adjust_ff_dim` false): benchmarks.
+    Width(i32),
+}
+
+impl Lfm2Mlp {
+    fn width(self) -> i32 {
+        match self {
+            Lfm2Mlp::Adjusted => FF_ADJUSTED,
+            Lfm2Mlp::Width(w) => w,
+        }
+    }
+}
+
 /// The tiny vocabulary with LFM2's specials; BOS `<|startoftext|>` (the
 /// template writes it), EOS `<|im_end|>`.
 pub fn lfm2_byte_level_meta() -> GgufTokenizerMeta {
@@ -111,8 +129,8 @@ pub(crate) fn write_lfm2(
     let vocab = tokenizer.vocab_size() as i32;
     let hf = quantize.is_none();
     let mut w = Writer { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new() };
-    lfm2_weights(&mut w, d, vocab, hf, "model")?;
-    let mut config = lfm2_config(d, vocab, hf);
+    lfm2_weights(&mut w, d, Lfm2Mlp::Adjusted, vocab, hf, "model")?;
+    let mut config = lfm2_config(d, Lfm2Mlp::Adjusted, vocab, hf);
     config["bos_token_id"] = json!(tokenizer.token_to_id("<|startoftext|>"));
     save_checkpoint(dir, w.tensors, &w.matrices, config, quantize)?;
     Ok(vocab)
@@ -129,11 +147,12 @@ fn is_attention(i: i32) -> bool {
 pub(crate) fn lfm2_weights(
     w: &mut Writer,
     d: Dims,
+    mlp: Lfm2Mlp,
     vocab: i32,
     hf: bool,
     prefix: &str,
 ) -> Result<()> {
-    let (h, hd) = (d.hidden, d.hidden / d.heads);
+    let (h, hd, ff) = (d.hidden, d.hidden / d.heads, mlp.width());
     // The head is the embedding: small rows, so the layers pick the next token.
     let embed = w.rng.tensor(&[vocab, h], 0.05, 0.0);
     w.tensors.insert(format!("{prefix}.embed_tokens.weight"), embed);
@@ -159,9 +178,9 @@ pub(crate) fn lfm2_weights(
             w.tensors.insert(format!("{c}.conv.weight"), kernel);
         }
         let f = format!("{p}.feed_forward");
-        w.matrix(format!("{f}.w1"), [FF_ADJUSTED, h]);
-        w.matrix(format!("{f}.w3"), [FF_ADJUSTED, h]);
-        w.matrix(format!("{f}.w2"), [h, FF_ADJUSTED]);
+        w.matrix(format!("{f}.w1"), [ff, h]);
+        w.matrix(format!("{f}.w3"), [ff, h]);
+        w.matrix(format!("{f}.w2"), [h, ff]);
     }
     w.norm(format!("{prefix}.embedding_norm"), h);
     Ok(())
@@ -170,7 +189,7 @@ pub(crate) fn lfm2_weights(
 /// The tiny LFM2's config.json (a vision-language checkpoint's
 /// `text_config`): the attention plan as `layer_types` when `hf`, else as
 /// `full_attn_idxs`.
-pub(crate) fn lfm2_config(d: Dims, vocab: i32, hf: bool) -> serde_json::Value {
+pub(crate) fn lfm2_config(d: Dims, mlp: Lfm2Mlp, vocab: i32, hf: bool) -> serde_json::Value {
     let h = d.hidden;
     let attention: Vec<i32> = (0..d.layers).filter(|&i| is_attention(i)).collect();
     let mut config = json!({
@@ -195,6 +214,12 @@ pub(crate) fn lfm2_config(d: Dims, vocab: i32, hf: bool) -> serde_json::Value {
         "eos_token_id": 2,
         "torch_dtype": "float32",
     });
+    if let Lfm2Mlp::Width(width) = mlp {
+        for key in ["block_ff_dim", "intermediate_size"] {
+            config[key] = json!(width);
+        }
+        config["block_auto_adjust_ff_dim"] = json!(false);
+    }
     if hf {
         let types: Vec<&str> = (0..d.layers)
             .map(|i| if is_attention(i) { "full_attention" } else { "conv" })

@@ -24,7 +24,7 @@ use std::path::Path;
 use serde_json::json;
 
 use super::families::{Dims, TinyFamily};
-use super::lfm2::{lfm2_byte_level_meta, lfm2_config, lfm2_weights, Writer};
+use super::lfm2::{lfm2_byte_level_meta, lfm2_config, lfm2_weights, Lfm2Mlp, Writer};
 use super::{save_checkpoint, Rng};
 use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
@@ -35,6 +35,7 @@ use crate::weights::QuantSpec;
 #[derive(Debug, Clone, Copy)]
 pub struct Lfm2VlDims {
     pub text: Dims,
+    pub text_mlp: Lfm2Mlp,
     pub vision_width: i32,
     pub vision_heads: i32,
     pub vision_mlp: i32,
@@ -55,6 +56,7 @@ impl Lfm2VlDims {
     pub fn tiny() -> Self {
         Self {
             text: Dims::tiny(TinyFamily::Lfm2),
+            text_mlp: Lfm2Mlp::Adjusted,
             vision_width: 32,
             vision_heads: 2,
             vision_mlp: 48,
@@ -66,6 +68,39 @@ impl Lfm2VlDims {
             tile: 64,
             min_image_tokens: 16,
             max_image_tokens: 64,
+        }
+    }
+}
+
+impl Lfm2VlDims {
+    /// Benchmark sizes: LFM2-VL-450M's plan scaled down — LFM2-350M's text
+    /// width (1024, 16 heads of 64 over 8 KV heads, MLP 4608) with 8 of its
+    /// 16 layers (convolutions and attention alternating); its SigLIP2
+    /// NaFlex base tower half as deep (768 wide, 12 heads, 6 of 12 blocks)
+    /// on 16-pixel patches and a 16 × 16 table, the projector 2560 wide;
+    /// the real processor: 512-pixel tiles, 64 to 256 tokens a view.
+    pub fn bench() -> Self {
+        Self {
+            text: Dims {
+                hidden: 1024,
+                layers: 8,
+                heads: 16,
+                kv_heads: 8,
+                head_dim: 64,
+                ..Self::tiny().text
+            },
+            text_mlp: Lfm2Mlp::Width(4608),
+            vision_width: 768,
+            vision_heads: 12,
+            vision_mlp: 3072,
+            vision_layers: 6,
+            patch: 16,
+            positions_side: 16,
+            factor: 2,
+            projector_hidden: 2560,
+            tile: 512,
+            min_image_tokens: 64,
+            max_image_tokens: 256,
         }
     }
 }
@@ -155,7 +190,7 @@ pub fn write_lfm2_vl(
     let vocab = tokenizer.vocab_size() as i32;
 
     let mut w = Writer { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new() };
-    lfm2_weights(&mut w, d.text, vocab, hf, text)?;
+    lfm2_weights(&mut w, d.text, d.text_mlp, vocab, hf, text)?;
 
     let mut v = Writer { rng: Rng(seed + 1000), tensors: HashMap::new(), matrices: Vec::new() };
     let linear = |v: &mut Writer, path: String, input: i32, output: i32| {
@@ -198,7 +233,7 @@ pub fn write_lfm2_vl(
     let config = json!({
         "model_type": "lfm2-vl",
         "architectures": ["Lfm2VlForConditionalGeneration"],
-        "text_config": lfm2_config(d.text, vocab, hf),
+        "text_config": lfm2_config(d.text, d.text_mlp, vocab, hf),
         "vision_config": {
             "model_type": "siglip2_vision_model",
             "hidden_size": width,
