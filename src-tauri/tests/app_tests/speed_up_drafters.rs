@@ -8,8 +8,8 @@
 use std::path::Path;
 
 use engine::testing::{
-    split_mtp_head, write_family, write_gemma4_echo_assistant, write_mtp_target, write_tiny_family,
-    Dims, TinyFamily,
+    split_mtp_head, write_family, write_gemma4_echo_assistant, write_gguf_header, write_mtp_target,
+    write_tiny_family, Dims, GgufValue, TinyFamily,
 };
 use serde_json::{json, Value};
 
@@ -17,8 +17,8 @@ use crate::common::{harness, tiny_models};
 
 /// In the models folder: `dir:tiny` (a llama), `dir:gemma` (a tiny Gemma 4)
 /// with `dir:assistant` made for it, `dir:wide-gemma` (a Gemma 4 of hidden
-/// size 96), `dir:qwen35` (a Qwen3.5 with its own head) and `dir:head`
-/// (that head split from it).
+/// size 96), `dir:qwen35` (a Qwen3.5 with its own head), `dir:head` (that
+/// head split from it) and `dir:gemma.gguf` (a GGUF header naming Gemma 4).
 fn models(root: &Path) {
     tiny_models(root);
     let models = root.join("models");
@@ -30,6 +30,8 @@ fn models(root: &Path) {
     let qwen = write_mtp_target(&scratch).unwrap();
     std::fs::rename(qwen, models.join("qwen35")).unwrap();
     split_mtp_head(&models.join("qwen35"), &models.join("head")).unwrap();
+    let arch = [("general.architecture", GgufValue::Str("gemma4".into()))];
+    write_gguf_header(&models.join("gemma.gguf"), 3, &arch).unwrap();
 }
 
 fn ids(list: &Value) -> Vec<&str> {
@@ -82,6 +84,9 @@ fn drafter_folders_are_offered_to_the_model_they_fit_and_draft_at_load() {
     let llama = choices(&h, "dir:tiny");
     assert_eq!(ids(&llama["drafters"]), Vec::<&str>::new(), "{llama}");
     assert!(reason(&llama["not_listed"], "dir:assistant").contains("Gemma 4"), "{llama}");
+    // a drafter is matched to a model folder's config.json, not a GGUF's
+    let gguf = choices(&h, "dir:gemma.gguf");
+    assert!(reason(&gguf["not_listed"], "dir:assistant").contains(".gguf file"), "{gguf}");
 
     // what does not fit is refused in the form's words
     let record = |speed_up: Value| json!({"max_context": 0, "kv_bits": 0, "max_running": 2, "speed_up": speed_up});

@@ -270,6 +270,12 @@ pub fn check_drafter(drafter: &Path, target: &Path) -> Result<DrafterKind> {
             drafter.display()
         ))
     })?;
+    if target.is_file() {
+        return Err(Error::InvalidRequest(format!(
+            "it is {}, matched to a model folder (config.json), and this model is a .gguf file",
+            kind.words()
+        )));
+    }
     let config = read_config(target)?;
     let model_type = registry::model_type(&config)?;
     if !kind.targets().any(|t| t == model_type) {
