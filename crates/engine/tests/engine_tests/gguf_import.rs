@@ -235,3 +235,105 @@ fn an_lfm2_gguf_loads_as_the_folder_it_was_written_from() {
     assert!(diff < 1e-5, "the GGUF computes another model: logits differ by {diff}");
     assert_eq!(greedy_ids(&from_gguf, &prompt, 12), greedy_ids(&from_folder, &prompt, 12));
 }
+
+/// A Ministral 3 GGUF as llama.cpp's converter writes it (`mistral3.*`
+/// metadata, YaRN under `rope.scaling.*`, the attention temperature's β as
+/// `attention.temperature_scale`, Q and K rows permuted for its interleaved
+/// RoPE) loads as the folder it was written from: the same logits and
+/// tokens over a prompt that crosses the tiny model's original context of 8
+/// (so the temperature scales queries). llama.cpp's `mistral3` has no
+/// sliding layers: the folder is compared with every layer attending fully.
+#[test]
+fn a_ministral3_gguf_loads_as_the_folder_it_was_written_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("ministral3");
+    write_tiny_family(&folder, TinyFamily::Ministral3, None, 5).unwrap();
+    let config_path = folder.join("config.json");
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    config.as_object_mut().unwrap().remove("layer_types");
+    config.as_object_mut().unwrap().remove("sliding_window");
+    std::fs::write(&config_path, config.to_string()).unwrap();
+
+    let int = |k: &str| GgufValue::U32(config[k].as_u64().unwrap_or_else(|| panic!("{k}")) as u32);
+    let float =
+        |k: &str| GgufValue::F32(config[k].as_f64().unwrap_or_else(|| panic!("{k}")) as f32);
+    let rope = &config["rope_parameters"];
+    let rope_float = |k: &str| GgufValue::F32(rope[k].as_f64().unwrap() as f32);
+    let tokenizer = byte_level_meta();
+    let metadata = vec![
+        ("general.architecture", GgufValue::Str("mistral3".into())),
+        ("mistral3.block_count", int("num_hidden_layers")),
+        ("mistral3.context_length", int("max_position_embeddings")),
+        ("mistral3.embedding_length", int("hidden_size")),
+        ("mistral3.feed_forward_length", int("intermediate_size")),
+        ("mistral3.attention.head_count", int("num_attention_heads")),
+        ("mistral3.attention.head_count_kv", int("num_key_value_heads")),
+        ("mistral3.attention.key_length", int("head_dim")),
+        ("mistral3.attention.value_length", int("head_dim")),
+        ("mistral3.attention.layer_norm_rms_epsilon", float("rms_norm_eps")),
+        ("mistral3.rope.freq_base", rope_float("rope_theta")),
+        ("mistral3.rope.scaling.type", GgufValue::Str("yarn".into())),
+        ("mistral3.rope.scaling.factor", rope_float("factor")),
+        ("mistral3.rope.scaling.yarn_beta_fast", rope_float("beta_fast")),
+        ("mistral3.rope.scaling.yarn_beta_slow", rope_float("beta_slow")),
+        ("mistral3.rope.scaling.yarn_log_multiplier", GgufValue::F32(1.0)),
+        (
+            "mistral3.rope.scaling.original_context_length",
+            GgufValue::U32(rope["original_max_position_embeddings"].as_u64().unwrap() as u32),
+        ),
+        ("mistral3.attention.temperature_scale", rope_float("llama_4_scaling_beta")),
+        ("tokenizer.ggml.model", GgufValue::Str(tokenizer.model.clone())),
+        ("tokenizer.ggml.pre", GgufValue::Str(tokenizer.pre.clone().unwrap())),
+        ("tokenizer.ggml.tokens", GgufValue::Strings(tokenizer.tokens.clone())),
+        ("tokenizer.ggml.token_type", GgufValue::I32s(tokenizer.token_types.clone())),
+        ("tokenizer.ggml.merges", GgufValue::Strings(tokenizer.merges.clone())),
+        ("tokenizer.ggml.bos_token_id", GgufValue::U32(tokenizer.bos_id.unwrap())),
+        ("tokenizer.ggml.eos_token_id", GgufValue::U32(tokenizer.eos_id.unwrap())),
+        ("tokenizer.ggml.add_bos_token", GgufValue::Bool(false)),
+        ("tokenizer.chat_template", GgufValue::Str(tokenizer.chat_template.clone().unwrap())),
+    ];
+    let weights: HashMap<String, Array> =
+        Array::load_safetensors(folder.join("model.safetensors")).unwrap();
+    let heads = |name: &str| {
+        let key =
+            if name.contains("q_proj") { "num_attention_heads" } else { "num_key_value_heads" };
+        config[key].as_i64().unwrap() as i32
+    };
+    let mut names: Vec<&String> = weights.keys().collect();
+    names.sort();
+    let tensors: Vec<GgufTensor> = names
+        .into_iter()
+        .map(|name| {
+            let mut a = weights[name].as_dtype(Dtype::Float32).unwrap();
+            if name.contains("q_proj") || name.contains("k_proj") {
+                // llama.cpp's permutation: per head, rows (2, d/2) → (d/2, 2).
+                let (rows, cols) = (a.dim(0), a.dim(1));
+                let h = heads(name);
+                a = a
+                    .reshape(&[h, 2, rows / h / 2, cols])
+                    .unwrap()
+                    .transpose_axes(&[0, 2, 1, 3])
+                    .unwrap()
+                    .reshape(&[rows, cols])
+                    .unwrap();
+            }
+            a.eval().unwrap();
+            let shape: Vec<usize> = a.shape().iter().map(|&d| d as usize).collect();
+            GgufTensor::f32(gguf_name(name), &shape, a.as_slice::<f32>())
+        })
+        .collect();
+    let gguf = dir.path().join("tiny-ministral3-f32.gguf");
+    write_gguf(&gguf, &metadata, &tensors).unwrap();
+
+    let from_folder = model::load(&folder, &LOAD).unwrap();
+    let from_gguf = model::load(&gguf, &LOAD).unwrap();
+    assert_eq!(from_gguf.info.family, from_folder.info.family);
+    let prompt: Vec<u32> = (0..24).map(|i| 3 + (i * 37 + 11) % 250).collect();
+    let a = forward_fresh(from_folder.model.as_ref(), &tokens(&prompt));
+    let b = forward_fresh(from_gguf.model.as_ref(), &tokens(&prompt));
+    let diff = max_abs_diff(&a, &b);
+    println!("max |logit difference| folder vs GGUF: {diff:e}");
+    assert!(diff < 1e-5, "the GGUF computes another model: logits differ by {diff}");
+    assert_eq!(greedy_ids(&from_gguf, &prompt, 12), greedy_ids(&from_folder, &prompt, 12));
+}

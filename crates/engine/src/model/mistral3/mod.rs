@@ -42,6 +42,7 @@ use crate::model::llama::Mlp;
 use crate::model::registry::Family;
 use crate::model::shape::{self, LayerShape};
 use crate::model::{LanguageModel, ModelShape};
+use crate::weights::gguf::GgufImport;
 
 /// The text-only checkpoints (`ministral3`, as mlx-lm runs them).
 pub const FAMILY: Family = Family {
@@ -49,10 +50,60 @@ pub const FAMILY: Family = Family {
     model_types: &["ministral3"],
     build: |_, config, loader| Ok(Box::new(Ministral3::load(config, "model", loader)?)),
     layers: |config| Ok(TextArgs::parse(config, true)?.layer_shapes()),
-    gguf: None,
+    gguf: Some(GgufImport {
+        architecture: "mistral3",
+        block_names: &[],
+        config_keys: &[
+            ("llama_4_scaling_beta", "attention.temperature_scale"),
+            ("original_max_position_embeddings", "rope.scaling.original_context_length"),
+            ("beta_fast", "rope.scaling.yarn_beta_fast"),
+            ("beta_slow", "rope.scaling.yarn_beta_slow"),
+        ],
+        permuted_qk: true,
+        norm_plus_one: false,
+        complete_config: Some(complete_gguf_config),
+    }),
     image_processor: None,
     tensor_parallel: false,
 };
+
+/// llama.cpp's `mistral3` metadata as the `rope_parameters` Ministral 3's
+/// config.json holds: YaRN's factor, original context and betas (llama.cpp
+/// folds YaRN's `mscale / mscale_all_dim` into one multiplier; the released
+/// checkpoints' ratio is 1) and the attention temperature's β
+/// (`attention.temperature_scale`; absent, the scaling is off, as in
+/// llama.cpp).
+fn complete_gguf_config(c: &mut serde_json::Map<String, Value>) {
+    let mut take = |k: &str| c.remove(k);
+    let beta = take("llama_4_scaling_beta").unwrap_or(0.0.into());
+    let original = take("original_max_position_embeddings");
+    let (fast, slow) = (take("beta_fast"), take("beta_slow"));
+    let scaling = take("rope_scaling");
+    let theta = c.get("rope_theta").cloned().unwrap_or(1_000_000.0.into());
+    let context = c.get("max_position_embeddings").cloned().unwrap_or(32_768.into());
+    let mut params = serde_json::Map::new();
+    params.insert("rope_theta".into(), theta);
+    match scaling.as_ref().and_then(|s| s.get("rope_type")).and_then(Value::as_str) {
+        Some(kind) => {
+            params.insert("rope_type".into(), kind.into());
+            let factor = scaling.as_ref().and_then(|s| s.get("factor")).cloned();
+            params.insert("factor".into(), factor.unwrap_or(1.0.into()));
+            params.insert("beta_fast".into(), fast.unwrap_or(32.0.into()));
+            params.insert("beta_slow".into(), slow.unwrap_or(1.0.into()));
+            params.insert("mscale".into(), 1.0.into());
+            params.insert("mscale_all_dim".into(), 1.0.into());
+        }
+        None => {
+            params.insert("rope_type".into(), "default".into());
+        }
+    }
+    params.insert(
+        "original_max_position_embeddings".into(),
+        original.unwrap_or_else(|| context.clone()),
+    );
+    params.insert("llama_4_scaling_beta".into(), beta);
+    c.insert("rope_parameters".into(), Value::Object(params));
+}
 
 /// The config.json fields of the text model (mlx-lm's names).
 #[derive(Debug, Clone, Deserialize)]

@@ -77,7 +77,14 @@ pub const COMMON_CONFIG_KEYS: &[(&str, &str)] = &[
 ];
 
 /// Config fields that are floats (the rest are integers).
-const FLOAT_FIELDS: &[&str] = &["rms_norm_eps", "rope_theta", "rope_local_base_freq"];
+const FLOAT_FIELDS: &[&str] = &[
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_local_base_freq",
+    "llama_4_scaling_beta",
+    "beta_fast",
+    "beta_slow",
+];
 
 /// Everything a GGUF file provides, in the shapes the rest of the engine uses.
 pub struct GgufModel {
