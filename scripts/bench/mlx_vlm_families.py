@@ -47,7 +47,7 @@ def encode(model, model_type, inputs):
         tiles = pv.reshape(-1, *pv.shape[2:]).transpose(0, 2, 3, 1)
         hidden, _, _ = model.vision_model(tiles, output_hidden_states=True)
         return model.connector(hidden)
-    if model_type == "lfm2_vl":
+    if model_type in ("lfm2_vl", "lfm2-vl"):
         return model.encode_images(
             pv, spatial_shapes=inputs["spatial_shapes"], pixel_attention_mask=inputs["pixel_attention_mask"]
         )
