@@ -245,6 +245,10 @@ impl Lfm2VlImageProcessor {
     /// The tile grid `(cols, rows)` closest to the image's aspect ratio:
     /// every grid of `min_tiles` to `max_tiles` tiles by tile count, a tie
     /// going to the later grid when the image covers over half its area.
+    /// The reference orders grids of one tile count as CPython's set
+    /// iterates them, ours by columns; for 2 to 10 tiles no such pair is
+    /// ever the closest at once (an aspect ratio halfway between two of
+    /// them is nearer another grid), so the choice is the same.
     fn tile_grid(&self, height: usize, width: usize) -> (usize, usize) {
         let aspect = width as f64 / height as f64;
         let mut ratios: Vec<(usize, usize)> = Vec::new();
