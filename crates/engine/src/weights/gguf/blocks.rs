@@ -1,6 +1,7 @@
 //! ggml's tensor types: their block layouts, dequantization to float32, and
 //! the exact re-packing of the legacy 4/8-bit blocks (Q4_0, Q4_1, Q8_0) as
-//! MLX affine quantization (group 32), which is what MLX's own loader does.
+//! MLX affine quantization (group 32), which is what MLX's own loader does;
+//! and MXFP4 (gpt-oss's experts), re-packed exactly as MLX's `mxfp4` mode.
 //!
 //! The block layouts follow ggml's `ggml-quants.c` (values along the last
 //! axis, in blocks of 32 or, for the K-quants, super-blocks of 256).
@@ -26,6 +27,8 @@ pub enum GgmlType {
     Q8K,
     Iq4Nl,
     Iq4Xs,
+    /// OCP microscaling FP4: per 32 values an E8M0 scale and 16 bytes of E2M1 codes.
+    Mxfp4,
     I8,
     I16,
     I32,
@@ -57,6 +60,7 @@ impl GgmlType {
             26 => I32,
             28 => F64,
             30 => BF16,
+            39 => Mxfp4,
             _ => return None,
         })
     }
@@ -81,6 +85,7 @@ impl GgmlType {
             Q8K => "Q8_K",
             Iq4Nl => "IQ4_NL",
             Iq4Xs => "IQ4_XS",
+            Mxfp4 => "MXFP4",
             I8 => "I8",
             I16 => "I16",
             I32 => "I32",
@@ -109,6 +114,7 @@ impl GgmlType {
             Q6K => (256, 210),
             Q8K => (256, 292),
             Iq4Xs => (256, 136),
+            Mxfp4 => (32, 17),
         }
     }
 
@@ -132,7 +138,7 @@ impl GgmlType {
             Q8_0 | Q8_1 | Q8K | I8 => 8.0,
             Q6K => 6.0,
             Q5_0 | Q5_1 | Q5K => 5.0,
-            Q4_0 | Q4_1 | Q4K | Iq4Nl | Iq4Xs => 4.0,
+            Q4_0 | Q4_1 | Q4K | Iq4Nl | Iq4Xs | Mxfp4 => 4.0,
             Q3K => 3.0,
             Q2K => 2.0,
         }
@@ -141,7 +147,10 @@ impl GgmlType {
     /// Whether [`dequantize`] reads this type.
     pub fn dequantizable(self) -> bool {
         use GgmlType::*;
-        matches!(self, F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4K | Q5K | Q6K)
+        matches!(
+            self,
+            F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4K | Q5K | Q6K | Mxfp4
+        )
     }
 
     /// Whether [`to_mlx_affine`] maps this type exactly onto MLX's affine
@@ -181,6 +190,7 @@ pub fn dequantize(kind: GgmlType, data: &[u8]) -> Option<Vec<f32>> {
         GgmlType::Q4K => blocks.for_each(|(b, y)| q4_k(b, y)),
         GgmlType::Q5K => blocks.for_each(|(b, y)| q5_k(b, y)),
         GgmlType::Q6K => blocks.for_each(|(b, y)| q6_k(b, y)),
+        GgmlType::Mxfp4 => blocks.for_each(|(b, y)| mxfp4(b, y)),
         _ => return None,
     }
     Some(out)
@@ -299,6 +309,55 @@ fn q6_k(b: &[u8], y: &mut [f32]) {
     }
 }
 
+/// E2M1's sixteen codes: bit 3 the sign, then 0, ½, 1, 1½, 2, 3, 4, 6.
+const E2M1: [f32; 16] =
+    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
+
+/// 2^(e − 127), E8M0's value (255, its NaN, aside).
+fn e8m0(e: u8) -> f32 {
+    f32::from_bits(if e == 0 { 0x0040_0000 } else { (e as u32) << 23 })
+}
+
+/// The code of value `k` (0..32) of an MXFP4 block's 16 bytes: value j is
+/// the low nibble of byte j, value j + 16 its high nibble (as Q4_0).
+fn mxfp4_code(qs: &[u8], k: usize) -> u8 {
+    if k < 16 {
+        qs[k] & 0xF
+    } else {
+        qs[k - 16] >> 4
+    }
+}
+
+/// The E8M0 exponent e, then 16 bytes of codes; w = 2^(e − 127) · E2M1(q).
+fn mxfp4(b: &[u8], y: &mut [f32]) {
+    let d = e8m0(b[0]);
+    for (k, v) in y.iter_mut().enumerate() {
+        *v = d * E2M1[mxfp4_code(&b[1..17], k) as usize];
+    }
+}
+
+/// MXFP4 blocks as MLX's `mxfp4` mode holds them: the same E2M1 codes and
+/// E8M0 exponents, the codes packed in value order (value `k` of a row at
+/// bits `4k` of its little-endian uint32 words — the byte layout of OpenAI's
+/// `*_blocks`), one uint8 exponent per group of 32.
+pub fn mxfp4_to_mlx(data: &[u8]) -> (Vec<u32>, Vec<u8>) {
+    let blocks = data.len() / 17;
+    let mut packed_bytes = Vec::with_capacity(blocks * 16);
+    let mut scales = Vec::with_capacity(blocks);
+    for b in data.chunks_exact(17) {
+        scales.push(b[0]);
+        let qs = &b[1..17];
+        for pair in 0..16 {
+            packed_bytes.push(mxfp4_code(qs, 2 * pair) | (mxfp4_code(qs, 2 * pair + 1) << 4));
+        }
+    }
+    let packed = packed_bytes
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        .collect();
+    (packed, scales)
+}
+
 /// MLX affine quantization of a legacy block type, exactly: packed values
 /// (little-endian in uint32 words, value `k` of a row at bits `bits · k`),
 /// and one f16 scale and bias per group of 32, such that
@@ -389,6 +448,27 @@ mod tests {
             assert_eq!(a.scales[0].to_f32() * q as f32 + a.biases[0].to_f32(), *want);
             assert_eq!(*want, 0.25 * (k as f32 - 16.0));
         }
+    }
+
+    /// One MXFP4 block with exponent 2^-1 and codes q(k) = k mod 16: the
+    /// values, and the MLX re-packing's codes in value order.
+    #[test]
+    fn mxfp4_dequantizes_and_repacks_in_value_order() {
+        let mut block = vec![126u8];
+        // value j = j (low nibble), value j + 16 = 15 - j (high nibble)
+        block.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+        let y = dequantize(GgmlType::Mxfp4, &block).unwrap();
+        assert_eq!(y.len(), 32);
+        assert_eq!((y[3], y[7], y[15], y[16], y[31]), (0.75, 3.0, -3.0, -3.0, 0.0));
+        let (packed, scales) = mxfp4_to_mlx(&block);
+        assert_eq!((packed.len(), scales.as_slice()), (4, &[126u8][..]));
+        for (k, want) in y.iter().enumerate() {
+            let q = (packed[k / 8] >> (4 * (k % 8))) & 0xF;
+            assert_eq!(0.5 * E2M1[q as usize], *want, "value {k}");
+        }
+        assert_eq!(e8m0(0), 2f32.powi(-127));
+        assert_eq!(GgmlType::from_code(39), Some(GgmlType::Mxfp4));
+        assert_eq!(GgmlType::Mxfp4.byte_len(64), Some(34));
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! dequantized to float32 at load — on the CPU backend float weights are the
 //! fast path anyway — or, when quantized weights are kept (Metal), requantized
 //! to MLX affine 4-bit (8-bit for types of more than 4.5 bits), group 32.
+//! MXFP4 tensors (gpt-oss's experts) are MLX's `mxfp4` mode byte for byte
+//! (the codes re-ordered): kept as they are, or dequantized to float32.
 //!
 //! The family's [`GgufImport`] (from the model registry) renames llama.cpp's
 //! tensors to Hugging Face names, turns its metadata into a config.json-like
@@ -21,11 +23,11 @@ use mlx_rs::{ops, Array, Dtype};
 use serde_json::{Map, Value};
 
 use blocks::to_mlx_affine;
-pub use blocks::{dequantize, GgmlType};
+pub use blocks::{dequantize, mxfp4_to_mlx, GgmlType};
 pub use config::{family_of, imported_config, GgufMetadata};
 pub use reader::{GgufFile, MetaValue};
 
-use super::{QuantSpec, Quantization, Weights};
+use super::{QuantMode, QuantSpec, Quantization, Weights};
 use crate::error::{Error, Result};
 use crate::model::registry::Family;
 use crate::model::WeightFormat;
@@ -37,6 +39,8 @@ pub struct GgufImport {
     pub architecture: &'static str,
     /// Block tensor names (`blk.N.<part>`) → Hugging Face names
     /// (`model.layers.N.<part>`), on top of [`COMMON_BLOCK_NAMES`] (these win).
+    /// A name with its parameter (`attn_sinks.weight`) names the whole
+    /// Hugging Face tensor (`self_attn.sinks`).
     pub block_names: &'static [(&'static str, &'static str)],
     /// Metadata keys (after `<architecture>.`) → config.json fields, on top of
     /// [`COMMON_CONFIG_KEYS`].
@@ -129,7 +133,7 @@ pub fn load(path: &Path, format: WeightFormat) -> Result<GgufModel> {
     if let Some(t) = file.tensors.iter().find(|t| !t.kind.dequantizable()) {
         return Err(Error::InvalidConfig(format!(
             "tensor {} is stored as {}, which GGUF import does not read (supported: F32, F16, BF16, Q4_0, Q4_1, \
-             Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
+             Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4)",
             t.name,
             t.kind.name()
         )));
@@ -159,6 +163,14 @@ pub fn load(path: &Path, format: WeightFormat) -> Result<GgufModel> {
         let data = file.read(t)?;
         let shape: Vec<i32> = t.shape.iter().map(|&d| d as i32).collect();
         let module = hf.strip_suffix(".weight").map(str::to_owned);
+        if let (GgmlType::Mxfp4, WeightFormat::AsStored, Some(module), true) =
+            (t.kind, format, &module, shape.len() >= 2)
+        {
+            insert_mxfp4(&mut weights, module, &shape, &data);
+            quantization.overrides.insert(module.clone(), Some(MXFP4));
+            quantization.override_modes.insert(module.clone(), QuantMode::Mxfp4);
+            continue;
+        }
         if let (Some(affine), Some(module)) = (to_mlx_affine(t.kind, &data), &module) {
             insert_affine(&mut weights, module, &shape, affine)?;
             quantization.overrides.insert(
@@ -275,6 +287,22 @@ fn is_norm(hf: &str) -> bool {
     hf.ends_with("norm.weight")
 }
 
+/// MLX's `mxfp4` mode: groups of 32, 4 bits.
+const MXFP4: QuantSpec = QuantSpec { group_size: 32, bits: 4 };
+
+/// Inserts `module.weight` (uint32 words of 8 codes) and `.scales` (uint8
+/// exponents) of an MXFP4 tensor, as MLX's `mxfp4` mode holds them.
+fn insert_mxfp4(weights: &mut Weights, module: &str, shape: &[i32], data: &[u8]) {
+    let (packed, scales) = blocks::mxfp4_to_mlx(data);
+    let (lead, cols) = shape.split_at(shape.len() - 1);
+    let mut packed_shape = lead.to_vec();
+    packed_shape.push(cols[0] / 8);
+    let mut group_shape = lead.to_vec();
+    group_shape.push(cols[0] / GGUF_GROUP);
+    weights.insert(format!("{module}.weight"), Array::from_slice(&packed, &packed_shape));
+    weights.insert(format!("{module}.scales"), Array::from_slice(&scales, &group_shape));
+}
+
 /// Inserts `module.weight` / `.scales` / `.biases` of an exactly re-packed block tensor.
 fn insert_affine(
     weights: &mut Weights,
@@ -347,6 +375,10 @@ fn hf_name(gguf: &str, import: &GgufImport) -> Option<String> {
     let (module, param) = gguf.rsplit_once('.')?;
     if let Some(rest) = module.strip_prefix("blk.") {
         let (layer, part) = rest.split_once('.')?;
+        let whole = format!("{part}.{param}");
+        if let Some((_, hf)) = import.block_names.iter().find(|(g, _)| *g == whole) {
+            return Some(format!("model.layers.{layer}.{hf}"));
+        }
         let (_, hf_part) =
             import.block_names.iter().chain(COMMON_BLOCK_NAMES).find(|(g, _)| *g == part)?;
         return Some(format!("model.layers.{layer}.{hf_part}.{param}"));
