@@ -8,10 +8,12 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use engine::model;
+use engine::model::{self, LoadOptions, WeightFormat};
 use engine::testing::{
     byte_level_meta, write_gguf, write_tiny_family, GgufTensor, GgufValue, TinyFamily,
 };
+use engine::weights::gguf::{dequantize, mxfp4_to_mlx, GgmlType};
+use engine::weights::{quantized_ops, QuantMode, QuantSpec};
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
 
@@ -336,4 +338,228 @@ fn a_ministral3_gguf_loads_as_the_folder_it_was_written_from() {
     println!("max |logit difference| folder vs GGUF: {diff:e}");
     assert!(diff < 1e-5, "the GGUF computes another model: logits differ by {diff}");
     assert_eq!(greedy_ids(&from_gguf, &prompt, 12), greedy_ids(&from_folder, &prompt, 12));
+}
+
+/// MXFP4 blocks `[.., groups, 17]` as ggml lays them out (the E8M0 exponent,
+/// then value j in the low nibble of byte j and value j + 16 in its high
+/// nibble) from OpenAI's / MLX's layout (16 bytes per group, values in order,
+/// two to a byte, the first low) and the group's exponents — what llama.cpp's
+/// converter does to gpt-oss's `*_blocks` and `*_scales`.
+fn ggml_mxfp4(packed: &[u8], scales: &[u8]) -> Vec<u8> {
+    assert_eq!(packed.len(), scales.len() * 16);
+    let mut out = Vec::with_capacity(scales.len() * 17);
+    for (group, &e) in packed.chunks_exact(16).zip(scales) {
+        let value = |k: usize| (group[k / 2] >> (4 * (k % 2))) & 0xF;
+        out.push(e);
+        out.extend((0..16).map(|j| value(j) | (value(j + 16) << 4)));
+    }
+    out
+}
+
+fn bytes_of(a: &Array) -> Vec<u8> {
+    let a = a.as_dtype(Dtype::Uint8).unwrap().contiguous().unwrap();
+    a.eval().unwrap();
+    a.as_slice::<u8>().to_vec()
+}
+
+/// gpt-oss as llama.cpp's converter writes it from OpenAI's checkpoint: the
+/// experts' MXFP4 blocks re-laid as ggml's MXFP4 (type 39), gate and up split
+/// from their interleaved rows (`ffn_gate_exps` / `ffn_up_exps`, biases
+/// likewise), the sinks as `attn_sinks.weight`, the router as
+/// `ffn_gate_inp`, the norm after attention as `post_attention_norm`,
+/// `gpt-oss.*` metadata with YaRN under `rope.scaling.*`.
+fn write_gpt_oss_gguf(folder: &Path, out: &Path) {
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("config.json")).unwrap())
+            .unwrap();
+    let int = |k: &str| GgufValue::U32(config[k].as_u64().unwrap_or_else(|| panic!("{k}")) as u32);
+    let float =
+        |k: &str| GgufValue::F32(config[k].as_f64().unwrap_or_else(|| panic!("{k}")) as f32);
+    let rope = &config["rope_scaling"];
+    let tokenizer = engine::testing::gpt_oss_byte_level_meta();
+    let metadata = vec![
+        ("general.architecture", GgufValue::Str("gpt-oss".into())),
+        ("gpt-oss.block_count", int("num_hidden_layers")),
+        ("gpt-oss.context_length", int("max_position_embeddings")),
+        ("gpt-oss.embedding_length", int("hidden_size")),
+        ("gpt-oss.feed_forward_length", int("intermediate_size")),
+        ("gpt-oss.expert_feed_forward_length", int("intermediate_size")),
+        ("gpt-oss.expert_count", int("num_local_experts")),
+        ("gpt-oss.expert_used_count", int("num_experts_per_tok")),
+        ("gpt-oss.attention.head_count", int("num_attention_heads")),
+        ("gpt-oss.attention.head_count_kv", int("num_key_value_heads")),
+        ("gpt-oss.attention.key_length", int("head_dim")),
+        ("gpt-oss.attention.value_length", int("head_dim")),
+        ("gpt-oss.attention.layer_norm_rms_epsilon", float("rms_norm_eps")),
+        ("gpt-oss.attention.sliding_window", int("sliding_window")),
+        ("gpt-oss.rope.freq_base", float("rope_theta")),
+        ("gpt-oss.rope.scaling.type", GgufValue::Str("yarn".into())),
+        ("gpt-oss.rope.scaling.factor", GgufValue::F32(rope["factor"].as_f64().unwrap() as f32)),
+        (
+            "gpt-oss.rope.scaling.original_context_length",
+            GgufValue::U32(rope["original_max_position_embeddings"].as_u64().unwrap() as u32),
+        ),
+        ("tokenizer.ggml.model", GgufValue::Str(tokenizer.model.clone())),
+        ("tokenizer.ggml.pre", GgufValue::Str(tokenizer.pre.clone().unwrap())),
+        ("tokenizer.ggml.tokens", GgufValue::Strings(tokenizer.tokens.clone())),
+        ("tokenizer.ggml.token_type", GgufValue::I32s(tokenizer.token_types.clone())),
+        ("tokenizer.ggml.merges", GgufValue::Strings(tokenizer.merges.clone())),
+        ("tokenizer.ggml.bos_token_id", GgufValue::U32(tokenizer.bos_id.unwrap())),
+        ("tokenizer.ggml.eos_token_id", GgufValue::U32(tokenizer.eos_id.unwrap())),
+        ("tokenizer.ggml.add_bos_token", GgufValue::Bool(false)),
+        ("tokenizer.chat_template", GgufValue::Str(tokenizer.chat_template.clone().unwrap())),
+    ];
+    let mut weights: HashMap<String, Array> =
+        Array::load_safetensors(folder.join("model.safetensors")).unwrap();
+    let f32_tensor = |name: String, a: &Array| {
+        let a = a.as_dtype(Dtype::Float32).unwrap().contiguous().unwrap();
+        a.eval().unwrap();
+        let shape: Vec<usize> = a.shape().iter().map(|&d| d as usize).collect();
+        GgufTensor::f32(name, &shape, a.as_slice::<f32>())
+    };
+    // Rows `start`, `start + 2`, … of `[E, 2I, ..]` (gate: 0, up: 1).
+    let rows_of = |a: &Array, start: i32| {
+        let idx: Vec<i32> = (start..a.dim(1)).step_by(2).collect();
+        a.take_axis(&Array::from_slice(&idx, &[idx.len() as i32]), 1).unwrap()
+    };
+    let mxfp4_tensor = |name: String, blocks: &Array, scales: &Array| {
+        let s = blocks.shape();
+        let shape = vec![s[0] as usize, s[1] as usize, s[2] as usize * 32];
+        GgufTensor { name, shape, kind: 39, data: ggml_mxfp4(&bytes_of(blocks), &bytes_of(scales)) }
+    };
+    let mut tensors = Vec::new();
+    let layers = config["num_hidden_layers"].as_i64().unwrap();
+    for l in 0..layers {
+        let (p, b) = (format!("model.layers.{l}"), format!("blk.{l}"));
+        let x = format!("{p}.mlp.experts");
+        let mut take = |n: &str| weights.remove(&format!("{x}.{n}")).unwrap();
+        let (gu_blocks, gu_scales) = (take("gate_up_proj_blocks"), take("gate_up_proj_scales"));
+        let (down_blocks, down_scales) = (take("down_proj_blocks"), take("down_proj_scales"));
+        let (gu_bias, down_bias) = (take("gate_up_proj_bias"), take("down_proj_bias"));
+        for (part, start) in [("gate", 0), ("up", 1)] {
+            let name = format!("{b}.ffn_{part}_exps");
+            let (blocks, scales) = (rows_of(&gu_blocks, start), rows_of(&gu_scales, start));
+            tensors.push(mxfp4_tensor(format!("{name}.weight"), &blocks, &scales));
+            tensors.push(f32_tensor(format!("{name}.bias"), &rows_of(&gu_bias, start)));
+        }
+        tensors.push(mxfp4_tensor(format!("{b}.ffn_down_exps.weight"), &down_blocks, &down_scales));
+        tensors.push(f32_tensor(format!("{b}.ffn_down_exps.bias"), &down_bias));
+    }
+    let mut names: Vec<String> = weights.keys().cloned().collect();
+    names.sort();
+    for name in names {
+        let gguf = match name.as_str() {
+            "model.embed_tokens.weight" => "token_embd.weight".to_string(),
+            "model.norm.weight" => "output_norm.weight".to_string(),
+            "lm_head.weight" => "output.weight".to_string(),
+            _ => {
+                let rest = name.strip_prefix("model.layers.").unwrap();
+                let (layer, module) = rest.split_once('.').unwrap();
+                let part = match module {
+                    "self_attn.sinks" => "attn_sinks.weight".to_string(),
+                    _ => {
+                        let (m, suffix) = module.rsplit_once('.').unwrap();
+                        let g = match m {
+                            "input_layernorm" => "attn_norm",
+                            "post_attention_layernorm" => "post_attention_norm",
+                            "self_attn.q_proj" => "attn_q",
+                            "self_attn.k_proj" => "attn_k",
+                            "self_attn.v_proj" => "attn_v",
+                            "self_attn.o_proj" => "attn_output",
+                            "mlp.router" => "ffn_gate_inp",
+                            other => panic!("unexpected tensor {other}"),
+                        };
+                        format!("{g}.{suffix}")
+                    }
+                };
+                format!("blk.{layer}.{part}")
+            }
+        };
+        tensors.push(f32_tensor(gguf, &weights[&name]));
+    }
+    write_gguf(out, &metadata, &tensors).unwrap();
+}
+
+/// A gpt-oss GGUF with its experts in MXFP4, written from the tiny gpt-oss in
+/// OpenAI's MXFP4 layout, loads as that folder does — the experts kept as
+/// MLX `mxfp4` and, with `--weights float32`, dequantized: the same logits
+/// over a prompt longer than the sliding window and the same greedy tokens.
+/// A misread nibble order, exponent, gate/up split, sink, router or YaRN key
+/// changes the logits.
+#[test]
+fn a_gpt_oss_mxfp4_gguf_loads_as_the_folder_it_was_written_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("gpt_oss");
+    engine::testing::write_tiny_gpt_oss_openai_mxfp4(&folder, 5).unwrap();
+    let gguf = dir.path().join("tiny-gpt-oss-mxfp4.gguf");
+    write_gpt_oss_gguf(&folder, &gguf);
+
+    let prompt: Vec<u32> = (0..24).map(|i| 3 + (i * 37 + 11) % 250).collect();
+    for format in [WeightFormat::AsStored, WeightFormat::Float32] {
+        let load = LoadOptions { format };
+        let from_folder = model::load(&folder, &load).unwrap();
+        let from_gguf = model::load(&gguf, &load).unwrap();
+        assert_eq!(from_gguf.info.family, "gpt-oss");
+        assert_eq!(from_gguf.info.cache_layout, from_folder.info.cache_layout, "{format:?}");
+        assert_eq!(from_gguf.info.context_length(), from_folder.info.context_length());
+        let a = forward_fresh(from_folder.model.as_ref(), &tokens(&prompt));
+        let b = forward_fresh(from_gguf.model.as_ref(), &tokens(&prompt));
+        let diff = max_abs_diff(&a, &b);
+        println!("gpt-oss {format:?}: max |logit difference| folder vs GGUF: {diff:e}");
+        assert!(
+            diff < 1e-5,
+            "{format:?}: the GGUF computes another model: logits differ by {diff}"
+        );
+        assert_eq!(
+            greedy_ids(&from_gguf, &prompt, 12),
+            greedy_ids(&from_folder, &prompt, 12),
+            "{format:?}"
+        );
+        let rendered = |m: &model::LoadedModel| m.info.capabilities.clone();
+        assert_eq!(
+            rendered(&from_gguf),
+            rendered(&from_folder),
+            "harmony's template, from the GGUF"
+        );
+    }
+}
+
+/// The import reads ggml's MXFP4 blocks as gguf-py (llama.cpp's own Python
+/// package) reads them — bytes and values it wrote and read itself
+/// (scripts/make-gguf-mxfp4-golden.sh) — both dequantized here and as MLX
+/// `mxfp4` after the re-packing; and the test writer's ggml layout above
+/// turns the re-packed bytes back into gguf-py's.
+#[test]
+fn mxfp4_blocks_read_as_gguf_py_reads_them() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens/gguf_mxfp4_gguf_py.json");
+    let golden: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let hex = golden["blocks_hex"].as_str().unwrap();
+    let blocks: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
+    let want: Vec<f32> = golden["dequantized"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() as f32)
+        .collect();
+    let (rows, cols) =
+        (golden["shape"][0].as_i64().unwrap() as i32, golden["shape"][1].as_i64().unwrap() as i32);
+    assert_eq!(want.len(), (rows * cols) as usize);
+
+    let ours = dequantize(GgmlType::Mxfp4, &blocks).unwrap();
+    assert_eq!(ours, want, "dequantized as gguf-py does");
+
+    let (packed, scales) = mxfp4_to_mlx(&blocks);
+    let w = Array::from_slice(&packed, &[rows, cols / 8]);
+    let s = Array::from_slice(&scales, &[rows, cols / 32]);
+    let spec = QuantSpec { group_size: 32, bits: 4 };
+    let mlx = quantized_ops::dequantize(&w, &s, None, spec, QuantMode::Mxfp4, Some(Dtype::Float32))
+        .unwrap();
+    mlx.eval().unwrap();
+    assert_eq!(mlx.as_slice::<f32>(), &want[..], "MLX's mxfp4 reads the re-packed bytes alike");
+
+    let packed_bytes: Vec<u8> = packed.iter().flat_map(|w| w.to_le_bytes()).collect();
+    assert_eq!(ggml_mxfp4(&packed_bytes, &scales), blocks, "the test writer's layout is ggml's");
 }

@@ -20,7 +20,9 @@
 //! bytes of 32 packed values per group — and `*_scales`, with Hugging Face's
 //! `quantization_config` `{"quant_method": "mxfp4"}`) or as mlx-lm converts
 //! them (`experts.{gate,up,down}_proj.{weight,scales,bias}`); the first are
-//! split at load.
+//! split at load. llama.cpp's GGUF (`gpt-oss`) keeps gate and up apart
+//! (`ffn_{gate,up,down}_exps`, MXFP4 with float biases), the sinks as
+//! `attn_sinks.weight`, the norm after attention as `post_attention_norm`.
 use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 use serde::Deserialize;
 use serde_json::Value;
@@ -34,16 +36,63 @@ use crate::model::layers::{attention, Embedding, LayerLoader, Linear, RmsNorm};
 use crate::model::registry::Family;
 use crate::model::shape::{self, LayerShape};
 use crate::model::{LanguageModel, ModelShape};
+use crate::weights::gguf::GgufImport;
 
 pub const FAMILY: Family = Family {
     name: "gpt-oss",
     model_types: &["gpt_oss"],
     build: |_, config, loader| Ok(Box::new(GptOss::load(config, loader)?)),
     layers: |config| Ok(GptOssArgs::parse(config)?.layer_shapes()),
-    gguf: None,
+    gguf: Some(GgufImport {
+        architecture: "gpt-oss",
+        block_names: &[
+            ("post_attention_norm", "post_attention_layernorm"),
+            ("attn_sinks.weight", "self_attn.sinks"),
+            ("ffn_gate_inp", "mlp.router"),
+            ("ffn_gate_exps", "mlp.experts.gate_proj"),
+            ("ffn_up_exps", "mlp.experts.up_proj"),
+            ("ffn_down_exps", "mlp.experts.down_proj"),
+        ],
+        config_keys: &[
+            ("num_local_experts", "expert_count"),
+            ("num_experts_per_tok", "expert_used_count"),
+            ("intermediate_size", "expert_feed_forward_length"),
+            ("sliding_window", "attention.sliding_window"),
+            ("original_max_position_embeddings", "rope.scaling.original_context_length"),
+            ("beta_fast", "rope.scaling.yarn_beta_fast"),
+            ("beta_slow", "rope.scaling.yarn_beta_slow"),
+        ],
+        permuted_qk: false,
+        norm_plus_one: false,
+        complete_config: Some(complete_gguf_config),
+    }),
     image_processor: None,
     tensor_parallel: false,
 };
+
+/// llama.cpp's `gpt-oss` metadata as config.json says it: YaRN's original
+/// context and betas inside `rope_scaling` (the betas llama.cpp's defaults,
+/// 32 and 1, when absent), and the layers sliding and full in turn, sliding
+/// first, as llama.cpp hard-codes them.
+fn complete_gguf_config(c: &mut serde_json::Map<String, Value>) {
+    let original = c.remove("original_max_position_embeddings");
+    let fast = c.remove("beta_fast").unwrap_or(32.0.into());
+    let slow = c.remove("beta_slow").unwrap_or(1.0.into());
+    if let Some(Value::Object(scaling)) = c.get_mut("rope_scaling") {
+        if scaling.get("rope_type").and_then(Value::as_str) == Some("yarn") {
+            scaling
+                .insert("original_max_position_embeddings".into(), original.unwrap_or(4096.into()));
+            scaling.insert("beta_fast".into(), fast);
+            scaling.insert("beta_slow".into(), slow);
+        }
+    }
+    if let Some(layers) = c.get("num_hidden_layers").and_then(Value::as_u64) {
+        let types: Vec<&str> = (0..layers)
+            .map(|i| if i % 2 == 0 { "sliding_attention" } else { "full_attention" })
+            .collect();
+        c.insert("layer_types".into(), types.into());
+    }
+}
 
 /// The gate's slope in gpt-oss's SwiGLU (fixed by the architecture, as in
 /// the reference implementations; config.json does not carry it).
