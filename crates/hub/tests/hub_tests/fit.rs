@@ -185,6 +185,61 @@ fn a_gpt_oss_estimate_grows_only_with_its_full_layers() {
     );
 }
 
+/// gpt-oss-20b as llama.cpp exports it (`gpt-oss.*` keys: experts, the
+/// sliding window, YaRN under `rope.scaling.*`; the layer pattern is not in
+/// the file): the shape read from its GGUF header is the one its
+/// config.json gives — the same sliding and full layers, heads, vocabulary
+/// and context.
+#[test]
+fn a_gpt_oss_gguf_header_has_the_shape_of_its_config() {
+    use crate::common::{write_gguf, GgufValue};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gpt-oss-20b-mxfp4.gguf");
+    let vocab: Vec<String> = (0..201_088).map(|i| format!("t{i}")).collect();
+    write_gguf(
+        &path,
+        3,
+        &[
+            ("general.architecture", GgufValue::Str("gpt-oss".into())),
+            ("gpt-oss.block_count", GgufValue::U32(24)),
+            ("gpt-oss.context_length", GgufValue::U32(131_072)),
+            ("gpt-oss.embedding_length", GgufValue::U32(2880)),
+            ("gpt-oss.feed_forward_length", GgufValue::U32(2880)),
+            ("gpt-oss.expert_feed_forward_length", GgufValue::U32(2880)),
+            ("gpt-oss.expert_count", GgufValue::U32(32)),
+            ("gpt-oss.expert_used_count", GgufValue::U32(4)),
+            ("gpt-oss.attention.head_count", GgufValue::U32(64)),
+            ("gpt-oss.attention.head_count_kv", GgufValue::U32(8)),
+            ("gpt-oss.attention.key_length", GgufValue::U32(64)),
+            ("gpt-oss.attention.value_length", GgufValue::U32(64)),
+            ("gpt-oss.attention.layer_norm_rms_epsilon", GgufValue::F32(1e-5)),
+            ("gpt-oss.attention.sliding_window", GgufValue::U32(128)),
+            ("gpt-oss.rope.freq_base", GgufValue::F32(150_000.0)),
+            ("gpt-oss.rope.scaling.type", GgufValue::Str("yarn".into())),
+            ("gpt-oss.rope.scaling.factor", GgufValue::F32(32.0)),
+            ("gpt-oss.rope.scaling.original_context_length", GgufValue::U32(4096)),
+            ("tokenizer.ggml.model", GgufValue::Str("gpt2".into())),
+            ("tokenizer.ggml.tokens", GgufValue::Strings(vocab)),
+        ],
+    );
+    let (from_gguf, _) = local_model(&path, WeightHolding::AsStored).unwrap();
+    let types: Vec<&str> =
+        (0..24).map(|i| if i % 2 == 0 { "sliding_attention" } else { "full_attention" }).collect();
+    let config = serde_json::json!({
+        "model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880, "head_dim": 64,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 24,
+        "num_local_experts": 32, "num_experts_per_tok": 4, "vocab_size": 201088,
+        "rms_norm_eps": 1e-05, "sliding_window": 128, "rope_theta": 150000,
+        "max_position_embeddings": 131072, "layer_types": types,
+        "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                         "original_max_position_embeddings": 4096, "rope_type": "yarn"}
+    });
+    let mut from_config = ModelShape::from_config(&config).unwrap();
+    from_config.kv_element_bytes = from_gguf.kv_element_bytes;
+    assert_eq!(from_gguf, from_config);
+    assert_eq!(from_gguf.layers.iter().filter(|l| l.window == Some(128)).count(), 12);
+}
+
 /// LFM2-VL-1.6B (mlx-community/LFM2-VL-1.6B-4bit in the catalog): its text
 /// model is LFM2-1.2B's — ten short convolutions keep a fixed state, only
 /// the six attention layers grow per token — read from `text_config`, and
