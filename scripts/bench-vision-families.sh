@@ -9,12 +9,12 @@
 # The folders are written once by `write_tiny_vl_model --bench <family>`
 # (models/bench-vl-<family>; real layer shapes scaled down, see
 # Qwen35VlDims / Qwen3VlDims / Gemma3VlDims / Gemma4VlDims / SmolVlmDims /
-# Lfm2VlDims::bench); the image is a seeded 448×336 noise PNG (130–256 image
+# Lfm2VlDims / Mistral3Dims::bench); the image is a seeded 448×336 noise PNG (130–256 image
 # tokens depending on the family; SmolVLM cuts it into 3 rows of 4 tiles plus
 # the global view: 832; LFM2-VL keeps it one 20 × 28 patch view: 140).
 #
 # Usage: scripts/bench-vision-families.sh [--runs R] [--gen-tokens N] [family…]
-#   families: qwen3_5 qwen3_vl gemma3 gemma4 smolvlm lfm2_vl (default: all six); R default 3, N 64
+#   families: qwen3_5 qwen3_vl gemma3 gemma4 smolvlm lfm2_vl mistral3 (default: all seven); R default 3, N 64
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${RUNS:-3}"
@@ -25,11 +25,11 @@ while [ $# -gt 0 ]; do
     --runs) RUNS="$2"; shift 2 ;;
     --gen-tokens) GEN="$2"; shift 2 ;;
     -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
-    qwen3_5|qwen3_vl|gemma3|gemma4|smolvlm|lfm2_vl) FAMILIES+=("$1"); shift ;;
+    qwen3_5|qwen3_vl|gemma3|gemma4|smolvlm|lfm2_vl|mistral3) FAMILIES+=("$1"); shift ;;
     *) echo "bench-vision-families: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[ ${#FAMILIES[@]} -gt 0 ] || FAMILIES=(qwen3_5 qwen3_vl gemma3 gemma4 smolvlm lfm2_vl)
+[ ${#FAMILIES[@]} -gt 0 ] || FAMILIES=(qwen3_5 qwen3_vl gemma3 gemma4 smolvlm lfm2_vl mistral3)
 BENCH_NAME=bench-vision-families
 . scripts/lib/bench-common.sh
 bench_build_vlm # the test suite's flags build the checkpoint writer too

@@ -51,6 +51,10 @@ def encode(model, model_type, inputs):
         return model.encode_images(
             pv, spatial_shapes=inputs["spatial_shapes"], pixel_attention_mask=inputs["pixel_attention_mask"]
         )
+    if model_type == "mistral3":
+        sizes = inputs["image_sizes"]
+        _, hidden = model.vision_tower(pv.transpose(0, 2, 3, 1), output_hidden_states=True, image_sizes=sizes)
+        return model.multi_modal_projector(hidden[-1].squeeze(0), sizes)
     raise SystemExit(f"no encode step for {model_type}")
 
 

@@ -8,7 +8,7 @@
 //! `write_tiny_vl_model --bench <out-dir>` writes one bench-size Qwen2-VL
 //! folder instead (`VlDims::bench`: Qwen2-0.5B's language model, a half-width
 //! vision tower) for scripts/bench-vision.sh; `--bench <family> <out-dir>`
-//! (qwen2_vl, qwen3_5, qwen3_vl, gemma3, gemma4, smolvlm, lfm2_vl) one bench-size folder of
+//! (qwen2_vl, qwen3_5, qwen3_vl, gemma3, gemma4, smolvlm, lfm2_vl, mistral3) one bench-size folder of
 //! that family, float32, for scripts/bench-vision-families.sh.
 use std::path::PathBuf;
 
@@ -70,8 +70,12 @@ fn main() -> anyhow::Result<()> {
             "gemma4" => _ = write_gemma4_vl(&out, &Gemma4VlDims::bench(), None, GEMMA4_SEED)?,
             "smolvlm" => _ = write_smolvlm_with(&out, &SmolVlmDims::bench(), SMOLVLM_SEED)?,
             "lfm2_vl" => _ = write_lfm2_vl(&out, &Lfm2VlDims::bench(), None, LFM2_VL_SEED)?,
+            "mistral3" => {
+                let dims = engine::testing::Mistral3Dims::bench();
+                _ = engine::testing::write_mistral3_with(&out, &dims, MISTRAL3_SEED)?
+            }
             other => anyhow::bail!(
-                "--bench {other}: one of qwen2_vl, qwen3_5, qwen3_vl, gemma3, gemma4, smolvlm, lfm2_vl"
+                "--bench {other}: one of qwen2_vl, qwen3_5, qwen3_vl, gemma3, gemma4, smolvlm, lfm2_vl, mistral3"
             ),
         }
         println!("{}", out.display());

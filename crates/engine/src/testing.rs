@@ -48,8 +48,8 @@ pub use lfm2_vl::{
     write_lfm2_vl, write_tiny_lfm2_vl, write_tiny_lfm2_vl_q4, Lfm2VlDims, LFM2_VL_CHAT_TEMPLATE,
 };
 pub use mistral3::{
-    write_tiny_mistral3, Mistral3Dims, MINISTRAL3_WINDOW, MISTRAL3_CHAT_TEMPLATE,
-    MISTRAL3_SPECIAL_TOKENS,
+    write_mistral3_with, write_tiny_mistral3, Mistral3Dims, MINISTRAL3_WINDOW,
+    MISTRAL3_CHAT_TEMPLATE, MISTRAL3_SPECIAL_TOKENS,
 };
 pub use qwen3_vl::{
     write_qwen35_vl, write_qwen3_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,

@@ -165,6 +165,33 @@ impl Mistral3Dims {
             image_size: 64,
         }
     }
+
+    /// Benchmark sizes: Ministral 3 3B's plan scaled down — a 768-wide text
+    /// model of 8 layers attending fully (8 heads of 128 over 2 KV heads,
+    /// MLP 3×), the released YaRN and attention temperature (original
+    /// context 16384); Pixtral half as wide and a quarter as deep (1024 →
+    /// 512, 8 heads of 64, 24 → 6 blocks) on the real 14-pixel patches and
+    /// 1540-pixel cap: a 448×336 image is 32 × 24 patches, 192 tokens.
+    pub fn bench() -> Self {
+        let text = Dims {
+            hidden: 768,
+            layers: 8,
+            heads: 8,
+            kv_heads: 2,
+            head_dim: 128,
+            intermediate: 2304,
+            ..Dims::tiny(super::TinyFamily::Ministral3)
+        };
+        Self {
+            text,
+            vision_width: 512,
+            vision_heads: 8,
+            vision_mlp: 2048,
+            vision_layers: 6,
+            patch: 14,
+            image_size: 1540,
+        }
+    }
 }
 
 /// Writes the tiny Mistral 3 (`mistral3`: Ministral 3 with Pixtral's tower)
@@ -172,7 +199,13 @@ impl Mistral3Dims {
 /// `model.vision_tower.*`, `model.multi_modal_projector.*`, `lm_head`) and
 /// the PyTorch convolution layout; returns its vocabulary size.
 pub fn write_tiny_mistral3(dir: &Path, seed: u64) -> Result<i32> {
-    let d = Mistral3Dims::tiny();
+    write_mistral3_with(dir, &Mistral3Dims::tiny(), seed)
+}
+
+/// [`write_tiny_mistral3`] with other sizes (benchmarks: a hidden size of 512
+/// or more keeps the released checkpoints' full layers and original context).
+pub fn write_mistral3_with(dir: &Path, d: &Mistral3Dims, seed: u64) -> Result<i32> {
+    let d = *d;
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let mut meta = super::byte_level_meta();
     let first = meta.tokens.len() as u32;
@@ -228,10 +261,18 @@ pub fn write_tiny_mistral3(dir: &Path, seed: u64) -> Result<i32> {
     put(format!("{j}.linear_1.weight"), &[h, w], 1.0 / (w as f32).sqrt(), 0.0);
     put(format!("{j}.linear_2.weight"), &[h, h], 1.0 / (h as f32).sqrt(), 0.0);
 
+    let mut text_config = ministral3_text_config(d.text, vocab, false);
+    if h >= 512 {
+        let text = text_config.as_object_mut().expect("an object");
+        text.remove("layer_types");
+        text.remove("sliding_window");
+        text.insert("max_position_embeddings".into(), json!(262_144));
+        text_config["rope_parameters"]["original_max_position_embeddings"] = json!(16_384);
+    }
     let config = json!({
         "model_type": "mistral3",
         "architectures": ["Mistral3ForConditionalGeneration"],
-        "text_config": ministral3_text_config(d.text, vocab, false),
+        "text_config": text_config,
         "vision_config": {
             "model_type": "pixtral",
             "hidden_size": w,
