@@ -565,11 +565,34 @@ pub fn last_position(h: &Array) -> Result<Array> {
     Ok(h.index((.., (l - 1)..l, ..)))
 }
 
-/// GELU with the tanh approximation (Gemma's MLPs), `x³` as two products:
-/// mlx-rs's `gelu_approximate` raises to the power 3, and on the CPU backend
-/// `powf` per element took 6% of a Gemma 4 prefill (480 tokens: 494 → 546
-/// tok/s without it; the sigmoid form of the same function measured 530).
+/// GELU with the tanh approximation (Gemma's MLPs, SigLIP), compiled
+/// shapeless as mlx-lm's `gelu_approx` is: MLX fuses its nine elementwise
+/// passes into one generated kernel (bench-size Gemma 4, 480-token prompt:
+/// 245–265 → 279–315 tok/s, alternating runs under load). An earlier try
+/// measured slower; it compiled shape by shape, and MLX then traces and
+/// builds a kernel for every new chunk length.
 pub fn gelu_tanh(x: &Array) -> Result<Array> {
+    // MLX's compile cache and tracing are process-wide and unguarded; the
+    // engine builds graphs on one thread, but tests run engines side by side.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    thread_local! {
+        static FUSED: std::cell::RefCell<Box<FusedUnary>> = std::cell::RefCell::new(Box::new(
+            mlx_rs::transforms::compile::compile(|x: &Array| gelu_tanh_ops(x).map_err(exception), true),
+        ));
+    }
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    Ok(FUSED.with(|f| (f.borrow_mut())(x))?)
+}
+
+type FusedUnary = dyn FnMut(&Array) -> std::result::Result<Array, mlx_rs::error::Exception>;
+
+fn exception(e: crate::error::Error) -> mlx_rs::error::Exception {
+    mlx_rs::error::Exception::custom(e.to_string())
+}
+
+/// [`gelu_tanh`] op by op (what the compiled function traces), `x³` as two
+/// products: `powf` per element took 6% of a Gemma 4 prefill uncompiled.
+fn gelu_tanh_ops(x: &Array) -> Result<Array> {
     let c = |v: f32| Array::from_f32(v).as_dtype(x.dtype());
     let cube = x.multiply(x)?.multiply(x)?;
     let inner =
