@@ -220,6 +220,12 @@ fn run_batch(
         .map(|p| {
             let mut request = bench_request(handle, p, gen_tokens);
             request.constraint = constraint.cloned();
+            // Not streamed (as an API client that waits for whole answers):
+            // the engine admits them with its whole step budget instead of
+            // pacing their prefill between decode steps, so the decode figure
+            // is of all of them decoding together, as mlx-lm's BatchGenerator
+            // prefills its batch before decoding it.
+            request.interactive = false;
             request
         })
         .collect();
@@ -284,23 +290,24 @@ fn run_requests(
     let concurrency = requests.len();
     let mut lens: Vec<usize> = Vec::new();
     let started = Instant::now();
-    let streams: Vec<_> = requests.into_iter().map(|r| handle.submit(r)).collect();
+    let streams: Vec<_> =
+        requests.into_iter().map(|r| (Instant::now(), handle.submit(r))).collect();
     let mut last_first = started;
     let mut generated = 0usize;
     let mut per_request = 0.0;
     let threads: Vec<_> = streams
         .into_iter()
-        .map(|mut s| {
+        .map(|(submitted, mut s)| {
             std::thread::spawn(move || {
-                let mut first = None;
                 let mut done = engine::handle::Completion::default();
                 while let Some(e) = s.recv_blocking() {
-                    first.get_or_insert_with(Instant::now);
                     if done.absorb(e) {
                         break;
                     }
                 }
-                (first.unwrap_or_else(Instant::now), done)
+                // The first token's instant from the engine's own figure: the
+                // first event is `Accepted`, long before any token.
+                (submitted + done.stats.time_to_first_token, done)
             })
         })
         .collect();
