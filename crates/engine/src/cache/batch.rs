@@ -26,7 +26,7 @@ use mlx_rs::{ops, Array};
 
 use super::attention_group::AttentionGroup;
 use super::mirror::Mirror;
-use super::recurrent::RecurrentStates;
+use super::recurrent::{RecurrentSnapshot, RecurrentStates};
 use super::row_contents::{GroupContents, RowContents};
 use super::{AttentionMask, CacheLayout, KvQuantization, KvView, LayerCache};
 use crate::error::{Error, Result};
@@ -541,6 +541,48 @@ impl BatchCache {
             let keep: Vec<i32> = drops.iter().map(|d| step - d).collect();
             self.recurrent.rewind(&keep)?;
         }
+        self.rewind_keys(drops)
+    }
+
+    /// Whether some layer keeps a recurrent state.
+    pub fn has_recurrent_layers(&self) -> bool {
+        !self.recurrent.is_empty()
+    }
+
+    /// Every recurrent layer's states now (see [`RecurrentStates::snapshot`]).
+    pub fn recurrent_snapshot(&self) -> RecurrentSnapshot {
+        self.recurrent.snapshot()
+    }
+
+    /// The recurrent states after token `token` of the last step, which
+    /// must have been recorded ([`Self::record_next_step`]).
+    pub fn recorded_recurrent_snapshot(&self, token: usize) -> Result<RecurrentSnapshot> {
+        self.recurrent.recorded(token)
+    }
+
+    /// [`Self::rewind_rows`] with the recurrent states given: row `b` drops
+    /// its newest `drops[b]` keys and values and takes its recurrent states
+    /// from `states[pick[b]]`, which the caller kept from when the row had
+    /// those tokens (a draft model's own passes, several steps of them).
+    pub fn rewind_rows_to(
+        &mut self,
+        drops: &[i32],
+        states: &[RecurrentSnapshot],
+        pick: &[usize],
+    ) -> Result<()> {
+        assert_eq!(drops.len(), self.rows(), "one count per row");
+        if !self.can_rewind_last_step() {
+            return Err(Error::Mlx("this cache cannot drop tokens once written".into()));
+        }
+        if drops.iter().any(|&d| d < 0) || drops.iter().zip(&self.offsets).any(|(d, o)| d > o) {
+            return Err(Error::Mlx(format!("cannot drop {drops:?} of {:?} tokens", self.offsets)));
+        }
+        self.recurrent.restore_rows(states, pick)?;
+        self.rewind_keys(drops)
+    }
+
+    /// The keys, values and offsets part of [`Self::rewind_rows`] (checked there).
+    fn rewind_keys(&mut self, drops: &[i32]) -> Result<()> {
         for g in &mut self.groups {
             g.rewind_rows(drops)?;
         }

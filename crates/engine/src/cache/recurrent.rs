@@ -83,6 +83,68 @@ impl RecurrentStates {
         Ok(())
     }
 
+    /// Every layer's states as they are now: handles to arrays that never
+    /// change in place, so keeping one costs only the memory it holds alive.
+    pub fn snapshot(&self) -> RecurrentSnapshot {
+        RecurrentSnapshot(self.layers.clone())
+    }
+
+    /// The states after token `token` of the recorded step (lazy slices of its records).
+    pub fn recorded(&self, token: usize) -> Result<RecurrentSnapshot> {
+        let t = token as i32;
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for (state, steps) in self.layers.iter().zip(&self.steps) {
+            layers.push(match (state, steps) {
+                (None, _) => None,
+                (Some(_), Some(steps)) if t < steps[0].dim(1) => {
+                    Some(steps.iter().map(|a| a.index((.., t))).collect())
+                }
+                _ => {
+                    return Err(Error::Mlx(format!(
+                        "no recorded recurrent state after token {token} of the last step"
+                    )))
+                }
+            });
+        }
+        Ok(RecurrentSnapshot(layers))
+    }
+
+    /// Row `b` takes its states from `snapshots[pick[b]]` (each snapshot of
+    /// these rows; a layer a snapshot had not run yet counts as zeros).
+    pub fn restore_rows(&mut self, snapshots: &[RecurrentSnapshot], pick: &[usize]) -> Result<()> {
+        assert_eq!(pick.len(), self.rows, "one pick per row");
+        if let Some(&bad) = pick.iter().find(|&&p| p >= snapshots.len()) {
+            return Err(Error::Mlx(format!("no recurrent snapshot {bad} of {}", snapshots.len())));
+        }
+        for (index, layer) in self.layers.iter_mut().enumerate() {
+            // The shapes and types of this layer's arrays, from any snapshot that ran it.
+            let Some(like) = snapshots.iter().find_map(|s| s.0[index].as_ref()) else {
+                *layer = None;
+                continue;
+            };
+            let mut state = Vec::with_capacity(like.len());
+            for (i, like) in like.iter().enumerate() {
+                let candidates = snapshots
+                    .iter()
+                    .map(|s| match &s.0[index] {
+                        Some(arrays) => Ok(arrays[i].clone()),
+                        None => Ok(ops::zeros_dtype(like.shape(), like.dtype())?),
+                    })
+                    .collect::<Result<Vec<Array>>>()?;
+                // `[B, S, …]`, and each row's pick on axis 1.
+                let stacked = ops::stack(&candidates, 1)?;
+                let mut shape = vec![1; stacked.ndim()];
+                shape[0] = pick.len() as i32;
+                let picks: Vec<i32> = pick.iter().map(|&p| p as i32).collect();
+                let at = Array::from_slice(&picks, &shape);
+                state.push(stacked.take_along_axis(&at, 1)?.squeeze_axes(&[1])?.contiguous()?);
+            }
+            *layer = Some(state);
+        }
+        self.steps.iter_mut().for_each(|s| *s = None);
+        Ok(())
+    }
+
     pub fn get(&self, index: usize) -> Option<&[Array]> {
         self.layers[index].as_deref()
     }
@@ -178,6 +240,12 @@ impl RecurrentStates {
         self.layers.len()
     }
 }
+
+/// Every recurrent layer's states at one moment, for all rows
+/// ([`RecurrentStates::snapshot`]): what a draft model goes back to after
+/// verification rejected some of the tokens it fed.
+#[derive(Clone)]
+pub struct RecurrentSnapshot(Vec<Option<Vec<Array>>>);
 
 fn concat(a: &[Array], b: &[Array]) -> Result<Vec<Array>> {
     a.iter().zip(b).map(|(x, y)| Ok(ops::concatenate(&[x, y], 0)?)).collect()

@@ -4,19 +4,42 @@
 //! and are cut back together), so a step of k drafts costs the draft one
 //! catch-up pass over the tokens it has not seen (its first guess), then
 //! k - 1 single-token passes.
-use mlx_rs::{ops, Array};
+//!
+//! A draft with recurrent layers (Qwen3.5's Gated DeltaNet, LFM2's short
+//! convolutions) cannot cut a state back to fewer tokens, so it keeps the
+//! states it passed through instead: each row's state after the catch-up
+//! pass and after each draft fed back. Arrays never change in place, so
+//! keeping them costs no copy, only the memory they hold alive until
+//! verification: k states per row (a Qwen3.5 0.8B's, 18 Gated DeltaNet
+//! layers of 16 heads × 128 × 128 float32 plus their conv windows, are
+//! about 19 MiB a row, so 4 drafts keep about 75 MiB a row). After
+//! verification each row takes the one after its last kept token; nothing
+//! runs again (re-running the kept drafts would cost the draft another pass
+//! each step).
+use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 
+use crate::cache::recurrent::RecurrentSnapshot;
 use crate::cache::BatchCache;
 use crate::error::{Error, Result};
 use crate::generate::prefill_chunk;
 use crate::generate::PREFILL_CHUNK;
 use crate::model::{LoadedModel, Positions};
 
+/// Most columns of one catch-up pass of a draft with recurrent layers
+/// (each recorded column holds every recurrent state of every row).
+const RECORDED_CATCH_UP: usize = 8;
+
 pub struct DraftModel {
     loaded: LoadedModel,
     /// Row `b` holds the tokens of the scheduler's running row `b` that the
     /// draft has seen (it may lag behind the target: see [`Self::propose`]).
     cache: BatchCache,
+    /// With recurrent layers, from the last [`Self::propose`] until
+    /// [`Self::rewind`]: the rows' states after the catch-up pass and after
+    /// each draft fed back (`states[j]`: j drafts fed)…
+    states: Vec<RecurrentSnapshot>,
+    /// …and the one each row is at.
+    at: Vec<usize>,
 }
 
 /// What [`DraftModel::propose`] needs of one running row.
@@ -29,7 +52,7 @@ pub struct DraftRow<'a> {
 
 impl DraftModel {
     /// The draft for `target`: refused unless both tokenize the same way
-    /// (same vocabulary, same ids), and unless its cache can be cut back.
+    /// (same vocabulary, same ids).
     pub fn new(loaded: LoadedModel, target: &LoadedModel) -> Result<Self> {
         let (mine, theirs) = (loaded.tokenizer.inner(), target.tokenizer.inner());
         if mine.get_vocab(true) != theirs.get_vocab(true) {
@@ -43,14 +66,7 @@ impl DraftModel {
             )));
         }
         let cache = loaded.model.new_cache(0);
-        if !cache.can_rewind() {
-            return Err(Error::InvalidRequest(format!(
-                "the draft model {} ({}) keeps recurrent state, which cannot be cut back to the \
-                 tokens the target accepted",
-                loaded.info.name, loaded.info.architecture
-            )));
-        }
-        Ok(Self { loaded, cache })
+        Ok(Self { loaded, cache, states: Vec::new(), at: Vec::new() })
     }
 
     /// A row joined the target's batch: the draft reads the tokens the
@@ -62,17 +78,25 @@ impl DraftModel {
             // Evaluated chunk by chunk: one lazy graph would hold every chunk's activations.
             prefill_chunk(model, &mut row, chunk)?.eval()?;
         }
+        self.forget_states();
         self.cache.extend(row)
     }
 
     /// Keeps the rows at `keep`, as the target's batch did.
     pub fn filter(&mut self, keep: &[usize]) -> Result<()> {
+        self.forget_states();
         self.cache.filter(keep)
     }
 
     /// Drops every row (the target's batch failed and starts over).
     pub fn clear(&mut self) {
         self.cache = self.loaded.model.new_cache(0);
+        self.forget_states();
+    }
+
+    fn forget_states(&mut self) {
+        self.states.clear();
+        self.at.clear();
     }
 
     /// Each row's draft: the tokens it has not read yet (the target's
@@ -88,7 +112,8 @@ impl DraftModel {
         if k == 0 {
             return Ok(vec![Vec::new(); rows.len()]);
         }
-        let model = self.loaded.model.as_ref();
+        self.forget_states();
+        let recurrent = self.cache.has_recurrent_layers();
         let offsets = self.cache.offsets().to_vec();
         // Per row, the tokens to read first: from what the draft has seen up
         // to the row's last token.
@@ -97,24 +122,12 @@ impl DraftModel {
             .zip(&offsets)
             .map(|(r, &o)| if r.wanted > 0 { &r.tokens[o as usize..] } else { &[][..] })
             .collect();
-        let width = unseen.iter().map(|u| u.len()).max().unwrap_or(0).max(1);
-        let mut ids = Vec::with_capacity(rows.len() * width);
-        for (r, u) in rows.iter().zip(&unseen) {
-            let filler = *r.tokens.last().expect("a row has tokens") as i32;
-            ids.extend(u.iter().map(|&t| t as i32));
-            ids.extend(std::iter::repeat_n(filler, width - u.len()));
-        }
         let b = rows.len() as i32;
-        let input = Array::from_slice(&ids, &[b, width as i32]);
-        let logits = model.forward(&input, &Positions::rows(&offsets), &mut self.cache)?;
-        // Each row's next token comes after its last real input.
-        let last: Vec<i32> = unseen.iter().map(|u| u.len().max(1) as i32 - 1).collect();
-        let at = Array::from_slice(&last, &[b, 1, 1]);
-        let next = ops::indexing::take_along_axis(&logits, &at, 1)?;
-        let mut token = ops::indexing::argmax_axis(&next, -1, false)?.reshape(&[b, 1])?;
-        // Filler columns go, so each row's seen tokens stay contiguous.
-        let drops: Vec<i32> = unseen.iter().map(|u| (width - u.len()) as i32).collect();
-        self.cache.rewind_rows(&drops)?;
+        let mut token = self.catch_up(rows, &unseen)?;
+        let model = self.loaded.model.as_ref();
+        if recurrent {
+            self.states.push(self.cache.recurrent_snapshot());
+        }
         let mut drafted = vec![token.clone()];
         // Drafts 2..=k, each fed back. The k-th is not fed: the next step's
         // catch-up pass reads it with the target's token when it is kept
@@ -125,6 +138,9 @@ impl DraftModel {
             let logits = model.forward(&token, &Positions::rows(&starts), &mut self.cache)?;
             token = ops::indexing::argmax_axis(&logits, -1, false)?.reshape(&[b, 1])?;
             drafted.push(token.clone());
+            if recurrent {
+                self.states.push(self.cache.recurrent_snapshot());
+            }
         }
         let drafted = ops::concatenate(&drafted, 1)?.as_dtype(mlx_rs::Dtype::Int32)?;
         drafted.eval()?;
@@ -132,7 +148,14 @@ impl DraftModel {
         // Rows that did not speculate read nothing: their columns go again.
         let idle: Vec<i32> =
             rows.iter().map(|r| if r.wanted == 0 { k as i32 - 1 } else { 0 }).collect();
-        self.cache.rewind_rows(&idle)?;
+        if recurrent {
+            self.at = idle.iter().map(|&d| k - 1 - d as usize).collect();
+            if idle.iter().any(|&d| d > 0) {
+                self.cache.rewind_rows_to(&idle, &self.states, &self.at)?;
+            }
+        } else {
+            self.cache.rewind_rows(&idle)?;
+        }
         Ok(rows
             .iter()
             .enumerate()
@@ -140,9 +163,92 @@ impl DraftModel {
             .collect())
     }
 
+    /// Reads each row's `unseen` tokens (right-padded with its last token,
+    /// the filler's columns dropped again) and returns each row's next
+    /// token, `[B, 1]` (a row that read nothing gets any: it drafts
+    /// nothing). Recurrent layers record each column's state and each row
+    /// keeps the one after its last real token (or the one before the pass);
+    /// as a recording holds a state per column, a row that lagged far
+    /// behind (it did not speculate for a while) is read in passes of at
+    /// most [`RECORDED_CATCH_UP`] columns.
+    fn catch_up(&mut self, rows: &[DraftRow], unseen: &[&[u32]]) -> Result<Array> {
+        let model = self.loaded.model.as_ref();
+        let recurrent = self.cache.has_recurrent_layers();
+        let longest = unseen.iter().map(|u| u.len()).max().unwrap_or(0).max(1);
+        let columns = if recurrent { RECORDED_CATCH_UP } else { longest };
+        let b = rows.len() as i32;
+        // Per row, the logits after its last real token, from the pass that read it.
+        let mut next: Vec<Option<Array>> = vec![None; rows.len()];
+        let mut start = 0;
+        while start < longest {
+            let parts: Vec<&[u32]> = unseen
+                .iter()
+                .map(|u| &u[start.min(u.len())..(start + columns).min(u.len())])
+                .collect();
+            let width = parts.iter().map(|p| p.len()).max().unwrap_or(0).max(1);
+            let mut ids = Vec::with_capacity(rows.len() * width);
+            for (r, p) in rows.iter().zip(&parts) {
+                let filler = *r.tokens.last().expect("a row has tokens") as i32;
+                ids.extend(p.iter().map(|&t| t as i32));
+                ids.extend(std::iter::repeat_n(filler, width - p.len()));
+            }
+            let input = Array::from_slice(&ids, &[b, width as i32]);
+            let before = recurrent.then(|| self.cache.recurrent_snapshot());
+            if recurrent {
+                self.cache.record_next_step();
+            }
+            let offsets = self.cache.offsets().to_vec();
+            let logits = model.forward(&input, &Positions::rows(&offsets), &mut self.cache)?;
+            for (row, (p, u)) in parts.iter().zip(unseen).enumerate() {
+                // The row's last real token is in this pass (or it reads nothing at all).
+                if start + p.len() == u.len() && (!p.is_empty() || start == 0) {
+                    let at = p.len().max(1) as i32 - 1;
+                    next[row] = Some(logits.index((row as i32, at, ..)));
+                }
+            }
+            // Filler columns go, so each row's seen tokens stay contiguous.
+            let drops: Vec<i32> = parts.iter().map(|p| (width - p.len()) as i32).collect();
+            match before {
+                Some(before) => {
+                    // States after each column, then the one before the pass
+                    // (a row that read nothing in it stays there).
+                    let mut states = (0..width)
+                        .map(|t| self.cache.recorded_recurrent_snapshot(t))
+                        .collect::<Result<Vec<_>>>()?;
+                    states.push(before);
+                    let pick: Vec<usize> = parts
+                        .iter()
+                        .map(|p| if p.is_empty() { width } else { p.len() - 1 })
+                        .collect();
+                    self.cache.rewind_rows_to(&drops, &states, &pick)?;
+                }
+                None => self.cache.rewind_rows(&drops)?,
+            }
+            start += columns;
+        }
+        let next: Vec<Array> = next.into_iter().map(|n| n.expect("each row's last pass")).collect();
+        let next = ops::stack(&next, 0)?;
+        Ok(ops::indexing::argmax_axis(&next, -1, false)?.reshape(&[b, 1])?)
+    }
+
     /// After verification: drops each row's `drops[b]` newest tokens (the
     /// drafts the target rejected; see `Scheduler::verify_step`).
     pub fn rewind(&mut self, drops: &[i32]) -> Result<()> {
-        self.cache.rewind_rows(drops)
+        if !self.cache.has_recurrent_layers() || drops.iter().all(|&d| d == 0) {
+            self.forget_states();
+            return self.cache.rewind_rows(drops);
+        }
+        // Each row back to its state with `drops[b]` fewer drafts fed.
+        if self.at.len() != drops.len() || drops.iter().zip(&self.at).any(|(&d, &a)| d as usize > a)
+        {
+            return Err(Error::Mlx(format!(
+                "the draft model cannot drop {drops:?} drafts: it kept states for {:?}",
+                self.at
+            )));
+        }
+        let pick: Vec<usize> = self.at.iter().zip(drops).map(|(&a, &d)| a - d as usize).collect();
+        let states = std::mem::take(&mut self.states);
+        self.forget_states();
+        self.cache.rewind_rows_to(drops, &states, &pick)
     }
 }
