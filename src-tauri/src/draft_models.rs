@@ -3,8 +3,9 @@
 //! disk that can draft for it, and the drafter folders on disk made for it
 //! (a Gemma 4 assistant, a split Qwen3.5 MTP head: the engine tells them and
 //! whether they fit from config.json, `engine::model::loading::check_drafter`). A draft must tokenize exactly as the target
-//! does (the engine refuses any other at load, naming both) and keep a
-//! cache that can be cut back (no recurrent layers). Both are told from
+//! does (the engine refuses any other at load, naming both); recurrent
+//! layers are fine (the engine keeps a draft's states per drafted token and
+//! goes back to the one after the last kept token). That is told from
 //! files (tokenizer, config.json, safetensors headers) without loading
 //! weights; a model's vocabulary is read once per version of its files and
 //! kept in [`Vocabularies`].
@@ -16,7 +17,6 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use engine::batch::speculation::SpeculationConfig;
-use engine::cache::LayerCache;
 use engine::model::loading::DrafterKind;
 use hub::LocalModel;
 use serde::Serialize;
@@ -149,11 +149,6 @@ fn unsuitable(
     target: &Result<Vocabulary, String>,
     candidate: &LocalModel,
 ) -> Option<String> {
-    if keeps_recurrent_state(&candidate.path) {
-        return Some(
-            "it keeps a recurrent state, which cannot be cut back to the accepted tokens".into(),
-        );
-    }
     let target = match target {
         Ok(v) => v,
         Err(e) => return Some(format!("this model's tokenizer cannot be read ({e})")),
@@ -167,15 +162,6 @@ fn unsuitable(
         }),
         Ok(_) => None,
     }
-}
-
-/// A folder whose config.json describes a layer with a recurrent state
-/// (Qwen3.5's Gated DeltaNet): such a model cannot draft.
-fn keeps_recurrent_state(path: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(path.join("config.json")) else { return false };
-    let Ok(config) = serde_json::from_str::<serde_json::Value>(&text) else { return false };
-    engine::model::registry::shape_of(&config)
-        .is_ok_and(|s| s.layers.iter().any(|l| l.cache == LayerCache::Recurrent))
 }
 
 /// The choices for the model `id` among `models` (a scan). Blocking: reads files.

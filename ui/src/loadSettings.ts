@@ -73,7 +73,7 @@ export function draftModelsNote(choices: SpeedUpChoices | null | undefined): str
   const models = left.filter((d) => d.drafter == null);
   const drafters = left.filter((d) => d.drafter != null);
   const parts: string[] = [];
-  if (models.length > 0) parts.push(`A draft model must use this model’s tokenizer (the same vocabulary, token for token) and keep a cache that can be cut back, so only such models on disk are offered. Not offered: ${list(models)}.`);
+  if (models.length > 0) parts.push(`A draft model must use this model’s tokenizer (the same vocabulary, token for token), so only such models on disk are offered. Not offered: ${list(models)}.`);
   if (drafters.length > 0) parts.push(`A drafter (a Gemma 4 assistant, an MTP head split from a Qwen3.5) is made for one model and drafts only for it. Not offered: ${list(drafters)}.`);
   return parts.join(' ');
 }

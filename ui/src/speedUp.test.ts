@@ -16,7 +16,7 @@ const choices: SpeedUpChoices = {
   drafters: [],
   not_listed: [
     { id: 'dir:other', name: 'other', reason: 'another vocabulary (5 tokens, this model has 6)', drafter: null },
-    { id: 'hf:org/qwen35', name: 'org/qwen35', reason: 'it keeps a recurrent state, which cannot be cut back to the accepted tokens', drafter: null },
+    { id: 'hf:org/qwen35', name: 'org/qwen35', reason: 'another vocabulary (the same 6 tokens, other ids)', drafter: null },
   ],
 };
 
@@ -82,7 +82,7 @@ describe('speed up replies: the choices a model has', () => {
     const note = draftModelsNote(choices)!;
     expect(note).toMatch(/must use this model’s tokenizer/);
     expect(note).toContain('other: another vocabulary (5 tokens, this model has 6)');
-    expect(note).toContain('org/qwen35: it keeps a recurrent state');
+    expect(note).toContain('org/qwen35: another vocabulary (the same 6 tokens, other ids)');
   });
 });
 
