@@ -855,3 +855,35 @@ fn a_recurrent_draft_model_drafts_after_going_back_as_a_fresh_one_would() {
         assert!(lagged && rewound > 0, "{family:?}: a lagging row drafted and rows went back");
     }
 }
+
+/// The draft model keeps each prompt it read: a chat's next turn, which
+/// starts with the previous prompt, is read by the draft from there (as the
+/// target reads it from its own prefix cache), with a recurrent draft
+/// (Qwen3.5: the checkpoint at the prompt's end) and one with keys and
+/// values (Qwen3); its drafts equal those of a fresh draft that read the
+/// whole prompt. Without a budget it keeps nothing.
+#[test]
+fn the_draft_model_reads_a_next_turn_from_its_own_prefix_cache() {
+    use engine::batch::speculation::draft_model::{DraftModel, DraftRow};
+    for family in [TinyFamily::Qwen35, TinyFamily::Qwen3] {
+        let (target, draft) = with_noisy_draft(family, 15);
+        let target = engine::model::load(target.path(), &LOAD).unwrap();
+        let load_draft = || engine::model::load(draft.path(), &LOAD).unwrap();
+        let mut cached =
+            DraftModel::new(load_draft(), &target).unwrap().with_prefix_cache(64 << 20);
+        let mut fresh = DraftModel::new(load_draft(), &target).unwrap();
+        let first_turn = repeating_prompt(65);
+        let mut next_turn = first_turn.clone();
+        next_turn.extend(repeating_prompt(66));
+        next_turn.push(9); // the first token the target gave
+        cached.join(&first_turn).unwrap();
+        cached.filter(&[]).unwrap(); // the first turn ends
+        cached.join(&next_turn[..next_turn.len() - 1]).unwrap();
+        let stats = cached.prefix_cache_stats();
+        assert_eq!((stats.hits, stats.reused_tokens), (1, first_turn.len() as u64), "{family:?}");
+        fresh.join(&next_turn[..next_turn.len() - 1]).unwrap();
+        assert_eq!(fresh.prefix_cache_stats().entries, 0, "no budget, nothing kept");
+        let row = [DraftRow { tokens: &next_turn, wanted: 4 }];
+        assert_eq!(cached.propose(&row).unwrap(), fresh.propose(&row).unwrap(), "{family:?}");
+    }
+}

@@ -304,7 +304,9 @@ impl Scheduler {
     /// Without speculation by a draft model, or where speculation does not
     /// apply, the draft is not needed and dropped.
     pub fn with_draft_model(mut self, draft: LoadedModel) -> Result<Self> {
-        let draft = DraftModel::new(draft, &self.loaded)?;
+        // The draft's prompts take a quarter of the target's prefix-cache budget.
+        let bytes = self.prefix_cache.stats().capacity_bytes / 4;
+        let draft = DraftModel::new(draft, &self.loaded)?.with_prefix_cache(bytes);
         if matches!(self.speculation.as_ref().map(|c| &c.kind), Some(DraftKind::DraftModel(_))) {
             self.draft = Some(draft);
         }

@@ -19,7 +19,7 @@
 use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 
 use crate::cache::recurrent::RecurrentSnapshot;
-use crate::cache::BatchCache;
+use crate::cache::{text_key, BatchCache, PrefixCache, PrefixCacheStats};
 use crate::error::{Error, Result};
 use crate::generate::prefill_chunk;
 use crate::generate::PREFILL_CHUNK;
@@ -40,6 +40,10 @@ pub struct DraftModel {
     states: Vec<RecurrentSnapshot>,
     /// …and the one each row is at.
     at: Vec<usize>,
+    /// The prompts the draft has read (a prompt checkpoint per joining
+    /// row), so that a prompt the target serves from its prefix cache does
+    /// not cost the draft a full prefill either.
+    prefix_cache: PrefixCache,
 }
 
 /// What [`DraftModel::propose`] needs of one running row.
@@ -66,18 +70,36 @@ impl DraftModel {
             )));
         }
         let cache = loaded.model.new_cache(0);
-        Ok(Self { loaded, cache, states: Vec::new(), at: Vec::new() })
+        let prefix_cache = PrefixCache::new(0);
+        Ok(Self { loaded, cache, states: Vec::new(), at: Vec::new(), prefix_cache })
+    }
+
+    /// A draft prefix cache of `bytes` (0, the default: none).
+    pub fn with_prefix_cache(mut self, bytes: usize) -> Self {
+        self.prefix_cache = PrefixCache::new(bytes);
+        self
+    }
+
+    pub fn prefix_cache_stats(&self) -> PrefixCacheStats {
+        self.prefix_cache.stats()
     }
 
     /// A row joined the target's batch: the draft reads the tokens the
-    /// target has fed (its prompt), in chunks, into a row of its own.
+    /// target has fed (its prompt), in chunks, into a row of its own, from
+    /// the longest prefix of them it kept, and keeps the whole prompt (a
+    /// chat's next turn starts with it; a recurrent state cannot be cut
+    /// back, so a checkpoint at the prompt's end is what a later prompt can reuse).
     pub fn join(&mut self, fed: &[u32]) -> Result<()> {
         let model = self.loaded.model.as_ref();
-        let mut row = model.new_cache(1);
-        for chunk in fed.chunks(PREFILL_CHUNK) {
+        let (start, mut row) = match self.prefix_cache.lookup(&text_key(fed)) {
+            Some(hit) => (hit.len, hit.cache),
+            None => (0, model.new_cache(1)),
+        };
+        for chunk in fed[start..].chunks(PREFILL_CHUNK) {
             // Evaluated chunk by chunk: one lazy graph would hold every chunk's activations.
             prefill_chunk(model, &mut row, chunk)?.eval()?;
         }
+        self.prefix_cache.insert(text_key(fed), &row, 0)?;
         self.forget_states();
         self.cache.extend(row)
     }
