@@ -67,17 +67,22 @@ async function openSection() {
 
 /** The section shows the saved ring: both hosts, Pipeline, a line per rank. */
 async function expectSaved(when) {
-  await waitFor(browser, `the saved ring (${when})`, async () => (await shown()).ranks.length === 2, 10_000);
-  const s = await shown();
+  // After a restart the app loads its default model split (a .gguf splits
+  // as a pipeline), and the other address is not there: the join fails.
+  const rank0 = when === 'after a restart' ? /^Rank 0 · this computer — did not join/ : /^Rank 0 · this computer — not joined yet/;
+  // the page redraws as the ring's state comes in: check the reading that
+  // showed both ranks in that state (a second reading may catch a redraw)
+  let s;
+  await waitFor(browser, `the saved ring (${when})`, async () => {
+    s = await shown();
+    return s.ranks.length === 2 && rank0.test(s.ranks[0].text);
+  }, 10_000);
   assert.equal(s.enabled, true, when);
   // as typed until the page is drawn again, then as stored: one a line
   if (when !== 'after saving') assert.equal(s.hosts, HOSTS.join('\n'), when);
   assert.equal(s.split, 'pipeline', when);
   assert.equal(s.splitLabel, 'Pipeline', when);
   assert.match(s.enabledHint, /--distributed cluster-hostfile\.json --rank N --split pipeline --ring-secret-file cluster-ring\.secret/, when);
-  // After a restart the app loads its default model split (a .gguf splits
-  // as a pipeline), and the other address is not there: the join fails.
-  const rank0 = when === 'after a restart' ? /^Rank 0 · this computer — did not join/ : /^Rank 0 · this computer — not joined yet/;
   assert.match(s.ranks[0].text, rank0, when);
   assert.equal(s.ranks[0].command, null, `${when}: rank 0 is this Mac`);
   assert.equal(s.ranks[0].copy, null, when);
