@@ -202,3 +202,66 @@ pub fn wait_until_decoding(stream: &mut RequestStream, chars: usize) -> Completi
     }
     partial
 }
+
+/// A reference's greedy ids up to its first end-of-turn token, which ends
+/// our stream.
+pub fn until_eos(mut want: Vec<u32>, eos: &[u32]) -> Vec<u32> {
+    if let Some(end) = want.iter().position(|t| eos.contains(t)) {
+        want.truncate(end);
+    }
+    want
+}
+
+/// A completion's generated ids (asked with `logprobs`), end-of-turn tokens
+/// left out.
+pub fn generated_ids(c: &Completion, eos: &[u32]) -> Vec<u32> {
+    assert!(c.error.is_none(), "{:?}", c.error);
+    c.logprobs.iter().map(|l| l.token.id).filter(|t| !eos.contains(t)).collect()
+}
+
+/// A vision family's golden cases answered as the reference answered them
+/// (`expected(case, eos)`): each request alone (one row, no prefix or
+/// vision cache), then all of them batched with an unrelated text request
+/// decoding alongside. The folder's weights are used as stored.
+pub fn greedy_alone_and_batched(
+    dir: &Path,
+    label: &str,
+    requests: impl Fn() -> Vec<(String, Request)>,
+    expected: impl Fn(&str, &[u32]) -> Vec<u32>,
+) {
+    use engine::handle::{EngineConfig, EngineHandle};
+    use engine::tokenizer::{ChatMessage, TemplateOptions};
+    let start = |scheduler| {
+        let load = LoadOptions { format: WeightFormat::AsStored };
+        EngineHandle::start(dir, EngineConfig { load, scheduler }).unwrap()
+    };
+    let alone = start(SchedulerConfig {
+        max_running: 1,
+        prefix_cache_bytes: 0,
+        vision_cache_bytes: 0,
+        ..Default::default()
+    });
+    let eos = alone.model_info().eos_token_ids.clone();
+    for (case, request) in requests() {
+        let got = alone.submit(request).collect_blocking();
+        assert_eq!(generated_ids(&got, &eos), expected(&case, &eos), "{label} {case} alone");
+    }
+    alone.shutdown();
+
+    let engine = start(SchedulerConfig::default());
+    let mut other = Request::new(Prompt::Chat {
+        messages: vec![ChatMessage::user("an unrelated request decoding alongside")],
+        options: TemplateOptions::default(),
+    })
+    .with_max_tokens(20);
+    other.logprobs = Some(0);
+    let other = engine.submit(other);
+    let streams: Vec<_> =
+        requests().into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
+    for (case, stream) in streams {
+        let got = stream.collect_blocking();
+        assert_eq!(generated_ids(&got, &eos), expected(&case, &eos), "{label} {case} batched");
+    }
+    assert!(other.collect_blocking().error.is_none());
+    engine.shutdown();
+}

@@ -21,13 +21,15 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use engine::batch::{ImageInput, Preparer, Prompt, Request, SchedulerConfig};
-use engine::handle::{Completion, EngineConfig, EngineHandle};
+use engine::handle::{EngineConfig, EngineHandle};
 use engine::model::lfm2_vl::image_processor::Layout;
 use engine::model::{load, LoadOptions, WeightFormat};
 use engine::testing::{write_tiny_lfm2_vl, write_tiny_lfm2_vl_q4};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use mlx_rs::Array;
 use serde_json::Value;
+
+use crate::common;
 
 /// The seed `write_tiny_vl_model` writes `lfm2_vl/float` with.
 const SEED: u64 = 6;
@@ -120,15 +122,7 @@ fn expected(golden: &Value, case: &str, eos: &[u32]) -> Vec<u32> {
 
 fn expected_of(golden: &Value, model: &str, case: &str, eos: &[u32]) -> Vec<u32> {
     let want = ids(&golden["models"][model][case]["greedy_ids"]);
-    match want.iter().position(|t| eos.contains(t)) {
-        Some(end) => want[..end].to_vec(),
-        None => want,
-    }
-}
-
-fn generated(c: &Completion, eos: &[u32]) -> Vec<u32> {
-    assert!(c.error.is_none(), "{:?}", c.error);
-    c.logprobs.iter().map(|l| l.token.id).filter(|t| !eos.contains(t)).collect()
+    common::until_eos(want, eos)
 }
 
 /// Each view's patch grid, the views of every image in order.
@@ -190,38 +184,12 @@ fn lfm2_vl_prompts_and_pixels_equal_mlx_vlm() {
 fn lfm2_vl_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
     let golden = golden();
     let dir = folder();
-    let alone = start(
+    common::greedy_alone_and_batched(
         dir.path(),
-        SchedulerConfig {
-            max_running: 1,
-            prefix_cache_bytes: 0,
-            vision_cache_bytes: 0,
-            ..Default::default()
-        },
+        MODEL,
+        || requests(&golden),
+        |case, eos| expected(&golden, case, eos),
     );
-    let eos = alone.model_info().eos_token_ids.clone();
-    for (case, request) in requests(&golden) {
-        let got = alone.submit(request).collect_blocking();
-        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case} alone");
-    }
-    alone.shutdown();
-
-    let engine = start(dir.path(), SchedulerConfig::default());
-    let mut other = Request::new(Prompt::Chat {
-        messages: vec![ChatMessage::user("an unrelated request decoding alongside")],
-        options: TemplateOptions::default(),
-    })
-    .with_max_tokens(20);
-    other.logprobs = Some(0);
-    let other = engine.submit(other);
-    let streams: Vec<_> =
-        requests(&golden).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
-    for (case, stream) in streams {
-        let got = stream.collect_blocking();
-        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case} batched");
-    }
-    assert!(other.collect_blocking().error.is_none());
-    engine.shutdown();
 }
 
 /// The tiny folder as mlx-vlm saves a conversion (what mlx-community's
@@ -267,7 +235,7 @@ fn lfm2_vl_mlx_community_names_give_the_same_tokens() {
         requests(&golden).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
     for (case, stream) in streams {
         let got = stream.collect_blocking();
-        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case}");
+        assert_eq!(common::generated_ids(&got, &eos), expected(&golden, &case, &eos), "{case}");
     }
     engine.shutdown();
 }
@@ -289,7 +257,7 @@ fn lfm2_vl_q4_gives_mlx_vlm_s_tokens_quantized_and_dequantized() {
         for (case, stream) in streams {
             let got = stream.collect_blocking();
             let want = expected_of(&golden, MODEL_Q4, &case, &eos);
-            assert_eq!(generated(&got, &eos), want, "{case} {format:?}");
+            assert_eq!(common::generated_ids(&got, &eos), want, "{case} {format:?}");
         }
         engine.shutdown();
     }

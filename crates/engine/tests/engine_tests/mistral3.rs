@@ -18,12 +18,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use engine::batch::{ImageInput, Preparer, Prompt, Request, SchedulerConfig};
-use engine::handle::{Completion, EngineConfig, EngineHandle};
+use engine::handle::{EngineConfig, EngineHandle};
 use engine::model::{load, LoadOptions, WeightFormat};
 use engine::testing::write_tiny_mistral3;
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
+
+use crate::common;
 
 /// The seed `write_tiny_vl_model` writes `mistral3/float` with.
 const SEED: u64 = 7;
@@ -116,15 +118,7 @@ fn start(dir: &Path, scheduler: SchedulerConfig) -> EngineHandle {
 /// The reference's greedy ids up to its first end-of-turn token.
 fn expected(golden: &Value, case: &str, eos: &[u32]) -> Vec<u32> {
     let want = ids(&golden["models"][MODEL][case]["greedy_ids"]);
-    match want.iter().position(|t| eos.contains(t)) {
-        Some(end) => want[..end].to_vec(),
-        None => want,
-    }
-}
-
-fn generated(c: &Completion, eos: &[u32]) -> Vec<u32> {
-    assert!(c.error.is_none(), "{:?}", c.error);
-    c.logprobs.iter().map(|l| l.token.id).filter(|t| !eos.contains(t)).collect()
+    common::until_eos(want, eos)
 }
 
 #[test]
@@ -172,38 +166,12 @@ fn mistral3_prompts_and_pixels_equal_mlx_vlm() {
 fn mistral3_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
     let golden = golden();
     let dir = folder();
-    let alone = start(
+    common::greedy_alone_and_batched(
         dir.path(),
-        SchedulerConfig {
-            max_running: 1,
-            prefix_cache_bytes: 0,
-            vision_cache_bytes: 0,
-            ..Default::default()
-        },
+        MODEL,
+        || requests(&golden),
+        |case, eos| expected(&golden, case, eos),
     );
-    let eos = alone.model_info().eos_token_ids.clone();
-    for (case, request) in requests(&golden) {
-        let got = alone.submit(request).collect_blocking();
-        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case} alone");
-    }
-    alone.shutdown();
-
-    let engine = start(dir.path(), SchedulerConfig::default());
-    let mut other = Request::new(Prompt::Chat {
-        messages: vec![ChatMessage::user("an unrelated request decoding alongside")],
-        options: TemplateOptions::default(),
-    })
-    .with_max_tokens(20);
-    other.logprobs = Some(0);
-    let other = engine.submit(other);
-    let streams: Vec<_> =
-        requests(&golden).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
-    for (case, stream) in streams {
-        let got = stream.collect_blocking();
-        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case} batched");
-    }
-    assert!(other.collect_blocking().error.is_none());
-    engine.shutdown();
 }
 
 /// The tiny folder with its tensors renamed (or dropped) by `rename`, the
@@ -265,7 +233,7 @@ fn mistral3_mlx_community_names_give_the_same_tokens() {
         requests(&golden).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
     for (case, stream) in streams {
         let got = stream.collect_blocking();
-        assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos), "{case}");
+        assert_eq!(common::generated_ids(&got, &eos), expected(&golden, &case, &eos), "{case}");
     }
     engine.shutdown();
 }
@@ -282,7 +250,7 @@ fn mistral3_without_its_tower_loads_the_text_model() {
     let eos = engine.model_info().eos_token_ids.clone();
     let (case, request) = requests(&golden).into_iter().find(|(case, _)| case == "text").unwrap();
     let got = engine.submit(request).collect_blocking();
-    assert_eq!(generated(&got, &eos), expected(&golden, &case, &eos));
+    assert_eq!(common::generated_ids(&got, &eos), expected(&golden, &case, &eos));
     engine.shutdown();
 }
 

@@ -18,12 +18,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use engine::batch::{ImageInput, Preparer, Prompt, Request, SchedulerConfig};
-use engine::handle::{Completion, EngineConfig, EngineHandle};
+use engine::handle::{EngineConfig, EngineHandle};
 use engine::model::{load, LoadOptions, WeightFormat};
 use engine::testing::{write_tiny_idefics3, write_tiny_smolvlm};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
+
+use crate::common;
 
 /// The seed `write_tiny_vl_model` writes `smolvlm/float` with.
 const SEED: u64 = 5;
@@ -122,16 +124,7 @@ fn start(dir: &Path, scheduler: SchedulerConfig) -> EngineHandle {
 /// The reference's greedy ids up to its first end-of-turn token, which ends
 /// our stream.
 fn expected(golden: &Value, model: &str, case: &str, eos: &[u32]) -> Vec<u32> {
-    let want = ids(&golden["models"][model][case]["greedy_ids"]);
-    match want.iter().position(|t| eos.contains(t)) {
-        Some(end) => want[..end].to_vec(),
-        None => want,
-    }
-}
-
-fn generated(c: &Completion, eos: &[u32]) -> Vec<u32> {
-    assert!(c.error.is_none(), "{:?}", c.error);
-    c.logprobs.iter().map(|l| l.token.id).filter(|t| !eos.contains(t)).collect()
+    common::until_eos(ids(&golden["models"][model][case]["greedy_ids"]), eos)
 }
 
 #[test]
@@ -196,46 +189,12 @@ fn smolvlm_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
 
 fn greedy_equal(golden: &Value, model: &str, write: fn(&Path)) {
     let dir = folder(write);
-    let alone = start(
+    common::greedy_alone_and_batched(
         dir.path(),
-        SchedulerConfig {
-            max_running: 1,
-            prefix_cache_bytes: 0,
-            vision_cache_bytes: 0,
-            ..Default::default()
-        },
+        model,
+        || requests(golden, model),
+        |case, eos| expected(golden, model, case, eos),
     );
-    let eos = alone.model_info().eos_token_ids.clone();
-    for (case, request) in requests(golden, model) {
-        let got = alone.submit(request).collect_blocking();
-        assert_eq!(
-            generated(&got, &eos),
-            expected(golden, model, &case, &eos),
-            "{model} {case} alone"
-        );
-    }
-    alone.shutdown();
-
-    let engine = start(dir.path(), SchedulerConfig::default());
-    let mut other = Request::new(Prompt::Chat {
-        messages: vec![ChatMessage::user("an unrelated request decoding alongside")],
-        options: TemplateOptions::default(),
-    })
-    .with_max_tokens(20);
-    other.logprobs = Some(0);
-    let other = engine.submit(other);
-    let streams: Vec<_> =
-        requests(golden, model).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
-    for (case, stream) in streams {
-        let got = stream.collect_blocking();
-        assert_eq!(
-            generated(&got, &eos),
-            expected(golden, model, &case, &eos),
-            "{model} {case} batched"
-        );
-    }
-    assert!(other.collect_blocking().error.is_none());
-    engine.shutdown();
 }
 
 /// The tiny folder as mlx-vlm saves a conversion (what mlx-community's
@@ -284,7 +243,11 @@ fn smolvlm_mlx_community_names_give_the_same_tokens() {
         requests(&golden, model).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
     for (case, stream) in streams {
         let got = stream.collect_blocking();
-        assert_eq!(generated(&got, &eos), expected(&golden, model, &case, &eos), "{case}");
+        assert_eq!(
+            common::generated_ids(&got, &eos),
+            expected(&golden, model, &case, &eos),
+            "{case}"
+        );
     }
     engine.shutdown();
 }
