@@ -16,8 +16,10 @@
 //! + vision     a separate projector file (GGUF mmproj)
 //! + overhead   the runtime (MLX, tokenizer, app), the KV cache's growth step
 //!              (it grows 256 columns at a time), and the larger of two
-//!              activations never held at once: one image through the tower,
-//!              or one prefill chunk — its hidden states, on the CPU backend
+//!              activations never held at once: one image through the tower
+//!              (every view of it at once, where the family's processor
+//!              cuts an image into tiles and a whole-image view), or one
+//!              prefill chunk — its hidden states, on the CPU backend
 //!              (MLX's attention there is not fused) its attention scores
 //!              against the whole context and two chunk-sized ones, the copy
 //!              of the largest layer's cache as it grows, and the logits
@@ -70,8 +72,9 @@ const ATTENTION_SCORES_HELD: bool = !cfg!(target_os = "macos");
 const LIMIT_SHARE: f64 = 0.9;
 /// Green leaves this much of the free memory free.
 const AVAILABLE_SHARE: f64 = 0.9;
-/// Patches of one image for the vision estimate (448×448 at 14-pixel patches).
-const IMAGE_PATCHES: u64 = 1024;
+/// Patches of one image for the vision estimate (448×448 at 14-pixel
+/// patches), where the family encodes an image as one view.
+const IMAGE_PATCHES: u32 = 1024;
 /// The context of a normal chat for the verdict: long enough for a long
 /// conversation with a few images, and what most chats never outgrow.
 pub const CHAT_CONTEXT: u32 = 8192;
@@ -144,10 +147,32 @@ impl LayerMemory {
     }
 }
 
+/// The vision tower and what it encodes of one image at once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct VisionShape {
     pub hidden_size: u32,
     pub heads: u32,
+    /// The most views one image becomes (tiles and a whole-image view; 1
+    /// for a family that encodes an image as it is) ...
+    pub views: u32,
+    /// ... and the patches of each.
+    pub patches_per_view: u32,
+}
+
+impl VisionShape {
+    /// A tower that encodes an image as one view of the estimate's usual size.
+    pub fn one_view(hidden_size: u32, heads: u32) -> Self {
+        Self { hidden_size, heads, views: 1, patches_per_view: IMAGE_PATCHES }
+    }
+
+    /// The tower's activations for one image, every view at once: per view a
+    /// few hidden-state copies per patch and one layer's attention scores.
+    pub fn image_activation_bytes(&self, element_bytes: u32) -> u64 {
+        let patches = self.patches_per_view as u64;
+        let view = patches * self.hidden_size as u64 * element_bytes as u64 * 8
+            + patches * patches * self.heads as u64 * 4;
+        self.views as u64 * view
+    }
 }
 
 /// The weights as the engine holds them in memory, and a vision projector
@@ -257,9 +282,25 @@ impl ModelShape {
     /// From a config.json, its layers as the model's family describes them
     /// (`engine::model::shape_of`: sliding, KV-shared and linear-attention
     /// layers counted as the engine runs them); a vision-language model's
-    /// text settings may sit in `text_config`.
+    /// text settings may sit in `text_config`. A family whose processor
+    /// cuts an image into views counts them by its processor's defaults
+    /// (config.json is all the gallery reads before a download).
     pub fn from_config(config: &Value) -> std::result::Result<ModelShape, String> {
-        let shape = engine::model::shape_of(config).map_err(|e| e.to_string())?;
+        Self::of(config, engine::model::shape_of(config))
+    }
+
+    /// [`Self::from_config`] for the checkpoint in `dir`: a family whose
+    /// processor cuts an image into views reads how many from its
+    /// processor files too.
+    pub fn from_checkpoint(config: &Value, dir: &Path) -> std::result::Result<ModelShape, String> {
+        Self::of(config, engine::model::registry::shape_of_checkpoint(config, dir))
+    }
+
+    fn of(
+        config: &Value,
+        shape: engine::Result<engine::model::ArchitectureShape>,
+    ) -> std::result::Result<ModelShape, String> {
+        let shape = shape.map_err(|e| e.to_string())?;
         let layout = shape.cache_layout().map_err(|e| e.to_string())?;
         let u32_of = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         let layers = shape
@@ -292,9 +333,16 @@ impl ModelShape {
             vocab_size: u32_of(shape.vocab_size),
             max_context: shape.max_context.map(u32_of),
             kv_element_bytes: if dtype == "float32" { 4 } else { 2 },
-            vision: shape.vision.map(|v| VisionShape {
-                hidden_size: u32_of(v.hidden_size),
-                heads: u32_of(v.heads),
+            vision: shape.vision.map(|v| {
+                let one = VisionShape::one_view(u32_of(v.hidden_size), u32_of(v.heads));
+                match v.views {
+                    Some(views) => VisionShape {
+                        views: u32_of(views.views),
+                        patches_per_view: u32_of(views.patches_per_view),
+                        ..one
+                    },
+                    None => one,
+                }
             }),
         })
     }
@@ -429,12 +477,8 @@ fn estimate(shape: &ModelShape, weights: &WeightBytes, settings: &FitSettings) -
     let kv_cache = shape.kv_bytes(settings.context, settings.kv_bits) * sequences;
     let kv_step = shape.kv_step_bytes(settings.kv_bits) * sequences;
     let float = shape.kv_element_bytes as u64;
-    let vision_activations = shape.vision.as_ref().map_or(0, |v| {
-        // one image through the tower: a few hidden-state copies per patch,
-        // and one layer's attention scores
-        IMAGE_PATCHES * v.hidden_size as u64 * float * 8
-            + IMAGE_PATCHES * IMAGE_PATCHES * v.heads as u64 * 4
-    });
+    let vision_activations =
+        shape.vision.as_ref().map_or(0, |v| v.image_activation_bytes(shape.kv_element_bytes));
     let prefill = PREFILL_CHUNK.min(settings.context.max(1) as u64);
     let heads = shape.attention_heads.max(1) as u64;
     // the last chunk attends to the whole context (a sliding layer to what
@@ -500,7 +544,7 @@ pub fn local_model(path: &Path, holding: WeightHolding) -> Result<(ModelShape, W
     let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
     let invalid = |reason: String| Error::InvalidConfig { path: config_path.clone(), reason };
     let config: Value = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
-    let mut shape = ModelShape::from_config(&config).map_err(invalid)?;
+    let mut shape = ModelShape::from_checkpoint(&config, path).map_err(invalid)?;
     shape.kv_element_bytes = holding.activation_bytes();
     let bits = ["quantization", "quantization_config"]
         .iter()
@@ -742,7 +786,8 @@ mod tests {
             (shape.layers.len(), first.kv_heads, first.head_dim, shape.kv_element_bytes),
             (34, 4, 256, 4)
         );
-        assert_eq!(shape.vision, Some(VisionShape { hidden_size: 1152, heads: 16 }));
+        // Gemma 3 encodes an image as one view
+        assert_eq!(shape.vision, Some(VisionShape::one_view(1152, 16)));
         let unknown = ModelShape::from_config(&json!({"model_type": "x"})).unwrap_err();
         assert!(unknown.contains("unsupported model architecture \"x\""), "{unknown}");
     }
@@ -891,10 +936,10 @@ mod tests {
         assert_eq!(with_projector.estimate.total, text_only.estimate.total + (600 << 20));
         // a tower whose activations for one image outgrow a prefill chunk's
         // sets the activations; a small one does not
-        shape.vision = Some(VisionShape { hidden_size: 1280, heads: 16 });
+        shape.vision = Some(VisionShape::one_view(1280, 16));
         let small = check_fit(&shape, &weights, &settings(4096), &machine(16, 12));
         assert_eq!(small.estimate, with_projector.estimate);
-        shape.vision = Some(VisionShape { hidden_size: 1280, heads: 256 });
+        shape.vision = Some(VisionShape::one_view(1280, 256));
         let large = check_fit(&shape, &weights, &settings(4096), &machine(16, 12));
         assert!(large.estimate.overhead > small.estimate.overhead, "{:?}", large.estimate);
     }

@@ -387,8 +387,8 @@ fn load_folder(
         draft_head,
     };
     let mut loaded = finish(parts, &quantization, &mut weights, tokenizer, opts, share)?;
-    if let Some(read_processor) = family.image_processor {
-        loaded.preprocessor = Some(read_processor(dir)?);
+    if let Some(processing) = family.image_processor {
+        loaded.preprocessor = Some((processing.read)(dir)?);
     }
     Ok(loaded)
 }

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::layers::LayerLoader;
-use super::shape::{ArchitectureShape, LayerShape};
+use super::shape::{ArchitectureShape, ImageViews, LayerShape};
 use super::{
     gemma3, gemma4, gpt_oss, lfm2, lfm2_vl, llama, mistral3, qwen2, qwen2_vl, qwen3, qwen3_5,
     qwen3_moe, qwen3_vl, smolvlm, Capabilities, LanguageModel,
@@ -38,8 +38,8 @@ pub struct Family {
     pub layers: fn(config: &Value) -> Result<Vec<LayerShape>>,
     /// How llama.cpp exports the family, when it does.
     pub gguf: Option<GgufImport>,
-    /// Reads the checkpoint's image processor; `Some` for families that see images.
-    pub image_processor: Option<fn(&Path) -> Result<SharedImageProcessor>>,
+    /// How it reads images; `Some` for families that see images.
+    pub image_processor: Option<ImageProcessing>,
     /// Its layers load through the tensor-parallel loaders (heads and MLP
     /// columns split across processes); every family can run pipeline parallel.
     pub tensor_parallel: bool,
@@ -48,6 +48,26 @@ pub struct Family {
 impl Family {
     pub fn vision(&self) -> bool {
         self.image_processor.is_some()
+    }
+}
+
+/// A vision family's image processor: reading the checkpoint's, and how
+/// many views of an image its tower encodes at once.
+#[derive(Clone, Copy)]
+pub struct ImageProcessing {
+    /// Reads the checkpoint's image processor from its folder.
+    pub read: fn(&Path) -> Result<SharedImageProcessor>,
+    /// For a processor that cuts an image into several views (tiles and a
+    /// whole-image view), the most views one image becomes and their size:
+    /// from config.json, and the processor files when the checkpoint's
+    /// folder is given (no MLX). `None`: an image is one view.
+    pub views: Option<fn(config: &Value, dir: Option<&Path>) -> Result<ImageViews>>,
+}
+
+impl ImageProcessing {
+    /// A processor that makes one view of an image.
+    pub const fn one_view(read: fn(&Path) -> Result<SharedImageProcessor>) -> Self {
+        Self { read, views: None }
     }
 }
 
@@ -109,11 +129,27 @@ pub fn model_type(config: &Value) -> Result<String> {
     Ok(arch.trim_end_matches("ForCausalLM").to_ascii_lowercase())
 }
 
-/// A model's shape from its config.json alone, as its family describes it.
+/// A model's shape from its config.json alone, as its family describes it
+/// (an image's views as config.json and the processor's defaults give them).
 pub fn shape_of(config: &Value) -> Result<ArchitectureShape> {
+    shape_with_processor(config, None)
+}
+
+/// [`shape_of`] for the checkpoint in `dir`: a family whose processor cuts
+/// an image into views reads how many from its processor files too.
+pub fn shape_of_checkpoint(config: &Value, dir: &Path) -> Result<ArchitectureShape> {
+    shape_with_processor(config, Some(dir))
+}
+
+fn shape_with_processor(config: &Value, dir: Option<&Path>) -> Result<ArchitectureShape> {
     let model_type = model_type(config)?;
     let family = family(&model_type).ok_or_else(|| unsupported(&model_type))?;
-    Ok(ArchitectureShape::new(config, (family.layers)(config)?))
+    let mut shape = ArchitectureShape::new(config, (family.layers)(config)?);
+    let views = family.image_processor.and_then(|p| p.views);
+    if let (Some(vision), Some(views)) = (shape.vision.as_mut(), views) {
+        vision.views = Some(views(config, dir)?);
+    }
+    Ok(shape)
 }
 
 /// What the registry says about a model folder without loading its
@@ -217,5 +253,22 @@ mod tests {
         assert!(family("qwen2_vl").unwrap().vision());
         assert!(!family("qwen3").unwrap().vision());
         assert!(matches!(unsupported("mamba"), Error::UnsupportedArchitecture { .. }));
+    }
+
+    #[test]
+    fn only_the_tiling_families_make_several_views_of_an_image() {
+        let tiling: Vec<&str> = FAMILIES
+            .iter()
+            .filter(|f| f.image_processor.is_some_and(|p| p.views.is_some()))
+            .map(|f| f.name)
+            .collect();
+        assert_eq!(tiling, ["LFM2-VL", "SmolVLM"]);
+        // a config of a one-view family leaves the views unsaid
+        let qwen2_vl = serde_json::json!({"model_type": "qwen2_vl", "hidden_size": 64,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 128,
+            "vocab_size": 100, "rms_norm_eps": 1e-6,
+            "vision_config": {"embed_dim": 32, "num_heads": 2}});
+        let vision = shape_of(&qwen2_vl).unwrap().vision.unwrap();
+        assert_eq!((vision.hidden_size, vision.heads, vision.views), (32, 2, None));
     }
 }

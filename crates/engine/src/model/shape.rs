@@ -67,11 +67,25 @@ pub fn cache_layout(layers: &[LayerShape]) -> Result<CacheLayout> {
     CacheLayout::new(layers.iter().map(|l| l.cache).collect())
 }
 
-/// The vision tower's width and heads (its activations for one image).
+/// The vision tower's width and heads, and the views it encodes of one
+/// image: what its activations for an image take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VisionSize {
     pub hidden_size: usize,
     pub heads: usize,
+    /// The most views one image becomes, for a family whose image processor
+    /// cuts an image into tiles and adds a whole-image view (the tower
+    /// encodes them all together); `None` for one view, whose size the
+    /// processor's pixel budget sets.
+    pub views: Option<ImageViews>,
+}
+
+/// The most views (tiles, a thumbnail or global view) one image becomes and
+/// the most patches in one of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageViews {
+    pub views: usize,
+    pub patches_per_view: usize,
 }
 
 /// A whole model's shape: its layers (from its family) and the sizes every
@@ -104,6 +118,8 @@ impl ArchitectureShape {
                 // merger's output); its tower is `embed_dim` wide
                 hidden_size: first(&["embed_dim", "hidden_size", "width"]),
                 heads: first(&["num_attention_heads", "num_heads", "heads"]),
+                // the family's image processor says (`registry::shape_of`)
+                views: None,
             }
         });
         Self {

@@ -24,7 +24,7 @@ fn every_vision_family_turns_phone_jpegs_as_the_reference_does() {
     let families: Vec<_> = FAMILIES.iter().filter(|f| f.vision()).collect();
     assert!(families.len() >= 4, "the vision families: {}", families.len());
     for family in families {
-        let processor = (family.image_processor.unwrap())(folder.path()).unwrap();
+        let processor = (family.image_processor.unwrap().read)(folder.path()).unwrap();
         for (orientation, jpeg) in [(3, "exif_o3.jpg"), (6, "exif_o6.jpg"), (8, "exif_o8.jpg")] {
             let what = format!("{} on EXIF orientation {orientation}", family.name);
             let ours = processor.patches_named(&fixture(jpeg), jpeg).unwrap();

@@ -3,8 +3,9 @@
 
 use std::path::Path;
 
-use hub::fit::local_model;
+use hub::fit::{local_model, VisionShape, RUNTIME_OVERHEAD_BYTES};
 use hub::{check_local_model, FitLevel, FitSettings, MachineMemory, ModelShape, WeightHolding};
+use serde_json::{json, Value};
 
 fn default_model() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -128,22 +129,33 @@ fn an_lfm2_estimate_counts_only_its_attention_layers_per_token() {
     assert_eq!(shape.kv_bytes(1000, None), states + per_token * 1000);
     assert_eq!(shape.kv_bytes(4000, None) - shape.kv_bytes(1000, None), per_token * 3000);
 
-    let catalog = hub::Catalog::builtin().unwrap();
-    let entry = catalog
-        .models
-        .iter()
-        .find(|m| m.id == "mlx-community/LFM2-1.2B-4bit")
-        .expect("LFM2 in the catalog");
+    let entry = catalog_entry("mlx-community/LFM2-1.2B-4bit");
     assert_eq!((entry.architecture.as_str(), entry.vision), ("lfm2", false));
+    let settings = FitSettings { context: 32_768, kv_bits: None, sequences: 4 };
+    let report = on_8_gb_with_5_free(&shape, &entry, settings);
+    assert_eq!(report.level, FitLevel::Green, "{}", report.summary);
+    assert_eq!(report.estimate.weights, entry.size_bytes);
+}
+
+fn catalog_entry(id: &str) -> hub::CatalogEntry {
+    let catalog = hub::Catalog::builtin().unwrap();
+    catalog.models.into_iter().find(|m| m.id == id).unwrap_or_else(|| panic!("{id} in the catalog"))
+}
+
+/// The fit of a catalog model (its listed size as the weights) on an 8 GB
+/// machine with 5 GB free.
+fn on_8_gb_with_5_free(
+    shape: &ModelShape,
+    entry: &hub::CatalogEntry,
+    settings: FitSettings,
+) -> hub::FitReport {
     let weights = hub::WeightBytes { weights: entry.size_bytes, vision_projector: 0 };
     let gib = 1u64 << 30;
     let machine =
         MachineMemory { total_bytes: 8 * gib, available_bytes: 5 * gib, gpu_limit_bytes: None };
-    let settings = FitSettings { context: 32_768, kv_bits: None, sequences: 4 };
-    let report = hub::check_fit(&shape, &weights, &settings, &machine);
-    println!("LFM2-1.2B 4-bit on 8 GB: {}", report.summary);
-    assert_eq!(report.level, FitLevel::Green, "{}", report.summary);
-    assert_eq!(report.estimate.weights, entry.size_bytes);
+    let report = hub::check_fit(shape, &weights, &settings, &machine);
+    println!("{} on 8 GB: {}", entry.id, report.summary);
+    report
 }
 
 /// gpt-oss-20b (mlx-community/gpt-oss-20b-MXFP4-Q8 in the catalog): its
@@ -173,12 +185,7 @@ fn a_gpt_oss_estimate_grows_only_with_its_full_layers() {
     let per_token = 12 * 2 * 8 * 64 * 2; // full layers, bf16
     assert_eq!(shape.kv_bytes(8000, None) - shape.kv_bytes(4000, None), per_token * 4000);
 
-    let catalog = hub::Catalog::builtin().unwrap();
-    let entry = catalog
-        .models
-        .iter()
-        .find(|m| m.id == "mlx-community/gpt-oss-20b-MXFP4-Q8")
-        .expect("gpt-oss in the catalog");
+    let entry = catalog_entry("mlx-community/gpt-oss-20b-MXFP4-Q8");
     assert_eq!(
         (entry.architecture.as_str(), entry.vision, entry.thinking),
         ("gpt_oss", false, true)
@@ -240,15 +247,12 @@ fn a_gpt_oss_gguf_header_has_the_shape_of_its_config() {
     assert_eq!(from_gguf.layers.iter().filter(|l| l.window == Some(128)).count(), 12);
 }
 
-/// LFM2-VL-1.6B (mlx-community/LFM2-VL-1.6B-4bit in the catalog): its text
-/// model is LFM2-1.2B's — ten short convolutions keep a fixed state, only
-/// the six attention layers grow per token — read from `text_config`, and
-/// its SigLIP2 tower (1152 wide, 16 heads) counts for an image; the 4-bit
-/// checkpoint's chat fits an 8 GB machine with 5 GB free.
-#[test]
-fn an_lfm2_vl_estimate_reads_its_text_config_and_tower() {
-    let config = serde_json::json!({
+/// LFM2-VL-1.6B's config.json (the fields the shape reads; its processor
+/// sizes at the top as the released file has them).
+fn lfm2_vl_1_6b() -> Value {
+    json!({
         "model_type": "lfm2-vl", "downsample_factor": 2, "projector_hidden_size": 2560,
+        "encoder_patch_size": 16, "tile_size": 512, "max_image_tokens": 256,
         "text_config": {
             "model_type": "lfm2", "block_auto_adjust_ff_dim": true, "block_dim": 2048,
             "block_ff_dim": 12288, "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 256,
@@ -263,7 +267,18 @@ fn an_lfm2_vl_estimate_reads_its_text_config_and_tower() {
             "patch_size": 16
         },
         "torch_dtype": "bfloat16"
-    });
+    })
+}
+
+/// LFM2-VL-1.6B (mlx-community/LFM2-VL-1.6B-4bit in the catalog): its text
+/// model is LFM2-1.2B's — ten short convolutions keep a fixed state, only
+/// the six attention layers grow per token — read from `text_config`, and
+/// its SigLIP2 tower (1152 wide, 16 heads) counts for an image (its views:
+/// see `tiling_families_count_every_view_of_an_image`); the 4-bit
+/// checkpoint's chat fits an 8 GB machine with 5 GB free.
+#[test]
+fn an_lfm2_vl_estimate_reads_its_text_config_and_tower() {
+    let config = lfm2_vl_1_6b();
     let shape = ModelShape::from_config(&config).unwrap();
     assert_eq!(shape.layers.len(), 16);
     let attention: Vec<usize> = (0..16).filter(|&i| shape.layers[i].kv_heads > 0).collect();
@@ -275,23 +290,17 @@ fn an_lfm2_vl_estimate_reads_its_text_config_and_tower() {
     let per_token = 6 * 2 * 8 * 64 * 2;
     assert_eq!(shape.kv_bytes(1000, None), states + per_token * 1000);
 
-    let catalog = hub::Catalog::builtin().unwrap();
     for id in ["mlx-community/LFM2-VL-450M-4bit", "mlx-community/LFM2-VL-1.6B-4bit"] {
-        let entry = catalog.models.iter().find(|m| m.id == id).expect("LFM2-VL in the catalog");
+        let entry = catalog_entry(id);
         assert_eq!(
             (entry.architecture.as_str(), entry.vision, entry.thinking),
             ("lfm2_vl", true, false),
             "{id}"
         );
     }
-    let entry = catalog.models.iter().find(|m| m.id == "mlx-community/LFM2-VL-1.6B-4bit").unwrap();
-    let weights = hub::WeightBytes { weights: entry.size_bytes, vision_projector: 0 };
-    let gib = 1u64 << 30;
-    let machine =
-        MachineMemory { total_bytes: 8 * gib, available_bytes: 5 * gib, gpu_limit_bytes: None };
+    let entry = catalog_entry("mlx-community/LFM2-VL-1.6B-4bit");
     let settings = FitSettings { context: 32_768, kv_bits: None, sequences: 4 };
-    let report = hub::check_fit(&shape, &weights, &settings, &machine);
-    println!("LFM2-VL-1.6B 4-bit on 8 GB: {}", report.summary);
+    let report = on_8_gb_with_5_free(&shape, &entry, settings);
     assert_eq!(report.level, FitLevel::Green, "{}", report.summary);
 }
 
@@ -328,34 +337,113 @@ fn a_ministral3_estimate_reads_its_text_config_and_tower() {
     assert_eq!(shape.layers.len(), 26);
     assert!(shape.layers.iter().all(|l| (l.kv_heads, l.head_dim, l.window) == (8, 128, None)));
     assert_eq!((shape.hidden_size, shape.vocab_size), (3072, 131072));
-    let vision = shape.vision.as_ref().expect("the tower counts");
-    assert_eq!((vision.hidden_size, vision.heads), (1024, 16));
+    // Pixtral encodes an image as one view
+    assert_eq!(shape.vision, Some(VisionShape::one_view(1024, 16)));
     let per_token = 26 * 2 * 8 * 128 * 2; // bf16
     assert_eq!(shape.kv_bytes(2000, None) - shape.kv_bytes(1000, None), per_token * 1000);
 
-    let catalog = hub::Catalog::builtin().unwrap();
     for id in [
         "mlx-community/Ministral-3-3B-Instruct-2512-4bit",
         "mlx-community/Ministral-3-14B-Instruct-2512-4bit",
     ] {
-        let entry = catalog.models.iter().find(|m| m.id == id).expect("Ministral 3 in the catalog");
+        let entry = catalog_entry(id);
         assert_eq!(
             (entry.architecture.as_str(), entry.vision, entry.thinking),
             ("mistral3", true, false),
             "{id}"
         );
     }
-    let entry = catalog
-        .models
-        .iter()
-        .find(|m| m.id == "mlx-community/Ministral-3-3B-Instruct-2512-4bit")
-        .unwrap();
-    let weights = hub::WeightBytes { weights: entry.size_bytes, vision_projector: 0 };
-    let gib = 1u64 << 30;
-    let machine =
-        MachineMemory { total_bytes: 8 * gib, available_bytes: 5 * gib, gpu_limit_bytes: None };
+    let entry = catalog_entry("mlx-community/Ministral-3-3B-Instruct-2512-4bit");
     let settings = FitSettings { context: 8192, kv_bits: None, sequences: 1 };
-    let report = hub::check_fit(&shape, &weights, &settings, &machine);
-    println!("Ministral 3 3B 4-bit on 8 GB: {}", report.summary);
+    let report = on_8_gb_with_5_free(&shape, &entry, settings);
     assert_eq!(report.level, FitLevel::Green, "{}", report.summary);
+}
+
+/// LFM2-VL and SmolVLM cut a large image into tiles and add a whole-image
+/// view (LFM2-VL's thumbnail, SmolVLM's global view), and their towers
+/// encode all the views of an image together: the estimate counts the most
+/// views one image becomes and the patches of each, as config.json says
+/// (all the gallery reads) and as a checkpoint's processor files say. The
+/// views and patches here are worked out from the configs, not read back
+/// from the code.
+#[test]
+fn tiling_families_count_every_view_of_an_image() {
+    let bf16 = 2;
+    // LFM2-VL-1.6B: a 512-pixel tile of 16-pixel patches is 32 × 32 = 1024
+    // patches; the thumbnail (or a small image's one view) at most 256
+    // tokens of 2 × 2 patches, 1024 too; mlx-vlm cuts up to 10 tiles and
+    // adds the thumbnail: 11 views
+    let lfm2_vl = ModelShape::from_config(&lfm2_vl_1_6b()).unwrap();
+    let vision = lfm2_vl.vision.clone().unwrap();
+    assert_eq!((vision.hidden_size, vision.heads), (1152, 16));
+    assert_eq!((vision.views, vision.patches_per_view), (11, 1024));
+    let one = VisionShape::one_view(1152, 16);
+    let image = vision.image_activation_bytes(bf16);
+    assert_eq!(image, 11 * one.image_activation_bytes(bf16));
+    let more = image - one.image_activation_bytes(bf16);
+    println!("LFM2-VL-1.6B: one image's views take {image} bytes, {more} more than one view");
+    assert!(more > 800 << 20, "{more}");
+    // the estimate holds them: at 2048 tokens an image outweighs a prefill chunk
+    let weights = hub::WeightBytes { weights: 1 << 30, vision_projector: 0 };
+    let settings = FitSettings { context: 2048, kv_bits: None, sequences: 1 };
+    let machine =
+        MachineMemory { total_bytes: 16 << 30, available_bytes: 8 << 30, gpu_limit_bytes: None };
+    let report = hub::check_fit(&lfm2_vl, &weights, &settings, &machine);
+    assert_eq!(
+        report.estimate.overhead,
+        RUNTIME_OVERHEAD_BYTES + image + lfm2_vl.kv_step_bytes(None),
+        "{:?}",
+        report.estimate
+    );
+    let single = ModelShape { vision: Some(one), ..lfm2_vl.clone() };
+    let single = hub::check_fit(&single, &weights, &settings, &machine);
+    assert!(report.estimate.total >= single.estimate.total + more / 2, "{:?}", single.estimate);
+
+    // SmolVLM2-256M: its config.json repeats the processor's sizes in
+    // `vision_config`: the first resize to a 2048-pixel longest edge, 512-pixel
+    // tiles of 16-pixel patches (32 × 32 = 1024 each): up to 4 × 4 tiles and
+    // the global view, 17 views
+    let smolvlm = json!({
+        "model_type": "smolvlm", "scale_factor": 4, "image_token_id": 49190,
+        "text_config": {"model_type": "llama", "hidden_size": 576, "intermediate_size": 1536,
+            "num_attention_heads": 9, "num_key_value_heads": 3, "num_hidden_layers": 30,
+            "rms_norm_eps": 1e-5, "vocab_size": 49280, "max_position_embeddings": 8192},
+        "vision_config": {"model_type": "smolvlm_vision", "hidden_size": 768,
+            "num_attention_heads": 12, "image_size": 512, "patch_size": 16,
+            "size": {"longest_edge": 2048}, "max_image_size": {"longest_edge": 512}},
+        "torch_dtype": "bfloat16"
+    });
+    let vision = ModelShape::from_config(&smolvlm).unwrap().vision.unwrap();
+    assert_eq!((vision.views, vision.patches_per_view), (17, 1024));
+    let one = VisionShape::one_view(768, 12);
+    assert_eq!(vision.image_activation_bytes(bf16), 17 * one.image_activation_bytes(bf16));
+
+    // on disk, the processor files say: a 1536-pixel longest edge makes at
+    // most 3 × 3 tiles and the global view; no splitting, the global view alone
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, value: Value| {
+        std::fs::write(dir.path().join(name), value.to_string()).unwrap();
+    };
+    write("config.json", smolvlm.clone());
+    // 1024 patches shuffled by 4 a side: 8 × 8 tokens a tile
+    write("processor_config.json", json!({"image_seq_len": 64}));
+    let mut preprocessor = json!({"size": {"longest_edge": 1536},
+        "max_image_size": {"longest_edge": 512}, "do_image_splitting": true});
+    write("preprocessor_config.json", preprocessor.clone());
+    let views = |dir: &Path| {
+        let vision = local_model(dir, WeightHolding::AsStored).unwrap().0.vision.unwrap();
+        (vision.views, vision.patches_per_view)
+    };
+    assert_eq!(views(dir.path()), (10, 1024));
+    preprocessor["do_image_splitting"] = json!(false);
+    write("preprocessor_config.json", preprocessor);
+    assert_eq!(views(dir.path()), (1, 1024));
+
+    // LFM2-VL on disk: 256-pixel tiles are 16 × 16 = 256 patches, and a
+    // thumbnail of at most 64 tokens 256 too
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.json"), lfm2_vl_1_6b().to_string()).unwrap();
+    let small = json!({"tile_size": 256, "max_image_tokens": 64, "min_image_tokens": 16});
+    std::fs::write(dir.path().join("preprocessor_config.json"), small.to_string()).unwrap();
+    assert_eq!(views(dir.path()), (11, 256));
 }

@@ -18,7 +18,7 @@ use crate::model::gemma3::{gemma_norm, Gemma3};
 use crate::model::language_model_only::keep_language_model;
 use crate::model::layers::siglip::{Siglip, SiglipConfig, SiglipEncoding};
 use crate::model::layers::{LayerLoader, RmsNorm};
-use crate::model::registry::Family;
+use crate::model::registry::{Family, ImageProcessing};
 use crate::model::vision_tower::VisionEncoding;
 use crate::model::with_vision::WithVision;
 use crate::model::VisionTower;
@@ -29,7 +29,9 @@ pub const FAMILY: Family = Family {
     build: |_, config, loader| Ok(Box::new(Gemma3Vl::load(config, loader)?)),
     layers: crate::model::gemma3::FAMILY.layers,
     gguf: None,
-    image_processor: Some(super::image_processor::Gemma3ImageProcessor::shared_from_folder),
+    image_processor: Some(ImageProcessing::one_view(
+        super::image_processor::Gemma3ImageProcessor::shared_from_folder,
+    )),
     tensor_parallel: false,
 };
 

@@ -17,7 +17,7 @@ use crate::model::gemma4::tower::{Gemma4Encoding, Gemma4VisionConfig, Gemma4Visi
 use crate::model::gemma4::{Gemma4, TOWERS};
 use crate::model::language_model_only::keep_language_model;
 use crate::model::layers::LayerLoader;
-use crate::model::registry::Family;
+use crate::model::registry::{Family, ImageProcessing};
 use crate::model::vision_tower::VisionEncoding;
 use crate::model::with_vision::WithVision;
 use crate::model::{LanguageModel, VisionTower};
@@ -28,7 +28,9 @@ pub const FAMILY: Family = Family {
     build: |_, config, loader| load(config, loader),
     layers: crate::model::gemma4::FAMILY.layers,
     gguf: None,
-    image_processor: Some(super::image_processor::Gemma4ImageProcessor::shared_from_folder),
+    image_processor: Some(ImageProcessing::one_view(
+        super::image_processor::Gemma4ImageProcessor::shared_from_folder,
+    )),
     tensor_parallel: false,
 };
 

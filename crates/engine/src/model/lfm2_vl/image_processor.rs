@@ -33,6 +33,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+use crate::model::shape::ImageViews;
 use crate::vision::preprocess::resample::{resize_rgb8, Filter};
 use crate::vision::preprocess::{decode, triple, ImagePatches};
 use crate::vision::processor::read_json_object;
@@ -54,6 +55,11 @@ pub struct Layout {
     pub height: i32,
     pub width: i32,
 }
+
+/// The tile counts mlx-vlm's processor allows an image, whatever the
+/// checkpoint's files say (see the module doc).
+const MIN_TILES: usize = 2;
+const MAX_TILES: usize = 10;
 
 /// How `rows` and `cols` share the grid's first number.
 const TILE_GRID_BASE: i32 = 1000;
@@ -123,6 +129,15 @@ fn settings_of(file: Option<Map<String, Value>>) -> Map<String, Value> {
     }
 }
 
+/// The family's [`crate::model::registry::ImageProcessing::views`]: those
+/// of the processor config.json and the folder's processor files give
+/// (LFM2-VL's config.json holds the tile and token sizes too, so config.json
+/// alone gives them before a download).
+pub fn image_views(config: &Value, dir: Option<&Path>) -> Result<ImageViews> {
+    let config = config.as_object().cloned().unwrap_or_default();
+    Ok(Lfm2VlImageProcessor::from_config_and_folder(&config, dir)?.most_views())
+}
+
 /// Python's `round(x)`: halves to even.
 fn round_half_even(x: f64) -> f64 {
     x.round_ties_even()
@@ -133,8 +148,15 @@ impl Lfm2VlImageProcessor {
     /// (as mlx-vlm merges them), config.json for what they omit.
     pub fn from_folder(dir: &Path) -> Result<Self> {
         let config = read_json_object(&dir.join("config.json"))?.unwrap_or_default();
-        let mut raw = settings_of(read_json_object(&dir.join("preprocessor_config.json"))?);
-        let processor = read_json_object(&dir.join("processor_config.json"))?;
+        Self::from_config_and_folder(&config, Some(dir))
+    }
+
+    /// [`Self::from_folder`] with config.json already read; without a
+    /// folder, as if the processor files were absent.
+    fn from_config_and_folder(config: &Map<String, Value>, dir: Option<&Path>) -> Result<Self> {
+        let file = |name: &str| dir.map_or(Ok(None), |dir| read_json_object(&dir.join(name)));
+        let mut raw = settings_of(file("preprocessor_config.json")?);
+        let processor = file("processor_config.json")?;
         raw.extend(settings_of(processor.clone()));
         let int = |key: &str, default: usize| -> Result<usize> {
             match raw.get(key).or_else(|| config.get(key)) {
@@ -174,8 +196,8 @@ impl Lfm2VlImageProcessor {
                 .unwrap_or(2.0),
             // mlx-vlm's official splitting defaults, whatever the files say.
             split: true,
-            min_tiles: 2,
-            max_tiles: 10,
+            min_tiles: MIN_TILES,
+            max_tiles: MAX_TILES,
             use_thumbnail: true,
             special_tokens,
             filter,
@@ -205,6 +227,22 @@ impl Lfm2VlImageProcessor {
     /// For the family registry.
     pub fn shared_from_folder(dir: &Path) -> Result<SharedImageProcessor> {
         Ok(Arc::new(Self::from_folder(dir)?))
+    }
+
+    /// The most views one image becomes: `max_tiles` tiles and the
+    /// thumbnail (a small image is one view). A tile holds
+    /// `(tile_size / patch_size)²` patches; a single view or the thumbnail
+    /// at most `max_image_tokens` tokens of `factor²` patches each (the
+    /// smart resize's pixel cap).
+    pub fn most_views(&self) -> ImageViews {
+        let view = self.max_image_tokens * self.factor * self.factor;
+        if !self.split {
+            return ImageViews { views: 1, patches_per_view: view };
+        }
+        ImageViews {
+            views: self.max_tiles + usize::from(self.use_thumbnail),
+            patches_per_view: view.max(self.tile_patches() * self.tile_patches()),
+        }
     }
 
     /// A tile's side in patches.

@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::model::layers::siglip::{LayerNorm, Siglip, SiglipConfig, SiglipEncoding};
 use crate::model::layers::{LayerLoader, Linear};
 use crate::model::lfm2::{Lfm2, Lfm2Args};
-use crate::model::registry::Family;
+use crate::model::registry::{Family, ImageProcessing};
 use crate::model::vision_tower::VisionEncoding;
 use crate::model::with_vision::WithVision;
 use crate::model::VisionTower;
@@ -38,7 +38,10 @@ pub const FAMILY: Family = Family {
     build: |_, config, loader| Ok(Box::new(Lfm2Vl::load(config, loader)?)),
     layers: |config| Ok(Lfm2Args::parse(&with_text_defaults(config))?.layer_shapes()),
     gguf: None,
-    image_processor: Some(image_processor::Lfm2VlImageProcessor::shared_from_folder),
+    image_processor: Some(ImageProcessing {
+        read: image_processor::Lfm2VlImageProcessor::shared_from_folder,
+        views: Some(image_processor::image_views),
+    }),
     tensor_parallel: false,
 };
 

@@ -22,7 +22,7 @@ use super::{Ministral3, TextArgs};
 use crate::cache::AttentionMask;
 use crate::error::{Error, Result};
 use crate::model::layers::{attention, LayerLoader, Linear, RmsNorm};
-use crate::model::registry::Family;
+use crate::model::registry::{Family, ImageProcessing};
 use crate::model::vision_tower::{VisionEncoding, VisionTower};
 use crate::model::with_vision::WithVision;
 use crate::model::LanguageModel;
@@ -33,7 +33,9 @@ pub const FAMILY: Family = Family {
     build: |_, config, loader| build(config, loader),
     layers: |config| Ok(TextArgs::parse(&text_config(config), false)?.layer_shapes()),
     gguf: None,
-    image_processor: Some(super::image_processor::PixtralImageProcessor::shared_from_folder),
+    image_processor: Some(ImageProcessing::one_view(
+        super::image_processor::PixtralImageProcessor::shared_from_folder,
+    )),
     tensor_parallel: false,
 };
 

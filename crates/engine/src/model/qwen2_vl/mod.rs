@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 use super::layers::rope::{MRopeLayout, Rope};
 use super::layers::LayerLoader;
 use super::llama::{DecoderLayout, Llama, LlamaArgs};
-use super::registry::Family;
+use super::registry::{Family, ImageProcessing};
 use super::vision_tower::VisionEncoding;
 use super::with_vision::WithVision;
 use super::VisionTower;
@@ -35,7 +35,9 @@ pub const FAMILY: Family = Family {
     build: |model_type, config, loader| Ok(Box::new(Qwen2Vl::load(model_type, config, loader)?)),
     layers: |config| Ok(text_args(&text_config(config))?.layer_shapes()),
     gguf: None,
-    image_processor: Some(crate::vision::QwenImageProcessor::shared_from_folder),
+    image_processor: Some(ImageProcessing::one_view(
+        crate::vision::QwenImageProcessor::shared_from_folder,
+    )),
     tensor_parallel: false,
 };
 

@@ -13,7 +13,7 @@ use crate::model::language_model_only::keep_language_model;
 use crate::model::layers::LayerLoader;
 use crate::model::qwen3_5::Qwen35;
 use crate::model::qwen3_vl::{gather_tower, Qwen3Vision, TOWER};
-use crate::model::registry::Family;
+use crate::model::registry::{Family, ImageProcessing};
 use crate::model::with_vision::WithVision;
 use crate::model::LanguageModel;
 
@@ -23,7 +23,9 @@ pub const FAMILY: Family = Family {
     build: |_, config, loader| load(config, loader),
     layers: crate::model::qwen3_5::FAMILY.layers,
     gguf: None,
-    image_processor: Some(crate::vision::QwenImageProcessor::shared_from_folder),
+    image_processor: Some(ImageProcessing::one_view(
+        crate::vision::QwenImageProcessor::shared_from_folder,
+    )),
     tensor_parallel: false,
 };
 

@@ -18,7 +18,7 @@ use super::layers::rope::{MRopeLayout, Rope};
 use super::layers::LayerLoader;
 use super::llama::{Llama, LlamaArgs};
 use super::qwen3::{layout, parse_qwen3_args};
-use super::registry::Family;
+use super::registry::{Family, ImageProcessing};
 use super::with_vision::WithVision;
 use crate::error::{Error, Result};
 pub use tower::Qwen3Vision;
@@ -31,7 +31,9 @@ pub const FAMILY: Family = Family {
     },
     layers: |config| Ok(text_args(text_config(config))?.1.layer_shapes()),
     gguf: None,
-    image_processor: Some(crate::vision::QwenImageProcessor::shared_from_folder),
+    image_processor: Some(ImageProcessing::one_view(
+        crate::vision::QwenImageProcessor::shared_from_folder,
+    )),
     tensor_parallel: false,
 };
 

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+use crate::model::shape::ImageViews;
 use crate::vision::preprocess::resample::{resize_rgb8, Filter};
 use crate::vision::preprocess::{decode, triple, ImagePatches};
 use crate::vision::processor::{read_json_object, read_processor_settings};
@@ -124,6 +125,44 @@ struct Plan {
 
 /// Idefics3's tile side when no config says (`max_image_size.longest_edge`).
 const DEFAULT_TILE: usize = 364;
+/// The first resize's longest edge when no config says, in tiles: 4 × 364
+/// pixels is transformers' default, and SmolVLM2 keeps the ratio (2048
+/// pixels for its 512-pixel tiles).
+const DEFAULT_TILES_A_SIDE: usize = 4;
+
+/// The family's [`crate::model::registry::ImageProcessing::views`]: the
+/// folder's processor's; from config.json alone, the sizes its
+/// `vision_config` repeats (SmolVLM2's `size` and tower `image_size`), else
+/// the default tiles a side, with splitting on.
+pub fn image_views(config: &Value, dir: Option<&Path>) -> Result<ImageViews> {
+    if let Some(dir) = dir {
+        return Ok(SmolVlmImageProcessor::from_folder(dir)?.most_views());
+    }
+    let vision =
+        config.get("vision_config").and_then(Value::as_object).cloned().unwrap_or_default();
+    let size = |key: &str, default: usize| {
+        vision.get(key).and_then(Value::as_u64).map_or(default, |v| v as usize)
+    };
+    let tile = size("image_size", DEFAULT_TILE);
+    let edge = longest_edge(&vision, "size")?.unwrap_or(DEFAULT_TILES_A_SIDE * tile);
+    Ok(most_views(Some(edge), tile, size("patch_size", 14), true))
+}
+
+/// The most views one image becomes: with splitting, up to
+/// `⌈longest edge / tile⌉` tiles a side plus the global view (an image of
+/// one tile is that tile alone); each view a tile of `(tile / patch)²`
+/// patches.
+fn most_views(longest_edge: Option<usize>, tile: usize, patch: usize, split: bool) -> ImageViews {
+    // without resizing, transformers' bound on the edges stands in for the
+    // image's own size (no released checkpoint turns resizing off)
+    let edge = longest_edge.unwrap_or(MAX_IMAGE_SIZE).min(MAX_IMAGE_SIZE);
+    let side = edge.div_ceil(tile.max(1));
+    let patches = tile / patch.max(1);
+    ImageViews {
+        views: if split && side > 1 { side * side + 1 } else { 1 },
+        patches_per_view: patches * patches,
+    }
+}
 
 impl SmolVlmImageProcessor {
     /// Reads `preprocessor_config.json` (overridden by `processor_config.json`'s
@@ -170,7 +209,7 @@ impl SmolVlmImageProcessor {
         };
         let p = Self {
             longest_edge: if flag("do_resize", true) {
-                Some(longest_edge(&raw, "size")?.unwrap_or(4 * DEFAULT_TILE))
+                Some(longest_edge(&raw, "size")?.unwrap_or(DEFAULT_TILES_A_SIDE * DEFAULT_TILE))
             } else {
                 None
             },
@@ -199,6 +238,11 @@ impl SmolVlmImageProcessor {
     /// For the family registry.
     pub fn shared_from_folder(dir: &Path) -> Result<SharedImageProcessor> {
         Ok(Arc::new(Self::from_folder(dir)?))
+    }
+
+    /// The most views one image becomes (see [`most_views`]).
+    pub fn most_views(&self) -> ImageViews {
+        most_views(self.longest_edge, self.tile, self.patch_size, self.split)
     }
 
     /// The sizes an image of `height × width` goes through.

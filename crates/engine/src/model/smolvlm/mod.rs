@@ -26,7 +26,7 @@ use crate::model::layers::rope::Rope;
 use crate::model::layers::siglip::{Siglip, SiglipConfig, SiglipEncoding};
 use crate::model::layers::{LayerLoader, Linear};
 use crate::model::llama::{parse_args, DecoderLayout, Llama, LlamaArgs};
-use crate::model::registry::Family;
+use crate::model::registry::{Family, ImageProcessing};
 use crate::model::vision_tower::VisionEncoding;
 use crate::model::with_vision::WithVision;
 use crate::model::VisionTower;
@@ -37,7 +37,10 @@ pub const FAMILY: Family = Family {
     build: |_, config, loader| Ok(Box::new(SmolVlm::load(config, loader)?)),
     layers: |config| Ok(text_args(config)?.layer_shapes()),
     gguf: None,
-    image_processor: Some(image_processor::SmolVlmImageProcessor::shared_from_folder),
+    image_processor: Some(ImageProcessing {
+        read: image_processor::SmolVlmImageProcessor::shared_from_folder,
+        views: Some(image_processor::image_views),
+    }),
     tensor_parallel: false,
 };
 
