@@ -3,9 +3,10 @@
 //! logits. Each test binary uses a different subset.
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
-use engine::batch::{Event, Prompt, Request, Scheduler, SchedulerConfig};
+use engine::batch::{Event, ImageInput, Prompt, Request, Scheduler, SchedulerConfig};
 use engine::cache::BatchCache;
 use engine::generate::{generate, GenerateParams};
 use engine::handle::{Completion, RequestStream};
@@ -13,6 +14,7 @@ use engine::model::{self, LanguageModel, LoadOptions, LoadedModel, Positions, We
 use engine::sample::SamplingParams;
 use engine::testing::{write_tiny_family, TinyFamily};
 use mlx_rs::{Array, Dtype};
+use serde_json::Value;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 /// Weights as stored: the tiny checkpoints' exact computation.
@@ -263,5 +265,98 @@ pub fn greedy_alone_and_batched(
         assert_eq!(generated_ids(&got, &eos), expected(&case, &eos), "{label} {case} batched");
     }
     assert!(other.collect_blocking().error.is_none());
+    engine.shutdown();
+}
+
+/// A checked-in file under `crates/engine/tests` (`goldens/…`, `fixtures/…`).
+pub fn test_file(parts: &[&str]) -> PathBuf {
+    let mut path = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    path.push("tests");
+    path.extend(parts);
+    path
+}
+
+/// A reference golden's JSON (`tests/goldens/<name>`).
+pub fn golden_json(name: &str) -> Value {
+    let path = test_file(&["goldens", name]);
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// A reference golden's arrays (`tests/goldens/<name>`, safetensors).
+pub fn golden_arrays(name: &str) -> HashMap<String, Array> {
+    Array::load_safetensors(test_file(&["goldens", name])).unwrap()
+}
+
+/// An image of `tests/fixtures/images`.
+pub fn fixture_image(name: &str) -> ImageInput {
+    ImageInput::from_bytes(std::fs::read(test_file(&["fixtures", "images", name])).unwrap())
+}
+
+/// A golden's list of token ids.
+pub fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+/// Each case `model` answered in a vision family's golden, as a request:
+/// the case's images (`cases[case]`, fixture names) first, then the
+/// golden's `text` (as mlx-vlm's message puts them), plain greedy for as
+/// many tokens as the reference's, token ids back.
+pub fn golden_requests(golden: &Value, model: &str) -> Vec<(String, Request)> {
+    use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
+    let text = golden["text"].as_str().unwrap();
+    golden["models"][model]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(case, rec)| {
+            let images: Vec<ImageInput> = golden["cases"][case]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| fixture_image(f.as_str().unwrap()))
+                .collect();
+            let mut parts: Vec<ContentPart> = images
+                .iter()
+                .map(|i| ContentPart::Image { image: Some(i.sha256.clone()) })
+                .collect();
+            parts.push(ContentPart::text(text));
+            let message =
+                ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") };
+            let prompt =
+                Prompt::Chat { messages: vec![message], options: TemplateOptions::default() };
+            let mut request =
+                Request::new(prompt).with_max_tokens(rec["greedy_ids"].as_array().unwrap().len());
+            request.images = images;
+            request.logprobs = Some(0);
+            (case.clone(), request)
+        })
+        .collect()
+}
+
+/// The greedy ids `model` gave for `case` in a golden, up to its first
+/// end-of-turn token (see [`until_eos`]).
+pub fn golden_greedy_ids(golden: &Value, model: &str, case: &str, eos: &[u32]) -> Vec<u32> {
+    until_eos(ids(&golden["models"][model][case]["greedy_ids"]), eos)
+}
+
+/// Every case `model` answered in a vision family's golden, submitted at
+/// once (batched) to an engine on `dir` with the default scheduler and the
+/// weights held as `format`: each answer is the reference's greedy ids.
+/// `label` names the run in a failure.
+pub fn golden_batched(dir: &Path, format: WeightFormat, golden: &Value, model: &str, label: &str) {
+    use engine::handle::{EngineConfig, EngineHandle};
+    let config =
+        EngineConfig { load: LoadOptions { format }, scheduler: SchedulerConfig::default() };
+    let engine = EngineHandle::start(dir, config).unwrap();
+    let eos = engine.model_info().eos_token_ids.clone();
+    let streams: Vec<_> = golden_requests(golden, model)
+        .into_iter()
+        .map(|(case, r)| (case, engine.submit(r)))
+        .collect();
+    for (case, stream) in streams {
+        let got = stream.collect_blocking();
+        let want = golden_greedy_ids(golden, model, &case, &eos);
+        assert_eq!(generated_ids(&got, &eos), want, "{label} {case}");
+    }
     engine.shutdown();
 }

@@ -17,15 +17,13 @@
 //!   conversion whose text model is 4-bit (`lfm2_vl/q4`, its own golden),
 //!   kept quantized and dequantized.
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
-use engine::batch::{ImageInput, Preparer, Prompt, Request, SchedulerConfig};
-use engine::handle::{EngineConfig, EngineHandle};
+use engine::batch::Preparer;
 use engine::model::lfm2_vl::image_processor::Layout;
 use engine::model::{load, LoadOptions, WeightFormat};
 use engine::testing::{write_tiny_lfm2_vl, write_tiny_lfm2_vl_q4};
-use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use mlx_rs::Array;
 use serde_json::Value;
 
@@ -39,90 +37,13 @@ const MODEL_Q4: &str = "lfm2_vl/q4";
 const TILE_PATCHES: i32 = 8;
 
 fn golden() -> Value {
-    let path: PathBuf =
-        [env!("CARGO_MANIFEST_DIR"), "tests", "goldens", "lfm2_vl_mlx_vlm.json"].iter().collect();
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn golden_arrays() -> HashMap<String, Array> {
-    let path: PathBuf =
-        [env!("CARGO_MANIFEST_DIR"), "tests", "goldens", "lfm2_vl_mlx_vlm.safetensors"]
-            .iter()
-            .collect();
-    Array::load_safetensors(path).unwrap()
-}
-
-fn fixture(name: &str) -> ImageInput {
-    let path: PathBuf =
-        [env!("CARGO_MANIFEST_DIR"), "tests", "fixtures", "images", name].iter().collect();
-    ImageInput::from_bytes(std::fs::read(&path).unwrap())
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    common::golden_json("lfm2_vl_mlx_vlm.json")
 }
 
 fn folder() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     write_tiny_lfm2_vl(dir.path(), SEED).unwrap();
     dir
-}
-
-/// Each golden case as a request: the images first, then the text (as
-/// mlx-vlm's message for LFM2-VL puts them), plain greedy, token ids back.
-fn requests(golden: &Value) -> Vec<(String, Request)> {
-    requests_of(golden, MODEL)
-}
-
-fn requests_of(golden: &Value, model: &str) -> Vec<(String, Request)> {
-    let text = golden["text"].as_str().unwrap();
-    golden["models"][model]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(case, rec)| {
-            let images: Vec<ImageInput> = golden["cases"][case]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|f| fixture(f.as_str().unwrap()))
-                .collect();
-            let mut parts: Vec<ContentPart> = images
-                .iter()
-                .map(|i| ContentPart::Image { image: Some(i.sha256.clone()) })
-                .collect();
-            parts.push(ContentPart::text(text));
-            let message =
-                ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") };
-            let prompt =
-                Prompt::Chat { messages: vec![message], options: TemplateOptions::default() };
-            let mut request =
-                Request::new(prompt).with_max_tokens(rec["greedy_ids"].as_array().unwrap().len());
-            request.images = images;
-            request.logprobs = Some(0);
-            (case.clone(), request)
-        })
-        .collect()
-}
-
-fn start(dir: &Path, scheduler: SchedulerConfig) -> EngineHandle {
-    start_as(dir, WeightFormat::AsStored, scheduler)
-}
-
-fn start_as(dir: &Path, format: WeightFormat, scheduler: SchedulerConfig) -> EngineHandle {
-    let config = EngineConfig { load: LoadOptions { format }, scheduler };
-    EngineHandle::start(dir, config).unwrap()
-}
-
-/// The reference's greedy ids up to its first end-of-turn token, which ends
-/// our stream.
-fn expected(golden: &Value, case: &str, eos: &[u32]) -> Vec<u32> {
-    expected_of(golden, MODEL, case, eos)
-}
-
-fn expected_of(golden: &Value, model: &str, case: &str, eos: &[u32]) -> Vec<u32> {
-    let want = ids(&golden["models"][model][case]["greedy_ids"]);
-    common::until_eos(want, eos)
 }
 
 /// Each view's patch grid, the views of every image in order.
@@ -141,17 +62,17 @@ fn views(grids: &[[i32; 3]]) -> Vec<[i32; 2]> {
 #[test]
 fn lfm2_vl_prompts_and_pixels_equal_mlx_vlm() {
     let golden = golden();
-    let arrays = golden_arrays();
+    let arrays = common::golden_arrays("lfm2_vl_mlx_vlm.safetensors");
     let table = &arrays["level_values"];
     let table: Vec<f32> = table.as_slice::<f32>().to_vec();
     let dir = folder();
     let loaded = load(dir.path(), &LoadOptions { format: WeightFormat::AsStored }).unwrap();
     let preparer = Preparer::new(&loaded, 8192);
     let mut checked = 0;
-    for (case, request) in requests(&golden) {
+    for (case, request) in common::golden_requests(&golden, MODEL) {
         let rec = &golden["models"][MODEL][&case];
         let prepared = preparer.prepare(request, Instant::now()).unwrap();
-        assert_eq!(prepared.prompt, ids(&rec["prompt_ids"]), "{case}: prompt ids");
+        assert_eq!(prepared.prompt, common::ids(&rec["prompt_ids"]), "{case}: prompt ids");
         let grids: Vec<[i32; 3]> =
             prepared.images.iter().flat_map(|i| i.images.iter().map(|p| p.patches.grid)).collect();
         let want: Vec<[i32; 2]> = rec["spatial_shapes"]
@@ -187,8 +108,8 @@ fn lfm2_vl_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
     common::greedy_alone_and_batched(
         dir.path(),
         MODEL,
-        || requests(&golden),
-        |case, eos| expected(&golden, case, eos),
+        || common::golden_requests(&golden, MODEL),
+        |case, eos| common::golden_greedy_ids(&golden, MODEL, case, eos),
     );
 }
 
@@ -229,15 +150,7 @@ fn lfm2_vl_mlx_community_names_give_the_same_tokens() {
     let golden = golden();
     let hf = folder();
     let dir = mlx_community_folder(hf.path());
-    let engine = start(dir.path(), SchedulerConfig::default());
-    let eos = engine.model_info().eos_token_ids.clone();
-    let streams: Vec<_> =
-        requests(&golden).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
-    for (case, stream) in streams {
-        let got = stream.collect_blocking();
-        assert_eq!(common::generated_ids(&got, &eos), expected(&golden, &case, &eos), "{case}");
-    }
-    engine.shutdown();
+    common::golden_batched(dir.path(), WeightFormat::AsStored, &golden, MODEL, "mlx-community");
 }
 
 #[test]
@@ -248,17 +161,6 @@ fn lfm2_vl_q4_gives_mlx_vlm_s_tokens_quantized_and_dequantized() {
     // the 4-bit text model answers otherwise than the float one
     assert_ne!(golden["models"][MODEL_Q4]["text"], golden["models"][MODEL]["text"]);
     for format in [WeightFormat::AsStored, WeightFormat::Float32] {
-        let engine = start_as(dir.path(), format, SchedulerConfig::default());
-        let eos = engine.model_info().eos_token_ids.clone();
-        let streams: Vec<_> = requests_of(&golden, MODEL_Q4)
-            .into_iter()
-            .map(|(case, r)| (case, engine.submit(r)))
-            .collect();
-        for (case, stream) in streams {
-            let got = stream.collect_blocking();
-            let want = expected_of(&golden, MODEL_Q4, &case, &eos);
-            assert_eq!(common::generated_ids(&got, &eos), want, "{case} {format:?}");
-        }
-        engine.shutdown();
+        common::golden_batched(dir.path(), format, &golden, MODEL_Q4, &format!("{format:?}"));
     }
 }

@@ -14,14 +14,13 @@
 //! - so do they with the folder as mlx-vlm saves a conversion
 //!   (mlx-community's names and its patch-kernel layout).
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
-use engine::batch::{ImageInput, Preparer, Prompt, Request, SchedulerConfig};
+use engine::batch::{Preparer, SchedulerConfig};
 use engine::handle::{EngineConfig, EngineHandle};
 use engine::model::{load, LoadOptions, WeightFormat};
 use engine::testing::write_tiny_mistral3;
-use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
 
@@ -34,18 +33,7 @@ const MODEL: &str = "mistral3/float";
 const PATCH: i32 = 8;
 
 fn golden() -> Value {
-    let path: PathBuf =
-        [env!("CARGO_MANIFEST_DIR"), "tests", "goldens", "mistral3_mlx_vlm.json"].iter().collect();
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// The reference's pixel values of each case's images, `[3, H, W]`.
-fn golden_pixels() -> HashMap<String, Array> {
-    let path: PathBuf =
-        [env!("CARGO_MANIFEST_DIR"), "tests", "goldens", "mistral3_mlx_vlm.safetensors"]
-            .iter()
-            .collect();
-    Array::load_safetensors(path).unwrap()
+    common::golden_json("mistral3_mlx_vlm.json")
 }
 
 /// `[3, H, W]` → our patches: `p`-pixel patches in raster order, columns
@@ -61,53 +49,10 @@ fn as_patches(pixels: &Array, p: i32) -> Array {
         .unwrap()
 }
 
-fn fixture(name: &str) -> ImageInput {
-    let path: PathBuf =
-        [env!("CARGO_MANIFEST_DIR"), "tests", "fixtures", "images", name].iter().collect();
-    ImageInput::from_bytes(std::fs::read(&path).unwrap())
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
-}
-
 fn folder() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     write_tiny_mistral3(dir.path(), SEED).unwrap();
     dir
-}
-
-/// Each golden case as a request: the images first, then the text (as
-/// mlx-vlm's message for Mistral 3 puts them), plain greedy, ids back.
-fn requests(golden: &Value) -> Vec<(String, Request)> {
-    let text = golden["text"].as_str().unwrap();
-    golden["models"][MODEL]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(case, rec)| {
-            let images: Vec<ImageInput> = golden["cases"][case]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|f| fixture(f.as_str().unwrap()))
-                .collect();
-            let mut parts: Vec<ContentPart> = images
-                .iter()
-                .map(|i| ContentPart::Image { image: Some(i.sha256.clone()) })
-                .collect();
-            parts.push(ContentPart::text(text));
-            let message =
-                ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") };
-            let prompt =
-                Prompt::Chat { messages: vec![message], options: TemplateOptions::default() };
-            let mut request =
-                Request::new(prompt).with_max_tokens(rec["greedy_ids"].as_array().unwrap().len());
-            request.images = images;
-            request.logprobs = Some(0);
-            (case.clone(), request)
-        })
-        .collect()
 }
 
 fn start(dir: &Path, scheduler: SchedulerConfig) -> EngineHandle {
@@ -115,24 +60,18 @@ fn start(dir: &Path, scheduler: SchedulerConfig) -> EngineHandle {
     EngineHandle::start(dir, config).unwrap()
 }
 
-/// The reference's greedy ids up to its first end-of-turn token.
-fn expected(golden: &Value, case: &str, eos: &[u32]) -> Vec<u32> {
-    let want = ids(&golden["models"][MODEL][case]["greedy_ids"]);
-    common::until_eos(want, eos)
-}
-
 #[test]
 fn mistral3_prompts_and_pixels_equal_mlx_vlm() {
     let golden = golden();
-    let pixels = golden_pixels();
+    let pixels = common::golden_arrays("mistral3_mlx_vlm.safetensors");
     let dir = folder();
     let loaded = load(dir.path(), &LoadOptions { format: WeightFormat::AsStored }).unwrap();
     let preparer = Preparer::new(&loaded, 8192);
     let mut images_checked = 0;
-    for (case, request) in requests(&golden) {
+    for (case, request) in common::golden_requests(&golden, MODEL) {
         let rec = &golden["models"][MODEL][&case];
         let prepared = preparer.prepare(request, Instant::now()).unwrap();
-        assert_eq!(prepared.prompt, ids(&rec["prompt_ids"]), "{case}: prompt ids");
+        assert_eq!(prepared.prompt, common::ids(&rec["prompt_ids"]), "{case}: prompt ids");
         let grids: Vec<[i32; 3]> =
             prepared.images.iter().flat_map(|i| i.images.iter().map(|p| p.patches.grid)).collect();
         let sizes: Vec<[i32; 3]> = rec["image_sizes"]
@@ -169,8 +108,8 @@ fn mistral3_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
     common::greedy_alone_and_batched(
         dir.path(),
         MODEL,
-        || requests(&golden),
-        |case, eos| expected(&golden, case, eos),
+        || common::golden_requests(&golden, MODEL),
+        |case, eos| common::golden_greedy_ids(&golden, MODEL, case, eos),
     );
 }
 
@@ -227,15 +166,7 @@ fn mistral3_mlx_community_names_give_the_same_tokens() {
         }
         Some((name.strip_prefix("model.").unwrap_or(&name).to_string(), t))
     });
-    let engine = start(dir.path(), SchedulerConfig::default());
-    let eos = engine.model_info().eos_token_ids.clone();
-    let streams: Vec<_> =
-        requests(&golden).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
-    for (case, stream) in streams {
-        let got = stream.collect_blocking();
-        assert_eq!(common::generated_ids(&got, &eos), expected(&golden, &case, &eos), "{case}");
-    }
-    engine.shutdown();
+    common::golden_batched(dir.path(), WeightFormat::AsStored, &golden, MODEL, "mlx-community");
 }
 
 /// mlx-lm's conversion of a `mistral3` checkpoint keeps the language model
@@ -248,9 +179,15 @@ fn mistral3_without_its_tower_loads_the_text_model() {
     let dir = rewritten(hf.path(), |name, t| mlx_language_name(&name).map(|n| (n, t)));
     let engine = start(dir.path(), SchedulerConfig::default());
     let eos = engine.model_info().eos_token_ids.clone();
-    let (case, request) = requests(&golden).into_iter().find(|(case, _)| case == "text").unwrap();
+    let (case, request) = common::golden_requests(&golden, MODEL)
+        .into_iter()
+        .find(|(case, _)| case == "text")
+        .unwrap();
     let got = engine.submit(request).collect_blocking();
-    assert_eq!(common::generated_ids(&got, &eos), expected(&golden, &case, &eos));
+    assert_eq!(
+        common::generated_ids(&got, &eos),
+        common::golden_greedy_ids(&golden, MODEL, &case, &eos)
+    );
     engine.shutdown();
 }
 

@@ -14,14 +14,12 @@
 //!   and all of them batched (with a text request decoding alongside);
 //! - so do they with the folder as mlx-vlm saves a conversion
 //!   (mlx-community's names and its patch-kernel layout).
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
-use engine::batch::{ImageInput, Preparer, Prompt, Request, SchedulerConfig};
-use engine::handle::{EngineConfig, EngineHandle};
+use engine::batch::Preparer;
 use engine::model::{load, LoadOptions, WeightFormat};
 use engine::testing::{write_tiny_idefics3, write_tiny_smolvlm};
-use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
 
@@ -40,18 +38,7 @@ const MODELS: &[(&str, fn(&Path))] = &[
 ];
 
 fn golden() -> Value {
-    let path: PathBuf =
-        [env!("CARGO_MANIFEST_DIR"), "tests", "goldens", "smolvlm_mlx_vlm.json"].iter().collect();
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// The reference's pixel values of each case, `[tiles, 3, S, S]`.
-fn golden_pixels() -> std::collections::HashMap<String, Array> {
-    let path: PathBuf =
-        [env!("CARGO_MANIFEST_DIR"), "tests", "goldens", "smolvlm_mlx_vlm.safetensors"]
-            .iter()
-            .collect();
-    Array::load_safetensors(path).unwrap()
+    common::golden_json("smolvlm_mlx_vlm.json")
 }
 
 /// `[tiles, 3, S, S]` → our patches: each tile's `p`-pixel patches in
@@ -67,70 +54,16 @@ fn as_patches(pixels: &Array, p: i32) -> Array {
         .unwrap()
 }
 
-fn fixture(name: &str) -> ImageInput {
-    let path: PathBuf =
-        [env!("CARGO_MANIFEST_DIR"), "tests", "fixtures", "images", name].iter().collect();
-    ImageInput::from_bytes(std::fs::read(&path).unwrap())
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
-}
-
 fn folder(write: fn(&Path)) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path());
     dir
 }
 
-/// Each golden case as a request: the images first, then the text (as
-/// mlx-vlm's message for SmolVLM puts them), plain greedy, token ids back.
-fn requests(golden: &Value, model: &str) -> Vec<(String, Request)> {
-    let text = golden["text"].as_str().unwrap();
-    golden["models"][model]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(case, rec)| {
-            let images: Vec<ImageInput> = golden["cases"][case]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|f| fixture(f.as_str().unwrap()))
-                .collect();
-            let mut parts: Vec<ContentPart> = images
-                .iter()
-                .map(|i| ContentPart::Image { image: Some(i.sha256.clone()) })
-                .collect();
-            parts.push(ContentPart::text(text));
-            let message =
-                ChatMessage { content: MessageContent::Parts(parts), ..ChatMessage::user("") };
-            let prompt =
-                Prompt::Chat { messages: vec![message], options: TemplateOptions::default() };
-            let mut request =
-                Request::new(prompt).with_max_tokens(rec["greedy_ids"].as_array().unwrap().len());
-            request.images = images;
-            request.logprobs = Some(0);
-            (case.clone(), request)
-        })
-        .collect()
-}
-
-fn start(dir: &Path, scheduler: SchedulerConfig) -> EngineHandle {
-    let config = EngineConfig { load: LoadOptions { format: WeightFormat::AsStored }, scheduler };
-    EngineHandle::start(dir, config).unwrap()
-}
-
-/// The reference's greedy ids up to its first end-of-turn token, which ends
-/// our stream.
-fn expected(golden: &Value, model: &str, case: &str, eos: &[u32]) -> Vec<u32> {
-    common::until_eos(ids(&golden["models"][model][case]["greedy_ids"]), eos)
-}
-
 #[test]
 fn smolvlm_prompts_equal_mlx_vlm_ids() {
     let golden = golden();
-    let pixels = golden_pixels();
+    let pixels = common::golden_arrays("smolvlm_mlx_vlm.safetensors");
     for &(model, write) in MODELS {
         prompts_equal(&golden, &pixels, model, write);
     }
@@ -145,11 +78,11 @@ fn prompts_equal(
     let dir = folder(write);
     let loaded = load(dir.path(), &LoadOptions { format: WeightFormat::AsStored }).unwrap();
     let preparer = Preparer::new(&loaded, 8192);
-    for (case, request) in requests(golden, model) {
+    for (case, request) in common::golden_requests(golden, model) {
         let rec = &golden["models"][model][&case];
         let what = format!("{model} {case}");
         let prepared = preparer.prepare(request, Instant::now()).unwrap();
-        assert_eq!(prepared.prompt, ids(&rec["prompt_ids"]), "{what}: prompt ids");
+        assert_eq!(prepared.prompt, common::ids(&rec["prompt_ids"]), "{what}: prompt ids");
         let grids: Vec<[i32; 3]> =
             prepared.images.iter().flat_map(|i| i.images.iter().map(|p| p.patches.grid)).collect();
         let layouts: Vec<[i32; 3]> = rec["rows_cols"]
@@ -192,8 +125,8 @@ fn greedy_equal(golden: &Value, model: &str, write: fn(&Path)) {
     common::greedy_alone_and_batched(
         dir.path(),
         model,
-        || requests(golden, model),
-        |case, eos| expected(golden, model, case, eos),
+        || common::golden_requests(golden, model),
+        |case, eos| common::golden_greedy_ids(golden, model, case, eos),
     );
 }
 
@@ -237,17 +170,5 @@ fn smolvlm_mlx_community_names_give_the_same_tokens() {
     let (model, write) = MODELS[0];
     let hf = folder(write);
     let dir = mlx_community_folder(hf.path());
-    let engine = start(dir.path(), SchedulerConfig::default());
-    let eos = engine.model_info().eos_token_ids.clone();
-    let streams: Vec<_> =
-        requests(&golden, model).into_iter().map(|(case, r)| (case, engine.submit(r))).collect();
-    for (case, stream) in streams {
-        let got = stream.collect_blocking();
-        assert_eq!(
-            common::generated_ids(&got, &eos),
-            expected(&golden, model, &case, &eos),
-            "{case}"
-        );
-    }
-    engine.shutdown();
+    common::golden_batched(dir.path(), WeightFormat::AsStored, &golden, model, "mlx-community");
 }
