@@ -22,9 +22,11 @@ use crate::error::{Error, Result};
 
 pub(crate) mod decode;
 pub(crate) mod jpeg;
+pub(crate) mod normalize;
 pub(crate) mod resample;
 
 pub use decode::{displayed_size, MAX_DECODE_BYTES, MAX_PIXELS, MAX_SIDE};
+pub use normalize::{Normalize, RescalePrecision};
 
 /// The image processor of a vision-language checkpoint.
 ///
@@ -37,12 +39,8 @@ pub struct QwenImageProcessor {
     pub merge_size: usize,
     pub min_pixels: usize,
     pub max_pixels: usize,
-    pub image_mean: [f32; 3],
-    pub image_std: [f32; 3],
-    /// Multiplies the 0..=255 pixel values (1/255). Applied in float32, as numpy does.
-    pub rescale_factor: f32,
-    pub do_rescale: bool,
-    pub do_normalize: bool,
+    /// The rescale (in float32, as numpy does) and normalization.
+    pub normalize: Normalize,
 }
 
 impl Default for QwenImageProcessor {
@@ -54,11 +52,7 @@ impl Default for QwenImageProcessor {
             min_pixels: 56 * 56,
             max_pixels: 14 * 14 * 4 * 1280,
             // mlx-vlm's processor: "image_mean or [0.5, 0.5, 0.5]" (not CLIP's values)
-            image_mean: [0.5; 3],
-            image_std: [0.5; 3],
-            rescale_factor: (1.0f64 / 255.0) as f32,
-            do_rescale: true,
-            do_normalize: true,
+            normalize: Normalize::halves(RescalePrecision::Float32),
         }
     }
 }
@@ -186,22 +180,24 @@ impl QwenImageProcessor {
         if let Some(v) = positive(raw, "max_pixels")? {
             p.max_pixels = v;
         }
+        // stricter than `Normalize::read`: a setting of the wrong type is an error
+        let n = &mut p.normalize;
         if let Some(v) = triple(raw, "image_mean")? {
-            p.image_mean = v;
+            n.image_mean = v;
         }
         if let Some(v) = triple(raw, "image_std")? {
-            p.image_std = v;
+            n.image_std = v;
         }
         if let Some(v) = raw.get("rescale_factor").filter(|v| !v.is_null()) {
-            p.rescale_factor = v.as_f64().ok_or_else(|| bad("rescale_factor", v))? as f32;
+            n.rescale_factor = v.as_f64().ok_or_else(|| bad("rescale_factor", v))?;
         }
         if let Some(v) = flag(raw, "do_rescale")? {
-            p.do_rescale = v;
+            n.do_rescale = v;
         }
         if let Some(v) = flag(raw, "do_normalize")? {
-            p.do_normalize = v;
+            n.do_normalize = v;
         }
-        if p.image_std.iter().any(|&s| s == 0.0 || !s.is_finite()) {
+        if n.image_std.iter().any(|&s| s == 0.0 || !s.is_finite()) {
             return Err(bad("image_std", &raw["image_std"]));
         }
         if p.min_pixels > p.max_pixels {
@@ -283,20 +279,7 @@ impl QwenImageProcessor {
         let (p, m, t) = (self.patch_size, self.merge_size, self.temporal_patch_size);
         // numpy: float32 array * Python float → the scalar is taken as float32 (NEP 50),
         // then (x - mean) / std elementwise in float32.
-        let lut: Vec<[f32; 3]> = (0..256)
-            .map(|v| {
-                std::array::from_fn(|c| {
-                    let mut x = v as f32;
-                    if self.do_rescale {
-                        x *= self.rescale_factor;
-                    }
-                    if self.do_normalize {
-                        x = (x - self.image_mean[c]) / self.image_std[c];
-                    }
-                    x
-                })
-            })
-            .collect();
+        let lut = self.normalize.levels();
         let plane = p * p;
         let cols = 3 * t * plane;
         let mut out = vec![0f32; grid_h * grid_w * cols];
@@ -486,8 +469,7 @@ mod tests {
             temporal_patch_size: 2,
             min_pixels: 1,
             max_pixels: 1 << 20,
-            do_rescale: false,
-            do_normalize: false,
+            normalize: Normalize::RAW,
             ..Default::default()
         };
         let rgb: Vec<u8> = (0..16u8).flat_map(|v| [v, v + 100, v + 200]).collect();
@@ -507,8 +489,8 @@ mod tests {
         .unwrap();
         let p = QwenImageProcessor::from_config(&old).unwrap();
         assert_eq!((p.min_pixels, p.max_pixels), (3136, 12_845_056));
-        assert_eq!(p.image_mean[0], 0.48145466f32);
-        assert_eq!(p.image_std, [0.5; 3]);
+        assert_eq!(p.normalize.image_mean[0], 0.48145466f32);
+        assert_eq!(p.normalize.image_std, [0.5; 3]);
         let new: serde_json::Map<String, Value> =
             serde_json::from_str(r#"{"size": {"shortest_edge": 1000, "longest_edge": 9000}}"#)
                 .unwrap();

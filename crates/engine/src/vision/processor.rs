@@ -95,3 +95,24 @@ pub(crate) fn read_processor_settings(
     }
     Ok((settings, processor))
 }
+
+/// `rendered` with its `i`-th `placeholder` written out as `text(grids[i])`,
+/// image by image (a placeholder past the last grid stays as it is): for a
+/// processor that writes each image's layout into the prompt text.
+pub(crate) fn expand_placeholders(
+    rendered: &str,
+    placeholder: &str,
+    grids: &[[i32; 3]],
+    text: impl Fn([i32; 3]) -> String,
+) -> String {
+    let mut pieces = rendered.split(placeholder);
+    let mut out = pieces.next().unwrap_or_default().to_string();
+    for (i, piece) in pieces.enumerate() {
+        match grids.get(i) {
+            Some(&g) => out.push_str(&text(g)),
+            None => out.push_str(placeholder),
+        }
+        out.push_str(piece);
+    }
+    out
+}

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use engine::error::Error;
+use engine::vision::preprocess::Normalize;
 use engine::vision::QwenImageProcessor;
 use mlx_rs::Array;
 use serde_json::Value;
@@ -87,7 +88,7 @@ fn pixels_match_the_reference_goldens() {
             }
             max_abs = max_abs.max(d);
             // back to 8-bit steps: Δ · std · 255
-            let steps = d * proc_.image_std[(i % cols) / per_channel] * 255.0;
+            let steps = d * proc_.normalize.image_std[(i % cols) / per_channel] * 255.0;
             max_u8 = max_u8.max(steps);
             sum_u8 += steps as f64;
         }
@@ -124,14 +125,15 @@ fn num_image_tokens_and_grid_for_agree_with_preprocess() {
 #[test]
 fn cache_key_changes_with_every_output_parameter() {
     let base = QwenImageProcessor::default();
+    let normalize = |n: Normalize| QwenImageProcessor { normalize: n, ..base.clone() };
     let variants = [
         QwenImageProcessor { min_pixels: 1, ..base.clone() },
         QwenImageProcessor { max_pixels: 1 << 20, ..base.clone() },
-        QwenImageProcessor { image_mean: [0.4, 0.5, 0.5], ..base.clone() },
-        QwenImageProcessor { image_std: [0.5, 0.5, 0.4], ..base.clone() },
+        normalize(Normalize { image_mean: [0.4, 0.5, 0.5], ..base.normalize }),
+        normalize(Normalize { image_std: [0.5, 0.5, 0.4], ..base.normalize }),
         QwenImageProcessor { patch_size: 16, ..base.clone() },
-        QwenImageProcessor { rescale_factor: 1.0, ..base.clone() },
-        QwenImageProcessor { do_normalize: false, ..base.clone() },
+        normalize(Normalize { rescale_factor: 1.0, ..base.normalize }),
+        normalize(Normalize { do_normalize: false, ..base.normalize }),
     ];
     for v in variants {
         assert_ne!(v.cache_key(), base.cache_key(), "{v:?}");
@@ -160,10 +162,11 @@ fn from_folder_reads_the_old_qwen2_vl_keys() {
     );
     assert_eq!((p.patch_size, p.temporal_patch_size, p.merge_size), (14, 2, 2));
     assert_eq!((p.min_pixels, p.max_pixels), (3136, 12_845_056));
-    assert_eq!(p.image_mean, [0.48145466, 0.4578275, 0.40821073]);
+    let n = p.normalize;
+    assert_eq!(n.image_mean, [0.48145466, 0.4578275, 0.40821073]);
     // each f64 rounded to the nearest f32, as np.array(..., dtype=float32)
-    assert_eq!(p.image_std, [0.26862954f64 as f32, 0.26130258f64 as f32, 0.27577711f64 as f32]);
-    assert!(p.do_rescale && p.do_normalize);
+    assert_eq!(n.image_std, [0.26862954f64 as f32, 0.26130258f64 as f32, 0.27577711f64 as f32]);
+    assert!(n.do_rescale && n.do_normalize);
 }
 
 #[test]
@@ -182,14 +185,15 @@ fn from_folder_reads_the_size_keys_and_lets_top_level_keys_win() {
         }),
     );
     assert_eq!((p.min_pixels, p.max_pixels), (3136, 12_845_056));
-    assert_eq!(p.rescale_factor, 1.0f32 / 255.0);
+    // applied in float32
+    assert_eq!(p.normalize.rescale_factor as f32, 1.0f32 / 255.0);
 
     let p = processor_from(
         "preprocessor_config.json",
         &serde_json::json!({"size": {"longest_edge": 1003520, "shortest_edge": 3136}, "patch_size": 16}),
     );
     assert_eq!((p.min_pixels, p.max_pixels, p.patch_size), (3136, 1_003_520, 16));
-    assert_eq!(p.image_mean, [0.5; 3], "no mean in the config: the reference's 0.5");
+    assert_eq!(p.normalize.image_mean, [0.5; 3], "no mean in the config: the reference's 0.5");
 
     let p = processor_from(
         "preprocessor_config.json",
@@ -227,7 +231,7 @@ fn from_folder_falls_back_to_processor_config_and_defaults() {
     let empty = tempfile::tempdir().unwrap();
     let p = QwenImageProcessor::from_folder(empty.path()).unwrap();
     assert_eq!((p.patch_size, p.min_pixels, p.max_pixels), (14, 3136, 1_003_520));
-    assert_eq!(p.image_std, [0.5; 3]);
+    assert_eq!(p.normalize.image_std, [0.5; 3]);
 }
 
 #[test]

@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 use crate::vision::preprocess::resample::{resize_rgb8, Filter};
-use crate::vision::preprocess::{decode, triple, ImagePatches};
+use crate::vision::preprocess::{decode, ImagePatches, Normalize, RescalePrecision};
 use crate::vision::processor::{read_json_object, read_processor_settings};
 use crate::vision::{ImageProcessor, SharedImageProcessor};
 
@@ -41,11 +41,8 @@ pub struct Gemma3ImageProcessor {
     /// Soft tokens per image.
     pub tokens_per_image: usize,
     pub filter: Filter,
-    pub rescale_factor: f64,
-    pub image_mean: [f32; 3],
-    pub image_std: [f32; 3],
-    pub do_rescale: bool,
-    pub do_normalize: bool,
+    /// The rescale in float64 rounded to float32, then normalize in float32.
+    pub normalize: Normalize,
 }
 
 fn bad(key: &str, v: &Value) -> Error {
@@ -103,14 +100,11 @@ impl Gemma3ImageProcessor {
             patch_size,
             tokens_per_image,
             filter,
-            rescale_factor: raw
-                .get("rescale_factor")
-                .and_then(Value::as_f64)
-                .unwrap_or(1.0 / 255.0),
-            image_mean: triple(&raw, "image_mean")?.unwrap_or([0.5; 3]),
-            image_std: triple(&raw, "image_std")?.unwrap_or([0.5; 3]),
-            do_rescale: raw.get("do_rescale").and_then(Value::as_bool).unwrap_or(true),
-            do_normalize: raw.get("do_normalize").and_then(Value::as_bool).unwrap_or(true),
+            normalize: Normalize::read(
+                &raw,
+                Normalize::halves(RescalePrecision::Float64),
+                "Gemma 3",
+            )?,
         };
         p.check()?;
         Ok(p)
@@ -136,31 +130,7 @@ impl Gemma3ImageProcessor {
                 self.tokens_per_image
             )));
         }
-        if self.image_std.iter().any(|&s| s == 0.0 || !s.is_finite()) {
-            return Err(Error::InvalidConfig(
-                "Gemma 3 image processor: image_std must be non-zero".into(),
-            ));
-        }
         Ok(())
-    }
-
-    /// The normalized value of each 8-bit level per channel, as the reference
-    /// computes it (float64 rescale rounded to float32, then float32 normalize).
-    fn levels(&self) -> Vec<[f32; 3]> {
-        (0..256)
-            .map(|v| {
-                std::array::from_fn(|c| {
-                    let mut x = v as f32;
-                    if self.do_rescale {
-                        x = (v as f64 * self.rescale_factor) as f32;
-                    }
-                    if self.do_normalize {
-                        x = (x - self.image_mean[c]) / self.image_std[c];
-                    }
-                    x
-                })
-            })
-            .collect()
     }
 
     /// The patches of `rgb` (`width × height` interleaved 8-bit RGB).
@@ -173,7 +143,7 @@ impl Gemma3ImageProcessor {
             resized = resize_rgb8(rgb, width, height, s, s, self.filter);
             &resized[..]
         };
-        let lut = self.levels();
+        let lut = self.normalize.levels();
         let side = s / p;
         let cols = 3 * p * p;
         let mut data = vec![0f32; side * side * cols];
@@ -194,8 +164,7 @@ impl Gemma3ImageProcessor {
 
 impl ImageProcessor for Gemma3ImageProcessor {
     fn patches_named(&self, bytes: &[u8], name: &str) -> Result<ImagePatches> {
-        let invalid = |reason: String| Error::InvalidImage { image: name.to_string(), reason };
-        let img = decode::decode_rgb8(bytes).map_err(invalid)?;
+        let img = decode::decode_named(bytes, name)?;
         self.patches_rgb8(&img.rgb, img.width, img.height)
     }
 
@@ -236,11 +205,7 @@ mod tests {
             patch_size: 2,
             tokens_per_image: 1,
             filter: Filter::Bilinear,
-            rescale_factor: 1.0 / 255.0,
-            image_mean: [0.5; 3],
-            image_std: [0.5; 3],
-            do_rescale: false,
-            do_normalize: false,
+            normalize: Normalize::RAW,
         }
     }
 

@@ -17,11 +17,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::vision::preprocess::resample::{resize_rgb8, Filter};
-use crate::vision::preprocess::{decode, ImagePatches};
+use crate::vision::preprocess::{decode, ImagePatches, Normalize, RescalePrecision};
 use crate::vision::processor::{read_json_object, read_processor_settings};
 use crate::vision::{ImageProcessor, SharedImageProcessor};
 
@@ -30,11 +30,8 @@ pub struct Gemma4ImageProcessor {
     pub patch_size: usize,
     pub max_soft_tokens: usize,
     pub pooling_kernel_size: usize,
-    pub rescale_factor: f32,
-    pub do_rescale: bool,
-    pub do_normalize: bool,
-    pub image_mean: [f32; 3],
-    pub image_std: [f32; 3],
+    /// The rescale and normalization (off by default), all in float32.
+    pub normalize: Normalize,
     /// The image placeholder the chat template writes, and the markers around
     /// an image's expanded tokens.
     pub image_token: String,
@@ -42,14 +39,9 @@ pub struct Gemma4ImageProcessor {
     pub eoi_token: String,
 }
 
-fn triple(raw: &Map<String, Value>, key: &str, default: [f32; 3]) -> [f32; 3] {
-    match raw.get(key).and_then(Value::as_array) {
-        Some(items) if items.len() == 3 => {
-            std::array::from_fn(|i| items[i].as_f64().unwrap_or(default[i] as f64) as f32)
-        }
-        _ => default,
-    }
-}
+/// Gemma 4's defaults: `x / 255` in float32, no normalization.
+const DEFAULT_NORMALIZE: Normalize =
+    Normalize { do_normalize: false, ..Normalize::halves(RescalePrecision::Float32) };
 
 impl Gemma4ImageProcessor {
     /// Reads `preprocessor_config.json` (or `processor_config.json`'s
@@ -79,21 +71,11 @@ impl Gemma4ImageProcessor {
             patch_size: int("patch_size", 16)?,
             max_soft_tokens: int("max_soft_tokens", 280)?,
             pooling_kernel_size: int("pooling_kernel_size", 3)?,
-            rescale_factor: raw.get("rescale_factor").and_then(Value::as_f64).unwrap_or(1.0 / 255.0)
-                as f32,
-            do_rescale: raw.get("do_rescale").and_then(Value::as_bool).unwrap_or(true),
-            do_normalize: raw.get("do_normalize").and_then(Value::as_bool).unwrap_or(false),
-            image_mean: triple(&raw, "image_mean", [0.5; 3]),
-            image_std: triple(&raw, "image_std", [0.5; 3]),
+            normalize: Normalize::read(&raw, DEFAULT_NORMALIZE, "Gemma 4")?,
             image_token: token("image_token", "<|image|>"),
             boi_token: token("boi_token", "<|image>"),
             eoi_token: token("eoi_token", "<image|>"),
         };
-        if p.image_std.iter().any(|&s| s == 0.0) {
-            return Err(Error::InvalidConfig(
-                "Gemma 4 image processor: image_std must be non-zero".into(),
-            ));
-        }
         Ok(p)
     }
 
@@ -144,20 +126,7 @@ impl Gemma4ImageProcessor {
             resized = resize_rgb8(rgb, width, height, tw, th, Filter::Bicubic);
             &resized[..]
         };
-        let lut: Vec<[f32; 3]> = (0..256)
-            .map(|v| {
-                std::array::from_fn(|c| {
-                    let mut x = v as f32;
-                    if self.do_rescale {
-                        x *= self.rescale_factor;
-                    }
-                    if self.do_normalize {
-                        x = (x - self.image_mean[c]) / self.image_std[c];
-                    }
-                    x
-                })
-            })
-            .collect();
+        let lut = self.normalize.levels();
         let p = self.patch_size;
         let (gh, gw) = (th / p, tw / p);
         let cols = p * p * 3;
@@ -232,11 +201,7 @@ mod tests {
             patch_size: 16,
             max_soft_tokens: 280,
             pooling_kernel_size: 3,
-            rescale_factor: 1.0 / 255.0,
-            do_rescale: true,
-            do_normalize: false,
-            image_mean: [0.5; 3],
-            image_std: [0.5; 3],
+            normalize: DEFAULT_NORMALIZE,
             image_token: "<|image|>".into(),
             boi_token: "<|image>".into(),
             eoi_token: "<image|>".into(),

@@ -35,8 +35,8 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::model::shape::ImageViews;
 use crate::vision::preprocess::resample::{resize_rgb8, Filter};
-use crate::vision::preprocess::{decode, triple, ImagePatches};
-use crate::vision::processor::read_json_object;
+use crate::vision::preprocess::{decode, ImagePatches, Normalize, RescalePrecision};
+use crate::vision::processor::{expand_placeholders, read_json_object};
 use crate::vision::{ImageProcessor, SharedImageProcessor};
 
 pub const IMAGE: &str = "<image>";
@@ -108,11 +108,8 @@ pub struct Lfm2VlImageProcessor {
     /// `<|image_start|>`, `<|image_end|>` and the tile markers in the prompt.
     pub special_tokens: bool,
     pub filter: Filter,
-    pub rescale_factor: f64,
-    pub image_mean: [f32; 3],
-    pub image_std: [f32; 3],
-    pub do_rescale: bool,
-    pub do_normalize: bool,
+    /// The rescale and normalization, all in float32.
+    pub normalize: Normalize,
 }
 
 fn bad(key: &str, v: &Value) -> Error {
@@ -167,8 +164,6 @@ impl Lfm2VlImageProcessor {
                 },
             }
         };
-        let flag =
-            |key: &str, default: bool| raw.get(key).and_then(Value::as_bool).unwrap_or(default);
         let patch_size = match raw.get("encoder_patch_size") {
             Some(_) => int("encoder_patch_size", 16)?,
             None if raw.contains_key("patch_size") => int("patch_size", 16)?,
@@ -201,25 +196,17 @@ impl Lfm2VlImageProcessor {
             use_thumbnail: true,
             special_tokens,
             filter,
-            rescale_factor: raw
-                .get("rescale_factor")
-                .and_then(Value::as_f64)
-                .unwrap_or(1.0 / 255.0),
-            image_mean: triple(&raw, "image_mean")?.unwrap_or([0.5; 3]),
-            image_std: triple(&raw, "image_std")?.unwrap_or([0.5; 3]),
-            do_rescale: flag("do_rescale", true),
-            do_normalize: flag("do_normalize", true),
+            normalize: Normalize::read(
+                &raw,
+                Normalize::halves(RescalePrecision::Float32),
+                "LFM2-VL",
+            )?,
         };
         if p.tile_size % p.patch_size != 0 {
             return Err(Error::InvalidConfig(format!(
                 "LFM2-VL: tile_size {} is not a whole number of {}-pixel patches",
                 p.tile_size, p.patch_size
             )));
-        }
-        if p.image_std.iter().any(|&s| s == 0.0 || !s.is_finite()) {
-            return Err(Error::InvalidConfig(
-                "LFM2-VL image processor: image_std must be non-zero".into(),
-            ));
         }
         Ok(p)
     }
@@ -342,25 +329,6 @@ impl Lfm2VlImageProcessor {
         (Layout { rows: 0, cols: 0, height: vh, width: vw }, None, resized)
     }
 
-    /// The normalized value of each 8-bit level per channel, as the
-    /// reference computes it (float32 throughout).
-    fn levels(&self) -> Vec<[f32; 3]> {
-        (0..256)
-            .map(|v| {
-                std::array::from_fn(|c| {
-                    let mut x = v as f32;
-                    if self.do_rescale {
-                        x *= self.rescale_factor as f32;
-                    }
-                    if self.do_normalize {
-                        x = (x - self.image_mean[c]) / self.image_std[c];
-                    }
-                    x
-                })
-            })
-            .collect()
-    }
-
     /// Appends the patches of the `h × w` pixel window at (`x0`, `y0`) of
     /// `pixels` (`stride` wide) to `out`, columns (row, col, channel).
     #[allow(clippy::too_many_arguments)]
@@ -393,7 +361,7 @@ impl Lfm2VlImageProcessor {
     /// tile's row by row, then the thumbnail; or the single view's.
     pub fn patches_rgb8(&self, rgb: &[u8], width: usize, height: usize) -> Result<ImagePatches> {
         let (layout, whole, resized) = self.plan(height, width);
-        let lut = self.levels();
+        let lut = self.normalize.levels();
         let p = self.patch_size;
         let cols = 3 * p * p;
         let mut data = Vec::new();
@@ -451,8 +419,7 @@ impl Lfm2VlImageProcessor {
 
 impl ImageProcessor for Lfm2VlImageProcessor {
     fn patches_named(&self, bytes: &[u8], name: &str) -> Result<ImagePatches> {
-        let invalid = |reason: String| Error::InvalidImage { image: name.to_string(), reason };
-        let img = decode::decode_rgb8(bytes).map_err(invalid)?;
+        let img = decode::decode_named(bytes, name)?;
         self.patches_rgb8(&img.rgb, img.width, img.height)
     }
 
@@ -479,16 +446,8 @@ impl ImageProcessor for Lfm2VlImageProcessor {
     }
 
     fn expand_prompt_text_for_grids(&self, rendered: &str, grids: &[[i32; 3]]) -> Option<String> {
-        let mut pieces = rendered.split(IMAGE);
-        let mut out = pieces.next().unwrap_or_default().to_string();
-        for (i, piece) in pieces.enumerate() {
-            match grids.get(i) {
-                Some(&g) => out.push_str(&self.image_text(Layout::of_grid(g))),
-                None => out.push_str(IMAGE),
-            }
-            out.push_str(piece);
-        }
-        Some(out)
+        let text = |g| self.image_text(Layout::of_grid(g));
+        Some(expand_placeholders(rendered, IMAGE, grids, text))
     }
 }
 
@@ -555,14 +514,13 @@ mod tests {
         let p = Lfm2VlImageProcessor {
             patch_size: 2,
             tile_size: 2,
-            do_rescale: false,
-            do_normalize: false,
+            normalize: Normalize::RAW,
             ..real()
         };
         // A 4 × 2 image whose red value is its pixel index.
         let rgb: Vec<u8> = (0..8u8).flat_map(|v| [v, 100, 200]).collect();
         let mut out = Vec::new();
-        p.push_view(&mut out, &p.levels(), &rgb, 4, (2, 0), (2, 2));
+        p.push_view(&mut out, &p.normalize.levels(), &rgb, 4, (2, 0), (2, 2));
         // the right 2 × 2 block: pixels 2, 3, 6, 7, each (r, g, b)
         assert_eq!(out, [2., 100., 200., 3., 100., 200., 6., 100., 200., 7., 100., 200.]);
     }

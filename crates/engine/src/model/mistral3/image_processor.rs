@@ -22,8 +22,8 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 use crate::vision::preprocess::resample::{resize_rgb8, Filter};
-use crate::vision::preprocess::{decode, triple, ImagePatches};
-use crate::vision::processor::{read_json_object, read_processor_settings};
+use crate::vision::preprocess::{decode, ImagePatches, Normalize, RescalePrecision};
+use crate::vision::processor::{expand_placeholders, read_json_object, read_processor_settings};
 use crate::vision::{ImageProcessor, SharedImageProcessor};
 
 #[derive(Debug, Clone)]
@@ -35,11 +35,8 @@ pub struct PixtralImageProcessor {
     /// Patches merged a side into one token (`spatial_merge_size`).
     pub merge: usize,
     pub filter: Filter,
-    pub rescale_factor: f32,
-    pub image_mean: [f32; 3],
-    pub image_std: [f32; 3],
-    pub do_rescale: bool,
-    pub do_normalize: bool,
+    /// The rescale and normalization, all in float32.
+    pub normalize: Normalize,
     pub image_token: String,
     pub break_token: String,
     pub end_token: String,
@@ -48,6 +45,14 @@ pub struct PixtralImageProcessor {
 fn bad(key: &str, v: &Value) -> Error {
     Error::InvalidConfig(format!("Pixtral image processor config: bad {key}: {v}"))
 }
+
+/// Pixtral's defaults: CLIP's mean and std, all in float32 (numpy on a
+/// float32 image).
+const CLIP: Normalize = Normalize {
+    image_mean: [0.481_454_66, 0.457_827_5, 0.408_210_73],
+    image_std: [0.268_629_54, 0.261_302_58, 0.275_777_1],
+    ..Normalize::halves(RescalePrecision::Float32)
+};
 
 impl PixtralImageProcessor {
     /// Reads `preprocessor_config.json` (overridden by `processor_config.json`'s
@@ -98,20 +103,7 @@ impl PixtralImageProcessor {
             patch_size,
             merge,
             filter,
-            rescale_factor: raw.get("rescale_factor").and_then(Value::as_f64).unwrap_or(1.0 / 255.0)
-                as f32,
-            image_mean: triple(&raw, "image_mean")?.unwrap_or([
-                0.481_454_66,
-                0.457_827_5,
-                0.408_210_73,
-            ]),
-            image_std: triple(&raw, "image_std")?.unwrap_or([
-                0.268_629_54,
-                0.261_302_58,
-                0.275_777_1,
-            ]),
-            do_rescale: flag("do_rescale", true),
-            do_normalize: flag("do_normalize", true),
+            normalize: Normalize::read(&raw, CLIP, "Pixtral")?,
             image_token: token("image_token", "[IMG]"),
             break_token: token("image_break_token", "[IMG_BREAK]"),
             end_token: token("image_end_token", "[IMG_END]"),
@@ -119,11 +111,6 @@ impl PixtralImageProcessor {
         if patch_size == 0 || merge == 0 {
             return Err(Error::InvalidConfig(
                 "Pixtral: patch and merge sizes must be positive".into(),
-            ));
-        }
-        if p.image_std.iter().any(|&s| s == 0.0 || !s.is_finite()) {
-            return Err(Error::InvalidConfig(
-                "Pixtral image processor: image_std must be non-zero".into(),
             ));
         }
         Ok(p)
@@ -149,30 +136,11 @@ impl PixtralImageProcessor {
         (up(h), up(w))
     }
 
-    /// The normalized value of each 8-bit level per channel, in float32 as
-    /// numpy computes it for a float32 image.
-    fn levels(&self) -> Vec<[f32; 3]> {
-        (0..256)
-            .map(|v| {
-                std::array::from_fn(|c| {
-                    let mut x = v as f32;
-                    if self.do_rescale {
-                        x *= self.rescale_factor;
-                    }
-                    if self.do_normalize {
-                        x = (x - self.image_mean[c]) / self.image_std[c];
-                    }
-                    x
-                })
-            })
-            .collect()
-    }
-
     /// The patches of `rgb` (`width × height` interleaved 8-bit RGB).
     pub fn patches_rgb8(&self, rgb: &[u8], width: usize, height: usize) -> Result<ImagePatches> {
         let (th, tw) = self.target_size(height, width);
         let pixels = resize_rgb8(rgb, width, height, tw, th, self.filter);
-        let lut = self.levels();
+        let lut = self.normalize.levels();
         let p = self.patch_size;
         let (rows, cols) = (th / p, tw / p);
         let mut data = Vec::with_capacity(th * tw * 3);
@@ -206,8 +174,7 @@ impl PixtralImageProcessor {
 
 impl ImageProcessor for PixtralImageProcessor {
     fn patches_named(&self, bytes: &[u8], name: &str) -> Result<ImagePatches> {
-        let invalid = |reason: String| Error::InvalidImage { image: name.to_string(), reason };
-        let img = decode::decode_rgb8(bytes).map_err(invalid)?;
+        let img = decode::decode_named(bytes, name)?;
         self.patches_rgb8(&img.rgb, img.width, img.height)
     }
 
@@ -233,18 +200,8 @@ impl ImageProcessor for PixtralImageProcessor {
     }
 
     fn expand_prompt_text_for_grids(&self, rendered: &str, grids: &[[i32; 3]]) -> Option<String> {
-        let mut pieces = rendered.split(self.image_token.as_str());
-        let mut out = pieces.next().unwrap_or_default().to_string();
-        for (i, piece) in pieces.enumerate() {
-            match grids.get(i) {
-                Some(g) => {
-                    out.push_str(&self.image_text(g[1].max(0) as usize, g[2].max(0) as usize))
-                }
-                None => out.push_str(&self.image_token),
-            }
-            out.push_str(piece);
-        }
-        Some(out)
+        let text = |g: [i32; 3]| self.image_text(g[1].max(0) as usize, g[2].max(0) as usize);
+        Some(expand_placeholders(rendered, &self.image_token, grids, text))
     }
 }
 
@@ -258,11 +215,7 @@ mod tests {
             patch_size: 8,
             merge: 2,
             filter: Filter::Bicubic,
-            rescale_factor: 1.0 / 255.0,
-            image_mean: [0.5; 3],
-            image_std: [0.5; 3],
-            do_rescale: false,
-            do_normalize: false,
+            normalize: Normalize::RAW,
             image_token: "[IMG]".into(),
             break_token: "[IMG_BREAK]".into(),
             end_token: "[IMG_END]".into(),

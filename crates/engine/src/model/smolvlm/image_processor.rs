@@ -29,8 +29,8 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::model::shape::ImageViews;
 use crate::vision::preprocess::resample::{resize_rgb8, Filter};
-use crate::vision::preprocess::{decode, triple, ImagePatches};
-use crate::vision::processor::{read_json_object, read_processor_settings};
+use crate::vision::preprocess::{decode, ImagePatches, Normalize, RescalePrecision};
+use crate::vision::processor::{expand_placeholders, read_json_object, read_processor_settings};
 use crate::vision::{ImageProcessor, SharedImageProcessor};
 
 pub const IMAGE: &str = "<image>";
@@ -51,11 +51,8 @@ pub struct SmolVlmImageProcessor {
     /// `<image>` slots per tile (`image_seq_len`).
     pub tokens_per_tile: usize,
     pub filter: Filter,
-    pub rescale_factor: f64,
-    pub image_mean: [f32; 3],
-    pub image_std: [f32; 3],
-    pub do_rescale: bool,
-    pub do_normalize: bool,
+    /// The rescale in float64 rounded to float32, then normalize in float32.
+    pub normalize: Normalize,
 }
 
 fn bad(key: &str, v: &Value) -> Error {
@@ -218,20 +215,12 @@ impl SmolVlmImageProcessor {
             split: flag("do_image_splitting", true),
             tokens_per_tile,
             filter,
-            rescale_factor: raw
-                .get("rescale_factor")
-                .and_then(Value::as_f64)
-                .unwrap_or(1.0 / 255.0),
-            image_mean: triple(&raw, "image_mean")?.unwrap_or([0.5; 3]),
-            image_std: triple(&raw, "image_std")?.unwrap_or([0.5; 3]),
-            do_rescale: flag("do_rescale", true),
-            do_normalize: flag("do_normalize", true),
+            normalize: Normalize::read(
+                &raw,
+                Normalize::halves(RescalePrecision::Float64),
+                "SmolVLM",
+            )?,
         };
-        if p.image_std.iter().any(|&s| s == 0.0 || !s.is_finite()) {
-            return Err(Error::InvalidConfig(
-                "SmolVLM image processor: image_std must be non-zero".into(),
-            ));
-        }
         Ok(p)
     }
 
@@ -264,25 +253,6 @@ impl SmolVlmImageProcessor {
             (0, 0)
         };
         Plan { first, tiled: Some(tiled), rows, cols }
-    }
-
-    /// The normalized value of each 8-bit level per channel, as the reference
-    /// computes it (float64 rescale rounded to float32, then float32 normalize).
-    fn levels(&self) -> Vec<[f32; 3]> {
-        (0..256)
-            .map(|v| {
-                std::array::from_fn(|c| {
-                    let mut x = v as f32;
-                    if self.do_rescale {
-                        x = (v as f64 * self.rescale_factor) as f32;
-                    }
-                    if self.do_normalize {
-                        x = (x - self.image_mean[c]) / self.image_std[c];
-                    }
-                    x
-                })
-            })
-            .collect()
     }
 
     /// Appends the patches of the `tile × tile` square at (`x0`, `y0`) of
@@ -318,7 +288,7 @@ impl SmolVlmImageProcessor {
         };
         let first = resize(rgb, (height, width), plan.first);
         let t = self.tile;
-        let lut = self.levels();
+        let lut = self.normalize.levels();
         let side = t / self.patch_size;
         let cols = 3 * self.patch_size * self.patch_size;
         let tiles = plan.rows * plan.cols + 1;
@@ -368,8 +338,7 @@ impl SmolVlmImageProcessor {
 
 impl ImageProcessor for SmolVlmImageProcessor {
     fn patches_named(&self, bytes: &[u8], name: &str) -> Result<ImagePatches> {
-        let invalid = |reason: String| Error::InvalidImage { image: name.to_string(), reason };
-        let img = decode::decode_rgb8(bytes).map_err(invalid)?;
+        let img = decode::decode_named(bytes, name)?;
         self.patches_rgb8(&img.rgb, img.width, img.height)
     }
 
@@ -394,18 +363,8 @@ impl ImageProcessor for SmolVlmImageProcessor {
     }
 
     fn expand_prompt_text_for_grids(&self, rendered: &str, grids: &[[i32; 3]]) -> Option<String> {
-        let mut pieces = rendered.split(IMAGE);
-        let mut out = pieces.next().unwrap_or_default().to_string();
-        for (i, piece) in pieces.enumerate() {
-            match grids.get(i) {
-                Some(g) => {
-                    out.push_str(&self.image_text(g[1].max(0) as usize, g[2].max(0) as usize))
-                }
-                None => out.push_str(IMAGE),
-            }
-            out.push_str(piece);
-        }
-        Some(out)
+        let text = |g: [i32; 3]| self.image_text(g[1].max(0) as usize, g[2].max(0) as usize);
+        Some(expand_placeholders(rendered, IMAGE, grids, text))
     }
 }
 
@@ -421,11 +380,7 @@ mod tests {
             split,
             tokens_per_tile: 1,
             filter: Filter::Lanczos,
-            rescale_factor: 1.0 / 255.0,
-            image_mean: [0.5; 3],
-            image_std: [0.5; 3],
-            do_rescale: false,
-            do_normalize: false,
+            normalize: Normalize::RAW,
         }
     }
 

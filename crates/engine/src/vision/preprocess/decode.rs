@@ -85,6 +85,13 @@ pub(crate) fn decode_rgb8(bytes: &[u8]) -> Result<Rgb8, String> {
     }
 }
 
+/// [`decode_rgb8`] for an image the error names as `name` (a file name,
+/// "#2 in the request"): a failure is `Error::InvalidImage`.
+pub(crate) fn decode_named(bytes: &[u8], name: &str) -> crate::error::Result<Rgb8> {
+    decode_rgb8(bytes)
+        .map_err(|reason| crate::error::Error::InvalidImage { image: name.to_string(), reason })
+}
+
 /// The size the image shows at (EXIF rotation applied), read from its
 /// header without decoding a pixel: what counting a prompt's image tokens needs.
 pub fn displayed_size(bytes: &[u8]) -> Result<(usize, usize), String> {
