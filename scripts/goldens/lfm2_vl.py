@@ -21,8 +21,6 @@ EXIF-6 JPEG, portrait once turned, in 2 × 3 tiles and a thumbnail beside the
   checked to be exactly its level's;
 - GREEDY greedy ids from mlx-vlm's `generate_step`.
 """
-import importlib.metadata
-import json
 import sys
 from pathlib import Path
 
@@ -30,18 +28,15 @@ import mlx.core as mx
 import numpy as np
 from PIL import Image
 from mlx_vlm import load
-from mlx_vlm.generate import generate_step
-from mlx_vlm.prompt_utils import apply_chat_template
-from mlx_vlm.utils import prepare_inputs
 
-TEXT = "What is this? Tell me."
+from vlm_family import VERSIONS, record_cases, store, write_golden
+
 CASES = {
     "text": [],
     "small": ["qwen_parity_182x126.png"],
     "large": ["qwen_parity_320x240.png"],
     "two": ["exif_o6.jpg", "qwen_parity_182x126.png"],
 }
-GREEDY = 10
 MODELS = ["lfm2_vl/float", "lfm2_vl/q4"]
 
 
@@ -68,63 +63,36 @@ def as_levels(pixels: np.ndarray, table: np.ndarray) -> np.ndarray:
     return levels
 
 
-def store(arrays: dict, name: str, value: mx.array) -> None:
-    """Keeps an array the models share, checked equal between them."""
-    if name in arrays:
-        assert mx.array_equal(arrays[name], value), f"{name} differs between the models"
-    else:
-        arrays[name] = value
-
-
 def record_model(folder: Path, images: Path, arrays: dict) -> dict:
     model, processor = load(str(folder))
     assert type(processor.image_processor).__name__ == "Lfm2VlNumpyImageProcessor", type(processor.image_processor)
     table = level_values(processor.image_processor)
     assert (np.diff(table, axis=0) > 0).all(), "levels map to increasing values"
     store(arrays, "level_values", mx.array(table))
-    cases = {}
-    for case, files in CASES.items():
-        prompt = apply_chat_template(processor, model.config, TEXT, num_images=len(files))
-        paths = [str(images / f) for f in files] or None
-        inputs = prepare_inputs(processor, images=paths, prompts=prompt)
-        input_ids = inputs["input_ids"]
-        pixel_values = inputs.get("pixel_values")
-        extra = {k: v for k, v in inputs.items() if k not in ("input_ids", "pixel_values", "attention_mask")}
-        rec = {"prompt_text": prompt, "prompt_ids": input_ids[0].tolist()}
-        if pixel_values is not None:
-            shapes = [[int(h), int(w)] for h, w in inputs["spatial_shapes"].tolist()]
-            rec["spatial_shapes"] = shapes
-            lengths = [int(n) for n in inputs["pixel_attention_mask"].sum(axis=1).tolist()]
-            assert lengths == [h * w for h, w in shapes], (lengths, shapes)
-            views = [np.array(pixel_values[v, :n].astype(mx.float32)) for v, n in enumerate(lengths)]
-            levels = mx.array(as_levels(np.concatenate(views, axis=0), table))
-            store(arrays, f"levels.{case}", levels)
-        mask = inputs["attention_mask"]
-        greedy = []
-        for tok, _ in generate_step(input_ids, model, pixel_values, mask, max_tokens=GREEDY, temperature=0.0, **extra):
-            greedy.append(int(tok))
-        assert len(greedy) == GREEDY, greedy
-        rec["greedy_ids"] = greedy
-        cases[case] = rec
-        print(f"{folder.parent.name} {case}: {len(rec['prompt_ids'])} ids, views {rec.get('spatial_shapes')}, greedy {greedy}")
-    return cases
+
+    def describe(case: str, files: list, inputs: dict, rec: dict) -> None:
+        shapes = [[int(h), int(w)] for h, w in inputs["spatial_shapes"].tolist()]
+        rec["spatial_shapes"] = shapes
+        lengths = [int(n) for n in inputs["pixel_attention_mask"].sum(axis=1).tolist()]
+        assert lengths == [h * w for h, w in shapes], (lengths, shapes)
+        pixel_values = inputs["pixel_values"]
+        views = [np.array(pixel_values[v, :n].astype(mx.float32)) for v, n in enumerate(lengths)]
+        levels = mx.array(as_levels(np.concatenate(views, axis=0), table))
+        store(arrays, f"levels.{case}", levels)
+
+    views = lambda rec: f"views {rec.get('spatial_shapes')}"
+    return record_cases(model, processor, images, CASES, describe, f"{folder.parent.name} ", views)
 
 
 def main() -> None:
     src, images, stem = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     arrays = {}
-    golden = {
-        "about": "Python mlx-vlm greedy ids on the write_tiny_vl_model example's LFM2-VL folder; "
-        "written by scripts/make-lfm2-vl-golden.sh",
-        "versions": {p: importlib.metadata.version(p) for p in ("mlx", "mlx-vlm", "transformers", "pillow", "numpy")},
-        "text": TEXT,
-        "cases": CASES,
-        "models": {m: record_model(src / m, images, arrays) for m in MODELS},
-    }
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(golden, indent=1) + "\n")
-    mx.save_safetensors(str(stem.with_suffix(".safetensors")), arrays, metadata={"format": "mlx"})
-    print(f"wrote {stem}.json and {stem}.safetensors")
+    models = {m: record_model(src / m, images, arrays) for m in MODELS}
+    about = (
+        "Python mlx-vlm greedy ids on the write_tiny_vl_model example's LFM2-VL folder; "
+        "written by scripts/make-lfm2-vl-golden.sh"
+    )
+    write_golden(stem, about, CASES, models, arrays, VERSIONS + ("numpy",))
 
 
 if __name__ == "__main__":
