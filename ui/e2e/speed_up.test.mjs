@@ -3,7 +3,8 @@
 // badge and is offered its own heads; a tiny llama is offered the draft
 // model written with it (same tokenizer) and not the Qwen3.5 (recurrent
 // layers, named in the note with why); with the draft chosen it loads, answers
-// and the status bar shows how many drafts were kept. The tiny models come
+// and the status bar shows how many drafts were kept, and after the chat's
+// next turn, that the draft read the first prompt from its own cache. The tiny models come
 // from the engine example `write_tiny_model` (built by `cargo test
 // --all-targets`), put in the run's Hugging Face cache.
 import { after, before, describe, it } from 'node:test';
@@ -142,5 +143,13 @@ describe('speed up replies with MTP heads or a draft model', () => {
       (await allByTestId(browser, 'msg-assistant')).length === 1 && (await allByTestId(browser, 'msg-live')).length === 0, 60_000);
     await waitFor(browser, 'the acceptance in the status bar', async () => /drafts kept \d+% · [\d.]+ tokens\/pass/.test(await statusText(browser)), 20_000);
     await shot(browser, '93-status-bar-drafts');
+
+    // the next turn starts with the first one's prompt: the draft reads it from its own cache
+    await send(browser, 'one two three one two three again');
+    await waitFor(browser, 'the second answer', async () =>
+      (await allByTestId(browser, 'msg-assistant')).length === 2 && (await allByTestId(browser, 'msg-live')).length === 0, 60_000);
+    await waitFor(browser, "the draft's cache hit in the status bar", async () =>
+      /draft cache [1-9]\d* hits?, reused [1-9]\d* tokens? · \d+ kept, [\d.]+ [KMG]?B/.test(await statusText(browser)), 20_000);
+    await shot(browser, '94-status-bar-draft-cache');
   });
 });

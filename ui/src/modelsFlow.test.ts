@@ -290,4 +290,24 @@ describe('the model’s state', () => {
     const on = { status: 'prompt lookup', verify_passes: 4, drafted_tokens: 20, accepted_tokens: 15, speculating_rows: 4, produced_tokens: 19 };
     expect(statusItems(s, { engine: { ...base, speculation: on }, decode_tps: 5, app_replies: 0 }, null)).toContain('drafts kept 75% · 4.8 tokens/pass');
   });
+
+  it("shows a draft model's own cache beside the drafts kept", () => {
+    const s = status({ state: 'ready', model: loaded() });
+    const base = { running: 1, waiting: 0, kv_cache_bytes: 0, active_memory_bytes: 1e8, decode_steps: 9, kv_quantization: 'off' };
+    const drafting = { status: 'draft model d', verify_passes: 4, drafted_tokens: 20, accepted_tokens: 15, speculating_rows: 4, produced_tokens: 19 };
+    const items = (speculation: object) => statusItems(s, { engine: { ...base, speculation }, decode_tps: 5, app_replies: 0 }, null);
+    // prompt lookup has no draft model: nothing about a draft cache
+    expect(items({ ...drafting, draft_prefix_cache: null }).join(' ')).not.toContain('draft cache');
+    // a draft model before any prompt reached it: nothing to say yet
+    const unused = { hits: 0, misses: 0, reused_tokens: 0, entries: 0, bytes: 0, capacity_bytes: 134217728 };
+    expect(items({ ...drafting, draft_prefix_cache: unused }).join(' ')).not.toContain('draft cache');
+    // the first turn kept its prompt; the next turn read 48 tokens from it
+    const first = { ...unused, misses: 1, entries: 1, bytes: 400_000 };
+    expect(items({ ...drafting, draft_prefix_cache: first })).toContain('draft cache 0 hits, reused 0 tokens · 1 kept, 400 KB');
+    const next = { ...unused, hits: 1, misses: 1, reused_tokens: 48, entries: 2, bytes: 1_500_000 };
+    const shown = items({ ...drafting, draft_prefix_cache: next });
+    const kept = shown.indexOf('drafts kept 75% · 4.8 tokens/pass');
+    expect(kept).toBeGreaterThan(0);
+    expect(shown[kept + 1]).toBe('draft cache 1 hit, reused 48 tokens · 2 kept, 1.5 MB');
+  });
 });

@@ -1,11 +1,20 @@
 // The engine status bar in words a user knows: the model, how many answers
 // are being written and waiting, the speed while something is written, the
 // memory in use, prompt tokens the cache spared, and for a model that sees
-// images, how many pictures were read anew or reused.
+// images, how many pictures were read anew or reused. With speculative
+// decoding: how many drafts were kept, and a draft model's own cache.
 import type { EngineStatsView, EngineStatus, ServerStatus } from './api';
 import { bytes } from './format';
 import { clear, h } from './dom';
 import { modelView, statusLabel } from './modelState';
+
+/** The engine's `speculation` figures the bar reads; `draft_prefix_cache`
+ * is null unless a draft model drafts (it keeps the prompts it read, so a
+ * chat's next turn costs it only the new part). */
+interface SpeculationFigures {
+  verify_passes: number; drafted_tokens: number; accepted_tokens: number; speculating_rows: number; produced_tokens: number;
+  draft_prefix_cache?: { hits: number; misses: number; reused_tokens: number; entries: number; bytes: number } | null;
+}
 
 /** `starting`: replies this window has started that the engine does not
  * run yet (their prompt is being prepared): the engine alone would say
@@ -23,11 +32,16 @@ export function statusItems(status: EngineStatus | null, stats: EngineStatsView 
     // a speed only means something while answers are being written
     if (e.running > 0) items.push(`${Math.round(stats.decode_tps)} tok/s`);
     // speculative decoding, once it has verified drafts: what a pass yields
-    const s = e.speculation as { verify_passes: number; drafted_tokens: number; accepted_tokens: number; speculating_rows: number; produced_tokens: number } | undefined;
+    const s = e.speculation as SpeculationFigures | undefined;
     if (s && s.verify_passes > 0 && s.drafted_tokens > 0) {
       const kept = Math.round((100 * s.accepted_tokens) / s.drafted_tokens);
       const perPass = s.produced_tokens / Math.max(s.speculating_rows, 1);
       items.push(`drafts kept ${kept}% · ${perPass.toFixed(1)} tokens/pass`);
+    }
+    // beside them, a draft model's own prompt cache once a prompt reached it
+    const d = s?.draft_prefix_cache;
+    if (d && d.hits + d.misses > 0) {
+      items.push(`draft cache ${plural(d.hits, 'hit')}, reused ${plural(d.reused_tokens, 'token')} · ${d.entries} kept, ${bytes(d.bytes)}`);
     }
     items.push(`memory ${bytes(e.active_memory_bytes)}`);
     const reused = e.prefix_cache?.reused_tokens ?? 0;

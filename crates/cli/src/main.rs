@@ -9,6 +9,7 @@
 //!   vlm bulk --model <vision model> --prompt "…" [--columns a,b | --schema s.json] --out results.csv images/
 mod bench;
 mod bulk_job;
+mod speculation_lines;
 mod split_model;
 
 use std::io::Write;
@@ -851,6 +852,8 @@ fn run_bench(a: BenchArgs) -> Result<()> {
     let mut batches = Vec::new();
     let mut structured = Vec::new();
     let mut join = None;
+    // What speculation did over the engine figures (off: nothing to say).
+    let mut speculation = None;
     if a.concurrency.iter().any(|&n| n > 0) || a.join {
         let handle = a.model.start_engine()?;
         let min_prompt = a.min_prompt_tokens.unwrap_or(a.prompt_tokens);
@@ -881,12 +884,16 @@ fn run_bench(a: BenchArgs) -> Result<()> {
         if a.join {
             join = Some(bench::join_latency(&handle, 4, a.prompt_tokens)?);
         }
+        speculation = Some(handle.stats()?.speculation);
         handle.shutdown();
     }
     let mut turn2 = None;
+    // The draft model's own prefix cache over the two turns, when one drafts.
+    let mut turn2_draft_cache = None;
     if let Some(words) = a.turn2_words {
         let with_cache = a.model.start_engine()?;
         let warm = bench::chat_turn2(&with_cache, words)?;
+        turn2_draft_cache = with_cache.stats()?.speculation.draft_prefix_cache;
         with_cache.shutdown();
         let path = resolve_model(&a.model.model)?;
         let scheduler = SchedulerConfig { prefix_cache_bytes: 0, ..Default::default() };
@@ -913,7 +920,8 @@ fn run_bench(a: BenchArgs) -> Result<()> {
         restart = Some(bench::chat_after_restart(start, words)?);
     }
     if a.json {
-        let report = serde_json::json!({"single": single, "engine": batches, "structured": structured, "join": join, "turn2": turn2, "restart": restart});
+        let report = serde_json::json!({"single": single, "engine": batches, "structured": structured, "join": join,
+            "speculation": speculation, "turn2": turn2, "turn2_draft_cache": turn2_draft_cache, "restart": restart});
         println!("{report}");
         return Ok(());
     }
@@ -937,6 +945,9 @@ fn run_bench(a: BenchArgs) -> Result<()> {
         println!("engine x{:<2} JSON    aggregate decode {:.1} tok/s, per request {:.1} tok/s ({:.2}x free text)",
             s.concurrency, s.aggregate_decode_tps, s.per_request_decode_tps, s.aggregate_decode_tps / free.aggregate_decode_tps);
     }
+    for line in speculation.iter().flat_map(speculation_lines::lines) {
+        println!("{line}");
+    }
     if let Some(j) = join {
         println!("join latency       {:.3} s with {} running: own prefill {:.3} s + {:.2} decode steps ({:.3} s/step)",
             j.join_secs, j.running, j.own_prefill_secs, j.join_steps_beyond_prefill, j.decode_step_secs);
@@ -944,6 +955,9 @@ fn run_bench(a: BenchArgs) -> Result<()> {
     if let Some((warm, cold)) = turn2 {
         println!("chat turn 2        {} prompt tokens: TTFT {:.3} s with the prefix cache ({} cached), {:.3} s without",
             warm.prompt_tokens, warm.ttft_secs, warm.cached_tokens, cold.ttft_secs);
+        if let Some(c) = &turn2_draft_cache {
+            println!("  draft cache      {}", speculation_lines::draft_cache(c));
+        }
     }
     if let Some(r) = restart {
         println!("after a restart    {} prompt tokens: TTFT {:.3} s from the disk cache ({} tokens read, file {:.1} MB), {:.3} s without ({:.1}x)",

@@ -127,6 +127,10 @@ fn only_what_the_model_can_use_is_offered_and_a_draft_model_drafts() {
     let speculation = &stats["engine"]["speculation"];
     assert!(speculation["status"].as_str().unwrap().starts_with("draft model"), "{stats}");
     assert!(speculation["verify_passes"].as_u64().unwrap() > 0, "{stats}");
+    // the draft's own prefix cache, for the engine panel: the chat's prompt is kept
+    let draft_cache = &speculation["draft_prefix_cache"];
+    assert_eq!(draft_cache["misses"], 1, "{stats}");
+    assert_eq!(draft_cache["entries"], 1, "{stats}");
 
     // another choice for the loaded model applies at its next load
     let view = h.ok(

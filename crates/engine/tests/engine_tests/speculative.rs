@@ -762,8 +762,9 @@ fn a_recurrent_draft_model_goes_back_to_the_state_after_its_last_kept_draft() {
 }
 
 /// A chat's next turn starts with the previous prompt, served from the
-/// target's prefix cache: the recurrent draft model's row still reads the
-/// whole prompt (it has no prefix cache of its own) and drafts from there,
+/// target's prefix cache: the recurrent draft model's row reads that prompt
+/// from the draft's own prefix cache (the engine's stats show one hit that
+/// reused the whole first prompt, none before it) and drafts from there,
 /// beside a row without a hit; every reply equals plain decoding's.
 #[test]
 fn a_recurrent_draft_model_starts_after_a_prefix_cache_hit() {
@@ -786,8 +787,16 @@ fn a_recurrent_draft_model_starts_after_a_prefix_cache_hit() {
         .collect();
     let proposer = Some(Proposer::Draft(draft.path()));
     let mut driver = driver(target.path(), SchedulerConfig::default(), proposer);
+    let draft_cache = |driver: &Driver| {
+        let stats = driver.scheduler.stats().speculation;
+        let cache = stats.draft_prefix_cache.clone();
+        cache.unwrap_or_else(|| panic!("a draft model's cache: {stats:?}"))
+    };
     let first = driver.submit(reqs[0].clone());
     driver.run_to_end();
+    let after_first = draft_cache(&driver);
+    assert_eq!((after_first.hits, after_first.misses, after_first.entries), (0, 1, 1));
+    assert!(after_first.bytes > 0, "{after_first:?}");
     let rows = [first, driver.submit(reqs[1].clone()), driver.submit(reqs[2].clone())];
     driver.run_to_end();
     for (i, &row) in rows.iter().enumerate() {
@@ -797,6 +806,14 @@ fn a_recurrent_draft_model_starts_after_a_prefix_cache_hit() {
     }
     assert!(driver.completion(rows[1]).stats.cached_prompt_tokens > 0, "a prefix-cache hit");
     assert_kept_and_rejected(&driver.scheduler.stats().speculation, "through the prefix cache");
+    // The next turn read the first prompt from the draft's cache; the other row missed.
+    let after_next = draft_cache(&driver);
+    let reused = (after_next.hits, after_next.misses, after_next.reused_tokens);
+    assert_eq!(reused, (1, 2, first_turn.len() as u64), "{after_next:?}");
+    assert!(after_next.entries > 1 && after_next.bytes > after_first.bytes, "{after_next:?}");
+    // Prompt lookup has no draft model, and no draft cache to report.
+    let lookup = self::driver(target.path(), SchedulerConfig::default(), Some(Proposer::Lookup));
+    assert!(lookup.scheduler.stats().speculation.draft_prefix_cache.is_none());
 }
 
 /// The draft model itself, stepped by hand: three rows draft different

@@ -28,7 +28,9 @@ pub(crate) async fn health(State(context): State<AppContext>) -> Json<Value> {
         "model": engine.model_info().name,
         "running": stats.as_ref().map(|s| s.running),
         "waiting": stats.as_ref().map(|s| s.waiting),
-        // What speculative decoding does: its status, drafts proposed and kept.
+        // What speculative decoding does: its status, drafts proposed and
+        // kept, and a draft model's own prefix cache (`draft_prefix_cache`:
+        // hits, tokens reused, entries, bytes; null without a draft model).
         "speculation": stats.as_ref().map(|s| &s.speculation),
     });
     // A model split across processes: what this process holds, and each rank's memory.

@@ -386,7 +386,10 @@ impl Scheduler {
                 .sum(),
             kv_quantization: self.kv_quantization_status.clone(),
             kv_quantized_layers: self.cache.quantized_layers(),
-            speculation: self.speculation_stats.clone(),
+            speculation: SpeculationStats {
+                draft_prefix_cache: self.draft.as_ref().map(DraftModel::prefix_cache_stats),
+                ..self.speculation_stats.clone()
+            },
         }
     }
 

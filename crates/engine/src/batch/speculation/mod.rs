@@ -16,6 +16,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::cache::PrefixCacheStats;
+
 /// Where draft tokens come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DraftKind {
@@ -123,6 +125,10 @@ pub struct SpeculationStats {
     /// drafts plus the target's own token): per pass, what a step yields.
     pub speculating_rows: u64,
     pub produced_tokens: u64,
+    /// The draft model's own prefix cache (`None` without a draft model):
+    /// its hits are prompts, or the start of a chat's next turn, that the
+    /// draft did not read again.
+    pub draft_prefix_cache: Option<PrefixCacheStats>,
 }
 
 impl SpeculationStats {
