@@ -134,6 +134,30 @@ pub enum SpeedUp {
 }
 
 impl SpeedUp {
+    /// Settings apply to every model, so they take only what suits any:
+    /// off or prompt lookup. A model's own MTP heads, a draft model and a
+    /// drafter folder each fit one model and are chosen in its Load
+    /// settings (model_settings.rs checks them against it).
+    pub fn for_every_model(&self) -> Result<(), String> {
+        let (what, why) = match self {
+            SpeedUp::Off | SpeedUp::PromptLookup => return Ok(()),
+            SpeedUp::Mtp => {
+                ("\"mtp\" (a model's own MTP heads)".to_string(), "only some checkpoints have them")
+            }
+            SpeedUp::DraftModel(id) => (
+                format!("the draft model {id}"),
+                "a draft must share the vocabulary of the model it drafts for",
+            ),
+            SpeedUp::Drafter(id) => {
+                (format!("the drafter {id}"), "a drafter is made for one model")
+            }
+        };
+        Err(format!(
+            "Speed up replies in Settings applies to every model: off or prompt lookup. \
+             {what} fits one model ({why}): choose it in that model's Load settings on the Models page."
+        ))
+    }
+
     /// The engine's speculation, for the proposers that need no path;
     /// `DraftModel` and `Drafter` are resolved at load
     /// (`draft_models::draft_speculation`).
@@ -159,6 +183,29 @@ pub struct EngineKnobs {
 }
 
 impl Settings {
+    /// Settings as a caller of `save_settings` sent them (the UI, or anything
+    /// that reaches the command): what does not read as settings is refused
+    /// here with what is wrong, before anything is saved ("Speed up
+    /// replies" named with the values it takes).
+    pub fn from_json(value: serde_json::Value) -> Result<Self, String> {
+        if let Some(speed_up) = value.get("speed_up") {
+            if SpeedUp::deserialize(speed_up).is_err() {
+                return Err(format!(
+                    "Speed up replies in Settings must be \"off\" or \"prompt_lookup\", not {speed_up}"
+                ));
+            }
+        }
+        serde_json::from_value(value).map_err(|e| format!("the settings could not be read: {e}"))
+    }
+
+    /// [`Self::validate`] for the Settings themselves, which apply to every
+    /// model (a model's own load settings are merged over them and validated
+    /// without this: they may name its heads or its draft).
+    pub fn validate_for_every_model(&self) -> Result<(), String> {
+        self.validate()?;
+        self.speed_up.for_every_model()
+    }
+
     /// Rejects values no engine could use, with a message for the form.
     pub fn validate(&self) -> Result<(), String> {
         if ![0, 4, 8].contains(&self.kv_bits) {

@@ -60,9 +60,14 @@ pub async fn get_settings(state: State<'_, Arc<AppState>>) -> AppResult<Settings
 pub async fn save_settings<R: Runtime>(
     app: AppHandle<R>,
     state: State<'_, Arc<AppState>>,
-    settings: Settings,
+    settings: serde_json::Value,
 ) -> AppResult<SettingsView> {
-    settings.validate().map_err(|m| AppError::new("INVALID_SETTINGS", m))?;
+    // Read here rather than as a typed argument: a value that does not parse
+    // is refused in the app's error shape, with its code, like one that does
+    // not validate.
+    let settings = Settings::from_json(settings)
+        .and_then(|s| s.validate_for_every_model().map(|()| s))
+        .map_err(|m| AppError::new("INVALID_SETTINGS", m))?;
     state.store.set_setting(SETTINGS_KEY, &settings).await?;
     let before = std::mem::replace(&mut *state.settings.lock().unwrap(), settings.clone());
     let changed = before.server_enabled != settings.server_enabled

@@ -139,3 +139,57 @@ fn only_what_the_model_can_use_is_offered_and_a_draft_model_drafts() {
     );
     assert_eq!(view["reload_needed"], true, "{view}");
 }
+
+/// Settings apply to every model, so their "Speed up replies" takes off or
+/// prompt lookup only (the form offers nothing else). A model's own heads, a
+/// draft model or a drafter sent to `save_settings` directly, or a value that
+/// is no choice at all, is refused in the app's error shape (INVALID_SETTINGS,
+/// the words to act on) and nothing of that save is kept, in memory or in
+/// the store; a wrong type elsewhere gets the same shape.
+#[test]
+fn settings_take_only_a_speed_up_that_suits_every_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = {
+        let h = harness(dir.path());
+        let saved = h.settings(|s| s["speed_up"] = json!("prompt_lookup"))["settings"].clone();
+        assert_eq!(saved["speed_up"], "prompt_lookup", "{saved}");
+        // a model's choice says where it belongs; no choice says which there are
+        let one_model = "fits one model";
+        let where_to = "choose it in that model's Load settings on the Models page";
+        let choices = r#"must be "off" or "prompt_lookup", not"#;
+        for (speed_up, words) in [
+            (json!("mtp"), [r#""mtp" (a model's own MTP heads)"#, one_model, where_to]),
+            (
+                json!({"draft_model": "dir:draft"}),
+                ["the draft model dir:draft", one_model, where_to],
+            ),
+            (
+                json!({"drafter": "dir:assistant"}),
+                ["the drafter dir:assistant", one_model, where_to],
+            ),
+            (json!("fast"), [choices, r#""fast""#, "Speed up replies"]),
+            (json!({"draft_model": 3}), [choices, r#"{"draft_model":3}"#, "Speed up replies"]),
+        ] {
+            let mut bad = saved.clone();
+            bad["speed_up"] = speed_up.clone();
+            bad["temperature"] = json!(0.3); // must not be saved either
+            let err = h.call("save_settings", json!({"settings": bad})).unwrap_err();
+            assert_eq!(err["code"], "INVALID_SETTINGS", "{speed_up}: {err}");
+            let message = err["message"].as_str().unwrap();
+            for w in words {
+                assert!(message.contains(w), "{speed_up}: {w:?} in {message}");
+            }
+            let now = h.ok("get_settings", json!({}))["settings"].clone();
+            assert_eq!(now, saved, "{speed_up}: nothing of a refused save is kept");
+        }
+        let mut bad = saved.clone();
+        bad["max_tokens"] = json!("many");
+        let err = h.call("save_settings", json!({"settings": bad})).unwrap_err();
+        assert_eq!(err["code"], "INVALID_SETTINGS", "{err}");
+        assert!(err["message"].as_str().unwrap().contains("could not be read"), "{err}");
+        saved
+    };
+    // a fresh start reads the store: the last save that was taken
+    let h = harness(dir.path());
+    assert_eq!(h.ok("get_settings", json!({}))["settings"], settings);
+}
