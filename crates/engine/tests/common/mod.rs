@@ -6,7 +6,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use engine::batch::{Event, ImageInput, Prompt, Request, Scheduler, SchedulerConfig};
+use engine::batch::{
+    Event, ImageInput, PreparedRequest, Preparer, Prompt, Request, Scheduler, SchedulerConfig,
+};
 use engine::cache::BatchCache;
 use engine::generate::{generate, GenerateParams};
 use engine::handle::{Completion, RequestStream};
@@ -359,4 +361,73 @@ pub fn golden_batched(dir: &Path, format: WeightFormat, golden: &Value, model: &
         assert_eq!(generated_ids(&got, &eos), want, "{label} {case}");
     }
     engine.shutdown();
+}
+
+/// Each case `model` answered in a vision family's golden, prepared as the
+/// engine prepares a request (the folder `dir` loaded with its weights as
+/// stored): its prompt ids are the reference's, and `check(case, record,
+/// prepared)` checks the rest (the family's image layout and pixels).
+pub fn golden_prompts(
+    dir: &Path,
+    golden: &Value,
+    model: &str,
+    mut check: impl FnMut(&str, &Value, PreparedRequest),
+) {
+    let loaded = model::load(dir, &LOAD).unwrap();
+    let preparer = Preparer::new(&loaded, 8192);
+    for (case, request) in golden_requests(golden, model) {
+        let rec = &golden["models"][model][&case];
+        let prepared = preparer.prepare(request, std::time::Instant::now()).unwrap();
+        assert_eq!(prepared.prompt, ids(&rec["prompt_ids"]), "{model} {case}: prompt ids");
+        check(&case, rec, prepared);
+    }
+}
+
+/// The grid of each image of a prepared request, in order.
+pub fn image_grids(prepared: &PreparedRequest) -> Vec<[i32; 3]> {
+    prepared.images.iter().flat_map(|i| i.images.iter().map(|p| p.patches.grid)).collect()
+}
+
+/// A golden's list of number pairs (sizes, rows and columns); none when
+/// the record has none.
+pub fn pairs(v: &Value) -> Vec<[i32; 2]> {
+    let pair = |p: &Value| [p[0].as_i64().unwrap() as i32, p[1].as_i64().unwrap() as i32];
+    v.as_array().map(|a| a.iter().map(pair).collect()).unwrap_or_default()
+}
+
+/// A copy of the checkpoint folder `hf` whose tensors `rename` renames,
+/// reshapes or leaves out (`None`), as another exporter saves them; the
+/// other files as they are.
+pub fn rewritten_folder(
+    hf: &Path,
+    rename: impl Fn(String, Array) -> Option<(String, Array)>,
+) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(hf).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap() != "model.safetensors" {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let tensors = Array::load_safetensors(hf.join("model.safetensors")).unwrap();
+    let renamed: HashMap<String, Array> =
+        tensors.into_iter().filter_map(|(name, t)| rename(name, t)).collect();
+    Array::save_safetensors(renamed.iter(), None, dir.path().join("model.safetensors")).unwrap();
+    dir
+}
+
+/// Whether the folder's `model.safetensors` holds a tensor `name`.
+pub fn holds_tensor(dir: &Path, name: &str) -> bool {
+    Array::load_safetensors(dir.join("model.safetensors")).unwrap().contains_key(name)
+}
+
+/// [`greedy_alone_and_batched`] on the cases `model` answered in a vision
+/// family's golden.
+pub fn golden_greedy_alone_and_batched(dir: &Path, golden: &Value, model: &str) {
+    greedy_alone_and_batched(
+        dir,
+        model,
+        || golden_requests(golden, model),
+        |case, eos| golden_greedy_ids(golden, model, case, eos),
+    );
 }

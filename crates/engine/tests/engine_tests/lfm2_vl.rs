@@ -16,15 +16,11 @@
 //!   (mlx-community's names and convolution kernels), and with such a
 //!   conversion whose text model is 4-bit (`lfm2_vl/q4`, its own golden),
 //!   kept quantized and dequantized.
-use std::collections::HashMap;
 use std::path::Path;
-use std::time::Instant;
 
-use engine::batch::Preparer;
 use engine::model::lfm2_vl::image_processor::Layout;
-use engine::model::{load, LoadOptions, WeightFormat};
+use engine::model::WeightFormat;
 use engine::testing::{write_tiny_lfm2_vl, write_tiny_lfm2_vl_q4};
-use mlx_rs::Array;
 use serde_json::Value;
 
 use crate::common;
@@ -66,25 +62,11 @@ fn lfm2_vl_prompts_and_pixels_equal_mlx_vlm() {
     let table = &arrays["level_values"];
     let table: Vec<f32> = table.as_slice::<f32>().to_vec();
     let dir = folder();
-    let loaded = load(dir.path(), &LoadOptions { format: WeightFormat::AsStored }).unwrap();
-    let preparer = Preparer::new(&loaded, 8192);
     let mut checked = 0;
-    for (case, request) in common::golden_requests(&golden, MODEL) {
-        let rec = &golden["models"][MODEL][&case];
-        let prepared = preparer.prepare(request, Instant::now()).unwrap();
-        assert_eq!(prepared.prompt, common::ids(&rec["prompt_ids"]), "{case}: prompt ids");
-        let grids: Vec<[i32; 3]> =
-            prepared.images.iter().flat_map(|i| i.images.iter().map(|p| p.patches.grid)).collect();
-        let want: Vec<[i32; 2]> = rec["spatial_shapes"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|s| [s[0].as_i64().unwrap() as i32, s[1].as_i64().unwrap() as i32])
-                    .collect()
-            })
-            .unwrap_or_default();
-        assert_eq!(views(&grids), want, "{case}: views");
-        let Some(images) = &prepared.images else { continue };
+    common::golden_prompts(dir.path(), &golden, MODEL, |case, rec, prepared| {
+        let want = common::pairs(&rec["spatial_shapes"]);
+        assert_eq!(views(&common::image_grids(&prepared)), want, "{case}: views");
+        let Some(images) = &prepared.images else { return };
         let ours: Vec<f32> = images.images.iter().flat_map(|i| i.patches.data.clone()).collect();
         let levels = &arrays[&format!("levels.{case}")];
         let levels: Vec<u8> = levels.as_slice::<u8>().to_vec();
@@ -97,7 +79,7 @@ fn lfm2_vl_prompts_and_pixels_equal_mlx_vlm() {
             .count();
         assert_eq!(differ, 0, "{case}: pixel values that differ from mlx-vlm's");
         checked += 1;
-    }
+    });
     assert_eq!(checked, 3, "the image cases");
 }
 
@@ -105,43 +87,25 @@ fn lfm2_vl_prompts_and_pixels_equal_mlx_vlm() {
 fn lfm2_vl_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
     let golden = golden();
     let dir = folder();
-    common::greedy_alone_and_batched(
-        dir.path(),
-        MODEL,
-        || common::golden_requests(&golden, MODEL),
-        |case, eos| common::golden_greedy_ids(&golden, MODEL, case, eos),
-    );
+    common::golden_greedy_alone_and_batched(dir.path(), &golden, MODEL);
 }
 
 /// The tiny folder as mlx-vlm saves a conversion (what mlx-community's
 /// LFM2-VL repos hold): `language_model.model.*`, `vision_tower.*`,
 /// `multi_modal_projector.*`, the convolution kernels `[C, K, 1]`.
 fn mlx_community_folder(hf: &Path) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(hf).unwrap() {
-        let path = entry.unwrap().path();
-        if path.file_name().unwrap() != "model.safetensors" {
-            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
-        }
-    }
-    let tensors = Array::load_safetensors(hf.join("model.safetensors")).unwrap();
-    let renamed: HashMap<String, Array> = tensors
-        .into_iter()
-        .map(|(name, t)| {
-            if let Some(rest) = name.strip_prefix("model.language_model.") {
-                let t =
-                    if rest.ends_with("conv.conv.weight") { t.swap_axes(1, 2).unwrap() } else { t };
-                (format!("language_model.model.{rest}"), t)
-            } else if let Some(rest) = name.strip_prefix("model.vision_tower.vision_model.") {
-                (format!("vision_tower.{rest}"), t)
-            } else {
-                (name.strip_prefix("model.").unwrap().to_string(), t)
-            }
+    let dir = common::rewritten_folder(hf, |name, t| {
+        Some(if let Some(rest) = name.strip_prefix("model.language_model.") {
+            let t = if rest.ends_with("conv.conv.weight") { t.swap_axes(1, 2).unwrap() } else { t };
+            (format!("language_model.model.{rest}"), t)
+        } else if let Some(rest) = name.strip_prefix("model.vision_tower.vision_model.") {
+            (format!("vision_tower.{rest}"), t)
+        } else {
+            (name.strip_prefix("model.").unwrap().to_string(), t)
         })
-        .collect();
-    assert!(renamed.contains_key("vision_tower.embeddings.patch_embedding.weight"));
-    assert!(renamed.contains_key("multi_modal_projector.linear_1.weight"));
-    Array::save_safetensors(renamed.iter(), None, dir.path().join("model.safetensors")).unwrap();
+    });
+    assert!(common::holds_tensor(dir.path(), "vision_tower.embeddings.patch_embedding.weight"));
+    assert!(common::holds_tensor(dir.path(), "multi_modal_projector.linear_1.weight"));
     dir
 }
 

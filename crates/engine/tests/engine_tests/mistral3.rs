@@ -13,13 +13,11 @@
 //!   and all of them batched (with a text request decoding alongside);
 //! - so do they with the folder as mlx-vlm saves a conversion
 //!   (mlx-community's names and its patch-kernel layout).
-use std::collections::HashMap;
 use std::path::Path;
-use std::time::Instant;
 
-use engine::batch::{Preparer, SchedulerConfig};
+use engine::batch::SchedulerConfig;
 use engine::handle::{EngineConfig, EngineHandle};
-use engine::model::{load, LoadOptions, WeightFormat};
+use engine::model::{LoadOptions, WeightFormat};
 use engine::testing::write_tiny_mistral3;
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
@@ -65,28 +63,15 @@ fn mistral3_prompts_and_pixels_equal_mlx_vlm() {
     let golden = golden();
     let pixels = common::golden_arrays("mistral3_mlx_vlm.safetensors");
     let dir = folder();
-    let loaded = load(dir.path(), &LoadOptions { format: WeightFormat::AsStored }).unwrap();
-    let preparer = Preparer::new(&loaded, 8192);
     let mut images_checked = 0;
-    for (case, request) in common::golden_requests(&golden, MODEL) {
-        let rec = &golden["models"][MODEL][&case];
-        let prepared = preparer.prepare(request, Instant::now()).unwrap();
-        assert_eq!(prepared.prompt, common::ids(&rec["prompt_ids"]), "{case}: prompt ids");
-        let grids: Vec<[i32; 3]> =
-            prepared.images.iter().flat_map(|i| i.images.iter().map(|p| p.patches.grid)).collect();
-        let sizes: Vec<[i32; 3]> = rec["image_sizes"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|s| {
-                        let (h, w) = (s[0].as_i64().unwrap() as i32, s[1].as_i64().unwrap() as i32);
-                        [1, h / PATCH, w / PATCH]
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+    common::golden_prompts(dir.path(), &golden, MODEL, |case, rec, prepared| {
+        let sizes: Vec<[i32; 3]> = common::pairs(&rec["image_sizes"])
+            .iter()
+            .map(|[h, w]| [1, h / PATCH, w / PATCH])
+            .collect();
+        let grids = common::image_grids(&prepared);
         assert_eq!(grids, sizes, "{case}: each image's patch rows and columns");
-        let Some(images) = &prepared.images else { continue };
+        let Some(images) = &prepared.images else { return };
         for (i, image) in images.images.iter().enumerate() {
             let ours = image.patches.to_array();
             let theirs = as_patches(&pixels[&format!("pixels.{case}.{i}")], PATCH);
@@ -97,7 +82,7 @@ fn mistral3_prompts_and_pixels_equal_mlx_vlm() {
             assert_eq!(diff, 0.0, "{case} image {i}: pixel values");
             images_checked += 1;
         }
-    }
+    });
     assert_eq!(images_checked, 3);
 }
 
@@ -105,32 +90,7 @@ fn mistral3_prompts_and_pixels_equal_mlx_vlm() {
 fn mistral3_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
     let golden = golden();
     let dir = folder();
-    common::greedy_alone_and_batched(
-        dir.path(),
-        MODEL,
-        || common::golden_requests(&golden, MODEL),
-        |case, eos| common::golden_greedy_ids(&golden, MODEL, case, eos),
-    );
-}
-
-/// The tiny folder with its tensors renamed (or dropped) by `rename`, the
-/// other files as they are.
-fn rewritten(
-    hf: &Path,
-    rename: impl Fn(String, Array) -> Option<(String, Array)>,
-) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(hf).unwrap() {
-        let path = entry.unwrap().path();
-        if path.file_name().unwrap() != "model.safetensors" {
-            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
-        }
-    }
-    let tensors = Array::load_safetensors(hf.join("model.safetensors")).unwrap();
-    let renamed: HashMap<String, Array> =
-        tensors.into_iter().filter_map(|(name, t)| rename(name, t)).collect();
-    Array::save_safetensors(renamed.iter(), None, dir.path().join("model.safetensors")).unwrap();
-    dir
+    common::golden_greedy_alone_and_batched(dir.path(), &golden, MODEL);
 }
 
 /// The language model's tensors as mlx-vlm and mlx-lm save them.
@@ -152,7 +112,7 @@ fn mlx_language_name(name: &str) -> Option<String> {
 fn mistral3_mlx_community_names_give_the_same_tokens() {
     let golden = golden();
     let hf = folder();
-    let dir = rewritten(hf.path(), |name, t| {
+    let dir = common::rewritten_folder(hf.path(), |name, t| {
         if let Some(renamed) = mlx_language_name(&name) {
             return Some((renamed, t));
         }
@@ -176,7 +136,8 @@ fn mistral3_mlx_community_names_give_the_same_tokens() {
 fn mistral3_without_its_tower_loads_the_text_model() {
     let golden = golden();
     let hf = folder();
-    let dir = rewritten(hf.path(), |name, t| mlx_language_name(&name).map(|n| (n, t)));
+    let dir =
+        common::rewritten_folder(hf.path(), |name, t| mlx_language_name(&name).map(|n| (n, t)));
     let engine = start(dir.path(), SchedulerConfig::default());
     let eos = engine.model_info().eos_token_ids.clone();
     let (case, request) = common::golden_requests(&golden, MODEL)

@@ -15,10 +15,8 @@
 //! - so do they with the folder as mlx-vlm saves a conversion
 //!   (mlx-community's names and its patch-kernel layout).
 use std::path::Path;
-use std::time::Instant;
 
-use engine::batch::Preparer;
-use engine::model::{load, LoadOptions, WeightFormat};
+use engine::model::WeightFormat;
 use engine::testing::{write_tiny_idefics3, write_tiny_smolvlm};
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
@@ -76,31 +74,15 @@ fn prompts_equal(
     write: fn(&Path),
 ) {
     let dir = folder(write);
-    let loaded = load(dir.path(), &LoadOptions { format: WeightFormat::AsStored }).unwrap();
-    let preparer = Preparer::new(&loaded, 8192);
-    for (case, request) in common::golden_requests(golden, model) {
-        let rec = &golden["models"][model][&case];
+    common::golden_prompts(dir.path(), golden, model, |case, rec, prepared| {
         let what = format!("{model} {case}");
-        let prepared = preparer.prepare(request, Instant::now()).unwrap();
-        assert_eq!(prepared.prompt, common::ids(&rec["prompt_ids"]), "{what}: prompt ids");
-        let grids: Vec<[i32; 3]> =
-            prepared.images.iter().flat_map(|i| i.images.iter().map(|p| p.patches.grid)).collect();
-        let layouts: Vec<[i32; 3]> = rec["rows_cols"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|rc| {
-                        let (r, c) =
-                            (rc[0].as_i64().unwrap() as i32, rc[1].as_i64().unwrap() as i32);
-                        [r * c + 1, r, c]
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let layouts: Vec<[i32; 3]> =
+            common::pairs(&rec["rows_cols"]).iter().map(|&[r, c]| [r * c + 1, r, c]).collect();
+        let grids = common::image_grids(&prepared);
         assert_eq!(grids, layouts, "{what}: tiles, rows and columns");
         let tiles: i32 = grids.iter().map(|g| g[0]).sum();
         assert_eq!(tiles as i64, rec["tiles"].as_i64().unwrap_or(0), "{what}: tiles");
-        let Some(images) = &prepared.images else { continue };
+        let Some(images) = &prepared.images else { return };
         let ours: Vec<Array> = images.images.iter().map(|i| i.patches.to_array()).collect();
         let ours = mlx_rs::ops::concatenate(&ours, 0).unwrap();
         let theirs = as_patches(&pixels[&format!("pixels.{case}")], 8);
@@ -109,7 +91,7 @@ fn prompts_equal(
         let diff = diff.as_dtype(Dtype::Float32).unwrap().item_exact::<f32>();
         println!("{what}: max |pixel diff| {diff:e}");
         assert_eq!(diff, 0.0, "{what}: pixel values");
-    }
+    });
 }
 
 #[test]
@@ -122,12 +104,7 @@ fn smolvlm_greedy_tokens_equal_mlx_vlm_alone_and_batched() {
 
 fn greedy_equal(golden: &Value, model: &str, write: fn(&Path)) {
     let dir = folder(write);
-    common::greedy_alone_and_batched(
-        dir.path(),
-        model,
-        || common::golden_requests(golden, model),
-        |case, eos| common::golden_greedy_ids(golden, model, case, eos),
-    );
+    common::golden_greedy_alone_and_batched(dir.path(), golden, model);
 }
 
 /// The tiny folder as mlx-vlm saves a conversion (what mlx-community's
@@ -135,32 +112,20 @@ fn greedy_equal(golden: &Value, model: &str, write: fn(&Path)) {
 /// `language_model.lm_head`, `vision_model.*`, `connector.*`, the patch
 /// kernel in MLX's `[out, P, P, C]`.
 fn mlx_community_folder(hf: &Path) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(hf).unwrap() {
-        let path = entry.unwrap().path();
-        if path.file_name().unwrap() != "model.safetensors" {
-            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
-        }
-    }
-    let tensors = Array::load_safetensors(hf.join("model.safetensors")).unwrap();
-    let renamed: std::collections::HashMap<String, Array> = tensors
-        .into_iter()
-        .map(|(name, t)| {
-            let bare = name.strip_prefix("model.").unwrap_or(&name).to_string();
-            if let Some(rest) = bare.strip_prefix("text_model.") {
-                (format!("language_model.{rest}"), t)
-            } else if name.starts_with("lm_head.") {
-                (format!("language_model.{name}"), t)
-            } else if bare.ends_with("patch_embedding.weight") {
-                (bare, t.transpose_axes(&[0, 2, 3, 1]).unwrap())
-            } else {
-                (bare, t)
-            }
+    let dir = common::rewritten_folder(hf, |name, t| {
+        let bare = name.strip_prefix("model.").unwrap_or(&name).to_string();
+        Some(if let Some(rest) = bare.strip_prefix("text_model.") {
+            (format!("language_model.{rest}"), t)
+        } else if name.starts_with("lm_head.") {
+            (format!("language_model.{name}"), t)
+        } else if bare.ends_with("patch_embedding.weight") {
+            (bare, t.transpose_axes(&[0, 2, 3, 1]).unwrap())
+        } else {
+            (bare, t)
         })
-        .collect();
-    assert!(renamed.contains_key("language_model.lm_head.weight"));
-    assert!(renamed.contains_key("connector.modality_projection.proj.weight"));
-    Array::save_safetensors(renamed.iter(), None, dir.path().join("model.safetensors")).unwrap();
+    });
+    assert!(common::holds_tensor(dir.path(), "language_model.lm_head.weight"));
+    assert!(common::holds_tensor(dir.path(), "connector.modality_projection.proj.weight"));
     dir
 }
 
