@@ -17,6 +17,7 @@ mod lfm2_vl;
 mod mistral3;
 mod qwen3_vl;
 mod qwen_vl;
+mod released_configs;
 mod smolvlm;
 mod speculative_pair;
 
@@ -60,6 +61,7 @@ pub use qwen_vl::{
     qwen_byte_level_meta, write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims,
     QWEN_SPECIAL_TOKENS, QWEN_VL_CHAT_TEMPLATE,
 };
+pub use released_configs::{lfm2_vl_1_6b_config, ministral3_3b_text_config};
 pub use smolvlm::{
     write_smolvlm_with, write_tiny_idefics3, write_tiny_smolvlm, SmolVlmDims, SMOLVLM_CHAT_TEMPLATE,
 };

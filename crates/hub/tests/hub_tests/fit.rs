@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use engine::testing::{lfm2_vl_1_6b_config, ministral3_3b_text_config};
 use hub::fit::{local_model, VisionShape, RUNTIME_OVERHEAD_BYTES};
 use hub::{check_local_model, FitLevel, FitSettings, MachineMemory, ModelShape, WeightHolding};
 use serde_json::{json, Value};
@@ -142,6 +143,16 @@ fn catalog_entry(id: &str) -> hub::CatalogEntry {
     catalog.models.into_iter().find(|m| m.id == id).unwrap_or_else(|| panic!("{id} in the catalog"))
 }
 
+/// Each of `ids` is in the catalog as its family, with vision and thinking
+/// as `expected` says.
+fn assert_listed(ids: &[&str], expected: (&str, bool, bool)) {
+    for id in ids {
+        let entry = catalog_entry(id);
+        let listed = (entry.architecture.as_str(), entry.vision, entry.thinking);
+        assert_eq!(listed, expected, "{id}");
+    }
+}
+
 /// The fit of a catalog model (its listed size as the weights) on an 8 GB
 /// machine with 5 GB free.
 fn on_8_gb_with_5_free(
@@ -247,29 +258,6 @@ fn a_gpt_oss_gguf_header_has_the_shape_of_its_config() {
     assert_eq!(from_gguf.layers.iter().filter(|l| l.window == Some(128)).count(), 12);
 }
 
-/// LFM2-VL-1.6B's config.json (the fields the shape reads; its processor
-/// sizes at the top as the released file has them).
-fn lfm2_vl_1_6b() -> Value {
-    json!({
-        "model_type": "lfm2-vl", "downsample_factor": 2, "projector_hidden_size": 2560,
-        "encoder_patch_size": 16, "tile_size": 512, "max_image_tokens": 256,
-        "text_config": {
-            "model_type": "lfm2", "block_auto_adjust_ff_dim": true, "block_dim": 2048,
-            "block_ff_dim": 12288, "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 256,
-            "conv_L_cache": 3, "conv_bias": false, "hidden_size": 2048,
-            "full_attn_idxs": [2, 5, 8, 10, 12, 14], "max_position_embeddings": 128000,
-            "norm_eps": 1e-5, "num_attention_heads": 32, "num_hidden_layers": 16,
-            "num_key_value_heads": 8, "rope_theta": 1000000.0, "vocab_size": 65536
-        },
-        "vision_config": {
-            "model_type": "siglip2_vision_model", "hidden_size": 1152, "intermediate_size": 4304,
-            "num_attention_heads": 16, "num_hidden_layers": 26, "num_patches": 256,
-            "patch_size": 16
-        },
-        "torch_dtype": "bfloat16"
-    })
-}
-
 /// LFM2-VL-1.6B (mlx-community/LFM2-VL-1.6B-4bit in the catalog): its text
 /// model is LFM2-1.2B's — ten short convolutions keep a fixed state, only
 /// the six attention layers grow per token — read from `text_config`, and
@@ -278,7 +266,7 @@ fn lfm2_vl_1_6b() -> Value {
 /// checkpoint's chat fits an 8 GB machine with 5 GB free.
 #[test]
 fn an_lfm2_vl_estimate_reads_its_text_config_and_tower() {
-    let config = lfm2_vl_1_6b();
+    let config = lfm2_vl_1_6b_config();
     let shape = ModelShape::from_config(&config).unwrap();
     assert_eq!(shape.layers.len(), 16);
     let attention: Vec<usize> = (0..16).filter(|&i| shape.layers[i].kv_heads > 0).collect();
@@ -290,14 +278,8 @@ fn an_lfm2_vl_estimate_reads_its_text_config_and_tower() {
     let per_token = 6 * 2 * 8 * 64 * 2;
     assert_eq!(shape.kv_bytes(1000, None), states + per_token * 1000);
 
-    for id in ["mlx-community/LFM2-VL-450M-4bit", "mlx-community/LFM2-VL-1.6B-4bit"] {
-        let entry = catalog_entry(id);
-        assert_eq!(
-            (entry.architecture.as_str(), entry.vision, entry.thinking),
-            ("lfm2_vl", true, false),
-            "{id}"
-        );
-    }
+    let ids = ["mlx-community/LFM2-VL-450M-4bit", "mlx-community/LFM2-VL-1.6B-4bit"];
+    assert_listed(&ids, ("lfm2_vl", true, false));
     let entry = catalog_entry("mlx-community/LFM2-VL-1.6B-4bit");
     let settings = FitSettings { context: 32_768, kv_bits: None, sequences: 4 };
     let report = on_8_gb_with_5_free(&shape, &entry, settings);
@@ -315,17 +297,7 @@ fn a_ministral3_estimate_reads_its_text_config_and_tower() {
         "model_type": "mistral3", "image_token_index": 10, "spatial_merge_size": 2,
         "multimodal_projector_bias": false, "projector_hidden_act": "gelu",
         "vision_feature_layer": -1,
-        "text_config": {
-            "model_type": "ministral3", "hidden_size": 3072, "intermediate_size": 9216,
-            "head_dim": 128, "num_attention_heads": 32, "num_key_value_heads": 8,
-            "num_hidden_layers": 26, "vocab_size": 131072, "rms_norm_eps": 1e-5,
-            "max_position_embeddings": 262144, "sliding_window": null,
-            "tie_word_embeddings": true,
-            "rope_parameters": {"rope_type": "yarn", "type": "yarn", "rope_theta": 1000000.0,
-                "factor": 16.0, "original_max_position_embeddings": 16384, "beta_fast": 32.0,
-                "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
-                "llama_4_scaling_beta": 0.1}
-        },
+        "text_config": ministral3_3b_text_config(),
         "vision_config": {
             "model_type": "pixtral", "hidden_size": 1024, "intermediate_size": 4096,
             "num_attention_heads": 16, "num_hidden_layers": 24, "head_dim": 64,
@@ -342,17 +314,11 @@ fn a_ministral3_estimate_reads_its_text_config_and_tower() {
     let per_token = 26 * 2 * 8 * 128 * 2; // bf16
     assert_eq!(shape.kv_bytes(2000, None) - shape.kv_bytes(1000, None), per_token * 1000);
 
-    for id in [
+    let ids = [
         "mlx-community/Ministral-3-3B-Instruct-2512-4bit",
         "mlx-community/Ministral-3-14B-Instruct-2512-4bit",
-    ] {
-        let entry = catalog_entry(id);
-        assert_eq!(
-            (entry.architecture.as_str(), entry.vision, entry.thinking),
-            ("mistral3", true, false),
-            "{id}"
-        );
-    }
+    ];
+    assert_listed(&ids, ("mistral3", true, false));
     let entry = catalog_entry("mlx-community/Ministral-3-3B-Instruct-2512-4bit");
     let settings = FitSettings { context: 8192, kv_bits: None, sequences: 1 };
     let report = on_8_gb_with_5_free(&shape, &entry, settings);
@@ -373,7 +339,7 @@ fn tiling_families_count_every_view_of_an_image() {
     // patches; the thumbnail (or a small image's one view) at most 256
     // tokens of 2 × 2 patches, 1024 too; mlx-vlm cuts up to 10 tiles and
     // adds the thumbnail: 11 views
-    let lfm2_vl = ModelShape::from_config(&lfm2_vl_1_6b()).unwrap();
+    let lfm2_vl = ModelShape::from_config(&lfm2_vl_1_6b_config()).unwrap();
     let vision = lfm2_vl.vision.clone().unwrap();
     assert_eq!((vision.hidden_size, vision.heads), (1152, 16));
     assert_eq!((vision.views, vision.patches_per_view), (11, 1024));
@@ -442,7 +408,7 @@ fn tiling_families_count_every_view_of_an_image() {
     // LFM2-VL on disk: 256-pixel tiles are 16 × 16 = 256 patches, and a
     // thumbnail of at most 64 tokens 256 too
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("config.json"), lfm2_vl_1_6b().to_string()).unwrap();
+    std::fs::write(dir.path().join("config.json"), lfm2_vl_1_6b_config().to_string()).unwrap();
     let small = json!({"tile_size": 256, "max_image_tokens": 64, "min_image_tokens": 16});
     std::fs::write(dir.path().join("preprocessor_config.json"), small.to_string()).unwrap();
     assert_eq!(views(dir.path()), (11, 256));

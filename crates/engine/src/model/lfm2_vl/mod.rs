@@ -305,32 +305,9 @@ mod tests {
     use super::*;
     use crate::cache::LayerCache;
 
-    /// LFM2-VL-1.6B's config.json (the fields the model reads).
-    fn lfm2_vl_1_6b() -> Value {
-        json!({
-            "model_type": "lfm2-vl", "architectures": ["Lfm2VlForConditionalGeneration"],
-            "downsample_factor": 2, "encoder_patch_size": 16, "image_token_index": 396,
-            "projector_bias": true, "projector_hidden_act": "gelu", "projector_hidden_size": 2560,
-            "vision_feature_layer": -1, "tile_size": 512, "max_image_tokens": 256,
-            "text_config": {
-                "model_type": "lfm2", "block_auto_adjust_ff_dim": true, "block_dim": 2048,
-                "block_ff_dim": 12288, "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 256,
-                "conv_L_cache": 3, "conv_bias": false, "hidden_size": 2048,
-                "full_attn_idxs": [2, 5, 8, 10, 12, 14], "max_position_embeddings": 128000,
-                "norm_eps": 1e-5, "num_attention_heads": 32, "num_hidden_layers": 16,
-                "num_key_value_heads": 8, "rope_theta": 1000000.0, "vocab_size": 65536
-            },
-            "vision_config": {
-                "model_type": "siglip2_vision_model", "hidden_size": 1152,
-                "intermediate_size": 4304, "layer_norm_eps": 1e-6, "num_attention_heads": 16,
-                "num_channels": 3, "num_hidden_layers": 26, "num_patches": 256, "patch_size": 16
-            }
-        })
-    }
-
     #[test]
     fn a_real_config_gives_lfm2s_layers_and_a_siglip2_tower() {
-        let config = lfm2_vl_1_6b();
+        let config = crate::testing::lfm2_vl_1_6b_config();
         let shapes = (FAMILY.layers)(&config).unwrap();
         let attention: Vec<usize> =
             (0..16).filter(|&i| shapes[i].cache == LayerCache::Full).collect();

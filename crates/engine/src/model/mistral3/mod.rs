@@ -497,24 +497,9 @@ mod tests {
 
     use super::*;
 
-    /// Ministral 3 3B's text_config (the fields the model reads).
-    fn ministral3_3b() -> Value {
-        json!({
-            "model_type": "ministral3", "hidden_size": 3072, "intermediate_size": 9216,
-            "head_dim": 128, "num_attention_heads": 32, "num_key_value_heads": 8,
-            "num_hidden_layers": 26, "vocab_size": 131072, "rms_norm_eps": 1e-5,
-            "max_position_embeddings": 262144, "sliding_window": null,
-            "tie_word_embeddings": true,
-            "rope_parameters": {"rope_type": "yarn", "type": "yarn", "rope_theta": 1000000.0,
-                "factor": 16.0, "original_max_position_embeddings": 16384, "beta_fast": 32.0,
-                "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
-                "llama_4_scaling_beta": 0.1}
-        })
-    }
-
     #[test]
     fn every_layer_attends_fully_without_layer_types() {
-        let args = TextArgs::parse(&ministral3_3b(), true).unwrap();
+        let args = TextArgs::parse(&crate::testing::ministral3_3b_text_config(), true).unwrap();
         let shapes = args.layer_shapes();
         assert_eq!(shapes.len(), 26);
         assert!(shapes.iter().all(|s| s.cache == LayerCache::Full));
@@ -525,11 +510,11 @@ mod tests {
 
     #[test]
     fn a_ministral3_config_without_the_scaling_keys_is_refused() {
-        let mut config = ministral3_3b();
+        let mut config = crate::testing::ministral3_3b_text_config();
         config["rope_parameters"].as_object_mut().unwrap().remove("llama_4_scaling_beta");
         assert!(matches!(TextArgs::parse(&config, true), Err(Error::InvalidConfig(_))));
         // A plain `mistral` text config has no scaling at all.
-        let mut config = ministral3_3b();
+        let mut config = crate::testing::ministral3_3b_text_config();
         config["model_type"] = json!("mistral");
         config.as_object_mut().unwrap().remove("rope_parameters");
         assert_eq!(TextArgs::parse(&config, false).unwrap().scaling().unwrap(), None);
