@@ -12,8 +12,4 @@
 # OpenBLAS preloaded when it is installed, the BLAS our binaries link.
 source "$(dirname "$0")/lib/golden.sh"
 
-log "writing the tiny folders into $work"
-target/debug/examples/write_tiny_vl_model "$work" >/dev/null
-log "recording mlx-vlm outputs: mistral3"
-"$ROOT/.venv-ref/bin/python" scripts/goldens/mistral3.py "$work" \
-  "$ROOT/crates/engine/tests/fixtures/images" "$ROOT/crates/engine/tests/goldens/mistral3_mlx_vlm"
+record_vlm_family mistral3

@@ -11,8 +11,4 @@
 # OpenBLAS preloaded when it is installed, the BLAS our binaries link.
 source "$(dirname "$0")/lib/golden.sh"
 
-log "writing the tiny folders into $work"
-target/debug/examples/write_tiny_vl_model "$work" >/dev/null
-log "recording mlx-vlm outputs: smolvlm"
-"$ROOT/.venv-ref/bin/python" scripts/goldens/smolvlm.py "$work" \
-  "$ROOT/crates/engine/tests/fixtures/images" "$ROOT/crates/engine/tests/goldens/smolvlm_mlx_vlm"
+record_vlm_family smolvlm

@@ -30,3 +30,15 @@ if [ -n "$openblas" ]; then
   log "preloading $openblas"
   export LD_PRELOAD="$openblas${LD_PRELOAD:+:$LD_PRELOAD}"
 fi
+
+# record_vlm_family FAMILY: writes the tiny vision folders (the
+# write_tiny_vl_model example) and records Python mlx-vlm on them with
+# scripts/goldens/FAMILY.py and the test images, into
+# crates/engine/tests/goldens/FAMILY_mlx_vlm.{json,safetensors}.
+record_vlm_family() {
+  log "writing the tiny folders into $work"
+  target/debug/examples/write_tiny_vl_model "$work" >/dev/null
+  log "recording mlx-vlm outputs: $1"
+  "$ROOT/.venv-ref/bin/python" "scripts/goldens/$1.py" "$work" \
+    "$ROOT/crates/engine/tests/fixtures/images" "$ROOT/crates/engine/tests/goldens/$1_mlx_vlm"
+}
