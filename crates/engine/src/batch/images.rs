@@ -5,36 +5,26 @@
 //! the engine gets the features: from the vision-feature cache, or by running
 //! the vision tower a few blocks at a time inside each step's budget
 //! ([`ImageWork::advance`]), so running streams keep decoding while a queue
-//! of images is encoded. Prefill then swaps the placeholders' embeddings for
-//! the features and uses the prompt's M-RoPE positions; decoding adds the
-//! sequence's rope delta to its cache length.
-use mlx_rs::{ops, ops::indexing::IndexOp, Array};
+//! of images is encoded. The encoded images then go to the model as
+//! [`PromptImages`], which it turns into each prefill chunk's inputs
+//! ([`crate::model::LanguageModel::prompt_inputs`]) and decode positions.
+use mlx_rs::Array;
 
 use super::image_permits::ImagePermit;
 use super::prepare::{PreparedImage, PreparedImages};
 use crate::cache::KeyToken;
 use crate::error::{Error, Result};
-use crate::model::{LanguageModel, VisionEncoding, VisionTower};
+use crate::model::{PromptImages, VisionEncoding, VisionTower};
 use crate::vision::{CachedFeatures, VisionFeatureCache};
 
 /// Everything prefill and the prefix cache need about a prompt's images.
 pub struct SequenceImages {
-    /// The features of every image, in prompt order: `[image slots, hidden]`.
-    features: Array,
-    /// Per-axis positions of the whole (expanded) prompt, `[3, L]` int32,
-    /// for a family whose image tokens take positions of their own
-    /// ([`VisionTower::rope_positions`]); `None` where they take ordinary ones.
-    positions: Option<Array>,
+    /// The encoded images as the model reads them (opaque here).
+    pub encoded: PromptImages,
     /// An image's tokens attend to each other both ways (the family's tower says).
     bidirectional: bool,
-    /// Decode position = cache length + this.
-    pub rope_delta: i32,
-    image_token_id: u32,
     /// The prompt's prefix-cache key (image slots keyed by content hash).
     pub key: Vec<KeyToken>,
-    /// Hidden-size blocks per feature row: the input features, then any
-    /// per-layer additions ([`VisionTower::feature_levels`]).
-    levels: usize,
 }
 
 /// A waiting request's images on their way through the vision tower.
@@ -178,137 +168,15 @@ impl ImageWork {
                 )),
             })
             .collect::<Result<_>>()?;
-        let grids: Vec<[i32; 3]> = encoded.iter().map(|e| e.grid).collect();
-        let (positions, rope_delta) = match vision.rope_positions(prompt, &grids)? {
-            Some((p, delta)) => (Some(p), delta),
-            None => (None, 0),
-        };
-        let bidirectional = vision.bidirectional_images();
-        let parts: Vec<&Array> = encoded.iter().map(|e| &e.features).collect();
-        let features = ops::concatenate(&parts, 0)?;
-        let levels = vision.feature_levels();
         Ok(SequenceImages {
-            features,
-            positions,
-            bidirectional,
-            rope_delta,
-            image_token_id: self.image_token_id,
+            encoded: PromptImages::new(vision, prompt, &encoded, self.image_token_id)?,
+            bidirectional: vision.bidirectional_images(),
             key: self.key,
-            levels,
         })
     }
 }
 
 impl SequenceImages {
-    /// Input embeddings `[1, n, D]` of prompt tokens `start..start + n`
-    /// (`chunk`), with image slots holding their features.
-    pub fn embeddings(
-        &self,
-        model: &dyn LanguageModel,
-        prompt: &[u32],
-        start: usize,
-        n: usize,
-    ) -> Result<Array> {
-        let chunk = &prompt[start..start + n];
-        let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
-        let text = model.embed(&Array::from_slice(&ids, &[1, n as i32]))?;
-        let (first_slot, slots_here) = self.slots_in(prompt, start, n);
-        if slots_here == 0 {
-            return Ok(text);
-        }
-        let features =
-            self.level(0, first_slot, slots_here, text.dim(2))?.as_dtype(text.dtype())?;
-        self.splice(chunk, text.reshape(&[n as i32, -1])?, features)
-    }
-
-    /// Per-layer additions this prompt's features carry (0 for most families).
-    pub fn layer_addition_levels(&self) -> usize {
-        self.levels - 1
-    }
-
-    /// The per-layer additions `[1, n, hidden]` of prompt tokens
-    /// `start..start + n`, one per level: the level's features at image
-    /// slots, zero elsewhere.
-    pub fn layer_additions(
-        &self,
-        prompt: &[u32],
-        start: usize,
-        n: usize,
-        hidden: i32,
-    ) -> Result<Vec<Array>> {
-        let chunk = &prompt[start..start + n];
-        let (first_slot, slots_here) = self.slots_in(prompt, start, n);
-        let zeros = ops::zeros_dtype(&[n as i32, hidden], self.features.dtype())?;
-        (1..self.levels)
-            .map(|level| {
-                if slots_here == 0 {
-                    return Ok(zeros.reshape(&[1, n as i32, hidden])?);
-                }
-                self.splice(
-                    chunk,
-                    zeros.clone(),
-                    self.level(level, first_slot, slots_here, hidden)?,
-                )
-            })
-            .collect()
-    }
-
-    /// The first slot (counted over the whole prompt) in `start..start + n`,
-    /// and how many slots the range holds.
-    fn slots_in(&self, prompt: &[u32], start: usize, n: usize) -> (i32, i32) {
-        let first = prompt[..start].iter().filter(|&&t| t == self.image_token_id).count() as i32;
-        let here =
-            prompt[start..start + n].iter().filter(|&&t| t == self.image_token_id).count() as i32;
-        (first, here)
-    }
-
-    /// Feature rows `first..first + count` of `level` (`[count, hidden]`).
-    fn level(&self, level: usize, first: i32, count: i32, hidden: i32) -> Result<Array> {
-        let rows = self.features.index(first..first + count);
-        if self.levels == 1 {
-            return Ok(rows);
-        }
-        let from = level as i32 * hidden;
-        Ok(rows.index((.., from..from + hidden)))
-    }
-
-    /// `[1, n, D]`: each position of `chunk` takes its row of `base`
-    /// `[n, D]`, or, at image slots, the next row of `features` — one
-    /// gather from `[base; features]`.
-    fn splice(&self, chunk: &[u32], base: Array, features: Array) -> Result<Array> {
-        let n = chunk.len() as i32;
-        let features = features.as_dtype(base.dtype())?;
-        let rows = ops::concatenate(&[base, features], 0)?;
-        let mut k = 0;
-        let pick: Vec<i32> = chunk
-            .iter()
-            .enumerate()
-            .map(|(i, &t)| {
-                if t == self.image_token_id {
-                    k += 1;
-                    n + k - 1
-                } else {
-                    i as i32
-                }
-            })
-            .collect();
-        let picked = rows.take_axis(Array::from_slice(&pick, &[n]), 0)?;
-        Ok(picked.reshape(&[1, n, -1])?)
-    }
-
-    /// M-RoPE positions `[3, 1, n]` of prompt tokens `start..start + n`
-    /// (`None` for ordinary positions).
-    pub fn positions(&self, start: usize, n: usize) -> Result<Option<Array>> {
-        let (s, e) = (start as i32, (start + n) as i32);
-        let Some(positions) = &self.positions else { return Ok(None) };
-        Ok(Some(positions.index((.., s..e)).reshape(&[3, 1, n as i32])?))
-    }
-
-    /// Whether the prompt uses M-RoPE positions.
-    pub fn has_positions(&self) -> bool {
-        self.positions.is_some()
-    }
-
     /// The images (runs of image tokens) among prompt tokens
     /// `start..start + n` as ranges of that chunk, when they attend to
     /// themselves both ways; empty otherwise.
@@ -316,7 +184,7 @@ impl SequenceImages {
         if !self.bidirectional {
             return Vec::new();
         }
-        image_runs(&prompt[start..start + n], self.image_token_id)
+        image_runs(&prompt[start..start + n], self.encoded.image_token_id())
     }
 
     /// For a family whose images attend both ways: where a prefill chunk of
@@ -327,7 +195,7 @@ impl SequenceImages {
         if !self.bidirectional {
             return n;
         }
-        chunk_end_outside_images(prompt, self.image_token_id, start, n)
+        chunk_end_outside_images(prompt, self.encoded.image_token_id(), start, n)
     }
 }
 

@@ -11,18 +11,18 @@
 //! on the [`Sequence`]; a pass borrows the caches, runs, and gives each row
 //! back exactly its real tokens. One row is the same code with no padding.
 //!
-//! Text rows feed token ids `[B, L]`. When any row has images, every row
-//! feeds embeddings (image rows with their features spliced in) and explicit
-//! M-RoPE positions `[3, B, L]`; a text row's are `offset + i` on all three
-//! axes, which is ordinary RoPE.
-use mlx_rs::{ops, ops::indexing::IndexOp, Array};
+//! What the pass feeds the model is the model's to prepare: each row hands
+//! it the chunk's tokens, where they start and the prompt's images, and gets
+//! back one set of inputs for one forward
+//! ([`LanguageModel::prompt_inputs`], [`crate::model::prompt_inputs`]).
+use mlx_rs::{ops::indexing::IndexOp, Array};
 
 use super::logprobs::{PendingLogprobs, PendingPromptLogprobs};
 use super::sequence::Sequence;
 use crate::cache::BatchCache;
 use crate::error::Result;
 use crate::generate::PREFILL_CHUNK;
-use crate::model::{LanguageModel, Positions};
+use crate::model::{LanguageModel, PromptChunk};
 
 /// The least budget left worth a second pass in the same scheduler step
 /// (unless it completes a prompt).
@@ -94,14 +94,6 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
     let mut cache = BatchCache::gather(caches)?;
     cache.set_real_tokens(rows.iter().map(|r| r.n as i32).collect());
 
-    let mut ids = Vec::with_capacity((b * width) as usize);
-    for r in rows.iter() {
-        let chunk = &r.seq.tokens[r.seq.prefilled..r.seq.prefilled + r.n];
-        ids.extend(chunk.iter().map(|&t| t as i32));
-        // Right padding: any valid id, its keys are masked off.
-        ids.extend(std::iter::repeat_n(0, width as usize - r.n));
-    }
-    let ids = Array::from_slice(&ids, &[b, width]);
     let spans: Vec<Vec<(i32, i32)>> = rows
         .iter()
         .map(|r| match &r.seq.images {
@@ -114,51 +106,16 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
     if spans.iter().any(|s| !s.is_empty()) {
         cache.set_bidirectional_spans(spans);
     }
-    let multimodal_positions =
-        rows.iter().any(|r| r.seq.images.as_ref().is_some_and(|i| i.has_positions()));
-    let hidden = if rows.iter().any(|r| r.seq.images.is_some()) {
-        let mut embeddings = Vec::with_capacity(rows.len());
-        let mut positions = Vec::with_capacity(rows.len());
-        for r in rows.iter() {
-            let (start, n) = (r.seq.prefilled, r.n);
-            let (e, p) = match &r.seq.images {
-                Some(images) => {
-                    let prompt = &r.seq.tokens[..r.seq.prompt_len];
-                    (images.embeddings(model, prompt, start, n)?, images.positions(start, n)?)
-                }
-                None => (model.embed(&ids_row(&r.seq.tokens[start..start + n], n as i32))?, None),
-            };
-            embeddings.push(pad_axis(e, 1, width)?);
-            if multimodal_positions {
-                // Text rows: the same position on all three axes.
-                let p = match p {
-                    Some(p) => p,
-                    None => {
-                        let p: Vec<i32> =
-                            (0..3).flat_map(|_| start as i32..(start + n) as i32).collect();
-                        Array::from_slice(&p, &[3, 1, n as i32])
-                    }
-                };
-                // Padding positions are never seen by a real query; zeros will do.
-                positions.push(pad_axis(p, 2, width)?);
-            }
-        }
-        let embeddings = concat_or_one(embeddings, 0)?;
-        let positions = if multimodal_positions {
-            Positions::Multimodal(concat_or_one(positions, 1)?)
-        } else {
-            Positions::rows(&rows.iter().map(|r| r.seq.prefilled as i32).collect::<Vec<_>>())
-        };
-        let additions = layer_additions(rows, width, embeddings.dim(2), embeddings.dtype())?;
-        let ids = match model.vision() {
-            Some(vision) => vision.tokens_for_language(&ids)?,
-            None => ids,
-        };
-        model.forward_embeddings_adding(embeddings, &ids, &positions, &mut cache, &additions)?
-    } else {
-        let starts: Vec<i32> = rows.iter().map(|r| r.seq.prefilled as i32).collect();
-        model.forward_embeddings(model.embed(&ids)?, &ids, &Positions::rows(&starts), &mut cache)?
-    };
+    let chunks: Vec<PromptChunk<'_>> = rows
+        .iter()
+        .map(|r| PromptChunk {
+            tokens: &r.seq.tokens[..r.seq.prefilled + r.n],
+            start: r.seq.prefilled,
+            images: r.seq.images.as_ref().map(|i| &i.encoded),
+        })
+        .collect();
+    let inputs = model.prompt_inputs(&chunks)?;
+    let hidden = model.forward_inputs(inputs, &mut cache)?;
 
     // Each row's last real position, `[B, 1, D]`.
     let d = hidden.dim(2);
@@ -243,65 +200,6 @@ fn score_prompts(
         scores.push((i, PendingPromptLogprobs::compute(&logits, targets, top)?));
     }
     Ok(scores)
-}
-
-/// The pass's per-layer additions of image features, one `[B, width, hidden]`
-/// per level (zero for rows without them and for padding); empty when no row
-/// has any.
-fn layer_additions(
-    rows: &[PassRow],
-    width: i32,
-    hidden: i32,
-    dtype: mlx_rs::Dtype,
-) -> Result<Vec<Array>> {
-    let levels = rows
-        .iter()
-        .filter_map(|r| r.seq.images.as_ref())
-        .map(|i| i.layer_addition_levels())
-        .max()
-        .unwrap_or(0);
-    if levels == 0 {
-        return Ok(Vec::new());
-    }
-    let mut per_level: Vec<Vec<Array>> = vec![Vec::with_capacity(rows.len()); levels];
-    for r in rows {
-        let (start, n) = (r.seq.prefilled, r.n);
-        let row = match &r.seq.images {
-            Some(images) if images.layer_addition_levels() == levels => {
-                images.layer_additions(&r.seq.tokens[..r.seq.prompt_len], start, n, hidden)?
-            }
-            _ => vec![mlx_rs::ops::zeros_dtype(&[1, n as i32, hidden], dtype)?; levels],
-        };
-        for (level, a) in row.into_iter().enumerate() {
-            per_level[level].push(pad_axis(a, 1, width)?);
-        }
-    }
-    per_level.into_iter().map(|parts| concat_or_one(parts, 0)).collect()
-}
-
-/// `[1, n]` int32 token ids.
-fn ids_row(tokens: &[u32], n: i32) -> Array {
-    let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-    Array::from_slice(&ids, &[1, n])
-}
-
-/// Zero-pads axis `axis` of `x` at the end to `to` entries.
-fn pad_axis(x: Array, axis: usize, to: i32) -> Result<Array> {
-    let have = x.dim(axis as i32);
-    if have == to {
-        return Ok(x);
-    }
-    let mut shape = x.shape().to_vec();
-    shape[axis] = to - have;
-    let zeros = ops::zeros_dtype(&shape, x.dtype())?;
-    Ok(ops::concatenate(&[&x, &zeros], axis as i32)?)
-}
-
-fn concat_or_one(parts: Vec<Array>, axis: i32) -> Result<Array> {
-    if parts.len() == 1 {
-        return Ok(parts.into_iter().next().expect("one part"));
-    }
-    Ok(ops::concatenate(&parts, axis)?)
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ pub struct Sequence {
     pub prefill_cache: Option<BatchCache>,
     /// KV-cache bytes of this sequence's rows, set when it leaves the batch.
     pub kv_cache_bytes: usize,
-    /// The prompt's images (features, M-RoPE positions, rope delta), if any.
+    /// The prompt's images (encoded for the model, their prefix-cache key), if any.
     pub images: Option<SequenceImages>,
     /// The prompt's images still on their way through the vision tower; the
     /// prompt is prefilled once this is gone (it becomes `images`).
@@ -185,7 +185,7 @@ impl Sequence {
 
     /// Decode position minus cache length (non-zero only after images).
     pub fn rope_delta(&self) -> i32 {
-        self.images.as_ref().map_or(0, |i| i.rope_delta)
+        self.images.as_ref().map_or(0, |i| i.encoded.rope_delta())
     }
 
     /// The prefix-cache key of the first `len` tokens (prompt, then generated).

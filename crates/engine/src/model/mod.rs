@@ -15,6 +15,8 @@ pub mod lfm2_vl;
 pub mod llama;
 pub mod loading;
 pub mod mistral3;
+pub mod prompt_images;
+pub mod prompt_inputs;
 pub mod qwen2;
 pub mod qwen2_vl;
 pub mod qwen3;
@@ -40,6 +42,8 @@ pub use loading::{
     load, load_assistant, load_draft_head, load_pipeline, load_share, load_tensor_parallel,
     load_with_draft_head, LoadOptions, Share,
 };
+pub use prompt_images::PromptImages;
+pub use prompt_inputs::{ModelInputs, PromptChunk};
 pub use registry::{describe, describe_folder, shape_of, Family, FolderInfo};
 pub use shape::{ArchitectureShape, LayerShape};
 pub use vision_tower::{VisionEncoding, VisionTower};
@@ -94,6 +98,12 @@ pub trait KvDrafter {
 /// A decoder-only language model. Per-sequence state (positions, caches)
 /// is passed in, never kept on the model, so one model serves any number of
 /// sequences.
+///
+/// The engine's batch layer sees one forward: it asks the model for a pass's
+/// inputs ([`Self::prompt_inputs`], [`Self::token_inputs`]) and runs them
+/// over the batch cache ([`Self::forward_inputs`]); what the inputs hold
+/// (spliced image features, the family's kind of positions, per-layer
+/// additions) is the model's business.
 pub trait LanguageModel {
     fn shape(&self) -> ModelShape;
 
@@ -135,6 +145,26 @@ pub trait LanguageModel {
             ));
         }
         self.forward_embeddings(embeddings, tokens, positions, cache)
+    }
+
+    /// The inputs of a prompt pass over `chunks`, one per row, right-padded
+    /// to the longest: embeddings with the rows' image features spliced in,
+    /// positions of the family's kind, any per-layer additions.
+    fn prompt_inputs(&self, chunks: &[PromptChunk<'_>]) -> Result<ModelInputs> {
+        ModelInputs::prompt(self, chunks)
+    }
+
+    /// The inputs of a pass over token ids `[B, L]` whose row `b` starts at
+    /// position `starts[b]` (decoding: the row's cache length plus its
+    /// images' [`PromptImages::rope_delta`]).
+    fn token_inputs(&self, tokens: &Array, starts: &[i32]) -> Result<ModelInputs> {
+        ModelInputs::tokens(self, tokens, starts)
+    }
+
+    /// Runs the decoder over prepared `inputs`, appending to `cache`; returns
+    /// the final-normed hidden states `[B, L, D]`.
+    fn forward_inputs(&self, inputs: ModelInputs, cache: &mut BatchCache) -> Result<Array> {
+        inputs.forward(self, cache)
     }
 
     /// Hidden states → logits over the vocabulary.

@@ -10,7 +10,6 @@ use crate::batch::logprobs::PendingLogprobs;
 use crate::batch::request::FinishReason;
 use crate::batch::sequence::Sequence;
 use crate::error::Result;
-use crate::model::Positions;
 use crate::sample::keep_allowed;
 
 impl Scheduler {
@@ -53,12 +52,7 @@ impl Scheduler {
         let model = self.loaded.model.as_ref();
         let input = input.reshape(&[b as i32, 1])?;
         let starts = self.row_starts();
-        let hidden = model.forward_embeddings(
-            model.embed(&input)?,
-            &input,
-            &Positions::rows(&starts),
-            &mut self.cache,
-        )?;
+        let hidden = model.forward_inputs(model.token_inputs(&input, &starts)?, &mut self.cache)?;
         let logits = model.logits(&hidden)?.reshape(&[b as i32, -1])?;
         self.keep_target_hidden(&hidden, |_| 1);
         let input = input.reshape(&[b as i32])?;

@@ -11,7 +11,6 @@ use crate::batch::speculation::draft_model::DraftRow;
 use crate::batch::speculation::mtp::MtpRow;
 use crate::batch::speculation::{acceptance, lookup, DraftKind};
 use crate::error::Result;
-use crate::model::Positions;
 
 /// A step's drafts, one per running row (empty: the row does not
 /// speculate), and the rows' grammar masks for their first token.
@@ -140,12 +139,7 @@ impl Scheduler {
         // Recurrent layers keep each token's state: a row goes back to its last kept one.
         self.cache.record_next_step();
         let model = self.loaded.model.as_ref();
-        let hidden = model.forward_embeddings(
-            model.embed(&input)?,
-            &input,
-            &Positions::rows(&starts),
-            &mut self.cache,
-        )?;
+        let hidden = model.forward_inputs(model.token_inputs(&input, &starts)?, &mut self.cache)?;
         let logits = model.logits(&hidden)?;
         let first = logits.index((.., 0, ..));
         let sampled = self.sample_rows(&first, None, &masks)?;

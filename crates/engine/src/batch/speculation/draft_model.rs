@@ -5,12 +5,12 @@
 //! catch-up pass over the tokens it has not seen (its first guess), then
 //! k - 1 single-token passes.
 //!
-//! A draft with recurrent layers (Qwen3.5's Gated DeltaNet, LFM2's short
-//! convolutions) cannot cut a state back to fewer tokens, so it keeps the
-//! states it passed through instead: each row's state after the catch-up
-//! pass and after each draft fed back. Arrays never change in place, so
+//! A draft with recurrent layers (Gated DeltaNet, short convolutions) cannot
+//! cut a state back to fewer tokens, so it keeps the states it passed
+//! through instead: each row's state after the catch-up pass and after each
+//! draft fed back. Arrays never change in place, so
 //! keeping them costs no copy, only the memory they hold alive until
-//! verification: k states per row (a Qwen3.5 0.8B's, 18 Gated DeltaNet
+//! verification: k states per row (a 0.8B draft's, 18 Gated DeltaNet
 //! layers of 16 heads × 128 × 128 float32 plus their conv windows, are
 //! about 19 MiB a row, so 4 drafts keep about 75 MiB a row). After
 //! verification each row takes the one after its last kept token; nothing
@@ -23,7 +23,7 @@ use crate::cache::{text_key, BatchCache, PrefixCache, PrefixCacheStats};
 use crate::error::{Error, Result};
 use crate::generate::prefill_chunk;
 use crate::generate::PREFILL_CHUNK;
-use crate::model::{LoadedModel, Positions};
+use crate::model::LoadedModel;
 
 /// Most columns of one catch-up pass of a draft with recurrent layers
 /// (each recorded column holds every recurrent state of every row).
@@ -157,7 +157,8 @@ impl DraftModel {
         // nothing reads it when it is not.
         for _ in 1..k {
             let starts = self.cache.offsets().to_vec();
-            let logits = model.forward(&token, &Positions::rows(&starts), &mut self.cache)?;
+            let inputs = model.token_inputs(&token, &starts)?;
+            let logits = model.logits(&model.forward_inputs(inputs, &mut self.cache)?)?;
             token = ops::indexing::argmax_axis(&logits, -1, false)?.reshape(&[b, 1])?;
             drafted.push(token.clone());
             if recurrent {
@@ -220,7 +221,8 @@ impl DraftModel {
                 self.cache.record_next_step();
             }
             let offsets = self.cache.offsets().to_vec();
-            let logits = model.forward(&input, &Positions::rows(&offsets), &mut self.cache)?;
+            let inputs = model.token_inputs(&input, &offsets)?;
+            let logits = model.logits(&model.forward_inputs(inputs, &mut self.cache)?)?;
             for (row, (p, u)) in parts.iter().zip(unseen).enumerate() {
                 // The row's last real token is in this pass (or it reads nothing at all).
                 if start + p.len() == u.len() && (!p.is_empty() || start == 0) {
