@@ -88,6 +88,8 @@ pub fn prefill_chunk(
     let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
     let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
     let positions = Positions::Start(cache.offsets()[0]);
+    // Only the last position is read (a model may then return it alone).
+    cache.set_read_positions(vec![ids.len() as i32 - 1]);
     let hidden = model.forward_embeddings(model.embed(&tokens)?, &tokens, &positions, cache)?;
     last_position(&hidden)
 }

@@ -52,6 +52,9 @@ struct StepState {
     /// Whether recurrent layers keep their states after each token of this
     /// step, so that [`BatchCache::rewind_rows`] can undo some of them.
     record_steps: bool,
+    /// The one position per row whose hidden state the caller reads
+    /// ([`BatchCache::set_read_positions`]).
+    read_at: Option<Vec<i32>>,
 }
 
 #[derive(Clone)]
@@ -178,8 +181,11 @@ impl BatchCache {
 
     /// Starts a step of `query_len` tokens per row.
     pub fn begin_step(&mut self, query_len: i32) -> Result<()> {
-        let (real, bidirectional, record_steps) =
-            self.step.take().map(|s| (s.real, s.bidirectional, s.record_steps)).unwrap_or_default();
+        let (real, bidirectional, record_steps, read_at) = self
+            .step
+            .take()
+            .map(|s| (s.real, s.bidirectional, s.record_steps, s.read_at))
+            .unwrap_or_default();
         for g in &mut self.groups {
             g.begin_step(query_len, bidirectional.as_deref())?;
         }
@@ -190,6 +196,7 @@ impl BatchCache {
             shared_views: BTreeMap::new(),
             bidirectional,
             record_steps,
+            read_at,
         });
         Ok(())
     }
@@ -207,6 +214,24 @@ impl BatchCache {
     pub fn set_bidirectional_spans(&mut self, spans: Vec<Vec<(i32, i32)>>) {
         assert_eq!(spans.len(), self.rows(), "spans per row");
         self.step.get_or_insert_with(Default::default).bidirectional = Some(spans);
+    }
+
+    /// Declares, before a prefill pass (after [`Self::set_real_tokens`]),
+    /// that its caller reads each row's hidden state at one position only
+    /// (`at[b]`, an index into the pass): the last real token, whose logits
+    /// pick the next one. A model may then run the layers that write no
+    /// cache (Gemma 4's KV-shared layers) on those positions alone and
+    /// return `[B, 1, D]`, as the reference's prefill, which evaluates only
+    /// the caches, never runs them on the others.
+    pub fn set_read_positions(&mut self, at: Vec<i32>) {
+        assert_eq!(at.len(), self.rows(), "one position per row");
+        self.step.get_or_insert_with(Default::default).read_at = Some(at);
+    }
+
+    /// This step's read positions (see [`Self::set_read_positions`]), `[B]` int32.
+    pub fn read_positions(&self) -> Option<Array> {
+        let at = self.step.as_ref()?.read_at.as_ref()?;
+        Some(Array::from_slice(at, &[at.len() as i32]))
     }
 
     /// Declares, before a right-padded prefill pass, how many of its tokens
@@ -265,6 +290,15 @@ impl BatchCache {
             ))
         })?;
         Ok((view, self.groups[group].step_mask()))
+    }
+
+    /// [`Self::shared`] for a layer that runs only the read positions
+    /// `at` (`[B]`, from [`Self::read_positions`]): the same keys and
+    /// values, the mask of those queries alone.
+    pub fn shared_at(&self, layer: usize, at: &Array) -> Result<(KvView, AttentionMask)> {
+        let (view, mask) = self.shared(layer)?;
+        let mask = mask.one_query_per_row(at, self.step().query_len, view.columns())?;
+        Ok((view, mask))
     }
 
     /// What one query at each row's next position would attend to in

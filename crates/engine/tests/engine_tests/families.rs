@@ -11,15 +11,18 @@
 //! from a prompt checkpoint; LFM2's convolution states the same way; gpt-oss's
 //! sliding and full layers with attention sinks.
 use engine::batch::{Prompt, Request, SchedulerConfig};
+use engine::cache::BatchCache;
 use engine::model;
+use engine::model::Positions;
 use engine::testing::TinyFamily;
 use engine::tokenizer::{ChatMessage, TemplateOptions};
+use mlx_rs::{ops, Array};
 
 use crate::common;
 
 use common::{
-    family_checkpoint, greedy_no_eos as no_eos, greedy_request as request, salted_prompt as prompt,
-    single_stream_text as alone, Driver, LOAD,
+    family_checkpoint, greedy_no_eos as no_eos, greedy_request as request, max_abs_diff,
+    salted_prompt as prompt, single_stream_text as alone, Driver, LOAD,
 };
 
 const SEED: u64 = 11;
@@ -98,6 +101,66 @@ fn gemma4_batched_equals_alone() {
 #[test]
 fn gemma4_moe_batched_equals_alone() {
     batched_equals_alone(TinyFamily::Gemma4Moe);
+}
+
+/// A prefill pass that reads one position per row (the last real token,
+/// as the engine's passes do): Gemma 4 runs its KV-shared layers, and the
+/// queries of the last layer that writes the cache, on those positions
+/// alone. What it returns there, and what it leaves in the cache (the next
+/// step's logits), must be what the whole pass computes.
+#[test]
+fn gemma4_reading_one_position_per_row_computes_what_the_whole_pass_does() {
+    for family in [TinyFamily::Gemma4, TinyFamily::Gemma4Moe] {
+        let dir = checkpoint(family);
+        let loaded = model::load(dir.path(), &LOAD).unwrap();
+        let m = loaded.model.as_ref();
+        // two rows, right-padded: 13 and 6 real tokens (across the window of 8)
+        let (lengths, width) = ([13usize, 6], 13);
+        let ids: Vec<i32> = lengths
+            .iter()
+            .enumerate()
+            .flat_map(|(r, &n)| {
+                let real = prompt(n, r as u32 + 1).into_iter().map(|t| t as i32);
+                real.chain(std::iter::repeat_n(0, width - n))
+            })
+            .collect();
+        let ids = Array::from_slice(&ids, &[2, width as i32]);
+        let last: Vec<i32> = lengths.iter().map(|&n| n as i32 - 1).collect();
+        let pass = |read: bool| {
+            let mut cache = m.new_cache(2);
+            cache.set_real_tokens(lengths.iter().map(|&n| n as i32).collect());
+            if read {
+                cache.set_read_positions(last.clone());
+            }
+            let embedded = m.embed(&ids).unwrap();
+            let hidden = m
+                .forward_embeddings(embedded, &ids, &Positions::rows(&[0, 0]), &mut cache)
+                .unwrap();
+            (hidden, cache)
+        };
+        let (whole, whole_cache) = pass(false);
+        let (read, read_cache) = pass(true);
+        assert_eq!(read.shape(), &[2, 1, whole.dim(2)], "{family:?}: the read positions alone");
+        let at = Array::from_slice(&last, &[2, 1, 1]);
+        let expected = whole
+            .take_along_axis(&ops::broadcast_to(&at, &[2, 1, whole.dim(2)]).unwrap(), 1)
+            .unwrap();
+        let diff = max_abs_diff(&read, &expected);
+        // measured: 0 (the same rows through the same matmuls); a wrong mask,
+        // rotation or row shows as O(1)
+        assert!(diff <= 1e-5, "{family:?}: hidden states differ by {diff:e}");
+
+        // what each pass left in the cache: the next token's logits
+        let next = Array::from_slice(&[7i32, 9], &[2, 1]);
+        let positions = Positions::rows(&last.iter().map(|l| l + 1).collect::<Vec<_>>());
+        // the engine's way after a right-padded pass: split into rows, gathered left-padded
+        let step = |cache: BatchCache| {
+            let mut cache = BatchCache::gather(cache.split().unwrap()).unwrap();
+            m.forward(&next, &positions, &mut cache).unwrap()
+        };
+        let diff = max_abs_diff(&step(read_cache), &step(whole_cache));
+        assert!(diff <= 1e-5, "{family:?}: the caches differ: next logits by {diff:e}");
+    }
 }
 
 /// Qwen3.5's Gated DeltaNet layers keep a recurrent state per row: rows of

@@ -32,10 +32,10 @@ use std::ops::Range;
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::distributed::StageLayers;
 use crate::error::{Error, Result};
-use crate::model::layers::attention;
+use crate::model::layers::attention::{self, ReadPositions, ReadQueries};
 use crate::model::layers::moe::{unstack_gate_up, Experts, GateActivation};
 use crate::model::layers::rope::{Positions, Rope, Rotation};
-use crate::model::layers::{gelu_tanh, Embedding, LayerLoader, Linear, RmsNorm};
+use crate::model::layers::{gelu_tanh, rows_at, Embedding, LayerLoader, Linear, RmsNorm};
 use crate::model::registry::Family;
 use crate::model::shape::{self, LayerShape};
 use crate::model::{LanguageModel, ModelShape};
@@ -609,24 +609,28 @@ impl Gemma4 {
 }
 
 impl Attention {
+    /// `x`: the layer's input, `[B, L, D]`, or already `[B, 1, D]` at the
+    /// read positions in a KV-shared layer after them. With `read`, the
+    /// queries (and so the output) are the read positions' alone; a layer
+    /// that writes the cache still writes keys and values of all `L`.
     fn forward(
         &self,
         x: &Array,
         layer: usize,
         rope: (&Rope, &Rotation),
         cache: &mut BatchCache,
+        read: Option<&ReadQueries>,
     ) -> Result<Array> {
-        let (b, l) = (x.dim(0), x.dim(1));
+        let (rope, rotation) = rope;
         let split_heads = |t: Array, heads: i32| -> Result<Array> {
+            let (b, l) = (t.dim(0), t.dim(1));
             Ok(t.reshape(&[b, l, heads, self.head_dim])?.transpose_axes(&[0, 2, 1, 3])?)
         };
-        let (rope, rotation) = rope;
-        let q = rope.rotate(
-            &self.q_norm.forward(&split_heads(self.q_proj.forward(x)?, self.heads)?)?,
-            rotation,
-        )?;
         let (kv, mask) = match &self.kv {
-            None => cache.shared(layer)?,
+            None => match read {
+                None => cache.shared(layer)?,
+                Some(read) => cache.shared_at(layer, read.at)?,
+            },
             Some(kv) => {
                 let raw_k = split_heads(kv.k_proj.forward(x)?, self.kv_heads)?;
                 let raw_v = match &kv.v_proj {
@@ -635,9 +639,26 @@ impl Attention {
                 };
                 let k = rope.rotate(&kv.k_norm.forward(&raw_k)?, rotation)?;
                 let v = fast::rms_norm(&raw_v, None, kv.eps)?;
-                cache.update(layer, &k, &v)?
+                let (view, mask) = cache.update(layer, &k, &v)?;
+                match read {
+                    None => (view, mask),
+                    Some(read) => {
+                        let mask = read.mask(&mask, k.dim(2), &view)?;
+                        (view, mask)
+                    }
+                }
             }
         };
+        let (x, rotation) = match read {
+            Some(read) if self.kv.is_some() => (read.rows(x)?, read.rotation),
+            Some(read) => (x.clone(), read.rotation),
+            None => (x.clone(), rotation),
+        };
+        let q = rope.rotate(
+            &self.q_norm.forward(&split_heads(self.q_proj.forward(&x)?, self.heads)?)?,
+            rotation,
+        )?;
+        let (b, l) = (x.dim(0), x.dim(1));
         let o = attention::attend(&q, kv, 1.0, &mask)?;
         let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, self.heads * self.head_dim])?;
         self.o_proj.forward(&o)
@@ -720,21 +741,57 @@ impl LanguageModel for Gemma4 {
         positions: &Positions,
         cache: &mut BatchCache,
     ) -> Result<Array> {
-        let per_layer = match &self.per_layer_inputs {
+        let mut per_layer = match &self.per_layer_inputs {
             Some(p) => Some(self.per_layer_inputs(p, tokens, &h)?),
             None => None,
         };
         cache.begin_step(h.dim(1))?;
         let local = self.local_rope.prepare(positions)?;
         let global = self.global_rope.prepare(positions)?;
+        // Where the caller reads one position per row, the layers after the
+        // last one that writes the cache (the KV-shared layers: 20 of E2B's
+        // 35), and that layer's queries, run on those positions alone: the
+        // others' outputs reach no cache and no reader. Not in a split
+        // model, whose next stage expects the whole pass.
+        let last_writer = (self.layers.iter().rposition(|block| block.self_attn.kv.is_some()))
+            .map(|w| w + self.stage.layers().start);
+        let whole = self.stage.layers().len() == self.stage.total();
+        let read_positions = ReadPositions::of_step(cache, positions, h.dim(1), whole)?;
+        let read_rotations = match &read_positions {
+            Some(read) => Some((
+                self.local_rope.prepare(&read.positions)?,
+                self.global_rope.prepare(&read.positions)?,
+            )),
+            None => None,
+        };
+        let read_at = read_positions.as_ref().map(|r| &r.at);
         h = self.stage.enter(h, tokens)?;
         for (i, block) in self.stage.layers().zip(&self.layers) {
-            let rope = if block.self_attn.global {
+            let global_layer = block.self_attn.global;
+            let (rope, rotation) = if global_layer {
                 (&self.global_rope, &global)
             } else {
                 (&self.local_rope, &local)
             };
-            let a = block.self_attn.forward(&block.norms.input.forward(&h)?, i, rope, cache)?;
+            let narrowing = read_at.is_some() && last_writer.is_some_and(|w| i >= w);
+            let read = match (&read_at, &read_rotations) {
+                (Some(at), Some((local, global))) if narrowing => {
+                    Some(ReadQueries { at, rotation: if global_layer { global } else { local } })
+                }
+                _ => None,
+            };
+            let a = block.self_attn.forward(
+                &block.norms.input.forward(&h)?,
+                i,
+                (rope, rotation),
+                cache,
+                read.as_ref(),
+            )?;
+            if let (Some(at), true) = (&read_at, narrowing && Some(i) == last_writer) {
+                // from here on, the read positions alone
+                h = rows_at(&h, at)?;
+                per_layer = per_layer.map(|inputs| rows_at(&inputs, at)).transpose()?;
+            }
             h = h.add(block.norms.post_attention.forward(&a)?)?;
             let mut m = block.mlp.forward(&block.norms.pre_feedforward.forward(&h)?)?;
             if let Some(moe) = &block.moe {

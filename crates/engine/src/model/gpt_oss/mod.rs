@@ -30,9 +30,10 @@ use serde_json::Value;
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::distributed::StageLayers;
 use crate::error::{Error, Result};
+use crate::model::layers::attention::{self, ReadPositions, ReadQueries};
 use crate::model::layers::moe::{Experts, GateActivation};
 use crate::model::layers::rope::{Positions, Rope, RopeScaling, Rotation};
-use crate::model::layers::{attention, Embedding, LayerLoader, Linear, RmsNorm};
+use crate::model::layers::{Embedding, LayerLoader, Linear, RmsNorm};
 use crate::model::registry::Family;
 use crate::model::shape::{self, LayerShape};
 use crate::model::{LanguageModel, ModelShape};
@@ -241,24 +242,36 @@ impl Attention {
         })
     }
 
+    /// With `read`, the queries (and the output, `[B, 1, D]`) are the read
+    /// positions' alone; keys and values of all go to the cache.
     fn forward(
         &self,
         x: &Array,
         layer: usize,
         rope: (&Rope, &Rotation),
         cache: &mut BatchCache,
+        read: Option<&ReadQueries>,
     ) -> Result<Array> {
-        let (b, l) = (x.dim(0), x.dim(1));
         let hd = self.head_dim;
         let heads_first = |t: Array, heads: i32| -> Result<Array> {
+            let (b, l) = (t.dim(0), t.dim(1));
             Ok(t.reshape(&[b, l, heads, hd])?.transpose_axes(&[0, 2, 1, 3])?)
         };
-        let q = heads_first(self.q_proj.forward(x)?, self.heads)?;
+        let (rope, rotation) = rope;
+        let (queries, query_rotation) = match read {
+            Some(read) => (read.rows(x)?, read.rotation),
+            None => (x.clone(), rotation),
+        };
+        let (b, l) = (queries.dim(0), queries.dim(1));
+        let q = heads_first(self.q_proj.forward(&queries)?, self.heads)?;
         let k = heads_first(self.k_proj.forward(x)?, self.kv_heads)?;
         let v = heads_first(self.v_proj.forward(x)?, self.kv_heads)?;
-        let (rope, rotation) = rope;
-        let (q, k) = (rope.rotate(&q, rotation)?, rope.rotate(&k, rotation)?);
+        let (q, k) = (rope.rotate(&q, query_rotation)?, rope.rotate(&k, rotation)?);
         let (kv, mask) = cache.update(layer, &k, &v)?;
+        let mask = match read {
+            Some(read) => read.mask(&mask, k.dim(2), &kv)?,
+            None => mask,
+        };
         let scale = (hd as f32).powf(-0.5);
         let o = attention::attend_with_sinks(&q, kv, scale, &mask, Some(&self.sinks))?;
         let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, self.heads * hd])?;
@@ -373,14 +386,20 @@ impl Block {
         })
     }
 
+    /// With `read`, the output is the read positions' alone (see [`ReadQueries`]).
     fn forward(
         &self,
         h: Array,
         i: usize,
         rope: (&Rope, &Rotation),
         cache: &mut BatchCache,
+        read: Option<&ReadQueries>,
     ) -> Result<Array> {
-        let r = self.self_attn.forward(&self.input_layernorm.forward(&h)?, i, rope, cache)?;
+        let r = self.self_attn.forward(&self.input_layernorm.forward(&h)?, i, rope, cache, read)?;
+        let h = match read {
+            Some(read) => read.rows(&h)?,
+            None => h,
+        };
         let h = h.add(r)?;
         Ok(h.add(self.mlp.forward(&self.post_attention_layernorm.forward(&h)?)?)?)
     }
@@ -447,9 +466,20 @@ impl LanguageModel for GptOss {
     ) -> Result<Array> {
         cache.begin_step(h.dim(1))?;
         let rotation = self.rope.prepare(positions)?;
+        // Where the caller reads one position per row, the last layer runs
+        // its queries and experts on those alone (not in a split model:
+        // the other stage runs the whole pass).
+        let whole = self.stage.layers().len() == self.stage.total();
+        let read = ReadPositions::of_step(cache, positions, h.dim(1), whole)?;
+        let read_rotation = read.as_ref().map(|r| self.rope.prepare(&r.positions)).transpose()?;
+        let read = match (&read, &read_rotation) {
+            (Some(read), Some(rotation)) => Some(ReadQueries { at: &read.at, rotation }),
+            _ => None,
+        };
         h = self.stage.enter(h, tokens)?;
         for (i, block) in self.stage.layers().zip(&self.layers) {
-            h = block.forward(h, i, (&self.rope, &rotation), cache)?;
+            let read = read.as_ref().filter(|_| i + 1 == self.stage.total());
+            h = block.forward(h, i, (&self.rope, &rotation), cache, read)?;
         }
         cache.finish_step()?;
         self.stage.leave(h, |h| self.norm.forward(h))

@@ -1,8 +1,63 @@
 //! Scaled dot-product attention over a KV cache, shared by all families.
 use mlx_rs::{fast, fast::ScaledDotProductAttentionMask, ops, ops::indexing::IndexOp, Array};
 
-use crate::cache::{AttentionMask, KvView};
+use crate::cache::{AttentionMask, BatchCache, KvView};
 use crate::error::Result;
+use crate::model::layers::rope::{Positions, Rotation};
+use crate::model::layers::rows_at;
+
+/// Queries at one position per row, where the caller reads only those
+/// ([`crate::cache::BatchCache::read_positions`]): a layer whose other
+/// outputs reach no cache and no reader runs its queries (and everything
+/// after them) on these alone, `[B, 1, D]`, while it still writes the keys
+/// and values of every position. As the reference's prefill, which
+/// evaluates only the caches, never computes the rest.
+pub struct ReadQueries<'a> {
+    /// `[B]` int32: which of the step's positions each row's query is.
+    pub at: &'a Array,
+    /// Their rotary angles.
+    pub rotation: &'a Rotation<'a>,
+}
+
+impl ReadQueries<'_> {
+    /// `x` `[B, L, …]` at the read positions.
+    pub fn rows(&self, x: &Array) -> Result<Array> {
+        rows_at(x, self.at)
+    }
+
+    /// A layer's `mask` for its step of `query_len` queries over `kv`,
+    /// narrowed to the read queries.
+    pub fn mask(&self, mask: &AttentionMask, query_len: i32, kv: &KvView) -> Result<AttentionMask> {
+        mask.one_query_per_row(self.at, query_len, kv.columns())
+    }
+}
+
+/// This step's read positions ([`crate::cache::BatchCache::read_positions`])
+/// for a model that runs its last layers on them alone.
+pub struct ReadPositions {
+    /// `[B]` int32: which of the step's positions each row reads.
+    pub at: Array,
+    /// Their positions, for their rotary angles.
+    pub positions: Positions,
+}
+
+impl ReadPositions {
+    /// `None` when the caller reads every position, for a step of one
+    /// token, and in a split model (`whole` false), whose other ranks run
+    /// the whole pass.
+    pub fn of_step(
+        cache: &BatchCache,
+        positions: &Positions,
+        query_len: i32,
+        whole: bool,
+    ) -> Result<Option<Self>> {
+        let Some(at) = cache.read_positions().filter(|_| query_len > 1 && whole) else {
+            return Ok(None);
+        };
+        let positions = positions.at(&at)?;
+        Ok(Some(ReadPositions { at, positions }))
+    }
+}
 
 pub fn sdpa(q: &Array, k: &Array, v: &Array, scale: f32, mask: &AttentionMask) -> Result<Array> {
     sdpa_with_sinks(q, k, v, scale, mask, None)

@@ -565,6 +565,16 @@ pub fn last_position(h: &Array) -> Result<Array> {
     Ok(h.index((.., (l - 1)..l, ..)))
 }
 
+/// `x` `[B, L, …]` at one position per row, `at` `[B]` int32: `[B, 1, …]`
+/// (the positions a caller reads, [`crate::cache::BatchCache::read_positions`]).
+pub fn rows_at(x: &Array, at: &Array) -> Result<Array> {
+    let mut shape = x.shape().to_vec();
+    shape[1] = 1;
+    let mut index = vec![at.dim(0), 1];
+    index.resize(shape.len(), 1);
+    Ok(x.take_along_axis(&ops::broadcast_to(&at.reshape(&index)?, &shape)?, 1)?)
+}
+
 /// GELU with the tanh approximation (Gemma's MLPs, SigLIP), compiled
 /// shapeless as mlx-lm's `gelu_approx` is: MLX fuses its nine elementwise
 /// passes into one generated kernel (bench-size Gemma 4, 480-token prompt:

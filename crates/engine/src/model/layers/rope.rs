@@ -1,6 +1,6 @@
 //! Rotary position embeddings, including the frequency scalings that
 //! config.json's `rope_scaling` may ask for.
-use mlx_rs::{fast, Array};
+use mlx_rs::{fast, ops, Array};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
@@ -49,6 +49,21 @@ pub enum Positions {
 }
 
 impl Positions {
+    /// The positions of one token per row, row `b`'s token `at[b]` (`[B]`
+    /// int32) of this step's: where a layer runs only the positions its
+    /// caller reads ([`crate::cache::BatchCache::read_positions`]).
+    pub fn at(&self, at: &Array) -> Result<Positions> {
+        Ok(match self {
+            Positions::Start(start) => Positions::PerRow(at.add(Array::from_int(*start))?),
+            Positions::PerRow(starts) => Positions::PerRow(starts.add(at)?),
+            Positions::Multimodal(p) => {
+                let (axes, rows) = (p.dim(0), p.dim(1));
+                let at = ops::broadcast_to(&at.reshape(&[1, rows, 1])?, &[axes, rows, 1])?;
+                Positions::Multimodal(p.take_along_axis(&at, 2)?)
+            }
+        })
+    }
+
     /// Rows starting at `starts`: one scalar when they all agree (the fast
     /// RoPE kernel a lone sequence gets), else per row.
     pub fn rows(starts: &[i32]) -> Self {

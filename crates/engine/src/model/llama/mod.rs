@@ -11,6 +11,7 @@ use serde::Deserialize;
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::distributed::StageLayers;
 use crate::error::{Error, Result};
+use crate::model::layers::attention::{ReadPositions, ReadQueries};
 use crate::model::layers::moe::SparseMoe;
 use crate::model::layers::rope::{Positions, Rope, RopeScaling, Rotation};
 use crate::model::layers::{Embedding, LayerLoader, Linear, Projection, RmsNorm};
@@ -148,6 +149,8 @@ struct Attention {
 }
 
 impl Attention {
+    /// With `read`, keys and values of all `L` positions go to the cache but
+    /// the queries, and so the output `[B, 1, D]`, are the read positions'.
     fn forward(
         &self,
         x: &Array,
@@ -155,21 +158,31 @@ impl Attention {
         rope: &Rope,
         rotation: &Rotation,
         cache: &mut BatchCache,
+        read: Option<&ReadQueries>,
     ) -> Result<Array> {
-        let (b, l) = (x.dim(0), x.dim(1));
         let split_heads = |t: Array, heads: i32| -> Result<Array> {
+            let (b, l) = (t.dim(0), t.dim(1));
             Ok(t.reshape(&[b, l, heads, self.head_dim])?.transpose_axes(&[0, 2, 1, 3])?)
         };
-        let mut q = split_heads(self.q_proj.forward(x)?, self.heads)?;
+        let (queries, query_rotation) = match read {
+            Some(read) => (read.rows(x)?, read.rotation),
+            None => (x.clone(), rotation),
+        };
+        let (b, l) = (queries.dim(0), queries.dim(1));
+        let mut q = split_heads(self.q_proj.forward(&queries)?, self.heads)?;
         let mut k = split_heads(self.k_proj.forward(x)?, self.kv_heads)?;
         let v = split_heads(self.v_proj.forward(x)?, self.kv_heads)?;
         if let Some((q_norm, k_norm)) = &self.qk_norm {
             q = q_norm.forward(&q)?;
             k = k_norm.forward(&k)?;
         }
-        let q = rope.rotate(&q, rotation)?;
+        let q = rope.rotate(&q, query_rotation)?;
         let k = rope.rotate(&k, rotation)?;
         let (kv, mask) = cache.update(layer, &k, &v)?;
+        let mask = match read {
+            Some(read) => read.mask(&mask, k.dim(2), &kv)?,
+            None => mask,
+        };
         let o = attention::attend(&q, kv, self.scale, &mask)?;
         let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, self.heads * self.head_dim])?;
         self.o_proj.forward(&o)
@@ -275,6 +288,8 @@ pub struct Llama {
     /// `None` when the output head is tied to the embedding.
     lm_head: Option<Linear>,
     rope: Rope,
+    /// Split across ranks by heads: every rank must run the same positions.
+    tensor_parallel: bool,
 }
 
 impl Llama {
@@ -396,7 +411,18 @@ impl Llama {
             } else {
                 None
             };
-        Ok(Self { args, local_kv_heads, embed_tokens, layers, stage, norm, lm_head, rope })
+        let tensor_parallel = loader.tensor_parallel.is_some();
+        Ok(Self {
+            args,
+            local_kv_heads,
+            embed_tokens,
+            layers,
+            stage,
+            norm,
+            lm_head,
+            rope,
+            tensor_parallel,
+        })
     }
 }
 
@@ -447,14 +473,33 @@ impl LanguageModel for Llama {
         cache.begin_step(h.dim(1))?;
         // M-RoPE angles are computed once per step, not once per layer.
         let rotation = self.rope.prepare(positions)?;
+        // Where the caller reads one position per row, the last layer's
+        // queries and MLP run on those positions alone: its other outputs
+        // reach no cache and no reader. Only in a whole model: a split one's
+        // other ranks run the whole pass.
+        let whole = !self.tensor_parallel && self.stage.layers().len() == self.stage.total();
+        let read = ReadPositions::of_step(cache, positions, h.dim(1), whole)?;
+        let read_rotation = read.as_ref().map(|r| self.rope.prepare(&r.positions)).transpose()?;
+        let read = match (&read, &read_rotation) {
+            (Some(read), Some(rotation)) => Some(ReadQueries { at: &read.at, rotation }),
+            _ => None,
+        };
         h = self.stage.enter(h, tokens)?;
         for (i, block) in self.stage.layers().zip(&self.layers) {
+            let read = read.as_ref().filter(|_| i + 1 == self.stage.total());
             let x = block.input_layernorm.forward(&h)?;
-            let a = block.self_attn.forward(&x, i, &self.rope, &rotation, cache)?;
+            let a = block.self_attn.forward(&x, i, &self.rope, &rotation, cache, read)?;
+            if let Some(read) = read {
+                h = read.rows(&h)?;
+            }
             h = h.add(a)?;
             let m = block.mlp.forward(&block.post_attention_layernorm.forward(&h)?)?;
             h = h.add(m)?;
             if let Some(extra) = after_layer.get(i) {
+                let extra = match read {
+                    Some(read) => read.rows(extra)?,
+                    None => extra.clone(),
+                };
                 h = h.add(extra.as_dtype(h.dtype())?)?;
             }
         }
