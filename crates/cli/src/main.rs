@@ -104,6 +104,13 @@ struct ModelArgs {
     /// of its drafts land, up to 6 for lookup, 4 for a draft model, 3 for mtp.
     #[arg(long, value_name = "N")]
     num_draft_tokens: Option<usize>,
+    /// Speculate only while at most N replies decode (default 4 for every
+    /// kind): in a larger batch one plain pass already keeps the machine
+    /// busy and a verify pass costs more than it saves. A large N keeps
+    /// speculating in any batch, to measure where it stops paying
+    /// (`scripts/bench-speculation.sh --crossover`).
+    #[arg(long, value_name = "N")]
+    speculation_max_batch: Option<usize>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -129,9 +136,13 @@ impl ModelArgs {
         }
     }
 
-    /// What --draft-kind, --draft-model and --num-draft-tokens ask for.
+    /// What --draft-kind, --draft-model, --num-draft-tokens and
+    /// --speculation-max-batch ask for.
     fn speculation(&self) -> Result<Option<SpeculationConfig>> {
         let mut config = match (self.draft_kind, &self.draft_model) {
+            (None, None) if self.speculation_max_batch.is_some() => {
+                anyhow::bail!("--speculation-max-batch needs --draft-kind or --draft-model")
+            }
             (None, None) => return Ok(None),
             (Some(DraftKindArg::Lookup), None) => SpeculationConfig::prompt_lookup(),
             (Some(DraftKindArg::Mtp), None) => SpeculationConfig::mtp(),
@@ -157,6 +168,10 @@ impl ModelArgs {
         if let Some(n) = self.num_draft_tokens {
             config.max_draft_tokens = n;
             config.adaptive = false;
+        }
+        if let Some(n) = self.speculation_max_batch {
+            anyhow::ensure!(n > 0, "--speculation-max-batch must be at least 1");
+            config.max_batch = n;
         }
         Ok(Some(config))
     }

@@ -66,7 +66,9 @@ pub struct SpeculationConfig {
     pub adaptive: bool,
     /// Speculate only while at most this many rows decode: beyond it one
     /// pass already keeps the machine busy and verifying costs more than it
-    /// saves (`scripts/bench-speculation.sh` measures the crossover).
+    /// saves (`scripts/bench-speculation.sh --crossover` measures the
+    /// crossover, `vlm --speculation-max-batch N` moves it; figures in
+    /// docs/performance.md).
     pub max_batch: usize,
 }
 
