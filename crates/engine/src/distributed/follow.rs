@@ -326,7 +326,7 @@ pub fn follow(model: &dyn LanguageModel, group: &Group) -> Result<Followed> {
 
 /// [`follow`], timed by `watch` from waiting for a step to finishing it:
 /// rank 0 sends at least a heartbeat while it idles (see
-/// [`crate::model::LanguageModel::heartbeat`]).
+/// [`crate::model::SplitGroup::heartbeat`]).
 pub fn follow_watched(
     model: &dyn LanguageModel,
     group: &Group,

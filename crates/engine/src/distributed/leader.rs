@@ -16,7 +16,7 @@ use super::group::Group;
 use super::rank_memory::RankMemory;
 use crate::cache::mirror::{Mirror, MirrorLog};
 use crate::cache::{BatchCache, CacheLayout, KvQuantization};
-use crate::model::{LanguageModel, ModelShape, Positions};
+use crate::model::{LanguageModel, ModelShape, Positions, SplitGroup};
 use crate::{Error, Result};
 
 pub struct LeaderModel {
@@ -172,6 +172,20 @@ impl LanguageModel for LeaderModel {
         self.inner.logits(hidden)
     }
 
+    fn split(&self) -> Option<&dyn SplitGroup> {
+        Some(self)
+    }
+
+    fn new_cache_with(&self, rows: usize, quantization: Option<KvQuantization>) -> BatchCache {
+        self.inner.new_cache_with(rows, quantization).mirrored(Mirror::new(
+            &self.log,
+            rows,
+            quantization,
+        ))
+    }
+}
+
+impl SplitGroup for LeaderModel {
     fn heartbeat(&self) -> Result<()> {
         if self.broken.borrow().is_some() || self.last_shared.get().elapsed() < self.heartbeat {
             return Ok(());
@@ -201,7 +215,7 @@ impl LanguageModel for LeaderModel {
         }
     }
 
-    fn split_failure(&self) -> Option<String> {
+    fn failure(&self) -> Option<String> {
         self.broken.borrow().clone()
     }
 
@@ -215,13 +229,5 @@ impl LanguageModel for LeaderModel {
             tracing::error!(%error, "a step of the split model failed: it serves no more requests");
             *broken = Some(error.to_string());
         }
-    }
-
-    fn new_cache_with(&self, rows: usize, quantization: Option<KvQuantization>) -> BatchCache {
-        self.inner.new_cache_with(rows, quantization).mirrored(Mirror::new(
-            &self.log,
-            rows,
-            quantization,
-        ))
     }
 }

@@ -25,6 +25,7 @@ pub mod qwen3_moe;
 pub mod qwen3_vl;
 pub mod registry;
 pub mod shape;
+pub mod split_group;
 pub mod smolvlm;
 pub mod vision_tower;
 pub mod with_vision;
@@ -46,6 +47,7 @@ pub use prompt_images::PromptImages;
 pub use prompt_inputs::{ModelInputs, PromptChunk};
 pub use registry::{describe, describe_folder, shape_of, Family, FolderInfo};
 pub use shape::{ArchitectureShape, LayerShape};
+pub use split_group::SplitGroup;
 pub use vision_tower::{VisionEncoding, VisionTower};
 
 /// Sizes the engine needs to plan caches and validate requests.
@@ -192,28 +194,11 @@ pub trait LanguageModel {
         self.logits(&h)
     }
 
-    /// Called between steps and while idle: a model split across processes
-    /// tells its followers it is alive, if it has not lately.
-    fn heartbeat(&self) -> crate::Result<()> {
-        Ok(())
-    }
-
-    /// For a model split across processes: every rank's memory, rank 0's
-    /// caches counted as `own_cache_bytes` (gathered at most once a second;
-    /// the last figures once the group failed). Empty for a whole model.
-    fn ranks(&self, _own_cache_bytes: u64) -> Vec<crate::distributed::RankMemory> {
-        Vec::new()
-    }
-
-    /// For a model split across processes whose group failed: why (it
-    /// serves no more requests). `None` otherwise.
-    fn split_failure(&self) -> Option<String> {
+    /// For a model split across processes: its group's part (heartbeats,
+    /// every rank's memory, failure). `None` for a whole model.
+    fn split(&self) -> Option<&dyn SplitGroup> {
         None
     }
-
-    /// Told when a step failed and the batch was dropped. A model split
-    /// across processes stops there: the other ranks' state is unknown.
-    fn batch_failed(&self, _error: &crate::Error) {}
 
     /// A new cache for `rows` sequences.
     fn new_cache(&self, rows: usize) -> BatchCache {

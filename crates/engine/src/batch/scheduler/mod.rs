@@ -362,13 +362,16 @@ impl Scheduler {
                 .map(BatchCache::nbytes)
                 .sum::<usize>();
         let prefix_cache = self.prefix_cache.stats();
+        let split = self.loaded.model.split();
         EngineStats {
             running: self.running.len(),
             waiting: self.waiting.len(),
             kv_cache_bytes,
-            ranks: self.loaded.model.ranks((kv_cache_bytes + prefix_cache.bytes) as u64),
+            ranks: split
+                .map(|s| s.ranks((kv_cache_bytes + prefix_cache.bytes) as u64))
+                .unwrap_or_default(),
             // After `ranks`: gathering them may be what finds a rank lost.
-            split_error: self.loaded.model.split_failure(),
+            split_error: split.and_then(|s| s.failure()),
             active_memory_bytes: mlx_rs::memory::active_memory().unwrap_or(0),
             cached_memory_bytes: mlx_rs::memory::cache_memory().unwrap_or(0),
             peak_memory_bytes: mlx_rs::memory::peak_memory().unwrap_or(0),
@@ -394,9 +397,9 @@ impl Scheduler {
     }
 
     /// Lets a split model's followers know rank 0 is alive when no forward
-    /// pass told them lately (see [`crate::model::LanguageModel::heartbeat`]).
+    /// pass told them lately (see [`crate::model::SplitGroup::heartbeat`]).
     pub fn heartbeat(&mut self) -> Result<()> {
-        self.loaded.model.heartbeat()
+        self.loaded.model.split().map_or(Ok(()), |s| s.heartbeat())
     }
 
     /// Gives memory back once nothing runs (see [`super::idle_memory`]): the
@@ -485,7 +488,9 @@ impl Scheduler {
     /// Ends every request with `error` (after a failure the batch's state is
     /// unknown) and starts over with an empty batch.
     pub fn fail_all(&mut self, error: &Error) {
-        self.loaded.model.batch_failed(error);
+        if let Some(split) = self.loaded.model.split() {
+            split.batch_failed(error);
+        }
         let tokenizer = &self.loaded.tokenizer;
         for seq in self.waiting.drain(..).chain(self.running.drain(..)) {
             seq.send_error(error);
