@@ -25,8 +25,8 @@ pub mod qwen3_moe;
 pub mod qwen3_vl;
 pub mod registry;
 pub mod shape;
-pub mod split_group;
 pub mod smolvlm;
+pub mod split_group;
 pub mod vision_tower;
 pub mod with_vision;
 
