@@ -106,6 +106,15 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
     if spans.iter().any(|s| !s.is_empty()) {
         cache.set_bidirectional_spans(spans);
     }
+    // A row's next token comes from its last real position alone: unless a
+    // row scores its prompt or hands the chunk's hidden states to a draft
+    // head, that is all the pass reads, and a model may compute what no
+    // cache needs for those positions only (`[B, 1, D]` back).
+    let every_position =
+        rows.iter().any(|r| r.seq.prompt_top_logprobs().is_some() || r.seq.target_hidden.is_some());
+    if !every_position {
+        cache.set_read_positions(rows.iter().map(|r| r.n as i32 - 1).collect());
+    }
     let chunks: Vec<PromptChunk<'_>> = rows
         .iter()
         .map(|r| PromptChunk {
@@ -117,14 +126,19 @@ pub fn run_pass(model: &dyn LanguageModel, rows: &mut [PassRow]) -> Result<Vec<O
     let inputs = model.prompt_inputs(&chunks)?;
     let hidden = model.forward_inputs(inputs, &mut cache)?;
 
-    // Each row's last real position, `[B, 1, D]`.
-    let d = hidden.dim(2);
-    let last_index: Vec<i32> =
-        rows.iter().enumerate().map(|(i, r)| i as i32 * width + r.n as i32 - 1).collect();
-    let last = hidden
-        .reshape(&[b * width, d])?
-        .take_axis(Array::from_slice(&last_index, &[b]), 0)?
-        .reshape(&[b, 1, d])?;
+    // Each row's last real position, `[B, 1, D]` (all the model returned
+    // where it computed the read positions alone).
+    let last = if hidden.dim(1) == 1 {
+        hidden.clone()
+    } else {
+        let d = hidden.dim(2);
+        let last_index: Vec<i32> =
+            rows.iter().enumerate().map(|(i, r)| i as i32 * width + r.n as i32 - 1).collect();
+        hidden
+            .reshape(&[b * width, d])?
+            .take_axis(Array::from_slice(&last_index, &[b]), 0)?
+            .reshape(&[b, 1, d])?
+    };
 
     let scores = score_prompts(model, rows, &hidden)?;
 

@@ -121,6 +121,9 @@ pub trait LanguageModel {
     /// `tokens` are the step's ids `[B, L]` the embeddings came from (image
     /// placeholders where features were spliced in): a family with per-layer
     /// token embeddings (Gemma 4) reads them, the others ignore them.
+    /// Where the cache declares one read position per row
+    /// ([`BatchCache::set_read_positions`]), a family may return only
+    /// those, `[B, 1, D]`, having computed what no cache needs for them alone.
     fn forward_embeddings(
         &self,
         embeddings: Array,
@@ -164,7 +167,8 @@ pub trait LanguageModel {
     }
 
     /// Runs the decoder over prepared `inputs`, appending to `cache`; returns
-    /// the final-normed hidden states `[B, L, D]`.
+    /// the final-normed hidden states `[B, L, D]` (or `[B, 1, D]` at the
+    /// read positions, as [`Self::forward_embeddings`] says).
     fn forward_inputs(&self, inputs: ModelInputs, cache: &mut BatchCache) -> Result<Array> {
         inputs.forward(self, cache)
     }
