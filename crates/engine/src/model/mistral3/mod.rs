@@ -36,8 +36,9 @@ use serde_json::Value;
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::distributed::StageLayers;
 use crate::error::{Error, Result};
+use crate::model::layers::attention::{self, ReadPositions};
 use crate::model::layers::rope::{Positions, Rope, RopeScaling, Rotation};
-use crate::model::layers::{attention, Embedding, LayerLoader, Linear, RmsNorm};
+use crate::model::layers::{rows_at, Embedding, LayerLoader, Linear, RmsNorm};
 use crate::model::llama::Mlp;
 use crate::model::registry::Family;
 use crate::model::shape::{self, LayerShape};
@@ -296,24 +297,38 @@ impl Attention {
         })
     }
 
+    /// With `read` (the read positions and their own step), keys and
+    /// values of all positions go to the cache but the queries, and the
+    /// output `[B, 1, D]`, are the read positions' alone.
     fn forward(
         &self,
         x: &Array,
         layer: usize,
         step: &Step,
         cache: &mut BatchCache,
+        read: Option<(&Array, &Step)>,
     ) -> Result<Array> {
-        let (b, l, hd) = (x.dim(0), x.dim(1), self.head_dim);
+        let hd = self.head_dim;
         let heads_first = |t: Array, heads: i32| -> Result<Array> {
+            let (b, l) = (t.dim(0), t.dim(1));
             Ok(t.reshape(&[b, l, heads, hd])?.transpose_axes(&[0, 2, 1, 3])?)
         };
-        let q = heads_first(self.q_proj.forward(x)?, self.heads)?;
+        let (queries, query_step) = match read {
+            Some((at, read_step)) => (rows_at(x, at)?, read_step),
+            None => (x.clone(), step),
+        };
+        let (b, l) = (queries.dim(0), queries.dim(1));
+        let q = heads_first(self.q_proj.forward(&queries)?, self.heads)?;
         let k = heads_first(self.k_proj.forward(x)?, self.kv_heads)?;
         let v = heads_first(self.v_proj.forward(x)?, self.kv_heads)?;
-        let q = step.rope.rotate(&q, &step.rotation)?;
+        let q = query_step.rope.rotate(&q, &query_step.rotation)?;
         let k = step.rope.rotate(&k, &step.rotation)?;
         let (kv, mask) = cache.update(layer, &k, &v)?;
-        let q = match &step.query_scale {
+        let mask = match read {
+            Some((at, _)) => mask.one_query_per_row(at, k.dim(2), kv.columns())?,
+            None => mask,
+        };
+        let q = match &query_step.query_scale {
             Some(s) => q.multiply(s)?,
             None => q,
         };
@@ -409,6 +424,18 @@ impl Ministral3 {
 
     /// `1 + β · ln(1 + ⌊p / original context⌋)` for each query's position
     /// `p`, as the references compute it in float32.
+    /// What every layer of a step of `len` tokens at `positions` shares.
+    fn step<'a>(&'a self, positions: &'a Positions, len: i32) -> Result<Step<'a>> {
+        Ok(Step {
+            rope: &self.rope,
+            rotation: self.rope.prepare(positions)?,
+            query_scale: match self.query_scale(positions, len)? {
+                Some(s) => Some(s.as_dtype(self.scale_dtype)?),
+                None => None,
+            },
+        })
+    }
+
     fn query_scale(&self, positions: &Positions, len: i32) -> Result<Option<Array>> {
         let Some(s) = self.scaling else { return Ok(None) };
         let steps = ops::arange::<_, f32>(None, len, None)?;
@@ -464,18 +491,24 @@ impl LanguageModel for Ministral3 {
     ) -> Result<Array> {
         let len = h.dim(1);
         cache.begin_step(len)?;
-        let step = Step {
-            rope: &self.rope,
-            rotation: self.rope.prepare(positions)?,
-            query_scale: match self.query_scale(positions, len)? {
-                Some(s) => Some(s.as_dtype(self.scale_dtype)?),
-                None => None,
-            },
-        };
+        let step = self.step(positions, len)?;
+        // Where the caller reads one position per row, the last layer's
+        // queries and MLP run on those alone (see ReadPositions).
+        let whole = self.stage.layers().len() == self.stage.total();
+        let read = ReadPositions::of_step(cache, positions, len, whole)?;
+        let read_step = read.as_ref().map(|r| self.step(&r.positions, 1)).transpose()?;
         h = self.stage.enter(h, tokens)?;
         for (i, block) in self.stage.layers().zip(&self.layers) {
-            let a =
-                block.self_attn.forward(&block.input_layernorm.forward(&h)?, i, &step, cache)?;
+            let last = i + 1 == self.stage.total();
+            let read = match (&read, &read_step) {
+                (Some(r), Some(s)) if last => Some((&r.at, s)),
+                _ => None,
+            };
+            let x = block.input_layernorm.forward(&h)?;
+            let a = block.self_attn.forward(&x, i, &step, cache, read)?;
+            if let Some((at, _)) = read {
+                h = rows_at(&h, at)?;
+            }
             h = h.add(a)?;
             h = h.add(block.mlp.forward(&block.post_attention_layernorm.forward(&h)?)?)?;
         }
