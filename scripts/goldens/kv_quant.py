@@ -10,10 +10,16 @@ attention arithmetic, not in when things happen:
   last layer float; mlx-lm's `maybe_quantize_kv_cache` would convert it too);
 - then one token at a time, greedy.
 
+At every step it also records mlx-lm's own TOP_K highest logits ([id, logit]
+pairs, highest first): the test compares our logits with these, and where our
+top token is another one it can check that mlx-lm itself was at a near-tie
+there (its token's margin over the runner-up), on the machine that recorded it.
+
 Usage: kv_quant.py <converted float32 folder of the default model> <out.json>
 """
 import importlib.metadata
 import json
+import platform
 import sys
 
 import mlx.core as mx
@@ -32,6 +38,7 @@ SETTINGS = [
     {"bits": 8, "group_size": 32, "start": 40},
 ]
 TOKENS = 32
+TOP_K = 4
 
 
 def quantize_long_enough(cache, s):
@@ -40,16 +47,34 @@ def quantize_long_enough(cache, s):
             cache[i] = c.to_quantized(group_size=s["group_size"], bits=s["bits"])
 
 
+def top(logits):
+    ids = mx.argsort(-logits)[:TOP_K].tolist()
+    return [[i, logits[i].item()] for i in ids]
+
+
 def greedy(model, prompt, s):
+    """The greedy ids and, at each step, the TOP_K highest logits."""
     cache = make_prompt_cache(model)
     logits = model(mx.array(prompt)[None], cache=cache)[0, -1]
     quantize_long_enough(cache, s)
-    out = [int(mx.argmax(logits))]
+    out, tops = [int(mx.argmax(logits))], [top(logits)]
     while len(out) < TOKENS:
         logits = model(mx.array([[out[-1]]]), cache=cache)[0, -1]
         quantize_long_enough(cache, s)
         out.append(int(mx.argmax(logits)))
-    return out
+        tops.append(top(logits))
+    return {"greedy": out, "top": tops}
+
+
+def cpu_model():
+    """The CPU's name: its vector width changes how MLX's CPU kernels round."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        return platform.processor() or "?"
+    names = [line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")]
+    return (names[0] if names else "?") + (" (AVX-512)" if " avx512f" in info else "")
 
 
 def main():
@@ -60,15 +85,25 @@ def main():
     ]
     golden = {
         "about": "Python mlx-lm QuantizedKVCache greedy ids on the default model (float32 folder), all layers but the "
-        "last quantized once they hold `start` tokens; written by scripts/make-goldens.sh",
+        "last quantized once they hold `start` tokens, and at each step mlx-lm's own highest logits ([id, logit], "
+        "highest first); written by scripts/make-kv-quant-golden.sh",
         "versions": {"mlx": importlib.metadata.version("mlx"), "mlx-lm": importlib.metadata.version("mlx-lm")},
         "prompts": prompts,
-        "float": [greedy(model, p, {"bits": 8, "group_size": 64, "start": 1 << 30}) for p in prompts],
-        "settings": [dict(s, greedy=[greedy(model, p, s) for p in prompts]) for s in SETTINGS],
+        "machine": platform.machine() + ", " + cpu_model(),
     }
+    runs = [greedy(model, p, {"bits": 8, "group_size": 64, "start": 1 << 30}) for p in prompts]
+    golden["float"], golden["float_top"] = [r["greedy"] for r in runs], [r["top"] for r in runs]
+    golden["settings"] = []
+    for s in SETTINGS:
+        runs = [greedy(model, p, s) for p in prompts]
+        golden["settings"].append(dict(s, greedy=[r["greedy"] for r in runs], top=[r["top"] for r in runs]))
     for s in golden["settings"]:
         same = sum(a == b for g, f in zip(s["greedy"], golden["float"]) for a, b in zip(g, f))
-        print(f"{s['bits']}-bit g{s['group_size']} from {s['start']}: {same} of {len(prompts) * TOKENS} ids as float")
+        margins = [t[0][1] - t[1][1] for tops in s["top"] for t in tops]
+        print(
+            f"{s['bits']}-bit g{s['group_size']} from {s['start']}: {same} of {len(prompts) * TOKENS} ids as float; "
+            f"smallest margin over the runner-up {min(margins):.4f}"
+        )
     with open(out, "w") as f:
         json.dump(golden, f)
         f.write("\n")

@@ -10,12 +10,45 @@ use engine::model::{LoadOptions, WeightFormat};
 use engine::testing::{write_tiny_llama, TinyLlama};
 use mlx_rs::{random, Array};
 
-/// How far below our top logit mlx-lm's token may be (see the golden test).
-/// Measured against a golden recorded on another CPU: near-ties of 1.6e-4
-/// (4-bit from 0) and 2.0e-3, 9.6e-3 (8-bit from 40); 0 against one recorded
-/// on the same machine. Driving the cache wrongly (quantizing the prompt's
-/// own pass) put mlx-lm's token 0.62 below ours.
-const NEAR_TIE: f32 = 0.05;
+/// How closely our logits must follow mlx-lm's on its top tokens (see the
+/// golden test). With the same MLX on the same CPU and BLAS threads ours are
+/// bit-identical to mlx-lm's in every setting. Across roundings they are not,
+/// and a quantized cache amplifies them: a last-bit difference moves a value
+/// across a quantization step. Measured with mlx-lm itself against the golden
+/// (`OPENBLAS_NUM_THREADS=2` instead of 1, on the machine that recorded it;
+/// ours under the same change: means 0.025, 0.011, 0.13, margins up to 0.29):
+/// float logits within 1e-4; 8-bit g64 within 0.22 (mean 0.031), 8-bit g32
+/// from 40 within 0.16 (mean 0.016), 4-bit g32 within 1.1 (mean 0.15), and
+/// mlx-lm's own top token changed where its margin over the runner-up was up
+/// to 0.0088 (8-bit) and 0.29 (4-bit). A wrong group size (32 and 64 swapped)
+/// gives means of 0.068 and 0.061 (8-bit) and 1.2 (4-bit), and changes the top
+/// token at 4-bit margins up to 1.09; 4 and 8 bits swapped, means of 0.6-1.2.
+struct Tolerance {
+    /// The largest |ours − mlx-lm's| at any step (not bounded for a
+    /// quantized cache: one value across a step moves a logit by up to 1.1).
+    max_logit_diff: f32,
+    /// The mean |ours − mlx-lm's| over all steps.
+    mean_logit_diff: f32,
+    /// Where our top token is another one, mlx-lm's own margin of its token
+    /// over ours must be at most this.
+    reference_near_tie: f32,
+}
+
+fn tolerance(kv: Option<KvQuantization>) -> Tolerance {
+    match kv.map(|q| q.bits) {
+        None => Tolerance { max_logit_diff: 1e-3, mean_logit_diff: 1e-3, reference_near_tie: 0.0 },
+        Some(8) => Tolerance {
+            max_logit_diff: f32::INFINITY,
+            mean_logit_diff: 0.05,
+            reference_near_tie: 0.05,
+        },
+        Some(_) => Tolerance {
+            max_logit_diff: f32::INFINITY,
+            mean_logit_diff: 0.5,
+            reference_near_tie: 0.5,
+        },
+    }
+}
 
 fn q(bits: i32, group_size: i32) -> KvQuantization {
     KvQuantization { bits, group_size, start: 0 }
@@ -183,19 +216,50 @@ fn each_request_reports_the_kv_bytes_of_its_own_tokens() {
     }
 }
 
+/// mlx-lm's highest logits at one step, `[id, logit]`, highest first.
+fn reference_top(step: &serde_json::Value) -> Vec<(u32, f32)> {
+    let pair =
+        |v: &serde_json::Value| (v[0].as_u64().unwrap() as u32, v[1].as_f64().unwrap() as f32);
+    step.as_array().unwrap().iter().map(pair).collect()
+}
+
+/// What teacher-forcing mlx-lm's tokens through our model found for one setting.
+#[derive(Debug, Default)]
+struct Followed {
+    /// The largest |our logit − mlx-lm's| over mlx-lm's top logits, every step.
+    max_logit_diff: f32,
+    /// Their mean.
+    mean_logit_diff: f32,
+    /// (prompt, step, mlx-lm's own margin of its token over ours) where our
+    /// top token is another one.
+    other_top: Vec<(usize, usize, f32)>,
+    /// (prompt, step) where our top token is not among mlx-lm's top logits.
+    outside_reference_top: Vec<(usize, usize)>,
+}
+
 /// The reference: Python mlx-lm's `QuantizedKVCache` and quantized attention
 /// on the default model (the float32 folder `vlm convert` writes), driven as
-/// our engine drives its cache (`scripts/goldens/kv_quant.py`): the prompt in
-/// one pass, then one token at a time, with the same bits, group size and
-/// start. mlx-lm's greedy tokens are fed to our model with the same cache
-/// (teacher forcing), and at every step its token must be our top token or
-/// within NEAR_TIE of it (a float cache: at every step). Comparing
-/// free-running greedy answers instead broke
-/// across machines: MLX's CPU kernels round differently with the CPU's vector
-/// width, and mlx-lm itself picked other tokens on an AVX-512 EPYC than where
-/// the golden was recorded (4-bit from 0: the third prompt's 6th token; 8-bit
-/// from 40: its 9th), near-ties that then send the rest of the answer
-/// elsewhere.
+/// our engine drives its cache (`scripts/goldens/kv_quant.py`, recorded by
+/// `scripts/make-kv-quant-golden.sh`): the prompt in one pass, then one token
+/// at a time, with the same bits, group size and start. The golden holds
+/// mlx-lm's greedy tokens and, at every step, its own four highest logits.
+/// mlx-lm's tokens are fed to our model with the same cache (teacher forcing);
+/// at every step our logits for mlx-lm's top tokens must be within
+/// `tolerance` of its own, and our top token may be another one only
+/// where mlx-lm itself was at a near-tie (its token at most
+/// `reference_near_tie` above ours, in its own logits).
+///
+/// Why not "our top token, or mlx-lm's within 0.05 of ours", as before: MLX's
+/// CPU kernels round differently with the CPU's vector width and BLAS
+/// threads, and mlx-lm's own greedy tokens move with them. Re-recorded on an
+/// AVX-512 EPYC (OpenBLAS, one thread), the float and 8-bit g64 tokens equal
+/// those recorded on another CPU, but 4-bit g32 differs from prompt 0 step 19,
+/// prompt 2 step 5 and prompt 3 step 8, and 8-bit g32 from 40 from prompt 2
+/// step 8. At prompt 3 step 8 the old golden's 7815 was 0.055 below our 7564
+/// here, and as far below mlx-lm's own 7564 on this machine (its logits are
+/// ours, bit for bit; with two OpenBLAS threads it prefers 7564 by 0.0022):
+/// a near-tie in the reference, which a gap measured on our side alone cannot
+/// tell from a wrong cache.
 #[test]
 fn quantized_kv_follows_mlx_lm_s_greedy_tokens_on_the_default_model() {
     let path = hub::default_model::locate().expect("run scripts/setup.sh");
@@ -214,12 +278,15 @@ fn quantized_kv_follows_mlx_lm_s_greedy_tokens_on_the_default_model() {
         engine::model::load(&path, &LoadOptions { format: WeightFormat::Float32 }).unwrap();
     let model = loaded.model.as_ref();
     let layout = model.cache_layout();
-    // Every setting's tokens, teacher-forced; returns the steps where ours differ.
+    // One setting's tokens, teacher-forced, compared with mlx-lm's top logits.
     let follow = |kv: Option<KvQuantization>,
-                  greedy: &serde_json::Value|
-     -> Vec<(usize, usize, f32)> {
-        let mut near_ties = Vec::new();
-        for (p, (prompt, theirs)) in prompts.iter().zip(greedy.as_array().unwrap()).enumerate() {
+                  greedy: &serde_json::Value,
+                  top: &serde_json::Value|
+     -> Followed {
+        let mut found = Followed::default();
+        let mut compared = 0;
+        let per_prompt = greedy.as_array().unwrap().iter().zip(top.as_array().unwrap());
+        for (p, (prompt, (theirs, top))) in prompts.iter().zip(per_prompt).enumerate() {
             // As the engine does: the prompt prefilled in a float cache of
             // its own, which then joins the (quantizing) decode batch.
             let mut prefill = BatchCache::new(&layout, 1, None);
@@ -228,16 +295,29 @@ fn quantized_kv_follows_mlx_lm_s_greedy_tokens_on_the_default_model() {
             let mut cache = BatchCache::new(&layout, 0, kv);
             cache.extend(prefill).unwrap();
             let mut input = None;
-            for (step, theirs) in ids(theirs).into_iter().enumerate() {
+            for (step, (theirs, top)) in
+                ids(theirs).into_iter().zip(top.as_array().unwrap()).enumerate()
+            {
                 if let Some(input) = &input {
                     logits = common::rows(&common::forward_cached(model, &mut cache, input));
                 }
                 let last = logits.last().unwrap();
+                let reference = reference_top(top);
+                assert_eq!(reference[0].0, theirs, "the golden's top logit is its greedy token");
+                for &(id, logit) in &reference {
+                    let diff = (last[id as usize] - logit).abs();
+                    found.max_logit_diff = found.max_logit_diff.max(diff);
+                    found.mean_logit_diff += diff;
+                    compared += 1;
+                }
                 let ours = common::argmax(last);
-                let gap = last[ours as usize] - last[theirs as usize];
-                assert!(gap <= NEAR_TIE, "{kv:?}, prompt {p}, step {step}: mlx-lm's token {theirs} is {gap:.3} below ours {ours}");
                 if ours != theirs {
-                    near_ties.push((p, step, gap));
+                    match reference.iter().find(|(id, _)| *id == ours) {
+                        Some(&(_, logit)) => {
+                            found.other_top.push((p, step, reference[0].1 - logit))
+                        }
+                        None => found.outside_reference_top.push((p, step)),
+                    }
                 }
                 if loaded.tokenizer.is_eos(theirs) {
                     break;
@@ -245,18 +325,40 @@ fn quantized_kv_follows_mlx_lm_s_greedy_tokens_on_the_default_model() {
                 input = Some(common::tokens(&[theirs]));
             }
         }
-        near_ties
+        found.mean_logit_diff /= compared as f32;
+        found
     };
-    let float = follow(None, &golden["float"]);
-    println!("float cache: near-ties (prompt, step, gap) {float:?}");
-    assert!(float.is_empty(), "a float cache is the same computation as mlx-lm's: {float:?}");
+    let check = |kv: Option<KvQuantization>, found: &Followed| {
+        println!("{kv:?}: {found:?}");
+        let tolerance = tolerance(kv);
+        assert!(
+            found.max_logit_diff <= tolerance.max_logit_diff,
+            "{kv:?}: our logits are up to {} from mlx-lm's (tolerance {})",
+            found.max_logit_diff,
+            tolerance.max_logit_diff
+        );
+        assert!(
+            found.mean_logit_diff <= tolerance.mean_logit_diff,
+            "{kv:?}: our logits are {} from mlx-lm's on average (tolerance {})",
+            found.mean_logit_diff,
+            tolerance.mean_logit_diff
+        );
+        assert!(found.outside_reference_top.is_empty(), "{kv:?}: {found:?}");
+        for &(p, step, margin) in &found.other_top {
+            assert!(
+                margin <= tolerance.reference_near_tie,
+                "{kv:?}, prompt {p}, step {step}: our top token is another than mlx-lm's, which \
+                 prefers its own by {margin:.4} (not a near-tie)"
+            );
+        }
+    };
+    check(None, &follow(None, &golden["float"], &golden["float_top"]));
     for s in golden["settings"].as_array().unwrap() {
         let q = KvQuantization {
             bits: s["bits"].as_i64().unwrap() as i32,
             group_size: s["group_size"].as_i64().unwrap() as i32,
             start: s["start"].as_u64().unwrap() as usize,
         };
-        let near_ties = follow(Some(q), &s["greedy"]);
-        println!("{q:?}: near-ties (prompt, step, gap) {near_ties:?}");
+        check(Some(q), &follow(Some(q), &s["greedy"], &s["top"]));
     }
 }
