@@ -31,6 +31,10 @@ use super::row_contents::{GroupContents, RowContents};
 use super::{AttentionMask, CacheLayout, KvQuantization, KvView, LayerCache};
 use crate::error::{Error, Result};
 
+/// Per row, the ranges of a step's tokens that attend to each other both
+/// ways (an image's tokens in Gemma 3 / Gemma 4).
+pub type BidirectionalSpans = Vec<Vec<(i32, i32)>>;
+
 #[derive(Clone, Copy)]
 enum Slot {
     Attention { group: usize, member: usize },
@@ -48,7 +52,7 @@ struct StepState {
     shared_views: BTreeMap<usize, KvView>,
     /// Per row, ranges of this step's tokens that attend to each other both
     /// ways (an image's tokens in Gemma 3 / Gemma 4).
-    bidirectional: Option<Vec<Vec<(i32, i32)>>>,
+    bidirectional: Option<BidirectionalSpans>,
     /// Whether recurrent layers keep their states after each token of this
     /// step, so that [`BatchCache::rewind_rows`] can undo some of them.
     record_steps: bool,
@@ -150,7 +154,7 @@ impl BatchCache {
     /// What was declared for the coming step: the real tokens per row (a
     /// right-padded pass) and the spans of image tokens that attend both
     /// ways, if any (for the other ranks' copies of this cache).
-    pub fn declared_step(&self) -> (Option<Vec<i32>>, Option<Vec<Vec<(i32, i32)>>>) {
+    pub fn declared_step(&self) -> (Option<Vec<i32>>, Option<BidirectionalSpans>) {
         match &self.step {
             Some(s) => (s.real.clone(), s.bidirectional.clone()),
             None => (None, None),
@@ -211,7 +215,7 @@ impl BatchCache {
     /// Declares, before a prefill pass (after [`Self::set_real_tokens`]), the
     /// ranges of each row's tokens in the pass that attend to each other both
     /// ways: whole images, which never straddle two passes.
-    pub fn set_bidirectional_spans(&mut self, spans: Vec<Vec<(i32, i32)>>) {
+    pub fn set_bidirectional_spans(&mut self, spans: BidirectionalSpans) {
         assert_eq!(spans.len(), self.rows(), "spans per row");
         self.step.get_or_insert_with(Default::default).bidirectional = Some(spans);
     }
@@ -247,6 +251,11 @@ impl BatchCache {
         let step = self.step.as_ref().expect("begin_step ran");
         let Some(real) = &step.real else { return Ok(None) };
         let l = step.query_len;
+        if real.iter().all(|&r| r == l) {
+            // no row is padded: nothing to hide, and a recurrent layer's
+            // masked path costs a third more per token (a lone prompt's pass)
+            return Ok(None);
+        }
         let cols = ops::arange::<_, i32>(None, l, None)?.reshape(&[1, l])?;
         let real = Array::from_slice(real, &[real.len() as i32, 1]);
         Ok(Some(cols.lt(&real)?))
