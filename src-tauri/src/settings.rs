@@ -296,7 +296,7 @@ impl Settings {
     /// The prefix cache's disk tier in `folder` within the setting's budget;
     /// `None` when the setting is 0 (off).
     pub fn prefix_disk(&self, folder: PathBuf) -> Option<DiskPrefixConfig> {
-        (self.prefix_disk_cache_mb > 0).then(|| DiskPrefixConfig {
+        (self.prefix_disk_cache_mb > 0).then_some(DiskPrefixConfig {
             folder,
             capacity_bytes: (self.prefix_disk_cache_mb as u64) << 20,
         })

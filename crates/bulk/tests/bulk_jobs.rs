@@ -332,13 +332,13 @@ async fn pdfs_answer_as_if_asked_one_by_one_and_a_damaged_one_fails_alone() {
         .collect();
     let mut table: Vec<Row> = items.iter().map(|i| Row::pending(&i.name)).collect();
     run_into(&mut table, &f, items, RunConfig::for_batch(3), &CancelToken::default(), None).await;
-    for i in 0..3 {
-        assert_eq!(table[i].status, RowStatus::Done, "{:?}", table[i].error);
+    for (i, row) in table.iter().enumerate().take(3) {
+        assert_eq!(row.status, RowStatus::Done, "{:?}", row.error);
         let (page, text) = bulk_document(pdf(i + 1));
         assert!(text.contains(&format!("[page 2]\nTotal due: {}4.{}0 euros.", i + 1, i + 1)));
         let alone = ask_alone_request(&f, job(&f.engine).request_for_document(page, &text)).await;
-        assert_eq!(table[i].answer, alone.content, "row {i}: batched equals alone");
-        assert_eq!(table[i].prompt_tokens, alone.stats.prompt_tokens);
+        assert_eq!(row.answer, alone.content, "row {i}: batched equals alone");
+        assert_eq!(row.prompt_tokens, alone.stats.prompt_tokens);
     }
     // the image's slots plus about thirty tokens of text: more than an image alone gets
     let image_only = ask_alone(&f, &f.paths[0]).await.stats.prompt_tokens;

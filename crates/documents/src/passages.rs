@@ -57,7 +57,7 @@ mod tests {
     #[test]
     fn passages_keep_their_pages_and_their_size() {
         let line = "one two three four five six seven eight nine ten";
-        let page = vec![line; 10].join("\n");
+        let page = [line; 10].join("\n");
         let pages = vec![page, String::new(), "last page".to_string()];
         let cut = passages(&pages, 30);
         // 100 words in lines of 10 with at most 37 a passage: 30, 30, 30, 10

@@ -195,7 +195,7 @@ impl Sampler {
         let without_draft = put_along_axis(&drafted, &ids, &fill, -1)?;
         let replacements = random::categorical(&without_draft, -1, None, &replace_key)?
             .as_dtype(mlx_rs::Dtype::Int32)?;
-        let bonus = random::categorical(&logprobs.index(n..n + 1), -1, None, &bonus_key)?
+        let bonus = random::categorical(logprobs.index(n..n + 1), -1, None, &bonus_key)?
             .as_dtype(mlx_rs::Dtype::Int32)?;
         Ok((kept, replacements, bonus))
     }

@@ -671,7 +671,7 @@ mod tests {
         let json =
             ["<|tool_call_start|>[{\"name\": \"f\", \"arguments\": {\"a\": 1}}]<|tool_call_end|>"];
         let (_, _, calls) = route(&json, tags.clone());
-        assert_eq!(name_args(&calls[0].as_ref().unwrap()), [("f", r#"{"a":1}"#)]);
+        assert_eq!(name_args(calls[0].as_ref().unwrap()), [("f", r#"{"a":1}"#)]);
         let (_, _, calls) = route(&["<|tool_call_start|>[f(x=]<|tool_call_end|>"], tags);
         assert_eq!(calls[0].as_ref().unwrap_err().raw, "[f(x=]");
     }

@@ -127,7 +127,7 @@ impl LayerMemory {
     /// element, or `bits` plus a scale and a bias per group where KV
     /// quantization applies to this layer.
     fn bytes_per_token(&self, kv_bits: Option<u8>, float: f64) -> f64 {
-        let group = if self.head_dim % 64 == 0 { 64.0 } else { 32.0 };
+        let group = if self.head_dim.is_multiple_of(64) { 64.0 } else { 32.0 };
         let element = match kv_bits {
             Some(bits) if self.quantizable => bits as f64 / 8.0 + 2.0 * float / group,
             _ => float,

@@ -220,8 +220,8 @@ fn input_items(items: &[Value]) -> Result<Vec<RequestMessage>, ApiError> {
                 let role = required_str(&at, item, "role")?;
                 let content = message_content(&format!("{at}.content"), item.get("content"))?;
                 if role == "assistant" {
-                    let mut m = open_assistant(&mut out, &mut assistant_open);
-                    append_text(&mut m, content);
+                    let m = open_assistant(&mut out, &mut assistant_open);
+                    append_text(m, content);
                     take_reasoning(m, &mut reasoning);
                 } else {
                     if !matches!(role, "user" | "system" | "developer") {

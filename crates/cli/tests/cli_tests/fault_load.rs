@@ -48,7 +48,7 @@ async fn round(served: &Served, client: &reqwest::Client) -> (Round, f64) {
     let mut random = XorShift(0x5eed_1234_abcd_0001);
     // (request index, leave after this many events, or stay)
     let plan: Vec<(usize, Option<usize>)> = (0..REQUESTS)
-        .map(|i| (i, (random.next() % 3 == 0).then(|| 1 + (random.next() % 4) as usize)))
+        .map(|i| (i, random.next().is_multiple_of(3).then(|| 1 + (random.next() % 4) as usize)))
         .collect();
     let stats = Round::default();
     let started = Instant::now();

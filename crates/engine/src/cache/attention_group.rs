@@ -233,13 +233,13 @@ impl AttentionGroup {
         }
         // The query at column `end`: every key is in its past.
         let cols = ops::arange::<_, i32>(None, end, None)?.reshape(&[1, 1, 1, end])?;
-        let mut visible = cols.ge(&Array::from_int(0))?;
+        let mut visible = cols.ge(Array::from_int(0))?;
         if padded {
             let pads = Array::from_slice(&self.left_padding, &[self.rows() as i32, 1, 1, 1]);
             visible = ops::logical_and(&visible, cols.ge(&pads)?)?;
         }
         if let Some(w) = self.window.filter(|_| windowed) {
-            visible = ops::logical_and(&visible, cols.gt(&Array::from_int(end - w))?)?;
+            visible = ops::logical_and(&visible, cols.gt(Array::from_int(end - w))?)?;
         }
         Ok(Some((view, AttentionMask::Array(visible))))
     }

@@ -47,7 +47,7 @@ impl Split {
             .get("num_key_value_heads")
             .and_then(|v| v.as_u64())
             .map_or(heads, |v| v as usize);
-        let divides = heads > 0 && heads % ranks == 0 && kv_heads % ranks == 0;
+        let divides = heads > 0 && heads.is_multiple_of(ranks) && kv_heads.is_multiple_of(ranks);
         Ok(if family.is_some_and(|f| f.tensor_parallel) && divides {
             Split::Tensor
         } else {

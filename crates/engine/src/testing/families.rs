@@ -471,8 +471,8 @@ pub fn write_family(
 /// with twice the head size and proportional RoPE over a quarter of it;
 /// learned layer scalars away from 1; logits soft-capped. Dense (no
 /// experts): the last two layers KV-shared (one of each kind, with
-/// double-wide MLPs) and per-layer input embeddings. With experts (`d.experts
-/// > 0`): experts beside each dense MLP, Hugging Face's stacked
+/// double-wide MLPs) and per-layer input embeddings. With experts
+/// (`d.experts > 0`): experts beside each dense MLP, Hugging Face's stacked
 /// `gate_up_proj` layout in float and mlx-community's `switch_glu` in 4-bit,
 /// and the global layers' values equal to their keys.
 fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
@@ -704,7 +704,7 @@ pub(crate) fn qwen35_parts(
             let conv = if hf { conv.swap_axes(1, 2)? } else { conv };
             c.tensors.insert(format!("{a}.conv1d.weight"), conv);
             // A between 1 and 8: decays from gentle to strong.
-            let a_log = ops::log(&c.rng.tensor(&[plan.value_heads], 3.5, 4.5))?;
+            let a_log = ops::log(c.rng.tensor(&[plan.value_heads], 3.5, 4.5))?;
             c.tensors.insert(format!("{a}.A_log"), a_log);
             let dt_bias = c.rng.tensor(&[plan.value_heads], 0.5, 1.0);
             c.tensors.insert(format!("{a}.dt_bias"), dt_bias);

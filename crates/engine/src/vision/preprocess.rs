@@ -470,7 +470,6 @@ mod tests {
             min_pixels: 1,
             max_pixels: 1 << 20,
             normalize: Normalize::RAW,
-            ..Default::default()
         };
         let rgb: Vec<u8> = (0..16u8).flat_map(|v| [v, v + 100, v + 200]).collect();
         let data = p.patchify(&rgb, 4, 4, 4);

@@ -229,11 +229,11 @@ mod part_tests {
             let mut weights = load_folder(dir.path()).unwrap();
             assert!(weights.stored.contains_key("t"), "where the file holds it is known");
             let rows = weights.take_part("t", &[4, 6], 0, 1..3).unwrap();
-            assert!(rows.eq_values(&t.index((1..3, ..))).unwrap(), "{dtype:?}");
+            assert!(rows.eq_values(t.index((1..3, ..))).unwrap(), "{dtype:?}");
             let columns =
                 load_folder(dir.path()).unwrap().take_part("t", &[4, 6], 1, 2..5).unwrap();
             assert_eq!(columns.shape(), &[4, 3]);
-            assert!(columns.eq_values(&t.index((.., 2..5))).unwrap(), "{dtype:?}");
+            assert!(columns.eq_values(t.index((.., 2..5))).unwrap(), "{dtype:?}");
         }
     }
 
@@ -244,7 +244,7 @@ mod part_tests {
         let doubled = t.multiply(Array::from_f32(2.0)).unwrap();
         weights.insert("t", doubled.clone());
         let part = weights.take_part("t", &[4, 6], 1, 0..2).unwrap();
-        assert!(part.eq_values(&doubled.index((.., 0..2))).unwrap());
+        assert!(part.eq_values(doubled.index((.., 0..2))).unwrap());
     }
 
     #[test]
@@ -255,7 +255,7 @@ mod part_tests {
         assert!(!weights.rename("t", "again"));
         assert!(weights.stored.contains_key("model.t") && !weights.stored.contains_key("t"));
         let part = weights.take_part("model.t", &[4, 6], 0, 2..4).unwrap();
-        assert!(part.eq_values(&t.index((2..4, ..))).unwrap());
+        assert!(part.eq_values(t.index((2..4, ..))).unwrap());
         let mut weights = load_folder(dir.path()).unwrap();
         weights.insert("u", t.clone());
         assert!(weights.rename("u", "t"), "over the stored one");

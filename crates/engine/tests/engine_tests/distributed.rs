@@ -276,7 +276,7 @@ fn a_rank_that_dies_fails_the_other_ranks_collective_with_a_clear_error() {
         std::thread::sleep(Duration::from_millis(500));
         let started = Instant::now();
         let sum = ops::all_sum(&Array::from_slice(&[1.0f32, 2.0], &[2]), &group).unwrap();
-        let err = sum.eval().err().expect("no sum without rank 1");
+        let err = sum.eval().expect_err("no sum without rank 1");
         println!("RANK 0 error after {:.1}s: {err}", started.elapsed().as_secs_f32());
         return;
     }
@@ -301,7 +301,7 @@ fn without_a_launcher_a_strict_group_is_refused_and_a_lenient_one_is_this_proces
     // A group of one: MLX's collectives give back the input unchanged.
     let x = Array::from_slice(&[1.5f32, -2.0], &[2]);
     assert_eq!(values(&ops::all_sum(&x, &alone).unwrap()), vec![1.5, -2.0]);
-    let err = ops::send(&x, 1, &alone).err().expect("no rank 1");
+    let err = ops::send(&x, 1, &alone).expect_err("no rank 1");
     assert!(err.to_string().contains("cannot exchange with rank 1 in a group of 1"), "{err}");
 }
 
@@ -474,12 +474,13 @@ fn a_stage_bigger_than_its_rank_s_memory_is_refused_on_every_rank() {
     let outputs = two_ranks_on_checkpoint(TEST, dir.path());
     let all = report(&outputs);
     assert!(outputs.iter().all(RankOutput::succeeded), "{all}");
-    for rank in 0..2 {
+    assert_eq!(outputs.len(), 2, "{all}");
+    for (rank, output) in outputs.iter().enumerate() {
         let want = format!(
             "RANK {rank} INVALID_MODEL_CONFIG: invalid model config: rank 1's layers 0..2 need"
         );
-        assert!(outputs[rank].stdout.contains(&want), "{want}\n{all}");
-        assert!(outputs[rank].stdout.contains("and it offers 0.0 GB: add a machine"), "{all}");
+        assert!(output.stdout.contains(&want), "{want}\n{all}");
+        assert!(output.stdout.contains("and it offers 0.0 GB: add a machine"), "{all}");
     }
 }
 
@@ -746,8 +747,9 @@ fn batch_matches_one_process(test: &str, dir: &Path, ranks: usize) -> usize {
         .find_map(|l| l.strip_prefix("RANK 0 RAN "))
         .expect("rank 0's count");
     assert_eq!(ran, format!("{forwards} forwards"), "alone\n{all}");
-    for rank in 1..ranks {
-        assert!(outputs[rank].stdout.contains(&format!("RANK {rank} FOLLOWED {ran}")), "{all}");
+    assert_eq!(outputs.len(), ranks, "{all}");
+    for (rank, output) in outputs.iter().enumerate().skip(1) {
+        assert!(output.stdout.contains(&format!("RANK {rank} FOLLOWED {ran}")), "{all}");
     }
     cached
 }
@@ -1106,8 +1108,7 @@ fn a_follower_whose_leader_dies_stops_with_a_clear_error() {
             std::process::exit(7);
         }
         let err = run_follower(Path::new(&dir), &common::LOAD, &connect())
-            .err()
-            .expect("no steps without rank 0");
+            .expect_err("no steps without rank 0");
         println!("RANK 1 {}: {err}", err.code());
         return;
     }
@@ -1303,6 +1304,6 @@ fn mlx_s_own_messages_reach_our_errors_and_mlx_rs_still_gets_its_own() {
     assert!(!err.to_string().contains("MLX gave no message"), "{err}");
     // Our handler passes every message on: mlx-rs's own errors keep theirs.
     let bad =
-        Array::from_slice(&[1.0f32, 2.0], &[2]).reshape(&[3]).err().expect("2 elements are not 3");
+        Array::from_slice(&[1.0f32, 2.0], &[2]).reshape(&[3]).expect_err("2 elements are not 3");
     assert!(bad.what().contains("reshape"), "{bad}");
 }

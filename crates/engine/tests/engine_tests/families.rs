@@ -150,7 +150,7 @@ fn reading_one_position_per_row_computes_what_the_whole_pass_does() {
             if h.dim(1) == 1 {
                 h.clone()
             } else {
-                h.take_along_axis(&ops::broadcast_to(&at, &[2, 1, d]).unwrap(), 1).unwrap()
+                h.take_along_axis(ops::broadcast_to(&at, &[2, 1, d]).unwrap(), 1).unwrap()
             }
         };
         if narrows.contains(&family) {

@@ -420,7 +420,7 @@ fn write_gpt_oss_gguf(folder: &Path, out: &Path) {
     // Rows `start`, `start + 2`, … of `[E, 2I, ..]` (gate: 0, up: 1).
     let rows_of = |a: &Array, start: i32| {
         let idx: Vec<i32> = (start..a.dim(1)).step_by(2).collect();
-        a.take_axis(&Array::from_slice(&idx, &[idx.len() as i32]), 1).unwrap()
+        a.take_axis(Array::from_slice(&idx, &[idx.len() as i32]), 1).unwrap()
     };
     let mxfp4_tensor = |name: String, blocks: &Array, scales: &Array| {
         let s = blocks.shape();
@@ -515,7 +515,7 @@ fn a_gpt_oss_mxfp4_gguf_loads_as_the_folder_it_was_written_from() {
             greedy_ids(&from_folder, &prompt, 12),
             "{format:?}"
         );
-        let rendered = |m: &model::LoadedModel| m.info.capabilities.clone();
+        let rendered = |m: &model::LoadedModel| m.info.capabilities;
         assert_eq!(
             rendered(&from_gguf),
             rendered(&from_folder),

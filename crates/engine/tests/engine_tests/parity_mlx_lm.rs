@@ -197,7 +197,7 @@ fn compare(loaded: &LoadedModel, golden: &Golden, variant: &str, format: WeightF
         worst.1
     );
 
-    let greedy = greedy_ids(&loaded, &golden.prompt, GREEDY_TOKENS);
+    let greedy = greedy_ids(loaded, &golden.prompt, GREEDY_TOKENS);
     println!("{variant} ({format:?}) greedy ids: ours {greedy:?}, mlx-lm {:?}", golden.greedy);
     assert_eq!(greedy, golden.greedy, "{variant} ({format:?}): greedy ids differ from mlx-lm's");
 }

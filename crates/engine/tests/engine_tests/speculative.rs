@@ -428,7 +428,7 @@ fn the_head_starts_after_a_prefix_cache_hit() {
     let plain: Vec<String> = reqs
         .iter()
         .map(|r| {
-            run(dir.path(), SchedulerConfig::default(), None, &[r.clone()], 1, 0).0[0]
+            run(dir.path(), SchedulerConfig::default(), None, std::slice::from_ref(r), 1, 0).0[0]
                 .content
                 .clone()
         })
@@ -782,7 +782,7 @@ fn a_recurrent_draft_model_starts_after_a_prefix_cache_hit() {
         .iter()
         .map(|r| {
             let base = SchedulerConfig::default();
-            run(target.path(), base, None, &[r.clone()], 1, 0).0[0].content.clone()
+            run(target.path(), base, None, std::slice::from_ref(r), 1, 0).0[0].content.clone()
         })
         .collect();
     let proposer = Some(Proposer::Draft(draft.path()));

@@ -76,7 +76,7 @@ fn mixed_requests(engine: &EngineHandle) -> Vec<Request> {
     let large = fixture("qwen_parity_320x240.png");
     vec![
         ask("describe nothing in particular", &[], 12, engine),
-        ask("what is in this picture?", &[small.clone()], 12, engine),
+        ask("what is in this picture?", std::slice::from_ref(&small), 12, engine),
         ask("compare these two", &[large, small], 12, engine),
     ]
 }
@@ -127,7 +127,9 @@ fn an_image_request_joining_mid_decode_equals_it_alone() {
         SchedulerConfig { vision_cache_bytes: 0, prefix_cache_bytes: 0, ..Default::default() },
     );
     let want = finished(
-        engine.submit(ask("what is this?", &[image.clone()], 10, &engine)).collect_blocking(),
+        engine
+            .submit(ask("what is this?", std::slice::from_ref(&image), 10, &engine))
+            .collect_blocking(),
     );
 
     let mut long = engine.submit(ask("a long text-only answer please", &[], 60, &engine));
@@ -146,14 +148,18 @@ fn a_repeated_image_hits_the_vision_cache_and_a_changed_byte_misses() {
     let engine = start(dir.path(), SchedulerConfig { prefix_cache_bytes: 0, ..Default::default() });
     let image = fixture("qwen_parity_182x126.png");
     let first = finished(
-        engine.submit(ask("what is this?", &[image.clone()], 8, &engine)).collect_blocking(),
+        engine
+            .submit(ask("what is this?", std::slice::from_ref(&image), 8, &engine))
+            .collect_blocking(),
     );
     let after_first = engine.stats().unwrap().vision_cache;
     assert_eq!((after_first.hits, after_first.misses, after_first.entries), (0, 1, 1));
     assert!(after_first.bytes > 0);
 
     let second = finished(
-        engine.submit(ask("what is this?", &[image.clone()], 8, &engine)).collect_blocking(),
+        engine
+            .submit(ask("what is this?", std::slice::from_ref(&image), 8, &engine))
+            .collect_blocking(),
     );
     assert_eq!(second.content, first.content, "cached features must give the same answer");
     assert_eq!(engine.stats().unwrap().vision_cache.hits, 1);
@@ -176,15 +182,21 @@ fn the_prefix_cache_never_reuses_a_prefix_across_different_images() {
     let engine = start(dir.path(), SchedulerConfig::default());
     let a = fixture("qwen_parity_182x126.png");
     let b = fixture("qwen_parity_320x240.png");
-    let first =
-        finished(engine.submit(ask("what is this?", &[a.clone()], 6, &engine)).collect_blocking());
+    let first = finished(
+        engine
+            .submit(ask("what is this?", std::slice::from_ref(&a), 6, &engine))
+            .collect_blocking(),
+    );
     // Same image, same text: everything but the last prompt token is reused.
     let again = finished(engine.submit(ask("what is this?", &[a], 6, &engine)).collect_blocking());
     assert_eq!(again.stats.cached_prompt_tokens, again.stats.prompt_tokens - 1);
     assert_eq!(again.content, first.content);
     // Another image at the same place: only the text before it may be reused.
-    let other =
-        finished(engine.submit(ask("what is this?", &[b.clone()], 6, &engine)).collect_blocking());
+    let other = finished(
+        engine
+            .submit(ask("what is this?", std::slice::from_ref(&b), 6, &engine))
+            .collect_blocking(),
+    );
     let fresh = start(dir.path(), SchedulerConfig { prefix_cache_bytes: 0, ..Default::default() });
     let want = finished(fresh.submit(ask("what is this?", &[b], 6, &fresh)).collect_blocking());
     fresh.shutdown();
@@ -217,7 +229,7 @@ fn bad_images_fail_their_own_request_and_the_engine_keeps_serving() {
     let dir = tiny(QwenVlVariant::Qwen2Vl);
     let engine = start(dir.path(), SchedulerConfig::default());
     let good = fixture("qwen_parity_182x126.png");
-    let running = engine.submit(ask("keep going", &[good.clone()], 40, &engine));
+    let running = engine.submit(ask("keep going", std::slice::from_ref(&good), 40, &engine));
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("empty", Vec::new()),
         ("text", b"this is not an image at all".to_vec()),
@@ -236,7 +248,7 @@ fn bad_images_fail_their_own_request_and_the_engine_keeps_serving() {
         );
     }
     // More images than placeholders: a clear error, not a shape error.
-    let mut mismatched = ask("what is this?", &[good.clone()], 8, &engine);
+    let mut mismatched = ask("what is this?", std::slice::from_ref(&good), 8, &engine);
     mismatched.images.push(good.clone());
     let e = engine.submit(mismatched).collect_blocking().error.expect("mismatch refused");
     assert_eq!(e.code, "INVALID_REQUEST");

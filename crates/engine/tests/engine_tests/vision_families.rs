@@ -200,7 +200,7 @@ fn mixed_requests(engine: &EngineHandle) -> Vec<Request> {
     let large = fixture("qwen_parity_320x240.png");
     vec![
         ask("describe nothing in particular", &[], 10, engine),
-        ask("what is in this picture?", &[small.clone()], 10, engine),
+        ask("what is in this picture?", std::slice::from_ref(&small), 10, engine),
         ask("compare these two", &[large, small], 10, engine),
     ]
 }
@@ -304,15 +304,17 @@ fn a_second_turn_about_the_same_image_resumes_from_the_prefix_cache() {
         let image = fixture("qwen_parity_320x240.png");
         let engine = start(dir.path(), SchedulerConfig::default());
         let first = finished(
-            engine.submit(ask("what is this?", &[image.clone()], 8, &engine)).collect_blocking(),
+            engine
+                .submit(ask("what is this?", std::slice::from_ref(&image), 8, &engine))
+                .collect_blocking(),
         );
         let turn2 = |engine: &EngineHandle| {
             let messages = vec![
-                user("what is this?", &[image.clone()]),
+                user("what is this?", std::slice::from_ref(&image)),
                 ChatMessage::assistant(first.content.as_str()),
                 ChatMessage::user("and the colours?"),
             ];
-            chat(messages, &[image.clone()], 8, engine)
+            chat(messages, std::slice::from_ref(&image), 8, engine)
         };
         let second = finished(engine.submit(turn2(&engine)).collect_blocking());
         assert!(

@@ -2,6 +2,8 @@
 //! model (a chat-completions request, or an engine request for raw text):
 //! find the served model, check the prompt's size, read its `file:` images,
 //! convert, submit, and wait for the engine to take it in.
+use std::collections::hash_map::Entry;
+
 use engine::batch::{Event, Request, RequestStats};
 use engine::handle::{Completion, EngineHandle, RequestStream};
 
@@ -37,9 +39,9 @@ pub(crate) async fn prepare_chat(
     let body = read_documents(engine, body).await?;
     let mut files = FileImages::new();
     for (at, url) in convert::file_image_urls(&body) {
-        if !files.contains_key(&url) {
-            let bytes = context.settings.file_urls.read(&at, &url).await?;
-            files.insert(url, bytes);
+        if let Entry::Vacant(slot) = files.entry(url) {
+            let bytes = context.settings.file_urls.read(&at, slot.key()).await?;
+            slot.insert(bytes);
         }
     }
     convert::prepare(body, limits, &context.settings.default_sampling, &files)

@@ -87,7 +87,8 @@ fn chat_number(i: usize) -> ImportedChat {
         tool_result: None,
     };
     // every 1000th chat talks about a kingfisher; every chat about the weather
-    let topic = if i % 1000 == 0 { "the kingfisher by the river" } else { "the price of bread" };
+    let topic =
+        if i.is_multiple_of(1000) { "the kingfisher by the river" } else { "the price of bread" };
     ImportedChat {
         title: format!("Chat number {i}"),
         created_at: i as i64,

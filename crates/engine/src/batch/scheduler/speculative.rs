@@ -53,7 +53,7 @@ impl Scheduler {
                 if !seq.can_speculate() {
                     return 0;
                 }
-                let n = seq.draft_length.as_mut().map_or(0, |d| d.next());
+                let n = seq.draft_length.as_mut().map_or(0, |d| d.for_this_step());
                 n.min(seq.max_tokens.saturating_sub(seq.generated + 1))
             })
             .collect();

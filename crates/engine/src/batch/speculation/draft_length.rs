@@ -27,7 +27,7 @@ impl DraftLength {
     }
 
     /// Tokens to draft this step (0 while paused).
-    pub fn next(&mut self) -> usize {
+    pub fn for_this_step(&mut self) -> usize {
         if self.paused_for > 0 {
             self.paused_for -= 1;
             return 0;
@@ -60,31 +60,34 @@ mod tests {
     #[test]
     fn grows_while_drafts_land_and_pauses_when_they_do_not() {
         let mut d = DraftLength::new(4);
-        assert_eq!(d.next(), 4);
+        assert_eq!(d.for_this_step(), 4);
         d.record(4, 1);
-        assert_eq!(d.next(), 2);
+        assert_eq!(d.for_this_step(), 2);
         d.record(2, 2);
-        assert_eq!(d.next(), 3);
+        assert_eq!(d.for_this_step(), 3);
         d.record(3, 0);
-        assert!((0..PAUSE_STEPS).all(|_| d.next() == 0), "paused after a pass that kept nothing");
-        assert_eq!(d.next(), 1, "tries again after the pause, with a shorter draft");
+        assert!(
+            (0..PAUSE_STEPS).all(|_| d.for_this_step() == 0),
+            "paused after a pass that kept nothing"
+        );
+        assert_eq!(d.for_this_step(), 1, "tries again after the pause, with a shorter draft");
         d.record(1, 0);
-        assert!((0..PAUSE_STEPS).all(|_| d.next() == 0), "paused again");
-        assert_eq!(d.next(), 1);
+        assert!((0..PAUSE_STEPS).all(|_| d.for_this_step() == 0), "paused again");
+        assert_eq!(d.for_this_step(), 1);
         d.record(1, 1);
         d.record(2, 2);
         d.record(3, 3);
         d.record(4, 4);
-        assert_eq!(d.next(), 4, "never beyond the maximum");
+        assert_eq!(d.for_this_step(), 4, "never beyond the maximum");
     }
 
     #[test]
     fn a_fixed_length_neither_shrinks_nor_pauses() {
         let mut d = DraftLength::fixed(3);
         for (drafted, kept) in [(3, 0), (3, 1), (3, 3), (3, 0)] {
-            assert_eq!(d.next(), 3);
+            assert_eq!(d.for_this_step(), 3);
             d.record(drafted, kept);
         }
-        assert_eq!(d.next(), 3);
+        assert_eq!(d.for_this_step(), 3);
     }
 }

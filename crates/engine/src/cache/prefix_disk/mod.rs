@@ -215,7 +215,7 @@ impl DiskPrefixCache {
             })
             .filter(|(common, _)| *common > better_than && *common >= super::prefix::MIN_REUSE)
             .collect();
-        candidates.sort_by(|a, b| b.0.cmp(&a.0));
+        candidates.sort_by_key(|(common, _)| std::cmp::Reverse(*common));
         for (common, path) in candidates {
             let Some(hit) = self.load(&path) else { continue };
             let mut cache = hit.cache.clone();

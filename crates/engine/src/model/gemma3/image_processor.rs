@@ -117,14 +117,17 @@ impl Gemma3ImageProcessor {
 
     fn check(&self) -> Result<()> {
         let side = self.size / self.patch_size.max(1);
-        if self.patch_size == 0 || self.size % self.patch_size != 0 {
+        if self.patch_size == 0 || !self.size.is_multiple_of(self.patch_size) {
             return Err(Error::InvalidConfig(format!(
                 "image size {} is not whole {}-pixel patches",
                 self.size, self.patch_size
             )));
         }
         let per_side = (self.tokens_per_image as f64).sqrt() as usize;
-        if per_side * per_side != self.tokens_per_image || per_side == 0 || side % per_side != 0 {
+        if per_side * per_side != self.tokens_per_image
+            || per_side == 0
+            || !side.is_multiple_of(per_side)
+        {
             return Err(Error::InvalidConfig(format!(
                 "{} soft tokens per image do not pool a {side}×{side} patch grid evenly",
                 self.tokens_per_image

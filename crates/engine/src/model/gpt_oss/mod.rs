@@ -195,7 +195,7 @@ impl GptOssArgs {
     fn is_sliding(&self, i: usize) -> bool {
         match &self.layer_types {
             Some(types) => types[i] == "sliding_attention",
-            None => i % 2 == 0,
+            None => i.is_multiple_of(2),
         }
     }
 
@@ -330,7 +330,7 @@ fn split_fused_experts(loader: &mut LayerLoader, experts: &str, args: &GptOssArg
         shape.extend_from_slice(rest);
         let t = t.reshape(&shape)?;
         let half =
-            |j: i32| -> Result<Array> { Ok(t.take_axis(&Array::from_int(j), 2)?.contiguous()?) };
+            |j: i32| -> Result<Array> { Ok(t.take_axis(Array::from_int(j), 2)?.contiguous()?) };
         Ok((half(0)?, half(1)?))
     };
     // MXFP4 blocks `[E, rows, groups, 16]` bytes are MLX's packed uint32

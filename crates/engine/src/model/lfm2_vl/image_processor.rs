@@ -202,7 +202,7 @@ impl Lfm2VlImageProcessor {
                 "LFM2-VL",
             )?,
         };
-        if p.tile_size % p.patch_size != 0 {
+        if !p.tile_size.is_multiple_of(p.patch_size) {
             return Err(Error::InvalidConfig(format!(
                 "LFM2-VL: tile_size {} is not a whole number of {}-pixel patches",
                 p.tile_size, p.patch_size

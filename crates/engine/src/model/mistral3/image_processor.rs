@@ -50,7 +50,7 @@ fn bad(key: &str, v: &Value) -> Error {
 /// float32 image).
 const CLIP: Normalize = Normalize {
     image_mean: [0.481_454_66, 0.457_827_5, 0.408_210_73],
-    image_std: [0.268_629_54, 0.261_302_58, 0.275_777_1],
+    image_std: [0.268_629_54, 0.261_302_6, 0.275_777_1],
     ..Normalize::halves(RescalePrecision::Float32)
 };
 

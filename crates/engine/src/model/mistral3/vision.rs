@@ -288,7 +288,7 @@ fn angles(cfg: &PixtralConfig) -> Result<Array> {
     let dim = cfg.rope_dim;
     let exponents = ops::arange::<_, f32>(0, dim, 2)?.divide(Array::from_f32(dim as f32))?;
     let freqs =
-        Array::from_f32(1.0).divide(ops::power(&Array::from_f32(cfg.rope_theta), &exponents)?)?;
+        Array::from_f32(1.0).divide(ops::power(Array::from_f32(cfg.rope_theta), &exponents)?)?;
     let quarter = dim / 4;
     let pick = |start: i32| -> Result<Array> {
         let idx = ops::arange::<_, i32>(start, dim / 2, 2)?;
@@ -365,7 +365,7 @@ impl VisionTower for PixtralVision {
         let h = pixels.as_dtype(self.patch_conv.dtype())?.matmul(&self.patch_conv)?;
         let h = self.ln_pre.forward(&h.expand_dims(0)?)?;
         let ids: Vec<i32> = (0..rows).flat_map(|r| (0..cols).map(move |c| r * side + c)).collect();
-        let angles = self.angles.take_axis(&Array::from_slice(&ids, &[rows * cols]), 0)?;
+        let angles = self.angles.take_axis(Array::from_slice(&ids, &[rows * cols]), 0)?;
         let angles = ops::concatenate(&[angles.clone(), angles], -1)?;
         let (cos, sin) =
             (ops::cos(&angles)?.as_dtype(h.dtype())?, ops::sin(&angles)?.as_dtype(h.dtype())?);

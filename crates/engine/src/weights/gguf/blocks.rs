@@ -125,7 +125,7 @@ impl GgmlType {
     /// Bytes `elements` values take; `None` when they are not whole blocks.
     pub fn byte_len(self, elements: usize) -> Option<usize> {
         let (values, bytes) = self.block();
-        (elements % values == 0).then(|| elements / values * bytes)
+        elements.is_multiple_of(values).then(|| elements / values * bytes)
     }
 
     /// Bits per value as the type is named (Q4_K: 4), scales aside.

@@ -248,7 +248,7 @@ fn describe_types(file: &GgufFile) -> String {
             None => counts.push((t.kind.name(), 1)),
         }
     }
-    counts.sort_by(|a, b| b.1.cmp(&a.1));
+    counts.sort_by_key(|&(_, count)| std::cmp::Reverse(count));
     let list: Vec<String> = counts.iter().map(|(n, c)| format!("{n} ×{c}")).collect();
     format!("GGUF {}", list.join(", "))
 }

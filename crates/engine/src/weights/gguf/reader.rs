@@ -249,7 +249,7 @@ impl Reader<'_> {
                     i16::from_le_bytes(v) as i64
                 })
             }
-            4 | 5 | 6 => {
+            4..=6 => {
                 self.bytes(&mut b8[..4])?;
                 let v = [b8[0], b8[1], b8[2], b8[3]];
                 match kind {
@@ -271,7 +271,7 @@ impl Reader<'_> {
                 }
                 MetaValue::Array(items)
             }
-            10 | 11 | 12 => {
+            10..=12 => {
                 self.bytes(&mut b8)?;
                 match kind {
                     10 => MetaValue::Int(u64::from_le_bytes(b8) as i64),
