@@ -4,18 +4,19 @@
 //! new server takes the same port at once.
 use crate::common;
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{endless_stream, read_to_end, Served, SseReader};
 
-/// One test at a time: the timings printed are then each test's own.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+/// One test at a time: the timings printed are then each test's own. An
+/// async mutex: each test holds its turn across its awaits, and a blocking
+/// lock there would stall the waiting test's runtime thread.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const STREAMS: usize = 4;
 
 async fn streams_end_properly_on(signal: i32, name: &str) {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = ONE_AT_A_TIME.lock().await;
     let mut served = Served::start(&[]);
     let client = reqwest::Client::new();
     let mut readers = Vec::new();
@@ -78,7 +79,7 @@ async fn sigint_mid_stream_ends_every_stream_with_an_error_and_done() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_kill_9_a_restart_serves_on_the_same_port() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = ONE_AT_A_TIME.lock().await;
     let client = reqwest::Client::new();
     let mut first = Served::start(&[]);
     let port = first.port.to_string();
@@ -122,7 +123,7 @@ async fn after_kill_9_a_restart_serves_on_the_same_port() {
 /// server's next turn reuses it — with the answer a server without it gives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_sigterm_a_restarted_server_resumes_the_chat_from_its_disk_cache() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = ONE_AT_A_TIME.lock().await;
     let folder = tempfile::tempdir().unwrap();
     let args = ["--prefix-cache-dir", folder.path().to_str().unwrap()];
     let client = reqwest::Client::new();

@@ -1,6 +1,6 @@
 //! One constrained sequence: its grammar's parser, advanced by each token
 //! the sequence accepts while the constraint is in force.
-use std::sync::Arc;
+use std::rc::Rc;
 
 use llguidance::Matcher;
 use mlx_rs::Array;
@@ -10,7 +10,7 @@ use super::{CompiledGrammar, LogitsMasker};
 use crate::error::{Error, Result};
 
 pub struct ConstrainedDecoder {
-    masker: Arc<LogitsMasker>,
+    masker: Rc<LogitsMasker>,
     matcher: Matcher,
     kind: &'static str,
     /// How many of the next accepted tokens were sampled under this
@@ -23,7 +23,7 @@ pub struct ConstrainedDecoder {
 impl ConstrainedDecoder {
     /// A grammar compiled off the engine thread ([`super::compile`]), masked
     /// over this model's logits.
-    pub fn new(grammar: CompiledGrammar, masker: Arc<LogitsMasker>) -> Self {
+    pub fn new(grammar: CompiledGrammar, masker: Rc<LogitsMasker>) -> Self {
         Self { masker, matcher: grammar.matcher, kind: grammar.kind, masked: 0 }
     }
 

@@ -118,11 +118,13 @@ impl Scheduler {
 
     /// Turns grammar bitmasks into logits masks; built on the first
     /// constrained request, over the vocabulary the preparer compiled against.
-    pub(super) fn logits_masker(&mut self) -> Result<std::sync::Arc<LogitsMasker>> {
+    /// An `Rc`: it holds MLX arrays, so it and the sequences sharing it stay
+    /// on the engine thread.
+    pub(super) fn logits_masker(&mut self) -> Result<std::rc::Rc<LogitsMasker>> {
         if self.logits_masker.is_none() {
             let width = self.loaded.model.shape().vocab_size as usize;
             let vocabulary = self.preparer.grammar_vocabulary()?;
-            self.logits_masker = Some(std::sync::Arc::new(LogitsMasker::new(vocabulary, width)));
+            self.logits_masker = Some(std::rc::Rc::new(LogitsMasker::new(vocabulary, width)));
         }
         Ok(self.logits_masker.clone().expect("just built"))
     }

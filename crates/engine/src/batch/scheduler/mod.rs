@@ -158,7 +158,7 @@ pub struct Scheduler {
     /// Memory was given back ([`Self::release_idle_memory`]) and no step ran since.
     idle: bool,
     /// Built on the first request with a constraint (structured output).
-    logits_masker: Option<std::sync::Arc<LogitsMasker>>,
+    logits_masker: Option<std::rc::Rc<LogitsMasker>>,
     /// Built on the first request for log-probabilities.
     token_names: Option<std::sync::Arc<TokenNames>>,
     /// Prepares requests; shared with the threads that submit them.
