@@ -38,9 +38,12 @@ struct Vocabulary {
 /// they came from (modified time and length): opening a model's Load
 /// settings again reads no tokenizer twice.
 #[derive(Default)]
-pub struct Vocabularies(Mutex<HashMap<PathBuf, (Stamp, Result<Vocabulary, String>)>>);
+pub struct Vocabularies(Mutex<HashMap<PathBuf, StampedVocabulary>>);
 
 type Stamp = Option<(SystemTime, u64)>;
+
+/// A vocabulary read (or the reason it could not be), with its file's version.
+type StampedVocabulary = (Stamp, Result<Vocabulary, String>);
 
 /// The file a model's vocabulary comes from: tokenizer.json, or the GGUF.
 fn tokenizer_file(path: &Path) -> PathBuf {

@@ -376,12 +376,12 @@ fn assistant_blocks(at: &str, blocks: Vec<Value>) -> Result<RequestMessage, ApiE
     })
 }
 
+/// Chat completions' `tools`, `tool_choice` and `parallel_tool_calls`.
+type ChatTools = (Option<Vec<Value>>, Option<Value>, Option<bool>);
+
 /// Anthropic's tools and tool choice as chat completions': tools, choice,
 /// and whether calls may come in parallel.
-fn tools(
-    tools: Option<Vec<Value>>,
-    choice: Option<Value>,
-) -> Result<(Option<Vec<Value>>, Option<Value>, Option<bool>), ApiError> {
+fn tools(tools: Option<Vec<Value>>, choice: Option<Value>) -> Result<ChatTools, ApiError> {
     let mut out = Vec::new();
     for (i, tool) in tools.unwrap_or_default().iter().enumerate() {
         let at = format!("tools[{i}]");
@@ -466,10 +466,11 @@ fn context_management(edits: Option<&Value>) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The chat template's keyword arguments (`enable_thinking`) and a thinking budget.
+type TemplateThinking = (Option<Map<String, Value>>, Option<u64>);
+
 /// `thinking` as the template's `enable_thinking` and a thinking budget.
-fn thinking(
-    thinking: Option<&Value>,
-) -> Result<(Option<Map<String, Value>>, Option<u64>), ApiError> {
+fn thinking(thinking: Option<&Value>) -> Result<TemplateThinking, ApiError> {
     let Some(thinking) = thinking.filter(|t| !t.is_null()) else { return Ok((None, None)) };
     let at = "thinking";
     let object = thinking.as_object().ok_or_else(|| {

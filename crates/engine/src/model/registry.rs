@@ -26,6 +26,10 @@ pub type Builder = fn(
     loader: &mut LayerLoader,
 ) -> Result<Box<dyn LanguageModel>>;
 
+/// The most views one image becomes and their size, from config.json and,
+/// when given, the checkpoint's folder (no MLX).
+pub type CountViews = fn(config: &Value, dir: Option<&Path>) -> Result<ImageViews>;
+
 /// Everything the engine knows about one model family.
 pub struct Family {
     /// A display name ("Gemma 3").
@@ -61,7 +65,7 @@ pub struct ImageProcessing {
     /// whole-image view), the most views one image becomes and their size:
     /// from config.json, and the processor files when the checkpoint's
     /// folder is given (no MLX). `None`: an image is one view.
-    pub views: Option<fn(config: &Value, dir: Option<&Path>) -> Result<ImageViews>>,
+    pub views: Option<CountViews>,
 }
 
 impl ImageProcessing {

@@ -4,9 +4,12 @@
 //! tuples, dicts) become the JSON arguments object, in the order written.
 use serde_json::{Map, Number, Value};
 
-/// The calls in `raw`: `(name, arguments)` per call. The list's brackets are
-/// required (a bare `f(x=1)` is no call: Llama 3.1's built-in tools look so).
-pub fn parse(raw: &str) -> Result<Vec<(String, Map<String, Value>)>, String> {
+/// One call: the function's name and its arguments object.
+pub type NamedCall = (String, Map<String, Value>);
+
+/// The calls in `raw`, in order. The list's brackets are required (a bare
+/// `f(x=1)` is no call: Llama 3.1's built-in tools look so).
+pub fn parse(raw: &str) -> Result<Vec<NamedCall>, String> {
     let mut p = Parser { s: raw.as_bytes(), at: 0, text: raw };
     p.blank();
     p.expect(b'[')?;
@@ -81,7 +84,7 @@ impl Parser<'_> {
     }
 
     /// `name(key=value, ...)`.
-    fn call(&mut self) -> Result<(String, Map<String, Value>), String> {
+    fn call(&mut self) -> Result<NamedCall, String> {
         let name = self.name()?;
         self.blank();
         self.expect(b'(')?;

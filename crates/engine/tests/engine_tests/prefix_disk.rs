@@ -145,13 +145,16 @@ fn a_quantized_cache_resumes_from_disk_as_from_memory() {
     assert_eq!(from_disk.content, from_memory.content);
 }
 
+/// A way of damaging a saved cache file: its description, and the damage done.
+type Damage = (&'static str, fn(&Path));
+
 #[test]
 fn cut_damaged_and_foreign_files_are_deleted_and_the_prompt_prefilled_in_full() {
     let dir = checkpoint(TinyFamily::Qwen3, 13);
     let first = prompt(50, 6);
     let next = [first.clone(), prompt(10, 7)].concat();
     let want = cold(dir.path(), &next, 6);
-    let damage: [(&str, fn(&Path)); 5] = [
+    let damage: [Damage; 5] = [
         ("cut in half", |f| {
             let len = std::fs::metadata(f).unwrap().len();
             std::fs::OpenOptions::new().write(true).open(f).unwrap().set_len(len / 2).unwrap();

@@ -25,8 +25,11 @@ use crate::common;
 
 /// The seed `write_tiny_vl_model` writes `smolvlm/float` with.
 const SEED: u64 = 5;
+/// A model's folder name in the golden, and how its folder is written.
+type ModelWriter = (&'static str, fn(&Path));
+
 /// The golden's models and how each folder is written.
-const MODELS: &[(&str, fn(&Path))] = &[
+const MODELS: &[ModelWriter] = &[
     ("smolvlm/float", |dir| {
         write_tiny_smolvlm(dir, SEED).unwrap();
     }),
