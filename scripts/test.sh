@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is missing (scripts/setup.sh --app), builds
-# the web UI (the app embeds ui/dist at compile time), runs one `cargo test`
-# over the whole workspace (one build, one invocation), the UI unit tests
-# (vitest), then the app end to end in a real window (Xvfb + tauri-driver).
+# the web UI (the app embeds ui/dist at compile time), checks the format
+# (rustfmt), runs one `cargo test` over the whole workspace (one build, one
+# invocation), clippy, the UI unit tests (vitest), then the app end to end in
+# a real window (Xvfb + tauri-driver).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --app
@@ -20,6 +21,9 @@ cargo fmt --all --check || { echo "test: run cargo fmt --all" >&2; status=1; }
 # at process exit joining its worker threads (seen twice: a test binary that
 # passed never exited); the test harness runs tests in parallel anyway.
 OPENBLAS_NUM_THREADS=1 cargo test --workspace --all-targets --no-fail-fast "$@" || status=$?
+# Clippy's lints hold: any warning fails the run (which goes on to the end first).
+# After the test build, whose build scripts (mlx-sys's mlx-c above all) it reuses.
+cargo clippy --workspace --all-targets -q -- -D warnings || { echo "test: fix clippy's warnings" >&2; status=1; }
 npm --prefix ui run -s test || status=$?
 # `cargo test` builds examples only under hashed names: the e2e suite's tiny
 # vision model comes from the example's plain binary, and the README names
