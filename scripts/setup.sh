@@ -61,10 +61,14 @@ if ! .venv/bin/python -c "import importlib.metadata as m,sys; sys.exit(0 if m.ve
   .venv/bin/pip install -q --disable-pip-version-check "$MLX_PKG"
 fi
 
-# ---- rustfmt (the test command checks the tree's formatting) ---------------
+# ---- rustfmt and clippy (the test command checks format and lints) ---------
 if ! cargo fmt --version >/dev/null 2>&1 && command -v rustup >/dev/null; then
   log "adding rustfmt to the Rust toolchain"
   rustup component add rustfmt
+fi
+if ! cargo clippy --version >/dev/null 2>&1 && command -v rustup >/dev/null; then
+  log "adding clippy to the Rust toolchain"
+  rustup component add clippy
 fi
 
 # ---- mlx-c sources: the registry's mlx-sys 0.7.0 ---------------------------
