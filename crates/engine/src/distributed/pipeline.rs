@@ -165,6 +165,11 @@ impl StageLayers {
         self.layers.clone()
     }
 
+    /// Whether this process runs every layer (no pipeline split).
+    pub fn is_whole(&self) -> bool {
+        self.layers.len() == self.total
+    }
+
     /// Whether layer `i` runs here.
     pub fn runs(&self, i: usize) -> bool {
         self.layers.contains(&i)

@@ -755,7 +755,7 @@ impl LanguageModel for Gemma4 {
         // model, whose next stage expects the whole pass.
         let last_writer = (self.layers.iter().rposition(|block| block.self_attn.kv.is_some()))
             .map(|w| w + self.stage.layers().start);
-        let whole = self.stage.layers().len() == self.stage.total();
+        let whole = self.stage.is_whole();
         let read_positions = ReadPositions::of_step(cache, positions, h.dim(1), whole)?;
         let read_rotations = match &read_positions {
             Some(read) => Some((

@@ -469,13 +469,11 @@ impl LanguageModel for GptOss {
         // Where the caller reads one position per row, the last layer runs
         // its queries and experts on those alone (not in a split model:
         // the other stage runs the whole pass).
-        let whole = self.stage.layers().len() == self.stage.total();
+        let whole = self.stage.is_whole();
         let read = ReadPositions::of_step(cache, positions, h.dim(1), whole)?;
         let read_rotation = read.as_ref().map(|r| self.rope.prepare(&r.positions)).transpose()?;
-        let read = match (&read, &read_rotation) {
-            (Some(read), Some(rotation)) => Some(ReadQueries { at: &read.at, rotation }),
-            _ => None,
-        };
+        let read = read.as_ref().zip(read_rotation.as_ref());
+        let read = read.map(|(read, rotation)| ReadQueries { at: &read.at, rotation });
         h = self.stage.enter(h, tokens)?;
         for (i, block) in self.stage.layers().zip(&self.layers) {
             let read = read.as_ref().filter(|_| i + 1 == self.stage.total());

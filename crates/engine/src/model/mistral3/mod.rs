@@ -494,7 +494,7 @@ impl LanguageModel for Ministral3 {
         let step = self.step(positions, len)?;
         // Where the caller reads one position per row, the last layer's
         // queries and MLP run on those alone (see ReadPositions).
-        let whole = self.stage.layers().len() == self.stage.total();
+        let whole = self.stage.is_whole();
         let read = ReadPositions::of_step(cache, positions, len, whole)?;
         let read_step = read.as_ref().map(|r| self.step(&r.positions, 1)).transpose()?;
         h = self.stage.enter(h, tokens)?;
