@@ -3,7 +3,9 @@
 //! inside MLX with no timeout and no way to cancel it — a peer alive but
 //! stuck, or, in a ring of three or more, a peer that died and left the
 //! survivors waiting on each other (measured: `vlm serve --distributed` on
-//! 3 ranks, one killed). The watch notices a step running past its limit
+//! 3 ranks, one killed; and a follower whose rank 0 died while a pass was
+//! under way: MLX's stream runs the pass's next collective on a socket
+//! whose worker already gave up, and waits forever). The watch notices a step running past its limit
 //! and declares the engine broken: requests in flight end with the error,
 //! new ones are refused at once, and the blocked thread is left alone. A
 //! follower, which has nothing to keep, times each wait for rank 0's next

@@ -1092,6 +1092,19 @@ fn each_of_two_ranks_holds_about_half_the_weights_and_caches_and_rank_0_reports_
     }
 }
 
+/// The follower's step limit in the test below: room for rank 0's load on a
+/// loaded CI machine (well under a second alone), far below [`RING_DEADLINE`].
+const FOLLOWER_STEP_LIMIT: Duration = Duration::from_secs(10);
+
+/// Rank 0 exits after two steps. Rank 1 stops in one of two ways, both with
+/// a clear error, depending on where the loss reaches it:
+/// - between passes (waiting for the next step): the collective fails and
+///   `run_follower` returns MLX's "connection to a peer was lost";
+/// - inside a pass: MLX's ring fails the collective in flight, but its
+///   stream goes on to the pass's next collective, queued on a socket whose
+///   worker has already given up, and waits forever (seen in 2 of 3 runs of
+///   the whole test binary, with gdb: the stream thread in `all_reduce`'s
+///   wait); the step watchdog then ends the process with its own message.
 #[test]
 fn a_follower_whose_leader_dies_stops_with_a_clear_error() {
     const TEST: &str = "a_follower_whose_leader_dies_stops_with_a_clear_error";
@@ -1107,7 +1120,12 @@ fn a_follower_whose_leader_dies_stops_with_a_clear_error() {
             println!("RANK 0 leaving mid-stream");
             std::process::exit(7);
         }
-        let err = run_follower(Path::new(&dir), &common::LOAD, &connect())
+        let watched = GroupConfig {
+            step_timeout: FOLLOWER_STEP_LIMIT,
+            heartbeat: Duration::from_secs(1),
+            ..connect()
+        };
+        let err = run_follower(Path::new(&dir), &common::LOAD, &watched)
             .expect_err("no steps without rank 0");
         println!("RANK 1 {}: {err}", err.code());
         return;
@@ -1117,8 +1135,13 @@ fn a_follower_whose_leader_dies_stops_with_a_clear_error() {
     let outputs = two_ranks_on_checkpoint(TEST, dir.path());
     let all = report(&outputs);
     assert_eq!(outputs[0].code(), Some(7), "{all}");
-    assert!(outputs[1].succeeded(), "{all}");
-    assert!(outputs[1].stdout.contains("connection to a peer was lost"), "{all}");
+    let follower = &outputs[1];
+    let between_passes =
+        follower.succeeded() && follower.stdout.contains("connection to a peer was lost");
+    let inside_a_pass = follower.code() == Some(3)
+        && follower.stderr.contains("the other ranks of the split model stopped answering");
+    assert!(between_passes || inside_a_pass, "{all}");
+    println!("rank 1 stopped {}", if between_passes { "between passes" } else { "inside a pass" });
 }
 
 /// Rank 0's side of a split model whose follower dies: one long request
