@@ -17,6 +17,7 @@ mod lfm2_vl;
 mod mistral3;
 mod qwen3_vl;
 mod qwen_vl;
+mod recorded;
 mod released_configs;
 mod smolvlm;
 mod speculative_pair;
@@ -60,6 +61,9 @@ pub use qwen3_vl::{
 pub use qwen_vl::{
     qwen_byte_level_meta, write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims,
     QWEN_SPECIAL_TOKENS, QWEN_VL_CHAT_TEMPLATE,
+};
+pub use recorded::{
+    leftover_after_load, record, write_recorded, write_tiny_from_config, Values,
 };
 pub use released_configs::{lfm2_vl_1_6b_config, ministral3_3b_text_config};
 pub use smolvlm::{

@@ -26,6 +26,7 @@ mod prefill_batching;
 mod prefix_cache;
 mod prefix_disk;
 mod prompt_logprobs;
+mod recorded_checkpoints;
 mod smolvlm;
 mod speculation_per_request;
 mod speculative;

@@ -269,9 +269,12 @@ fn patch_kernel(loader: &mut LayerLoader, name: &str, width: i32, p: i32) -> Res
         Some([o, 3, a, b]) if *o == width && *a == p && *b == p => {
             loader.float(name, &[width, 3, p, p])?
         }
+        // MLX's, or absent: asked for in MLX's layout (a missing tensor's
+        // error, or what a recording of the loader notes).
         Some([o, a, b, 3]) if *o == width && *a == p && *b == p => {
             loader.float(name, &[width, p, p, 3])?.transpose_axes(&[0, 3, 1, 2])?
         }
+        None => loader.float(name, &[width, p, p, 3])?.transpose_axes(&[0, 3, 1, 2])?,
         _ => {
             return Err(Error::InvalidConfig(format!(
                 "{name}: expected [{width}, 3, {p}, {p}] or [{width}, {p}, {p}, 3], found {shape:?}"

@@ -1,0 +1,160 @@
+//! Fixture checkpoints from a family's own loader: its `load` runs against
+//! a recording [`Weights`] for a config.json the test writes, and every
+//! tensor it takes is written with seeded values into a real
+//! `model.safetensors` ([`write_recorded`]), which the test then loads from
+//! disk through the normal loader. A fixture so restates no tensor name: a
+//! new family's tiny checkpoint is its config.
+//!
+//! The checkpoint is the family's plainest for that config: float (or every
+//! matrix quantized, as mlx-community stores them), in the family's own
+//! names and layouts, and with the optional tensors (those a loader only
+//! takes when it finds them) that `present` names.
+use std::path::Path;
+
+use mlx_rs::{ops, Array, Dtype};
+use serde_json::Value;
+
+use super::{save_checkpoint, tiny_tokenizer, Rng};
+use crate::error::{Error, Result};
+use crate::model::layers::{LayerLoader, WeightFormat};
+use crate::model::registry;
+use crate::weights::{self, Asked, QuantSpec, Quantization, Weights};
+
+/// How a recorded checkpoint's values are drawn.
+#[derive(Debug, Clone, Copy)]
+pub struct Values {
+    /// Each tensor's values are drawn from this and its name alone, so they
+    /// do not move when a loader takes its tensors in another order.
+    pub seed: u64,
+    /// Where norm weights centre: 1 where a norm scales by `w`, 0 where it
+    /// scales by `1 + w` (Gemma 3).
+    pub norm_center: f32,
+}
+
+impl Values {
+    pub fn seeded(seed: u64) -> Self {
+        Self { seed, norm_center: 1.0 }
+    }
+}
+
+/// The tensors the family of `config` (its `model_type`) takes when it
+/// loads, in the order it takes them; `present` names the optional ones
+/// that are there.
+pub fn record(
+    config: &Value,
+    present: impl Fn(&str) -> bool + Send + 'static,
+) -> Result<Vec<Asked>> {
+    let mut weights = Weights::recording(present);
+    build(config, &mut weights)?;
+    Ok(weights.asked().to_vec())
+}
+
+/// Writes `config` (with the `quantization` block when `quantize`) and a
+/// `model.safetensors` of every tensor the family takes for it, with
+/// seeded values, into `dir`; returns what was recorded. With `quantize`,
+/// every matrix whose rows divide into its groups is stored quantized.
+/// The tokenizer files are the caller's.
+pub fn write_recorded(
+    dir: &Path,
+    config: Value,
+    quantize: Option<QuantSpec>,
+    values: Values,
+    present: impl Fn(&str) -> bool + Send + 'static,
+) -> Result<Vec<Asked>> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let asked = record(&config, present)?;
+    let mut tensors = std::collections::HashMap::new();
+    for a in &asked {
+        tensors.insert(a.name.clone(), value_of(a, values)?);
+    }
+    let matrices: Vec<String> = asked
+        .iter()
+        .filter(|a| a.matrix)
+        .filter(|a| quantize.is_none_or(|q| a.shape.last().is_some_and(|c| c % q.group_size == 0)))
+        .filter_map(|a| a.name.strip_suffix(".weight").map(str::to_string))
+        .collect();
+    save_checkpoint(dir, tensors, &matrices, config, quantize)?;
+    Ok(asked)
+}
+
+/// A whole tiny model folder from its config alone: the tiny byte-level
+/// tokenizer, `config(vocabulary size)`, and the tensors its family takes
+/// for that config ([`write_recorded`], no optional ones). Returns the
+/// vocabulary size. A family's test fixture is so its config and nothing else.
+pub fn write_tiny_from_config(
+    dir: &Path,
+    config: impl FnOnce(i32) -> Value,
+    quantize: Option<QuantSpec>,
+    values: Values,
+) -> Result<i32> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let tokenizer = tiny_tokenizer()?;
+    tokenizer.write_hf_files(dir)?;
+    let vocab = tokenizer.vocab_size() as i32;
+    write_recorded(dir, config(vocab), quantize, values, |_| false)?;
+    Ok(vocab)
+}
+
+/// The tensors of the checkpoint in `dir` that its family does not take
+/// when it loads it whole (with its draft head): none, for a checkpoint
+/// that holds exactly what the family reads.
+pub fn leftover_after_load(dir: &Path) -> Result<Vec<String>> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let config: Value = serde_json::from_str(&text)
+        .map_err(|e| Error::InvalidConfig(format!("{}: {e}", path.display())))?;
+    let mut weights = weights::safetensors::load_folder(dir)?;
+    build(&config, &mut weights)?;
+    Ok(weights.leftover())
+}
+
+/// Builds the family of `config` from `weights`, whole, in float32.
+fn build(config: &Value, weights: &mut Weights) -> Result<()> {
+    let model_type = registry::model_type(config)?;
+    let family = registry::family(&model_type).ok_or_else(|| registry::unsupported(&model_type))?;
+    let quantization = Quantization::from_config(config)?;
+    let mut loader = LayerLoader {
+        weights,
+        quantization: &quantization,
+        format: WeightFormat::Float32,
+        dtype: Dtype::Float32,
+        tensor_parallel: None,
+        sharded_layers: 0,
+        pipeline: None,
+        stage: None,
+        draft_head: true,
+    };
+    (family.build)(&model_type, config, &mut loader)?;
+    Ok(())
+}
+
+/// Seeded values for one recorded tensor, at the scales the hand-written
+/// fixtures use, so tiny models stay numerically sane: matrices at
+/// 1/√(inputs), norms near their centre, decays and gates in their ranges.
+fn value_of(a: &Asked, values: Values) -> Result<Array> {
+    let mut rng = Rng(values.seed ^ fnv1a(&a.name));
+    let shape = a.shape.as_slice();
+    let leaf = a.name.rsplit('.').next().unwrap_or_default();
+    let fan_in = |dims: &[i32]| dims.iter().product::<i32>().max(1) as f32;
+    Ok(match leaf {
+        _ if a.matrix => rng.tensor(shape, 1.0 / fan_in(&shape[shape.len() - 1..]).sqrt(), 0.0),
+        // A recurrent layer's decay: A between 1 and 8, gentle to strong.
+        "A_log" => ops::log(rng.tensor(shape, 3.5, 4.5))?,
+        "dt_bias" => rng.tensor(shape, 0.5, 1.0),
+        // Scales that multiply a layer's or a router's output: near 1.
+        "layer_scalar" | "scale" | "per_expert_scale" => rng.tensor(shape, 0.3, 1.0),
+        "weight" if shape.len() == 1 && a.name.contains("norm") => {
+            rng.tensor(shape, 0.1, values.norm_center)
+        }
+        // Biases, sinks and other vectors: small.
+        _ if shape.len() <= 1 => rng.tensor(shape, 0.1, 0.0),
+        // Kernels and tables: 1/√(what one output reads).
+        _ => rng.tensor(shape, 1.0 / fan_in(&shape[1..]).sqrt(), 0.0),
+    })
+}
+
+/// FNV-1a: a tensor's name as a seed, the same on every machine.
+fn fnv1a(name: &str) -> u64 {
+    name.bytes()
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
