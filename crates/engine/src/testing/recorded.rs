@@ -63,9 +63,11 @@ pub fn write_recorded(
 ) -> Result<Vec<Asked>> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let asked = record(&config, present)?;
+    // Without a head of its own the embedding is the head: see `value_of`.
+    let tied = !asked.iter().any(|a| a.name.ends_with("lm_head.weight"));
     let mut tensors = std::collections::HashMap::new();
     for a in &asked {
-        tensors.insert(a.name.clone(), value_of(a, values)?);
+        tensors.insert(a.name.clone(), value_of(a, values, tied)?);
     }
     let matrices: Vec<String> = asked
         .iter()
@@ -131,12 +133,19 @@ fn build(config: &Value, weights: &mut Weights) -> Result<()> {
 /// Seeded values for one recorded tensor, at the scales the hand-written
 /// fixtures use, so tiny models stay numerically sane: matrices at
 /// 1/√(inputs), norms near their centre, decays and gates in their ranges.
-fn value_of(a: &Asked, values: Values) -> Result<Array> {
+/// The token embedding is large (±0.5) when the model has a head of its
+/// own, and small (±0.05) when `tied`: the residual stream is then mostly
+/// the input embedding, and a large one makes every next token the last
+/// input token; small, the layers decide.
+fn value_of(a: &Asked, values: Values, tied: bool) -> Result<Array> {
     let mut rng = Rng(values.seed ^ fnv1a(&a.name));
     let shape = a.shape.as_slice();
     let leaf = a.name.rsplit('.').next().unwrap_or_default();
     let fan_in = |dims: &[i32]| dims.iter().product::<i32>().max(1) as f32;
     Ok(match leaf {
+        "weight" if a.name.ends_with("embed_tokens.weight") => {
+            rng.tensor(shape, if tied { 0.05 } else { 0.5 }, 0.0)
+        }
         _ if a.matrix => rng.tensor(shape, 1.0 / fan_in(&shape[shape.len() - 1..]).sqrt(), 0.0),
         // A recurrent layer's decay: A between 1 and 8, gentle to strong.
         "A_log" => ops::log(rng.tensor(shape, 3.5, 4.5))?,

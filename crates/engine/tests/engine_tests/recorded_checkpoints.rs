@@ -7,7 +7,10 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use engine::batch::{Prompt, Request, SchedulerConfig};
+use engine::generate::{generate, GenerateParams};
 use engine::model::{self, Positions};
+use engine::sample::SamplingParams;
 use engine::testing::{
     leftover_after_load, record, write_recorded, write_tiny_family, write_tiny_from_config,
     write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_idefics3, write_tiny_lfm2_vl,
@@ -18,7 +21,7 @@ use engine::testing::{
 use engine::weights::QuantSpec;
 use mlx_rs::Array;
 
-use crate::common::{max_abs_diff, LOAD};
+use crate::common::{max_abs_diff, salted_prompt as prompt, Driver, LOAD};
 
 const SEED: u64 = 11;
 const Q4: QuantSpec = QuantSpec { group_size: 32, bits: 4 };
@@ -62,6 +65,13 @@ fn text_fixtures() -> Vec<TextFixture> {
         });
     }
     all
+}
+
+/// The hand-written tiny float folder of `family` (its config, tokenizer).
+fn hand_written(family: TinyFamily) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_family(dir.path(), family, None, SEED).unwrap();
+    dir
 }
 
 /// Optional tensors the hand-written fixtures carry (Gemma 4's layer scalars).
@@ -230,5 +240,66 @@ fn the_config_decides_what_is_recorded() {
         assert_eq!(names.contains_key("lm_head.weight"), !tied, "tied {tied}");
         assert!(leftover_after_load(dir.path()).unwrap().is_empty());
         model::load(dir.path(), &LOAD).unwrap();
+    }
+}
+
+/// The engine's backbone test on recorded checkpoints: for every tiny
+/// family, rows of different lengths prefilled in small chunks (across
+/// Gemma's window) and one joining mid-decode give, batched, what each
+/// gives alone; so recorded fixtures serve the tests hand-written ones do.
+/// Every end-of-sequence token is banned (a recorded head has no reason to
+/// avoid gpt-oss's harmony ends): each row runs its length.
+#[test]
+fn recorded_checkpoints_decode_batched_as_alone() {
+    for family in TinyFamily::ALL {
+        let hand = hand_written(family);
+        let dir = tempfile::tempdir().unwrap();
+        let config = float_config_and_tokenizer(hand.path(), dir.path());
+        let norm_center = if family == TinyFamily::Gemma3 { 0.0 } else { 1.0 };
+        let values = Values { seed: SEED, norm_center };
+        write_recorded(dir.path(), config, None, values, present).unwrap();
+        let loaded = model::load(dir.path(), &LOAD).unwrap();
+        let sampling = SamplingParams {
+            logit_bias: loaded
+                .info
+                .eos_token_ids
+                .iter()
+                .map(|&id| (id, f32::NEG_INFINITY))
+                .collect(),
+            ..SamplingParams::greedy()
+        };
+        let alone = |ids: &[u32], n: usize| {
+            let mut text = String::new();
+            let params = GenerateParams { max_tokens: n, sampling: sampling.clone() };
+            generate(loaded.model.as_ref(), &loaded.tokenizer, ids, &params, |t| {
+                text.push_str(t.text);
+                true
+            })
+            .unwrap();
+            text
+        };
+        let request = |ids: &[u32], n: usize| {
+            Request::new(Prompt::Tokens(ids.to_vec()))
+                .with_max_tokens(n)
+                .with_sampling(sampling.clone())
+        };
+        let config = SchedulerConfig { max_running: 8, prefill_budget: 6, ..Default::default() };
+        let mut driver = Driver::new(dir.path(), config);
+        let early = [(prompt(5, 1), 12), (prompt(17, 2), 8)];
+        let late = (prompt(11, 3), 10);
+        let mut rows: Vec<usize> =
+            early.iter().map(|(p, n)| driver.submit(request(p, *n))).collect();
+        for _ in 0..6 {
+            driver.step();
+        }
+        assert!(driver.scheduler.stats().decode_steps > 0, "{family:?}: joins mid-decode");
+        rows.push(driver.submit(request(&late.0, late.1)));
+        driver.run_to_end();
+        for (row, (ids, n)) in rows.into_iter().zip(early.iter().chain([&late])) {
+            let c = driver.completion(row);
+            assert!(c.error.is_none(), "{family:?}: {:?}", c.error);
+            assert_eq!(c.stats.generated_tokens, *n, "{family:?}");
+            assert_eq!(c.content, alone(ids, *n), "{family:?}: {} tokens", ids.len());
+        }
     }
 }
