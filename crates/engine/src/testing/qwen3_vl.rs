@@ -19,8 +19,10 @@ use mlx_rs::Array;
 use serde_json::json;
 
 use super::families::{qwen35_parts, Dims, TinyFamily};
+use super::recorded::{draw, record_part};
 use super::{qwen_byte_level_meta, save_checkpoint, Rng};
 use crate::error::{Error, Result};
+use crate::model::qwen3_vl::vision::{VisionConfig, VisionModel};
 use crate::tokenizer::Tokenizer;
 use crate::weights::QuantSpec;
 
@@ -185,7 +187,7 @@ pub fn write_qwen35_vl(
     let hf = quantize.is_none();
     let (mut tensors, matrices, mut config) = qwen35_parts(d.text, seed, vocab, hf)?;
     let prefix = if hf { "model.visual" } else { "vision_tower" };
-    write_tower(&mut tensors, &mut Rng(seed + 1000), prefix, d.text.hidden, hf, &d.tower);
+    write_tower(&mut tensors, &mut Rng(seed + 1000), prefix, d.text.hidden, hf, &d.tower)?;
     config["vision_config"] = vision_config("qwen3_5", d.text.hidden, &d.tower);
     finish_folder(dir, &tokenizer, tensors, &matrices, config, quantize, &d.tower)?;
     Ok(vocab)
@@ -219,7 +221,7 @@ pub fn write_qwen3_vl(
     let mut rng = Rng(seed);
     let (mut tensors, matrices) = qwen3_decoder(&mut rng, vocab, hf, d);
     let prefix = if hf { "model.visual" } else { "vision_tower" };
-    write_tower(&mut tensors, &mut Rng(seed + 1000), prefix, d.hidden, hf, &d.tower);
+    write_tower(&mut tensors, &mut Rng(seed + 1000), prefix, d.hidden, hf, &d.tower)?;
     let moe = d.experts > 0;
     let mut text = json!({
         "model_type": if moe { "qwen3_vl_moe_text" } else { "qwen3_vl_text" },
@@ -388,6 +390,11 @@ fn finish_folder(
     save_checkpoint(dir, tensors, matrices, config, quantize)
 }
 
+/// The tower's tensors under `prefix`: those the Qwen3-VL tower takes for
+/// its `vision_config` (recorded from its loader), drawn from `rng` in the
+/// order it takes them. The Conv3d kernel is drawn in PyTorch's layout
+/// `[out, C, T, P, P]` and stored so when `torch_layout`, else in MLX's
+/// `[out, T, P, P, C]`; the learned position table at ±0.5.
 fn write_tower(
     tensors: &mut HashMap<String, Array>,
     rng: &mut Rng,
@@ -395,51 +402,26 @@ fn write_tower(
     out_hidden: i32,
     torch_layout: bool,
     t: &QwenTowerDims,
-) {
-    let (width, mlp) = (t.width, t.mlp);
-    let mut put = |name: String, t: Array| {
-        tensors.insert(format!("{prefix}.{name}"), t);
-    };
-    let linear =
-        |rng: &mut Rng, put: &mut dyn FnMut(String, Array), path: &str, input: i32, output: i32| {
-            put(
-                format!("{path}.weight"),
-                rng.tensor(&[output, input], 1.0 / (input as f32).sqrt(), 0.0),
-            );
-            put(format!("{path}.bias"), rng.tensor(&[output], 0.1, 0.0));
+) -> Result<()> {
+    let cfg = VisionConfig::parse(&vision_config("qwen3_vl", out_hidden, t))?;
+    let asked = record_part(|loader| VisionModel::load(cfg, "visual", loader).map(drop))?;
+    for a in &asked {
+        let value = match a.name.as_str() {
+            "visual.patch_embed.proj.weight" => {
+                let &[w, t, p, q, c] = a.shape.as_slice() else { unreachable!("a Conv3d kernel") };
+                let scale = 1.0 / ((c * t * p * q) as f32).sqrt();
+                let kernel = rng.tensor(&[w, c, t, p, q], scale, 0.0);
+                if torch_layout {
+                    kernel
+                } else {
+                    kernel.transpose_axes(&[0, 2, 3, 4, 1])?
+                }
+            }
+            "visual.pos_embed.weight" => rng.tensor(&a.shape, 0.5, 0.0),
+            _ => draw(a, rng, 1.0, false)?,
         };
-    let norm = |rng: &mut Rng, put: &mut dyn FnMut(String, Array), path: &str, dim: i32| {
-        put(format!("{path}.weight"), rng.tensor(&[dim], 0.1, 1.0));
-        put(format!("{path}.bias"), rng.tensor(&[dim], 0.1, 0.0));
-    };
-    let values = CHANNELS * TEMPORAL * PATCH * PATCH;
-    let kernel =
-        rng.tensor(&[width, CHANNELS, TEMPORAL, PATCH, PATCH], 1.0 / (values as f32).sqrt(), 0.0);
-    let kernel = if torch_layout {
-        kernel
-    } else {
-        kernel.transpose_axes(&[0, 2, 3, 4, 1]).expect("5-D kernel")
-    };
-    put("patch_embed.proj.weight".into(), kernel);
-    put("patch_embed.proj.bias".into(), rng.tensor(&[width], 0.1, 0.0));
-    put("pos_embed.weight".into(), rng.tensor(&[t.positions, width], 0.5, 0.0));
-    for i in 0..t.depth {
-        let p = format!("blocks.{i}");
-        norm(rng, &mut put, &format!("{p}.norm1"), width);
-        norm(rng, &mut put, &format!("{p}.norm2"), width);
-        linear(rng, &mut put, &format!("{p}.attn.qkv"), width, 3 * width);
-        linear(rng, &mut put, &format!("{p}.attn.proj"), width, width);
-        linear(rng, &mut put, &format!("{p}.mlp.linear_fc1"), width, mlp);
-        linear(rng, &mut put, &format!("{p}.mlp.linear_fc2"), mlp, width);
+        let name = a.name.strip_prefix("visual.").expect("under the tower's prefix");
+        tensors.insert(format!("{prefix}.{name}"), value);
     }
-    let merged = width * 4;
-    norm(rng, &mut put, "merger.norm", width);
-    linear(rng, &mut put, "merger.linear_fc1", merged, merged);
-    linear(rng, &mut put, "merger.linear_fc2", merged, out_hidden);
-    for level in 0..t.deepstack.len() {
-        let p = format!("deepstack_merger_list.{level}");
-        norm(rng, &mut put, &format!("{p}.norm"), merged);
-        linear(rng, &mut put, &format!("{p}.linear_fc1"), merged, merged);
-        linear(rng, &mut put, &format!("{p}.linear_fc2"), merged, out_hidden);
-    }
+    Ok(())
 }

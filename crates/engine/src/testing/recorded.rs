@@ -49,6 +49,14 @@ pub fn record(
     Ok(weights.asked().to_vec())
 }
 
+/// The tensors that `load` (one part of a family: a vision tower) takes,
+/// in the order it takes them; no optional ones.
+pub(crate) fn record_part(load: impl FnOnce(&mut LayerLoader) -> Result<()>) -> Result<Vec<Asked>> {
+    let mut weights = Weights::recording(|_| false);
+    load(&mut whole_loader(&mut weights, &Quantization::default()))?;
+    Ok(weights.asked().to_vec())
+}
+
 /// Writes `config` (with the `quantization` block when `quantize`) and a
 /// `model.safetensors` of every tensor the family takes for it, with
 /// seeded values, into `dir`; returns what was recorded. With `quantize`,
@@ -115,9 +123,16 @@ fn build(config: &Value, weights: &mut Weights) -> Result<()> {
     let model_type = registry::model_type(config)?;
     let family = registry::family(&model_type).ok_or_else(|| registry::unsupported(&model_type))?;
     let quantization = Quantization::from_config(config)?;
-    let mut loader = LayerLoader {
+    (family.build)(&model_type, config, &mut whole_loader(weights, &quantization))?;
+    Ok(())
+}
+
+/// A loader of a whole model (no split across processes, its draft head
+/// included), in float32.
+fn whole_loader<'a>(weights: &'a mut Weights, quantization: &'a Quantization) -> LayerLoader<'a> {
+    LayerLoader {
         weights,
-        quantization: &quantization,
+        quantization,
         format: WeightFormat::Float32,
         dtype: Dtype::Float32,
         tensor_parallel: None,
@@ -125,20 +140,23 @@ fn build(config: &Value, weights: &mut Weights) -> Result<()> {
         pipeline: None,
         stage: None,
         draft_head: true,
-    };
-    (family.build)(&model_type, config, &mut loader)?;
-    Ok(())
+    }
 }
 
-/// Seeded values for one recorded tensor, at the scales the hand-written
-/// fixtures use, so tiny models stay numerically sane: matrices at
-/// 1/√(inputs), norms near their centre, decays and gates in their ranges.
-/// The token embedding is large (±0.5) when the model has a head of its
-/// own, and small (±0.05) when `tied`: the residual stream is then mostly
-/// the input embedding, and a large one makes every next token the last
-/// input token; small, the layers decide.
+/// Seeded values for one recorded tensor, drawn from its own stream
+/// (the seed and its name): see [`draw`].
 fn value_of(a: &Asked, values: Values, tied: bool) -> Result<Array> {
-    let mut rng = Rng(values.seed ^ fnv1a(&a.name));
+    draw(a, &mut Rng(values.seed ^ fnv1a(&a.name)), values.norm_center, tied)
+}
+
+/// Values for `a` from `rng`, at the scales the hand-written fixtures use,
+/// so tiny models stay numerically sane: matrices at 1/√(inputs), norms
+/// near their centre, decays and gates in their ranges. The token
+/// embedding is large (±0.5) when the model has a head of its own, and
+/// small (±0.05) when `tied`: the residual stream is then mostly the input
+/// embedding, and a large one makes every next token the last input token;
+/// small, the layers decide.
+pub(crate) fn draw(a: &Asked, rng: &mut Rng, norm_center: f32, tied: bool) -> Result<Array> {
     let shape = a.shape.as_slice();
     let leaf = a.name.rsplit('.').next().unwrap_or_default();
     let fan_in = |dims: &[i32]| dims.iter().product::<i32>().max(1) as f32;
@@ -153,7 +171,7 @@ fn value_of(a: &Asked, values: Values, tied: bool) -> Result<Array> {
         // Scales that multiply a layer's or a router's output: near 1.
         "layer_scalar" | "scale" | "per_expert_scale" => rng.tensor(shape, 0.3, 1.0),
         "weight" if shape.len() == 1 && a.name.contains("norm") => {
-            rng.tensor(shape, 0.1, values.norm_center)
+            rng.tensor(shape, 0.1, norm_center)
         }
         // Biases, sinks and other vectors: small.
         _ if shape.len() <= 1 => rng.tensor(shape, 0.1, 0.0),
