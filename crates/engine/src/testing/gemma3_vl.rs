@@ -18,6 +18,7 @@ use std::path::Path;
 use mlx_rs::Array;
 use serde_json::json;
 
+use super::recorded::{draw, record};
 use super::{byte_chars, save_checkpoint, Rng};
 use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
@@ -218,49 +219,7 @@ pub fn write_gemma3_vl(
         matrices.push("language_model.lm_head".into());
     }
 
-    let mut vrng = Rng(seed + 1000);
-    let v = "vision_tower.vision_model";
-    let mut put = |name: String, t: Array| {
-        tensors.insert(name, t);
-    };
-    let (w, c) = (d.vision_width, 3);
-    let kernel = vrng.tensor(&[w, c, PATCH, PATCH], 1.0 / ((c * PATCH * PATCH) as f32).sqrt(), 0.0);
-    let kernel = if hf { kernel } else { kernel.transpose_axes(&[0, 2, 3, 1])? };
-    put(format!("{v}.embeddings.patch_embedding.weight"), kernel);
-    put(format!("{v}.embeddings.patch_embedding.bias"), vrng.tensor(&[w], 0.1, 0.0));
-    let patches = (d.image / PATCH) * (d.image / PATCH);
-    put(format!("{v}.embeddings.position_embedding.weight"), vrng.tensor(&[patches, w], 0.5, 0.0));
-    let linear = |put: &mut dyn FnMut(String, Array),
-                  rng: &mut Rng,
-                  path: String,
-                  input: i32,
-                  output: i32| {
-        put(
-            format!("{path}.weight"),
-            rng.tensor(&[output, input], 1.0 / (input as f32).sqrt(), 0.0),
-        );
-        put(format!("{path}.bias"), rng.tensor(&[output], 0.1, 0.0));
-    };
-    let layer_norm = |put: &mut dyn FnMut(String, Array), rng: &mut Rng, path: String, dim: i32| {
-        put(format!("{path}.weight"), rng.tensor(&[dim], 0.1, 1.0));
-        put(format!("{path}.bias"), rng.tensor(&[dim], 0.1, 0.0));
-    };
-    for i in 0..d.vision_layers {
-        let l = format!("{v}.encoder.layers.{i}");
-        layer_norm(&mut put, &mut vrng, format!("{l}.layer_norm1"), w);
-        for proj in ["q_proj", "k_proj", "v_proj", "out_proj"] {
-            linear(&mut put, &mut vrng, format!("{l}.self_attn.{proj}"), w, w);
-        }
-        layer_norm(&mut put, &mut vrng, format!("{l}.layer_norm2"), w);
-        linear(&mut put, &mut vrng, format!("{l}.mlp.fc1"), w, d.vision_mlp);
-        linear(&mut put, &mut vrng, format!("{l}.mlp.fc2"), d.vision_mlp, w);
-    }
-    layer_norm(&mut put, &mut vrng, format!("{v}.post_layernorm"), w);
-    put("multi_modal_projector.mm_soft_emb_norm.weight".into(), vrng.tensor(&[w], 0.1, 0.0));
-    put(
-        "multi_modal_projector.mm_input_projection_weight".into(),
-        vrng.tensor(&[w, d.hidden], 1.0 / (w as f32).sqrt(), 0.0),
-    );
+    let w = d.vision_width;
 
     let layer_types: Vec<&str> = (0..d.layers)
         .map(|i| {
@@ -337,6 +296,39 @@ pub fn write_gemma3_vl(
         "processor_config.json",
         &json!({"image_seq_length": d.tokens_per_image, "processor_class": "Gemma3Processor"}),
     )?;
+    // The tower and projector: what the family's loader takes for this
+    // config beyond the language model, drawn from their own stream in the
+    // order it takes them. The patch kernel is drawn in PyTorch's layout
+    // `[out, C, P, P]` and stored so in float folders, else in MLX's.
+    let mut vrng = Rng(seed + 1000);
+    let vision = |name: &str| {
+        name.starts_with("vision_tower.") || name.starts_with("multi_modal_projector.")
+    };
+    for a in record(&config, |_| false)?.iter().filter(|a| vision(&a.name)) {
+        let value = match a.name.rsplit('.').next().unwrap_or_default() {
+            "weight" if a.name.ends_with("patch_embedding.weight") => {
+                let &[w, p, q, c] = a.shape.as_slice() else { unreachable!("a conv kernel") };
+                let kernel = vrng.tensor(&[w, c, p, q], 1.0 / ((c * p * q) as f32).sqrt(), 0.0);
+                if hf {
+                    kernel
+                } else {
+                    kernel.transpose_axes(&[0, 2, 3, 1])?
+                }
+            }
+            "weight" if a.name.ends_with("position_embedding.weight") => {
+                vrng.tensor(&a.shape, 0.5, 0.0)
+            }
+            // Gemma's norm scales by 1 + w.
+            "weight" if a.name.ends_with("mm_soft_emb_norm.weight") => {
+                vrng.tensor(&a.shape, 0.1, 0.0)
+            }
+            "mm_input_projection_weight" => {
+                vrng.tensor(&a.shape, 1.0 / (a.shape[0] as f32).sqrt(), 0.0)
+            }
+            _ => draw(a, &mut vrng, 1.0, false)?,
+        };
+        tensors.insert(a.name.clone(), value);
+    }
     save_checkpoint(dir, tensors, &matrices, config, quantize)?;
     Ok(vocab)
 }
