@@ -18,7 +18,7 @@ use std::path::Path;
 use mlx_rs::Array;
 use serde_json::json;
 
-use super::recorded::{draw, record};
+use super::recorded::{conv_kernel, draw_part};
 use super::{byte_chars, save_checkpoint, Rng};
 use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
@@ -300,35 +300,35 @@ pub fn write_gemma3_vl(
     // config beyond the language model, drawn from their own stream in the
     // order it takes them. The patch kernel is drawn in PyTorch's layout
     // `[out, C, P, P]` and stored so in float folders, else in MLX's.
-    let mut vrng = Rng(seed + 1000);
     let vision = |name: &str| {
         name.starts_with("vision_tower.") || name.starts_with("multi_modal_projector.")
     };
-    for a in record(&config, |_| false)?.iter().filter(|a| vision(&a.name)) {
-        let value = match a.name.rsplit('.').next().unwrap_or_default() {
-            "weight" if a.name.ends_with("patch_embedding.weight") => {
-                let &[w, p, q, c] = a.shape.as_slice() else { unreachable!("a conv kernel") };
-                let kernel = vrng.tensor(&[w, c, p, q], 1.0 / ((c * p * q) as f32).sqrt(), 0.0);
-                if hf {
-                    kernel
-                } else {
-                    kernel.transpose_axes(&[0, 2, 3, 1])?
+    let drawn = draw_part(
+        &config,
+        |_| false,
+        vision,
+        &mut Rng(seed + 1000),
+        |a, rng| {
+            let n = a.name.as_str();
+            Ok(Some(match n.rsplit('.').next().unwrap_or_default() {
+                "weight" if n.ends_with("patch_embedding.weight") => {
+                    conv_kernel(rng, &a.shape, hf)?
                 }
-            }
-            "weight" if a.name.ends_with("position_embedding.weight") => {
-                vrng.tensor(&a.shape, 0.5, 0.0)
-            }
-            // Gemma's norm scales by 1 + w.
-            "weight" if a.name.ends_with("mm_soft_emb_norm.weight") => {
-                vrng.tensor(&a.shape, 0.1, 0.0)
-            }
-            "mm_input_projection_weight" => {
-                vrng.tensor(&a.shape, 1.0 / (a.shape[0] as f32).sqrt(), 0.0)
-            }
-            _ => draw(a, &mut vrng, 1.0, false)?,
-        };
-        tensors.insert(a.name.clone(), value);
-    }
+                "weight" if n.ends_with("position_embedding.weight") => {
+                    rng.tensor(&a.shape, 0.5, 0.0)
+                }
+                // Gemma's norm scales by 1 + w.
+                "weight" if n.ends_with("mm_soft_emb_norm.weight") => {
+                    rng.tensor(&a.shape, 0.1, 0.0)
+                }
+                "mm_input_projection_weight" => {
+                    rng.tensor(&a.shape, 1.0 / (a.shape[0] as f32).sqrt(), 0.0)
+                }
+                _ => return Ok(None),
+            }))
+        },
+    )?;
+    tensors.extend(drawn);
     save_checkpoint(dir, tensors, &matrices, config, quantize)?;
     Ok(vocab)
 }

@@ -19,7 +19,7 @@ use mlx_rs::Array;
 use serde_json::json;
 
 use super::families::{qwen35_parts, Dims, TinyFamily};
-use super::recorded::{draw, record_part};
+use super::recorded::{conv_kernel, draw, record_part};
 use super::{qwen_byte_level_meta, save_checkpoint, Rng};
 use crate::error::{Error, Result};
 use crate::model::qwen3_vl::vision::{VisionConfig, VisionModel};
@@ -407,16 +407,7 @@ fn write_tower(
     let asked = record_part(|loader| VisionModel::load(cfg, "visual", loader).map(drop))?;
     for a in &asked {
         let value = match a.name.as_str() {
-            "visual.patch_embed.proj.weight" => {
-                let &[w, t, p, q, c] = a.shape.as_slice() else { unreachable!("a Conv3d kernel") };
-                let scale = 1.0 / ((c * t * p * q) as f32).sqrt();
-                let kernel = rng.tensor(&[w, c, t, p, q], scale, 0.0);
-                if torch_layout {
-                    kernel
-                } else {
-                    kernel.transpose_axes(&[0, 2, 3, 4, 1])?
-                }
-            }
+            "visual.patch_embed.proj.weight" => conv_kernel(rng, &a.shape, torch_layout)?,
             "visual.pos_embed.weight" => rng.tensor(&a.shape, 0.5, 0.0),
             _ => draw(a, rng, 1.0, false)?,
         };

@@ -57,6 +57,47 @@ pub(crate) fn record_part(load: impl FnOnce(&mut LayerLoader) -> Result<()>) -> 
     Ok(weights.asked().to_vec())
 }
 
+/// One part of a hand-written fixture (a vision tower) from the family's
+/// loader: the tensors it takes for `config` whose names `part` picks (with
+/// the optional ones `present` names), drawn from `rng` in the order it
+/// takes them, so a writer that drew a part in its loader's order keeps
+/// its values. `special` draws those the writer draws its own way
+/// (`None`: [`draw`]'s rules, norms centred on 1).
+pub(crate) fn draw_part(
+    config: &Value,
+    present: impl Fn(&str) -> bool + Send + 'static,
+    part: impl Fn(&str) -> bool,
+    rng: &mut Rng,
+    mut special: impl FnMut(&Asked, &mut Rng) -> Result<Option<Array>>,
+) -> Result<Vec<(String, Array)>> {
+    let mut drawn = Vec::new();
+    for a in record(config, present)?.into_iter().filter(|a| part(&a.name)) {
+        let value = match special(&a, rng)? {
+            Some(value) => value,
+            None => draw(&a, rng, 1.0, false)?,
+        };
+        drawn.push((a.name, value));
+    }
+    Ok(drawn)
+}
+
+/// A convolution kernel of MLX's channels-last shape `[out, …, C]`, drawn
+/// as the hand-written fixtures draw one, in PyTorch's order `[out, C, …]`
+/// at 1/√(what one output reads); stored in PyTorch's layout when
+/// `torch_layout`, else in MLX's.
+pub(crate) fn conv_kernel(rng: &mut Rng, mlx_shape: &[i32], torch_layout: bool) -> Result<Array> {
+    let n = mlx_shape.len();
+    let mut torch = vec![mlx_shape[0], mlx_shape[n - 1]];
+    torch.extend_from_slice(&mlx_shape[1..n - 1]);
+    let reads: i32 = mlx_shape[1..].iter().product();
+    let kernel = rng.tensor(&torch, 1.0 / (reads as f32).sqrt(), 0.0);
+    if torch_layout {
+        return Ok(kernel);
+    }
+    let channels_last: Vec<i32> = [0].into_iter().chain(2..n as i32).chain([1]).collect();
+    Ok(kernel.transpose_axes(&channels_last)?)
+}
+
 /// Writes `config` (with the `quantization` block when `quantize`) and a
 /// `model.safetensors` of every tensor the family takes for it, with
 /// seeded values, into `dir`; returns what was recorded. With `quantize`,

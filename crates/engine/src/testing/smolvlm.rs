@@ -19,6 +19,7 @@ use std::path::Path;
 use mlx_rs::Array;
 use serde_json::json;
 
+use super::recorded::{conv_kernel, draw_part};
 use super::{byte_level_meta, save_checkpoint, Rng};
 use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
@@ -174,51 +175,7 @@ fn write_smolvlm(dir: &Path, d: &SmolVlmDims, seed: u64, name: &str) -> Result<i
     norm(&mut tensors, &mut rng, format!("{lm}.norm"), d.hidden);
     matrix(&mut tensors, &mut rng, "lm_head".into(), vocab, d.hidden);
 
-    let mut vrng = Rng(seed + 1000);
-    let v = "model.vision_model";
-    let mut put = |name: String, t: Array| {
-        tensors.insert(name, t);
-    };
-    let (w, c) = (d.vision_width, 3);
-    put(
-        format!("{v}.embeddings.patch_embedding.weight"),
-        vrng.tensor(&[w, c, d.patch, d.patch], 1.0 / ((c * d.patch * d.patch) as f32).sqrt(), 0.0),
-    );
-    put(format!("{v}.embeddings.patch_embedding.bias"), vrng.tensor(&[w], 0.1, 0.0));
-    let patches = (d.tile / d.patch) * (d.tile / d.patch);
-    put(format!("{v}.embeddings.position_embedding.weight"), vrng.tensor(&[patches, w], 0.5, 0.0));
-    let linear = |put: &mut dyn FnMut(String, Array),
-                  rng: &mut Rng,
-                  path: String,
-                  input: i32,
-                  output: i32| {
-        put(
-            format!("{path}.weight"),
-            rng.tensor(&[output, input], 1.0 / (input as f32).sqrt(), 0.0),
-        );
-        put(format!("{path}.bias"), rng.tensor(&[output], 0.1, 0.0));
-    };
-    let layer_norm = |put: &mut dyn FnMut(String, Array), rng: &mut Rng, path: String, dim: i32| {
-        put(format!("{path}.weight"), rng.tensor(&[dim], 0.1, 1.0));
-        put(format!("{path}.bias"), rng.tensor(&[dim], 0.1, 0.0));
-    };
-    for i in 0..d.vision_layers {
-        let l = format!("{v}.encoder.layers.{i}");
-        layer_norm(&mut put, &mut vrng, format!("{l}.layer_norm1"), w);
-        for proj in ["q_proj", "k_proj", "v_proj", "out_proj"] {
-            linear(&mut put, &mut vrng, format!("{l}.self_attn.{proj}"), w, w);
-        }
-        layer_norm(&mut put, &mut vrng, format!("{l}.layer_norm2"), w);
-        linear(&mut put, &mut vrng, format!("{l}.mlp.fc1"), w, d.vision_mlp);
-        linear(&mut put, &mut vrng, format!("{l}.mlp.fc2"), d.vision_mlp, w);
-    }
-    layer_norm(&mut put, &mut vrng, format!("{v}.post_layernorm"), w);
-    let shuffled = w * d.scale * d.scale;
-    put(
-        "model.connector.modality_projection.proj.weight".into(),
-        vrng.tensor(&[d.hidden, shuffled], 1.0 / (shuffled as f32).sqrt(), 0.0),
-    );
-
+    let w = d.vision_width;
     let tokens_per_tile = (d.tile / d.patch / d.scale) * (d.tile / d.patch / d.scale);
     let config = json!({
         "model_type": model_type,
@@ -279,6 +236,29 @@ fn write_smolvlm(dir: &Path, d: &SmolVlmDims, seed: u64, name: &str) -> Result<i
         "processor_config.json",
         &json!({"image_seq_len": tokens_per_tile, "processor_class": format!("{name}Processor")}),
     )?;
+    // The tower and connector: what the family's loader takes beyond the
+    // language model, drawn from their own stream in the order it takes
+    // them, under transformers' names (`model.`), the patch kernel in
+    // PyTorch's layout.
+    let vision = |name: &str| name.starts_with("vision_model.") || name.starts_with("connector.");
+    let drawn = draw_part(
+        &config,
+        |_| false,
+        vision,
+        &mut Rng(seed + 1000),
+        |a, rng| {
+            Ok(match a.name.as_str() {
+                n if n.ends_with("patch_embedding.weight") => {
+                    Some(conv_kernel(rng, &a.shape, true)?)
+                }
+                n if n.ends_with("position_embedding.weight") => {
+                    Some(rng.tensor(&a.shape, 0.5, 0.0))
+                }
+                _ => None,
+            })
+        },
+    )?;
+    tensors.extend(drawn.into_iter().map(|(name, t)| (format!("model.{name}"), t)));
     save_checkpoint(dir, tensors, &[], config, None)?;
     Ok(vocab)
 }
