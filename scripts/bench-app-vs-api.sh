@@ -5,7 +5,9 @@
 # text, measured inside the page) against the app's own local
 # OpenAI-compatible server (Settings → "Serve on 127.0.0.1", streamed), and
 # the web view process's CPU while idle on the chat page (/proc/<pid>/stat
-# over IDLE seconds). Prints the figures and the medians; asserts nothing.
+# over IDLE seconds), and for each window reply where its time went (the
+# page's timeline, the backend's timings, each process's CPU). Prints the
+# figures and the medians; asserts nothing.
 #
 # Usage: scripts/bench-app-vs-api.sh [--rounds N] [--max-tokens M] [--idle S] [--app BINARY]
 #   (needs the app and the UI built: cargo build --workspace --all-targets,
@@ -23,7 +25,7 @@ while [ $# -gt 0 ]; do
     --max-tokens) MAX_TOKENS="$2"; shift 2 ;;
     --idle) IDLE="$2"; shift 2 ;;
     --app) APP="$(realpath "$2")"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "bench-app-vs-api: unknown argument $1" >&2; exit 2 ;;
   esac
 done

@@ -9,6 +9,11 @@
 //           /v1/chat/completions): time to the first content delta, and the
 //           rate from the first delta to the last;
 // and the web view process's CPU over IDLE_S seconds, idle on the chat page.
+// For each window reply it also prints where the time went: the page's own
+// timeline (ui/src/timeline.ts: ms after Send of each step, and what its
+// stream events, redraws and renders cost), the backend's timings of Send
+// (debug lines of the app's log) and the CPU of the app's process (the
+// engine runs in it), the web view and the X server while it streamed.
 // Prints one line per measurement; never asserts (timings are not tests).
 // Usage: node scripts/bench/app_vs_api.mjs ROUNDS MAX_TOKENS IDLE_S PROMPT   (needs DISPLAY and tauri-driver)
 import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
@@ -83,12 +88,30 @@ async function windowRound(b) {
     bench.t0 = performance.now();
     document.querySelector('[data-testid="send"]').click();
   });
-  await waitFor(b, 'the reply', () => b.execute(() => window.__bench.end > 0), 600_000);
+  // one call that returns when the reply ends: polling (WebDriver's
+  // waitUntil runs a script in the page 4 times a second) would cost the
+  // web view CPU that the API's side does not pay
+  await b.executeAsync((done) => {
+    const check = () => (window.__bench.end > 0 ? done() : setTimeout(check, 200));
+    check();
+  });
   const { t0, first, end } = await b.execute(() => window.__bench);
+  // the page's own timeline of this reply (ui/src/timeline.ts)
+  const line = await b.execute(() => window.__vlmTimeline ?? null);
   const stats = await textOf(b, await byTestId(b, 'stats'));
   const tokens = Number(/(\d+) tokens/.exec(stats)?.[1]);
   const engineTps = Number(/([\d.]+) tok\/s/.exec(stats)?.[1]);
-  return { ttft: (first - t0) / 1000, tps: (tokens - 1) / ((end - first) / 1000), tokens, engineTps };
+  return { ttft: (first - t0) / 1000, tps: (tokens - 1) / ((end - first) / 1000), tokens, engineTps, line: line && timelineText(line, t0, first) };
+}
+
+/** "submit 1 · invoke 9 · started 30 · … | 120 events 14 ms · 60 draws 95 ms": when each
+ * step of the reply happened in the page (ms after the click on Send) and what its work cost. */
+function timelineText({ marks, work }, t0, first) {
+  const order = ['submit', 'chat-created', 'invoke', 'started', 'first-piece', 'first-draw', 'sent'];
+  const at = order.filter((k) => k in marks).map((k) => `${k} ${fmt(marks[k] - t0, 1)}`);
+  at.push(`text-seen ${fmt(first - t0, 1)}`);
+  const costs = Object.entries(work).map(([k, w]) => `${w.count} ${k}s ${fmt(w.ms, 1)} ms`);
+  return `${at.join(' · ')} | ${costs.join(' · ')}`;
 }
 
 /** One streamed request to the app's own server. */
@@ -126,11 +149,24 @@ async function apiRound() {
   return { ttft: (first - t0) / 1000, tps: (tokens - 1) / ((last - first) / 1000), tokens };
 }
 
-await startDriver({ VLM_DATA_DIR: dataDir, HF_HOME: join(dataDir, 'hf') });
+// the app's own timings of Send (debug lines of its log, see src-tauri/src/replies.rs)
+await startDriver({ VLM_DATA_DIR: dataDir, HF_HOME: join(dataDir, 'hf'), VLM_LOG: 'info,vlm_chat=debug' });
+const logFile = join(dataDir, 'vlm-chat.log');
+let logRead = 0;
+/** The backend's timing lines logged since the last call, their fields only. */
+function backendTimings() {
+  let text = '';
+  try { text = readFileSync(logFile, 'utf8'); } catch { return 'no log'; }
+  const fresh = text.slice(logRead);
+  logRead = text.length;
+  const lines = fresh.split('\n').filter((l) => / (send_message|reply start) /.test(`${l} `));
+  return lines.map((l) => l.slice(l.indexOf(': ') + 2).replace(/(\d+\.\d)\d+/g, '$1')).join(' | ') || 'none logged';
+}
 const b = await openApp();
 const results = { window: [], api: [] };
 try {
   await modelReady(b);
+  await b.setTimeout({ script: 600_000 });
   await saveSettings(b, { temperature: '0', max_tokens: maxTokens, server_port: String(port) });
   await (await byTestId(b, 'setting-server_enabled')).click();
   await waitFor(b, 'the local server', async () => (await textOf(b, await byTestId(b, 'server-url'))).includes(`:${port}`), 30_000);
@@ -141,6 +177,7 @@ try {
   const web = descendants(app).filter((p) => exeName(p) === 'WebKitWebProcess');
   await windowRound(b); // warm-up (not counted): loads what the first reply loads
   await apiRound();
+  backendTimings();
   await sleep(2000);
   const idle = await cpuOver([app, ...web], idleSeconds);
   console.log(`idle app-process-cpu% ${fmt(idle[0], 2)}`);
@@ -150,16 +187,31 @@ try {
   const unfocused = await cpuOver(web, idleSeconds);
   web.forEach((p, i) => console.log(`idle webview-cpu% ${fmt(unfocused[i], 2)} (WebKitWebProcess ${p}, nothing focused)`));
 
-  for (let i = 0; i < rounds; i++) {
-    const before = web.map(cpuTicks);
+  // the X server draws what the window shows: its CPU is the window's too
+  const display = process.env.DISPLAY ?? '';
+  const xserver = readdirSync('/proc').filter((p) => /^\d+$/.test(p) && exeName(p) === 'Xvfb').map(Number).find((p) => {
+    try { return readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0').includes(display); } catch { return false; }
+  });
+  /** `f`'s result, and the CPU % of the app's process, of each web view process and of the X server while it ran. */
+  const withCpu = async (f) => {
+    const pids = [app, ...web, ...(xserver ? [xserver] : [])];
+    const before = pids.map(cpuTicks);
     const t0 = performance.now();
-    const w = await windowRound(b);
-    const busy = web.map((p, k) => (100 * (cpuTicks(p) - before[k])) / TICKS / ((performance.now() - t0) / 1000));
+    const r = await f();
+    const wall = (performance.now() - t0) / 1000;
+    const cpu = pids.map((p, k) => fmt((100 * (cpuTicks(p) - before[k])) / TICKS / wall, 1));
+    const x = xserver ? ` xserver-cpu% ${cpu.pop()}` : '';
+    return [r, `app-cpu% ${cpu[0]} webview-cpu% ${cpu.slice(1).join(',')}${x}`];
+  };
+  for (let i = 0; i < rounds; i++) {
+    const [w, wCpu] = await withCpu(() => windowRound(b));
     results.window.push(w);
-    console.log(`window ttft_s ${fmt(w.ttft)} tok_s ${fmt(w.tps, 2)} tokens ${w.tokens} engine_tok_s ${w.engineTps} webview-cpu% ${busy.map((x) => fmt(x, 1)).join(',')}`);
-    const a = await apiRound();
+    console.log(`window ttft_s ${fmt(w.ttft)} tok_s ${fmt(w.tps, 2)} tokens ${w.tokens} engine_tok_s ${w.engineTps} ${wCpu}`);
+    console.log(`  page timeline (ms after Send): ${w.line ?? 'none (an app without ui/src/timeline.ts)'}`);
+    console.log(`  backend (ms): ${backendTimings()}`);
+    const [a, aCpu] = await withCpu(() => apiRound());
     results.api.push(a);
-    console.log(`api ttft_s ${fmt(a.ttft)} tok_s ${fmt(a.tps, 2)} tokens ${a.tokens}`);
+    console.log(`api ttft_s ${fmt(a.ttft)} tok_s ${fmt(a.tps, 2)} tokens ${a.tokens} ${aCpu}`);
   }
   const median = (xs) => { const s = [...xs].sort((x, y) => x - y); return s[Math.floor((s.length - 1) / 2)]; };
   const m = (side, key) => median(results[side].map((r) => r[key]));

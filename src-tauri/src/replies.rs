@@ -141,6 +141,7 @@ async fn start<R: Runtime>(
     to: ReplyTo,
     sink: Sink,
 ) -> AppResult<StartedReply> {
+    let began = std::time::Instant::now();
     let engine = state.engine()?;
     let model =
         state.status().model.map(|m| m.name).unwrap_or_else(|| engine.model_info().name.clone());
@@ -185,7 +186,9 @@ async fn start<R: Runtime>(
         && !continuing
         && messages.last().is_some_and(|m| m.role == Role::User);
     let turn = Turn { settings, answer_format, offered, continuing };
+    let read = began.elapsed();
     let submitted = submit_fitted(&state, &engine, &messages, &turn, require).await?;
+    let accepted = began.elapsed();
     let stream = &submitted.stream;
     // an extended answer's text so far is its stored text: saves write the whole of it
     let (reply_id, so_far) = match to {
@@ -213,6 +216,14 @@ async fn start<R: Runtime>(
     };
     let (cancel, waiting) = (generation.cancel.clone(), generation.waiting_call.clone());
     state.generations.lock().unwrap().insert(chat, generation);
+    // where a reply's start goes: reading the chat, the engine preparing the
+    // request (template, tokens, images), storing the reply's row
+    tracing::debug!(
+        read_ms = read.as_secs_f64() * 1e3,
+        accepted_ms = accepted.as_secs_f64() * 1e3,
+        started_ms = began.elapsed().as_secs_f64() * 1e3,
+        "reply start"
+    );
     (sink.lock().unwrap().clone())(StreamEvent::Started {
         chat_id: chat,
         reply_id,

@@ -92,6 +92,14 @@ describe('the desktop app', () => {
     assert.equal(items.length, 1);
     assert.match(await textOf(browser, items[0]), /What is the capital of France/);
     await shot(browser, '02-chat-reply');
+    // Send's steps in the page came in order (ui/src/timeline.ts: what
+    // scripts/bench-app-vs-api.sh prints)
+    const marks = await browser.execute(() => window.__vlmTimeline?.marks ?? {});
+    const steps = ['submit', 'chat-created', 'invoke', 'started', 'first-piece', 'first-draw'];
+    for (const [i, step] of steps.entries()) {
+      assert.ok(step in marks, `${step} marked: ${JSON.stringify(marks)}`);
+      if (i > 0) assert.ok(marks[steps[i - 1]] <= marks[step], `${steps[i - 1]} before ${step}: ${JSON.stringify(marks)}`);
+    }
   });
 
   it('takes an image dropped from another window, and keeps it from a model that cannot see it', async () => {

@@ -21,7 +21,8 @@ import { SettingsPage } from './settingsView';
 import { onMac, shortcutFor, shortcutLabel } from './shortcuts';
 import { Sidebar } from './sidebar';
 import { StatusBar } from './statusBar';
-import { Streams } from './streams';
+import { answerPending, Streams } from './streams';
+import { mark } from './timeline';
 
 export interface Platform {
   pickFiles(): Promise<string[]>;
@@ -79,6 +80,8 @@ export class App {
   private answering = '';
   /** What of the open chat's turn (stored tool turns, the call shown) was drawn last. */
   private turnDrawn = '';
+  /** Work waiting for a chat's reply to show its first piece (or to end), by chat. */
+  private afterFirstPiece = new Map<number, () => void>();
 
   constructor(private platform: Platform) {
     const toast = (m: string) => this.toast(m);
@@ -132,6 +135,11 @@ export class App {
     this.narrow?.addEventListener('change', () => this.fitWidth());
     this.fitWidth();
     this.streams.subscribe((chatId, live) => {
+      const waiting = this.afterFirstPiece.get(chatId);
+      if (waiting && !answerPending(live, this.streams.isRunning(chatId))) {
+        this.afterFirstPiece.delete(chatId);
+        waiting();
+      }
       const answering = this.streams.runningChats().sort().join(',');
       if (answering !== this.answering) {
         this.answering = answering;
@@ -498,17 +506,20 @@ export class App {
         this.unsavedSettings = null;
         this.chat = chat;
         this.composer.adopt(chat.id);
+        mark('chat-created');
       }
       const chatId = chat.id;
       const handler = this.streams.begin(chatId);
       const editing = this.editing;
       let sent;
       try {
+        mark('invoke');
         sent = editing ? await api.editAndResend(chatId, editing.id, message, handler) : await api.send(chatId, message, handler);
       } catch (e) {
         this.streams.abandon(chatId);
         throw e;
       }
+      mark('sent');
       this.editing = null;
       if (this.chat?.id === chatId && !this.streams.isRunning(chatId)) {
         void this.reloadMessages(); // a reply so quick it ended before this call did
@@ -518,9 +529,14 @@ export class App {
         const at = editing ? this.messages.findIndex((m) => m.id === editing.id) : -1;
         this.messages = [...(at >= 0 ? this.messages.slice(0, at) : this.messages), sent.user];
         this.showMessages();
-        if (!chat.title) void this.refreshChat();
       }
-      void this.sidebar.refresh();
+      // the new title and the chat list wait for the first piece of the
+      // answer: read now, they would take the CPU from the prompt's reading
+      const titled = !!chat.title;
+      this.whenAnswering(chatId, () => {
+        if (!titled && this.chat?.id === chatId) void this.refreshChat();
+        void this.sidebar.refresh();
+      });
       return true;
     } catch (e) {
       const wanted = chat?.settings?.model;
@@ -652,6 +668,13 @@ export class App {
     else return void this.reloadMessages(); // the shown branch moved meanwhile
     this.streams.settle(message.chat_id);
     this.showMessages();
+  }
+
+  /** Runs `work` once the chat's reply shows its first piece or ends (at once if it has). */
+  private whenAnswering(chatId: number, work: () => void): void {
+    const live = this.streams.get(chatId);
+    if (live && answerPending(live, this.streams.isRunning(chatId))) this.afterFirstPiece.set(chatId, work);
+    else work();
   }
 
   /** Shows `this.messages` with the open chat's live reply, if any. */

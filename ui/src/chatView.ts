@@ -1,6 +1,6 @@
 // One chat: the messages of its shown branch (Markdown answers, a
 // collapsible "Thinking" block, images, stats, errors shown plainly), the
-// live reply as it streams (rendered block by block, at most ~15 times a
+// live reply as it streams (rendered block by block, at most 10 times a
 // second), the ‹ 2/3 › switcher on messages with other versions, Edit on
 // every message you sent (a new branch), the actions on the last turn
 // (regenerate, continue a reply cut at the token limit), a "jump to latest"
@@ -16,6 +16,7 @@ import { formattedJsonAnswer } from './answerFormat';
 import { MarkdownBlocks, setMarkdown } from './markdown';
 import { startersFor } from './starters';
 import type { LiveReply } from './streams';
+import { mark, timed } from './timeline';
 import type { DocumentPages } from './bindings/DocumentPages';
 
 export interface ChatViewHooks {
@@ -42,8 +43,11 @@ export interface Suggestion { name: string; detail: string; action: string; use:
 
 export type ModelState = { state: 'unloaded' } | { state: 'loading'; name: string } | { state: 'ready'; model: LoadedModel };
 
-/** A streaming reply is redrawn at most this often (ms): ~15 times a second. */
-export const LIVE_REDRAW_MS = 66;
+/** A streaming reply is redrawn at most this often (ms): 10 times a second.
+ * Each redraw is a frame of the whole window, which a machine without a GPU
+ * composites in software (~25 ms of CPU a frame under Xvfb): a model faster
+ * than 10 tokens a second shows a few tokens a frame, and keeps the CPU. */
+export const LIVE_REDRAW_MS = 100;
 
 /** How long a live reply's next redraw waits (ms): LIVE_REDRAW_MS after the
  * last one, except the first text of the answer (or its thinking), which is
@@ -134,8 +138,10 @@ export class ChatView {
     this.messages = messages;
     this.live = live;
     this.busy = !!live && !live.finished;
-    this.render();
-    this.scrollToEnd();
+    timed('render', () => {
+      this.render();
+      this.scrollToEnd();
+    });
   }
 
   /** The model a first launch with none loaded suggests (the best fit of
@@ -160,28 +166,41 @@ export class ChatView {
     return this.model.state === 'ready' ? this.model.model.vision : null;
   }
 
-  /** A live reply changed: redraw its bubble, at most every LIVE_REDRAW_MS. */
+  /** A live reply changed: redraw its bubble, at most every LIVE_REDRAW_MS.
+   * Text that is due is drawn at once, in the event's own task: a timer
+   * would let whatever the page queued meanwhile (a command's answer, the
+   * chat list) go first, and the first text would wait for it. */
   updateLive(live: LiveReply): void {
     this.live = live;
     const firstText = hasText(live) && !(this.drewText && this.liveBubble?.el.isConnected);
     if (this.timer && !firstText) return;
     window.clearTimeout(this.timer);
+    this.timer = 0;
     const wait = liveRedrawDelay(this.lastDraw, performance.now(), firstText);
-    this.timer = window.setTimeout(() => {
-      this.timer = 0;
-      this.lastDraw = performance.now();
-      if (!this.live || this.live.finished) return;
-      if (this.live.stored.some((m) => m.id === this.live!.replyId)) return; // between a turn's answers
-      this.drewText = hasText(this.live);
-      const nearEnd = this.isNearEnd();
-      if (!this.liveBubble?.el.isConnected) {
-        this.liveBubble = new LiveBubble();
-        this.list.append(this.liveBubble.el);
-      }
-      this.liveBubble.update(this.live);
-      if (nearEnd) this.scrollToEnd();
-      else this.updateJump();
-    }, wait);
+    if (wait === 0 && hasText(live)) this.redrawLive();
+    // no text yet (the "writing" dots): drawn after the command that started the reply is sent
+    else this.timer = window.setTimeout(() => { this.timer = 0; this.redrawLive(); }, wait);
+  }
+
+  private redrawLive(): void {
+    this.lastDraw = performance.now();
+    if (!this.live || this.live.finished) return;
+    if (this.live.stored.some((m) => m.id === this.live!.replyId)) return; // between a turn's answers
+    timed('draw', () => this.drawLive(this.live!));
+  }
+
+  /** Redraws the live bubble with `live`'s text so far. */
+  private drawLive(live: LiveReply): void {
+    this.drewText = hasText(live);
+    const nearEnd = this.isNearEnd();
+    if (!this.liveBubble?.el.isConnected) {
+      this.liveBubble = new LiveBubble();
+      this.list.append(this.liveBubble.el);
+    }
+    this.liveBubble.update(live);
+    if (this.drewText) mark('first-draw');
+    if (nearEnd) this.scrollToEnd();
+    else this.updateJump();
   }
 
   private render(): void {

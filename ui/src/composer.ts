@@ -11,6 +11,7 @@ import { Drafts, fileName, type Draft, type DraftKey } from './drafts';
 import { AnswerFormatPanel, describeFormat, type AnswerFormat } from './answerFormat';
 import { clear, h } from './dom';
 import { icon } from './icons';
+import { startTimeline } from './timeline';
 import { documentChip, documentPageImages, documentPagePlan, isDocument, PAGES_AS_IMAGES, type PagePlan } from './documentChip';
 
 export interface ComposerHooks {
@@ -393,6 +394,7 @@ export class Composer {
 
   private async submit(): Promise<void> {
     if (this.busy || this.pending > 0) return;
+    startTimeline();
     const draft = this.draft;
     const text = this.input.value.trim();
     if (!text && draft.attachments.length === 0) return;

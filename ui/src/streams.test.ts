@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { Streams } from './streams';
+import { answerPending, Streams } from './streams';
 import type { Message } from './api';
 
 describe('Streams', () => {
@@ -40,5 +40,23 @@ describe('Streams', () => {
     h({ kind: 'snapshot', content: 'so far', reasoning: 'r' });
     h({ kind: 'content', text: ' more' });
     expect(s.get(3)!.content).toBe('so far more');
+  });
+});
+
+describe('answerPending', () => {
+  it('is true while a running reply has nothing to show', () => {
+    const s = new Streams();
+    const on = s.begin(1);
+    on({ kind: 'started', chat_id: 1, reply_id: 2, model: 'm' });
+    expect(answerPending(s.get(1)!, s.isRunning(1))).toBe(true);
+    on({ kind: 'reasoning', text: 'hmm' });
+    expect(answerPending(s.get(1)!, s.isRunning(1))).toBe(false);
+    const other = s.begin(2);
+    other({ kind: 'error', error: { code: 'X', message: 'bad' } as never });
+    expect(answerPending(s.get(2)!, s.isRunning(2))).toBe(false);
+    s.begin(3);
+    const abandoned = s.get(3)!;
+    s.abandon(3);
+    expect(answerPending(abandoned, s.isRunning(3))).toBe(false);
   });
 });

@@ -1,6 +1,7 @@
 // Replies under way, per chat, so several chats can generate at once and a
 // chat shows its own progress when you switch back to it.
 import type { AppError, Message, StreamEvent, ToolCallRecord } from './api';
+import { mark, timed } from './timeline';
 
 /** A tool call of the turn waiting for the user (or running, when always allowed). */
 export interface PendingToolCall {
@@ -31,6 +32,12 @@ export function endsTurn(m: Message): boolean {
   return !(m.role === 'assistant' && m.status === 'complete' && m.tool_calls.length > 0);
 }
 
+/** A reply still running (`running`: its chat's reply under way) with
+ * nothing to show yet: the engine is reading its prompt. */
+export function answerPending(live: LiveReply, running: boolean): boolean {
+  return running && !live.finished && !live.content && !live.reasoning && !live.error;
+}
+
 type Listener = (chatId: number, reply: LiveReply) => void;
 
 export class Streams {
@@ -55,11 +62,16 @@ export class Streams {
     return () => this.listeners.delete(f);
   }
 
-  /** Begins tracking a reply in `chatId`; returns the handler for its channel. */
+  /** Begins tracking a reply in `chatId`; returns the handler for its channel.
+   * The listeners hear of it once the caller's code has run on (a microtask):
+   * the command that starts the reply is sent first, and what they redraw
+   * (the chat list, the status bar) is not on the way to the first token. */
   begin(chatId: number): (e: StreamEvent) => void {
     const reply: LiveReply = { chatId, replyId: null, model: '', content: '', reasoning: '', error: null, finished: null, stored: [], toolCall: null };
     this.live.set(chatId, reply);
-    this.emit(chatId, reply);
+    queueMicrotask(() => {
+      if (this.live.get(chatId) === reply) this.emit(chatId, reply);
+    });
     return (e) => this.apply(chatId, reply, e);
   }
 
@@ -79,6 +91,11 @@ export class Streams {
 
   private apply(chatId: number, reply: LiveReply, e: StreamEvent): void {
     if (this.live.get(chatId) !== reply) return; // a newer reply replaced this one
+    timed('event', () => this.applyNow(chatId, reply, e));
+  }
+
+  private applyNow(chatId: number, reply: LiveReply, e: StreamEvent): void {
+    mark(e.kind === 'content' || e.kind === 'reasoning' ? 'first-piece' : e.kind);
     switch (e.kind) {
       case 'started':
         // the turn's next answer (after tool results) starts afresh

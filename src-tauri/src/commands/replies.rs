@@ -73,12 +73,21 @@ pub async fn send_message<R: Runtime>(
     message: Outgoing,
     on_event: Channel<StreamEvent>,
 ) -> AppResult<Sent> {
+    let began = std::time::Instant::now();
     check(&message)?;
     let turn = reserve(&state, chat_id)?;
     crate::idle::wake(&app, &state).await?;
     check_images(&message, &state).await?;
     ensure_chat_model_of(&state, chat_id).await?;
-    post_and_answer(&app, &state, &turn, chat_id, message, None, on_event).await
+    let checked = began.elapsed();
+    let sent = post_and_answer(&app, &state, &turn, chat_id, message, None, on_event).await;
+    // where Send's time goes before the first token (scripts/bench-app-vs-api.sh prints it)
+    tracing::debug!(
+        checked_ms = checked.as_secs_f64() * 1e3,
+        total_ms = began.elapsed().as_secs_f64() * 1e3,
+        "send_message"
+    );
+    sent
 }
 
 /// Stores the user's message (at the end of the shown branch, or beside the
