@@ -45,9 +45,13 @@ impl Recording {
         !name.ends_with(".biases") && (self.present)(name)
     }
 
-    /// Notes that the loader took `name` of `shape`.
+    /// Notes that the loader took `name` of `shape`. A matrix is what
+    /// MLX stores quantized, a matrix or stacked experts' matrices (2 or 3
+    /// dimensions): a patch kernel taken after the same question (SigLIP
+    /// asks whether its patch embedding is a quantized linear layer) is not.
     pub(super) fn take(&mut self, name: &str, shape: &[i32]) {
-        let matrix = name.strip_suffix(".weight").is_some_and(|m| self.probed.borrow().contains(m));
+        let matrix = (2..=3).contains(&shape.len())
+            && name.strip_suffix(".weight").is_some_and(|m| self.probed.borrow().contains(m));
         self.asked.push(Asked { name: name.to_string(), shape: shape.to_vec(), matrix });
     }
 }
