@@ -25,6 +25,7 @@ use serde_json::json;
 
 use super::families::{Dims, TinyFamily};
 use super::lfm2::{lfm2_byte_level_meta, lfm2_config, lfm2_weights, Lfm2Mlp, Writer};
+use super::recorded::{draw, draw_part};
 use super::{save_checkpoint, Rng};
 use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
@@ -192,42 +193,7 @@ pub fn write_lfm2_vl(
     let mut w = Writer { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new() };
     lfm2_weights(&mut w, d.text, d.text_mlp, vocab, hf, text)?;
 
-    let mut v = Writer { rng: Rng(seed + 1000), tensors: HashMap::new(), matrices: Vec::new() };
-    let linear = |v: &mut Writer, path: String, input: i32, output: i32| {
-        let weight = v.rng.tensor(&[output, input], 1.0 / (input as f32).sqrt(), 0.0);
-        v.tensors.insert(format!("{path}.weight"), weight);
-        let bias = v.rng.tensor(&[output], 0.1, 0.0);
-        v.tensors.insert(format!("{path}.bias"), bias);
-    };
-    let layer_norm = |v: &mut Writer, path: String, dim: i32| {
-        let weight = v.rng.tensor(&[dim], 0.1, 1.0);
-        v.tensors.insert(format!("{path}.weight"), weight);
-        let bias = v.rng.tensor(&[dim], 0.1, 0.0);
-        v.tensors.insert(format!("{path}.bias"), bias);
-    };
-    let t = tower;
-    let width = d.vision_width;
-    linear(&mut v, format!("{t}.embeddings.patch_embedding"), 3 * d.patch * d.patch, width);
-    let table = d.positions_side * d.positions_side;
-    let positions = v.rng.tensor(&[table, width], 0.5, 0.0);
-    v.tensors.insert(format!("{t}.embeddings.position_embedding.weight"), positions);
-    for i in 0..d.vision_layers {
-        let l = format!("{t}.encoder.layers.{i}");
-        layer_norm(&mut v, format!("{l}.layer_norm1"), width);
-        for proj in ["q_proj", "k_proj", "v_proj", "out_proj"] {
-            linear(&mut v, format!("{l}.self_attn.{proj}"), width, width);
-        }
-        layer_norm(&mut v, format!("{l}.layer_norm2"), width);
-        linear(&mut v, format!("{l}.mlp.fc1"), width, d.vision_mlp);
-        linear(&mut v, format!("{l}.mlp.fc2"), d.vision_mlp, width);
-    }
-    layer_norm(&mut v, format!("{t}.post_layernorm"), width);
-    let folded = width * d.factor * d.factor;
-    let p = projector;
-    layer_norm(&mut v, format!("{p}.layer_norm"), folded);
-    linear(&mut v, format!("{p}.linear_1"), folded, d.projector_hidden);
-    linear(&mut v, format!("{p}.linear_2"), d.projector_hidden, d.text.hidden);
-    w.tensors.extend(v.tensors);
+    let (width, table) = (d.vision_width, d.positions_side * d.positions_side);
 
     let max_patches = d.max_image_tokens * d.factor * d.factor;
     let config = json!({
@@ -304,6 +270,35 @@ pub fn write_lfm2_vl(
         "processor_config.json",
         &json!({"processor_class": "Lfm2VlProcessor", "use_image_special_tokens": true}),
     )?;
+    // The tower and projector: what the family's loader takes beyond the
+    // language model, drawn from their own stream in the order it takes
+    // them. The patch embedding is a linear layer over `[P, P, C]` patches.
+    let vision =
+        |n: &str| n.starts_with("vision_tower.") || n.starts_with("multi_modal_projector.");
+    let drawn = draw_part(
+        &config,
+        |_| false,
+        vision,
+        &mut Rng(seed + 1000),
+        |a, rng| {
+            Ok(match a.name.as_str() {
+                n if n.ends_with("patch_embedding.weight") => {
+                    Some(draw(a, rng, 1.0, false)?.reshape(&[width, -1])?)
+                }
+                n if n.ends_with("position_embedding.weight") => {
+                    Some(rng.tensor(&a.shape, 0.5, 0.0))
+                }
+                _ => None,
+            })
+        },
+    )?;
+    for (name, t) in drawn {
+        let name = match name.strip_prefix("vision_tower.") {
+            Some(rest) => format!("{tower}.{rest}"),
+            None => format!("{projector}.{}", &name["multi_modal_projector.".len()..]),
+        };
+        w.tensors.insert(name, t);
+    }
     save_checkpoint(dir, w.tensors, &w.matrices, config, quantize)?;
     Ok(vocab)
 }
