@@ -10,6 +10,7 @@ mod default_model;
 mod distributed;
 mod exif_orientation;
 mod families;
+mod gated_delta_chunked;
 mod gemma3_real;
 mod gguf_import;
 mod gpt_oss;

@@ -2,6 +2,7 @@
 //! that are either float or MLX-quantized, and RMS norm.
 pub mod attention;
 pub mod gated_delta;
+pub mod gated_delta_chunked;
 pub mod moe;
 pub mod mrope;
 pub mod qwen_vit;
