@@ -12,8 +12,10 @@ use std::path::Path;
 use mlx_rs::{ops, Array};
 use serde_json::json;
 
+use super::recorded::{conv_kernel, draw, record_part};
 use super::{byte_chars, Rng};
 use crate::error::{Error, Result};
+use crate::model::qwen2_vl::vision::{Variant, VisionConfig, VisionModel};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
 use crate::weights::QuantSpec;
 
@@ -221,7 +223,7 @@ pub fn write_tiny_qwen2_vl(dir: &Path, spec: &TinyQwenVl) -> Result<i32> {
     let tie = spec.variant == QwenVlVariant::Qwen25Vl;
     let dims = &spec.dims;
     write_language(&mut w, &mut rng, vocab, tie, dims);
-    let vision_config = write_vision(&mut w, &mut rng, spec.variant, dims);
+    let vision_config = write_vision(&mut w, &mut rng, spec.variant, dims)?;
 
     let (model_type, architecture, processor) = match spec.variant {
         QwenVlVariant::Qwen2Vl => {
@@ -376,46 +378,13 @@ fn write_vision(
     rng: &mut Rng,
     variant: QwenVlVariant,
     dims: &VlDims,
-) -> serde_json::Value {
+) -> Result<serde_json::Value> {
     let width = dims.vision_width;
-    let patch_values = CHANNELS * TEMPORAL * PATCH * PATCH;
-    // PyTorch Conv3d layout [out, C, T, P, P]; other layouts are derived from it.
-    w.put(
-        "visual.patch_embed.proj.weight".into(),
-        rng.tensor(
-            &[width, CHANNELS, TEMPORAL, PATCH, PATCH],
-            1.0 / (patch_values as f32).sqrt(),
-            0.0,
-        ),
-    );
     let (depth, mlp_hidden) = match variant {
         QwenVlVariant::Qwen2Vl => (dims.vision_depth.unwrap_or(2), width * 4),
         QwenVlVariant::Qwen25Vl => (dims.vision_depth.unwrap_or(4), width * 2),
     };
-    let layer_norm = variant == QwenVlVariant::Qwen2Vl;
-    for i in 0..depth {
-        let p = format!("visual.blocks.{i}");
-        w.norm(rng, &format!("{p}.norm1"), width, layer_norm);
-        w.norm(rng, &format!("{p}.norm2"), width, layer_norm);
-        w.linear(rng, &format!("{p}.attn.qkv"), width, 3 * width, true);
-        w.linear(rng, &format!("{p}.attn.proj"), width, width, true);
-        match variant {
-            QwenVlVariant::Qwen2Vl => {
-                w.linear(rng, &format!("{p}.mlp.fc1"), width, mlp_hidden, true);
-                w.linear(rng, &format!("{p}.mlp.fc2"), mlp_hidden, width, true);
-            }
-            QwenVlVariant::Qwen25Vl => {
-                w.linear(rng, &format!("{p}.mlp.gate_proj"), width, mlp_hidden, true);
-                w.linear(rng, &format!("{p}.mlp.up_proj"), width, mlp_hidden, true);
-                w.linear(rng, &format!("{p}.mlp.down_proj"), mlp_hidden, width, true);
-            }
-        }
-    }
-    let merged = width * 4;
-    w.norm(rng, "visual.merger.ln_q", width, layer_norm);
-    w.linear(rng, "visual.merger.mlp.0", merged, merged, true);
-    w.linear(rng, "visual.merger.mlp.2", merged, dims.hidden, true);
-    match variant {
+    let config = match variant {
         // Integer mlp_ratio: transformers 5 rejects a float there.
         QwenVlVariant::Qwen2Vl => json!({
             "model_type": "qwen2_vl",
@@ -449,7 +418,24 @@ fn write_vision(
             "fullatt_block_indexes": full_attention_blocks(depth),
             "tokens_per_second": 2,
         }),
+    };
+    // What the tower's loader takes for that config, drawn in the order it
+    // takes them; the Conv3d kernel in PyTorch's layout [out, C, T, P, P]
+    // (other layouts are derived from it).
+    let engine_variant = match variant {
+        QwenVlVariant::Qwen2Vl => Variant::Qwen2Vl,
+        QwenVlVariant::Qwen25Vl => Variant::Qwen25Vl,
+    };
+    let cfg = VisionConfig::parse(engine_variant, &config)?;
+    for a in record_part(|loader| VisionModel::load(cfg, "visual", loader).map(drop))? {
+        let value = match a.name.as_str() {
+            "visual.patch_embed.proj.weight" => conv_kernel(rng, &a.shape, true)?,
+            "visual.merger.ln_q.weight" => rng.tensor(&a.shape, 0.1, 1.0),
+            _ => draw(&a, rng, 1.0, false)?,
+        };
+        w.put(a.name, value);
     }
+    Ok(config)
 }
 
 /// Qwen2.5-VL's full-attention blocks: [1, 3] in the tiny tower; every
