@@ -6,6 +6,9 @@
 //! outputs on them; `scripts/make-vision-goldens.sh` does the same for the
 //! tiny Qwen2-VL / Qwen2.5-VL folders (`qwen_vl.rs`) and Qwen3.5 with its
 //! vision tower (`qwen3_vl.rs`) with Python mlx-vlm.
+//! A family's checkpoint can also come from its config alone
+//! ([`write_recorded`], [`write_tiny_from_config`]): the tensors its own
+//! loader takes, recorded, with seeded values.
 mod families;
 mod gemma3_vl;
 mod gemma4_assistant;
