@@ -65,9 +65,7 @@ pub use qwen_vl::{
     qwen_byte_level_meta, write_tiny_qwen2_vl, QwenVlNames, QwenVlVariant, TinyQwenVl, VlDims,
     QWEN_SPECIAL_TOKENS, QWEN_VL_CHAT_TEMPLATE,
 };
-pub use recorded::{
-    leftover_after_load, record, write_recorded, write_tiny_from_config, Values,
-};
+pub use recorded::{leftover_after_load, record, write_recorded, write_tiny_from_config, Values};
 pub use released_configs::{lfm2_vl_1_6b_config, ministral3_3b_text_config};
 pub use smolvlm::{
     write_smolvlm_with, write_tiny_idefics3, write_tiny_smolvlm, SmolVlmDims, SMOLVLM_CHAT_TEMPLATE,
