@@ -443,7 +443,8 @@ describe('the first hour', () => {
     // deleting a chat while it answers: the reply ends, nothing is logged as an error
     await (await byTestId(browser, 'nav-chat')).click();
     await (await byTestId(browser, 'new-chat')).click();
-    await send(browser, 'Count from 1 to 300, one number per line.');
+    // long, so it is still answering when deleted (a count ends after 122 tokens)
+    await send(browser, 'Write a very long story about a dragon who learns to count.');
     await waitFor(browser, 'the answer to start', async () => (await browser.$$('.busy-dot')).length === 1);
     const logBefore = statSync(log).size;
     const answering = await browser.$('.chat-item.running');
