@@ -253,17 +253,27 @@ describe('the first hour', () => {
   });
 
   it('says why the local server cannot start on a taken port, and logs it', async () => {
+    // The page redraws once the save's settings come back: a switch found
+    // before that is gone when clicked (CI saw "stale element" here), so
+    // click the one drawn now, until it reads as wanted.
+    const switchServer = (on) => waitFor(browser, `the server switch ${on ? 'on' : 'off'}`, async () => {
+      const checked = () => browser.execute(() => document.querySelector('[data-testid="setting-server_enabled"]')?.checked);
+      if ((await checked()) !== on) {
+        try { await (await byTestId(browser, 'setting-server_enabled')).click(); } catch { /* redrawn meanwhile */ }
+      }
+      return (await checked()) === on;
+    }, 10_000);
     const taken = createServer();
     await new Promise((r) => taken.listen(0, '127.0.0.1', r));
     const port = String(taken.address().port);
     try {
       await saveSettings(browser, { server_port: port });
-      await (await byTestId(browser, 'setting-server_enabled')).click();
+      await switchServer(true);
       await waitFor(browser, 'the server error', async () => (await allByTestId(browser, 'server-error')).length === 1, 10_000);
       assert.match(await textOf(browser, await byTestId(browser, 'server-error')), new RegExp(`Port ${port} is already in use`));
       assert.match(readFileSync(log, 'utf8'), /ERROR.*local OpenAI server could not start/);
       await shot(browser, '23-server-port-taken');
-      await (await byTestId(browser, 'setting-server_enabled')).click();
+      await switchServer(false);
       await waitFor(browser, 'the error to clear', async () => (await allByTestId(browser, 'server-error')).length === 0, 10_000);
     } finally {
       taken.close();
