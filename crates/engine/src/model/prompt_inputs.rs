@@ -13,6 +13,7 @@
 //! has none.
 use mlx_rs::{ops, Array};
 
+use super::layers::pad_axis;
 use super::{LanguageModel, Positions, PromptImages};
 use crate::cache::BatchCache;
 use crate::error::Result;
@@ -172,18 +173,6 @@ fn layer_additions(
 fn ids_row(tokens: &[u32]) -> Array {
     let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
     Array::from_slice(&ids, &[1, tokens.len() as i32])
-}
-
-/// Zero-pads axis `axis` of `x` at the end to `to` entries.
-fn pad_axis(x: Array, axis: usize, to: i32) -> Result<Array> {
-    let have = x.dim(axis as i32);
-    if have == to {
-        return Ok(x);
-    }
-    let mut shape = x.shape().to_vec();
-    shape[axis] = to - have;
-    let zeros = ops::zeros_dtype(&shape, x.dtype())?;
-    Ok(ops::concatenate(&[&x, &zeros], axis as i32)?)
 }
 
 fn concat_or_one(parts: Vec<Array>, axis: i32) -> Result<Array> {

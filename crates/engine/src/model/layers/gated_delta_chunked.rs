@@ -36,6 +36,7 @@
 use mlx_rs::ops::indexing::{Ellipsis, IndexOp};
 use mlx_rs::{ops, Array, Dtype};
 
+use super::pad_axis;
 use crate::error::Result;
 
 /// Tokens per chunk: a power of two (the inverse doubles block sizes up to
@@ -76,7 +77,6 @@ pub fn chunked_recurrence(
     // the work inside a chunk grows with its square.
     let c = CHUNK.min((l.max(1) as u32).next_power_of_two() as i32);
     let n = (l + c - 1) / c;
-    let pad = n * c - l;
     let float = |x: &Array| x.as_dtype(Dtype::Float32);
 
     // Padded tokens: log-decay 0 (decay 1) and β 0.
@@ -90,15 +90,17 @@ pub fn chunked_recurrence(
     // Chunk-major layout `[n, B, Hk, r, C, …]`: one chunk is one contiguous
     // slice, and the `r` value heads that share a key head broadcast over it.
     let keys = |x: &Array| -> Result<Array> {
-        let x = pad_tokens(&float(x)?, pad)?.reshape(&[b, n, c, hk, dk])?;
+        let x = pad_axis(float(x)?, 1, n * c)?.reshape(&[b, n, c, hk, dk])?;
         Ok(x.transpose_axes(&[1, 0, 3, 2, 4])?.expand_dims(3)?)
     };
     let (q, k) = (keys(q)?, keys(k)?);
-    let v = pad_tokens(&float(v)?, pad)?
+    let v = pad_axis(float(v)?, 1, n * c)?
         .reshape(&[b, n, c, hk, r, dv])?
         .transpose_axes(&[1, 0, 3, 4, 2, 5])?;
     let per_head = |x: &Array| -> Result<Array> {
-        Ok(pad_tokens(x, pad)?.reshape(&[b, n, c, hk, r])?.transpose_axes(&[1, 0, 3, 4, 2])?)
+        Ok(pad_axis(x.clone(), 1, n * c)?
+            .reshape(&[b, n, c, hk, r])?
+            .transpose_axes(&[1, 0, 3, 4, 2])?)
     };
     let (log_g, beta) = (per_head(&log_g)?, per_head(&beta)?);
 
@@ -107,8 +109,11 @@ pub fn chunked_recurrence(
     let log_gamma = log_g.cumsum(-1, None, None)?;
     let gamma = ops::exp(&log_gamma)?;
     let diff = log_gamma.expand_dims(-1)?.subtract(log_gamma.expand_dims(-2)?)?;
-    let ratio =
-        ops::exp(ops::select(&lower_mask(c, 0)?, &diff, Array::from_f32(f32::NEG_INFINITY))?)?;
+    let ratio = ops::exp(ops::select(
+        &ops::tri::<bool>(c, None, None)?,
+        &diff,
+        Array::from_f32(f32::NEG_INFINITY),
+    )?)?;
     let log_last = log_gamma.index((Ellipsis, (c - 1)..c));
     let gamma_last = ops::exp(&log_last)?.expand_dims(-1)?; // [n, B, Hk, r, 1, 1]
     let to_end = ops::exp(log_last.subtract(&log_gamma)?)?; // γ_C/γⱼ
@@ -117,7 +122,7 @@ pub fn chunked_recurrence(
     let a = ratio
         .multiply(k.matmul(k.swap_axes(-1, -2)?)?)?
         .multiply(&beta_col)?
-        .multiply(lower_mask(c, -1)?.as_dtype(Dtype::Float32)?)?;
+        .multiply(ops::tri::<f32>(c, None, Some(-1))?)?;
     let inverse = invert_unit_lower(&a, c)?;
     let w = inverse.matmul(k.multiply(beta.multiply(&gamma)?.expand_dims(-1)?)?)?;
     let u0 = inverse.matmul(v.multiply(&beta_col)?)?;
@@ -142,24 +147,6 @@ pub fn chunked_recurrence(
         .index((.., ..l))
         .as_dtype(out_dtype)?;
     Ok((y, s.reshape(&[b, hv, dv, dk])?))
-}
-
-/// `[B, L, …]` with `pad` zero tokens appended.
-fn pad_tokens(x: &Array, pad: i32) -> Result<Array> {
-    if pad == 0 {
-        return Ok(x.clone());
-    }
-    let mut shape = x.shape().to_vec();
-    shape[1] = pad;
-    Ok(ops::concatenate(&[x.clone(), ops::zeros_dtype(&shape, x.dtype())?], 1)?)
-}
-
-/// `[C, C]` boolean, true on and below diagonal `offset` (0: the diagonal
-/// itself, −1: strictly below).
-fn lower_mask(c: i32, offset: i32) -> Result<Array> {
-    let rows = ops::arange::<_, i32>(None, c, None)?.reshape(&[c, 1])?;
-    let cols = ops::arange::<_, i32>(None, c, None)?.reshape(&[1, c])?;
-    Ok(cols.le(rows.add(Array::from_int(offset))?)?)
 }
 
 /// `(I + a)⁻¹` for strictly lower-triangular `a` `[…, C, C]`, C a power of

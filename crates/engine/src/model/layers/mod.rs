@@ -566,6 +566,18 @@ pub fn last_position(h: &Array) -> Result<Array> {
     Ok(h.index((.., (l - 1)..l, ..)))
 }
 
+/// Zero-pads axis `axis` of `x` at the end to `to` entries.
+pub fn pad_axis(x: Array, axis: usize, to: i32) -> Result<Array> {
+    let have = x.dim(axis as i32);
+    if have == to {
+        return Ok(x);
+    }
+    let mut shape = x.shape().to_vec();
+    shape[axis] = to - have;
+    let zeros = ops::zeros_dtype(&shape, x.dtype())?;
+    Ok(ops::concatenate(&[&x, &zeros], axis as i32)?)
+}
+
 /// `x` `[B, L, …]` at one position per row, `at` `[B]` int32: `[B, 1, …]`
 /// (the positions a caller reads, [`crate::cache::BatchCache::read_positions`]).
 pub fn rows_at(x: &Array, at: &Array) -> Result<Array> {
