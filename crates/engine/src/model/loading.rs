@@ -338,22 +338,13 @@ impl DrafterFolder {
     /// Its config and a loader over the whole drafter: no split across
     /// processes, and the draft tensors are the point.
     fn loader(&mut self, opts: &LoadOptions) -> (&Value, layers::LayerLoader<'_>) {
-        let loader = layers::LayerLoader {
-            weights: &mut self.weights,
-            quantization: &self.quantization,
-            format: opts.format,
-            dtype: activation_dtype(opts.format),
-            tensor_parallel: None,
-            sharded_layers: 0,
-            pipeline: None,
-            stage: None,
-            draft_head: true,
-        };
+        let loader = layers::LayerLoader::whole(&mut self.weights, &self.quantization, opts.format);
         (&self.config, loader)
     }
 }
 
-fn read_config(dir: &Path) -> Result<Value> {
+/// A model folder's config.json, parsed.
+pub(crate) fn read_config(dir: &Path) -> Result<Value> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
     serde_json::from_str(&text)

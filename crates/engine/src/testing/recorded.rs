@@ -11,12 +11,13 @@
 //! takes when it finds them) that `present` names.
 use std::path::Path;
 
-use mlx_rs::{ops, Array, Dtype};
+use mlx_rs::{ops, Array};
 use serde_json::Value;
 
 use super::{save_checkpoint, tiny_tokenizer, Rng};
 use crate::error::{Error, Result};
 use crate::model::layers::{LayerLoader, WeightFormat};
+use crate::model::loading::read_config;
 use crate::model::registry;
 use crate::weights::{self, Asked, QuantSpec, Quantization, Weights};
 
@@ -53,7 +54,7 @@ pub fn record(
 /// in the order it takes them; no optional ones.
 pub(crate) fn record_part(load: impl FnOnce(&mut LayerLoader) -> Result<()>) -> Result<Vec<Asked>> {
     let mut weights = Weights::recording(|_| false);
-    load(&mut whole_loader(&mut weights, &Quantization::default()))?;
+    load(&mut LayerLoader::whole(&mut weights, &Quantization::default(), FLOAT))?;
     Ok(weights.asked().to_vec())
 }
 
@@ -150,10 +151,7 @@ pub fn write_tiny_from_config(
 /// when it loads it whole (with its draft head): none, for a checkpoint
 /// that holds exactly what the family reads.
 pub fn leftover_after_load(dir: &Path) -> Result<Vec<String>> {
-    let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-    let config: Value = serde_json::from_str(&text)
-        .map_err(|e| Error::InvalidConfig(format!("{}: {e}", path.display())))?;
+    let config = read_config(dir)?;
     let mut weights = weights::safetensors::load_folder(dir)?;
     build(&config, &mut weights)?;
     Ok(weights.leftover())
@@ -164,25 +162,12 @@ fn build(config: &Value, weights: &mut Weights) -> Result<()> {
     let model_type = registry::model_type(config)?;
     let family = registry::family(&model_type).ok_or_else(|| registry::unsupported(&model_type))?;
     let quantization = Quantization::from_config(config)?;
-    (family.build)(&model_type, config, &mut whole_loader(weights, &quantization))?;
+    (family.build)(&model_type, config, &mut LayerLoader::whole(weights, &quantization, FLOAT))?;
     Ok(())
 }
 
-/// A loader of a whole model (no split across processes, its draft head
-/// included), in float32.
-fn whole_loader<'a>(weights: &'a mut Weights, quantization: &'a Quantization) -> LayerLoader<'a> {
-    LayerLoader {
-        weights,
-        quantization,
-        format: WeightFormat::Float32,
-        dtype: Dtype::Float32,
-        tensor_parallel: None,
-        sharded_layers: 0,
-        pipeline: None,
-        stage: None,
-        draft_head: true,
-    }
-}
+/// Recordings and fixture loads run in float32.
+const FLOAT: WeightFormat = WeightFormat::Float32;
 
 /// Seeded values for one recorded tensor, drawn from its own stream
 /// (the seed and its name): see [`draw`].

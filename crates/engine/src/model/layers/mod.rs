@@ -67,7 +67,28 @@ pub struct LayerLoader<'a> {
     pub draft_head: bool,
 }
 
-impl LayerLoader<'_> {
+impl<'a> LayerLoader<'a> {
+    /// A loader of a whole model in one process (no tensor-parallel share,
+    /// no pipeline stage), its draft head included, activations in the
+    /// dtype `format` runs in.
+    pub fn whole(
+        weights: &'a mut Weights,
+        quantization: &'a Quantization,
+        format: WeightFormat,
+    ) -> Self {
+        LayerLoader {
+            weights,
+            quantization,
+            format,
+            dtype: crate::model::loading::activation_dtype(format),
+            tensor_parallel: None,
+            sharded_layers: 0,
+            pipeline: None,
+            stage: None,
+            draft_head: true,
+        }
+    }
+
     /// The decoder layers (of `num_layers`) this process loads and runs:
     /// all of them, or its pipeline stage, planned from the bytes of each
     /// layer's tensors (`keep_together`: layers that must share a stage).
