@@ -303,31 +303,18 @@ pub fn write_gemma3_vl(
     let vision = |name: &str| {
         name.starts_with("vision_tower.") || name.starts_with("multi_modal_projector.")
     };
-    let drawn = draw_part(
-        &config,
-        |_| false,
-        vision,
-        &mut Rng(seed + 1000),
-        |a, rng| {
-            let n = a.name.as_str();
-            Ok(Some(match n.rsplit('.').next().unwrap_or_default() {
-                "weight" if n.ends_with("patch_embedding.weight") => {
-                    conv_kernel(rng, &a.shape, hf)?
-                }
-                "weight" if n.ends_with("position_embedding.weight") => {
-                    rng.tensor(&a.shape, 0.5, 0.0)
-                }
-                // Gemma's norm scales by 1 + w.
-                "weight" if n.ends_with("mm_soft_emb_norm.weight") => {
-                    rng.tensor(&a.shape, 0.1, 0.0)
-                }
-                "mm_input_projection_weight" => {
-                    rng.tensor(&a.shape, 1.0 / (a.shape[0] as f32).sqrt(), 0.0)
-                }
-                _ => return Ok(None),
-            }))
-        },
-    )?;
+    let drawn = draw_part(&config, vision, &mut Rng(seed + 1000), |a, rng| {
+        let n = a.name.as_str();
+        Ok(Some(match n.rsplit('.').next().unwrap_or_default() {
+            "weight" if n.ends_with("patch_embedding.weight") => conv_kernel(rng, &a.shape, hf)?,
+            // Gemma's norm scales by 1 + w.
+            "weight" if n.ends_with("mm_soft_emb_norm.weight") => rng.tensor(&a.shape, 0.1, 0.0),
+            "mm_input_projection_weight" => {
+                rng.tensor(&a.shape, 1.0 / (a.shape[0] as f32).sqrt(), 0.0)
+            }
+            _ => return Ok(None),
+        }))
+    })?;
     tensors.extend(drawn);
     save_checkpoint(dir, tensors, &matrices, config, quantize)?;
     Ok(vocab)

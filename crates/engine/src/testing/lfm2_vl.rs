@@ -275,23 +275,12 @@ pub fn write_lfm2_vl(
     // them. The patch embedding is a linear layer over `[P, P, C]` patches.
     let vision =
         |n: &str| n.starts_with("vision_tower.") || n.starts_with("multi_modal_projector.");
-    let drawn = draw_part(
-        &config,
-        |_| false,
-        vision,
-        &mut Rng(seed + 1000),
-        |a, rng| {
-            Ok(match a.name.as_str() {
-                n if n.ends_with("patch_embedding.weight") => {
-                    Some(draw(a, rng, 1.0, false)?.reshape(&[width, -1])?)
-                }
-                n if n.ends_with("position_embedding.weight") => {
-                    Some(rng.tensor(&a.shape, 0.5, 0.0))
-                }
-                _ => None,
-            })
-        },
-    )?;
+    let drawn = draw_part(&config, vision, &mut Rng(seed + 1000), |a, rng| {
+        if !a.name.ends_with("patch_embedding.weight") {
+            return Ok(None);
+        }
+        Ok(Some(draw(a, rng, 1.0, false)?.reshape(&[width, -1])?))
+    })?;
     for (name, t) in drawn {
         let name = match name.strip_prefix("vision_tower.") {
             Some(rest) => format!("{tower}.{rest}"),

@@ -59,20 +59,19 @@ pub(crate) fn record_part(load: impl FnOnce(&mut LayerLoader) -> Result<()>) -> 
 }
 
 /// One part of a hand-written fixture (a vision tower) from the family's
-/// loader: the tensors it takes for `config` whose names `part` picks (with
-/// the optional ones `present` names), drawn from `rng` in the order it
-/// takes them, so a writer that drew a part in its loader's order keeps
-/// its values. `special` draws those the writer draws its own way
-/// (`None`: [`draw`]'s rules, norms centred on 1).
+/// loader: the tensors it takes for `config` whose names `part` picks (no
+/// optional ones), drawn from `rng` in the order it takes them, so a writer
+/// that drew a part in its loader's order keeps its values. `special` draws
+/// those the writer draws its own way (`None`: [`draw`]'s rules, norms
+/// centred on 1).
 pub(crate) fn draw_part(
     config: &Value,
-    present: impl Fn(&str) -> bool + Send + 'static,
     part: impl Fn(&str) -> bool,
     rng: &mut Rng,
     mut special: impl FnMut(&Asked, &mut Rng) -> Result<Option<Array>>,
 ) -> Result<Vec<(String, Array)>> {
     let mut drawn = Vec::new();
-    for a in record(config, present)?.into_iter().filter(|a| part(&a.name)) {
+    for a in record(config, |_| false)?.into_iter().filter(|a| part(&a.name)) {
         let value = match special(&a, rng)? {
             Some(value) => value,
             None => draw(&a, rng, 1.0, false)?,
@@ -177,7 +176,8 @@ fn value_of(a: &Asked, values: Values, tied: bool) -> Result<Array> {
 
 /// Values for `a` from `rng`, at the scales the hand-written fixtures use,
 /// so tiny models stay numerically sane: matrices at 1/√(inputs), norms
-/// near their centre, decays and gates in their ranges. The token
+/// near their centre, decays and gates in their ranges, a vision tower's
+/// position table at ±0.5 (as large as what it is added to). The token
 /// embedding is large (±0.5) when the model has a head of its own, and
 /// small (±0.05) when `tied`: the residual stream is then mostly the input
 /// embedding, and a large one makes every next token the last input token;
@@ -190,6 +190,7 @@ pub(crate) fn draw(a: &Asked, rng: &mut Rng, norm_center: f32, tied: bool) -> Re
         "weight" if a.name.ends_with("embed_tokens.weight") => {
             rng.tensor(shape, if tied { 0.05 } else { 0.5 }, 0.0)
         }
+        "weight" if a.name.ends_with("position_embedding.weight") => rng.tensor(shape, 0.5, 0.0),
         _ if a.matrix => rng.tensor(shape, 1.0 / fan_in(&shape[shape.len() - 1..]).sqrt(), 0.0),
         // A recurrent layer's decay: A between 1 and 8, gentle to strong.
         "A_log" => ops::log(rng.tensor(shape, 3.5, 4.5))?,

@@ -241,23 +241,12 @@ fn write_smolvlm(dir: &Path, d: &SmolVlmDims, seed: u64, name: &str) -> Result<i
     // them, under transformers' names (`model.`), the patch kernel in
     // PyTorch's layout.
     let vision = |name: &str| name.starts_with("vision_model.") || name.starts_with("connector.");
-    let drawn = draw_part(
-        &config,
-        |_| false,
-        vision,
-        &mut Rng(seed + 1000),
-        |a, rng| {
-            Ok(match a.name.as_str() {
-                n if n.ends_with("patch_embedding.weight") => {
-                    Some(conv_kernel(rng, &a.shape, true)?)
-                }
-                n if n.ends_with("position_embedding.weight") => {
-                    Some(rng.tensor(&a.shape, 0.5, 0.0))
-                }
-                _ => None,
-            })
-        },
-    )?;
+    let drawn = draw_part(&config, vision, &mut Rng(seed + 1000), |a, rng| {
+        if !a.name.ends_with("patch_embedding.weight") {
+            return Ok(None);
+        }
+        Ok(Some(conv_kernel(rng, &a.shape, true)?))
+    })?;
     tensors.extend(drawn.into_iter().map(|(name, t)| (format!("model.{name}"), t)));
     save_checkpoint(dir, tensors, &[], config, None)?;
     Ok(vocab)
