@@ -5,7 +5,7 @@
 # reads, and the fraction of bandwidth ÷ bytes that each reaches; bandwidth
 # measured here through the same MLX and OpenBLAS (scripts/bench/decode_bandwidth.py).
 # The models: the default SmolLM2 135M and the real Gemma 3 270M (converted
-# to float32 folders) and the bench-size random folders bench-models.sh writes.
+# to float32 folders) and the bench-size random folders (written if missing).
 # Usage: scripts/bench-bandwidth.sh   (env MODELS: folders under models/; GEN_TOKENS, default 64)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,10 +15,12 @@ BENCH_NAME=bench-bandwidth
 bench_build_vlm
 bench_python_env
 bench_default_model models/smollm2-135m-f32 float32
+bench_gemma3_270m models/gemma-3-270m-f32
+bench_random_model models/bench-qwen3-moe --bench-moe
+bench_random_model models/bench-gemma4 --bench-gemma4
+bench_random_model models/bench-qwen3_5 --bench-qwen35
+bench_random_model models/bench-gpt-oss --bench-gpt-oss
 MODELS="${MODELS:-smollm2-135m-f32 gemma-3-270m-f32 bench-qwen3-moe bench-gemma4 bench-qwen3_5 bench-gpt-oss}"
-for model in $MODELS; do
-  [ -f "models/$model/model.safetensors" ] || { echo "models/$model is missing: scripts/bench-models.sh writes it" >&2; exit 1; }
-done
 
 speeds=()
 for model in $MODELS; do

@@ -24,14 +24,8 @@ BENCH_NAME=bench-long-context
 bench_build_vlm
 bench_python_env
 
-# The bench-size folders (bench-models.sh writes them the same way).
 for model in ${MODELS:-bench-gemma4 bench-qwen3_5}; do
-  if [ ! -f "models/$model/model.safetensors" ]; then
-    bench_log "writing a $model → models/$model"
-    rm -rf "models/$model.tmp"
-    target/debug/examples/write_tiny_model "--${model/bench-qwen3_5/bench-qwen35}" "models/$model.tmp" >/dev/null
-    mv "models/$model.tmp" "models/$model"
-  fi
+  bench_random_model "models/$model" "--${model/bench-qwen3_5/bench-qwen35}"
   long="models/$model-long"
   if [ ! -f "$long/config.json" ]; then
     mkdir -p "$long.tmp"

@@ -30,39 +30,15 @@ bench_build_vlm
 bench_python_env
 
 GEMMA=models/gemma-3-270m-f32
-if [ ! -f "$GEMMA/model.safetensors" ]; then
-  scripts/fetch-gemma3-270m.sh
-  bench_log "converting the Gemma 3 270M GGUF → $GEMMA (float32)"
-  rm -rf "$GEMMA.tmp" && "$VLM" convert models/gemma-3-270m-q4_k_m.gguf "$GEMMA.tmp" --dtype float32 >/dev/null
-  mv "$GEMMA.tmp" "$GEMMA"
-fi
 MOE=models/bench-qwen3-moe
-if [ ! -f "$MOE/model.safetensors" ]; then
-  bench_log "writing a bench-size random Qwen3-MoE → $MOE"
-  rm -rf "$MOE.tmp" && target/debug/examples/write_tiny_model --bench-moe "$MOE.tmp" >/dev/null
-  mv "$MOE.tmp" "$MOE"
-fi
-
 GEMMA4=models/bench-gemma4
-if [ ! -f "$GEMMA4/model.safetensors" ]; then
-  bench_log "writing a bench-size random Gemma 4 → $GEMMA4"
-  rm -rf "$GEMMA4.tmp" && target/debug/examples/write_tiny_model --bench-gemma4 "$GEMMA4.tmp" >/dev/null
-  mv "$GEMMA4.tmp" "$GEMMA4"
-fi
-
 QWEN35=models/bench-qwen3_5
-if [ ! -f "$QWEN35/model.safetensors" ]; then
-  bench_log "writing a bench-size random Qwen3.5 → $QWEN35"
-  rm -rf "$QWEN35.tmp" && target/debug/examples/write_tiny_model --bench-qwen35 "$QWEN35.tmp" >/dev/null
-  mv "$QWEN35.tmp" "$QWEN35"
-fi
-
 GPT_OSS=models/bench-gpt-oss
-if [ ! -f "$GPT_OSS/model.safetensors" ]; then
-  bench_log "writing a bench-size random gpt-oss → $GPT_OSS"
-  rm -rf "$GPT_OSS.tmp" && target/debug/examples/write_tiny_model --bench-gpt-oss "$GPT_OSS.tmp" >/dev/null
-  mv "$GPT_OSS.tmp" "$GPT_OSS"
-fi
+bench_gemma3_270m "$GEMMA"
+bench_random_model "$MOE" --bench-moe
+bench_random_model "$GEMMA4" --bench-gemma4
+bench_random_model "$QWEN35" --bench-qwen35
+bench_random_model "$GPT_OSS" --bench-gpt-oss
 
 rows="$(mktemp)"
 trap 'rm -f "$rows"' EXIT

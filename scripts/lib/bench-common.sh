@@ -39,6 +39,24 @@ bench_default_model() { # <out folder> <dtype>
   rm -rf "$1" && mv "$1.tmp" "$1"
 }
 
+# The real Gemma 3 270M as a float32 folder (its Q4_K_M GGUF converted).
+bench_gemma3_270m() { # <out folder>
+  [ -f "$1/model.safetensors" ] && return
+  scripts/fetch-gemma3-270m.sh
+  bench_log "converting the Gemma 3 270M GGUF → $1 (float32)"
+  rm -rf "$1.tmp" && "$VLM" convert models/gemma-3-270m-q4_k_m.gguf "$1.tmp" --dtype float32 >/dev/null
+  mv "$1.tmp" "$1"
+}
+
+# A bench-size random checkpoint written by `write_tiny_model <flag>`
+# (--bench-moe, --bench-gemma4, --bench-qwen35, --bench-gpt-oss).
+bench_random_model() { # <out folder> <write_tiny_model flag>
+  [ -f "$1/model.safetensors" ] && return
+  bench_log "writing a bench-size random model ($2) → $1"
+  rm -rf "$1.tmp" && target/debug/examples/write_tiny_model "$2" "$1.tmp" >/dev/null
+  mv "$1.tmp" "$1"
+}
+
 bench_python_env() {
   scripts/ref-venv.sh
   PY="$PWD/.venv-ref/bin/python"
