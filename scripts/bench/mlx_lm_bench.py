@@ -60,6 +60,15 @@ def vocab_size(args):
     return text["vocab_size"] if isinstance(text, dict) else text.vocab_size
 
 
+def leave() -> None:
+    """Exits without the interpreter's shutdown: a preloaded OpenBLAS
+    joining its threads at exit once hung a finished run for 10 minutes
+    (gdb: blas_thread_shutdown_ under _dl_fini), its printed figures held
+    in the pipe."""
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -134,9 +143,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # Leave without the interpreter's shutdown: a preloaded OpenBLAS joining
-    # its threads at exit once hung a finished run for 10 minutes (gdb:
-    # blas_thread_shutdown_ under _dl_fini), holding its printed figures in
-    # the pipe.
-    sys.stdout.flush()
-    os._exit(0)
+    leave()

@@ -9,8 +9,6 @@ part, cold) and peak_memory_bytes (over both).
 """
 import argparse
 import json
-import os
-import sys
 import time
 
 import mlx.core as mx
@@ -18,7 +16,7 @@ from mlx_lm import load
 from mlx_lm.generate import stream_generate
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlx_lm_bench import synthetic_prompt, vocab_size
+from mlx_lm_bench import leave, synthetic_prompt, vocab_size
 
 
 def first_token_secs(model, tokenizer, prompt, cache) -> float:
@@ -55,9 +53,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # Leave without the interpreter's shutdown: a preloaded OpenBLAS joining
-    # its threads at exit once hung a finished run for 10 minutes (gdb:
-    # blas_thread_shutdown_ under _dl_fini), holding its printed figures in
-    # the pipe.
-    sys.stdout.flush()
-    os._exit(0)
+    leave()
