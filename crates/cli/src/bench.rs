@@ -384,12 +384,11 @@ pub fn join_latency(
     let s1 = handle.stats()?;
     let step = t0.elapsed().as_secs_f64() / (s1.decode_steps - s0.decode_steps).max(1) as f64;
 
-    let submitted = Instant::now();
-    let mut joining =
-        handle.submit(bench_request(handle, bench_prompt(handle, prompt_tokens, 99), 2));
-    let _first = joining.recv_blocking();
-    let join = submitted.elapsed().as_secs_f64();
+    let joining = handle.submit(bench_request(handle, bench_prompt(handle, prompt_tokens, 99), 2));
+    // The engine's own first-token time: the stream's first event is its
+    // `Accepted`, sent at submission.
     let c = joining.collect_blocking();
+    let join = c.stats.time_to_first_token.as_secs_f64();
     for b in &background {
         handle.cancel(b.id);
     }
