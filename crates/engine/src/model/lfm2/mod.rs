@@ -216,6 +216,11 @@ impl Lfm2Args {
         self.num_key_value_heads.unwrap_or(self.num_attention_heads)
     }
 
+    /// The width of the hidden states.
+    pub fn hidden_size(&self) -> i32 {
+        self.hidden_size
+    }
+
     fn head_dim(&self) -> i32 {
         self.hidden_size / self.num_attention_heads
     }
@@ -407,14 +412,37 @@ impl ShortConv {
     }
 }
 
-/// `w2(silu(w1 x) · w3 x)`.
-struct FeedForward {
+/// The part of a block after its operator: LFM2's dense MLP, or what a
+/// neighbour family puts there (LFM2-MoE's mixture of experts).
+pub trait FeedForward {
+    /// `[B, L, D]` → `[B, L, D]`.
+    fn forward(&self, x: &Array) -> Result<Array>;
+}
+
+/// Loads layer `i`'s feed-forward part from `path`
+/// (`model.layers.{i}.feed_forward`).
+pub type LoadFeedForward<'a> =
+    &'a dyn Fn(&mut LayerLoader, &Lfm2Args, &str, usize) -> Result<Box<dyn FeedForward>>;
+
+/// LFM2's MLP: `w2(silu(w1 x) · w3 x)`.
+struct SwiGlu {
     w1: Linear,
     w2: Linear,
     w3: Linear,
 }
 
-impl FeedForward {
+impl SwiGlu {
+    fn load(loader: &mut LayerLoader, f: &str, args: &Lfm2Args) -> Result<Self> {
+        let (d, ff) = (args.hidden_size, args.ff_dim());
+        Ok(Self {
+            w1: loader.linear(&format!("{f}.w1"), d, ff, false)?,
+            w2: loader.linear(&format!("{f}.w2"), ff, d, false)?,
+            w3: loader.linear(&format!("{f}.w3"), d, ff, false)?,
+        })
+    }
+}
+
+impl FeedForward for SwiGlu {
     fn forward(&self, x: &Array) -> Result<Array> {
         let gate = mlx_rs::nn::silu(self.w1.forward(x)?)?;
         self.w2.forward(&gate.multiply(self.w3.forward(x)?)?)
@@ -430,13 +458,18 @@ struct Block {
     operator_norm: RmsNorm,
     operator: Operator,
     ffn_norm: RmsNorm,
-    feed_forward: FeedForward,
+    feed_forward: Box<dyn FeedForward>,
 }
 
 impl Block {
-    fn load(loader: &mut LayerLoader, args: &Lfm2Args, i: usize) -> Result<Self> {
+    fn load(
+        loader: &mut LayerLoader,
+        args: &Lfm2Args,
+        i: usize,
+        feed_forward: LoadFeedForward,
+    ) -> Result<Self> {
         let p = format!("model.layers.{i}");
-        let (d, ff, eps) = (args.hidden_size, args.ff_dim(), args.norm_eps);
+        let (d, eps) = (args.hidden_size, args.norm_eps);
         let operator = if args.is_attention(i) {
             Operator::Attention(Attention::load(loader, &format!("{p}.self_attn"), args)?)
         } else {
@@ -447,11 +480,7 @@ impl Block {
             operator_norm: loader.rms_norm(&format!("{p}.operator_norm"), d, eps)?,
             operator,
             ffn_norm: loader.rms_norm(&format!("{p}.ffn_norm"), d, eps)?,
-            feed_forward: FeedForward {
-                w1: loader.linear(&format!("{f}.w1"), d, ff, false)?,
-                w2: loader.linear(&format!("{f}.w2"), ff, d, false)?,
-                w3: loader.linear(&format!("{f}.w3"), d, ff, false)?,
-            },
+            feed_forward: feed_forward(loader, args, &f, i)?,
         })
     }
 
@@ -485,12 +514,24 @@ pub struct Lfm2 {
 
 impl Lfm2 {
     pub fn load(config: &Value, loader: &mut LayerLoader) -> Result<Self> {
+        Self::load_with(config, loader, &|loader, args, path, _| {
+            Ok(Box::new(SwiGlu::load(loader, path, args)?))
+        })
+    }
+
+    /// [`Self::load`] with each block's feed-forward part loaded by
+    /// `feed_forward` (LFM2-MoE's experts).
+    pub fn load_with(
+        config: &Value,
+        loader: &mut LayerLoader,
+        feed_forward: LoadFeedForward,
+    ) -> Result<Self> {
         let args = Lfm2Args::parse(config)?;
         let d = args.hidden_size;
         let stage = loader.layer_stage(args.num_hidden_layers as usize, None)?;
         let mut layers = Vec::with_capacity(stage.layers().len());
         for i in stage.layers() {
-            layers.push(Block::load(loader, &args, i)?);
+            layers.push(Block::load(loader, &args, i, feed_forward)?);
         }
         let embed_tokens = loader.embedding("model.embed_tokens", args.vocab_size, d)?;
         // A GGUF converted by other tools may name the final norm `output_norm`.
