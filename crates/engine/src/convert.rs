@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::model::layers::QuantizedMatrix;
 use crate::model::WeightFormat;
 use crate::tokenizer::Tokenizer;
-use crate::weights::{gguf, QuantSpec};
+use crate::weights::{gguf, QuantMode, QuantSpec, Quantization};
 
 pub fn gguf_to_folder(gguf_path: &Path, out: &Path, format: WeightFormat) -> Result<()> {
     let g = gguf::load(gguf_path, format)?;
@@ -21,15 +21,10 @@ pub fn gguf_to_folder(gguf_path: &Path, out: &Path, format: WeightFormat) -> Res
     let mut tensors: HashMap<String, Array> = g.weights.into_map();
 
     let mut config = g.config.clone();
-    let class = match g.model_type.as_str() {
-        "llama" => "LlamaForCausalLM",
-        "qwen2" => "Qwen2ForCausalLM",
-        "qwen3" => "Qwen3ForCausalLM",
-        "qwen3_moe" => "Qwen3MoeForCausalLM",
-        "gemma3_text" => "Gemma3ForCausalLM",
-        other => return Err(Error::InvalidConfig(format!("convert: no class name for {other}"))),
-    };
-    config["architectures"] = json!([class]);
+    // Every family with a GGUF import names its class there.
+    if let Some(import) = &g.family.gguf {
+        config["architectures"] = json!([import.class_name]);
+    }
 
     match format {
         WeightFormat::Float32 => {
@@ -41,12 +36,13 @@ pub fn gguf_to_folder(gguf_path: &Path, out: &Path, format: WeightFormat) -> Res
                         source_desc: gguf_path.display().to_string(),
                     })
                 };
+                // The floating-point modes (gpt-oss's MXFP4 experts) keep no biases.
                 let q = QuantizedMatrix {
                     weight: take(&mut tensors, "weight")?,
                     scales: take(&mut tensors, "scales")?,
-                    biases: Some(take(&mut tensors, "biases")?),
+                    biases: tensors.remove(&format!("{module}.biases")),
                     spec: *spec,
-                    mode: crate::weights::QuantMode::Affine,
+                    mode: quantization.mode_for_module(module),
                 };
                 tensors.insert(format!("{module}.weight"), q.dequantize_f32()?);
             }
@@ -57,7 +53,7 @@ pub fn gguf_to_folder(gguf_path: &Path, out: &Path, format: WeightFormat) -> Res
             }
         }
         WeightFormat::AsStored => {
-            if let Some(block) = quantization_block(&quantization.overrides) {
+            if let Some(block) = quantization_block(&quantization) {
                 config["quantization"] = block;
             }
         }
@@ -74,17 +70,31 @@ pub fn gguf_to_folder(gguf_path: &Path, out: &Path, format: WeightFormat) -> Res
     Ok(())
 }
 
-/// The most common spec becomes the default; the rest are per-module overrides.
-fn quantization_block(specs: &HashMap<String, Option<QuantSpec>>) -> Option<Value> {
-    let mut counts: HashMap<QuantSpec, usize> = HashMap::new();
-    for spec in specs.values().flatten() {
-        *counts.entry(*spec).or_default() += 1;
+/// The most common spec (with its mode) becomes the default; the rest are
+/// per-module overrides. A mode other than affine is named (`"mode":
+/// "mxfp4"`): MXFP4's groups of 32 at 4 bits are affine 4-bit's too.
+fn quantization_block(quantization: &Quantization) -> Option<Value> {
+    let stored = |module: &String, spec: &Option<QuantSpec>| {
+        spec.map(|spec| (spec, quantization.mode_for_module(module)))
+    };
+    let mut counts: HashMap<(QuantSpec, QuantMode), usize> = HashMap::new();
+    for (module, spec) in &quantization.overrides {
+        if let Some(key) = stored(module, spec) {
+            *counts.entry(key).or_default() += 1;
+        }
     }
     let default = counts.into_iter().max_by_key(|(_, n)| *n)?.0;
-    let mut block = json!({"group_size": default.group_size, "bits": default.bits});
-    for (module, spec) in specs {
-        if let Some(spec) = spec.filter(|s| *s != default) {
-            block[module] = json!({"group_size": spec.group_size, "bits": spec.bits});
+    let entry = |(spec, mode): (QuantSpec, QuantMode)| {
+        let mut e = json!({"group_size": spec.group_size, "bits": spec.bits});
+        if mode != QuantMode::Affine {
+            e["mode"] = json!(mode.name());
+        }
+        e
+    };
+    let mut block = entry(default);
+    for (module, spec) in &quantization.overrides {
+        if let Some(key) = stored(module, spec).filter(|k| *k != default) {
+            block[module] = entry(key);
         }
     }
     Some(block)

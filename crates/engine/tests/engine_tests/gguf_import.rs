@@ -236,6 +236,7 @@ fn an_lfm2_gguf_loads_as_the_folder_it_was_written_from() {
     println!("LFM2 max |logit difference| folder vs GGUF: {diff:e}");
     assert!(diff < 1e-5, "the GGUF computes another model: logits differ by {diff}");
     assert_eq!(greedy_ids(&from_gguf, &prompt, 12), greedy_ids(&from_folder, &prompt, 12));
+    converts_to_a_folder_that_computes_the_same(&gguf, LOAD.format, &prompt, "Lfm2ForCausalLM");
 }
 
 /// A Ministral 3 GGUF as llama.cpp's converter writes it (`mistral3.*`
@@ -338,6 +339,36 @@ fn a_ministral3_gguf_loads_as_the_folder_it_was_written_from() {
     println!("max |logit difference| folder vs GGUF: {diff:e}");
     assert!(diff < 1e-5, "the GGUF computes another model: logits differ by {diff}");
     assert_eq!(greedy_ids(&from_gguf, &prompt, 12), greedy_ids(&from_folder, &prompt, 12));
+    let class = "Ministral3ForCausalLM";
+    converts_to_a_folder_that_computes_the_same(&gguf, LOAD.format, &prompt, class);
+}
+
+/// `vlm convert` of `gguf` in `format` makes a folder that loads as the
+/// GGUF does (the same logits and greedy tokens over `prompt`) and names the
+/// family's Hugging Face `class`; returns the folder's config.json.
+fn converts_to_a_folder_that_computes_the_same(
+    gguf: &Path,
+    format: WeightFormat,
+    prompt: &[u32],
+    class: &str,
+) -> Value {
+    let out = tempfile::tempdir().unwrap();
+    engine::convert::gguf_to_folder(gguf, out.path(), format).unwrap();
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("config.json")).unwrap())
+            .unwrap();
+    assert_eq!(config["architectures"][0], class, "{format:?}");
+    let load = LoadOptions { format };
+    let (converted, from_gguf) =
+        (model::load(out.path(), &load).unwrap(), model::load(gguf, &load).unwrap());
+    assert_eq!(converted.info.cache_layout, from_gguf.info.cache_layout);
+    let a = forward_fresh(converted.model.as_ref(), &tokens(prompt));
+    let b = forward_fresh(from_gguf.model.as_ref(), &tokens(prompt));
+    let diff = max_abs_diff(&a, &b);
+    println!("{class} {format:?}: max |logit difference| converted folder vs GGUF: {diff:e}");
+    assert!(diff < 1e-5, "{format:?}: the converted folder computes another model: {diff}");
+    assert_eq!(greedy_ids(&converted, prompt, 12), greedy_ids(&from_gguf, prompt, 12));
+    config
 }
 
 /// MXFP4 blocks `[.., groups, 17]` as ggml lays them out (the E8M0 exponent,
@@ -521,6 +552,22 @@ fn a_gpt_oss_mxfp4_gguf_loads_as_the_folder_it_was_written_from() {
             rendered(&from_folder),
             "harmony's template, from the GGUF"
         );
+        // `vlm convert`: kept as MLX `mxfp4` (named so in config.json: its
+        // groups of 32 at 4 bits are affine 4-bit's too), or dequantized.
+        let config = converts_to_a_folder_that_computes_the_same(
+            &gguf,
+            format,
+            &prompt,
+            "GptOssForCausalLM",
+        );
+        let mxfp4 = |q: &Value| {
+            q.as_object().is_some_and(|m| m.values().any(|v| v["mode"] == "mxfp4"))
+                || q["mode"] == "mxfp4"
+        };
+        match format {
+            WeightFormat::AsStored => assert!(mxfp4(&config["quantization"]), "{config}"),
+            WeightFormat::Float32 => assert!(config.get("quantization").is_none(), "{config}"),
+        }
     }
 }
 

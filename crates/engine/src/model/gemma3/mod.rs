@@ -31,6 +31,7 @@ pub const FAMILY: Family = Family {
     layers: |config| Ok(Gemma3Args::parse(config)?.layer_shapes()),
     gguf: Some(GgufImport {
         architecture: "gemma3",
+        class_name: "Gemma3ForCausalLM",
         block_names: &[
             ("attn_q_norm", "self_attn.q_norm"),
             ("attn_k_norm", "self_attn.k_norm"),

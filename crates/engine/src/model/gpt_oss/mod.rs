@@ -46,6 +46,7 @@ pub const FAMILY: Family = Family {
     layers: |config| Ok(GptOssArgs::parse(config)?.layer_shapes()),
     gguf: Some(GgufImport {
         architecture: "gpt-oss",
+        class_name: "GptOssForCausalLM",
         block_names: &[
             ("post_attention_norm", "post_attention_layernorm"),
             ("attn_sinks.weight", "self_attn.sinks"),

@@ -41,6 +41,7 @@ pub const FAMILY: Family = Family {
     layers: |config| Ok(Lfm2Args::parse(config)?.layer_shapes()),
     gguf: Some(GgufImport {
         architecture: "lfm2",
+        class_name: "Lfm2ForCausalLM",
         block_names: GGUF_BLOCK_NAMES,
         config_keys: &[("conv_L_cache", "shortconv.l_cache")],
         permuted_qk: false,

@@ -28,6 +28,7 @@ pub const FAMILY: Family = Family {
     layers: |config| Ok(parse_args(config, "llama")?.layer_shapes()),
     gguf: Some(GgufImport {
         architecture: "llama",
+        class_name: "LlamaForCausalLM",
         block_names: &[],
         config_keys: &[],
         permuted_qk: true,

@@ -53,6 +53,7 @@ pub const FAMILY: Family = Family {
     layers: |config| Ok(TextArgs::parse(config, true)?.layer_shapes()),
     gguf: Some(GgufImport {
         architecture: "mistral3",
+        class_name: "Ministral3ForCausalLM",
         block_names: &[],
         config_keys: &[
             ("llama_4_scaling_beta", "attention.temperature_scale"),

@@ -18,6 +18,7 @@ pub const FAMILY: Family = Family {
     layers: |config| Ok(parse_args(config)?.layer_shapes()),
     gguf: Some(GgufImport {
         architecture: "qwen2",
+        class_name: "Qwen2ForCausalLM",
         block_names: &[],
         config_keys: &[],
         permuted_qk: false,

@@ -23,6 +23,7 @@ pub const FAMILY: Family = Family {
     layers: |config| Ok(parse_qwen3_args(config, "qwen3")?.layer_shapes()),
     gguf: Some(GgufImport {
         architecture: "qwen3",
+        class_name: "Qwen3ForCausalLM",
         block_names: GGUF_QK_NORMS,
         config_keys: &[],
         permuted_qk: false,

@@ -25,6 +25,7 @@ pub const FAMILY: Family = Family {
     layers: |config| Ok(parse_qwen3_args(config, "qwen3_moe")?.layer_shapes()),
     gguf: Some(GgufImport {
         architecture: "qwen3moe",
+        class_name: "Qwen3MoeForCausalLM",
         block_names: &[
             ("attn_q_norm", "self_attn.q_norm"),
             ("attn_k_norm", "self_attn.k_norm"),

@@ -37,6 +37,9 @@ use crate::tokenizer::{GgufSentencePieceMeta, GgufTokenizerMeta};
 pub struct GgufImport {
     /// `general.architecture` (llama.cpp's name: "llama", "qwen3moe", "gemma3").
     pub architecture: &'static str,
+    /// Hugging Face's class for the family (config.json `architectures`),
+    /// which `vlm convert` writes into the folder it makes.
+    pub class_name: &'static str,
     /// Block tensor names (`blk.N.<part>`) → Hugging Face names
     /// (`model.layers.N.<part>`), on top of [`COMMON_BLOCK_NAMES`] (these win).
     /// A name with its parameter (`attn_sinks.weight`) names the whole
