@@ -1,6 +1,6 @@
 """Records Python mlx-lm's outputs on the tiny seeded folders written by
 `target/debug/examples/write_tiny_model <dir>` (llama, qwen3, qwen3_moe,
-gemma3_text, gemma4_text(_moe), qwen3_5(_moe), lfm2, gpt_oss, ministral3; float and 4-bit each), as goldens
+gemma3_text, gemma4_text(_moe), qwen3_5(_moe), lfm2, lfm2_moe, gpt_oss, ministral3; float and 4-bit each), as goldens
 for crates/engine/tests/engine_tests/parity_mlx_lm.rs.
 
 Usage: tiny_models.py <dir with <family>/{float,q4}> <goldens dir> [family ...]
@@ -58,12 +58,14 @@ PROMPTS = {
     "qwen3_5": LONG_PROMPT,
     "qwen3_5_moe": LONG_PROMPT,
     "lfm2": LONG_PROMPT,
+    "lfm2_moe": LONG_PROMPT,
     "gpt_oss": LONG_PROMPT,
     "ministral3": LONG_PROMPT,
 }
 # Prompts of 5, 12 and 23 tokens decoded together.
 BATCHED = {
     "lfm2": [PROMPT[:5], PROMPT, LONG_PROMPT],
+    "lfm2_moe": [PROMPT[:5], PROMPT, LONG_PROMPT],
     "gpt_oss": [PROMPT[:5], PROMPT, LONG_PROMPT],
     "ministral3": [PROMPT[:5], PROMPT, LONG_PROMPT],
 }

@@ -3,7 +3,7 @@
 //! files: `write_tiny_model <out-dir>` → `<out-dir>/llama/{float,q4}`,
 //! `llama3_rope/{float,q4}` (Llama 3.1 RoPE scaling) and the
 //! same for `qwen3`, `qwen3_moe`, `gemma3_text`, `gemma4_text`,
-//! `gemma4_text_moe`, `qwen3_5`, `qwen3_5_moe`, `lfm2`, `gpt_oss` and `ministral3` (float: Hugging Face
+//! `gemma4_text_moe`, `qwen3_5`, `qwen3_5_moe`, `lfm2`, `lfm2_moe`, `gpt_oss` and `ministral3` (float: Hugging Face
 //! names; q4: mlx-community names, 4-bit group 32), and `gpt_oss/openai_mxfp4`
 //! (OpenAI's MXFP4 experts).
 //! `write_tiny_model --speculative-pair <out-dir>` writes the tiny target and
@@ -23,6 +23,7 @@ use engine::testing::{
     write_mtp_target_seeded, write_speculative_pair, write_tiny_family,
     write_tiny_gpt_oss_openai_mxfp4, write_tiny_llama, Dims, TinyFamily, TinyLlama,
 };
+use engine::testing::{write_tiny_from_config, Values};
 use engine::weights::QuantSpec;
 
 #[derive(Parser)]
@@ -130,6 +131,12 @@ fn main() -> anyhow::Result<()> {
         write_tiny_family(&dir.join("q4"), family, Some(q4), SEED)?;
     }
     write_tiny_gpt_oss_openai_mxfp4(&out.join("gpt_oss/openai_mxfp4"), SEED)?;
+    // A family whose tiny checkpoint is its config alone (the family's
+    // `tiny_config`, what its loader takes for it).
+    let values = Values::seeded(SEED);
+    let lfm2_moe = engine::model::lfm2_moe::tiny_config;
+    write_tiny_from_config(&out.join("lfm2_moe/float"), lfm2_moe, None, values)?;
+    write_tiny_from_config(&out.join("lfm2_moe/q4"), lfm2_moe, Some(q4), values)?;
     println!("{}", out.display());
     Ok(())
 }

@@ -11,6 +11,7 @@ pub mod gpt_oss;
 pub mod language_model_only;
 pub mod layers;
 pub mod lfm2;
+pub mod lfm2_moe;
 pub mod lfm2_vl;
 pub mod llama;
 pub mod loading;

@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::layers::LayerLoader;
 use super::shape::{ArchitectureShape, ImageViews, LayerShape};
 use super::{
-    gemma3, gemma4, gpt_oss, lfm2, lfm2_vl, llama, mistral3, qwen2, qwen2_vl, qwen3, qwen3_5,
+    gemma3, gemma4, gpt_oss, lfm2, lfm2_moe, lfm2_vl, llama, mistral3, qwen2, qwen2_vl, qwen3, qwen3_5,
     qwen3_moe, qwen3_vl, smolvlm, Capabilities, LanguageModel,
 };
 use crate::error::{Error, Result};
@@ -90,6 +90,7 @@ pub static FAMILIES: &[Family] = &[
     qwen3_5::FAMILY,
     qwen3_vl::FAMILY,
     lfm2::FAMILY,
+    lfm2_moe::FAMILY,
     lfm2_vl::FAMILY,
     smolvlm::FAMILY,
     gpt_oss::FAMILY,
