@@ -6,7 +6,9 @@ KV-shared layers; <dir>/assistant: engine::testing::write_gemma4_echo_assistant,
 an assistant that mostly drafts the last token again, so that the target's
 repeated tokens are drafts it keeps; <dir>/random_assistant:
 engine::testing::write_gemma4_assistant, the random one of the lossless
-tests), as the golden of
+tests; <dir>/centroid_assistant: engine::testing::write_gemma4_centroid_assistant,
+an echoing one with the centroid-routed head of the E2B / E4B assistants,
+`use_ordered_embeddings`), as the golden of
 crates/engine/tests/engine_tests/speculative_assistant_reference.rs.
 
 Usage: speculative_assistant.py <dir with target/ and assistant/> <golden json>
@@ -52,7 +54,14 @@ Every run asserts its tokens equal `greedy` (speculation is lossless), that
 the end-of-sequence id does not appear, that the target's top two
 log-probabilities at every generated position are at least MIN_MARGIN apart,
 and the assistant's top two logits at every draft too (float32 rounding
-between two implementations must not flip a choice). The golden must keep
+between two implementations must not flip a choice). With the centroid head
+(greedy: `MaskedEmbedder.argmax`, the best of the routed clusters' tokens)
+the top two are those of the routed tokens, and the scores of the last
+cluster routed and the first left out must be MIN_MARGIN apart too (which
+clusters are routed must not flip either); its records count the drafts
+whose routed choice is (`routed_same`) and is not (`routed_apart`) what the
+whole table's best would be, and both must occur: the routing decided some
+drafts. The golden must keep
 at least one draft of the echoing assistant (the accept path) and reject some.
 """
 import importlib.metadata
@@ -90,7 +99,9 @@ MAKE_MASKS = gemma4_assistant.make_drafter_masks
 # every part of the assistant (its layers reading the target's keys and
 # values, `post_projection` feeding the next draft), where the echoing one's
 # drafts are mostly the last token again.
-ASSISTANTS = {"echo": "assistant", "random": "random_assistant"}
+# The centroid one drafts through the routed head.
+ASSISTANTS = {"echo": "assistant", "random": "random_assistant", "centroid": "centroid_assistant"}
+ROUTED = {"centroid"}
 # What mlx-vlm's gemma4 model forwards to its language model.
 FORWARDED = ("capture_layer_ids", "hidden_sink", "shared_kv_sink", "return_hidden",
              "return_shared_kv", "logits_to_keep")
@@ -148,12 +159,18 @@ def greedy(model, prompt, n):
 
 
 class Recorder:
-    """Wraps the drafter: each round's drafts and its smallest top-two gap."""
+    """Wraps the drafter: each round's drafts and its smallest top-two gap;
+    with a centroid head, the smallest gap at the routing's cut and how many
+    drafts the routing changed."""
 
     def __init__(self, drafter):
         self.rounds = []
         self.margin = float("inf")
+        self.cut_margin = float("inf")
+        self.routed_same, self.routed_apart = 0, 0
         block, bind = drafter.draft_block, drafter.bind
+        if drafter.masked_embedding is not None:
+            self.watch_routing(drafter.masked_embedding)
 
         def draft_block(*args, **kwargs):
             tokens = block(*args, **kwargs)
@@ -176,6 +193,29 @@ class Recorder:
         drafter.draft_block = draft_block
         drafter.bind = bind_recording
 
+    def watch_routing(self, masked):
+        """The greedy draft of a centroid head (`MaskedEmbedder.argmax`):
+        its routed tokens' scores, the clusters' scores at the cut, and the
+        whole table's best for the same hidden state."""
+        selected = masked._selected_logits
+
+        def selected_recording(hidden_states, lm_head_weight):
+            ids, logits = selected(hidden_states, lm_head_weight)
+            top = mx.sort(logits.reshape(-1))[-2:].tolist()
+            self.margin = min(self.margin, top[1] - top[0])
+            clusters = mx.sort(masked.centroids(hidden_states).reshape(-1)).tolist()
+            k = masked.top_k
+            self.cut_margin = min(self.cut_margin, clusters[-k] - clusters[-k - 1])
+            routed = ids.reshape(-1)[mx.argmax(logits.reshape(-1))].item()
+            whole = mx.argmax((hidden_states @ lm_head_weight.T).reshape(-1)).item()
+            if routed == whole:
+                self.routed_same += 1
+            else:
+                self.routed_apart += 1
+            return ids, logits
+
+        masked._selected_logits = selected_recording
+
 
 def last_keys_only(make_masks):
     """mlx-vlm's drafter masks with its first round's sliding query placed as
@@ -187,11 +227,11 @@ def last_keys_only(make_masks):
     return masks
 
 
-def speculative(model, folder, prompt, n, num_draft, window):
+def speculative(model, folder, prompt, n, num_draft, window, routed):
     gemma4_assistant.make_drafter_masks = last_keys_only(MAKE_MASKS) if window else MAKE_MASKS
     drafter, kind = load_drafter(str(folder), kind="mtp")
     assert kind == "mtp", kind
-    assert drafter.masked_embedding is None, "the tiny assistant scores every token"
+    assert (drafter.masked_embedding is not None) == routed, f"{folder}: a centroid head is {routed}"
     rec = Recorder(drafter)
     out = [
         int(t)
@@ -212,7 +252,7 @@ def speculative(model, folder, prompt, n, num_draft, window):
     for kept in drafter.accept_lens:
         flags += [True] * int(kept) + [False]
     assert len(rec.rounds) == len(drafter.accept_lens)
-    return out, flags[: len(out)], rec.rounds, rec.margin
+    return out, flags[: len(out)], rec
 
 
 def main():
@@ -221,6 +261,7 @@ def main():
     model = Target(work / "target")
     records = []
     kept_total, rejected = 0, 0
+    routed_same, routed_apart = 0, 0
     for prompt in PROMPTS:
         plain, margin = greedy(model, prompt, TOKENS)
         assert greedy(text_model, prompt, TOKENS)[0] == plain, "gemma4 and gemma4_text disagree"
@@ -230,18 +271,31 @@ def main():
         for name, folder in ASSISTANTS.items():
             for k in DRAFTS:
                 for window in [False, True]:
-                    tokens, flags, rounds, head_margin = speculative(
-                        model, work / folder, prompt, TOKENS, k, window
+                    routed = name in ROUTED
+                    tokens, flags, rec = speculative(
+                        model, work / folder, prompt, TOKENS, k, window, routed
                     )
                     assert tokens == plain, f"speculative {tokens} != greedy {plain}"
                     key = f"{name}_{'window' if window else 'mlx_vlm'}_{k}"
                     if window:
-                        assert head_margin >= MIN_MARGIN, f"a near-tie of the assistant ({head_margin:.2e}) in {key}"
+                        assert rec.margin >= MIN_MARGIN, f"a near-tie of the assistant ({rec.margin:.2e}) in {key}"
                     record[key] = {
                         "from_draft": flags,
-                        "drafts": rounds,
-                        "assistant_min_top2_margin": float(f"{head_margin:.4g}"),
+                        "drafts": rec.rounds,
+                        "assistant_min_top2_margin": float(f"{rec.margin:.4g}"),
                     }
+                    if routed:
+                        if window:
+                            assert rec.cut_margin >= MIN_MARGIN, f"a near-tie of two clusters ({rec.cut_margin:.2e}) in {key}"
+                            routed_same += rec.routed_same
+                            routed_apart += rec.routed_apart
+                        record[key].update({
+                            "routing_min_cut_margin": float(f"{rec.cut_margin:.4g}"),
+                            "routed_same": rec.routed_same,
+                            "routed_apart": rec.routed_apart,
+                        })
+                        print(f"prompt {prompt[:4]}… {key}: {rec.routed_apart} of "
+                              f"{rec.routed_same + rec.routed_apart} drafts routed away from the table's best", file=sys.stderr)
                     kept = sum(flags[:COMPARED])
                     if name == "echo" and window:
                         kept_total += kept
@@ -249,9 +303,10 @@ def main():
                     print(f"prompt {prompt[:4]}… {key}: {kept}/{COMPARED} tokens from the assistant", file=sys.stderr)
         records.append(record)
     assert kept_total > 0 and rejected > 0, "the accept path and the reject path are both needed"
+    assert routed_same > 0 and routed_apart > 0, "the centroid head's routing must decide some drafts, not all"
     golden = {
         "about": "Python mlx-vlm's speculative decoding with its gemma4_assistant drafter on the tiny "
-        "Gemma 4 and the echoing and random assistants of engine's write_tiny_model --gemma4-assistant; written by "
+        "Gemma 4 and the echoing, random and centroid-routed assistants of engine's write_tiny_model --gemma4-assistant; written by "
         "scripts/make-speculative-assistant-golden.sh",
         "versions": {"mlx": importlib.metadata.version("mlx"), "mlx-vlm": importlib.metadata.version("mlx-vlm")},
         "draft_counts": DRAFTS,

@@ -14,14 +14,15 @@
 //! (`<out-dir>/target`); `write_tiny_model --gemma4-assistant <out-dir>` the
 //! tiny Gemma 4 and its assistant drafter of
 //! scripts/make-speculative-assistant-golden.sh
-//! (`<out-dir>/{target,assistant,random_assistant}`).
+//! (`<out-dir>/{target,assistant,random_assistant,centroid_assistant}`).
 use std::path::PathBuf;
 
 use clap::Parser;
 use engine::testing::{
-    write_family, write_gemma4_assistant, write_gemma4_echo_assistant, write_mtp_target,
-    write_mtp_target_seeded, write_speculative_pair, write_tiny_family,
-    write_tiny_gpt_oss_openai_mxfp4, write_tiny_llama, Dims, TinyFamily, TinyLlama,
+    write_family, write_gemma4_assistant, write_gemma4_centroid_assistant,
+    write_gemma4_echo_assistant, write_mtp_target, write_mtp_target_seeded, write_speculative_pair,
+    write_tiny_family, write_tiny_gpt_oss_openai_mxfp4, write_tiny_llama, Dims, TinyFamily,
+    TinyLlama,
 };
 use engine::testing::{write_tiny_from_config, Values};
 use engine::weights::QuantSpec;
@@ -52,8 +53,9 @@ struct Args {
     #[arg(long)]
     mtp_target: bool,
     /// The Gemma 4 assistant reference pair instead: <out>/target (the tiny
-    /// Gemma 4 of the parity tests), <out>/assistant (an echoing drafter) and
-    /// <out>/random_assistant (a random one).
+    /// Gemma 4 of the parity tests), <out>/assistant (an echoing drafter),
+    /// <out>/random_assistant (a random one) and <out>/centroid_assistant (an
+    /// echoing one with the E2B / E4B assistants' centroid-routed head).
     #[arg(long)]
     gemma4_assistant: bool,
     /// With --mtp-target: another seed than the test's.
@@ -89,6 +91,7 @@ fn main() -> anyhow::Result<()> {
         write_tiny_family(&target, TinyFamily::Gemma4, None, SEED)?;
         write_gemma4_echo_assistant(&target, &out.join("assistant"), ASSISTANT_SEED)?;
         write_gemma4_assistant(&target, &out.join("random_assistant"), ASSISTANT_SEED)?;
+        write_gemma4_centroid_assistant(&target, &out.join("centroid_assistant"), ASSISTANT_SEED)?;
         println!("{}", out.display());
         return Ok(());
     }

@@ -38,7 +38,9 @@ pub use families::{write_family, write_tiny_family, Dims, Gemma4Plan, Qwen35Plan
 pub use gemma3_vl::{
     write_gemma3_vl, write_tiny_gemma3_vl, Gemma3VlDims, GEMMA3_CHAT_TEMPLATE, GEMMA3_VL_WINDOW,
 };
-pub use gemma4_assistant::{write_gemma4_assistant, write_gemma4_echo_assistant};
+pub use gemma4_assistant::{
+    write_gemma4_assistant, write_gemma4_centroid_assistant, write_gemma4_echo_assistant,
+};
 pub use gemma4_vl::{
     write_gemma4_vl, write_tiny_gemma4_vl, Gemma4VlDims, GEMMA4_CHAT_TEMPLATE,
     GEMMA4_VL_SOFT_TOKENS,

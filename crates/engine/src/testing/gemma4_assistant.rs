@@ -4,7 +4,8 @@
 //! `text_config`, every layer reading the target's keys and values,
 //! `backbone_hidden_size` the target's width) and model.safetensors
 //! (`model.embed_tokens`, `model.layers.*` without keys or values,
-//! `model.norm`, `pre_projection`, `post_projection`).
+//! `model.norm`, `pre_projection`, `post_projection`; with a centroid-routed
+//! head, `masked_embedding.centroids` and `masked_embedding.token_ordering`).
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -23,7 +24,7 @@ const INTERMEDIATE: i32 = 64;
 /// heads as the target and its head sizes, so it can read the target's
 /// keys and values; its own embedding table of the target's vocabulary.
 pub fn write_gemma4_assistant(target: &Path, dir: &Path, seed: u64) -> Result<()> {
-    write(target, dir, seed, false)
+    write(target, dir, seed, Kind::Random)
 }
 
 /// As [`write_gemma4_assistant`], but an assistant that mostly drafts the
@@ -36,10 +37,45 @@ pub fn write_gemma4_assistant(target: &Path, dir: &Path, seed: u64) -> Result<()
 /// reference test against mlx-vlm (scripts/make-speculative-assistant-golden.sh),
 /// where the accept path must be exercised.
 pub fn write_gemma4_echo_assistant(target: &Path, dir: &Path, seed: u64) -> Result<()> {
-    write(target, dir, seed, true)
+    write(target, dir, seed, Kind::Echo)
 }
 
-fn write(target: &Path, dir: &Path, seed: u64, echo: bool) -> Result<()> {
+/// Tokens per cluster of the centroid-routed head, and how many clusters it
+/// scores (the E2B / E4B assistants: 2048 clusters of 128, the best 32, so
+/// 1/64 of the vocabulary; here 1/8 of it, so that routing still decides).
+const TOKENS_PER_CLUSTER: i32 = 4;
+const ROUTED_CLUSTERS: i32 = 8;
+
+/// As [`write_gemma4_echo_assistant`], but with the centroid-routed head of
+/// the E2B / E4B assistants (`use_ordered_embeddings`): the vocabulary cut
+/// into clusters of [`TOKENS_PER_CLUSTER`] tokens by a random permutation
+/// (`masked_embedding.token_ordering`, int64 as in Google's checkpoints),
+/// a score per cluster (`masked_embedding.centroids`), and the draft is the
+/// best of the [`ROUTED_CLUSTERS`] best clusters' tokens only. Each
+/// cluster's centroid is the sum of its tokens' rows of the embedding table,
+/// negated for every other cluster: a cluster scores high when one of its
+/// tokens does, or, negated, when its tokens score low, so the echoed token
+/// is routed when its cluster is a positive one (the draft the whole table
+/// would give) and left out when it is a negated one (the draft is then a
+/// token of the best clusters routed, which the whole table would not pick).
+/// Both show in the reference test against mlx-vlm's own centroid head.
+/// The target's vocabulary must be a multiple of [`TOKENS_PER_CLUSTER`].
+pub fn write_gemma4_centroid_assistant(target: &Path, dir: &Path, seed: u64) -> Result<()> {
+    write(target, dir, seed, Kind::Routed)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Random weights, a tied head.
+    Random,
+    /// Drafts the last token again, mostly; a tied head.
+    Echo,
+    /// [`Kind::Echo`] with a centroid-routed head.
+    Routed,
+}
+
+fn write(target: &Path, dir: &Path, seed: u64, kind: Kind) -> Result<()> {
+    let echo = kind != Kind::Random;
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let path = target.join("config.json");
     let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
@@ -103,11 +139,25 @@ fn write(target: &Path, dir: &Path, seed: u64, echo: bool) -> Result<()> {
         m("mlp.down_proj", &[HIDDEN, INTERMEDIATE]);
         tensors.insert(format!("{p}.layer_scalar"), rng.tensor(&[1], 0.3, 1.0));
     }
-    let assistant = json!({
+    let routed = kind == Kind::Routed;
+    let clusters = vocab / TOKENS_PER_CLUSTER;
+    if routed {
+        if clusters * TOKENS_PER_CLUSTER != vocab {
+            return Err(Error::InvalidConfig(format!(
+                "a centroid-routed assistant needs a vocabulary that is a multiple of \
+                 {TOKENS_PER_CLUSTER}, not {vocab}"
+            )));
+        }
+        let table = tensors["model.embed_tokens.weight"].clone();
+        let (ordering, centroids) = routed_head(&table, vocab, seed + 3)?;
+        tensors.insert("masked_embedding.token_ordering".into(), ordering);
+        tensors.insert("masked_embedding.centroids.weight".into(), centroids);
+    }
+    let mut assistant = json!({
         "model_type": "gemma4_assistant",
         "architectures": ["Gemma4AssistantForCausalLM"],
         "backbone_hidden_size": backbone,
-        "use_ordered_embeddings": false,
+        "use_ordered_embeddings": routed,
         "tie_word_embeddings": true,
         "block_size": 4,
         "text_config": {
@@ -134,6 +184,10 @@ fn write(target: &Path, dir: &Path, seed: u64, echo: bool) -> Result<()> {
             "max_position_embeddings": t["max_position_embeddings"],
         },
     });
+    if routed {
+        assistant["num_centroids"] = json!(clusters);
+        assistant["centroid_intermediate_top_k"] = json!(ROUTED_CLUSTERS);
+    }
     let to = dir.join("config.json");
     std::fs::write(&to, serde_json::to_string_pretty(&assistant).expect("serializable"))
         .map_err(|e| Error::io(&to, e))?;
@@ -141,6 +195,29 @@ fn write(target: &Path, dir: &Path, seed: u64, echo: bool) -> Result<()> {
     Array::save_safetensors(tensors.iter(), &metadata, dir.join("model.safetensors"))
         .map_err(|e| Error::Mlx(e.to_string()))?;
     Ok(())
+}
+
+/// The centroid-routed head over `table` (`[vocab, D]`): a random
+/// permutation of the vocabulary cut into clusters (`[vocab]`, int64) and
+/// each cluster's centroid (`[vocab / TOKENS_PER_CLUSTER, D]`), the sum of its
+/// tokens' rows, negated for the odd clusters (see
+/// [`write_gemma4_centroid_assistant`]).
+fn routed_head(table: &Array, vocab: i32, seed: u64) -> Result<(Array, Array)> {
+    let mut rng = Rng(seed);
+    let mut ordering: Vec<i64> = (0..vocab as i64).collect();
+    for i in (1..ordering.len()).rev() {
+        ordering.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    let clusters = vocab / TOKENS_PER_CLUSTER;
+    let ids = Array::from_slice(&ordering, &[vocab]);
+    let rows =
+        table.take_axis(&ids.as_dtype(mlx_rs::Dtype::Int32).map_err(mlx)?, 0).map_err(mlx)?;
+    let d = rows.dim(-1);
+    let sums = rows.reshape(&[clusters, TOKENS_PER_CLUSTER, d]).map_err(mlx)?;
+    let sums = sums.sum_axis(1, false).map_err(mlx)?;
+    let signs: Vec<f32> = (0..clusters).map(|c| if c % 2 == 0 { 1.0 } else { -1.0 }).collect();
+    let signs = Array::from_slice(&signs, &[clusters, 1]);
+    Ok((ids, sums.multiply(&signs).map_err(mlx)?))
 }
 
 fn mlx<E: std::fmt::Display>(e: E) -> Error {

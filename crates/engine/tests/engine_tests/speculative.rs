@@ -273,6 +273,58 @@ fn the_gemma4_assistant_drafts_and_the_reply_stays_the_same() {
     );
 }
 
+/// The E2B / E4B assistants' centroid-routed head (each draft the best of
+/// the routed clusters' tokens; `write_gemma4_centroid_assistant`) drafts
+/// for every row of a batch of 4 at once, rows keeping different counts,
+/// one joining mid-decode: the replies stay plain greedy decoding's. Its
+/// drafts against mlx-vlm's: speculative_assistant_reference.rs.
+#[test]
+fn the_gemma4_centroid_assistant_drafts_and_the_reply_stays_the_same() {
+    let target = family_checkpoint(TinyFamily::Gemma4, 11);
+    let assistant = tempfile::tempdir().unwrap();
+    engine::testing::write_gemma4_centroid_assistant(target.path(), assistant.path(), 5).unwrap();
+    let proposer = Proposer::Assistant(assistant.path());
+    let sampling = greedy_no_eos();
+    let reqs = [
+        request(&repeating_prompt(44), 30, &sampling),
+        request(&repeating_prompt(45), 24, &sampling),
+        request(&repeating_prompt(46), 27, &sampling),
+        request(&repeating_prompt(47), 22, &sampling),
+    ];
+    let base = SchedulerConfig { prefill_budget: 6, ..Default::default() };
+    let batch = lossless_with(target.path(), proposer, base, &reqs, 3, 4);
+    assert!(batch.verify_passes > 0 && batch.drafted_tokens > 0, "batch: {batch:?}");
+    eprintln!(
+        "centroid-routed assistant on the tiny Gemma 4: {:.2} tokens per target pass in the \
+         batch ({} of {} drafts kept)",
+        batch.tokens_per_pass(),
+        batch.accepted_tokens,
+        batch.drafted_tokens
+    );
+}
+
+/// A centroid-routed head whose clusters do not cut the vocabulary evenly
+/// is refused at load, saying so (mlx-vlm would cut it short silently).
+#[test]
+fn a_centroid_head_that_does_not_divide_the_vocabulary_is_refused() {
+    let target = family_checkpoint(TinyFamily::Gemma4, 11);
+    let assistant = tempfile::tempdir().unwrap();
+    engine::testing::write_gemma4_centroid_assistant(target.path(), assistant.path(), 5).unwrap();
+    let path = assistant.path().join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let vocab = config["text_config"]["vocab_size"].as_i64().unwrap();
+    let clusters = (2..vocab).find(|c| vocab % c != 0).unwrap();
+    config["num_centroids"] = json!(clusters);
+    std::fs::write(&path, config.to_string()).unwrap();
+    let loaded = engine::model::load(target.path(), &LOAD).unwrap();
+    let err = engine::model::load_assistant(assistant.path(), loaded.model.as_ref(), &LOAD)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains(&format!("num_centroids {clusters} does not divide")), "{err}");
+}
+
 /// An assistant made for another model is refused at load, naming both sizes.
 #[test]
 fn an_assistant_for_another_model_is_refused() {

@@ -37,15 +37,25 @@
 //! (`*_mlx_vlm_*`) are kept, and for the random assistant (every round
 //! rejected on both sides, so the rounds line up) every round but the
 //! first is checked equal to ours.
+//!
+//! A third assistant drafts through the centroid-routed head of the E2B /
+//! E4B assistants (`use_ordered_embeddings`:
+//! `engine::testing::write_gemma4_centroid_assistant`): its drafts are the
+//! best of the routed clusters' tokens only, and match those of mlx-vlm's
+//! own `MaskedEmbedder` (its greedy `argmax`) round for round; the golden
+//! says that the routing decided some of them (the whole table's best was
+//! left out), so a head that ignored the routing would not pass.
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use engine::batch::speculation::SpeculationConfig;
 use engine::batch::{Scheduler, SchedulerConfig};
 use engine::cache::BatchCache;
+use engine::handle::Completion;
 use engine::model::{load, load_assistant, KvDrafter, LanguageModel};
 use engine::testing::{
-    write_gemma4_assistant, write_gemma4_echo_assistant, write_tiny_family, TinyFamily,
+    write_gemma4_assistant, write_gemma4_centroid_assistant, write_gemma4_echo_assistant,
+    write_tiny_family, TinyFamily,
 };
 use mlx_rs::Array;
 use serde_json::Value;
@@ -98,6 +108,47 @@ impl KvDrafter for Recording {
     }
 }
 
+/// The assistant in `assistant` drafting `draft` tokens a round (a fixed
+/// count) for the target in `target`, one greedy request alone: its
+/// completion, which tokens came from the drafts, and each round's drafts.
+fn speculate(
+    target: &Path,
+    assistant: &Path,
+    prompt: &[u32],
+    draft: usize,
+    max_tokens: usize,
+) -> (Completion, Vec<bool>, Vec<Vec<u32>>) {
+    let rounds = Arc::new(Mutex::new(Vec::new()));
+    let loaded = load(target, &LOAD).unwrap();
+    let recording = Recording {
+        inner: load_assistant(assistant, loaded.model.as_ref(), &LOAD).unwrap(),
+        rounds: rounds.clone(),
+    };
+    let speculation = SpeculationConfig {
+        max_draft_tokens: draft,
+        adaptive: false,
+        ..SpeculationConfig::assistant(assistant.to_path_buf())
+    };
+    let config = SchedulerConfig { speculation: Some(speculation), ..Default::default() };
+    let scheduler = Scheduler::new(loaded, config).with_assistant(Box::new(recording));
+    let (completion, flags) = step_alone(scheduler, prompt, max_tokens);
+    let rounds = rounds.lock().unwrap().clone();
+    (completion, flags, rounds)
+}
+
+/// The golden's rounds that start within its first `n` tokens, which
+/// `flags` (its `from_draft`) tell apart: how many drafts each kept.
+fn compared_rounds(expected: &[bool], rounds: usize, n: usize) -> Vec<usize> {
+    let mut kept = Vec::new();
+    let mut start = 1;
+    while start < n && kept.len() < rounds {
+        let run = expected[start..].iter().take_while(|&&f| f).count();
+        kept.push(run);
+        start += run + 1;
+    }
+    kept
+}
+
 #[test]
 fn the_assistants_drafts_match_mlx_vlm() {
     let golden = golden();
@@ -111,7 +162,7 @@ fn the_assistants_drafts_match_mlx_vlm() {
     let n = golden["compared"].as_u64().unwrap() as usize;
     let max_tokens = golden["max_tokens"].as_u64().unwrap() as usize;
     let plain = load(&target, &LOAD).unwrap();
-    let (mut kept_total, mut drafted_total, mut compared_rounds) = (0, 0, 0);
+    let (mut kept_total, mut drafted_total, mut compared) = (0, 0, 0);
     let mut first_rounds_apart = 0;
     // Drafts kept per compared round, over every case.
     let mut kept_per_round = Vec::new();
@@ -133,20 +184,8 @@ fn the_assistants_drafts_match_mlx_vlm() {
             let expected = flags(&case[&key]["from_draft"]);
             let expected_rounds: Vec<Vec<u32>> =
                 case[&key]["drafts"].as_array().unwrap().iter().map(ids).collect();
-            let rounds = Arc::new(Mutex::new(Vec::new()));
-            let loaded = load(&target, &LOAD).unwrap();
-            let recording = Recording {
-                inner: load_assistant(assistant, loaded.model.as_ref(), &LOAD).unwrap(),
-                rounds: rounds.clone(),
-            };
-            let speculation = SpeculationConfig {
-                max_draft_tokens: draft,
-                adaptive: false,
-                ..SpeculationConfig::assistant(assistant.clone())
-            };
-            let config = SchedulerConfig { speculation: Some(speculation), ..Default::default() };
-            let scheduler = Scheduler::new(loaded, config).with_assistant(Box::new(recording));
-            let (spec, ours) = step_alone(scheduler, &prompt, max_tokens);
+            let (spec, ours, ours_rounds) =
+                speculate(&target, assistant, &prompt, draft, max_tokens);
             assert_eq!(spec.content, alone.content, "prompt {i}, {key}: the text changed");
             assert_eq!(spec.stats.generated_tokens, max_tokens, "prompt {i}, {key}");
             assert_eq!(
@@ -155,22 +194,16 @@ fn the_assistants_drafts_match_mlx_vlm() {
                 "prompt {i}, {key}: which tokens came from the assistant (ours, then mlx-vlm's)"
             );
             // The rounds that start within the compared tokens: the same drafts.
-            let ours_rounds = rounds.lock().unwrap().clone();
-            let (mut start, mut here) = (1, 0);
-            for (r, want) in expected_rounds.iter().enumerate() {
-                if start >= n {
-                    break;
-                }
-                here += 1;
+            let kept = compared_rounds(&expected, expected_rounds.len(), n);
+            let here = kept.len();
+            for (r, (want, &run)) in expected_rounds.iter().zip(&kept).enumerate() {
                 assert_eq!(ours_rounds.get(r), Some(want), "prompt {i}, {key}: round {r}'s drafts");
-                let run = expected[start..].iter().take_while(|&&f| f).count();
                 if name == "echo" {
                     kept_per_round.push((draft, run));
                     (kept_total, drafted_total) = (kept_total + run, drafted_total + draft);
                 }
-                compared_rounds += 1;
-                start += run + 1;
             }
+            compared += here;
             if name == "random" {
                 // mlx-vlm as it runs: the random assistant's drafts are all
                 // rejected there too, so the rounds line up, and only the
@@ -191,7 +224,7 @@ fn the_assistants_drafts_match_mlx_vlm() {
     // The difference documented above shows on this golden.
     assert!(first_rounds_apart > 0, "mlx-vlm's first rounds all read as ours");
     eprintln!(
-        "assistant vs mlx-vlm: {compared_rounds} rounds' drafts compared; the echoing \
+        "assistant vs mlx-vlm: {compared} rounds' drafts compared; the echoing \
          assistant's {} rounds kept {kept_total} of {drafted_total} drafts; {first_rounds_apart} \
          first rounds of mlx-vlm as it runs drafted otherwise",
         kept_per_round.len()
@@ -206,4 +239,64 @@ fn the_assistants_drafts_match_mlx_vlm() {
         kept_per_round.iter().any(|&(k, kept)| kept < k),
         "no draft was rejected: {kept_per_round:?}"
     );
+}
+
+/// The centroid-routed head against mlx-vlm's (see the module's doc): the
+/// same drafts in every compared round (the `*_window_*` runs, as above),
+/// which tokens came from them, and a reply equal to plain greedy decoding's.
+#[test]
+fn the_centroid_heads_drafts_match_mlx_vlm() {
+    let golden = golden();
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("target");
+    write_tiny_family(&target, TinyFamily::Gemma4, None, TARGET_SEED).unwrap();
+    let assistant = dir.path().join("centroid_assistant");
+    write_gemma4_centroid_assistant(&target, &assistant, ASSISTANT_SEED).unwrap();
+    let n = golden["compared"].as_u64().unwrap() as usize;
+    let max_tokens = golden["max_tokens"].as_u64().unwrap() as usize;
+    let plain = load(&target, &LOAD).unwrap();
+    let (mut rounds_compared, mut kept_total, mut routed_same, mut routed_apart) = (0, 0, 0, 0);
+    for (i, case) in golden["prompts"].as_array().unwrap().iter().enumerate() {
+        let prompt = ids(&case["prompt"]);
+        let greedy = ids(&case["greedy"]);
+        assert_eq!(greedy_ids(&plain, &prompt, max_tokens), greedy, "prompt {i}: our greedy ids");
+        let (alone, _) = step_alone(
+            Scheduler::new(load(&target, &LOAD).unwrap(), Default::default()),
+            &prompt,
+            max_tokens,
+        );
+        for draft in golden["draft_counts"].as_array().unwrap() {
+            let draft = draft.as_u64().unwrap() as usize;
+            let key = format!("centroid_window_{draft}");
+            let record = &case[&key];
+            let expected = flags(&record["from_draft"]);
+            let expected_rounds: Vec<Vec<u32>> =
+                record["drafts"].as_array().unwrap().iter().map(ids).collect();
+            let (spec, ours, ours_rounds) =
+                speculate(&target, &assistant, &prompt, draft, max_tokens);
+            assert_eq!(spec.content, alone.content, "prompt {i}, {key}: the text changed");
+            assert_eq!(spec.stats.generated_tokens, max_tokens, "prompt {i}, {key}");
+            assert_eq!(
+                ours[..n],
+                expected[..n],
+                "prompt {i}, {key}: which tokens came from the assistant (ours, then mlx-vlm's)"
+            );
+            let kept = compared_rounds(&expected, expected_rounds.len(), n);
+            for (r, want) in expected_rounds.iter().take(kept.len()).enumerate() {
+                assert_eq!(ours_rounds.get(r), Some(want), "prompt {i}, {key}: round {r}'s drafts");
+            }
+            rounds_compared += kept.len();
+            kept_total += kept.iter().sum::<usize>();
+            routed_same += record["routed_same"].as_u64().unwrap();
+            routed_apart += record["routed_apart"].as_u64().unwrap();
+        }
+    }
+    eprintln!(
+        "centroid head vs mlx-vlm: {rounds_compared} rounds' drafts compared, {kept_total} drafts \
+         kept; mlx-vlm's routing gave the whole table's best {routed_same} times, another token \
+         {routed_apart} times"
+    );
+    // Not a vacuous comparison: the routing left the best token out of some
+    // drafts (a tied head would have drafted otherwise) and not of others.
+    assert!(routed_apart > 0 && routed_same > 0, "{routed_apart} apart, {routed_same} the same");
 }

@@ -238,7 +238,7 @@ impl Assistant {
         }
         let h = self.norm.forward(&h)?;
         let token = match (&self.ordered, &self.lm_head) {
-            (Some(head), _) => self.ordered_argmax(head, &h)?,
+            (Some(head), _) => head.argmax(&self.embed_tokens, &h)?,
             (None, Some(lm_head)) => ops::indexing::argmax_axis(&lm_head.forward(&h)?, -1, false)?,
             (None, None) => {
                 ops::indexing::argmax_axis(&self.embed_tokens.as_linear(&h)?, -1, false)?
@@ -246,17 +246,27 @@ impl Assistant {
         };
         Ok((token.as_dtype(mlx_rs::Dtype::Int32)?, self.post_projection.forward(&h)?))
     }
+}
 
-    /// The best token among the best clusters' tokens only: `[B, 1, D]` → `[B, 1]`.
-    fn ordered_argmax(&self, head: &OrderedHead, h: &Array) -> Result<Array> {
+impl OrderedHead {
+    /// The best token among the best clusters' tokens only, scored against
+    /// `table` (the assistant's tied embeddings): `[B, 1, D]` → `[B, 1]`.
+    /// As mlx-vlm's `MaskedEmbedder.argmax` (what its greedy drafts use):
+    /// the clusters are the `top_k` best by `centroids` (MLX's
+    /// argpartition, in the order it leaves them), their tokens in
+    /// `ordering`'s order, and a tie between two tokens goes to the first
+    /// in that order. Its sampling path, which fills the tokens left out
+    /// with a score below every routed one, is not needed: every row's
+    /// drafts are greedy (a sampling row verifies them as one-hot guesses).
+    fn argmax(&self, table: &Embedding, h: &Array) -> Result<Array> {
         let (b, d) = (h.dim(0), h.dim(-1));
-        let scores = head.centroids.forward(h)?.reshape(&[b, -1])?;
+        let scores = self.centroids.forward(h)?.reshape(&[b, -1])?;
         let n = scores.dim(-1);
         let best =
-            ops::argpartition_axis(&scores, n - head.top_k, -1)?.index((.., (n - head.top_k)..));
+            ops::argpartition_axis(&scores, n - self.top_k, -1)?.index((.., (n - self.top_k)..));
         // `[B, top_k · per]` candidate ids, their embeddings, their scores.
-        let ids = head.ordering.take_axis(&best.flatten(None, None)?, 0)?.reshape(&[b, -1])?;
-        let rows = self.embed_tokens.forward(&ids)?; // [B, C, D]
+        let ids = self.ordering.take_axis(&best.flatten(None, None)?, 0)?.reshape(&[b, -1])?;
+        let rows = table.forward(&ids)?; // [B, C, D]
         let scores = rows.matmul(&h.reshape(&[b, d, 1])?)?.reshape(&[b, -1])?;
         let pick = ops::indexing::argmax_axis(&scores, -1, true)?;
         Ok(ids.take_along_axis(&pick, -1)?.reshape(&[b, 1])?)
@@ -284,5 +294,42 @@ impl KvDrafter for Assistant {
             hidden = h;
         }
         Ok(ops::concatenate(&drafts, 1)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mlx_rs::{Array, Dtype};
+
+    use super::OrderedHead;
+    use crate::model::layers::{Embedding, Linear, Matrix};
+
+    /// Six tokens in three clusters of two, the best two clusters routed:
+    /// the draft is the best routed token, not the best of the whole table
+    /// when its cluster is not routed, per row of a batch.
+    #[test]
+    fn the_draft_is_the_best_token_of_the_routed_clusters() {
+        // Token t's score against h = [x, 0] is x · table[t][0].
+        let table: [f32; 12] = [1., 0., 2., 0., 9., 0., 0., 0., 3., 0., 5., 0.];
+        let table = Embedding {
+            table: Matrix::Float(Array::from_slice(&table, &[6, 2])),
+            dtype: Dtype::Float32,
+        };
+        let head = OrderedHead {
+            // Cluster c's score against h = [x, 0]: x · (3, 2, 1)[c].
+            centroids: Linear {
+                weight: Matrix::Float(Array::from_slice(&[3f32, 0., 2., 0., 1., 0.], &[3, 2])),
+                bias: None,
+            },
+            ordering: Array::from_slice(&[4i32, 1, 0, 5, 2, 3], &[3, 2]),
+            top_k: 2,
+        };
+        let h = Array::from_slice(&[1f32, 0., -1., 0.], &[2, 1, 2]);
+        let drafts = head.argmax(&table, &h).unwrap();
+        assert_eq!(drafts.shape(), &[2, 1]);
+        // Row 0: clusters 0 and 1 routed (tokens 4, 1, 0, 5): 5 scores 5,
+        // where token 2 (9, cluster 2) is left out. Row 1 (scores negated):
+        // clusters 2 and 1 routed (2, 3, 0, 5): 3 scores 0, the best.
+        assert_eq!(drafts.as_slice::<i32>(), &[5, 3]);
     }
 }
