@@ -11,7 +11,11 @@
 #     layers with 128-wide heads, a gated full-attention layer in four;
 #     `write_tiny_model --bench-qwen35`);
 #   - a bench-size random gpt-oss (20b's shape scaled down: sliding (128) and
-#     full layers with sinks, 32 experts, 4 per token; `write_tiny_model --bench-gpt-oss`).
+#     full layers with sinks, 32 experts, 4 per token; `write_tiny_model --bench-gpt-oss`);
+#   - a bench-size random LFM2 (350M's plan scaled down: short convolutions
+#     and two attention layers; `write_tiny_model --bench-family=lfm2`);
+#   - a bench-size random LFM2-MoE (8B-A1B's plan scaled down: 32 experts, 4
+#     per token, the first block dense; `write_tiny_model --bench-family=lfm2_moe`).
 # Per model: prompt tok/s (ours: the single-stream path; mlx-lm:
 # stream_generate), decode tok/s of one sequence (ours: the engine with one
 # request; mlx-lm: stream_generate), and aggregate decode tok/s of 8
@@ -34,16 +38,20 @@ MOE=models/bench-qwen3-moe
 GEMMA4=models/bench-gemma4
 QWEN35=models/bench-qwen3_5
 GPT_OSS=models/bench-gpt-oss
+LFM2=models/bench-lfm2
+LFM2_MOE=models/bench-lfm2_moe
 bench_gemma3_270m "$GEMMA"
 bench_random_model "$MOE" --bench-moe
 bench_random_model "$GEMMA4" --bench-gemma4
 bench_random_model "$QWEN35" --bench-qwen35
 bench_random_model "$GPT_OSS" --bench-gpt-oss
+bench_random_model "$LFM2" --bench-family=lfm2
+bench_random_model "$LFM2_MOE" --bench-family=lfm2_moe
 
 rows="$(mktemp)"
 trap 'rm -f "$rows"' EXIT
 for round in $(seq "$ROUNDS"); do
-  for model in ${MODELS:-"$GEMMA" "$MOE" "$GEMMA4" "$QWEN35" "$GPT_OSS"}; do
+  for model in ${MODELS:-"$GEMMA" "$MOE" "$GEMMA4" "$QWEN35" "$GPT_OSS" "$LFM2" "$LFM2_MOE"}; do
     bench_log "round $round/$ROUNDS, $model: ours (engine x1 and x8)"
     printf '%s\tours\t' "$model" >>"$rows"
     "$VLM" bench --model "$model" --weights float32 --concurrency 1,8 --runs 1 \

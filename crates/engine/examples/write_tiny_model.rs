@@ -42,6 +42,10 @@ struct Args {
     /// One bench-size random gpt-oss folder (float32) instead, for scripts/bench-models.sh.
     #[arg(long)]
     bench_gpt_oss: bool,
+    /// One bench-size random folder (float32) of a family whose bench size is
+    /// its config (`bench_config` in its folder): lfm2 or lfm2_moe.
+    #[arg(long, value_name = "MODEL_TYPE")]
+    bench_family: Option<String>,
     /// With --bench-qwen35: give it a one-layer multi-token-prediction head
     /// (random: its drafts show the machinery, not a trained head's acceptance).
     #[arg(long, requires = "bench_qwen35")]
@@ -109,6 +113,16 @@ fn main() -> anyhow::Result<()> {
     }
     if args.bench_gpt_oss {
         write_family(&out, TinyFamily::GptOss, Dims::bench_gpt_oss(), None, SEED)?;
+        println!("{}", out.display());
+        return Ok(());
+    }
+    if let Some(family) = &args.bench_family {
+        let config: fn(i32) -> serde_json::Value = match family.as_str() {
+            "lfm2" => engine::model::lfm2::bench_config,
+            "lfm2_moe" => engine::model::lfm2_moe::bench_config,
+            other => anyhow::bail!("--bench-family {other}: one of lfm2, lfm2_moe"),
+        };
+        write_tiny_from_config(&out, config, None, Values::seeded(SEED))?;
         println!("{}", out.display());
         return Ok(());
     }

@@ -596,6 +596,22 @@ impl LanguageModel for Lfm2 {
     }
 }
 
+/// A bench-size LFM2 (LFM2-350M's plan scaled down: hidden 1024 → 512, 16
+/// blocks → 8 with attention in two, GQA 4:1), for scripts/bench-models.sh.
+/// `vocab`: the tokenizer's size.
+#[cfg(any(test, feature = "testing"))]
+pub fn bench_config(vocab: i32) -> Value {
+    serde_json::json!({
+        "model_type": "lfm2", "architectures": ["Lfm2ForCausalLM"], "vocab_size": vocab,
+        "hidden_size": 512, "num_hidden_layers": 8, "full_attn_idxs": [2, 5],
+        "num_attention_heads": 8, "num_key_value_heads": 2, "conv_L_cache": 3,
+        "conv_bias": false, "norm_eps": 1e-5, "rope_theta": 1000000.0,
+        "block_ff_dim": 1536, "block_auto_adjust_ff_dim": false,
+        "max_position_embeddings": 32768, "tie_word_embeddings": true,
+        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -647,6 +663,14 @@ mod tests {
         config["layer_types"] = json!(types);
         config.as_object_mut().unwrap().remove("full_attn_idxs");
         assert_eq!(Lfm2Args::parse(&config).unwrap().layer_shapes(), shapes);
+    }
+
+    #[test]
+    fn the_bench_size_is_a_config_it_runs() {
+        let args = Lfm2Args::parse(&bench_config(300)).unwrap();
+        assert_eq!(args.ff_dim(), 1536);
+        let attention = args.layer_shapes().iter().filter(|s| s.cache == LayerCache::Full).count();
+        assert_eq!(attention, 2);
     }
 
     #[test]

@@ -201,9 +201,36 @@ pub fn tiny_config(vocab: i32) -> Value {
     })
 }
 
+/// A bench-size LFM2-MoE (LFM2-8B-A1B's plan scaled down: hidden 2048 →
+/// 512, 24 blocks → 8 with attention in two, 32 experts with 4 per token,
+/// the first block dense), for scripts/bench-models.sh. `vocab`: the
+/// tokenizer's size.
+#[cfg(any(test, feature = "testing"))]
+pub fn bench_config(vocab: i32) -> Value {
+    let mut config = tiny_config(vocab);
+    let layer_types: Vec<&str> =
+        (0..8).map(|i| if i == 2 || i == 5 { "full_attention" } else { "conv" }).collect();
+    for (key, value) in [
+        ("hidden_size", serde_json::json!(512)),
+        ("num_hidden_layers", serde_json::json!(8)),
+        ("layer_types", serde_json::json!(layer_types)),
+        ("num_attention_heads", serde_json::json!(8)),
+        ("num_key_value_heads", serde_json::json!(2)),
+        ("intermediate_size", serde_json::json!(1792)),
+        ("moe_intermediate_size", serde_json::json!(448)),
+        ("num_experts", serde_json::json!(32)),
+        ("num_experts_per_tok", serde_json::json!(4)),
+        ("max_position_embeddings", serde_json::json!(32768)),
+    ] {
+        config[key] = value;
+    }
+    config
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::LayerCache;
 
     #[test]
     fn configs_it_cannot_run_are_refused() {
@@ -220,6 +247,15 @@ mod tests {
         config.as_object_mut().unwrap().remove("use_expert_bias");
         let refused = MoeArgs::parse(&config).unwrap_err().to_string();
         assert!(refused.contains("use_expert_bias"), "{refused}");
+    }
+
+    #[test]
+    fn the_bench_size_is_a_config_it_runs() {
+        let config = bench_config(300);
+        let moe = MoeArgs::parse(&config).unwrap();
+        assert_eq!((moe.num_experts, moe.num_experts_per_tok), (32, 4));
+        let shapes = (FAMILY.layers)(&config).unwrap();
+        assert_eq!(shapes.iter().filter(|s| s.cache == LayerCache::Full).count(), 2);
     }
 
     #[test]
