@@ -6,9 +6,11 @@
 //! outputs on them; `scripts/make-vision-goldens.sh` does the same for the
 //! tiny Qwen2-VL / Qwen2.5-VL folders (`qwen_vl.rs`) and Qwen3.5 with its
 //! vision tower (`qwen3_vl.rs`) with Python mlx-vlm.
-//! A family's checkpoint can also come from its config alone
+//! A family's checkpoint can come from its config alone
 //! ([`write_recorded`], [`write_tiny_from_config`]): the tensors its own
-//! loader takes, recorded, with seeded values.
+//! loader takes, recorded, with seeded values. The llama, Qwen2, Qwen3,
+//! Qwen3-MoE and Gemma 3 text fixtures are written so; the other text
+//! writers still write their tensors out.
 mod families;
 mod gemma3_vl;
 mod gemma4_assistant;
@@ -218,88 +220,26 @@ pub fn tiny_tokenizer() -> Result<Tokenizer> {
     Tokenizer::from_gguf(byte_level_meta())
 }
 
-/// Writes a tiny llama folder into `dir` and returns its vocabulary size.
+/// Writes a tiny llama folder into `dir` and returns its vocabulary size:
+/// its config, and the tensors the llama loader takes for it
+/// ([`write_tiny_from_config`]).
 pub fn write_tiny_llama(dir: &Path, spec: &TinyLlama) -> Result<i32> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let tokenizer = tiny_tokenizer()?;
-    tokenizer.write_hf_files(dir)?;
-    let vocab = tokenizer.vocab_size() as i32;
-    let head_dim = spec.hidden / spec.heads;
+    let config = |vocab| llama_config(spec, vocab, "llama", "LlamaForCausalLM");
+    write_tiny_from_config(dir, config, spec.quantize, Values::seeded(spec.seed))
+}
 
-    let mut rng = Rng(spec.seed);
-    let mut tensors: HashMap<String, Array> = HashMap::new();
-    let mut matrices: Vec<String> = Vec::new();
-    let mut put =
-        |name: String, t: Array, is_matrix: bool, tensors: &mut HashMap<String, Array>| {
-            if is_matrix {
-                matrices.push(name.trim_end_matches(".weight").to_string());
-            }
-            tensors.insert(name, t);
-        };
-    put(
-        "model.embed_tokens.weight".into(),
-        rng.tensor(&[vocab, spec.hidden], 0.5, 0.0),
-        true,
-        &mut tensors,
-    );
-    let (d, h, kv, ff) =
-        (spec.hidden, spec.heads * head_dim, spec.kv_heads * head_dim, spec.intermediate);
-    for i in 0..spec.layers {
-        let p = format!("model.layers.{i}");
-        let w = 1.0 / (d as f32).sqrt();
-        put(format!("{p}.input_layernorm.weight"), rng.tensor(&[d], 0.1, 1.0), false, &mut tensors);
-        put(
-            format!("{p}.post_attention_layernorm.weight"),
-            rng.tensor(&[d], 0.1, 1.0),
-            false,
-            &mut tensors,
-        );
-        put(
-            format!("{p}.self_attn.q_proj.weight"),
-            rng.tensor(&[h, d], w, 0.0),
-            true,
-            &mut tensors,
-        );
-        put(
-            format!("{p}.self_attn.k_proj.weight"),
-            rng.tensor(&[kv, d], w, 0.0),
-            true,
-            &mut tensors,
-        );
-        put(
-            format!("{p}.self_attn.v_proj.weight"),
-            rng.tensor(&[kv, d], w, 0.0),
-            true,
-            &mut tensors,
-        );
-        put(
-            format!("{p}.self_attn.o_proj.weight"),
-            rng.tensor(&[d, h], w, 0.0),
-            true,
-            &mut tensors,
-        );
-        put(format!("{p}.mlp.gate_proj.weight"), rng.tensor(&[ff, d], w, 0.0), true, &mut tensors);
-        put(format!("{p}.mlp.up_proj.weight"), rng.tensor(&[ff, d], w, 0.0), true, &mut tensors);
-        put(
-            format!("{p}.mlp.down_proj.weight"),
-            rng.tensor(&[d, ff], 1.0 / (ff as f32).sqrt(), 0.0),
-            true,
-            &mut tensors,
-        );
-    }
-    put("model.norm.weight".into(), rng.tensor(&[d], 0.1, 1.0), false, &mut tensors);
-    if !spec.tie_embeddings {
-        put(
-            "lm_head.weight".into(),
-            rng.tensor(&[vocab, d], 1.0 / (d as f32).sqrt(), 0.0),
-            true,
-            &mut tensors,
-        );
-    }
+/// [`write_tiny_llama`] as a Qwen2 checkpoint: the same decoder with biases
+/// on the Q, K and V projections (random, so they matter).
+pub fn write_tiny_qwen2(dir: &Path, spec: &TinyLlama) -> Result<i32> {
+    let config = |vocab| llama_config(spec, vocab, "qwen2", "Qwen2ForCausalLM");
+    write_tiny_from_config(dir, config, spec.quantize, Values::seeded(spec.seed))
+}
 
+/// config.json of the tiny llama `spec` of `vocab` tokens, as `model_type`.
+fn llama_config(spec: &TinyLlama, vocab: i32, model_type: &str, arch: &str) -> serde_json::Value {
     let mut config = json!({
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        "architectures": [arch],
+        "model_type": model_type,
         "hidden_size": spec.hidden,
         "num_hidden_layers": spec.layers,
         "intermediate_size": spec.intermediate,
@@ -315,37 +255,7 @@ pub fn write_tiny_llama(dir: &Path, spec: &TinyLlama) -> Result<i32> {
     if let Some(scaling) = &spec.rope_scaling {
         config["rope_scaling"] = scaling.clone();
     }
-    save_checkpoint(dir, tensors, &matrices, config, spec.quantize)?;
-    Ok(vocab)
-}
-
-/// [`write_tiny_llama`] as a Qwen2 checkpoint: the same decoder with biases
-/// on the Q, K and V projections (random, so they matter). Float only.
-pub fn write_tiny_qwen2(dir: &Path, spec: &TinyLlama) -> Result<i32> {
-    assert!(spec.quantize.is_none(), "a float checkpoint");
-    let vocab = write_tiny_llama(dir, spec)?;
-    let file = dir.join("model.safetensors");
-    let mut tensors = Array::load_safetensors(&file).map_err(|e| Error::Mlx(e.to_string()))?;
-    let mut rng = Rng(spec.seed ^ 0x5157_454e);
-    for i in 0..spec.layers {
-        for proj in ["q_proj", "k_proj", "v_proj"] {
-            let name = format!("model.layers.{i}.self_attn.{proj}");
-            let rows = tensors[&format!("{name}.weight")].dim(0);
-            tensors.insert(format!("{name}.bias"), rng.tensor(&[rows], 0.5, 0.0));
-        }
-    }
-    // Loaded lazily from the file about to be rewritten: read them all first.
-    mlx_rs::transforms::eval(tensors.values())?;
-    Array::save_safetensors(tensors.iter(), &HashMap::new(), &file)
-        .map_err(|e| Error::Mlx(e.to_string()))?;
-    let config_path = dir.join("config.json");
-    let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
-    let mut config: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| Error::InvalidConfig(e.to_string()))?;
-    config["model_type"] = "qwen2".into();
-    config["architectures"] = json!(["Qwen2ForCausalLM"]);
-    std::fs::write(&config_path, config.to_string()).map_err(|e| Error::io(&config_path, e))?;
-    Ok(vocab)
+    config
 }
 
 /// Writes `config.json` and `model.safetensors`: with `quantize`, every

@@ -1,16 +1,22 @@
-//! Tiny seeded checkpoints of the families beyond llama (Qwen3, Qwen3-MoE,
-//! Gemma 3 text) in the layouts users download: float with Hugging Face
-//! names (a mixture of experts' experts one by one), or 4-bit with
-//! mlx-community names (experts stacked under `switch_mlp`). Sizes are small
-//! but not uniform: an explicit `head_dim` unlike hidden / heads, GQA, tied
-//! and untied heads, a Gemma sliding window shorter than the test prompts.
+//! Tiny seeded checkpoints of the families beyond llama in the layouts
+//! users download: float with Hugging Face names (a mixture of experts'
+//! experts one by one), or 4-bit with mlx-community names (experts stacked
+//! under `switch_mlp`). Qwen3, Qwen3-MoE and Gemma 3 text are their config
+//! alone: their tensors are what the family's loader takes for it
+//! ([`super::recorded`]), Hugging Face's experts laid out from the
+//! recording; Gemma 4 and Qwen3.5 are still written out here. Sizes are
+//! small but not uniform: an explicit `head_dim` unlike hidden / heads,
+//! GQA, tied and untied heads, a Gemma sliding window shorter than the test
+//! prompts.
 use std::collections::HashMap;
 use std::path::Path;
 
+use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{ops, Array};
 use serde_json::json;
 
-use super::{save_checkpoint, tiny_tokenizer, Rng};
+use super::recorded::{write_tiny_as, Tensors};
+use super::{save_checkpoint, tiny_tokenizer, Rng, Values};
 use crate::error::{Error, Result};
 use crate::weights::QuantSpec;
 
@@ -304,9 +310,6 @@ impl Checkpoint {
     }
 }
 
-/// Layer 1 of the tiny Qwen3-MoE keeps a dense MLP (`mlp_only_layers`).
-const DENSE_LAYER: i32 = 1;
-
 /// Writes a tiny `family` folder into `dir` (float with Hugging Face names,
 /// or quantized with mlx-community names) and returns its vocabulary size.
 pub fn write_tiny_family(
@@ -326,91 +329,38 @@ pub fn write_family(
     quantize: Option<QuantSpec>,
     seed: u64,
 ) -> Result<i32> {
-    if matches!(family, TinyFamily::Gemma4 | TinyFamily::Gemma4Moe) {
-        return write_gemma4(dir, d, quantize, seed);
-    }
-    if matches!(family, TinyFamily::Qwen35 | TinyFamily::Qwen35Moe) {
-        return write_qwen35(dir, d, quantize, seed);
-    }
-    if family == TinyFamily::Lfm2 {
-        return super::lfm2::write_lfm2(dir, d, quantize, seed);
-    }
-    if family == TinyFamily::GptOss {
-        return super::gpt_oss::write_gpt_oss(dir, d, quantize, seed);
-    }
-    if family == TinyFamily::Ministral3 {
-        return super::mistral3::write_ministral3(dir, d, quantize, seed);
-    }
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let tokenizer = tiny_tokenizer()?;
-    tokenizer.write_hf_files(dir)?;
-    let vocab = tokenizer.vocab_size() as i32;
-    let gemma = family == TinyFamily::Gemma3;
-    // Gemma's norms scale by (1 + w): centred on 0; the others' on 1.
-    let norm_center = if gemma { 0.0 } else { 1.0 };
-    let tied = matches!(family, TinyFamily::Qwen3Moe | TinyFamily::Gemma3);
-
-    let mut c =
-        Checkpoint { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new(), norm_center };
-    // With a tied head, large random embeddings make every next token the
-    // last input token (the residual stream is mostly the input embedding):
-    // small ones let the layers decide, so greedy decoding says something.
-    let embed_scale = if tied { 0.05 } else { 0.5 };
-    c.tensors.insert(
-        "model.embed_tokens.weight".into(),
-        c.rng.tensor(&[vocab, d.hidden], embed_scale, 0.0),
-    );
-    c.matrices.push("model.embed_tokens".into());
-    let (q_out, kv_out) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
-    for i in 0..d.layers {
-        let p = format!("model.layers.{i}");
-        c.norm(format!("{p}.input_layernorm"), d.hidden);
-        c.norm(format!("{p}.post_attention_layernorm"), d.hidden);
-        if gemma {
-            c.norm(format!("{p}.pre_feedforward_layernorm"), d.hidden);
-            c.norm(format!("{p}.post_feedforward_layernorm"), d.hidden);
-        }
-        let a = format!("{p}.self_attn");
-        c.matrix(format!("{a}.q_proj"), &[q_out, d.hidden]);
-        c.matrix(format!("{a}.k_proj"), &[kv_out, d.hidden]);
-        c.matrix(format!("{a}.v_proj"), &[kv_out, d.hidden]);
-        c.matrix(format!("{a}.o_proj"), &[d.hidden, q_out]);
-        c.norm(format!("{a}.q_norm"), d.head_dim);
-        c.norm(format!("{a}.k_norm"), d.head_dim);
-        let m = format!("{p}.mlp");
-        if family == TinyFamily::Qwen3Moe && i != DENSE_LAYER {
-            c.matrix(format!("{m}.gate"), &[d.experts, d.hidden]);
-            for part in ["gate_proj", "up_proj", "down_proj"] {
-                let shape = if part == "down_proj" {
-                    [d.hidden, d.moe_intermediate]
+    match family {
+        TinyFamily::Gemma4 | TinyFamily::Gemma4Moe => write_gemma4(dir, d, quantize, seed),
+        TinyFamily::Qwen35 | TinyFamily::Qwen35Moe => write_qwen35(dir, d, quantize, seed),
+        TinyFamily::Lfm2 => super::lfm2::write_lfm2(dir, d, quantize, seed),
+        TinyFamily::GptOss => super::gpt_oss::write_gpt_oss(dir, d, quantize, seed),
+        TinyFamily::Ministral3 => super::mistral3::write_ministral3(dir, d, quantize, seed),
+        TinyFamily::Qwen3 | TinyFamily::Qwen3Moe | TinyFamily::Gemma3 => {
+            // Gemma's norms scale by (1 + w): centred on 0; the others' on 1.
+            let norm_center = if family == TinyFamily::Gemma3 { 0.0 } else { 1.0 };
+            let values = Values { seed, norm_center };
+            // Hugging Face's float Qwen3-MoE stores its experts one by one.
+            let hf_experts = family == TinyFamily::Qwen3Moe && quantize.is_none();
+            let config = |vocab| decoder_config(family, d, vocab);
+            write_tiny_as(dir, config, quantize, values, |t| {
+                if hf_experts {
+                    experts_one_by_one(t)
                 } else {
-                    [d.moe_intermediate, d.hidden]
-                };
-                let experts: Vec<Array> = (0..d.experts)
-                    .map(|_| c.rng.tensor(&shape, 1.0 / (shape[1] as f32).sqrt(), 0.0))
-                    .collect();
-                if quantize.is_some() {
-                    // mlx-community: stacked under switch_mlp.
-                    let name = format!("{m}.switch_mlp.{part}");
-                    c.tensors.insert(format!("{name}.weight"), ops::stack(&experts, 0)?);
-                    c.matrices.push(name);
-                } else {
-                    for (e, w) in experts.into_iter().enumerate() {
-                        c.tensors.insert(format!("{m}.experts.{e}.{part}.weight"), w);
-                    }
+                    Ok(())
                 }
-            }
-        } else {
-            c.matrix(format!("{m}.gate_proj"), &[d.intermediate, d.hidden]);
-            c.matrix(format!("{m}.up_proj"), &[d.intermediate, d.hidden]);
-            c.matrix(format!("{m}.down_proj"), &[d.hidden, d.intermediate]);
+            })
         }
     }
-    c.norm("model.norm".into(), d.hidden);
-    if !tied {
-        c.matrix("lm_head".into(), &[vocab, d.hidden]);
-    }
+}
 
+/// Layer 1 of the tiny Qwen3-MoE keeps a dense MLP (`mlp_only_layers`).
+const DENSE_LAYER: i32 = 1;
+
+/// config.json of a tiny Qwen3, Qwen3-MoE or Gemma 3 text model of `vocab`
+/// tokens. Qwen3's head is its own; the mixture's and Gemma's are tied to
+/// the embedding.
+fn decoder_config(family: TinyFamily, d: Dims, vocab: i32) -> serde_json::Value {
+    let tied = matches!(family, TinyFamily::Qwen3Moe | TinyFamily::Gemma3);
     let mut config = json!({
         "model_type": family.model_type(),
         "hidden_size": d.hidden,
@@ -427,7 +377,6 @@ pub fn write_family(
         "torch_dtype": "float32",
     });
     match family {
-        TinyFamily::Qwen3 => config["architectures"] = json!(["Qwen3ForCausalLM"]),
         TinyFamily::Qwen3Moe => {
             config["architectures"] = json!(["Qwen3MoeForCausalLM"]);
             config["num_experts"] = json!(d.experts);
@@ -457,14 +406,28 @@ pub fn write_family(
             config["query_pre_attn_scalar"] = json!(24);
             config["hidden_activation"] = json!("gelu_pytorch_tanh");
         }
-        TinyFamily::Gemma4 | TinyFamily::Gemma4Moe => unreachable!("written by write_gemma4"),
-        TinyFamily::Qwen35 | TinyFamily::Qwen35Moe => unreachable!("written by write_qwen35"),
-        TinyFamily::Lfm2 => unreachable!("written by write_lfm2"),
-        TinyFamily::GptOss => unreachable!("written by write_gpt_oss"),
-        TinyFamily::Ministral3 => unreachable!("written by write_ministral3"),
+        TinyFamily::Qwen3 => config["architectures"] = json!(["Qwen3ForCausalLM"]),
+        other => unreachable!("{other:?} has a writer of its own"),
     }
-    save_checkpoint(dir, c.tensors, &c.matrices, config, quantize)?;
-    Ok(vocab)
+    config
+}
+
+/// Hugging Face's layout of a mixture of experts (Qwen3-MoE): each
+/// expert's matrices on their own, `mlp.experts.E.P.weight`, where MLX
+/// stacks them as `mlp.switch_mlp.P.weight` `[experts, out, in]`.
+fn experts_one_by_one(tensors: &mut Tensors) -> Result<()> {
+    let stacked: Vec<String> =
+        tensors.keys().filter(|name| name.contains(".switch_mlp.")).cloned().collect();
+    for name in stacked {
+        let (mlp, part) = name.split_once(".switch_mlp.").expect("filtered on it");
+        let t = &tensors[&name];
+        let experts: Vec<Array> = (0..t.dim(0)).map(|e| t.index(e)).collect();
+        for (e, w) in experts.into_iter().enumerate() {
+            tensors.insert(format!("{mlp}.experts.{e}.{part}"), w);
+        }
+        tensors.remove(&name);
+    }
+    Ok(())
 }
 
 /// A tiny Gemma 4: sliding and global layers alternating, the global ones

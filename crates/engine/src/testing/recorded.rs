@@ -9,6 +9,7 @@
 //! matrix quantized, as mlx-community stores them), in the family's own
 //! names and layouts, and with the optional tensors (those a loader only
 //! takes when it finds them) that `present` names.
+use std::collections::HashMap;
 use std::path::Path;
 
 use mlx_rs::{ops, Array};
@@ -20,6 +21,9 @@ use crate::model::layers::{LayerLoader, WeightFormat};
 use crate::model::loading::read_config;
 use crate::model::registry;
 use crate::weights::{self, Asked, QuantSpec, Quantization, Weights};
+
+/// A checkpoint's tensors by name.
+pub(crate) type Tensors = HashMap<String, Array>;
 
 /// How a recorded checkpoint's values are drawn.
 #[derive(Debug, Clone, Copy)]
@@ -110,22 +114,65 @@ pub fn write_recorded(
     values: Values,
     present: impl Fn(&str) -> bool + Send + 'static,
 ) -> Result<Vec<Asked>> {
+    write_recorded_as(dir, config, quantize, values, present, |_| Ok(()))
+}
+
+/// [`write_recorded`], the tensors passed through `layout` before they are
+/// written: a float fixture in a layout the family's loader converts from
+/// (Hugging Face's names, experts one by one) holds the recorded values
+/// under that layout's names.
+pub(crate) fn write_recorded_as(
+    dir: &Path,
+    config: Value,
+    quantize: Option<QuantSpec>,
+    values: Values,
+    present: impl Fn(&str) -> bool + Send + 'static,
+    layout: impl FnOnce(&mut Tensors) -> Result<()>,
+) -> Result<Vec<Asked>> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let asked = record(&config, present)?;
-    // Without a head of its own the embedding is the head: see `value_of`.
-    let tied = !asked.iter().any(|a| a.name.ends_with("lm_head.weight"));
-    let mut tensors = std::collections::HashMap::new();
-    for a in &asked {
-        tensors.insert(a.name.clone(), value_of(a, values, tied)?);
+    let mut drawn = Recorded::draw(&config, quantize, values, present)?;
+    layout(&mut drawn.tensors)?;
+    save_checkpoint(dir, drawn.tensors, &drawn.matrices, config, quantize)?;
+    Ok(drawn.asked)
+}
+
+/// A recorded checkpoint before it is written.
+pub(crate) struct Recorded {
+    /// What the family's loader took, in its order.
+    pub asked: Vec<Asked>,
+    /// Each with its seeded values, by name.
+    pub tensors: Tensors,
+    /// The module paths of the matrices a quantized checkpoint stores
+    /// quantized (with `quantize`, those whose rows divide into its groups).
+    pub matrices: Vec<String>,
+}
+
+impl Recorded {
+    /// The checkpoint the family of `config` takes, with `values`; `present`
+    /// names the optional tensors that are there.
+    pub(crate) fn draw(
+        config: &Value,
+        quantize: Option<QuantSpec>,
+        values: Values,
+        present: impl Fn(&str) -> bool + Send + 'static,
+    ) -> Result<Self> {
+        let asked = record(config, present)?;
+        // Without a head of its own the embedding is the head: see `value_of`.
+        let tied = !asked.iter().any(|a| a.name.ends_with("lm_head.weight"));
+        let mut tensors = Tensors::new();
+        for a in &asked {
+            tensors.insert(a.name.clone(), value_of(a, values, tied)?);
+        }
+        let divides = |a: &Asked| {
+            quantize.is_none_or(|q| a.shape.last().is_some_and(|c| c % q.group_size == 0))
+        };
+        let matrices: Vec<String> = asked
+            .iter()
+            .filter(|a| a.matrix && divides(a))
+            .filter_map(|a| a.name.strip_suffix(".weight").map(str::to_string))
+            .collect();
+        Ok(Self { asked, tensors, matrices })
     }
-    let matrices: Vec<String> = asked
-        .iter()
-        .filter(|a| a.matrix)
-        .filter(|a| quantize.is_none_or(|q| a.shape.last().is_some_and(|c| c % q.group_size == 0)))
-        .filter_map(|a| a.name.strip_suffix(".weight").map(str::to_string))
-        .collect();
-    save_checkpoint(dir, tensors, &matrices, config, quantize)?;
-    Ok(asked)
 }
 
 /// A whole tiny model folder from its config alone: the tiny byte-level
@@ -138,11 +185,22 @@ pub fn write_tiny_from_config(
     quantize: Option<QuantSpec>,
     values: Values,
 ) -> Result<i32> {
+    write_tiny_as(dir, config, quantize, values, |_| Ok(()))
+}
+
+/// [`write_tiny_from_config`] in another layout ([`write_recorded_as`]).
+pub(crate) fn write_tiny_as(
+    dir: &Path,
+    config: impl FnOnce(i32) -> Value,
+    quantize: Option<QuantSpec>,
+    values: Values,
+    layout: impl FnOnce(&mut Tensors) -> Result<()>,
+) -> Result<i32> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = tiny_tokenizer()?;
     tokenizer.write_hf_files(dir)?;
     let vocab = tokenizer.vocab_size() as i32;
-    write_recorded(dir, config(vocab), quantize, values, |_| false)?;
+    write_recorded_as(dir, config(vocab), quantize, values, |_| false, layout)?;
     Ok(vocab)
 }
 

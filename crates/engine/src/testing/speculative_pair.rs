@@ -33,7 +33,11 @@ const PAIR_TARGET_LAYERS: i32 = 4;
 const PAIR_DRAFT_LAYERS: i32 = PAIR_TARGET_LAYERS;
 /// …each weight multiplied by 1 + u, u uniform in ±this.
 const PAIR_DRAFT_NOISE: f32 = 0.2;
-const PAIR_SEED: u64 = 31;
+/// A seed whose target meets the reference script's conditions (no special
+/// id in its greedy replies, no near-tie) and drafts kept and rejected on
+/// every prompt (31 to 39 each failed one of these, or replied one token
+/// over and over).
+const PAIR_SEED: u64 = 40;
 
 /// Writes `dir/target` and `dir/draft`; returns their paths.
 pub fn write_speculative_pair(dir: &Path) -> Result<(PathBuf, PathBuf)> {
