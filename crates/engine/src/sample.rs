@@ -16,6 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+mod greedy_rows;
+pub use greedy_rows::greedy_rows;
+
 /// Per-request sampling settings. The defaults are greedy decoding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]

@@ -1,5 +1,6 @@
 //! Decode: one forward pass for every running row, sampling, reading the
 //! tokens back while the next step computes, and rows leaving the batch.
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use mlx_rs::ops::indexing::IndexOp;
@@ -10,7 +11,7 @@ use crate::batch::logprobs::PendingLogprobs;
 use crate::batch::request::FinishReason;
 use crate::batch::sequence::Sequence;
 use crate::error::Result;
-use crate::sample::keep_allowed;
+use crate::sample::{greedy_rows, keep_allowed};
 
 impl Scheduler {
     pub(super) fn decode_step(&mut self) -> Result<()> {
@@ -162,8 +163,9 @@ impl Scheduler {
         self.remove_rows_with(finished)
     }
 
-    /// One token per row, `[B]` int32. Plain greedy rows share one argmax;
-    /// rows with their own sampling state sample from their own logits row.
+    /// One token per row, `[B]` int32. Greedy rows without a repetition
+    /// penalty or a grammar share one argmax (each after its own logit
+    /// bias); the others sample from their own logits row.
     /// `pending`: this step's input tokens `[B]` when they have not been read
     /// back yet (they count as history for repetition penalties).
     /// `masks`: per row, the tokens its grammar allows (empty: no row has one).
@@ -173,19 +175,34 @@ impl Scheduler {
         pending: Option<&Array>,
         masks: &[Option<Array>],
     ) -> Result<Array> {
-        let all_plain_greedy = masks.iter().all(Option::is_none)
-            && self.running.iter().all(|s| {
+        let shared: Vec<bool> = (self.running.iter().enumerate())
+            .map(|(i, s)| {
                 let p = s.sampler.params();
-                p.is_greedy() && p.repetition_penalty == 1.0 && p.logit_bias.is_empty()
-            });
-        if all_plain_greedy {
-            return Ok(
-                ops::indexing::argmax_axis(logits, -1, false)?.as_dtype(mlx_rs::Dtype::Int32)?
-            );
+                p.is_greedy()
+                    && p.repetition_penalty == 1.0
+                    && !matches!(masks.get(i), Some(Some(_)))
+            })
+            .collect();
+        let greedy = if shared.iter().any(|&s| s) {
+            let none = BTreeMap::new();
+            let biases: Vec<_> = (self.running.iter().zip(&shared))
+                .map(|(s, &shared)| if shared { &s.sampler.params().logit_bias } else { &none })
+                .collect();
+            Some(greedy_rows(logits, &biases)?)
+        } else {
+            None
+        };
+        if let (Some(greedy), true) = (&greedy, shared.iter().all(|&s| s)) {
+            return Ok(greedy.clone());
         }
         let mut rows = Vec::with_capacity(self.running.len());
         for (i, seq) in self.running.iter_mut().enumerate() {
-            let mut row = logits.index((i as i32..i as i32 + 1, ..));
+            let at = i as i32..i as i32 + 1;
+            if let (Some(greedy), true) = (&greedy, shared[i]) {
+                rows.push(greedy.index(at));
+                continue;
+            }
+            let mut row = logits.index((at, ..));
             if let Some(Some(allowed)) = masks.get(i) {
                 row = keep_allowed(&row, allowed)?;
             }
