@@ -9,8 +9,8 @@
 //! A family's checkpoint can come from its config alone
 //! ([`write_recorded`], [`write_tiny_from_config`]): the tensors its own
 //! loader takes, recorded, with seeded values. The llama, Qwen2, Qwen3,
-//! Qwen3-MoE and Gemma 3 text fixtures are written so; the other text
-//! writers still write their tensors out.
+//! Qwen3-MoE, Gemma 3 text and Qwen3.5 fixtures are written so; the other
+//! text writers still write their tensors out.
 mod families;
 mod gemma3_vl;
 mod gemma4_assistant;

@@ -1,10 +1,10 @@
 //! Tiny seeded checkpoints of the families beyond llama in the layouts
 //! users download: float with Hugging Face names (a mixture of experts'
 //! experts one by one), or 4-bit with mlx-community names (experts stacked
-//! under `switch_mlp`). Qwen3, Qwen3-MoE and Gemma 3 text are their config
-//! alone: their tensors are what the family's loader takes for it
-//! ([`super::recorded`]), Hugging Face's experts laid out from the
-//! recording; Gemma 4 and Qwen3.5 are still written out here. Sizes are
+//! under `switch_mlp`). Qwen3, Qwen3-MoE, Gemma 3 text and Qwen3.5 are
+//! their config alone: their tensors are what the family's loader takes
+//! for it ([`super::recorded`]), Hugging Face's layouts laid out from the
+//! recording; Gemma 4 is still written out here. Sizes are
 //! small but not uniform: an explicit `head_dim` unlike hidden / heads,
 //! GQA, tied and untied heads, a Gemma sliding window shorter than the test
 //! prompts.
@@ -15,7 +15,7 @@ use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{ops, Array};
 use serde_json::json;
 
-use super::recorded::{write_tiny_as, Tensors};
+use super::recorded::{write_tiny_as, Recorded, Tensors};
 use super::{save_checkpoint, tiny_tokenizer, Rng, Values};
 use crate::error::{Error, Result};
 use crate::weights::QuantSpec;
@@ -615,112 +615,23 @@ fn write_qwen35(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
     Ok(vocab)
 }
 
-/// The language model of a tiny Qwen3.5 of `vocab` tokens: its tensors under
-/// the multimodal checkpoint's names (Hugging Face's when `hf`, else
-/// mlx-community's), which of them are matrices, and config.json (no
-/// `vision_config`).
+/// The language model of a tiny Qwen3.5 of `vocab` tokens: what the
+/// family's loader takes for its config, with seeded values, under the
+/// multimodal checkpoint's names and layout (Hugging Face's when `hf`, else
+/// mlx-community's, the loader's own), which of them are matrices, and
+/// config.json (no `vision_config`). A multi-token-prediction head comes in
+/// Hugging Face's layout only.
 pub(crate) fn qwen35_parts(
     d: Dims,
     seed: u64,
     vocab: i32,
     hf: bool,
 ) -> Result<(HashMap<String, Array>, Vec<String>, serde_json::Value)> {
-    let moe = d.experts > 0;
-    let plan = d.qwen35;
-    let is_full = |i: i32| i % plan.full_every == plan.full_every - 1;
-    // Hugging Face stores the decoder norms as `w − 1`.
-    let mut c = Checkpoint {
-        rng: Rng(seed),
-        tensors: HashMap::new(),
-        matrices: Vec::new(),
-        norm_center: if hf { 0.0 } else { 1.0 },
-    };
-    // Tied (the mixture): small embeddings, so the layers decide the next token.
-    let embed_scale = if moe { 0.05 } else { 0.5 };
-    c.tensors.insert(
-        "model.embed_tokens.weight".into(),
-        c.rng.tensor(&[vocab, d.hidden], embed_scale, 0.0),
-    );
-    c.matrices.push("model.embed_tokens".into());
-    let (keys, values) = (plan.key_heads * plan.key_dim, plan.value_heads * plan.value_dim);
-    let channels = 2 * keys + values;
-    const KERNEL: i32 = 4;
-    let layer = |c: &mut Checkpoint, p: &str, full: bool| -> Result<()> {
-        c.norm(format!("{p}.input_layernorm"), d.hidden);
-        c.norm(format!("{p}.post_attention_layernorm"), d.hidden);
-        if full {
-            let a = format!("{p}.self_attn");
-            c.matrix(format!("{a}.q_proj"), &[2 * d.heads * d.head_dim, d.hidden]);
-            c.matrix(format!("{a}.k_proj"), &[d.kv_heads * d.head_dim, d.hidden]);
-            c.matrix(format!("{a}.v_proj"), &[d.kv_heads * d.head_dim, d.hidden]);
-            c.matrix(format!("{a}.o_proj"), &[d.hidden, d.heads * d.head_dim]);
-            c.norm(format!("{a}.q_norm"), d.head_dim);
-            c.norm(format!("{a}.k_norm"), d.head_dim);
-        } else {
-            let a = format!("{p}.linear_attn");
-            c.matrix(format!("{a}.in_proj_qkv"), &[channels, d.hidden]);
-            c.matrix(format!("{a}.in_proj_z"), &[values, d.hidden]);
-            c.matrix(format!("{a}.in_proj_b"), &[plan.value_heads, d.hidden]);
-            c.matrix(format!("{a}.in_proj_a"), &[plan.value_heads, d.hidden]);
-            c.matrix(format!("{a}.out_proj"), &[d.hidden, values]);
-            let conv = c.rng.tensor(&[channels, KERNEL, 1], 0.5, 0.0);
-            let conv = if hf { conv.swap_axes(1, 2)? } else { conv };
-            c.tensors.insert(format!("{a}.conv1d.weight"), conv);
-            // A between 1 and 8: decays from gentle to strong.
-            let a_log = ops::log(c.rng.tensor(&[plan.value_heads], 3.5, 4.5))?;
-            c.tensors.insert(format!("{a}.A_log"), a_log);
-            let dt_bias = c.rng.tensor(&[plan.value_heads], 0.5, 1.0);
-            c.tensors.insert(format!("{a}.dt_bias"), dt_bias);
-            // The gated norm's weight is plain in both layouts.
-            let norm = c.rng.tensor(&[plan.value_dim], 0.1, 1.0);
-            c.tensors.insert(format!("{a}.norm.weight"), norm);
-        }
-        let m = format!("{p}.mlp");
-        if moe {
-            c.matrix(format!("{m}.gate"), &[d.experts, d.hidden]);
-            c.matrix(format!("{m}.shared_expert_gate"), &[1, d.hidden]);
-            c.matrix(format!("{m}.shared_expert.gate_proj"), &[plan.shared_expert, d.hidden]);
-            c.matrix(format!("{m}.shared_expert.up_proj"), &[plan.shared_expert, d.hidden]);
-            c.matrix(format!("{m}.shared_expert.down_proj"), &[d.hidden, plan.shared_expert]);
-            let (mi, h) = (d.moe_intermediate, d.hidden);
-            let gate = c.rng.tensor(&[d.experts, mi, h], 1.0 / (h as f32).sqrt(), 0.0);
-            let up = c.rng.tensor(&[d.experts, mi, h], 1.0 / (h as f32).sqrt(), 0.0);
-            let down = c.rng.tensor(&[d.experts, h, mi], 1.0 / (mi as f32).sqrt(), 0.0);
-            if hf {
-                c.tensors
-                    .insert(format!("{m}.experts.gate_up_proj"), ops::concatenate(&[gate, up], 1)?);
-                c.tensors.insert(format!("{m}.experts.down_proj"), down);
-            } else {
-                for (part, t) in [("gate_proj", gate), ("up_proj", up), ("down_proj", down)] {
-                    c.tensors.insert(format!("{m}.switch_mlp.{part}.weight"), t);
-                    c.matrices.push(format!("{m}.switch_mlp.{part}"));
-                }
-            }
-        } else {
-            c.matrix(format!("{m}.gate_proj"), &[d.intermediate, d.hidden]);
-            c.matrix(format!("{m}.up_proj"), &[d.intermediate, d.hidden]);
-            c.matrix(format!("{m}.down_proj"), &[d.hidden, d.intermediate]);
-        }
-        Ok(())
-    };
-    for i in 0..d.layers {
-        layer(&mut c, &format!("model.layers.{i}"), is_full(i))?;
-    }
-    c.norm("model.norm".into(), d.hidden);
-    if plan.mtp_layers > 0 {
-        assert!(hf, "a multi-token-prediction head comes in Hugging Face's layout");
-        c.matrix("mtp.fc".into(), &[d.hidden, 2 * d.hidden]);
-        c.norm("mtp.pre_fc_norm_embedding".into(), d.hidden);
-        c.norm("mtp.pre_fc_norm_hidden".into(), d.hidden);
-        for j in 0..plan.mtp_layers {
-            layer(&mut c, &format!("mtp.layers.{j}"), true)?;
-        }
-        c.norm("mtp.norm".into(), d.hidden);
-    }
-    // Untied for the dense model, tied for the mixture (as the real ones are).
-    if !moe {
-        c.matrix("lm_head".into(), &[vocab, d.hidden]);
-    }
+    let config = qwen35_config(d, vocab);
+    let mtp = d.qwen35.mtp_layers > 0;
+    assert!(hf || !mtp, "a multi-token-prediction head comes in Hugging Face's layout");
+    let present = move |name: &str| mtp && name == "mtp.fc.weight";
+    let drawn = Recorded::draw(&config, None, Values::seeded(seed), present)?;
     // The multimodal checkpoint's names.
     let rename = |name: &str| -> String {
         match (name.strip_prefix("model."), hf) {
@@ -730,9 +641,61 @@ pub(crate) fn qwen35_parts(
             (None, false) => format!("language_model.{name}"),
         }
     };
-    let tensors: HashMap<String, Array> =
-        c.tensors.into_iter().map(|(k, v)| (rename(&k), v)).collect();
-    let matrices: Vec<String> = c.matrices.iter().map(|m| rename(m)).collect();
+    let mut tensors = HashMap::new();
+    for (name, t) in drawn.tensors {
+        let t = if hf { qwen35_hf_tensor(&name, t)? } else { t };
+        tensors.insert(rename(&name), t);
+    }
+    if hf {
+        fuse_experts(&mut tensors, "switch_mlp")?;
+    }
+    let matrices = drawn
+        .matrices
+        .iter()
+        .map(|m| rename(m))
+        .filter(|m| tensors.contains_key(&format!("{m}.weight")))
+        .collect();
+    Ok((tensors, matrices, config))
+}
+
+/// A Qwen3.5 tensor as Hugging Face stores it: the conv kernel `[C, 1, K]`
+/// (MLX's `[C, K, 1]`), the decoder norms as `w − 1` (the Gated DeltaNet's
+/// own norm stays plain).
+fn qwen35_hf_tensor(name: &str, t: Array) -> Result<Array> {
+    if name.ends_with(".conv1d.weight") {
+        return Ok(t.swap_axes(1, 2)?);
+    }
+    if t.ndim() == 1 && name.ends_with("norm.weight") && !name.contains(".linear_attn.") {
+        return Ok(t.subtract(Array::from_f32(1.0))?);
+    }
+    Ok(t)
+}
+
+/// Hugging Face's fused experts (Qwen3.5-MoE, Gemma 4):
+/// `experts.gate_up_proj` `[E, 2I, D]` and `experts.down_proj`, where MLX
+/// stacks `{gate,up,down}_proj.weight` under `stacked` beside them.
+fn fuse_experts(tensors: &mut HashMap<String, Array>, stacked: &str) -> Result<()> {
+    let gate = format!(".{stacked}.gate_proj.weight");
+    let owners: Vec<String> =
+        tensors.keys().filter_map(|n| n.strip_suffix(&gate)).map(str::to_string).collect();
+    for p in owners {
+        let mut take = |part: &str| {
+            let name = format!("{p}.{stacked}.{part}.weight");
+            tensors.remove(&name).ok_or_else(|| Error::InvalidConfig(format!("no {name}")))
+        };
+        let (gate, up, down) = (take("gate_proj")?, take("up_proj")?, take("down_proj")?);
+        tensors.insert(format!("{p}.experts.gate_up_proj"), ops::concatenate(&[gate, up], 1)?);
+        tensors.insert(format!("{p}.experts.down_proj"), down);
+    }
+    Ok(())
+}
+
+/// config.json of a tiny Qwen3.5 of `vocab` tokens (the text part nested
+/// under `text_config`, as released).
+fn qwen35_config(d: Dims, vocab: i32) -> serde_json::Value {
+    let moe = d.experts > 0;
+    let plan = d.qwen35;
+    let is_full = |i: i32| i % plan.full_every == plan.full_every - 1;
     let layer_types: Vec<&str> = (0..d.layers)
         .map(|i| if is_full(i) { "full_attention" } else { "linear_attention" })
         .collect();
@@ -752,7 +715,7 @@ pub(crate) fn qwen35_parts(
         "linear_num_value_heads": plan.value_heads,
         "linear_key_head_dim": plan.key_dim,
         "linear_value_head_dim": plan.value_dim,
-        "linear_conv_kernel_dim": KERNEL,
+        "linear_conv_kernel_dim": 4,
         "full_attention_interval": plan.full_every,
         "layer_types": layer_types,
         "rope_parameters": {
@@ -778,11 +741,10 @@ pub(crate) fn qwen35_parts(
     }
     let arch =
         if moe { "Qwen3_5MoeForConditionalGeneration" } else { "Qwen3_5ForConditionalGeneration" };
-    let config = json!({
+    json!({
         "model_type": model_type,
         "architectures": [arch],
         "text_config": text,
         "tie_word_embeddings": moe,
-    });
-    Ok((tensors, matrices, config))
+    })
 }
