@@ -606,7 +606,8 @@ pub fn bench_config(vocab: i32) -> Value {
         "hidden_size": 512, "num_hidden_layers": 8, "full_attn_idxs": [2, 5],
         "num_attention_heads": 8, "num_key_value_heads": 2, "conv_L_cache": 3,
         "conv_bias": false, "norm_eps": 1e-5, "rope_theta": 1000000.0,
-        "block_ff_dim": 1536, "block_auto_adjust_ff_dim": false,
+        "block_dim": 512, "block_ff_dim": 1536, "block_auto_adjust_ff_dim": false,
+        "block_multiple_of": 256, "block_ffn_dim_multiplier": 1.0,
         "max_position_embeddings": 32768, "tie_word_embeddings": true,
         "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0
     })
