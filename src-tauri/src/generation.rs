@@ -15,11 +15,18 @@ use ts_rs::TS;
 use crate::error::AppError;
 use crate::mcp::manager::OfferedTool;
 
-/// What the UI receives for one reply, in order: `started`, then text
-/// pieces, maybe `error`, then `finished` with the stored message.
+/// What the UI receives for one reply, in order: `chat_created` when Send
+/// made the chat, `started`, then text pieces, maybe `error`, then
+/// `finished` with the stored message.
 #[derive(Debug, Clone, Serialize, TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum StreamEvent {
+    /// Before `started`, when Send made the chat (a first message): the
+    /// page opens it and lists it at once, before its prompt is read.
+    ChatCreated {
+        /// Boxed: a chat is far larger than the other events (serialized the same).
+        chat: Box<store::Chat>,
+    },
     Started {
         chat_id: ChatId,
         reply_id: ReplyId,

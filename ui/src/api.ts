@@ -103,7 +103,11 @@ export const api = {
   listMessages: (chatId: number) => invoke<Message[]>('list_messages', { chatId }),
 
   send: (chatId: number, message: Outgoing, onEvent: (e: StreamEvent) => void) =>
-    invoke<Sent>('send_message', { chatId, message, onEvent: channel(onEvent) }),
+    invoke<Sent>('send_message', { chatId, newChat: null, message, onEvent: channel(onEvent) }),
+  /** The first message of a chat this call makes, with `settings` (those chosen before it existed):
+   * one round trip; the channel names the chat first (`chat_created`), and a refused message makes none. */
+  sendInNewChat: (settings: ChatSettings | null, message: Outgoing, onEvent: (e: StreamEvent) => void) =>
+    invoke<Sent>('send_message', { chatId: null, newChat: settings, message, onEvent: channel(onEvent) }),
   stop: (chatId: number) => invoke<boolean>('stop_reply', { chatId }),
   /** A new answer beside `messageId` (a reply), or beside the shown branch's last answer when null. */
   regenerate: (chatId: number, messageId: number | null, onEvent: (e: StreamEvent) => void) =>

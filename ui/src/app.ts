@@ -491,39 +491,47 @@ export class App {
     }
   }
 
-  /** Sends from the composer: creates the chat first when none is open. A
-   * chat set to a model that is not loaded loads it first, then sends. */
+  /** Sends from the composer; with no chat open, the send command makes the
+   * chat. A chat set to a model that is not loaded loads it first, then sends. */
   private async send(message: Outgoing, loadedForChat = false): Promise<boolean> {
     if (this.status?.state !== 'ready' && !(this.status?.state === 'unloaded' && this.status.idle_unloaded)) {
       this.toast(this.status?.state === 'loading' ? 'The model is still loading.' : 'Load a model first (Models).');
       return false;
     }
-    let chat = this.chat;
+    const chat = this.chat;
+    // a first message makes its chat in the same command (one round trip):
+    // with the settings chosen for it so far, and only if the message passes
+    const settings = chat ? null : this.unsavedSettings;
+    let chatId = chat?.id ?? null;
     try {
-      if (!chat) {
-        chat = await api.createChat();
-        if (this.unsavedSettings) chat = await api.setChatSettings(chat.id, this.unsavedSettings);
+      const handler = chat ? this.streams.begin(chat.id) : this.streams.beginNew((made) => {
+        chatId = made.id;
         this.unsavedSettings = null;
-        this.chat = chat;
-        this.composer.adopt(chat.id);
+        // the page opens it, unless another chat was opened meanwhile
+        if (!this.chat) {
+          this.chat = made;
+          this.composer.adopt(made.id);
+        }
+        // in the sidebar at Send (drawn as the reply starts), not at the answer's first piece
+        this.sidebar.add(made);
         mark('chat-created');
-      }
-      const chatId = chat.id;
-      const handler = this.streams.begin(chatId);
+      });
       const editing = this.editing;
       let sent;
       try {
         mark('invoke');
-        sent = editing ? await api.editAndResend(chatId, editing.id, message, handler) : await api.send(chatId, message, handler);
+        sent = editing && chat ? await api.editAndResend(chat.id, editing.id, message, handler)
+          : chat ? await api.send(chat.id, message, handler) : await api.sendInNewChat(settings, message, handler);
       } catch (e) {
-        this.streams.abandon(chatId);
+        if (chatId !== null) this.streams.abandon(chatId);
         throw e;
       }
       mark('sent');
+      const sentIn = sent.user.chat_id;
       this.editing = null;
-      if (this.chat?.id === chatId && !this.streams.isRunning(chatId)) {
+      if (this.chat?.id === sentIn && !this.streams.isRunning(sentIn)) {
         void this.reloadMessages(); // a reply so quick it ended before this call did
-      } else if (this.chat?.id === chatId) {
+      } else if (this.chat?.id === sentIn) {
         // the stored message, shown without reading the chat again: after
         // the shown branch, or in place of the message it edits (a new branch)
         const at = editing ? this.messages.findIndex((m) => m.id === editing.id) : -1;
@@ -532,14 +540,14 @@ export class App {
       }
       // the new title and the chat list wait for the first piece of the
       // answer: read now, they would take the CPU from the prompt's reading
-      const titled = !!chat.title;
-      this.whenAnswering(chatId, () => {
-        if (!titled && this.chat?.id === chatId) void this.refreshChat();
+      const titled = !!chat?.title;
+      this.whenAnswering(sentIn, () => {
+        if (!titled && this.chat?.id === sentIn) void this.refreshChat();
         void this.sidebar.refresh();
       });
       return true;
     } catch (e) {
-      const wanted = chat?.settings?.model;
+      const wanted = (chat ? chat.settings : settings)?.model;
       if (!loadedForChat && wanted && (e as { code?: string })?.code === 'CHAT_MODEL_NOT_LOADED') {
         this.toast(`Loading ${modelLabel(wanted, this.modelNames)} for this chat…`);
         try {

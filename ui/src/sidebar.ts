@@ -68,6 +68,15 @@ export class Sidebar {
     this.presets.hidden = presets.length === 0;
   }
 
+  /** Puts a chat just made (by its first message) at the top of the list,
+   * from its record: the list is not read again for it, so the sidebar shows
+   * it at Send without a read of every chat while the prompt is being read.
+   * It is drawn with the next redraw (the reply's start redraws the list). */
+  add(chat: Chat): void {
+    if (this.search.value) return; // a search shows what matches, read again later
+    this.chats = [chat, ...this.chats.filter((c) => c.id !== chat.id)];
+  }
+
   /** Redraws the list as it is (a chat started or stopped answering). */
   redraw(): void {
     if (this.renaming === null) this.render();

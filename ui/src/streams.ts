@@ -1,6 +1,6 @@
 // Replies under way, per chat, so several chats can generate at once and a
 // chat shows its own progress when you switch back to it.
-import type { AppError, Message, StreamEvent, ToolCallRecord } from './api';
+import type { AppError, Chat, Message, StreamEvent, ToolCallRecord } from './api';
 import { mark, timed } from './timeline';
 
 /** A tool call of the turn waiting for the user (or running, when always allowed). */
@@ -73,6 +73,20 @@ export class Streams {
       if (this.live.get(chatId) === reply) this.emit(chatId, reply);
     });
     return (e) => this.apply(chatId, reply, e);
+  }
+
+  /** Begins tracking the reply of a chat that Send makes (its first
+   * message): the chat has no id until the channel names it
+   * (`chat_created`, before anything else). `onChat` hears of it first, then
+   * the reply is tracked as `begin` tracks one; nothing comes before it. */
+  beginNew(onChat: (chat: Chat) => void): (e: StreamEvent) => void {
+    let handler: ((e: StreamEvent) => void) | null = null;
+    return (e) => {
+      if (e.kind === 'chat_created') {
+        onChat(e.chat);
+        handler = this.begin(e.chat.id);
+      } else handler?.(e);
+    };
   }
 
   /** Forgets a reply that never started (the command failed). */

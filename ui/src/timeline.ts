@@ -5,7 +5,7 @@
 
 /** The latest reply's timeline: marks in ms (performance.now()), first time each. */
 export interface ReplyTimeline {
-  /** 'submit', 'chat-created', 'invoke', 'started', 'first-piece', 'first-draw', 'sent'. */
+  /** 'submit', 'invoke', 'chat-created' (a first message: its chat is made by the send command), 'started', 'first-piece', 'first-draw', 'sent'. */
   marks: Record<string, number>;
   /** How often, and for how many ms in all, the page did each kind of work:
    * 'event' a stream event handled (listeners included), 'draw' a redraw of

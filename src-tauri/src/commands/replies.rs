@@ -6,16 +6,17 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use store::{ChatId, Message, MessageId, NewMessage, Role};
+use store::{Chat, ChatId, Message, MessageId, NewMessage, Role};
 use tauri::ipc::Channel;
 use tauri::{AppHandle, Runtime, State};
 use ts_rs::TS;
 
+use crate::chat_settings::ChatSettings;
 use crate::error::{AppError, AppResult};
 use crate::generation::{Sink, StreamEvent};
 use crate::replies::{
-    continue_reply as continue_reply_in, ensure_chat_model_of, ensure_idle, reserve, start_reply,
-    Reservation, StartedReply,
+    continue_reply as continue_reply_in, ensure_chat_model, ensure_chat_model_of, ensure_idle,
+    reserve, start_reply, Reservation, StartedReply,
 };
 use crate::state::AppState;
 
@@ -65,22 +66,46 @@ async fn check_images(outgoing: &Outgoing, state: &AppState) -> AppResult<()> {
     ))
 }
 
+/// Sends `message` in chat `chat_id`, or, without one, in a new chat that
+/// this command makes with `new_chat`'s settings (those chosen before it
+/// existed): Send is one round trip for a first message too, and a message
+/// refused by the checks leaves no empty chat behind. The new chat is told
+/// to the channel first (`chat_created`), before its message is stored.
 #[tauri::command]
 pub async fn send_message<R: Runtime>(
     app: AppHandle<R>,
     state: State<'_, Arc<AppState>>,
-    chat_id: ChatId,
+    chat_id: Option<ChatId>,
+    new_chat: Option<ChatSettings>,
     message: Outgoing,
     on_event: Channel<StreamEvent>,
 ) -> AppResult<Sent> {
     let began = std::time::Instant::now();
     check(&message)?;
-    let turn = reserve(&state, chat_id)?;
-    crate::idle::wake(&app, &state).await?;
-    check_images(&message, &state).await?;
-    ensure_chat_model_of(&state, chat_id).await?;
+    let sink = sink(on_event);
+    let (chat_id, turn) = match chat_id {
+        Some(chat_id) => {
+            let turn = reserve(&state, chat_id)?;
+            crate::idle::wake(&app, &state).await?;
+            check_images(&message, &state).await?;
+            ensure_chat_model_of(&state, chat_id).await?;
+            (chat_id, turn)
+        }
+        None => {
+            let settings = new_chat.unwrap_or_default();
+            settings.validate()?;
+            crate::idle::wake(&app, &state).await?;
+            check_images(&message, &state).await?;
+            ensure_chat_model(&state, &settings)?;
+            let chat = create_chat_with(&state, &settings).await?;
+            // nothing else knows the new chat's id yet: it cannot be busy
+            let (id, turn) = (chat.id, reserve(&state, chat.id)?);
+            sink(StreamEvent::ChatCreated { chat: Box::new(chat) });
+            (id, turn)
+        }
+    };
     let checked = began.elapsed();
-    let sent = post_and_answer(&app, &state, &turn, chat_id, message, None, on_event).await;
+    let sent = post_and_answer(&app, &state, &turn, chat_id, message, None, sink).await;
     // where Send's time goes before the first token (scripts/bench-app-vs-api.sh prints it)
     tracing::debug!(
         checked_ms = checked.as_secs_f64() * 1e3,
@@ -88,6 +113,15 @@ pub async fn send_message<R: Runtime>(
         "send_message"
     );
     sent
+}
+
+/// A new chat with `settings` (none set: the app's).
+async fn create_chat_with(state: &AppState, settings: &ChatSettings) -> AppResult<Chat> {
+    let chat = state.store.create_chat().await?;
+    match settings.to_stored() {
+        Some(stored) => Ok(state.store.set_chat_settings(chat.id, Some(&stored)).await?),
+        None => Ok(chat),
+    }
 }
 
 /// Stores the user's message (at the end of the shown branch, or beside the
@@ -99,15 +133,14 @@ async fn post_and_answer<R: Runtime>(
     chat_id: ChatId,
     message: Outgoing,
     edited: Option<&Message>,
-    on_event: Channel<StreamEvent>,
+    sink: Sink,
 ) -> AppResult<Sent> {
     let new = NewMessage::user(message.text).with_attachments(message.attachments);
     let user = match edited {
         Some(edited) => state.store.add_message_under(chat_id, edited.parent_id, &new).await?,
         None => state.store.add_message(chat_id, &new).await?,
     };
-    let reply =
-        start_reply(app, state.inner().clone(), turn, chat_id, user.id, sink(on_event)).await?;
+    let reply = start_reply(app, state.inner().clone(), turn, chat_id, user.id, sink).await?;
     Ok(Sent { user, reply })
 }
 
@@ -215,7 +248,7 @@ pub async fn edit_and_resend<R: Runtime>(
     if original.role != Role::User {
         return Err(AppError::new("NOT_A_USER_MESSAGE", "Only a message you sent can be edited."));
     }
-    post_and_answer(&app, &state, &turn, chat_id, message, Some(&original), on_event).await
+    post_and_answer(&app, &state, &turn, chat_id, message, Some(&original), sink(on_event)).await
 }
 
 /// Shows the branch through `message_id` (‹ 2/3 › in the UI); returns the

@@ -112,6 +112,51 @@ fn a_reply_streams_into_the_store_with_stats_and_titles_the_chat() {
     assert_eq!(back[1]["id"], first, "the old branch remembers its shown answer");
 }
 
+/// A first message makes its chat in the send command (Send is one round
+/// trip), with the settings chosen before the chat existed; a message the
+/// checks refuse makes none.
+#[test]
+fn a_first_message_makes_its_chat_with_the_settings_chosen_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_models(dir.path());
+    let h = harness(dir.path());
+    h.load_tiny();
+    h.settings(|_| {});
+    let sha = h.call_body("add_attachment_bytes", InvokeBody::Raw(PNG.to_vec())).unwrap()["sha256"]
+        .clone();
+    let first = |new_chat: Value, message: Value| {
+        h.call(
+            "send_message",
+            json!({"chatId": null, "newChat": new_chat, "message": message, "onEvent": "__CHANNEL__:5"}),
+        )
+    };
+    let refused = [
+        (
+            json!({}),
+            json!({"text": "What is this?", "attachments": [sha]}),
+            "MODEL_CANNOT_SEE_IMAGES",
+        ),
+        (json!({"temperature": -1.0}), json!({"text": "hi"}), "INVALID_SETTINGS"),
+        (json!({"model": "dir:elsewhere"}), json!({"text": "hi"}), "CHAT_MODEL_NOT_LOADED"),
+        (json!(null), json!({"text": "  "}), "EMPTY_MESSAGE"),
+    ];
+    for (new_chat, message, code) in refused {
+        let e = first(new_chat, message).unwrap_err();
+        assert_eq!(e["code"], code, "{e}");
+    }
+    assert_eq!(h.ok("list_chats", json!({})), json!([]), "a refused first message makes no chat");
+
+    let sent =
+        first(json!({"temperature": 0.5}), json!({"text": "Hello from a new chat"})).unwrap();
+    let chat = sent["user"]["chat_id"].as_i64().unwrap();
+    let chats = h.ok("list_chats", json!({}));
+    assert_eq!(chats.as_array().unwrap().len(), 1, "{chats}");
+    assert_eq!(chats[0]["id"], chat);
+    assert_eq!(chats[0]["settings"], json!({"temperature": 0.5}));
+    assert_eq!(chats[0]["title"], "Hello from a new chat");
+    assert_eq!(h.finished_reply(chat)["status"], "complete");
+}
+
 /// Continue on an answer cut at its token limit extends that answer: the
 /// same stored message grows, no "Continue." is sent, no new answer starts.
 #[test]
