@@ -107,7 +107,7 @@ async function windowRound(b) {
 /** "submit 1 · invoke 9 · started 30 · … | 120 events 14 ms · 60 draws 95 ms": when each
  * step of the reply happened in the page (ms after the click on Send) and what its work cost. */
 function timelineText({ marks, work }, t0, first) {
-  const order = ['submit', 'chat-created', 'invoke', 'started', 'first-piece', 'first-draw', 'sent'];
+  const order = ['submit', 'invoke', 'chat-created', 'started', 'first-piece', 'first-draw', 'sent'];
   const at = order.filter((k) => k in marks).map((k) => `${k} ${fmt(marks[k] - t0, 1)}`);
   at.push(`text-seen ${fmt(first - t0, 1)}`);
   const costs = Object.entries(work).map(([k, w]) => `${w.count} ${k}s ${fmt(w.ms, 1)} ms`);
@@ -175,6 +175,14 @@ try {
   // idle on the chat page, a finished chat shown (no reply under way)
   const app = appPids()[0];
   const web = descendants(app).filter((p) => exeName(p) === 'WebKitWebProcess');
+  // how the web view draws (src-tauri/src/webview_rendering.rs): the figures depend on it
+  const compositing = web.map((p) => {
+    try {
+      const set = readFileSync(`/proc/${p}/environ`, 'utf8').split('\0').find((v) => v.startsWith('WEBKIT_DISABLE_COMPOSITING_MODE='));
+      return set ? `off (${set})` : 'on';
+    } catch { return 'unknown'; }
+  });
+  console.log(`webview compositing ${compositing.join(',')}`);
   await windowRound(b); // warm-up (not counted): loads what the first reply loads
   await apiRound();
   backendTimings();

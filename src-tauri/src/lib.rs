@@ -48,6 +48,7 @@ pub mod server_key;
 pub mod settings;
 pub mod state;
 pub mod tool_turns;
+pub mod webview_rendering;
 
 use std::sync::Arc;
 
@@ -156,6 +157,8 @@ fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R> {
 /// starts the server if enabled, and shuts the engine down before the
 /// process exits.
 pub fn run() {
+    // before any thread starts and before WebKit reads it
+    webview_rendering::choose_for_this_machine();
     let paths = Paths::resolve(dirs_data_dir());
     // the app has no terminal when double-clicked: log to a file in the data folder
     if engine::logging::init_to_file(&paths.data_dir.join("vlm-chat.log")).is_err() {

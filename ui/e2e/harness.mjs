@@ -160,8 +160,30 @@ export async function waitFor(browser, what, predicate, timeout = 180_000) {
   await browser.waitUntil(predicate, { timeout, interval: 250, timeoutMsg: `timed out waiting for ${what}` });
 }
 
+/** Saves a WebDriver screenshot of the page as `screenshots/<name>.png`.
+ * Without compositing (the app's choice on a machine with no GPU, see
+ * src-tauri/src/webview_rendering.rs) WebKitGTK 2.50 answers a screenshot
+ * only after the page's next paint, and a page where nothing changes does
+ * not paint: on a static page (no blinking caret) the request waited until
+ * WebdriverIO gave up after 120 s (its retry was answered at once), and moving
+ * the mouse over the window answered it at once. So while the picture has
+ * not come, the page is made to paint: an invisible outline set and cleared
+ * on the document, every 300 ms (a paint before the request would not do). */
 export async function shot(browser, name) {
-  await browser.saveScreenshot(join(shots, `${name}.png`));
+  let done = false;
+  const taken = browser.takeScreenshot().finally(() => { done = true; });
+  for (let i = 0; i < 200 && !done; i++) {
+    await Promise.race([taken, new Promise((r) => setTimeout(r, 300))]);
+    if (!done) {
+      await browser.execute(() => {
+        const html = document.documentElement;
+        html.style.outline = html.style.outline ? '' : '1px solid transparent';
+      });
+    }
+  }
+  writeFileSync(join(shots, `${name}.png`), Buffer.from(await taken, 'base64'));
+  // the outline, if one is left, goes (it draws nothing either way)
+  await browser.execute(() => { document.documentElement.style.outline = ''; });
 }
 
 /** The app window's position and size on the X screen. */

@@ -421,14 +421,17 @@ class LiveBubble {
   }
 
   update(live: LiveReply): void {
-    this.el.dataset.id = String(live.replyId ?? -1);
-    this.model.textContent = live.model;
+    // only what changed is written: a text written again, even the same,
+    // is laid out and painted again on every redraw of the reply
+    const id = String(live.replyId ?? -1);
+    if (this.el.dataset.id !== id) this.el.dataset.id = id;
+    if (this.model.textContent !== live.model) this.model.textContent = live.model;
     if (live.reasoning) {
       if (!this.thinking) {
         this.thinking = h('details', { class: 'thinking', 'data-testid': 'thinking', open: true }, this.thinkingSummary, this.thinkingText);
         this.model.after(this.thinking);
       }
-      this.thinkingText.textContent = live.reasoning;
+      if (this.thinkingText.textContent !== live.reasoning) this.thinkingText.textContent = live.reasoning;
       if (live.content && this.thinkingSummary.textContent !== 'Thought') {
         this.thinkingSummary.textContent = 'Thought';
         this.thinking.open = false;
