@@ -171,19 +171,22 @@ export async function waitFor(browser, what, predicate, timeout = 180_000) {
  * on the document, every 300 ms (a paint before the request would not do). */
 export async function shot(browser, name) {
   let done = false;
+  let nudged = false;
   const taken = browser.takeScreenshot().finally(() => { done = true; });
+  const nudge = (clear) => browser.execute((c) => {
+    const html = document.documentElement;
+    html.style.outline = c || html.style.outline ? '' : '1px solid transparent';
+  }, clear).catch(() => {}); // a page being loaded again paints anyway
   for (let i = 0; i < 200 && !done; i++) {
     await Promise.race([taken, new Promise((r) => setTimeout(r, 300))]);
     if (!done) {
-      await browser.execute(() => {
-        const html = document.documentElement;
-        html.style.outline = html.style.outline ? '' : '1px solid transparent';
-      });
+      nudged = true;
+      await nudge(false);
     }
   }
   writeFileSync(join(shots, `${name}.png`), Buffer.from(await taken, 'base64'));
   // the outline, if one is left, goes (it draws nothing either way)
-  await browser.execute(() => { document.documentElement.style.outline = ''; });
+  if (nudged) await nudge(true);
 }
 
 /** The app window's position and size on the X screen. */
