@@ -148,12 +148,6 @@ fn main() -> anyhow::Result<()> {
         write_tiny_family(&dir.join("q4"), family, Some(q4), SEED)?;
     }
     write_tiny_gpt_oss_openai_mxfp4(&out.join("gpt_oss/openai_mxfp4"), SEED)?;
-    // A family whose tiny checkpoint is its config alone (the family's
-    // `tiny_config`, what its loader takes for it).
-    let values = Values::seeded(SEED);
-    let lfm2_moe = engine::model::lfm2_moe::tiny_config;
-    write_tiny_from_config(&out.join("lfm2_moe/float"), lfm2_moe, None, values)?;
-    write_tiny_from_config(&out.join("lfm2_moe/q4"), lfm2_moe, Some(q4), values)?;
     println!("{}", out.display());
     Ok(())
 }

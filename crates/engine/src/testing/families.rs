@@ -16,7 +16,7 @@ use mlx_rs::{ops, Array};
 use serde_json::json;
 
 use super::recorded::{write_tiny_as, Recorded, Tensors};
-use super::{save_checkpoint, tiny_tokenizer, Rng, Values};
+use super::{save_checkpoint, tiny_tokenizer, write_tiny_from_config, Rng, Values};
 use crate::error::{Error, Result};
 use crate::weights::QuantSpec;
 
@@ -36,6 +36,9 @@ pub enum TinyFamily {
     Qwen35Moe,
     /// LFM2: short gated convolutions and attention layers ([`super::lfm2`]).
     Lfm2,
+    /// LFM2-MoE: LFM2's layers with experts after a dense first block; its
+    /// checkpoint is its config alone (`model::lfm2_moe::tiny_config`).
+    Lfm2Moe,
     /// gpt-oss: sliding and full attention with sinks, experts everywhere
     /// ([`super::gpt_oss`]).
     GptOss,
@@ -45,7 +48,7 @@ pub enum TinyFamily {
 }
 
 impl TinyFamily {
-    pub const ALL: [TinyFamily; 10] = [
+    pub const ALL: [TinyFamily; 11] = [
         TinyFamily::Qwen3,
         TinyFamily::Qwen3Moe,
         TinyFamily::Gemma3,
@@ -54,6 +57,7 @@ impl TinyFamily {
         TinyFamily::Qwen35,
         TinyFamily::Qwen35Moe,
         TinyFamily::Lfm2,
+        TinyFamily::Lfm2Moe,
         TinyFamily::GptOss,
         TinyFamily::Ministral3,
     ];
@@ -76,6 +80,7 @@ impl TinyFamily {
             TinyFamily::Qwen35 => "qwen3_5",
             TinyFamily::Qwen35Moe => "qwen3_5_moe",
             TinyFamily::Lfm2 => "lfm2",
+            TinyFamily::Lfm2Moe => "lfm2_moe",
             TinyFamily::GptOss => "gpt_oss",
             TinyFamily::Ministral3 => "ministral3",
         }
@@ -188,6 +193,8 @@ impl Dims {
             }
             // Head size hidden / heads = 32: KV quantization's smallest group.
             TinyFamily::Lfm2 => Dims { layers: 5, heads: 2, kv_heads: 1, head_dim: 32, ..base },
+            // Its sizes are its tiny config's.
+            TinyFamily::Lfm2Moe => base,
             // An explicit head size (32, KV quantization's smallest group)
             // unlike hidden / heads, as gpt-oss's 64 against 2880 / 64.
             TinyFamily::GptOss => {
@@ -333,6 +340,10 @@ pub fn write_family(
         TinyFamily::Gemma4 | TinyFamily::Gemma4Moe => write_gemma4(dir, d, quantize, seed),
         TinyFamily::Qwen35 | TinyFamily::Qwen35Moe => write_qwen35(dir, d, quantize, seed),
         TinyFamily::Lfm2 => super::lfm2::write_lfm2(dir, d, quantize, seed),
+        TinyFamily::Lfm2Moe => {
+            let config = crate::model::lfm2_moe::tiny_config;
+            write_tiny_from_config(dir, config, quantize, Values::seeded(seed))
+        }
         TinyFamily::GptOss => super::gpt_oss::write_gpt_oss(dir, d, quantize, seed),
         TinyFamily::Ministral3 => super::mistral3::write_ministral3(dir, d, quantize, seed),
         TinyFamily::Qwen3 | TinyFamily::Qwen3Moe | TinyFamily::Gemma3 => {

@@ -18,8 +18,7 @@ use engine::batch::{Prompt, Request, SchedulerConfig};
 use engine::model::{load, LoadOptions, LoadedModel, WeightFormat};
 use engine::sample::SamplingParams;
 use engine::testing::{
-    write_tiny_family, write_tiny_from_config, write_tiny_gpt_oss_openai_mxfp4, write_tiny_llama,
-    TinyFamily, TinyLlama, Values,
+    write_tiny_family, write_tiny_gpt_oss_openai_mxfp4, write_tiny_llama, TinyFamily, TinyLlama,
 };
 use engine::weights::QuantSpec;
 use serde_json::Value;
@@ -91,9 +90,6 @@ enum Tiny {
     /// The llama with Llama 3.1's `rope_scaling` (Llama 3.2 1B/3B have it).
     Llama3Rope,
     Family(TinyFamily),
-    /// A family whose tiny checkpoint is its config alone (`tiny_config` in
-    /// the family's folder): its name and that config.
-    Config(&'static str, fn(i32) -> Value),
 }
 
 impl Tiny {
@@ -102,7 +98,6 @@ impl Tiny {
             Tiny::Llama => "llama",
             Tiny::Llama3Rope => "llama3_rope",
             Tiny::Family(f) => f.name(),
-            Tiny::Config(name, _) => name,
         }
     }
 }
@@ -146,9 +141,6 @@ fn write_and_load(
             write_tiny_llama(dir, &TinyLlama { quantize, ..TinyLlama::llama3_rope() })
         }
         Tiny::Family(f) => write_tiny_family(dir, f, quantize, FAMILY_SEED),
-        Tiny::Config(_, config) => {
-            write_tiny_from_config(dir, config, quantize, Values::seeded(FAMILY_SEED))
-        }
     }
     .expect("write the tiny checkpoint");
     load(dir, &LoadOptions { format }).expect("load the tiny checkpoint")
@@ -321,14 +313,14 @@ fn lfm2_batched_matches_mlx_lm() {
     check_batched(Tiny::Family(TinyFamily::Lfm2));
 }
 
-/// LFM2-MoE, its checkpoint from its config alone: LFM2's convolution and
+/// LFM2-MoE, its checkpoint its config alone: LFM2's convolution and
 /// attention layers, a dense first block, then experts chosen on sigmoid
 /// scores plus a routing bias but weighed by the unbiased scores,
 /// renormalized; float and 4-bit (the router quantized too); 23 prompt
 /// tokens, then 16 decode steps.
 #[test]
 fn lfm2_moe_matches_mlx_lm() {
-    check_all(LFM2_MOE, SAME_COMPUTATION_TOL);
+    check_all(Tiny::Family(TinyFamily::Lfm2Moe), SAME_COMPUTATION_TOL);
 }
 
 /// mlx-lm's `BatchGenerator` on the float LFM2-MoE: prompts of 5, 12 and
@@ -336,10 +328,8 @@ fn lfm2_moe_matches_mlx_lm() {
 /// same greedy ids row by row.
 #[test]
 fn lfm2_moe_batched_matches_mlx_lm() {
-    check_batched(LFM2_MOE);
+    check_batched(Tiny::Family(TinyFamily::Lfm2Moe));
 }
-
-const LFM2_MOE: Tiny = Tiny::Config("lfm2_moe", engine::model::lfm2_moe::tiny_config);
 
 /// mlx-lm's continuous batch (`BatchGenerator`) on `tiny`'s float folder
 /// against our scheduler, greedy ids row by row (the golden's `batched`).
