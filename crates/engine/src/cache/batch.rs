@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use mlx_rs::{ops, Array};
 
 use super::attention_group::AttentionGroup;
+use super::layer_queue;
 use super::mirror::Mirror;
 use super::recurrent::{RecurrentSnapshot, RecurrentStates};
 use super::row_contents::{GroupContents, RowContents};
@@ -278,6 +279,9 @@ impl BatchCache {
             return Err(Error::Mlx(format!("layer {layer} keeps no keys and values of its own")));
         };
         let view = self.groups[group].write(member, keys, values)?;
+        if self.step().query_len == 1 {
+            layer_queue::queue_view(&view)?;
+        }
         if self.shared_sources[layer] {
             self.step.as_mut().expect("begin_step ran").shared_views.insert(layer, view.clone());
         }
@@ -341,6 +345,9 @@ impl BatchCache {
 
     pub fn set_recurrent_state(&mut self, layer: usize, state: Vec<Array>) -> Result<()> {
         let index = self.recurrent_index(layer)?;
+        if self.step.as_ref().is_some_and(|s| s.query_len == 1) {
+            layer_queue::queue(&state)?;
+        }
         self.recurrent.set(index, state);
         Ok(())
     }

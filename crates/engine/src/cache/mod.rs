@@ -5,6 +5,7 @@
 pub mod attention_group;
 pub mod batch;
 pub mod kv_quantization;
+pub mod layer_queue;
 pub mod layout;
 pub mod lru;
 pub mod mirror;
