@@ -107,13 +107,14 @@ fn gemma4_moe_batched_equals_alone() {
 /// as the engine's passes do): Gemma 4 runs its KV-shared layers, and the
 /// queries of the last layer that writes the cache, on those positions
 /// alone; Qwen3, Qwen3-MoE, gpt-oss and Ministral 3 their last layer's
-/// queries and MLP; the others compute every position as before. What each
-/// returns there, and what it leaves in the cache (the next step's logits),
-/// must be what the whole pass computes.
+/// queries and MLP; LFM2 and LFM2-MoE their last block's feed-forward part;
+/// the others compute every position as before. What each returns there,
+/// and what it leaves in the cache (the next step's logits), must be what
+/// the whole pass computes.
 #[test]
 fn reading_one_position_per_row_computes_what_the_whole_pass_does() {
     use TinyFamily::*;
-    let narrows = [Gemma4, Gemma4Moe, Qwen3, Qwen3Moe, GptOss, Ministral3];
+    let narrows = [Gemma4, Gemma4Moe, Qwen3, Qwen3Moe, GptOss, Ministral3, Lfm2, Lfm2Moe];
     for family in TinyFamily::ALL {
         let dir = checkpoint(family);
         let loaded = model::load(dir.path(), &LOAD).unwrap();

@@ -28,7 +28,7 @@ use crate::cache::{BatchCache, CacheLayout, LayerCache};
 use crate::distributed::StageLayers;
 use crate::error::{Error, Result};
 use crate::model::layers::rope::{Positions, Rope, Rotation};
-use crate::model::layers::{attention, Embedding, LayerLoader, Linear, RmsNorm};
+use crate::model::layers::{attention, rows_at, Embedding, LayerLoader, Linear, RmsNorm};
 use crate::model::registry::Family;
 use crate::model::shape::{self, LayerShape};
 use crate::model::{LanguageModel, ModelShape};
@@ -485,17 +485,25 @@ impl Block {
         })
     }
 
+    /// With `read` (`[B]`, one position per row), the operator still runs
+    /// over every position (it writes the cache), and the rest of the block
+    /// on the read positions alone: `[B, 1, D]` out.
     fn forward(
         &self,
         h: Array,
         i: usize,
         rope: (&Rope, &Rotation),
         cache: &mut BatchCache,
+        read: Option<&Array>,
     ) -> Result<Array> {
         let x = self.operator_norm.forward(&h)?;
         let r = match &self.operator {
             Operator::Conv(conv) => conv.forward(&x, i, cache)?,
             Operator::Attention(attn) => attn.forward(&x, i, rope, cache)?,
+        };
+        let (h, r) = match read {
+            Some(at) => (rows_at(&h, at)?, rows_at(&r, at)?),
+            None => (h, r),
         };
         let h = h.add(r)?;
         Ok(h.add(self.feed_forward.forward(&self.ffn_norm.forward(&h)?)?)?)
@@ -583,9 +591,15 @@ impl LanguageModel for Lfm2 {
     ) -> Result<Array> {
         cache.begin_step(h.dim(1))?;
         let rotation = self.rope.prepare(positions)?;
+        // Where the caller reads one position per row, the last block's
+        // feed-forward part runs on those alone: its other outputs reach no
+        // cache and no reader (the reference's prefill never computes them).
+        // Only in a whole model: a split one's other ranks run the whole pass.
+        let read = cache.read_positions().filter(|_| h.dim(1) > 1 && self.stage.is_whole());
         h = self.stage.enter(h, tokens)?;
         for (i, block) in self.stage.layers().zip(&self.layers) {
-            h = block.forward(h, i, (&self.rope, &rotation), cache)?;
+            let read = read.as_ref().filter(|_| i + 1 == self.stage.total());
+            h = block.forward(h, i, (&self.rope, &rotation), cache, read)?;
         }
         cache.finish_step()?;
         self.stage.leave(h, |h| self.embedding_norm.forward(h))
