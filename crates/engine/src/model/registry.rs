@@ -12,8 +12,8 @@ use serde_json::Value;
 use super::layers::LayerLoader;
 use super::shape::{ArchitectureShape, ImageViews, LayerShape};
 use super::{
-    gemma3, gemma4, gpt_oss, lfm2, lfm2_moe, lfm2_vl, llama, mistral3, qwen2, qwen2_vl, qwen3, qwen3_5,
-    qwen3_moe, qwen3_vl, smolvlm, Capabilities, LanguageModel,
+    gemma3, gemma4, gpt_oss, lfm2, lfm2_moe, lfm2_vl, llama, mistral3, qwen2, qwen2_vl, qwen3,
+    qwen3_5, qwen3_moe, qwen3_vl, smolvlm, Capabilities, LanguageModel,
 };
 use crate::error::{Error, Result};
 use crate::vision::SharedImageProcessor;
