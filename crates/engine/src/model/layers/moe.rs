@@ -110,6 +110,30 @@ pub fn unstack_gate_up(loader: &mut LayerLoader, experts: &str, into: &str) -> R
     Ok(())
 }
 
+/// Hugging Face stores a layer's experts one by one
+/// (`{path}.experts.{e}.{from}.weight`); mlx-community stacks them as
+/// `{path}.switch_mlp.{to}.weight` `[experts, out, in]`. Stacks the first as
+/// the second, for each `(from, to)` in `parts`; a layer already stacked
+/// (or dense) is left alone.
+pub fn stack_experts(
+    loader: &mut LayerLoader,
+    path: &str,
+    experts: i32,
+    parts: &[(&str, &str)],
+) -> Result<()> {
+    for (from, to) in parts {
+        if !loader.weights.contains(&format!("{path}.experts.0.{from}.weight")) {
+            continue;
+        }
+        let mut stack = Vec::with_capacity(experts as usize);
+        for e in 0..experts {
+            stack.push(loader.weights.take_any(&format!("{path}.experts.{e}.{from}.weight"))?);
+        }
+        loader.weights.insert(format!("{path}.switch_mlp.{to}.weight"), ops::stack(&stack, 0)?);
+    }
+    Ok(())
+}
+
 impl Experts {
     /// Loads `path.{gate,up,down}_proj`, each stacked `[experts, out, in]`.
     pub fn load(

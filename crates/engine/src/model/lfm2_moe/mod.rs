@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::model::layers::moe::{Experts, GateActivation};
+use crate::model::layers::moe::{stack_experts, Experts, GateActivation};
 use crate::model::layers::{LayerLoader, Linear};
 use crate::model::lfm2::{FeedForward, Lfm2, Lfm2Args};
 use crate::model::llama::Mlp;
@@ -102,15 +102,8 @@ fn to_mlx_names(loader: &mut LayerLoader, moe: &MoeArgs) -> Result<()> {
             for part in ["weight", "scales", "biases"] {
                 loader.weights.rename(&format!("{f}.{hf}.{part}"), format!("{f}.{mlx}.{part}"));
             }
-            if !loader.weights.contains(&format!("{f}.experts.0.{hf}.weight")) {
-                continue;
-            }
-            let mut stack = Vec::with_capacity(moe.num_experts as usize);
-            for e in 0..moe.num_experts {
-                stack.push(loader.weights.take_any(&format!("{f}.experts.{e}.{hf}.weight"))?);
-            }
-            loader.weights.insert(format!("{f}.switch_mlp.{mlx}.weight"), ops::stack(&stack, 0)?);
         }
+        stack_experts(loader, &f, moe.num_experts, &PARTS)?;
     }
     Ok(())
 }

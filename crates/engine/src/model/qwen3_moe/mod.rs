@@ -5,12 +5,11 @@
 //! Checkpoints store the experts either one by one
 //! (`mlp.experts.E.{gate,up,down}_proj`, Hugging Face) or stacked
 //! (`mlp.switch_mlp.*`, mlx-community); the first are stacked at load.
-use mlx_rs::{ops, Array};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::model::layers::moe::SparseMoe;
+use crate::model::layers::moe::{stack_experts, SparseMoe};
 use crate::model::layers::rope::Rope;
 use crate::model::layers::LayerLoader;
 use crate::model::llama::{FeedForward, Llama, Mlp};
@@ -82,7 +81,11 @@ pub fn load_with_rope(config: &Value, loader: &mut LayerLoader, rope: Rope) -> R
     if moe.decoder_sparse_step < 1 {
         return Err(Error::InvalidConfig("decoder_sparse_step must be at least 1".into()));
     }
-    stack_experts(loader, args.num_hidden_layers, moe.num_experts)?;
+    const PARTS: [(&str, &str); 3] =
+        [("gate_proj", "gate_proj"), ("up_proj", "up_proj"), ("down_proj", "down_proj")];
+    for layer in 0..args.num_hidden_layers {
+        stack_experts(loader, &format!("model.layers.{layer}.mlp"), moe.num_experts, &PARTS)?;
+    }
     let dense_size = args.intermediate_size;
     let feed_forward = |loader: &mut LayerLoader, path: &str, layer: i32, hidden: i32| {
         let sparse = !moe.mlp_only_layers.contains(&layer)
@@ -103,26 +106,4 @@ pub fn load_with_rope(config: &Value, loader: &mut LayerLoader, rope: Rope) -> R
         })
     };
     Llama::build_with(args, &layout(), rope, loader, feed_forward)
-}
-
-/// Stacks per-expert matrices (`mlp.experts.E.P.weight`) into
-/// `mlp.switch_mlp.P.weight` `[experts, out, in]`.
-fn stack_experts(loader: &mut LayerLoader, layers: i32, experts: i32) -> Result<()> {
-    for layer in 0..layers {
-        let prefix = format!("model.layers.{layer}.mlp");
-        if !loader.weights.contains(&format!("{prefix}.experts.0.up_proj.weight")) {
-            continue;
-        }
-        for part in ["gate_proj", "up_proj", "down_proj"] {
-            let mut stack: Vec<Array> = Vec::with_capacity(experts as usize);
-            for e in 0..experts {
-                stack
-                    .push(loader.weights.take_any(&format!("{prefix}.experts.{e}.{part}.weight"))?);
-            }
-            loader
-                .weights
-                .insert(format!("{prefix}.switch_mlp.{part}.weight"), ops::stack(&stack, 0)?);
-        }
-    }
-    Ok(())
 }
