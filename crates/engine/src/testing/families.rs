@@ -16,7 +16,7 @@ use mlx_rs::{ops, Array};
 use serde_json::json;
 
 use super::recorded::{write_tiny_as, Recorded, Tensors};
-use super::{save_checkpoint, tiny_tokenizer, write_tiny_from_config, Rng, Values};
+use super::{save_checkpoint, tiny_tokenizer, Rng, Values};
 use crate::error::{Error, Result};
 use crate::weights::QuantSpec;
 
@@ -341,8 +341,13 @@ pub fn write_family(
         TinyFamily::Qwen35 | TinyFamily::Qwen35Moe => write_qwen35(dir, d, quantize, seed),
         TinyFamily::Lfm2 => super::lfm2::write_lfm2(dir, d, quantize, seed),
         TinyFamily::Lfm2Moe => {
+            // Float in Hugging Face's names (`w1` / `w3` / `w2`, experts one
+            // by one), 4-bit in mlx-community's.
             let config = crate::model::lfm2_moe::tiny_config;
-            write_tiny_from_config(dir, config, quantize, Values::seeded(seed))
+            write_tiny_as(dir, config, quantize, Values::seeded(seed), |t| match quantize {
+                None => lfm2_hf_names(t),
+                Some(_) => Ok(()),
+            })
         }
         TinyFamily::GptOss => super::gpt_oss::write_gpt_oss(dir, d, quantize, seed),
         TinyFamily::Ministral3 => super::mistral3::write_ministral3(dir, d, quantize, seed),
@@ -437,6 +442,22 @@ fn experts_one_by_one(tensors: &mut Tensors) -> Result<()> {
             tensors.insert(format!("{mlp}.experts.{e}.{part}"), w);
         }
         tensors.remove(&name);
+    }
+    Ok(())
+}
+
+/// LFM2-MoE's tensors as Hugging Face names them: the experts one by one,
+/// and every SwiGLU's `gate_proj` / `up_proj` / `down_proj` as `w1` / `w3` / `w2`.
+fn lfm2_hf_names(tensors: &mut Tensors) -> Result<()> {
+    experts_one_by_one(tensors)?;
+    let names: Vec<String> = tensors.keys().cloned().collect();
+    for name in names {
+        for (mlx, hf) in [(".gate_proj.", ".w1."), (".up_proj.", ".w3."), (".down_proj.", ".w2.")] {
+            if name.contains(".feed_forward.") && name.contains(mlx) {
+                let t = tensors.remove(&name).expect("listed above");
+                tensors.insert(name.replace(mlx, hf), t);
+            }
+        }
     }
     Ok(())
 }
