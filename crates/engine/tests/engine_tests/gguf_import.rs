@@ -136,9 +136,27 @@ fn a_qwen3_gguf_loads_as_the_folder_it_was_written_from() {
 /// it was written from: same attention plan, same logits and tokens.
 #[test]
 fn an_lfm2_gguf_loads_as_the_folder_it_was_written_from() {
+    lfm2_gguf_loads_as_its_folder(TinyFamily::Lfm2, "LFM2", "Lfm2ForCausalLM");
+}
+
+/// An LFM2-MoE GGUF as llama.cpp's converter writes it (`lfm2moe`): LFM2's
+/// layout, plus each block's experts stacked into `ffn_{gate,up,down}_exps`,
+/// the router as `ffn_gate_inp`, its load-balancing bias as
+/// `exp_probs_b.bias`, the dense blocks counted by
+/// `leading_dense_block_count` and sigmoid gating. The tiny folder is in
+/// Hugging Face's names (experts one by one), so the stacking here is the
+/// converter's, not our loader's.
+#[test]
+fn an_lfm2_moe_gguf_loads_as_the_folder_it_was_written_from() {
+    lfm2_gguf_loads_as_its_folder(TinyFamily::Lfm2Moe, "LFM2-MoE", "Lfm2MoeForCausalLM");
+}
+
+fn lfm2_gguf_loads_as_its_folder(family: TinyFamily, name: &str, class_name: &str) {
+    let moe = family == TinyFamily::Lfm2Moe;
+    let arch = if moe { "lfm2moe" } else { "lfm2" };
     let dir = tempfile::tempdir().unwrap();
-    let folder = dir.path().join("lfm2");
-    write_tiny_family(&folder, TinyFamily::Lfm2, None, 5).unwrap();
+    let folder = dir.path().join(family.name());
+    write_tiny_family(&folder, family, None, 5).unwrap();
     let config: Value =
         serde_json::from_str(&std::fs::read_to_string(folder.join("config.json")).unwrap())
             .unwrap();
@@ -152,30 +170,46 @@ fn an_lfm2_gguf_loads_as_the_folder_it_was_written_from() {
         Array::load_safetensors(folder.join("model.safetensors")).unwrap();
     let ff = weights["model.layers.0.feed_forward.w1.weight"].shape()[0] as u32;
     let tokenizer = engine::testing::lfm2_byte_level_meta();
-    let metadata = vec![
-        ("general.architecture", GgufValue::Str("lfm2".into())),
-        ("lfm2.block_count", int("num_hidden_layers")),
-        ("lfm2.context_length", int("max_position_embeddings")),
-        ("lfm2.embedding_length", int("hidden_size")),
-        ("lfm2.feed_forward_length", GgufValue::U32(ff)),
-        ("lfm2.attention.head_count", int("num_attention_heads")),
-        ("lfm2.attention.head_count_kv", GgufValue::I32s(per_layer)),
+    let mut metadata = vec![
+        ("general.architecture".to_string(), GgufValue::Str(arch.into())),
+        (format!("{arch}.block_count"), int("num_hidden_layers")),
+        (format!("{arch}.context_length"), int("max_position_embeddings")),
+        (format!("{arch}.embedding_length"), int("hidden_size")),
+        (format!("{arch}.feed_forward_length"), GgufValue::U32(ff)),
+        (format!("{arch}.attention.head_count"), int("num_attention_heads")),
+        (format!("{arch}.attention.head_count_kv"), GgufValue::I32s(per_layer)),
         (
-            "lfm2.attention.layer_norm_rms_epsilon",
+            format!("{arch}.attention.layer_norm_rms_epsilon"),
             GgufValue::F32(config["norm_eps"].as_f64().unwrap() as f32),
         ),
-        ("lfm2.rope.freq_base", GgufValue::F32(config["rope_theta"].as_f64().unwrap() as f32)),
-        ("lfm2.shortconv.l_cache", int("conv_L_cache")),
-        ("tokenizer.ggml.model", GgufValue::Str(tokenizer.model.clone())),
-        ("tokenizer.ggml.pre", GgufValue::Str(tokenizer.pre.clone().unwrap())),
-        ("tokenizer.ggml.tokens", GgufValue::Strings(tokenizer.tokens.clone())),
-        ("tokenizer.ggml.token_type", GgufValue::I32s(tokenizer.token_types.clone())),
-        ("tokenizer.ggml.merges", GgufValue::Strings(tokenizer.merges.clone())),
-        ("tokenizer.ggml.bos_token_id", GgufValue::U32(tokenizer.bos_id.unwrap())),
-        ("tokenizer.ggml.eos_token_id", GgufValue::U32(tokenizer.eos_id.unwrap())),
-        ("tokenizer.ggml.add_bos_token", GgufValue::Bool(false)),
-        ("tokenizer.chat_template", GgufValue::Str(tokenizer.chat_template.clone().unwrap())),
+        (
+            format!("{arch}.rope.freq_base"),
+            GgufValue::F32(config["rope_theta"].as_f64().unwrap() as f32),
+        ),
+        (format!("{arch}.shortconv.l_cache"), int("conv_L_cache")),
+        ("tokenizer.ggml.model".into(), GgufValue::Str(tokenizer.model.clone())),
+        ("tokenizer.ggml.pre".into(), GgufValue::Str(tokenizer.pre.clone().unwrap())),
+        ("tokenizer.ggml.tokens".into(), GgufValue::Strings(tokenizer.tokens.clone())),
+        ("tokenizer.ggml.token_type".into(), GgufValue::I32s(tokenizer.token_types.clone())),
+        ("tokenizer.ggml.merges".into(), GgufValue::Strings(tokenizer.merges.clone())),
+        ("tokenizer.ggml.bos_token_id".into(), GgufValue::U32(tokenizer.bos_id.unwrap())),
+        ("tokenizer.ggml.eos_token_id".into(), GgufValue::U32(tokenizer.eos_id.unwrap())),
+        ("tokenizer.ggml.add_bos_token".into(), GgufValue::Bool(false)),
+        (
+            "tokenizer.chat_template".into(),
+            GgufValue::Str(tokenizer.chat_template.clone().unwrap()),
+        ),
     ];
+    if moe {
+        metadata.extend([
+            (format!("{arch}.expert_count"), int("num_experts")),
+            (format!("{arch}.expert_used_count"), int("num_experts_per_tok")),
+            (format!("{arch}.expert_feed_forward_length"), int("moe_intermediate_size")),
+            (format!("{arch}.leading_dense_block_count"), int("num_dense_layers")),
+            // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
+            (format!("{arch}.expert_gating_func"), GgufValue::U32(2)),
+        ]);
+    }
     let gguf_name = |hf: &str| -> String {
         let top = [
             ("model.embed_tokens.weight", "token_embd.weight"),
@@ -186,6 +220,9 @@ fn an_lfm2_gguf_loads_as_the_folder_it_was_written_from() {
         }
         let rest = hf.strip_prefix("model.layers.").unwrap();
         let (layer, module) = rest.split_once('.').unwrap();
+        if module == "feed_forward.expert_bias" {
+            return format!("blk.{layer}.exp_probs_b.bias");
+        }
         let (name, suffix) = module.rsplit_once('.').unwrap();
         let g = match name {
             "operator_norm" => "attn_norm",
@@ -193,6 +230,10 @@ fn an_lfm2_gguf_loads_as_the_folder_it_was_written_from() {
             "feed_forward.w1" => "ffn_gate",
             "feed_forward.w3" => "ffn_up",
             "feed_forward.w2" => "ffn_down",
+            "feed_forward.gate" => "ffn_gate_inp",
+            "feed_forward.experts.w1" => "ffn_gate_exps",
+            "feed_forward.experts.w3" => "ffn_up_exps",
+            "feed_forward.experts.w2" => "ffn_down_exps",
             "self_attn.q_proj" => "attn_q",
             "self_attn.k_proj" => "attn_k",
             "self_attn.v_proj" => "attn_v",
@@ -206,37 +247,61 @@ fn an_lfm2_gguf_loads_as_the_folder_it_was_written_from() {
         };
         format!("blk.{layer}.{g}.{suffix}")
     };
-    let mut names: Vec<&String> = weights.keys().collect();
+    let experts = config["num_experts"].as_i64().unwrap_or(0) as usize;
+    let mut stacked: HashMap<String, Array> = HashMap::new();
+    let mut names: Vec<&String> = weights.keys().filter(|n| !n.contains(".experts.")).collect();
+    for layer in 0..types.len() {
+        for part in ["w1", "w3", "w2"] {
+            let ffn = format!("model.layers.{layer}.feed_forward");
+            let one = |e: usize| weights.get(&format!("{ffn}.experts.{e}.{part}.weight"));
+            if one(0).is_none() {
+                continue;
+            }
+            // the converter's torch.stack(dim=0) over the experts in order
+            let each: Vec<Array> = (0..experts).map(|e| one(e).unwrap().clone()).collect();
+            stacked.insert(
+                format!("{ffn}.experts.{part}.weight"),
+                mlx_rs::ops::stack(&each, 0).unwrap(),
+            );
+        }
+    }
+    assert_eq!(!stacked.is_empty(), moe, "experts one by one in the MoE folder only");
+    names.extend(stacked.keys());
     names.sort();
     let tensors: Vec<GgufTensor> = names
         .into_iter()
         .map(|name| {
-            let mut a = weights[name].as_dtype(Dtype::Float32).unwrap();
+            let a = weights.get(name).unwrap_or_else(|| &stacked[name]);
+            let mut a = a.as_dtype(Dtype::Float32).unwrap();
             if name.ends_with("conv.conv.weight") {
-                // `[C, 1, K]` squeezed, as llama.cpp's converter does
-                a = a.squeeze_axes(&[1]).unwrap();
+                // Hugging Face's `[C, 1, K]` (or MLX's `[C, K, 1]`) squeezed
+                // to `[C, K]`, as llama.cpp's converter does
+                let one = if a.shape()[1] == 1 { 1 } else { 2 };
+                a = a.squeeze_axes(&[one]).unwrap();
             }
             a.eval().unwrap();
             let shape: Vec<usize> = a.shape().iter().map(|&d| d as usize).collect();
             GgufTensor::f32(gguf_name(name), &shape, a.as_slice::<f32>())
         })
         .collect();
-    let gguf = dir.path().join("tiny-lfm2-f32.gguf");
+    let gguf = dir.path().join(format!("tiny-{arch}-f32.gguf"));
+    let (keys, values): (Vec<String>, Vec<GgufValue>) = metadata.into_iter().unzip();
+    let metadata: Vec<(&str, GgufValue)> = keys.iter().map(String::as_str).zip(values).collect();
     write_gguf(&gguf, &metadata, &tensors).unwrap();
 
     let from_folder = model::load(&folder, &LOAD).unwrap();
     let from_gguf = model::load(&gguf, &LOAD).unwrap();
-    assert_eq!(from_gguf.info.family, "LFM2");
+    assert_eq!(from_gguf.info.family, name);
     assert_eq!(from_gguf.info.cache_layout, from_folder.info.cache_layout);
     assert!(from_gguf.info.capabilities.tools, "the template's tool format");
     let prompt: Vec<u32> = (0..24).map(|i| 3 + (i * 37 + 11) % 250).collect();
     let a = forward_fresh(from_folder.model.as_ref(), &tokens(&prompt));
     let b = forward_fresh(from_gguf.model.as_ref(), &tokens(&prompt));
     let diff = max_abs_diff(&a, &b);
-    println!("LFM2 max |logit difference| folder vs GGUF: {diff:e}");
+    println!("{name} max |logit difference| folder vs GGUF: {diff:e}");
     assert!(diff < 1e-5, "the GGUF computes another model: logits differ by {diff}");
     assert_eq!(greedy_ids(&from_gguf, &prompt, 12), greedy_ids(&from_folder, &prompt, 12));
-    converts_to_a_folder_that_computes_the_same(&gguf, LOAD.format, &prompt, "Lfm2ForCausalLM");
+    converts_to_a_folder_that_computes_the_same(&gguf, LOAD.format, &prompt, class_name);
 }
 
 /// A Ministral 3 GGUF as llama.cpp's converter writes it (`mistral3.*`

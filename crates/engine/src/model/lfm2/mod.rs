@@ -42,7 +42,7 @@ pub const FAMILY: Family = Family {
     gguf: Some(GgufImport {
         architecture: "lfm2",
         class_name: "Lfm2ForCausalLM",
-        block_names: GGUF_BLOCK_NAMES,
+        block_names: &GGUF_BLOCK_NAMES,
         config_keys: &[("conv_L_cache", "shortconv.l_cache")],
         permuted_qk: false,
         norm_plus_one: false,
@@ -53,7 +53,7 @@ pub const FAMILY: Family = Family {
 };
 
 /// llama.cpp's names for LFM2's block tensors.
-const GGUF_BLOCK_NAMES: &[(&str, &str)] = &[
+pub(crate) const GGUF_BLOCK_NAMES: [(&str, &str); 11] = [
     ("attn_norm", "operator_norm"),
     ("ffn_norm", "ffn_norm"),
     ("ffn_gate", "feed_forward.w1"),
@@ -70,7 +70,7 @@ const GGUF_BLOCK_NAMES: &[(&str, &str)] = &[
 /// A GGUF's metadata as LFM2's config.json says it: llama.cpp stores the MLP
 /// width already adjusted, and the attention layers as the layers with KV
 /// heads.
-fn complete_gguf_config(c: &mut Map<String, Value>) {
+pub(crate) fn complete_gguf_config(c: &mut Map<String, Value>) {
     if let Some(eps) = c.get("rms_norm_eps").cloned() {
         c.insert("norm_eps".into(), eps);
     }

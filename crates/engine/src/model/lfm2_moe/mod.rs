@@ -15,17 +15,20 @@
 //! Names: mlx-community's checkpoints say `feed_forward.{gate,up,down}_proj`
 //! and stack the experts as `feed_forward.switch_mlp.{gate,up,down}_proj`;
 //! Hugging Face's say `w1` / `w3` / `w2`, the experts one by one
-//! (`feed_forward.experts.{e}.w1`). Both load.
+//! (`feed_forward.experts.{e}.w1`). Both load, and so do llama.cpp's
+//! `lfm2moe` GGUFs (LFM2's names plus `ffn_*_exps`, `ffn_gate_inp` and the
+//! routing bias as `exp_probs_b.bias`).
 use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 use crate::model::layers::moe::{stack_experts, Experts, GateActivation};
 use crate::model::layers::{LayerLoader, Linear};
-use crate::model::lfm2::{FeedForward, Lfm2, Lfm2Args};
+use crate::model::lfm2::{self, FeedForward, Lfm2, Lfm2Args};
 use crate::model::llama::Mlp;
 use crate::model::registry::Family;
+use crate::weights::gguf::{joined_block_names, GgufImport};
 
 pub const FAMILY: Family = Family {
     name: "LFM2-MoE",
@@ -33,10 +36,48 @@ pub const FAMILY: Family = Family {
     build: |_, config, loader| Ok(Box::new(load(config, loader)?)),
     // The experts change no cache: the layers keep what LFM2's keep.
     layers: |config| Ok(Lfm2Args::parse(config)?.layer_shapes()),
-    gguf: None,
+    gguf: Some(GgufImport {
+        architecture: "lfm2moe",
+        class_name: "Lfm2MoeForCausalLM",
+        block_names: &GGUF_BLOCK_NAMES,
+        config_keys: &[
+            ("conv_L_cache", "shortconv.l_cache"),
+            ("num_experts", "expert_count"),
+            ("num_experts_per_tok", "expert_used_count"),
+            ("moe_intermediate_size", "expert_feed_forward_length"),
+            ("num_dense_layers", "leading_dense_block_count"),
+        ],
+        permuted_qk: false,
+        norm_plus_one: false,
+        complete_config: Some(complete_gguf_config),
+    }),
     image_processor: None,
     tensor_parallel: false,
 };
+
+/// llama.cpp's `lfm2moe` block names: LFM2's, and the experts stacked as
+/// its converter stacks them (`[experts, out, in]`, as `switch_mlp`'s).
+const GGUF_BLOCK_NAMES: [(&str, &str); 16] = joined_block_names(
+    lfm2::GGUF_BLOCK_NAMES,
+    [
+        ("ffn_gate_inp", "feed_forward.gate"),
+        ("ffn_gate_exps", "feed_forward.switch_mlp.gate_proj"),
+        ("ffn_up_exps", "feed_forward.switch_mlp.up_proj"),
+        ("ffn_down_exps", "feed_forward.switch_mlp.down_proj"),
+        ("exp_probs_b.bias", "feed_forward.expert_bias"),
+    ],
+);
+
+/// What llama.cpp's `lfm2moe` graph hard-codes, said in config.json's
+/// words: the routing bias is always there, the chosen experts' weights are
+/// renormalized and not scaled (its `build_moe_ffn(…, norm_w = true,
+/// scale_w = false)`), and the dense blocks' MLP width is stored as is.
+fn complete_gguf_config(c: &mut Map<String, Value>) {
+    lfm2::complete_gguf_config(c);
+    c.insert("use_expert_bias".into(), true.into());
+    c.insert("norm_topk_prob".into(), true.into());
+    c.insert("routed_scaling_factor".into(), 1.0.into());
+}
 
 /// The config.json fields of the mixture (mlx-lm's names; those it
 /// requires are required here too).

@@ -70,6 +70,22 @@ pub const COMMON_BLOCK_NAMES: &[(&str, &str)] = &[
     ("ffn_down", "mlp.down_proj"),
 ];
 
+/// Two lists of block names as one, for a family whose GGUF layout extends
+/// another's (LFM2-MoE's is LFM2's plus its experts).
+pub const fn joined_block_names<const A: usize, const B: usize, const N: usize>(
+    a: [(&'static str, &'static str); A],
+    b: [(&'static str, &'static str); B],
+) -> [(&'static str, &'static str); N] {
+    assert!(A + B == N, "N must be A + B");
+    let mut out = [("", ""); N];
+    let mut i = 0;
+    while i < N {
+        out[i] = if i < A { a[i] } else { b[i - A] };
+        i += 1;
+    }
+    out
+}
+
 /// Metadata every family has.
 pub const COMMON_CONFIG_KEYS: &[(&str, &str)] = &[
     ("hidden_size", "embedding_length"),
