@@ -263,7 +263,7 @@ impl Preparer {
         };
         let vocabulary = self.grammar_vocabulary()?;
         let lark = tool_call_grammar(style, &tools, req.parallel_tool_calls, |t| {
-            vocabulary.is_special_token(t)
+            vocabulary.special_token_id(t)
         })?;
         constraint::compile_tool_calls(lark, vocabulary)
     }

@@ -6,30 +6,95 @@ use serde_json::{json, Value};
 
 use super::with_json_layout;
 use crate::error::{Error, Result};
-use crate::tools::ToolCallStyle;
+use crate::tools::{ToolCallStyle, MISTRAL_ARGS, MISTRAL_TOOL_CALLS};
 
-/// The Lark grammar of the calls. `is_special` says whether a tag is one
-/// special token of the vocabulary (then the grammar names the token: its
-/// text cannot be spelled out of ordinary tokens).
+/// The Lark grammar of the calls. `special_id` gives the id of a tag that
+/// is one special token of the vocabulary: the grammar then names that token
+/// (`<[id]>`), as its text cannot be spelled out of ordinary tokens.
 pub fn tool_call_grammar(
     style: ToolCallStyle,
     tools: &[Value],
     parallel: bool,
-    is_special: impl Fn(&str) -> bool,
+    special_id: impl Fn(&str) -> Option<u32>,
 ) -> Result<String> {
+    let tag = |t: &str| match special_id(t) {
+        Some(id) => format!("<[{id}]>"),
+        None => format!("{t:?}"),
+    };
+    let functions = functions(tools)?;
     let arguments_key = match style {
-        ToolCallStyle::Hermes | ToolCallStyle::Pythonic => "arguments",
+        ToolCallStyle::Hermes | ToolCallStyle::Pythonic | ToolCallStyle::MistralJson => "arguments",
         ToolCallStyle::Llama3 => "parameters",
-        ToolCallStyle::Harmony => return harmony_grammar(tools, is_special),
-        // Mistral's markers are special tokens with bracketed names, which
-        // the grammar cannot name yet.
-        ToolCallStyle::Mistral | ToolCallStyle::MistralJson => {
-            return Err(Error::InvalidRequest(
-                "a required tool call is not supported for Mistral's tool-call format yet".into(),
-            ))
+        ToolCallStyle::Harmony => {
+            let header = |name: &str| {
+                format!(
+                    "{} {:?} {} \"json\" {}",
+                    tag("<|channel|>"),
+                    format!("commentary to=functions.{name} "),
+                    tag("<|constrain|>"),
+                    tag("<|message|>")
+                )
+            };
+            // One call per message: the turn ends at the call.
+            return Ok(named_calls(&functions, header, false));
+        }
+        ToolCallStyle::Mistral => {
+            let header =
+                |name: &str| format!("{} {name:?} {}", tag(MISTRAL_TOOL_CALLS), tag(MISTRAL_ARGS));
+            return Ok(named_calls(&functions, header, parallel));
         }
     };
-    let calls: Vec<Value> = tools
+    let calls: Vec<Value> = functions
+        .iter()
+        .map(|(name, parameters)| {
+            json!({
+                "type": "object",
+                "properties": {"name": {"const": name}, arguments_key: parameters},
+                "required": ["name", arguments_key],
+                "additionalProperties": false,
+            })
+        })
+        .collect();
+    let schema = match calls.len() {
+        1 => calls.into_iter().next().expect("one"),
+        _ => json!({"anyOf": calls}),
+    };
+    let call_json = format!("%json {}", with_json_layout(schema));
+    let (call, separator) = match style {
+        ToolCallStyle::Hermes => (
+            format!("{} \"\\n\" arguments \"\\n\" {}", tag("<tool_call>"), tag("</tool_call>")),
+            "\"\\n\"",
+        ),
+        // Llama 3's answer is the bare JSON object; several are `;`-separated.
+        ToolCallStyle::Llama3 => ("arguments".to_string(), "\"; \""),
+        // The pythonic tags hold a list: the calls as JSON objects in it
+        // (the parser reads JSON there too), several in the one list; older
+        // Mistral templates write the same list after `[TOOL_CALLS]`.
+        ToolCallStyle::Pythonic | ToolCallStyle::MistralJson => {
+            let more = if parallel { " (\", \" arguments)*" } else { "" };
+            let call = match style {
+                ToolCallStyle::Pythonic => format!(
+                    "{} \"[\" arguments{more} \"]\" {}",
+                    tag("<|tool_call_start|>"),
+                    tag("<|tool_call_end|>")
+                ),
+                _ => format!("{} \"[\" arguments{more} \"]\"", tag(MISTRAL_TOOL_CALLS)),
+            };
+            return Ok(format!("start: call\ncall: {call}\narguments: {call_json}\n"));
+        }
+        ToolCallStyle::Harmony | ToolCallStyle::Mistral => unreachable!("returned above"),
+    };
+    let start = if parallel { format!("call ({separator} call)*") } else { "call".to_string() };
+    Ok(format!("start: {start}\ncall: {call}\narguments: {call_json}\n"))
+}
+
+/// Each tool's function name and parameters' schema (any object when it
+/// gives none).
+fn functions(tools: &[Value]) -> Result<Vec<(&str, Value)>> {
+    if tools.is_empty() {
+        return Err(Error::InvalidRequest("a required tool call needs at least one tool".into()));
+    }
+    tools
         .iter()
         .map(|tool| {
             let function = tool.get("function").unwrap_or(tool);
@@ -40,81 +105,31 @@ pub fn tool_call_grammar(
             })?;
             let parameters =
                 function.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"}));
-            Ok(json!({
-                "type": "object",
-                "properties": {"name": {"const": name}, arguments_key: parameters},
-                "required": ["name", arguments_key],
-                "additionalProperties": false,
-            }))
+            Ok((name, parameters))
         })
-        .collect::<Result<_>>()?;
-    let schema = match calls.len() {
-        0 => {
-            return Err(Error::InvalidRequest(
-                "a required tool call needs at least one tool".into(),
-            ))
-        }
-        1 => calls.into_iter().next().expect("one"),
-        _ => json!({"anyOf": calls}),
-    };
-    let call_json = format!("%json {}", with_json_layout(schema));
-    let tag = |t: &str| if is_special(t) { t.to_string() } else { format!("{t:?}") };
-    let (call, separator) = match style {
-        ToolCallStyle::Hermes => (
-            format!("{} \"\\n\" arguments \"\\n\" {}", tag("<tool_call>"), tag("</tool_call>")),
-            "\"\\n\"",
-        ),
-        // Llama 3's answer is the bare JSON object; several are `;`-separated.
-        ToolCallStyle::Llama3 => ("arguments".to_string(), "\"; \""),
-        // The pythonic tags hold a list: the calls as JSON objects in it
-        // (the parser reads JSON there too), several in the one list.
-        ToolCallStyle::Pythonic => {
-            let more = if parallel { " (\", \" arguments)*" } else { "" };
-            let call = format!(
-                "{} \"[\" arguments{more} \"]\" {}",
-                tag("<|tool_call_start|>"),
-                tag("<|tool_call_end|>")
-            );
-            return Ok(format!("start: call\ncall: {call}\narguments: {call_json}\n"));
-        }
-        ToolCallStyle::Harmony | ToolCallStyle::Mistral | ToolCallStyle::MistralJson => {
-            unreachable!("returned above")
-        }
-    };
-    let start = if parallel { format!("call ({separator} call)*") } else { "call".to_string() };
-    Ok(format!("start: {start}\ncall: {call}\narguments: {call_json}\n"))
+        .collect()
 }
 
-/// Harmony names the function in the message's header and writes the
-/// arguments alone as its body: one alternative per tool (one call per
-/// message; the turn ends at the call).
-fn harmony_grammar(tools: &[Value], is_special: impl Fn(&str) -> bool) -> Result<String> {
-    if tools.is_empty() {
-        return Err(Error::InvalidRequest("a required tool call needs at least one tool".into()));
-    }
-    let tag = |t: &str| if is_special(t) { t.to_string() } else { format!("{t:?}") };
+/// Formats that name the function outside the arguments (harmony's message
+/// header, Mistral's `[TOOL_CALLS]name[ARGS]`): one alternative per tool,
+/// its header then its arguments alone; `repeat`: several calls in a row.
+fn named_calls(
+    functions: &[(&str, Value)],
+    header: impl Fn(&str) -> String,
+    repeat: bool,
+) -> String {
     let mut rules = Vec::new();
     let mut names = Vec::new();
-    for (i, tool) in tools.iter().enumerate() {
-        let function = tool.get("function").unwrap_or(tool);
-        let name = function.get("name").and_then(Value::as_str).ok_or_else(|| {
-            Error::InvalidRequest(
-                "a required tool call needs every tool to have a function name".into(),
-            )
-        })?;
-        let parameters =
-            function.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"}));
-        let header = format!("commentary to=functions.{name} ");
+    for (i, (name, parameters)) in functions.iter().enumerate() {
         rules.push(format!(
-            "call_{i}: {} {header:?} {} \"json\" {} args_{i}\nargs_{i}: %json {}",
-            tag("<|channel|>"),
-            tag("<|constrain|>"),
-            tag("<|message|>"),
-            with_json_layout(parameters)
+            "call_{i}: {} args_{i}\nargs_{i}: %json {}",
+            header(name),
+            with_json_layout(parameters.clone())
         ));
         names.push(format!("call_{i}"));
     }
-    Ok(format!("start: {}\n{}\n", names.join(" | "), rules.join("\n")))
+    let start = if repeat { "call+" } else { "call" };
+    format!("start: {start}\ncall: {}\n{}\n", names.join(" | "), rules.join("\n"))
 }
 
 #[cfg(test)]
@@ -126,9 +141,14 @@ mod tests {
             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}})
     }
 
+    /// A vocabulary where the tags in `specials` are special tokens 100, 101, …
+    fn specials<'a>(specials: &'a [&str]) -> impl Fn(&str) -> Option<u32> + 'a {
+        move |t| specials.iter().position(|s| *s == t).map(|i| 100 + i as u32)
+    }
+
     #[test]
     fn hermes_calls_are_tagged_and_name_their_function() {
-        let g = tool_call_grammar(ToolCallStyle::Hermes, &[weather()], false, |_| false).unwrap();
+        let g = tool_call_grammar(ToolCallStyle::Hermes, &[weather()], false, |_| None).unwrap();
         assert!(g.starts_with("start: call\n"), "{g}");
         assert!(
             g.contains("call: \"<tool_call>\" \"\\n\" arguments \"\\n\" \"</tool_call>\""),
@@ -141,37 +161,36 @@ mod tests {
     #[test]
     fn special_tags_are_named_as_tokens_and_parallel_calls_repeat() {
         let other = json!({"type": "function", "function": {"name": "now"}});
-        let g = tool_call_grammar(ToolCallStyle::Hermes, &[weather(), other], true, |t| {
-            t.contains("tool_call")
-        })
-        .unwrap();
+        let tags = ["<tool_call>", "</tool_call>"];
+        let g =
+            tool_call_grammar(ToolCallStyle::Hermes, &[weather(), other], true, specials(&tags))
+                .unwrap();
         assert!(g.starts_with("start: call (\"\\n\" call)*\n"), "{g}");
-        assert!(g.contains("call: <tool_call> \"\\n\" arguments \"\\n\" </tool_call>"), "{g}");
+        assert!(g.contains("call: <[100]> \"\\n\" arguments \"\\n\" <[101]>"), "{g}");
         assert!(g.contains("\"anyOf\""), "{g}");
     }
 
     #[test]
     fn llama3_calls_are_bare_objects_with_parameters() {
-        let g = tool_call_grammar(ToolCallStyle::Llama3, &[weather()], true, |_| false).unwrap();
+        let g = tool_call_grammar(ToolCallStyle::Llama3, &[weather()], true, |_| None).unwrap();
         assert!(g.starts_with("start: call (\"; \" call)*\ncall: arguments\n"), "{g}");
         assert!(g.contains(r#""parameters":{"#), "{g}");
     }
 
     #[test]
     fn pythonic_calls_are_a_json_list_between_the_tags() {
-        let g = tool_call_grammar(ToolCallStyle::Pythonic, &[weather()], true, |t| {
-            t.contains("tool_call")
-        })
-        .unwrap();
+        let tags = ["<|tool_call_start|>", "<|tool_call_end|>"];
+        let g = tool_call_grammar(ToolCallStyle::Pythonic, &[weather()], true, specials(&tags))
+            .unwrap();
         assert!(
             g.starts_with(
-                "start: call\ncall: <|tool_call_start|> \"[\" arguments (\", \" arguments)* \"]\" <|tool_call_end|>\n"
+                "start: call\ncall: <[100]> \"[\" arguments (\", \" arguments)* \"]\" <[101]>\n"
             ),
             "{g}"
         );
         assert!(g.contains(r#""arguments":{"type":"object""#), "{g}");
         let one =
-            tool_call_grammar(ToolCallStyle::Pythonic, &[weather()], false, |_| false).unwrap();
+            tool_call_grammar(ToolCallStyle::Pythonic, &[weather()], false, |_| None).unwrap();
         assert!(
             one.contains(
                 "call: \"<|tool_call_start|>\" \"[\" arguments \"]\" \"<|tool_call_end|>\"\n"
@@ -183,14 +202,14 @@ mod tests {
     #[test]
     fn harmony_calls_name_the_function_in_the_header() {
         let other = json!({"type": "function", "function": {"name": "now"}});
-        let g = tool_call_grammar(ToolCallStyle::Harmony, &[weather(), other], true, |t| {
-            t.starts_with("<|")
-        })
-        .unwrap();
-        assert!(g.starts_with("start: call_0 | call_1\n"), "{g}");
+        let tags = ["<|channel|>", "<|constrain|>", "<|message|>"];
+        let g =
+            tool_call_grammar(ToolCallStyle::Harmony, &[weather(), other], true, specials(&tags))
+                .unwrap();
+        assert!(g.starts_with("start: call\ncall: call_0 | call_1\n"), "{g}");
         assert!(
             g.contains(
-                "call_0: <|channel|> \"commentary to=functions.get_weather \" <|constrain|> \"json\" <|message|> args_0\n"
+                "call_0: <[100]> \"commentary to=functions.get_weather \" <[101]> \"json\" <[102]> args_0\n"
             ),
             "{g}"
         );
@@ -199,12 +218,37 @@ mod tests {
     }
 
     #[test]
+    fn mistral_calls_name_the_function_between_its_markers() {
+        let other = json!({"type": "function", "function": {"name": "now"}});
+        let tags = [MISTRAL_TOOL_CALLS, MISTRAL_ARGS];
+        let g =
+            tool_call_grammar(ToolCallStyle::Mistral, &[weather(), other], true, specials(&tags))
+                .unwrap();
+        assert!(g.starts_with("start: call+\ncall: call_0 | call_1\n"), "{g}");
+        assert!(g.contains("call_0: <[100]> \"get_weather\" <[101]> args_0\n"), "{g}");
+        let one = tool_call_grammar(ToolCallStyle::Mistral, &[weather()], false, specials(&tags))
+            .unwrap();
+        assert!(one.starts_with("start: call\n"), "{one}");
+        let list =
+            tool_call_grammar(ToolCallStyle::MistralJson, &[weather()], true, specials(&tags))
+                .unwrap();
+        assert!(
+            list.starts_with(
+                "start: call\ncall: <[100]> \"[\" arguments (\", \" arguments)* \"]\"\n"
+            ),
+            "{list}"
+        );
+    }
+
+    #[test]
     fn tools_without_names_are_refused() {
         let e =
             tool_call_grammar(ToolCallStyle::Hermes, &[json!({"type": "function"})], false, |_| {
-                false
+                None
             })
             .unwrap_err();
         assert!(e.to_string().contains("function name"), "{e}");
+        let e = tool_call_grammar(ToolCallStyle::Mistral, &[], false, |_| None).unwrap_err();
+        assert!(e.to_string().contains("at least one tool"), "{e}");
     }
 }

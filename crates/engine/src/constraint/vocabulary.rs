@@ -57,9 +57,10 @@ impl GrammarVocabulary {
         &self.eos_ids
     }
 
-    /// Whether `text` is one special token (a tag a grammar must name as a token).
-    pub fn is_special_token(&self, text: &str) -> bool {
-        self.factory.tok_env().tok_trie().get_special_token(text).is_some()
+    /// The id of `text` when it is one special token (a tag a grammar must
+    /// name as a token).
+    pub fn special_token_id(&self, text: &str) -> Option<u32> {
+        self.factory.tok_env().tok_trie().get_special_token(text)
     }
 
     pub(crate) fn is_end(&self, token: u32) -> bool {

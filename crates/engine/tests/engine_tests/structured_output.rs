@@ -382,6 +382,29 @@ fn a_thinking_model_thinks_freely_and_answers_by_the_schema() {
 #[test]
 fn a_required_tool_call_is_always_a_valid_call() {
     let (_dir, loaded) = tiny_thinking_qwen3();
+    required_tool_calls_are_valid_calls(loaded);
+}
+
+/// Mistral's v11 format (`[TOOL_CALLS]name[ARGS]{…}`, the markers special
+/// tokens the grammar names by id), with the tiny Ministral 3's template and
+/// tokenizer: the calls parse, name an offered function and keep its schema.
+#[test]
+fn a_required_tool_call_in_mistrals_format_is_a_valid_call() {
+    let dir = tempfile::tempdir().unwrap();
+    engine::testing::write_tiny_mistral3(dir.path(), 3).unwrap();
+    // Room for the tools' JSON (a byte per token in the tiny vocabulary)
+    // beyond the tiny context of 128.
+    let path = dir.path().join("config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config["text_config"]["max_position_embeddings"] = json!(4096);
+    std::fs::write(&path, config.to_string()).unwrap();
+    let loaded = model::load(dir.path(), &common::LOAD).unwrap();
+    required_tool_calls_are_valid_calls(loaded);
+}
+
+/// Sampled calls, alone and in parallel, each a valid call to an offered
+/// tool; a request that offers no tools is refused.
+fn required_tool_calls_are_valid_calls(loaded: LoadedModel) {
     let tools = vec![
         json!({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
             "properties": {"city": {"enum": ["Paris", "Rome"]}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
