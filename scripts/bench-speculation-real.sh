@@ -6,7 +6,7 @@
 # both sides load. Ten coding questions (scripts/bench/speculation_real.py),
 # greedy, --max-tokens each (--prompts: the first N only), one at a time, in four runs one after the
 # other (alternating, --rounds times): ours plain (`vlm serve`), ours with
-# `--draft-model` (each reply's draft length adapting, up to 4), mlx-lm
+# `--draft-model` (each reply's draft length adapting, up to 3), mlx-lm
 # plain (`stream_generate`) and mlx-lm with `draft_model=`
 # (`--num-draft` tokens per round, default 3 as its `mlx_lm.generate`).
 # OpenBLAS on both sides. Prints every reply, then a table: decode tok/s,

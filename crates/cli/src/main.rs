@@ -101,7 +101,7 @@ struct ModelArgs {
     draft_model: Option<PathBuf>,
     /// Draft exactly N tokens per step, whatever lands (as mlx-lm's
     /// --num-draft-tokens). Without it each reply's draft adapts to how many
-    /// of its drafts land, up to 6 for lookup, 4 for a draft model, 3 for mtp.
+    /// of its drafts land, up to 6 for lookup, 3 for a draft model or mtp.
     #[arg(long, value_name = "N")]
     num_draft_tokens: Option<usize>,
     /// Speculate only while at most N replies decode (default 4 for every
