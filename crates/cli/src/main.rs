@@ -653,11 +653,11 @@ fn run_vision_bench(a: &BenchArgs, image: &std::path::Path) -> Result<()> {
     };
     // The vision cache alone: the repeat still prefills its whole prompt.
     let engine = start(0)?;
-    let vision_only = bench::vision_ttft(&engine, &bytes)?;
+    let vision_only = bench::vision_ttft(&engine, &bytes, a.runs)?;
     engine.shutdown();
     // With the prefix cache as well: the repeat reuses the prompt's KV.
     let engine = start(SchedulerConfig::default().prefix_cache_bytes)?;
-    let both = bench::vision_ttft(&engine, &bytes)?;
+    let both = bench::vision_ttft(&engine, &bytes, a.runs)?;
     let mut decode = Vec::new();
     if a.image_concurrency.iter().any(|&n| n > 0) {
         bench::vision_decode(&engine, &bytes, 1, 4)?; // warm-up
@@ -686,7 +686,7 @@ fn run_vision_bench(a: &BenchArgs, image: &std::path::Path) -> Result<()> {
     );
     println!("encode on a hit    {:.6} s ({:.0}x faster)", encode.hit_secs, encode.hit_speedup);
     println!(
-        "TTFT, first ask    {:.3} s ({} prompt tokens; prefill alone {:.1} tok/s)",
+        "TTFT, fresh image  {:.3} s ({} prompt tokens; prefill alone {:.1} tok/s; median of the runs)",
         vision_only.first_ttft_secs, vision_only.prompt_tokens, vision_only.first_prompt_tps
     );
     println!(
