@@ -7,6 +7,41 @@
 //! `tokenizer/` (tokenizers, chat templates, incremental detokenization),
 //! `cache/` (KV caches), `constraint/` (structured output), `distributed/`
 //! (a model across processes over MLX's distributed backend), `sample.rs`, `generate.rs` (single-stream generation).
+//!
+//! # What other crates use
+//!
+//! The modules below are public; inside them, whatever no other crate names
+//! is `pub(crate)` (the families' folders, the scheduler's parts, the caches'
+//! kinds). The app, the server, the CLI, bulk jobs and the hub use:
+//! - [`handle`]: the engine thread (`EngineHandle`, `EngineConfig`,
+//!   `Completion`, `RequestStream`);
+//! - [`batch`]: a request and its events (`Request`, `Prompt`, `ImageInput`,
+//!   `Event`, `FinishReason`, `RequestError`, `RequestStats`, `TokenLogprob`),
+//!   `SchedulerConfig`, `speculation::SpeculationConfig`,
+//!   `logprobs::MAX_TOP_LOGPROBS`, `idle_memory::use_one_heap_arena`;
+//! - [`tokenizer`] (`ChatMessage`, `MessageContent`, `ContentPart`,
+//!   `TemplateOptions`), [`sample`] (`SamplingParams`), [`constraint`]
+//!   (`Constraint`), [`tools`] (`ToolCall`), [`stop`] (`check_stop_strings`);
+//! - [`model`]: a checkpoint before loading (`describe`, `shape_of`,
+//!   `registry`'s family table, `loading`'s drafter checks) and after
+//!   (`load`, `LoadOptions`, `LoadedModel`, `ModelInfo`, `Capabilities`);
+//! - [`cache`]: `KvQuantization`, `prefix_disk::DiskPrefixConfig`, and what the
+//!   hub's fit check counts (`LayerCache`, `attention_group`);
+//! - [`weights`]: `gguf` (a file's metadata, config and tokenizer);
+//!   [`convert`] (`gguf_to_folder`);
+//! - [`vision`] (the vision-feature cache), [`generate`] (the single-stream
+//!   path of `vlm bench`, `PREFILL_CHUNK`);
+//! - [`distributed`]: a model split across processes (`GroupConfig`, `Split`,
+//!   `RingSecret`, `Hostfile`, `RankEnv`, `RankMemory`, `env`'s variables,
+//!   `run_follower`);
+//! - [`Error`] and [`Result`].
+//!
+//! The engine's own tests and examples, outside the crate, reach further: the
+//! loaders' variants, `BatchCache`, the `Scheduler` and `Preparer` themselves,
+//! `distributed`'s ops, launcher and followers, GGUF blocks, the Gated DeltaNet
+//! recurrences (`model::layers`), LFM2's bench configs. `testing` (feature
+//! `testing`) holds the tiny checkpoint writers of tests, examples and
+//! benchmarks; `logging` (feature `logging`) the binaries' log setup.
 pub mod batch;
 pub mod cache;
 pub mod constraint;

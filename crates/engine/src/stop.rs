@@ -49,7 +49,7 @@
 //!   `skip_special`; Llama's `<|python_tag|>` is special and is dropped by it,
 //!   in which case the call text starts with `{` and the bare-JSON rule
 //!   catches it.
-pub mod harmony;
+pub(crate) mod harmony;
 
 use crate::tools::ToolCallStyle;
 use harmony::Harmony;

@@ -41,6 +41,7 @@ impl ImagePermits {
         ImagePermit { pool: self.clone(), count }
     }
 
+    #[cfg(test)]
     pub fn available(&self) -> usize {
         *self.available.lock().unwrap_or_else(|p| p.into_inner())
     }

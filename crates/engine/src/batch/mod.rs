@@ -1,16 +1,16 @@
 //! Continuous batching: requests, per-sequence state, and the scheduler that
 //! lets new requests join a batch that is already decoding.
 pub mod idle_memory;
-pub mod image_permits;
-pub mod images;
+pub(crate) mod image_permits;
+pub(crate) mod images;
 pub mod logprobs;
-pub mod pacing;
-pub mod prefill;
-pub mod prep_workers;
-pub mod prepare;
-pub mod request;
-pub mod scheduler;
-pub mod sequence;
+pub(crate) mod pacing;
+pub(crate) mod prefill;
+pub(crate) mod prep_workers;
+pub(crate) mod prepare;
+pub(crate) mod request;
+pub(crate) mod scheduler;
+pub(crate) mod sequence;
 pub mod speculation;
 
 pub use prepare::{PreparedRequest, Preparer};

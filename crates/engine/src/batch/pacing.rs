@@ -136,11 +136,6 @@ impl Pacing {
             }
         }
     }
-
-    /// Seconds `units` of vision work are expected to take.
-    pub fn vision_secs(&self, units: usize) -> f64 {
-        self.vision_unit_secs.map_or(0.0, |s| s * units as f64)
-    }
 }
 
 fn fit(secs: f64, per_unit: Option<f64>, max: usize, floor: usize) -> usize {

@@ -3,17 +3,17 @@
 //! and the prefix cache's kept rows, holding each layer's own cache kind
 //! ([`CacheLayout`]: full, sliding window, recurrent state, shared).
 pub mod attention_group;
-pub mod batch;
-pub mod kv_quantization;
-pub mod layer_queue;
-pub mod layout;
-pub mod lru;
+pub(crate) mod batch;
+pub(crate) mod kv_quantization;
+pub(crate) mod layer_queue;
+pub(crate) mod layout;
+pub(crate) mod lru;
 pub mod mirror;
-pub mod prefix;
+pub(crate) mod prefix;
 pub mod prefix_disk;
-pub mod recurrent;
+pub(crate) mod recurrent;
 pub mod row_contents;
-pub mod store;
+pub(crate) mod store;
 
 use mlx_rs::Array;
 

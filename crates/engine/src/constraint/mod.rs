@@ -18,7 +18,7 @@
 //! healing/backtracking, fast-forward tokens.
 mod compile;
 mod decoder;
-pub mod limits;
+pub(crate) mod limits;
 mod logits_mask;
 mod tool_calls;
 mod vocabulary;

@@ -113,18 +113,18 @@
 pub mod env;
 pub mod follow;
 pub mod group;
-pub mod hostfile;
+pub(crate) mod hostfile;
 pub mod launch;
-pub mod leader;
+pub(crate) mod leader;
 pub mod ops;
-pub mod pipeline;
+pub(crate) mod pipeline;
 pub mod rank;
-pub mod rank_memory;
+pub(crate) mod rank_memory;
 pub mod ring_gate;
 pub mod share;
-pub mod split;
+pub(crate) mod split;
 pub mod step_watch;
-pub mod tensor_parallel;
+pub(crate) mod tensor_parallel;
 
 pub use env::RankEnv;
 pub use group::{Backend, Group, GroupConfig};

@@ -5,30 +5,30 @@
 //! A new family is one folder (its text model, vision tower, `Family` rows with
 //! their layer shapes) plus one line in [`registry::FAMILIES`]; what families
 //! share lives in [`layers`].
-pub mod gemma3;
-pub mod gemma4;
-pub mod gpt_oss;
-pub mod language_model_only;
+pub(crate) mod gemma3;
+pub(crate) mod gemma4;
+pub(crate) mod gpt_oss;
+pub(crate) mod language_model_only;
 pub mod layers;
 pub mod lfm2;
 pub mod lfm2_moe;
 pub mod lfm2_vl;
-pub mod llama;
+pub(crate) mod llama;
 pub mod loading;
-pub mod mistral3;
-pub mod prompt_images;
-pub mod prompt_inputs;
-pub mod qwen2;
-pub mod qwen2_vl;
-pub mod qwen3;
-pub mod qwen3_5;
-pub mod qwen3_moe;
-pub mod qwen3_vl;
+pub(crate) mod mistral3;
+pub(crate) mod prompt_images;
+pub(crate) mod prompt_inputs;
+pub(crate) mod qwen2;
+pub(crate) mod qwen2_vl;
+pub(crate) mod qwen3;
+pub(crate) mod qwen3_5;
+pub(crate) mod qwen3_moe;
+pub(crate) mod qwen3_vl;
 pub mod registry;
 pub mod shape;
-pub mod smolvlm;
-pub mod split_group;
-pub mod vision_tower;
+pub(crate) mod smolvlm;
+pub(crate) mod split_group;
+pub(crate) mod vision_tower;
 pub mod with_vision;
 
 use std::path::PathBuf;

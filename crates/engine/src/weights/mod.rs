@@ -5,9 +5,9 @@
 //! shape crash deep inside a forward pass. Every model family instead takes its
 //! tensors from a [`Weights`] map that fails with the tensor's name.
 pub mod gguf;
-pub mod quantization;
+pub(crate) mod quantization;
 pub mod quantized_ops;
-pub mod recording;
+pub(crate) mod recording;
 pub mod safetensors;
 
 use std::collections::HashMap;

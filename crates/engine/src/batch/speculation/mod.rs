@@ -6,11 +6,11 @@
 //! the batch cache drops what each row rejected
 //! ([`crate::cache::BatchCache::rewind_rows`]). The step itself is
 //! `Scheduler::verify_step` (`batch/scheduler/speculative.rs`).
-pub mod acceptance;
+pub(crate) mod acceptance;
 pub mod draft_length;
 pub mod draft_model;
-pub mod lookup;
-pub mod mtp;
+pub(crate) mod lookup;
+pub(crate) mod mtp;
 
 use std::path::PathBuf;
 

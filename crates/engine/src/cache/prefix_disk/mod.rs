@@ -13,7 +13,7 @@
 //!   layout or array shapes that do not fit the model, not a regular file)
 //!   is deleted with a log line, never trusted.
 pub mod file;
-pub mod fingerprint;
+pub(crate) mod fingerprint;
 pub mod signature;
 mod writer;
 

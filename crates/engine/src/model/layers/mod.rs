@@ -1,13 +1,13 @@
 //! Building blocks shared by the model families: linear layers and embeddings
 //! that are either float or MLX-quantized, and RMS norm.
-pub mod attention;
+pub(crate) mod attention;
 pub mod gated_delta;
 pub mod gated_delta_chunked;
-pub mod moe;
-pub mod mrope;
-pub mod qwen_vit;
-pub mod rope;
-pub mod siglip;
+pub(crate) mod moe;
+pub(crate) mod mrope;
+pub(crate) mod qwen_vit;
+pub(crate) mod rope;
+pub(crate) mod siglip;
 
 use mlx_rs::{
     fast,

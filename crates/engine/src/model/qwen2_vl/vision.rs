@@ -277,18 +277,6 @@ impl VisionModel {
         Ok(Self { cfg, patch_embed, blocks, merger_norm, merger_fc1, merger_fc2, rotary_inv_freq })
     }
 
-    pub fn config(&self) -> &VisionConfig {
-        &self.cfg
-    }
-
-    /// One image's patches `[t·h·w, C·T·P·P]` (2×2 groups consecutive, as the
-    /// processor emits them) → features `[t·h·w / 4, out_hidden]`.
-    pub fn forward(&self, pixels: &Array, grid: [i32; 3]) -> Result<Array> {
-        let mut encoding = self.begin(pixels, grid)?;
-        self.run_blocks(&mut encoding, 0..self.blocks.len())?;
-        self.finish(&encoding)
-    }
-
     /// The patch embedding and rotary tables of one image: the state before
     /// its first block. The engine runs the blocks a few at a time between
     /// decode steps ([`Self::run_blocks`]), so a big image never stalls the
