@@ -186,6 +186,49 @@ impl Store {
         self.with_siblings(message).await
     }
 
+    /// `message` as [`Store::add_message_under`] would store it under
+    /// `parent`, without storing anything: a prompt can be built, and the
+    /// engine can start on it, before the message is written. It has no id
+    /// yet (0) and no siblings; its attachments are the stored records, and
+    /// an unknown hash fails with `ATTACHMENT_NOT_FOUND` as the write would.
+    pub async fn draft_message(
+        &self,
+        chat: ChatId,
+        parent: Option<MessageId>,
+        message: &NewMessage,
+    ) -> Result<Message> {
+        let mut attachments = Vec::with_capacity(message.attachments.len());
+        for hash in &message.attachments {
+            let row =
+                sqlx::query("SELECT sha256, ext, mime, size FROM attachments WHERE sha256 = ?1")
+                    .bind(hash)
+                    .fetch_optional(&self.pool)
+                    .await?
+                    .ok_or_else(|| Error::AttachmentNotFound(hash.clone()))?;
+            attachments.push(attachment_from_row(&row, &self.attachments_dir)?);
+        }
+        let now = self.now_ms();
+        Ok(Message {
+            id: MessageId(0),
+            chat_id: chat,
+            parent_id: parent,
+            siblings: Vec::new(),
+            role: message.role,
+            content: message.content.clone(),
+            reasoning: message.reasoning.as_deref().and_then(non_empty).map(str::to_string),
+            attachments,
+            stats: message.stats.clone(),
+            model: message.model.clone(),
+            status: MessageStatus::Complete,
+            error: None,
+            error_code: None,
+            created_at: now,
+            updated_at: now,
+            tool_calls: Vec::new(),
+            tool_result: message.tool_result.clone(),
+        })
+    }
+
     /// `message` with its siblings filled in.
     pub(crate) async fn with_siblings(&self, mut message: Message) -> Result<Message> {
         message.siblings = sqlx::query_scalar::<_, i64>(

@@ -217,3 +217,44 @@ async fn a_finished_answer_is_reopened_and_extended_in_place() {
     let other = store.create_chat().await.unwrap().id;
     assert_eq!(store.reopen_reply(other, cut.id).await.unwrap_err().code(), "MESSAGE_NOT_FOUND");
 }
+
+/// A message drafted before it is written (the app builds the prompt from
+/// it and starts the engine first) is the message the write then stores,
+/// but for its id, siblings and timestamps; drafting stores nothing, and an
+/// unknown image fails it as it would fail the write.
+#[tokio::test]
+async fn a_drafted_message_is_the_one_stored_and_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let chat = store.create_chat().await.unwrap().id;
+    let question = store.add_message(chat, &NewMessage::user("first")).await.unwrap();
+    let answer = answer(&store, chat, "an answer").await;
+    let png = store.add_attachment(PNG).await.unwrap();
+    let jpeg = store.add_attachment(JPEG).await.unwrap();
+    let new = NewMessage::user("what are these?")
+        .with_attachments(vec![jpeg.sha256.clone(), png.sha256.clone()]);
+
+    let draft = store.draft_message(chat, Some(answer.id), &new).await.unwrap();
+    assert_eq!(path(&store, chat).await, ["first", "an answer"], "nothing stored");
+    assert_eq!(store.list_all_messages(chat).await.unwrap().len(), 2);
+    let stored = store.add_message_under(chat, Some(answer.id), &new).await.unwrap();
+    let comparable = |m: &Message| Message {
+        id: MessageId(0),
+        siblings: Vec::new(),
+        created_at: 0,
+        updated_at: 0,
+        ..m.clone()
+    };
+    assert_eq!(comparable(&draft), comparable(&stored));
+    assert_eq!(
+        draft.attachments.iter().map(|a| &a.sha256).collect::<Vec<_>>(),
+        [&jpeg.sha256, &png.sha256]
+    );
+    assert_eq!(draft.parent_id, Some(answer.id));
+    assert_ne!(draft.parent_id, Some(question.id));
+
+    let unknown = NewMessage::user("and this?").with_attachments(vec!["0".repeat(64)]);
+    let e = store.draft_message(chat, Some(stored.id), &unknown).await.unwrap_err();
+    assert!(matches!(e, store::Error::AttachmentNotFound(_)), "{e}");
+    assert_eq!(store.list_all_messages(chat).await.unwrap().len(), 3);
+}
