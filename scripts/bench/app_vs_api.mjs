@@ -96,12 +96,17 @@ async function windowRound(b) {
     check();
   });
   const { t0, first, end } = await b.execute(() => window.__bench);
+  const origin = await b.execute(() => performance.timeOrigin);
   // the page's own timeline of this reply (ui/src/timeline.ts)
   const line = await b.execute(() => window.__vlmTimeline ?? null);
   const stats = await textOf(b, await byTestId(b, 'stats'));
   const tokens = Number(/(\d+) tokens/.exec(stats)?.[1]);
   const engineTps = Number(/([\d.]+) tok\/s/.exec(stats)?.[1]);
-  return { ttft: (first - t0) / 1000, tps: (tokens - 1) / ((end - first) / 1000), tokens, engineTps, line: line && timelineText(line, t0, first) };
+  const engineTtft = /TTFT (\d+) ms/.exec(stats)?.[1];
+  return {
+    ttft: (first - t0) / 1000, tps: (tokens - 1) / ((end - first) / 1000), tokens, engineTps, line: line && timelineText(line, t0, first),
+    clock: line && { origin, t0, marks: line.marks, engineTtft },
+  };
 }
 
 /** "submit 1 · invoke 9 · started 30 · … | 120 events 14 ms · 60 draws 95 ms": when each
@@ -153,14 +158,41 @@ async function apiRound() {
 await startDriver({ VLM_DATA_DIR: dataDir, HF_HOME: join(dataDir, 'hf'), VLM_LOG: 'info,vlm_chat=debug' });
 const logFile = join(dataDir, 'vlm-chat.log');
 let logRead = 0;
-/** The backend's timing lines logged since the last call, their fields only. */
-function backendTimings() {
+/** The backend's timing lines logged since the last call. */
+function freshTimingLines() {
   let text = '';
-  try { text = readFileSync(logFile, 'utf8'); } catch { return 'no log'; }
+  try { text = readFileSync(logFile, 'utf8'); } catch { return null; }
   const fresh = text.slice(logRead);
   logRead = text.length;
-  const lines = fresh.split('\n').filter((l) => / (send_message|reply start) /.test(`${l} `));
-  return lines.map((l) => l.slice(l.indexOf(': ') + 2).replace(/(\d+\.\d)\d+/g, '$1')).join(' | ') || 'none logged';
+  return fresh.split('\n').filter((l) => / (send_message|reply (start|submitted|first piece sent)) /.test(`${l} `));
+}
+/** Their fields only. */
+function backendTimings(lines) {
+  if (!lines) return 'no log';
+  return lines.filter((l) => / (send_message|reply start) /.test(`${l} `))
+    .map((l) => l.slice(l.indexOf(': ') + 2).replace(/(\d+\.\d)\d+/g, '$1')).join(' | ') || 'none logged';
+}
+/** When a log line was written, in ms since the epoch (its RFC 3339 timestamp, µs kept). */
+function loggedAt(line) {
+  const m = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z/.exec(line);
+  return m ? Date.parse(`${m[1]}Z`) + Number(m[2] ?? 0) * 1000 : NaN;
+}
+/** "command in 6 · submitted 8 · started out 10 · first piece out 71 | …": the
+ * backend's steps of a window reply on the page's clock (ms after the click on
+ * Send, from the log lines' timestamps and the page's timeOrigin: one machine,
+ * one clock), and so how long each crossing between page and backend took. */
+function acrossText(lines, { origin, t0, marks, engineTtft }) {
+  const find = (re) => lines?.find((l) => re.test(l));
+  const send = find(/ send_message /);
+  const [submitted, start, first] = [/ reply submitted/, / reply start /, / reply first piece sent/].map(find);
+  if (!send || !submitted || !start || !first || !origin) return 'n/a (an app without these debug lines)';
+  const page = (line, minus = 0) => loggedAt(line) - minus - origin - t0;
+  const began = page(send, Number(/total_ms=([\d.]+)/.exec(send)?.[1]));
+  const at = { in: began, submitted: page(submitted), startedOut: page(start), firstOut: page(first) };
+  const mark = (k) => marks[k] - t0;
+  return `command in ${fmt(at.in, 1)} · submitted ${fmt(at.submitted, 1)} · started out ${fmt(at.startedOut, 1)} · first piece out ${fmt(at.firstOut, 1)}`
+    + ` | invoke→command ${fmt(at.in - mark('invoke'), 1)} · started→page ${fmt(mark('started') - at.startedOut, 1)}`
+    + ` · first piece→page ${fmt(mark('first-piece') - at.firstOut, 1)} · submitted→first piece out ${fmt(at.firstOut - at.submitted, 1)} (engine's TTFT ${engineTtft ?? 'n/a'} ms)`;
 }
 const b = await openApp();
 const results = { window: [], api: [] };
@@ -185,7 +217,7 @@ try {
   console.log(`webview compositing ${compositing.join(',')}`);
   await windowRound(b); // warm-up (not counted): loads what the first reply loads
   await apiRound();
-  backendTimings();
+  freshTimingLines();
   await sleep(2000);
   const idle = await cpuOver([app, ...web], idleSeconds);
   console.log(`idle app-process-cpu% ${fmt(idle[0], 2)}`);
@@ -216,7 +248,9 @@ try {
     results.window.push(w);
     console.log(`window ttft_s ${fmt(w.ttft)} tok_s ${fmt(w.tps, 2)} tokens ${w.tokens} engine_tok_s ${w.engineTps} ${wCpu}`);
     console.log(`  page timeline (ms after Send): ${w.line ?? 'none (an app without ui/src/timeline.ts)'}`);
-    console.log(`  backend (ms): ${backendTimings()}`);
+    const lines = freshTimingLines();
+    console.log(`  backend (ms): ${backendTimings(lines)}`);
+    console.log(`  across (ms after Send): ${w.clock ? acrossText(lines, w.clock) : 'n/a'}`);
     const [a, aCpu] = await withCpu(() => apiRound());
     results.api.push(a);
     console.log(`api ttft_s ${fmt(a.ttft)} tok_s ${fmt(a.tps, 2)} tokens ${a.tokens} ${aCpu}`);

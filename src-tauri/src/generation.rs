@@ -147,6 +147,14 @@ pub async fn pump(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut dirty = false;
     let mut error: Option<AppError> = None;
+    // when the first piece left for the page (scripts/bench-app-vs-api.sh
+    // sets it against the page's clock by this line's timestamp)
+    let mut first_piece = true;
+    let mut sent_piece = || {
+        if std::mem::take(&mut first_piece) {
+            tracing::debug!(reply = reply.0 .0, "reply first piece sent");
+        }
+    };
     let (reason, stats) = loop {
         tokio::select! {
             event = next_event(&mut first, &mut stream) => match event {
@@ -154,11 +162,13 @@ pub async fn pump(
                     text.lock().unwrap().0.push_str(&t);
                     dirty = true;
                     send(StreamEvent::Content { text: t });
+                    sent_piece();
                 }
                 Some(Event::Reasoning(t)) => {
                     text.lock().unwrap().1.push_str(&t);
                     dirty = true;
                     send(StreamEvent::Reasoning { text: t });
+                    sent_piece();
                 }
                 // the app asks for none
                 Some(Event::Logprob(_) | Event::PromptLogprobs(_)) => {}

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use engine::batch::{Event, ImageInput, Request};
 use engine::handle::EngineHandle;
 use serde::Serialize;
-use store::{ChatId, Message, MessageId, ReplyId, Role};
+use store::{ChatId, Message, MessageId, NewMessage, ReplyId, Role};
 use tauri::{AppHandle, Emitter, Runtime};
 use ts_rs::TS;
 
@@ -96,12 +96,16 @@ pub async fn ensure_chat_model_of(state: &AppState, chat: ChatId) -> AppResult<(
     ensure_chat_model(state, &ChatSettings::from_stored(record.settings.as_ref())?)
 }
 
-/// What a reply writes: a new answer under a question, or more of an
-/// answer already there (Continue on one cut at its token limit).
-#[derive(Debug, Clone, Copy)]
+/// What a reply writes: a new answer under a question, a new message and
+/// the answer to it, or more of an answer already there (Continue on one
+/// cut at its token limit).
+#[derive(Debug, Clone)]
 enum ReplyTo {
     /// A new answer to this user message.
     Question(MessageId),
+    /// A message not stored yet, at the end of `above` (the line from the
+    /// top of the chat down to where it goes), and a new answer to it.
+    Message { above: Vec<Message>, message: NewMessage },
     /// This answer, extended in place.
     Extend(MessageId),
 }
@@ -117,7 +121,28 @@ pub async fn start_reply<R: Runtime>(
     parent: MessageId,
     sink: Sink,
 ) -> AppResult<StartedReply> {
-    start(app, state, chat, ReplyTo::Question(parent), sink).await
+    Ok(start(app, state, chat, ReplyTo::Question(parent), sink).await?.0)
+}
+
+/// Stores `message` at the end of `above` (the line from the top of the
+/// chat down to where it goes, oldest first) and starts the answer to it,
+/// the engine first: the prompt is built from `above` and the message as it
+/// will be stored, and the engine reads it while the message and the
+/// reply's row are written. The page hears of the reply (`started`, then its
+/// pieces) only once both are stored, so a crash mid-reply loses nothing;
+/// a write that fails stops the request and fails the send.
+pub async fn post_and_reply<R: Runtime>(
+    app: &AppHandle<R>,
+    state: Arc<AppState>,
+    _turn: &Reservation<'_>,
+    chat: ChatId,
+    above: Vec<Message>,
+    message: NewMessage,
+    sink: Sink,
+) -> AppResult<(Message, StartedReply)> {
+    let (started, user) =
+        start(app, state, chat, ReplyTo::Message { above, message }, sink).await?;
+    Ok((user.expect("a new message is stored before its reply starts"), started))
 }
 
 /// Extends `answer` (the chat's answer cut at its token limit) in place: the
@@ -131,24 +156,32 @@ pub async fn continue_reply<R: Runtime>(
     answer: MessageId,
     sink: Sink,
 ) -> AppResult<StartedReply> {
-    start(app, state, chat, ReplyTo::Extend(answer), sink).await
+    Ok(start(app, state, chat, ReplyTo::Extend(answer), sink).await?.0)
 }
 
+/// Starts the reply; returns with it the user's message it stored, when `to`
+/// brought one.
 async fn start<R: Runtime>(
     app: &AppHandle<R>,
     state: Arc<AppState>,
     chat: ChatId,
     to: ReplyTo,
     sink: Sink,
-) -> AppResult<StartedReply> {
+) -> AppResult<(StartedReply, Option<Message>)> {
     let began = std::time::Instant::now();
     let engine = state.engine()?;
     let model =
         state.status().model.map(|m| m.name).unwrap_or_else(|| engine.model_info().name.clone());
-    let messages = match to {
-        ReplyTo::Question(parent) => state.store.path_to(chat, parent).await?,
+    let messages = match &to {
+        ReplyTo::Question(parent) => state.store.path_to(chat, *parent).await?,
+        ReplyTo::Message { above, message } => {
+            let parent = above.last().map(|m| m.id);
+            let mut line = above.clone();
+            line.push(state.store.draft_message(chat, parent, message).await?);
+            line
+        }
         ReplyTo::Extend(answer) => {
-            let messages = state.store.path_to(chat, answer).await?;
+            let messages = state.store.path_to(chat, *answer).await?;
             let last =
                 messages.last().filter(|m| m.role == Role::Assistant && !m.content.is_empty());
             if !last.is_some_and(|m| {
@@ -189,18 +222,16 @@ async fn start<R: Runtime>(
     let read = began.elapsed();
     let submitted = submit_fitted(&state, &engine, &messages, &turn, require).await?;
     let accepted = began.elapsed();
-    let stream = &submitted.stream;
-    // an extended answer's text so far is its stored text: saves write the whole of it
-    let (reply_id, so_far) = match to {
-        ReplyTo::Question(parent) => {
-            (state.store.begin_reply_under(chat, parent, &model).await?, None)
-        }
-        ReplyTo::Extend(answer) => {
-            let m = messages.last().expect("checked above");
-            let so_far = (m.content.clone(), m.reasoning.clone().unwrap_or_default());
-            (state.store.reopen_reply(chat, answer).await?, Some(so_far))
+    // the engine reads the prompt meanwhile; what the reply writes is written
+    // before any of its events goes out, and a write that fails stops it
+    let (user, reply_id, so_far) = match store_reply(&state, chat, to, &messages, &model).await {
+        Ok(stored) => stored,
+        Err(e) => {
+            engine.cancel(submitted.stream.id);
+            return Err(e);
         }
     };
+    let stream = &submitted.stream;
     let sink = Arc::new(Mutex::new(sink));
     let text = Arc::new(Mutex::new(so_far.clone().unwrap_or_default()));
     let generation = Generation {
@@ -217,7 +248,7 @@ async fn start<R: Runtime>(
     let (cancel, waiting) = (generation.cancel.clone(), generation.waiting_call.clone());
     state.generations.lock().unwrap().insert(chat, generation);
     // where a reply's start goes: reading the chat, the engine preparing the
-    // request (template, tokens, images), storing the reply's row
+    // request (template, tokens, images), storing the message and the reply's row
     tracing::debug!(
         read_ms = read.as_secs_f64() * 1e3,
         accepted_ms = accepted.as_secs_f64() * 1e3,
@@ -320,7 +351,36 @@ async fn start<R: Runtime>(
         }
         let _ = app.emit("chat-updated", ChatUpdated { chat_id: chat });
     });
-    Ok(started)
+    Ok((started, user))
+}
+
+/// Writes what the reply `to` needs stored before its events go out: the
+/// user's new message (as drafted for the prompt) and the reply's row; a
+/// continued answer is opened again, its text so far kept (saves write the
+/// whole of it).
+async fn store_reply(
+    state: &AppState,
+    chat: ChatId,
+    to: ReplyTo,
+    prompt: &[Message],
+    model: &str,
+) -> AppResult<(Option<Message>, ReplyId, Option<(String, String)>)> {
+    Ok(match to {
+        ReplyTo::Question(parent) => {
+            (None, state.store.begin_reply_under(chat, parent, model).await?, None)
+        }
+        ReplyTo::Message { above, message } => {
+            let parent = above.last().map(|m| m.id);
+            let user = state.store.add_message_under(chat, parent, &message).await?;
+            let reply = state.store.begin_reply_under(chat, user.id, model).await?;
+            (Some(user), reply, None)
+        }
+        ReplyTo::Extend(answer) => {
+            let m = prompt.last().expect("a continued answer ends its prompt");
+            let so_far = (m.content.clone(), m.reasoning.clone().unwrap_or_default());
+            (None, state.store.reopen_reply(chat, answer).await?, Some(so_far))
+        }
+    })
 }
 
 /// What every request of one turn shares: the settings it runs with, the
@@ -445,8 +505,10 @@ async fn submit_fitted_with(
             build_request(messages, settings, capabilities, answer_format, &state.image_bytes)
                 .await?,
         );
+        let stream = engine.submit(request);
+        tracing::debug!(request = stream.id, "reply submitted");
         return Ok(Submitted {
-            stream: engine.submit(request),
+            stream,
             first: None,
             left_out: 0,
             offered,
@@ -497,6 +559,7 @@ async fn submit_fitted_with(
             build_request(&kept, settings, capabilities, answer_format, &state.image_bytes).await?,
         );
         let mut stream = engine.submit(request);
+        tracing::debug!(request = stream.id, "reply submitted");
         let first = stream.recv().await;
         let too_long = matches!(&first, Some(Event::Error(e)) if e.code == CONTEXT_LENGTH_EXCEEDED);
         if too_long && left_out < most {

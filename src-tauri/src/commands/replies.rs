@@ -16,7 +16,7 @@ use crate::error::{AppError, AppResult};
 use crate::generation::{Sink, StreamEvent};
 use crate::replies::{
     continue_reply as continue_reply_in, ensure_chat_model, ensure_chat_model_of, ensure_idle,
-    reserve, start_reply, Reservation, StartedReply,
+    post_and_reply, reserve, start_reply, Reservation, StartedReply,
 };
 use crate::state::AppState;
 
@@ -83,13 +83,14 @@ pub async fn send_message<R: Runtime>(
     let began = std::time::Instant::now();
     check(&message)?;
     let sink = sink(on_event);
-    let (chat_id, turn) = match chat_id {
+    let (chat_id, turn, above) = match chat_id {
         Some(chat_id) => {
             let turn = reserve(&state, chat_id)?;
             crate::idle::wake(&app, &state).await?;
             check_images(&message, &state).await?;
             ensure_chat_model_of(&state, chat_id).await?;
-            (chat_id, turn)
+            // the message goes at the end of the shown branch
+            (chat_id, turn, state.store.list_messages(chat_id).await?)
         }
         None => {
             let settings = new_chat.unwrap_or_default();
@@ -101,11 +102,11 @@ pub async fn send_message<R: Runtime>(
             // nothing else knows the new chat's id yet: it cannot be busy
             let (id, turn) = (chat.id, reserve(&state, chat.id)?);
             sink(StreamEvent::ChatCreated { chat: Box::new(chat) });
-            (id, turn)
+            (id, turn, Vec::new())
         }
     };
     let checked = began.elapsed();
-    let sent = post_and_answer(&app, &state, &turn, chat_id, message, None, sink).await;
+    let sent = post_and_answer(&app, &state, &turn, chat_id, message, above, sink).await;
     // where Send's time goes before the first token (scripts/bench-app-vs-api.sh prints it)
     tracing::debug!(
         checked_ms = checked.as_secs_f64() * 1e3,
@@ -124,23 +125,22 @@ async fn create_chat_with(state: &AppState, settings: &ChatSettings) -> AppResul
     }
 }
 
-/// Stores the user's message (at the end of the shown branch, or beside the
-/// message it edits) and starts the reply to it.
+/// Stores the user's message at the end of `above` (the line from the top of
+/// the chat down to where it goes: the shown branch, or the edited message's
+/// parent's line) and starts the reply to it; the engine gets the prompt
+/// before the message is written (see replies::post_and_reply).
 async fn post_and_answer<R: Runtime>(
     app: &AppHandle<R>,
     state: &State<'_, Arc<AppState>>,
     turn: &Reservation<'_>,
     chat_id: ChatId,
     message: Outgoing,
-    edited: Option<&Message>,
+    above: Vec<Message>,
     sink: Sink,
 ) -> AppResult<Sent> {
     let new = NewMessage::user(message.text).with_attachments(message.attachments);
-    let user = match edited {
-        Some(edited) => state.store.add_message_under(chat_id, edited.parent_id, &new).await?,
-        None => state.store.add_message(chat_id, &new).await?,
-    };
-    let reply = start_reply(app, state.inner().clone(), turn, chat_id, user.id, sink).await?;
+    let (user, reply) =
+        post_and_reply(app, state.inner().clone(), turn, chat_id, above, new, sink).await?;
     Ok(Sent { user, reply })
 }
 
@@ -248,7 +248,12 @@ pub async fn edit_and_resend<R: Runtime>(
     if original.role != Role::User {
         return Err(AppError::new("NOT_A_USER_MESSAGE", "Only a message you sent can be edited."));
     }
-    post_and_answer(&app, &state, &turn, chat_id, message, Some(&original), sink(on_event)).await
+    // the edit becomes a sibling of the original: under its parent
+    let above = match original.parent_id {
+        Some(parent) => state.store.path_to(chat_id, parent).await?,
+        None => Vec::new(),
+    };
+    post_and_answer(&app, &state, &turn, chat_id, message, above, sink(on_event)).await
 }
 
 /// Shows the branch through `message_id` (‹ 2/3 › in the UI); returns the

@@ -9,6 +9,7 @@ mod commands;
 #[path = "../common/mod.rs"]
 mod common;
 mod content_security_policy;
+mod engine_first;
 mod idle_unload;
 mod mcp;
 mod model_load_settings;
