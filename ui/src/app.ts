@@ -135,11 +135,6 @@ export class App {
     this.narrow?.addEventListener('change', () => this.fitWidth());
     this.fitWidth();
     this.streams.subscribe((chatId, live) => {
-      const waiting = this.afterFirstPiece.get(chatId);
-      if (waiting && !answerPending(live, this.streams.isRunning(chatId))) {
-        this.afterFirstPiece.delete(chatId);
-        waiting();
-      }
       const answering = this.streams.runningChats().sort().join(',');
       if (answering !== this.answering) {
         this.answering = answering;
@@ -161,6 +156,14 @@ export class App {
           this.showMessages();
         } else this.chatView.updateLive(live);
         this.composer.setBusy(this.streams.isRunning(chatId));
+      }
+      // what waited for the answer's first piece (the title, the chat list)
+      // runs in a task of its own: the piece's task ends with its draw, and
+      // their commands are not on the way to the text
+      const waiting = this.afterFirstPiece.get(chatId);
+      if (waiting && !answerPending(live, this.streams.isRunning(chatId))) {
+        this.afterFirstPiece.delete(chatId);
+        window.setTimeout(waiting, 0);
       }
     });
     document.addEventListener('keydown', (e) => this.onKey(e));

@@ -2,8 +2,8 @@
 // refused message makes none), and the chat shows in the sidebar at Send
 // (issue 29): from the record the command sends first, not from reading the
 // chat list again, which waits for the answer's first piece (it would take
-// the CPU from the prompt's reading). On a mocked backend whose reply's
-// events the test sends.
+// the CPU from the prompt's reading) and comes in a task after the one that
+// draws that piece. On a mocked backend whose reply's events the test sends.
 import { afterEach, describe, expect, it } from 'vitest';
 import { clearMocks, mockIPC } from '@tauri-apps/api/mocks';
 import type { Channel } from '@tauri-apps/api/core';
@@ -65,6 +65,8 @@ async function appSending(refuse = false) {
   return { app, calls, count, event, endSend: () => endSend() };
 }
 
+const liveAnswer = () => document.querySelector('[data-testid="msg-live"] [data-testid="answer"]')?.textContent?.trim();
+
 const sidebarChats = (app: App) => [...app.el.querySelectorAll<HTMLElement>('[data-testid=chat-item]')]
   .map((e) => `${e.dataset.chatId} ${e.querySelector('.chat-title')?.textContent}`);
 
@@ -92,8 +94,12 @@ describe('a first message', () => {
     expect(app.el.querySelector('[data-testid=chat-open][aria-current=page]')?.closest('[data-chat-id]')?.getAttribute('data-chat-id')).toBe('7');
     expect(count('list_chats')).toBe(listsBefore);
     expect(app.el.querySelectorAll('[data-testid=msg-user]').length).toBe(1);
-    // the first piece: the list (with the title the message gave) is read then
+    // the first piece: the list (with the title the message gave) is read
+    // then, in a task after the one that draws the piece (its commands are
+    // not on the text's way)
     event({ kind: 'content', text: 'Hi' });
+    expect(liveAnswer()).toBe('Hi');
+    expect(count('list_chats')).toBe(listsBefore);
     await settle();
     expect(count('list_chats')).toBeGreaterThan(listsBefore);
     expect(sidebarChats(app)).toEqual(['7 Hello there']);
