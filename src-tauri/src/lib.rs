@@ -161,8 +161,8 @@ pub fn run() {
     webview_rendering::choose_for_this_machine();
     let paths = Paths::resolve(dirs_data_dir());
     // the app has no terminal when double-clicked: log to a file in the data folder
-    if engine::logging::init_to_file(&paths.data_dir.join("vlm-chat.log")).is_err() {
-        engine::logging::init_with_default("info");
+    if server::logging::init_to_file(&paths.data_dir.join("vlm-chat.log")).is_err() {
+        server::logging::init_with_default("info");
     }
     let builder = tauri::Builder::default()
         // first of the plugins: a second launch must hand over its files and

@@ -380,9 +380,9 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     if matches!(cli.command, Command::Serve(_)) {
         // A server's log is its record: one line per request by default.
-        engine::logging::init_with_default("warn,server=info");
+        server::logging::init_with_default("warn,server=info");
     } else {
-        engine::logging::init_cli();
+        server::logging::init_cli();
     }
     match cli.command {
         Command::Serve(a) => run_serve(a),

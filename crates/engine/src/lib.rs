@@ -41,7 +41,8 @@
 //! `distributed`'s ops, launcher and followers, GGUF blocks, the Gated DeltaNet
 //! recurrences (`model::layers`), LFM2's bench configs. `testing` (feature
 //! `testing`) holds the tiny checkpoint writers of tests, examples and
-//! benchmarks; `logging` (feature `logging`) the binaries' log setup.
+//! benchmarks. The engine only emits `tracing` events: the binaries set up
+//! logging (`server::logging`).
 pub mod batch;
 pub mod cache;
 pub mod constraint;
@@ -62,7 +63,5 @@ pub mod weights;
 
 pub use error::{Error, Result};
 pub mod convert;
-#[cfg(feature = "logging")]
-pub mod logging;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -20,6 +20,8 @@
 //! several dialects at the edge: `anthropic.rs` and `responses.rs` translate
 //! into the chat-completions request, `completions.rs` into raw-text engine
 //! requests; `response_store.rs` keeps responses for `previous_response_id`.
+//! `logging.rs` is not HTTP: it is the log setup of the two binaries that link
+//! this crate, `vlm` and `vlm-chat`.
 //!
 //! ```no_run
 //! # async fn demo(engine: engine::handle::EngineHandle) -> Result<(), server::Error> {
@@ -40,6 +42,7 @@ mod error;
 mod file_urls;
 mod json_body;
 mod listen;
+pub mod logging;
 mod loopback;
 pub mod openai;
 mod response_store;

@@ -1,5 +1,7 @@
-//! Logging setup. The filter comes from `VLM_LOG` (or `RUST_LOG`), e.g.
-//! `VLM_LOG=engine=debug`; the default shows warnings and errors only.
+//! The log setup of the two binaries that link this crate, `vlm` and
+//! `vlm-chat` (the libraries, the engine included, only emit `tracing`
+//! events). The filter comes from `VLM_LOG` (or `RUST_LOG`), e.g.
+//! `VLM_LOG=engine=debug`; without either, each binary passes its default.
 use tracing_subscriber::EnvFilter;
 
 fn filter(default: &str) -> EnvFilter {
