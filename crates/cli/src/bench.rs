@@ -652,7 +652,7 @@ pub fn vision_ttft(
     for n in 0..runs {
         fresh.push(ask(&variant(2 + n))?);
     }
-    fresh.sort_by(|a, b| a.time_to_first_token.cmp(&b.time_to_first_token));
+    fresh.sort_by_key(|s| s.time_to_first_token);
     let first = fresh[fresh.len() / 2].clone();
     let repeat = ask(&variant(1 + runs))?;
     Ok(VisionTtftReport {
