@@ -23,15 +23,20 @@
 //! rejected goes back to the state after its last kept token without
 //! running anything again.
 //!
-//! The recurrence runs as composed MLX ops: one token at a time for decode
-//! steps, short passes and speculative verify steps (mlx-lm's fallback where
-//! its Metal kernel does not apply; on the CPU backend the same), and in
-//! chunks of tokens for longer prompts ([`super::gated_delta_chunked`], as
-//! mlx-vlm does on backends without that kernel).
+//! The recurrence runs one token at a time for decode steps, short passes
+//! and speculative verify steps, each token as one compiled function
+//! ([`step`]: mlx-lm's fallback where its Metal kernel does not apply, on
+//! the CPU backend the same), and in chunks of tokens for longer prompts
+//! ([`super::gated_delta_chunked`], as mlx-vlm does on backends without
+//! that kernel).
+use std::cell::RefCell;
+
+use mlx_rs::ops::indexing::Ellipsis;
 use mlx_rs::{fast, nn, ops, ops::indexing::IndexOp, Array, Dtype};
 
 use crate::cache::BatchCache;
 use crate::error::{Error, Result};
+use crate::model::layers::fused::{self, Fused};
 use crate::model::layers::gated_delta_chunked::chunked_recurrence;
 use crate::model::layers::{LayerLoader, Linear};
 use crate::model::shape::LayerShape;
@@ -227,18 +232,46 @@ impl GatedDeltaNet {
         Ok((q, k))
     }
 
-    /// `g = exp(−exp(A_log) · softplus(a + dt_bias))`, float32 `[B, L, Hv]`.
+    /// `g = exp(−exp(A_log) · softplus(a + dt_bias))`, float32 `[B, L, Hv]`,
+    /// compiled shapeless as mlx-lm's `compute_g` is.
     fn decay(&self, a: &Array) -> Result<Array> {
-        let softplus = nn::softplus(a.add(&self.dt_bias)?)?;
-        Ok(ops::exp(ops::exp(&self.a_log)?.negative()?.multiply(softplus)?)?)
+        thread_local! {
+            static FUSED: RefCell<Fused> = RefCell::new(fused::compile(decay_ops, true));
+        }
+        let inputs = [self.a_log.clone(), a.clone(), self.dt_bias.clone()];
+        Ok(fused::call(&FUSED, &inputs)?.remove(0))
     }
 
-    /// RMSNorm of `y` gated by SiLU(`z`), computed in float32.
+    /// RMSNorm of `y` gated by SiLU(`z`), computed in float32; the gating
+    /// compiled shapeless as mlx-lm's `precise_swiglu` is.
     fn gated_norm(&self, y: &Array, z: &Array) -> Result<Array> {
+        thread_local! {
+            static FUSED: RefCell<Fused> = RefCell::new(fused::compile(gate_ops, true));
+        }
         let normed = fast::rms_norm(y, Some(&self.norm_weight), self.dims.eps)?;
-        let gate = nn::silu(z.as_dtype(Dtype::Float32)?)?;
-        Ok(gate.multiply(normed.as_dtype(Dtype::Float32)?)?.as_dtype(y.dtype())?)
+        Ok(fused::call(&FUSED, &[y.clone(), z.clone(), normed])?.remove(0))
     }
+}
+
+/// [`GatedDeltaNet::decay`] op by op: `[A_log, a, dt_bias]` → `[g]`.
+fn decay_ops(inputs: &[Array]) -> Result<Vec<Array>> {
+    let [a_log, a, dt_bias] = inputs else { return Err(arity("decay", 3, inputs)) };
+    let softplus = nn::softplus(a.add(dt_bias)?)?;
+    Ok(vec![ops::exp(ops::exp(a_log)?.negative()?.multiply(softplus)?)?])
+}
+
+/// [`GatedDeltaNet::gated_norm`]'s gating op by op: `[y, z, normed]` →
+/// `[SiLU(z) · normed]` in float32, returned in `y`'s dtype.
+fn gate_ops(inputs: &[Array]) -> Result<Vec<Array>> {
+    let [y, z, normed] = inputs else { return Err(arity("gated norm", 3, inputs)) };
+    // SiLU spelled out: `nn::silu` is itself a compiled function.
+    let z = z.as_dtype(Dtype::Float32)?;
+    let gate = z.multiply(ops::sigmoid(&z)?)?;
+    Ok(vec![gate.multiply(normed.as_dtype(Dtype::Float32)?)?.as_dtype(y.dtype())?])
+}
+
+fn arity(what: &str, want: usize, inputs: &[Array]) -> Error {
+    Error::Mlx(format!("{what}: {want} inputs expected, {} given", inputs.len()))
 }
 
 /// The gated delta rule over `L` tokens. q, k `[B, L, Hk, Dk]`, v `[B, L, Hv, Dv]`,
@@ -270,19 +303,18 @@ pub fn recurrence(
     let mut ys = Vec::with_capacity(l as usize);
     let mut states = Vec::new();
     for t in 0..l {
-        let (qt, kt, vt) = (q.index((.., t)), k.index((.., t)), v.index((.., t)));
-        let decay = g.index((.., t)).reshape(&[b, hv, 1, 1])?;
-        let decayed = state.multiply(&decay)?;
-        let kt_row = kt.expand_dims(-2)?;
-        let remembered = decayed.multiply(&kt_row)?.sum_axis(-1, false)?;
-        let delta = vt.subtract(&remembered)?.multiply(beta.index((.., t)).expand_dims(-1)?)?;
-        let next = decayed.add(kt_row.multiply(delta.expand_dims(-1)?)?)?;
-        let y = next.multiply(qt.expand_dims(-2)?)?.sum_axis(-1, false)?;
-        ys.push(y.as_dtype(q.dtype())?);
-        state = match real {
-            Some(real) => ops::select(&real.index((.., t)).reshape(&[b, 1, 1, 1])?, &next, &state)?,
-            None => next,
-        };
+        let real_t = real.map(|real| real.index((.., t)));
+        let (y, next) = step(
+            &q.index((.., t)),
+            &k.index((.., t)),
+            &v.index((.., t)),
+            &g.index((.., t)),
+            &beta.index((.., t)),
+            &state,
+            real_t.as_ref(),
+        )?;
+        ys.push(y);
+        state = next;
         if record {
             states.push(state.clone());
         }
@@ -291,7 +323,144 @@ pub fn recurrence(
     Ok((ops::stack(&ys, 1)?, state, steps))
 }
 
+/// One token of the gated delta rule, compiled: q, k `[B, Hv, Dk]` (key
+/// heads already repeated to the value heads), v `[B, Hv, Dv]`, g and β
+/// `[B, Hv]`, state `[B, Hv, Dv, Dk]` (float32); where `real` (`[B]`) is
+/// false the row keeps its state. Returns y `[B, Hv, Dv]` in q's dtype and
+/// the next state.
+///
+/// Not mlx-lm's step (`_gated_delta_step_ops`, which it compiles too): that
+/// one makes four elementwise passes over the state and two reductions,
+/// and MLX's CPU backend runs a compiled chain of broadcast operands as a
+/// scalar strided loop, so compiling it gained nothing here (bench-size
+/// Qwen3.5, decode of 8 rows, CPU per token in libmlx and compiled
+/// kernels: 2.07–2.21 ms op by op, 1.91–2.34 ms compiled). [`step_ops`]
+/// reads the state once in a matrix product and writes it once: 1.26–1.33
+/// ms, plus 0.35–0.5 ms of OpenBLAS for the product (docs/performance.md).
+///
+/// Compiled shape by shape, as mlx-lm's step is: MLX traces it once per
+/// batch size and thread and keeps each trace.
+pub fn step(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    g: &Array,
+    beta: &Array,
+    state: &Array,
+    real: Option<&Array>,
+) -> Result<(Array, Array)> {
+    thread_local! {
+        static FUSED: RefCell<Fused> = RefCell::new(fused::compile(step_ops, false));
+    }
+    let mut inputs = vec![q.clone(), k.clone(), v.clone(), g.clone(), beta.clone(), state.clone()];
+    inputs.extend(real.cloned());
+    let mut out = fused::call(&FUSED, &inputs)?.into_iter();
+    match (out.next(), out.next()) {
+        (Some(y), Some(next)) => Ok((y, next)),
+        _ => Err(Error::Mlx("gated delta step: two outputs expected".into())),
+    }
+}
+
+/// [`step`] op by op: `[q, k, v, g, β, state]` and optionally `real`.
+/// With `S' = g·S + δ kᵀ` and `δ = β (v − g·S k)`, the readout is
+/// `y = S' q = g·S q + δ (k·q)`: one product `S [k q]` gives both `S k` and
+/// `S q`, and the state is read again only to write `S'`.
+pub fn step_ops(inputs: &[Array]) -> Result<Vec<Array>> {
+    let (q, k, v, g, beta, state, real) = match inputs {
+        [q, k, v, g, beta, state] => (q, k, v, g, beta, state, None),
+        [q, k, v, g, beta, state, real] => (q, k, v, g, beta, state, Some(real)),
+        _ => return Err(arity("gated delta step", 6, inputs)),
+    };
+    let g = g.expand_dims_axes(&[-1, -2])?; // [B, H, 1, 1]
+    let s_kq = state.matmul(ops::stack(&[k, q], -1)?)?; // [B, H, Dv, 2]
+    let (s_k, s_q) = (s_kq.index((Ellipsis, 0..1)), s_kq.index((Ellipsis, 1..2)));
+    let delta = v
+        .expand_dims(-1)?
+        .subtract(g.multiply(&s_k)?)?
+        .multiply(beta.expand_dims_axes(&[-1, -2])?)?; // [B, H, Dv, 1]
+    let k_dot_q = k.multiply(q)?.sum_axes(&[-1], true)?.expand_dims(-1)?; // [B, H, 1, 1]
+    let y = g.multiply(&s_q)?.add(delta.multiply(&k_dot_q)?)?.squeeze_axes(&[-1])?;
+    let next = state.multiply(&g)?.add(delta.multiply(k.expand_dims(-2)?)?)?;
+    let next = match real {
+        Some(real) => ops::select(&real.expand_dims_axes(&[1, 2, 3])?, &next, state)?,
+        None => next,
+    };
+    Ok(vec![y.as_dtype(q.dtype())?, next])
+}
+
 /// A slice as its own buffer, so a kept state does not pin the whole pass.
 fn contiguous(a: Array) -> Result<Array> {
     Ok(a.contiguous()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mlx_rs::random;
+
+    /// Random inputs of one step for `b` rows, 4 value heads of width 8.
+    fn inputs(b: i32, seed: u64) -> Vec<Array> {
+        let part = |i: u64, shape: &[i32]| {
+            let key = random::key(seed * 16 + i).unwrap();
+            random::normal::<f32>(shape, None, None, &key).unwrap()
+        };
+        let (h, d) = (4, 8);
+        vec![
+            part(0, &[b, h, d]),
+            part(1, &[b, h, d]),
+            part(2, &[b, h, d]),
+            ops::sigmoid(part(3, &[b, h])).unwrap(),
+            ops::sigmoid(part(4, &[b, h])).unwrap(),
+            part(5, &[b, h, d, d]),
+        ]
+    }
+
+    fn max_abs_diff(a: &Array, b: &Array) -> f32 {
+        a.subtract(b).unwrap().abs().unwrap().max(None).unwrap().item_exact::<f32>()
+    }
+
+    /// The gated delta rule as written: `S ← g·S; S ← S + k ⊗ β·(v − S·k);
+    /// y = S·q`, each product an elementwise multiply and a sum.
+    fn rule_as_written(x: &[Array]) -> (Array, Array) {
+        let (q, k, v, g, beta, state) = (&x[0], &x[1], &x[2], &x[3], &x[4], &x[5]);
+        let decayed = state.multiply(g.expand_dims_axes(&[-1, -2]).unwrap()).unwrap();
+        let k_row = k.expand_dims(-2).unwrap();
+        let remembered = decayed.multiply(&k_row).unwrap().sum_axis(-1, false).unwrap();
+        let delta =
+            v.subtract(&remembered).unwrap().multiply(beta.expand_dims(-1).unwrap()).unwrap();
+        let next = decayed.add(k_row.multiply(delta.expand_dims(-1).unwrap()).unwrap()).unwrap();
+        let y = next.multiply(q.expand_dims(-2).unwrap()).unwrap().sum_axis(-1, false).unwrap();
+        (y, next)
+    }
+
+    /// The compiled step against its own ops and against the rule as
+    /// written, at batch sizes that change from call to call (each traced
+    /// once), with and without padded rows. Measured: equal to its ops to
+    /// the last bit, and 1.9e-6 from the rule as written (values of size
+    /// ~1 to 10, float32 rounding in another order); a wrong term moves
+    /// them by the size of the values.
+    #[test]
+    fn compiled_step_matches_the_rule_as_the_batch_changes() {
+        for (b, seed) in [(3, 1), (1, 2), (5, 3), (3, 4)] {
+            let x = inputs(b, seed);
+            let (y, next) = step(&x[0], &x[1], &x[2], &x[3], &x[4], &x[5], None).unwrap();
+            assert_eq!(y.shape(), &[b, 4, 8]);
+            assert_eq!(next.shape(), &[b, 4, 8, 8]);
+            let ops = step_ops(&x).unwrap();
+            assert_eq!(max_abs_diff(&y, &ops[0]), 0.0, "y at batch {b}");
+            assert_eq!(max_abs_diff(&next, &ops[1]), 0.0, "state at batch {b}");
+            let (y_rule, next_rule) = rule_as_written(&x);
+            assert!(max_abs_diff(&y, &y_rule) < 1e-5, "y at batch {b}");
+            assert!(max_abs_diff(&next, &next_rule) < 1e-5, "state at batch {b}");
+
+            // Every other row padded: it keeps its state exactly.
+            let real: Vec<bool> = (0..b).map(|r| r % 2 == 0).collect();
+            let real = Array::from_slice(&real, &[b]);
+            let (_, kept) = step(&x[0], &x[1], &x[2], &x[3], &x[4], &x[5], Some(&real)).unwrap();
+            for r in 0..b {
+                let want = if r % 2 == 0 { next.index(r) } else { x[5].index(r) };
+                assert_eq!(max_abs_diff(&kept.index(r), &want), 0.0, "row {r} of {b}");
+            }
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! Building blocks shared by the model families: linear layers and embeddings
 //! that are either float or MLX-quantized, and RMS norm.
 pub(crate) mod attention;
+pub mod fused;
 pub mod gated_delta;
 pub mod gated_delta_chunked;
 pub(crate) mod moe;
@@ -616,22 +617,11 @@ pub fn rows_at(x: &Array, at: &Array) -> Result<Array> {
 /// measured slower; it compiled shape by shape, and MLX then traces and
 /// builds a kernel for every new chunk length.
 pub fn gelu_tanh(x: &Array) -> Result<Array> {
-    // MLX's compile cache and tracing are process-wide and unguarded; the
-    // engine builds graphs on one thread, but tests run engines side by side.
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     thread_local! {
-        static FUSED: std::cell::RefCell<Box<FusedUnary>> = std::cell::RefCell::new(Box::new(
-            mlx_rs::transforms::compile::compile(|x: &Array| gelu_tanh_ops(x).map_err(exception), true),
-        ));
+        static FUSED: std::cell::RefCell<fused::Fused> =
+            std::cell::RefCell::new(fused::compile(|x| Ok(vec![gelu_tanh_ops(&x[0])?]), true));
     }
-    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    Ok(FUSED.with(|f| (f.borrow_mut())(x))?)
-}
-
-type FusedUnary = dyn FnMut(&Array) -> std::result::Result<Array, mlx_rs::error::Exception>;
-
-fn exception(e: crate::error::Error) -> mlx_rs::error::Exception {
-    mlx_rs::error::Exception::custom(e.to_string())
+    Ok(fused::call(&FUSED, std::slice::from_ref(x))?.remove(0))
 }
 
 /// [`gelu_tanh`] op by op (what the compiled function traces), `x³` as two
