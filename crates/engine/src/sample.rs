@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 mod greedy_rows;
+mod logit_bias;
 pub use greedy_rows::greedy_rows;
+pub use logit_bias::LogitBias;
 
 /// Per-request sampling settings. The defaults are greedy decoding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -105,7 +107,8 @@ pub struct Sampler {
     /// Split on every sampled token, so a seeded request gives the same tokens
     /// whatever else runs beside it.
     key: Option<Array>,
-    bias_ids: Option<(Array, Array)>,
+    /// `params.logit_bias` as arrays, built once.
+    bias: Option<LogitBias>,
 }
 
 impl Sampler {
@@ -121,19 +124,17 @@ impl Sampler {
             });
             Some(random::key(seed)?)
         };
-        let bias_ids = if params.logit_bias.is_empty() {
-            None
-        } else {
-            let ids: Vec<i32> = params.logit_bias.keys().map(|&i| i as i32).collect();
-            let vals: Vec<f32> = params.logit_bias.values().copied().collect();
-            let n = ids.len() as i32;
-            Some((Array::from_slice(&ids, &[1, n]), Array::from_slice(&vals, &[1, n])))
-        };
-        Ok(Self { params, key, bias_ids })
+        let bias = LogitBias::new(&params.logit_bias);
+        Ok(Self { params, key, bias })
     }
 
     pub fn params(&self) -> &SamplingParams {
         &self.params
+    }
+
+    /// The request's logit bias, built once (`None`: it has none).
+    pub fn logit_bias(&self) -> Option<&LogitBias> {
+        self.bias.as_ref()
     }
 
     /// Samples from `logits` `[1, vocab]` given the tokens so far; returns a
@@ -209,9 +210,8 @@ impl Sampler {
         if self.params.repetition_penalty != 1.0 && !(history.is_empty() && pending.is_none()) {
             logits = self.penalize_repeats(&logits, history, pending)?;
         }
-        if let Some((ids, vals)) = &self.bias_ids {
-            let biased = take_along_axis(&logits, ids, -1)?.add(vals)?;
-            logits = put_along_axis(&logits, ids, &biased, -1)?;
+        if let Some(bias) = &self.bias {
+            logits = bias.add_to_row(&logits)?;
         }
         Ok(logits)
     }

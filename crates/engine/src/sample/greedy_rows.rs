@@ -4,52 +4,30 @@
 //! cast, reshape) plus the concatenation, which on a small model is a
 //! visible share of a decode step's ops, and every benchmark and API client
 //! that bans end-of-sequence tokens carries such a bias.
-use std::collections::BTreeMap;
-
-use mlx_rs::ops::indexing::{argmax_axis, put_along_axis, take_along_axis};
+use mlx_rs::ops::indexing::argmax_axis;
 use mlx_rs::{Array, Dtype};
 
+use super::logit_bias::{add_to_rows, LogitBias};
 use crate::error::Result;
 
 /// The argmax of each row of `logits` `[B, vocab]` after `biases[b]` is
-/// added to row `b` (empty: none), `[B]` int32: what [`super::Sampler`]
+/// added to row `b` (`None`: none), `[B]` int32: what [`super::Sampler`]
 /// gives a greedy row without repetition penalty, row by row.
-pub fn greedy_rows(logits: &Array, biases: &[&BTreeMap<u32, f32>]) -> Result<Array> {
+pub fn greedy_rows(logits: &Array, biases: &[Option<&LogitBias>]) -> Result<Array> {
     assert_eq!(biases.len() as i32, logits.dim(0), "one bias per row");
-    let width = biases.iter().map(|b| b.len()).max().unwrap_or(0);
-    let logits = if width == 0 {
+    let logits = if biases.iter().all(Option::is_none) {
         logits.clone()
     } else {
         // As the sampler does: the bias is added in float32.
-        let logits = logits.as_dtype(Dtype::Float32)?;
-        let (ids, values) = padded_biases(biases, width);
-        let shape = [biases.len() as i32, width as i32];
-        let ids = Array::from_slice(&ids, &shape);
-        let biased = take_along_axis(&logits, &ids, -1)?.add(Array::from_slice(&values, &shape))?;
-        put_along_axis(&logits, &ids, &biased, -1)?
+        add_to_rows(&logits.as_dtype(Dtype::Float32)?, biases)?
     };
     Ok(argmax_axis(&logits, -1, false)?.as_dtype(Dtype::Int32)?)
 }
 
-/// Every row's `(id, bias)` pairs, `width` per row. A shorter row repeats
-/// its last pair (the scatter then writes that id twice with the same
-/// value); a row without a bias writes token 0 back unchanged.
-fn padded_biases(biases: &[&BTreeMap<u32, f32>], width: usize) -> (Vec<i32>, Vec<f32>) {
-    let mut ids = Vec::with_capacity(biases.len() * width);
-    let mut values = Vec::with_capacity(biases.len() * width);
-    for bias in biases {
-        let pairs: Vec<(i32, f32)> = bias.iter().map(|(&id, &v)| (id as i32, v)).collect();
-        let pad = pairs.last().copied().unwrap_or((0, 0.0));
-        for (id, v) in pairs.into_iter().chain(std::iter::repeat(pad)).take(width) {
-            ids.push(id);
-            values.push(v);
-        }
-    }
-    (ids, values)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::sample::{Sampler, SamplingParams};
 
@@ -72,7 +50,8 @@ mod tests {
         ];
         let flat: Vec<f32> = rows.iter().flatten().copied().collect();
         let logits = Array::from_slice(&flat, &[4, 5]);
-        let refs: Vec<&BTreeMap<u32, f32>> = biases.iter().collect();
+        let built: Vec<Option<LogitBias>> = biases.iter().map(LogitBias::new).collect();
+        let refs: Vec<Option<&LogitBias>> = built.iter().map(Option::as_ref).collect();
         let got = greedy_rows(&logits, &refs).unwrap();
         got.eval().unwrap();
         let want: Vec<i32> = rows
@@ -96,8 +75,7 @@ mod tests {
     #[test]
     fn without_biases_it_is_the_argmax() {
         let logits = Array::from_slice(&[0.0f32, 2.0, 1.0, 4.0, 3.0, 0.0], &[2, 3]);
-        let empty = BTreeMap::new();
-        let got = greedy_rows(&logits, &[&empty, &empty]).unwrap();
+        let got = greedy_rows(&logits, &[None, None]).unwrap();
         got.eval().unwrap();
         assert_eq!(got.as_slice::<i32>(), [1, 0]);
     }

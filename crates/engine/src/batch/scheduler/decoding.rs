@@ -1,6 +1,5 @@
 //! Decode: one forward pass for every running row, sampling, reading the
 //! tokens back while the next step computes, and rows leaving the batch.
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use mlx_rs::ops::indexing::IndexOp;
@@ -184,9 +183,8 @@ impl Scheduler {
             })
             .collect();
         let greedy = if shared.iter().any(|&s| s) {
-            let none = BTreeMap::new();
             let biases: Vec<_> = (self.running.iter().zip(&shared))
-                .map(|(s, &shared)| if shared { &s.sampler.params().logit_bias } else { &none })
+                .map(|(s, &shared)| if shared { s.sampler.logit_bias() } else { None })
                 .collect();
             Some(greedy_rows(logits, &biases)?)
         } else {
