@@ -6,14 +6,16 @@
 //! last layer a convolution; GQA with head size 32 (KV quantization's
 //! smallest group); an MLP width derived as LFM2 derives it (auto-adjusted
 //! and rounded up). The tokenizer has LFM2's specials and its chat template.
-use std::collections::HashMap;
+//! The tensors are what the family's loader takes for the config
+//! ([`super::recorded`]); what stays written out here is Hugging Face's
+//! kernel layout.
 use std::path::Path;
 
-use mlx_rs::Array;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::families::Dims;
-use super::{byte_level_meta, save_checkpoint, Rng};
+use super::recorded::{Recorded, Tensors};
+use super::{byte_level_meta, save_checkpoint, Values};
 use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
 use crate::weights::QuantSpec;
@@ -79,7 +81,6 @@ const CONV_WIDTH: i32 = 3;
 const FF_DIM: i32 = 100;
 const FF_MULTIPLIER: f64 = 1.5;
 const FF_MULTIPLE_OF: i32 = 32;
-const FF_ADJUSTED: i32 = 128;
 
 /// The MLP width of a tiny LFM2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,15 +89,6 @@ pub enum Lfm2Mlp {
     Adjusted,
     /// This width as it stands (`block_auto_adjust_ff_dim` false): benchmarks.
     Width(i32),
-}
-
-impl Lfm2Mlp {
-    fn width(self) -> i32 {
-        match self {
-            Lfm2Mlp::Adjusted => FF_ADJUSTED,
-            Lfm2Mlp::Width(w) => w,
-        }
-    }
 }
 
 /// The tiny vocabulary with LFM2's specials; BOS `<|startoftext|>` (the
@@ -128,11 +120,10 @@ pub(crate) fn write_lfm2(
     tokenizer.write_hf_files(dir)?;
     let vocab = tokenizer.vocab_size() as i32;
     let hf = quantize.is_none();
-    let mut w = Writer { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new() };
-    lfm2_weights(&mut w, d, Lfm2Mlp::Adjusted, vocab, hf, "model")?;
     let mut config = lfm2_config(d, Lfm2Mlp::Adjusted, vocab, hf);
     config["bos_token_id"] = json!(tokenizer.token_to_id("<|startoftext|>"));
-    save_checkpoint(dir, w.tensors, &w.matrices, config, quantize)?;
+    let (tensors, matrices) = lfm2_parts(&config, quantize, seed, hf, "model")?;
+    save_checkpoint(dir, tensors, &matrices, config, quantize)?;
     Ok(vocab)
 }
 
@@ -141,55 +132,37 @@ fn is_attention(i: i32) -> bool {
     i % 2 == 1
 }
 
-/// The tiny LFM2's tensors under `prefix` (`model`, or a vision-language
-/// checkpoint's `model.language_model`): Hugging Face's kernel layout when
-/// `hf`, else mlx-community's.
-pub(crate) fn lfm2_weights(
-    w: &mut Writer,
-    d: Dims,
-    mlp: Lfm2Mlp,
-    vocab: i32,
+/// The tensors the LFM2 loader takes for `config` (an LFM2 config.json, or
+/// a vision-language checkpoint's `text_config`), with seeded values, under
+/// `prefix` where the loader says `model` (a vision-language checkpoint's
+/// `model.language_model`), the convolution kernels in Hugging Face's
+/// `[C, 1, K]` when `hf`; and the matrices `quantize` stores quantized.
+pub(crate) fn lfm2_parts(
+    config: &Value,
+    quantize: Option<QuantSpec>,
+    seed: u64,
     hf: bool,
     prefix: &str,
-) -> Result<()> {
-    let (h, hd, ff) = (d.hidden, d.hidden / d.heads, mlp.width());
-    // The head is the embedding: small rows, so the layers pick the next token.
-    let embed = w.rng.tensor(&[vocab, h], 0.05, 0.0);
-    w.tensors.insert(format!("{prefix}.embed_tokens.weight"), embed);
-    w.matrices.push(format!("{prefix}.embed_tokens"));
-    for i in 0..d.layers {
-        let p = format!("{prefix}.layers.{i}");
-        w.norm(format!("{p}.operator_norm"), h);
-        w.norm(format!("{p}.ffn_norm"), h);
-        if is_attention(i) {
-            let a = format!("{p}.self_attn");
-            w.matrix(format!("{a}.q_proj"), [d.heads * hd, h]);
-            w.matrix(format!("{a}.k_proj"), [d.kv_heads * hd, h]);
-            w.matrix(format!("{a}.v_proj"), [d.kv_heads * hd, h]);
-            w.matrix(format!("{a}.out_proj"), [h, d.heads * hd]);
-            w.norm(format!("{a}.q_layernorm"), hd);
-            w.norm(format!("{a}.k_layernorm"), hd);
-        } else {
-            let c = format!("{p}.conv");
-            w.matrix(format!("{c}.in_proj"), [3 * h, h]);
-            w.matrix(format!("{c}.out_proj"), [h, h]);
-            let kernel = w.rng.tensor(&[h, CONV_WIDTH, 1], 0.5, 0.0);
-            let kernel = if hf { kernel.swap_axes(1, 2)? } else { kernel };
-            w.tensors.insert(format!("{c}.conv.weight"), kernel);
-        }
-        let f = format!("{p}.feed_forward");
-        w.matrix(format!("{f}.w1"), [ff, h]);
-        w.matrix(format!("{f}.w3"), [ff, h]);
-        w.matrix(format!("{f}.w2"), [h, ff]);
+) -> Result<(Tensors, Vec<String>)> {
+    let drawn = Recorded::draw(config, quantize, Values::seeded(seed), |_| false)?;
+    let rename = |name: &str| match name.strip_prefix("model.") {
+        Some(rest) => format!("{prefix}.{rest}"),
+        None => name.to_string(),
+    };
+    let mut tensors = Tensors::new();
+    for (name, t) in drawn.tensors {
+        // MLX's `[C, K, 1]`, the loader's own, as Hugging Face's `[C, 1, K]`.
+        let t = if hf && name.ends_with(".conv.conv.weight") { t.swap_axes(1, 2)? } else { t };
+        tensors.insert(rename(&name), t);
     }
-    w.norm(format!("{prefix}.embedding_norm"), h);
-    Ok(())
+    let matrices = drawn.matrices.iter().map(|m| rename(m)).collect();
+    Ok((tensors, matrices))
 }
 
 /// The tiny LFM2's config.json (a vision-language checkpoint's
 /// `text_config`): the attention plan as `layer_types` when `hf`, else as
 /// `full_attn_idxs`.
-pub(crate) fn lfm2_config(d: Dims, mlp: Lfm2Mlp, vocab: i32, hf: bool) -> serde_json::Value {
+pub(crate) fn lfm2_config(d: Dims, mlp: Lfm2Mlp, vocab: i32, hf: bool) -> Value {
     let h = d.hidden;
     let attention: Vec<i32> = (0..d.layers).filter(|&i| is_attention(i)).collect();
     let mut config = json!({
@@ -229,23 +202,4 @@ pub(crate) fn lfm2_config(d: Dims, mlp: Lfm2Mlp, vocab: i32, hf: bool) -> serde_
         config["full_attn_idxs"] = json!(attention);
     }
     config
-}
-
-/// Tensors being written, and which are matrices (quantized in a 4-bit folder).
-pub(crate) struct Writer {
-    pub(crate) rng: Rng,
-    pub(crate) tensors: HashMap<String, Array>,
-    pub(crate) matrices: Vec<String>,
-}
-
-impl Writer {
-    pub(crate) fn matrix(&mut self, name: String, shape: [i32; 2]) {
-        let scale = 1.0 / (shape[1] as f32).sqrt();
-        self.tensors.insert(format!("{name}.weight"), self.rng.tensor(&shape, scale, 0.0));
-        self.matrices.push(name);
-    }
-
-    pub(crate) fn norm(&mut self, name: String, dim: i32) {
-        self.tensors.insert(format!("{name}.weight"), self.rng.tensor(&[dim], 0.1, 1.0));
-    }
 }

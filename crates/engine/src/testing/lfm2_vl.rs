@@ -18,13 +18,12 @@
 //! conversions hold them (`language_model.model.*` with `[C, K, 1]` kernels
 //! and the text model quantized, `vision_tower.*` and
 //! `multi_modal_projector.*` left float, as mlx-vlm's convert leaves them).
-use std::collections::HashMap;
 use std::path::Path;
 
 use serde_json::json;
 
 use super::families::{Dims, TinyFamily};
-use super::lfm2::{lfm2_byte_level_meta, lfm2_config, lfm2_weights, Lfm2Mlp, Writer};
+use super::lfm2::{lfm2_byte_level_meta, lfm2_config, lfm2_parts, Lfm2Mlp};
 use super::recorded::{draw, draw_part};
 use super::{save_checkpoint, Rng};
 use crate::error::{Error, Result};
@@ -190,16 +189,16 @@ pub fn write_lfm2_vl(
     let id = |t: &str| tokenizer.token_to_id(t).expect("special token in the tiny vocabulary");
     let vocab = tokenizer.vocab_size() as i32;
 
-    let mut w = Writer { rng: Rng(seed), tensors: HashMap::new(), matrices: Vec::new() };
-    lfm2_weights(&mut w, d.text, d.text_mlp, vocab, hf, text)?;
-
     let (width, table) = (d.vision_width, d.positions_side * d.positions_side);
 
     let max_patches = d.max_image_tokens * d.factor * d.factor;
+    let text_config = lfm2_config(d.text, d.text_mlp, vocab, hf);
+    // The language model: what the LFM2 loader takes for the text config.
+    let (mut tensors, matrices) = lfm2_parts(&text_config, quantize, seed, hf, text)?;
     let config = json!({
         "model_type": "lfm2-vl",
         "architectures": ["Lfm2VlForConditionalGeneration"],
-        "text_config": lfm2_config(d.text, d.text_mlp, vocab, hf),
+        "text_config": text_config,
         "vision_config": {
             "model_type": "siglip2_vision_model",
             "hidden_size": width,
@@ -286,8 +285,8 @@ pub fn write_lfm2_vl(
             Some(rest) => format!("{tower}.{rest}"),
             None => format!("{projector}.{}", &name["multi_modal_projector.".len()..]),
         };
-        w.tensors.insert(name, t);
+        tensors.insert(name, t);
     }
-    save_checkpoint(dir, w.tensors, &w.matrices, config, quantize)?;
+    save_checkpoint(dir, tensors, &matrices, config, quantize)?;
     Ok(vocab)
 }

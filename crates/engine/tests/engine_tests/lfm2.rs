@@ -131,9 +131,11 @@ fn lfm2_calls_tools_in_its_own_format() {
     let caps = info.capabilities;
     assert!(caps.tools && !caps.thinking && !caps.vision, "{caps:?}");
 
-    // A closed set of cities: random weights never end a free string.
+    // A closed set of cities and no other keys: random weights never end a
+    // free string (a key's name included).
     let mut tool = weather_tool();
     tool["function"]["parameters"]["properties"]["city"]["enum"] = json!(["Paris", "Rome"]);
+    tool["function"]["parameters"]["additionalProperties"] = json!(false);
     let options = TemplateOptions { tools: Some(vec![tool]), ..Default::default() };
     let mut request = Request::new(Prompt::Chat {
         messages: vec![ChatMessage::user("Weather in Paris?")],
