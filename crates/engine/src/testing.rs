@@ -9,8 +9,8 @@
 //! A family's checkpoint can come from its config alone
 //! ([`write_recorded`], [`write_tiny_from_config`]): the tensors its own
 //! loader takes, recorded, with seeded values. Every text fixture but
-//! gpt-oss, Ministral 3 and Gemma 4 is written so; those still write their
-//! tensors out.
+//! Ministral 3 and Gemma 4 is written so; those still write their tensors
+//! out.
 mod families;
 mod gemma3_vl;
 mod gemma4_assistant;

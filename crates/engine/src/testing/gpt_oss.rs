@@ -6,15 +6,18 @@
 //! (8) shorter than the test prompts; GQA with an explicit head size (32)
 //! unlike hidden / heads; a learned sink per head; YaRN RoPE as gpt-oss-20b
 //! sets it; top 2 of 4 experts. The tokenizer has harmony's specials and
-//! gpt-oss's own chat template.
+//! gpt-oss's own chat template. The tensors are what the family's loader
+//! takes for the config ([`super::recorded`]); what stays written out here
+//! is OpenAI's layout and the few values the tests want larger or zero.
 use std::collections::HashMap;
 use std::path::Path;
 
 use mlx_rs::{ops, Array};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::families::{Dims, TinyFamily};
-use super::{byte_level_meta, save_checkpoint, Rng};
+use super::recorded::{write_recorded_as, Tensors};
+use super::{byte_level_meta, save_checkpoint, Values};
 use crate::error::{Error, Result};
 use crate::tokenizer::{GgufTokenizerMeta, Tokenizer};
 use crate::weights::quantized_ops;
@@ -71,15 +74,34 @@ pub(crate) fn write_gpt_oss(
     let tokenizer = Tokenizer::from_gguf(gpt_oss_byte_level_meta())?;
     tokenizer.write_hf_files(dir)?;
     let vocab = tokenizer.vocab_size() as i32;
-    let fused = quantize.is_none();
-    let (h, hd, e, i) = (d.hidden, d.head_dim, d.experts, d.moe_intermediate);
+    let config = gpt_oss_config(d, vocab, &tokenizer);
+    // Float as OpenAI ships it; 4-bit in mlx-lm's names, the loader's own.
+    let openai = quantize.is_none();
+    write_recorded_as(
+        dir,
+        config,
+        quantize,
+        Values::seeded(seed),
+        |_| false,
+        |tensors| {
+            test_values(tensors, vocab)?;
+            if openai {
+                fuse_experts_gate_up(tensors)?;
+            }
+            Ok(())
+        },
+    )?;
+    Ok(vocab)
+}
 
-    let mut w = Writer { rng: Rng(seed), tensors: HashMap::new() };
-    let mut matrices: Vec<String> = Vec::new();
-    // The head's rows of the specials (the tiny vocabulary's ChatML three and
-    // harmony's, end-of-turn tokens among them) are zero: random weights then
-    // rarely end a reply early, so tests decode the lengths they ask for.
-    let head = w.rng.tensor(&[vocab, h], 1.0 / (h as f32).sqrt(), 0.0);
+/// Where the tiny gpt-oss's values leave the recording's rules: the
+/// head's rows of the specials (the tiny vocabulary's ChatML three and
+/// harmony's, end-of-turn tokens among them) are zero, so random weights
+/// rarely end a reply early and tests decode the lengths they ask for; the
+/// sinks are of either sign and up to a few logits (±2), so some heads give
+/// them real weight; the experts' gate and up matrices are large (±1.2),
+/// so the SwiGLU's clamps at ±7 cut some values.
+fn test_values(tensors: &mut Tensors, vocab: i32) -> Result<()> {
     let ordinary: Vec<f32> = (0..vocab)
         .map(|t| {
             let special = t < 3 || t >= vocab - GPT_OSS_SPECIAL_TOKENS.len() as i32;
@@ -90,61 +112,48 @@ pub(crate) fn write_gpt_oss(
             }
         })
         .collect();
-    let head = head.multiply(Array::from_slice(&ordinary, &[vocab, 1]))?;
-    w.tensors.insert("lm_head.weight".into(), head);
-    matrices.push("lm_head".into());
-    let mut tensor =
-        |name: String, shape: &[i32], scale: f32, center: f32| w.put(name, shape, scale, center);
-    tensor("model.embed_tokens.weight".into(), &[vocab, h], 0.5, 0.0);
-    matrices.push("model.embed_tokens".into());
-    tensor("model.norm.weight".into(), &[h], 0.1, 1.0);
-    for l in 0..d.layers {
-        let p = format!("model.layers.{l}");
-        tensor(format!("{p}.input_layernorm.weight"), &[h], 0.1, 1.0);
-        tensor(format!("{p}.post_attention_layernorm.weight"), &[h], 0.1, 1.0);
-        let a = format!("{p}.self_attn");
-        for (name, out, inp) in [
-            ("q_proj", d.heads * hd, h),
-            ("k_proj", d.kv_heads * hd, h),
-            ("v_proj", d.kv_heads * hd, h),
-            ("o_proj", h, d.heads * hd),
-        ] {
-            tensor(format!("{a}.{name}.weight"), &[out, inp], 1.0 / (inp as f32).sqrt(), 0.0);
-            tensor(format!("{a}.{name}.bias"), &[out], 0.1, 0.0);
-            matrices.push(format!("{a}.{name}"));
+    let ordinary = Array::from_slice(&ordinary, &[vocab, 1]);
+    for (name, t) in tensors.iter_mut() {
+        if name == "lm_head.weight" {
+            *t = t.multiply(&ordinary)?;
+            continue;
         }
-        // Sinks of either sign and up to a few logits: some heads give them
-        // real weight.
-        tensor(format!("{a}.sinks"), &[d.heads], 2.0, 0.0);
-        let m = format!("{p}.mlp");
-        tensor(format!("{m}.router.weight"), &[e, h], 1.0 / (h as f32).sqrt(), 0.0);
-        tensor(format!("{m}.router.bias"), &[e], 0.1, 0.0);
-        matrices.push(format!("{m}.router"));
-        // Large enough that the SwiGLU's clamps at ±7 cut some values.
-        let x = format!("{m}.experts");
-        tensor(format!("{x}.gate_proj.weight"), &[e, i, h], 1.2, 0.0);
-        tensor(format!("{x}.up_proj.weight"), &[e, i, h], 1.2, 0.0);
-        tensor(format!("{x}.down_proj.weight"), &[e, h, i], 1.0 / (i as f32).sqrt(), 0.0);
-        tensor(format!("{x}.gate_proj.bias"), &[e, i], 0.5, 0.0);
-        tensor(format!("{x}.up_proj.bias"), &[e, i], 0.5, 0.0);
-        tensor(format!("{x}.down_proj.bias"), &[e, h], 0.1, 0.0);
-        if !fused {
-            for proj in ["gate_proj", "up_proj", "down_proj"] {
-                matrices.push(format!("{x}.{proj}"));
-            }
-        }
+        // The recording draws vectors at ±0.1 and matrices at ±1/√(inputs).
+        let factor = if name.ends_with(".sinks") {
+            20.0
+        } else if name.ends_with(".experts.gate_proj.weight")
+            || name.ends_with(".experts.up_proj.weight")
+        {
+            1.2 * (t.dim(-1) as f32).sqrt()
+        } else {
+            continue;
+        };
+        *t = t.multiply(Array::from_f32(factor))?;
     }
-    let mut tensors = w.tensors;
-    if fused {
-        for l in 0..d.layers {
-            fuse_gate_up(&mut tensors, &format!("model.layers.{l}.mlp.experts"))?;
-        }
-    }
+    Ok(())
+}
 
+/// OpenAI's layout of every layer's experts ([`fuse_gate_up`]).
+fn fuse_experts_gate_up(tensors: &mut Tensors) -> Result<()> {
+    let experts: Vec<String> = tensors
+        .keys()
+        .filter_map(|n| n.strip_suffix(".gate_proj.weight"))
+        .filter(|x| x.ends_with(".experts"))
+        .map(str::to_string)
+        .collect();
+    for x in experts {
+        fuse_gate_up(tensors, &x)?;
+    }
+    Ok(())
+}
+
+/// The tiny gpt-oss's config.json: sliding and full layers alternating.
+fn gpt_oss_config(d: Dims, vocab: i32, tokenizer: &Tokenizer) -> Value {
+    let (h, hd, e, i) = (d.hidden, d.head_dim, d.experts, d.moe_intermediate);
     let types: Vec<&str> = (0..d.layers)
         .map(|l| if l % 2 == 0 { "sliding_attention" } else { "full_attention" })
         .collect();
-    let config = json!({
+    json!({
         "model_type": "gpt_oss",
         "architectures": ["GptOssForCausalLM"],
         "vocab_size": vocab,
@@ -171,20 +180,7 @@ pub(crate) fn write_gpt_oss(
         "bos_token_id": tokenizer.token_to_id("<|startoftext|>"),
         "eos_token_id": [tokenizer.token_to_id("<|return|>"), 0, tokenizer.token_to_id("<|call|>")],
         "torch_dtype": "float32",
-    });
-    save_checkpoint(dir, tensors, &matrices, config, quantize)?;
-    Ok(vocab)
-}
-
-struct Writer {
-    rng: Rng,
-    tensors: HashMap<String, Array>,
-}
-
-impl Writer {
-    fn put(&mut self, name: String, shape: &[i32], scale: f32, center: f32) {
-        self.tensors.insert(name, self.rng.tensor(shape, scale, center));
-    }
+    })
 }
 
 /// OpenAI's layout: gate and up `[E, I, D]` → `gate_up_proj.weight`
