@@ -9,8 +9,7 @@
 //! A family's checkpoint can come from its config alone
 //! ([`write_recorded`], [`write_tiny_from_config`]): the tensors its own
 //! loader takes, recorded, with seeded values. Every text fixture but
-//! Ministral 3 and Gemma 4 is written so; those still write their tensors
-//! out.
+//! Gemma 4 is written so; it still writes its tensors out.
 mod families;
 mod gemma3_vl;
 mod gemma4_assistant;

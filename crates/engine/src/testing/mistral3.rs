@@ -5,15 +5,15 @@
 //! released checkpoints set them, but with an original context of 8 so the
 //! test prompts (23 tokens) cross two of its steps; sliding (window 8) and
 //! full layers alternating, which the reference supports though the
-//! released checkpoints attend fully.
-use std::collections::HashMap;
+//! released checkpoints attend fully. The text model's tensors are what the
+//! family's loader takes for its config ([`super::recorded`]).
 use std::path::Path;
 
-use mlx_rs::Array;
 use serde_json::{json, Value};
 
 use super::families::Dims;
-use super::{save_checkpoint, tiny_tokenizer, Rng};
+use super::recorded::{write_tiny_from_config, Recorded, Tensors};
+use super::{save_checkpoint, Rng, Values};
 use crate::error::{Error, Result};
 use crate::weights::QuantSpec;
 
@@ -47,48 +47,6 @@ pub(crate) fn ministral3_text_config(d: Dims, vocab: i32, tied: bool) -> Value {
     })
 }
 
-/// The decoder's tensors under `prefix` and the head as `head` (`None`:
-/// tied); returns the matrices' module paths (what 4-bit quantizes).
-pub(crate) fn decoder_tensors(
-    tensors: &mut HashMap<String, Array>,
-    rng: &mut Rng,
-    d: Dims,
-    vocab: i32,
-    prefix: &str,
-    head: Option<&str>,
-) -> Vec<String> {
-    let (h, hd, i) = (d.hidden, d.head_dim, d.intermediate);
-    let mut matrices = Vec::new();
-    let mut put = |name: String, shape: &[i32], scale: f32, center: f32| {
-        tensors.insert(name, rng.tensor(shape, scale, center));
-    };
-    put(format!("{prefix}.embed_tokens.weight"), &[vocab, h], 0.5, 0.0);
-    matrices.push(format!("{prefix}.embed_tokens"));
-    if let Some(head) = head {
-        put(format!("{head}.weight"), &[vocab, h], 1.0 / (h as f32).sqrt(), 0.0);
-        matrices.push(head.to_string());
-    }
-    put(format!("{prefix}.norm.weight"), &[h], 0.1, 1.0);
-    for l in 0..d.layers {
-        let p = format!("{prefix}.layers.{l}");
-        put(format!("{p}.input_layernorm.weight"), &[h], 0.1, 1.0);
-        put(format!("{p}.post_attention_layernorm.weight"), &[h], 0.1, 1.0);
-        for (name, out, inp) in [
-            ("self_attn.q_proj", d.heads * hd, h),
-            ("self_attn.k_proj", d.kv_heads * hd, h),
-            ("self_attn.v_proj", d.kv_heads * hd, h),
-            ("self_attn.o_proj", h, d.heads * hd),
-            ("mlp.gate_proj", i, h),
-            ("mlp.up_proj", i, h),
-            ("mlp.down_proj", h, i),
-        ] {
-            put(format!("{p}.{name}.weight"), &[out, inp], 1.0 / (inp as f32).sqrt(), 0.0);
-            matrices.push(format!("{p}.{name}"));
-        }
-    }
-    matrices
-}
-
 /// Writes the tiny text-only Ministral 3 of `d` into `dir`; returns its
 /// vocabulary size.
 pub(crate) fn write_ministral3(
@@ -97,20 +55,15 @@ pub(crate) fn write_ministral3(
     quantize: Option<QuantSpec>,
     seed: u64,
 ) -> Result<i32> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let tokenizer = tiny_tokenizer()?;
-    tokenizer.write_hf_files(dir)?;
-    let vocab = tokenizer.vocab_size() as i32;
-    let mut tensors = HashMap::new();
-    let mut rng = Rng(seed);
-    let matrices = decoder_tensors(&mut tensors, &mut rng, d, vocab, "model", Some("lm_head"));
-    let mut config = ministral3_text_config(d, vocab, false);
-    config["architectures"] = json!(["Ministral3ForCausalLM"]);
-    config["bos_token_id"] = json!(1);
-    config["eos_token_id"] = json!(2);
-    config["torch_dtype"] = json!("float32");
-    save_checkpoint(dir, tensors, &matrices, config, quantize)?;
-    Ok(vocab)
+    let config = |vocab| {
+        let mut config = ministral3_text_config(d, vocab, false);
+        config["architectures"] = json!(["Ministral3ForCausalLM"]);
+        config["bos_token_id"] = json!(1);
+        config["eos_token_id"] = json!(2);
+        config["torch_dtype"] = json!("float32");
+        config
+    };
+    write_tiny_from_config(dir, config, quantize, Values::seeded(seed))
 }
 
 /// A Mistral-style chat template: `[INST]` … `[/INST]` turns, each image
@@ -222,9 +175,25 @@ pub fn write_mistral3_with(dir: &Path, d: &Mistral3Dims, seed: u64) -> Result<i3
     let id = |t: &str| tokenizer.token_to_id(t).expect("special token in the tiny vocabulary");
     let vocab = tokenizer.vocab_size() as i32;
 
-    let mut tensors = HashMap::new();
-    let mut rng = Rng(seed);
-    decoder_tensors(&mut tensors, &mut rng, d.text, vocab, "model.language_model", Some("lm_head"));
+    let mut text_config = ministral3_text_config(d.text, vocab, false);
+    if d.text.hidden >= 512 {
+        let text = text_config.as_object_mut().expect("an object");
+        text.remove("layer_types");
+        text.remove("sliding_window");
+        text.insert("max_position_embeddings".into(), json!(262_144));
+        text_config["rope_parameters"]["original_max_position_embeddings"] = json!(16_384);
+    }
+    // The text model: what the Ministral 3 loader takes for the text config,
+    // under the multimodal checkpoint's `model.language_model.*`.
+    let drawn = Recorded::draw(&text_config, None, Values::seeded(seed), |_| false)?;
+    let mut tensors: Tensors = drawn
+        .tensors
+        .into_iter()
+        .map(|(name, t)| match name.strip_prefix("model.") {
+            Some(rest) => (format!("model.language_model.{rest}"), t),
+            None => (name, t),
+        })
+        .collect();
     let mut rng = Rng(seed + 1000);
     let (w, p, m) = (d.vision_width, d.patch, d.vision_mlp);
     let mut put = |name: String, shape: &[i32], scale: f32, center: f32| {
@@ -261,14 +230,6 @@ pub fn write_mistral3_with(dir: &Path, d: &Mistral3Dims, seed: u64) -> Result<i3
     put(format!("{j}.linear_1.weight"), &[h, w], 1.0 / (w as f32).sqrt(), 0.0);
     put(format!("{j}.linear_2.weight"), &[h, h], 1.0 / (h as f32).sqrt(), 0.0);
 
-    let mut text_config = ministral3_text_config(d.text, vocab, false);
-    if h >= 512 {
-        let text = text_config.as_object_mut().expect("an object");
-        text.remove("layer_types");
-        text.remove("sliding_window");
-        text.insert("max_position_embeddings".into(), json!(262_144));
-        text_config["rope_parameters"]["original_max_position_embeddings"] = json!(16_384);
-    }
     let config = json!({
         "model_type": "mistral3",
         "architectures": ["Mistral3ForConditionalGeneration"],
