@@ -8,8 +8,10 @@
 //! vision tower (`qwen3_vl.rs`) with Python mlx-vlm.
 //! A family's checkpoint can come from its config alone
 //! ([`write_recorded`], [`write_tiny_from_config`]): the tensors its own
-//! loader takes, recorded, with seeded values. Every text fixture but
-//! Gemma 4 is written so; it still writes its tensors out.
+//! loader takes, recorded, with seeded values. Every text fixture is
+//! written so (what stays written out is a layout other than the loader's
+//! own, and a few values a test wants); the vision towers are drawn in
+//! their loader's order.
 mod families;
 mod gemma3_vl;
 mod gemma4_assistant;

@@ -1,13 +1,12 @@
 //! Tiny seeded checkpoints of the families beyond llama in the layouts
 //! users download: float with Hugging Face names (a mixture of experts'
 //! experts one by one), or 4-bit with mlx-community names (experts stacked
-//! under `switch_mlp`). Qwen3, Qwen3-MoE, Gemma 3 text and Qwen3.5 are
-//! their config alone: their tensors are what the family's loader takes
-//! for it ([`super::recorded`]), Hugging Face's layouts laid out from the
-//! recording; Gemma 4 is still written out here. Sizes are
-//! small but not uniform: an explicit `head_dim` unlike hidden / heads,
-//! GQA, tied and untied heads, a Gemma sliding window shorter than the test
-//! prompts.
+//! under `switch_mlp`). Every family is its config alone: its tensors are
+//! what the family's loader takes for it ([`super::recorded`]), Hugging
+//! Face's layouts laid out from the recording (here, and in `lfm2.rs` and
+//! `gpt_oss.rs`). Sizes are small but not uniform: an explicit `head_dim`
+//! unlike hidden / heads, GQA, tied and untied heads, a Gemma sliding
+//! window shorter than the test prompts.
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -16,7 +15,7 @@ use mlx_rs::{ops, Array};
 use serde_json::json;
 
 use super::recorded::{write_tiny_as, Recorded, Tensors};
-use super::{save_checkpoint, tiny_tokenizer, Rng, Values};
+use super::{save_checkpoint, tiny_tokenizer, Values};
 use crate::error::{Error, Result};
 use crate::weights::QuantSpec;
 
@@ -295,28 +294,6 @@ impl Dims {
     }
 }
 
-/// Tensors being written, and which of them are matrices (quantized in a
-/// quantized checkpoint).
-struct Checkpoint {
-    rng: Rng,
-    tensors: HashMap<String, Array>,
-    matrices: Vec<String>,
-    norm_center: f32,
-}
-
-impl Checkpoint {
-    fn matrix(&mut self, name: String, shape: &[i32]) {
-        let scale = 1.0 / (shape[shape.len() - 1] as f32).sqrt();
-        self.tensors.insert(format!("{name}.weight"), self.rng.tensor(shape, scale, 0.0));
-        self.matrices.push(name);
-    }
-
-    fn norm(&mut self, name: String, dim: i32) {
-        let t = self.rng.tensor(&[dim], 0.1, self.norm_center);
-        self.tensors.insert(format!("{name}.weight"), t);
-    }
-}
-
 /// Writes a tiny `family` folder into `dir` (float with Hugging Face names,
 /// or quantized with mlx-community names) and returns its vocabulary size.
 pub fn write_tiny_family(
@@ -462,14 +439,10 @@ fn lfm2_hf_names(tensors: &mut Tensors) -> Result<()> {
     Ok(())
 }
 
-/// A tiny Gemma 4: sliding and global layers alternating, the global ones
-/// with twice the head size and proportional RoPE over a quarter of it;
-/// learned layer scalars away from 1; logits soft-capped. Dense (no
-/// experts): the last two layers KV-shared (one of each kind, with
-/// double-wide MLPs) and per-layer input embeddings. With experts
-/// (`d.experts > 0`): experts beside each dense MLP, Hugging Face's stacked
-/// `gate_up_proj` layout in float and mlx-community's `switch_glu` in 4-bit,
-/// and the global layers' values equal to their keys.
+/// A tiny Gemma 4 ([`gemma4_config`]): learned layer scalars away from 1.
+/// With experts (`d.experts > 0`): experts beside each dense MLP, Hugging
+/// Face's stacked `gate_up_proj` layout in float and mlx-community's
+/// `switch_glu` in 4-bit.
 fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> Result<i32> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tokenizer = tiny_tokenizer()?;
@@ -481,110 +454,48 @@ fn write_gemma4(dir: &Path, d: Dims, quantize: Option<QuantSpec>, seed: u64) -> 
 }
 
 /// A tiny Gemma 4 language model of `vocab` tokens under the text model's
-/// names (`model.*`): its tensors, which are matrices, and config.json.
-/// `quantized`: experts in mlx-community's `switch_glu` layout.
+/// names (`model.*`): what the family's loader takes for its config (the
+/// layer scalars, which it takes when they are there, included), with
+/// seeded values; which of them are matrices; and config.json.
+/// `quantized`: experts in mlx-community's `switch_glu` layout (the
+/// loader's own), else Hugging Face's fused `gate_up_proj`.
 pub(crate) fn gemma4_parts(
     d: Dims,
     seed: u64,
     vocab: i32,
     quantized: bool,
-) -> Result<(HashMap<String, Array>, Vec<String>, serde_json::Value)> {
+) -> Result<(Tensors, Vec<String>, serde_json::Value)> {
+    let config = gemma4_config(d, vocab);
+    let present = |name: &str| name.ends_with(".layer_scalar");
+    let drawn = Recorded::draw(&config, None, Values::seeded(seed), present)?;
+    let mut tensors = drawn.tensors;
+    if !quantized {
+        fuse_experts(&mut tensors, "experts.switch_glu")?;
+    }
+    let matrices = drawn
+        .matrices
+        .into_iter()
+        .filter(|m| tensors.contains_key(&format!("{m}.weight")))
+        .collect();
+    Ok((tensors, matrices, config))
+}
+
+/// config.json of the tiny Gemma 4 of `d` and `vocab` tokens: sliding and
+/// global layers alternating, the global ones with twice the head size and
+/// proportional RoPE over a quarter of it; logits soft-capped. Dense (no
+/// experts): the last `kv_shared` layers KV-shared, with double-wide MLPs,
+/// and per-layer inputs. With experts: the global layers' values equal to
+/// their keys.
+fn gemma4_config(d: Dims, vocab: i32) -> serde_json::Value {
     let moe = d.experts > 0;
     let plan = d.gemma4;
     let shared_layers: i32 = if moe { 0 } else { plan.kv_shared };
     let per_layer: i32 = if moe { 0 } else { plan.per_layer };
-    const GLOBAL_KV_HEADS: i32 = 1;
-    let global_head_dim = 2 * d.head_dim;
     let is_global = |i: i32| i % plan.global_every == plan.global_every - 1;
-    let mut c = Checkpoint {
-        rng: Rng(seed),
-        tensors: HashMap::new(),
-        matrices: Vec::new(),
-        norm_center: 1.0,
-    };
-    c.tensors
-        .insert("model.embed_tokens.weight".into(), c.rng.tensor(&[vocab, d.hidden], 0.05, 0.0));
-    c.matrices.push("model.embed_tokens".into());
-    if per_layer > 0 {
-        c.tensors.insert(
-            "model.embed_tokens_per_layer.weight".into(),
-            c.rng.tensor(&[vocab, d.layers * per_layer], 0.5, 0.0),
-        );
-        c.matrices.push("model.embed_tokens_per_layer".into());
-        c.matrix("model.per_layer_model_projection".into(), &[d.layers * per_layer, d.hidden]);
-        c.norm("model.per_layer_projection_norm".into(), per_layer);
-    }
-    for i in 0..d.layers {
-        let p = format!("model.layers.{i}");
-        let hd = if is_global(i) { global_head_dim } else { d.head_dim };
-        let shared = i >= d.layers - shared_layers;
-        let k_eq_v = moe && is_global(i);
-        let kv_heads = if k_eq_v { GLOBAL_KV_HEADS } else { d.kv_heads };
-        for norm in [
-            "input_layernorm",
-            "post_attention_layernorm",
-            "pre_feedforward_layernorm",
-            "post_feedforward_layernorm",
-        ] {
-            c.norm(format!("{p}.{norm}"), d.hidden);
-        }
-        let a = format!("{p}.self_attn");
-        c.matrix(format!("{a}.q_proj"), &[d.heads * hd, d.hidden]);
-        c.matrix(format!("{a}.o_proj"), &[d.hidden, d.heads * hd]);
-        c.norm(format!("{a}.q_norm"), hd);
-        if !shared {
-            c.matrix(format!("{a}.k_proj"), &[kv_heads * hd, d.hidden]);
-            if !k_eq_v {
-                c.matrix(format!("{a}.v_proj"), &[kv_heads * hd, d.hidden]);
-            }
-            c.norm(format!("{a}.k_norm"), hd);
-        }
-        let ff = d.intermediate * if shared { 2 } else { 1 };
-        let m = format!("{p}.mlp");
-        c.matrix(format!("{m}.gate_proj"), &[ff, d.hidden]);
-        c.matrix(format!("{m}.up_proj"), &[ff, d.hidden]);
-        c.matrix(format!("{m}.down_proj"), &[d.hidden, ff]);
-        if per_layer > 0 {
-            c.matrix(format!("{p}.per_layer_input_gate"), &[per_layer, d.hidden]);
-            c.matrix(format!("{p}.per_layer_projection"), &[d.hidden, per_layer]);
-            c.norm(format!("{p}.post_per_layer_input_norm"), d.hidden);
-        }
-        if moe {
-            c.matrix(format!("{p}.router.proj"), &[d.experts, d.hidden]);
-            let scale = c.rng.tensor(&[d.hidden], 0.3, 1.0);
-            c.tensors.insert(format!("{p}.router.scale"), scale);
-            let per_expert = c.rng.tensor(&[d.experts], 0.3, 1.0);
-            c.tensors.insert(format!("{p}.router.per_expert_scale"), per_expert);
-            for norm in [
-                "pre_feedforward_layernorm_2",
-                "post_feedforward_layernorm_1",
-                "post_feedforward_layernorm_2",
-            ] {
-                c.norm(format!("{p}.{norm}"), d.hidden);
-            }
-            let (mi, h) = (d.moe_intermediate, d.hidden);
-            let gate = c.rng.tensor(&[d.experts, mi, h], 1.0 / (h as f32).sqrt(), 0.0);
-            let up = c.rng.tensor(&[d.experts, mi, h], 1.0 / (h as f32).sqrt(), 0.0);
-            let down = c.rng.tensor(&[d.experts, h, mi], 1.0 / (mi as f32).sqrt(), 0.0);
-            let e = format!("{p}.experts");
-            if quantized {
-                for (part, t) in [("gate_proj", gate), ("up_proj", up), ("down_proj", down)] {
-                    c.tensors.insert(format!("{e}.switch_glu.{part}.weight"), t);
-                    c.matrices.push(format!("{e}.switch_glu.{part}"));
-                }
-            } else {
-                c.tensors.insert(format!("{e}.gate_up_proj"), ops::concatenate(&[gate, up], 1)?);
-                c.tensors.insert(format!("{e}.down_proj"), down);
-            }
-        }
-        let scalar = c.rng.tensor(&[1], 0.3, 1.0);
-        c.tensors.insert(format!("{p}.layer_scalar"), scalar);
-    }
-    c.norm("model.norm".into(), d.hidden);
     let layer_types: Vec<&str> = (0..d.layers)
         .map(|i| if is_global(i) { "full_attention" } else { "sliding_attention" })
         .collect();
-    let config = json!({
+    json!({
         "model_type": "gemma4_text",
         "architectures": ["Gemma4ForCausalLM"],
         "hidden_size": d.hidden,
@@ -593,7 +504,7 @@ pub(crate) fn gemma4_parts(
         "num_attention_heads": d.heads,
         "num_key_value_heads": d.kv_heads,
         "head_dim": d.head_dim,
-        "global_head_dim": global_head_dim,
+        "global_head_dim": 2 * d.head_dim,
         "rms_norm_eps": 1e-6,
         "vocab_size": vocab,
         "vocab_size_per_layer_input": vocab,
@@ -609,7 +520,7 @@ pub(crate) fn gemma4_parts(
         },
         "final_logit_softcapping": 30.0,
         "attention_k_eq_v": moe,
-        "num_global_key_value_heads": GLOBAL_KV_HEADS,
+        "num_global_key_value_heads": 1,
         "enable_moe_block": moe,
         "num_experts": d.experts,
         "top_k_experts": d.top_k,
@@ -617,8 +528,7 @@ pub(crate) fn gemma4_parts(
         "max_position_embeddings": 2048,
         "tie_word_embeddings": true,
         "torch_dtype": "float32",
-    });
-    Ok((c.tensors, c.matrices, config))
+    })
 }
 
 /// A tiny Qwen3.5 in the two layouts users download. Float: Hugging Face's
