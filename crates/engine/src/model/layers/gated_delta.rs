@@ -191,7 +191,7 @@ impl GatedDeltaNet {
             None => conv_input.index((.., (l)..(l + k_keep), ..)),
         };
         let conv_out =
-            nn::silu(ops::conv1d(&conv_input, &self.conv_weight, 1, 0, 1, d.conv_channels())?)?;
+            super::silu(&ops::conv1d(&conv_input, &self.conv_weight, 1, 0, 1, d.conv_channels())?)?;
 
         let parts = ops::split_at_indices(&conv_out, &[d.keys(), 2 * d.keys()], -1)?;
         let q = parts[0].reshape(&[b, l, d.key_heads, d.key_dim])?;

@@ -634,6 +634,35 @@ fn gelu_tanh_ops(x: &Array) -> Result<Array> {
     Ok(x.multiply(c(0.5)?)?.multiply(ops::tanh(&inner)?.add(c(1.0)?)?)?)
 }
 
+/// SiLU, `x · σ(x)`, compiled once per thread (shapeless) as mlx-lm's
+/// `nn.silu` is. mlx-rs's `nn::silu` compiles a new function on every call
+/// and erases it after, so MLX traced and fused the two ops again for each
+/// layer of each step.
+pub fn silu(x: &Array) -> Result<Array> {
+    thread_local! {
+        static FUSED: std::cell::RefCell<fused::Fused> =
+            std::cell::RefCell::new(fused::compile(|x| Ok(vec![silu_ops(&x[0])?]), true));
+    }
+    Ok(fused::call(&FUSED, std::slice::from_ref(x))?.remove(0))
+}
+
+/// SwiGLU's `silu(gate) · up` in one compiled function, as mlx-lm's
+/// `swiglu`: the MLPs of the llama-shaped families, LFM2 and the SiLU
+/// experts.
+pub fn swiglu(gate: &Array, up: &Array) -> Result<Array> {
+    thread_local! {
+        static FUSED: std::cell::RefCell<fused::Fused> = std::cell::RefCell::new(fused::compile(
+            |x| Ok(vec![silu_ops(&x[0])?.multiply(&x[1])?]),
+            true,
+        ));
+    }
+    Ok(fused::call(&FUSED, &[gate.clone(), up.clone()])?.remove(0))
+}
+
+fn silu_ops(x: &Array) -> Result<Array> {
+    Ok(x.multiply(ops::sigmoid(x)?)?)
+}
+
 /// The decoder layer a tensor belongs to (`….layers.N.…`); `None` for
 /// other tensors, the vision and audio towers' own layers included.
 fn decoder_layer_of(name: &str) -> Option<usize> {

@@ -5,7 +5,7 @@
 //! different experts runs in one call per projection. [`SparseMoe`] is
 //! Qwen3-MoE's router over SwiGLU experts; Gemma 4 routes its own way over
 //! GELU-gated ones.
-use mlx_rs::{nn, ops, ops::indexing::IndexOp, Array};
+use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 
 use crate::error::{Error, Result};
 use crate::model::layers::{gelu_tanh, ExpertMatrices, LayerLoader, Linear};
@@ -223,7 +223,7 @@ impl Experts {
         let up = bias(1, self.up_proj.gather_matmul_t(x, indices, sorted)?)?;
         let gate = bias(0, self.gate_proj.gather_matmul_t(x, indices, sorted)?)?;
         let h = match self.activation {
-            GateActivation::Silu => nn::silu(gate)?.multiply(up)?,
+            GateActivation::Silu => super::swiglu(&gate, &up)?,
             GateActivation::GeluApprox => gelu_tanh(&gate)?.multiply(up)?,
             GateActivation::ClampedSwiglu { alpha, limit } => {
                 let c = |v: f32| Array::from_f32(v).as_dtype(gate.dtype());

@@ -445,8 +445,7 @@ impl SwiGlu {
 
 impl FeedForward for SwiGlu {
     fn forward(&self, x: &Array) -> Result<Array> {
-        let gate = mlx_rs::nn::silu(self.w1.forward(x)?)?;
-        self.w2.forward(&gate.multiply(self.w3.forward(x)?)?)
+        self.w2.forward(&crate::model::layers::swiglu(&self.w1.forward(x)?, &self.w3.forward(x)?)?)
     }
 }
 

@@ -5,7 +5,7 @@
 //! Qwen2 and the language half of Qwen2-VL / Qwen2.5-VL are this same decoder
 //! with biases on the Q/K/V projections, other weight-name prefixes and (for
 //! the VL models) M-RoPE; they build it through [`Llama::build`].
-use mlx_rs::{nn, Array};
+use mlx_rs::Array;
 use serde::Deserialize;
 
 use crate::cache::{BatchCache, CacheLayout, LayerCache};
@@ -230,8 +230,9 @@ impl Mlp {
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        let gate = nn::silu(self.gate_proj.forward(x)?)?;
-        self.down_proj.forward(&gate.multiply(self.up_proj.forward(x)?)?)
+        let h =
+            crate::model::layers::swiglu(&self.gate_proj.forward(x)?, &self.up_proj.forward(x)?)?;
+        self.down_proj.forward(&h)
     }
 }
 

@@ -340,8 +340,8 @@ impl PixtralVision {
         let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[1, n, self.cfg.width])?;
         let h = h.add(b.o.forward(&o)?)?;
         let x = b.ffn_norm.forward(&h)?;
-        let gate = mlx_rs::nn::silu(b.gate.forward(&x)?)?;
-        Ok(h.add(b.down.forward(&gate.multiply(b.up.forward(&x)?)?)?)?)
+        let mlp = crate::model::layers::swiglu(&b.gate.forward(&x)?, &b.up.forward(&x)?)?;
+        Ok(h.add(b.down.forward(&mlp)?)?)
     }
 }
 

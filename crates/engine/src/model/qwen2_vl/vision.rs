@@ -191,8 +191,7 @@ impl Mlp {
         match self {
             Mlp::FastGelu { fc1, fc2 } => fc2.forward(&gelu_fast(&fc1.forward(x)?)?),
             Mlp::SwiGlu { gate, up, down } => {
-                let g = mlx_rs::nn::silu(gate.forward(x)?)?;
-                down.forward(&g.multiply(up.forward(x)?)?)
+                down.forward(&crate::model::layers::swiglu(&gate.forward(x)?, &up.forward(x)?)?)
             }
         }
     }
