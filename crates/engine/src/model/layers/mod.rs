@@ -1,7 +1,7 @@
 //! Building blocks shared by the model families: linear layers and embeddings
 //! that are either float or MLX-quantized, and RMS norm.
 pub(crate) mod attention;
-pub mod fused;
+pub(crate) mod fused;
 pub mod gated_delta;
 pub mod gated_delta_chunked;
 pub(crate) mod moe;
