@@ -105,7 +105,7 @@ enum ReplyTo {
     Question(MessageId),
     /// A message not stored yet, at the end of `above` (the line from the
     /// top of the chat down to where it goes), and a new answer to it.
-    Message { above: Vec<Message>, message: NewMessage },
+    Message { above: Vec<Message>, message: Box<NewMessage> },
     /// This answer, extended in place.
     Extend(MessageId),
 }
@@ -141,7 +141,8 @@ pub async fn post_and_reply<R: Runtime>(
     sink: Sink,
 ) -> AppResult<(Message, StartedReply)> {
     let (started, user) =
-        start(app, state, chat, ReplyTo::Message { above, message }, sink).await?;
+        start(app, state, chat, ReplyTo::Message { above, message: Box::new(message) }, sink)
+            .await?;
     Ok((user.expect("a new message is stored before its reply starts"), started))
 }
 
