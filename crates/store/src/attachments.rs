@@ -83,6 +83,21 @@ pub fn is_heif(bytes: &[u8]) -> bool {
     bytes.len() >= 12 && &bytes[4..8] == b"ftyp" && HEIF_BRANDS.iter().any(|b| &bytes[8..12] == *b)
 }
 
+/// The stored record of the attachment `sha256` (the one a message names),
+/// `ATTACHMENT_NOT_FOUND` when there is none; in a transaction or not.
+pub(crate) async fn stored_attachment<'e>(
+    db: impl sqlx::SqliteExecutor<'e>,
+    sha256: &str,
+    dir: &Path,
+) -> Result<Attachment> {
+    let row = sqlx::query("SELECT sha256, ext, mime, size FROM attachments WHERE sha256 = ?1")
+        .bind(sha256)
+        .fetch_optional(db)
+        .await?
+        .ok_or_else(|| Error::AttachmentNotFound(sha256.to_string()))?;
+    attachment_from_row(&row, dir)
+}
+
 pub(crate) fn attachment_from_row(row: &SqliteRow, dir: &Path) -> Result<Attachment> {
     let sha256: String = row.try_get("sha256")?;
     let ext: String = row.try_get("ext")?;

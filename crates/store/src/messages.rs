@@ -6,7 +6,7 @@
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, Sqlite, Transaction};
 
-use crate::attachments::attachment_from_row;
+use crate::attachments::{attachment_from_row, stored_attachment};
 use crate::error::{Error, Result};
 use crate::store::Store;
 use crate::title::derive_title;
@@ -131,13 +131,9 @@ impl Store {
         let mut stored = message_from_row(&row)?;
 
         for (position, hash) in message.attachments.iter().enumerate() {
-            let row =
-                sqlx::query("SELECT sha256, ext, mime, size FROM attachments WHERE sha256 = ?1")
-                    .bind(hash)
-                    .fetch_optional(&mut **tx)
-                    .await?
-                    .ok_or_else(|| Error::AttachmentNotFound(hash.clone()))?;
-            stored.attachments.push(attachment_from_row(&row, &self.attachments_dir)?);
+            stored
+                .attachments
+                .push(stored_attachment(&mut **tx, hash, &self.attachments_dir).await?);
             sqlx::query("INSERT INTO message_attachments (message_id, position, sha256) VALUES (?1, ?2, ?3)")
                 .bind(stored.id.0)
                 .bind(position as i64)
@@ -199,13 +195,7 @@ impl Store {
     ) -> Result<Message> {
         let mut attachments = Vec::with_capacity(message.attachments.len());
         for hash in &message.attachments {
-            let row =
-                sqlx::query("SELECT sha256, ext, mime, size FROM attachments WHERE sha256 = ?1")
-                    .bind(hash)
-                    .fetch_optional(&self.pool)
-                    .await?
-                    .ok_or_else(|| Error::AttachmentNotFound(hash.clone()))?;
-            attachments.push(attachment_from_row(&row, &self.attachments_dir)?);
+            attachments.push(stored_attachment(&self.pool, hash, &self.attachments_dir).await?);
         }
         let now = self.now_ms();
         Ok(Message {

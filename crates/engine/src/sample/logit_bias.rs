@@ -60,12 +60,10 @@ pub fn add_to_rows(logits: &Array, biases: &[Option<&LogitBias>]) -> Result<Arra
             Some(b) => (&b.ids[..], &b.values[..]),
             None => (&[0][..], &[0.0][..]),
         };
-        let pad = width - row_ids.len().min(width);
+        let pad = width - row_ids.len();
         let (last_id, last_value) = (row_ids[row_ids.len() - 1], row_values[row_values.len() - 1]);
-        ids.extend(row_ids.iter().copied().chain(std::iter::repeat_n(last_id, pad)).take(width));
-        values.extend(
-            row_values.iter().copied().chain(std::iter::repeat_n(last_value, pad)).take(width),
-        );
+        ids.extend(row_ids.iter().copied().chain(std::iter::repeat_n(last_id, pad)));
+        values.extend(row_values.iter().copied().chain(std::iter::repeat_n(last_value, pad)));
     }
     let shape = [biases.len() as i32, width as i32];
     add_at(logits, &Array::from_slice(&ids, &shape), &Array::from_slice(&values, &shape))

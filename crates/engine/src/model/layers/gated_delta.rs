@@ -264,9 +264,7 @@ fn decay_ops(inputs: &[Array]) -> Result<Vec<Array>> {
 /// `[SiLU(z) · normed]` in float32, returned in `y`'s dtype.
 fn gate_ops(inputs: &[Array]) -> Result<Vec<Array>> {
     let [y, z, normed] = inputs else { return Err(arity("gated norm", 3, inputs)) };
-    // SiLU spelled out: `nn::silu` is itself a compiled function.
-    let z = z.as_dtype(Dtype::Float32)?;
-    let gate = z.multiply(ops::sigmoid(&z)?)?;
+    let gate = super::silu_ops(&z.as_dtype(Dtype::Float32)?)?;
     Ok(vec![gate.multiply(normed.as_dtype(Dtype::Float32)?)?.as_dtype(y.dtype())?])
 }
 
