@@ -318,9 +318,13 @@ describe('the desktop app', () => {
     }
     await shot(browser, '16-answer-branches');
 
-    // go on from answer 2, then edit the first message: a new branch from the top
+    // go on from answer 2, then edit the first message: a new branch from the top.
+    // What the chat showed stays drawn through the reply (issue 29: Send adds
+    // the message and the reply, and draws nothing again while the prompt is read)
+    const shown = await browser.execute(() => [...document.querySelectorAll('[data-testid=messages] > *')].map((e) => { e.e2eDrawnBefore = true; return e.dataset.id; }));
     await send(browser, 'And another one?');
     await waitFor(browser, 'the follow-up', () => settled(2));
+    assert.deepEqual(await browser.execute(() => [...document.querySelectorAll('[data-testid=messages] > *')].filter((e) => e.e2eDrawnBefore).map((e) => e.dataset.id)), shown);
     const first = (await allByTestId(browser, 'msg-user'))[0];
     await browser.execute((e) => e.click(), await first.$('[data-testid="edit-message"]'));
     assert.match(await textOf(browser, await byTestId(browser, 'edit-banner-text')), /earlier message: sending starts a new branch/);

@@ -22,6 +22,7 @@ import { onMac, shortcutFor, shortcutLabel } from './shortcuts';
 import { Sidebar } from './sidebar';
 import { StatusBar } from './statusBar';
 import { answerPending, Streams } from './streams';
+import { recordKey } from './keptNodes';
 import { mark } from './timeline';
 
 export interface Platform {
@@ -540,6 +541,7 @@ export class App {
         const at = editing ? this.messages.findIndex((m) => m.id === editing.id) : -1;
         this.messages = [...(at >= 0 ? this.messages.slice(0, at) : this.messages), sent.user];
         this.showMessages();
+        mark('sent-shown');
       }
       // the new title and the chat list wait for the first piece of the
       // answer: read now, they would take the CPU from the prompt's reading
@@ -702,7 +704,11 @@ export class App {
     const chat = this.chat;
     if (!chat) return;
     const fresh = (await api.listChats()).find((c) => c.id === chat.id);
-    if (fresh && this.chat?.id === fresh.id) { this.chat = fresh; this.renderHeader(); this.updateComposer(); }
+    if (!fresh || this.chat?.id !== fresh.id) return;
+    // the same record draws the same header: a reply's first piece is often all that changed
+    const changed = recordKey(fresh) !== recordKey(this.chat);
+    this.chat = fresh;
+    if (changed) { this.renderHeader(); this.updateComposer(); }
   }
 
   private onKey(e: KeyboardEvent): void {
@@ -774,6 +780,13 @@ export class App {
   }
 
   private async pollStats(): Promise<void> {
+    // not while a reply's prompt is read (the bar says "starting" meanwhile):
+    // the engine would answer between its steps and the bar be drawn again,
+    // on the CPU the first token needs (a turn's tools, which may run long, are polled)
+    if (this.streams.runningChats().some((id) => {
+      const live = this.streams.get(id)!;
+      return answerPending(live, true) && live.stored.length === 0 && !live.toolCall;
+    })) return;
     try {
       this.stats = await api.engineStats();
     } catch {

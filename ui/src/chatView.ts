@@ -4,18 +4,20 @@
 // second), the ‹ 2/3 › switcher on messages with other versions, Edit on
 // every message you sent (a new branch), the actions on the last turn
 // (regenerate, continue a reply cut at the token limit), a "jump to latest"
-// button when scrolled up, and an empty chat that says what to do.
+// button when scrolled up, and an empty chat that says what to do. Drawn
+// again, it keeps the elements of messages that did not change (keptNodes.ts).
 import { copyWithFeedback } from './copyFeedback';
 import { openImageViewer } from './imageViewer';
 import { attachmentUrl, type LoadedModel, type Message, type MessageStats, type ToolCallRecord, type ToolDecision } from './api';
 import { documentChip, isDocument } from './documentChip';
-import { clear, h } from './dom';
+import { h } from './dom';
 import { bytes } from './format';
 import { branchSwitcher } from './branches';
 import { formattedJsonAnswer } from './answerFormat';
 import { MarkdownBlocks, setMarkdown } from './markdown';
 import { startersFor } from './starters';
 import type { LiveReply } from './streams';
+import { KeptNodes, placeChildren, recordKey } from './keptNodes';
 import { mark, timed } from './timeline';
 import type { DocumentPages } from './bindings/DocumentPages';
 
@@ -121,6 +123,11 @@ export class ChatView {
   private drewText = false;
   private busy = false;
   private model: ModelState = { state: 'unloaded' };
+  /** The elements drawn for the messages, kept while what they show is the same. */
+  private kept = new KeptNodes();
+  /** Which live reply the live bubble shows, and which of its turn's answers (its stored count). */
+  private bubbleFor: { live: LiveReply; answer: number } | null = null;
+  private bubblesBuilt = 0;
 
   constructor(private hooks: ChatViewHooks) {
     this.list = h('div', { class: 'messages', 'data-testid': 'messages' });
@@ -139,9 +146,14 @@ export class ChatView {
     this.live = live;
     this.busy = !!live && !live.finished;
     timed('render', () => {
-      this.render();
+      this.place();
       this.scrollToEnd();
     });
+  }
+
+  /** How many message elements (and live bubbles) were built, not kept, so far (tests count them). */
+  get built(): number {
+    return this.kept.built + this.bubblesBuilt;
   }
 
   /** The model a first launch with none loaded suggests (the best fit of
@@ -195,6 +207,8 @@ export class ChatView {
     const nearEnd = this.isNearEnd();
     if (!this.liveBubble?.el.isConnected) {
       this.liveBubble = new LiveBubble();
+      this.bubblesBuilt++;
+      this.bubbleFor = { live, answer: live.stored.length };
       this.list.append(this.liveBubble.el);
     }
     this.liveBubble.update(live);
@@ -204,9 +218,16 @@ export class ChatView {
   }
 
   private render(): void {
-    clear(this.list);
-    this.liveBubble = null;
-    this.drewText = false;
+    this.place();
+    this.updateJump();
+  }
+
+  /** Puts the chat's elements in the list: those whose message (and what
+   * else they show) did not change are kept as they are, so a reply that
+   * starts or a message stored adds its own elements and lays out and
+   * paints little else while the engine reads the prompt. */
+  private place(): void {
+    const wanted: Node[] = [];
     // between a turn's answers (a call waits or runs) the live reply is a stored one
     const between = !!this.live && this.live.stored.some((m) => m.id === this.live!.replyId);
     const liveId = this.live && !this.live.finished && !between ? this.live.replyId : null;
@@ -216,25 +237,39 @@ export class ChatView {
     const firstWithImages = this.modelSeesImages === false ? this.messages.find((m) => m.role === 'user' && m.attachments.some((a) => !isDocument(a))) : undefined;
     for (const m of this.messages) {
       if (m.role === 'user') {
-        this.list.append(this.user(m, m === lastUser));
-        if (m === firstWithImages) this.list.append(this.imagesLeftOut());
+        wanted.push(this.user(m, m === lastUser));
+        if (m === firstWithImages) {
+          const name = this.model.state === 'ready' ? this.model.model.name : '';
+          wanted.push(this.kept.get('images-left-out', name, () => this.imagesLeftOut()));
+        }
       } else if (m.role === 'assistant' && m.id !== liveId) {
-        this.list.append(this.assistant(m, m === lastAssistant && !this.busy));
+        wanted.push(this.assistant(m, m === lastAssistant && !this.busy));
       } else if (m.role === 'tool') {
-        this.list.append(toolResult(m));
+        wanted.push(this.kept.get(`m${m.id}`, recordKey(m), () => toolResult(m)));
       }
     }
+    this.kept.sweep();
     const waiting = this.live && !this.live.finished ? this.live.toolCall : null;
-    if (waiting?.needsApproval) this.list.append(this.approval(waiting.call));
-    else if (waiting) this.list.append(h('div', { class: 'note tool-running', role: 'status', 'data-testid': 'tool-running' }, 'Running ', h('code', {}, waiting.call.name), '…'));
+    if (waiting?.needsApproval) wanted.push(this.approval(waiting.call));
+    else if (waiting) wanted.push(h('div', { class: 'note tool-running', role: 'status', 'data-testid': 'tool-running' }, 'Running ', h('code', {}, waiting.call.name), '…'));
     if (this.live && !this.live.finished && !between) {
-      this.liveBubble = new LiveBubble();
+      // the same reply's answer keeps its bubble (a new one would draw its text again)
+      const same = this.bubbleFor?.live === this.live && this.bubbleFor.answer === this.live.stored.length;
+      if (!same || !this.liveBubble) {
+        this.liveBubble = new LiveBubble();
+        this.bubblesBuilt++;
+        this.bubbleFor = { live: this.live, answer: this.live.stored.length };
+      }
       this.liveBubble.update(this.live);
       this.drewText = hasText(this.live);
-      this.list.append(this.liveBubble.el);
+      wanted.push(this.liveBubble.el);
+    } else {
+      this.liveBubble = null;
+      this.bubbleFor = null;
+      this.drewText = false;
     }
-    if (this.messages.length === 0 && !this.live) this.list.append(this.emptyChat());
-    this.updateJump();
+    if (this.messages.length === 0 && !this.live) wanted.push(this.emptyChat());
+    placeChildren(this.list, wanted);
   }
 
   private emptyChat(): HTMLElement {
@@ -268,20 +303,25 @@ export class ChatView {
       ' to ask about them.');
   }
 
+  /** A message you sent: built again only when the message (or the pages
+   * its documents gave) changed; its actions (Edit, the versions) follow
+   * whether a reply is being written. */
   private user(m: Message, last: boolean): HTMLElement {
-    return h('div', { class: `msg user${last ? ' last' : ''}`, 'data-testid': 'msg-user', 'data-id': m.id },
+    const docs = m.attachments.filter(isDocument).map((a) => this.pagesUsed(a.sha256) ?? null);
+    const el = this.kept.get(`m${m.id}`, `${recordKey(m)}${docs.length ? JSON.stringify(docs) : ''}`, () => h('div', { class: 'msg user', 'data-testid': 'msg-user', 'data-id': m.id },
       m.attachments.length ? h('div', { class: 'msg-images' },
         // each opens larger on a click (Enter or Space from the keyboard)
         ...m.attachments.map((a, i) => isDocument(a) ? documentChip(a, { used: this.pagesUsed(a.sha256) }) : h('button', {
           class: 'msg-image-open', 'aria-label': `Show image ${i + 1} larger`, 'data-testid': 'msg-image-open',
           onclick: () => openImageViewer(attachmentUrl(a.sha256), `Image ${i + 1} you sent`),
         }, h('img', { src: attachmentUrl(a.sha256), alt: 'Image you sent', 'data-testid': 'msg-image' })))) : null,
-      m.content ? h('div', { class: 'bubble' }, m.content) : null,
-      // the actions row is always there, so the layout does not jump when a reply ends
-      h('div', { class: 'msg-actions' },
-        branchSwitcher(m, (id) => this.hooks.switchBranch(id), this.busy),
-        this.busy ? null : h('button', { class: 'link', 'data-testid': 'edit-message', title: 'Edit and send as a new branch (this one is kept)', onclick: () => this.hooks.edit(m) }, 'Edit'),
-        this.deleteBranchButton(m)));
+      m.content ? h('div', { class: 'bubble' }, m.content) : null));
+    el.classList.toggle('last', last);
+    // the actions row is always there, so the layout does not jump when a reply ends
+    return withTail(el, String(this.busy), () => [h('div', { class: 'msg-actions' },
+      branchSwitcher(m, (id) => this.hooks.switchBranch(id), this.busy),
+      this.busy ? null : h('button', { class: 'link', 'data-testid': 'edit-message', title: 'Edit and send as a new branch (this one is kept)', onclick: () => this.hooks.edit(m) }, 'Edit'),
+      this.deleteBranchButton(m))]);
   }
 
   /** The pages of document `sha256` that the latest answer shown was given (its stats). */
@@ -300,37 +340,49 @@ export class ChatView {
     return h('button', { class: 'link', 'data-testid': 'delete-branch', title: `Delete ${what} and what follows it`, onclick: () => this.hooks.deleteBranch(m) }, 'Delete');
   }
 
+  /** An answer: its text (Markdown) is built again only when the message
+   * changed; what follows it (how it ended, its actions) follows whether it
+   * is the last answer, whether a reply is being written, and the model. */
   private assistant(m: Message, last: boolean): HTMLElement {
-    const body = h('div', { class: 'answer markdown', 'data-testid': 'answer' });
-    setMarkdown(body, formattedJsonAnswer(m.content));
-    const thinking = m.reasoning ? h('details', { class: 'thinking', 'data-testid': 'thinking' },
-      h('summary', {}, 'Thought'), h('div', { class: 'thinking-text' }, m.reasoning)) : null;
+    const el = this.kept.get(`m${m.id}`, recordKey(m), () => {
+      const body = h('div', { class: 'answer markdown', 'data-testid': 'answer' });
+      setMarkdown(body, formattedJsonAnswer(m.content));
+      const thinking = m.reasoning ? h('details', { class: 'thinking', 'data-testid': 'thinking' },
+        h('summary', {}, 'Thought'), h('div', { class: 'thinking-text' }, m.reasoning)) : null;
+      const leftOut = m.stats?.left_out_messages;
+      const leftOutNote = leftOut ? h('div', { class: 'note left-out-note', 'data-testid': 'left-out-note' },
+        `${leftOut} earlier message${leftOut === 1 ? ' was' : 's were'} left out to fit the model’s context (this chat’s setting).`) : null;
+      return h('div', { class: 'msg assistant', 'data-testid': 'msg-assistant', 'data-id': m.id },
+        h('div', { class: 'msg-model' }, m.model ?? ''),
+        thinking,
+        leftOutNote,
+        body,
+        ...m.tool_calls.map(toolCallLine));
+    });
+    el.classList.toggle('last', last);
     const cut = m.status === 'complete' && m.stats?.finish_reason === 'length';
-    const status = m.status === 'interrupted' ? h('div', { class: 'note' }, 'Stopped before the end.')
-      : m.status === 'error' ? h('div', { class: 'error-note', 'data-testid': 'reply-error', 'data-code': m.error_code ?? '' },
-        friendlyError(m.error_code, m.error ?? 'The reply failed.', this.errorContext(m)))
-        : cut ? h('div', { class: 'note cut-note', 'data-testid': 'cut-note' },
-          `Cut at the limit of ${m.stats?.completion_tokens ?? 'its'} tokens (Max tokens per answer, in ${this.ownMaxTokens ? 'this chat’s settings' : 'Settings'}). `,
-          last ? h('button', { class: 'link inline', 'data-testid': 'continue', onclick: () => this.hooks.continueReply() }, 'Continue') : null)
-          : null;
-    const stats = statsLine(m.stats);
-    const leftOut = m.stats?.left_out_messages;
-    const leftOutNote = leftOut ? h('div', { class: 'note left-out-note', 'data-testid': 'left-out-note' },
-      `${leftOut} earlier message${leftOut === 1 ? ' was' : 's were'} left out to fit the model’s context (this chat’s setting).`) : null;
-    const copy: HTMLButtonElement = h('button', { class: 'link', 'data-testid': 'copy-reply', 'aria-live': 'polite', onclick: () => void copyWithFeedback(copy, m.content) }, 'Copy');
-    return h('div', { class: `msg assistant${last ? ' last' : ''}`, 'data-testid': 'msg-assistant', 'data-id': m.id },
-      h('div', { class: 'msg-model' }, m.model ?? ''),
-      thinking,
-      leftOutNote,
-      body,
-      ...m.tool_calls.map(toolCallLine),
-      status,
-      h('div', { class: 'msg-actions' },
-        branchSwitcher(m, (id) => this.hooks.switchBranch(id), this.busy),
-        copy,
-        last ? h('button', { class: 'link', 'data-testid': 'regenerate', title: 'A new answer (this one is kept: ‹ › switches)', onclick: () => this.hooks.regenerate() }, 'Regenerate') : null,
-        this.deleteBranchButton(m),
-        stats ? h('span', { class: 'stats', 'data-testid': 'stats' }, stats) : null));
+    const context = m.status === 'error' ? this.errorContext(m) : null;
+    // a reply under way changes an answer's actions only where it has versions
+    // (their switcher and Delete); `last` says the rest (Regenerate, Continue)
+    const tail = JSON.stringify([last, this.busy && m.siblings.length > 1, cut && this.ownMaxTokens, context]);
+    return withTail(el, tail, () => {
+      const status = m.status === 'interrupted' ? h('div', { class: 'note' }, 'Stopped before the end.')
+        : m.status === 'error' ? h('div', { class: 'error-note', 'data-testid': 'reply-error', 'data-code': m.error_code ?? '' },
+          friendlyError(m.error_code, m.error ?? 'The reply failed.', context!))
+          : cut ? h('div', { class: 'note cut-note', 'data-testid': 'cut-note' },
+            `Cut at the limit of ${m.stats?.completion_tokens ?? 'its'} tokens (Max tokens per answer, in ${this.ownMaxTokens ? 'this chat’s settings' : 'Settings'}). `,
+            last ? h('button', { class: 'link inline', 'data-testid': 'continue', onclick: () => this.hooks.continueReply() }, 'Continue') : null)
+            : null;
+      const stats = statsLine(m.stats);
+      const copy: HTMLButtonElement = h('button', { class: 'link', 'data-testid': 'copy-reply', 'aria-live': 'polite', onclick: () => void copyWithFeedback(copy, m.content) }, 'Copy');
+      return [status,
+        h('div', { class: 'msg-actions' },
+          branchSwitcher(m, (id) => this.hooks.switchBranch(id), this.busy),
+          copy,
+          last ? h('button', { class: 'link', 'data-testid': 'regenerate', title: 'A new answer (this one is kept: ‹ › switches)', onclick: () => this.hooks.regenerate() }, 'Regenerate') : null,
+          this.deleteBranchButton(m),
+          stats ? h('span', { class: 'stats', 'data-testid': 'stats' }, stats) : null)];
+    });
   }
 
   /** The call waiting for the user: what it runs, with what, and the three answers. */
@@ -365,7 +417,8 @@ export class ChatView {
   }
 
   private updateJump(): void {
-    this.jump.hidden = this.isNearEnd();
+    const hidden = this.isNearEnd();
+    if (this.jump.hidden !== hidden) this.jump.hidden = hidden;
   }
 
   private scrollToEnd(smooth = false): void {
@@ -374,6 +427,20 @@ export class ChatView {
     if (!smooth) this.updateJump();
     else window.setTimeout(() => this.updateJump(), 400);
   }
+}
+
+const tails = new WeakMap<HTMLElement, { key: string; nodes: ChildNode[] }>();
+
+/** `el` ending in `build`'s nodes, built again (in place of the ones before)
+ * only when `key` changed: a kept message's actions follow the chat's state. */
+function withTail(el: HTMLElement, key: string, build: () => (ChildNode | null)[]): HTMLElement {
+  const was = tails.get(el);
+  if (was?.key === key) return el;
+  for (const n of was?.nodes ?? []) n.remove();
+  const nodes = build().filter((n): n is ChildNode => n !== null);
+  el.append(...nodes);
+  tails.set(el, { key, nodes });
+  return el;
 }
 
 /** The arguments as the model wrote them, indented when they are JSON. */

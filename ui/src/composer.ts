@@ -171,7 +171,7 @@ export class Composer {
 
   /** Leaves edit mode; the draft from before the edit comes back. */
   endEdit(): void {
-    this.editBanner.hidden = true;
+    if (!this.editBanner.hidden) this.editBanner.hidden = true;
     const before = this.beforeEdit;
     this.beforeEdit = null;
     if (!before) return;
@@ -413,8 +413,10 @@ export class Composer {
     const kept = { text: this.input.value, attachments: draft.attachments, rejected: draft.rejected };
     this.input.value = '';
     Object.assign(draft, { text: '', attachments: [], rejected: [] });
-    this.renderThumbs();
-    this.autosize();
+    if (kept.attachments.length || kept.rejected.length) this.renderThumbs();
+    // the empty box's own height (rows=1), as before any typing: measuring it
+    // (autosize) would lay out the whole window before the message is sent
+    this.input.style.height = '';
     if (await this.hooks.send(message)) {
       if (draft === this.draft) this.endEdit();
     } else {

@@ -6,7 +6,8 @@
 // show on hover and on keyboard focus, for the mouse (each chat used to
 // take three Tab stops).
 import { api, errorText, type Chat, type Preset } from './api';
-import { clear, h } from './dom';
+import { h } from './dom';
+import { KeptNodes, placeChildren, recordKey } from './keptNodes';
 import { confirmDialog } from './modal';
 import { relativeTime } from './format';
 import { icon } from './icons';
@@ -32,6 +33,11 @@ export class Sidebar {
   private chats: Chat[] = [];
   private presets: HTMLSelectElement;
   private renaming: number | null = null;
+  /** The chats' elements, kept while what they show is the same: a chat that
+   * starts answering (or a new one at the top) is all a redraw builds. */
+  private kept = new KeptNodes();
+  /** The presets the menu lists (it is built again only when they change). */
+  private presetsShown = '';
 
   constructor(private hooks: SidebarHooks) {
     this.search = h('input', { type: 'search', placeholder: `Search chats (${shortcutLabel('search', onMac())})`, title: 'Finds chats by their title or any word said in them', 'aria-label': 'Search chats', 'data-testid': 'chat-search' });
@@ -63,6 +69,9 @@ export class Sidebar {
   }
 
   private renderPresets(presets: Preset[]): void {
+    const shown = JSON.stringify(presets);
+    if (shown === this.presetsShown) return;
+    this.presetsShown = shown;
     this.presets.replaceChildren(h('option', { value: '' }, 'New chat from a preset…'),
       ...presets.map((p) => h('option', { value: p.id }, p.name)));
     this.presets.hidden = presets.length === 0;
@@ -87,17 +96,26 @@ export class Sidebar {
     this.search.select();
   }
 
+  /** How many chat elements were built, not kept, so far (tests count them). */
+  get built(): number {
+    return this.kept.built;
+  }
+
   private render(): void {
-    clear(this.list);
     if (this.chats.length === 0) {
-      this.list.append(h('p', { class: 'empty-list' }, this.search.value ? 'No chat matches.' : 'No chats yet.'));
+      this.kept.sweep();
+      placeChildren(this.list, [h('p', { class: 'empty-list' }, this.search.value ? 'No chat matches.' : 'No chats yet.')]);
       return;
     }
-    for (const chat of this.chats) this.list.append(this.item(chat));
+    placeChildren(this.list, this.chats.map((chat) => this.item(chat)));
+    this.kept.sweep();
     // one Tab stop for the list: the open chat, else the first
     const opens = [...this.list.querySelectorAll<HTMLButtonElement>('.chat-open')];
     const current = opens.find((b) => b.getAttribute('aria-current') === 'page') ?? opens[0];
-    for (const b of opens) b.tabIndex = b === current ? 0 : -1;
+    for (const b of opens) {
+      const tab = b === current ? 0 : -1;
+      if (b.tabIndex !== tab) b.tabIndex = tab;
+    }
   }
 
   /** Arrow keys, Home and End move the focus (and the list's Tab stop) between chats. */
@@ -113,8 +131,17 @@ export class Sidebar {
     return true;
   }
 
+  /** A chat's element: kept while the chat, its being open or answering, and its time as words are the same. */
   private item(chat: Chat): HTMLElement {
     const selected = chat.id === this.hooks.selectedId();
+    const running = this.hooks.isRunning(chat.id);
+    // the field being typed in is drawn anew with each redraw, as it always was
+    if (this.renaming === chat.id) return this.buildItem(chat, selected, running);
+    const key = `${recordKey(chat)}|${selected}|${running}|${running ? '' : relativeTime(chat.updated_at)}`;
+    return this.kept.get(`c${chat.id}`, key, () => this.buildItem(chat, selected, running));
+  }
+
+  private buildItem(chat: Chat, selected: boolean, running: boolean): HTMLElement {
     const title = chat.title || 'New chat';
     if (this.renaming === chat.id) {
       const input = h('input', { class: 'rename', value: title, 'aria-label': 'Chat title', 'data-testid': 'rename-input' });
@@ -137,7 +164,6 @@ export class Sidebar {
       queueMicrotask(() => { input.focus(); input.select(); });
       return h('div', { class: 'chat-item selected' }, input);
     }
-    const running = this.hooks.isRunning(chat.id);
     const startRename = (e: Event) => { e.stopPropagation(); this.renaming = chat.id; this.render(); };
     return h('div', { class: `chat-item${selected ? ' selected' : ''}${running ? ' running' : ''}`, 'data-chat-id': chat.id, 'data-testid': 'chat-item' },
       h('button', {

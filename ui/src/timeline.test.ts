@@ -44,5 +44,7 @@ describe('the reply timeline', () => {
     expect(timeline().marks.started).toBeLessThanOrEqual(firstPiece);
     expect(timeline().marks['first-piece']).toBe(firstPiece);
     expect(timeline().work.event.count).toBe(3);
+    // what the page did while the prompt was read: the events before the first piece
+    expect(timeline().untilFirstPiece?.event.count).toBe(1);
   });
 });

@@ -5,13 +5,16 @@
 
 /** The latest reply's timeline: marks in ms (performance.now()), first time each. */
 export interface ReplyTimeline {
-  /** 'submit', 'invoke', 'chat-created' (a first message: its chat is made by the send command), 'started', 'first-piece', 'first-draw', 'sent'. */
+  /** 'submit', 'invoke', 'chat-created' (a first message: its chat is made by the send command), 'started', 'first-piece', 'first-draw', 'sent' (the send command's answer), 'sent-shown' (its message drawn). */
   marks: Record<string, number>;
   /** How often, and for how many ms in all, the page did each kind of work:
    * 'event' a stream event handled (listeners included), 'draw' a redraw of
    * the live reply (Markdown, DOM, the scroll's layout), 'render' the whole
    * chat drawn again. */
   work: Record<Work, { count: number; ms: number }>;
+  /** The same, as it stood when the first piece of text arrived: what the
+   * page did while the engine read the prompt. */
+  untilFirstPiece?: Record<Work, { count: number; ms: number }>;
 }
 
 export type Work = 'event' | 'draw' | 'render';
@@ -31,7 +34,9 @@ export function startTimeline(first = 'submit'): void {
 
 /** Notes when `name` first happened during the current reply. */
 export function mark(name: string): void {
-  if (!(name in current.marks)) current.marks[name] = performance.now();
+  if (name in current.marks) return;
+  current.marks[name] = performance.now();
+  if (name === 'first-piece') current.untilFirstPiece = JSON.parse(JSON.stringify(current.work));
 }
 
 /** Runs `f`, counting it and its time as one piece of `kind` work. */
