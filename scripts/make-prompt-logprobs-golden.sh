@@ -5,7 +5,7 @@
 # crates/engine/tests/engine_tests/prompt_logprobs.rs:
 #   1. .venv-ref/ with the pinned mlx[cpu] + mlx-lm (scripts/ref-venv.sh)
 #   2. the tiny folders from the write_tiny_model example (the test writes
-#      the same files with engine::testing::write_tiny_family, seed 11)
+#      the same files with fixtures::write_tiny_family, seed 11)
 #   3. scripts/goldens/prompt_logprobs.py → crates/engine/tests/goldens/prompt_logprobs_mlx_lm.json
 # Idempotent. Runs MLX on the CPU with OpenBLAS preloaded when it is
 # installed, the BLAS our binaries link.

@@ -4,7 +4,7 @@
 # crates/engine/tests/engine_tests/speculative_assistant_reference.rs:
 #   1. .venv-ref/ with the pinned mlx[cpu] + mlx-vlm (scripts/ref-venv.sh)
 #   2. the target and its assistant from `write_tiny_model --gemma4-assistant`
-#      (the test writes the same files with engine::testing::write_tiny_family,
+#      (the test writes the same files with fixtures::write_tiny_family,
 #      write_gemma4_echo_assistant, write_gemma4_assistant and
 #      write_gemma4_centroid_assistant: the last with the E2B / E4B
 #      assistants' centroid-routed head)

@@ -4,7 +4,7 @@
 # as the golden of crates/engine/tests/engine_tests/speculative_reference.rs:
 #   1. .venv-ref/ with the pinned mlx[cpu] + mlx-lm (scripts/ref-venv.sh)
 #   2. the pair from `write_tiny_model --speculative-pair` (the test writes
-#      the same files with engine::testing::write_speculative_pair)
+#      the same files with fixtures::write_speculative_pair)
 #   3. scripts/goldens/speculative.py → crates/engine/tests/goldens/speculative_mlx_lm.json
 # Idempotent. Runs MLX on the CPU with OpenBLAS preloaded when it is
 # installed, the BLAS our binaries link.

@@ -4,7 +4,7 @@
 # crates/engine/tests/engine_tests/speculative_mtp_reference.rs:
 #   1. .venv-ref/ with the pinned mlx[cpu] + mlx-vlm (scripts/ref-venv.sh)
 #   2. the target from `write_tiny_model --mtp-target` (the test writes the
-#      same files with engine::testing::write_mtp_target)
+#      same files with fixtures::write_mtp_target)
 #   3. scripts/goldens/speculative_mtp.py: mlx-vlm's splitter writes the head
 #      alone, then its MTP rounds run with it →
 #      crates/engine/tests/goldens/speculative_mtp_mlx_vlm.json

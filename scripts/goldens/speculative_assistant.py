@@ -2,11 +2,11 @@
 drafter (`drafters/gemma4_assistant`, its `mtp` round loop) on the tiny Gemma
 4 written by `target/debug/examples/write_tiny_model --gemma4-assistant <dir>`
 (<dir>/target: the tiny Gemma 4 of the parity tests, sliding, full and
-KV-shared layers; <dir>/assistant: engine::testing::write_gemma4_echo_assistant,
+KV-shared layers; <dir>/assistant: fixtures::write_gemma4_echo_assistant,
 an assistant that mostly drafts the last token again, so that the target's
 repeated tokens are drafts it keeps; <dir>/random_assistant:
-engine::testing::write_gemma4_assistant, the random one of the lossless
-tests; <dir>/centroid_assistant: engine::testing::write_gemma4_centroid_assistant,
+fixtures::write_gemma4_assistant, the random one of the lossless
+tests; <dir>/centroid_assistant: fixtures::write_gemma4_centroid_assistant,
 an echoing one with the centroid-routed head of the E2B / E4B assistants,
 `use_ordered_embeddings`), as the golden of
 crates/engine/tests/engine_tests/speculative_assistant_reference.rs.

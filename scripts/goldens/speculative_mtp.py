@@ -10,7 +10,7 @@ Usage: speculative_mtp.py <dir with target/> <golden json>
    runs) writes the head alone into <dir>/head, the only way mlx-vlm drafts
    with MTP. The golden keeps what it wrote (config.json, and per tensor its
    shape and sums): the test writes the same folder with
-   engine::testing::split_mtp_head and checks it against that record.
+   fixtures::split_mtp_head and checks it against that record.
 2. For each prompt, greedy, no stop at EOS (raw ids):
    - `greedy`: the target's plain greedy ids (`generate_step`), TOKENS of them;
    - per NUM_DRAFT in DRAFTS, `generate_step` with the split head

@@ -5,7 +5,7 @@
 //! on the first line, and stops when its standard input closes.
 use std::io::Read;
 
-use engine::testing::{write_tiny_llama, TinyLlama};
+use fixtures::{write_tiny_llama, TinyLlama};
 use hub::testing::{FakeFile, FakeHub, FakeRepo};
 use serde_json::json;
 

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use engine::testing::{write_tiny_llama, TinyLlama};
+use fixtures::{write_tiny_llama, TinyLlama};
 use hub::testing::{FakeFile, FakeHub, FakeRepo};
 use serde_json::{json, Value};
 

@@ -5,7 +5,7 @@
 // layers, named in the note with why); with the draft chosen it loads, answers
 // and the status bar shows how many drafts were kept, and after the chat's
 // next turn, that the draft read the first prompt from its own cache. The tiny models come
-// from the engine example `write_tiny_model` (built by `cargo test
+// from the fixtures example `write_tiny_model` (built by `cargo test
 // --all-targets`), put in the run's Hugging Face cache.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';

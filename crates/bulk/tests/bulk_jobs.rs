@@ -11,7 +11,7 @@ use engine::batch::{ImageInput, SchedulerConfig};
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_qwen2_vl, QwenVlVariant, TinyQwenVl};
+use fixtures::{write_tiny_qwen2_vl, QwenVlVariant, TinyQwenVl};
 
 const IMAGES: usize = 30;
 /// Rows 7 and 19 are broken files.

@@ -36,13 +36,18 @@
 //!   `run_follower`);
 //! - [`Error`] and [`Result`].
 //!
-//! The engine's own tests and examples, outside the crate, reach further: the
-//! loaders' variants, `BatchCache`, the `Scheduler` and `Preparer` themselves,
-//! `distributed`'s ops, launcher and followers, GGUF blocks, the Gated DeltaNet
-//! recurrences (`model::layers`), LFM2's bench configs. `testing` (feature
-//! `testing`) holds the tiny checkpoint writers of tests, examples and
-//! benchmarks. The engine only emits `tracing` events: the binaries set up
-//! logging (`server::logging`).
+//! The engine's own tests, outside the crate, and the `fixtures` crate (the
+//! tiny checkpoint writers, the GGUF writer and the local rank launcher of
+//! tests, examples and benchmarks: a dev-dependency only) reach further: the
+//! loaders' variants, `BatchCache`, the `Scheduler` and `Preparer`
+//! themselves, `distributed`'s ops, hostfile and followers, GGUF blocks, the
+//! Gated DeltaNet recurrences (`model::layers`), LFM2's tiny and bench
+//! configs; what a fixture is recorded through (`weights::Weights::recording`,
+//! `model::layers::LayerLoader`, `model::loading::read_config`) and the
+//! Qwen2-VL and Qwen3-VL towers on their own (`model::qwen2_vl::vision`,
+//! `model::qwen3_vl::vision`: a tower's config and loader, whose tensors the
+//! vision fixtures record). The engine only emits `tracing` events: the
+//! binaries set up logging (`server::logging`).
 pub mod batch;
 pub mod cache;
 pub mod constraint;
@@ -63,5 +68,3 @@ pub mod weights;
 
 pub use error::{Error, Result};
 pub mod convert;
-#[cfg(any(test, feature = "testing"))]
-pub mod testing;

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 use engine::model::{self, LoadOptions, WeightFormat};
-use engine::testing::{self, write_tiny_family, GgufTensor, GgufValue, TinyFamily};
 use engine::Error;
+use fixtures::{write_tiny_family, GgufTensor, GgufValue, TinyFamily};
 
 const LOAD: LoadOptions = LoadOptions { format: WeightFormat::AsStored };
 
@@ -136,7 +136,7 @@ fn write_gguf(path: &Path, arch: &str, tensors: &[(&str, &[usize], u32, Vec<u8>)
             data: data.clone(),
         })
         .collect();
-    testing::write_gguf(path, &[("general.architecture", GgufValue::Str(arch.into()))], &tensors)
+    fixtures::write_gguf(path, &[("general.architecture", GgufValue::Str(arch.into()))], &tensors)
         .unwrap();
 }
 

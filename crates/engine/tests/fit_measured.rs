@@ -38,11 +38,11 @@ use common::Driver;
 use engine::batch::{ImageInput, Prompt, Request, SchedulerConfig};
 use engine::model::{self, LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{
+use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
+use fixtures::{
     write_family, write_tiny_qwen2_vl, Dims, Gemma4Plan, Qwen35Plan, QwenVlVariant, TinyFamily,
     TinyQwenVl, VlDims,
 };
-use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use hub::fit::{
     check_fit, local_model, FitSettings, MemoryEstimate, ModelShape, WeightHolding,
     RUNTIME_OVERHEAD_BYTES,

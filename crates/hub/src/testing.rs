@@ -514,10 +514,10 @@ pub fn no_ambient_token() {
     ONCE.call_once(|| std::env::set_var("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1"));
 }
 
-pub use engine::testing::GgufValue;
+pub use fixtures::GgufValue;
 
 /// Writes a GGUF header with `kvs` (and no tensors) in GGUF `version`, with
 /// the engine's test writer (the layout llama.cpp writes).
 pub fn write_gguf(path: &Path, version: u32, kvs: &[(&str, GgufValue)]) {
-    engine::testing::write_gguf_header(path, version, kvs).unwrap();
+    fixtures::write_gguf_header(path, version, kvs).unwrap();
 }

@@ -1,10 +1,10 @@
 //! The app's commands through Tauri's real IPC (mock runtime, no window):
 //! a real store in a temp folder and a real tiny engine model written by
-//! `engine::testing::write_tiny_llama`.
+//! `fixtures::write_tiny_llama`.
 use std::path::Path;
 use std::time::Duration;
 
-use engine::testing::{write_tiny_qwen2_vl, QwenVlVariant, TinyQwenVl};
+use fixtures::{write_tiny_qwen2_vl, QwenVlVariant, TinyQwenVl};
 use serde_json::{json, Value};
 use tauri::ipc::InvokeBody;
 
@@ -544,8 +544,7 @@ fn gallery_and_status_show_the_registry_capabilities() {
     let dir = tempfile::tempdir().unwrap();
     tiny_models(dir.path());
     let qwen3 = dir.path().join("models/tiny-qwen3");
-    engine::testing::write_tiny_family(&qwen3, engine::testing::TinyFamily::Qwen3, None, 11)
-        .unwrap();
+    fixtures::write_tiny_family(&qwen3, fixtures::TinyFamily::Qwen3, None, 11).unwrap();
     let config = qwen3.join("tokenizer_config.json");
     let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
     cfg["chat_template"] = "{% for m in messages %}{{ m.content }}{% endfor %}\
@@ -1337,7 +1336,7 @@ fn two_quick_sends_to_one_chat_cannot_both_start() {
 /// image dropped in gets an answer (one model after another in one app).
 #[test]
 fn each_vision_family_shows_its_badge_loads_and_answers_an_image() {
-    use engine::testing::{
+    use fixtures::{
         write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl,
     };
     let dir = tempfile::tempdir().unwrap();
@@ -1406,7 +1405,7 @@ fn each_vision_family_shows_its_badge_loads_and_answers_an_image() {
 fn a_model_folder_from_anywhere_is_checked_added_kept_after_a_restart_and_removed() {
     let dir = tempfile::tempdir().unwrap();
     let elsewhere = dir.path().join("my models/tiny llama");
-    engine::testing::write_tiny_llama(&elsewhere, &engine::testing::TinyLlama::default()).unwrap();
+    fixtures::write_tiny_llama(&elsewhere, &fixtures::TinyLlama::default()).unwrap();
     let id = format!("file:{}", elsewhere.display());
     {
         let h = harness(dir.path());

@@ -257,7 +257,7 @@ Call one as <tool_call>\n{\"name\": ..., \"arguments\": ...}\n</tool_call><|im_e
 
 fn tiny_tool_model(root: &Path) {
     let dir = root.join("models").join("tiny-tools");
-    engine::testing::write_tiny_family(&dir, engine::testing::TinyFamily::Qwen3, None, 5).unwrap();
+    fixtures::write_tiny_family(&dir, fixtures::TinyFamily::Qwen3, None, 5).unwrap();
     let path = dir.join("tokenizer_config.json");
     let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     cfg["chat_template"] = TOOLS_TEMPLATE.into();
@@ -484,9 +484,9 @@ fn an_image_a_tool_returns_reaches_a_model_that_sees() {
     use store::{NewMessage, ReplyOutcome, ToolCallRecord, ToolResultInfo};
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("models").join("tiny-vl-tools");
-    engine::testing::write_tiny_qwen2_vl(
+    fixtures::write_tiny_qwen2_vl(
         &model,
-        &engine::testing::TinyQwenVl::new(engine::testing::QwenVlVariant::Qwen2Vl),
+        &fixtures::TinyQwenVl::new(fixtures::QwenVlVariant::Qwen2Vl),
     )
     .unwrap();
     let path = model.join("tokenizer_config.json");

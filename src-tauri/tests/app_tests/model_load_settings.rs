@@ -11,11 +11,8 @@ use crate::common;
 use common::{harness, tiny_models, Harness};
 
 fn second_model(root: &Path) {
-    engine::testing::write_tiny_llama(
-        &root.join("models").join("other"),
-        &engine::testing::TinyLlama::default(),
-    )
-    .unwrap();
+    fixtures::write_tiny_llama(&root.join("models").join("other"), &fixtures::TinyLlama::default())
+        .unwrap();
 }
 
 impl Harness {

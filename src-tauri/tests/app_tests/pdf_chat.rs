@@ -5,7 +5,7 @@
 //! one, none of one too long to send whole), a long document sends the
 //! passages that answer the question with their pages as pictures, and each
 //! reply keeps which pages it was given (the document chip lists them).
-use engine::testing::{write_tiny_qwen2_vl, QwenVlVariant, TinyQwenVl};
+use fixtures::{write_tiny_qwen2_vl, QwenVlVariant, TinyQwenVl};
 use serde_json::{json, Value};
 use tauri::ipc::InvokeBody;
 

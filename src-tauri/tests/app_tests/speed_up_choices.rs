@@ -6,7 +6,7 @@
 //! choice asks for a reload like the other load settings.
 use std::path::Path;
 
-use engine::testing::{write_family, write_tiny_llama, Dims, TinyFamily, TinyLlama};
+use fixtures::{write_family, write_tiny_llama, Dims, TinyFamily, TinyLlama};
 use serde_json::{json, Value};
 
 use crate::common;

@@ -7,7 +7,7 @@
 //! a record saved before drafters existed still loads.
 use std::path::Path;
 
-use engine::testing::{
+use fixtures::{
     split_mtp_head, write_family, write_gemma4_echo_assistant, write_gguf_header, write_mtp_target,
     write_tiny_family, Dims, GgufValue, TinyFamily,
 };

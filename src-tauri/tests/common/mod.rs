@@ -82,11 +82,8 @@ impl Harness {
 
 /// The tiny Llama as `dir:tiny` in the models folder under `root`.
 pub fn tiny_models(root: &Path) {
-    engine::testing::write_tiny_llama(
-        &root.join("models").join("tiny"),
-        &engine::testing::TinyLlama::default(),
-    )
-    .unwrap();
+    fixtures::write_tiny_llama(&root.join("models").join("tiny"), &fixtures::TinyLlama::default())
+        .unwrap();
 }
 
 impl Harness {

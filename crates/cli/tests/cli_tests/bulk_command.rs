@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use bulk::RowStatus;
-use engine::testing::{write_tiny_qwen2_vl, QwenVlVariant, TinyQwenVl};
+use fixtures::{write_tiny_qwen2_vl, QwenVlVariant, TinyQwenVl};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../engine/tests/fixtures/images");
 

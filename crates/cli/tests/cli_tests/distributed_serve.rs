@@ -11,8 +11,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{endless_stream, read_to_end, Served, SseReader};
-use engine::distributed::launch::wait_all;
-use engine::distributed::{LocalRing, RankProcess};
+use fixtures::launch::wait_all;
+use fixtures::{LocalRing, RankProcess};
 use serde_json::{json, Value};
 
 const QUESTIONS: [&str; 4] =

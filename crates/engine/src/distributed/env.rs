@@ -1,7 +1,8 @@
 //! Where a rank learns who it is: the environment `mlx.launch --backend ring`
-//! sets for every process it starts (and our own [`super::launch`] sets the
-//! same), read here before MLX reads it so a mistake gives a clear error
-//! instead of MLX's `atoi` turning a typo into rank 0.
+//! sets for every process it starts (and our own launcher for tests,
+//! `fixtures::launch`, sets the same), read here before MLX reads it so a
+//! mistake gives a clear error instead of MLX's `atoi` turning a typo into
+//! rank 0.
 use std::path::PathBuf;
 
 use super::hostfile::Hostfile;

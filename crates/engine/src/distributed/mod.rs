@@ -16,7 +16,8 @@
 //! - `rank.rs`: what a process does by its rank ([`load_leader`],
 //!   [`run_follower`]).
 //! - `step_watch.rs`: rank 0's watchdog over steps stuck in a collective.
-//! - `launch.rs`: our launcher for local ranks (tests, benchmarks).
+//! - (Our launcher for local ranks, for tests and benchmarks, is the
+//!   `fixtures` crate's `launch.rs`.)
 //! - `split.rs`: how a model is split ([`Split`]: tensor, pipeline, auto).
 //! - `tensor_parallel.rs`: a rank's share of a tensor-parallel model (the
 //!   sharded layers themselves are in `model/layers/mod.rs`).
@@ -106,15 +107,15 @@
 //! part of a sharded tensor from the safetensors file (`Weights::take_part`:
 //! one read for rows, one per row for columns): memory after load is its
 //! share (measured: 379.8 MB alone, 191.0 MB per rank of 2,
-//! `examples/split_model_bench.rs`), and the peak while loading 195.3 MB
-//! (206.0 MB when each rank read the whole tensor and kept a copy of its part).
-//! `examples/split_model_bench.rs` measures the serving path (the real
-//! scheduler over a [`LeaderModel`]): memory per rank and its speed.
+//! `crates/fixtures/examples/split_model_bench.rs`), and the peak while
+//! loading 195.3 MB (206.0 MB when each rank read the whole tensor and kept a
+//! copy of its part). `crates/fixtures/examples/split_model_bench.rs`
+//! measures the serving path (the real scheduler over a [`LeaderModel`]):
+//! memory per rank and its speed.
 pub mod env;
 pub mod follow;
 pub mod group;
 pub(crate) mod hostfile;
-pub mod launch;
 pub(crate) mod leader;
 pub mod ops;
 pub(crate) mod pipeline;
@@ -129,7 +130,6 @@ pub(crate) mod tensor_parallel;
 pub use env::RankEnv;
 pub use group::{Backend, Group, GroupConfig};
 pub use hostfile::Hostfile;
-pub use launch::{LocalRing, RankExit, RankOutput, RankProcess};
 pub use leader::LeaderModel;
 pub use pipeline::{Pipeline, StageLayers};
 pub use rank::{load_leader, run_follower};

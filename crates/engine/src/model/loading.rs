@@ -343,8 +343,9 @@ impl DrafterFolder {
     }
 }
 
-/// A model folder's config.json, parsed.
-pub(crate) fn read_config(dir: &Path) -> Result<Value> {
+/// A model folder's config.json, parsed (what the loader reads first; a
+/// fixture reads it to record what the family takes for it).
+pub fn read_config(dir: &Path) -> Result<Value> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
     serde_json::from_str(&text)

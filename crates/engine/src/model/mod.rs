@@ -19,11 +19,11 @@ pub(crate) mod mistral3;
 pub(crate) mod prompt_images;
 pub(crate) mod prompt_inputs;
 pub(crate) mod qwen2;
-pub(crate) mod qwen2_vl;
+pub mod qwen2_vl;
 pub(crate) mod qwen3;
 pub(crate) mod qwen3_5;
 pub(crate) mod qwen3_moe;
-pub(crate) mod qwen3_vl;
+pub mod qwen3_vl;
 pub mod registry;
 pub mod shape;
 pub(crate) mod smolvlm;
@@ -176,6 +176,17 @@ pub trait LanguageModel {
 
     /// Hidden states → logits over the vocabulary.
     fn logits(&self, hidden: &Array) -> Result<Array>;
+
+    /// The output head cut to the rows of tokens `ids` `[N]`: its logits
+    /// are [`Self::logits`]' at those tokens alone, `[.., N]`. A draft model
+    /// guesses with it among the frequent tokens only (a fraction of a small
+    /// model's head, which is a large part of its weights; see
+    /// `batch::speculation::draft_vocabulary`). `None` where the logits are
+    /// more than one linear map of the hidden state (soft-capped, scaled)
+    /// or the head is split across processes.
+    fn head_rows(&self, _ids: &Array) -> Option<Result<layers::Linear>> {
+        None
+    }
 
     /// The vision tower, for models that see images.
     fn vision(&self) -> Option<&dyn VisionTower> {

@@ -2,8 +2,8 @@
 //! tensor a family's loader takes with zeros of the shape it asks for,
 //! noting the name and shape. Run against a config.json, the family's own
 //! `load` so lists every tensor of its checkpoint: a test fixture is written
-//! from that list (`testing::recorded`), and no fixture writer restates a
-//! family's tensor names.
+//! from that list (the `fixtures` crate's `recorded.rs`), and no fixture
+//! writer restates a family's tensor names.
 use std::cell::RefCell;
 use std::collections::HashSet;
 

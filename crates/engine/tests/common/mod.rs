@@ -14,7 +14,7 @@ use engine::generate::{generate, GenerateParams};
 use engine::handle::{Completion, RequestStream};
 use engine::model::{self, LanguageModel, LoadOptions, LoadedModel, Positions, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_family, TinyFamily};
+use fixtures::{write_tiny_family, TinyFamily};
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};

@@ -10,7 +10,7 @@ use engine::generate::{generate, GenerateParams};
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{self, LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_llama, TinyLlama};
+use fixtures::{write_tiny_llama, TinyLlama};
 
 use crate::common;
 

@@ -1,6 +1,6 @@
 //! MLX's ring backend through our wrappers, with real processes on
 //! 127.0.0.1: this test binary starts copies of itself as the ranks (our
-//! launcher, `engine::distributed::LocalRing`), each copy running only the
+//! launcher, `fixtures::LocalRing`), each copy running only the
 //! rank side of the test that started it.
 use crate::common;
 
@@ -12,18 +12,16 @@ use engine::batch::SchedulerConfig;
 use engine::cache::KvQuantization;
 use engine::distributed::follow::{Replica, Step};
 use engine::distributed::group::is_available;
-use engine::distributed::launch::wait_all;
 use engine::distributed::share::share_bytes;
 use engine::distributed::{load_leader, run_follower, RankEnv};
-use engine::distributed::{
-    ops, Backend, Group, GroupConfig, LocalRing, RankOutput, Split, TensorParallel,
-};
+use engine::distributed::{ops, Backend, Group, GroupConfig, Split, TensorParallel};
 use engine::model::{self, LoadOptions, WeightFormat};
-use engine::testing::{
-    write_family, write_tiny_family, write_tiny_llama, write_tiny_qwen2, Dims, TinyFamily,
-    TinyLlama,
-};
 use engine::weights::QuantSpec;
+use fixtures::launch::wait_all;
+use fixtures::{
+    write_family, write_tiny_family, write_tiny_llama, write_tiny_qwen2, Dims, LocalRing,
+    RankOutput, TinyFamily, TinyLlama,
+};
 use mlx_rs::{Array, Dtype};
 
 /// Set in a rank's environment: the test whose rank side to run.
@@ -221,7 +219,7 @@ fn a_rank_that_never_starts_is_reported_by_each_side_within_the_timeout() {
         rings[0].spawn(0, rank_command(TEST)).unwrap(),
         rings[1].spawn(1, rank_command(TEST)).unwrap(),
     ];
-    let outputs = engine::distributed::launch::wait_all(alone, RING_DEADLINE);
+    let outputs = wait_all(alone, RING_DEADLINE);
     for (out, ring) in outputs.iter().zip(&rings) {
         let (alone, other) = (out.rank, 1 - out.rank);
         assert!(out.succeeded(), "{out}");
@@ -907,9 +905,9 @@ fn a_pipeline_of_qwen2_vl_answers_images_with_their_positions_as_one_process() {
         return vision_rank(Split::Pipeline);
     }
     let dir = tempfile::tempdir().unwrap();
-    engine::testing::write_tiny_qwen2_vl(
+    fixtures::write_tiny_qwen2_vl(
         dir.path(),
-        &engine::testing::TinyQwenVl::new(engine::testing::QwenVlVariant::Qwen2Vl),
+        &fixtures::TinyQwenVl::new(fixtures::QwenVlVariant::Qwen2Vl),
     )
     .unwrap();
     vision_matches_one_process(TEST, dir.path());
@@ -922,9 +920,9 @@ fn tensor_parallel_qwen2_vl_answers_images_as_one_process() {
         return vision_rank(Split::Tensor);
     }
     let dir = tempfile::tempdir().unwrap();
-    engine::testing::write_tiny_qwen2_vl(
+    fixtures::write_tiny_qwen2_vl(
         dir.path(),
-        &engine::testing::TinyQwenVl::new(engine::testing::QwenVlVariant::Qwen2Vl),
+        &fixtures::TinyQwenVl::new(fixtures::QwenVlVariant::Qwen2Vl),
     )
     .unwrap();
     vision_matches_one_process(TEST, dir.path());
@@ -937,7 +935,7 @@ fn a_pipeline_of_gemma3_vl_keeps_image_tokens_attending_both_ways() {
         return vision_rank(Split::Pipeline);
     }
     let dir = tempfile::tempdir().unwrap();
-    engine::testing::write_tiny_gemma3_vl(dir.path(), None, 5).unwrap();
+    fixtures::write_tiny_gemma3_vl(dir.path(), None, 5).unwrap();
     vision_matches_one_process(TEST, dir.path());
 }
 
@@ -948,7 +946,7 @@ fn a_pipeline_of_qwen3_vl_carries_its_deepstack_features() {
         return vision_rank(Split::Pipeline);
     }
     let dir = tempfile::tempdir().unwrap();
-    engine::testing::write_tiny_qwen3_vl(dir.path(), None, 5).unwrap();
+    fixtures::write_tiny_qwen3_vl(dir.path(), None, 5).unwrap();
     vision_matches_one_process(TEST, dir.path());
 }
 

@@ -14,8 +14,8 @@ use engine::batch::{Prompt, Request, SchedulerConfig};
 use engine::cache::BatchCache;
 use engine::model;
 use engine::model::Positions;
-use engine::testing::TinyFamily;
 use engine::tokenizer::{ChatMessage, TemplateOptions};
+use fixtures::TinyFamily;
 use mlx_rs::{ops, Array};
 
 use crate::common;

@@ -9,7 +9,7 @@ use engine::cache::BatchCache;
 use engine::model::layers::gated_delta::{recurrence, CHUNKED_FROM_TOKENS};
 use engine::model::layers::gated_delta_chunked::{chunked_recurrence, invert_unit_lower, CHUNK};
 use engine::model::{self, LanguageModel, Positions};
-use engine::testing::TinyFamily;
+use fixtures::TinyFamily;
 use mlx_rs::{ops, ops::indexing::IndexOp, random, Array, Dtype};
 
 use crate::common::{family_checkpoint, max_abs_diff, salted_prompt, LOAD};

@@ -9,11 +9,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use engine::model::{self, LoadOptions, WeightFormat};
-use engine::testing::{
-    byte_level_meta, write_gguf, write_tiny_family, GgufTensor, GgufValue, TinyFamily,
-};
 use engine::weights::gguf::{dequantize, mxfp4_to_mlx, GgmlType};
 use engine::weights::{quantized_ops, QuantMode, QuantSpec};
+use fixtures::{byte_level_meta, write_gguf, write_tiny_family, GgufTensor, GgufValue, TinyFamily};
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
 
@@ -169,7 +167,7 @@ fn lfm2_gguf_loads_as_its_folder(family: TinyFamily, name: &str, class_name: &st
     let weights: HashMap<String, Array> =
         Array::load_safetensors(folder.join("model.safetensors")).unwrap();
     let ff = weights["model.layers.0.feed_forward.w1.weight"].shape()[0] as u32;
-    let tokenizer = engine::testing::lfm2_byte_level_meta();
+    let tokenizer = fixtures::lfm2_byte_level_meta();
     let mut metadata = vec![
         ("general.architecture".to_string(), GgufValue::Str(arch.into())),
         (format!("{arch}.block_count"), int("num_hidden_layers")),
@@ -472,7 +470,7 @@ fn write_gpt_oss_gguf(folder: &Path, out: &Path) {
     let float =
         |k: &str| GgufValue::F32(config[k].as_f64().unwrap_or_else(|| panic!("{k}")) as f32);
     let rope = &config["rope_scaling"];
-    let tokenizer = engine::testing::gpt_oss_byte_level_meta();
+    let tokenizer = fixtures::gpt_oss_byte_level_meta();
     let metadata = vec![
         ("general.architecture", GgufValue::Str("gpt-oss".into())),
         ("gpt-oss.block_count", int("num_hidden_layers")),
@@ -586,7 +584,7 @@ fn write_gpt_oss_gguf(folder: &Path, out: &Path) {
 fn a_gpt_oss_mxfp4_gguf_loads_as_the_folder_it_was_written_from() {
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("gpt_oss");
-    engine::testing::write_tiny_gpt_oss_openai_mxfp4(&folder, 5).unwrap();
+    fixtures::write_tiny_gpt_oss_openai_mxfp4(&folder, 5).unwrap();
     let gguf = dir.path().join("tiny-gpt-oss-mxfp4.gguf");
     write_gpt_oss_gguf(&folder, &gguf);
 

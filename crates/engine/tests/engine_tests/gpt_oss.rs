@@ -6,8 +6,8 @@
 use engine::batch::{Prompt, Request, SchedulerConfig};
 use engine::cache::KvQuantization;
 use engine::model;
-use engine::testing::{TinyFamily, GPT_OSS_SPECIAL_TOKENS};
 use engine::tokenizer::{ChatMessage, TemplateOptions};
+use fixtures::{TinyFamily, GPT_OSS_SPECIAL_TOKENS};
 use serde_json::json;
 
 use crate::common;

@@ -10,8 +10,8 @@ use std::io::Cursor;
 use common::Driver;
 use engine::batch::{ImageInput, Prompt, Request, SchedulerConfig};
 use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_qwen2_vl, QwenVlVariant, TinyQwenVl, VlDims};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
+use fixtures::{write_tiny_qwen2_vl, QwenVlVariant, TinyQwenVl, VlDims};
 
 const BUDGET: usize = 40;
 const VISION_BLOCKS: i32 = 4;

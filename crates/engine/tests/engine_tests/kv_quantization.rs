@@ -7,7 +7,7 @@ use engine::batch::{Prompt, Request, SchedulerConfig};
 use engine::cache::{BatchCache, CacheLayout, KvQuantization};
 use engine::handle::{EngineConfig, EngineHandle};
 use engine::model::{LoadOptions, WeightFormat};
-use engine::testing::{write_tiny_llama, TinyLlama};
+use fixtures::{write_tiny_llama, TinyLlama};
 use mlx_rs::{random, Array};
 
 /// How closely our logits must follow mlx-lm's on its top tokens (see the

@@ -7,8 +7,8 @@
 use engine::batch::{Prompt, Request, SchedulerConfig};
 use engine::cache::KvQuantization;
 use engine::model;
-use engine::testing::{TinyFamily, LFM2_SPECIAL_TOKENS};
 use engine::tokenizer::{ChatMessage, TemplateOptions};
+use fixtures::{TinyFamily, LFM2_SPECIAL_TOKENS};
 use serde_json::json;
 
 use crate::common;

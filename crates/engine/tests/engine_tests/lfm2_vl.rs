@@ -1,5 +1,5 @@
 //! LFM2-VL (`lfm2-vl`) against Python mlx-vlm 0.7.6 on the tiny seeded
-//! folder (`testing::write_tiny_lfm2_vl`, the same one
+//! folder (`fixtures::write_tiny_lfm2_vl`, the same one
 //! `scripts/make-lfm2-vl-golden.sh` recorded the reference on): chat prompts
 //! with no image, a 182×126 image (one 12 × 18 patch view), a 320×240 image
 //! (3 × 2 tiles and a thumbnail) and a portrait EXIF-6 JPEG (2 × 3 tiles and
@@ -20,7 +20,7 @@ use std::path::Path;
 
 use engine::model::lfm2_vl::image_processor::Layout;
 use engine::model::WeightFormat;
-use engine::testing::{write_tiny_lfm2_vl, write_tiny_lfm2_vl_q4};
+use fixtures::{write_tiny_lfm2_vl, write_tiny_lfm2_vl_q4};
 use serde_json::Value;
 
 use crate::common;

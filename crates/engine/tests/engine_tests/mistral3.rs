@@ -1,5 +1,5 @@
 //! Mistral 3 (`mistral3`: Ministral 3 text, Pixtral tower) against Python
-//! mlx-vlm 0.7.6 on the tiny seeded folder (`testing::write_tiny_mistral3`,
+//! mlx-vlm 0.7.6 on the tiny seeded folder (`fixtures::write_tiny_mistral3`,
 //! the one `scripts/make-mistral3-golden.sh` recorded the reference on):
 //! chat prompts with no image, a 320×240 image (64×48 pixels after the
 //! processor: 8 × 6 patches, 4 × 3 tokens in three rows), and a portrait
@@ -18,7 +18,7 @@ use std::path::Path;
 use engine::batch::SchedulerConfig;
 use engine::handle::{EngineConfig, EngineHandle};
 use engine::model::{LoadOptions, WeightFormat};
-use engine::testing::write_tiny_mistral3;
+use fixtures::write_tiny_mistral3;
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
 

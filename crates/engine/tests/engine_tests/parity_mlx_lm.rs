@@ -17,10 +17,10 @@ use common::{forward_fresh, greedy_ids, rows, tokens};
 use engine::batch::{Prompt, Request, SchedulerConfig};
 use engine::model::{load, LoadOptions, LoadedModel, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{
+use engine::weights::QuantSpec;
+use fixtures::{
     write_tiny_family, write_tiny_gpt_oss_openai_mxfp4, write_tiny_llama, TinyFamily, TinyLlama,
 };
-use engine::weights::QuantSpec;
 use serde_json::Value;
 
 /// Float32 weights, and 4-bit weights run through MLX's quantized matmul

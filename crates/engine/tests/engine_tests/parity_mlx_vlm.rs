@@ -27,12 +27,12 @@ use crate::common;
 
 use engine::cache::BatchCache;
 use engine::model::{load, LoadOptions, LoadedModel, Positions, WeightFormat};
-use engine::testing::{
+use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
+use engine::weights::QuantSpec;
+use fixtures::{
     write_tiny_qwen2_vl, write_tiny_qwen35_vl, write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe,
     QwenVlNames, QwenVlVariant, TinyQwenVl,
 };
-use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
-use engine::weights::QuantSpec;
 use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype};
 use serde_json::Value;
 

@@ -25,9 +25,9 @@ use std::path::{Path, PathBuf};
 
 use engine::cache::BatchCache;
 use engine::model::{load, LoadOptions, LoadedModel, Positions, WeightFormat};
-use engine::testing::{write_tiny_gemma3_vl, write_tiny_gemma4_vl};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
 use engine::weights::QuantSpec;
+use fixtures::{write_tiny_gemma3_vl, write_tiny_gemma4_vl};
 use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype};
 use serde_json::Value;
 

@@ -12,10 +12,8 @@ use engine::generate::{generate, GenerateParams};
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{self, LoadOptions};
 use engine::sample::SamplingParams;
-use engine::testing::{
-    write_tiny_llama, write_tiny_qwen2_vl, QwenVlVariant, TinyLlama, TinyQwenVl,
-};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions};
+use fixtures::{write_tiny_llama, write_tiny_qwen2_vl, QwenVlVariant, TinyLlama, TinyQwenVl};
 
 use crate::common;
 

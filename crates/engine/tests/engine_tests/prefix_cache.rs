@@ -7,8 +7,8 @@ use engine::generate::prefill;
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{self, LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_llama, TinyLlama};
 use engine::tokenizer::{ChatMessage, TemplateOptions};
+use fixtures::{write_tiny_llama, TinyLlama};
 
 fn start(dir: &std::path::Path, prefix_cache_bytes: usize) -> EngineHandle {
     let config = EngineConfig {

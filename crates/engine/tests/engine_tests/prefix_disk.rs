@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use engine::batch::SchedulerConfig;
 use engine::cache::prefix_disk::{file, DiskPrefixConfig};
 use engine::cache::KvQuantization;
-use engine::testing::TinyFamily;
+use fixtures::TinyFamily;
 
 use crate::common;
 

@@ -19,7 +19,7 @@ use engine::batch::speculation::SpeculationConfig;
 use engine::batch::{FinishReason, PromptLogprobs, Request, SchedulerConfig};
 use engine::handle::Completion;
 use engine::model::load;
-use engine::testing::{write_speculative_pair, TinyFamily};
+use fixtures::{write_speculative_pair, TinyFamily};
 use serde_json::Value;
 
 use crate::common::{family_checkpoint, greedy_request, salted_prompt, Driver, LOAD};

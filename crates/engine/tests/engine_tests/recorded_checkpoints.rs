@@ -1,5 +1,5 @@
 //! Checkpoints recorded from each family's own loader
-//! (`engine::testing::write_recorded`): for every tiny family, the tensors
+//! (`fixtures::write_recorded`): for every tiny family, the tensors
 //! its `load` takes for the hand-written fixture's config.json, written with
 //! seeded values, load again from disk through the normal loader with no
 //! tensor left over, float and 4-bit, and are the tensors the hand-written
@@ -11,14 +11,14 @@ use engine::batch::{Prompt, Request, SchedulerConfig};
 use engine::generate::{generate, GenerateParams};
 use engine::model::{self, Positions};
 use engine::sample::SamplingParams;
-use engine::testing::{
+use engine::weights::QuantSpec;
+use fixtures::{
     leftover_after_load, record, write_recorded, write_tiny_family, write_tiny_from_config,
     write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_idefics3, write_tiny_lfm2_vl,
     write_tiny_llama, write_tiny_mistral3, write_tiny_qwen2, write_tiny_qwen2_vl,
     write_tiny_qwen35_vl, write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe, write_tiny_smolvlm,
     QwenVlVariant, TinyFamily, TinyLlama, TinyQwenVl, Values,
 };
-use engine::weights::QuantSpec;
 use mlx_rs::Array;
 
 use crate::common::{max_abs_diff, salted_prompt as prompt, Driver, LOAD};

@@ -1,10 +1,10 @@
 //! SmolVLM2 (`smolvlm`) against Python mlx-vlm 0.7.6 on the tiny seeded
-//! folder (`testing::write_tiny_smolvlm`, the same one
+//! folder (`fixtures::write_tiny_smolvlm`, the same one
 //! `scripts/make-smolvlm-golden.sh` recorded the reference on): chat prompts
 //! with no image, one image cut into 3 × 4 tiles, and a portrait image
 //! (an EXIF-6 JPEG, 4 × 3 tiles) beside a landscape one (3 × 4), each plus
 //! its global view; and the same weights labelled `idefics3`, which mlx-vlm
-//! runs through its Idefics3 classes (`testing::write_tiny_idefics3`).
+//! runs through its Idefics3 classes (`fixtures::write_tiny_idefics3`).
 //! - the prompt: our template, the processor's text layout of each image
 //!   (`<fake_token_around_image>`, `<row_r_col_c>`, `<global-img>`, the
 //!   `<image>` slots) and our tokenizer give the reference's ids exactly;
@@ -17,7 +17,7 @@
 use std::path::Path;
 
 use engine::model::WeightFormat;
-use engine::testing::{write_tiny_idefics3, write_tiny_smolvlm};
+use fixtures::{write_tiny_idefics3, write_tiny_smolvlm};
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
 

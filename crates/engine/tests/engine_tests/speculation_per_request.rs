@@ -4,7 +4,7 @@
 use engine::batch::speculation::SpeculationConfig;
 use engine::batch::{Prompt, Request, Scheduler, SchedulerConfig};
 use engine::handle::Completion;
-use engine::testing::{write_tiny_llama, TinyLlama};
+use fixtures::{write_tiny_llama, TinyLlama};
 
 use crate::common::{greedy_no_eos, Driver, LOAD};
 

@@ -14,10 +14,8 @@ use engine::cache::KvQuantization;
 use engine::constraint::Constraint;
 use engine::handle::Completion;
 use engine::sample::SamplingParams;
-use engine::testing::{
-    write_draft_of, write_family, write_tiny_llama, Dims, TinyFamily, TinyLlama,
-};
 use engine::tokenizer::{ChatMessage, TemplateOptions};
+use fixtures::{write_draft_of, write_family, write_tiny_llama, Dims, TinyFamily, TinyLlama};
 use serde_json::json;
 
 use crate::common;
@@ -242,7 +240,7 @@ fn gemma4_shared_layers_rewind_with_a_draft_model() {
 fn the_gemma4_assistant_drafts_and_the_reply_stays_the_same() {
     let target = family_checkpoint(TinyFamily::Gemma4, 11);
     let assistant = tempfile::tempdir().unwrap();
-    engine::testing::write_gemma4_assistant(target.path(), assistant.path(), 5).unwrap();
+    fixtures::write_gemma4_assistant(target.path(), assistant.path(), 5).unwrap();
     let proposer = Proposer::Assistant(assistant.path());
     let sampling = greedy_no_eos();
     let reqs = [
@@ -282,7 +280,7 @@ fn the_gemma4_assistant_drafts_and_the_reply_stays_the_same() {
 fn the_gemma4_centroid_assistant_drafts_and_the_reply_stays_the_same() {
     let target = family_checkpoint(TinyFamily::Gemma4, 11);
     let assistant = tempfile::tempdir().unwrap();
-    engine::testing::write_gemma4_centroid_assistant(target.path(), assistant.path(), 5).unwrap();
+    fixtures::write_gemma4_centroid_assistant(target.path(), assistant.path(), 5).unwrap();
     let proposer = Proposer::Assistant(assistant.path());
     let sampling = greedy_no_eos();
     let reqs = [
@@ -309,7 +307,7 @@ fn the_gemma4_centroid_assistant_drafts_and_the_reply_stays_the_same() {
 fn a_centroid_head_that_does_not_divide_the_vocabulary_is_refused() {
     let target = family_checkpoint(TinyFamily::Gemma4, 11);
     let assistant = tempfile::tempdir().unwrap();
-    engine::testing::write_gemma4_centroid_assistant(target.path(), assistant.path(), 5).unwrap();
+    fixtures::write_gemma4_centroid_assistant(target.path(), assistant.path(), 5).unwrap();
     let path = assistant.path().join("config.json");
     let mut config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
@@ -330,11 +328,11 @@ fn a_centroid_head_that_does_not_divide_the_vocabulary_is_refused() {
 fn an_assistant_for_another_model_is_refused() {
     let target = family_checkpoint(TinyFamily::Gemma4, 11);
     let assistant = tempfile::tempdir().unwrap();
-    engine::testing::write_gemma4_assistant(target.path(), assistant.path(), 5).unwrap();
+    fixtures::write_gemma4_assistant(target.path(), assistant.path(), 5).unwrap();
     // A wider Gemma 4 (hidden size 96).
     let other = tempfile::tempdir().unwrap();
     let dims = Dims { hidden: 96, ..Dims::tiny(TinyFamily::Gemma4) };
-    engine::testing::write_family(other.path(), TinyFamily::Gemma4, dims, None, 11).unwrap();
+    fixtures::write_family(other.path(), TinyFamily::Gemma4, dims, None, 11).unwrap();
     let other = engine::model::load(other.path(), &LOAD).unwrap();
     let err = engine::model::load_assistant(assistant.path(), other.model.as_ref(), &LOAD)
         .err()

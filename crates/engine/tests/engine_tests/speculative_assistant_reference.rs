@@ -1,6 +1,6 @@
 //! Gemma 4's assistant drafter against the reference: on the tiny Gemma 4
 //! of the parity tests, with two assistants — one that mostly drafts the
-//! last token again (`engine::testing::write_gemma4_echo_assistant`, so that
+//! last token again (`fixtures::write_gemma4_echo_assistant`, so that
 //! the target's repeated tokens are drafts it keeps: the accept path) and
 //! the random one of the lossless tests (`write_gemma4_assistant`: its
 //! drafts are rejected, but their ids come from every part of the
@@ -40,7 +40,7 @@
 //!
 //! A third assistant drafts through the centroid-routed head of the E2B /
 //! E4B assistants (`use_ordered_embeddings`:
-//! `engine::testing::write_gemma4_centroid_assistant`): its drafts are the
+//! `fixtures::write_gemma4_centroid_assistant`): its drafts are the
 //! best of the routed clusters' tokens only, and match those of mlx-vlm's
 //! own `MaskedEmbedder` (its greedy `argmax`) round for round; the golden
 //! says that the routing decided some of them (the whole table's best was
@@ -53,7 +53,7 @@ use engine::batch::{Scheduler, SchedulerConfig};
 use engine::cache::BatchCache;
 use engine::handle::Completion;
 use engine::model::{load, load_assistant, KvDrafter, LanguageModel};
-use engine::testing::{
+use fixtures::{
     write_gemma4_assistant, write_gemma4_centroid_assistant, write_gemma4_echo_assistant,
     write_tiny_family, TinyFamily,
 };

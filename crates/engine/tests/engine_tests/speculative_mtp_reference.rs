@@ -1,11 +1,11 @@
 //! The multi-token-prediction head against the reference: on a tiny seeded
-//! Qwen3.5 with a one-layer `mtp.*` head (`engine::testing::write_mtp_target`),
+//! Qwen3.5 with a one-layer `mtp.*` head (`fixtures::write_mtp_target`),
 //! the tokens of a greedy reply and which of them came from the head's
 //! drafts are what Python mlx-vlm 0.7.6's MTP rounds give
 //! (`tests/goldens/speculative_mtp_mlx_vlm.json`, written by
 //! `scripts/make-speculative-mtp-golden.sh`). mlx-vlm drafts with the head
 //! only as its splitter writes it alone (`split_mtp`); the golden also
-//! records that folder, which `engine::testing::split_mtp_head` must write
+//! records that folder, which `fixtures::split_mtp_head` must write
 //! the same, and ours drafts the same with the checkpoint's own head and
 //! with the split one.
 //!
@@ -31,7 +31,7 @@ use std::path::Path;
 use engine::batch::speculation::SpeculationConfig;
 use engine::batch::{Scheduler, SchedulerConfig};
 use engine::model::{load, load_draft_head, load_with_draft_head};
-use engine::testing::{split_mtp_head, write_mtp_target, write_tiny_family, TinyFamily};
+use fixtures::{split_mtp_head, write_mtp_target, write_tiny_family, TinyFamily};
 use serde_json::Value;
 
 use crate::common::{greedy_ids, LOAD};

@@ -1,5 +1,5 @@
 //! Speculative decoding against the reference: on a tiny target and draft
-//! (`engine::testing::write_speculative_pair`: a 4-layer Qwen2, and the same
+//! (`fixtures::write_speculative_pair`: a 4-layer Qwen2, and the same
 //! with seeded noise on every weight, so drafts land often but not always),
 //! which tokens of a greedy reply came from the draft is what Python
 //! mlx-lm 0.32.2's `speculative_generate_step` says, with a fixed
@@ -42,7 +42,7 @@ use engine::batch::{Prompt, Request, Scheduler, SchedulerConfig};
 use engine::handle::Completion;
 use engine::model::load;
 use engine::sample::SamplingParams;
-use engine::testing::write_speculative_pair;
+use fixtures::write_speculative_pair;
 use serde_json::Value;
 
 use crate::common::{greedy_ids, Driver, LOAD};

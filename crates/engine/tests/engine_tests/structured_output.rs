@@ -340,8 +340,7 @@ Call one as <tool_call>\n{\"name\": ..., \"arguments\": ...}\n</tool_call><|im_e
 /// anything, so whatever they answer under a grammar is the grammar's doing.
 fn tiny_thinking_qwen3() -> (tempfile::TempDir, LoadedModel) {
     let dir = tempfile::tempdir().unwrap();
-    engine::testing::write_tiny_family(dir.path(), engine::testing::TinyFamily::Qwen3, None, 5)
-        .unwrap();
+    fixtures::write_tiny_family(dir.path(), fixtures::TinyFamily::Qwen3, None, 5).unwrap();
     let path = dir.path().join("tokenizer_config.json");
     let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     cfg["chat_template"] = THINKING_TOOLS_TEMPLATE.into();
@@ -391,7 +390,7 @@ fn a_required_tool_call_is_always_a_valid_call() {
 #[test]
 fn a_required_tool_call_in_mistrals_format_is_a_valid_call() {
     let dir = tempfile::tempdir().unwrap();
-    engine::testing::write_tiny_mistral3(dir.path(), 3).unwrap();
+    fixtures::write_tiny_mistral3(dir.path(), 3).unwrap();
     // Room for the tools' JSON (a byte per token in the tiny vocabulary)
     // beyond the tiny context of 128.
     let path = dir.path().join("config.json");

@@ -4,8 +4,8 @@ use engine::batch::{FinishReason, Prompt, Request};
 use engine::handle::{EngineConfig, EngineHandle};
 use engine::model::{LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_llama, TinyLlama};
 use engine::tokenizer::{ChatMessage, TemplateOptions};
+use fixtures::{write_tiny_llama, TinyLlama};
 
 /// A ChatML template that opens `<think>` in the prompt when thinking is on,
 /// as Qwen3-style templates do.

@@ -10,8 +10,8 @@ use crate::common;
 use common::{forward_cached, forward_fresh, max_abs_diff, tokens};
 use engine::generate::{generate, prefill, GenerateParams};
 use engine::model::{self, LoadOptions, LoadedModel, WeightFormat};
-use engine::testing::{write_tiny_llama, TinyLlama};
 use engine::weights::QuantSpec;
+use fixtures::{write_tiny_llama, TinyLlama};
 use mlx_rs::{ops::indexing::IndexOp, Array};
 
 fn q4() -> TinyLlama {

@@ -13,8 +13,8 @@ use engine::batch::{FinishReason, ImageInput, Prompt, Request, SchedulerConfig};
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{write_tiny_qwen2_vl, QwenVlVariant, TinyQwenVl};
 use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions, Tokenizer};
+use fixtures::{write_tiny_qwen2_vl, QwenVlVariant, TinyQwenVl};
 
 fn fixture(name: &str) -> ImageInput {
     let path: PathBuf =

@@ -24,11 +24,11 @@ use engine::cache::KvQuantization;
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{
+use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions, Tokenizer};
+use fixtures::{
     write_tiny_gemma3_vl, write_tiny_gemma4_vl, write_tiny_lfm2_vl, write_tiny_mistral3,
     write_tiny_qwen35_vl, write_tiny_qwen3_vl, write_tiny_qwen3_vl_moe, write_tiny_smolvlm,
 };
-use engine::tokenizer::{ChatMessage, ContentPart, MessageContent, TemplateOptions, Tokenizer};
 
 /// One family under test: how its tiny folder is written and where its
 /// mlx-vlm goldens are.

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use engine::testing::{lfm2_vl_1_6b_config, ministral3_3b_text_config};
+use fixtures::{lfm2_vl_1_6b_config, ministral3_3b_text_config};
 use hub::fit::{local_model, VisionShape, RUNTIME_OVERHEAD_BYTES};
 use hub::{check_local_model, FitLevel, FitSettings, MachineMemory, ModelShape, WeightHolding};
 use serde_json::{json, Value};

@@ -8,10 +8,8 @@ use engine::batch::{Prompt, Request, SchedulerConfig};
 use engine::handle::{Completion, EngineConfig, EngineHandle};
 use engine::model::{LoadOptions, WeightFormat};
 use engine::sample::SamplingParams;
-use engine::testing::{
-    write_tiny_llama, write_tiny_qwen2_vl, QwenVlVariant, TinyLlama, TinyQwenVl,
-};
 use engine::tokenizer::{ChatMessage, TemplateOptions};
+use fixtures::{write_tiny_llama, write_tiny_qwen2_vl, QwenVlVariant, TinyLlama, TinyQwenVl};
 use serde_json::Value;
 use server::{RunningServer, ServerConfig, ServerState};
 

@@ -4,7 +4,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{start, Setup, SseReader};
-use engine::testing::TinyLlama;
+use fixtures::TinyLlama;
 use serde_json::json;
 
 /// A context so long that 100 000 tokens fit: a request that is not

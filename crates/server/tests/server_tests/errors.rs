@@ -4,7 +4,7 @@ use crate::common;
 
 use common::{start, Setup};
 use engine::batch::SchedulerConfig;
-use engine::testing::{write_tiny_llama, TinyLlama};
+use fixtures::{write_tiny_llama, TinyLlama};
 use serde_json::{json, Value};
 use server::ServerConfig;
 

@@ -7,7 +7,7 @@ use crate::common;
 use common::{start, Setup};
 use engine::batch::speculation::SpeculationConfig;
 use engine::batch::SchedulerConfig;
-use engine::testing::{write_tiny_llama, TinyLlama};
+use fixtures::{write_tiny_llama, TinyLlama};
 use serde_json::{json, Value};
 
 /// A conversation whose generation prompt (`<|im_start|>assistant\n`) came

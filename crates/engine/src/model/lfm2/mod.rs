@@ -612,7 +612,6 @@ impl LanguageModel for Lfm2 {
 /// A bench-size LFM2 (LFM2-350M's plan scaled down: hidden 1024 → 512, 16
 /// blocks → 8 with attention in two, GQA 4:1), for scripts/bench-models.sh.
 /// `vocab`: the tokenizer's size.
-#[cfg(any(test, feature = "testing"))]
 pub fn bench_config(vocab: i32) -> Value {
     serde_json::json!({
         "model_type": "lfm2", "architectures": ["Lfm2ForCausalLM"], "vocab_size": vocab,

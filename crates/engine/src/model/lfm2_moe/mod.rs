@@ -219,7 +219,6 @@ impl FeedForward for RoutedExperts {
 /// A tiny LFM2-MoE for tests, from its config alone: convolution and
 /// attention blocks, one dense block then experts (8, 2 per token) with a
 /// routing bias. `vocab`: the tokenizer's size.
-#[cfg(any(test, feature = "testing"))]
 pub fn tiny_config(vocab: i32) -> Value {
     serde_json::json!({
         "model_type": "lfm2_moe", "architectures": ["Lfm2MoeForCausalLM"],
@@ -239,7 +238,6 @@ pub fn tiny_config(vocab: i32) -> Value {
 /// 512, 24 blocks → 8 with attention in two, 32 experts with 4 per token,
 /// the first block dense), for scripts/bench-models.sh. `vocab`: the
 /// tokenizer's size.
-#[cfg(any(test, feature = "testing"))]
 pub fn bench_config(vocab: i32) -> Value {
     let mut config = tiny_config(vocab);
     let layer_types: Vec<&str> =

@@ -307,7 +307,9 @@ mod tests {
 
     #[test]
     fn a_real_config_gives_lfm2s_layers_and_a_siglip2_tower() {
-        let config = crate::testing::lfm2_vl_1_6b_config();
+        // LFM2-VL-1.6B's (the file `fixtures::lfm2_vl_1_6b_config` reads too)
+        let config = include_str!("../../../tests/fixtures/configs/lfm2_vl_1_6b.json");
+        let config: Value = serde_json::from_str(config).unwrap();
         let shapes = (FAMILY.layers)(&config).unwrap();
         let attention: Vec<usize> =
             (0..16).filter(|&i| shapes[i].cache == LayerCache::Full).collect();

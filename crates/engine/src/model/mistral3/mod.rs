@@ -531,9 +531,16 @@ mod tests {
 
     use super::*;
 
+    /// Ministral 3 3B's `text_config` (the file
+    /// `fixtures::ministral3_3b_text_config` reads too).
+    fn ministral3_3b_text_config() -> Value {
+        let text = include_str!("../../../tests/fixtures/configs/ministral3_3b_text.json");
+        serde_json::from_str(text).unwrap()
+    }
+
     #[test]
     fn every_layer_attends_fully_without_layer_types() {
-        let args = TextArgs::parse(&crate::testing::ministral3_3b_text_config(), true).unwrap();
+        let args = TextArgs::parse(&ministral3_3b_text_config(), true).unwrap();
         let shapes = args.layer_shapes();
         assert_eq!(shapes.len(), 26);
         assert!(shapes.iter().all(|s| s.cache == LayerCache::Full));
@@ -544,11 +551,11 @@ mod tests {
 
     #[test]
     fn a_ministral3_config_without_the_scaling_keys_is_refused() {
-        let mut config = crate::testing::ministral3_3b_text_config();
+        let mut config = ministral3_3b_text_config();
         config["rope_parameters"].as_object_mut().unwrap().remove("llama_4_scaling_beta");
         assert!(matches!(TextArgs::parse(&config, true), Err(Error::InvalidConfig(_))));
         // A plain `mistral` text config has no scaling at all.
-        let mut config = crate::testing::ministral3_3b_text_config();
+        let mut config = ministral3_3b_text_config();
         config["model_type"] = json!("mistral");
         config.as_object_mut().unwrap().remove("rope_parameters");
         assert_eq!(TextArgs::parse(&config, false).unwrap().scaling().unwrap(), None);

@@ -12,7 +12,11 @@
 //!
 //! config.json has the text parameters at the root (older files, and what
 //! mlx-vlm reads) and/or in `text_config` (newer files); the root wins.
-pub mod positions;
+//!
+//! Outside the engine only the tower's config and loader are reached
+//! ([`vision::VisionConfig::parse`], [`vision::VisionModel::load`]): the
+//! vision fixtures record what the tower takes.
+pub(crate) mod positions;
 pub mod vision;
 
 use mlx_rs::Array;
@@ -29,7 +33,7 @@ use crate::error::{Error, Result};
 use vision::{TowerEncoding, Variant, VisionConfig, VisionModel};
 
 /// The registry entry: Qwen2-VL and Qwen2.5-VL, with the Qwen image processor.
-pub const FAMILY: Family = Family {
+pub(crate) const FAMILY: Family = Family {
     name: "Qwen2-VL",
     model_types: &["qwen2_vl", "qwen2_5_vl"],
     build: |model_type, config, loader| Ok(Box::new(Qwen2Vl::load(model_type, config, loader)?)),
@@ -45,10 +49,10 @@ pub const FAMILY: Family = Family {
 const DEFAULT_IMAGE_TOKEN_ID: u32 = 151655;
 
 /// Qwen2-VL: the M-RoPE Qwen2 decoder and its tower.
-pub type Qwen2Vl = WithVision<Llama, QwenVision>;
+pub(crate) type Qwen2Vl = WithVision<Llama, QwenVision>;
 
 /// The [`VisionTower`] of a Qwen2-VL / Qwen2.5-VL model.
-pub struct QwenVision {
+pub(crate) struct QwenVision {
     model: VisionModel,
     image_token_id: u32,
 }

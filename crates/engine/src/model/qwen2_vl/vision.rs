@@ -20,7 +20,7 @@ use super::super::layers::qwen_vit::{self, gelu_exact, PatchShape, SegmentAttent
 use super::super::layers::{LayerLoader, Linear, RmsNorm};
 use crate::error::{Error, Result};
 
-pub use super::super::layers::qwen_vit::MERGE;
+pub(crate) use super::super::layers::qwen_vit::MERGE;
 /// Both towers' norms use this epsilon whatever the config says.
 const NORM_EPS: f32 = 1e-6;
 
@@ -33,21 +33,21 @@ pub enum Variant {
 /// `vision_config` of config.json, in the names of each variant.
 #[derive(Debug, Clone)]
 pub struct VisionConfig {
-    pub variant: Variant,
-    pub depth: i32,
+    pub(crate) variant: Variant,
+    pub(crate) depth: i32,
     /// Width of the blocks (`embed_dim` in Qwen2-VL, `hidden_size` in Qwen2.5-VL).
-    pub width: i32,
-    pub heads: i32,
-    pub mlp_hidden: i32,
+    pub(crate) width: i32,
+    pub(crate) heads: i32,
+    pub(crate) mlp_hidden: i32,
     /// Width of the merged features = the language model's hidden size.
-    pub out_hidden: i32,
-    pub in_channels: i32,
-    pub patch_size: i32,
-    pub temporal_patch_size: i32,
+    pub(crate) out_hidden: i32,
+    pub(crate) in_channels: i32,
+    pub(crate) patch_size: i32,
+    pub(crate) temporal_patch_size: i32,
     /// Qwen2.5-VL: window side in pixels (`window_size`), and the blocks that
     /// attend over the whole frame instead.
-    pub window_size: i32,
-    pub fullatt_blocks: Vec<usize>,
+    pub(crate) window_size: i32,
+    pub(crate) fullatt_blocks: Vec<usize>,
 }
 
 impl VisionConfig {
@@ -133,7 +133,7 @@ impl VisionConfig {
         self.width / self.heads
     }
 
-    pub fn patch_shape(&self) -> PatchShape {
+    pub(crate) fn patch_shape(&self) -> PatchShape {
         PatchShape {
             width: self.width,
             channels: self.in_channels,
@@ -143,7 +143,7 @@ impl VisionConfig {
     }
 
     /// Values in one flattened patch: `C · T · P · P`.
-    pub fn patch_values(&self) -> i32 {
+    pub(crate) fn patch_values(&self) -> i32 {
         self.patch_shape().values()
     }
 
@@ -212,7 +212,7 @@ struct Block {
 
 /// One image part-way through the tower: its hidden state after the blocks
 /// run so far (the caller counts them), and what the remaining blocks need.
-pub struct TowerEncoding {
+pub(crate) struct TowerEncoding {
     hidden: Array,
     cos: Array,
     sin: Array,
@@ -280,7 +280,7 @@ impl VisionModel {
     /// its first block. The engine runs the blocks a few at a time between
     /// decode steps ([`Self::run_blocks`]), so a big image never stalls the
     /// running streams for its whole encode.
-    pub fn begin(&self, pixels: &Array, grid: [i32; 3]) -> Result<TowerEncoding> {
+    pub(crate) fn begin(&self, pixels: &Array, grid: [i32; 3]) -> Result<TowerEncoding> {
         let [t, h, w] = grid;
         let n = qwen_vit::check_patches(pixels, grid, self.cfg.patch_values())?;
         let dtype = self.patch_embed.dtype();
@@ -305,7 +305,7 @@ impl VisionModel {
 
     /// Queues `blocks` of `encoding`, the ones after those already run
     /// (lazily: nothing is evaluated here); returns the hidden state to evaluate.
-    pub fn run_blocks(
+    pub(crate) fn run_blocks(
         &self,
         encoding: &mut TowerEncoding,
         blocks: std::ops::Range<usize>,
@@ -337,7 +337,7 @@ impl VisionModel {
     }
 
     /// The merger after the last block: the image's features.
-    pub fn finish(&self, encoding: &TowerEncoding) -> Result<Array> {
+    pub(crate) fn finish(&self, encoding: &TowerEncoding) -> Result<Array> {
         let n = encoding.patches;
         let merged = self
             .merger_norm
@@ -356,7 +356,7 @@ impl VisionModel {
         }
     }
 
-    pub fn depth(&self) -> usize {
+    pub(crate) fn depth(&self) -> usize {
         self.blocks.len()
     }
 }
@@ -369,7 +369,7 @@ fn regroup(x: &Array, order: &Array) -> Result<Array> {
 
 /// Qwen2.5-VL's windows over one image.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Windows {
+pub(crate) struct Windows {
     /// Merged-patch indices (raster order within each frame) listed window by
     /// window, each window in raster order.
     pub order: Vec<i32>,
@@ -380,7 +380,7 @@ pub struct Windows {
 
 /// Splits each frame's grid of merged patches into `units`×`units` windows
 /// (the last row and column of windows may be smaller).
-pub fn window_partition(grid: [i32; 3], units: i32) -> Windows {
+pub(crate) fn window_partition(grid: [i32; 3], units: i32) -> Windows {
     let [t, h, w] = grid;
     let (mh, mw) = (h / MERGE, w / MERGE);
     let mut order = Vec::with_capacity((t * mh * mw) as usize);

@@ -8,7 +8,11 @@
 //! Weight names: Hugging Face `model.language_model.*`, `model.visual.*`,
 //! `lm_head`; mlx-vlm `language_model.model.*`, `vision_tower.*`,
 //! `language_model.lm_head`. The text parameters live in `text_config`.
-pub mod tower;
+//!
+//! Outside the engine only the tower's config and loader are reached
+//! ([`vision::VisionConfig::parse`], [`vision::VisionModel::load`]): the
+//! vision fixtures record what the tower takes.
+pub(crate) mod tower;
 pub mod vision;
 
 use serde_json::{Map, Value};
@@ -21,9 +25,9 @@ use super::qwen3::{layout, parse_qwen3_args};
 use super::registry::{Family, ImageProcessing};
 use super::with_vision::WithVision;
 use crate::error::{Error, Result};
-pub use tower::Qwen3Vision;
+pub(crate) use tower::Qwen3Vision;
 
-pub const FAMILY: Family = Family {
+pub(crate) const FAMILY: Family = Family {
     name: "Qwen3-VL",
     model_types: &["qwen3_vl", "qwen3_vl_moe"],
     build: |model_type, config, loader| {
@@ -40,10 +44,10 @@ pub const FAMILY: Family = Family {
 /// `<|image_pad|>` in the Qwen vocabulary, when config.json omits it.
 const DEFAULT_IMAGE_TOKEN_ID: u32 = 151655;
 /// Where the tower's tensors are gathered before loading.
-pub const TOWER: &str = "visual";
+pub(crate) const TOWER: &str = "visual";
 
 /// Qwen3-VL: the Qwen3 decoder with interleaved M-RoPE and DeepStack, and its tower.
-pub type Qwen3Vl = WithVision<Llama, Qwen3Vision>;
+pub(crate) type Qwen3Vl = WithVision<Llama, Qwen3Vision>;
 
 impl Qwen3Vl {
     pub fn load(moe: bool, config: &Value, loader: &mut LayerLoader) -> Result<Qwen3Vl> {
@@ -67,7 +71,7 @@ impl Qwen3Vl {
 }
 
 /// Renames the tower's tensors (any scheme) to `visual.*`.
-pub fn gather_tower(loader: &mut LayerLoader) {
+pub(crate) fn gather_tower(loader: &mut LayerLoader) {
     const SCHEMES: &[&str] = &["model.visual.", "vision_tower.", "model.language_model.visual."];
     let names: Vec<String> = loader.weights.names().map(str::to_owned).collect();
     for name in names {

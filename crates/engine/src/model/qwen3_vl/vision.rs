@@ -27,19 +27,19 @@ const NORM_EPS: f32 = 1e-6;
 /// `vision_config` of config.json.
 #[derive(Debug, Clone)]
 pub struct VisionConfig {
-    pub depth: i32,
-    pub width: i32,
-    pub heads: i32,
-    pub mlp_hidden: i32,
+    pub(crate) depth: i32,
+    pub(crate) width: i32,
+    pub(crate) heads: i32,
+    pub(crate) mlp_hidden: i32,
     /// Width of the merged features = the language model's hidden size.
-    pub out_hidden: i32,
-    pub in_channels: i32,
-    pub patch_size: i32,
-    pub temporal_patch_size: i32,
+    pub(crate) out_hidden: i32,
+    pub(crate) in_channels: i32,
+    pub(crate) patch_size: i32,
+    pub(crate) temporal_patch_size: i32,
     /// Rows of the learned position table (a square grid).
-    pub position_embeddings: i32,
+    pub(crate) position_embeddings: i32,
     /// Blocks after which a DeepStack merger taps the hidden state.
-    pub deepstack: Vec<usize>,
+    pub(crate) deepstack: Vec<usize>,
 }
 
 impl VisionConfig {
@@ -111,7 +111,7 @@ impl VisionConfig {
         self.width / self.heads
     }
 
-    pub fn patch_shape(&self) -> PatchShape {
+    pub(crate) fn patch_shape(&self) -> PatchShape {
         PatchShape {
             width: self.width,
             channels: self.in_channels,
@@ -196,7 +196,7 @@ impl Merger {
 }
 
 /// One image part-way through the tower.
-pub struct TowerEncoding {
+pub(crate) struct TowerEncoding {
     hidden: Array,
     cos: Array,
     sin: Array,
@@ -263,22 +263,18 @@ impl VisionModel {
         })
     }
 
-    pub fn config(&self) -> &VisionConfig {
-        &self.cfg
-    }
-
-    pub fn depth(&self) -> usize {
+    pub(crate) fn depth(&self) -> usize {
         self.blocks.len()
     }
 
     /// DeepStack feature sets per image (0 for Qwen3.5).
-    pub fn deepstack_levels(&self) -> usize {
+    pub(crate) fn deepstack_levels(&self) -> usize {
         self.deepstack_mergers.len()
     }
 
     /// The patch embedding, position embedding and rotary tables of one
     /// image: the state before its first block.
-    pub fn begin(&self, pixels: &Array, grid: [i32; 3]) -> Result<TowerEncoding> {
+    pub(crate) fn begin(&self, pixels: &Array, grid: [i32; 3]) -> Result<TowerEncoding> {
         let n = qwen_vit::check_patches(pixels, grid, self.cfg.patch_shape().values())?;
         let dtype = self.patch_kernel.dtype();
         let x =
@@ -293,7 +289,7 @@ impl VisionModel {
     }
 
     /// Queues `blocks` (lazily); returns the hidden state to evaluate.
-    pub fn run_blocks(
+    pub(crate) fn run_blocks(
         &self,
         encoding: &mut TowerEncoding,
         blocks: std::ops::Range<usize>,
@@ -323,7 +319,7 @@ impl VisionModel {
 
     /// The merger after the last block: the image's features `[N / 4,
     /// out_hidden]` and its DeepStack features (one such array per level).
-    pub fn finish(&self, encoding: &TowerEncoding) -> Result<(Array, Vec<Array>)> {
+    pub(crate) fn finish(&self, encoding: &TowerEncoding) -> Result<(Array, Vec<Array>)> {
         Ok((self.merger.forward(&encoding.hidden)?, encoding.deepstack.clone()))
     }
 
