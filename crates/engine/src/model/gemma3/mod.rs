@@ -18,7 +18,7 @@ use crate::distributed::StageLayers;
 use crate::error::{Error, Result};
 use crate::model::layers::attention;
 use crate::model::layers::rope::{Positions, Rope, RopeScaling, Rotation};
-use crate::model::layers::{gelu_tanh, Embedding, LayerLoader, Linear, RmsNorm};
+use crate::model::layers::{geglu, Embedding, LayerLoader, Linear, RmsNorm};
 use crate::model::registry::Family;
 use crate::model::shape::{self, LayerShape};
 use crate::model::{LanguageModel, ModelShape};
@@ -343,8 +343,7 @@ impl Attention {
 
 impl Mlp {
     fn forward(&self, x: &Array) -> Result<Array> {
-        let gate = gelu_tanh(&self.gate_proj.forward(x)?)?;
-        self.down_proj.forward(&gate.multiply(self.up_proj.forward(x)?)?)
+        self.down_proj.forward(&geglu(&self.gate_proj.forward(x)?, &self.up_proj.forward(x)?)?)
     }
 }
 

@@ -35,7 +35,9 @@ use crate::error::{Error, Result};
 use crate::model::layers::attention::{self, ReadPositions, ReadQueries};
 use crate::model::layers::moe::{unstack_gate_up, Experts, GateActivation};
 use crate::model::layers::rope::{Positions, Rope, Rotation};
-use crate::model::layers::{gelu_tanh, rows_at, Embedding, LayerLoader, Linear, RmsNorm};
+use crate::model::layers::{
+    geglu, logit_softcap, rows_at, Embedding, LayerLoader, Linear, RmsNorm,
+};
 use crate::model::registry::Family;
 use crate::model::shape::{self, LayerShape};
 use crate::model::{LanguageModel, ModelShape};
@@ -701,8 +703,7 @@ impl Mlp {
     }
 
     fn forward(&self, x: &Array) -> Result<Array> {
-        let gate = gelu_tanh(&self.gate_proj.forward(x)?)?;
-        self.down_proj.forward(&gate.multiply(self.up_proj.forward(x)?)?)
+        self.down_proj.forward(&geglu(&self.gate_proj.forward(x)?, &self.up_proj.forward(x)?)?)
     }
 }
 
@@ -802,7 +803,7 @@ impl LanguageModel for Gemma4 {
             h = h.add(block.norms.post_feedforward.forward(&m)?)?;
             if let (Some(gate), Some(inputs)) = (&block.per_layer, &per_layer) {
                 let input = inputs.index((.., .., (i - self.stage.layers().start) as i32, ..));
-                let g = gelu_tanh(&gate.input_gate.forward(&h)?)?.multiply(&input)?;
+                let g = geglu(&gate.input_gate.forward(&h)?, &input)?;
                 h = h.add(gate.norm.forward(&gate.projection.forward(&g)?)?)?;
             }
             if let Some(s) = &block.layer_scalar {
@@ -819,10 +820,7 @@ impl LanguageModel for Gemma4 {
             None => self.embed_tokens.as_linear(hidden)?,
         };
         match self.args.final_logit_softcapping {
-            Some(cap) if cap > 0.0 => {
-                let cap = Array::from_f32(cap).as_dtype(logits.dtype())?;
-                Ok(ops::tanh(&logits.divide(&cap)?)?.multiply(&cap)?)
-            }
+            Some(cap) if cap > 0.0 => logit_softcap(&logits, cap),
             _ => Ok(logits),
         }
     }

@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::cache::AttentionMask;
 use crate::error::{Error, Result};
 use crate::model::layers::attention;
-use crate::model::layers::{gelu_tanh, LayerLoader, Linear, RmsNorm};
+use crate::model::layers::{geglu, LayerLoader, Linear, RmsNorm};
 
 /// `vision_config` of config.json.
 #[derive(Debug, Clone)]
@@ -303,9 +303,8 @@ impl Gemma4VisionTower {
                 block.o.forward(&o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[n, heads * hd])?)?;
             let x = x.add(block.post_attention_norm.forward(&o)?)?;
             let m = block.pre_mlp_norm.forward(&x)?;
-            let m = block
-                .down
-                .forward(&gelu_tanh(&block.gate.forward(&m)?)?.multiply(block.up.forward(&m)?)?)?;
+            let m =
+                block.down.forward(&geglu(&block.gate.forward(&m)?, &block.up.forward(&m)?)?)?;
             enc.hidden = x.add(block.post_mlp_norm.forward(&m)?)?;
         }
         Ok(enc.hidden.clone())

@@ -1,5 +1,6 @@
 //! Building blocks shared by the model families: linear layers and embeddings
 //! that are either float or MLX-quantized, and RMS norm.
+mod activations;
 pub(crate) mod attention;
 pub(crate) mod fused;
 pub mod gated_delta;
@@ -17,6 +18,9 @@ use mlx_rs::{
 };
 
 use std::ops::Range;
+
+use activations::silu_ops;
+pub use activations::{geglu, gelu, gelu_tanh, logit_softcap, silu, swiglu, swiglu_clamped};
 
 use crate::distributed::{Pipeline, StageLayers, TensorParallel};
 use crate::error::Result;
@@ -608,59 +612,6 @@ pub fn rows_at(x: &Array, at: &Array) -> Result<Array> {
     let mut index = vec![at.dim(0), 1];
     index.resize(shape.len(), 1);
     Ok(x.take_along_axis(&ops::broadcast_to(&at.reshape(&index)?, &shape)?, 1)?)
-}
-
-/// GELU with the tanh approximation (Gemma's MLPs, SigLIP), compiled
-/// shapeless as mlx-lm's `gelu_approx` is: MLX fuses its nine elementwise
-/// passes into one generated kernel (bench-size Gemma 4, 480-token prompt:
-/// 245–265 → 279–315 tok/s, alternating runs under load). An earlier try
-/// measured slower; it compiled shape by shape, and MLX then traces and
-/// builds a kernel for every new chunk length.
-pub fn gelu_tanh(x: &Array) -> Result<Array> {
-    thread_local! {
-        static FUSED: std::cell::RefCell<fused::Fused> =
-            std::cell::RefCell::new(fused::compile(|x| Ok(vec![gelu_tanh_ops(&x[0])?]), true));
-    }
-    Ok(fused::call(&FUSED, std::slice::from_ref(x))?.remove(0))
-}
-
-/// [`gelu_tanh`] op by op (what the compiled function traces), `x³` as two
-/// products: `powf` per element took 6% of a Gemma 4 prefill uncompiled.
-fn gelu_tanh_ops(x: &Array) -> Result<Array> {
-    let c = |v: f32| Array::from_f32(v).as_dtype(x.dtype());
-    let cube = x.multiply(x)?.multiply(x)?;
-    let inner =
-        x.add(cube.multiply(c(0.044715)?)?)?.multiply(c((2.0 / std::f32::consts::PI).sqrt())?)?;
-    Ok(x.multiply(c(0.5)?)?.multiply(ops::tanh(&inner)?.add(c(1.0)?)?)?)
-}
-
-/// SiLU, `x · σ(x)`, compiled once per thread (shapeless) as mlx-lm's
-/// `nn.silu` is. mlx-rs's `nn::silu` compiles a new function on every call
-/// and erases it after, so MLX traced and fused the two ops again for each
-/// layer of each step.
-pub fn silu(x: &Array) -> Result<Array> {
-    thread_local! {
-        static FUSED: std::cell::RefCell<fused::Fused> =
-            std::cell::RefCell::new(fused::compile(|x| Ok(vec![silu_ops(&x[0])?]), true));
-    }
-    Ok(fused::call(&FUSED, std::slice::from_ref(x))?.remove(0))
-}
-
-/// SwiGLU's `silu(gate) · up` in one compiled function, as mlx-lm's
-/// `swiglu`: the MLPs of the llama-shaped families, LFM2 and the SiLU
-/// experts.
-pub fn swiglu(gate: &Array, up: &Array) -> Result<Array> {
-    thread_local! {
-        static FUSED: std::cell::RefCell<fused::Fused> = std::cell::RefCell::new(fused::compile(
-            |x| Ok(vec![silu_ops(&x[0])?.multiply(&x[1])?]),
-            true,
-        ));
-    }
-    Ok(fused::call(&FUSED, &[gate.clone(), up.clone()])?.remove(0))
-}
-
-fn silu_ops(x: &Array) -> Result<Array> {
-    Ok(x.multiply(ops::sigmoid(x)?)?)
 }
 
 /// The decoder layer a tensor belongs to (`….layers.N.…`); `None` for

@@ -8,7 +8,7 @@
 use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 
 use crate::error::{Error, Result};
-use crate::model::layers::{gelu_tanh, ExpertMatrices, LayerLoader, Linear};
+use crate::model::layers::{geglu, swiglu_clamped, ExpertMatrices, LayerLoader, Linear};
 
 pub struct SparseMoe {
     /// The router: hidden → one logit per expert.
@@ -224,13 +224,9 @@ impl Experts {
         let gate = bias(0, self.gate_proj.gather_matmul_t(x, indices, sorted)?)?;
         let h = match self.activation {
             GateActivation::Silu => super::swiglu(&gate, &up)?,
-            GateActivation::GeluApprox => gelu_tanh(&gate)?.multiply(up)?,
+            GateActivation::GeluApprox => geglu(&gate, &up)?,
             GateActivation::ClampedSwiglu { alpha, limit } => {
-                let c = |v: f32| Array::from_f32(v).as_dtype(gate.dtype());
-                let gate = ops::minimum(&gate, c(limit)?)?;
-                let up = ops::clip(&up, (c(-limit)?, c(limit)?))?;
-                let glu = gate.multiply(ops::sigmoid(&gate.multiply(c(alpha)?)?)?)?;
-                up.add(c(1.0)?)?.multiply(glu)?
+                swiglu_clamped(&gate, &up, alpha, limit)?
             }
         };
         bias(2, self.down_proj.gather_matmul_t(&h, indices, sorted)?)

@@ -233,7 +233,7 @@ impl Lfm2VlVision {
             Some(norm) => norm.forward(x)?,
             None => x.clone(),
         };
-        let x = mlx_rs::nn::gelu(self.linear_1.forward(&x)?)?;
+        let x = crate::model::layers::gelu(&self.linear_1.forward(&x)?)?;
         self.linear_2.forward(&x)
     }
 }

@@ -390,7 +390,7 @@ impl VisionTower for PixtralVision {
         let e = encoding.state::<Encoding>()?;
         let x = self.norm.forward(&e.h.squeeze_axes(&[0])?)?;
         let x = self.merging_layer.forward(&merge_patches(&x, e.rows, e.cols, self.merge)?)?;
-        let x = mlx_rs::nn::gelu(self.linear_1.forward(&x)?)?;
+        let x = crate::model::layers::gelu(&self.linear_1.forward(&x)?)?;
         self.linear_2.forward(&x)
     }
 
