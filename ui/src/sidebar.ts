@@ -112,9 +112,10 @@ export class Sidebar {
     // one Tab stop for the list: the open chat, else the first
     const opens = [...this.list.querySelectorAll<HTMLButtonElement>('.chat-open')];
     const current = opens.find((b) => b.getAttribute('aria-current') === 'page') ?? opens[0];
+    // written only where it changes (a button's tabIndex reads 0 before any is written)
     for (const b of opens) {
-      const tab = b === current ? 0 : -1;
-      if (b.tabIndex !== tab) b.tabIndex = tab;
+      const tab = b === current ? '0' : '-1';
+      if (b.getAttribute('tabindex') !== tab) b.setAttribute('tabindex', tab);
     }
   }
 

@@ -27,6 +27,8 @@ describe('the chat list by keyboard', () => {
     document.body.innerHTML = '';
     sb = await sidebar(null);
     expect(tabStops(sb).map((e) => e.closest('[data-chat-id]')!.getAttribute('data-chat-id'))).toEqual(['1']);
+    // written out, as the e2e suite finds it (a button reads tabIndex 0 without one)
+    expect(sb.el.querySelectorAll('[data-testid=chat-open][tabindex="0"]').length).toBe(1);
     // rename and delete stay buttons (named, for the mouse and screen readers), out of the Tab order
     const rename = sb.el.querySelector<HTMLButtonElement>('[data-testid=rename-chat]')!;
     expect(rename.tabIndex).toBe(-1);
