@@ -100,10 +100,21 @@ struct ModelArgs {
     #[arg(long, value_name = "PATH")]
     draft_model: Option<PathBuf>,
     /// Draft exactly N tokens per step, whatever lands (as mlx-lm's
-    /// --num-draft-tokens). Without it each reply's draft adapts to how many
-    /// of its drafts land, up to 6 for lookup, 3 for a draft model or mtp.
+    /// --num-draft-tokens; no early stop unless --draft-stop-below is
+    /// given). Without it each reply's draft adapts to how many of its
+    /// drafts land, up to 6 for lookup, 3 for a draft model or mtp.
     #[arg(long, value_name = "N")]
     num_draft_tokens: Option<usize>,
+    /// A draft model guesses among the vocabulary's first N tokens (and
+    /// its special ones) only: a small model's output head is a large part
+    /// of each draft pass. 0: the whole vocabulary. Greedy output stays the same.
+    #[arg(long, value_name = "N")]
+    draft_vocabulary: Option<usize>,
+    /// A draft model ends a reply's draft at a token it gives less than
+    /// probability P, skipping the passes after a likely miss. 0: never.
+    /// Greedy output stays the same.
+    #[arg(long, value_name = "P")]
+    draft_stop_below: Option<f32>,
     /// Speculate only while at most N replies decode (default 4 for every
     /// kind): in a larger batch one plain pass already keeps the machine
     /// busy and a verify pass costs more than it saves. A large N keeps
@@ -166,8 +177,17 @@ impl ModelArgs {
             (_, Some(path)) => SpeculationConfig::draft_model(path.clone()),
         };
         if let Some(n) = self.num_draft_tokens {
+            // Exactly n, as mlx-lm's: no early stop either (unless asked for below).
             config.max_draft_tokens = n;
             config.adaptive = false;
+            config.stop_below = 0.0;
+        }
+        if let Some(n) = self.draft_vocabulary {
+            config.draft_vocabulary = n;
+        }
+        if let Some(p) = self.draft_stop_below {
+            anyhow::ensure!((0.0..=1.0).contains(&p), "--draft-stop-below must be between 0 and 1");
+            config.stop_below = p;
         }
         if let Some(n) = self.speculation_max_batch {
             anyhow::ensure!(n > 0, "--speculation-max-batch must be at least 1");

@@ -32,6 +32,7 @@ mod smolvlm;
 mod speculation_per_request;
 mod speculative;
 mod speculative_assistant_reference;
+mod speculative_draft_shortcuts;
 mod speculative_mtp_reference;
 mod speculative_reference;
 mod stream_detokenizer;

@@ -307,8 +307,12 @@ impl Scheduler {
         // The draft's prompts take a quarter of the target's prefix-cache budget.
         let bytes = self.prefix_cache.stats().capacity_bytes / 4;
         let draft = DraftModel::new(draft, &self.loaded)?.with_prefix_cache(bytes);
-        if matches!(self.speculation.as_ref().map(|c| &c.kind), Some(DraftKind::DraftModel(_))) {
-            self.draft = Some(draft);
+        if let Some(c) = self.speculation.as_ref() {
+            if matches!(c.kind, DraftKind::DraftModel(_)) {
+                let draft =
+                    draft.with_vocabulary(c.draft_vocabulary)?.with_stop_below(c.stop_below);
+                self.draft = Some(draft);
+            }
         }
         Ok(self)
     }

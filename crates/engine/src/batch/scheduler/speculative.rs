@@ -9,6 +9,7 @@ use crate::batch::logprobs::PendingLogprobs;
 use crate::batch::sequence::Sequence;
 use crate::batch::speculation::draft_model::DraftRow;
 use crate::batch::speculation::mtp::MtpRow;
+use crate::batch::speculation::round_cost::RoundCost;
 use crate::batch::speculation::{acceptance, lookup, DraftKind};
 use crate::error::Result;
 
@@ -23,6 +24,8 @@ pub(super) struct Drafts {
     /// Per drafting row with a grammar in force, its masks at the last
     /// token and after each draft token, `[1 + draft, vocab]`.
     verify_masks: Vec<Option<Array>>,
+    /// The round's CPU so far (the drafting), for its debug line.
+    cost: RoundCost,
 }
 
 impl Scheduler {
@@ -39,6 +42,7 @@ impl Scheduler {
         if let Some((tokens, rows)) = self.in_flight.take() {
             self.accept_tokens(&tokens, rows)?;
         }
+        let mut cost = RoundCost::start();
         let masks = if self.running.iter().any(|s| !s.forced.is_empty() || s.constraint.is_some()) {
             self.next_token_masks()?
         } else {
@@ -73,12 +77,12 @@ impl Scheduler {
                     .zip(&wanted)
                     .map(|(seq, &wanted)| DraftRow { tokens: &seq.tokens, wanted })
                     .collect();
-                // The draft model feeds back every draft but the last.
-                let fed = wanted.iter().copied().max().unwrap_or(0).saturating_sub(1);
+                let proposed = draft.propose(&rows)?;
+                // The draft model fed back every draft but the last of its passes.
                 for (f, &w) in draft_model_fed.iter_mut().zip(&wanted) {
-                    *f = if w > 0 { fed } else { 0 };
+                    *f = if w > 0 { draft.fed() } else { 0 };
                 }
-                draft.propose(&rows)?
+                proposed
             }
             DraftKind::Mtp | DraftKind::MtpFolder(_) | DraftKind::Assistant(_) => {
                 let starts = self.row_starts();
@@ -95,6 +99,7 @@ impl Scheduler {
                 mtp.propose(self.loaded.model.as_ref(), &self.cache, &starts, &mut rows)?
             }
         };
+        cost.mark("draft");
         let mut tokens = tokens;
         // A grammar keeps only the draft it allows, and masks each position.
         let mut verify_masks = vec![None; tokens.len()];
@@ -115,7 +120,7 @@ impl Scheduler {
             // Nothing to verify; a plain step follows (the masks are made again there).
             return Ok(None);
         }
-        Ok(Some(Drafts { tokens, masks, draft_model_fed, verify_masks }))
+        Ok(Some(Drafts { tokens, masks, draft_model_fed, verify_masks, cost }))
     }
 
     /// One target pass over every row's last token and its draft (rows
@@ -124,7 +129,7 @@ impl Scheduler {
     /// token as a plain step would; a drafting row keeps the drafts the
     /// target's argmax agrees with plus the target's next token.
     pub(super) fn verify_step(&mut self, drafts: Drafts) -> Result<()> {
-        let Drafts { tokens: drafts, masks, draft_model_fed, verify_masks } = drafts;
+        let Drafts { tokens: drafts, masks, draft_model_fed, verify_masks, mut cost } = drafts;
         let b = self.running.len();
         let width = 1 + drafts.iter().map(Vec::len).max().unwrap_or(0);
         let mut ids = Vec::with_capacity(b * width);
@@ -192,11 +197,13 @@ impl Scheduler {
         mlx_rs::transforms::eval(
             std::iter::once(&sampled).chain(verdicts.iter().flatten()).chain(&extra),
         )?;
+        cost.mark("verify");
         self.decode_steps += 1;
         self.speculation_stats.verify_passes += 1;
         let sampled: Vec<u32> = sampled.as_slice::<i32>().iter().map(|&t| t as u32).collect();
         let mut verdicts = verdicts.into_iter();
 
+        let (mut drafted, mut kept_drafts) = (0, 0);
         let mut drops = Vec::with_capacity(b);
         let mut draft_drops = Vec::with_capacity(b);
         let mut finished = Vec::new();
@@ -217,6 +224,8 @@ impl Scheduler {
                     _ => unreachable!("a greedy or a sampling verdict"),
                 };
                 let kept = emit.len() - 1;
+                drafted += draft.len();
+                kept_drafts += kept;
                 if let Some(d) = seq.draft_length.as_mut() {
                     d.record(draft.len(), kept);
                 }
@@ -266,7 +275,10 @@ impl Scheduler {
         if let Some(draft) = self.draft.as_mut() {
             draft.rewind(&draft_drops)?;
         }
-        self.remove_rows_with(finished)
+        let removed = self.remove_rows_with(finished);
+        cost.mark("after");
+        cost.log(drafted, kept_drafts);
+        removed
     }
 }
 

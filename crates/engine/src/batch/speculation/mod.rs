@@ -9,8 +9,10 @@
 pub(crate) mod acceptance;
 pub mod draft_length;
 pub mod draft_model;
+pub mod draft_vocabulary;
 pub(crate) mod lookup;
 pub(crate) mod mtp;
+pub mod round_cost;
 
 use std::path::PathBuf;
 
@@ -54,7 +56,7 @@ impl DraftKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SpeculationConfig {
     pub kind: DraftKind,
     /// Most draft tokens a row proposes in one step; each row's own count
@@ -70,11 +72,26 @@ pub struct SpeculationConfig {
     /// crossover, `vlm --speculation-max-batch N` moves it; figures in
     /// docs/performance.md).
     pub max_batch: usize,
+    /// A draft model guesses among the vocabulary's first this many tokens
+    /// and its added ones only (0: the whole vocabulary; see
+    /// [`draft_vocabulary`]). Lossless either way: the target decides.
+    pub draft_vocabulary: usize,
+    /// A draft model ends a row's draft at a guess it gives less than this
+    /// probability (0: never), so the passes after a likely miss are not
+    /// run (as Hugging Face's assisted generation does). Lossless either way.
+    pub stop_below: f32,
 }
 
 impl SpeculationConfig {
     pub fn prompt_lookup() -> Self {
-        Self { kind: DraftKind::PromptLookup, max_draft_tokens: 6, max_batch: 4, adaptive: true }
+        Self {
+            kind: DraftKind::PromptLookup,
+            max_draft_tokens: 6,
+            max_batch: 4,
+            adaptive: true,
+            draft_vocabulary: 0,
+            stop_below: 0.0,
+        }
     }
 
     /// A draft model drafts fewer tokens by default: each costs it a pass.
@@ -88,6 +105,8 @@ impl SpeculationConfig {
             max_draft_tokens: 3,
             max_batch: 4,
             adaptive: true,
+            draft_vocabulary: 0,
+            stop_below: 0.0,
         }
     }
 
@@ -102,7 +121,7 @@ impl SpeculationConfig {
 
     /// The head guesses well a few tokens ahead (it was trained for the next one).
     pub fn mtp() -> Self {
-        Self { kind: DraftKind::Mtp, max_draft_tokens: 3, max_batch: 4, adaptive: true }
+        Self { kind: DraftKind::Mtp, max_draft_tokens: 3, ..Self::prompt_lookup() }
     }
 
     /// The assistant drafter in `path`: three drafts, as its checkpoints'

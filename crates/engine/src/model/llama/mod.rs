@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::model::layers::attention::{ReadPositions, ReadQueries};
 use crate::model::layers::moe::SparseMoe;
 use crate::model::layers::rope::{Positions, Rope, RopeScaling, Rotation};
-use crate::model::layers::{Embedding, LayerLoader, Linear, Projection, RmsNorm};
+use crate::model::layers::{Embedding, LayerLoader, Linear, Matrix, Projection, RmsNorm};
 use crate::model::registry::Family;
 use crate::model::shape::LayerShape;
 use crate::model::{layers::attention, LanguageModel, ModelShape};
@@ -512,5 +512,23 @@ impl LanguageModel for Llama {
             Some(head) => head.forward(hidden),
             None => self.embed_tokens.as_linear(hidden),
         }
+    }
+
+    fn head_rows(&self, ids: &Array) -> Option<Result<Linear>> {
+        if self.tensor_parallel || !self.stage.is_whole() {
+            return None;
+        }
+        let (weight, bias) = match &self.lm_head {
+            Some(head) => (&head.weight, head.bias.as_ref()),
+            None => (&self.embed_tokens.table, None),
+        };
+        let rows = || -> Result<Linear> {
+            let bias = match bias {
+                Some(b) => Some(b.take_axis(ids, 0)?),
+                None => None,
+            };
+            Ok(Linear { weight: Matrix::Float(weight.rows(ids)?), bias })
+        };
+        Some(rows())
     }
 }
