@@ -103,20 +103,26 @@ async function windowRound(b) {
   const tokens = Number(/(\d+) tokens/.exec(stats)?.[1]);
   const engineTps = Number(/([\d.]+) tok\/s/.exec(stats)?.[1]);
   const engineTtft = /TTFT (\d+) ms/.exec(stats)?.[1];
+  // the prompt the engine read, and how much of it its cache already held
+  const read = /prompt (\d+) tokens(?: \((\d+) cached)?/.exec(stats);
   return {
     ttft: (first - t0) / 1000, tps: (tokens - 1) / ((end - first) / 1000), tokens, engineTps, line: line && timelineText(line, t0, first),
+    prompt: read ? `${read[1]} (${read[2] ?? 0} cached)` : 'n/a',
     clock: line && { origin, t0, marks: line.marks, engineTtft },
   };
 }
 
-/** "submit 1 · invoke 9 · started 30 · … | 120 events 14 ms · 60 draws 95 ms": when each
- * step of the reply happened in the page (ms after the click on Send) and what its work cost. */
-function timelineText({ marks, work }, t0, first) {
-  const order = ['submit', 'invoke', 'chat-created', 'started', 'first-piece', 'first-draw', 'sent'];
+/** "submit 0 · invoke 1 · started 15 · … | before the first piece: 2 events 0.3 ms · 0 draws 0 ms ·
+ * 2 renders 1.2 ms | in all: 120 events 14 ms · …": when each step of the reply happened in the
+ * page (ms after the click on Send), and what its work cost while the engine read the prompt and in all. */
+function timelineText({ marks, work, untilFirstPiece }, t0, first) {
+  const order = ['submit', 'invoke', 'chat-created', 'started', 'sent', 'sent-shown', 'first-piece', 'first-draw'];
   const at = order.filter((k) => k in marks).map((k) => `${k} ${fmt(marks[k] - t0, 1)}`);
   at.push(`text-seen ${fmt(first - t0, 1)}`);
-  const costs = Object.entries(work).map(([k, w]) => `${w.count} ${k}s ${fmt(w.ms, 1)} ms`);
-  return `${at.join(' · ')} | ${costs.join(' · ')}`;
+  const costs = (w) => Object.entries(w).map(([k, x]) => `${x.count} ${k}s ${fmt(x.ms, 1)} ms`).join(' · ');
+  // what the page did while the engine read the prompt (an app without it: n/a)
+  const before = untilFirstPiece ? costs(untilFirstPiece) : 'n/a';
+  return `${at.join(' · ')} | before the first piece: ${before} | in all: ${costs(work)}`;
 }
 
 /** One streamed request to the app's own server. */
@@ -131,7 +137,7 @@ async function apiRound() {
     }),
   });
   if (!res.ok) throw new Error(`server: ${res.status} ${await res.text()}`);
-  let first = 0; let last = 0; let deltas = 0; let tokens = 0; let buffer = '';
+  let first = 0; let last = 0; let deltas = 0; let tokens = 0; let buffer = ''; let read = 'n/a';
   const decoder = new TextDecoder();
   for await (const chunk of res.body) {
     buffer += decoder.decode(chunk, { stream: true });
@@ -142,6 +148,7 @@ async function apiRound() {
       if (!line.startsWith('data:') || line === 'data: [DONE]') continue;
       const event = JSON.parse(line.slice(5));
       if (event.usage?.completion_tokens) tokens = event.usage.completion_tokens;
+      if (event.usage?.prompt_tokens) read = `${event.usage.prompt_tokens} (${event.usage.prompt_tokens_details?.cached_tokens ?? 0} cached)`;
       if (event.choices?.[0]?.delta?.content) {
         const now = performance.now();
         if (!first) first = now;
@@ -151,7 +158,7 @@ async function apiRound() {
     }
   }
   tokens ||= deltas;
-  return { ttft: (first - t0) / 1000, tps: (tokens - 1) / ((last - first) / 1000), tokens };
+  return { ttft: (first - t0) / 1000, tps: (tokens - 1) / ((last - first) / 1000), tokens, prompt: read };
 }
 
 // the app's own timings of Send (debug lines of its log, see src-tauri/src/replies.rs)
@@ -246,14 +253,14 @@ try {
   for (let i = 0; i < rounds; i++) {
     const [w, wCpu] = await withCpu(() => windowRound(b));
     results.window.push(w);
-    console.log(`window ttft_s ${fmt(w.ttft)} tok_s ${fmt(w.tps, 2)} tokens ${w.tokens} engine_tok_s ${w.engineTps} ${wCpu}`);
+    console.log(`window ttft_s ${fmt(w.ttft)} tok_s ${fmt(w.tps, 2)} tokens ${w.tokens} engine_tok_s ${w.engineTps} prompt ${w.prompt} ${wCpu}`);
     console.log(`  page timeline (ms after Send): ${w.line ?? 'none (an app without ui/src/timeline.ts)'}`);
     const lines = freshTimingLines();
     console.log(`  backend (ms): ${backendTimings(lines)}`);
     console.log(`  across (ms after Send): ${w.clock ? acrossText(lines, w.clock) : 'n/a'}`);
     const [a, aCpu] = await withCpu(() => apiRound());
     results.api.push(a);
-    console.log(`api ttft_s ${fmt(a.ttft)} tok_s ${fmt(a.tps, 2)} tokens ${a.tokens} ${aCpu}`);
+    console.log(`api ttft_s ${fmt(a.ttft)} tok_s ${fmt(a.tps, 2)} tokens ${a.tokens} prompt ${a.prompt} ${aCpu}`);
   }
   const median = (xs) => { const s = [...xs].sort((x, y) => x - y); return s[Math.floor((s.length - 1) / 2)]; };
   const m = (side, key) => median(results[side].map((r) => r[key]));
