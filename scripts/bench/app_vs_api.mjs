@@ -125,6 +125,10 @@ function timelineText({ marks, work, untilFirstPiece }, t0, first) {
   return `${at.join(' · ')} | before the first piece: ${before} | in all: ${costs(work)}`;
 }
 
+/** The app's default repetition penalty (settings.rs), set in the window and sent to the API
+ * too: the same request on both sides (a penalized greedy row is not the batched argmax). */
+const REPETITION_PENALTY = '1.1';
+
 /** One streamed request to the app's own server. */
 async function apiRound() {
   const t0 = performance.now();
@@ -134,6 +138,7 @@ async function apiRound() {
     body: JSON.stringify({
       model: 'default', stream: true, stream_options: { include_usage: true },
       messages: [{ role: 'user', content: prompt }], temperature: 0, max_tokens: Number(maxTokens),
+      repetition_penalty: Number(REPETITION_PENALTY),
     }),
   });
   if (!res.ok) throw new Error(`server: ${res.status} ${await res.text()}`);
@@ -206,7 +211,9 @@ const results = { window: [], api: [] };
 try {
   await modelReady(b);
   await b.setTimeout({ script: 600_000 });
-  await saveSettings(b, { temperature: '0', max_tokens: maxTokens, server_port: String(port) });
+  await saveSettings(b, {
+    temperature: '0', repetition_penalty: REPETITION_PENALTY, max_tokens: maxTokens, server_port: String(port),
+  });
   await (await byTestId(b, 'setting-server_enabled')).click();
   await waitFor(b, 'the local server', async () => (await textOf(b, await byTestId(b, 'server-url'))).includes(`:${port}`), 30_000);
   await openPage(b, 'nav-chat', 'composer-input');
