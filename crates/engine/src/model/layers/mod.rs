@@ -505,6 +505,12 @@ pub struct Linear {
 
 impl Linear {
     pub fn forward(&self, x: &Array) -> Result<Array> {
+        // A float layer with a bias is one `addmm`, as MLX's `nn.Linear`
+        // (so mlx-lm's) computes it: the bias is the product's starting
+        // value, one graph node and no separate pass to add it.
+        if let (Matrix::Float(w), Some(b)) = (&self.weight, &self.bias) {
+            return Ok(ops::addmm(b, x, w.t(), None, None)?);
+        }
         let y = self.weight.matmul_t(x)?;
         Ok(match &self.bias {
             Some(b) => y.add(b)?,
