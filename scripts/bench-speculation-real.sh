@@ -14,7 +14,13 @@
 # the draft, replies with the same text as ours plain. Asserts nothing.
 #
 # Usage: scripts/bench-speculation-real.sh [--rounds 1] [--max-tokens 128] [--prompts 10] [--num-draft 3] [--ours-fixed N]
+#                                          [--ours-args "ARGS"] [--ours-only]
 #   --ours-fixed N: also ours with --num-draft-tokens N (a fixed draft length, as mlx-lm's)
+#   --ours-args ARGS: also ours with these `vlm serve` args beside --draft-model (repeatable)
+#   --ours-only: without the mlx-lm runs
+# The table's "ms CPU per token" is each side's process CPU (every thread)
+# over the replies' tokens, prefill included: it stays comparable while
+# other work shares the machine, where tok/s does not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=1
@@ -22,6 +28,8 @@ MAX_TOKENS=128
 PROMPTS=10
 NUM_DRAFT=3
 OURS_FIXED=""
+OURS_ARGS=()
+OURS_ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS="$2"; shift 2 ;;
@@ -29,7 +37,9 @@ while [ $# -gt 0 ]; do
     --prompts) PROMPTS="$2"; shift 2 ;;
     --num-draft) NUM_DRAFT="$2"; shift 2 ;;
     --ours-fixed) OURS_FIXED="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --ours-args) OURS_ARGS+=("$2"); shift 2 ;;
+    --ours-only) OURS_ONLY=1; shift ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "bench-speculation-real: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -65,7 +75,7 @@ ours() { # <label> <extra serve args...>
   "$VLM" serve --model "$TARGET" --weights float32 --port "$port" --max-running 1 "$@" >"$LOG" 2>&1 &
   PID=$!
   bench_serve_wait "http://127.0.0.1:$port"
-  "$PY" "$CLIENT" serve "http://127.0.0.1:$port" --label "$label" --max-tokens "$MAX_TOKENS" --prompts "$PROMPTS" | tee -a "$RESULTS"
+  "$PY" "$CLIENT" serve "http://127.0.0.1:$port" --label "$label" --max-tokens "$MAX_TOKENS" --prompts "$PROMPTS" --pid "$PID" | tee -a "$RESULTS"
   bench_serve_stop
 }
 
@@ -83,6 +93,11 @@ for r in $(seq 1 "$ROUNDS"); do
   if [ -n "$OURS_FIXED" ]; then
     ours "ours draft, fixed $OURS_FIXED" --draft-model "$DRAFT" --num-draft-tokens "$OURS_FIXED"
   fi
+  for args in "${OURS_ARGS[@]}"; do
+    # shellcheck disable=SC2086 # the args split at spaces
+    ours "ours draft, $args" --draft-model "$DRAFT" $args
+  done
+  [ -n "$OURS_ONLY" ] && continue
   theirs "mlx-lm plain"
   theirs "mlx-lm draft" --draft "$DRAFT" --num-draft "$NUM_DRAFT"
 done
@@ -96,8 +111,8 @@ for line in open(sys.argv[1]):
         runs.setdefault(r["label"], []).append(r)
 base = statistics.median(r["decode_tps"] for r in runs["ours plain"])
 texts = runs["ours plain"][0]["texts"]
-print("| run | decode tok/s | ÷ ours plain | drafts kept | tokens per verify pass | tokens from the draft | same text as ours plain |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+print("| run | decode tok/s | ÷ ours plain | ms CPU per token | drafts kept | tokens per verify pass | tokens from the draft | same text as ours plain |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for label, rs in runs.items():
     tps = statistics.median(r["decode_tps"] for r in rs)
     r = rs[-1]
@@ -105,5 +120,7 @@ for label, rs in runs.items():
     per_pass = f"{r['tokens_per_pass']:.2f}" if "tokens_per_pass" in r else "—"
     same = sum(a == b for a, b in zip(r["texts"], texts))
     rounds = "" if len(rs) == 1 else " (" + ", ".join(f"{x['decode_tps']:.2f}" for x in rs) + ")"
-    print(f"| {label} | {tps:.2f}{rounds} | {tps / base:.2f} | {pct('acceptance')} | {per_pass} | {pct('from_draft')} | {same}/{len(texts)} |")
+    cpu = statistics.median(x["cpu_ms_per_token"] for x in rs) if "cpu_ms_per_token" in r else None
+    cpu = f"{cpu:.0f}" if cpu is not None else "—"
+    print(f"| {label} | {tps:.2f}{rounds} | {tps / base:.2f} | {cpu} | {pct('acceptance')} | {per_pass} | {pct('from_draft')} | {same}/{len(texts)} |")
 PY

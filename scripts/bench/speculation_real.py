@@ -16,6 +16,7 @@ over all their such time. Prints one line per reply and a JSON summary line
 """
 import argparse
 import json
+import os
 import sys
 import time
 import urllib.request
@@ -39,10 +40,13 @@ def messages(prompt):
     return [{"role": "user", "content": prompt}]
 
 
-def summary(label, replies, extra):
+def summary(label, replies, extra, cpu_s=None):
     tokens = sum(r["tokens"] - 1 for r in replies)
     seconds = sum(r["decode_s"] for r in replies)
     out = {"label": label, "decode_tps": tokens / seconds, "tokens": sum(r["tokens"] for r in replies)}
+    if cpu_s is not None:
+        # the replies' CPU (prefill included) over their tokens: comparable while other work runs
+        out["cpu_ms_per_token"] = 1e3 * cpu_s / out["tokens"]
     out["texts"] = [r["text"] for r in replies]
     out.update(extra)
     print("RESULT " + json.dumps(out), flush=True)
@@ -81,6 +85,12 @@ def serve_reply(base, prompt, max_tokens):
             "decode_s": (last - first) if first else 0.0, "text": text}
 
 
+def process_cpu_s(pid):
+    """user + system CPU seconds of process `pid`, every thread (/proc/PID/stat)"""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def health(base):
     return json.load(urllib.request.urlopen(f"{base}/health"))["speculation"]
 
@@ -88,12 +98,15 @@ def health(base):
 def run_serve(args):
     serve_reply(args.target, WARM_UP, 8)
     before = health(args.target)
+    cpu = process_cpu_s(args.pid) if args.pid else None
     replies = []
     for i, p in enumerate(PROMPTS):
         r = serve_reply(args.target, p, args.max_tokens)
         reply_line(args.label, i, r)
         replies.append(r)
     after = health(args.target)
+    if cpu is not None:
+        cpu = process_cpu_s(args.pid) - cpu
     d = {k: after[k] - before[k] for k in ("verify_passes", "drafted_tokens", "accepted_tokens",
                                             "speculating_rows", "produced_tokens")}
     extra = {"status": after["status"]}
@@ -104,7 +117,7 @@ def run_serve(args):
             "from_draft": d["accepted_tokens"] / sum(r["tokens"] for r in replies),
             "verify_passes": d["verify_passes"],
         })
-    summary(args.label, replies, extra)
+    summary(args.label, replies, extra, cpu)
 
 
 # --- mlx-lm, in this process ----------------------------------------------------
@@ -141,11 +154,13 @@ def run_mlx(args):
                 "from_draft": from_draft, "drafted": drafted, "rounds": rounds}
 
     reply(WARM_UP, 8)
+    cpu = time.process_time()
     replies = []
     for i, p in enumerate(PROMPTS):
         r = reply(p, args.max_tokens)
         reply_line(args.label, i, r)
         replies.append(r)
+    cpu = time.process_time() - cpu
     extra = {"status": f"draft {args.draft}, {args.num_draft} draft tokens" if draft is not None else "off"}
     if draft is not None:
         kept = sum(r["from_draft"] for r in replies)
@@ -153,7 +168,7 @@ def run_mlx(args):
         tokens = sum(r["tokens"] for r in replies)
         extra.update({"acceptance": kept / max(drafted, 1), "from_draft": kept / tokens,
                       "tokens_per_pass": tokens / max(sum(r["rounds"] for r in replies), 1)})
-    summary(args.label, replies, extra)
+    summary(args.label, replies, extra, cpu)
 
 
 def main():
@@ -164,6 +179,7 @@ def main():
     ap.add_argument("--draft")
     ap.add_argument("--num-draft", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--pid", type=int, help="serve: the server's process id, for its CPU time")
     ap.add_argument("--prompts", type=int, default=len(PROMPTS), help="the first N questions")
     args = ap.parse_args()
     del PROMPTS[args.prompts:]
