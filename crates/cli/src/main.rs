@@ -101,13 +101,14 @@ struct ModelArgs {
     draft_model: Option<PathBuf>,
     /// Draft exactly N tokens per step, whatever lands (as mlx-lm's
     /// --num-draft-tokens; no early stop unless --draft-stop-below is
-    /// given). Without it each reply's draft adapts to how many of its
-    /// drafts land, up to 6 for lookup, 3 for a draft model or mtp.
+    /// given). Without it lookup and mtp adapt each reply's draft to how
+    /// many of its drafts land (up to 6 and 3); a draft model drafts 3.
     #[arg(long, value_name = "N")]
     num_draft_tokens: Option<usize>,
     /// A draft model guesses among the vocabulary's first N tokens (and
     /// its special ones) only: a small model's output head is a large part
-    /// of each draft pass. 0: the whole vocabulary. Greedy output stays the same.
+    /// of each draft pass. Default 65536; 0: the whole vocabulary. Greedy
+    /// output stays the same.
     #[arg(long, value_name = "N")]
     draft_vocabulary: Option<usize>,
     /// A draft model ends a reply's draft at a token it gives less than
