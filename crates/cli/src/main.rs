@@ -102,7 +102,8 @@ struct ModelArgs {
     /// Draft exactly N tokens per step, whatever lands (as mlx-lm's
     /// --num-draft-tokens; no early stop unless --draft-stop-below is
     /// given). Without it lookup and mtp adapt each reply's draft to how
-    /// many of its drafts land (up to 6 and 3); a draft model drafts 3.
+    /// many of its drafts land (up to 6 and 3); a draft model drafts 3,
+    /// pausing a reply whose drafts missed twice in a row.
     #[arg(long, value_name = "N")]
     num_draft_tokens: Option<usize>,
     /// A draft model guesses among the vocabulary's first N tokens (and

@@ -1,8 +1,9 @@
 //! A draft model that guesses among the frequent tokens only. A small
-//! model's output head is a large part of it (Qwen2.5 0.5B: 151 936 × 896
-//! of its 494 M weights, 28%), read in full for every draft token, while
-//! the guesses that land are almost all common tokens. Cut to the frequent
-//! tokens' rows (as FR-Spec does), a draft pass reads a fraction of it.
+//! model's output head is a large part of it (the real 0.5B draft of
+//! docs/performance.md: 151 936 × 896 of its 494 M weights, 28%), read in
+//! full for every draft token, while the guesses that land are almost all
+//! common tokens. Cut to the frequent tokens' rows (as FR-Spec does), a
+//! draft pass reads a fraction of it.
 //! Still lossless: the target scores every draft and decides each token; a
 //! token outside the set is only never guessed (where the target wants it,
 //! its own token takes the draft's place, as after any miss).

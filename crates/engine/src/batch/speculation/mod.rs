@@ -65,6 +65,9 @@ pub struct SpeculationConfig {
     /// `false`: every row drafts `max_draft_tokens` each step whatever it
     /// keeps (no adapting, no pause), as mlx-lm's `num_draft_tokens` does
     /// (`vlm --num-draft-tokens N`; the reference test compares rounds with it).
+    /// `true`: a draft model's rows draft the most and pause after misses
+    /// in a row ([`draft_length::DraftLength::steady`]); the other
+    /// proposers' follow each pass ([`draft_length::DraftLength::new`]).
     pub adaptive: bool,
     /// Speculate only while at most this many rows decode: beyond it one
     /// pass already keeps the machine busy and verifying costs more than it
@@ -96,27 +99,32 @@ impl SpeculationConfig {
 
     /// A draft model drafts fewer tokens by default: each costs it a pass.
     /// Three every step, as mlx-lm's default, guessed among the
-    /// vocabulary's first 65 536 tokens. With Qwen2.5-Coder 0.5B drafting
-    /// for 1.5B (float32, each draft pass a third of a target pass; its
+    /// vocabulary's first 65 536 tokens. With the real pair of
+    /// docs/performance.md (a 0.5B coder model drafting for its 1.5B
+    /// sibling, float32, each draft pass a third of a target pass; its
     /// drafts land 9 times in 10) up to 4 decoded at 1.22× plain and a
     /// fixed 3 at 1.27×; adapting up to 3 cost 12% more CPU a token than a
     /// fixed 3 (428 against 381 ms: after a pass that kept nothing a row
     /// pauses for 8 steps, which a draft this good does not deserve), and
-    /// the cut head 7% less (338 against 365 ms; docs/performance.md).
+    /// the cut head 7% less (338 against 365 ms; docs/performance.md). So
+    /// its rows draft 3 steadily and pause only after passes in a row kept
+    /// nothing (a draft that keeps missing still stops costing verify passes).
     pub fn draft_model(path: PathBuf) -> Self {
         Self {
             kind: DraftKind::DraftModel(path),
             max_draft_tokens: 3,
             max_batch: 4,
-            adaptive: false,
+            adaptive: true,
             draft_vocabulary: 65_536,
             stop_below: 0.0,
         }
     }
 
-    /// A new row's draft length: adapting from the most, or fixed.
+    /// A new row's draft length: steady (a draft model), adapting from the most, or fixed.
     pub fn draft_length(&self) -> draft_length::DraftLength {
-        if self.adaptive {
+        if self.adaptive && matches!(self.kind, DraftKind::DraftModel(_)) {
+            draft_length::DraftLength::steady(self.max_draft_tokens)
+        } else if self.adaptive {
             draft_length::DraftLength::new(self.max_draft_tokens)
         } else {
             draft_length::DraftLength::fixed(self.max_draft_tokens)
