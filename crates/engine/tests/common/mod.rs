@@ -145,6 +145,25 @@ impl Driver {
         assert!(self.requests.iter().all(|r| r.3), "every request got Finished");
     }
 
+    /// Runs `requests` to their end, the first `first` from the start and
+    /// the rest joining after `join_after` steps (mid-decode); returns
+    /// their completions in order.
+    pub fn run_joining(
+        &mut self,
+        requests: &[Request],
+        first: usize,
+        join_after: usize,
+    ) -> Vec<Completion> {
+        let mut rows: Vec<usize> =
+            requests[..first].iter().map(|r| self.submit(r.clone())).collect();
+        for _ in 0..join_after {
+            self.step();
+        }
+        rows.extend(requests[first..].iter().map(|r| self.submit(r.clone())));
+        self.run_to_end();
+        rows.iter().map(|&r| self.completion(r).clone()).collect()
+    }
+
     pub fn completion(&self, i: usize) -> &Completion {
         &self.requests[i].2
     }

@@ -91,13 +91,7 @@ fn run(
     join_after: usize,
 ) -> (Vec<Completion>, Driver) {
     let mut driver = driver(dir, config, proposer);
-    let mut rows: Vec<usize> = requests[..first].iter().map(|r| driver.submit(r.clone())).collect();
-    for _ in 0..join_after {
-        driver.step();
-    }
-    rows.extend(requests[first..].iter().map(|r| driver.submit(r.clone())));
-    driver.run_to_end();
-    let completions = rows.iter().map(|&r| driver.completion(r).clone()).collect();
+    let completions = driver.run_joining(requests, first, join_after);
     (completions, driver)
 }
 

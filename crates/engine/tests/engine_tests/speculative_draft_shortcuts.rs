@@ -64,13 +64,7 @@ fn run(
         scheduler = scheduler.with_draft_model(load(draft)).unwrap();
     }
     let mut driver = Driver::of_scheduler(scheduler);
-    let mut rows: Vec<usize> = requests[..first].iter().map(|r| driver.submit(r.clone())).collect();
-    for _ in 0..join_after {
-        driver.step();
-    }
-    rows.extend(requests[first..].iter().map(|r| driver.submit(r.clone())));
-    driver.run_to_end();
-    let completions = rows.iter().map(|&r| driver.completion(r).clone()).collect();
+    let completions = driver.run_joining(requests, first, join_after);
     (completions, driver.scheduler.stats().speculation)
 }
 
