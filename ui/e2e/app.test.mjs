@@ -148,7 +148,10 @@ describe('the desktop app', () => {
   it('shows the model gallery', async () => {
     await (await byTestId(browser, 'nav-models')).click();
     await waitFor(browser, 'the gallery', async () => (await allByTestId(browser, 'catalog-model')).length > 3, 20_000);
-    assert.match(await (await byTestId(browser, 'loaded-model')).getText(), /SmolLM2|smollm/i);
+    // read afresh until it says so: the page may draw the loaded model's card again between
+    // finding it and reading it (a stale element under load, 2026-11-28)
+    const loaded = async () => textOf(browser, await byTestId(browser, 'loaded-model'));
+    await waitFor(browser, 'the loaded model on the Models page', async () => /SmolLM2|smollm/i.test(await loaded()), 20_000);
     await shot(browser, '06-models');
   });
 
