@@ -49,8 +49,11 @@ impl DraftVocabulary {
         let head = head?;
         // Cut once now, not on the first draft pass (and the whole head's
         // rows are not kept alive by a lazy graph).
-        if let Matrix::Float(w) = &head.weight {
-            w.eval()?;
+        match &head.weight {
+            Matrix::Float(w) => w.eval()?,
+            Matrix::Quantized(q) => {
+                mlx_rs::transforms::eval([&q.weight, &q.scales].into_iter().chain(&q.biases))?
+            }
         }
         Ok(Some(Self { head, ids }))
     }

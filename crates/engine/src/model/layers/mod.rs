@@ -444,14 +444,32 @@ impl Matrix {
 
     /// Rows `ids` as float (embedding lookup).
     pub fn rows(&self, ids: &Array) -> Result<Array> {
+        Ok(match self.select_rows(ids)? {
+            Matrix::Float(w) => w,
+            Matrix::Quantized(q) => quantized_ops::dequantize(
+                &q.weight,
+                &q.scales,
+                q.biases.as_ref(),
+                q.spec,
+                q.mode,
+                None,
+            )?,
+        })
+    }
+
+    /// The rows `ids` `[N]` in the matrix's own form: quantized rows stay
+    /// quantized (each row's groups are its own), so a cut head reads no
+    /// more bytes per row than the whole one did.
+    pub fn select_rows(&self, ids: &Array) -> Result<Matrix> {
         Ok(match self {
-            Matrix::Float(w) => w.take_axis(ids, 0)?,
-            Matrix::Quantized(q) => {
-                let w = q.weight.take_axis(ids, 0)?;
-                let s = q.scales.take_axis(ids, 0)?;
-                let b = q.biases.as_ref().map(|b| b.take_axis(ids, 0)).transpose()?;
-                quantized_ops::dequantize(&w, &s, b.as_ref(), q.spec, q.mode, None)?
-            }
+            Matrix::Float(w) => Matrix::Float(w.take_axis(ids, 0)?),
+            Matrix::Quantized(q) => Matrix::Quantized(QuantizedMatrix {
+                weight: q.weight.take_axis(ids, 0)?,
+                scales: q.scales.take_axis(ids, 0)?,
+                biases: q.biases.as_ref().map(|b| b.take_axis(ids, 0)).transpose()?,
+                spec: q.spec,
+                mode: q.mode,
+            }),
         })
     }
 
@@ -657,8 +675,8 @@ mod stage_part_tests {
     use mlx_rs::{ops, ops::indexing::IndexOp, random, Array, Dtype};
     use serde_json::json;
 
-    use super::{LayerLoader, Matrix, WeightFormat};
-    use crate::weights::{Quantization, Weights};
+    use super::{quantized_ops, LayerLoader, Matrix, QuantizedMatrix, WeightFormat};
+    use crate::weights::{QuantMode, QuantSpec, Quantization, Weights};
 
     /// One 4-bit `[8, 256]` table in groups of 64, and the config that says so.
     fn quantized_table() -> (Weights, Quantization) {
@@ -721,5 +739,37 @@ mod stage_part_tests {
         assert!(held_whole);
         assert_eq!(rows.shape(), &[8, 128]);
         assert!(rows.eq_values(&expected).unwrap());
+    }
+
+    /// A quantized head's chosen rows stay quantized (a cut head reads no
+    /// more bytes a row than the whole one) and mean what `rows` gives.
+    #[test]
+    fn selected_rows_of_a_quantized_matrix_stay_quantized() {
+        let w = mlx_rs::random::normal::<f32>(&[16, 64], None, None, None).unwrap();
+        let spec = QuantSpec { group_size: 32, bits: 4 };
+        let (weight, scales, biases) =
+            quantized_ops::quantize(&w, spec, QuantMode::Affine).unwrap();
+        let m = Matrix::Quantized(QuantizedMatrix {
+            weight,
+            scales,
+            biases,
+            spec,
+            mode: QuantMode::Affine,
+        });
+        let ids = Array::from_slice(&[3i32, 0, 11], &[3]);
+        let Matrix::Quantized(picked) = m.select_rows(&ids).unwrap() else {
+            panic!("the rows were dequantized")
+        };
+        assert_eq!(picked.weight.shape()[0], 3);
+        let back = quantized_ops::dequantize(
+            &picked.weight,
+            &picked.scales,
+            picked.biases.as_ref(),
+            spec,
+            picked.mode,
+            None,
+        )
+        .unwrap();
+        assert!(back.all_close(m.rows(&ids).unwrap(), 0.0, 0.0, None).unwrap());
     }
 }

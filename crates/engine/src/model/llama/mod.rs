@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::model::layers::attention::{ReadPositions, ReadQueries};
 use crate::model::layers::moe::SparseMoe;
 use crate::model::layers::rope::{Positions, Rope, RopeScaling, Rotation};
-use crate::model::layers::{Embedding, LayerLoader, Linear, Matrix, Projection, RmsNorm};
+use crate::model::layers::{Embedding, LayerLoader, Linear, Projection, RmsNorm};
 use crate::model::registry::Family;
 use crate::model::shape::LayerShape;
 use crate::model::{layers::attention, LanguageModel, ModelShape};
@@ -527,7 +527,7 @@ impl LanguageModel for Llama {
                 Some(b) => Some(b.take_axis(ids, 0)?),
                 None => None,
             };
-            Ok(Linear { weight: Matrix::Float(weight.rows(ids)?), bias })
+            Ok(Linear { weight: weight.select_rows(ids)?, bias })
         };
         Some(rows())
     }
