@@ -3,6 +3,8 @@
 # folders and the same MLX CPU backend (OpenBLAS for both), float32 weights:
 #   - the real Gemma 3 270M (its Q4_K_M GGUF converted by `vlm convert
 #     --dtype float32`: sliding-window and global layers, vocabulary 262k);
+#   - a bench-size random dense Qwen3 (0.6B's layers, 28 → 8 of them;
+#     `write_tiny_model --bench-qwen3`);
 #   - a bench-size random Qwen3-MoE (Qwen3-30B-A3B's shape scaled down: 128
 #     experts, 8 per token; `write_tiny_model --bench-moe`);
 #   - a bench-size random Gemma 4 (E2B's plan scaled down: sliding and global
@@ -34,6 +36,7 @@ bench_build_vlm
 bench_python_env
 
 GEMMA=models/gemma-3-270m-f32
+QWEN3=models/bench-qwen3
 MOE=models/bench-qwen3-moe
 GEMMA4=models/bench-gemma4
 QWEN35=models/bench-qwen3_5
@@ -41,6 +44,7 @@ GPT_OSS=models/bench-gpt-oss
 LFM2=models/bench-lfm2
 LFM2_MOE=models/bench-lfm2_moe
 bench_gemma3_270m "$GEMMA"
+bench_random_model "$QWEN3" --bench-qwen3
 bench_random_model "$MOE" --bench-moe
 bench_random_model "$GEMMA4" --bench-gemma4
 bench_random_model "$QWEN35" --bench-qwen35
@@ -51,7 +55,7 @@ bench_random_model "$LFM2_MOE" --bench-family=lfm2_moe
 rows="$(mktemp)"
 trap 'rm -f "$rows"' EXIT
 for round in $(seq "$ROUNDS"); do
-  for model in ${MODELS:-"$GEMMA" "$MOE" "$GEMMA4" "$QWEN35" "$GPT_OSS" "$LFM2" "$LFM2_MOE"}; do
+  for model in ${MODELS:-"$GEMMA" "$QWEN3" "$MOE" "$GEMMA4" "$QWEN35" "$GPT_OSS" "$LFM2" "$LFM2_MOE"}; do
     bench_log "round $round/$ROUNDS, $model: ours (engine x1 and x8)"
     printf '%s\tours\t' "$model" >>"$rows"
     "$VLM" bench --model "$model" --weights float32 --concurrency 1,8 --runs 1 \
