@@ -31,15 +31,7 @@ perf probe -q -x "$OPENBLAS" --add "blas_calls:cblas_sgemm=cblas_sgemm ta=%si:s3
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"; perf probe -q -d "$EVENT" 2>/dev/null || true' EXIT
 export OPENBLAS_NUM_THREADS=1
-if [ -n "$IMAGE" ]; then
-  OURS=("$VLM" bench --model "$M" --image "$IMAGE" --runs 1 --image-concurrency 8 --json)
-  THEIRS=("${PY_ENV[@]}" "$PY" mlx_vlm_batch.py "../../$M" "../../$IMAGE" --batch 8)
-  REF=mlx-vlm
-else
-  OURS=("$VLM" bench --model "$M" --weights float32 --prompt-tokens 128 --runs 0 --concurrency 8 --json)
-  THEIRS=("${PY_ENV[@]}" "$PY" mlx_lm_batch.py "../../$M" --batch 8 --prompt-tokens 128)
-  REF=mlx-lm
-fi
+bench_decode_x8_commands "$M" "$IMAGE"
 for G in "$G1" "$G2"; do
   bench_log "$M: ours, $G tokens per sequence"
   perf record -q -e "$EVENT" -o "$OUT/ours-$G.data" "${OURS[@]}" --gen-tokens "$G" >/dev/null 2>&1

@@ -18,6 +18,9 @@
 #                                PY_ENV: a command prefix that makes Python's
 #                                MLX use the OpenBLAS our binary links, so
 #                                both sides run the same BLAS; BLAS says which
+#   bench_decode_x8_commands MODEL [IMAGE]
+#                                sets OURS, THEIRS and REF: 8 sequences decoding
+#                                together, ours against mlx-lm (mlx-vlm with an image)
 
 bench_log() { printf '\033[1m%s %s:\033[0m %s\n' "${BENCH_NAME:-bench}" "$(date +%T)" "$*" >&2; }
 
@@ -115,3 +118,21 @@ bench_serve_wait() { # <base url>: until /v1/models answers (PID must stay alive
 }
 
 bench_serve_stop() { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; PID=""; }
+
+# 8 sequences decoding together, ours against the reference, as
+# bench-decode-profile.sh and bench-blas-calls.sh run them: sets OURS and
+# THEIRS (each without its `--gen-tokens G`; theirs runs in scripts/bench)
+# and REF. Text: `vlm bench --concurrency 8` against mlx-lm's
+# BatchGenerator; with an IMAGE, 8 image prompts against mlx-vlm's
+# batch_generate.
+bench_decode_x8_commands() { # <model folder> [image]
+  if [ -n "${2:-}" ]; then
+    OURS=("$VLM" bench --model "$1" --image "$2" --runs 1 --image-concurrency 8 --json)
+    THEIRS=("${PY_ENV[@]}" "$PY" mlx_vlm_batch.py "../../$1" "../../$2" --batch 8)
+    REF=mlx-vlm
+  else
+    OURS=("$VLM" bench --model "$1" --weights float32 --prompt-tokens 128 --runs 0 --concurrency 8 --json)
+    THEIRS=("${PY_ENV[@]}" "$PY" mlx_lm_batch.py "../../$1" --batch 8 --prompt-tokens 128)
+    REF=mlx-lm
+  fi
+}
