@@ -11,10 +11,9 @@ Greedy with end-of-sequence banned, so every sequence decodes N tokens.
 import argparse
 import json
 
-import mlx.core as mx
-from mlx_vlm import batch_generate, load
+from mlx_vlm import load
 
-QUESTION = "Describe this image."
+from mlx_vlm_families import batch_decode, eos_ban
 
 
 def main() -> None:
@@ -26,22 +25,8 @@ def main() -> None:
     a = ap.parse_args()
 
     model, processor = load(a.model)
-    tokenizer = processor.tokenizer if hasattr(processor, "tokenizer") else processor
-    eos = model.config.eos_token_id
-    eos = set(eos if isinstance(eos, list) else [eos]) | {tokenizer.eos_token_id}
-    ban_ids = mx.array(sorted(i for i in eos if i is not None))
-
-    def ban_eos(tokens, logits):
-        return logits.at[..., ban_ids].add(-mx.inf)
-
-    questions = [f"{QUESTION} ({i})" for i in range(a.batch)]
-    images = [a.image] * a.batch
-    # warm-up at the batch's size, then the measured call
-    batch_generate(model, processor, images=images, prompts=questions, max_tokens=4, logits_processors=[ban_eos])
-    r = batch_generate(
-        model, processor, images=images, prompts=questions, max_tokens=a.gen_tokens, logits_processors=[ban_eos]
-    )
-    print(json.dumps({"generation_tps": r.stats.generation_tps, "generation_tokens": r.stats.generation_tokens}))
+    stats = batch_decode(model, processor, a.image, a.batch, a.gen_tokens, eos_ban(model, processor))
+    print(json.dumps({"generation_tps": stats.generation_tps, "generation_tokens": stats.generation_tokens}))
 
 
 if __name__ == "__main__":

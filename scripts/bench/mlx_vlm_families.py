@@ -32,6 +32,33 @@ def median(xs):
     return sorted(xs)[len(xs) // 2]
 
 
+def eos_ban(model, processor):
+    """A logits processor that bans the model's end-of-sequence ids, so
+    every sequence decodes as many tokens as asked."""
+    tokenizer = processor.tokenizer if hasattr(processor, "tokenizer") else processor
+    eos = model.config.eos_token_id
+    eos = set(eos if isinstance(eos, list) else [eos]) | {tokenizer.eos_token_id}
+    ban_ids = mx.array(sorted(i for i in eos if i is not None))
+
+    def ban_eos(tokens, logits):
+        return logits.at[..., ban_ids].add(-mx.inf)
+
+    return ban_eos
+
+
+def batch_decode(model, processor, image, batch, gen_tokens, ban_eos):
+    """batch_generate of `batch` copies of `image`, a different question each
+    (as `vlm bench --image-concurrency` asks), after a warm-up at the
+    batch's size; returns the measured call's stats."""
+    questions = [f"{QUESTION} ({i})" for i in range(batch)]
+    images = [image] * batch
+    batch_generate(model, processor, images=images, prompts=questions, max_tokens=4, logits_processors=[ban_eos])
+    r = batch_generate(
+        model, processor, images=images, prompts=questions, max_tokens=gen_tokens, logits_processors=[ban_eos]
+    )
+    return r.stats
+
+
 def encode(model, model_type, inputs):
     """The image's features as the family's generation computes them."""
     pv = inputs["pixel_values"]
@@ -69,13 +96,7 @@ def main() -> None:
 
     model, processor = load(a.model)
     model_type = model.config.model_type
-    tokenizer = processor.tokenizer if hasattr(processor, "tokenizer") else processor
-    eos = model.config.eos_token_id
-    eos = set(eos if isinstance(eos, list) else [eos]) | {tokenizer.eos_token_id}
-    ban_ids = mx.array(sorted(i for i in eos if i is not None))
-
-    def ban_eos(tokens, logits):
-        return logits.at[..., ban_ids].add(-mx.inf)
+    ban_eos = eos_ban(model, processor)
 
     prompt = apply_chat_template(processor, model.config, QUESTION, num_images=1)
     miss, hit, ttft = [], [], []
@@ -111,15 +132,10 @@ def main() -> None:
         last = r
     decode_1 = last.generation_tps
 
-    questions = [f"{QUESTION} ({i})" for i in range(a.batch)]
     batch_tps = batch_tokens = batch_error = None
     try:
-        # warm-up at the batch's size, then the measured call
-        batch_generate(model, processor, images=[a.image] * a.batch, prompts=questions, max_tokens=4, logits_processors=[ban_eos])
-        r = batch_generate(
-            model, processor, images=[a.image] * a.batch, prompts=questions, max_tokens=a.gen_tokens, logits_processors=[ban_eos]
-        )
-        batch_tps, batch_tokens = r.stats.generation_tps, r.stats.generation_tokens
+        stats = batch_decode(model, processor, a.image, a.batch, a.gen_tokens, ban_eos)
+        batch_tps, batch_tokens = stats.generation_tps, stats.generation_tokens
     except ValueError as e:  # mlx-vlm 0.7.6's batch_generate cannot batch this family's images
         batch_error = str(e)
     print(
