@@ -6,8 +6,9 @@
 # OpenAI-compatible server (Settings → "Serve on 127.0.0.1", streamed), and
 # the web view process's CPU while idle on the chat page (/proc/<pid>/stat
 # over IDLE seconds), and for each window reply where its time went (the
-# page's timeline, the backend's timings, each process's CPU). Prints the
-# figures and the medians; asserts nothing.
+# page's timeline, the backend's timings, the frames the window drew before
+# the first text, each process's CPU). Prints the figures and the medians;
+# asserts nothing.
 #
 # Usage: scripts/bench-app-vs-api.sh [--rounds N] [--max-tokens M] [--idle S] [--app BINARY]
 #   (needs the app and the UI built: cargo build --workspace --all-targets,
@@ -34,6 +35,9 @@ BENCH_NAME=bench-app-vs-api
 [ -x "$APP" ] || { echo "bench-app-vs-api: no app at $APP (cargo build --workspace --all-targets)" >&2; exit 1; }
 [ -f "$DEFAULT_GGUF" ] || scripts/fetch-default-model.sh
 export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
+# the window's frames are counted with python-xlib, in the reference venv
+scripts/ref-venv.sh
+export FRAMES_PYTHON="$PWD/.venv-ref/bin/python"
 bench_log "app: $APP; $ROUNDS rounds of at most $MAX_TOKENS tokens; idle CPU over ${IDLE}s"
 # the figures are only as quiet as the machine: say how busy it was
 bench_log "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"

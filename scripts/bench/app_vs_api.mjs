@@ -12,10 +12,13 @@
 // For each window reply it also prints where the time went: the page's own
 // timeline (ui/src/timeline.ts: ms after Send of each step, and what its
 // stream events, redraws and renders cost), the backend's timings of Send
-// (debug lines of the app's log) and the CPU of the app's process (the
+// (debug lines of the app's log), the frames the window put on screen
+// between Send and the first text (window_frames.py, X DAMAGE; needs
+// $FRAMES_PYTHON with python-xlib) and the CPU of the app's process (the
 // engine runs in it), the web view and the X server while it streamed.
 // Prints one line per measurement; never asserts (timings are not tests).
 // Usage: node scripts/bench/app_vs_api.mjs ROUNDS MAX_TOKENS IDLE_S PROMPT   (needs DISPLAY and tauri-driver)
+import { spawn } from 'node:child_process';
 import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import {
@@ -72,6 +75,10 @@ async function windowRound(b) {
   const input = await byTestId(b, 'composer-input');
   await input.click();
   await input.setValue(prompt);
+  // Send is clicked as a person clicks it, after the typed text is drawn (a
+  // click in the same millisecond as the last key would count the typing's
+  // own frame as Send's)
+  await sleep(250);
   await b.execute(() => {
     const bench = { t0: 0, first: 0, end: 0 };
     window.__bench = bench;
@@ -103,13 +110,29 @@ async function windowRound(b) {
   const tokens = Number(/(\d+) tokens/.exec(stats)?.[1]);
   const engineTps = Number(/([\d.]+) tok\/s/.exec(stats)?.[1]);
   const engineTtft = /TTFT (\d+) ms/.exec(stats)?.[1];
+  const frames = framesBetween(origin + t0, origin + first);
   // the prompt the engine read, and how much of it its cache already held
   const read = /prompt (\d+) tokens(?: \((\d+) cached)?/.exec(stats);
   return {
     ttft: (first - t0) / 1000, tps: (tokens - 1) / ((end - first) / 1000), tokens, engineTps, line: line && timelineText(line, t0, first),
     prompt: read ? `${read[1]} (${read[2] ?? 0} cached)` : 'n/a',
-    clock: line && { origin, t0, marks: line.marks, engineTtft },
+    clock: line && { origin, t0, marks: line.marks, engineTtft }, frames,
   };
+}
+
+// The window's frames: window_frames.py writes each rectangle the X server
+// was given, on CLOCK_MONOTONIC (node's hrtime); the page's times are wall
+// clock (its timeOrigin), so the two clocks' offset is taken once (±1 ms).
+const framesFile = join(dataDir, 'frames.txt');
+const monoMinusWall = Number(process.hrtime.bigint()) / 1e6 - (performance.timeOrigin + performance.now());
+/** "2 frames (1.6 Mpx)": what the window put on screen between two wall-clock instants (ms). */
+function framesBetween(from, to) {
+  if (!process.env.FRAMES_PYTHON) return 'n/a (no FRAMES_PYTHON)';
+  let rows = [];
+  try { rows = readFileSync(framesFile, 'utf8').trim().split('\n').map((l) => l.split(' ').map(Number)); } catch { return 'n/a (no frames recorded)'; }
+  const within = rows.filter(([at]) => at >= from + monoMinusWall && at <= to + monoMinusWall);
+  const pixels = within.reduce((sum, [, , , w, h]) => sum + w * h, 0);
+  return `${within.length} frames (${fmt(pixels / 1e6, 1)} Mpx)`;
 }
 
 /** "submit 0 · invoke 1 · started 15 · … | before the first piece: 2 events 0.3 ms · 0 draws 0 ms ·
@@ -206,6 +229,9 @@ function acrossText(lines, { origin, t0, marks, engineTtft }) {
     + ` | invoke→command ${fmt(at.in - mark('invoke'), 1)} · started→page ${fmt(mark('started') - at.startedOut, 1)}`
     + ` · first piece→page ${fmt(mark('first-piece') - at.firstOut, 1)} · submitted→first piece out ${fmt(at.firstOut - at.submitted, 1)} (engine's TTFT ${engineTtft ?? 'n/a'} ms)`;
 }
+const frameWatch = process.env.FRAMES_PYTHON
+  ? spawn(process.env.FRAMES_PYTHON, [new URL('window_frames.py', import.meta.url).pathname, framesFile], { stdio: 'inherit' })
+  : null;
 const b = await openApp();
 const results = { window: [], api: [] };
 try {
@@ -262,6 +288,7 @@ try {
     results.window.push(w);
     console.log(`window ttft_s ${fmt(w.ttft)} tok_s ${fmt(w.tps, 2)} tokens ${w.tokens} engine_tok_s ${w.engineTps} prompt ${w.prompt} ${wCpu}`);
     console.log(`  page timeline (ms after Send): ${w.line ?? 'none (an app without ui/src/timeline.ts)'}`);
+    console.log(`  drawn before the first text: ${w.frames}`);
     const lines = freshTimingLines();
     console.log(`  backend (ms): ${backendTimings(lines)}`);
     console.log(`  across (ms after Send): ${w.clock ? acrossText(lines, w.clock) : 'n/a'}`);
@@ -277,5 +304,6 @@ try {
 } finally {
   await b.deleteSession().catch(() => {});
   stopDriver();
+  frameWatch?.kill();
   setTimeout(() => process.exit(0), 2000).unref();
 }

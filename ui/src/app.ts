@@ -2,7 +2,7 @@
 // models or settings) and the status bar; wires replies, events, image
 // drops, keyboard shortcuts, the native menu's actions, files opened with
 // the app and the screen-reader announcements.
-import { api, errorText, events, type Chat, type ChatSettings, type EngineStatsView, type EngineStatus, type Message, type Outgoing, type ServerStatus, type Settings, type ToolDecision } from './api';
+import { api, errorText, events, type Chat, type ChatSettings, type EngineStatsView, type EngineStatus, type Message, type Outgoing, type ServerStatus, type Settings, type StreamEvent, type ToolDecision } from './api';
 import { chatSettingsDialog } from './chatSettingsView';
 import { BulkView } from './bulkView';
 import { ChatView } from './chatView';
@@ -21,7 +21,8 @@ import { SettingsPage } from './settingsView';
 import { onMac, shortcutFor, shortcutLabel } from './shortcuts';
 import { Sidebar } from './sidebar';
 import { StatusBar } from './statusBar';
-import { answerPending, Streams } from './streams';
+import { SendDraw } from './sendDraw';
+import { answerPending, Streams, type LiveReply } from './streams';
 import { recordKey } from './keptNodes';
 import { mark } from './timeline';
 
@@ -42,6 +43,11 @@ const SIDEBAR_KEY = 'vlm-sidebar-hidden';
 
 /** Below this width the sidebar folds away by itself (see styles.css's .narrow). */
 export const NARROW_WIDTH = 900;
+
+/** Which turn of a chat's reply the chat shows: its stored tool turns and the call shown. */
+function turnOf(chatId: number, live: LiveReply): string {
+  return `${chatId}:${live.stored.map((m) => m.id).join(',')}:${live.toolCall?.call.id ?? ''}`;
+}
 
 export class App {
   readonly el: HTMLElement;
@@ -79,6 +85,8 @@ export class App {
   private modelNames = new Map<string, string>();
   /** Chats answering at the last stream event, to redraw the sidebar only when that changes. */
   private answering = '';
+  /** The message being sent and its reply's start, drawn together (sendDraw.ts). */
+  private sendDraw: SendDraw | null = null;
   /** What of the open chat's turn (stored tool turns, the call shown) was drawn last. */
   private turnDrawn = '';
   /** Work waiting for a chat's reply to show its first piece (or to end), by chat. */
@@ -108,7 +116,7 @@ export class App {
       openModels: () => this.go('models'),
     });
     this.composer = new Composer({
-      send: (m) => this.send(m),
+      send: (m, shown) => this.send(m, shown),
       stop: () => void this.stop(),
       pickFiles: () => platform.pickFiles(),
       toast,
@@ -136,38 +144,48 @@ export class App {
     this.narrow?.addEventListener('change', () => this.fitWidth());
     this.fitWidth();
     this.streams.subscribe((chatId, live) => {
-      const answering = this.streams.runningChats().sort().join(',');
-      if (answering !== this.answering) {
-        this.answering = answering;
-        this.sidebar.redraw();
-        this.renderStatus(); // "starting an answer" before the engine runs it
-      }
-      if (live.finished) {
-        this.announce(live.finished);
-        void this.pollStats();
-      }
-      if (this.page === 'chat' && this.chat?.id === chatId) {
-        const turn = `${chatId}:${live.stored.map((m) => m.id).join(',')}:${live.toolCall?.call.id ?? ''}`;
-        if (live.finished) this.replyFinished(live.finished);
-        else if (turn !== this.turnDrawn) {
-          // an answer called a tool, a result came, or a call waits: the turn's
-          // stored messages join the branch and the approval block shows
-          this.turnDrawn = turn;
-          this.mergeStored(live.stored);
-          this.showMessages();
-        } else this.chatView.updateLive(live);
-        this.composer.setBusy(this.streams.isRunning(chatId));
-      }
-      // what waited for the answer's first piece (the title, the chat list)
-      // runs in a task of its own: the piece's task ends with its draw, and
-      // their commands are not on the way to the text
-      const waiting = this.afterFirstPiece.get(chatId);
-      if (waiting && !answerPending(live, this.streams.isRunning(chatId))) {
-        this.afterFirstPiece.delete(chatId);
-        window.setTimeout(waiting, 0);
-      }
+      if (!this.sendDraw?.holds(chatId, live)) this.onStream(chatId, live);
     });
     document.addEventListener('keydown', (e) => this.onKey(e));
+  }
+
+  /** A reply changed: the chat list, the status bar and, for the open chat, its view follow. */
+  private onStream(chatId: number, live: LiveReply): void {
+    this.redrawAnswering();
+    if (live.finished) {
+      this.announce(live.finished);
+      void this.pollStats();
+    }
+    if (this.page === 'chat' && this.chat?.id === chatId) {
+      const turn = turnOf(chatId, live);
+      if (live.finished) this.replyFinished(live.finished);
+      else if (turn !== this.turnDrawn) {
+        // an answer called a tool, a result came, or a call waits: the turn's
+        // stored messages join the branch and the approval block shows
+        this.turnDrawn = turn;
+        this.mergeStored(live.stored);
+        this.showMessages();
+      } else this.chatView.updateLive(live);
+      this.composer.setBusy(this.streams.isRunning(chatId));
+    }
+    // what waited for the answer's first piece (the title, the chat list)
+    // runs in a task of its own: the piece's task ends with its draw, and
+    // their commands are not on the way to the text
+    const waiting = this.afterFirstPiece.get(chatId);
+    if (waiting && !answerPending(live, this.streams.isRunning(chatId))) {
+      this.afterFirstPiece.delete(chatId);
+      window.setTimeout(waiting, 0);
+    }
+  }
+
+  /** The chat list and the status bar, when which chats answer changed. */
+  private redrawAnswering(): void {
+    const answering = this.streams.runningChats().sort().join(',');
+    if (answering !== this.answering) {
+      this.answering = answering;
+      this.sidebar.redraw();
+      this.renderStatus(); // "starting an answer" before the engine runs it
+    }
   }
 
   async start(): Promise<void> {
@@ -496,8 +514,10 @@ export class App {
   }
 
   /** Sends from the composer; with no chat open, the send command makes the
-   * chat. A chat set to a model that is not loaded loads it first, then sends. */
-  private async send(message: Outgoing, loadedForChat = false): Promise<boolean> {
+   * chat. A chat set to a model that is not loaded loads it first, then sends.
+   * `shown` empties the composer's box: called as the message is drawn in
+   * the chat, not if sending fails. */
+  private async send(message: Outgoing, shown: () => void, loadedForChat = false): Promise<boolean> {
     if (this.status?.state !== 'ready' && !(this.status?.state === 'unloaded' && this.status.idle_unloaded)) {
       this.toast(this.status?.state === 'loading' ? 'The model is still loading.' : 'Load a model first (Models).');
       return false;
@@ -507,9 +527,23 @@ export class App {
     // with the settings chosen for it so far, and only if the message passes
     const settings = chat ? null : this.unsavedSettings;
     let chatId = chat?.id ?? null;
+    // the message, its reply's start, the chat list and the box, drawn in one task (sendDraw.ts)
+    const draw: SendDraw = new SendDraw(chatId, () => {
+      if (this.sendDraw === draw) this.sendDraw = null;
+      shown();
+      this.redrawAnswering();
+      const live = chatId === null ? undefined : this.streams.get(chatId);
+      if (this.page === 'chat' && this.chat?.id === chatId) {
+        if (live) this.turnDrawn = turnOf(chatId, live);
+        this.showMessages();
+      }
+      mark('sent-shown');
+    });
+    this.sendDraw = draw;
     try {
-      const handler = chat ? this.streams.begin(chat.id) : this.streams.beginNew((made) => {
+      const begun = chat ? this.streams.begin(chat.id) : this.streams.beginNew((made) => {
         chatId = made.id;
+        draw.named(made.id);
         this.unsavedSettings = null;
         // the page opens it, unless another chat was opened meanwhile
         if (!this.chat) {
@@ -520,6 +554,10 @@ export class App {
         this.sidebar.add(made);
         mark('chat-created');
       });
+      const handler = (e: StreamEvent) => {
+        begun(e);
+        if (e.kind === 'started') draw.onStarted();
+      };
       const editing = this.editing;
       let sent;
       try {
@@ -527,6 +565,8 @@ export class App {
         sent = editing && chat ? await api.editAndResend(chat.id, editing.id, message, handler)
           : chat ? await api.send(chat.id, message, handler) : await api.sendInNewChat(settings, message, handler);
       } catch (e) {
+        draw.cancel();
+        if (this.sendDraw === draw) this.sendDraw = null;
         if (chatId !== null) this.streams.abandon(chatId);
         throw e;
       }
@@ -534,14 +574,16 @@ export class App {
       const sentIn = sent.user.chat_id;
       this.editing = null;
       if (this.chat?.id === sentIn && !this.streams.isRunning(sentIn)) {
+        draw.now();
         void this.reloadMessages(); // a reply so quick it ended before this call did
-      } else if (this.chat?.id === sentIn) {
-        // the stored message, shown without reading the chat again: after
-        // the shown branch, or in place of the message it edits (a new branch)
-        const at = editing ? this.messages.findIndex((m) => m.id === editing.id) : -1;
-        this.messages = [...(at >= 0 ? this.messages.slice(0, at) : this.messages), sent.user];
-        this.showMessages();
-        mark('sent-shown');
+      } else {
+        if (this.chat?.id === sentIn) {
+          // the stored message, shown without reading the chat again: after
+          // the shown branch, or in place of the message it edits (a new branch)
+          const at = editing ? this.messages.findIndex((m) => m.id === editing.id) : -1;
+          this.messages = [...(at >= 0 ? this.messages.slice(0, at) : this.messages), sent.user];
+        }
+        draw.onAnswered();
       }
       // the new title and the chat list wait for the first piece of the
       // answer: read now, they would take the CPU from the prompt's reading
@@ -558,7 +600,7 @@ export class App {
         try {
           const status = await api.loadModel(wanted);
           this.setStatus(status);
-          return await this.send(message, true);
+          return await this.send(message, shown, true);
         } catch (err) {
           this.toast(errorText(err));
           return false;

@@ -15,7 +15,8 @@ import { startTimeline } from './timeline';
 import { documentChip, documentPageImages, documentPagePlan, isDocument, PAGES_AS_IMAGES, type PagePlan } from './documentChip';
 
 export interface ComposerHooks {
-  send(message: Outgoing): Promise<boolean>;
+  /** `shown` empties the box: called as the message is drawn in the chat (not if sending fails). */
+  send(message: Outgoing, shown: () => void): Promise<boolean>;
   stop(): void;
   pickFiles(): Promise<string[]>;
   toast(message: string): void;
@@ -58,6 +59,8 @@ export class Composer {
   private offerSeq = 0;
   private busy = false;
   private pending = 0;
+  /** A message is on its way: its text shows until it is drawn in the chat, and is not sent again. */
+  private sending = false;
   private model: ComposerModel | null = null;
   /** The offer was asked for (the picture button) though no image is attached. */
   private offerWanted = false;
@@ -215,7 +218,7 @@ export class Composer {
    * being typed in the box alone. */
   async sendText(text: string): Promise<void> {
     if (this.busy) return;
-    await this.hooks.send({ text, attachments: [] });
+    await this.hooks.send({ text, attachments: [] }, () => {});
     this.input.focus();
   }
 
@@ -393,7 +396,7 @@ export class Composer {
   }
 
   private async submit(): Promise<void> {
-    if (this.busy || this.pending > 0) return;
+    if (this.busy || this.pending > 0 || this.sending) return;
     startTimeline();
     const draft = this.draft;
     const text = this.input.value.trim();
@@ -409,23 +412,29 @@ export class Composer {
     }
     // the files refused as they were attached are not sent, and go with the message
     const message = { text, attachments: draft.attachments.map((a) => a.sha256) };
-    // cleared at once, as chat apps do; put back if sending fails
-    const kept = { text: this.input.value, attachments: draft.attachments, rejected: draft.rejected };
-    this.input.value = '';
-    Object.assign(draft, { text: '', attachments: [], rejected: [] });
-    if (kept.attachments.length || kept.rejected.length) this.renderThumbs();
-    // the empty box's own height (rows=1), as before any typing: measuring it
-    // (autosize) would lay out the whole window before the message is sent
-    this.input.style.height = '';
-    if (await this.hooks.send(message)) {
-      if (draft === this.draft) this.endEdit();
-    } else {
-      Object.assign(draft, kept);
-      if (draft === this.draft) {
-        this.input.value = kept.text;
-        this.renderThumbs();
-        this.autosize();
-      }
+    // the box empties (and an edit ends) as the message shows in the chat, in
+    // the same drawing (sendDraw.ts); a send that fails leaves all as it is
+    let emptied = false;
+    const empty = () => {
+      if (emptied) return;
+      emptied = true;
+      this.sending = false;
+      const thumbs = draft.attachments.length + draft.rejected.length > 0;
+      Object.assign(draft, { text: '', attachments: [], rejected: [] });
+      if (draft !== this.draft) return; // another chat's draft shows meanwhile
+      this.input.value = '';
+      if (thumbs) this.renderThumbs();
+      // the empty box's own height (rows=1), as before any typing: measuring it
+      // (autosize) would lay out the whole window while the prompt is read
+      this.input.style.height = '';
+      this.endEdit();
+    };
+    this.sending = true;
+    let sent = false;
+    try {
+      sent = await this.hooks.send(message, empty);
+    } finally {
+      if (!sent) this.sending = false;
     }
   }
 }

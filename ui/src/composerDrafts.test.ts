@@ -15,7 +15,8 @@ const sha = (c: string) => c.repeat(64);
 function composer(over: Partial<ComposerHooks> = {}) {
   const sent: Outgoing[] = [];
   const c = new Composer({
-    send: async (m) => { sent.push(m); return true; }, stop: () => {}, pickFiles: async () => [], toast: () => {},
+    // as the app does: the message is drawn (the box empties), then the send ends
+    send: async (m, shown) => { sent.push(m); shown(); return true; }, stop: () => {}, pickFiles: async () => [], toast: () => {},
     visionModels: async () => [], switchModel: async () => {}, openModels: () => {}, setAnswerFormat: async () => true, setThinking: async () => {},
     ...over,
   });

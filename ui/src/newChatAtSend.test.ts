@@ -105,6 +105,34 @@ describe('a first message', () => {
     expect(sidebarChats(app)).toEqual(['7 Hello there']);
   });
 
+  it('draws nothing of Send until the reply has started and the command has answered, then all in one task', async () => {
+    const { app, event, endSend } = await appSending();
+    const box = app.el.querySelector<HTMLTextAreaElement>('[data-testid=composer-input]')!;
+    const tasks: number[] = [];
+    const observer = new MutationObserver((records) => tasks.push(records.length));
+    typeAndSend(app, 'Hello there');
+    observer.observe(app.el, { subtree: true, childList: true, attributes: true, characterData: true });
+    await settle();
+    event({ kind: 'chat_created', chat: chat() });
+    event({ kind: 'started', chat_id: 7, reply_id: 71, model: 'Tiny' });
+    await settle();
+    // the chat is made and its reply started, and nothing of it is drawn yet
+    expect(tasks).toEqual([]);
+    expect(sidebarChats(app)).toEqual([]);
+    expect(box.value).toBe('Hello there');
+    expect(app.el.querySelector('[data-testid=msg-live]')).toBeNull();
+
+    endSend();
+    await settle();
+    observer.disconnect();
+    expect(tasks.length).toBe(1);
+    expect(sidebarChats(app)).toEqual(['7 New chat']);
+    expect(box.value).toBe('');
+    expect(app.el.querySelectorAll('[data-testid=msg-user]').length).toBe(1);
+    expect(app.el.querySelector<HTMLElement>('[data-testid=msg-live]')?.dataset.id).toBe('71');
+    expect(app.el.querySelector('[data-testid=empty-chat]')).toBeNull();
+  });
+
   it('refused, leaves no chat and keeps its text in the box', async () => {
     const { app, count } = await appSending(true);
     typeAndSend(app, 'What is in this picture?');

@@ -89,10 +89,10 @@ describe('Send while the engine reads the prompt', () => {
     await settle();
     event({ kind: 'started', chat_id: 7, reply_id: 73, model: 'Tiny' });
     await settle();
-    const bubble = one(app, '[data-testid=msg-live]')!;
-    expect(bubble).not.toBeNull();
     endSend();
     await settle();
+    const bubble = one(app, '[data-testid=msg-live]')!;
+    expect(bubble).not.toBeNull();
 
     // what was drawn stays drawn; what a reply under way changes, changed
     expect(one(app, '[data-testid=msg-user][data-id="70"]')).toBe(asked);
@@ -124,6 +124,50 @@ describe('Send while the engine reads the prompt', () => {
     expect(one(app, '[data-testid=msg-assistant][data-id="73"] [data-testid=regenerate]')).not.toBeNull();
     expect(one(app, '[data-chat-id="7"] .busy-dot')).toBeNull();
   });
+});
+
+describe('Send, drawn once', () => {
+  for (const answerFirst of [false, true]) {
+    it(`draws the message, the bubble, Stop, the chat's mark and the emptied box in one task, when the reply's start and the command's answer are both in (${answerFirst ? 'the answer first' : 'the start first'})`, async () => {
+      const { app, event, endSend } = await appInChat();
+      const box = one(app, '[data-testid=composer-input]') as HTMLTextAreaElement;
+      box.value = 'And a tree?';
+      // each callback gets what one task (and its microtasks) changed
+      const tasks: number[] = [];
+      const observer = new MutationObserver((records) => tasks.push(records.length));
+      observer.observe(app.el, { subtree: true, childList: true, attributes: true, characterData: true });
+      one(app, '[data-testid=send]')!.click();
+      await settle();
+      if (answerFirst) endSend();
+      else event({ kind: 'started', chat_id: 7, reply_id: 73, model: 'Tiny' });
+      await settle();
+
+      // half-way nothing is drawn: the text still in the box, no bubble, Send (not Stop)
+      expect(tasks).toEqual([]);
+      expect(box.value).toBe('And a tree?');
+      expect(one(app, '[data-testid=msg-live]')).toBeNull();
+      expect(one(app, '[data-testid=stop]')!.hidden).toBe(true);
+      // a second Send meanwhile sends nothing again
+      one(app, '[data-testid=send]')!.click();
+      await settle();
+      expect(tasks).toEqual([]);
+
+      if (answerFirst) event({ kind: 'started', chat_id: 7, reply_id: 73, model: 'Tiny' });
+      else endSend();
+      await settle();
+      observer.disconnect();
+      expect(tasks.length).toBe(1);
+      expect(box.value).toBe('');
+      expect(all(app, '[data-testid=messages] > *').map((e) => e.dataset.id)).toEqual(['70', '71', '72', '73']);
+      expect(one(app, '[data-testid=msg-live]')!.dataset.id).toBe('73');
+      expect(one(app, '[data-testid=stop]')!.hidden).toBe(false);
+      expect(one(app, '[data-chat-id="7"] .busy-dot')).not.toBeNull();
+
+      // the first piece is drawn at once, in its own event's task
+      event({ kind: 'content', text: 'Ordered' });
+      expect(one(app, '[data-testid=msg-live] [data-testid=answer]')?.textContent?.trim()).toBe('Ordered');
+    });
+  }
 });
 
 describe('ChatView', () => {

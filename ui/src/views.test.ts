@@ -157,14 +157,14 @@ describe('models page', () => {
 });
 
 const composerHooks = {
-  send: async () => true, stop: () => {}, pickFiles: async () => [], toast: () => {},
+  send: async (_m: unknown, shown: () => void) => { shown(); return true; }, stop: () => {}, pickFiles: async () => [], toast: () => {},
   visionModels: async () => [], switchModel: async () => {}, openModels: () => {}, setAnswerFormat: async () => true, setThinking: async () => {},
 };
 
 describe('composer', () => {
   it('sends on Enter, keeps Shift+Enter as a newline, and clears after sending', async () => {
     const sent: unknown[] = [];
-    const c = new Composer({ ...composerHooks, send: async (m) => { sent.push(m); return true; } });
+    const c = new Composer({ ...composerHooks, send: async (m, shown) => { sent.push(m); shown(); return true; } });
     document.body.append(c.el);
     c.input.value = 'line one';
     c.input.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter', shiftKey: true, bubbles: true }));
@@ -172,6 +172,35 @@ describe('composer', () => {
     c.input.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter', bubbles: true }));
     await vi.waitFor(() => expect(sent).toEqual([{ text: 'line one', attachments: [] }]));
     await vi.waitFor(() => expect(c.input.value).toBe(''));
+    c.el.remove();
+  });
+
+  it('empties the box as the message is drawn, sends it once, and keeps it when sending fails', async () => {
+    const sent: unknown[] = [];
+    let drawn: () => void = () => {};
+    let end: (ok: boolean) => void = () => {};
+    const c = new Composer({ ...composerHooks, send: (m, shown) => { sent.push(m); drawn = shown; return new Promise((r) => { end = r; }); } });
+    document.body.append(c.el);
+    const enter = () => c.input.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter', bubbles: true }));
+    c.input.value = 'first';
+    enter();
+    await vi.waitFor(() => expect(sent).toHaveLength(1));
+    // on its way, not drawn yet: the text stays, and Enter again sends nothing
+    expect(c.input.value).toBe('first');
+    enter();
+    drawn();
+    expect(c.input.value).toBe('');
+    end(true);
+    await Promise.resolve();
+    expect(sent).toHaveLength(1);
+
+    c.input.value = 'second';
+    enter();
+    await vi.waitFor(() => expect(sent).toHaveLength(2));
+    end(false); // refused before it was drawn
+    await vi.waitFor(() => expect(c.input.value).toBe('second'));
+    enter();
+    await vi.waitFor(() => expect(sent).toHaveLength(3));
     c.el.remove();
   });
 
@@ -183,7 +212,7 @@ describe('composer', () => {
       }
     });
     const sent: { attachments: string[] }[] = [];
-    const c = new Composer({ ...composerHooks, send: async (m) => { sent.push(m); return true; } });
+    const c = new Composer({ ...composerHooks, send: async (m, shown) => { sent.push(m); shown(); return true; } });
     await c.addPaths(['/a.png', '/b.png']);
     expect(c.el.querySelectorAll('[data-testid=composer-thumb]').length).toBe(2);
     c.el.querySelector<HTMLButtonElement>('[data-sha="' + 'a'.repeat(64) + '"] [data-testid=remove-thumb]')!.click();
