@@ -178,6 +178,49 @@ export class App {
     }
   }
 
+  /** What a reply's start changes, drawn at once: the chat list and the
+   * status bar, and the chat if it is open (its messages with the bubble). */
+  private drawReplyStart(chatId: number | null): void {
+    this.redrawAnswering();
+    const live = chatId === null ? undefined : this.streams.get(chatId);
+    if (this.page === 'chat' && chatId !== null && this.chat?.id === chatId) {
+      if (live) this.turnDrawn = turnOf(chatId, live);
+      this.showMessages();
+    }
+  }
+
+  /** Starts a new answer in the open chat with `command` (Regenerate,
+   * Continue), its start drawn once (sendDraw.ts): `keep` gives the chat's
+   * messages the bubble goes after. */
+  private async restartReply(command: (onEvent: (e: StreamEvent) => void) => Promise<unknown>, keep: (messages: Message[]) => Message[]): Promise<void> {
+    const chat = this.chat;
+    if (!chat) return;
+    const draw: SendDraw = new SendDraw(chat.id, () => {
+      if (this.sendDraw === draw) this.sendDraw = null;
+      this.drawReplyStart(chat.id);
+    });
+    this.sendDraw = draw;
+    const begun = this.streams.begin(chat.id);
+    try {
+      await command((e) => {
+        begun(e);
+        if (e.kind === 'started') draw.onStarted();
+      });
+    } catch (e) {
+      draw.cancel();
+      if (this.sendDraw === draw) this.sendDraw = null;
+      this.streams.abandon(chat.id);
+      this.toast(errorText(e));
+      return;
+    }
+    if (this.chat?.id === chat.id && !this.streams.isRunning(chat.id)) {
+      draw.now();
+      return void this.reloadMessages(); // it already ended
+    }
+    if (this.chat?.id === chat.id) this.messages = keep(this.messages);
+    draw.onAnswered();
+  }
+
   /** The chat list and the status bar, when which chats answer changed. */
   private redrawAnswering(): void {
     const answering = this.streams.runningChats().sort().join(',');
@@ -531,12 +574,7 @@ export class App {
     const draw: SendDraw = new SendDraw(chatId, () => {
       if (this.sendDraw === draw) this.sendDraw = null;
       shown();
-      this.redrawAnswering();
-      const live = chatId === null ? undefined : this.streams.get(chatId);
-      if (this.page === 'chat' && this.chat?.id === chatId) {
-        if (live) this.turnDrawn = turnOf(chatId, live);
-        this.showMessages();
-      }
+      this.drawReplyStart(chatId);
       mark('sent-shown');
     });
     this.sendDraw = draw;
@@ -618,22 +656,13 @@ export class App {
 
   /** A new answer to the shown branch's last question; the old one stays as its sibling. */
   private async regenerate(): Promise<void> {
-    const chat = this.chat;
-    if (!chat) return;
-    const handler = this.streams.begin(chat.id);
-    try {
-      await api.regenerate(chat.id, null, handler);
-    } catch (e) {
-      this.streams.abandon(chat.id);
-      this.toast(errorText(e));
-      return;
-    }
-    if (this.chat?.id !== chat.id) return;
-    if (!this.streams.isRunning(chat.id)) return void this.reloadMessages(); // it already ended
-    // the new answer takes the old one's place once it is stored
-    const question = this.messages.map((m) => m.role).lastIndexOf('user');
-    this.messages = this.messages.slice(0, question + 1);
-    this.showMessages();
+    const chatId = this.chat?.id;
+    if (chatId === undefined) return;
+    await this.restartReply((onEvent) => api.regenerate(chatId, null, onEvent), (messages) => {
+      // the new answer takes the old one's place once it is stored
+      const question = messages.map((m) => m.role).lastIndexOf('user');
+      return messages.slice(0, question + 1);
+    });
   }
 
   /** Continue on the last answer, cut at its token limit: the same answer
@@ -642,19 +671,9 @@ export class App {
     const chat = this.chat;
     const answer = this.messages[this.messages.length - 1];
     if (!chat || answer?.role !== 'assistant' || this.streams.isRunning(chat.id)) return;
-    const handler = this.streams.begin(chat.id);
-    try {
-      await api.continueReply(chat.id, answer.id, handler);
-    } catch (e) {
-      this.streams.abandon(chat.id);
-      this.toast(errorText(e));
-      return;
-    }
-    if (this.chat?.id !== chat.id) return;
-    if (!this.streams.isRunning(chat.id)) return void this.reloadMessages(); // it already ended
     // the live reply (from the answer's text so far) takes the answer's place
-    this.messages = this.messages.filter((m) => m.id !== answer.id);
-    this.showMessages();
+    await this.restartReply((onEvent) => api.continueReply(chat.id, answer.id, onEvent),
+      (messages) => messages.filter((m) => m.id !== answer.id));
   }
 
   private edit(m: Message): void {

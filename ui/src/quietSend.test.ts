@@ -53,6 +53,9 @@ async function appInChat() {
       case 'send_message':
         reply = (args as { onEvent: Channel<StreamEvent> }).onEvent;
         return new Promise((resolve) => { endSend = () => resolve({ user: next, reply: { reply_id: 73, model: 'Tiny' } }); });
+      case 'regenerate':
+        reply = (args as { onEvent: Channel<StreamEvent> }).onEvent;
+        return new Promise((resolve) => { endSend = () => resolve({ reply_id: 74, model: 'Tiny' }); });
       case 'list_models': return { catalog: [], local: [], models_dir: '/m', hf_cache_dir: '/hf', disk_bytes: 0 };
       case 'active_replies': case 'list_presets': case 'take_opened_files': case 'list_bulk_jobs': return [];
       default: return null;
@@ -168,6 +171,28 @@ describe('Send, drawn once', () => {
       expect(one(app, '[data-testid=msg-live] [data-testid=answer]')?.textContent?.trim()).toBe('Ordered');
     });
   }
+});
+
+describe('Regenerate, drawn once', () => {
+  it('takes the old answer away and draws the new one\'s bubble in one task, once it has started and the command has answered', async () => {
+    const { app, event, endSend } = await appInChat();
+    const tasks: number[] = [];
+    const observer = new MutationObserver((records) => tasks.push(records.length));
+    observer.observe(app.el, { subtree: true, childList: true, attributes: true, characterData: true });
+    one(app, '[data-testid=regenerate]')!.click();
+    await settle();
+    event({ kind: 'started', chat_id: 7, reply_id: 74, model: 'Tiny' });
+    await settle();
+    expect(tasks).toEqual([]);
+    expect(one(app, '[data-testid=msg-assistant][data-id="71"]')).not.toBeNull();
+
+    endSend();
+    await settle();
+    observer.disconnect();
+    expect(tasks.length).toBe(1);
+    expect(all(app, '[data-testid=messages] > *').map((e) => e.dataset.id)).toEqual(['70', '74']);
+    expect(one(app, '[data-chat-id="7"] .busy-dot')).not.toBeNull();
+  });
 });
 
 describe('ChatView', () => {

@@ -25,11 +25,12 @@ export class SendDraw {
     this.chatId = chatId;
   }
 
-  /** Whether this stream event of `chatId` waits for the one drawing:
-   * the reply's start does; its text, an error or its end never waits. */
+  /** Whether this stream event of `chatId` waits for the one drawing: the
+   * reply's start does, and so does text that comes before it (a continued
+   * answer's text so far, or a first piece that overtook the command's
+   * answer, by a millisecond); an error or the reply's end never waits. */
   holds(chatId: number, live: LiveReply): boolean {
-    return !this.done && chatId === this.chatId
-      && !live.content && !live.reasoning && !live.error && !live.finished;
+    return !this.done && chatId === this.chatId && !live.error && !live.finished;
   }
 
   /** The reply's `started` event is in. */
