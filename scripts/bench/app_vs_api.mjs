@@ -5,6 +5,8 @@
 //   window: time from clicking Send to the first answer text in the chat
 //           (measured inside the page), and the streaming rate (the stored
 //           reply's token count over the time from first text to the end);
+//   regenerate: the same from clicking Regenerate on that answer (the same
+//           prompt again, as the API's);
 //   api:    the same through the app's own server (a streamed
 //           /v1/chat/completions): time to the first content delta, and the
 //           rate from the first delta to the last;
@@ -75,11 +77,22 @@ async function windowRound(b) {
   const input = await byTestId(b, 'composer-input');
   await input.click();
   await input.setValue(prompt);
-  // Send is clicked as a person clicks it, after the typed text is drawn (a
-  // click in the same millisecond as the last key would count the typing's
-  // own frame as Send's)
+  return timeReply(b, 'send');
+}
+
+/** The same prompt again in the window: Regenerate on the answer the last
+ * round left (its prompt is the API's, the same tokens cached). */
+async function regenerateRound(b) {
+  return timeReply(b, 'regenerate');
+}
+
+/** Clicks the button `testId` and times the reply it starts, inside the page. */
+async function timeReply(b, testId) {
+  // clicked as a person clicks, after what came before is drawn (a click in
+  // the same millisecond as the last key would count the typing's own frame
+  // as Send's)
   await sleep(250);
-  await b.execute(() => {
+  await b.execute((testId) => {
     const bench = { t0: 0, first: 0, end: 0 };
     window.__bench = bench;
     const answer = () => document.querySelector('[data-testid="msg-live"] [data-testid="answer"]');
@@ -93,8 +106,8 @@ async function windowRound(b) {
     });
     observer.observe(document.body, { childList: true, subtree: true, characterData: true });
     bench.t0 = performance.now();
-    document.querySelector('[data-testid="send"]').click();
-  });
+    document.querySelector(`[data-testid="${testId}"]`).click();
+  }, testId);
   // one call that returns when the reply ends: polling (WebDriver's
   // waitUntil runs a script in the page 4 times a second) would cost the
   // web view CPU that the API's side does not pay
@@ -233,7 +246,7 @@ const frameWatch = process.env.FRAMES_PYTHON
   ? spawn(process.env.FRAMES_PYTHON, [new URL('window_frames.py', import.meta.url).pathname, framesFile], { stdio: 'inherit' })
   : null;
 const b = await openApp();
-const results = { window: [], api: [] };
+const results = { window: [], regenerate: [], api: [] };
 try {
   await modelReady(b);
   await b.setTimeout({ script: 600_000 });
@@ -292,6 +305,10 @@ try {
     const lines = freshTimingLines();
     console.log(`  backend (ms): ${backendTimings(lines)}`);
     console.log(`  across (ms after Send): ${w.clock ? acrossText(lines, w.clock) : 'n/a'}`);
+    const r = await regenerateRound(b);
+    results.regenerate.push(r);
+    console.log(`regenerate ttft_s ${fmt(r.ttft)} tok_s ${fmt(r.tps, 2)} tokens ${r.tokens} prompt ${r.prompt} | drawn before the first text: ${r.frames}`);
+    freshTimingLines();
     const [a, aCpu] = await withCpu(() => apiRound());
     results.api.push(a);
     console.log(`api ttft_s ${fmt(a.ttft)} tok_s ${fmt(a.tps, 2)} tokens ${a.tokens} prompt ${a.prompt} ${aCpu}`);
@@ -300,7 +317,9 @@ try {
   const m = (side, key) => median(results[side].map((r) => r[key]));
   console.log(`median window ttft_s ${fmt(m('window', 'ttft'))} tok_s ${fmt(m('window', 'tps'), 2)}`);
   console.log(`median api    ttft_s ${fmt(m('api', 'ttft'))} tok_s ${fmt(m('api', 'tps'), 2)}`);
+  console.log(`median regenerate ttft_s ${fmt(m('regenerate', 'ttft'))} tok_s ${fmt(m('regenerate', 'tps'), 2)}`);
   console.log(`ratio window/api ttft ${fmt(m('window', 'ttft') / m('api', 'ttft'), 2)} tok_s ${fmt(m('window', 'tps') / m('api', 'tps'), 2)}`);
+  console.log(`ratio regenerate/api ttft ${fmt(m('regenerate', 'ttft') / m('api', 'ttft'), 2)} tok_s ${fmt(m('regenerate', 'tps') / m('api', 'tps'), 2)}`);
 } finally {
   await b.deleteSession().catch(() => {});
   stopDriver();
