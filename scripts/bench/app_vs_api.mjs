@@ -15,8 +15,8 @@
 // timeline (ui/src/timeline.ts: ms after Send of each step, and what its
 // stream events, redraws and renders cost), the backend's timings of Send
 // (debug lines of the app's log), the frames the window put on screen
-// between Send and the first text (window_frames.py, X DAMAGE; needs
-// $FRAMES_PYTHON with python-xlib) and the CPU of the app's process (the
+// between Send and the first text and while the reply streamed
+// (window_frames.py, X DAMAGE; needs $FRAMES_PYTHON with python-xlib) and the CPU of the app's process (the
 // engine runs in it), the web view and the X server while it streamed.
 // Prints one line per measurement; never asserts (timings are not tests).
 // Usage: node scripts/bench/app_vs_api.mjs ROUNDS MAX_TOKENS IDLE_S PROMPT   (needs DISPLAY and tauri-driver)
@@ -124,12 +124,13 @@ async function timeReply(b, testId) {
   const engineTps = Number(/([\d.]+) tok\/s/.exec(stats)?.[1]);
   const engineTtft = /TTFT (\d+) ms/.exec(stats)?.[1];
   const frames = framesBetween(origin + t0, origin + first);
+  const streamed = framesBetween(origin + first, origin + end);
   // the prompt the engine read, and how much of it its cache already held
   const read = /prompt (\d+) tokens(?: \((\d+) cached)?/.exec(stats);
   return {
     ttft: (first - t0) / 1000, tps: (tokens - 1) / ((end - first) / 1000), tokens, engineTps, line: line && timelineText(line, t0, first),
     prompt: read ? `${read[1]} (${read[2] ?? 0} cached)` : 'n/a',
-    clock: line && { origin, t0, marks: line.marks, engineTtft }, frames,
+    clock: line && { origin, t0, marks: line.marks, engineTtft }, frames, streamed,
   };
 }
 
@@ -301,7 +302,7 @@ try {
     results.window.push(w);
     console.log(`window ttft_s ${fmt(w.ttft)} tok_s ${fmt(w.tps, 2)} tokens ${w.tokens} engine_tok_s ${w.engineTps} prompt ${w.prompt} ${wCpu}`);
     console.log(`  page timeline (ms after Send): ${w.line ?? 'none (an app without ui/src/timeline.ts)'}`);
-    console.log(`  drawn before the first text: ${w.frames}`);
+    console.log(`  drawn before the first text: ${w.frames}; while it streamed: ${w.streamed}`);
     const lines = freshTimingLines();
     console.log(`  backend (ms): ${backendTimings(lines)}`);
     console.log(`  across (ms after Send): ${w.clock ? acrossText(lines, w.clock) : 'n/a'}`);
