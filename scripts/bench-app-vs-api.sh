@@ -35,9 +35,12 @@ BENCH_NAME=bench-app-vs-api
 [ -x "$APP" ] || { echo "bench-app-vs-api: no app at $APP (cargo build --workspace --all-targets)" >&2; exit 1; }
 [ -f "$DEFAULT_GGUF" ] || scripts/fetch-default-model.sh
 export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
-# the window's frames are counted with python-xlib, in the reference venv
-scripts/ref-venv.sh
-export FRAMES_PYTHON="$PWD/.venv-ref/bin/python"
+# the window's frames are counted with python-xlib (X DAMAGE), in a venv of its own
+FRAMES_VENV="$PWD/.venv-frames"
+[ -x "$FRAMES_VENV/bin/python" ] || python3 -m venv "$FRAMES_VENV"
+"$FRAMES_VENV/bin/python" -c 'import Xlib' 2>/dev/null \
+  || "$FRAMES_VENV/bin/pip" install -q --disable-pip-version-check python-xlib==0.33 >&2
+export FRAMES_PYTHON="$FRAMES_VENV/bin/python"
 bench_log "app: $APP; $ROUNDS rounds of at most $MAX_TOKENS tokens; idle CPU over ${IDLE}s"
 # the figures are only as quiet as the machine: say how busy it was
 bench_log "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -20,8 +20,6 @@ PILLOW_VERSION=13.0.0
 # gguf: reads the real Gemma 3 GGUF's vocabulary for the SentencePiece
 # tokenizer golden (scripts/goldens/gemma3_270m.py).
 GGUF_VERSION=0.19.0
-# python-xlib: counts the app window's frames (X DAMAGE) for scripts/bench-app-vs-api.sh.
-PYTHON_XLIB_VERSION=0.33
 
 log() { printf '\033[1mref-venv:\033[0m %s\n' "$*" >&2; }
 
@@ -39,10 +37,10 @@ for spec in sys.argv[1:]:
 PY
 }
 pkgs=("mlx==$MLX_VERSION" "mlx-cpu==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" "mlx-vlm==$MLX_VLM_VERSION")
-pkgs+=("transformers==$TRANSFORMERS_VERSION" "pillow==$PILLOW_VERSION" "gguf==$GGUF_VERSION" "python-xlib==$PYTHON_XLIB_VERSION")
+pkgs+=("transformers==$TRANSFORMERS_VERSION" "pillow==$PILLOW_VERSION" "gguf==$GGUF_VERSION")
 if ! have "${pkgs[@]}"; then
   log "installing mlx[cpu]==$MLX_VERSION mlx-lm==$MLX_LM_VERSION mlx-vlm==$MLX_VLM_VERSION transformers==$TRANSFORMERS_VERSION into $REF_VENV"
   "$REF_VENV/bin/pip" install -q --disable-pip-version-check "mlx[cpu]==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
     "mlx-vlm==$MLX_VLM_VERSION" "pillow==$PILLOW_VERSION" \
-    "transformers==$TRANSFORMERS_VERSION" "gguf==$GGUF_VERSION" "python-xlib==$PYTHON_XLIB_VERSION" >&2
+    "transformers==$TRANSFORMERS_VERSION" "gguf==$GGUF_VERSION" >&2
 fi
