@@ -80,12 +80,6 @@ async function windowRound(b) {
   return timeReply(b, 'send');
 }
 
-/** The same prompt again in the window: Regenerate on the answer the last
- * round left (its prompt is the API's, the same tokens cached). */
-async function regenerateRound(b) {
-  return timeReply(b, 'regenerate');
-}
-
 /** Clicks the button `testId` and times the reply it starts, inside the page. */
 async function timeReply(b, testId) {
   // clicked as a person clicks, after what came before is drawn (a click in
@@ -306,7 +300,9 @@ try {
     const lines = freshTimingLines();
     console.log(`  backend (ms): ${backendTimings(lines)}`);
     console.log(`  across (ms after Send): ${w.clock ? acrossText(lines, w.clock) : 'n/a'}`);
-    const r = await regenerateRound(b);
+    // the same prompt again in the window: Regenerate on the answer the round
+    // left (its prompt is the API's, the same tokens cached)
+    const r = await timeReply(b, 'regenerate');
     results.regenerate.push(r);
     console.log(`regenerate ttft_s ${fmt(r.ttft)} tok_s ${fmt(r.tps, 2)} tokens ${r.tokens} prompt ${r.prompt} | drawn before the first text: ${r.frames}`);
     freshTimingLines();

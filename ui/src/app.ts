@@ -85,7 +85,7 @@ export class App {
   private modelNames = new Map<string, string>();
   /** Chats answering at the last stream event, to redraw the sidebar only when that changes. */
   private answering = '';
-  /** The message being sent and its reply's start, drawn together (sendDraw.ts). */
+  /** The last reply started here, its start drawn once (sendDraw.ts); done, it holds nothing. */
   private sendDraw: SendDraw | null = null;
   /** What of the open chat's turn (stored tool turns, the call shown) was drawn last. */
   private turnDrawn = '';
@@ -195,20 +195,12 @@ export class App {
   private async restartReply(command: (onEvent: (e: StreamEvent) => void) => Promise<unknown>, keep: (messages: Message[]) => Message[]): Promise<void> {
     const chat = this.chat;
     if (!chat) return;
-    const draw: SendDraw = new SendDraw(chat.id, () => {
-      if (this.sendDraw === draw) this.sendDraw = null;
-      this.drawReplyStart(chat.id);
-    });
+    const draw = new SendDraw(chat.id, () => this.drawReplyStart(chat.id));
     this.sendDraw = draw;
-    const begun = this.streams.begin(chat.id);
     try {
-      await command((e) => {
-        begun(e);
-        if (e.kind === 'started') draw.onStarted();
-      });
+      await command(draw.follow(this.streams.begin(chat.id)));
     } catch (e) {
       draw.cancel();
-      if (this.sendDraw === draw) this.sendDraw = null;
       this.streams.abandon(chat.id);
       this.toast(errorText(e));
       return;
@@ -571,8 +563,7 @@ export class App {
     const settings = chat ? null : this.unsavedSettings;
     let chatId = chat?.id ?? null;
     // the message, its reply's start, the chat list and the box, drawn in one task (sendDraw.ts)
-    const draw: SendDraw = new SendDraw(chatId, () => {
-      if (this.sendDraw === draw) this.sendDraw = null;
+    const draw = new SendDraw(chatId, () => {
       shown();
       this.drawReplyStart(chatId);
       mark('sent-shown');
@@ -592,10 +583,7 @@ export class App {
         this.sidebar.add(made);
         mark('chat-created');
       });
-      const handler = (e: StreamEvent) => {
-        begun(e);
-        if (e.kind === 'started') draw.onStarted();
-      };
+      const handler = draw.follow(begun);
       const editing = this.editing;
       let sent;
       try {
@@ -604,7 +592,6 @@ export class App {
           : chat ? await api.send(chat.id, message, handler) : await api.sendInNewChat(settings, message, handler);
       } catch (e) {
         draw.cancel();
-        if (this.sendDraw === draw) this.sendDraw = null;
         if (chatId !== null) this.streams.abandon(chatId);
         throw e;
       }

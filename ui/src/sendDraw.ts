@@ -6,6 +6,7 @@
 // window, while the engine read the prompt; on a machine without a GPU
 // those frames take the CPU from the first token (issue 29,
 // docs/performance.md "The app's window").
+import type { StreamEvent } from './api';
 import type { LiveReply } from './streams';
 
 /** How long after the command's answer the draw waits for `started` at most. */
@@ -33,10 +34,15 @@ export class SendDraw {
     return !this.done && chatId === this.chatId && !live.error && !live.finished;
   }
 
-  /** The reply's `started` event is in. */
-  onStarted(): void {
-    this.started = true;
-    this.drawIfDue();
+  /** The reply's channel handler, hearing of its `started` event too. */
+  follow(handler: (e: StreamEvent) => void): (e: StreamEvent) => void {
+    return (e) => {
+      handler(e);
+      if (e.kind === 'started') {
+        this.started = true;
+        this.drawIfDue();
+      }
+    };
   }
 
   /** The send command answered (its message is in the page's list). The
